@@ -1,0 +1,130 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything a taskgraph process is told at start. Each field
+// has a flag and an environment variable (TASKGRAPH_ and the flag's name in
+// upper case with - as _); a flag given on the command line wins.
+type Config struct {
+	Addr             string
+	DB               string
+	DataDir          string
+	Workers          int
+	Roles            []Role
+	SecretKey        string
+	LogLevel         slog.Level
+	LogFormat        string
+	ShutdownGrace    time.Duration
+	HeartbeatTimeout time.Duration
+	Playground       bool
+}
+
+// Role is a part a process plays.
+type Role string
+
+// Roles. "all" is api, worker and watchdog together.
+const (
+	RoleAPI      Role = "api"      // serves GraphQL
+	RoleWorker   Role = "worker"   // runs tasks
+	RoleWatchdog Role = "watchdog" // recovers stuck executions
+)
+
+// Has reports whether c includes role r.
+func (c Config) Has(r Role) bool { return slices.Contains(c.Roles, r) }
+
+// DSN is the database to open: DB, or the SQLite file in the data directory.
+func (c Config) DSN() string {
+	if c.DB != "" {
+		return c.DB
+	}
+	return filepath.Join(c.DataDir, "taskgraph.db")
+}
+
+// ParseFlags reads the command line and the environment (getenv).
+func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("taskgraph", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	var c Config
+	var roles, level string
+	env := func(name, def string) string {
+		if v := getenv("TASKGRAPH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&c.Addr, "addr", env("addr", "127.0.0.1:8080"), "address to listen on")
+	fs.StringVar(&c.DB, "db", env("db", ""), "database: postgres://... or a SQLite file (default: taskgraph.db in the data directory)")
+	fs.StringVar(&c.DataDir, "data-dir", env("data-dir", "./data"), "directory for the SQLite file, the secret key and artifacts")
+	workers := fs.String("workers", env("workers", "16"), "handlers running at once in this process")
+	fs.StringVar(&roles, "role", env("role", "all"), "what this process does: all, or a comma list of api, worker, watchdog")
+	fs.StringVar(&c.SecretKey, "secret-key", env("secret-key", ""), "64 hex characters encrypting sensitive input (default: a key file in the data directory; nodes sharing a database must share it)")
+	fs.StringVar(&level, "log-level", env("log-level", "info"), "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", env("log-format", "text"), "text or json")
+	grace := fs.String("shutdown-grace", env("shutdown-grace", "10s"), "how long running tasks may finish at shutdown before they are interrupted")
+	hb := fs.String("heartbeat-timeout", env("heartbeat-timeout", "30s"), "how long an execution may go without a heartbeat before the watchdog recovers it")
+	playground := fs.String("playground", env("playground", "true"), "serve GraphiQL at /playground and allow introspection")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if c.Workers, err = strconv.Atoi(*workers); err != nil || c.Workers < 1 || c.Workers > 10000 {
+		return c, fmt.Errorf("-workers: %q is not a number between 1 and 10000", *workers)
+	}
+	if c.ShutdownGrace, err = time.ParseDuration(*grace); err != nil || c.ShutdownGrace < 0 {
+		return c, fmt.Errorf("-shutdown-grace: %q is not a duration such as 10s", *grace)
+	}
+	if c.HeartbeatTimeout, err = time.ParseDuration(*hb); err != nil || c.HeartbeatTimeout < 3*time.Second {
+		return c, fmt.Errorf("-heartbeat-timeout: %q is not a duration of at least 3s", *hb)
+	}
+	if c.Playground, err = strconv.ParseBool(*playground); err != nil {
+		return c, fmt.Errorf("-playground: %q is not true or false", *playground)
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
+		return c, fmt.Errorf("-log-level: %q is not debug, info, warn or error", level)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return c, fmt.Errorf("-log-format: %q is not text or json", c.LogFormat)
+	}
+	if c.Roles, err = parseRoles(roles); err != nil {
+		return c, err
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return c, fmt.Errorf("-addr: %q is not host:port", c.Addr)
+	}
+	return c, nil
+}
+
+func parseRoles(s string) ([]Role, error) {
+	var out []Role
+	for _, part := range strings.Split(s, ",") {
+		switch r := Role(strings.TrimSpace(part)); r {
+		case "all":
+			out = append(out, RoleAPI, RoleWorker, RoleWatchdog)
+		case RoleAPI, RoleWorker, RoleWatchdog:
+			out = append(out, r)
+		default:
+			return nil, fmt.Errorf("-role: %q is not all, api, worker or watchdog", part)
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) == 0 {
+		return nil, errors.New("-role: empty")
+	}
+	return out, nil
+}

@@ -1,0 +1,135 @@
+package schema
+
+import (
+	"encoding/json"
+
+	"entgo.io/contrib/entgql"
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/edge"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+
+	"taskgraph/lifecycle"
+)
+
+// Task holds the intent: what to run, for whom, with which policy. Its status
+// mirrors its latest instance. Only the store package writes it.
+type Task struct{ ent.Schema }
+
+// Mixin of Task.
+func (Task) Mixin() []ent.Mixin { return []ent.Mixin{CreatedAt{}} }
+
+// Fields of Task.
+func (Task) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("code").
+			Unique().
+			Immutable().
+			Comment("Readable unique code, e.g. NOOP-20261129-7K3Q9D2M."),
+		field.String("type").
+			Immutable().
+			Annotations(entgql.OrderField("TYPE")),
+		field.String("biz_id").
+			Default("").
+			Immutable().
+			Comment("Caller's business key (an order number, a file name...)."),
+		field.String("idempotency_key").
+			Optional().
+			Nillable().
+			Immutable(),
+		field.String("title").
+			Default("").
+			Immutable(),
+		field.Enum("status").
+			GoType(lifecycle.Status("")).
+			Annotations(entgql.OrderField("STATUS"), entgql.Type("TaskStatus")),
+		field.Int("priority").
+			Default(5).
+			Immutable().
+			Comment("Smaller runs first.").
+			Annotations(entgql.OrderField("PRIORITY")),
+		field.String("owner").
+			Immutable().
+			Annotations(entgql.OrderField("OWNER")),
+		field.JSON("input", json.RawMessage{}).
+			Immutable().
+			Comment("Input with sensitive values masked.").
+			Annotations(entgql.Type("JSON")),
+		field.Bytes("input_sealed").
+			Optional().
+			Immutable().
+			Sensitive().
+			Comment("The unmasked input, encrypted, when masking changed it; only handlers see it.").
+			Annotations(entgql.Skip()),
+		field.String("input_hash").
+			Immutable().
+			Comment("Keyed hash of type and unmasked input, to detect a reused idempotency key.").
+			Annotations(entgql.Skip()),
+		field.Int("timeout_seconds").
+			Immutable(),
+		field.String("retry_policy").
+			Immutable(),
+		field.Int("max_attempts").
+			Immutable(),
+		field.Int64("progress_done").
+			Default(0),
+		field.Int64("progress_total").
+			Default(0),
+		field.JSON("result", json.RawMessage{}).
+			Optional().
+			Comment("Result of the latest finished execution.").
+			Annotations(entgql.Type("JSON")),
+		field.String("last_error").
+			Optional().
+			Comment("Error of the latest failed execution, masked."),
+		field.Int64("version").
+			Default(1).
+			Comment("Incremented by every committed change; orders events per task."),
+		field.Bool("cancel_requested").
+			Default(false),
+		field.String("cancel_reason").
+			Optional(),
+		field.Time("run_at").
+			Comment("Not run before this time."),
+		field.Time("updated_at").
+			Default(utcNow).
+			Annotations(entgql.OrderField("UPDATED_AT")),
+		field.Time("finished_at").
+			Optional().
+			Nillable().
+			Annotations(entgql.OrderField("FINISHED_AT")),
+	}
+}
+
+// Edges of Task.
+func (Task) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.To("instances", TaskInstance.Type).
+			Annotations(entgql.Skip(entgql.SkipAll)),
+		edge.To("logs", TaskLog.Type).
+			Annotations(entgql.Skip(entgql.SkipAll)),
+	}
+}
+
+// Indexes of Task.
+func (Task) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("owner", "idempotency_key").
+			Unique().
+			Annotations(entsql.IndexWhere("idempotency_key IS NOT NULL")),
+		index.Fields("status", "type"),
+		index.Fields("created_at"),
+		index.Fields("biz_id"),
+	}
+}
+
+// Annotations of Task.
+func (Task) Annotations() []schema.Annotation {
+	return []schema.Annotation{
+		entgql.RelayConnection(),
+		entgql.QueryField(),
+		entgql.MultiOrder(),
+	}
+}

@@ -1,0 +1,111 @@
+package schema
+
+import (
+	"encoding/json"
+
+	"entgo.io/contrib/entgql"
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/edge"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+
+	"taskgraph/lifecycle"
+)
+
+// TaskInstance is one execution of a task. A retry creates a new instance and
+// leaves the old one, with its error, as evidence.
+type TaskInstance struct{ ent.Schema }
+
+// Mixin of TaskInstance.
+func (TaskInstance) Mixin() []ent.Mixin { return []ent.Mixin{CreatedAt{}} }
+
+// Fields of TaskInstance.
+func (TaskInstance) Fields() []ent.Field {
+	return []ent.Field{
+		field.Int("task_id").
+			Immutable(),
+		field.Int("instance_no").
+			Immutable().
+			Comment("1 for the first execution, 2 for the next..."),
+		field.Enum("status").
+			GoType(lifecycle.Status("")).
+			Annotations(entgql.Type("TaskStatus")),
+		field.Int("attempt").
+			Immutable().
+			Comment("Which attempt of the retry policy this is; a manual retry starts again at 1."),
+		field.String("task_type").
+			Immutable().
+			Comment("Copied from the task so that claiming needs no join."),
+		field.Int("priority").
+			Immutable().
+			Comment("Copied from the task so that claiming needs no join."),
+		field.Time("run_at").
+			Immutable().
+			Comment("Not claimed before this time (backoff)."),
+		field.String("worker_id").
+			Optional(),
+		field.Time("started_at").
+			Optional().
+			Nillable(),
+		field.Time("heartbeat_at").
+			Optional().
+			Nillable(),
+		field.Time("finished_at").
+			Optional().
+			Nillable(),
+		field.Enum("error_kind").
+			GoType(lifecycle.ErrorKind("")).
+			Optional().
+			Nillable().
+			Annotations(entgql.Type("ErrorKind")),
+		field.Text("last_error").
+			Optional(),
+		field.JSON("result", json.RawMessage{}).
+			Optional().
+			Annotations(entgql.Type("JSON")),
+		field.Int64("version").
+			Default(1).
+			Comment("Fencing token: bumped by every transition; writes of a stale execution carry an old one and are refused."),
+	}
+}
+
+// Edges of TaskInstance.
+func (TaskInstance) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.From("task", Task.Type).
+			Ref("instances").
+			Field("task_id").
+			Unique().
+			Required().
+			Immutable(),
+	}
+}
+
+// Indexes of TaskInstance.
+func (TaskInstance) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("task_id", "instance_no").Unique(),
+		// At most one live instance per task (DESIGN invariant 3).
+		index.Fields("task_id").
+			Unique().
+			StorageKey("taskinstance_one_live_per_task").
+			Annotations(entsql.IndexWhere("status IN ('PENDING', 'RETRY_PENDING', 'EXECUTING')")),
+		// What the claim scans.
+		index.Fields("priority", "run_at").
+			StorageKey("taskinstance_claimable").
+			Annotations(entsql.IndexWhere("status IN ('PENDING', 'RETRY_PENDING')")),
+		// What the watchdog scans.
+		index.Fields("heartbeat_at").
+			StorageKey("taskinstance_running").
+			Annotations(entsql.IndexWhere("status = 'EXECUTING'")),
+	}
+}
+
+// Annotations of TaskInstance.
+func (TaskInstance) Annotations() []schema.Annotation {
+	return []schema.Annotation{
+		entgql.Skip(entgql.SkipMutationCreateInput, entgql.SkipMutationUpdateInput, entgql.SkipWhereInput, entgql.SkipOrderField),
+	}
+}

@@ -1,0 +1,364 @@
+package events
+
+import (
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"taskgraph/ent"
+)
+
+// ErrLagged ends a subscription whose buffer was full when an event came:
+// the subscriber fell behind and must re-read what it watches.
+var ErrLagged = errors.New("subscriber fell behind and was dropped; re-read and subscribe again")
+
+// ErrClosed ends every subscription when the broker closes.
+var ErrClosed = errors.New("event broker closed")
+
+// Config of a Broker.
+type Config struct {
+	// HoldBack is how long an out-of-order change of a task (version n+2
+	// arriving before n+1) is held waiting for its predecessor. Changes of
+	// one task are committed in version order under a row lock but may be
+	// published from different goroutines; this puts them back in order.
+	// Default: HoldBackDefault.
+	HoldBack time.Duration
+}
+
+// HoldBackDefault is the default Config.HoldBack.
+const HoldBackDefault = 100 * time.Millisecond
+
+// Broker fans out committed changes to in-process subscribers. Publishing
+// never blocks: a subscriber whose buffer is full is dropped with ErrLagged.
+type Broker struct {
+	holdBack time.Duration
+
+	mu       sync.Mutex
+	closed   bool
+	taskSubs map[*Subscription[TaskChange]]struct{}
+	logSubs  map[int]map[*Subscription[*ent.TaskLog]]struct{}
+	seq      sequencer
+
+	published atomic.Int64
+	dropped   atomic.Int64
+}
+
+// NewBroker returns a running broker.
+func NewBroker(cfg Config) *Broker {
+	b := &Broker{
+		holdBack: cfg.HoldBack,
+		taskSubs: make(map[*Subscription[TaskChange]]struct{}),
+		logSubs:  make(map[int]map[*Subscription[*ent.TaskLog]]struct{}),
+	}
+	if b.holdBack <= 0 {
+		b.holdBack = HoldBackDefault
+	}
+	b.seq.init()
+	return b
+}
+
+var _ Publisher = (*Broker)(nil)
+
+// Subscription is a bounded stream of events. C is closed when the
+// subscription ends; Err then says why (nil after Close).
+type Subscription[T any] struct {
+	C      <-chan T
+	c      chan T
+	filter func(T) bool
+	err    atomic.Pointer[error]
+	unsub  func()
+	once   sync.Once
+}
+
+// Err returns why the subscription ended, or nil while it runs or after Close.
+func (s *Subscription[T]) Err() error {
+	if p := s.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close ends the subscription. It is safe to call more than once.
+func (s *Subscription[T]) Close() { s.unsub() }
+
+// end closes the channel once; called with the broker's lock held.
+func (s *Subscription[T]) end(err error) {
+	s.once.Do(func() {
+		if err != nil {
+			s.err.Store(&err)
+		}
+		close(s.c)
+	})
+}
+
+// offer sends v without blocking and reports false when the buffer is full.
+func (s *Subscription[T]) offer(v T) bool {
+	select {
+	case s.c <- v:
+		return true
+	default:
+		return false
+	}
+}
+
+// SubscribeTasks streams the committed task changes for which match returns
+// true (nil matches all), in version order per task.
+func (b *Broker) SubscribeTasks(match func(TaskChange) bool, buffer int) *Subscription[TaskChange] {
+	c := make(chan TaskChange, max(buffer, 1))
+	s := &Subscription[TaskChange]{C: c, c: c, filter: match}
+	s.unsub = func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.taskSubs, s)
+		s.end(nil)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		s.end(ErrClosed)
+		return s
+	}
+	b.taskSubs[s] = struct{}{}
+	return s
+}
+
+// SubscribeLogs streams the log lines appended to one task.
+func (b *Broker) SubscribeLogs(taskID int, buffer int) *Subscription[*ent.TaskLog] {
+	c := make(chan *ent.TaskLog, max(buffer, 1))
+	s := &Subscription[*ent.TaskLog]{C: c, c: c}
+	s.unsub = func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.removeLogSub(taskID, s)
+		s.end(nil)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		s.end(ErrClosed)
+		return s
+	}
+	m := b.logSubs[taskID]
+	if m == nil {
+		m = make(map[*Subscription[*ent.TaskLog]]struct{})
+		b.logSubs[taskID] = m
+	}
+	m[s] = struct{}{}
+	return s
+}
+
+func (b *Broker) removeLogSub(taskID int, s *Subscription[*ent.TaskLog]) {
+	if m := b.logSubs[taskID]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(b.logSubs, taskID)
+		}
+	}
+}
+
+// PublishTasks delivers committed changes to matching subscribers.
+func (b *Broker) PublishTasks(changes []TaskChange) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || len(b.taskSubs) == 0 {
+		// Nobody listens; forget ordering state too, so that a later
+		// subscriber starts from whatever comes next.
+		b.seq.reset()
+		return
+	}
+	for _, c := range changes {
+		b.seq.push(c, b.holdBack, b.deliverTaskLocked, b.flushHeld)
+	}
+}
+
+// flushHeld is run by a hold-back timer: the predecessor of held changes
+// did not come in time, so deliver them in the order we have.
+func (b *Broker) flushHeld(taskID int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seq.release(taskID, b.deliverTaskLocked)
+}
+
+func (b *Broker) deliverTaskLocked(c TaskChange) {
+	b.published.Add(1)
+	for s := range b.taskSubs {
+		if s.filter != nil && !s.filter(c) {
+			continue
+		}
+		if !s.offer(c) {
+			delete(b.taskSubs, s)
+			s.end(ErrLagged)
+			b.dropped.Add(1)
+		}
+	}
+}
+
+// PublishLogs delivers committed log lines to the subscribers of their task.
+func (b *Broker) PublishLogs(logs []*ent.TaskLog) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || len(b.logSubs) == 0 {
+		return
+	}
+	for _, l := range logs {
+		for s := range b.logSubs[l.TaskID] {
+			if !s.offer(l) {
+				b.removeLogSub(l.TaskID, s)
+				s.end(ErrLagged)
+				b.dropped.Add(1)
+			}
+		}
+	}
+}
+
+// Stats are counters for metrics.
+type Stats struct {
+	TaskSubscribers int
+	LogSubscribers  int
+	Published       int64
+	Dropped         int64
+}
+
+// Stats returns the broker's counters.
+func (b *Broker) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, m := range b.logSubs {
+		n += len(m)
+	}
+	return Stats{TaskSubscribers: len(b.taskSubs), LogSubscribers: n, Published: b.published.Load(), Dropped: b.dropped.Load()}
+}
+
+// Close ends every subscription with ErrClosed.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	for s := range b.taskSubs {
+		s.end(ErrClosed)
+	}
+	for _, m := range b.logSubs {
+		for s := range m {
+			s.end(ErrClosed)
+		}
+	}
+	b.taskSubs, b.logSubs = nil, nil
+	b.seq.reset()
+}
+
+// sequencer restores version order per task. It remembers the last
+// delivered version of recently seen tasks in two generations that rotate,
+// so memory stays bounded by the tasks changed in the last two periods.
+type sequencer struct {
+	cur, prev map[int]*seqState
+	rotated   time.Time
+}
+
+type seqState struct {
+	last  int64
+	held  map[int64]TaskChange
+	timer *time.Timer
+}
+
+const seqGeneration = 10 * time.Second
+
+func (q *sequencer) init() {
+	q.cur, q.prev, q.rotated = make(map[int]*seqState), make(map[int]*seqState), time.Now()
+}
+
+func (q *sequencer) reset() {
+	if len(q.cur)+len(q.prev) == 0 {
+		return
+	}
+	for _, m := range []map[int]*seqState{q.cur, q.prev} {
+		for _, st := range m {
+			if st.timer != nil {
+				st.timer.Stop()
+			}
+		}
+	}
+	q.init()
+}
+
+func (q *sequencer) state(id int) *seqState {
+	if time.Since(q.rotated) > seqGeneration {
+		// Carry over states still holding changes; forget the rest.
+		for tid, st := range q.prev {
+			if len(st.held) > 0 {
+				if _, ok := q.cur[tid]; !ok {
+					q.cur[tid] = st
+				}
+			}
+		}
+		q.prev, q.cur, q.rotated = q.cur, make(map[int]*seqState), time.Now()
+	}
+	if st, ok := q.cur[id]; ok {
+		return st
+	}
+	if st, ok := q.prev[id]; ok {
+		q.cur[id] = st
+		delete(q.prev, id)
+		return st
+	}
+	return nil
+}
+
+func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(TaskChange), onTimeout func(int)) {
+	id, v := c.Task.ID, c.Task.Version
+	st := q.state(id)
+	if st == nil {
+		st = &seqState{last: v - 1}
+		q.cur[id] = st
+	}
+	switch {
+	case v <= st.last:
+		return // already delivered (or superseded)
+	case v == st.last+1:
+		deliver(c)
+		st.last = v
+		for {
+			next, ok := st.held[st.last+1]
+			if !ok {
+				break
+			}
+			delete(st.held, st.last+1)
+			deliver(next)
+			st.last++
+		}
+		if len(st.held) == 0 && st.timer != nil {
+			st.timer.Stop()
+			st.timer = nil
+		}
+	default:
+		if st.held == nil {
+			st.held = make(map[int64]TaskChange)
+		}
+		st.held[v] = c
+		if st.timer == nil {
+			st.timer = time.AfterFunc(holdBack, func() { onTimeout(id) })
+		}
+	}
+}
+
+func (q *sequencer) release(id int, deliver func(TaskChange)) {
+	st := q.state(id)
+	if st == nil || len(st.held) == 0 {
+		return
+	}
+	versions := make([]int64, 0, len(st.held))
+	for v := range st.held {
+		versions = append(versions, v)
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
+	for _, v := range versions {
+		deliver(st.held[v])
+		st.last = v
+	}
+	st.held, st.timer = nil, nil
+}

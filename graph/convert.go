@@ -1,0 +1,70 @@
+package graph
+
+import (
+	"sort"
+
+	"taskgraph/engine"
+	"taskgraph/graph/model"
+	"taskgraph/lifecycle"
+)
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// bulkResults reports each id's outcome with the same codes as errors.
+func bulkResults(res []engine.BulkResult) []*model.TaskActionResult {
+	out := make([]*model.TaskActionResult, len(res))
+	for i, r := range res {
+		out[i] = &model.TaskActionResult{ID: r.ID, Ok: r.Err == nil, Task: r.Task}
+		if r.Err != nil {
+			code, _, ok := classify(r.Err)
+			msg := r.Err.Error()
+			if !ok {
+				code, msg = CodeInternal, "internal error"
+			}
+			out[i].Error = &model.ActionError{Code: code, Message: msg}
+		}
+	}
+	return out
+}
+
+// taskStats folds (type, status, count) rows into totals.
+func taskStats(counts []engine.Count) *model.TaskStats {
+	stats := &model.TaskStats{}
+	byStatus := map[lifecycle.Status]int{}
+	byType := map[string]*model.TypeCount{}
+	for _, c := range counts {
+		stats.Total += c.Count
+		byStatus[c.Status] += c.Count
+		tc := byType[c.Type]
+		if tc == nil {
+			tc = &model.TypeCount{Type: c.Type}
+			byType[c.Type] = tc
+		}
+		tc.Count += c.Count
+		tc.ByStatus = append(tc.ByStatus, &model.StatusCount{Status: c.Status, Count: c.Count})
+	}
+	for _, s := range lifecycle.AllStatuses {
+		stats.ByStatus = append(stats.ByStatus, &model.StatusCount{Status: s, Count: byStatus[s]})
+	}
+	for _, tc := range byType {
+		sort.Slice(tc.ByStatus, func(i, j int) bool { return statusIndex(tc.ByStatus[i].Status) < statusIndex(tc.ByStatus[j].Status) })
+		stats.ByType = append(stats.ByType, tc)
+	}
+	sort.Slice(stats.ByType, func(i, j int) bool { return stats.ByType[i].Type < stats.ByType[j].Type })
+	return stats
+}
+
+func statusIndex(s lifecycle.Status) int {
+	for i, v := range lifecycle.AllStatuses {
+		if v == s {
+			return i
+		}
+	}
+	return len(lifecycle.AllStatuses)
+}

@@ -1,0 +1,46 @@
+// Package graph is the GraphQL API: gqlgen resolvers over the engine, the
+// ent client (reads) and the events broker (subscriptions). Resolvers are
+// thin; what a request means is decided in engine, store and lifecycle.
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"taskgraph/engine"
+	"taskgraph/ent"
+	"taskgraph/events"
+)
+
+
+// Resolver holds what resolvers use.
+type Resolver struct {
+	Engine *engine.Engine
+	Client *ent.Client
+	Broker *events.Broker
+	Log    *slog.Logger
+}
+
+// Page sizes of connections.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+var errPageTooLarge = errors.New("page too large")
+
+// pageSize applies the default page size and refuses pages over the limit:
+// a connection never returns an unbounded list.
+func pageSize(first, last *int) (*int, *int, error) {
+	for _, n := range []*int{first, last} {
+		if n != nil && (*n < 0 || *n > MaxPageSize) {
+			return nil, nil, fmt.Errorf("%w: first and last must be between 0 and %d", errPageTooLarge, MaxPageSize)
+		}
+	}
+	if first == nil && last == nil {
+		n := DefaultPageSize
+		first = &n
+	}
+	return first, last, nil
+}

@@ -1,0 +1,122 @@
+package graph
+
+import (
+	"context"
+
+	"taskgraph/ent"
+	"taskgraph/ent/task"
+	"taskgraph/events"
+)
+
+// subscriptionBuffer is how many changes a subscriber may fall behind by
+// before it is dropped (its subscription then completes; it re-reads and
+// subscribes again).
+const subscriptionBuffer = 256
+
+// taskUpdated streams committed changes of one task (id) or of the tasks
+// matching where, in version order per task.
+func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error) {
+	var first *ent.Task
+	if id != nil {
+		t, err := r.Client.Task.Get(ctx, *id)
+		if err != nil {
+			return nil, err
+		}
+		first = t
+	}
+	if where != nil {
+		// Reject a where input the database would reject, now rather
+		// than on the first change.
+		if _, err := where.P(); err != nil {
+			return nil, err
+		}
+	}
+	sub := r.Broker.SubscribeTasks(func(c events.TaskChange) bool {
+		if id != nil && c.Task.ID != *id {
+			return false
+		}
+		ok, _ := matchTask(where, c.Task)
+		return ok
+	}, subscriptionBuffer)
+
+	out := make(chan *ent.Task, 1)
+	go func() {
+		defer close(out)
+		defer sub.Close()
+		var last int64
+		send := func(t *ent.Task) bool {
+			select {
+			case out <- t:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if first != nil {
+			if !send(first) {
+				return
+			}
+			last = first.Version
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case c, ok := <-sub.C:
+				if !ok {
+					if err := sub.Err(); err != nil {
+						r.Log.Info("subscription ended", "reason", err)
+					}
+					return
+				}
+				if id != nil && c.Task.Version <= last {
+					continue // already sent with the current state
+				}
+				if _, exact := matchTask(where, c.Task); !exact {
+					p, err := where.P()
+					if err != nil {
+						return
+					}
+					found, err := r.Client.Task.Query().Where(task.ID(c.Task.ID), p).Exist(ctx)
+					if err != nil || !found {
+						continue
+					}
+				}
+				if !send(c.Task) {
+					return
+				}
+				last = c.Task.Version
+			}
+		}
+	}()
+	return out, nil
+}
+
+// taskLogAppended streams the log lines of one task as they are committed.
+func (r *subscriptionResolver) taskLogAppended(ctx context.Context, taskID int) (<-chan *ent.TaskLog, error) {
+	if _, err := r.Client.Task.Get(ctx, taskID); err != nil {
+		return nil, err
+	}
+	sub := r.Broker.SubscribeLogs(taskID, subscriptionBuffer)
+	out := make(chan *ent.TaskLog, 1)
+	go func() {
+		defer close(out)
+		defer sub.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case l, ok := <-sub.C:
+				if !ok {
+					return
+				}
+				select {
+				case out <- l:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}

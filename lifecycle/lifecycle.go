@@ -1,0 +1,221 @@
+// Package lifecycle is the task state machine: the six states shared by a task
+// and by each of its executions (instances), the one table of legal
+// transitions, the error classes of a failed execution, and the typed error
+// every writer returns when a move is not allowed.
+//
+// Nothing here touches the database. The store package is the only writer of
+// status columns and asks this package, through Check, before every
+// conditional UPDATE it issues; the UPDATE's WHERE clause then makes the check
+// hold under concurrency.
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+)
+
+// Status is the state of a task or of one of its instances.
+type Status string
+
+// The six states. See DESIGN.md §1 and the diagram in the README.
+const (
+	Pending      Status = "PENDING"
+	Executing    Status = "EXECUTING"
+	Success      Status = "SUCCESS"
+	Failed       Status = "FAILED"
+	RetryPending Status = "RETRY_PENDING"
+	Cancelled    Status = "CANCELLED"
+)
+
+// AllStatuses lists every state in lifecycle order.
+var AllStatuses = []Status{Pending, Executing, Success, Failed, RetryPending, Cancelled}
+
+// LiveStatuses are the states in which an instance is waiting or running. At
+// most one instance of a task may be live (a partial unique index enforces it).
+var LiveStatuses = []Status{Pending, RetryPending, Executing}
+
+// WaitingStatuses are the states a worker may claim from.
+var WaitingStatuses = []Status{Pending, RetryPending}
+
+// transitions is the one transition table. A key's value lists the states it
+// may move to. Terminal states have no entry.
+var transitions = map[Status][]Status{
+	Pending:      {Executing, Cancelled},
+	Executing:    {Success, Failed, Cancelled, RetryPending},
+	Failed:       {RetryPending},
+	RetryPending: {Executing, Cancelled},
+}
+
+// Values lets ent store Status as an enum column.
+func (Status) Values() []string {
+	out := make([]string, len(AllStatuses))
+	for i, s := range AllStatuses {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// Valid reports whether s is one of the six states.
+func (s Status) Valid() bool { return slices.Contains(AllStatuses, s) }
+
+// Terminal reports whether no transition leaves s automatically. FAILED is
+// terminal for the engine (only a manual retry leaves it).
+func (s Status) Terminal() bool {
+	return s == Success || s == Failed || s == Cancelled
+}
+
+// Live reports whether s is one of LiveStatuses.
+func (s Status) Live() bool { return slices.Contains(LiveStatuses, s) }
+
+// CanMove reports whether the table allows from -> to.
+func CanMove(from, to Status) bool { return slices.Contains(transitions[from], to) }
+
+// Targets returns the states reachable from s in one step.
+func Targets(s Status) []Status { return slices.Clone(transitions[s]) }
+
+// Check returns nil when from -> to is legal and a *TransitionError otherwise.
+func Check(entity string, id int, from, to Status) error {
+	if CanMove(from, to) {
+		return nil
+	}
+	return &TransitionError{Entity: entity, ID: id, From: from, To: to}
+}
+
+// MarshalGQL writes the status as a GraphQL enum value.
+func (s Status) MarshalGQL(w io.Writer) { _, _ = io.WriteString(w, strconv.Quote(string(s))) }
+
+// UnmarshalGQL reads a GraphQL enum value.
+func (s *Status) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("status must be a string, got %T", v)
+	}
+	if !Status(str).Valid() {
+		return fmt.Errorf("%q is not a valid status", str)
+	}
+	*s = Status(str)
+	return nil
+}
+
+// ErrInvalidTransition is matched by errors.Is for every *TransitionError.
+var ErrInvalidTransition = errors.New("invalid transition")
+
+// TransitionError says that an entity could not move between two states,
+// either because the table forbids it or because someone else moved it first
+// (the conditional UPDATE changed no row). From is the state actually found.
+type TransitionError struct {
+	Entity string // "task" or "task instance"
+	ID     int
+	From   Status
+	To     Status
+	// Reason, when set, explains a refusal the table alone does not (for
+	// example a stale fencing token).
+	Reason string
+}
+
+func (e *TransitionError) Error() string {
+	msg := fmt.Sprintf("%s %d cannot move from %s to %s", e.Entity, e.ID, e.From, e.To)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrInvalidTransition) true.
+func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+
+// ErrorKind classifies why an execution ended without success.
+type ErrorKind string
+
+// Error kinds; see DESIGN.md §3.
+const (
+	KindRetryable    ErrorKind = "RETRYABLE"
+	KindNonRetryable ErrorKind = "NON_RETRYABLE"
+	KindResource     ErrorKind = "RESOURCE"
+	KindTimeout      ErrorKind = "TIMEOUT"
+	KindCancelled    ErrorKind = "CANCELLED"
+	KindInterrupted  ErrorKind = "INTERRUPTED"
+)
+
+// AllErrorKinds lists every kind.
+var AllErrorKinds = []ErrorKind{KindRetryable, KindNonRetryable, KindResource, KindTimeout, KindCancelled, KindInterrupted}
+
+// Values lets ent store ErrorKind as an enum column.
+func (ErrorKind) Values() []string {
+	out := make([]string, len(AllErrorKinds))
+	for i, k := range AllErrorKinds {
+		out[i] = string(k)
+	}
+	return out
+}
+
+// Retryable reports whether the retry policy may schedule another attempt
+// after an execution ended with this kind.
+func (k ErrorKind) Retryable() bool {
+	switch k {
+	case KindRetryable, KindResource, KindTimeout, KindInterrupted:
+		return true
+	}
+	return false
+}
+
+// ConsumesAttempt reports whether an execution that ended with this kind
+// counts against max attempts. An interruption (graceful shutdown) is not the
+// task's fault and does not.
+func (k ErrorKind) ConsumesAttempt() bool { return k != KindInterrupted }
+
+// MarshalGQL writes the kind as a GraphQL enum value.
+func (k ErrorKind) MarshalGQL(w io.Writer) { _, _ = io.WriteString(w, strconv.Quote(string(k))) }
+
+// UnmarshalGQL reads a GraphQL enum value.
+func (k *ErrorKind) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("error kind must be a string, got %T", v)
+	}
+	if !slices.Contains(AllErrorKinds, ErrorKind(str)) {
+		return fmt.Errorf("%q is not a valid error kind", str)
+	}
+	*k = ErrorKind(str)
+	return nil
+}
+
+// Action is a user-facing operation on a task. The console shows a button per
+// action in AvailableActions and no other.
+type Action string
+
+// Actions.
+const (
+	ActionCancel Action = "CANCEL"
+	ActionRetry  Action = "RETRY"
+)
+
+// AvailableActions projects the transition table onto user actions for a task
+// in state s. A running task whose cancel was already requested offers no
+// second cancel.
+func AvailableActions(s Status, cancelRequested bool) []Action {
+	var out []Action
+	if CanMove(s, Cancelled) && !(s == Executing && cancelRequested) {
+		out = append(out, ActionCancel)
+	}
+	if s == Failed && CanMove(s, RetryPending) {
+		out = append(out, ActionRetry)
+	}
+	return out
+}
+
+// MarshalGQL writes the action as a GraphQL enum value.
+func (a Action) MarshalGQL(w io.Writer) { _, _ = io.WriteString(w, strconv.Quote(string(a))) }
+
+// UnmarshalGQL reads a GraphQL enum value.
+func (a *Action) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok || (Action(str) != ActionCancel && Action(str) != ActionRetry) {
+		return fmt.Errorf("%v is not a valid action", v)
+	}
+	*a = Action(str)
+	return nil
+}

@@ -1,0 +1,203 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"taskgraph/ent"
+	"taskgraph/ent/task"
+	"taskgraph/ent/taskinstance"
+	"taskgraph/ent/tasklog"
+	"taskgraph/events"
+	"taskgraph/lifecycle"
+)
+
+// CancelTask cancels a waiting task (PENDING, RETRY_PENDING) at once, and
+// asks a running one (EXECUTING) to stop: its handler sees the request
+// through its context and the instance becomes CANCELLED when it returns.
+// Asking again while a request is pending changes nothing. A finished task
+// yields a *lifecycle.TransitionError.
+func (s *Store) CancelTask(ctx context.Context, id int, reason string) (*ent.Task, error) {
+	var out *ent.Task
+	err := s.write(ctx, func(t *txn) error {
+		// The state may move between the read and the conditional UPDATE
+		// (a claim); read again and decide again, a bounded number of times.
+		for range 5 {
+			tk, err := t.Task.Get(ctx, id)
+			if ent.IsNotFound(err) {
+				return &NotFoundError{Entity: "task", ID: id}
+			}
+			if err != nil {
+				return fmt.Errorf("cancel: read task: %w", err)
+			}
+			switch tk.Status {
+			case lifecycle.Pending, lifecycle.RetryPending:
+				done, err := s.cancelWaiting(ctx, t, tk, reason)
+				if err != nil {
+					return err
+				}
+				if done {
+					out = tk
+					return nil
+				}
+			case lifecycle.Executing:
+				if tk.CancelRequested {
+					out = tk
+					return nil
+				}
+				done, err := s.requestCancel(ctx, t, tk, reason)
+				if err != nil {
+					return err
+				}
+				if done {
+					out = tk
+					return nil
+				}
+			default:
+				return lifecycle.Check("task", tk.ID, tk.Status, lifecycle.Cancelled)
+			}
+		}
+		return fmt.Errorf("cancel task %d: its state kept changing", id)
+	})
+	return out, err
+}
+
+// cancelWaiting moves a waiting task and its live instance to CANCELLED.
+// It reports false when the instance was claimed meanwhile.
+func (s *Store) cancelWaiting(ctx context.Context, t *txn, tk *ent.Task, reason string) (bool, error) {
+	from := tk.Status
+	if err := lifecycle.Check("task", tk.ID, from, lifecycle.Cancelled); err != nil {
+		return false, err
+	}
+	now := s.Now()
+	msg := "cancelled before it ran"
+	if reason != "" {
+		msg += ": " + reason
+	}
+	// Instance first, then task: the lock order every writer keeps.
+	n, err := s.exec(ctx, t, `
+UPDATE task_instances SET status = 'CANCELLED', error_kind = 'CANCELLED', last_error = ?, finished_at = ?, version = version + 1
+WHERE task_id = ? AND status = ?`, msg, now, tk.ID, string(from))
+	if err != nil {
+		return false, fmt.Errorf("cancel: update instance: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	n, err = s.exec(ctx, t, `
+UPDATE tasks SET status = 'CANCELLED', cancel_reason = ?, finished_at = ?, updated_at = ?, version = version + 1
+WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(from), tk.Version)
+	if err != nil {
+		return false, fmt.Errorf("cancel: update task: %w", err)
+	}
+	if n != 1 {
+		return false, fmt.Errorf("cancel: task %d changed while its instance was held", tk.ID)
+	}
+	tk.Status, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, reason, &now, now
+	tk.Version++
+	t.changed(events.Transitioned, tk)
+	return true, nil
+}
+
+// requestCancel flags a running task. It reports false when the task was no
+// longer running.
+func (s *Store) requestCancel(ctx context.Context, t *txn, tk *ent.Task, reason string) (bool, error) {
+	now := s.Now()
+	n, err := s.exec(ctx, t, `
+UPDATE tasks SET cancel_requested = ?, cancel_reason = ?, updated_at = ?, version = version + 1
+WHERE id = ? AND status = 'EXECUTING' AND version = ?`, true, reason, now, tk.ID, tk.Version)
+	if err != nil {
+		return false, fmt.Errorf("cancel: request: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	tk.CancelRequested, tk.CancelReason, tk.UpdatedAt = true, reason, now
+	tk.Version++
+	t.changed(events.CancelRequested, tk)
+	return true, nil
+}
+
+// RetryTask moves a FAILED task to RETRY_PENDING with a new instance that
+// may run at once, leaving the failed instances as they are. The new instance
+// starts the retry policy's attempts again. Any other state yields a
+// *lifecycle.TransitionError; of many concurrent retries of one task, exactly
+// one succeeds.
+func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
+	var out *ent.Task
+	err := s.write(ctx, func(t *txn) error {
+		tk, err := t.Task.Get(ctx, id)
+		if ent.IsNotFound(err) {
+			return &NotFoundError{Entity: "task", ID: id}
+		}
+		if err != nil {
+			return fmt.Errorf("retry: read task: %w", err)
+		}
+		if err := lifecycle.Check("task", tk.ID, tk.Status, lifecycle.RetryPending); err != nil {
+			return err
+		}
+		now := s.Now()
+		n, err := s.exec(ctx, t, `
+UPDATE tasks SET status = 'RETRY_PENDING', cancel_requested = ?, finished_at = NULL, progress_done = 0, updated_at = ?, version = version + 1
+WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Status), tk.Version)
+		if err != nil {
+			return fmt.Errorf("retry: update task: %w", err)
+		}
+		if n == 0 {
+			// Someone moved it first; report the state it is in now.
+			cur, err := t.Task.Get(ctx, id)
+			if err != nil {
+				return fmt.Errorf("retry: read task: %w", err)
+			}
+			return &lifecycle.TransitionError{Entity: "task", ID: id, From: cur.Status, To: lifecycle.RetryPending, Reason: "moved concurrently"}
+		}
+		last, err := t.TaskInstance.Query().
+			Where(taskinstance.TaskID(id)).
+			Order(ent.Desc(taskinstance.FieldInstanceNo)).
+			First(ctx)
+		if err != nil {
+			return fmt.Errorf("retry: read last instance: %w", err)
+		}
+		// The partial unique index on live instances makes a second live
+		// instance impossible even if the UPDATE above were bypassed.
+		inst, err := t.TaskInstance.Create().
+			SetTaskID(id).
+			SetInstanceNo(last.InstanceNo + 1).
+			SetAttempt(1).
+			SetStatus(lifecycle.RetryPending).
+			SetTaskType(tk.Type).
+			SetPriority(tk.Priority).
+			SetRunAt(now).
+			SetCreatedAt(now).
+			Save(ctx)
+		if err != nil {
+			return fmt.Errorf("retry: create instance: %w", err)
+		}
+		lg, err := t.TaskLog.Create().
+			SetTaskID(id).
+			SetInstanceID(inst.ID).
+			SetLevel(tasklog.LevelINFO).
+			SetMessage(fmt.Sprintf("manual retry: instance #%d scheduled", inst.InstanceNo)).
+			SetCreatedAt(now).
+			Save(ctx)
+		if err != nil {
+			return fmt.Errorf("retry: write log: %w", err)
+		}
+		t.logs = append(t.logs, lg)
+		tk.Status, tk.CancelRequested, tk.FinishedAt, tk.ProgressDone, tk.UpdatedAt = lifecycle.RetryPending, false, nil, 0, now
+		tk.Version++
+		out = tk
+		t.changed(events.Transitioned, tk)
+		return nil
+	})
+	return out, err
+}
+
+// TaskByID reads one task.
+func (s *Store) TaskByID(ctx context.Context, id int) (*ent.Task, error) {
+	tk, err := s.client.Task.Query().Where(task.ID(id)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, &NotFoundError{Entity: "task", ID: id}
+	}
+	return tk, err
+}

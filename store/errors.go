@@ -1,0 +1,36 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound is matched by errors.Is for every *NotFoundError.
+var ErrNotFound = errors.New("not found")
+
+// NotFoundError names what was not found.
+type NotFoundError struct {
+	Entity string
+	ID     int
+}
+
+func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %d not found", e.Entity, e.ID) }
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// ErrConflict is matched by errors.Is for every *ConflictError.
+var ErrConflict = errors.New("conflict")
+
+// ConflictError is a request that contradicts what is stored, such as an
+// idempotency key reused with a different payload.
+type ConflictError struct {
+	Message string
+	// TaskID is the existing task the request collided with, if any.
+	TaskID int
+}
+
+func (e *ConflictError) Error() string { return e.Message }
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }

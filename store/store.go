@@ -1,0 +1,287 @@
+// Package store is the only writer of task state. Every status change it makes
+// is a conditional UPDATE checked against the lifecycle transition table, runs
+// in a transaction together with everything that belongs to it (the task row,
+// its instance, new retry instances, system log lines), and is published to
+// the events Publisher after commit, once per committed change.
+//
+// The same SQL runs on PostgreSQL and SQLite; dialect.go holds the few
+// differences. On PostgreSQL, row locks order concurrent writers (always the
+// instance row first, then the task row); on SQLite a process-wide write lock
+// does, and the file's own lock keeps other processes out.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/lib/pq"
+	_ "modernc.org/sqlite" // the embedded default database
+
+	"taskgraph/ent"
+	"taskgraph/events"
+)
+
+// Config says which database to open and whom to tell about commits.
+type Config struct {
+	// DSN is a postgres:// (or postgresql://) URL, or a SQLite file path
+	// (optionally prefixed with sqlite:// or file:).
+	DSN string
+	// Publisher receives committed changes. Default: discard them.
+	Publisher events.Publisher
+	// Clock returns the current time. Default: time.Now. Tests move it.
+	Clock func() time.Time
+	// Logger receives the store's own warnings. Default: slog.Default().
+	Logger *slog.Logger
+	// MaxOpenConns bounds the connection pool. Default: 32 on PostgreSQL,
+	// 8 on SQLite.
+	MaxOpenConns int
+}
+
+// Store reads and writes tasks, instances and logs.
+type Store struct {
+	client  *ent.Client
+	db      *sql.DB
+	d       sqlDialect
+	pub     events.Publisher
+	clock   func() time.Time
+	log     *slog.Logger
+	writeMu chan struct{} // SQLite only: one writing transaction at a time
+}
+
+// Open connects, checks the connection and migrates the schema.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	driverName, dsn, dialectName, err := parseDSN(cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open(driverName, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	s := &Store{
+		db:    db,
+		d:     sqlDialect{name: dialectName},
+		pub:   cfg.Publisher,
+		clock: cfg.Clock,
+		log:   cfg.Logger,
+	}
+	if s.pub == nil {
+		s.pub = events.Discard{}
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	maxConns := cfg.MaxOpenConns
+	if dialectName == dialect.SQLite {
+		s.writeMu = make(chan struct{}, 1)
+		if maxConns == 0 {
+			maxConns = 8
+		}
+	} else if maxConns == 0 {
+		maxConns = 32
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
+	}
+	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
+	if err := s.migrate(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// parseDSN returns the database/sql driver name, its DSN and the ent dialect.
+func parseDSN(raw string) (driverName, dsn, dialectName string, err error) {
+	switch {
+	case raw == "":
+		return "", "", "", errors.New("no database given")
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		if _, err := url.Parse(raw); err != nil {
+			return "", "", "", fmt.Errorf("database URL: %w", err)
+		}
+		return "postgres", raw, dialect.Postgres, nil
+	}
+	path := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite://"), "file:")
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if path == "" {
+		return "", "", "", fmt.Errorf("database %q: no SQLite file path", raw)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return "", "", "", fmt.Errorf("database directory: %w", err)
+		}
+	}
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(1)", "synchronous(NORMAL)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_time_format", "sqlite")
+	q.Set("_txlock", "immediate")
+	return "sqlite", "file:" + path + "?" + q.Encode(), dialect.SQLite, nil
+}
+
+// migrateLockKey is the PostgreSQL advisory lock held while migrating, so
+// that nodes starting together do not migrate concurrently.
+const migrateLockKey = 0x7461736b67726170 // "taskgrap"
+
+func (s *Store) migrate(ctx context.Context) error {
+	if s.d.postgres() {
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(migrateLockKey)); err != nil {
+			return fmt.Errorf("migrate: take lock: %w", err)
+		}
+		defer func() {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
+		}()
+	}
+	if err := s.client.Schema.Create(ctx); err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	return nil
+}
+
+// Client is the ent client, for reads. Writes go through Store's methods.
+func (s *Store) Client() *ent.Client { return s.client }
+
+// DB is the underlying connection pool.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Dialect is "postgres" or "sqlite3".
+func (s *Store) Dialect() string { return s.d.name }
+
+// Now is the store's clock, in UTC, at the precision both databases keep.
+func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.client.Close() }
+
+// txn is a transaction plus what it will publish once committed.
+type txn struct {
+	*ent.Tx
+	changes []events.TaskChange
+	logs    []*ent.TaskLog
+}
+
+func (t *txn) changed(kind events.ChangeKind, tasks ...*ent.Task) {
+	for _, tk := range tasks {
+		t.changes = append(t.changes, events.TaskChange{Kind: kind, Task: tk})
+	}
+}
+
+// write runs fn in a transaction, retrying it when the database reports a
+// serialization failure or deadlock, and publishes what fn recorded after the
+// commit succeeded.
+func (s *Store) write(ctx context.Context, fn func(t *txn) error) error {
+	if s.writeMu != nil {
+		select {
+		case s.writeMu <- struct{}{}:
+			defer func() { <-s.writeMu }()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	const attempts = 5
+	for i := 1; ; i++ {
+		err := s.writeOnce(ctx, fn)
+		if err == nil || i == attempts || !retryableDBError(err) {
+			return err
+		}
+		s.log.Debug("retrying transaction", "attempt", i, "err", err)
+		select {
+		case <-time.After(time.Duration(i*i) * 5 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) error {
+	tx, err := s.client.Tx(ctx)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	t := &txn{Tx: tx}
+	if err := fn(t); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if len(t.changes) > 0 {
+		s.pub.PublishTasks(t.changes)
+	}
+	if len(t.logs) > 0 {
+		s.pub.PublishLogs(t.logs)
+	}
+	return nil
+}
+
+// retryableDBError reports errors after which the whole transaction may be
+// run again: PostgreSQL serialization failures and deadlocks, SQLite busy.
+func retryableDBError(err error) bool {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return pqErr.Code == "40001" || pqErr.Code == "40P01"
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+// exec runs a hand-written statement (with ? placeholders) in the transaction.
+func (s *Store) exec(ctx context.Context, t *txn, query string, args ...any) (int64, error) {
+	res, err := t.ExecContext(ctx, s.d.rebind(query), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// queryInts runs a hand-written query returning rows of integers.
+func (s *Store) queryInts(ctx context.Context, t *txn, cols int, query string, args ...any) ([][]int64, error) {
+	rows, err := t.QueryContext(ctx, s.d.rebind(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]int64
+	for rows.Next() {
+		row := make([]int64, cols)
+		ptrs := make([]any, cols)
+		for i := range row {
+			ptrs[i] = &row[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,216 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"taskgraph/ent"
+	"taskgraph/ent/task"
+	"taskgraph/ent/taskinstance"
+	"taskgraph/ent/tasklog"
+	"taskgraph/events"
+	"taskgraph/lifecycle"
+)
+
+// Beat is the answer to a heartbeat.
+type Beat struct {
+	// Lost are the executions that are no longer theirs to run (the watchdog
+	// or a cancel moved the instance on). Their handlers must stop.
+	Lost []Token
+	// CancelRequested are the executions whose task was asked to cancel.
+	CancelRequested []Token
+}
+
+// Heartbeat records that the executions behind tokens are alive.
+func (s *Store) Heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
+	var beat Beat
+	if len(tokens) == 0 {
+		return beat, nil
+	}
+	err := s.write(ctx, func(t *txn) error {
+		beat = Beat{}
+		args := []any{s.Now()}
+		for _, tok := range tokens {
+			args = append(args, tok.InstanceID)
+		}
+		rows, err := s.queryInts(ctx, t, 3, `
+UPDATE task_instances SET heartbeat_at = ?
+WHERE status = 'EXECUTING' AND id IN (`+placeholders(len(tokens))+`)
+RETURNING id, version, task_id`, args...)
+		if err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		alive := make(map[Token]int, len(rows))
+		taskIDs := make([]int, 0, len(rows))
+		for _, r := range rows {
+			alive[Token{InstanceID: int(r[0]), Version: r[1]}] = int(r[2])
+			taskIDs = append(taskIDs, int(r[2]))
+		}
+		for _, tok := range tokens {
+			if _, ok := alive[tok]; !ok {
+				beat.Lost = append(beat.Lost, tok)
+			}
+		}
+		if len(taskIDs) == 0 {
+			return nil
+		}
+		flagged, err := t.Task.Query().
+			Where(task.IDIn(taskIDs...), task.CancelRequested(true)).
+			IDs(ctx)
+		if err != nil {
+			return fmt.Errorf("heartbeat: read cancel requests: %w", err)
+		}
+		cancel := make(map[int]bool, len(flagged))
+		for _, id := range flagged {
+			cancel[id] = true
+		}
+		for tok, taskID := range alive {
+			if cancel[taskID] {
+				beat.CancelRequested = append(beat.CancelRequested, tok)
+			}
+		}
+		return nil
+	})
+	return beat, err
+}
+
+// LogLine is a line of an execution's trace.
+type LogLine struct {
+	Token   Token
+	TaskID  int
+	Level   tasklog.Level
+	Message string // already masked
+	Fields  map[string]any
+	At      time.Time
+}
+
+// Progress is the latest progress of an execution.
+type Progress struct {
+	Token       Token
+	TaskID      int
+	Done, Total int64
+}
+
+// RecordWork writes log lines and progress of running executions in one
+// transaction. Writes of executions that are no longer EXECUTING with the
+// token's version are dropped; their tokens are returned.
+func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progress) (rejected []Token, err error) {
+	if len(logs) == 0 && len(progress) == 0 {
+		return nil, nil
+	}
+	err = s.write(ctx, func(t *txn) error {
+		rejected = nil
+		tokens := make(map[Token]bool)
+		var ids []int
+		for _, l := range logs {
+			if _, ok := tokens[l.Token]; !ok {
+				tokens[l.Token] = false
+				ids = append(ids, l.Token.InstanceID)
+			}
+		}
+		for _, p := range progress {
+			if _, ok := tokens[p.Token]; !ok {
+				tokens[p.Token] = false
+				ids = append(ids, p.Token.InstanceID)
+			}
+		}
+		q := t.TaskInstance.Query().Where(taskinstance.IDIn(ids...), taskinstance.StatusEQ(lifecycle.Executing))
+		if s.d.postgres() {
+			q = q.ForShare()
+		}
+		live, err := q.All(ctx)
+		if err != nil {
+			return fmt.Errorf("record work: lock instances: %w", err)
+		}
+		for _, in := range live {
+			tok := Token{InstanceID: in.ID, Version: in.Version}
+			if _, ok := tokens[tok]; ok {
+				tokens[tok] = true
+			}
+		}
+		for tok, ok := range tokens {
+			if !ok {
+				rejected = append(rejected, tok)
+			}
+		}
+
+		var creates []*ent.TaskLogCreate
+		for _, l := range logs {
+			if !tokens[l.Token] {
+				continue
+			}
+			at := l.At.UTC().Truncate(time.Microsecond)
+			if l.At.IsZero() {
+				at = s.Now()
+			}
+			c := t.TaskLog.Create().
+				SetTaskID(l.TaskID).
+				SetInstanceID(l.Token.InstanceID).
+				SetLevel(l.Level).
+				SetMessage(l.Message).
+				SetCreatedAt(at)
+			if len(l.Fields) > 0 {
+				c.SetFields(l.Fields)
+			}
+			creates = append(creates, c)
+		}
+		if len(creates) > 0 {
+			created, err := t.TaskLog.CreateBulk(creates...).Save(ctx)
+			if err != nil {
+				return fmt.Errorf("record work: write logs: %w", err)
+			}
+			t.logs = append(t.logs, created...)
+		}
+
+		var accepted []Progress
+		for _, p := range progress {
+			if tokens[p.Token] {
+				accepted = append(accepted, p)
+			}
+		}
+		if len(accepted) == 0 {
+			return nil
+		}
+		now := s.Now()
+		row := s.d.intParam() + ", " + s.d.intParam() + ", " + s.d.intParam()
+		args := make([]any, 0, len(accepted)*3+1)
+		taskIDs := make([]int, len(accepted))
+		for i, p := range accepted {
+			args = append(args, p.TaskID, p.Done, p.Total)
+			taskIDs[i] = p.TaskID
+		}
+		args = append(args, now)
+		if _, err := s.exec(ctx, t, `
+WITH v(id, done, total) AS (VALUES `+valuesRows(row, len(accepted))+`)
+UPDATE tasks SET progress_done = v.done, progress_total = v.total, updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
+FROM v
+WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'`, args...); err != nil {
+			return fmt.Errorf("record work: progress: %w", err)
+		}
+		tasks, err := t.Task.Query().Where(task.IDIn(taskIDs...)).All(ctx)
+		if err != nil {
+			return fmt.Errorf("record work: read tasks: %w", err)
+		}
+		t.changed(events.Progressed, tasks...)
+		return nil
+	})
+	return rejected, err
+}
+
+// Executing lists every running execution with its task, for the watchdog.
+// There are at most as many as all workers' slots together.
+func (s *Store) Executing(ctx context.Context) ([]Claimed, error) {
+	insts, err := s.client.TaskInstance.Query().
+		Where(taskinstance.StatusEQ(lifecycle.Executing)).
+		WithTask().
+		All(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list executing instances: %w", err)
+	}
+	out := make([]Claimed, 0, len(insts))
+	for _, in := range insts {
+		out = append(out, Claimed{Task: in.Edges.Task, Instance: in})
+	}
+	return out, nil
+}

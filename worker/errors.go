@@ -1,0 +1,43 @@
+package worker
+
+import (
+	"errors"
+
+	"taskgraph/lifecycle"
+)
+
+// classified is an error with the kind its handler gave it.
+type classified struct {
+	kind lifecycle.ErrorKind
+	err  error
+}
+
+func (e *classified) Error() string { return e.err.Error() }
+func (e *classified) Unwrap() error { return e.err }
+
+// Retryable marks err as worth another attempt (a connection blip, a 5xx).
+// Unmarked errors are retryable too; this states it.
+func Retryable(err error) error { return &classified{lifecycle.KindRetryable, err} }
+
+// NonRetryable marks err as final: bad input, a bad file, no permission. The
+// task goes straight to FAILED.
+func NonRetryable(err error) error { return &classified{lifecycle.KindNonRetryable, err} }
+
+// Resource marks err as a shortage (pool full, disk full, rate limited): the
+// retry waits longer, and is still bounded by max attempts.
+func Resource(err error) error { return &classified{lifecycle.KindResource, err} }
+
+// Classify returns the kind of a handler's error.
+func Classify(err error) lifecycle.ErrorKind {
+	var c *classified
+	if errors.As(err, &c) {
+		return c.kind
+	}
+	var inErr *InputError
+	if errors.As(err, &inErr) {
+		return lifecycle.KindNonRetryable
+	}
+	// Everything else (connection errors, timeouts of a dependency, errors
+	// nobody classified) is worth another bounded attempt.
+	return lifecycle.KindRetryable
+}

@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"taskgraph/ent"
+	"taskgraph/ent/tasklog"
+	"taskgraph/mask"
+	"taskgraph/store"
+)
+
+// Job is what a handler is given: the task and execution it runs, and the
+// means to report progress, write log lines and set its result. Every write
+// carries the execution's fencing token: once the execution has been moved
+// on (timed out, cancelled), its writes are dropped.
+type Job struct {
+	// Task is the task as committed by the claim. Task.Input is masked;
+	// the handler's typed input is the unmasked one.
+	Task *ent.Task
+	// Instance is this execution.
+	Instance *ent.TaskInstance
+
+	token store.Token
+	rec   *flusher
+	mask  *mask.Masker
+
+	mu     sync.Mutex
+	result json.RawMessage
+}
+
+// Token is the execution's fencing token.
+func (j *Job) Token() store.Token { return j.token }
+
+// Attempt is the attempt number of this execution (1 for the first).
+func (j *Job) Attempt() int { return j.Instance.Attempt }
+
+// Progress reports done out of total units of work. Only the latest value
+// is written, at most a few times a second.
+func (j *Job) Progress(done, total int64) {
+	j.rec.progress(store.Progress{Token: j.token, TaskID: j.Task.ID, Done: done, Total: total})
+}
+
+// Log writes a line to the task's trace. keyvals are alternating keys and
+// values, as with log/slog. The message and values are masked.
+func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
+	var fields map[string]any
+	if len(keyvals) > 0 {
+		fields = make(map[string]any, len(keyvals)/2)
+		for i := 0; i < len(keyvals); i += 2 {
+			key := fmt.Sprint(keyvals[i])
+			var val any = "(missing)"
+			if i+1 < len(keyvals) {
+				val = keyvals[i+1]
+			}
+			fields[key] = jsonValue(val)
+		}
+		fields = j.mask.Fields(fields)
+	}
+	j.rec.logLine(store.LogLine{
+		Token:   j.token,
+		TaskID:  j.Task.ID,
+		Level:   level,
+		Message: j.mask.String(msg),
+		Fields:  fields,
+		At:      time.Now(),
+	})
+}
+
+// Info logs at INFO level.
+func (j *Job) Info(msg string, keyvals ...any) { j.Log(tasklog.LevelINFO, msg, keyvals...) }
+
+// Warn logs at WARN level.
+func (j *Job) Warn(msg string, keyvals ...any) { j.Log(tasklog.LevelWARN, msg, keyvals...) }
+
+// Error logs at ERROR level.
+func (j *Job) Error(msg string, keyvals ...any) { j.Log(tasklog.LevelERROR, msg, keyvals...) }
+
+// SetResult records the execution's result (any JSON-encodable value). It is
+// stored, masked, with the execution's outcome, whether success or failure.
+func (j *Job) SetResult(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	masked, _, err := j.mask.JSON(b)
+	if err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	j.mu.Lock()
+	j.result = masked
+	j.mu.Unlock()
+	return nil
+}
+
+func (j *Job) resultJSON() json.RawMessage {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.result
+}
+
+// jsonValue keeps values that encode to JSON and turns the rest (errors,
+// durations...) into their text.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case nil, bool, string, int, int32, int64, uint, uint32, uint64, float32, float64:
+		return x
+	case error:
+		return x.Error()
+	case fmt.Stringer:
+		return x.String()
+	}
+	if _, err := json.Marshal(v); err != nil {
+		return fmt.Sprint(v)
+	}
+	return v
+}

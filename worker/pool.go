@@ -1,0 +1,648 @@
+// Package worker runs tasks: a Pool claims waiting instances in batches and
+// runs their handlers with heartbeats, progress, logs and cooperative cancel;
+// a Watchdog, running on its own, recovers executions whose worker died or
+// overran its timeout. Both decide retries through named RetryPolicies and
+// change state only through the store's guarded transitions.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+
+	"taskgraph/events"
+	"taskgraph/lifecycle"
+	"taskgraph/mask"
+	"taskgraph/seal"
+	"taskgraph/store"
+)
+
+// Config of a Pool.
+type Config struct {
+	// ID names this worker in instances (worker_id) and logs.
+	// Default: host-pid-random.
+	ID string
+	// Concurrency is how many handlers run at once. Default: ConcurrencyDefault.
+	Concurrency int
+	// ClaimBatch is the most instances claimed in one statement.
+	// Default: Concurrency.
+	ClaimBatch int
+	// PollInterval is how often the pool looks for work when nothing woke
+	// it (new work normally wakes it at once). Default: PollIntervalDefault.
+	PollInterval time.Duration
+	// HeartbeatInterval is how often running executions are reported alive.
+	// It must be well under the watchdog's heartbeat timeout.
+	// Default: HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
+	// FlushInterval is how long outcomes, logs and progress may wait to be
+	// written in a batch. Default: FlushIntervalDefault.
+	FlushInterval time.Duration
+	// ShutdownGrace is how long Stop lets running handlers finish before
+	// interrupting them. Default: ShutdownGraceDefault.
+	ShutdownGrace time.Duration
+	// Logger receives the pool's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	ConcurrencyDefault       = 16
+	PollIntervalDefault      = time.Second
+	HeartbeatIntervalDefault = 5 * time.Second
+	FlushIntervalDefault     = 20 * time.Millisecond
+	ShutdownGraceDefault     = 10 * time.Second
+	// interruptWait is how long interrupted handlers get to return before
+	// their instances are released without them.
+	interruptWait = 2 * time.Second
+)
+
+// Deps are what a Pool works with.
+type Deps struct {
+	Store    *store.Store
+	Registry *Registry
+	Policies *Policies
+	// Broker, when set, wakes the pool on new work and delivers cancel
+	// requests at once; without it the pool relies on polling and
+	// heartbeats.
+	Broker *events.Broker
+	Sealer *seal.Sealer
+	Masker *mask.Masker
+}
+
+func (d Deps) validate() error {
+	switch {
+	case d.Store == nil:
+		return errors.New("worker: no store")
+	case d.Registry == nil:
+		return errors.New("worker: no registry")
+	case d.Policies == nil:
+		return errors.New("worker: no retry policies")
+	case d.Sealer == nil:
+		return errors.New("worker: no sealer")
+	case d.Masker == nil:
+		return errors.New("worker: no masker")
+	}
+	return nil
+}
+
+// Causes with which an execution's context is cancelled.
+var (
+	errCancelRequested = errors.New("cancel requested")
+	errTimeout         = errors.New("task timeout exceeded")
+	errShutdown        = errors.New("worker shutting down")
+	errLost            = errors.New("execution moved on by someone else (watchdog or cancel)")
+)
+
+// Pool claims and runs tasks.
+type Pool struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+	rec  *flusher
+
+	wake chan struct{}
+	slot chan struct{}
+
+	mu       sync.Mutex
+	running  map[int]*execution // by instance id
+	byTask   map[int]*execution
+	perType  map[string]int
+	started  bool
+	stopping bool
+
+	execCtx     context.Context
+	execCancel  context.CancelCauseFunc
+	fetchCancel context.CancelFunc
+	fetchDone   chan struct{}
+	loopCancel  context.CancelFunc
+	flushStop  context.CancelFunc
+	loops      sync.WaitGroup
+	handlers   sync.WaitGroup
+	stopOnce   sync.Once
+	stopErr    error
+}
+
+type execution struct {
+	c         store.Claimed
+	job       *Job
+	typ       *TaskType
+	cancel    context.CancelCauseFunc
+	done      chan struct{}
+	// Guarded by Pool.mu:
+	abandoned    bool
+	cancelReason string
+}
+
+// NewPool validates its configuration and returns a stopped pool.
+func NewPool(cfg Config, deps Deps) (*Pool, error) {
+	if err := deps.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Concurrency < 0 || cfg.ClaimBatch < 0 {
+		return nil, errors.New("worker: concurrency and claim batch must not be negative")
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, ConcurrencyDefault)
+	cfg.ClaimBatch = min(cmp.Or(cfg.ClaimBatch, cfg.Concurrency), cfg.Concurrency)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, HeartbeatIntervalDefault)
+	cfg.FlushInterval = cmp.Or(cfg.FlushInterval, FlushIntervalDefault)
+	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, ShutdownGraceDefault)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.ID == "" {
+		cfg.ID = DefaultWorkerID()
+	}
+	p := &Pool{
+		cfg:     cfg,
+		deps:    deps,
+		log:     cfg.Logger.With("worker_id", cfg.ID),
+		wake:    make(chan struct{}, 1),
+		slot:    make(chan struct{}, 1),
+		running: make(map[int]*execution),
+		byTask:  make(map[int]*execution),
+		perType: make(map[string]int),
+	}
+	p.rec = newFlusher(deps.Store, p.log, cfg.FlushInterval, 2*cfg.Concurrency)
+	p.rec.onLost = func(tok store.Token) { p.cancelInstance(tok.InstanceID, errLost) }
+	p.rec.onFinished = p.finished
+	return p, nil
+}
+
+// DefaultWorkerID returns host-pid-random.
+func DefaultWorkerID() string {
+	host, _ := os.Hostname()
+	host = strings.SplitN(host, ".", 2)[0]
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// ID is the worker's id.
+func (p *Pool) ID() string { return p.cfg.ID }
+
+// Start begins claiming and running tasks. The pool runs until Stop.
+func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return errors.New("worker: pool already started")
+	}
+	p.started = true
+	base := context.WithoutCancel(ctx)
+	p.execCtx, p.execCancel = context.WithCancelCause(base)
+	var fetchCtx, loopCtx, flushCtx context.Context
+	fetchCtx, p.fetchCancel = context.WithCancel(base)
+	loopCtx, p.loopCancel = context.WithCancel(base)
+	flushCtx, p.flushStop = context.WithCancel(base)
+
+	p.fetchDone = make(chan struct{})
+	go func() { defer close(p.fetchDone); p.fetchLoop(fetchCtx) }()
+	p.loops.Add(1)
+	go func() { defer p.loops.Done(); p.heartbeatLoop(loopCtx) }()
+	if p.deps.Broker != nil {
+		p.loops.Add(1)
+		go func() { defer p.loops.Done(); p.eventLoop(loopCtx) }()
+	}
+	go p.rec.run(flushCtx)
+	p.Wake()
+	return nil
+}
+
+// Wake makes the pool look for work now.
+func (p *Pool) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Running returns how many handlers are running.
+func (p *Pool) Running() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.running)
+}
+
+func (p *Pool) fetchLoop(ctx context.Context) {
+	tick := time.NewTicker(p.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-p.slot:
+		case <-tick.C:
+		}
+		for ctx.Err() == nil {
+			more, err := p.fetchOnce(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.log.Error("claiming work failed", "err", err)
+				}
+				break
+			}
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// fetchOnce claims as much as the free slots allow and starts it. It
+// reports whether every claim came back full (more may be waiting).
+func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
+	free, open, capped := p.capacity()
+	if free == 0 {
+		return false, nil
+	}
+	more = true
+	claim := func(types []string, limit int) error {
+		limit = min(limit, p.cfg.ClaimBatch)
+		if limit <= 0 || len(types) == 0 {
+			return nil
+		}
+		claimed, err := p.deps.Store.Claim(ctx, p.cfg.ID, types, limit)
+		if err != nil {
+			return err
+		}
+		for _, c := range claimed {
+			p.start(c)
+		}
+		free -= len(claimed)
+		if len(claimed) < limit {
+			more = false
+		}
+		return nil
+	}
+	if err := claim(open, free); err != nil {
+		return false, err
+	}
+	for name, room := range capped {
+		if err := claim([]string{name}, min(room, free)); err != nil {
+			return false, err
+		}
+	}
+	return more && free > 0, nil
+}
+
+// capacity returns the free slots, the types without a cap, and the room
+// left under each capped type's cap.
+func (p *Pool) capacity() (free int, open []string, capped map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return 0, nil, nil
+	}
+	free = p.cfg.Concurrency - len(p.running)
+	capped = make(map[string]int)
+	for _, t := range p.deps.Registry.Types() {
+		if t.Concurrency <= 0 {
+			open = append(open, t.Name)
+			continue
+		}
+		if room := t.Concurrency - p.perType[t.Name]; room > 0 {
+			capped[t.Name] = room
+		}
+	}
+	return max(free, 0), open, capped
+}
+
+// start runs one claimed execution in its own goroutine.
+func (p *Pool) start(c store.Claimed) {
+	typ, ok := p.deps.Registry.Lookup(c.Task.Type)
+	job := &Job{Task: c.Task, Instance: c.Instance, token: c.Token(), rec: p.rec, mask: p.deps.Masker}
+	ctx, cancel := context.WithCancelCause(p.execCtx)
+	ex := &execution{c: c, job: job, typ: typ, cancel: cancel, done: make(chan struct{})}
+
+	p.mu.Lock()
+	p.running[c.Instance.ID] = ex
+	p.byTask[c.Task.ID] = ex
+	p.perType[c.Task.Type]++
+	p.mu.Unlock()
+	if c.Task.CancelRequested {
+		cancel(errCancelRequested)
+	}
+
+	p.handlers.Add(1)
+	go func() {
+		defer p.handlers.Done()
+		defer close(ex.done)
+		var err error
+		if !ok {
+			err = NonRetryable(fmt.Errorf("task type %q is not registered on worker %s", c.Task.Type, p.cfg.ID))
+		} else {
+			err = p.run(ctx, ex)
+		}
+		o, write := p.outcome(ex, err, context.Cause(ctx))
+		cancel(nil)
+		if write {
+			if !p.rec.finish(context.Background(), o) {
+				p.log.Error("outcome not written: the pool stopped", "task_id", c.Task.ID, "instance_id", c.Instance.ID)
+			}
+		}
+		p.release(ex)
+	}()
+}
+
+// run decodes the input and calls the handler with the task's timeout,
+// turning a panic into an error.
+func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
+	c := ex.c
+	input := json.RawMessage(c.Task.Input)
+	if len(c.Task.InputSealed) > 0 {
+		plain, err := p.deps.Sealer.Open(c.Task.InputSealed)
+		if err != nil {
+			return NonRetryable(err)
+		}
+		input = plain
+	}
+	in, err := ex.typ.decodeInput(input)
+	if err != nil {
+		return NonRetryable(err)
+	}
+	timeout := time.Duration(c.Task.TimeoutSeconds) * time.Second
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, trimStack(debug.Stack()))
+			p.log.Error("handler panicked", "task_id", c.Task.ID, "instance_id", c.Instance.ID, "panic", r)
+		}
+	}()
+	return ex.typ.handle(ctx, ex.job, in)
+}
+
+// trimStack keeps the first frames of a stack: enough to find the bug,
+// not a page of runtime internals in last_error.
+func trimStack(stack []byte) string {
+	lines := strings.Split(string(stack), "\n")
+	if len(lines) > 24 {
+		lines = append(lines[:24], "...")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// outcome decides how an execution ended. write is false when there is
+// nothing of ours to write (someone else moved the instance on).
+func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, write bool) {
+	p.mu.Lock()
+	abandoned, reason := ex.abandoned, cmp.Or(ex.cancelReason, ex.c.Task.CancelReason)
+	p.mu.Unlock()
+	if abandoned || errors.Is(cause, errLost) {
+		return o, false
+	}
+	c := ex.c
+	now := p.deps.Store.Now()
+	switch {
+	case err == nil:
+		return store.Outcome{Token: c.Token(), Status: lifecycle.Success, Result: ex.job.resultJSON()}, true
+	case errors.Is(cause, errCancelRequested):
+		msg := "cancelled while running"
+		if reason != "" {
+			msg += ": " + reason
+		}
+		return store.Outcome{Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled,
+			Error: p.deps.Masker.String(msg), Result: ex.job.resultJSON(), Log: msg}, true
+	case errors.Is(cause, errTimeout):
+		return Failure(p.deps.Policies, p.deps.Masker, c, lifecycle.KindTimeout,
+			fmt.Sprintf("timed out after %ds: %v", c.Task.TimeoutSeconds, err), ex.job.resultJSON(), now), true
+	case errors.Is(cause, errShutdown):
+		return Failure(p.deps.Policies, p.deps.Masker, c, lifecycle.KindInterrupted,
+			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.job.resultJSON(), now), true
+	default:
+		return Failure(p.deps.Policies, p.deps.Masker, c, Classify(err), err.Error(), ex.job.resultJSON(), now), true
+	}
+}
+
+// Failure builds the outcome of a failed execution: FAILED, with a new
+// instance scheduled when the retry policy allows one.
+func Failure(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, now time.Time) store.Outcome {
+	msg = m.String(msg)
+	d := ps.Next(c.Task.RetryPolicy, c.Task.MaxAttempts, c.Instance.Attempt, kind, now)
+	o := store.Outcome{
+		Token:  c.Token(),
+		Status: lifecycle.Failed,
+		Kind:   kind,
+		Error:  msg,
+		Result: result,
+		Log:    fmt.Sprintf("attempt %d failed (%s): %s; %s", c.Instance.Attempt, kind, firstLine(msg), d.Reason),
+	}
+	if d.Retry {
+		o.Retry = &store.Retry{RunAt: d.RunAt, Attempt: d.Attempt}
+	}
+	return o
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// release frees an execution's slot.
+func (p *Pool) release(ex *execution) {
+	p.mu.Lock()
+	if p.running[ex.c.Instance.ID] == ex {
+		delete(p.running, ex.c.Instance.ID)
+		if p.byTask[ex.c.Task.ID] == ex {
+			delete(p.byTask, ex.c.Task.ID)
+		}
+		p.perType[ex.c.Task.Type]--
+	}
+	p.mu.Unlock()
+	select {
+	case p.slot <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pool) finished(o store.Outcome, err error) {
+	if err != nil {
+		p.log.Warn("outcome refused: the execution had been moved on", "instance_id", o.Token.InstanceID, "status", o.Status, "err", err)
+	}
+}
+
+func (p *Pool) cancelInstance(instanceID int, cause error) {
+	p.mu.Lock()
+	ex := p.running[instanceID]
+	p.mu.Unlock()
+	if ex != nil {
+		ex.cancel(cause)
+	}
+}
+
+func (p *Pool) heartbeatLoop(ctx context.Context) {
+	tick := time.NewTicker(p.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		p.beat(ctx)
+	}
+}
+
+// beat sends one heartbeat for every running execution and acts on the
+// answer: stop executions that were moved on, cancel those asked to.
+func (p *Pool) beat(ctx context.Context) {
+	p.mu.Lock()
+	tokens := make([]store.Token, 0, len(p.running))
+	for _, ex := range p.running {
+		if !ex.abandoned {
+			tokens = append(tokens, ex.c.Token())
+		}
+	}
+	p.mu.Unlock()
+	if len(tokens) == 0 {
+		return
+	}
+	beat, err := p.deps.Store.Heartbeat(ctx, tokens)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Error("heartbeat failed", "err", err)
+		}
+		return
+	}
+	for _, tok := range beat.Lost {
+		p.log.Warn("execution lost its instance; stopping its handler", "instance_id", tok.InstanceID)
+		p.cancelInstance(tok.InstanceID, errLost)
+	}
+	for _, tok := range beat.CancelRequested {
+		p.cancelInstance(tok.InstanceID, errCancelRequested)
+	}
+}
+
+// eventLoop listens to the broker: new work wakes the pool, and a cancel
+// request stops the handler running the task at once.
+func (p *Pool) eventLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		sub := p.deps.Broker.SubscribeTasks(func(c events.TaskChange) bool {
+			switch c.Kind {
+			case events.Created, events.CancelRequested:
+				return true
+			case events.Transitioned:
+				return c.Task.Status == lifecycle.RetryPending
+			}
+			return false
+		}, 4096)
+		p.consume(ctx, sub)
+		sub.Close()
+		if errors.Is(sub.Err(), events.ErrClosed) {
+			return
+		}
+		// We fell behind: look for work and cancels the slow way once.
+		p.Wake()
+		p.beat(ctx)
+	}
+}
+
+func (p *Pool) consume(ctx context.Context, sub *events.Subscription[events.TaskChange]) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			if c.Kind == events.CancelRequested {
+				p.mu.Lock()
+				ex := p.byTask[c.Task.ID]
+				if ex != nil {
+					ex.cancelReason = c.Task.CancelReason
+				}
+				p.mu.Unlock()
+				if ex != nil {
+					ex.cancel(errCancelRequested)
+				}
+				continue
+			}
+			p.Wake()
+		}
+	}
+}
+
+// Stop stops claiming, lets running handlers finish within the shutdown
+// grace period (or until ctx ends), interrupts the rest, and releases their
+// instances to RETRY_PENDING (error kind INTERRUPTED, no attempt consumed).
+// Nothing is left EXECUTING without a live owner.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.stopOnce.Do(func() { p.stopErr = p.stop(ctx) })
+	return p.stopErr
+}
+
+func (p *Pool) stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.started {
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopping = true
+	p.mu.Unlock()
+	// No claim may start a handler once we wait for handlers.
+	p.fetchCancel()
+	<-p.fetchDone
+
+	grace, cancel := context.WithTimeout(ctx, p.cfg.ShutdownGrace)
+	defer cancel()
+	if !p.waitHandlers(grace) {
+		p.log.Info("interrupting handlers still running after the grace period", "running", p.Running())
+		p.execCancel(errShutdown)
+		wait, cancel := context.WithTimeout(context.Background(), interruptWait)
+		defer cancel()
+		if !p.waitHandlers(wait) {
+			p.abandonRunning()
+		}
+	}
+	p.loopCancel()
+	p.loops.Wait()
+	p.flushStop()
+	<-p.rec.done
+	p.execCancel(errShutdown)
+	return nil
+}
+
+func (p *Pool) waitHandlers(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { p.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// abandonRunning releases the instances of handlers that ignore their
+// context: their outcome is written now, as an interruption, and whatever
+// they return later is ignored.
+func (p *Pool) abandonRunning() {
+	p.mu.Lock()
+	var left []*execution
+	for _, ex := range p.running {
+		ex.abandoned = true
+		left = append(left, ex)
+	}
+	p.mu.Unlock()
+	now := p.deps.Store.Now()
+	for _, ex := range left {
+		o := Failure(p.deps.Policies, p.deps.Masker, ex.c, lifecycle.KindInterrupted,
+			fmt.Sprintf("interrupted: worker %s shut down and its handler did not return", p.cfg.ID), nil, now)
+		p.rec.finish(context.Background(), o)
+		p.log.Warn("abandoned a handler that ignored its context", "task_id", ex.c.Task.ID, "instance_id", ex.c.Instance.ID)
+	}
+}

@@ -1,0 +1,225 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	invjs "github.com/invopop/jsonschema"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// TaskType is a registered kind of task: its name, the schema of its input,
+// its defaults, and the handler that runs it.
+type TaskType struct {
+	Name        string
+	Description string
+	// InputSchema is the JSON Schema of the input, generated from the Go
+	// type the handler takes; launch forms are built from it.
+	InputSchema json.RawMessage
+	// Timeout is the default for tasks that do not set one.
+	Timeout time.Duration
+	// RetryPolicy is the default policy name.
+	RetryPolicy string
+	// Concurrency caps the executions of this type running at once on one
+	// node (0: only the pool's concurrency applies).
+	Concurrency int
+
+	schema *jsonschema.Schema
+	decode func(json.RawMessage) (any, error)
+	handle func(ctx context.Context, job *Job, in any) error
+}
+
+// Validate checks an input against the type's schema and its Go type
+// (including the type's own Validate method, if any). The error is a
+// *InputError listing what is wrong.
+func (t *TaskType) Validate(input json.RawMessage) error {
+	_, err := t.decodeInput(input)
+	return err
+}
+
+func (t *TaskType) decodeInput(input json.RawMessage) (any, error) {
+	if len(bytes.TrimSpace(input)) == 0 {
+		input = json.RawMessage(`{}`)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(input))
+	if err != nil {
+		return nil, &InputError{Type: t.Name, Problems: []string{"input is not valid JSON: " + err.Error()}}
+	}
+	if err := t.schema.Validate(doc); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return nil, &InputError{Type: t.Name, Problems: schemaProblems(ve)}
+		}
+		return nil, &InputError{Type: t.Name, Problems: []string{err.Error()}}
+	}
+	v, err := t.decode(input)
+	if err != nil {
+		return nil, &InputError{Type: t.Name, Problems: []string{err.Error()}}
+	}
+	return v, nil
+}
+
+// InputError is an input that a task type refuses.
+type InputError struct {
+	Type     string
+	Problems []string
+}
+
+func (e *InputError) Error() string {
+	return fmt.Sprintf("invalid input for task type %q: %s", e.Type, strings.Join(e.Problems, "; "))
+}
+
+func schemaProblems(ve *jsonschema.ValidationError) []string {
+	var out []string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			loc := "/" + strings.Join(e.InstanceLocation, "/")
+			out = append(out, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(englishPrinter)))
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	sort.Strings(out)
+	return out
+}
+
+var englishPrinter = message.NewPrinter(language.English)
+
+// Validator is implemented by inputs that check more than their schema says.
+type Validator interface{ Validate() error }
+
+// TypeOption configures a registered type.
+type TypeOption func(*TaskType)
+
+// WithDescription sets a type's description.
+func WithDescription(d string) TypeOption { return func(t *TaskType) { t.Description = d } }
+
+// WithTimeout sets a type's default timeout.
+func WithTimeout(d time.Duration) TypeOption { return func(t *TaskType) { t.Timeout = d } }
+
+// WithRetryPolicy sets a type's default retry policy.
+func WithRetryPolicy(name string) TypeOption { return func(t *TaskType) { t.RetryPolicy = name } }
+
+// WithConcurrency caps a type's parallel executions per node.
+func WithConcurrency(n int) TypeOption { return func(t *TaskType) { t.Concurrency = n } }
+
+// Registry holds the registered task types.
+type Registry struct {
+	mu    sync.RWMutex
+	types map[string]*TaskType
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{types: make(map[string]*TaskType)} }
+
+var typeName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,62}$`)
+
+// Register adds a task type whose handler takes a typed input In, decoded
+// from the task's JSON input (unknown fields are refused) and validated
+// against the schema generated from In. It panics on a bad or duplicate
+// name, like http.Handle: registration is program structure.
+func Register[In any](r *Registry, name string, handle func(ctx context.Context, job *Job, in In) error, opts ...TypeOption) *TaskType {
+	if !typeName.MatchString(name) {
+		panic(fmt.Sprintf("worker: task type name %q must match %s", name, typeName))
+	}
+	ref := invjs.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
+	var zero In
+	sch := ref.ReflectFromType(reflect.TypeOf(zero))
+	sch.Version = ""
+	raw, err := json.Marshal(sch)
+	if err != nil {
+		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+	}
+	c := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+	}
+	url := "mem://taskgraph/" + name + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+	}
+	compiled, err := c.Compile(url)
+	if err != nil {
+		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+	}
+	t := &TaskType{
+		Name:        name,
+		InputSchema: raw,
+		Timeout:     5 * time.Minute,
+		RetryPolicy: DefaultPolicyName,
+		schema:      compiled,
+		decode: func(input json.RawMessage) (any, error) {
+			var in In
+			dec := json.NewDecoder(bytes.NewReader(input))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&in); err != nil {
+				return nil, err
+			}
+			if v, ok := any(&in).(Validator); ok {
+				if err := v.Validate(); err != nil {
+					return nil, err
+				}
+			}
+			return in, nil
+		},
+		handle: func(ctx context.Context, job *Job, in any) error {
+			return handle(ctx, job, in.(In))
+		},
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.types[name]; dup {
+		panic(fmt.Sprintf("worker: task type %q registered twice", name))
+	}
+	r.types[name] = t
+	return t
+}
+
+// Lookup returns a registered type.
+func (r *Registry) Lookup(name string) (*TaskType, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.types[name]
+	return t, ok
+}
+
+// Types returns every registered type, by name.
+func (r *Registry) Types() []*TaskType {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*TaskType, 0, len(r.types))
+	for _, t := range r.types {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Names returns the registered type names.
+func (r *Registry) Names() []string {
+	ts := r.Types()
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Name
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"taskgraph/lifecycle"
+	"taskgraph/mask"
+	"taskgraph/store"
+)
+
+// WatchdogConfig configures a Watchdog.
+type WatchdogConfig struct {
+	// Interval between two passes. Default: WatchdogIntervalDefault.
+	Interval time.Duration
+	// HeartbeatTimeout is how long an execution may go without a heartbeat
+	// before its worker is presumed dead (its lease). Default:
+	// HeartbeatTimeoutDefault. Keep it several heartbeat intervals long.
+	HeartbeatTimeout time.Duration
+	// TimeoutGrace is how long past its task's timeout an execution is left
+	// to its own worker, which normally stops it first and reports why.
+	// Default: TimeoutGraceDefault.
+	TimeoutGrace time.Duration
+	// Leader, when set, is asked before each pass; the pass is skipped when
+	// it answers false (another node's watchdog leads). Default: always lead.
+	Leader func(ctx context.Context) (bool, error)
+	// Logger receives the watchdog's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of WatchdogConfig.
+const (
+	WatchdogIntervalDefault = time.Second
+	HeartbeatTimeoutDefault = 30 * time.Second
+	TimeoutGraceDefault     = 5 * time.Second
+)
+
+// Watchdog recovers executions nobody will finish: those whose worker
+// stopped sending heartbeats, those past their task's timeout, and cancels
+// whose worker is gone. It runs independently of any worker pool, through
+// the same guarded transitions.
+type Watchdog struct {
+	cfg      WatchdogConfig
+	store    *store.Store
+	policies *Policies
+	masker   *mask.Masker
+	log      *slog.Logger
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// NewWatchdog validates its configuration.
+func NewWatchdog(cfg WatchdogConfig, s *store.Store, ps *Policies, m *mask.Masker) (*Watchdog, error) {
+	if s == nil || ps == nil || m == nil {
+		return nil, errors.New("watchdog: store, policies and masker are required")
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, WatchdogIntervalDefault)
+	cfg.HeartbeatTimeout = cmp.Or(cfg.HeartbeatTimeout, HeartbeatTimeoutDefault)
+	cfg.TimeoutGrace = cmp.Or(cfg.TimeoutGrace, TimeoutGraceDefault)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Interval < 0 || cfg.HeartbeatTimeout < 0 || cfg.TimeoutGrace < 0 {
+		return nil, errors.New("watchdog: durations must not be negative")
+	}
+	return &Watchdog{cfg: cfg, store: s, policies: ps, masker: m, log: cfg.Logger.With("component", "watchdog")}, nil
+}
+
+// PassResult counts what one pass did.
+type PassResult struct {
+	Led             bool // false when another watchdog leads
+	Examined        int
+	StaleHeartbeats int
+	TimedOut        int
+	CancelsFinished int
+	Refused         int // moved on by someone else meanwhile
+}
+
+// RunOnce makes one pass.
+func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
+	var res PassResult
+	if w.cfg.Leader != nil {
+		led, err := w.cfg.Leader(ctx)
+		if err != nil {
+			return res, fmt.Errorf("watchdog: leadership: %w", err)
+		}
+		if !led {
+			return res, nil
+		}
+	}
+	res.Led = true
+	running, err := w.store.Executing(ctx)
+	if err != nil {
+		return res, fmt.Errorf("watchdog: %w", err)
+	}
+	res.Examined = len(running)
+	now := w.store.Now()
+	staleBefore := now.Add(-w.cfg.HeartbeatTimeout)
+	var outcomes []store.Outcome
+	var counters []*int // which PassResult counter each outcome adds to
+	for _, c := range running {
+		in, tk := c.Instance, c.Task
+		hb := in.HeartbeatAt
+		if hb == nil {
+			hb = in.StartedAt
+		}
+		stale := hb != nil && hb.Before(staleBefore)
+		var started time.Time
+		if in.StartedAt != nil {
+			started = *in.StartedAt
+		}
+		deadline := started.Add(time.Duration(tk.TimeoutSeconds)*time.Second + w.cfg.TimeoutGrace)
+		switch {
+		case stale && tk.CancelRequested:
+			msg := fmt.Sprintf("watchdog: cancel finished: worker %s stopped sending heartbeats at %s", in.WorkerID, hb.Format(time.RFC3339))
+			outcomes = append(outcomes, store.Outcome{
+				Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled,
+				Error: msg, StaleBefore: staleBefore, Log: msg,
+			})
+			counters = append(counters, &res.CancelsFinished)
+		case stale:
+			msg := fmt.Sprintf("watchdog: worker %s stopped sending heartbeats at %s (lease of %s expired)", in.WorkerID, hb.Format(time.RFC3339), w.cfg.HeartbeatTimeout)
+			o := Failure(w.policies, w.masker, c, lifecycle.KindTimeout, msg, nil, now)
+			o.StaleBefore = staleBefore
+			outcomes = append(outcomes, o)
+			counters = append(counters, &res.StaleHeartbeats)
+		case !started.IsZero() && now.After(deadline):
+			msg := fmt.Sprintf("watchdog: exceeded the timeout of %ds (started %s on worker %s, which did not stop it)", tk.TimeoutSeconds, started.Format(time.RFC3339), in.WorkerID)
+			outcomes = append(outcomes, Failure(w.policies, w.masker, c, lifecycle.KindTimeout, msg, nil, now))
+			counters = append(counters, &res.TimedOut)
+		}
+	}
+	if len(outcomes) == 0 {
+		return res, nil
+	}
+	errs, err := w.store.Finish(ctx, outcomes)
+	if err != nil {
+		return res, fmt.Errorf("watchdog: %w", err)
+	}
+	for i, o := range outcomes {
+		if errs[i] != nil {
+			res.Refused++
+			w.log.Info("watchdog action refused; the execution moved on", "instance_id", o.Token.InstanceID, "err", errs[i])
+			continue
+		}
+		*counters[i]++
+		w.log.Warn("watchdog acted", "instance_id", o.Token.InstanceID, "status", o.Status, "error", o.Error, "retry", o.Retry != nil)
+	}
+	return res, nil
+}
+
+// Start runs passes every Interval until Stop.
+func (w *Watchdog) Start(ctx context.Context) {
+	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	w.done = make(chan struct{})
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(w.cfg.Interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := w.RunOnce(ctx); err != nil && ctx.Err() == nil {
+				w.log.Error("watchdog pass failed", "err", err)
+			}
+		}
+	}()
+}
+
+// Stop ends the loop and waits for the current pass.
+func (w *Watchdog) Stop() {
+	w.once.Do(func() {
+		if w.cancel != nil {
+			w.cancel()
+			<-w.done
+		}
+	})
+}
