@@ -1,2 +1,3 @@
 package main
+
 func runBench(args []string) int { return 0 }

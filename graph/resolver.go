@@ -13,7 +13,6 @@ import (
 	"taskgraph/events"
 )
 
-
 // Resolver holds what resolvers use.
 type Resolver struct {
 	Engine *engine.Engine

@@ -126,19 +126,19 @@ type Pool struct {
 	fetchCancel context.CancelFunc
 	fetchDone   chan struct{}
 	loopCancel  context.CancelFunc
-	flushStop  context.CancelFunc
-	loops      sync.WaitGroup
-	handlers   sync.WaitGroup
-	stopOnce   sync.Once
-	stopErr    error
+	flushStop   context.CancelFunc
+	loops       sync.WaitGroup
+	handlers    sync.WaitGroup
+	stopOnce    sync.Once
+	stopErr     error
 }
 
 type execution struct {
-	c         store.Claimed
-	job       *Job
-	typ       *TaskType
-	cancel    context.CancelCauseFunc
-	done      chan struct{}
+	c      store.Claimed
+	job    *Job
+	typ    *TaskType
+	cancel context.CancelCauseFunc
+	done   chan struct{}
 	// Guarded by Pool.mu:
 	abandoned    bool
 	cancelReason string
