@@ -1,3 +1,133 @@
 package main
 
-func runBench(args []string) int { return 0 }
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sync/atomic"
+	"time"
+
+	"taskgraph/app"
+	"taskgraph/events"
+	"taskgraph/lifecycle"
+	"taskgraph/store"
+	"taskgraph/worker"
+)
+
+// runBench inserts n noop tasks in bulk, starts the workers and reports
+// tasks per second until every task is SUCCESS, with a line every 2 s.
+func runBench(args []string) int {
+	fs := flag.NewFlagSet("taskgraph bench", flag.ContinueOnError)
+	n := fs.Int("n", 200000, "tasks to insert and run")
+	db := fs.String("db", os.Getenv("TASKGRAPH_DB"), "database (default: a new SQLite file in a temporary directory)")
+	workers := fs.Int("workers", 256, "handlers running at once")
+	batch := fs.Int("batch", 0, "instances claimed per statement (default: workers)")
+	every := fs.Duration("every", 2*time.Second, "interval between progress lines")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the burn-down to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *n < 1 || *workers < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n and -workers must be positive")
+		return 2
+	}
+	dir, err := os.MkdirTemp("", "taskgraph-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	dsn := *db
+	if dsn == "" {
+		dsn = filepath.Join(dir, "bench.db")
+	}
+	ctx := context.Background()
+	cfg := app.Config{DB: dsn, DataDir: dir, Workers: *workers, Roles: []app.Role{app.RoleWorker},
+		ShutdownGrace: 10 * time.Second, HeartbeatTimeout: 30 * time.Second}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := app.New(ctx, cfg, app.Options{Logger: quiet, Pool: worker.Config{ClaimBatch: *batch}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+		return 1
+	}
+	defer a.Shutdown(context.Background())
+	fmt.Printf("bench: %s, %d noop tasks, %d workers, GOMAXPROCS=%d\n", a.Store.Dialect(), *n, *workers, runtime.GOMAXPROCS(0))
+
+	start := time.Now()
+	tasks := make([]store.NewTask, 0, 5000)
+	for left := *n; left > 0; {
+		tasks = tasks[:0]
+		for range min(left, cap(tasks)) {
+			tasks = append(tasks, store.NewTask{Type: "noop", Owner: "bench", Input: json.RawMessage(`{}`), InputHash: "-",
+				TimeoutSeconds: 60, RetryPolicy: "none", MaxAttempts: 1})
+		}
+		if err := a.Store.CreateTasks(ctx, tasks); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+			return 1
+		}
+		left -= len(tasks)
+	}
+	ins := time.Since(start)
+	fmt.Printf("inserted %d tasks in %s (%.0f tasks/s)\n", *n, ins.Round(time.Millisecond), float64(*n)/ins.Seconds())
+
+	var done, failed atomic.Int64
+	sub := a.Broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.Status.Terminal() }, 1<<16)
+	go func() {
+		for c := range sub.C {
+			if c.Task.Status == lifecycle.Success {
+				done.Add(1)
+			} else {
+				failed.Add(1)
+			}
+		}
+	}()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start = time.Now()
+	if err := a.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+		return 1
+	}
+	tick := time.NewTicker(*every)
+	defer tick.Stop()
+	last, lastAt := int64(0), start
+	for done.Load()+failed.Load() < int64(*n) {
+		select {
+		case now := <-tick.C:
+			d := done.Load()
+			fmt.Printf("%6.1fs  %8d done  %8.0f tasks/s (last %s)  %8.0f tasks/s (overall)\n",
+				now.Sub(start).Seconds(), d, float64(d-last)/now.Sub(lastAt).Seconds(), *every, float64(d)/now.Sub(start).Seconds())
+			last, lastAt = d, now
+			if sub.Err() != nil {
+				fmt.Fprintln(os.Stderr, "bench: event subscription dropped:", sub.Err())
+				return 1
+			}
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	el := time.Since(start)
+	fmt.Printf("total: %d tasks SUCCESS (%d failed) in %s = %.0f tasks/s end to end on %s\n",
+		done.Load(), failed.Load(), el.Round(time.Millisecond), float64(*n)/el.Seconds(), a.Store.Dialect())
+	if failed.Load() > 0 {
+		return 1
+	}
+	return 0
+}

@@ -13,7 +13,7 @@ import (
 )
 
 func main() {
-	cfg, opts, err := entcconfig.Config("./gqlgen.yml", "./ent.graphql", "./ent")
+	cfg, opts, err := entcconfig.Config("./gqlgen.yml", "./ent.graphql", "./ent", "./ent/template")
 	if err != nil {
 		log.Fatalf("entc: %v", err)
 	}

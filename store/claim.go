@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	"taskgraph/ent"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
 	"taskgraph/events"
 	"taskgraph/lifecycle"
 )
@@ -56,54 +54,50 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 			args = append(args, ty)
 		}
 		args = append(args, limit)
-		rows, err := s.queryInts(ctx, t, 2, `
+		rows, err := t.QueryContext(ctx, s.d.rebind(`
 UPDATE task_instances SET status = 'EXECUTING', version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
 WHERE status IN ('PENDING', 'RETRY_PENDING') AND id IN (
 	SELECT id FROM task_instances
 	WHERE status IN ('PENDING', 'RETRY_PENDING') AND run_at <= ? AND task_type IN (`+placeholders(len(types))+`)
 	ORDER BY priority, run_at, id
 	LIMIT ?`+s.d.skipLocked()+`)
-RETURNING id, task_id`, args...)
+RETURNING *`), args...)
 		if err != nil {
 			return fmt.Errorf("claim instances: %w", err)
 		}
-		if len(rows) == 0 {
+		insts, err := ent.ScanTaskInstanceRows(s.client, rows)
+		if err != nil {
+			return fmt.Errorf("claim instances: %w", err)
+		}
+		if len(insts) == 0 {
 			return nil
 		}
-		instIDs := make([]int, len(rows))
-		taskIDs := make([]int, len(rows))
 		taskArgs := []any{now}
-		for i, r := range rows {
-			instIDs[i], taskIDs[i] = int(r[0]), int(r[1])
-			taskArgs = append(taskArgs, r[1])
+		for _, in := range insts {
+			taskArgs = append(taskArgs, in.TaskID)
 		}
-		n, err := s.exec(ctx, t, `
+		rows, err = t.QueryContext(ctx, s.d.rebind(`
 UPDATE tasks SET status = 'EXECUTING', version = version + 1, updated_at = ?
-WHERE status IN ('PENDING', 'RETRY_PENDING') AND id IN (`+placeholders(len(taskIDs))+`)`, taskArgs...)
+WHERE status IN ('PENDING', 'RETRY_PENDING') AND id IN (`+placeholders(len(insts))+`)
+RETURNING *`), taskArgs...)
 		if err != nil {
 			return fmt.Errorf("claim tasks: %w", err)
 		}
-		if int(n) != len(taskIDs) {
+		tasks, err := ent.ScanTaskRows(s.client, rows)
+		if err != nil {
+			return fmt.Errorf("claim tasks: %w", err)
+		}
+		if len(tasks) != len(insts) {
 			// A task's status no longer mirrors its live instance. Refuse
 			// the whole claim rather than run something half-claimed.
-			return fmt.Errorf("claim: %d instances but %d waiting tasks: task and instance states disagree", len(taskIDs), n)
-		}
-		insts, err := t.TaskInstance.Query().Where(taskinstance.IDIn(instIDs...)).All(ctx)
-		if err != nil {
-			return fmt.Errorf("claim: read instances: %w", err)
-		}
-		tasks, err := t.Task.Query().Where(task.IDIn(taskIDs...)).All(ctx)
-		if err != nil {
-			return fmt.Errorf("claim: read tasks: %w", err)
+			return fmt.Errorf("claim: %d instances but %d waiting tasks: task and instance states disagree", len(insts), len(tasks))
 		}
 		byID := make(map[int]*ent.Task, len(tasks))
 		for _, tk := range tasks {
 			byID[tk.ID] = tk
 		}
 		// Hand out work in the order it was picked.
-		slices.SortFunc(insts, func(a, b *ent.TaskInstance) int {
-			return cmpClaimOrder(a, b)
-		})
+		slices.SortFunc(insts, cmpClaimOrder)
 		out = make([]Claimed, len(insts))
 		for i, in := range insts {
 			out[i] = Claimed{Task: byID[in.TaskID], Instance: in}

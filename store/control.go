@@ -133,6 +133,11 @@ func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
 		if err != nil {
 			return fmt.Errorf("retry: read task: %w", err)
 		}
+		// The table also allows EXECUTING -> RETRY_PENDING, but that is
+		// the retry policy's move; a person may retry only a FAILED task.
+		if tk.Status != lifecycle.Failed {
+			return &lifecycle.TransitionError{Entity: "task", ID: tk.ID, From: tk.Status, To: lifecycle.RetryPending, Reason: "only a FAILED task can be retried"}
+		}
 		if err := lifecycle.Check("task", tk.ID, tk.Status, lifecycle.RetryPending); err != nil {
 			return err
 		}

@@ -90,3 +90,13 @@ func (d sqlDialect) timeParam() string {
 	}
 	return "?"
 }
+
+// returningAll is "RETURNING" every column of table in an UPDATE ... FROM.
+// PostgreSQL's * would include the FROM list's columns; SQLite only knows
+// the target table's, and refuses the qualified form.
+func (d sqlDialect) returningAll(table string) string {
+	if d.postgres() {
+		return "RETURNING " + table + ".*"
+	}
+	return "RETURNING *"
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"taskgraph/ent"
-	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
 	"taskgraph/events"
@@ -27,7 +26,7 @@ type Outcome struct {
 	Result json.RawMessage
 	// Retry, with Status FAILED, schedules another instance: the task goes
 	// to RETRY_PENDING instead of FAILED. It is dropped when a cancel was
-	// requested meanwhile.
+	// requested meanwhile (the task then ends CANCELLED).
 	Retry *Retry
 	// StaleBefore, when set, applies the outcome only if the instance's last
 	// heartbeat is older: the watchdog's guard against declaring dead a
@@ -42,6 +41,16 @@ type Outcome struct {
 type Retry struct {
 	RunAt   time.Time
 	Attempt int
+}
+
+func init() {
+	// Finish moves instances from EXECUTING to the outcome's status and
+	// tasks from EXECUTING to that, to RETRY_PENDING or to CANCELLED.
+	for _, to := range []lifecycle.Status{lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending} {
+		if !lifecycle.CanMove(lifecycle.Executing, to) {
+			panic("lifecycle: finish needs EXECUTING -> " + string(to))
+		}
+	}
 }
 
 // Finish applies outcomes in one transaction and returns, per outcome, nil
@@ -64,121 +73,152 @@ func (s *Store) Finish(ctx context.Context, outcomes []Outcome) ([]error, error)
 	return perOutcome, nil
 }
 
-// finishPlan is an accepted outcome with the rows it changes.
-type finishPlan struct {
-	o        Outcome
-	inst     *ent.TaskInstance
-	task     *ent.Task
-	taskTo   lifecycle.Status
-	newRetry *Retry
-}
-
 func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error, error) {
 	now := s.Now()
 	errs := make([]error, len(outcomes))
-
-	instIDs := make([]int, len(outcomes))
+	var batch []int // indexes of outcomes sent to the database
+	seen := make(map[int]bool, len(outcomes))
 	for i, o := range outcomes {
-		instIDs[i] = o.Token.InstanceID
+		switch {
+		case o.Status != lifecycle.Success && o.Status != lifecycle.Failed && o.Status != lifecycle.Cancelled:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "an execution ends SUCCESS, FAILED or CANCELLED"}
+		case seen[o.Token.InstanceID]:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "two outcomes for one execution"}
+		default:
+			seen[o.Token.InstanceID] = true
+			batch = append(batch, i)
+		}
 	}
-	iq := t.TaskInstance.Query().Where(taskinstance.IDIn(instIDs...))
-	if s.d.postgres() {
-		iq = iq.ForUpdate()
+	if len(batch) == 0 {
+		return errs, nil
 	}
-	insts, err := iq.All(ctx)
+
+	// 1. The instances: a conditional UPDATE per the fencing token (and
+	// the watchdog's heartbeat guard). Rows not returned were moved on.
+	row := s.d.intParam() + ", " + s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam() + ", " + s.d.timeParam()
+	args := make([]any, 0, len(batch)*7+1)
+	for _, i := range batch {
+		o := outcomes[i]
+		var kind, lastErr, result, staleBefore any
+		if o.Status != lifecycle.Success {
+			kind, lastErr = string(o.Kind), o.Error
+		}
+		if len(o.Result) > 0 {
+			result = string(o.Result)
+		}
+		if !o.StaleBefore.IsZero() {
+			staleBefore = o.StaleBefore.UTC()
+		}
+		args = append(args, o.Token.InstanceID, o.Token.Version, string(o.Status), kind, lastErr, result, staleBefore)
+	}
+	args = append(args, now)
+	rows, err := t.QueryContext(ctx, s.d.rebind(`
+WITH v(id, version, status, error_kind, last_error, result, stale_before) AS (VALUES `+valuesRows(row, len(batch))+`)
+UPDATE task_instances SET status = v.status, error_kind = v.error_kind, last_error = v.last_error, result = v.result,
+	finished_at = `+s.d.timeParam()+`, version = task_instances.version + 1
+FROM v
+WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = 'EXECUTING'
+	AND (v.stale_before IS NULL OR task_instances.heartbeat_at < v.stale_before)
+`+s.d.returningAll("task_instances")), args...)
 	if err != nil {
-		return nil, fmt.Errorf("finish: lock instances: %w", err)
+		return nil, fmt.Errorf("finish: update instances: %w", err)
 	}
-	instByID := make(map[int]*ent.TaskInstance, len(insts))
-	taskIDs := make([]int, 0, len(insts))
+	insts, err := ent.ScanTaskInstanceRows(s.client, rows)
+	if err != nil {
+		return nil, fmt.Errorf("finish: update instances: %w", err)
+	}
+	applied := make(map[int]*ent.TaskInstance, len(insts))
 	for _, in := range insts {
-		instByID[in.ID] = in
-		taskIDs = append(taskIDs, in.TaskID)
+		applied[in.ID] = in
 	}
-	tq := t.Task.Query().Where(task.IDIn(taskIDs...))
-	if s.d.postgres() {
-		tq = tq.ForUpdate()
+	if len(applied) < len(batch) {
+		if err := s.explainRefusals(ctx, t, outcomes, batch, applied, errs); err != nil {
+			return nil, err
+		}
 	}
-	tasks, err := tq.All(ctx)
+	if len(applied) == 0 {
+		return errs, nil
+	}
+
+	// 2. Their tasks. A retryable failure of a task whose cancel was
+	// requested ends the task CANCELLED instead of scheduling a retry.
+	row = s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam()
+	args = args[:0]
+	var n int
+	for _, i := range batch {
+		o := outcomes[i]
+		in := applied[o.Token.InstanceID]
+		if in == nil {
+			continue
+		}
+		to := o.Status
+		if o.Status == lifecycle.Failed && o.Retry != nil {
+			to = lifecycle.RetryPending
+		}
+		var lastErr, result any
+		if o.Error != "" {
+			lastErr = o.Error
+		}
+		if len(o.Result) > 0 {
+			result = string(o.Result)
+		}
+		args = append(args, in.TaskID, string(to), lastErr, result)
+		n++
+	}
+	args = append(args, now, now)
+	const final = `CASE WHEN v.status <> 'SUCCESS' AND tasks.cancel_requested THEN 'CANCELLED' ELSE v.status END`
+	rows, err = t.QueryContext(ctx, s.d.rebind(`
+WITH v(id, status, last_error, result) AS (VALUES `+valuesRows(row, n)+`)
+UPDATE tasks SET status = `+final+`, last_error = v.last_error, result = v.result,
+	finished_at = CASE WHEN `+final+` IN ('SUCCESS', 'FAILED', 'CANCELLED') THEN `+s.d.timeParam()+` ELSE NULL END,
+	updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
+FROM v
+WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'
+`+s.d.returningAll("tasks")), args...)
 	if err != nil {
-		return nil, fmt.Errorf("finish: lock tasks: %w", err)
+		return nil, fmt.Errorf("finish: update tasks: %w", err)
 	}
+	tasks, err := ent.ScanTaskRows(s.client, rows)
+	if err != nil {
+		return nil, fmt.Errorf("finish: update tasks: %w", err)
+	}
+	if len(tasks) != n {
+		// The instance was EXECUTING but its task was not: refuse the
+		// batch rather than leave the two disagreeing.
+		return nil, fmt.Errorf("finish: %d executions ended but %d of their tasks were EXECUTING", n, len(tasks))
+	}
+
+	// 3. What follows: retry instances, and the lines explaining it.
 	taskByID := make(map[int]*ent.Task, len(tasks))
 	for _, tk := range tasks {
 		taskByID[tk.ID] = tk
 	}
-
-	var plans []*finishPlan
-	taken := make(map[int]bool, len(outcomes))
-	for i, o := range outcomes {
-		in := instByID[o.Token.InstanceID]
+	var retries []*ent.TaskInstanceCreate
+	var logs []*ent.TaskLogCreate
+	for _, i := range batch {
+		o := outcomes[i]
+		in := applied[o.Token.InstanceID]
 		if in == nil {
-			errs[i] = &NotFoundError{Entity: "task instance", ID: o.Token.InstanceID}
-			continue
-		}
-		if err := lifecycle.Check("task instance", in.ID, in.Status, o.Status); err != nil || taken[in.ID] {
-			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the execution was already moved on"}
-			continue
-		}
-		if in.Version != o.Token.Version {
-			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "stale fencing token"}
-			continue
-		}
-		if !o.StaleBefore.IsZero() && in.HeartbeatAt != nil && !in.HeartbeatAt.Before(o.StaleBefore) {
-			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the worker sent a heartbeat meanwhile"}
 			continue
 		}
 		tk := taskByID[in.TaskID]
-		p := &finishPlan{o: o, inst: in, task: tk}
-		switch {
-		case o.Status == lifecycle.Success:
-			p.taskTo = lifecycle.Success
-		case tk.CancelRequested:
-			p.taskTo = lifecycle.Cancelled
-		case o.Status == lifecycle.Failed && o.Retry != nil:
-			p.taskTo, p.newRetry = lifecycle.RetryPending, o.Retry
-		default:
-			p.taskTo = o.Status
-		}
-		if err := lifecycle.Check("task", tk.ID, tk.Status, p.taskTo); err != nil {
-			errs[i] = err
-			continue
-		}
-		taken[in.ID] = true
-		plans = append(plans, p)
-	}
-	if len(plans) == 0 {
-		return errs, nil
-	}
-
-	if err := s.updateFinishedInstances(ctx, t, plans, now); err != nil {
-		return nil, err
-	}
-	if err := s.updateFinishedTasks(ctx, t, plans, now); err != nil {
-		return nil, err
-	}
-
-	var retries []*ent.TaskInstanceCreate
-	var logs []*ent.TaskLogCreate
-	for _, p := range plans {
-		if r := p.newRetry; r != nil {
+		if tk.Status == lifecycle.RetryPending {
 			retries = append(retries, t.TaskInstance.Create().
-				SetTaskID(p.task.ID).
-				SetInstanceNo(p.inst.InstanceNo+1).
-				SetAttempt(r.Attempt).
+				SetTaskID(tk.ID).
+				SetInstanceNo(in.InstanceNo+1).
+				SetAttempt(o.Retry.Attempt).
 				SetStatus(lifecycle.RetryPending).
-				SetTaskType(p.task.Type).
-				SetPriority(p.task.Priority).
-				SetRunAt(r.RunAt.UTC().Truncate(time.Microsecond)).
+				SetTaskType(tk.Type).
+				SetPriority(tk.Priority).
+				SetRunAt(o.Retry.RunAt.UTC().Truncate(time.Microsecond)).
 				SetCreatedAt(now))
 		}
-		if msg := p.o.Log; msg != "" {
-			instID := p.inst.ID
+		if o.Log != "" {
 			logs = append(logs, t.TaskLog.Create().
-				SetTaskID(p.task.ID).
-				SetInstanceID(instID).
+				SetTaskID(tk.ID).
+				SetInstanceID(in.ID).
 				SetLevel(tasklog.LevelWARN).
-				SetMessage(msg).
+				SetMessage(o.Log).
 				SetCreatedAt(now))
 		}
 	}
@@ -194,82 +234,43 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 		}
 		t.logs = append(t.logs, created...)
 	}
-
-	for _, p := range plans {
-		tk := p.task
-		tk.Status = p.taskTo
-		tk.Version++
-		tk.UpdatedAt = now
-		tk.Result = p.o.Result
-		tk.LastError = p.o.Error
-		tk.FinishedAt = nil
-		if p.taskTo.Terminal() {
-			tk.FinishedAt = &now
-		}
-		t.changed(events.Transitioned, tk)
-	}
+	t.changed(events.Transitioned, tasks...)
 	return errs, nil
 }
 
-func (s *Store) updateFinishedInstances(ctx context.Context, t *txn, plans []*finishPlan, now time.Time) error {
-	row := s.d.intParam() + ", " + s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam()
-	args := make([]any, 0, len(plans)*6+1)
-	for _, p := range plans {
-		var kind, lastErr, result any
-		if p.o.Status != lifecycle.Success {
-			kind, lastErr = string(p.o.Kind), p.o.Error
+// explainRefusals fills errs for the outcomes whose instance was not
+// updated, saying what state it was found in.
+func (s *Store) explainRefusals(ctx context.Context, t *txn, outcomes []Outcome, batch []int, applied map[int]*ent.TaskInstance, errs []error) error {
+	var ids []int
+	for _, i := range batch {
+		if applied[outcomes[i].Token.InstanceID] == nil {
+			ids = append(ids, outcomes[i].Token.InstanceID)
 		}
-		if len(p.o.Result) > 0 {
-			result = string(p.o.Result)
-		}
-		args = append(args, p.inst.ID, p.inst.Version, string(p.o.Status), kind, lastErr, result)
 	}
-	args = append(args, now)
-	n, err := s.exec(ctx, t, `
-WITH v(id, version, status, error_kind, last_error, result) AS (VALUES `+valuesRows(row, len(plans))+`)
-UPDATE task_instances SET status = v.status, error_kind = v.error_kind, last_error = v.last_error, result = v.result,
-	finished_at = `+s.d.timeParam()+`, version = task_instances.version + 1
-FROM v
-WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = 'EXECUTING'`, args...)
+	found, err := t.TaskInstance.Query().Where(taskinstance.IDIn(ids...)).All(ctx)
 	if err != nil {
-		return fmt.Errorf("finish: update instances: %w", err)
+		return fmt.Errorf("finish: read refused instances: %w", err)
 	}
-	if int(n) != len(plans) {
-		return fmt.Errorf("finish: %d of %d instances changed under their lock", n, len(plans))
+	byID := make(map[int]*ent.TaskInstance, len(found))
+	for _, in := range found {
+		byID[in.ID] = in
 	}
-	return nil
-}
-
-func (s *Store) updateFinishedTasks(ctx context.Context, t *txn, plans []*finishPlan, now time.Time) error {
-	row := s.d.intParam() + ", " + s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam() + ", " + s.d.intParam()
-	args := make([]any, 0, len(plans)*6+2)
-	for _, p := range plans {
-		var lastErr, result any
-		if p.o.Error != "" {
-			lastErr = p.o.Error
+	for _, i := range batch {
+		o := outcomes[i]
+		if applied[o.Token.InstanceID] != nil {
+			continue
 		}
-		if len(p.o.Result) > 0 {
-			result = string(p.o.Result)
+		in := byID[o.Token.InstanceID]
+		switch {
+		case in == nil:
+			errs[i] = &NotFoundError{Entity: "task instance", ID: o.Token.InstanceID}
+		case in.Status != lifecycle.Executing:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the execution was already moved on"}
+		case in.Version != o.Token.Version:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "stale fencing token"}
+		default:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the worker sent a heartbeat meanwhile"}
 		}
-		finished := 0
-		if p.taskTo.Terminal() {
-			finished = 1
-		}
-		args = append(args, p.task.ID, p.task.Version, string(p.taskTo), lastErr, result, finished)
-	}
-	args = append(args, now, now)
-	n, err := s.exec(ctx, t, `
-WITH v(id, version, status, last_error, result, finished) AS (VALUES `+valuesRows(row, len(plans))+`)
-UPDATE tasks SET status = v.status, last_error = v.last_error, result = v.result,
-	finished_at = CASE WHEN v.finished = 1 THEN `+s.d.timeParam()+` ELSE NULL END,
-	updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
-FROM v
-WHERE tasks.id = v.id AND tasks.version = v.version AND tasks.status = 'EXECUTING'`, args...)
-	if err != nil {
-		return fmt.Errorf("finish: update tasks: %w", err)
-	}
-	if int(n) != len(plans) {
-		return fmt.Errorf("finish: %d of %d tasks changed under their lock", n, len(plans))
 	}
 	return nil
 }

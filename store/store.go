@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"entgo.io/ent/dialect"
@@ -147,7 +148,13 @@ func parseDSN(raw string) (driverName, dsn, dialectName string, err error) {
 // that nodes starting together do not migrate concurrently.
 const migrateLockKey = 0x7461736b67726170 // "taskgrap"
 
+// migrateMu serializes migrations within the process: ent's migration
+// writes to package-level table descriptors.
+var migrateMu sync.Mutex
+
 func (s *Store) migrate(ctx context.Context) error {
+	migrateMu.Lock()
+	defer migrateMu.Unlock()
 	if s.d.postgres() {
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
@@ -161,7 +168,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
 		}()
 	}
-	if err := s.client.Schema.Create(ctx); err != nil {
+	err := s.client.Schema.Create(ctx)
+	if err != nil && !s.d.postgres() {
+		// Another connection to the same SQLite file migrated first;
+		// a second pass finds the schema in place.
+		err = s.client.Schema.Create(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
 	}
 	return nil
@@ -233,7 +246,9 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) error {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		// The outcome of a failed COMMIT is unknown: never run the
+		// transaction again on top of it.
+		return &commitError{err}
 	}
 	if len(t.changes) > 0 {
 		s.pub.PublishTasks(t.changes)
@@ -244,9 +259,20 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) error {
 	return nil
 }
 
+// commitError is a failed COMMIT.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return "commit: " + e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
 // retryableDBError reports errors after which the whole transaction may be
-// run again: PostgreSQL serialization failures and deadlocks, SQLite busy.
+// run again: PostgreSQL serialization failures and deadlocks, SQLite busy,
+// all raised before the commit.
 func retryableDBError(err error) bool {
+	var ce *commitError
+	if errors.As(err, &ce) {
+		return false
+	}
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
 		return pqErr.Code == "40001" || pqErr.Code == "40P01"

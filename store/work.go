@@ -19,7 +19,13 @@ type Beat struct {
 	// or a cancel moved the instance on). Their handlers must stop.
 	Lost []Token
 	// CancelRequested are the executions whose task was asked to cancel.
-	CancelRequested []Token
+	CancelRequested []CancelRequest
+}
+
+// CancelRequest is a cancel asked of a running execution.
+type CancelRequest struct {
+	Token  Token
+	Reason string
 }
 
 // Heartbeat records that the executions behind tokens are alive.
@@ -57,17 +63,18 @@ RETURNING id, version, task_id`, args...)
 		}
 		flagged, err := t.Task.Query().
 			Where(task.IDIn(taskIDs...), task.CancelRequested(true)).
-			IDs(ctx)
+			Select(task.FieldID, task.FieldCancelReason).
+			All(ctx)
 		if err != nil {
 			return fmt.Errorf("heartbeat: read cancel requests: %w", err)
 		}
-		cancel := make(map[int]bool, len(flagged))
-		for _, id := range flagged {
-			cancel[id] = true
+		reasons := make(map[int]string, len(flagged))
+		for _, tk := range flagged {
+			reasons[tk.ID] = tk.CancelReason
 		}
 		for tok, taskID := range alive {
-			if cancel[taskID] {
-				beat.CancelRequested = append(beat.CancelRequested, tok)
+			if reason, ok := reasons[taskID]; ok {
+				beat.CancelRequested = append(beat.CancelRequested, CancelRequest{Token: tok, Reason: reason})
 			}
 		}
 		return nil
@@ -175,22 +182,22 @@ func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progr
 		now := s.Now()
 		row := s.d.intParam() + ", " + s.d.intParam() + ", " + s.d.intParam()
 		args := make([]any, 0, len(accepted)*3+1)
-		taskIDs := make([]int, len(accepted))
-		for i, p := range accepted {
+		for _, p := range accepted {
 			args = append(args, p.TaskID, p.Done, p.Total)
-			taskIDs[i] = p.TaskID
 		}
 		args = append(args, now)
-		if _, err := s.exec(ctx, t, `
+		rows, err := t.QueryContext(ctx, s.d.rebind(`
 WITH v(id, done, total) AS (VALUES `+valuesRows(row, len(accepted))+`)
 UPDATE tasks SET progress_done = v.done, progress_total = v.total, updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
 FROM v
-WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'`, args...); err != nil {
+WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'
+`+s.d.returningAll("tasks")), args...)
+		if err != nil {
 			return fmt.Errorf("record work: progress: %w", err)
 		}
-		tasks, err := t.Task.Query().Where(task.IDIn(taskIDs...)).All(ctx)
+		tasks, err := ent.ScanTaskRows(s.client, rows)
 		if err != nil {
-			return fmt.Errorf("record work: read tasks: %w", err)
+			return fmt.Errorf("record work: progress: %w", err)
 		}
 		t.changed(events.Progressed, tasks...)
 		return nil

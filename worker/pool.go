@@ -338,13 +338,18 @@ func (p *Pool) start(c store.Claimed) {
 	go func() {
 		defer p.handlers.Done()
 		defer close(ex.done)
+		// The timeout is a cause like the others, so that context.Cause
+		// tells a timeout from a cancel, a shutdown or a lost lease.
+		timeout := time.Duration(c.Task.TimeoutSeconds) * time.Second
+		runCtx, stopTimer := context.WithTimeoutCause(ctx, timeout, errTimeout)
 		var err error
 		if !ok {
 			err = NonRetryable(fmt.Errorf("task type %q is not registered on worker %s", c.Task.Type, p.cfg.ID))
 		} else {
-			err = p.run(ctx, ex)
+			err = p.run(runCtx, ex)
 		}
-		o, write := p.outcome(ex, err, context.Cause(ctx))
+		o, write := p.outcome(ex, err, context.Cause(runCtx))
+		stopTimer()
 		cancel(nil)
 		if write {
 			if !p.rec.finish(context.Background(), o) {
@@ -355,8 +360,8 @@ func (p *Pool) start(c store.Claimed) {
 	}()
 }
 
-// run decodes the input and calls the handler with the task's timeout,
-// turning a panic into an error.
+// run decodes the input and calls the handler, turning a panic into an
+// error.
 func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
 	c := ex.c
 	input := json.RawMessage(c.Task.Input)
@@ -371,9 +376,6 @@ func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
 	if err != nil {
 		return NonRetryable(err)
 	}
-	timeout := time.Duration(c.Task.TimeoutSeconds) * time.Second
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
-	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, trimStack(debug.Stack()))
@@ -521,8 +523,13 @@ func (p *Pool) beat(ctx context.Context) {
 		p.log.Warn("execution lost its instance; stopping its handler", "instance_id", tok.InstanceID)
 		p.cancelInstance(tok.InstanceID, errLost)
 	}
-	for _, tok := range beat.CancelRequested {
-		p.cancelInstance(tok.InstanceID, errCancelRequested)
+	for _, req := range beat.CancelRequested {
+		p.mu.Lock()
+		if ex := p.running[req.Token.InstanceID]; ex != nil {
+			ex.cancelReason = req.Reason
+		}
+		p.mu.Unlock()
+		p.cancelInstance(req.Token.InstanceID, errCancelRequested)
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 
 // Config returns the codegen configuration writing the ent package to target
 // and the GraphQL schema to schemaPath, reading gqlgen's configuration from
-// gqlgenPath.
-func Config(gqlgenPath, schemaPath, target string) (*gen.Config, []entc.Option, error) {
+// gqlgenPath and extra templates from templateDir.
+func Config(gqlgenPath, schemaPath, target, templateDir string) (*gen.Config, []entc.Option, error) {
 	ex, err := entgql.NewExtension(
 		entgql.WithConfigPath(gqlgenPath),
 		entgql.WithSchemaGenerator(),
@@ -35,5 +35,5 @@ func Config(gqlgenPath, schemaPath, target string) (*gen.Config, []entc.Option, 
 			gen.FeatureLock,
 		},
 	}
-	return cfg, []entc.Option{entc.Extensions(ex)}, nil
+	return cfg, []entc.Option{entc.Extensions(ex), entc.TemplateDir(templateDir)}, nil
 }

@@ -51,6 +51,18 @@ func Run(t *testing.T, fn func(t *testing.T, dsn string)) {
 	}
 }
 
+// Each runs fn as a parallel sub-test once per driver, giving it the driver
+// so that fn's own parallel sub-tests can each take a database of their own.
+func Each(t *testing.T, fn func(t *testing.T, d Driver)) {
+	t.Helper()
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, d)
+		})
+	}
+}
+
 // SQLite returns the path of a new SQLite file.
 func SQLite(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "taskgraph.db")

@@ -1,0 +1,628 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"taskgraph/ent"
+	"taskgraph/ent/taskinstance"
+	"taskgraph/ent/tasklog"
+	"taskgraph/events"
+	"taskgraph/internal/dbtest"
+	"taskgraph/internal/fakeclock"
+	"taskgraph/lifecycle"
+	"taskgraph/mask"
+	"taskgraph/seal"
+	"taskgraph/store"
+	"taskgraph/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type testBundle struct {
+	store    *store.Store
+	broker   *events.Broker
+	registry *worker.Registry
+	policies *worker.Policies
+	sealer   *seal.Sealer
+	clock    *fakeclock.Clock // nil: real time
+}
+
+// testPolicies: quick to reason about, 10% jitter.
+var testPolicies = []worker.RetryPolicy{
+	{Name: worker.DefaultPolicyName, MaxAttempts: 3, Backoff: []time.Duration{5 * time.Second, 30 * time.Second}, ResourceBackoff: []time.Duration{time.Minute}, Jitter: 0.1},
+	{Name: "none", MaxAttempts: 1},
+}
+
+type setupOpts struct {
+	fakeClock bool
+	register  func(r *worker.Registry)
+}
+
+func setup(t *testing.T, dsn string, o setupOpts) *testBundle {
+	t.Helper()
+	b := &testBundle{broker: events.NewBroker(events.Config{}), registry: worker.NewRegistry()}
+	cfg := store.Config{DSN: dsn, Publisher: b.broker}
+	if o.fakeClock {
+		b.clock = fakeclock.New(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
+		cfg.Clock = b.clock.Now
+	}
+	s, err := store.Open(context.Background(), cfg)
+	require.NoError(t, err)
+	b.store = s
+	b.policies, err = worker.NewPolicies(testPolicies...)
+	require.NoError(t, err)
+	b.sealer, err = seal.New(make([]byte, seal.KeySize))
+	require.NoError(t, err)
+	if o.register != nil {
+		o.register(b.registry)
+	}
+	t.Cleanup(func() {
+		b.broker.Close()
+		require.NoError(t, s.Close())
+	})
+	return b
+}
+
+func (b *testBundle) pool(t *testing.T, cfg worker.Config, withBroker bool) *worker.Pool {
+	t.Helper()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 20 * time.Millisecond
+	}
+	if cfg.FlushInterval == 0 {
+		cfg.FlushInterval = 5 * time.Millisecond
+	}
+	deps := worker.Deps{Store: b.store, Registry: b.registry, Policies: b.policies, Sealer: b.sealer, Masker: mask.Default()}
+	if withBroker {
+		deps.Broker = b.broker
+	}
+	p, err := worker.NewPool(cfg, deps)
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, p.Stop(ctx))
+	})
+	return p
+}
+
+func (b *testBundle) create(t *testing.T, typ string, mod func(*store.NewTask)) *ent.Task {
+	t.Helper()
+	n := store.NewTask{Type: typ, Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h",
+		TimeoutSeconds: 60, RetryPolicy: worker.DefaultPolicyName, MaxAttempts: 3}
+	if mod != nil {
+		mod(&n)
+	}
+	tk, _, err := b.store.CreateTask(context.Background(), n)
+	require.NoError(t, err)
+	return tk
+}
+
+// watch subscribes to one task's committed changes.
+func (b *testBundle) watch(taskID int) *events.Subscription[events.TaskChange] {
+	return b.broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.ID == taskID }, 1024)
+}
+
+// waitFor reads changes until one satisfies ok.
+func waitFor(t *testing.T, sub *events.Subscription[events.TaskChange], what string, ok func(*ent.Task) bool) *ent.Task {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case c, open := <-sub.C:
+			require.True(t, open, "subscription ended: %v", sub.Err())
+			if ok(c.Task) {
+				return c.Task
+			}
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func waitStatus(t *testing.T, sub *events.Subscription[events.TaskChange], s lifecycle.Status) *ent.Task {
+	t.Helper()
+	return waitFor(t, sub, string(s), func(tk *ent.Task) bool { return tk.Status == s })
+}
+
+func (b *testBundle) instances(t *testing.T, taskID int) []*ent.TaskInstance {
+	t.Helper()
+	in, err := b.store.Client().TaskInstance.Query().Where(taskinstance.TaskID(taskID)).Order(ent.Asc(taskinstance.FieldInstanceNo)).All(context.Background())
+	require.NoError(t, err)
+	return in
+}
+
+func (b *testBundle) logs(t *testing.T, taskID int) []*ent.TaskLog {
+	t.Helper()
+	l, err := b.store.Client().TaskLog.Query().Where(tasklog.TaskID(taskID)).Order(ent.Asc(tasklog.FieldID)).All(context.Background())
+	require.NoError(t, err)
+	return l
+}
+
+func (b *testBundle) noneExecuting(t *testing.T) {
+	t.Helper()
+	n, err := b.store.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Executing)).Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n, "instances left EXECUTING")
+}
+
+type empty struct{}
+
+func TestEightWorkersExecuteEveryTaskExactlyOnce(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		var runs sync.Map // task id -> *atomic.Int32
+		b := setup(t, dsn, setupOpts{register: func(r *worker.Registry) {
+			worker.Register(r, "count", func(ctx context.Context, job *worker.Job, _ empty) error {
+				n, _ := runs.LoadOrStore(job.Task.ID, new(atomic.Int32))
+				n.(*atomic.Int32).Add(1)
+				return nil
+			})
+		}})
+		const total = 5000
+		done := b.broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.Status.Terminal() }, total+100)
+		defer done.Close()
+		for w := range 8 {
+			b.pool(t, worker.Config{ID: fmt.Sprintf("worker-%d", w), Concurrency: 4}, true)
+		}
+		batch := make([]store.NewTask, total)
+		for i := range batch {
+			batch[i] = store.NewTask{Type: "count", Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h", TimeoutSeconds: 60, RetryPolicy: "none", MaxAttempts: 1}
+		}
+		require.NoError(t, b.store.CreateTasks(context.Background(), batch))
+		timeout := time.After(3 * time.Minute)
+		for finished := 0; finished < total; {
+			select {
+			case c, ok := <-done.C:
+				require.True(t, ok, "subscription ended: %v", done.Err())
+				require.Equal(t, lifecycle.Success, c.Task.Status)
+				finished++
+			case <-timeout:
+				t.Fatalf("timed out")
+			}
+		}
+		executed := 0
+		runs.Range(func(k, v any) bool {
+			executed++
+			require.EqualValues(t, 1, v.(*atomic.Int32).Load(), "task %v executions", k)
+			return true
+		})
+		require.Equal(t, total, executed)
+		ctx := context.Background()
+		nInst, err := b.store.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Success)).Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, total, nInst, "one SUCCESS instance per task")
+		workers, err := b.store.Client().TaskInstance.Query().GroupBy(taskinstance.FieldWorkerID).Strings(ctx)
+		require.NoError(t, err)
+		require.Greater(t, len(workers), 1, "work was shared")
+	})
+}
+
+func TestRetryPolicy(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		failWith := func(kind string) func(context.Context, *worker.Job, empty) error {
+			return func(context.Context, *worker.Job, empty) error {
+				err := errors.New(kind + " trouble")
+				switch kind {
+				case "retryable":
+					return worker.Retryable(err)
+				case "final":
+					return worker.NonRetryable(err)
+				case "resource":
+					return worker.Resource(err)
+				}
+				return err
+			}
+		}
+		register := func(r *worker.Registry) {
+			for _, k := range []string{"retryable", "final", "resource"} {
+				worker.Register(r, k, failWith(k))
+			}
+		}
+
+		t.Run("RetryableErrorFollowsTheBackoffThenFails", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: register})
+			p := b.pool(t, worker.Config{Concurrency: 2}, true)
+			tk := b.create(t, "retryable", nil)
+			sub := b.watch(tk.ID)
+			defer sub.Close()
+			backoffs := []time.Duration{5 * time.Second, 30 * time.Second}
+			for attempt := 1; attempt <= 2; attempt++ {
+				waitStatus(t, sub, lifecycle.RetryPending)
+				ins := b.instances(t, tk.ID)
+				require.Len(t, ins, attempt+1)
+				failed, next := ins[attempt-1], ins[attempt]
+				require.Equal(t, lifecycle.Failed, failed.Status)
+				require.Equal(t, lifecycle.KindRetryable, *failed.ErrorKind)
+				require.Equal(t, attempt+1, next.Attempt)
+				delay := next.RunAt.Sub(*failed.FinishedAt)
+				lo, hi := time.Duration(float64(backoffs[attempt-1])*0.9), time.Duration(float64(backoffs[attempt-1])*1.1)
+				require.True(t, delay >= lo && delay <= hi, "attempt %d: delay %s not within %s..%s", attempt, delay, lo, hi)
+				b.clock.Advance(hi + time.Second)
+				p.Wake()
+			}
+			final := waitStatus(t, sub, lifecycle.Failed)
+			require.Equal(t, "retryable trouble", final.LastError)
+			ins := b.instances(t, tk.ID)
+			require.Len(t, ins, 3, "max attempts")
+			logs := b.logs(t, tk.ID)
+			require.Len(t, logs, 3)
+			require.Contains(t, logs[2].Message, "no attempts left")
+		})
+		t.Run("NonRetryableErrorFailsAtOnce", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: register})
+			b.pool(t, worker.Config{}, true)
+			tk := b.create(t, "final", nil)
+			sub := b.watch(tk.ID)
+			defer sub.Close()
+			waitStatus(t, sub, lifecycle.Failed)
+			ins := b.instances(t, tk.ID)
+			require.Len(t, ins, 1)
+			require.Equal(t, lifecycle.KindNonRetryable, *ins[0].ErrorKind)
+		})
+		t.Run("ResourceErrorWaitsLonger", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: register})
+			b.pool(t, worker.Config{}, true)
+			tk := b.create(t, "resource", nil)
+			sub := b.watch(tk.ID)
+			defer sub.Close()
+			waitStatus(t, sub, lifecycle.RetryPending)
+			ins := b.instances(t, tk.ID)
+			require.Equal(t, lifecycle.KindResource, *ins[0].ErrorKind)
+			delay := ins[1].RunAt.Sub(*ins[0].FinishedAt)
+			require.GreaterOrEqual(t, delay, 54*time.Second, "resource backoff, not the 5 s one")
+		})
+	})
+}
+
+func TestPolicies(t *testing.T) {
+	t.Parallel()
+	ps, err := worker.NewPolicies(testPolicies...)
+	require.NoError(t, err)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := ps.Next("default", 3, 1, lifecycle.KindInterrupted, now)
+	require.True(t, d.Retry)
+	require.Equal(t, 1, d.Attempt, "an interruption does not use up an attempt")
+	require.Equal(t, now, d.RunAt)
+	d = ps.Next("default", 3, 3, lifecycle.KindTimeout, now)
+	require.False(t, d.Retry)
+	d = ps.Next("default", 5, 3, lifecycle.KindTimeout, now)
+	require.True(t, d.Retry, "the task's max attempts wins over the policy's")
+	require.Equal(t, 4, d.Attempt)
+	d = ps.Next("default", 3, 1, lifecycle.KindNonRetryable, now)
+	require.False(t, d.Retry)
+	_, err = worker.NewPolicies(worker.RetryPolicy{Name: "default", MaxAttempts: 0})
+	require.Error(t, err)
+	_, err = worker.NewPolicies(worker.RetryPolicy{Name: "default", MaxAttempts: 3})
+	require.Error(t, err, "retries without a backoff")
+	_, err = worker.NewPolicies(worker.RetryPolicy{Name: "x", MaxAttempts: 1})
+	require.Error(t, err, "no default policy")
+}
+
+func TestExecution(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		t.Run("PanicIsAnErrorNotACrash", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+				worker.Register(r, "panics", func(context.Context, *worker.Job, empty) error { panic("nil map somewhere") })
+				worker.Register(r, "fine", func(context.Context, *worker.Job, empty) error { return nil })
+			}})
+			b.pool(t, worker.Config{}, true)
+			bad := b.create(t, "panics", func(n *store.NewTask) { n.RetryPolicy, n.MaxAttempts = "none", 1 })
+			sub := b.watch(bad.ID)
+			defer sub.Close()
+			failed := waitStatus(t, sub, lifecycle.Failed)
+			require.Contains(t, failed.LastError, "panic: nil map somewhere")
+			good := b.create(t, "fine", nil)
+			sub2 := b.watch(good.ID)
+			defer sub2.Close()
+			waitStatus(t, sub2, lifecycle.Success)
+		})
+		t.Run("CancelStopsARunningHandlerThroughItsContext", func(t *testing.T) {
+			t.Parallel()
+			for _, viaBroker := range []bool{true, false} {
+				started := make(chan struct{}, 1)
+				b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+					worker.Register(r, "blocks", func(ctx context.Context, _ *worker.Job, _ empty) error {
+						started <- struct{}{}
+						<-ctx.Done()
+						return ctx.Err()
+					})
+				}})
+				cfg := worker.Config{HeartbeatInterval: time.Hour}
+				if !viaBroker {
+					cfg.HeartbeatInterval = 20 * time.Millisecond // the request arrives with a heartbeat
+				}
+				b.pool(t, cfg, viaBroker)
+				tk := b.create(t, "blocks", nil)
+				sub := b.watch(tk.ID)
+				<-started
+				_, err := b.store.CancelTask(context.Background(), tk.ID, "no longer needed")
+				require.NoError(t, err)
+				got := waitStatus(t, sub, lifecycle.Cancelled)
+				sub.Close()
+				require.Contains(t, got.LastError, "no longer needed")
+				ins := b.instances(t, tk.ID)
+				require.Len(t, ins, 1, "a cancelled task is not retried")
+				require.Equal(t, lifecycle.KindCancelled, *ins[0].ErrorKind)
+			}
+		})
+		t.Run("TimeoutFailsTheExecution", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+				worker.Register(r, "slow", func(ctx context.Context, _ *worker.Job, _ empty) error {
+					<-ctx.Done()
+					return ctx.Err()
+				})
+			}})
+			b.pool(t, worker.Config{}, true)
+			tk := b.create(t, "slow", func(n *store.NewTask) { n.TimeoutSeconds, n.RetryPolicy, n.MaxAttempts = 1, "none", 1 })
+			sub := b.watch(tk.ID)
+			defer sub.Close()
+			got := waitStatus(t, sub, lifecycle.Failed)
+			require.Contains(t, got.LastError, "timed out after 1s")
+			require.Equal(t, lifecycle.KindTimeout, *b.instances(t, tk.ID)[0].ErrorKind)
+		})
+		t.Run("ProgressLogsAndResultAreRecorded", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+				worker.Register(r, "steps", func(ctx context.Context, job *worker.Job, _ empty) error {
+					for i := int64(1); i <= 3; i++ {
+						job.Info(fmt.Sprintf("step %d", i), "phone", "13812345678")
+						job.Progress(i, 3)
+					}
+					return job.SetResult(map[string]any{"steps": 3, "contact": "alice@example.com"})
+				})
+			}})
+			b.pool(t, worker.Config{}, true)
+			tk := b.create(t, "steps", nil)
+			sub := b.watch(tk.ID)
+			defer sub.Close()
+			got := waitStatus(t, sub, lifecycle.Success)
+			require.JSONEq(t, `{"steps":3,"contact":"a***@example.com"}`, string(got.Result), "results are masked")
+			final, err := b.store.TaskByID(context.Background(), tk.ID)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, final.ProgressDone)
+			require.EqualValues(t, 3, final.ProgressTotal)
+			logs := b.logs(t, tk.ID)
+			require.Len(t, logs, 3)
+			for i, l := range logs {
+				require.Equal(t, fmt.Sprintf("step %d", i+1), l.Message)
+				require.Equal(t, "138****5678", l.Fields["phone"], "log fields are masked")
+			}
+		})
+		t.Run("SealedInputReachesTheHandlerUnmasked", func(t *testing.T) {
+			t.Parallel()
+			got := make(chan string, 1)
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+				type in struct {
+					Phone string `json:"phone"`
+				}
+				worker.Register(r, "sms", func(ctx context.Context, job *worker.Job, v in) error {
+					got <- v.Phone
+					return nil
+				})
+			}})
+			b.pool(t, worker.Config{}, true)
+			b.create(t, "sms", func(n *store.NewTask) {
+				n.Input = json.RawMessage(`{"phone":"138****5678"}`)
+				n.InputSealed = b.sealer.Seal([]byte(`{"phone":"13812345678"}`))
+			})
+			select {
+			case p := <-got:
+				require.Equal(t, "13812345678", p)
+			case <-time.After(20 * time.Second):
+				t.Fatal("handler not run")
+			}
+		})
+	})
+}
+
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		t.Run("RunningHandlersFinishWithinTheGrace", func(t *testing.T) {
+			t.Parallel()
+			started := make(chan struct{}, 1)
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+				worker.Register(r, "short", func(ctx context.Context, _ *worker.Job, _ empty) error {
+					started <- struct{}{}
+					time.Sleep(300 * time.Millisecond) // the work itself
+					return nil
+				})
+			}})
+			p, err := worker.NewPool(worker.Config{ShutdownGrace: 10 * time.Second, PollInterval: 10 * time.Millisecond},
+				worker.Deps{Store: b.store, Registry: b.registry, Policies: b.policies, Broker: b.broker, Sealer: b.sealer, Masker: mask.Default()})
+			require.NoError(t, err)
+			require.NoError(t, p.Start(context.Background()))
+			tk := b.create(t, "short", nil)
+			<-started
+			require.NoError(t, p.Stop(context.Background()))
+			got, err := b.store.TaskByID(context.Background(), tk.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.Success, got.Status)
+			b.noneExecuting(t)
+		})
+		t.Run("HandlersStillRunningAreInterruptedAndReleased", func(t *testing.T) {
+			t.Parallel()
+			started := make(chan struct{}, 2)
+			release := make(chan struct{})
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+				worker.Register(r, "cooperative", func(ctx context.Context, _ *worker.Job, _ empty) error {
+					started <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				worker.Register(r, "stubborn", func(ctx context.Context, _ *worker.Job, _ empty) error {
+					started <- struct{}{}
+					<-release // ignores its context
+					return nil
+				})
+			}})
+			defer close(release)
+			p, err := worker.NewPool(worker.Config{ShutdownGrace: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond},
+				worker.Deps{Store: b.store, Registry: b.registry, Policies: b.policies, Broker: b.broker, Sealer: b.sealer, Masker: mask.Default()})
+			require.NoError(t, err)
+			require.NoError(t, p.Start(context.Background()))
+			coop := b.create(t, "cooperative", nil)
+			stub := b.create(t, "stubborn", nil)
+			<-started
+			<-started
+			require.NoError(t, p.Stop(context.Background()))
+			b.noneExecuting(t)
+			for _, tk := range []*ent.Task{coop, stub} {
+				got, err := b.store.TaskByID(context.Background(), tk.ID)
+				require.NoError(t, err)
+				require.Equal(t, lifecycle.RetryPending, got.Status)
+				ins := b.instances(t, tk.ID)
+				require.Len(t, ins, 2)
+				require.Equal(t, lifecycle.KindInterrupted, *ins[0].ErrorKind)
+				require.Equal(t, ins[0].Attempt, ins[1].Attempt, "an interruption does not use up an attempt")
+				require.False(t, ins[1].RunAt.After(time.Now()), "released to run again at once")
+			}
+		})
+	})
+}
+
+func TestWatchdog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		watchdog := func(t *testing.T, b *testBundle, cfg worker.WatchdogConfig) *worker.Watchdog {
+			w, err := worker.NewWatchdog(cfg, b.store, b.policies, mask.Default())
+			require.NoError(t, err)
+			return w
+		}
+		claim := func(t *testing.T, b *testBundle, typ string) store.Claimed {
+			cl, err := b.store.Claim(ctx, "dead-worker", []string{typ}, 1)
+			require.NoError(t, err)
+			require.Len(t, cl, 1)
+			return cl[0]
+		}
+		t.Run("RecoversAnExecutionWhoseWorkerDied", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
+			tk := b.create(t, "noop", nil)
+			claim(t, b, "noop")
+			w := watchdog(t, b, worker.WatchdogConfig{HeartbeatTimeout: 30 * time.Second})
+			res, err := w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Zero(t, res.StaleHeartbeats, "a fresh execution is left alone")
+			b.clock.Advance(31 * time.Second)
+			res, err = w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.StaleHeartbeats)
+			got, err := b.store.TaskByID(ctx, tk.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.RetryPending, got.Status)
+			ins := b.instances(t, tk.ID)
+			require.Equal(t, lifecycle.KindTimeout, *ins[0].ErrorKind)
+			require.Contains(t, ins[0].LastError, "dead-worker stopped sending heartbeats")
+			logs := b.logs(t, tk.ID)
+			require.Len(t, logs, 1)
+			require.Contains(t, logs[0].Message, "watchdog")
+		})
+		t.Run("FailsWhenNoAttemptIsLeft", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
+			tk := b.create(t, "noop", func(n *store.NewTask) { n.MaxAttempts = 1 })
+			claim(t, b, "noop")
+			b.clock.Advance(time.Minute)
+			_, err := watchdog(t, b, worker.WatchdogConfig{}).RunOnce(ctx)
+			require.NoError(t, err)
+			got, err := b.store.TaskByID(ctx, tk.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.Failed, got.Status)
+		})
+		t.Run("TimesOutAnExecutionThatOverranItsTimeout", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
+			tk := b.create(t, "noop", func(n *store.NewTask) { n.TimeoutSeconds = 10 })
+			c := claim(t, b, "noop")
+			b.clock.Advance(16 * time.Second)
+			_, err := b.store.Heartbeat(ctx, []store.Token{c.Token()}) // alive, but overrunning
+			require.NoError(t, err)
+			res, err := watchdog(t, b, worker.WatchdogConfig{TimeoutGrace: 5 * time.Second}).RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.TimedOut)
+			ins := b.instances(t, tk.ID)
+			require.Contains(t, ins[0].LastError, "exceeded the timeout of 10s")
+		})
+		t.Run("FinishesACancelWhoseWorkerIsGone", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
+			tk := b.create(t, "noop", nil)
+			claim(t, b, "noop")
+			_, err := b.store.CancelTask(ctx, tk.ID, "stop it")
+			require.NoError(t, err)
+			b.clock.Advance(time.Minute)
+			res, err := watchdog(t, b, worker.WatchdogConfig{}).RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.CancelsFinished)
+			got, err := b.store.TaskByID(ctx, tk.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.Cancelled, got.Status)
+		})
+		t.Run("DoesNothingWhileAnotherLeads", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
+			b.create(t, "noop", nil)
+			claim(t, b, "noop")
+			b.clock.Advance(time.Minute)
+			w := watchdog(t, b, worker.WatchdogConfig{Leader: func(context.Context) (bool, error) { return false, nil }})
+			res, err := w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.False(t, res.Led)
+			require.Zero(t, res.StaleHeartbeats)
+		})
+		t.Run("AZombieWorkerCannotCompleteWhatWasRecovered", func(t *testing.T) {
+			t.Parallel()
+			started := make(chan struct{}, 1)
+			release := make(chan struct{})
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *worker.Registry) {
+				worker.Register(r, "hangs", func(ctx context.Context, job *worker.Job, _ empty) error {
+					started <- struct{}{}
+					<-release // stuck, ignoring everything, then "succeeds"
+					job.Info("finished late")
+					return nil
+				})
+			}})
+			p, err := worker.NewPool(worker.Config{HeartbeatInterval: time.Hour, PollInterval: 10 * time.Millisecond, ShutdownGrace: 10 * time.Second},
+				worker.Deps{Store: b.store, Registry: b.registry, Policies: b.policies, Sealer: b.sealer, Masker: mask.Default()})
+			require.NoError(t, err)
+			require.NoError(t, p.Start(ctx))
+			tk := b.create(t, "hangs", nil)
+			<-started
+			b.clock.Advance(31 * time.Second)
+			res, err := watchdog(t, b, worker.WatchdogConfig{}).RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.StaleHeartbeats)
+			close(release)
+			require.NoError(t, p.Stop(ctx)) // writes whatever the zombie had
+			got, err := b.store.TaskByID(ctx, tk.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.RetryPending, got.Status, "the zombie's success was refused")
+			ins := b.instances(t, tk.ID)
+			require.Equal(t, lifecycle.Failed, ins[0].Status)
+			require.Equal(t, lifecycle.KindTimeout, *ins[0].ErrorKind)
+			for _, l := range b.logs(t, tk.ID) {
+				require.NotEqual(t, "finished late", l.Message, "the zombie's log line was refused")
+			}
+		})
+	})
+}
