@@ -1,6 +1,7 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
-// a PostgreSQL database. "taskgraph bench" measures throughput.
+// a PostgreSQL database. "taskgraph bench" measures throughput;
+// "taskgraph watch" prints a task's changes as they are committed.
 package main
 
 import (
@@ -20,8 +21,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "bench" {
-		os.Exit(runBench(os.Args[2:]))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "bench":
+			os.Exit(runBench(os.Args[2:]))
+		case "watch":
+			os.Exit(runWatch(os.Args[2:]))
+		}
 	}
 	os.Exit(serve(os.Args[1:]))
 }

@@ -1,0 +1,403 @@
+package graph_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/client"
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+
+	"taskgraph/app"
+	"taskgraph/app/apptest"
+	"taskgraph/internal/dbtest"
+	"taskgraph/worker"
+)
+
+type taskView struct {
+	ID               string   `json:"id"`
+	Code             string   `json:"code"`
+	Status           string   `json:"status"`
+	Version          int      `json:"version"`
+	CancelRequested  bool     `json:"cancelRequested"`
+	AvailableActions []string `json:"availableActions"`
+}
+
+const createNoop = `mutation($in: CreateTaskInput!) { createTask(input: $in) { id code status version availableActions } }`
+
+func create(t *testing.T, s *apptest.Server, in map[string]any) taskView {
+	t.Helper()
+	var out struct{ CreateTask taskView }
+	s.Query(t, createNoop, map[string]any{"in": in}, &out)
+	return out.CreateTask
+}
+
+// gtws is a graphql-transport-ws client.
+type gtws struct {
+	t    *testing.T
+	conn *websocket.Conn
+}
+
+type wsMsg struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+func dialGTWS(t *testing.T, s *apptest.Server) *gtws {
+	t.Helper()
+	d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 5 * time.Second}
+	conn, resp, err := d.Dial(s.WS(), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, "graphql-transport-ws", conn.Subprotocol())
+	c := &gtws{t: t, conn: conn}
+	c.send(wsMsg{Type: "connection_init", Payload: json.RawMessage(`{}`)})
+	require.Equal(t, "connection_ack", c.next().Type)
+	return c
+}
+
+func (c *gtws) send(m wsMsg) {
+	c.t.Helper()
+	require.NoError(c.t, c.conn.WriteJSON(m))
+}
+
+// next returns the next message that is not a keep-alive.
+func (c *gtws) next() wsMsg {
+	c.t.Helper()
+	for {
+		require.NoError(c.t, c.conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+		var m wsMsg
+		require.NoError(c.t, c.conn.ReadJSON(&m))
+		switch m.Type {
+		case "ping":
+			c.send(wsMsg{Type: "pong"})
+		case "pong", "ka":
+		default:
+			return m
+		}
+	}
+}
+
+func (c *gtws) subscribe(id, query string, vars map[string]any) {
+	c.t.Helper()
+	payload, err := json.Marshal(map[string]any{"query": query, "variables": vars})
+	require.NoError(c.t, err)
+	c.send(wsMsg{Type: "subscribe", ID: id, Payload: payload})
+}
+
+func statusOf(t *testing.T, payload json.RawMessage) string {
+	t.Helper()
+	var p struct {
+		Data struct {
+			TaskUpdated taskView `json:"taskUpdated"`
+		} `json:"data"`
+		Errors []any `json:"errors"`
+	}
+	require.NoError(t, json.Unmarshal(payload, &p))
+	require.Empty(t, p.Errors)
+	return p.Data.TaskUpdated.Status
+}
+
+// waitNoSubscribers waits until the broker has released every subscription.
+func waitNoSubscribers(t *testing.T, s *apptest.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.App.Broker.Stats().TaskSubscribers > 1 { // the worker pool's own
+		require.True(t, time.Now().Before(deadline), "subscriptions not released: %+v", s.App.Broker.Stats())
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSubscriptions(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		t.Run("GraphQLTransportWSSeesEveryTransitionInOrder", func(t *testing.T) {
+			t.Parallel()
+			s := apptest.Start(t, d.DSN(t), app.Options{})
+			c := dialGTWS(t, s)
+			c.subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { id status version } }`, nil)
+			created := create(t, s, map[string]any{"type": "noop", "title": "watched"})
+			var seen []string
+			for len(seen) == 0 || seen[len(seen)-1] != "SUCCESS" {
+				m := c.next()
+				require.Equal(t, "next", m.Type, "%s", m.Payload)
+				seen = append(seen, statusOf(t, m.Payload))
+			}
+			require.Equal(t, []string{"PENDING", "EXECUTING", "SUCCESS"}, seen, "task %s", created.ID)
+			c.send(wsMsg{Type: "complete", ID: "1"})
+			require.NoError(t, c.conn.Close())
+			waitNoSubscribers(t, s)
+		})
+		t.Run("WithAnIDTheCurrentStateComesFirst", func(t *testing.T) {
+			t.Parallel()
+			s := apptest.Start(t, d.DSN(t), app.Options{})
+			tk := create(t, s, map[string]any{"type": "noop", "input": map[string]any{"sleepMs": 60000}})
+			c := dialGTWS(t, s)
+			defer c.conn.Close()
+			c.subscribe("a", `subscription($id: ID!) { taskUpdated(id: $id) { id status cancelRequested } }`, map[string]any{"id": tk.ID})
+			first := statusOf(t, c.next().Payload)
+			require.Contains(t, []string{"PENDING", "EXECUTING"}, first)
+			var out struct{ CancelTask taskView }
+			s.Query(t, `mutation($id: ID!) { cancelTask(id: $id, reason: "test") { status } }`, map[string]any{"id": tk.ID}, &out)
+			last := first
+			for last != "CANCELLED" {
+				last = statusOf(t, c.next().Payload)
+			}
+		})
+		t.Run("LegacyGraphQLWSIsServedToo", func(t *testing.T) {
+			t.Parallel()
+			s := apptest.Start(t, d.DSN(t), app.Options{})
+			tk := create(t, s, map[string]any{"type": "noop", "input": map[string]any{"sleepMs": 60000}})
+			gc := client.New(s.App.Handler, client.Path("/query"))
+			sub := gc.Websocket(fmt.Sprintf(`subscription { taskUpdated(id: %s) { status } }`, tk.ID))
+			var resp struct{ TaskUpdated taskView }
+			require.NoError(t, sub.Next(&resp))
+			require.Contains(t, []string{"PENDING", "EXECUTING"}, resp.TaskUpdated.Status)
+			require.NoError(t, sub.Close())
+			waitNoSubscribers(t, s)
+		})
+		t.Run("SSEStreamsTheSameChanges", func(t *testing.T) {
+			t.Parallel()
+			s := apptest.Start(t, d.DSN(t), app.Options{})
+			ctx, cancel := context.WithCancel(context.Background())
+			body, _ := json.Marshal(map[string]any{"query": `subscription { taskUpdated(where: {type: "noop"}) { status } }`})
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/query", strings.NewReader(string(body)))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			require.Equal(t, "text/event-stream", strings.Split(resp.Header.Get("Content-Type"), ";")[0])
+			events := make(chan string, 16)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer close(events)
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+						events <- data
+					}
+				}
+			}()
+			// The stream is open once the subscription is registered.
+			deadline := time.Now().Add(10 * time.Second)
+			for s.App.Broker.Stats().TaskSubscribers < 2 {
+				require.True(t, time.Now().Before(deadline))
+				time.Sleep(5 * time.Millisecond)
+			}
+			create(t, s, map[string]any{"type": "noop"})
+			var seen []string
+			for len(seen) < 3 {
+				select {
+				case data, ok := <-events:
+					require.True(t, ok, "stream ended early")
+					var p struct {
+						Data struct{ TaskUpdated taskView } `json:"data"`
+					}
+					require.NoError(t, json.Unmarshal([]byte(data), &p))
+					seen = append(seen, p.Data.TaskUpdated.Status)
+				case <-time.After(20 * time.Second):
+					t.Fatalf("timed out; saw %v", seen)
+				}
+			}
+			require.Equal(t, []string{"PENDING", "EXECUTING", "SUCCESS"}, seen)
+			cancel()
+			resp.Body.Close()
+			wg.Wait()
+			waitNoSubscribers(t, s)
+		})
+		t.Run("LogTail", func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			s := apptest.Start(t, d.DSN(t), app.Options{Register: func(r *worker.Registry) {
+				worker.Register(r, "chatty", func(ctx context.Context, job *worker.Job, _ struct{}) error {
+					<-release
+					job.Info("line one")
+					job.Warn("line two", "n", 2)
+					return nil
+				})
+			}})
+			tk := create(t, s, map[string]any{"type": "chatty"})
+			c := dialGTWS(t, s)
+			defer c.conn.Close()
+			c.subscribe("l", `subscription($id: ID!) { taskLogAppended(taskId: $id) { level message fields } }`, map[string]any{"id": tk.ID})
+			// Make sure the subscription is in place before the lines exist.
+			deadline := time.Now().Add(10 * time.Second)
+			for s.App.Broker.Stats().LogSubscribers < 1 {
+				require.True(t, time.Now().Before(deadline))
+				time.Sleep(5 * time.Millisecond)
+			}
+			close(release)
+			var got []string
+			for len(got) < 2 {
+				m := c.next()
+				var p struct {
+					Data struct {
+						TaskLogAppended struct{ Level, Message string } `json:"taskLogAppended"`
+					} `json:"data"`
+				}
+				require.NoError(t, json.Unmarshal(m.Payload, &p))
+				got = append(got, p.Data.TaskLogAppended.Level+" "+p.Data.TaskLogAppended.Message)
+			}
+			require.Equal(t, []string{"INFO line one", "WARN line two"}, got)
+		})
+	})
+}
+
+func TestAPIErrors(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s := apptest.Start(t, dsn, app.Options{})
+		countTasks := func() int {
+			var out struct{ Tasks struct{ TotalCount int } }
+			s.Query(t, `{ tasks { totalCount } }`, nil, &out)
+			return out.Tasks.TotalCount
+		}
+		done := create(t, s, map[string]any{"type": "noop"})
+		var waited struct{ Task taskView }
+		for waited.Task.Status != "SUCCESS" {
+			s.Query(t, `query($id: ID!) { task(id: $id) { status } }`, map[string]any{"id": done.ID}, &waited)
+		}
+		before := countTasks()
+
+		cases := []struct {
+			name, query string
+			vars        map[string]any
+			code        string
+			contains    string
+		}{
+			{"MalformedQuery", `{ tasks(first: 5 { id }`, nil, "GRAPHQL_PARSE_FAILED", "Expected"},
+			{"UnknownField", `{ tasks { nope } }`, nil, "GRAPHQL_VALIDATION_FAILED", "nope"},
+			{"WrongArgumentType", `mutation { createTask(input: {type: 5}) { id } }`, nil, "GRAPHQL_VALIDATION_FAILED", "String"},
+			{"WrongVariableType", `mutation($p: Int) { createTask(input: {type: "noop", priority: $p}) { id } }`, map[string]any{"p": "high"}, "GRAPHQL_VALIDATION_FAILED", "Int"},
+			{"NotAnID", `{ task(id: "abc") { id } }`, nil, "VALIDATION", "abc"},
+			{"UnknownTaskID", `{ task(id: 987654) { id } }`, nil, "NOT_FOUND", "987654"},
+			{"UnknownNode", `{ node(id: 987654) { id } }`, nil, "NOT_FOUND", "987654"},
+			{"CancelUnknownTask", `mutation { cancelTask(id: 987654) { id } }`, nil, "NOT_FOUND", "987654"},
+			{"UnknownTaskType", `mutation { createTask(input: {type: "rocket"}) { id } }`, nil, "VALIDATION", `unknown task type "rocket"`},
+			{"InputFailsTheTypesSchema", `mutation { createTask(input: {type: "noop", input: {sleepMs: "soon"}}) { id } }`, nil, "VALIDATION", "sleepMs"},
+			{"UnknownInputField", `mutation { createTask(input: {type: "webhook", input: {url: "http://x.test", colour: "red"}}) { id } }`, nil, "VALIDATION", "colour"},
+			{"PriorityOutOfRange", `mutation { createTask(input: {type: "noop", priority: 1000}) { id } }`, nil, "VALIDATION", "priority"},
+			{"UnknownRetryPolicy", `mutation { createTask(input: {type: "noop", retryPolicy: "forever"}) { id } }`, nil, "VALIDATION", "forever"},
+			{"TooManyAttempts", `mutation { createTask(input: {type: "noop", maxAttempts: 1000}) { id } }`, nil, "VALIDATION", "maxAttempts"},
+			{"PageTooLarge", `{ tasks(first: 100000) { totalCount } }`, nil, "VALIDATION", "500"},
+			{"CancelFinishedTask", `mutation($id: ID!) { cancelTask(id: $id) { id } }`, map[string]any{"id": done.ID}, "INVALID_TRANSITION", "SUCCESS to CANCELLED"},
+			{"RetrySucceededTask", `mutation($id: ID!) { retryTask(id: $id) { id } }`, map[string]any{"id": done.ID}, "INVALID_TRANSITION", "SUCCESS to RETRY_PENDING"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				r := s.Do(t, tc.query, tc.vars)
+				require.NotEmpty(t, r.Errors, "%s", r.Data)
+				require.Equal(t, tc.code, r.Errors[0].Code(), "%+v", r.Errors[0])
+				require.Contains(t, r.Errors[0].Message, tc.contains)
+			})
+		}
+		t.Run("NotJSON", func(t *testing.T) {
+			r := s.DoRaw(t, "application/json", []byte(`{"query": `))
+			require.NotEmpty(t, r.Errors)
+		})
+		require.Equal(t, before, countTasks(), "bad requests change nothing")
+	})
+}
+
+func TestMutations(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s := apptest.Start(t, dsn, app.Options{})
+		t.Run("IdempotentCreate", func(t *testing.T) {
+			a := create(t, s, map[string]any{"type": "noop", "idempotencyKey": "k-1", "input": map[string]any{"note": "x"}})
+			b := create(t, s, map[string]any{"type": "noop", "idempotencyKey": "k-1", "input": map[string]any{"note": "x"}})
+			require.Equal(t, a.ID, b.ID)
+			r := s.Do(t, createNoop, map[string]any{"in": map[string]any{"type": "noop", "idempotencyKey": "k-1", "input": map[string]any{"note": "y"}}})
+			require.Len(t, r.Errors, 1)
+			require.Equal(t, "CONFLICT", r.Errors[0].Code())
+			require.Contains(t, r.Errors[0].Message, a.Code)
+		})
+		t.Run("BulkActionsReportEachID", func(t *testing.T) {
+			slow := create(t, s, map[string]any{"type": "noop", "input": map[string]any{"sleepMs": 60000}, "runAt": time.Now().Add(time.Hour).Format(time.RFC3339)})
+			var out struct {
+				CancelTasks []struct {
+					ID    string
+					Ok    bool
+					Task  *taskView
+					Error *struct{ Code, Message string }
+				}
+			}
+			s.Query(t, `mutation($ids: [ID!]!) { cancelTasks(ids: $ids, reason: "bulk") { id ok task { status } error { code message } } }`,
+				map[string]any{"ids": []string{slow.ID, "987654"}}, &out)
+			require.Len(t, out.CancelTasks, 2)
+			require.True(t, out.CancelTasks[0].Ok)
+			require.Equal(t, "CANCELLED", out.CancelTasks[0].Task.Status)
+			require.False(t, out.CancelTasks[1].Ok)
+			require.Equal(t, "NOT_FOUND", out.CancelTasks[1].Error.Code)
+		})
+		t.Run("SensitiveInputIsMaskedInTheAPI", func(t *testing.T) {
+			var out struct {
+				CreateTask struct{ Input map[string]any }
+			}
+			s.Query(t, fmt.Sprintf(`mutation { createTask(input: {type: "webhook", runAt: "%s", input: {url: "https://example.test/hook?token=abc", headers: {Authorization: "Bearer s3cr3t"}, body: {phone: "13812345678", idNo: "11010519491231002X"}}}) { input } }`, time.Now().Add(24*time.Hour).Format(time.RFC3339)), nil, &out)
+			raw, _ := json.Marshal(out.CreateTask.Input)
+			for _, secret := range []string{"13812345678", "11010519491231002X", "s3cr3t", "token=abc"} {
+				require.NotContains(t, string(raw), secret)
+			}
+		})
+		t.Run("StatsAndTypes", func(t *testing.T) {
+			var out struct {
+				TaskStats struct {
+					Total    int
+					ByStatus []struct {
+						Status string
+						Count  int
+					}
+				}
+				TaskTypes []struct {
+					Name        string
+					InputSchema map[string]any
+				}
+			}
+			s.Query(t, `{ taskStats { total byStatus { status count } } taskTypes { name inputSchema } }`, nil, &out)
+			sum := 0
+			for _, c := range out.TaskStats.ByStatus {
+				sum += c.Count
+			}
+			require.Equal(t, out.TaskStats.Total, sum)
+			require.Len(t, out.TaskStats.ByStatus, 6)
+			names := []string{}
+			for _, ty := range out.TaskTypes {
+				names = append(names, ty.Name)
+				require.Equal(t, "object", ty.InputSchema["type"])
+			}
+			require.Equal(t, []string{"noop", "webhook"}, names)
+		})
+		t.Run("FilterSearchAndPage", func(t *testing.T) {
+			for i := range 5 {
+				create(t, s, map[string]any{"type": "noop", "title": fmt.Sprintf("Quarterly report %d", i), "bizId": fmt.Sprintf("Q-%d", i)})
+			}
+			var out struct {
+				Tasks struct {
+					TotalCount int
+					PageInfo   struct {
+						HasNextPage bool
+						EndCursor   string
+					}
+					Edges []struct{ Node struct{ Title string } }
+				}
+			}
+			s.Query(t, `{ tasks(first: 2, where: {search: "quarterly"}, orderBy: [{field: CREATED_AT, direction: DESC}]) { totalCount pageInfo { hasNextPage endCursor } edges { node { title } } } }`, nil, &out)
+			require.Equal(t, 5, out.Tasks.TotalCount)
+			require.Len(t, out.Tasks.Edges, 2)
+			require.True(t, out.Tasks.PageInfo.HasNextPage)
+			require.Equal(t, "Quarterly report 4", out.Tasks.Edges[0].Node.Title)
+		})
+	})
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"taskgraph/ent/taskinstance"
+	"taskgraph/lifecycle"
+	"taskgraph/store"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds the server once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "taskgraph-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "taskgraph")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build: %v", buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestStartupFailsFastWithOneLine(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"BadFlag", []string{"-workers", "lots"}, 2, "-workers"},
+		{"UnreachableDatabase", []string{"-db", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2", "-addr", "127.0.0.1:0"}, 1, "connect to postgres database"},
+		{"BadSecretKey", []string{"-secret-key", "short", "-addr", "127.0.0.1:0"}, 1, "key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(bin, append(tc.args, "-data-dir", t.TempDir())...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			exit, ok := err.(*exec.ExitError)
+			if !ok {
+				t.Fatalf("want exit code %d, got %v", tc.code, err)
+			}
+			if exit.ExitCode() != tc.code {
+				t.Fatalf("exit code %d, want %d; stderr: %s", exit.ExitCode(), tc.code, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			if tc.code == 1 && len(lines) != 1 {
+				t.Fatalf("want one line, got %d:\n%s", len(lines), stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("stderr %q does not mention %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+func gql(t *testing.T, addr, query string, out any) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query})
+	resp, err := http.Post("http://"+addr+"/query", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data   json.RawMessage
+		Errors []any
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || len(r.Errors) > 0 {
+		t.Fatalf("query %q: %v %v", query, err, r.Errors)
+	}
+	if err := json.Unmarshal(r.Data, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSignalsShutDownGracefully runs the real server, starts a long task and
+// a short one, sends SIGTERM, and checks DESIGN §3: the short task finished
+// within the grace period, the long one was released as INTERRUPTED ->
+// RETRY_PENDING, and nothing is left EXECUTING.
+func TestSignalsShutDownGracefully(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "-addr", addr, "-data-dir", dir, "-shutdown-grace", "1500ms", "-log-format", "json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill() //nolint:errcheck // already exited on success
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not ready: %s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var long, short struct{ CreateTask struct{ ID string } }
+	gql(t, addr, `mutation { createTask(input: {type: "noop", input: {sleepMs: 600000}}) { id } }`, &long)
+	gql(t, addr, `mutation { createTask(input: {type: "noop", input: {sleepMs: 500}}) { id } }`, &short)
+	for {
+		var st struct{ Task struct{ Status string } }
+		gql(t, addr, `{ task(id: `+short.CreateTask.ID+`) { status } }`, &st)
+		if st.Task.Status == "EXECUTING" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("task never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v\n%s", err, stderr.String())
+	}
+
+	s, err := store.Open(context.Background(), store.Config{DSN: filepath.Join(dir, "taskgraph.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	n, err := s.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Executing)).Count(ctx)
+	if err != nil || n != 0 {
+		t.Fatalf("%d instances left EXECUTING (%v)", n, err)
+	}
+	check := func(id string, want lifecycle.Status) {
+		var taskID int
+		fmt.Sscan(id, &taskID)
+		tk, err := s.TaskByID(ctx, taskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Status != want {
+			t.Fatalf("task %d is %s, want %s", taskID, tk.Status, want)
+		}
+	}
+	check(short.CreateTask.ID, lifecycle.Success)
+	check(long.CreateTask.ID, lifecycle.RetryPending)
+	var longID int
+	fmt.Sscan(long.CreateTask.ID, &longID)
+	ins, err := s.Client().TaskInstance.Query().Where(taskinstance.TaskID(longID)).Order(taskinstance.ByInstanceNo()).All(ctx)
+	if err != nil || len(ins) != 2 || ins[0].ErrorKind == nil || *ins[0].ErrorKind != lifecycle.KindInterrupted {
+		t.Fatalf("long task's instances: %v %v", ins, err)
+	}
+}
