@@ -33,6 +33,13 @@ func ScanTaskRows(c *Client, rows *stdsql.Rows) ([]*Task, error) {
 	return out, rows.Err()
 }
 
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *Task) BindTo(c *Client) *Task {
+	_m.config = c.config
+	return _m
+}
+
 // ScanTaskInstanceRows reads every row of rows (all columns of the task_instances
 // table, in any order) into TaskInstance entities bound to c, and closes rows.
 func ScanTaskInstanceRows(c *Client, rows *stdsql.Rows) ([]*TaskInstance, error) {
@@ -59,6 +66,13 @@ func ScanTaskInstanceRows(c *Client, rows *stdsql.Rows) ([]*TaskInstance, error)
 	return out, rows.Err()
 }
 
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TaskInstance) BindTo(c *Client) *TaskInstance {
+	_m.config = c.config
+	return _m
+}
+
 // ScanTaskLogRows reads every row of rows (all columns of the task_logs
 // table, in any order) into TaskLog entities bound to c, and closes rows.
 func ScanTaskLogRows(c *Client, rows *stdsql.Rows) ([]*TaskLog, error) {
@@ -83,4 +97,11 @@ func ScanTaskLogRows(c *Client, rows *stdsql.Rows) ([]*TaskLog, error) {
 		out = append(out, node)
 	}
 	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TaskLog) BindTo(c *Client) *TaskLog {
+	_m.config = c.config
+	return _m
 }

@@ -51,6 +51,27 @@ func classify(err error) (code string, ext map[string]any, ok bool) {
 	return "", nil, false
 }
 
+// resolverError marks an error returned by a resolver, as opposed to one
+// gqlgen raised about the request itself (parse, validation, arguments).
+type resolverError struct{ err error }
+
+func (e *resolverError) Error() string { return e.err.Error() }
+func (e *resolverError) Unwrap() error { return e.err }
+
+// MarkResolverErrors is a field middleware: what a resolver returns is
+// classified by the presenter as a domain error or INTERNAL, never as a
+// problem with the request.
+func MarkResolverErrors(ctx context.Context, next graphql.Resolver) (any, error) {
+	res, err := next(ctx)
+	if err != nil {
+		var re *resolverError
+		if !errors.As(err, &re) {
+			err = &resolverError{err}
+		}
+	}
+	return res, err
+}
+
 // ErrorPresenter gives every error an extensions.code. Errors of the
 // caller's making keep their message; any other error is logged with a
 // reference and shown as INTERNAL with that reference only, so that no
@@ -62,11 +83,19 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 			setCode(gqlErr, code, ext)
 			return gqlErr
 		}
+		var re *resolverError
 		var wrapped *gqlerror.Error
-		if errors.As(err, &wrapped) {
-			// Built by gqlgen or entgql: parse and validation errors,
-			// arguments of the wrong type, unknown node ids. Their
-			// messages are about the request.
+		if errors.As(err, &re) {
+			// A resolver's own GraphQL error (entgql's unknown node id)
+			// carries its code; anything else it returned is internal.
+			if errors.As(re.err, &wrapped) && wrapped.Extensions["code"] != nil {
+				gqlErr.Message = wrapped.Message
+				setCode(gqlErr, wrapped.Extensions["code"].(string), nil)
+				return gqlErr
+			}
+		} else if errors.As(err, &wrapped) {
+			// Built by gqlgen about the request: parse and validation
+			// errors, arguments of the wrong type.
 			if _, has := gqlErr.Extensions["code"]; !has {
 				setCode(gqlErr, CodeValidation, nil)
 			}

@@ -62,6 +62,7 @@ func NewServer(cfg ServerConfig) *handler.Server {
 		limit = 2000
 	}
 	srv.Use(extension.FixedComplexityLimit(limit))
+	srv.AroundFields(MarkResolverErrors)
 	srv.SetErrorPresenter(ErrorPresenter(log))
 	srv.SetRecoverFunc(RecoverFunc(log))
 	return srv

@@ -188,7 +188,7 @@ WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Statu
 		if err != nil {
 			return fmt.Errorf("retry: write log: %w", err)
 		}
-		t.logs = append(t.logs, lg)
+		t.logged(lg)
 		tk.Status, tk.CancelRequested, tk.FinishedAt, tk.ProgressDone, tk.UpdatedAt = lifecycle.RetryPending, false, nil, 0, now
 		tk.Version++
 		out = tk

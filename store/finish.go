@@ -232,7 +232,7 @@ WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'
 		if err != nil {
 			return nil, fmt.Errorf("finish: write logs: %w", err)
 		}
-		t.logs = append(t.logs, created...)
+		t.logged(created...)
 	}
 	t.changed(events.Transitioned, tasks...)
 	return errs, nil

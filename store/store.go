@@ -46,7 +46,15 @@ type Config struct {
 	// MaxOpenConns bounds the connection pool. Default: 32 on PostgreSQL,
 	// 8 on SQLite.
 	MaxOpenConns int
+	// BeforeCommit, when set, runs in every writing transaction that
+	// recorded changes, just before COMMIT, with a way to execute statements
+	// in it: the relay sends its notifications there, so that they are
+	// delivered if and only if the transaction commits.
+	BeforeCommit BeforeCommitFunc
 }
+
+// BeforeCommitFunc is Config.BeforeCommit.
+type BeforeCommitFunc func(ctx context.Context, exec func(ctx context.Context, query string, args ...any) error, changes []events.TaskChange, logs []*ent.TaskLog) error
 
 // Store reads and writes tasks, instances and logs.
 type Store struct {
@@ -57,6 +65,7 @@ type Store struct {
 	clock   func() time.Time
 	log     *slog.Logger
 	writeMu chan struct{} // SQLite only: one writing transaction at a time
+	before  BeforeCommitFunc
 }
 
 // Open connects, checks the connection and migrates the schema.
@@ -70,11 +79,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	s := &Store{
-		db:    db,
-		d:     sqlDialect{name: dialectName},
-		pub:   cfg.Publisher,
-		clock: cfg.Clock,
-		log:   cfg.Logger,
+		db:     db,
+		d:      sqlDialect{name: dialectName},
+		pub:    cfg.Publisher,
+		clock:  cfg.Clock,
+		log:    cfg.Logger,
+		before: cfg.BeforeCommit,
 	}
 	if s.pub == nil {
 		s.pub = events.Discard{}
@@ -198,13 +208,23 @@ func (s *Store) Close() error { return s.client.Close() }
 // txn is a transaction plus what it will publish once committed.
 type txn struct {
 	*ent.Tx
+	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
 }
 
+// changed records committed-to-be changes. The tasks are bound to the
+// store's client: subscribers resolve their edges after the transaction.
 func (t *txn) changed(kind events.ChangeKind, tasks ...*ent.Task) {
 	for _, tk := range tasks {
-		t.changes = append(t.changes, events.TaskChange{Kind: kind, Task: tk})
+		t.changes = append(t.changes, events.TaskChange{Kind: kind, Task: tk.BindTo(t.client)})
+	}
+}
+
+// logged records log lines written in the transaction.
+func (t *txn) logged(logs ...*ent.TaskLog) {
+	for _, l := range logs {
+		t.logs = append(t.logs, l.BindTo(t.client))
 	}
 }
 
@@ -240,10 +260,20 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) error {
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &txn{Tx: tx}
+	t := &txn{Tx: tx, client: s.client}
 	if err := fn(t); err != nil {
 		_ = tx.Rollback()
 		return err
+	}
+	if s.before != nil && len(t.changes)+len(t.logs) > 0 {
+		exec := func(ctx context.Context, query string, args ...any) error {
+			_, err := t.ExecContext(ctx, query, args...)
+			return err
+		}
+		if err := s.before(ctx, exec, t.changes, t.logs); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		// The outcome of a failed COMMIT is unknown: never run the

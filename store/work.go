@@ -167,7 +167,7 @@ func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progr
 			if err != nil {
 				return fmt.Errorf("record work: write logs: %w", err)
 			}
-			t.logs = append(t.logs, created...)
+			t.logged(created...)
 		}
 
 		var accepted []Progress
