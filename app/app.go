@@ -12,16 +12,23 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/playground"
 
+	"entgo.io/ent/dialect"
+
 	"taskgraph/builtin"
 	"taskgraph/engine"
 	"taskgraph/events"
 	"taskgraph/graph"
+	"taskgraph/leader"
 	"taskgraph/mask"
+	"taskgraph/metrics"
+	"taskgraph/relay"
+	"taskgraph/retention"
 	"taskgraph/seal"
 	"taskgraph/store"
 	"taskgraph/worker"
@@ -44,16 +51,23 @@ type Options struct {
 
 // App is one taskgraph process.
 type App struct {
-	Config   Config
-	Log      *slog.Logger
-	Store    *store.Store
-	Broker   *events.Broker
-	Registry *worker.Registry
-	Policies *worker.Policies
-	Engine   *engine.Engine
-	Pool     *worker.Pool     // nil without the worker role
-	Watchdog *worker.Watchdog // nil without the watchdog role
-	Handler  http.Handler
+	Config Config
+	// Node names this process among those sharing the database (it is also
+	// its worker id).
+	Node      string
+	Log       *slog.Logger
+	Store     *store.Store
+	Broker    *events.Broker
+	Registry  *worker.Registry
+	Policies  *worker.Policies
+	Engine    *engine.Engine
+	Pool      *worker.Pool       // nil without the worker role
+	Watchdog  *worker.Watchdog   // nil without the watchdog role
+	Retention *retention.Janitor // nil without the watchdog role
+	Relay     *relay.Listener    // nil on SQLite
+	Leader    *leader.Lock       // nil on SQLite (one node: it always leads)
+	Metrics   *metrics.Metrics
+	Handler   http.Handler
 
 	baseCtx    context.Context
 	baseCancel context.CancelFunc
@@ -85,8 +99,17 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	broker := events.NewBroker(events.Config{})
-	st, err := store.Open(ctx, store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log})
+	node := opts.Pool.ID
+	if node == "" {
+		node = worker.DefaultWorkerID()
+	}
+	m := metrics.New()
+	broker := events.NewBroker(events.Config{Observe: m.ObserveChange})
+	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log}
+	if isPostgres(cfg.DSN()) {
+		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
+	}
+	st, err := store.Open(ctx, storeCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -98,24 +121,53 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	masker := mask.Default()
 	a := &App{
 		Config:   cfg,
-		Log:      log,
+		Node:     node,
+		Log:      log.With("node", node),
 		Store:    st,
 		Broker:   broker,
 		Registry: registry,
 		Policies: policies,
 		Engine:   engine.New(st, registry, policies, sealer, masker),
+		Metrics:  m,
 	}
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
+	fail := func(err error) (*App, error) {
+		if a.Relay != nil {
+			a.Relay.Close()
+		}
+		_ = st.Close()
+		return nil, err
+	}
 
+	if st.Dialect() == dialect.Postgres {
+		a.Leader = leader.New(st.DB(), leader.WatchdogKey)
+		if cfg.Has(RoleAPI) || cfg.Has(RoleWorker) {
+			a.Relay, err = relay.Listen(ctx, relay.Config{
+				DSN: cfg.DSN(), Node: node, Client: st.Client(), Broker: broker, Logger: log,
+				OnResync: func() {
+					if a.Pool != nil {
+						a.Pool.Wake()
+					}
+				},
+			})
+			if err != nil {
+				return fail(fmt.Errorf("listen for other nodes' changes: %w", err))
+			}
+		}
+	}
+	var leading func(context.Context) (bool, error)
+	if a.Leader != nil {
+		leading = a.Leader.Lead
+	}
 	if cfg.Has(RoleWorker) {
 		pc := opts.Pool
+		pc.ID = node
 		pc.Concurrency = max(pc.Concurrency, cfg.Workers)
 		pc.ShutdownGrace = max(pc.ShutdownGrace, cfg.ShutdownGrace)
-		pc.Logger = log
-		a.Pool, err = worker.NewPool(pc, worker.Deps{Store: st, Registry: registry, Policies: policies, Broker: broker, Sealer: sealer, Masker: masker})
+		pc.Logger = a.Log
+		a.Pool, err = worker.NewPool(pc, worker.Deps{Store: st, Registry: registry, Policies: policies, Broker: broker, Sealer: sealer, Masker: masker, Recorder: m})
 		if err != nil {
-			_ = st.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	if cfg.Has(RoleWatchdog) {
@@ -123,15 +175,34 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		if wc.HeartbeatTimeout == 0 {
 			wc.HeartbeatTimeout = cfg.HeartbeatTimeout
 		}
-		wc.Logger = log
+		if wc.Leader == nil {
+			wc.Leader = leading
+		}
+		wc.OnAction = m.WatchdogActed
+		wc.Logger = a.Log
 		a.Watchdog, err = worker.NewWatchdog(wc, st, policies, masker)
 		if err != nil {
-			_ = st.Close()
-			return nil, err
+			return fail(err)
+		}
+		a.Retention, err = retention.New(retention.Config{Age: cfg.Retention, Leader: leading, Logger: a.Log}, st)
+		if err != nil {
+			return fail(err)
 		}
 	}
+	src := metrics.Sources{Client: st.Client(), Broker: broker}
+	if a.Relay != nil {
+		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
+	}
+	if a.Leader != nil && a.Watchdog != nil {
+		src.Leading = a.Leader.Leading
+	}
+	m.Register(src)
 	a.Handler = a.routes()
 	return a, nil
+}
+
+func isPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
 func secretKey(cfg Config) ([]byte, error) {
@@ -148,6 +219,7 @@ func (a *App) routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
+	mux.Handle("GET /metrics", a.Metrics.Handler())
 	if a.Config.Has(RoleAPI) {
 		gql := graph.NewServer(graph.ServerConfig{
 			Resolver:      &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log},
@@ -205,6 +277,9 @@ func (a *App) Start(ctx context.Context) error {
 	if a.Watchdog != nil {
 		a.Watchdog.Start(ctx)
 	}
+	if a.Retention != nil {
+		a.Retention.Start(ctx)
+	}
 	return nil
 }
 
@@ -248,6 +323,16 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 		if a.Watchdog != nil {
 			a.Watchdog.Stop()
+		}
+		if a.Retention != nil {
+			a.Retention.Stop()
+		}
+		if a.Leader != nil {
+			// Another node's watchdog takes over at its next pass.
+			a.Leader.Release(ctx)
+		}
+		if a.Relay != nil {
+			a.Relay.Close()
 		}
 		// Ends websocket and SSE connections (hijacked or streaming, they
 		// outlive http.Server.Shutdown) and their subscriptions.

@@ -29,6 +29,8 @@ type Config struct {
 	ShutdownGrace    time.Duration
 	HeartbeatTimeout time.Duration
 	Playground       bool
+	// Retention purges finished tasks older than this (0: keep forever).
+	Retention time.Duration
 }
 
 // Role is a part a process plays.
@@ -75,6 +77,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	grace := fs.String("shutdown-grace", env("shutdown-grace", "10s"), "how long running tasks may finish at shutdown before they are interrupted")
 	hb := fs.String("heartbeat-timeout", env("heartbeat-timeout", "30s"), "how long an execution may go without a heartbeat before the watchdog recovers it")
 	playground := fs.String("playground", env("playground", "true"), "serve GraphiQL at /playground and allow introspection")
+	retention := fs.String("retention", env("retention", "0"), "purge finished tasks older than this, e.g. 30d or 720h (0: keep forever)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -90,6 +93,9 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	}
 	if c.HeartbeatTimeout, err = time.ParseDuration(*hb); err != nil || c.HeartbeatTimeout < 3*time.Second {
 		return c, fmt.Errorf("-heartbeat-timeout: %q is not a duration of at least 3s", *hb)
+	}
+	if c.Retention, err = parseDays(*retention); err != nil || c.Retention < 0 {
+		return c, fmt.Errorf("-retention: %q is not a duration such as 30d or 720h", *retention)
 	}
 	if c.Playground, err = strconv.ParseBool(*playground); err != nil {
 		return c, fmt.Errorf("-playground: %q is not true or false", *playground)
@@ -107,6 +113,18 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 		return c, fmt.Errorf("-addr: %q is not host:port", c.Addr)
 	}
 	return c, nil
+}
+
+// parseDays is time.ParseDuration that also takes whole days ("30d").
+func parseDays(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		return time.Duration(n) * 24 * time.Hour, err
+	}
+	if s == "0" {
+		return 0, nil
+	}
+	return time.ParseDuration(s)
 }
 
 func parseRoles(s string) ([]Role, error) {

@@ -25,6 +25,10 @@ type Config struct {
 	// published from different goroutines; this puts them back in order.
 	// Default: HoldBackDefault.
 	HoldBack time.Duration
+	// Observe, when set, is called for every change delivered to at least
+	// one subscriber (metrics: the lag since its commit). It runs under the
+	// broker's lock and must be quick.
+	Observe func(TaskChange)
 }
 
 // HoldBackDefault is the default Config.HoldBack.
@@ -34,6 +38,7 @@ const HoldBackDefault = 100 * time.Millisecond
 // never blocks: a subscriber whose buffer is full is dropped with ErrLagged.
 type Broker struct {
 	holdBack time.Duration
+	observe  func(TaskChange)
 
 	mu       sync.Mutex
 	closed   bool
@@ -49,6 +54,7 @@ type Broker struct {
 func NewBroker(cfg Config) *Broker {
 	b := &Broker{
 		holdBack: cfg.HoldBack,
+		observe:  cfg.Observe,
 		taskSubs: make(map[*Subscription[TaskChange]]struct{}),
 		logSubs:  make(map[int]map[*Subscription[*ent.TaskLog]]struct{}),
 	}
@@ -64,9 +70,10 @@ var _ Publisher = (*Broker)(nil)
 // Subscription is a bounded stream of events. C is closed when the
 // subscription ends; Err then says why (nil after Close).
 type Subscription[T any] struct {
-	C      <-chan T
-	c      chan T
-	filter func(T) bool
+	C        <-chan T
+	c        chan T
+	filter   func(T) bool
+	internal bool
 	err    atomic.Pointer[error]
 	unsub  func()
 	once   sync.Once
@@ -106,8 +113,19 @@ func (s *Subscription[T]) offer(v T) bool {
 // SubscribeTasks streams the committed task changes for which match returns
 // true (nil matches all), in version order per task.
 func (b *Broker) SubscribeTasks(match func(TaskChange) bool, buffer int) *Subscription[TaskChange] {
+	return b.subscribeTasks(match, buffer, false)
+}
+
+// SubscribeInternal is SubscribeTasks for the process's own machinery (a
+// worker pool): it also receives partial changes from other nodes, and is
+// not counted as a subscriber for whom remote changes must be re-read.
+func (b *Broker) SubscribeInternal(match func(TaskChange) bool, buffer int) *Subscription[TaskChange] {
+	return b.subscribeTasks(match, buffer, true)
+}
+
+func (b *Broker) subscribeTasks(match func(TaskChange) bool, buffer int, internal bool) *Subscription[TaskChange] {
 	c := make(chan TaskChange, max(buffer, 1))
-	s := &Subscription[TaskChange]{C: c, c: c, filter: match}
+	s := &Subscription[TaskChange]{C: c, c: c, filter: match, internal: internal}
 	s.unsub = func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -175,15 +193,21 @@ func (b *Broker) PublishTasks(changes []TaskChange) {
 
 // flushHeld is run by a hold-back timer: the predecessor of held changes
 // did not come in time, so deliver them in the order we have.
-func (b *Broker) flushHeld(taskID int) {
+func (b *Broker) flushHeld(taskID int, timerID uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.seq.release(taskID, b.deliverTaskLocked)
+	b.seq.release(taskID, timerID, b.deliverTaskLocked)
 }
 
 func (b *Broker) deliverTaskLocked(c TaskChange) {
 	b.published.Add(1)
+	if b.observe != nil && !c.Partial {
+		b.observe(c)
+	}
 	for s := range b.taskSubs {
+		if c.Partial && !s.internal {
+			continue
+		}
 		if s.filter != nil && !s.filter(c) {
 			continue
 		}
@@ -215,21 +239,46 @@ func (b *Broker) PublishLogs(logs []*ent.TaskLog) {
 
 // Stats are counters for metrics.
 type Stats struct {
-	TaskSubscribers int
-	LogSubscribers  int
-	Published       int64
-	Dropped         int64
+	// TaskSubscribers counts the subscriptions of clients (not internal).
+	TaskSubscribers     int
+	InternalSubscribers int
+	LogSubscribers      int
+	Published           int64
+	Dropped             int64
 }
 
 // Stats returns the broker's counters.
 func (b *Broker) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := 0
-	for _, m := range b.logSubs {
-		n += len(m)
+	st := Stats{Published: b.published.Load(), Dropped: b.dropped.Load()}
+	for s := range b.taskSubs {
+		if s.internal {
+			st.InternalSubscribers++
+		} else {
+			st.TaskSubscribers++
+		}
 	}
-	return Stats{TaskSubscribers: len(b.taskSubs), LogSubscribers: n, Published: b.published.Load(), Dropped: b.dropped.Load()}
+	for _, m := range b.logSubs {
+		st.LogSubscribers += len(m)
+	}
+	return st
+}
+
+// WantsFullChanges reports whether any client subscribes to task changes or
+// logs: only then are other nodes' changes worth re-reading in full.
+func (b *Broker) WantsFullChanges() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.logSubs) > 0 {
+		return true
+	}
+	for s := range b.taskSubs {
+		if !s.internal {
+			return true
+		}
+	}
+	return false
 }
 
 // Close ends every subscription with ErrClosed.
@@ -258,12 +307,17 @@ func (b *Broker) Close() {
 type sequencer struct {
 	cur, prev map[int]*seqState
 	rotated   time.Time
+	timers    uint64 // numbers hold-back timers; never reset
 }
 
 type seqState struct {
 	last  int64
 	held  map[int64]TaskChange
 	timer *time.Timer
+	// timerID names timer. A timer that fired while a publisher held the
+	// lock and filled the gap runs its callback late, possibly after a new
+	// timer took its place; its ID no longer matches and it does nothing.
+	timerID uint64
 }
 
 const seqGeneration = 10 * time.Second
@@ -309,7 +363,7 @@ func (q *sequencer) state(id int) *seqState {
 	return nil
 }
 
-func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(TaskChange), onTimeout func(int)) {
+func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(TaskChange), onTimeout func(taskID int, timerID uint64)) {
 	id, v := c.Task.ID, c.Task.Version
 	st := q.state(id)
 	if st == nil {
@@ -341,14 +395,17 @@ func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(Task
 		}
 		st.held[v] = c
 		if st.timer == nil {
-			st.timer = time.AfterFunc(holdBack, func() { onTimeout(id) })
+			q.timers++
+			tid := q.timers
+			st.timerID = tid
+			st.timer = time.AfterFunc(holdBack, func() { onTimeout(id, tid) })
 		}
 	}
 }
 
-func (q *sequencer) release(id int, deliver func(TaskChange)) {
+func (q *sequencer) release(id int, timerID uint64, deliver func(TaskChange)) {
 	st := q.state(id)
-	if st == nil || len(st.held) == 0 {
+	if st == nil || len(st.held) == 0 || st.timerID != timerID {
 		return
 	}
 	versions := make([]int64, 0, len(st.held))

@@ -41,6 +41,10 @@ func (k ChangeKind) String() string {
 type TaskChange struct {
 	Kind ChangeKind
 	Task *ent.Task
+	// Partial changes come from another node and carry only the task's ID,
+	// Version, Status and CancelRequested. They are delivered to internal
+	// subscribers (a worker pool waiting for work or cancels) only.
+	Partial bool
 }
 
 // Publisher receives what the store committed, after the commit.

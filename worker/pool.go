@@ -78,6 +78,14 @@ type Deps struct {
 	Broker *events.Broker
 	Sealer *seal.Sealer
 	Masker *mask.Masker
+	// Recorder, when set, is told about claims and executions (metrics).
+	Recorder Recorder
+}
+
+// Recorder receives what a pool does, for metrics.
+type Recorder interface {
+	Claimed(n int)
+	Executed(taskType string, o store.Outcome, d time.Duration)
 }
 
 func (d Deps) validate() error {
@@ -276,6 +284,9 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 		if err != nil {
 			return err
 		}
+		if p.deps.Recorder != nil && len(claimed) > 0 {
+			p.deps.Recorder.Claimed(len(claimed))
+		}
 		for _, c := range claimed {
 			p.start(c)
 		}
@@ -341,6 +352,7 @@ func (p *Pool) start(c store.Claimed) {
 		// The timeout is a cause like the others, so that context.Cause
 		// tells a timeout from a cancel, a shutdown or a lost lease.
 		timeout := time.Duration(c.Task.TimeoutSeconds) * time.Second
+		began := time.Now()
 		runCtx, stopTimer := context.WithTimeoutCause(ctx, timeout, errTimeout)
 		var err error
 		if !ok {
@@ -351,6 +363,9 @@ func (p *Pool) start(c store.Claimed) {
 		o, write := p.outcome(ex, err, context.Cause(runCtx))
 		stopTimer()
 		cancel(nil)
+		if write && p.deps.Recorder != nil {
+			p.deps.Recorder.Executed(c.Task.Type, o, time.Since(began))
+		}
 		if write {
 			if !p.rec.finish(context.Background(), o) {
 				p.log.Error("outcome not written: the pool stopped", "task_id", c.Task.ID, "instance_id", c.Instance.ID)
@@ -537,7 +552,7 @@ func (p *Pool) beat(ctx context.Context) {
 // request stops the handler running the task at once.
 func (p *Pool) eventLoop(ctx context.Context) {
 	for ctx.Err() == nil {
-		sub := p.deps.Broker.SubscribeTasks(func(c events.TaskChange) bool {
+		sub := p.deps.Broker.SubscribeInternal(func(c events.TaskChange) bool {
 			switch c.Kind {
 			case events.Created, events.CancelRequested:
 				return true

@@ -29,6 +29,9 @@ type WatchdogConfig struct {
 	// Leader, when set, is asked before each pass; the pass is skipped when
 	// it answers false (another node's watchdog leads). Default: always lead.
 	Leader func(ctx context.Context) (bool, error)
+	// OnAction, when set, is told about every applied action ("stale_heartbeat",
+	// "timeout", "cancel_finished"), for metrics.
+	OnAction func(action string)
 	// Logger receives the watchdog's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -103,6 +106,7 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 	staleBefore := now.Add(-w.cfg.HeartbeatTimeout)
 	var outcomes []store.Outcome
 	var counters []*int // which PassResult counter each outcome adds to
+	var actions []string
 	for _, c := range running {
 		in, tk := c.Instance, c.Task
 		hb := in.HeartbeatAt
@@ -123,16 +127,19 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 				Error: msg, StaleBefore: staleBefore, Log: msg,
 			})
 			counters = append(counters, &res.CancelsFinished)
+			actions = append(actions, "cancel_finished")
 		case stale:
 			msg := fmt.Sprintf("watchdog: worker %s stopped sending heartbeats at %s (lease of %s expired)", in.WorkerID, hb.Format(time.RFC3339), w.cfg.HeartbeatTimeout)
 			o := Failure(w.policies, w.masker, c, lifecycle.KindTimeout, msg, nil, now)
 			o.StaleBefore = staleBefore
 			outcomes = append(outcomes, o)
 			counters = append(counters, &res.StaleHeartbeats)
+			actions = append(actions, "stale_heartbeat")
 		case !started.IsZero() && now.After(deadline):
 			msg := fmt.Sprintf("watchdog: exceeded the timeout of %ds (started %s on worker %s, which did not stop it)", tk.TimeoutSeconds, started.Format(time.RFC3339), in.WorkerID)
 			outcomes = append(outcomes, Failure(w.policies, w.masker, c, lifecycle.KindTimeout, msg, nil, now))
 			counters = append(counters, &res.TimedOut)
+			actions = append(actions, "timeout")
 		}
 	}
 	if len(outcomes) == 0 {
@@ -149,6 +156,9 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 			continue
 		}
 		*counters[i]++
+		if w.cfg.OnAction != nil {
+			w.cfg.OnAction(actions[i])
+		}
 		w.log.Warn("watchdog acted", "instance_id", o.Token.InstanceID, "status", o.Status, "error", o.Error, "retry", o.Retry != nil)
 	}
 	return res, nil

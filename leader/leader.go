@@ -1,0 +1,81 @@
+// Package leader elects one node among those sharing a PostgreSQL database
+// to run a singleton (the watchdog, the retention janitor) with a
+// session-level advisory lock. The lock lives as long as the session holding
+// it: when the leader's process dies, PostgreSQL closes its connection and
+// releases the lock, and another node takes it at its next attempt.
+package leader
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+)
+
+// Lock is one elected role.
+type Lock struct {
+	db  *sql.DB
+	key int64
+
+	mu   sync.Mutex
+	conn *sql.Conn // held while leading
+}
+
+// New returns a lock on key in db. Every node must use the same key.
+func New(db *sql.DB, key int64) *Lock { return &Lock{db: db, key: key} }
+
+// Keys of the roles taskgraph elects.
+const (
+	WatchdogKey int64 = 0x7467_7764 // "tgwd"
+)
+
+// Lead reports whether this node leads, taking the lock if it is free. It is
+// cheap to call before every pass of the singleton's loop: while leading it
+// only checks that its session is alive.
+func (l *Lock) Lead(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		if err := l.conn.PingContext(ctx); err == nil {
+			return true, nil
+		}
+		// The session is gone, and the lock with it.
+		_ = l.conn.Close()
+		l.conn = nil
+	}
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("leader: %w", err)
+	}
+	var got bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", l.key).Scan(&got); err != nil {
+		_ = conn.Close()
+		return false, fmt.Errorf("leader: %w", err)
+	}
+	if !got {
+		_ = conn.Close()
+		return false, nil
+	}
+	l.conn = conn
+	return true, nil
+}
+
+// Leading reports whether this node held the lock at its last check.
+func (l *Lock) Leading() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn != nil
+}
+
+// Release gives the lock up (at shutdown, so another node takes over at
+// once instead of when this process's connection closes).
+func (l *Lock) Release(ctx context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return
+	}
+	_, _ = l.conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", l.key)
+	_ = l.conn.Close()
+	l.conn = nil
+}

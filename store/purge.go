@@ -1,0 +1,48 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// PurgeFinished deletes up to limit tasks that finished (SUCCESS, FAILED,
+// CANCELLED) before cutoff, with their instances and log lines, in one
+// transaction, and returns how many tasks went. Nothing that can still
+// change is ever deleted.
+func (s *Store) PurgeFinished(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	var n int
+	err := s.write(ctx, func(t *txn) error {
+		rows, err := s.queryInts(ctx, t, 1, `
+SELECT id FROM tasks
+WHERE status IN ('SUCCESS', 'FAILED', 'CANCELLED') AND finished_at < ?
+ORDER BY finished_at
+LIMIT ?`+s.d.skipLocked(), cutoff.UTC(), limit)
+		if err != nil {
+			return fmt.Errorf("purge: select: %w", err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		args := make([]any, len(rows))
+		for i, r := range rows {
+			args[i] = r[0]
+		}
+		in := placeholders(len(args))
+		for _, q := range []string{
+			`DELETE FROM task_logs WHERE task_id IN (` + in + `)`,
+			`DELETE FROM task_instances WHERE task_id IN (` + in + `)`,
+		} {
+			if _, err := s.exec(ctx, t, q, args...); err != nil {
+				return fmt.Errorf("purge: %w", err)
+			}
+		}
+		deleted, err := s.exec(ctx, t, `DELETE FROM tasks WHERE id IN (`+in+`) AND status IN ('SUCCESS', 'FAILED', 'CANCELLED')`, args...)
+		if err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
+		n = int(deleted)
+		return nil
+	})
+	return n, err
+}
