@@ -1,7 +1,7 @@
 // A small router over the History API: the console has six routes, and a
 // router dependency would outweigh them. Paths are relative to the base
 // (/console/) the binary serves the bundle under.
-import { useSyncExternalStore, type AnchorHTMLAttributes, type MouseEvent } from 'react';
+import { useMemo, useSyncExternalStore, type AnchorHTMLAttributes, type MouseEvent } from 'react';
 
 export const BASE = import.meta.env.BASE_URL.replace(/\/$/, '');
 
@@ -41,13 +41,19 @@ export interface Location {
   search: URLSearchParams;
 }
 
-export function useLocation(): Location {
-  const s = useSyncExternalStore(subscribe, snapshot, () => '/');
+export function parseLocation(s: string): Location {
   const q = s.indexOf('?');
   const pathname = q < 0 ? s : s.slice(0, q);
   let path = pathname.startsWith(BASE) ? pathname.slice(BASE.length) : pathname;
   if (!path.startsWith('/')) path = '/' + path;
   return { path, search: new URLSearchParams(q < 0 ? '' : s.slice(q + 1)) };
+}
+
+// useLocation is stable while the URL is: pages derive query variables
+// from it, and a new object per render would reset their state.
+export function useLocation(): Location {
+  const s = useSyncExternalStore(subscribe, snapshot, () => '/');
+  return useMemo(() => parseLocation(s), [s]);
 }
 
 export function Link({ to, onClick, ...rest }: { to: string } & AnchorHTMLAttributes<HTMLAnchorElement>) {

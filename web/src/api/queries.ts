@@ -109,9 +109,15 @@ const ROW = `
   createdAt updatedAt finishedAt cancelRequested availableActions lastError result
 `;
 
-const FULL = `
+// Scalars only: a subscription event's task cannot resolve edges on the
+// server (its instances are read with the query; see TaskDetail).
+const DETAIL = `
   ${ROW}
   input retryPolicy maxAttempts timeoutSeconds runAt cancelReason idempotencyKey version
+`;
+
+const FULL = `
+  ${DETAIL}
   instances { id instanceNo status attempt workerID runAt startedAt heartbeatAt finishedAt errorKind lastError }
 `;
 
@@ -139,7 +145,7 @@ export const TASK = gql`
 
 export const TASK_UPDATED = gql`
   subscription TaskUpdated($id: ID!) {
-    taskUpdated(id: $id) { ${FULL} }
+    taskUpdated(id: $id) { ${DETAIL} }
   }
 `;
 

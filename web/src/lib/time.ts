@@ -50,7 +50,9 @@ export function relative(iso: string | null | undefined, now: number, t: Transla
   if (!iso) return '—';
   const d = new Date(iso).getTime();
   if (Number.isNaN(d)) return iso;
-  const diff = now - d;
+  // Up to a minute in the future is clock skew (or a label clock that has
+  // not ticked yet), not a schedule.
+  const diff = now - d > -60_000 ? Math.max(0, now - d) : now - d;
   return diff >= 0 ? t('time.ago', { v: age(diff, t) }) : t('time.in', { v: age(-diff, t) });
 }
 

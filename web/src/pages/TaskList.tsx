@@ -242,31 +242,31 @@ export function TaskList() {
                 <td className="check">
                   <input type="checkbox" checked={selected.has(r.id)} onChange={() => toggle(r.id)} aria-label={t('list.select', { code: r.code })} data-testid="select-row" />
                 </td>
-                <td data-label={t('list.col.code')}>
+                <td data-label={t('list.col.code')} className="cell-code">
                   <Link to={`/tasks/${r.id}`} className="mono" data-testid="task-link">
                     {r.code}
                   </Link>
                 </td>
-                <td data-label={t('list.col.title')} className="ellipsis" title={r.title}>
+                <td data-label={t('list.col.title')} className="cell-title ellipsis" title={r.title}>
                   {r.title || <span className="muted">—</span>}
                   {r.bizID && <div className="muted small mono">{r.bizID}</div>}
                 </td>
-                <td data-label={t('list.col.type')}>{r.type}</td>
-                <td data-label={t('list.col.status')}>
+                <td data-label={t('list.col.type')} className="cell-type">{r.type}</td>
+                <td data-label={t('list.col.status')} className="cell-status">
                   <StatusChip status={r.status} />
                   {r.cancelRequested && r.status === 'EXECUTING' && <span className="muted small"> ⏹</span>}
                 </td>
-                <td data-label={t('list.col.progress')} className="progress-cell">
+                <td data-label={t('list.col.progress')} className="cell-progress">
                   {(r.progressTotal > 0 || r.status === 'EXECUTING') && <ProgressBar done={r.progressDone} total={r.progressTotal} status={r.status} compact />}
                 </td>
-                <td data-label={t('list.col.owner')}>{r.owner}</td>
-                <td data-label={t('list.col.created')} title={formatDateTime(r.createdAt, locale)}>
+                <td data-label={t('list.col.owner')} className="cell-owner">{r.owner}</td>
+                <td data-label={t('list.col.created')} className="cell-created" title={formatDateTime(r.createdAt, locale)}>
                   {relative(r.createdAt, now, t)}
                 </td>
-                <td data-label={t('list.col.finished')} title={formatDateTime(r.finishedAt, locale)}>
+                <td data-label={t('list.col.finished')} className="cell-finished" title={formatDateTime(r.finishedAt, locale)}>
                   {r.finishedAt ? relative(r.finishedAt, now, t) : '—'}
                 </td>
-                <td data-label={t('list.col.actions')}>
+                <td data-label={t('list.col.actions')} className="cell-actions">
                   <ActionButtons task={r} small />
                 </td>
               </tr>
@@ -325,12 +325,15 @@ function Filters({ f, update, types }: { f: ListFilter; update: (p: Partial<List
   const [owner, setOwner] = useState(f.owner);
   useEffect(() => setQ(f.q), [f.q]);
   useEffect(() => setOwner(f.owner), [f.owner]);
+  const latest = useRef({ f, update });
+  latest.current = { f, update };
   // Typing searches after a pause; Enter searches at once.
   useEffect(() => {
-    if (q === f.q && owner === f.owner) return;
-    const id = setTimeout(() => update({ q, owner }, true), 400);
+    const cur = latest.current.f;
+    if (q === cur.q && owner === cur.owner) return;
+    const id = setTimeout(() => latest.current.update({ q, owner }, true), 400);
     return () => clearTimeout(id);
-  });
+  }, [q, owner]);
 
   return (
     <form
