@@ -81,10 +81,12 @@ export function TaskDetail({ id }: { id: string }) {
       )}
       {sub.error && <ErrorBox error={sub.error} />}
 
-      <section className="card" aria-labelledby="progress">
-        <h2 id="progress">{t('detail.progress')}</h2>
-        <ProgressBar done={task.progressDone} total={task.progressTotal} status={task.status} />
-      </section>
+      {(task.progressTotal > 0 || !['FAILED', 'CANCELLED'].includes(task.status)) && (
+        <section className="card" aria-labelledby="progress">
+          <h2 id="progress">{t('detail.progress')}</h2>
+          <ProgressBar done={task.progressDone} total={task.progressTotal} status={task.status} />
+        </section>
+      )}
 
       <div className="grid-2">
         <section className="card" aria-labelledby="meta">
