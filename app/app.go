@@ -31,6 +31,7 @@ import (
 	"taskgraph/retention"
 	"taskgraph/seal"
 	"taskgraph/store"
+	"taskgraph/web"
 	"taskgraph/worker"
 )
 
@@ -231,15 +232,11 @@ func (a *App) routes() http.Handler {
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
 		}
+		// The admin console (web/): the bundle embedded in the binary,
+		// served under web.Base; "/" leads there.
+		mux.Handle("GET "+web.Base, web.Handler())
 		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			_, _ = w.Write([]byte(`<!doctype html><title>taskgraph</title><p>taskgraph is running. GraphQL: <a href="/query">/query</a>` +
-				func() string {
-					if a.Config.Playground {
-						return `, playground: <a href="/playground">/playground</a>`
-					}
-					return ""
-				}() + `.</p>`))
+			http.Redirect(w, r, web.Base, http.StatusFound)
 		})
 	}
 	return mux

@@ -1,0 +1,112 @@
+import { useEffect, useState } from 'react';
+import { Provider } from 'urql';
+import { createApi, type Api } from './api/client';
+import { useFeatures } from './api/features';
+import { connection, signOut, useAuth, useConnection } from './api/session';
+import { ConnectionBanner } from './components/ConnectionBanner';
+import { LANGS, useI18n, type Lang } from './i18n';
+import { Dashboard } from './pages/Dashboard';
+import { ImportPage } from './pages/Import';
+import { Launch } from './pages/Launch';
+import { Login } from './pages/Login';
+import { TaskDetail } from './pages/TaskDetail';
+import { TaskList } from './pages/TaskList';
+import { Link, useLocation } from './router';
+
+export function App() {
+  const { token, needsLogin } = useAuth();
+  // A new token means a new client: the websocket's connection_init
+  // carries the token, and cached data of another user must not show.
+  const [api, setApi] = useState<Api | null>(null);
+  useEffect(() => {
+    connection.set({ ...connection.get(), phase: 'connecting', retryAt: null });
+    const a = createApi(token);
+    setApi(a);
+    return () => a.dispose();
+  }, [token]);
+  if (needsLogin) return <Login />;
+  if (!api) return null;
+  return (
+    <Provider value={api.client}>
+      <Shell signedIn={!!token} />
+    </Provider>
+  );
+}
+
+function Shell({ signedIn }: { signedIn: boolean }) {
+  const { t, lang, setLang } = useI18n();
+  const { path } = useLocation();
+  const features = useFeatures();
+  const conn = useConnection();
+  const nav: { to: string; label: string; id: string; show: boolean }[] = [
+    { to: '/', label: t('nav.dashboard'), id: 'dashboard', show: true },
+    { to: '/tasks', label: t('nav.tasks'), id: 'tasks', show: true },
+    { to: '/launch', label: t('nav.launch'), id: 'launch', show: true },
+    { to: '/import', label: t('nav.import'), id: 'import', show: features.importFile === 'present' },
+  ];
+  const active = (to: string) => (to === '/' ? path === '/' : path === to || path.startsWith(to + '/'));
+
+  return (
+    <div className="app">
+      <header className="topbar">
+        <Link to="/" className="brand">
+          taskgraph
+        </Link>
+        <nav aria-label={t('nav.menu')} className="nav">
+          {nav
+            .filter((n) => n.show)
+            .map((n) => (
+              <Link key={n.id} to={n.to} className={active(n.to) ? 'active' : ''} aria-current={active(n.to) ? 'page' : undefined} data-testid={`nav-${n.id}`}>
+                {n.label}
+              </Link>
+            ))}
+        </nav>
+        <div className="topbar-right">
+          <span className={`live-dot live-${conn.phase}`} title={conn.phase === 'connected' ? t('conn.live') : t('conn.offline')} data-testid="live-indicator" data-phase={conn.phase}>
+            {conn.phase === 'connected' ? t('conn.live') : t('conn.offline')}
+          </span>
+          <label className="sr-only" htmlFor="lang">
+            {t('nav.language')}
+          </label>
+          <select id="lang" value={lang} onChange={(e) => setLang(e.target.value as Lang)} data-testid="lang-switch" className="lang">
+            {LANGS.map((l) => (
+              <option key={l} value={l}>
+                {l === 'en' ? 'English' : '中文'}
+              </option>
+            ))}
+          </select>
+          {signedIn && (
+            <button type="button" className="btn btn-ghost btn-small" onClick={signOut} data-testid="sign-out">
+              {t('nav.signOut')}
+            </button>
+          )}
+        </div>
+      </header>
+      <ConnectionBanner />
+      <main className="main">
+        <Routes path={path} />
+      </main>
+    </div>
+  );
+}
+
+function Routes({ path }: { path: string }) {
+  let m: RegExpExecArray | null;
+  if (path === '/' || path === '') return <Dashboard />;
+  if (path === '/tasks') return <TaskList />;
+  if ((m = /^\/tasks\/([^/]+)$/.exec(path))) return <TaskDetail key={m[1]} id={decodeURIComponent(m[1])} />;
+  if (path === '/launch') return <Launch type={null} />;
+  if ((m = /^\/launch\/([^/]+)$/.exec(path))) return <Launch key={m[1]} type={decodeURIComponent(m[1])} />;
+  if (path === '/import') return <ImportPage />;
+  return <NotFound />;
+}
+
+function NotFound() {
+  const { t } = useI18n();
+  return (
+    <section className="card">
+      <p>{t('err.NOT_FOUND')}</p>
+      <Link to="/">{t('nav.dashboard')}</Link>
+    </section>
+  );
+}

@@ -1,0 +1,106 @@
+import { CombinedError } from '@urql/core';
+import { describe, expect, it } from 'vitest';
+import { translator } from '../i18n';
+import { backoff, wsUrl } from './client';
+import { describe as describeError, fieldProblems, fromCombined, fromGraphQLErrors } from './errors';
+import { classifyProbe } from './features';
+import { markConnected, markLost, connection } from './session';
+import { multipartBody } from './upload';
+
+const t = translator('en');
+
+describe('errors', () => {
+  it('names both states of an illegal transition', () => {
+    const [e] = fromGraphQLErrors([
+      { message: 'task 1 cannot move from SUCCESS to RETRY_PENDING', extensions: { code: 'INVALID_TRANSITION', from: 'SUCCESS', to: 'RETRY_PENDING' } },
+    ]);
+    expect(describeError(e, t).title).toBe('Not allowed now: the task cannot move from Success to Retry pending.');
+  });
+  it('shows the reference of an internal error and nothing else', () => {
+    const [e] = fromGraphQLErrors([{ message: 'internal error (reference abc)', extensions: { code: 'INTERNAL', reference: 'abc' } }]);
+    expect(describeError(e, t)).toEqual({ title: 'Server error (reference abc).', details: [] });
+  });
+  it('lists validation problems and maps them to fields', () => {
+    const errors = fromGraphQLErrors([
+      {
+        message: 'invalid request',
+        extensions: {
+          code: 'VALIDATION',
+          problems: [
+            { field: 'input', message: "at /sleepMs: minimum: got -1, want 0" },
+            { field: 'input', message: 'url: scheme must be http or https, not "ftp"' },
+            { field: 'maxAttempts', message: 'must be 1..25' },
+          ],
+        },
+      },
+    ]);
+    expect(describeError(errors[0], t).details).toHaveLength(3);
+    expect(fieldProblems(errors)).toEqual({
+      'input.sleepMs': 'minimum: got -1, want 0',
+      'input.url': 'scheme must be http or https, not "ftp"',
+      maxAttempts: 'must be 1..25',
+    });
+  });
+  it('tells a network failure and an HTTP 401 apart', () => {
+    expect(fromCombined(new CombinedError({ networkError: new Error('Failed to fetch') }))[0].code).toBe('NETWORK');
+    const unauth = new CombinedError({ networkError: new Error('Unauthorized'), response: { status: 401 } });
+    expect(fromCombined(unauth)[0].code).toBe('UNAUTHENTICATED');
+    expect(describeError({ code: 'WHAT', message: 'x', extensions: {} }, t).title).toBe('Something went wrong.');
+  });
+});
+
+describe('feature probes', () => {
+  it('sees a missing field in document validation', () => {
+    const body = {
+      errors: [{ message: 'Cannot query field "importFile" on type "Mutation".', extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }],
+    };
+    expect(classifyProbe(422, body, 'importFile')).toBe('absent');
+    expect(classifyProbe(422, { errors: [{ message: 'Unknown type "Upload".' }] }, 'importFile')).toBe('absent');
+  });
+  it('sees a present field in variable validation', () => {
+    const body = { errors: [{ message: 'must be defined', extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }] };
+    expect(classifyProbe(422, body, 'importFile')).toBe('present');
+  });
+  it('does not decide without credentials or an answer', () => {
+    expect(classifyProbe(401, null, 'importFile')).toBe('unknown');
+    expect(classifyProbe(200, { errors: [{ message: 'no', extensions: { code: 'UNAUTHENTICATED' } }] }, 'importFile')).toBe('unknown');
+    expect(classifyProbe(502, null, 'importFile')).toBe('unknown');
+  });
+});
+
+describe('connection', () => {
+  it('backs off exponentially with jitter, capped', () => {
+    expect(backoff(0, () => 0)).toBe(1000);
+    expect(backoff(3, () => 0)).toBe(8000);
+    expect(backoff(20, () => 0)).toBe(30000);
+    expect(backoff(20, () => 1)).toBe(39000);
+  });
+  it('counts reconnects after a loss, so that pages refetch', () => {
+    markConnected();
+    const before = connection.get().epoch;
+    markConnected();
+    expect(connection.get().epoch).toBe(before);
+    markLost(Date.now() + 1000);
+    expect(connection.get().phase).toBe('lost');
+    markConnected();
+    expect(connection.get().epoch).toBe(before + 1);
+    expect(connection.get().restoredAt).not.toBeNull();
+  });
+  it('derives the websocket URL from the page', () => {
+    expect(wsUrl({ protocol: 'https:', host: 'ops.example:8443' })).toBe('wss://ops.example:8443/query');
+    expect(wsUrl({ protocol: 'http:', host: '127.0.0.1:8080' })).toBe('ws://127.0.0.1:8080/query');
+  });
+});
+
+describe('upload', () => {
+  it('follows the GraphQL multipart request spec', async () => {
+    const file = new File(['a,b\n1,2\n'], 'contacts.csv', { type: 'text/csv' });
+    const form = multipartBody({ file, target: 'contacts', idempotencyKey: 'k1' });
+    expect([...form.keys()]).toEqual(['operations', 'map', '0']);
+    const ops = JSON.parse(String(form.get('operations')));
+    expect(ops.variables).toEqual({ file: null, target: 'contacts', options: null, idempotencyKey: 'k1' });
+    expect(ops.query).toContain('importFile(file: $file');
+    expect(JSON.parse(String(form.get('map')))).toEqual({ '0': ['variables.file'] });
+    expect((form.get('0') as File).name).toBe('contacts.csv');
+  });
+});

@@ -1,0 +1,163 @@
+// The GraphQL client: urql with Graphcache (normalised by Task id, so that
+// one taskUpdated event updates every list, detail and dashboard showing
+// that task), queries and mutations over HTTP, subscriptions over one
+// graphql-ws websocket that reconnects with backoff.
+import { Client, fetchExchange, mapExchange, subscriptionExchange } from '@urql/core';
+import { cacheExchange } from '@urql/exchange-graphcache';
+import { createClient as createWsClient, type Client as WsClient } from 'graphql-ws';
+import { fromCombined } from './errors';
+import { markConnected, markLost, requireLogin } from './session';
+
+export const GRAPHQL_PATH = '/query';
+
+// backoff returns the wait before reconnect attempt n (0-based): 1 s, 2 s,
+// 4 s... capped at 30 s, with up to 30% jitter so that many consoles do not
+// reconnect in step after a server restart.
+export function backoff(retries: number, random: () => number = Math.random): number {
+  const base = Math.min(30_000, 1000 * 2 ** Math.min(retries, 10));
+  return Math.round(base * (1 + 0.3 * random()));
+}
+
+// Close codes of graphql-transport-ws that mean "your credentials".
+const AUTH_CLOSE_CODES = new Set([4401, 4403]);
+
+function closeCode(e: unknown): number | undefined {
+  return typeof e === 'object' && e !== null && 'code' in e ? Number((e as { code: unknown }).code) : undefined;
+}
+
+let wakeRetry: (() => void) | null = null;
+
+// retryNow skips the rest of the current reconnect wait.
+export function retryNow() {
+  wakeRetry?.();
+}
+
+export function authHeaders(token: string): Record<string, string> {
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+export function wsUrl(loc: Pick<Location, 'protocol' | 'host'> = window.location): string {
+  return `${loc.protocol === 'https:' ? 'wss' : 'ws'}://${loc.host}${GRAPHQL_PATH}`;
+}
+
+export interface Api {
+  client: Client;
+  ws: WsClient;
+  dispose: () => void;
+}
+
+export function createApi(token: string): Api {
+  let pongTimer: ReturnType<typeof setTimeout> | undefined;
+  let socket: WebSocket | null = null;
+  let everConnected = false;
+  let disposed = false;
+  const ws = createWsClient({
+    url: wsUrl(),
+    connectionParams: () => authHeaders(token),
+    // Stay connected even with no subscription, so that the banner tells
+    // about a lost server before the operator clicks anything.
+    lazy: false,
+    onNonLazyError: () => {},
+    keepAlive: 10_000,
+    retryAttempts: Infinity,
+    shouldRetry: (e) => {
+      if (AUTH_CLOSE_CODES.has(closeCode(e) ?? 0)) {
+        requireLogin();
+        return false;
+      }
+      return true;
+    },
+    retryWait: (retries) =>
+      new Promise<void>((resolve) => {
+        const wait = backoff(retries);
+        markLost(Date.now() + wait);
+        const timer = setTimeout(done, wait);
+        function done() {
+          clearTimeout(timer);
+          wakeRetry = null;
+          resolve();
+        }
+        wakeRetry = done;
+      }),
+    on: {
+      connected: (s) => {
+        socket = s as WebSocket;
+        everConnected = true;
+        markConnected();
+      },
+      closed: (e) => {
+        socket = null;
+        clearTimeout(pongTimer);
+        if (disposed || AUTH_CLOSE_CODES.has(closeCode(e) ?? 0)) return;
+        markLost(null);
+      },
+      error: () => {
+        if (!disposed && !everConnected) markLost(null);
+      },
+      // A server that vanished without closing the TCP connection (a
+      // suspended laptop, a dropped NAT entry) is noticed by a missing pong.
+      ping: (received) => {
+        if (received) return;
+        clearTimeout(pongTimer);
+        pongTimer = setTimeout(() => {
+          if (socket?.readyState === WebSocket.OPEN) socket.close(4408, 'Request Timeout');
+        }, 5_000);
+      },
+      pong: (received) => {
+        if (received) clearTimeout(pongTimer);
+      },
+    },
+  });
+
+  const client = new Client({
+    url: GRAPHQL_PATH,
+    requestPolicy: 'cache-and-network',
+    fetchOptions: () => ({ headers: authHeaders(token) }),
+    exchanges: [
+      mapExchange({
+        onError(error) {
+          if (fromCombined(error).some((e) => e.code === 'UNAUTHENTICATED')) requireLogin();
+        },
+      }),
+      cacheExchange({
+        keys: {
+          TaskConnection: () => null,
+          TaskEdge: () => null,
+          TaskLogConnection: () => null,
+          TaskLogEdge: () => null,
+          PageInfo: () => null,
+          TaskStats: () => null,
+          StatusCount: () => null,
+          TypeCount: () => null,
+          TaskActionResult: () => null,
+          ActionError: () => null,
+          DownloadLink: () => null,
+          TaskType: (t) => String(t.name),
+          RetryPolicy: (p) => String(p.name),
+        },
+      }),
+      fetchExchange,
+      subscriptionExchange({
+        forwardSubscription(request) {
+          const input = { ...request, query: request.query || '' };
+          return {
+            subscribe(sink) {
+              const unsubscribe = ws.subscribe(input, sink);
+              return { unsubscribe };
+            },
+          };
+        },
+      }),
+    ],
+  });
+
+  return {
+    client,
+    ws,
+    dispose: () => {
+      disposed = true;
+      clearTimeout(pongTimer);
+      void ws.dispose();
+    },
+  };
+}
