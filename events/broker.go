@@ -74,9 +74,9 @@ type Subscription[T any] struct {
 	c        chan T
 	filter   func(T) bool
 	internal bool
-	err    atomic.Pointer[error]
-	unsub  func()
-	once   sync.Once
+	err      atomic.Pointer[error]
+	unsub    func()
+	once     sync.Once
 }
 
 // Err returns why the subscription ended, or nil while it runs or after Close.

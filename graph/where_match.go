@@ -14,58 +14,93 @@ import (
 // database would, so that a subscription can filter committed changes
 // without a query per change and per subscriber. exact is false when the
 // input carries predicates that only the database can evaluate (such as
-// search): the caller must then confirm a match with a query.
+// search): ok then says whether the task may match, and the caller must
+// confirm a match with a query.
 func matchTask(w *ent.TaskWhereInput, t *ent.Task) (ok, exact bool) {
-	if w == nil {
-		return true, true
+	_, hi, exact := evalWhere(w, reflect.ValueOf(t).Elem())
+	return hi == sqlTrue, exact
+}
+
+// sqlBool is SQL's three-valued logic: a comparison with NULL is unknown,
+// NOT unknown is unknown, and WHERE keeps only true. Ordered so that AND is
+// the minimum and OR the maximum.
+type sqlBool int8
+
+const (
+	sqlFalse sqlBool = iota
+	sqlUnknown
+	sqlTrue
+)
+
+func (b sqlBool) not() sqlBool { return sqlTrue - b }
+
+func sqlOf(b bool) sqlBool {
+	if b {
+		return sqlTrue
 	}
-	exact = true
-	ok = true
+	return sqlFalse
+}
+
+// evalWhere returns the range [lo, hi] the input may evaluate to: one value
+// when exact, and from false up to what the rest allows when part of it is
+// left to the database (NOT turns such a range around, which is why a
+// single "maybe" would not do).
+func evalWhere(w *ent.TaskWhereInput, tv reflect.Value) (lo, hi sqlBool, exact bool) {
+	lo, hi, exact = sqlTrue, sqlTrue, true
+	if w == nil {
+		return lo, hi, exact
+	}
+	and := func(l, h sqlBool) {
+		lo, hi = min(lo, l), min(hi, h)
+	}
 	wv := reflect.ValueOf(w).Elem()
-	tv := reflect.ValueOf(t).Elem()
 	wt := wv.Type()
 	for i := 0; i < wt.NumField(); i++ {
 		f := wt.Field(i)
 		v := wv.Field(i)
-		if v.IsZero() {
+		// entgql ignores empty lists (statusIn: [] filters nothing).
+		if v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0 {
 			continue
 		}
 		switch f.Name {
 		case "Predicates":
 			exact = false
+			and(sqlFalse, sqlTrue)
 			continue
 		case "Not":
-			m, e := matchTask(v.Interface().(*ent.TaskWhereInput), t)
+			l, h, e := evalWhere(v.Interface().(*ent.TaskWhereInput), tv)
 			exact = exact && e
-			ok = ok && !m
+			and(h.not(), l.not())
 			continue
 		case "And", "Or":
-			subs := v.Interface().([]*ent.TaskWhereInput)
-			some := false
-			all := true
-			for _, s := range subs {
-				m, e := matchTask(s, t)
+			l, h := sqlTrue, sqlTrue
+			if f.Name == "Or" {
+				l, h = sqlFalse, sqlFalse
+			}
+			for _, s := range v.Interface().([]*ent.TaskWhereInput) {
+				sl, sh, e := evalWhere(s, tv)
 				exact = exact && e
-				some = some || m
-				all = all && m
+				if f.Name == "And" {
+					l, h = min(l, sl), min(h, sh)
+				} else {
+					l, h = max(l, sl), max(h, sh)
+				}
 			}
-			if f.Name == "And" {
-				ok = ok && all
-			} else {
-				ok = ok && some
-			}
+			and(l, h)
 			continue
 		}
-		field, op := splitPredicate(f.Name, tv)
+		field, op, nullable := splitPredicate(f.Name, wt, tv)
 		if !field.IsValid() {
 			// A predicate on something a task value cannot tell (an edge);
 			// leave it to the database.
 			exact = false
+			and(sqlFalse, sqlTrue)
 			continue
 		}
-		ok = ok && evalPredicate(field, op, v)
+		r := evalPredicate(field, op, nullable, v)
+		and(r, r)
 	}
-	return ok, exact
+	return lo, hi, exact
 }
 
 // predicateSuffixes are the operators entgql appends to field names,
@@ -73,34 +108,41 @@ func matchTask(w *ent.TaskWhereInput, t *ent.Task) (ok, exact bool) {
 var predicateSuffixes = []string{"ContainsFold", "EqualFold", "HasPrefix", "HasSuffix", "Contains", "NotNil", "NotIn", "IsNil", "NEQ", "GTE", "LTE", "GT", "LT", "In"}
 
 // splitPredicate maps a where-input field name (StatusIn) to the task's
-// field (Status) and the operator (In).
-func splitPredicate(name string, task reflect.Value) (reflect.Value, string) {
-	if f := task.FieldByName(name); f.IsValid() {
-		return f, "EQ"
-	}
-	for _, suf := range predicateSuffixes {
-		if base, found := strings.CutSuffix(name, suf); found {
-			if f := task.FieldByName(base); f.IsValid() {
-				return f, suf
+// field (Status) and the operator (In). nullable reports a column that may
+// be NULL (the input has an IsNil predicate for it).
+func splitPredicate(name string, where reflect.Type, task reflect.Value) (field reflect.Value, op string, nullable bool) {
+	base, op := name, "EQ"
+	if !task.FieldByName(name).IsValid() {
+		base, op = "", ""
+		for _, suf := range predicateSuffixes {
+			if b, found := strings.CutSuffix(name, suf); found && task.FieldByName(b).IsValid() {
+				base, op = b, suf
+				break
 			}
 		}
+		if base == "" {
+			return reflect.Value{}, "", false
+		}
 	}
-	return reflect.Value{}, ""
+	_, nullable = where.FieldByName(base + "IsNil")
+	return task.FieldByName(base), op, nullable
 }
 
-func evalPredicate(field reflect.Value, op string, arg reflect.Value) bool {
+func evalPredicate(field reflect.Value, op string, nullable bool, arg reflect.Value) sqlBool {
+	// An optional string that is not a pointer reads as "" when NULL; the
+	// store writes NULL, never "", for an empty one.
 	isNil := field.Kind() == reflect.Pointer && field.IsNil() ||
-		field.Kind() == reflect.String && field.Len() == 0
+		nullable && field.Kind() == reflect.String && field.Len() == 0
 	switch op {
 	case "IsNil":
-		return isNil == arg.Bool()
+		return sqlOf(isNil == arg.Bool())
 	case "NotNil":
-		return !isNil == arg.Bool()
+		return sqlOf(!isNil == arg.Bool())
+	}
+	if isNil {
+		return sqlUnknown // SQL: NULL compares as unknown, even in NOT IN
 	}
 	if field.Kind() == reflect.Pointer {
-		if field.IsNil() {
-			return false // SQL: NULL compares as unknown
-		}
 		field = field.Elem()
 	}
 	if arg.Kind() == reflect.Pointer {
@@ -108,17 +150,17 @@ func evalPredicate(field reflect.Value, op string, arg reflect.Value) bool {
 	}
 	switch op {
 	case "EQ":
-		return compare(field, arg) == 0
+		return sqlOf(compare(field, arg) == 0)
 	case "NEQ":
-		return compare(field, arg) != 0
+		return sqlOf(compare(field, arg) != 0)
 	case "GT":
-		return compare(field, arg) > 0
+		return sqlOf(compare(field, arg) > 0)
 	case "GTE":
-		return compare(field, arg) >= 0
+		return sqlOf(compare(field, arg) >= 0)
 	case "LT":
-		return compare(field, arg) < 0
+		return sqlOf(compare(field, arg) < 0)
 	case "LTE":
-		return compare(field, arg) <= 0
+		return sqlOf(compare(field, arg) <= 0)
 	case "In", "NotIn":
 		in := false
 		for i := 0; i < arg.Len(); i++ {
@@ -127,20 +169,20 @@ func evalPredicate(field reflect.Value, op string, arg reflect.Value) bool {
 				break
 			}
 		}
-		return in == (op == "In")
+		return sqlOf(in == (op == "In"))
 	}
 	s, a := field.String(), arg.String()
 	switch op {
 	case "Contains":
-		return strings.Contains(s, a)
+		return sqlOf(strings.Contains(s, a))
 	case "HasPrefix":
-		return strings.HasPrefix(s, a)
+		return sqlOf(strings.HasPrefix(s, a))
 	case "HasSuffix":
-		return strings.HasSuffix(s, a)
+		return sqlOf(strings.HasSuffix(s, a))
 	case "EqualFold":
-		return strings.EqualFold(s, a)
+		return sqlOf(strings.EqualFold(s, a))
 	case "ContainsFold":
-		return strings.Contains(strings.ToLower(s), strings.ToLower(a))
+		return sqlOf(strings.Contains(strings.ToLower(s), strings.ToLower(a)))
 	}
 	panic(fmt.Sprintf("where match: unknown operator %q", op))
 }

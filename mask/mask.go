@@ -8,7 +8,9 @@ package mask
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 )
@@ -52,18 +54,29 @@ func DefaultPatterns() []Pattern {
 	}
 	return []Pattern{
 		{
-			// Secrets in URLs and query strings: token=..., key=..., sig=...
+			// Secrets in URLs and query strings: token=..., key=..., sig=...,
+			// also as the last word of a longer name (refresh_token=,
+			// client_secret=, X-Amz-Signature=, x-api-key=). A bare "key" is
+			// one only on its own: sort_key= and monkey= are not secrets.
 			Name:   "url-secret",
-			Regexp: regexp.MustCompile(`(?i)\b((?:access_?|api_?|auth_?)?(?:token|key|secret|password|passwd|sig|signature))=([^&\s"']+)`),
+			Regexp: regexp.MustCompile(`(?i)\b((?:[a-z0-9]+[_-])*(?:access|api|auth)?(?:token|secret|password|passwd|sig|signature)|(?:[a-z0-9]+[_-])*(?:access|api|auth|private|secret)[_-]?key|key)=([^&\s"']+)`),
 			Replace: func(m string) string {
 				i := strings.IndexByte(m, '=')
 				return m[:i+1] + Redacted
 			},
 		},
 		{
-			Name:    "bearer",
-			Regexp:  regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9\-._~+/]+=*`),
-			Replace: func(m string) string { return m[:strings.IndexAny(m, " \t")+1] + Redacted },
+			Name:   "bearer",
+			Regexp: regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9\-._~+/]+=*`),
+			Replace: func(m string) string {
+				i := strings.IndexAny(m, "\t\n\f\r ")
+				// "basic" is also an English word ("basic checks failed");
+				// a plain lower-case word after it is not a credential.
+				if strings.EqualFold(m[:i], "basic") && plainWord.MatchString(strings.TrimSpace(m[i:])) {
+					return m
+				}
+				return m[:i+1] + Redacted
+			},
 		},
 		{
 			// Chinese resident ID: 17 digits and a digit or X.
@@ -72,16 +85,25 @@ func DefaultPatterns() []Pattern {
 			Replace: keep(3, 4),
 		},
 		{
-			// Bank card numbers: 16 to 19 digits.
-			Name:    "bank-card",
-			Regexp:  regexp.MustCompile(`\b\d{16,19}\b`),
-			Replace: keep(0, 4),
+			// Bank card numbers: 16 to 19 digits, also in groups of four,
+			// that pass the Luhn check (as every card number does), so that
+			// most order numbers, snowflake ids and nanosecond timestamps
+			// of that length are left alone.
+			Name:   "bank-card",
+			Regexp: regexp.MustCompile(`\b\d{4}(?:[ -]?\d{4}){3}(?:[ -]?\d{1,3})?\b`),
+			Replace: func(m string) string {
+				if !luhn(m) {
+					return m
+				}
+				return keep(0, 4)(m)
+			},
 		},
 		{
-			// Mobile numbers: Chinese 11-digit (optionally +86) and other
-			// E.164 numbers.
+			// Mobile numbers: Chinese 11-digit (optionally 86 or +86, also
+			// written 138 0013 8000 or 138-0013-8000) and other E.164
+			// numbers.
 			Name:    "phone",
-			Regexp:  regexp.MustCompile(`(?:\+?86[- ]?)?\b1[3-9]\d{9}\b|\+\d{10,14}\b`),
+			Regexp:  regexp.MustCompile(`(?:\+86[- ]?|\b86[- ]?|\b)1[3-9]\d(?:\d{4}|-\d{4}-| \d{4} )\d{4}\b|\+\d{10,15}\b`),
 			Replace: keep(3, 4),
 		},
 		{
@@ -95,26 +117,64 @@ func DefaultPatterns() []Pattern {
 	}
 }
 
+var plainWord = regexp.MustCompile(`^[A-Za-z][a-z]*$`)
+
+// luhn reports whether the digits of s pass the Luhn check.
+func luhn(s string) bool {
+	sum, double := 0, false
+	for i := len(s) - 1; i >= 0; i-- {
+		c := s[i]
+		if c < '0' || c > '9' {
+			continue
+		}
+		d := int(c - '0')
+		if double {
+			if d *= 2; d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+		double = !double
+	}
+	return sum%10 == 0
+}
+
 // String masks free text (an error message, a log line).
 func (m *Masker) String(s string) string {
-	for _, p := range m.Patterns {
-		s = p.Regexp.ReplaceAllStringFunc(s, p.Replace)
+	// Masking one value can expose another to a pattern (the stars of a
+	// masked phone end a word, so the digits after it may now read as a
+	// card): repeat until nothing changes, so that masking is idempotent.
+	for range 8 {
+		prev := s
+		for _, p := range m.Patterns {
+			s = p.Regexp.ReplaceAllStringFunc(s, p.Replace)
+		}
+		if s == prev {
+			break
+		}
 	}
 	return s
 }
 
 func (m *Masker) secretKey(k string) bool {
-	k = strings.ToLower(k)
+	// Compare without separators, so that X-Api-Key, api_key and apiKey
+	// are one name.
+	k = keyName(k)
 	for _, s := range m.SecretKeys {
-		if strings.Contains(k, s) {
+		if strings.Contains(k, keyName(s)) {
 			return true
 		}
 	}
 	return false
 }
 
+func keyName(k string) string {
+	return strings.ToLower(strings.NewReplacer("-", "", "_", "", " ", "", ".", "").Replace(k))
+}
+
 // Value masks a decoded JSON value (maps, slices, strings, numbers) and
-// returns the masked copy.
+// returns the masked copy. Other Go values (as log fields may be) are masked
+// in their JSON form.
 func (m *Masker) Value(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
@@ -136,11 +196,40 @@ func (m *Masker) Value(v any) any {
 	case string:
 		return m.String(x)
 	case json.Number:
-		// A phone or card number given as a JSON number is still one.
-		if s := m.String(x.String()); s != x.String() {
-			return s
+		return m.number(x.String(), x)
+	case nil, bool:
+		return v
+	case error:
+		return m.String(x.Error())
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		b, err := json.Marshal(x)
+		if err != nil { // NaN, ±Inf
+			return v
 		}
-		return x
+		return m.number(string(b), v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return m.String(fmt.Sprint(v))
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var d any
+	if err := dec.Decode(&d); err != nil {
+		return m.String(fmt.Sprint(v))
+	}
+	return m.Value(d)
+}
+
+// number masks an integer written as digits: a phone or card number given
+// as a number is still one. The masked value is a string. Fractions and
+// exponents are measurements, not identifiers, and are left alone.
+func (m *Masker) number(s string, v any) any {
+	if strings.ContainsAny(s, ".eE") {
+		return v
+	}
+	if out := m.String(s); out != s {
+		return out
 	}
 	return v
 }
@@ -155,6 +244,10 @@ func (m *Masker) JSON(raw json.RawMessage) (json.RawMessage, bool, error) {
 	var v any
 	if err := dec.Decode(&v); err != nil {
 		return nil, false, fmt.Errorf("mask: %w", err)
+	}
+	// Anything after the first value would be lost from the output.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false, errors.New("mask: invalid JSON: data after the top-level value")
 	}
 	out, err := json.Marshal(m.Value(v))
 	if err != nil {

@@ -75,17 +75,32 @@ func LoadOrCreateKey(path string) ([]byte, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		// Another process created it first; use theirs.
-		return LoadOrCreateKey(path)
-	}
+	// Write a temporary file and link it into place: the link appears
+	// complete or not at all, and fails if another process linked its key
+	// first, so nobody reads a half-written file and everyone ends up
+	// with the same key.
+	f, err := os.CreateTemp(filepath.Dir(path), ".seal-key-*")
 	if err != nil {
 		return nil, fmt.Errorf("seal: create key: %w", err)
 	}
-	defer f.Close()
-	if _, err := f.WriteString(hex.EncodeToString(key) + "\n"); err != nil {
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.WriteString(hex.EncodeToString(key) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return nil, fmt.Errorf("seal: write key: %w", err)
+	}
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			// Another process created it first; use theirs.
+			return LoadOrCreateKey(path)
+		}
+		return nil, fmt.Errorf("seal: create key: %w", err)
 	}
 	return key, nil
 }

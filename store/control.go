@@ -85,7 +85,7 @@ WHERE task_id = ? AND status = ?`, msg, now, tk.ID, string(from))
 		return false, nil
 	}
 	n, err = s.exec(ctx, t, `
-UPDATE tasks SET status = 'CANCELLED', cancel_reason = ?, finished_at = ?, updated_at = ?, version = version + 1
+UPDATE tasks SET status = 'CANCELLED', cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
 WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(from), tk.Version)
 	if err != nil {
 		return false, fmt.Errorf("cancel: update task: %w", err)
@@ -104,7 +104,7 @@ WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(fr
 func (s *Store) requestCancel(ctx context.Context, t *txn, tk *ent.Task, reason string) (bool, error) {
 	now := s.Now()
 	n, err := s.exec(ctx, t, `
-UPDATE tasks SET cancel_requested = ?, cancel_reason = ?, updated_at = ?, version = version + 1
+UPDATE tasks SET cancel_requested = ?, cancel_reason = NULLIF(?, ''), updated_at = ?, version = version + 1
 WHERE id = ? AND status = 'EXECUTING' AND version = ?`, true, reason, now, tk.ID, tk.Version)
 	if err != nil {
 		return false, fmt.Errorf("cancel: request: %w", err)

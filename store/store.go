@@ -146,7 +146,10 @@ func parseDSN(raw string) (driverName, dsn, dialectName string, err error) {
 		}
 	}
 	q := url.Values{}
-	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(1)", "synchronous(NORMAL)"} {
+	// case_sensitive_like: LIKE (Contains, HasPrefix filters) is case
+	// sensitive on PostgreSQL; so it must be here, or the two would answer
+	// the same filter differently. The *Fold filters ignore case on both.
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(1)", "synchronous(NORMAL)", "case_sensitive_like(1)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_time_format", "sqlite")

@@ -218,8 +218,11 @@ func (p *Pool) Start(ctx context.Context) error {
 	p.loops.Add(1)
 	go func() { defer p.loops.Done(); p.heartbeatLoop(loopCtx) }()
 	if p.deps.Broker != nil {
+		// Subscribe before Start returns: a cancel requested right after
+		// must not slip between starting and listening.
+		sub := p.subscribe()
 		p.loops.Add(1)
-		go func() { defer p.loops.Done(); p.eventLoop(loopCtx) }()
+		go func() { defer p.loops.Done(); p.eventLoop(loopCtx, sub) }()
 	}
 	go p.rec.run(flushCtx)
 	p.Wake()
@@ -548,25 +551,30 @@ func (p *Pool) beat(ctx context.Context) {
 	}
 }
 
+// subscribe listens for what concerns the pool: new work and cancels.
+func (p *Pool) subscribe() *events.Subscription[events.TaskChange] {
+	return p.deps.Broker.SubscribeInternal(func(c events.TaskChange) bool {
+		switch c.Kind {
+		case events.Created, events.CancelRequested:
+			return true
+		case events.Transitioned:
+			return c.Task.Status == lifecycle.RetryPending
+		}
+		return false
+	}, 4096)
+}
+
 // eventLoop listens to the broker: new work wakes the pool, and a cancel
 // request stops the handler running the task at once.
-func (p *Pool) eventLoop(ctx context.Context) {
-	for ctx.Err() == nil {
-		sub := p.deps.Broker.SubscribeInternal(func(c events.TaskChange) bool {
-			switch c.Kind {
-			case events.Created, events.CancelRequested:
-				return true
-			case events.Transitioned:
-				return c.Task.Status == lifecycle.RetryPending
-			}
-			return false
-		}, 4096)
+func (p *Pool) eventLoop(ctx context.Context, sub *events.Subscription[events.TaskChange]) {
+	for {
 		p.consume(ctx, sub)
 		sub.Close()
-		if errors.Is(sub.Err(), events.ErrClosed) {
+		if ctx.Err() != nil || errors.Is(sub.Err(), events.ErrClosed) {
 			return
 		}
 		// We fell behind: look for work and cancels the slow way once.
+		sub = p.subscribe()
 		p.Wake()
 		p.beat(ctx)
 	}

@@ -1,0 +1,475 @@
+package events
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"taskgraph/ent"
+	"taskgraph/lifecycle"
+)
+
+// waitTimeout bounds every wait for something that must happen; it is a
+// failure deadline, never a pause.
+const waitTimeout = 5 * time.Second
+
+func change(id int, version int64) TaskChange {
+	return TaskChange{Kind: Transitioned, Task: &ent.Task{ID: id, Version: version, Status: lifecycle.Executing}}
+}
+
+func setup(t *testing.T, cfg Config) *Broker {
+	t.Helper()
+	b := NewBroker(cfg)
+	t.Cleanup(b.Close)
+	return b
+}
+
+// recv returns the next value of s, failing the test if none comes in time
+// or if the subscription ends.
+func recv[T any](t *testing.T, s *Subscription[T]) T {
+	t.Helper()
+	select {
+	case v, ok := <-s.C:
+		require.True(t, ok, "subscription ended: %v", s.Err())
+		return v
+	case <-time.After(waitTimeout):
+		require.FailNow(t, "nothing received in time")
+	}
+	panic("unreachable")
+}
+
+// pending returns what is buffered in s right now, without waiting.
+// Delivery of in-order changes happens inside Publish*, so after a publish
+// returns the buffer holds everything it delivered.
+func pending[T any](s *Subscription[T]) []T {
+	var out []T
+	for {
+		select {
+		case v, ok := <-s.C:
+			if !ok {
+				return out
+			}
+			out = append(out, v)
+		default:
+			return out
+		}
+	}
+}
+
+// ended waits for s to end and returns why.
+func ended[T any](t *testing.T, s *Subscription[T]) error {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		select {
+		case _, ok := <-s.C:
+			if !ok {
+				return s.Err()
+			}
+		case <-deadline:
+			require.FailNow(t, "subscription did not end")
+		}
+	}
+}
+
+func versions(cs []TaskChange) []int64 {
+	out := make([]int64, len(cs))
+	for i, c := range cs {
+		out[i] = c.Task.Version
+	}
+	return out
+}
+
+func TestBroker(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FansOutToMatchingSubscribersOnly", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		all := b.SubscribeTasks(nil, 10)
+		even := b.SubscribeTasks(func(c TaskChange) bool { return c.Task.ID%2 == 0 }, 10)
+		none := b.SubscribeTasks(func(TaskChange) bool { return false }, 10)
+
+		b.PublishTasks([]TaskChange{change(1, 1), change(2, 1), change(3, 1), change(4, 1)})
+
+		ids := func(cs []TaskChange) []int {
+			out := make([]int, len(cs))
+			for i, c := range cs {
+				out[i] = c.Task.ID
+			}
+			return out
+		}
+		require.Equal(t, []int{1, 2, 3, 4}, ids(pending(all)))
+		require.Equal(t, []int{2, 4}, ids(pending(even)))
+		require.Empty(t, pending(none))
+		require.Equal(t, int64(4), b.Stats().Published)
+	})
+
+	t.Run("ReordersVersionsOfATask", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{HoldBack: time.Minute})
+		s := b.SubscribeTasks(nil, 10)
+
+		b.PublishTasks([]TaskChange{change(7, 1)})
+		b.PublishTasks([]TaskChange{change(7, 3)})
+		require.Equal(t, []int64{1}, versions(pending(s)), "version 3 must wait for 2")
+		b.PublishTasks([]TaskChange{change(7, 2)})
+		require.Equal(t, []int64{2, 3}, versions(pending(s)))
+	})
+
+	t.Run("ReordersWithinOneBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{HoldBack: time.Minute})
+		s := b.SubscribeTasks(nil, 10)
+
+		b.PublishTasks([]TaskChange{change(7, 1), change(8, 1), change(7, 3), change(8, 2), change(7, 2)})
+		var seven, eight []int64
+		for _, c := range pending(s) {
+			if c.Task.ID == 7 {
+				seven = append(seven, c.Task.Version)
+			} else {
+				eight = append(eight, c.Task.Version)
+			}
+		}
+		require.Equal(t, []int64{1, 2, 3}, seven)
+		require.Equal(t, []int64{1, 2}, eight)
+	})
+
+	t.Run("DropsDuplicateAndOlderVersions", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{HoldBack: time.Minute})
+		s := b.SubscribeTasks(nil, 10)
+
+		b.PublishTasks([]TaskChange{change(7, 4), change(7, 5)})
+		b.PublishTasks([]TaskChange{change(7, 5), change(7, 3), change(7, 4), change(7, 1)})
+		b.PublishTasks([]TaskChange{change(7, 6)})
+		require.Equal(t, []int64{4, 5, 6}, versions(pending(s)))
+	})
+
+	t.Run("ReleasesAGapThatNeverFillsAfterHoldBack", func(t *testing.T) {
+		t.Parallel()
+		const holdBack = 20 * time.Millisecond
+		b := setup(t, Config{HoldBack: holdBack})
+		s := b.SubscribeTasks(nil, 10)
+
+		b.PublishTasks([]TaskChange{change(7, 1)})
+		require.Equal(t, []int64{1}, versions(pending(s)))
+
+		start := time.Now()
+		b.PublishTasks([]TaskChange{change(7, 4), change(7, 3)})
+		require.Empty(t, pending(s), "3 and 4 wait for 2")
+
+		require.Equal(t, int64(3), recv(t, s).Task.Version)
+		require.GreaterOrEqual(t, time.Since(start), holdBack)
+		require.Equal(t, int64(4), recv(t, s).Task.Version)
+
+		// The missing version, come too late, is dropped; the next one flows.
+		b.PublishTasks([]TaskChange{change(7, 2), change(7, 5)})
+		require.Equal(t, []int64{5}, versions(pending(s)))
+	})
+
+	t.Run("DropsSlowSubscriber", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		slow := b.SubscribeTasks(nil, 2)
+		fast := b.SubscribeTasks(nil, 100)
+
+		// Publish must return although nobody reads slow: run it with a
+		// deadline so that a blocking broker fails instead of hanging.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for id := 1; id <= 10; id++ {
+				b.PublishTasks([]TaskChange{change(id, 1)})
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(waitTimeout):
+			require.FailNow(t, "PublishTasks blocked on a slow subscriber")
+		}
+
+		got := pending(slow)
+		require.Len(t, got, 2, "slow keeps what fitted in its buffer")
+		require.ErrorIs(t, ended(t, slow), ErrLagged)
+		require.Len(t, pending(fast), 10)
+
+		b.PublishTasks([]TaskChange{change(11, 1)})
+		require.Len(t, pending(fast), 1, "the others keep receiving")
+		st := b.Stats()
+		require.Equal(t, 1, st.TaskSubscribers)
+		require.Equal(t, int64(1), st.Dropped)
+	})
+
+	t.Run("DropsSlowLogSubscriber", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		slow := b.SubscribeLogs(1, 1)
+		fast := b.SubscribeLogs(1, 10)
+
+		b.PublishLogs([]*ent.TaskLog{{ID: 1, TaskID: 1}, {ID: 2, TaskID: 1}, {ID: 3, TaskID: 1}})
+		require.Len(t, pending(slow), 1)
+		require.ErrorIs(t, ended(t, slow), ErrLagged)
+		require.Len(t, pending(fast), 3)
+		require.Equal(t, 1, b.Stats().LogSubscribers)
+	})
+
+	t.Run("LogSubscriptionReceivesOnlyItsTask", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		one := b.SubscribeLogs(1, 10)
+		two := b.SubscribeLogs(2, 10)
+		tasks := b.SubscribeTasks(nil, 10)
+
+		b.PublishLogs([]*ent.TaskLog{
+			{ID: 10, TaskID: 1, Message: "a"},
+			{ID: 11, TaskID: 2, Message: "b"},
+			{ID: 12, TaskID: 3, Message: "c"},
+			{ID: 13, TaskID: 1, Message: "d"},
+		})
+		msgs := func(ls []*ent.TaskLog) []string {
+			out := make([]string, len(ls))
+			for i, l := range ls {
+				out[i] = l.Message
+			}
+			return out
+		}
+		require.Equal(t, []string{"a", "d"}, msgs(pending(one)))
+		require.Equal(t, []string{"b"}, msgs(pending(two)))
+		require.Empty(t, pending(tasks), "log lines are not task changes")
+	})
+
+	t.Run("CloseEndsEverySubscription", func(t *testing.T) {
+		t.Parallel()
+		b := NewBroker(Config{HoldBack: time.Minute})
+		tasks := b.SubscribeTasks(nil, 10)
+		logs := b.SubscribeLogs(1, 10)
+		// Leave a change held, with its timer running: Close must stop it
+		// (the leak check in TestMain would see its goroutine otherwise).
+		b.PublishTasks([]TaskChange{change(7, 1), change(7, 3)})
+
+		b.Close()
+		b.Close()
+		require.Equal(t, []int64{1}, versions(pending(tasks)))
+		require.ErrorIs(t, ended(t, tasks), ErrClosed)
+		require.ErrorIs(t, ended(t, logs), ErrClosed)
+
+		// After Close: publishing is a no-op, subscribing ends at once.
+		b.PublishTasks([]TaskChange{change(7, 2)})
+		b.PublishLogs([]*ent.TaskLog{{TaskID: 1}})
+		require.ErrorIs(t, ended(t, b.SubscribeTasks(nil, 1)), ErrClosed)
+		require.ErrorIs(t, ended(t, b.SubscribeLogs(1, 1)), ErrClosed)
+		// Closing a subscription of a closed broker keeps its reason.
+		tasks.Close()
+		require.ErrorIs(t, tasks.Err(), ErrClosed)
+		require.Equal(t, Stats{Published: 1}, b.Stats())
+	})
+
+	t.Run("SubscriptionCloseIsIdempotentAndStopsDelivery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		s := b.SubscribeTasks(nil, 10)
+		l := b.SubscribeLogs(1, 10)
+		other := b.SubscribeTasks(nil, 10)
+
+		s.Close()
+		s.Close()
+		l.Close()
+		l.Close()
+		require.NoError(t, ended(t, s))
+		require.NoError(t, ended(t, l))
+
+		// A send on the closed channel would panic: delivery must skip it.
+		b.PublishTasks([]TaskChange{change(1, 1)})
+		b.PublishLogs([]*ent.TaskLog{{TaskID: 1}})
+		require.Len(t, pending(other), 1)
+		st := b.Stats()
+		require.Equal(t, 1, st.TaskSubscribers)
+		require.Equal(t, 0, st.LogSubscribers)
+	})
+
+	t.Run("ConcurrentPublishersKeepVersionOrder", func(t *testing.T) {
+		t.Parallel()
+		const (
+			publishers  = 8
+			tasks       = 50
+			perTask     = 40 // versions 1..40; publisher p sends v ≡ p (mod 8)
+			subscribers = 4
+		)
+		b := setup(t, Config{HoldBack: 20 * time.Millisecond})
+		subs := make([]*Subscription[TaskChange], subscribers)
+		for i := range subs {
+			subs[i] = b.SubscribeTasks(nil, tasks*perTask)
+		}
+
+		// Subscribers come and go while changes flow.
+		var churn sync.WaitGroup
+		stop := make(chan struct{})
+		churn.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := b.SubscribeTasks(func(c TaskChange) bool { return c.Task.ID%3 == 0 }, 4)
+				pending(s)
+				s.Close()
+			}
+		})
+
+		var wg sync.WaitGroup
+		for p := range publishers {
+			wg.Go(func() {
+				for v := int64(p + 1); v <= perTask; v += publishers {
+					for id := 1; id <= tasks; id++ {
+						b.PublishTasks([]TaskChange{change(id, v)})
+					}
+				}
+			})
+		}
+
+		results := make([]map[int][]int64, subscribers)
+		var readers sync.WaitGroup
+		for i, s := range subs {
+			readers.Go(func() {
+				seen := make(map[int][]int64)
+				complete := 0
+				deadline := time.After(waitTimeout)
+				for complete < tasks {
+					select {
+					case c, ok := <-s.C:
+						if !ok {
+							t.Errorf("subscriber %d ended: %v", i, s.Err())
+							return
+						}
+						seen[c.Task.ID] = append(seen[c.Task.ID], c.Task.Version)
+						if c.Task.Version == perTask {
+							complete++
+						}
+					case <-deadline:
+						t.Errorf("subscriber %d: %d of %d tasks reached their last version", i, complete, tasks)
+						return
+					}
+				}
+				results[i] = seen
+			})
+		}
+		wg.Wait()
+		readers.Wait()
+		close(stop)
+		churn.Wait()
+
+		for i, seen := range results {
+			require.Len(t, seen, tasks, "subscriber %d", i)
+			for id, vs := range seen {
+				for j := 1; j < len(vs); j++ {
+					require.Less(t, vs[j-1], vs[j], "subscriber %d, task %d: %v", i, id, vs)
+				}
+				require.Equal(t, int64(perTask), vs[len(vs)-1], "subscriber %d, task %d: the newest version is never dropped", i, id)
+			}
+		}
+	})
+}
+
+func TestSequencer(t *testing.T) {
+	t.Parallel()
+
+	collect := func(out *[]TaskChange) func(TaskChange) {
+		return func(c TaskChange) { *out = append(*out, c) }
+	}
+
+	t.Run("ForgetsTasksAfterTwoGenerations", func(t *testing.T) {
+		t.Parallel()
+		var q sequencer
+		q.init()
+		var got []TaskChange
+		noTimeout := func(int, uint64) { t.Error("no change should be held") }
+		for id := range 1000 {
+			q.push(change(id, 1), time.Minute, collect(&got), noTimeout)
+		}
+		require.Len(t, q.cur, 1000)
+
+		// A generation later, the next push rotates: old states move to prev.
+		q.rotated = time.Now().Add(-seqGeneration - time.Second)
+		q.push(change(5000, 1), time.Minute, collect(&got), noTimeout)
+		require.Len(t, q.prev, 1000)
+		require.Len(t, q.cur, 1)
+
+		// One more generation and they are gone.
+		q.rotated = time.Now().Add(-seqGeneration - time.Second)
+		q.push(change(5001, 1), time.Minute, collect(&got), noTimeout)
+		require.Len(t, q.prev, 1)
+		require.Len(t, q.cur, 1)
+		require.Len(t, got, 1002)
+
+		// Many generations of steady traffic stay bounded by two of them.
+		for gen := range 50 {
+			q.rotated = time.Now().Add(-seqGeneration - time.Second)
+			for id := range 20 {
+				q.push(change(10000+gen*20+id, 1), time.Minute, collect(&got), noTimeout)
+			}
+			require.LessOrEqual(t, len(q.cur)+len(q.prev), 40)
+		}
+	})
+
+	t.Run("KeepsTasksSeenInThePreviousGeneration", func(t *testing.T) {
+		t.Parallel()
+		var q sequencer
+		q.init()
+		var got []TaskChange
+		noTimeout := func(int, uint64) { t.Error("no change should be held") }
+		q.push(change(1, 1), time.Minute, collect(&got), noTimeout)
+		q.rotated = time.Now().Add(-seqGeneration - time.Second)
+		q.push(change(1, 1), time.Minute, collect(&got), noTimeout) // duplicate, after a rotation
+		require.Len(t, got, 1)
+		require.Contains(t, q.cur, 1, "a task seen again moves back to the current generation")
+		require.NotContains(t, q.prev, 1)
+	})
+
+	t.Run("CarriesHeldChangesAcrossGenerations", func(t *testing.T) {
+		t.Parallel()
+		var q sequencer
+		q.init()
+		var got []TaskChange
+		var fired []uint64
+		onTimeout := func(_ int, timer uint64) { fired = append(fired, timer) }
+		q.push(change(1, 1), time.Hour, collect(&got), onTimeout)
+		q.push(change(1, 3), time.Hour, collect(&got), onTimeout) // held
+		t.Cleanup(func() { q.reset() })
+		for range 3 {
+			q.rotated = time.Now().Add(-seqGeneration - time.Second)
+			q.push(change(99, 1), time.Hour, collect(&got), onTimeout)
+		}
+		q.push(change(1, 2), time.Hour, collect(&got), onTimeout)
+		require.Equal(t, []int64{1, 1, 2, 3}, versions(got))
+		require.Empty(t, fired)
+	})
+
+	t.Run("IgnoresATimerThatFiredForEarlierHeldChanges", func(t *testing.T) {
+		t.Parallel()
+		// A hold-back timer may fire while a publisher holds the broker's
+		// lock and fills the gap; its callback then runs after changes held
+		// later by a new timer. It must not release those early.
+		var q sequencer
+		q.init()
+		t.Cleanup(func() { q.reset() })
+		var got []TaskChange
+		var fired []uint64
+		onTimeout := func(_ int, timer uint64) { fired = append(fired, timer) }
+		q.push(change(1, 1), time.Hour, collect(&got), onTimeout)
+		q.push(change(1, 3), time.Hour, collect(&got), onTimeout) // held, timer A
+		stale := q.cur[1].timerID
+		q.push(change(1, 2), time.Hour, collect(&got), onTimeout) // fills the gap
+		q.push(change(1, 5), time.Hour, collect(&got), onTimeout) // held, timer B
+
+		q.release(1, stale, collect(&got)) // timer A's late callback
+		require.Equal(t, []int64{1, 2, 3}, versions(got), "5 waits for 4 until its own timer fires")
+
+		q.push(change(1, 4), time.Hour, collect(&got), onTimeout)
+		require.Equal(t, []int64{1, 2, 3, 4, 5}, versions(got))
+		require.Empty(t, fired)
+	})
+}
