@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	}
 
 	if st.Dialect() == dialect.Postgres {
-		a.Leader = leader.New(st.DB(), leader.WatchdogKey)
+		a.Leader = leader.New(st.DB(), leader.WatchdogRole)
 		if cfg.Has(RoleAPI) || cfg.Has(RoleWorker) {
 			a.Relay, err = relay.Listen(ctx, relay.Config{
 				DSN: cfg.DSN(), Node: node, Client: st.Client(), Broker: broker, Logger: log,
@@ -165,6 +165,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		pc.ID = node
 		pc.Concurrency = max(pc.Concurrency, cfg.Workers)
 		pc.ShutdownGrace = max(pc.ShutdownGrace, cfg.ShutdownGrace)
+		if pc.HeartbeatInterval == 0 {
+			// Several heartbeats per lease, so that one late beat does not
+			// get a live execution recovered.
+			pc.HeartbeatInterval = min(worker.HeartbeatIntervalDefault, cfg.HeartbeatTimeout/3)
+		}
 		pc.Logger = a.Log
 		a.Pool, err = worker.NewPool(pc, worker.Deps{Store: st, Registry: registry, Policies: policies, Broker: broker, Sealer: sealer, Masker: masker, Recorder: m})
 		if err != nil {

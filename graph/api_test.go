@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/client"
-	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
 	"taskgraph/app"
@@ -39,59 +38,7 @@ func create(t *testing.T, s *apptest.Server, in map[string]any) taskView {
 	return out.CreateTask
 }
 
-// gtws is a graphql-transport-ws client.
-type gtws struct {
-	t    *testing.T
-	conn *websocket.Conn
-}
-
-type wsMsg struct {
-	Type    string          `json:"type"`
-	ID      string          `json:"id,omitempty"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
-
-func dialGTWS(t *testing.T, s *apptest.Server) *gtws {
-	t.Helper()
-	d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 5 * time.Second}
-	conn, resp, err := d.Dial(s.WS(), nil)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, "graphql-transport-ws", conn.Subprotocol())
-	c := &gtws{t: t, conn: conn}
-	c.send(wsMsg{Type: "connection_init", Payload: json.RawMessage(`{}`)})
-	require.Equal(t, "connection_ack", c.next().Type)
-	return c
-}
-
-func (c *gtws) send(m wsMsg) {
-	c.t.Helper()
-	require.NoError(c.t, c.conn.WriteJSON(m))
-}
-
-// next returns the next message that is not a keep-alive.
-func (c *gtws) next() wsMsg {
-	c.t.Helper()
-	for {
-		require.NoError(c.t, c.conn.SetReadDeadline(time.Now().Add(20*time.Second)))
-		var m wsMsg
-		require.NoError(c.t, c.conn.ReadJSON(&m))
-		switch m.Type {
-		case "ping":
-			c.send(wsMsg{Type: "pong"})
-		case "pong", "ka":
-		default:
-			return m
-		}
-	}
-}
-
-func (c *gtws) subscribe(id, query string, vars map[string]any) {
-	c.t.Helper()
-	payload, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	require.NoError(c.t, err)
-	c.send(wsMsg{Type: "subscribe", ID: id, Payload: payload})
-}
+func dialGTWS(t *testing.T, s *apptest.Server) *apptest.WS { return s.DialWS(t, nil) }
 
 func statusOf(t *testing.T, payload json.RawMessage) string {
 	t.Helper()
@@ -123,17 +70,17 @@ func TestSubscriptions(t *testing.T) {
 			t.Parallel()
 			s := apptest.Start(t, d.DSN(t), app.Options{})
 			c := dialGTWS(t, s)
-			c.subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { id status version } }`, nil)
+			c.Subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { id status version } }`, nil)
 			created := create(t, s, map[string]any{"type": "noop", "title": "watched"})
 			var seen []string
 			for len(seen) == 0 || seen[len(seen)-1] != "SUCCESS" {
-				m := c.next()
+				m := c.Next()
 				require.Equal(t, "next", m.Type, "%s", m.Payload)
 				seen = append(seen, statusOf(t, m.Payload))
 			}
 			require.Equal(t, []string{"PENDING", "EXECUTING", "SUCCESS"}, seen, "task %s", created.ID)
-			c.send(wsMsg{Type: "complete", ID: "1"})
-			require.NoError(t, c.conn.Close())
+			c.Send(apptest.WSMessage{Type: "complete", ID: "1"})
+			require.NoError(t, c.Conn.Close())
 			waitNoSubscribers(t, s)
 		})
 		t.Run("WithAnIDTheCurrentStateComesFirst", func(t *testing.T) {
@@ -141,15 +88,15 @@ func TestSubscriptions(t *testing.T) {
 			s := apptest.Start(t, d.DSN(t), app.Options{})
 			tk := create(t, s, map[string]any{"type": "noop", "input": map[string]any{"sleepMs": 60000}})
 			c := dialGTWS(t, s)
-			defer c.conn.Close()
-			c.subscribe("a", `subscription($id: ID!) { taskUpdated(id: $id) { id status cancelRequested } }`, map[string]any{"id": tk.ID})
-			first := statusOf(t, c.next().Payload)
+			defer c.Conn.Close()
+			c.Subscribe("a", `subscription($id: ID!) { taskUpdated(id: $id) { id status cancelRequested } }`, map[string]any{"id": tk.ID})
+			first := statusOf(t, c.Next().Payload)
 			require.Contains(t, []string{"PENDING", "EXECUTING"}, first)
 			var out struct{ CancelTask taskView }
 			s.Query(t, `mutation($id: ID!) { cancelTask(id: $id, reason: "test") { status } }`, map[string]any{"id": tk.ID}, &out)
 			last := first
 			for last != "CANCELLED" {
-				last = statusOf(t, c.next().Payload)
+				last = statusOf(t, c.Next().Payload)
 			}
 		})
 		t.Run("LegacyGraphQLWSIsServedToo", func(t *testing.T) {
@@ -229,8 +176,8 @@ func TestSubscriptions(t *testing.T) {
 			}})
 			tk := create(t, s, map[string]any{"type": "chatty"})
 			c := dialGTWS(t, s)
-			defer c.conn.Close()
-			c.subscribe("l", `subscription($id: ID!) { taskLogAppended(taskId: $id) { level message fields } }`, map[string]any{"id": tk.ID})
+			defer c.Conn.Close()
+			c.Subscribe("l", `subscription($id: ID!) { taskLogAppended(taskId: $id) { level message fields } }`, map[string]any{"id": tk.ID})
 			// Make sure the subscription is in place before the lines exist.
 			deadline := time.Now().Add(10 * time.Second)
 			for s.App.Broker.Stats().LogSubscribers < 1 {
@@ -240,7 +187,7 @@ func TestSubscriptions(t *testing.T) {
 			close(release)
 			var got []string
 			for len(got) < 2 {
-				m := c.next()
+				m := c.Next()
 				var p struct {
 					Data struct {
 						TaskLogAppended struct{ Level, Message string } `json:"taskLogAppended"`
@@ -407,11 +354,11 @@ func TestSubscriptionPayloadsResolveTheirEdges(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		s := apptest.Start(t, d.DSN(t), app.Options{})
 		c := dialGTWS(t, s)
-		defer c.conn.Close()
-		c.subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { status instances { instanceNo status } logs { totalCount } } }`, nil)
+		defer c.Conn.Close()
+		c.Subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { status instances { instanceNo status } logs { totalCount } } }`, nil)
 		create(t, s, map[string]any{"type": "noop"})
 		for {
-			m := c.next()
+			m := c.Next()
 			require.Equal(t, "next", m.Type)
 			var p struct {
 				Data struct {

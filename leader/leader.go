@@ -14,20 +14,24 @@ import (
 
 // Lock is one elected role.
 type Lock struct {
-	db  *sql.DB
-	key int64
+	db   *sql.DB
+	role string
 
 	mu   sync.Mutex
+	key  int64
 	conn *sql.Conn // held while leading
 }
 
-// New returns a lock on key in db. Every node must use the same key.
-func New(db *sql.DB, key int64) *Lock { return &Lock{db: db, key: key} }
+// New returns the lock electing role among the nodes that share db's
+// database and schema. (Advisory locks are database-wide; the key is
+// derived from the schema too, so that two deployments in one database do
+// not elect one leader between them.)
+func New(db *sql.DB, role string) *Lock { return &Lock{db: db, role: role} }
 
-// Keys of the roles taskgraph elects.
-const (
-	WatchdogKey int64 = 0x7467_7764 // "tgwd"
-)
+// WatchdogRole is the role of the watchdog (and the retention janitor).
+const WatchdogRole = "watchdog"
+
+const keyQuery = `SELECT ('x' || substr(md5(current_database() || '/' || current_schema() || '/' || $1), 1, 16))::bit(64)::bigint`
 
 // Lead reports whether this node leads, taking the lock if it is free. It is
 // cheap to call before every pass of the singleton's loop: while leading it
@@ -46,6 +50,12 @@ func (l *Lock) Lead(ctx context.Context) (bool, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return false, fmt.Errorf("leader: %w", err)
+	}
+	if l.key == 0 {
+		if err := conn.QueryRowContext(ctx, keyQuery, l.role).Scan(&l.key); err != nil {
+			_ = conn.Close()
+			return false, fmt.Errorf("leader: %w", err)
+		}
 	}
 	var got bool
 	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", l.key).Scan(&got); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/url"
 	"sync"
 	"time"
 
@@ -61,7 +62,7 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	}
 	cfg.ResyncLimit = cmp.Or(cfg.ResyncLimit, 10000)
 	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{})}
-	l.pql = pq.NewListener(cfg.DSN, 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
+	l.pql = pq.NewListener(withAppName(cfg.DSN, "taskgraph-relay-"+cfg.Node), 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventDisconnected:
 			l.log.Warn("listening connection lost; reconnecting", "err", err)
@@ -79,6 +80,20 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go l.loop(ctx)
 	return l, nil
+}
+
+// withAppName names the listening connection in pg_stat_activity.
+func withAppName(dsn, name string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	q := u.Query()
+	if q.Get("application_name") == "" {
+		q.Set("application_name", name[:min(len(name), 63)])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // Close stops listening.

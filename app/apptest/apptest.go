@@ -23,9 +23,10 @@ type Server struct {
 	srv *httptest.Server
 }
 
-// Start builds and starts an app with every role on dsn. Fast intervals
-// are applied unless opts sets them. Everything stops when t ends.
-func Start(t testing.TB, dsn string, opts app.Options) *Server {
+// Start builds and starts an app with every role on dsn (mods may change
+// the configuration). Fast intervals are applied unless opts sets them.
+// Everything stops when t ends.
+func Start(t testing.TB, dsn string, opts app.Options, mods ...func(*app.Config)) *Server {
 	t.Helper()
 	cfg := app.Config{
 		Addr:             "127.0.0.1:0",
@@ -36,6 +37,9 @@ func Start(t testing.TB, dsn string, opts app.Options) *Server {
 		ShutdownGrace:    2 * time.Second,
 		HeartbeatTimeout: 30 * time.Second,
 		Playground:       true,
+	}
+	for _, m := range mods {
+		m(&cfg)
 	}
 	if opts.Pool.PollInterval == 0 {
 		opts.Pool.PollInterval = 50 * time.Millisecond

@@ -63,6 +63,17 @@ func Each(t *testing.T, fn func(t *testing.T, d Driver)) {
 	}
 }
 
+// PostgresOnly returns a new PostgreSQL database for a test that is about
+// PostgreSQL itself (LISTEN/NOTIFY, advisory locks, several nodes). With
+// TASKGRAPH_TEST_PG=off the test is skipped, saying why; CI never sets it.
+func PostgresOnly(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("TASKGRAPH_TEST_PG") == "off" {
+		t.Skip("TASKGRAPH_TEST_PG=off: this test needs PostgreSQL")
+	}
+	return Postgres(t)
+}
+
 // SQLite returns the path of a new SQLite file.
 func SQLite(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "taskgraph.db")

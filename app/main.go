@@ -1,0 +1,87 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Main is a taskgraph server's main: it parses args and the environment,
+// serves until SIGINT or SIGTERM, shuts down gracefully, and returns the
+// exit code (2 for bad flags, 1 for failures). opts lets a program that
+// embeds taskgraph add its own task types.
+func Main(args []string, opts Options, stderr io.Writer) int {
+	cfg, err := ParseFlags(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "taskgraph:", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	slog.SetDefault(log)
+	opts.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	a, err := New(ctx, cfg, opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "taskgraph:", oneLine(err))
+		return 1
+	}
+	// Every role listens: /healthz, /readyz and /metrics are for all.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "taskgraph:", oneLine(err))
+		_ = a.Shutdown(context.Background())
+		return 1
+	}
+	if err := a.Start(ctx); err != nil {
+		fmt.Fprintln(stderr, "taskgraph:", oneLine(err))
+		return 1
+	}
+	a.Log.Info("taskgraph started", "addr", "http://"+ln.Addr().String(), "db", a.Store.Dialect(), "roles", fmt.Sprint(cfg.Roles), "workers", cfg.Workers)
+	a.Log.Warn("authentication is off: whoever can reach " + ln.Addr().String() + " administers this server")
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- a.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		a.Log.Info("shutting down", "grace", cfg.ShutdownGrace)
+	case err := <-serveErr:
+		a.Log.Error("server stopped", "err", err)
+	}
+	stop()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+30*time.Second)
+	defer cancel()
+	if err := a.Shutdown(shutdownCtx); err != nil {
+		a.Log.Error("shutdown", "err", err)
+		return 1
+	}
+	a.Log.Info("stopped")
+	return 0
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// oneLine keeps a start-up failure to one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
