@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		a.Leader = leader.New(st.DB(), leader.WatchdogRole)
 		if cfg.Has(RoleAPI) || cfg.Has(RoleWorker) {
 			a.Relay, err = relay.Listen(ctx, relay.Config{
-				DSN: cfg.DSN(), Node: node, Client: st.Client(), Broker: broker, Logger: log,
+				DSN: cfg.DSN(), DB: st.DB(), Node: node, Client: st.Client(), Broker: broker, Logger: log,
 				OnResync: func() {
 					if a.Pool != nil {
 						a.Pool.Wake()

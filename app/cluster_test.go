@@ -235,3 +235,27 @@ func TestRetention(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Notification channels are database-wide: a deployment in another schema
+// of the same database must not hear this one (task ids collide).
+func TestClusterIsolatedFromOtherSchemas(t *testing.T) {
+	t.Parallel()
+	mine, theirs := dbtest.PostgresOnly(t), dbtest.PostgresOnly(t)
+	a := apptest.Start(t, mine, app.Options{}, apiOnly)
+	other := apptest.Start(t, theirs, app.Options{})
+	ws := a.DialWS(t, nil)
+	ws.Subscribe("1", `subscription { taskUpdated { id status version } }`, nil)
+	// The other deployment's task 1 runs to SUCCESS; ours is created after.
+	id := createVia(t, other, map[string]any{"type": "noop"})
+	require.Equal(t, "1", id)
+	o := other.DialWS(t, nil)
+	o.Subscribe("1", `subscription { taskUpdated(id: 1) { id status } }`, nil)
+	for o.NextTask().Status != "SUCCESS" {
+	}
+	mineID := createVia(t, a, map[string]any{"type": "noop", "runAt": time.Now().Add(time.Hour).Format(time.RFC3339)})
+	require.Equal(t, "1", mineID)
+	got := ws.NextTask()
+	require.Equal(t, "PENDING", got.Status, "the first change this subscriber sees is its own deployment's")
+	require.Equal(t, 1, got.Version)
+	require.Zero(t, a.App.Relay.Stats().Received, "nothing heard from the other schema")
+}

@@ -3,7 +3,9 @@ package relay
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"sync"
@@ -25,6 +27,8 @@ type Config struct {
 	// Node is this node's name; its own notifications are ignored (its
 	// broker already has those changes, in full).
 	Node string
+	// DB names the channel (the same query the writers use).
+	DB *sql.DB
 	// Client reads changed rows.
 	Client *ent.Client
 	// Broker receives the other nodes' changes.
@@ -57,8 +61,12 @@ type Listener struct {
 
 // Listen connects, LISTENs and starts delivering.
 func Listen(ctx context.Context, cfg Config) (*Listener, error) {
-	if cfg.DSN == "" || cfg.Client == nil || cfg.Broker == nil || cfg.Node == "" {
-		return nil, errors.New("relay: DSN, node, client and broker are required")
+	if cfg.DSN == "" || cfg.DB == nil || cfg.Client == nil || cfg.Broker == nil || cfg.Node == "" {
+		return nil, errors.New("relay: DSN, DB, node, client and broker are required")
+	}
+	var channel string
+	if err := cfg.DB.QueryRowContext(ctx, "SELECT "+channelExpr).Scan(&channel); err != nil {
+		return nil, fmt.Errorf("relay: name the channel: %w", err)
 	}
 	cfg.ResyncLimit = cmp.Or(cfg.ResyncLimit, 10000)
 	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{})}
@@ -72,7 +80,7 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 			l.log.Warn("reconnecting the listening connection failed", "err", err)
 		}
 	})
-	if err := l.pql.Listen(Channel); err != nil {
+	if err := l.pql.Listen(channel); err != nil {
 		_ = l.pql.Close()
 		return nil, err
 	}

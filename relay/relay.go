@@ -22,8 +22,10 @@ import (
 	"taskgraph/lifecycle"
 )
 
-// Channel is the PostgreSQL notification channel.
-const Channel = "taskgraph_events"
+// channelExpr names the notification channel of the deployment: one per
+// database and schema. Channels are database-wide, and two deployments in
+// one database (or tests, each in a schema) must not hear each other.
+const channelExpr = `'taskgraph_' || substr(md5(current_database() || '/' || current_schema()), 1, 16)`
 
 // maxPayload stays under PostgreSQL's 8000-byte notification limit.
 const maxPayload = 7000
@@ -108,7 +110,7 @@ func (n Notifier) BeforeCommit(ctx context.Context, exec func(ctx context.Contex
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		fmt.Fprintf(&q, "pg_notify('%s', $%d)", Channel, i+1)
+		fmt.Fprintf(&q, "pg_notify(%s, $%d)", channelExpr, i+1)
 		args = append(args, p)
 	}
 	if err := exec(ctx, q.String(), args...); err != nil {
