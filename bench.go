@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,6 +32,7 @@ func runBench(args []string) int {
 	batch := fs.Int("batch", 0, "instances claimed per statement (default: workers)")
 	every := fs.Duration("every", 2*time.Second, "interval between progress lines")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the burn-down to this file")
+	nodes := fs.Int("nodes", 1, "nodes in this process, each with its own connection pool, broker, relay and workers (more than one needs PostgreSQL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,16 +51,25 @@ func runBench(args []string) int {
 		dsn = filepath.Join(dir, "bench.db")
 	}
 	ctx := context.Background()
-	cfg := app.Config{DB: dsn, DataDir: dir, Workers: *workers, Roles: []app.Role{app.RoleWorker},
-		ShutdownGrace: 10 * time.Second, HeartbeatTimeout: 30 * time.Second}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := app.New(ctx, cfg, app.Options{Logger: quiet, Pool: worker.Config{ClaimBatch: *batch}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
-		return 1
+	var apps []*app.App
+	defer func() {
+		for _, a := range apps {
+			_ = a.Shutdown(context.Background())
+		}
+	}()
+	for range *nodes {
+		cfg := app.Config{DB: dsn, DataDir: dir, Workers: *workers, Roles: []app.Role{app.RoleWorker},
+			ShutdownGrace: 10 * time.Second, HeartbeatTimeout: 30 * time.Second}
+		a, err := app.New(ctx, cfg, app.Options{Logger: quiet, Pool: worker.Config{ClaimBatch: *batch}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+			return 1
+		}
+		apps = append(apps, a)
 	}
-	defer a.Shutdown(context.Background())
-	fmt.Printf("bench: %s, %d noop tasks, %d workers, GOMAXPROCS=%d\n", a.Store.Dialect(), *n, *workers, runtime.GOMAXPROCS(0))
+	a := apps[0]
+	fmt.Printf("bench: %s, %d noop tasks, %d node(s) x %d workers, GOMAXPROCS=%d\n", a.Store.Dialect(), *n, *nodes, *workers, runtime.GOMAXPROCS(0))
 
 	start := time.Now()
 	tasks := make([]store.NewTask, 0, 5000)
@@ -77,17 +88,25 @@ func runBench(args []string) int {
 	ins := time.Since(start)
 	fmt.Printf("inserted %d tasks in %s (%.0f tasks/s)\n", *n, ins.Round(time.Millisecond), float64(*n)/ins.Seconds())
 
+	// Each node counts its own completions (full, local changes); internal
+	// subscriptions do not make the relay re-read other nodes' changes.
 	var done, failed atomic.Int64
-	sub := a.Broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.Status.Terminal() }, 1<<16)
-	go func() {
-		for c := range sub.C {
-			if c.Task.Status == lifecycle.Success {
-				done.Add(1)
-			} else {
-				failed.Add(1)
+	for _, a := range apps {
+		sub := a.Broker.SubscribeInternal(func(c events.TaskChange) bool { return !c.Partial && c.Task.Status.Terminal() }, 1<<16)
+		go func() {
+			for c := range sub.C {
+				if c.Task.Status == lifecycle.Success {
+					done.Add(1)
+				} else {
+					failed.Add(1)
+				}
 			}
-		}
-	}()
+			if err := sub.Err(); err != nil && !errors.Is(err, events.ErrClosed) {
+				fmt.Fprintln(os.Stderr, "bench: event subscription dropped:", err)
+				os.Exit(1)
+			}
+		}()
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -102,9 +121,11 @@ func runBench(args []string) int {
 		defer pprof.StopCPUProfile()
 	}
 	start = time.Now()
-	if err := a.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
-		return 1
+	for _, a := range apps {
+		if err := a.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+			return 1
+		}
 	}
 	tick := time.NewTicker(*every)
 	defer tick.Stop()
@@ -116,10 +137,6 @@ func runBench(args []string) int {
 			fmt.Printf("%6.1fs  %8d done  %8.0f tasks/s (last %s)  %8.0f tasks/s (overall)\n",
 				now.Sub(start).Seconds(), d, float64(d-last)/now.Sub(lastAt).Seconds(), *every, float64(d)/now.Sub(start).Seconds())
 			last, lastAt = d, now
-			if sub.Err() != nil {
-				fmt.Fprintln(os.Stderr, "bench: event subscription dropped:", sub.Err())
-				return 1
-			}
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

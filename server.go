@@ -16,6 +16,8 @@ func main() {
 		switch os.Args[1] {
 		case "bench":
 			os.Exit(runBench(os.Args[2:]))
+		case "bench-latency":
+			os.Exit(runBenchLatency(os.Args[2:]))
 		case "watch":
 			os.Exit(runWatch(os.Args[2:]))
 		}
