@@ -63,7 +63,7 @@ func runBench(args []string) int {
 			ShutdownGrace: 10 * time.Second, HeartbeatTimeout: 30 * time.Second}
 		a, err := app.New(ctx, cfg, app.Options{Logger: quiet, Pool: worker.Config{ClaimBatch: *batch}})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+			fmt.Fprintln(os.Stderr, "bench:", app.OneLine(err))
 			return 1
 		}
 		apps = append(apps, a)
@@ -80,7 +80,7 @@ func runBench(args []string) int {
 				TimeoutSeconds: 60, RetryPolicy: "none", MaxAttempts: 1})
 		}
 		if err := a.Store.CreateTasks(ctx, tasks); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+			fmt.Fprintln(os.Stderr, "bench:", app.OneLine(err))
 			return 1
 		}
 		left -= len(tasks)
@@ -123,7 +123,7 @@ func runBench(args []string) int {
 	start = time.Now()
 	for _, a := range apps {
 		if err := a.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", oneLine(err))
+			fmt.Fprintln(os.Stderr, "bench:", app.OneLine(err))
 			return 1
 		}
 	}

@@ -67,12 +67,12 @@ func runBenchLatency(args []string) int {
 		a, err := app.New(ctx, app.Config{DB: dsn, DataDir: dir, Workers: 64, Roles: roles, ShutdownGrace: 5 * time.Second,
 			HeartbeatTimeout: 30 * time.Second, SecretKey: "00000000000000000000000000000000000000000000000000000000000000aa"}, app.Options{Logger: quiet})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench-latency:", oneLine(err))
+			fmt.Fprintln(os.Stderr, "bench-latency:", app.OneLine(err))
 			return 1
 		}
 		apps = append(apps, a)
 		if err := a.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "bench-latency:", oneLine(err))
+			fmt.Fprintln(os.Stderr, "bench-latency:", app.OneLine(err))
 			return 1
 		}
 	}

@@ -6,7 +6,6 @@ package main
 
 import (
 	"os"
-	"strings"
 
 	"taskgraph/app"
 )
@@ -23,9 +22,4 @@ func main() {
 		}
 	}
 	os.Exit(app.Main(os.Args[1:], app.Options{}, os.Stderr))
-}
-
-// oneLine keeps an error to one line.
-func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
 }

@@ -37,18 +37,18 @@ func Main(args []string, opts Options, stderr io.Writer) int {
 
 	a, err := New(ctx, cfg, opts)
 	if err != nil {
-		fmt.Fprintln(stderr, "taskgraph:", oneLine(err))
+		fmt.Fprintln(stderr, "taskgraph:", OneLine(err))
 		return 1
 	}
 	// Every role listens: /healthz, /readyz and /metrics are for all.
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		fmt.Fprintln(stderr, "taskgraph:", oneLine(err))
+		fmt.Fprintln(stderr, "taskgraph:", OneLine(err))
 		_ = a.Shutdown(context.Background())
 		return 1
 	}
 	if err := a.Start(ctx); err != nil {
-		fmt.Fprintln(stderr, "taskgraph:", oneLine(err))
+		fmt.Fprintln(stderr, "taskgraph:", OneLine(err))
 		return 1
 	}
 	a.Log.Info("taskgraph started", "addr", "http://"+ln.Addr().String(), "db", a.Store.Dialect(), "roles", fmt.Sprint(cfg.Roles), "workers", cfg.Workers)
@@ -81,7 +81,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// oneLine keeps a start-up failure to one line.
-func oneLine(err error) string {
+// OneLine keeps an error to one line, for start-up failures.
+func OneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
