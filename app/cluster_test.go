@@ -46,6 +46,7 @@ func TestCluster(t *testing.T) {
 		apptest.Start(t, dsn, relayOnly, workerOnly)
 		ws := a.DialWS(t, nil)
 		ws.Subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { id status version } }`, nil)
+		a.WaitSubscribers(t, 1)
 		var seen []string
 		for range 5 {
 			createVia(t, a, map[string]any{"type": "noop"})
@@ -88,6 +89,7 @@ func TestCluster(t *testing.T) {
 		b := apptest.Start(t, dsn, relayOnly, workerOnly)
 		ws := a.DialWS(t, nil)
 		ws.Subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { id status version } }`, nil)
+		a.WaitSubscribers(t, 1)
 
 		db, err := sql.Open("postgres", dsn)
 		require.NoError(t, err)
@@ -245,6 +247,7 @@ func TestClusterIsolatedFromOtherSchemas(t *testing.T) {
 	other := apptest.Start(t, theirs, app.Options{})
 	ws := a.DialWS(t, nil)
 	ws.Subscribe("1", `subscription { taskUpdated { id status version } }`, nil)
+	a.WaitSubscribers(t, 1)
 	// The other deployment's task 1 runs to SUCCESS; ours is created after.
 	id := createVia(t, other, map[string]any{"type": "noop"})
 	require.Equal(t, "1", id)

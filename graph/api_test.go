@@ -71,6 +71,7 @@ func TestSubscriptions(t *testing.T) {
 			s := apptest.Start(t, d.DSN(t), app.Options{})
 			c := dialGTWS(t, s)
 			c.Subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { id status version } }`, nil)
+			s.WaitSubscribers(t, 1)
 			created := create(t, s, map[string]any{"type": "noop", "title": "watched"})
 			var seen []string
 			for len(seen) == 0 || seen[len(seen)-1] != "SUCCESS" {
@@ -136,12 +137,7 @@ func TestSubscriptions(t *testing.T) {
 					}
 				}
 			}()
-			// The stream is open once the subscription is registered.
-			deadline := time.Now().Add(10 * time.Second)
-			for s.App.Broker.Stats().TaskSubscribers < 1 {
-				require.True(t, time.Now().Before(deadline))
-				time.Sleep(5 * time.Millisecond)
-			}
+			s.WaitSubscribers(t, 1)
 			create(t, s, map[string]any{"type": "noop"})
 			var seen []string
 			for len(seen) < 3 {
@@ -356,6 +352,7 @@ func TestSubscriptionPayloadsResolveTheirEdges(t *testing.T) {
 		c := dialGTWS(t, s)
 		defer c.Conn.Close()
 		c.Subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { status instances { instanceNo status } logs { totalCount } } }`, nil)
+		s.WaitSubscribers(t, 1)
 		create(t, s, map[string]any{"type": "noop"})
 		for {
 			m := c.Next()

@@ -16,14 +16,6 @@ const subscriptionBuffer = 256
 // taskUpdated streams committed changes of one task (id) or of the tasks
 // matching where, in version order per task.
 func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error) {
-	var first *ent.Task
-	if id != nil {
-		t, err := r.Client.Task.Get(ctx, *id)
-		if err != nil {
-			return nil, err
-		}
-		first = t
-	}
 	if where != nil {
 		// Reject a where input the database would reject, now rather
 		// than on the first change.
@@ -31,6 +23,9 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 			return nil, err
 		}
 	}
+	// Subscribe before reading the current state: a change committed in
+	// between is then in the buffer, not lost (duplicates are dropped by
+	// version below).
 	sub := r.Broker.SubscribeTasks(func(c events.TaskChange) bool {
 		if id != nil && c.Task.ID != *id {
 			return false
@@ -38,6 +33,15 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 		ok, _ := matchTask(where, c.Task)
 		return ok
 	}, subscriptionBuffer)
+	var first *ent.Task
+	if id != nil {
+		t, err := r.Client.Task.Get(ctx, *id)
+		if err != nil {
+			sub.Close()
+			return nil, err
+		}
+		first = t
+	}
 
 	out := make(chan *ent.Task, 1)
 	go func() {

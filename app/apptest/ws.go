@@ -109,3 +109,17 @@ func (c *WS) NextTask() Task {
 	}
 	return p.Data.TaskUpdated
 }
+
+// WaitSubscribers waits until the server has at least n client
+// subscriptions to task changes: graphql-transport-ws does not acknowledge
+// a subscribe, so a test that must not miss the first change waits here.
+func (s *Server) WaitSubscribers(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.App.Broker.Stats().TaskSubscribers < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("apptest: %d subscriptions registered, want %d", s.App.Broker.Stats().TaskSubscribers, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
