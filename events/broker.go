@@ -43,8 +43,11 @@ type Broker struct {
 	mu       sync.Mutex
 	closed   bool
 	taskSubs map[*Subscription[TaskChange]]struct{}
-	logSubs  map[int]map[*Subscription[*ent.TaskLog]]struct{}
-	seq      sequencer
+	// byTask holds the subscriptions to one task, looked up per change
+	// instead of filtered one by one.
+	byTask  map[int]map[*Subscription[TaskChange]]struct{}
+	logSubs map[int]map[*Subscription[*ent.TaskLog]]struct{}
+	seq     sequencer
 
 	published atomic.Int64
 	dropped   atomic.Int64
@@ -56,6 +59,7 @@ func NewBroker(cfg Config) *Broker {
 		holdBack: cfg.HoldBack,
 		observe:  cfg.Observe,
 		taskSubs: make(map[*Subscription[TaskChange]]struct{}),
+		byTask:   make(map[int]map[*Subscription[TaskChange]]struct{}),
 		logSubs:  make(map[int]map[*Subscription[*ent.TaskLog]]struct{}),
 	}
 	if b.holdBack <= 0 {
@@ -123,6 +127,41 @@ func (b *Broker) SubscribeInternal(match func(TaskChange) bool, buffer int) *Sub
 	return b.subscribeTasks(match, buffer, true)
 }
 
+// SubscribeTask streams the changes of one task for which match returns
+// true (nil matches all). It costs nothing when other tasks change.
+func (b *Broker) SubscribeTask(taskID int, match func(TaskChange) bool, buffer int) *Subscription[TaskChange] {
+	c := make(chan TaskChange, max(buffer, 1))
+	s := &Subscription[TaskChange]{C: c, c: c, filter: match}
+	s.unsub = func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.removeTaskSub(taskID, s)
+		s.end(nil)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		s.end(ErrClosed)
+		return s
+	}
+	m := b.byTask[taskID]
+	if m == nil {
+		m = make(map[*Subscription[TaskChange]]struct{})
+		b.byTask[taskID] = m
+	}
+	m[s] = struct{}{}
+	return s
+}
+
+func (b *Broker) removeTaskSub(taskID int, s *Subscription[TaskChange]) {
+	if m := b.byTask[taskID]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(b.byTask, taskID)
+		}
+	}
+}
+
 func (b *Broker) subscribeTasks(match func(TaskChange) bool, buffer int, internal bool) *Subscription[TaskChange] {
 	c := make(chan TaskChange, max(buffer, 1))
 	s := &Subscription[TaskChange]{C: c, c: c, filter: match, internal: internal}
@@ -180,7 +219,7 @@ func (b *Broker) removeLogSub(taskID int, s *Subscription[*ent.TaskLog]) {
 func (b *Broker) PublishTasks(changes []TaskChange) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || len(b.taskSubs) == 0 {
+	if b.closed || len(b.taskSubs)+len(b.byTask) == 0 {
 		// Nobody listens; forget ordering state too, so that a later
 		// subscriber starts from whatever comes next.
 		b.seq.reset()
@@ -213,6 +252,19 @@ func (b *Broker) deliverTaskLocked(c TaskChange) {
 		}
 		if !s.offer(c) {
 			delete(b.taskSubs, s)
+			s.end(ErrLagged)
+			b.dropped.Add(1)
+		}
+	}
+	if c.Partial {
+		return
+	}
+	for s := range b.byTask[c.Task.ID] {
+		if s.filter != nil && !s.filter(c) {
+			continue
+		}
+		if !s.offer(c) {
+			b.removeTaskSub(c.Task.ID, s)
 			s.end(ErrLagged)
 			b.dropped.Add(1)
 		}
@@ -259,6 +311,9 @@ func (b *Broker) Stats() Stats {
 			st.TaskSubscribers++
 		}
 	}
+	for _, m := range b.byTask {
+		st.TaskSubscribers += len(m)
+	}
 	for _, m := range b.logSubs {
 		st.LogSubscribers += len(m)
 	}
@@ -270,7 +325,7 @@ func (b *Broker) Stats() Stats {
 func (b *Broker) WantsFullChanges() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.logSubs) > 0 {
+	if len(b.logSubs) > 0 || len(b.byTask) > 0 {
 		return true
 	}
 	for s := range b.taskSubs {
@@ -292,12 +347,17 @@ func (b *Broker) Close() {
 	for s := range b.taskSubs {
 		s.end(ErrClosed)
 	}
+	for _, m := range b.byTask {
+		for s := range m {
+			s.end(ErrClosed)
+		}
+	}
 	for _, m := range b.logSubs {
 		for s := range m {
 			s.end(ErrClosed)
 		}
 	}
-	b.taskSubs, b.logSubs = nil, nil
+	b.taskSubs, b.byTask, b.logSubs = nil, nil, nil
 	b.seq.reset()
 }
 

@@ -473,3 +473,43 @@ func TestSequencer(t *testing.T) {
 		require.Empty(t, fired)
 	})
 }
+
+func TestSubscribeTask(t *testing.T) {
+	t.Parallel()
+	t.Run("ReceivesOnlyItsTaskInOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		one := b.SubscribeTask(1, nil, 8)
+		defer one.Close()
+		b.PublishTasks([]TaskChange{change(2, 1), change(1, 1), change(1, 3), change(2, 2), change(1, 2)})
+		require.Equal(t, int64(1), recv(t, one).Task.Version)
+		require.Equal(t, int64(2), recv(t, one).Task.Version)
+		require.Equal(t, int64(3), recv(t, one).Task.Version)
+		require.Empty(t, pending(one))
+		require.Equal(t, 1, b.Stats().TaskSubscribers)
+		require.True(t, b.WantsFullChanges())
+	})
+	t.Run("AppliesItsFilterAndIgnoresPartialChanges", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		s := b.SubscribeTask(1, func(c TaskChange) bool { return c.Kind != Progressed }, 8)
+		defer s.Close()
+		p := change(1, 1)
+		p.Kind = Progressed
+		partial := change(1, 2)
+		partial.Partial = true
+		b.PublishTasks([]TaskChange{p, partial, change(1, 3)})
+		require.Equal(t, int64(3), recv(t, s).Task.Version)
+		require.Empty(t, pending(s))
+	})
+	t.Run("EndsOnCloseAndOnLag", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		slow := b.SubscribeTask(1, nil, 1)
+		b.PublishTasks([]TaskChange{change(1, 1), change(1, 2)})
+		require.ErrorIs(t, ended(t, slow), ErrLagged)
+		closed := b.SubscribeTask(1, nil, 8)
+		b.Close()
+		require.ErrorIs(t, ended(t, closed), ErrClosed)
+	})
+}

@@ -26,13 +26,17 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 	// Subscribe before reading the current state: a change committed in
 	// between is then in the buffer, not lost (duplicates are dropped by
 	// version below).
-	sub := r.Broker.SubscribeTasks(func(c events.TaskChange) bool {
-		if id != nil && c.Task.ID != *id {
-			return false
-		}
-		ok, _ := matchTask(where, c.Task)
+	plan := planWhere(where)
+	match := func(c events.TaskChange) bool {
+		ok, _ := plan.match(c.Task)
 		return ok
-	}, subscriptionBuffer)
+	}
+	var sub *events.Subscription[events.TaskChange]
+	if id != nil {
+		sub = r.Broker.SubscribeTask(*id, match, subscriptionBuffer)
+	} else {
+		sub = r.Broker.SubscribeTasks(match, subscriptionBuffer)
+	}
 	var first *ent.Task
 	if id != nil {
 		t, err := r.Client.Task.Get(ctx, *id)
@@ -76,7 +80,7 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 				if id != nil && c.Task.Version <= last {
 					continue // already sent with the current state
 				}
-				if _, exact := matchTask(where, c.Task); !exact {
+				if _, exact := plan.match(c.Task); !exact {
 					p, err := where.P()
 					if err != nil {
 						return

@@ -15,10 +15,10 @@ import (
 // without a query per change and per subscriber. exact is false when the
 // input carries predicates that only the database can evaluate (such as
 // search): ok then says whether the task may match, and the caller must
-// confirm a match with a query.
+// confirm a match with a query. A subscription plans its input once
+// (planWhere) and evaluates the plan for every change.
 func matchTask(w *ent.TaskWhereInput, t *ent.Task) (ok, exact bool) {
-	_, hi, exact := evalWhere(w, reflect.ValueOf(t).Elem())
-	return hi == sqlTrue, exact
+	return planWhere(w).match(t)
 }
 
 // sqlBool is SQL's three-valued logic: a comparison with NULL is unknown,
@@ -41,17 +41,32 @@ func sqlOf(b bool) sqlBool {
 	return sqlFalse
 }
 
-// evalWhere returns the range [lo, hi] the input may evaluate to: one value
-// when exact, and from false up to what the rest allows when part of it is
-// left to the database (NOT turns such a range around, which is why a
-// single "maybe" would not do).
-func evalWhere(w *ent.TaskWhereInput, tv reflect.Value) (lo, hi sqlBool, exact bool) {
-	lo, hi, exact = sqlTrue, sqlTrue, true
+// wherePlan is a TaskWhereInput with its reflection done once: the task
+// fields and operators it compares, and its nested inputs.
+type wherePlan struct {
+	preds []plannedPredicate
+	not   *wherePlan
+	and   []*wherePlan
+	or    []*wherePlan
+	// opaque counts the parts only the database can evaluate (custom
+	// predicates such as search, edge predicates).
+	opaque int
+}
+
+type plannedPredicate struct {
+	field    []int // index of the task's field
+	op       string
+	nullable bool
+	arg      reflect.Value
+}
+
+var taskType = reflect.TypeOf(ent.Task{})
+
+// planWhere reads w once. A nil input matches everything.
+func planWhere(w *ent.TaskWhereInput) *wherePlan {
+	p := &wherePlan{}
 	if w == nil {
-		return lo, hi, exact
-	}
-	and := func(l, h sqlBool) {
-		lo, hi = min(lo, l), min(hi, h)
+		return p
 	}
 	wv := reflect.ValueOf(w).Elem()
 	wt := wv.Type()
@@ -64,41 +79,71 @@ func evalWhere(w *ent.TaskWhereInput, tv reflect.Value) (lo, hi sqlBool, exact b
 		}
 		switch f.Name {
 		case "Predicates":
-			exact = false
-			and(sqlFalse, sqlTrue)
-			continue
+			p.opaque++
 		case "Not":
-			l, h, e := evalWhere(v.Interface().(*ent.TaskWhereInput), tv)
-			exact = exact && e
-			and(h.not(), l.not())
-			continue
-		case "And", "Or":
-			l, h := sqlTrue, sqlTrue
-			if f.Name == "Or" {
-				l, h = sqlFalse, sqlFalse
-			}
+			p.not = planWhere(v.Interface().(*ent.TaskWhereInput))
+		case "And":
 			for _, s := range v.Interface().([]*ent.TaskWhereInput) {
-				sl, sh, e := evalWhere(s, tv)
-				exact = exact && e
-				if f.Name == "And" {
-					l, h = min(l, sl), min(h, sh)
-				} else {
-					l, h = max(l, sl), max(h, sh)
-				}
+				p.and = append(p.and, planWhere(s))
 			}
-			and(l, h)
-			continue
+		case "Or":
+			for _, s := range v.Interface().([]*ent.TaskWhereInput) {
+				p.or = append(p.or, planWhere(s))
+			}
+		default:
+			field, op, nullable := splitPredicate(f.Name, wt)
+			if field == nil {
+				p.opaque++
+				continue
+			}
+			p.preds = append(p.preds, plannedPredicate{field: field, op: op, nullable: nullable, arg: v})
 		}
-		field, op, nullable := splitPredicate(f.Name, wt, tv)
-		if !field.IsValid() {
-			// A predicate on something a task value cannot tell (an edge);
-			// leave it to the database.
-			exact = false
-			and(sqlFalse, sqlTrue)
-			continue
-		}
-		r := evalPredicate(field, op, nullable, v)
+	}
+	return p
+}
+
+func (p *wherePlan) match(t *ent.Task) (ok, exact bool) {
+	_, hi, exact := p.eval(reflect.ValueOf(t).Elem())
+	return hi == sqlTrue, exact
+}
+
+// eval returns the range [lo, hi] the input may evaluate to: one value when
+// exact, and from false up to what the rest allows when part of it is left
+// to the database (NOT turns such a range around, which is why a single
+// "maybe" would not do).
+func (p *wherePlan) eval(tv reflect.Value) (lo, hi sqlBool, exact bool) {
+	lo, hi, exact = sqlTrue, sqlTrue, p.opaque == 0
+	if !exact {
+		hi = sqlTrue
+		lo = sqlFalse
+	}
+	and := func(l, h sqlBool) { lo, hi = min(lo, l), min(hi, h) }
+	for _, pr := range p.preds {
+		r := evalPredicate(tv.FieldByIndex(pr.field), pr.op, pr.nullable, pr.arg)
 		and(r, r)
+	}
+	if p.not != nil {
+		l, h, e := p.not.eval(tv)
+		exact = exact && e
+		and(h.not(), l.not())
+	}
+	if len(p.and) > 0 {
+		l, h := sqlTrue, sqlTrue
+		for _, s := range p.and {
+			sl, sh, e := s.eval(tv)
+			exact = exact && e
+			l, h = min(l, sl), min(h, sh)
+		}
+		and(l, h)
+	}
+	if len(p.or) > 0 {
+		l, h := sqlFalse, sqlFalse
+		for _, s := range p.or {
+			sl, sh, e := s.eval(tv)
+			exact = exact && e
+			l, h = max(l, sl), max(h, sh)
+		}
+		and(l, h)
 	}
 	return lo, hi, exact
 }
@@ -107,25 +152,29 @@ func evalWhere(w *ent.TaskWhereInput, tv reflect.Value) (lo, hi sqlBool, exact b
 // longest first so that "ContainsFold" is not read as "Contains".
 var predicateSuffixes = []string{"ContainsFold", "EqualFold", "HasPrefix", "HasSuffix", "Contains", "NotNil", "NotIn", "IsNil", "NEQ", "GTE", "LTE", "GT", "LT", "In"}
 
-// splitPredicate maps a where-input field name (StatusIn) to the task's
-// field (Status) and the operator (In). nullable reports a column that may
-// be NULL (the input has an IsNil predicate for it).
-func splitPredicate(name string, where reflect.Type, task reflect.Value) (field reflect.Value, op string, nullable bool) {
+// splitPredicate maps a where-input field name (StatusIn) to the index of
+// the task's field (Status) and the operator (In); nil when the task has no
+// such field. nullable reports a column that may be NULL (the input has an
+// IsNil predicate for it).
+func splitPredicate(name string, where reflect.Type) (field []int, op string, nullable bool) {
 	base, op := name, "EQ"
-	if !task.FieldByName(name).IsValid() {
+	if _, ok := taskType.FieldByName(name); !ok {
 		base, op = "", ""
 		for _, suf := range predicateSuffixes {
-			if b, found := strings.CutSuffix(name, suf); found && task.FieldByName(b).IsValid() {
-				base, op = b, suf
-				break
+			if b, found := strings.CutSuffix(name, suf); found {
+				if _, ok := taskType.FieldByName(b); ok {
+					base, op = b, suf
+					break
+				}
 			}
 		}
 		if base == "" {
-			return reflect.Value{}, "", false
+			return nil, "", false
 		}
 	}
 	_, nullable = where.FieldByName(base + "IsNil")
-	return task.FieldByName(base), op, nullable
+	f, _ := taskType.FieldByName(base)
+	return f.Index, op, nullable
 }
 
 func evalPredicate(field reflect.Value, op string, nullable bool, arg reflect.Value) sqlBool {

@@ -233,55 +233,12 @@ func (t *txn) logged(logs ...*ent.TaskLog) {
 
 // write runs fn in a transaction, retrying it when the database reports a
 // serialization failure or deadlock, and publishes what fn recorded after the
-// commit succeeded.
+// commit succeeded (outside SQLite's write lock: the broker puts changes of
+// one task back in version order).
 func (s *Store) write(ctx context.Context, fn func(t *txn) error) error {
-	if s.writeMu != nil {
-		select {
-		case s.writeMu <- struct{}{}:
-			defer func() { <-s.writeMu }()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	const attempts = 5
-	for i := 1; ; i++ {
-		err := s.writeOnce(ctx, fn)
-		if err == nil || i == attempts || !retryableDBError(err) {
-			return err
-		}
-		s.log.Debug("retrying transaction", "attempt", i, "err", err)
-		select {
-		case <-time.After(time.Duration(i*i) * 5 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) error {
-	tx, err := s.client.Tx(ctx)
+	t, err := s.writeLocked(ctx, fn)
 	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
-	}
-	t := &txn{Tx: tx, client: s.client}
-	if err := fn(t); err != nil {
-		_ = tx.Rollback()
 		return err
-	}
-	if s.before != nil && len(t.changes)+len(t.logs) > 0 {
-		exec := func(ctx context.Context, query string, args ...any) error {
-			_, err := t.ExecContext(ctx, query, args...)
-			return err
-		}
-		if err := s.before(ctx, exec, t.changes, t.logs); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		// The outcome of a failed COMMIT is unknown: never run the
-		// transaction again on top of it.
-		return &commitError{err}
 	}
 	if len(t.changes) > 0 {
 		s.pub.PublishTasks(t.changes)
@@ -290,6 +247,58 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) error {
 		s.pub.PublishLogs(t.logs)
 	}
 	return nil
+}
+
+func (s *Store) writeLocked(ctx context.Context, fn func(t *txn) error) (*txn, error) {
+	if s.writeMu != nil {
+		select {
+		case s.writeMu <- struct{}{}:
+			defer func() { <-s.writeMu }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	const attempts = 5
+	for i := 1; ; i++ {
+		t, err := s.writeOnce(ctx, fn)
+		if err == nil || i == attempts || !retryableDBError(err) {
+			return t, err
+		}
+		s.log.Debug("retrying transaction", "attempt", i, "err", err)
+		select {
+		case <-time.After(time.Duration(i*i) * 5 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, error) {
+	tx, err := s.client.Tx(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin transaction: %w", err)
+	}
+	t := &txn{Tx: tx, client: s.client}
+	if err := fn(t); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	if s.before != nil && len(t.changes)+len(t.logs) > 0 {
+		exec := func(ctx context.Context, query string, args ...any) error {
+			_, err := t.ExecContext(ctx, query, args...)
+			return err
+		}
+		if err := s.before(ctx, exec, t.changes, t.logs); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		// The outcome of a failed COMMIT is unknown: never run the
+		// transaction again on top of it.
+		return nil, &commitError{err}
+	}
+	return t, nil
 }
 
 // commitError is a failed COMMIT.
