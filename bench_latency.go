@@ -87,6 +87,7 @@ func runBenchLatency(args []string) int {
 	var mu sync.Mutex
 	var lat []time.Duration
 	received := 0
+	got := map[string]int{} // "id status" -> times received
 	var wg sync.WaitGroup
 	conns := make([]*websocket.Conn, *subs)
 	for i := range *subs {
@@ -104,7 +105,7 @@ func runBenchLatency(args []string) int {
 		}
 		_ = c.WriteJSON(map[string]any{"type": "connection_init", "payload": map[string]any{}})
 		_ = c.WriteJSON(map[string]any{"type": "subscribe", "id": "1", "payload": map[string]any{
-			"query":     `subscription($w: TaskWhereInput) { taskUpdated(where: $w) { status updatedAt } }`,
+			"query":     `subscription($w: TaskWhereInput) { taskUpdated(where: $w) { id status version updatedAt } }`,
 			"variables": map[string]any{"w": where},
 		}})
 		wg.Add(1)
@@ -116,6 +117,9 @@ func runBenchLatency(args []string) int {
 					Payload struct {
 						Data struct {
 							TaskUpdated struct {
+								ID        string    `json:"id"`
+								Status    string    `json:"status"`
+								Version   int       `json:"version"`
 								UpdatedAt time.Time `json:"updatedAt"`
 							} `json:"taskUpdated"`
 						} `json:"data"`
@@ -128,10 +132,12 @@ func runBenchLatency(args []string) int {
 				case "ping":
 					_ = c.WriteJSON(map[string]any{"type": "pong"})
 				case "next":
-					d := time.Since(m.Payload.Data.TaskUpdated.UpdatedAt)
+					tu := m.Payload.Data.TaskUpdated
+					d := time.Since(tu.UpdatedAt)
 					mu.Lock()
 					lat = append(lat, d)
 					received++
+					got[tu.ID+" "+tu.Status]++
 					mu.Unlock()
 				}
 			}
@@ -147,13 +153,16 @@ func runBenchLatency(args []string) int {
 	tick := time.NewTicker(time.Second / time.Duration(*rate))
 	end := time.Now().Add(*duration)
 	created := 0
+	var ids []int
 	for time.Now().Before(end) {
 		<-tick.C
 		in := engine.CreateRequest{Type: "noop", BizID: fmt.Sprintf("lat-%d", created%*subs)}
-		if _, err := apps[0].Engine.Create(ctx, in); err != nil {
+		tk, err := apps[0].Engine.Create(ctx, in)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench-latency: create:", err)
 			return 1
 		}
+		ids = append(ids, tk.ID)
 		created++
 	}
 	tick.Stop()
@@ -188,6 +197,15 @@ func runBenchLatency(args []string) int {
 	fmt.Printf("received %d of %d changes; commit-to-subscriber latency p50 %s  p90 %s  p99 %s  max %s\n",
 		received, want, q(0.50), q(0.90), q(0.99), q(1))
 	if received < want {
+		if *watch == "own" {
+			for _, id := range ids {
+				for _, st := range []string{"PENDING", "EXECUTING", "SUCCESS"} {
+					if got[fmt.Sprint(id)+" "+st] == 0 {
+						fmt.Printf("missing: task %d %s\n", id, st)
+					}
+				}
+			}
+		}
 		return 1
 	}
 	return 0

@@ -428,6 +428,9 @@ func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(Task
 	st := q.state(id)
 	if st == nil {
 		st = &seqState{last: v - 1}
+		if c.Relayed {
+			st.last = 0
+		}
 		q.cur[id] = st
 	}
 	switch {

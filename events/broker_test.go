@@ -513,3 +513,22 @@ func TestSubscribeTask(t *testing.T) {
 		require.ErrorIs(t, ended(t, closed), ErrClosed)
 	})
 }
+
+func TestRelayedChangesWaitForLocalPredecessors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{HoldBack: time.Minute})
+	s := b.SubscribeTasks(nil, 8)
+	defer s.Close()
+	// Another node's claim of a task created here overtakes our own
+	// publication of its creation.
+	relayed := change(7, 2)
+	relayed.Relayed = true
+	b.PublishTasks([]TaskChange{relayed})
+	require.Empty(t, pending(s), "held: the broker has no history of task 7")
+	b.PublishTasks([]TaskChange{change(7, 1)})
+	require.Equal(t, int64(1), recv(t, s).Task.Version)
+	require.Equal(t, int64(2), recv(t, s).Task.Version)
+	// A local change of an unknown task is delivered at once.
+	b.PublishTasks([]TaskChange{change(8, 5)})
+	require.Equal(t, int64(5), recv(t, s).Task.Version)
+}

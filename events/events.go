@@ -45,6 +45,11 @@ type TaskChange struct {
 	// Version, Status and CancelRequested. They are delivered to internal
 	// subscribers (a worker pool waiting for work or cancels) only.
 	Partial bool
+	// Relayed changes come from another node. Such a change of a task the
+	// broker has no history of may overtake this node's own earlier change
+	// of it (a task created here and claimed there), so it waits for its
+	// predecessors, for at most the hold-back.
+	Relayed bool
 }
 
 // Publisher receives what the store committed, after the commit.

@@ -180,6 +180,7 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 			changes = append(changes, events.TaskChange{
 				Kind:    events.ChangeKind(t[2]),
 				Partial: true,
+				Relayed: true,
 				Task: &ent.Task{
 					ID: int(t[0]), Version: t[1], Status: lifecycle.AllStatuses[t[3]],
 					CancelRequested: events.ChangeKind(t[2]) == events.CancelRequested,
@@ -220,7 +221,7 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 				}
 				snap = &c
 			}
-			changes = append(changes, events.TaskChange{Kind: events.ChangeKind(t[2]), Task: snap})
+			changes = append(changes, events.TaskChange{Kind: events.ChangeKind(t[2]), Task: snap, Relayed: true})
 			l.seen(snap.UpdatedAt)
 		}
 		l.cfg.Broker.PublishTasks(changes)
@@ -277,7 +278,7 @@ func (l *Listener) resync(ctx context.Context) {
 	l.log.Info("resynced after a lost listening connection", "since", since, "tasks", len(rows))
 	changes := make([]events.TaskChange, 0, len(rows))
 	for i := len(rows) - 1; i >= 0; i-- {
-		changes = append(changes, events.TaskChange{Kind: events.Transitioned, Task: rows[i]})
+		changes = append(changes, events.TaskChange{Kind: events.Transitioned, Task: rows[i], Relayed: true})
 		l.seen(rows[i].UpdatedAt)
 	}
 	l.cfg.Broker.PublishTasks(changes)

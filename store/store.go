@@ -66,6 +66,7 @@ type Store struct {
 	log     *slog.Logger
 	writeMu chan struct{} // SQLite only: one writing transaction at a time
 	before  BeforeCommitFunc
+	order   publishOrder
 }
 
 // Open connects, checks the connection and migrates the schema.
@@ -233,20 +234,10 @@ func (t *txn) logged(logs ...*ent.TaskLog) {
 
 // write runs fn in a transaction, retrying it when the database reports a
 // serialization failure or deadlock, and publishes what fn recorded after the
-// commit succeeded (outside SQLite's write lock: the broker puts changes of
-// one task back in version order).
+// commit succeeded, in commit order (see publishOrder).
 func (s *Store) write(ctx context.Context, fn func(t *txn) error) error {
-	t, err := s.writeLocked(ctx, fn)
-	if err != nil {
-		return err
-	}
-	if len(t.changes) > 0 {
-		s.pub.PublishTasks(t.changes)
-	}
-	if len(t.logs) > 0 {
-		s.pub.PublishLogs(t.logs)
-	}
-	return nil
+	_, err := s.writeLocked(ctx, fn)
+	return err
 }
 
 func (s *Store) writeLocked(ctx context.Context, fn func(t *txn) error) (*txn, error) {
@@ -293,12 +284,72 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 			return nil, err
 		}
 	}
+	if len(t.changes)+len(t.logs) == 0 {
+		if err := tx.Commit(); err != nil {
+			return nil, &commitError{err}
+		}
+		return t, nil
+	}
+	ticket := s.order.take()
 	if err := tx.Commit(); err != nil {
+		s.order.done(ticket, nil)
 		// The outcome of a failed COMMIT is unknown: never run the
 		// transaction again on top of it.
 		return nil, &commitError{err}
 	}
+	s.order.done(ticket, func() {
+		if len(t.changes) > 0 {
+			s.pub.PublishTasks(t.changes)
+		}
+		if len(t.logs) > 0 {
+			s.pub.PublishLogs(t.logs)
+		}
+	})
 	return t, nil
+}
+
+// publishOrder publishes committed transactions in the order they took a
+// ticket, just before COMMIT. A transaction that changes a row another one
+// changed first waits for that one's commit (row locks; SQLite's single
+// writer), so it takes a later ticket: per task, ticket order is commit
+// order. Publishing in ticket order keeps two goroutines that commit changes
+// of one task back to back from publishing them the other way round.
+type publishOrder struct {
+	mu      sync.Mutex
+	taken   uint64
+	next    uint64
+	pending map[uint64]func()
+}
+
+func (o *publishOrder) take() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.taken
+	o.taken++
+	return t
+}
+
+// done records the outcome of ticket t (publish nil for a failed commit)
+// and runs every publication now due, in ticket order.
+func (o *publishOrder) done(t uint64, publish func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pending == nil {
+		o.pending = make(map[uint64]func())
+	}
+	if publish == nil {
+		publish = func() {}
+	}
+	o.pending[t] = publish
+	for {
+		p, ok := o.pending[o.next]
+		if !ok {
+			return
+		}
+		delete(o.pending, o.next)
+		o.next++
+		p()
+	}
 }
 
 // commitError is a failed COMMIT.

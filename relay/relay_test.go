@@ -1,0 +1,50 @@
+package relay
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"taskgraph/ent"
+	"taskgraph/events"
+	"taskgraph/lifecycle"
+)
+
+func TestEncodeSplitsUnderTheNotificationLimit(t *testing.T) {
+	t.Parallel()
+	var changes []events.TaskChange
+	var logs []*ent.TaskLog
+	for i := 1; i <= 2500; i++ {
+		changes = append(changes, events.TaskChange{Kind: events.Transitioned, Task: &ent.Task{ID: 1_000_000 + i, Version: int64(i), Status: lifecycle.Executing}})
+		logs = append(logs, &ent.TaskLog{ID: 8_589_934_592 + i, TaskID: 1_000_000 + i})
+	}
+	payloads := encode("node-a", changes, logs)
+	require.Greater(t, len(payloads), 1)
+	var gotT, gotL int
+	for _, p := range payloads {
+		require.Less(t, len(p), 8000, "PostgreSQL refuses payloads of 8000 bytes or more")
+		m, err := decode(p)
+		require.NoError(t, err)
+		require.Equal(t, "node-a", m.Node)
+		for _, x := range m.T {
+			c := changes[gotT]
+			require.Equal(t, [4]int64{int64(c.Task.ID), c.Task.Version, int64(events.Transitioned), int64(statusIndex(lifecycle.Executing))}, x, "in order")
+			gotT++
+		}
+		for _, x := range m.L {
+			require.Equal(t, int64(logs[gotL].ID), x[1])
+			gotL++
+		}
+	}
+	require.Equal(t, len(changes), gotT)
+	require.Equal(t, len(logs), gotL)
+	require.Empty(t, encode("node-a", nil, nil))
+}
+
+func TestDecodeRefusesGarbage(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"", "{", `{"n":"x","t":[[1,1,2,99]]}`, `{"n":"x","t":[[1,1,2,-1]]}`} {
+		_, err := decode(p)
+		require.Error(t, err, p)
+	}
+}
