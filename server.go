@@ -1,7 +1,8 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
 // a PostgreSQL database. "taskgraph bench" measures throughput;
-// "taskgraph watch" prints a task's changes as they are committed.
+// "taskgraph watch" prints a task's changes as they are committed;
+// "taskgraph token" makes a bearer token and its token file line.
 package main
 
 import (
@@ -27,6 +28,8 @@ func main() {
 			os.Exit(runBench(os.Args[2:]))
 		case "watch":
 			os.Exit(runWatch(os.Args[2:]))
+		case "token":
+			os.Exit(runToken(os.Args[2:], os.Stdout))
 		}
 	}
 	os.Exit(serve(os.Args[1:]))
@@ -59,12 +62,28 @@ func serve(args []string) int {
 		_ = a.Shutdown(context.Background())
 		return 1
 	}
+	if a.Auth.Open() && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		// -addr named a loopback host that resolved elsewhere.
+		fmt.Fprintln(os.Stderr, "taskgraph: no authentication is configured and", ln.Addr(), "is not a loopback address")
+		_ = ln.Close()
+		_ = a.Shutdown(context.Background())
+		return 1
+	}
 	if err := a.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "taskgraph:", oneLine(err))
 		return 1
 	}
 	log.Info("taskgraph started", "addr", "http://"+ln.Addr().String(), "db", a.Store.Dialect(), "roles", fmt.Sprint(cfg.Roles), "workers", cfg.Workers)
-	log.Warn("authentication is off: whoever can reach " + ln.Addr().String() + " administers this server")
+	if a.Auth.Open() {
+		log.Warn("AUTHENTICATION IS OFF: this server is open; anyone who can reach " + ln.Addr().String() +
+			" on this machine administers it. Configure -token-file or -jwt-* to serve other machines.")
+	} else {
+		log.Info("authentication is on", "token_file", cfg.Access.TokenFile != "",
+			"jwt", cfg.Access.JWTHS256KeyFile != "" || cfg.Access.JWTRS256KeyFile != "")
+	}
+	if cfg.Playground {
+		log.Warn("introspection and the playground are on (-playground)")
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- a.Serve(ln) }()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/auth"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/lifecycle"
 	"taskgraph/store"
@@ -171,7 +172,7 @@ func TestSignalsShutDownGracefully(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ctx := context.Background()
+	ctx := auth.NewSystemContext(context.Background())
 	n, err := s.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Executing)).Count(ctx)
 	if err != nil || n != 0 {
 		t.Fatalf("%d instances left EXECUTING (%v)", n, err)

@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 	"fmt"
+	"taskgraph/auth"
 	"taskgraph/ent"
 
 	"entgo.io/contrib/entgql"
@@ -24,6 +25,29 @@ func (r *queryResolver) Nodes(ctx context.Context, ids []int) ([]ent.Noder, erro
 		return nil, fmt.Errorf("%w: at most %d ids", errPageTooLarge, MaxPageSize)
 	}
 	return r.Client.Noders(ctx, ids)
+}
+
+// AuditLogs is the resolver for the auditLogs field.
+func (r *queryResolver) AuditLogs(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) (*ent.AuditLogConnection, error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !v.SeesAll() {
+		return nil, &auth.ForbiddenError{Role: v.Role, Action: "read the audit log"}
+	}
+	first, last, err = pageSize(first, last)
+	if err != nil {
+		return nil, err
+	}
+	if orderBy == nil {
+		orderBy = &ent.AuditLogOrder{Field: ent.AuditLogOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}
+	}
+	return r.Client.AuditLog.Query().
+		Paginate(ctx, after, first, before, last,
+			ent.WithAuditLogOrder(orderBy),
+			ent.WithAuditLogFilter(where.Filter),
+		)
 }
 
 // Tasks is the resolver for the tasks field.
@@ -45,11 +69,17 @@ func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 // Task returns TaskResolver implementation.
 func (r *Resolver) Task() TaskResolver { return &taskResolver{r} }
 
+// AuditLogWhereInput returns AuditLogWhereInputResolver implementation.
+func (r *Resolver) AuditLogWhereInput() AuditLogWhereInputResolver {
+	return &auditLogWhereInputResolver{r}
+}
+
 // TaskWhereInput returns TaskWhereInputResolver implementation.
 func (r *Resolver) TaskWhereInput() TaskWhereInputResolver { return &taskWhereInputResolver{r} }
 
 type (
-	queryResolver          struct{ *Resolver }
-	taskResolver           struct{ *Resolver }
-	taskWhereInputResolver struct{ *Resolver }
+	queryResolver              struct{ *Resolver }
+	taskResolver               struct{ *Resolver }
+	auditLogWhereInputResolver struct{ *Resolver }
+	taskWhereInputResolver     struct{ *Resolver }
 )

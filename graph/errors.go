@@ -10,9 +10,12 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"taskgraph/access"
+	"taskgraph/auth"
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/lifecycle"
+	"taskgraph/ratelimit"
 	"taskgraph/store"
 )
 
@@ -24,6 +27,16 @@ const (
 	CodeConflict          = "CONFLICT"
 	CodeInternal          = "INTERNAL"
 	CodeUnavailable       = "UNAVAILABLE"
+	// No, bad or expired credentials (HTTP 401 before GraphQL runs; a
+	// refused connection_init on websockets).
+	CodeUnauthenticated = "UNAUTHENTICATED"
+	// The viewer's role may not do this (or introspection is disabled).
+	CodeForbidden = "FORBIDDEN"
+	// Too many mutations; extensions.retryAfterSeconds says when to retry.
+	CodeRateLimited = "RATE_LIMITED"
+	// A limit of the request's shape or of a connection (depth, aliases,
+	// subscriptions per connection, connections per user).
+	CodeLimitExceeded = "LIMIT_EXCEEDED"
 )
 
 // classify returns the code of a domain error, and extensions worth adding;
@@ -32,7 +45,16 @@ func classify(err error) (code string, ext map[string]any, ok bool) {
 	var te *lifecycle.TransitionError
 	var ve *engine.ValidationError
 	var ce *store.ConflictError
+	var ue *auth.UnauthenticatedError
+	var fe *auth.ForbiddenError
+	var rl *ratelimit.Error
 	switch {
+	case errors.As(err, &ue), errors.Is(err, access.ErrNoViewer):
+		return CodeUnauthenticated, nil, true
+	case errors.As(err, &fe):
+		return CodeForbidden, nil, true
+	case errors.As(err, &rl):
+		return CodeRateLimited, map[string]any{"retryAfterSeconds": rl.RetryAfterSeconds()}, true
 	case errors.As(err, &te):
 		return CodeInvalidTransition, map[string]any{"from": te.From, "to": te.To}, true
 	case errors.As(err, &ve):
@@ -47,8 +69,22 @@ func classify(err error) (code string, ext map[string]any, ok bool) {
 		return CodeNotFound, nil, true
 	case errors.Is(err, errPageTooLarge):
 		return CodeValidation, nil, true
+	case err.Error() == "introspection disabled": // gqlgen's, unexported
+		return CodeForbidden, nil, true
 	}
 	return "", nil, false
+}
+
+// ErrorCode is the extensions.code the API gives err (INTERNAL for an
+// error that is not the caller's doing). The audit log records it.
+func ErrorCode(err error) string {
+	if code, _, ok := classify(err); ok {
+		return code
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return CodeUnavailable
+	}
+	return CodeInternal
 }
 
 // ErrorPresenter gives every error an extensions.code. Errors of the
@@ -67,8 +103,11 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 			// Built by gqlgen or entgql: parse and validation errors,
 			// arguments of the wrong type, unknown node ids. Their
 			// messages are about the request.
-			if _, has := gqlErr.Extensions["code"]; !has {
+			switch gqlErr.Extensions["code"] {
+			case nil:
 				setCode(gqlErr, CodeValidation, nil)
+			case "COMPLEXITY_LIMIT_EXCEEDED": // gqlgen's name for it
+				setCode(gqlErr, CodeLimitExceeded, map[string]any{"limit": "complexity"})
 			}
 			return gqlErr
 		}

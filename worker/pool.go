@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	"taskgraph/auth"
 	"taskgraph/events"
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
@@ -198,7 +199,9 @@ func (p *Pool) Start(ctx context.Context) error {
 		return errors.New("worker: pool already started")
 	}
 	p.started = true
-	base := context.WithoutCancel(ctx)
+	// The pool is the process at work (auth.System), whoever started it;
+	// handlers inherit that context.
+	base := auth.NewSystemContext(context.WithoutCancel(ctx))
 	p.execCtx, p.execCancel = context.WithCancelCause(base)
 	var fetchCtx, loopCtx, flushCtx context.Context
 	fetchCtx, p.fetchCancel = context.WithCancel(base)
