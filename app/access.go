@@ -65,7 +65,7 @@ func (a *App) queryHandler(gql http.Handler) http.Handler {
 	checkOrigin := graph.CheckOrigin(a.Config.Access.AllowedOrigins)
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !checkOrigin(r) {
-			http.Error(w, fmt.Sprintf("origin %s may not use this API (see -allowed-origins)", r.Header.Get("Origin")), http.StatusForbidden)
+			auth.WriteError(w, http.StatusForbidden, graph.CodeForbidden, fmt.Sprintf("origin %s may not use this API (see -allowed-origins)", r.Header.Get("Origin")))
 			return
 		}
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {

@@ -77,7 +77,7 @@ func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
 		if err == nil {
 			return v, nil
 		}
-		a.log.Info("jwt refused", "reason", err)
+		a.log.Debug("jwt refused", "reason", err)
 		if errors.Is(err, errExpired) {
 			return Viewer{}, &UnauthenticatedError{Reason: "the token has expired"}
 		}

@@ -39,7 +39,7 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		ctx := WithClientAddr(r.Context(), a.clientAddr(r))
 		if a.Open() {
 			if !LoopbackHost(r.Host) {
-				writeError(w, http.StatusForbidden, "FORBIDDEN",
+				WriteError(w, http.StatusForbidden, "FORBIDDEN",
 					"this server runs without authentication and only answers requests addressed to localhost")
 				return
 			}
@@ -54,7 +54,7 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		v, err := a.Authenticate(header)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="taskgraph"`)
-			writeError(w, http.StatusUnauthorized, "UNAUTHENTICATED", err.Error())
+			WriteError(w, http.StatusUnauthorized, "UNAUTHENTICATED", err.Error())
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(NewContext(ctx, v)))
@@ -63,7 +63,7 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 
 // writeError answers with a GraphQL-shaped error, which is what clients of
 // /query parse.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{

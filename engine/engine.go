@@ -250,12 +250,13 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 		v.add("input", "is %d bytes; the limit is %d", len(input), MaxInputBytes)
 	} else if err := typ.Validate(input); err != nil {
 		var inErr *worker.InputError
+		// Problems may quote the input: they are masked like it.
 		if errors.As(err, &inErr) {
 			for _, p := range inErr.Problems {
-				v.add("input", "%s", p)
+				v.add("input", "%s", e.masker.String(p))
 			}
 		} else {
-			v.add("input", "%v", err)
+			v.add("input", "%s", e.masker.String(err.Error()))
 		}
 	}
 	if err := v.err(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"taskgraph/ent"
 
 	"entgo.io/contrib/entgql"
+	"github.com/99designs/gqlgen/graphql"
 )
 
 // Node is the resolver for the node field.
@@ -24,7 +25,18 @@ func (r *queryResolver) Nodes(ctx context.Context, ids []int) ([]ent.Noder, erro
 	if len(ids) > MaxPageSize {
 		return nil, fmt.Errorf("%w: at most %d ids", errPageTooLarge, MaxPageSize)
 	}
-	return r.Client.Noders(ctx, ids)
+	// One by one, so that each id's error passes through markInternal
+	// (ent's batched Noders reports database errors as they are).
+	out := make([]ent.Noder, len(ids))
+	for i, id := range ids {
+		n, err := r.Client.Noder(ctx, id)
+		if err != nil {
+			graphql.AddError(graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i)), markInternal(err))
+			continue
+		}
+		out[i] = n
+	}
+	return out, nil
 }
 
 // AuditLogs is the resolver for the auditLogs field.

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"regexp"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"taskgraph/access"
@@ -69,10 +71,68 @@ func classify(err error) (code string, ext map[string]any, ok bool) {
 		return CodeNotFound, nil, true
 	case errors.Is(err, errPageTooLarge):
 		return CodeValidation, nil, true
-	case err.Error() == "introspection disabled": // gqlgen's, unexported
+	case hasMessage(err, "introspection disabled"): // gqlgen's, unexported
 		return CodeForbidden, nil, true
 	}
 	return "", nil, false
+}
+
+func hasMessage(err error, msg string) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == msg {
+			return true
+		}
+	}
+	return false
+}
+
+// internalError marks an error that is not the caller's doing (a database
+// failure, a bug): the presenter shows a reference to the log, nothing more.
+//
+// gqlgen wraps every error in a *gqlerror.Error, the caller's (an argument
+// that does not parse) and ours alike, so the two are told apart where they
+// arise: resolvers' errors pass through InternalErrors, which marks those
+// that are neither classified nor messages built for the client.
+type internalError struct{ err error }
+
+func (e *internalError) Error() string { return e.err.Error() }
+func (e *internalError) Unwrap() error { return e.err }
+
+// forClient reports whether err may be shown as it is: a classified domain
+// error, a cancelled request, or a *gqlerror.Error built as a message (by
+// gqlgen, gqlparser or entgql) rather than wrapping another error.
+func forClient(err error) bool {
+	if _, _, ok := classify(err); ok {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var list gqlerror.List
+	if errors.As(err, &list) {
+		for _, e := range list {
+			if !forClient(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var g *gqlerror.Error
+	return errors.As(err, &g) && (g.Err == nil || forClient(g.Err))
+}
+
+func markInternal(err error) error {
+	if err == nil || forClient(err) {
+		return err
+	}
+	return &internalError{err: err}
+}
+
+// InternalErrors is the field middleware marking resolvers' errors that
+// are not for the client.
+func InternalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
+	res, err := next(ctx)
+	return res, markInternal(err)
 }
 
 // ErrorCode is the extensions.code the API gives err (INTERNAL for an
@@ -98,12 +158,20 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 			setCode(gqlErr, code, ext)
 			return gqlErr
 		}
+		var internal *internalError
 		var wrapped *gqlerror.Error
-		if errors.As(err, &wrapped) {
+		if errors.As(err, &internal) {
+			err = internal.err
+		} else if errors.As(err, &wrapped) {
 			// Built by gqlgen or entgql: parse and validation errors,
 			// arguments of the wrong type, unknown node ids. Their
 			// messages are about the request.
 			switch gqlErr.Extensions["code"] {
+			case errcode.ValidationFailed:
+				// gqlgen's SetDisableSuggestion covers two validation
+				// rules of several: the schema is not described to whoever
+				// cannot introspect it.
+				gqlErr.Message = didYouMean.ReplaceAllString(gqlErr.Message, "")
 			case nil:
 				setCode(gqlErr, CodeValidation, nil)
 			case "COMPLEXITY_LIMIT_EXCEEDED": // gqlgen's name for it
@@ -123,6 +191,8 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		return gqlErr
 	}
 }
+
+var didYouMean = regexp.MustCompile(`(?is)\s*did you mean\b.*$`)
 
 func setCode(e *gqlerror.Error, code string, ext map[string]any) {
 	if e.Extensions == nil {
@@ -144,6 +214,6 @@ func newRef() string {
 func RecoverFunc(log *slog.Logger) graphql.RecoverFunc {
 	return func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "resolver panicked", "panic", p)
-		return errors.New("resolver panicked")
+		return &internalError{err: errors.New("resolver panicked")}
 	}
 }

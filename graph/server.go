@@ -2,15 +2,19 @@ package graph
 
 import (
 	"cmp"
+	"context"
+	"net/http"
 	"log/slog"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"taskgraph/auth"
 	"taskgraph/graph/wsgorilla"
@@ -65,6 +69,28 @@ type WebsocketConfig struct {
 type Server struct {
 	*handler.Server
 	conns *connections
+}
+
+// ServeHTTP marks the requests of streaming transports (websockets, SSE):
+// only they may subscribe. A subscription posted as a plain request would
+// hold it open, waiting for a first event, for as long as the client likes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Upgrade") != "" || (transport.SSE{}).Supports(r) {
+		r = r.WithContext(context.WithValue(r.Context(), streamingKey{}, true))
+	}
+	s.Server.ServeHTTP(w, r)
+}
+
+type streamingKey struct{}
+
+func onlyStreamsSubscribe(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	if op := graphql.GetOperationContext(ctx).Operation; op != nil && op.Operation == ast.Subscription && ctx.Value(streamingKey{}) == nil {
+		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{{
+			Message:    "subscriptions are served over websockets and SSE (Accept: text/event-stream), not plain requests",
+			Extensions: map[string]any{"code": CodeValidation},
+		}}})
+	}
+	return next(ctx)
 }
 
 // OpenConnections is how many websockets user has open.
@@ -128,6 +154,8 @@ func NewServer(cfg ServerConfig) *Server {
 		introspection: cfg.Introspection,
 	})
 	srv.Use(extension.FixedComplexityLimit(cmp.Or(cfg.ComplexityLimit, ComplexityLimitDefault)))
+	srv.AroundOperations(onlyStreamsSubscribe)
+	srv.AroundFields(InternalErrors)
 	srv.SetErrorPresenter(ErrorPresenter(log))
 	srv.SetRecoverFunc(RecoverFunc(log))
 	return &Server{Server: srv, conns: conns}
