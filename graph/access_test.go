@@ -303,6 +303,19 @@ func TestAccess(t *testing.T) {
 				}
 			}
 		})
+		t.Run("AWebsocketEndsWhenItsJWTExpires", func(t *testing.T) {
+			c := dialAs(t, s.Server, signJWT(t, jwt.MapClaims{"sub": "bob", "role": "operator", "exp": time.Now().Add(2 * time.Second).Unix()}))
+			defer c.conn.Close()
+			c.subscribe("q", `{ tasks { totalCount } }`, nil)
+			require.Equal(t, "next", c.next().Type, "it works until then")
+			require.NoError(t, c.conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+			for {
+				if _, _, err := c.conn.ReadMessage(); err != nil {
+					require.False(t, strings.Contains(err.Error(), "timeout"), "not closed: %v", err)
+					break
+				}
+			}
+		})
 		t.Run("ABadTokenInConnectionInitIsRefused", func(t *testing.T) {
 			for name, payload := range map[string]string{
 				"BadToken":     `{"Authorization": "Bearer tg_nope"}`,
