@@ -118,7 +118,9 @@ func TestAccess(t *testing.T) {
 			Task struct {
 				Status    string
 				Instances []struct{ ID string }
-				Logs      struct{ Edges []struct{ Node struct{ ID string } } }
+				Logs      struct {
+					Edges []struct{ Node struct{ ID string } }
+				}
 			}
 		}
 		for full.Task.Status != "FAILED" || len(full.Task.Logs.Edges) == 0 {
@@ -253,10 +255,10 @@ func TestAccess(t *testing.T) {
 			require.Equal(t, "NOT_FOUND", code(t, s.DoAs(t, s.tok["aliceRO"], `query($id: ID!) { task(id: $id) { id } }`, map[string]any{"id": bobTask.ID})))
 			for q, vars := range map[string]map[string]any{
 				createNoop: {"in": map[string]any{"type": "noop"}},
-				`mutation($id: ID!) { cancelTask(id: $id) { id } }`:            {"id": aliceTask.ID},
-				`mutation($id: ID!) { retryTask(id: $id) { id } }`:             {"id": aliceTask.ID},
-				`mutation($ids: [ID!]!) { cancelTasks(ids: $ids) { id } }`:     {"ids": []string{aliceTask.ID}},
-				`mutation($ids: [ID!]!) { retryTasks(ids: $ids) { id } }`:      {"ids": []string{aliceTask.ID}},
+				`mutation($id: ID!) { cancelTask(id: $id) { id } }`:              {"id": aliceTask.ID},
+				`mutation($id: ID!) { retryTask(id: $id) { id } }`:               {"id": aliceTask.ID},
+				`mutation($ids: [ID!]!) { cancelTasks(ids: $ids) { id } }`:       {"ids": []string{aliceTask.ID}},
+				`mutation($ids: [ID!]!) { retryTasks(ids: $ids) { id } }`:        {"ids": []string{aliceTask.ID}},
 				`mutation($id: ID!) { cancelTask(id: $id, reason: "x") { id } }`: {"id": unknown},
 			} {
 				require.Equal(t, "FORBIDDEN", code(t, s.DoAs(t, s.tok["aliceRO"], q, vars)), q)

@@ -3,8 +3,8 @@ package graph
 import (
 	"cmp"
 	"context"
-	"net/http"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
