@@ -66,7 +66,9 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]any{
 		"errors": []any{map[string]any{"message": msg, "extensions": map[string]any{"code": code}}},
 		"data":   nil,
 	})
