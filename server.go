@@ -1,7 +1,8 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
 // a PostgreSQL database. "taskgraph bench" measures throughput;
-// "taskgraph watch" prints a task's changes as they are committed.
+// "taskgraph watch" prints a task's changes as they are committed;
+// "taskgraph token" makes a bearer token and its token file line.
 package main
 
 import (
@@ -19,6 +20,8 @@ func main() {
 			os.Exit(runBenchLatency(os.Args[2:]))
 		case "watch":
 			os.Exit(runWatch(os.Args[2:]))
+		case "token":
+			os.Exit(runToken(os.Args[2:], os.Stdout))
 		}
 	}
 	os.Exit(app.Main(os.Args[1:], app.Options{}, os.Stderr))

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/auth"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/lifecycle"
 	"taskgraph/store"
@@ -70,6 +71,8 @@ func TestStartupFailsFastWithOneLine(t *testing.T) {
 		{"BadFlag", []string{"-workers", "lots"}, 2, "-workers"},
 		{"UnreachableDatabase", []string{"-db", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2", "-addr", "127.0.0.1:0"}, 1, "connect to postgres database"},
 		{"BadSecretKey", []string{"-secret-key", "short", "-addr", "127.0.0.1:0"}, 1, "key"},
+		{"OpenOnAPublicAddress", []string{"-addr", "0.0.0.0:0"}, 2, "not a loopback address"},
+		{"MissingTokenFile", []string{"-addr", "0.0.0.0:0", "-token-file", "/nonexistent/tokens"}, 1, "token file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -171,7 +174,7 @@ func TestSignalsShutDownGracefully(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ctx := context.Background()
+	ctx := auth.NewSystemContext(context.Background())
 	n, err := s.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Executing)).Count(ctx)
 	if err != nil || n != 0 {
 		t.Fatalf("%d instances left EXECUTING (%v)", n, err)

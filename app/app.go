@@ -20,12 +20,13 @@ import (
 
 	"entgo.io/ent/dialect"
 
+	"taskgraph/audit"
+	"taskgraph/auth"
 	"taskgraph/builtin"
 	"taskgraph/engine"
 	"taskgraph/events"
 	"taskgraph/graph"
 	"taskgraph/leader"
-	"taskgraph/mask"
 	"taskgraph/metrics"
 	"taskgraph/relay"
 	"taskgraph/retention"
@@ -47,7 +48,9 @@ type Options struct {
 	// the values derived from Config).
 	Pool     worker.Config
 	Watchdog worker.WatchdogConfig
-	Logger   *slog.Logger
+	// Websocket overrides websocket limits (zero fields keep theirs).
+	Websocket graph.WebsocketConfig
+	Logger    *slog.Logger
 }
 
 // App is one taskgraph process.
@@ -62,6 +65,9 @@ type App struct {
 	Registry  *worker.Registry
 	Policies  *worker.Policies
 	Engine    *engine.Engine
+	Auth      *auth.Authenticator
+	Audit     *audit.Recorder
+	GraphQL   *graph.Server      // nil without the api role
 	Pool      *worker.Pool       // nil without the worker role
 	Watchdog  *worker.Watchdog   // nil without the watchdog role
 	Retention *retention.Janitor // nil without the watchdog role
@@ -70,6 +76,7 @@ type App struct {
 	Metrics   *metrics.Metrics
 	Handler   http.Handler
 
+	opts       Options
 	baseCtx    context.Context
 	baseCancel context.CancelFunc
 	servers    []*http.Server
@@ -119,7 +126,22 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
-	masker := mask.Default()
+	masker, err := newMasker(cfg.Access)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	authn, err := newAuthenticator(cfg.Access, log)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	limiter, err := newLimiter(cfg.Access)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	recorder := audit.New(st.Client(), masker, graph.ErrorCode, log)
 	a := &App{
 		Config:   cfg,
 		Node:     node,
@@ -128,8 +150,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		Broker:   broker,
 		Registry: registry,
 		Policies: policies,
-		Engine:   engine.New(st, registry, policies, sealer, masker),
+		Engine:   engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter)),
+		Auth:     authn,
+		Audit:    recorder,
 		Metrics:  m,
+		opts:     opts,
 	}
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
 	fail := func(err error) (*App, error) {
@@ -227,13 +252,18 @@ func (a *App) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", a.Metrics.Handler())
 	if a.Config.Has(RoleAPI) {
-		gql := graph.NewServer(graph.ServerConfig{
-			Resolver:      &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log},
-			Introspection: a.Config.Playground,
-			CheckOrigin:   sameOrigin,
-			Log:           a.Log,
+		ac := a.Config.Access
+		a.GraphQL = graph.NewServer(graph.ServerConfig{
+			Resolver:        &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log},
+			Auth:            a.Auth,
+			Introspection:   a.Config.Playground,
+			AllowedOrigins:  ac.AllowedOrigins,
+			ComplexityLimit: ac.ComplexityLimit,
+			MaxDepth:        ac.MaxDepth,
+			WS:              a.websocketConfig(),
+			Log:             a.Log,
 		})
-		mux.Handle("/query", gql)
+		mux.Handle("/query", a.queryHandler(a.GraphQL))
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
 		}
@@ -245,16 +275,6 @@ func (a *App) routes() http.Handler {
 		})
 	}
 	return mux
-}
-
-// sameOrigin accepts websockets from pages served by this server and from
-// clients that send no Origin (scripts, CLIs).
-func sameOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	return origin == "http://"+r.Host || origin == "https://"+r.Host
 }
 
 func (a *App) ready(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 
 	"taskgraph/app"
 	"taskgraph/app/apptest"
+	"taskgraph/auth"
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/internal/dbtest"
@@ -99,7 +100,7 @@ func TestCluster(t *testing.T) {
 		n, _ := res.RowsAffected()
 		require.EqualValues(t, 1, n, "node A's listening connection")
 		// Work done on node B while A may not be listening.
-		tk, err := b.App.Engine.Create(context.Background(), engine.CreateRequest{Type: "noop"})
+		tk, err := b.App.Engine.Create(auth.NewContext(context.Background(), auth.Local), engine.CreateRequest{Type: "noop"})
 		require.NoError(t, err)
 		b.App.Pool.Wake()
 		for {
@@ -204,7 +205,7 @@ func TestRetention(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		s := apptest.Start(t, d.DSN(t), app.Options{}, func(c *app.Config) { c.Retention = 24 * time.Hour })
-		ctx := context.Background()
+		ctx := auth.NewContext(context.Background(), auth.Local)
 		done, err := s.App.Engine.Create(ctx, engine.CreateRequest{Type: "noop"})
 		require.NoError(t, err)
 		waiting, err := s.App.Engine.Create(ctx, engine.CreateRequest{Type: "noop", RunAt: ptr(time.Now().Add(time.Hour))})

@@ -7,11 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"taskgraph/auth"
 )
 
 // Config is everything a taskgraph process is told at start. Each field
@@ -31,6 +35,39 @@ type Config struct {
 	Playground       bool
 	// Retention purges finished tasks older than this (0: keep forever).
 	Retention time.Duration
+	Access    AccessConfig
+}
+
+// AccessConfig is who may use the server and how hard it is to abuse
+// (README "Access"). With no TokenFile and no JWT key the server is open:
+// it listens on loopback only and everyone who reaches it is admin.
+type AccessConfig struct {
+	TokenFile       string
+	JWTHS256KeyFile string
+	JWTRS256KeyFile string
+	JWTIssuer       string
+	JWTAudience     string
+	JWTLeeway       time.Duration
+	JWTUserClaim    string
+	JWTRoleClaim    string
+	JWTTenantClaim  string
+	TrustedProxies  []netip.Prefix
+	AllowedOrigins  []string
+
+	ComplexityLimit  int
+	MaxDepth         int
+	WSMaxSubs        int
+	WSMaxConnections int
+	RateLimit        float64 // mutations per second per user; 0: none
+	RateBurst        int
+
+	MaskKeys []string
+	MaskFile string
+}
+
+// Open reports whether no authentication is configured.
+func (c AccessConfig) Open() bool {
+	return c.TokenFile == "" && c.JWTHS256KeyFile == "" && c.JWTRS256KeyFile == ""
 }
 
 // Role is a part a process plays.
@@ -76,8 +113,28 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&c.LogFormat, "log-format", env("log-format", "text"), "text or json")
 	grace := fs.String("shutdown-grace", env("shutdown-grace", "10s"), "how long running tasks may finish at shutdown before they are interrupted")
 	hb := fs.String("heartbeat-timeout", env("heartbeat-timeout", "30s"), "how long an execution may go without a heartbeat before the watchdog recovers it")
-	playground := fs.String("playground", env("playground", "true"), "serve GraphiQL at /playground and allow introspection")
+	playground := fs.String("playground", env("playground", "false"), "serve GraphiQL at /playground and allow introspection")
 	retention := fs.String("retention", env("retention", "0"), "purge finished tasks older than this, e.g. 30d or 720h (0: keep forever)")
+	ac := &c.Access
+	fs.StringVar(&ac.TokenFile, "token-file", env("token-file", ""), "file of hashed bearer tokens: <sha256-hex> <user> <role> [tenant] per line (see `taskgraph token`)")
+	fs.StringVar(&ac.JWTHS256KeyFile, "jwt-hs256-key-file", env("jwt-hs256-key-file", ""), "file holding the HS256 secret JWTs are signed with (32 bytes or more)")
+	fs.StringVar(&ac.JWTRS256KeyFile, "jwt-rs256-key-file", env("jwt-rs256-key-file", ""), "PEM public key RS256 JWTs are verified with")
+	fs.StringVar(&ac.JWTIssuer, "jwt-issuer", env("jwt-issuer", ""), "required iss of JWTs")
+	fs.StringVar(&ac.JWTAudience, "jwt-audience", env("jwt-audience", ""), "required aud of JWTs")
+	leeway := fs.String("jwt-leeway", env("jwt-leeway", "30s"), "clock skew tolerated on a JWT's exp, nbf and iat")
+	fs.StringVar(&ac.JWTUserClaim, "jwt-user-claim", env("jwt-user-claim", "sub"), "JWT claim naming the user")
+	fs.StringVar(&ac.JWTRoleClaim, "jwt-role-claim", env("jwt-role-claim", "role"), "JWT claim holding the role: admin, operator or viewer")
+	fs.StringVar(&ac.JWTTenantClaim, "jwt-tenant-claim", env("jwt-tenant-claim", "tenant"), "JWT claim holding the tenant (optional)")
+	proxies := fs.String("trusted-proxies", env("trusted-proxies", ""), "comma list of addresses or CIDRs of reverse proxies whose X-Forwarded-For is believed")
+	origins := fs.String("allowed-origins", env("allowed-origins", ""), "comma list of foreign origins (https://console.example.com) whose pages may call the API; same-origin pages and non-browser clients always may")
+	complexity := fs.String("gql-complexity", env("gql-complexity", "20000"), "largest cost of a GraphQL operation (each aliased field counts)")
+	depth := fs.String("gql-depth", env("gql-depth", "15"), "deepest GraphQL operation")
+	wsSubs := fs.String("ws-max-subscriptions", env("ws-max-subscriptions", "50"), "operations one websocket may run at once")
+	wsConns := fs.String("ws-max-connections", env("ws-max-connections", "20"), "websockets one user may have open")
+	rateLimit := fs.String("rate-limit", env("rate-limit", "10"), "mutations per second each user may sustain (a bulk action counts one per id); 0 turns the limit off")
+	rateBurst := fs.String("rate-burst", env("rate-burst", "100"), "mutations a user may make at once before -rate-limit applies")
+	maskKeys := fs.String("mask-keys", env("mask-keys", ""), "comma list of extra JSON key names (case-insensitive substrings) whose values are masked")
+	fs.StringVar(&ac.MaskFile, "mask-file", env("mask-file", ""), "JSON file of extra masking rules by key and by pattern (README)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -109,8 +166,49 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	if c.Roles, err = parseRoles(roles); err != nil {
 		return c, err
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
 		return c, fmt.Errorf("-addr: %q is not host:port", c.Addr)
+	}
+	if ac.JWTLeeway, err = time.ParseDuration(*leeway); err != nil || ac.JWTLeeway < 0 || ac.JWTLeeway > 10*time.Minute {
+		return c, fmt.Errorf("-jwt-leeway: %q is not a duration between 0s and 10m", *leeway)
+	}
+	if ac.TrustedProxies, err = parsePrefixes(*proxies); err != nil {
+		return c, fmt.Errorf("-trusted-proxies: %w", err)
+	}
+	ac.AllowedOrigins = splitList(*origins)
+	for _, o := range ac.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return c, fmt.Errorf("-allowed-origins: %q is not an origin such as https://console.example.com", o)
+		}
+	}
+	for _, n := range []struct {
+		name     string
+		raw      string
+		into     *int
+		min, max int
+	}{
+		{"gql-complexity", *complexity, &ac.ComplexityLimit, 100, 10_000_000},
+		{"gql-depth", *depth, &ac.MaxDepth, 3, 100},
+		{"ws-max-subscriptions", *wsSubs, &ac.WSMaxSubs, 1, 10000},
+		{"ws-max-connections", *wsConns, &ac.WSMaxConnections, 1, 10000},
+		{"rate-burst", *rateBurst, &ac.RateBurst, 1, 1_000_000},
+	} {
+		if *n.into, err = strconv.Atoi(n.raw); err != nil || *n.into < n.min || *n.into > n.max {
+			return c, fmt.Errorf("-%s: %q is not a number between %d and %d", n.name, n.raw, n.min, n.max)
+		}
+	}
+	if ac.RateLimit, err = strconv.ParseFloat(*rateLimit, 64); err != nil || ac.RateLimit < 0 || ac.RateLimit > 1e6 {
+		return c, fmt.Errorf("-rate-limit: %q is not a number of mutations per second (0 for no limit)", *rateLimit)
+	}
+	ac.MaskKeys = splitList(*maskKeys)
+	// Without authentication whoever reaches the server administers it:
+	// it may only be reachable from this machine. Refusing (rather than
+	// quietly binding to 127.0.0.1) keeps what was asked and what runs
+	// the same: a health check or a proxy pointed at the address asked
+	// for fails now, not mysteriously later.
+	if ac.Open() && !auth.LoopbackHost(host) {
+		return c, fmt.Errorf("-addr: %s is not a loopback address, and no authentication is configured (-token-file, -jwt-hs256-key-file or -jwt-rs256-key-file); an open server listens on 127.0.0.1 or localhost only", c.Addr)
 	}
 	return c, nil
 }
@@ -125,6 +223,33 @@ func parseDays(s string) (time.Duration, error) {
 		return 0, nil
 	}
 	return time.ParseDuration(s)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// parsePrefixes reads a comma list of CIDRs and single addresses.
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, part := range splitList(s) {
+		if p, err := netip.ParsePrefix(part); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(part)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an address or a CIDR", part)
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }
 
 func parseRoles(s string) ([]Role, error) {

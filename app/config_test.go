@@ -25,6 +25,9 @@ func TestParseFlags(t *testing.T) {
 		require.Equal(t, 16, c.Workers)
 		require.Equal(t, 10*time.Second, c.ShutdownGrace)
 		require.Equal(t, slog.LevelInfo, c.LogLevel)
+		require.False(t, c.Playground, "introspection and the playground are off unless enabled")
+		require.True(t, c.Access.Open())
+		require.Equal(t, 10.0, c.Access.RateLimit)
 	})
 	t.Run("EnvironmentTwinsAndFlagsWin", func(t *testing.T) {
 		t.Parallel()
@@ -41,6 +44,9 @@ func TestParseFlags(t *testing.T) {
 		for _, args := range [][]string{
 			{"-workers", "many"}, {"-workers", "0"}, {"-role", "boss"}, {"-addr", "nowhere"},
 			{"-shutdown-grace", "soon"}, {"-heartbeat-timeout", "1s"}, {"-log-level", "loud"}, {"-playground", "maybe"}, {"-nope"}, {"extra"},
+			{"-jwt-leeway", "forever"}, {"-trusted-proxies", "10.0.0.0/33"}, {"-allowed-origins", "console.example.com"},
+			{"-gql-complexity", "1"}, {"-gql-depth", "deep"}, {"-ws-max-subscriptions", "0"}, {"-ws-max-connections", "-1"},
+			{"-rate-limit", "fast"}, {"-rate-burst", "0"},
 		} {
 			_, err := app.ParseFlags(args, env(nil), io.Discard)
 			require.Error(t, err, "%v", args)
@@ -57,4 +63,26 @@ func TestParseFlags(t *testing.T) {
 		require.True(t, c.Has(app.RoleWorker))
 		require.False(t, c.Has(app.RoleWatchdog))
 	})
+}
+
+func TestAnOpenServerListensOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "[::]:8080", "192.0.2.10:8080", "example.com:80"} {
+		_, err := app.ParseFlags([]string{"-addr", addr}, env(nil), io.Discard)
+		require.ErrorContains(t, err, "not a loopback address", addr)
+		require.ErrorContains(t, err, "-token-file", "the error says how to fix it")
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "localhost:8080", "[::1]:8080"} {
+		_, err := app.ParseFlags([]string{"-addr", addr}, env(nil), io.Discard)
+		require.NoError(t, err, addr)
+	}
+	c, err := app.ParseFlags([]string{"-addr", "0.0.0.0:8080"}, env(map[string]string{"TASKGRAPH_TOKEN_FILE": "/etc/taskgraph/tokens"}), io.Discard)
+	require.NoError(t, err, "with authentication any address will do")
+	require.False(t, c.Access.Open())
+	c, err = app.ParseFlags([]string{"-addr", ":8080", "-jwt-rs256-key-file", "idp.pem", "-trusted-proxies", "10.0.0.0/8, 192.0.2.1",
+		"-allowed-origins", "https://console.example.com", "-mask-keys", "iban, salary"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	require.Len(t, c.Access.TrustedProxies, 2)
+	require.Equal(t, "192.0.2.1/32", c.Access.TrustedProxies[1].String())
+	require.Equal(t, []string{"iban", "salary"}, c.Access.MaskKeys)
 }

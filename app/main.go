@@ -47,12 +47,28 @@ func Main(args []string, opts Options, stderr io.Writer) int {
 		_ = a.Shutdown(context.Background())
 		return 1
 	}
+	if a.Auth.Open() && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		// -addr named a loopback host that resolved elsewhere.
+		fmt.Fprintln(stderr, "taskgraph: no authentication is configured and", ln.Addr(), "is not a loopback address")
+		_ = ln.Close()
+		_ = a.Shutdown(context.Background())
+		return 1
+	}
 	if err := a.Start(ctx); err != nil {
 		fmt.Fprintln(stderr, "taskgraph:", OneLine(err))
 		return 1
 	}
 	a.Log.Info("taskgraph started", "addr", "http://"+ln.Addr().String(), "db", a.Store.Dialect(), "roles", fmt.Sprint(cfg.Roles), "workers", cfg.Workers)
-	a.Log.Warn("authentication is off: whoever can reach " + ln.Addr().String() + " administers this server")
+	if a.Auth.Open() {
+		a.Log.Warn("AUTHENTICATION IS OFF: this server is open; anyone who can reach " + ln.Addr().String() +
+			" on this machine administers it. Configure -token-file or -jwt-* to serve other machines.")
+	} else {
+		a.Log.Info("authentication is on", "token_file", cfg.Access.TokenFile != "",
+			"jwt", cfg.Access.JWTHS256KeyFile != "" || cfg.Access.JWTRS256KeyFile != "")
+	}
+	if cfg.Playground {
+		a.Log.Warn("introspection and the playground are on (-playground)")
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- a.Serve(ln) }()

@@ -15,6 +15,7 @@ import (
 
 	"taskgraph/app"
 	"taskgraph/app/apptest"
+	"taskgraph/auth"
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/ent/taskinstance"
@@ -57,7 +58,7 @@ func waitTerminalOrRetry(t *testing.T, s *apptest.Server, id int) *ent.Task {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		tk, err := s.App.Store.TaskByID(context.Background(), id)
+		tk, err := s.App.Store.TaskByID(auth.NewSystemContext(context.Background()), id)
 		require.NoError(t, err)
 		if tk.Status.Terminal() || tk.Status == lifecycle.RetryPending {
 			return tk
@@ -69,7 +70,7 @@ func waitTerminalOrRetry(t *testing.T, s *apptest.Server, id int) *ent.Task {
 
 func firstInstance(t *testing.T, s *apptest.Server, taskID int) *ent.TaskInstance {
 	t.Helper()
-	in, err := s.App.Store.Client().TaskInstance.Query().Where(taskinstance.TaskID(taskID), taskinstance.InstanceNo(1)).Only(context.Background())
+	in, err := s.App.Store.Client().TaskInstance.Query().Where(taskinstance.TaskID(taskID), taskinstance.InstanceNo(1)).Only(auth.NewSystemContext(context.Background()))
 	require.NoError(t, err)
 	return in
 }
@@ -85,7 +86,7 @@ func TestWebhook(t *testing.T) {
 				in["url"] = srv.URL + "/hook?token=s3cret"
 			}
 			raw, _ := json.Marshal(in)
-			tk, err := s.App.Engine.Create(context.Background(), engine.CreateRequest{Type: "webhook", Input: raw})
+			tk, err := s.App.Engine.Create(auth.NewContext(context.Background(), auth.Local), engine.CreateRequest{Type: "webhook", Input: raw})
 			require.NoError(t, err)
 			return waitTerminalOrRetry(t, s, tk.ID)
 		}
@@ -154,7 +155,7 @@ func TestWebhook(t *testing.T) {
 			`{}`, `{"url": "ftp://x"}`, `{"url": "http://"}`, `{"url": "http://x", "method": "DELETE"}`,
 			`{"url": "http://x", "timeoutMs": 0}`, `{"url": "http://x", "headers": {"Bad Name": "v"}}`,
 		} {
-			_, err := s.App.Engine.Create(context.Background(), engine.CreateRequest{Type: "webhook", Input: json.RawMessage(bad)})
+			_, err := s.App.Engine.Create(auth.NewContext(context.Background(), auth.Local), engine.CreateRequest{Type: "webhook", Input: json.RawMessage(bad)})
 			require.ErrorIs(t, err, engine.ErrValidation, bad)
 		}
 	})

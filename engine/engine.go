@@ -13,11 +13,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"taskgraph/audit"
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
+	"taskgraph/ratelimit"
 	"taskgraph/seal"
 	"taskgraph/store"
 	"taskgraph/worker"
@@ -38,18 +41,37 @@ const (
 	MaxBulk           = 1000
 )
 
-// Engine carries out task requests.
+// Engine carries out task requests on behalf of the viewer of their
+// context (package auth): it checks the viewer's role and rate limit,
+// and records every create, cancel, retry and bulk action in the audit log.
+// Which tasks a viewer may act on is what it may read (package access): a
+// task it may not see is NOT_FOUND.
 type Engine struct {
 	store    *store.Store
 	registry *worker.Registry
 	policies *worker.Policies
 	sealer   *seal.Sealer
 	masker   *mask.Masker
+	audit    *audit.Recorder
+	limiter  *ratelimit.Limiter
 }
 
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithAudit records actions with r.
+func WithAudit(r *audit.Recorder) Option { return func(e *Engine) { e.audit = r } }
+
+// WithRateLimit limits each user's mutations with l.
+func WithRateLimit(l *ratelimit.Limiter) Option { return func(e *Engine) { e.limiter = l } }
+
 // New returns an Engine.
-func New(s *store.Store, r *worker.Registry, ps *worker.Policies, sl *seal.Sealer, m *mask.Masker) *Engine {
-	return &Engine{store: s, registry: r, policies: ps, sealer: sl, masker: m}
+func New(s *store.Store, r *worker.Registry, ps *worker.Policies, sl *seal.Sealer, m *mask.Masker, opts ...Option) *Engine {
+	e := &Engine{store: s, registry: r, policies: ps, sealer: sl, masker: m}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
 }
 
 // ErrValidation is matched by errors.Is for every *ValidationError.
@@ -107,15 +129,61 @@ type CreateRequest struct {
 // idempotency key already used by that viewer, it returns the existing task
 // (or a *store.ConflictError when the payload differs).
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*ent.Task, error) {
-	n, err := e.prepare(ctx, req)
+	v, err := e.admit(ctx, 1)
 	if err != nil {
 		return nil, err
 	}
-	t, _, err := e.store.CreateTask(ctx, n)
+	t, created, err := e.create(ctx, v, req)
+	details := map[string]any{"type": req.Type, "title": req.Title, "bizId": req.BizID}
+	if req.IdempotencyKey != nil {
+		details["idempotencyKey"] = *req.IdempotencyKey
+	}
+	if t != nil {
+		details["code"] = t.Code
+		details["existing"] = !created
+	}
+	e.record(ctx, audit.Entry{Action: audit.Create, TaskIDs: taskIDs(t), Err: err, Details: details})
 	return t, err
 }
 
-func (e *Engine) prepare(ctx context.Context, req CreateRequest) (store.NewTask, error) {
+func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (*ent.Task, bool, error) {
+	if err := v.AllowMutate("create tasks"); err != nil {
+		return nil, false, err
+	}
+	n, err := e.prepare(v, req)
+	if err != nil {
+		return nil, false, err
+	}
+	return e.store.CreateTask(ctx, n)
+}
+
+// admit returns the viewer of ctx if it may act now: an
+// *auth.UnauthenticatedError without one, a *ratelimit.Error when it acted
+// too often (n actions asked: a bulk action counts one per id). Neither is
+// audited: there is no one to record, or recording would let a flood write.
+func (e *Engine) admit(ctx context.Context, n int) (auth.Viewer, error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return v, err
+	}
+	if v.Role == auth.RoleSystem {
+		return v, nil
+	}
+	return v, e.limiter.Allow(v.User, n)
+}
+
+func (e *Engine) record(ctx context.Context, entry audit.Entry) {
+	_ = e.audit.Record(ctx, entry) // a failure is logged by the recorder
+}
+
+func taskIDs(t *ent.Task) []int {
+	if t == nil {
+		return nil
+	}
+	return []int{t.ID}
+}
+
+func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, error) {
 	var v ValidationError
 	typ, ok := e.registry.Lookup(req.Type)
 	if !ok {
@@ -182,12 +250,13 @@ func (e *Engine) prepare(ctx context.Context, req CreateRequest) (store.NewTask,
 		v.add("input", "is %d bytes; the limit is %d", len(input), MaxInputBytes)
 	} else if err := typ.Validate(input); err != nil {
 		var inErr *worker.InputError
+		// Problems may quote the input: they are masked like it.
 		if errors.As(err, &inErr) {
 			for _, p := range inErr.Problems {
-				v.add("input", "%s", p)
+				v.add("input", "%s", e.masker.String(p))
 			}
 		} else {
-			v.add("input", "%v", err)
+			v.add("input", "%s", e.masker.String(err.Error()))
 		}
 	}
 	if err := v.err(); err != nil {
@@ -206,7 +275,6 @@ func (e *Engine) prepare(ctx context.Context, req CreateRequest) (store.NewTask,
 	if changed {
 		sealed = e.sealer.Seal(canonical)
 	}
-	viewer := ViewerOf(ctx)
 	return store.NewTask{
 		Type:           typ.Name,
 		Title:          e.masker.String(req.Title),
@@ -244,32 +312,57 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-// ViewerOf returns the context's viewer, or auth.Local when the server runs
-// without authentication.
-func ViewerOf(ctx context.Context) auth.Viewer {
-	if v, ok := auth.FromContext(ctx); ok {
-		return v
-	}
-	return auth.Local
-}
-
 // Cancel cancels (or asks to cancel) a task.
 func (e *Engine) Cancel(ctx context.Context, id int, reason string) (*ent.Task, error) {
-	var v ValidationError
-	checkText(&v, "reason", reason, MaxReasonLen)
-	if err := v.err(); err != nil {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	t, err := e.cancel(ctx, v, id, reason)
+	e.record(ctx, audit.Entry{Action: audit.Cancel, TaskIDs: []int{id}, Err: err, Details: reasonDetails(reason)})
+	return t, err
+}
+
+func reasonDetails(reason string) map[string]any {
+	if reason == "" {
+		return nil
+	}
+	return map[string]any{"reason": reason}
+}
+
+func (e *Engine) cancel(ctx context.Context, v auth.Viewer, id int, reason string) (*ent.Task, error) {
+	if err := v.AllowMutate("cancel tasks"); err != nil {
+		return nil, err
+	}
+	var ve ValidationError
+	checkText(&ve, "reason", reason, MaxReasonLen)
+	if err := ve.err(); err != nil {
 		return nil, err
 	}
 	return e.store.CancelTask(ctx, id, e.masker.String(reason))
 }
 
-// Task reads one task; an unknown id is a *store.NotFoundError.
+// Task reads one task; an unknown id, or one the viewer may not see, is a
+// *store.NotFoundError.
 func (e *Engine) Task(ctx context.Context, id int) (*ent.Task, error) {
 	return e.store.TaskByID(ctx, id)
 }
 
 // Retry retries a FAILED task.
 func (e *Engine) Retry(ctx context.Context, id int) (*ent.Task, error) {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	t, err := e.retry(ctx, v, id)
+	e.record(ctx, audit.Entry{Action: audit.Retry, TaskIDs: []int{id}, Err: err})
+	return t, err
+}
+
+func (e *Engine) retry(ctx context.Context, v auth.Viewer, id int) (*ent.Task, error) {
+	if err := v.AllowMutate("retry tasks"); err != nil {
+		return nil, err
+	}
 	return e.store.RetryTask(ctx, id)
 }
 
@@ -280,26 +373,68 @@ type BulkResult struct {
 	Err  error
 }
 
-// CancelMany cancels each task independently.
+// CancelMany cancels each task independently. The call is one audit
+// record listing every id, with each id's outcome in its details.
 func (e *Engine) CancelMany(ctx context.Context, ids []int, reason string) ([]BulkResult, error) {
-	return e.each(ctx, ids, func(id int) (*ent.Task, error) { return e.Cancel(ctx, id, reason) })
+	return e.bulk(ctx, audit.CancelMany, ids, reasonDetails(reason), func(v auth.Viewer, id int) (*ent.Task, error) {
+		return e.cancel(ctx, v, id, reason)
+	})
 }
 
-// RetryMany retries each task independently.
+// RetryMany retries each task independently, audited as CancelMany is.
 func (e *Engine) RetryMany(ctx context.Context, ids []int) ([]BulkResult, error) {
-	return e.each(ctx, ids, func(id int) (*ent.Task, error) { return e.Retry(ctx, id) })
+	return e.bulk(ctx, audit.RetryMany, ids, nil, func(v auth.Viewer, id int) (*ent.Task, error) {
+		return e.retry(ctx, v, id)
+	})
 }
 
-func (e *Engine) each(ctx context.Context, ids []int, fn func(int) (*ent.Task, error)) ([]BulkResult, error) {
+func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, details map[string]any, fn func(auth.Viewer, int) (*ent.Task, error)) ([]BulkResult, error) {
+	v, err := e.admit(ctx, len(ids))
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.each(ctx, v, ids, fn)
+	if details == nil {
+		details = map[string]any{}
+	}
+	entry := audit.Entry{Action: action, TaskIDs: ids, Err: err, Details: details}
+	results := make([]map[string]any, len(out))
+	failed := 0
+	for i, r := range out {
+		results[i] = map[string]any{"id": r.ID, "ok": r.Err == nil}
+		if r.Err != nil {
+			failed++
+			results[i]["error"] = e.audit.Code(r.Err)
+		}
+	}
+	if len(out) > 0 {
+		// When the call was interrupted, these are the ids it got to.
+		details["results"] = results
+	}
+	switch {
+	case err != nil:
+	case failed == len(out) && failed > 0:
+		entry.Err = out[0].Err
+	case failed > 0:
+		entry.Partial = true
+	}
+	e.record(ctx, entry)
+	return out, err
+}
+
+func (e *Engine) each(ctx context.Context, v auth.Viewer, ids []int, fn func(auth.Viewer, int) (*ent.Task, error)) ([]BulkResult, error) {
+	if err := v.AllowMutate("act on tasks"); err != nil {
+		return nil, err
+	}
 	if len(ids) > MaxBulk {
 		return nil, &ValidationError{Problems: []Problem{{Field: "ids", Message: fmt.Sprintf("%d ids; the limit is %d", len(ids), MaxBulk)}}}
 	}
 	out := make([]BulkResult, len(ids))
 	for i, id := range ids {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return out[:i], err
 		}
-		t, err := fn(id)
+		t, err := fn(v, id)
 		out[i] = BulkResult{ID: id, Task: t, Err: err}
 	}
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -75,6 +76,7 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
+			auditlog.Table:     auditlog.ValidColumn,
 			task.Table:         task.ValidColumn,
 			taskinstance.Table: taskinstance.ValidColumn,
 			tasklog.Table:      tasklog.ValidColumn,

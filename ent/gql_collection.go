@@ -4,6 +4,7 @@ package ent
 
 import (
 	"context"
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -11,6 +12,140 @@ import (
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
 )
+
+// CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
+func (_q *AuditLogQuery) CollectFields(ctx context.Context, satisfies ...string) (*AuditLogQuery, error) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return _q, nil
+	}
+	if err := _q.collectField(ctx, false, graphql.GetOperationContext(ctx), fc.Field, nil, satisfies...); err != nil {
+		return nil, err
+	}
+	return _q, nil
+}
+
+func (_q *AuditLogQuery) collectField(ctx context.Context, oneNode bool, opCtx *graphql.OperationContext, collected graphql.CollectedField, path []string, satisfies ...string) error {
+	path = append([]string(nil), path...)
+	var (
+		unknownSeen    bool
+		fieldSeen      = make(map[string]struct{}, len(auditlog.Columns))
+		selectedFields = []string{auditlog.FieldID}
+	)
+	for _, field := range graphql.CollectFields(opCtx, collected.Selections, satisfies) {
+		switch field.Name {
+		case "createdAt":
+			if _, ok := fieldSeen[auditlog.FieldCreatedAt]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldCreatedAt)
+				fieldSeen[auditlog.FieldCreatedAt] = struct{}{}
+			}
+		case "actor":
+			if _, ok := fieldSeen[auditlog.FieldActor]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldActor)
+				fieldSeen[auditlog.FieldActor] = struct{}{}
+			}
+		case "role":
+			if _, ok := fieldSeen[auditlog.FieldRole]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldRole)
+				fieldSeen[auditlog.FieldRole] = struct{}{}
+			}
+		case "tenant":
+			if _, ok := fieldSeen[auditlog.FieldTenant]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldTenant)
+				fieldSeen[auditlog.FieldTenant] = struct{}{}
+			}
+		case "action":
+			if _, ok := fieldSeen[auditlog.FieldAction]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldAction)
+				fieldSeen[auditlog.FieldAction] = struct{}{}
+			}
+		case "taskIds":
+			if _, ok := fieldSeen[auditlog.FieldTaskIds]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldTaskIds)
+				fieldSeen[auditlog.FieldTaskIds] = struct{}{}
+			}
+		case "outcome":
+			if _, ok := fieldSeen[auditlog.FieldOutcome]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldOutcome)
+				fieldSeen[auditlog.FieldOutcome] = struct{}{}
+			}
+		case "errorCode":
+			if _, ok := fieldSeen[auditlog.FieldErrorCode]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldErrorCode)
+				fieldSeen[auditlog.FieldErrorCode] = struct{}{}
+			}
+		case "remoteAddr":
+			if _, ok := fieldSeen[auditlog.FieldRemoteAddr]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldRemoteAddr)
+				fieldSeen[auditlog.FieldRemoteAddr] = struct{}{}
+			}
+		case "details":
+			if _, ok := fieldSeen[auditlog.FieldDetails]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldDetails)
+				fieldSeen[auditlog.FieldDetails] = struct{}{}
+			}
+		case "id":
+		case "__typename":
+		default:
+			unknownSeen = true
+		}
+	}
+	if !unknownSeen {
+		_q.Select(selectedFields...)
+	}
+	return nil
+}
+
+type auditlogPaginateArgs struct {
+	first, last   *int
+	after, before *Cursor
+	opts          []AuditLogPaginateOption
+}
+
+func newAuditLogPaginateArgs(rv map[string]any) *auditlogPaginateArgs {
+	args := &auditlogPaginateArgs{}
+	if rv == nil {
+		return args
+	}
+	if v := rv[firstField]; v != nil {
+		args.first = v.(*int)
+	}
+	if v := rv[lastField]; v != nil {
+		args.last = v.(*int)
+	}
+	if v := rv[afterField]; v != nil {
+		args.after = v.(*Cursor)
+	}
+	if v := rv[beforeField]; v != nil {
+		args.before = v.(*Cursor)
+	}
+	if v, ok := rv[orderByField]; ok {
+		switch v := v.(type) {
+		case map[string]any:
+			var (
+				err1, err2 error
+				order      = &AuditLogOrder{Field: &AuditLogOrderField{}, Direction: entgql.OrderDirectionAsc}
+			)
+			if d, ok := v[directionField]; ok {
+				err1 = order.Direction.UnmarshalGQL(d)
+			}
+			if f, ok := v[fieldField]; ok {
+				err2 = order.Field.UnmarshalGQL(f)
+			}
+			if err1 == nil && err2 == nil {
+				args.opts = append(args.opts, WithAuditLogOrder(order))
+			}
+		case *AuditLogOrder:
+			if v != nil {
+				args.opts = append(args.opts, WithAuditLogOrder(v))
+			}
+		}
+	}
+	if v, ok := rv[whereField].(*AuditLogWhereInput); ok {
+		args.opts = append(args.opts, WithAuditLogFilter(v.Filter))
+	}
+	return args
+}
 
 // CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
 func (_q *TaskQuery) CollectFields(ctx context.Context, satisfies ...string) (*TaskQuery, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -98,6 +99,338 @@ func paginateLimit(first, last *int) int {
 		limit = *last + 1
 	}
 	return limit
+}
+
+// AuditLogEdge is the edge representation of AuditLog.
+type AuditLogEdge struct {
+	Node   *AuditLog `json:"node"`
+	Cursor Cursor    `json:"cursor"`
+}
+
+// AuditLogConnection is the connection containing edges to AuditLog.
+type AuditLogConnection struct {
+	Edges      []*AuditLogEdge `json:"edges"`
+	PageInfo   PageInfo        `json:"pageInfo"`
+	TotalCount int             `json:"totalCount"`
+}
+
+func (c *AuditLogConnection) build(nodes []*AuditLog, pager *auditlogPager, after *Cursor, first *int, before *Cursor, last *int) {
+	c.PageInfo.HasNextPage = before != nil
+	c.PageInfo.HasPreviousPage = after != nil
+	if first != nil && *first+1 == len(nodes) {
+		c.PageInfo.HasNextPage = true
+		nodes = nodes[:len(nodes)-1]
+	} else if last != nil && *last+1 == len(nodes) {
+		c.PageInfo.HasPreviousPage = true
+		nodes = nodes[:len(nodes)-1]
+	}
+	var nodeAt func(int) *AuditLog
+	if last != nil {
+		n := len(nodes) - 1
+		nodeAt = func(i int) *AuditLog {
+			return nodes[n-i]
+		}
+	} else {
+		nodeAt = func(i int) *AuditLog {
+			return nodes[i]
+		}
+	}
+	c.Edges = make([]*AuditLogEdge, len(nodes))
+	for i := range nodes {
+		node := nodeAt(i)
+		c.Edges[i] = &AuditLogEdge{
+			Node:   node,
+			Cursor: pager.toCursor(node),
+		}
+	}
+	if l := len(c.Edges); l > 0 {
+		c.PageInfo.StartCursor = &c.Edges[0].Cursor
+		c.PageInfo.EndCursor = &c.Edges[l-1].Cursor
+	}
+	if c.TotalCount == 0 {
+		c.TotalCount = len(nodes)
+	}
+}
+
+// AuditLogPaginateOption enables pagination customization.
+type AuditLogPaginateOption func(*auditlogPager) error
+
+// WithAuditLogOrder configures pagination ordering.
+func WithAuditLogOrder(order *AuditLogOrder) AuditLogPaginateOption {
+	if order == nil {
+		order = DefaultAuditLogOrder
+	}
+	o := *order
+	return func(pager *auditlogPager) error {
+		if err := o.Direction.Validate(); err != nil {
+			return err
+		}
+		if o.Field == nil {
+			o.Field = DefaultAuditLogOrder.Field
+		}
+		pager.order = &o
+		return nil
+	}
+}
+
+// WithAuditLogFilter configures pagination filter.
+func WithAuditLogFilter(filter func(*AuditLogQuery) (*AuditLogQuery, error)) AuditLogPaginateOption {
+	return func(pager *auditlogPager) error {
+		if filter == nil {
+			return errors.New("AuditLogQuery filter cannot be nil")
+		}
+		pager.filter = filter
+		return nil
+	}
+}
+
+type auditlogPager struct {
+	reverse bool
+	order   *AuditLogOrder
+	filter  func(*AuditLogQuery) (*AuditLogQuery, error)
+}
+
+func newAuditLogPager(opts []AuditLogPaginateOption, reverse bool) (*auditlogPager, error) {
+	pager := &auditlogPager{reverse: reverse}
+	for _, opt := range opts {
+		if err := opt(pager); err != nil {
+			return nil, err
+		}
+	}
+	if pager.order == nil {
+		pager.order = DefaultAuditLogOrder
+	}
+	return pager, nil
+}
+
+func (p *auditlogPager) applyFilter(query *AuditLogQuery) (*AuditLogQuery, error) {
+	if p.filter != nil {
+		return p.filter(query)
+	}
+	return query, nil
+}
+
+func (p *auditlogPager) toCursor(_m *AuditLog) Cursor {
+	return p.order.Field.toCursor(_m)
+}
+
+func (p *auditlogPager) applyCursors(query *AuditLogQuery, after, before *Cursor) (*AuditLogQuery, error) {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	for _, predicate := range entgql.CursorsPredicate(after, before, DefaultAuditLogOrder.Field.column, p.order.Field.column, direction) {
+		query = query.Where(predicate)
+	}
+	return query, nil
+}
+
+func (p *auditlogPager) applyOrder(query *AuditLogQuery) *AuditLogQuery {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	query = query.Order(p.order.Field.toTerm(direction.OrderTermOption()))
+	if p.order.Field != DefaultAuditLogOrder.Field {
+		query = query.Order(DefaultAuditLogOrder.Field.toTerm(direction.OrderTermOption()))
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return query
+}
+
+func (p *auditlogPager) orderExpr(query *AuditLogQuery) sql.Querier {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return sql.ExprFunc(func(b *sql.Builder) {
+		b.Ident(p.order.Field.column).Pad().WriteString(string(direction))
+		if p.order.Field != DefaultAuditLogOrder.Field {
+			b.Comma().Ident(DefaultAuditLogOrder.Field.column).Pad().WriteString(string(direction))
+		}
+	})
+}
+
+// Paginate executes the query and returns a relay based cursor connection to AuditLog.
+func (_m *AuditLogQuery) Paginate(
+	ctx context.Context, after *Cursor, first *int,
+	before *Cursor, last *int, opts ...AuditLogPaginateOption,
+) (*AuditLogConnection, error) {
+	if err := validateFirstLast(first, last); err != nil {
+		return nil, err
+	}
+	pager, err := newAuditLogPager(opts, last != nil)
+	if err != nil {
+		return nil, err
+	}
+	if _m, err = pager.applyFilter(_m); err != nil {
+		return nil, err
+	}
+	conn := &AuditLogConnection{Edges: []*AuditLogEdge{}}
+	ignoredEdges := !hasCollectedField(ctx, edgesField)
+	if hasCollectedField(ctx, totalCountField) || hasCollectedField(ctx, pageInfoField) {
+		hasPagination := after != nil || first != nil || before != nil || last != nil
+		if hasPagination || ignoredEdges {
+			c := _m.Clone()
+			c.ctx.Fields = nil
+			if conn.TotalCount, err = c.Count(ctx); err != nil {
+				return nil, err
+			}
+			conn.PageInfo.HasNextPage = first != nil && conn.TotalCount > 0
+			conn.PageInfo.HasPreviousPage = last != nil && conn.TotalCount > 0
+		}
+	}
+	if ignoredEdges || (first != nil && *first == 0) || (last != nil && *last == 0) {
+		return conn, nil
+	}
+	if _m, err = pager.applyCursors(_m, after, before); err != nil {
+		return nil, err
+	}
+	limit := paginateLimit(first, last)
+	if limit != 0 {
+		_m.Limit(limit)
+	}
+	if field := collectedField(ctx, edgesField, nodeField); field != nil {
+		if err := _m.collectField(ctx, limit == 1, graphql.GetOperationContext(ctx), *field, []string{edgesField, nodeField}); err != nil {
+			return nil, err
+		}
+	}
+	_m = pager.applyOrder(_m)
+	nodes, err := _m.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn.build(nodes, pager, after, first, before, last)
+	return conn, nil
+}
+
+var (
+	// AuditLogOrderFieldCreatedAt orders AuditLog by created_at.
+	AuditLogOrderFieldCreatedAt = &AuditLogOrderField{
+		Value: func(_m *AuditLog) (ent.Value, error) {
+			return _m.CreatedAt, nil
+		},
+		column: auditlog.FieldCreatedAt,
+		toTerm: auditlog.ByCreatedAt,
+		toCursor: func(_m *AuditLog) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.CreatedAt,
+			}
+		},
+	}
+	// AuditLogOrderFieldActor orders AuditLog by actor.
+	AuditLogOrderFieldActor = &AuditLogOrderField{
+		Value: func(_m *AuditLog) (ent.Value, error) {
+			return _m.Actor, nil
+		},
+		column: auditlog.FieldActor,
+		toTerm: auditlog.ByActor,
+		toCursor: func(_m *AuditLog) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.Actor,
+			}
+		},
+	}
+	// AuditLogOrderFieldAction orders AuditLog by action.
+	AuditLogOrderFieldAction = &AuditLogOrderField{
+		Value: func(_m *AuditLog) (ent.Value, error) {
+			return _m.Action, nil
+		},
+		column: auditlog.FieldAction,
+		toTerm: auditlog.ByAction,
+		toCursor: func(_m *AuditLog) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.Action,
+			}
+		},
+	}
+)
+
+// String implement fmt.Stringer interface.
+func (f AuditLogOrderField) String() string {
+	var str string
+	switch f.column {
+	case AuditLogOrderFieldCreatedAt.column:
+		str = "CREATED_AT"
+	case AuditLogOrderFieldActor.column:
+		str = "ACTOR"
+	case AuditLogOrderFieldAction.column:
+		str = "ACTION"
+	}
+	return str
+}
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (f AuditLogOrderField) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(f.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (f *AuditLogOrderField) UnmarshalGQL(v interface{}) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("AuditLogOrderField %T must be a string", v)
+	}
+	switch str {
+	case "CREATED_AT":
+		*f = *AuditLogOrderFieldCreatedAt
+	case "ACTOR":
+		*f = *AuditLogOrderFieldActor
+	case "ACTION":
+		*f = *AuditLogOrderFieldAction
+	default:
+		return fmt.Errorf("%s is not a valid AuditLogOrderField", str)
+	}
+	return nil
+}
+
+// AuditLogOrderField defines the ordering field of AuditLog.
+type AuditLogOrderField struct {
+	// Value extracts the ordering value from the given AuditLog.
+	Value    func(*AuditLog) (ent.Value, error)
+	column   string // field or computed.
+	toTerm   func(...sql.OrderTermOption) auditlog.OrderOption
+	toCursor func(*AuditLog) Cursor
+}
+
+// AuditLogOrder defines the ordering of AuditLog.
+type AuditLogOrder struct {
+	Direction OrderDirection      `json:"direction"`
+	Field     *AuditLogOrderField `json:"field"`
+}
+
+// DefaultAuditLogOrder is the default ordering of AuditLog.
+var DefaultAuditLogOrder = &AuditLogOrder{
+	Direction: entgql.OrderDirectionAsc,
+	Field: &AuditLogOrderField{
+		Value: func(_m *AuditLog) (ent.Value, error) {
+			return _m.ID, nil
+		},
+		column: auditlog.FieldID,
+		toTerm: auditlog.ByID,
+		toCursor: func(_m *AuditLog) Cursor {
+			return Cursor{ID: _m.ID}
+		},
+	},
+}
+
+// ToEdge converts AuditLog into AuditLogEdge.
+func (_m *AuditLog) ToEdge(order *AuditLogOrder) *AuditLogEdge {
+	if order == nil {
+		order = DefaultAuditLogOrder
+	}
+	return &AuditLogEdge{
+		Node:   _m,
+		Cursor: order.Field.toCursor(_m),
+	}
 }
 
 // TaskEdge is the edge representation of Task.

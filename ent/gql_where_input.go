@@ -5,11 +5,476 @@ package ent
 import (
 	"errors"
 	"fmt"
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
 	"time"
 )
+
+// AuditLogWhereInput represents a where input for filtering AuditLog queries.
+type AuditLogWhereInput struct {
+	Predicates []predicate.AuditLog  `json:"-"`
+	Not        *AuditLogWhereInput   `json:"not,omitempty"`
+	Or         []*AuditLogWhereInput `json:"or,omitempty"`
+	And        []*AuditLogWhereInput `json:"and,omitempty"`
+
+	// "id" field predicates.
+	ID      *int  `json:"id,omitempty"`
+	IDNEQ   *int  `json:"idNEQ,omitempty"`
+	IDIn    []int `json:"idIn,omitempty"`
+	IDNotIn []int `json:"idNotIn,omitempty"`
+	IDGT    *int  `json:"idGT,omitempty"`
+	IDGTE   *int  `json:"idGTE,omitempty"`
+	IDLT    *int  `json:"idLT,omitempty"`
+	IDLTE   *int  `json:"idLTE,omitempty"`
+
+	// "created_at" field predicates.
+	CreatedAt      *time.Time  `json:"createdAt,omitempty"`
+	CreatedAtNEQ   *time.Time  `json:"createdAtNEQ,omitempty"`
+	CreatedAtIn    []time.Time `json:"createdAtIn,omitempty"`
+	CreatedAtNotIn []time.Time `json:"createdAtNotIn,omitempty"`
+	CreatedAtGT    *time.Time  `json:"createdAtGT,omitempty"`
+	CreatedAtGTE   *time.Time  `json:"createdAtGTE,omitempty"`
+	CreatedAtLT    *time.Time  `json:"createdAtLT,omitempty"`
+	CreatedAtLTE   *time.Time  `json:"createdAtLTE,omitempty"`
+
+	// "actor" field predicates.
+	Actor             *string  `json:"actor,omitempty"`
+	ActorNEQ          *string  `json:"actorNEQ,omitempty"`
+	ActorIn           []string `json:"actorIn,omitempty"`
+	ActorNotIn        []string `json:"actorNotIn,omitempty"`
+	ActorGT           *string  `json:"actorGT,omitempty"`
+	ActorGTE          *string  `json:"actorGTE,omitempty"`
+	ActorLT           *string  `json:"actorLT,omitempty"`
+	ActorLTE          *string  `json:"actorLTE,omitempty"`
+	ActorContains     *string  `json:"actorContains,omitempty"`
+	ActorHasPrefix    *string  `json:"actorHasPrefix,omitempty"`
+	ActorHasSuffix    *string  `json:"actorHasSuffix,omitempty"`
+	ActorEqualFold    *string  `json:"actorEqualFold,omitempty"`
+	ActorContainsFold *string  `json:"actorContainsFold,omitempty"`
+
+	// "role" field predicates.
+	Role             *string  `json:"role,omitempty"`
+	RoleNEQ          *string  `json:"roleNEQ,omitempty"`
+	RoleIn           []string `json:"roleIn,omitempty"`
+	RoleNotIn        []string `json:"roleNotIn,omitempty"`
+	RoleGT           *string  `json:"roleGT,omitempty"`
+	RoleGTE          *string  `json:"roleGTE,omitempty"`
+	RoleLT           *string  `json:"roleLT,omitempty"`
+	RoleLTE          *string  `json:"roleLTE,omitempty"`
+	RoleContains     *string  `json:"roleContains,omitempty"`
+	RoleHasPrefix    *string  `json:"roleHasPrefix,omitempty"`
+	RoleHasSuffix    *string  `json:"roleHasSuffix,omitempty"`
+	RoleEqualFold    *string  `json:"roleEqualFold,omitempty"`
+	RoleContainsFold *string  `json:"roleContainsFold,omitempty"`
+
+	// "tenant" field predicates.
+	Tenant             *string  `json:"tenant,omitempty"`
+	TenantNEQ          *string  `json:"tenantNEQ,omitempty"`
+	TenantIn           []string `json:"tenantIn,omitempty"`
+	TenantNotIn        []string `json:"tenantNotIn,omitempty"`
+	TenantGT           *string  `json:"tenantGT,omitempty"`
+	TenantGTE          *string  `json:"tenantGTE,omitempty"`
+	TenantLT           *string  `json:"tenantLT,omitempty"`
+	TenantLTE          *string  `json:"tenantLTE,omitempty"`
+	TenantContains     *string  `json:"tenantContains,omitempty"`
+	TenantHasPrefix    *string  `json:"tenantHasPrefix,omitempty"`
+	TenantHasSuffix    *string  `json:"tenantHasSuffix,omitempty"`
+	TenantEqualFold    *string  `json:"tenantEqualFold,omitempty"`
+	TenantContainsFold *string  `json:"tenantContainsFold,omitempty"`
+
+	// "action" field predicates.
+	Action      *auditlog.Action  `json:"action,omitempty"`
+	ActionNEQ   *auditlog.Action  `json:"actionNEQ,omitempty"`
+	ActionIn    []auditlog.Action `json:"actionIn,omitempty"`
+	ActionNotIn []auditlog.Action `json:"actionNotIn,omitempty"`
+
+	// "outcome" field predicates.
+	Outcome      *auditlog.Outcome  `json:"outcome,omitempty"`
+	OutcomeNEQ   *auditlog.Outcome  `json:"outcomeNEQ,omitempty"`
+	OutcomeIn    []auditlog.Outcome `json:"outcomeIn,omitempty"`
+	OutcomeNotIn []auditlog.Outcome `json:"outcomeNotIn,omitempty"`
+
+	// "error_code" field predicates.
+	ErrorCode             *string  `json:"errorCode,omitempty"`
+	ErrorCodeNEQ          *string  `json:"errorCodeNEQ,omitempty"`
+	ErrorCodeIn           []string `json:"errorCodeIn,omitempty"`
+	ErrorCodeNotIn        []string `json:"errorCodeNotIn,omitempty"`
+	ErrorCodeGT           *string  `json:"errorCodeGT,omitempty"`
+	ErrorCodeGTE          *string  `json:"errorCodeGTE,omitempty"`
+	ErrorCodeLT           *string  `json:"errorCodeLT,omitempty"`
+	ErrorCodeLTE          *string  `json:"errorCodeLTE,omitempty"`
+	ErrorCodeContains     *string  `json:"errorCodeContains,omitempty"`
+	ErrorCodeHasPrefix    *string  `json:"errorCodeHasPrefix,omitempty"`
+	ErrorCodeHasSuffix    *string  `json:"errorCodeHasSuffix,omitempty"`
+	ErrorCodeEqualFold    *string  `json:"errorCodeEqualFold,omitempty"`
+	ErrorCodeContainsFold *string  `json:"errorCodeContainsFold,omitempty"`
+
+	// "remote_addr" field predicates.
+	RemoteAddr             *string  `json:"remoteAddr,omitempty"`
+	RemoteAddrNEQ          *string  `json:"remoteAddrNEQ,omitempty"`
+	RemoteAddrIn           []string `json:"remoteAddrIn,omitempty"`
+	RemoteAddrNotIn        []string `json:"remoteAddrNotIn,omitempty"`
+	RemoteAddrGT           *string  `json:"remoteAddrGT,omitempty"`
+	RemoteAddrGTE          *string  `json:"remoteAddrGTE,omitempty"`
+	RemoteAddrLT           *string  `json:"remoteAddrLT,omitempty"`
+	RemoteAddrLTE          *string  `json:"remoteAddrLTE,omitempty"`
+	RemoteAddrContains     *string  `json:"remoteAddrContains,omitempty"`
+	RemoteAddrHasPrefix    *string  `json:"remoteAddrHasPrefix,omitempty"`
+	RemoteAddrHasSuffix    *string  `json:"remoteAddrHasSuffix,omitempty"`
+	RemoteAddrEqualFold    *string  `json:"remoteAddrEqualFold,omitempty"`
+	RemoteAddrContainsFold *string  `json:"remoteAddrContainsFold,omitempty"`
+}
+
+// AddPredicates adds custom predicates to the where input to be used during the filtering phase.
+func (i *AuditLogWhereInput) AddPredicates(predicates ...predicate.AuditLog) {
+	i.Predicates = append(i.Predicates, predicates...)
+}
+
+// Filter applies the AuditLogWhereInput filter on the AuditLogQuery builder.
+func (i *AuditLogWhereInput) Filter(q *AuditLogQuery) (*AuditLogQuery, error) {
+	if i == nil {
+		return q, nil
+	}
+	p, err := i.P()
+	if err != nil {
+		if err == ErrEmptyAuditLogWhereInput {
+			return q, nil
+		}
+		return nil, err
+	}
+	return q.Where(p), nil
+}
+
+// ErrEmptyAuditLogWhereInput is returned in case the AuditLogWhereInput is empty.
+var ErrEmptyAuditLogWhereInput = errors.New("ent: empty predicate AuditLogWhereInput")
+
+// P returns a predicate for filtering auditlogs.
+// An error is returned if the input is empty or invalid.
+func (i *AuditLogWhereInput) P() (predicate.AuditLog, error) {
+	var predicates []predicate.AuditLog
+	if i.Not != nil {
+		p, err := i.Not.P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'not'", err)
+		}
+		predicates = append(predicates, auditlog.Not(p))
+	}
+	switch n := len(i.Or); {
+	case n == 1:
+		p, err := i.Or[0].P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'or'", err)
+		}
+		predicates = append(predicates, p)
+	case n > 1:
+		or := make([]predicate.AuditLog, 0, n)
+		for _, w := range i.Or {
+			p, err := w.P()
+			if err != nil {
+				return nil, fmt.Errorf("%w: field 'or'", err)
+			}
+			or = append(or, p)
+		}
+		predicates = append(predicates, auditlog.Or(or...))
+	}
+	switch n := len(i.And); {
+	case n == 1:
+		p, err := i.And[0].P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'and'", err)
+		}
+		predicates = append(predicates, p)
+	case n > 1:
+		and := make([]predicate.AuditLog, 0, n)
+		for _, w := range i.And {
+			p, err := w.P()
+			if err != nil {
+				return nil, fmt.Errorf("%w: field 'and'", err)
+			}
+			and = append(and, p)
+		}
+		predicates = append(predicates, auditlog.And(and...))
+	}
+	predicates = append(predicates, i.Predicates...)
+	if i.ID != nil {
+		predicates = append(predicates, auditlog.IDEQ(*i.ID))
+	}
+	if i.IDNEQ != nil {
+		predicates = append(predicates, auditlog.IDNEQ(*i.IDNEQ))
+	}
+	if len(i.IDIn) > 0 {
+		predicates = append(predicates, auditlog.IDIn(i.IDIn...))
+	}
+	if len(i.IDNotIn) > 0 {
+		predicates = append(predicates, auditlog.IDNotIn(i.IDNotIn...))
+	}
+	if i.IDGT != nil {
+		predicates = append(predicates, auditlog.IDGT(*i.IDGT))
+	}
+	if i.IDGTE != nil {
+		predicates = append(predicates, auditlog.IDGTE(*i.IDGTE))
+	}
+	if i.IDLT != nil {
+		predicates = append(predicates, auditlog.IDLT(*i.IDLT))
+	}
+	if i.IDLTE != nil {
+		predicates = append(predicates, auditlog.IDLTE(*i.IDLTE))
+	}
+	if i.CreatedAt != nil {
+		predicates = append(predicates, auditlog.CreatedAtEQ(*i.CreatedAt))
+	}
+	if i.CreatedAtNEQ != nil {
+		predicates = append(predicates, auditlog.CreatedAtNEQ(*i.CreatedAtNEQ))
+	}
+	if len(i.CreatedAtIn) > 0 {
+		predicates = append(predicates, auditlog.CreatedAtIn(i.CreatedAtIn...))
+	}
+	if len(i.CreatedAtNotIn) > 0 {
+		predicates = append(predicates, auditlog.CreatedAtNotIn(i.CreatedAtNotIn...))
+	}
+	if i.CreatedAtGT != nil {
+		predicates = append(predicates, auditlog.CreatedAtGT(*i.CreatedAtGT))
+	}
+	if i.CreatedAtGTE != nil {
+		predicates = append(predicates, auditlog.CreatedAtGTE(*i.CreatedAtGTE))
+	}
+	if i.CreatedAtLT != nil {
+		predicates = append(predicates, auditlog.CreatedAtLT(*i.CreatedAtLT))
+	}
+	if i.CreatedAtLTE != nil {
+		predicates = append(predicates, auditlog.CreatedAtLTE(*i.CreatedAtLTE))
+	}
+	if i.Actor != nil {
+		predicates = append(predicates, auditlog.ActorEQ(*i.Actor))
+	}
+	if i.ActorNEQ != nil {
+		predicates = append(predicates, auditlog.ActorNEQ(*i.ActorNEQ))
+	}
+	if len(i.ActorIn) > 0 {
+		predicates = append(predicates, auditlog.ActorIn(i.ActorIn...))
+	}
+	if len(i.ActorNotIn) > 0 {
+		predicates = append(predicates, auditlog.ActorNotIn(i.ActorNotIn...))
+	}
+	if i.ActorGT != nil {
+		predicates = append(predicates, auditlog.ActorGT(*i.ActorGT))
+	}
+	if i.ActorGTE != nil {
+		predicates = append(predicates, auditlog.ActorGTE(*i.ActorGTE))
+	}
+	if i.ActorLT != nil {
+		predicates = append(predicates, auditlog.ActorLT(*i.ActorLT))
+	}
+	if i.ActorLTE != nil {
+		predicates = append(predicates, auditlog.ActorLTE(*i.ActorLTE))
+	}
+	if i.ActorContains != nil {
+		predicates = append(predicates, auditlog.ActorContains(*i.ActorContains))
+	}
+	if i.ActorHasPrefix != nil {
+		predicates = append(predicates, auditlog.ActorHasPrefix(*i.ActorHasPrefix))
+	}
+	if i.ActorHasSuffix != nil {
+		predicates = append(predicates, auditlog.ActorHasSuffix(*i.ActorHasSuffix))
+	}
+	if i.ActorEqualFold != nil {
+		predicates = append(predicates, auditlog.ActorEqualFold(*i.ActorEqualFold))
+	}
+	if i.ActorContainsFold != nil {
+		predicates = append(predicates, auditlog.ActorContainsFold(*i.ActorContainsFold))
+	}
+	if i.Role != nil {
+		predicates = append(predicates, auditlog.RoleEQ(*i.Role))
+	}
+	if i.RoleNEQ != nil {
+		predicates = append(predicates, auditlog.RoleNEQ(*i.RoleNEQ))
+	}
+	if len(i.RoleIn) > 0 {
+		predicates = append(predicates, auditlog.RoleIn(i.RoleIn...))
+	}
+	if len(i.RoleNotIn) > 0 {
+		predicates = append(predicates, auditlog.RoleNotIn(i.RoleNotIn...))
+	}
+	if i.RoleGT != nil {
+		predicates = append(predicates, auditlog.RoleGT(*i.RoleGT))
+	}
+	if i.RoleGTE != nil {
+		predicates = append(predicates, auditlog.RoleGTE(*i.RoleGTE))
+	}
+	if i.RoleLT != nil {
+		predicates = append(predicates, auditlog.RoleLT(*i.RoleLT))
+	}
+	if i.RoleLTE != nil {
+		predicates = append(predicates, auditlog.RoleLTE(*i.RoleLTE))
+	}
+	if i.RoleContains != nil {
+		predicates = append(predicates, auditlog.RoleContains(*i.RoleContains))
+	}
+	if i.RoleHasPrefix != nil {
+		predicates = append(predicates, auditlog.RoleHasPrefix(*i.RoleHasPrefix))
+	}
+	if i.RoleHasSuffix != nil {
+		predicates = append(predicates, auditlog.RoleHasSuffix(*i.RoleHasSuffix))
+	}
+	if i.RoleEqualFold != nil {
+		predicates = append(predicates, auditlog.RoleEqualFold(*i.RoleEqualFold))
+	}
+	if i.RoleContainsFold != nil {
+		predicates = append(predicates, auditlog.RoleContainsFold(*i.RoleContainsFold))
+	}
+	if i.Tenant != nil {
+		predicates = append(predicates, auditlog.TenantEQ(*i.Tenant))
+	}
+	if i.TenantNEQ != nil {
+		predicates = append(predicates, auditlog.TenantNEQ(*i.TenantNEQ))
+	}
+	if len(i.TenantIn) > 0 {
+		predicates = append(predicates, auditlog.TenantIn(i.TenantIn...))
+	}
+	if len(i.TenantNotIn) > 0 {
+		predicates = append(predicates, auditlog.TenantNotIn(i.TenantNotIn...))
+	}
+	if i.TenantGT != nil {
+		predicates = append(predicates, auditlog.TenantGT(*i.TenantGT))
+	}
+	if i.TenantGTE != nil {
+		predicates = append(predicates, auditlog.TenantGTE(*i.TenantGTE))
+	}
+	if i.TenantLT != nil {
+		predicates = append(predicates, auditlog.TenantLT(*i.TenantLT))
+	}
+	if i.TenantLTE != nil {
+		predicates = append(predicates, auditlog.TenantLTE(*i.TenantLTE))
+	}
+	if i.TenantContains != nil {
+		predicates = append(predicates, auditlog.TenantContains(*i.TenantContains))
+	}
+	if i.TenantHasPrefix != nil {
+		predicates = append(predicates, auditlog.TenantHasPrefix(*i.TenantHasPrefix))
+	}
+	if i.TenantHasSuffix != nil {
+		predicates = append(predicates, auditlog.TenantHasSuffix(*i.TenantHasSuffix))
+	}
+	if i.TenantEqualFold != nil {
+		predicates = append(predicates, auditlog.TenantEqualFold(*i.TenantEqualFold))
+	}
+	if i.TenantContainsFold != nil {
+		predicates = append(predicates, auditlog.TenantContainsFold(*i.TenantContainsFold))
+	}
+	if i.Action != nil {
+		predicates = append(predicates, auditlog.ActionEQ(*i.Action))
+	}
+	if i.ActionNEQ != nil {
+		predicates = append(predicates, auditlog.ActionNEQ(*i.ActionNEQ))
+	}
+	if len(i.ActionIn) > 0 {
+		predicates = append(predicates, auditlog.ActionIn(i.ActionIn...))
+	}
+	if len(i.ActionNotIn) > 0 {
+		predicates = append(predicates, auditlog.ActionNotIn(i.ActionNotIn...))
+	}
+	if i.Outcome != nil {
+		predicates = append(predicates, auditlog.OutcomeEQ(*i.Outcome))
+	}
+	if i.OutcomeNEQ != nil {
+		predicates = append(predicates, auditlog.OutcomeNEQ(*i.OutcomeNEQ))
+	}
+	if len(i.OutcomeIn) > 0 {
+		predicates = append(predicates, auditlog.OutcomeIn(i.OutcomeIn...))
+	}
+	if len(i.OutcomeNotIn) > 0 {
+		predicates = append(predicates, auditlog.OutcomeNotIn(i.OutcomeNotIn...))
+	}
+	if i.ErrorCode != nil {
+		predicates = append(predicates, auditlog.ErrorCodeEQ(*i.ErrorCode))
+	}
+	if i.ErrorCodeNEQ != nil {
+		predicates = append(predicates, auditlog.ErrorCodeNEQ(*i.ErrorCodeNEQ))
+	}
+	if len(i.ErrorCodeIn) > 0 {
+		predicates = append(predicates, auditlog.ErrorCodeIn(i.ErrorCodeIn...))
+	}
+	if len(i.ErrorCodeNotIn) > 0 {
+		predicates = append(predicates, auditlog.ErrorCodeNotIn(i.ErrorCodeNotIn...))
+	}
+	if i.ErrorCodeGT != nil {
+		predicates = append(predicates, auditlog.ErrorCodeGT(*i.ErrorCodeGT))
+	}
+	if i.ErrorCodeGTE != nil {
+		predicates = append(predicates, auditlog.ErrorCodeGTE(*i.ErrorCodeGTE))
+	}
+	if i.ErrorCodeLT != nil {
+		predicates = append(predicates, auditlog.ErrorCodeLT(*i.ErrorCodeLT))
+	}
+	if i.ErrorCodeLTE != nil {
+		predicates = append(predicates, auditlog.ErrorCodeLTE(*i.ErrorCodeLTE))
+	}
+	if i.ErrorCodeContains != nil {
+		predicates = append(predicates, auditlog.ErrorCodeContains(*i.ErrorCodeContains))
+	}
+	if i.ErrorCodeHasPrefix != nil {
+		predicates = append(predicates, auditlog.ErrorCodeHasPrefix(*i.ErrorCodeHasPrefix))
+	}
+	if i.ErrorCodeHasSuffix != nil {
+		predicates = append(predicates, auditlog.ErrorCodeHasSuffix(*i.ErrorCodeHasSuffix))
+	}
+	if i.ErrorCodeEqualFold != nil {
+		predicates = append(predicates, auditlog.ErrorCodeEqualFold(*i.ErrorCodeEqualFold))
+	}
+	if i.ErrorCodeContainsFold != nil {
+		predicates = append(predicates, auditlog.ErrorCodeContainsFold(*i.ErrorCodeContainsFold))
+	}
+	if i.RemoteAddr != nil {
+		predicates = append(predicates, auditlog.RemoteAddrEQ(*i.RemoteAddr))
+	}
+	if i.RemoteAddrNEQ != nil {
+		predicates = append(predicates, auditlog.RemoteAddrNEQ(*i.RemoteAddrNEQ))
+	}
+	if len(i.RemoteAddrIn) > 0 {
+		predicates = append(predicates, auditlog.RemoteAddrIn(i.RemoteAddrIn...))
+	}
+	if len(i.RemoteAddrNotIn) > 0 {
+		predicates = append(predicates, auditlog.RemoteAddrNotIn(i.RemoteAddrNotIn...))
+	}
+	if i.RemoteAddrGT != nil {
+		predicates = append(predicates, auditlog.RemoteAddrGT(*i.RemoteAddrGT))
+	}
+	if i.RemoteAddrGTE != nil {
+		predicates = append(predicates, auditlog.RemoteAddrGTE(*i.RemoteAddrGTE))
+	}
+	if i.RemoteAddrLT != nil {
+		predicates = append(predicates, auditlog.RemoteAddrLT(*i.RemoteAddrLT))
+	}
+	if i.RemoteAddrLTE != nil {
+		predicates = append(predicates, auditlog.RemoteAddrLTE(*i.RemoteAddrLTE))
+	}
+	if i.RemoteAddrContains != nil {
+		predicates = append(predicates, auditlog.RemoteAddrContains(*i.RemoteAddrContains))
+	}
+	if i.RemoteAddrHasPrefix != nil {
+		predicates = append(predicates, auditlog.RemoteAddrHasPrefix(*i.RemoteAddrHasPrefix))
+	}
+	if i.RemoteAddrHasSuffix != nil {
+		predicates = append(predicates, auditlog.RemoteAddrHasSuffix(*i.RemoteAddrHasSuffix))
+	}
+	if i.RemoteAddrEqualFold != nil {
+		predicates = append(predicates, auditlog.RemoteAddrEqualFold(*i.RemoteAddrEqualFold))
+	}
+	if i.RemoteAddrContainsFold != nil {
+		predicates = append(predicates, auditlog.RemoteAddrContainsFold(*i.RemoteAddrContainsFold))
+	}
+
+	switch len(predicates) {
+	case 0:
+		return nil, ErrEmptyAuditLogWhereInput
+	case 1:
+		return predicates[0], nil
+	default:
+		return auditlog.And(predicates...), nil
+	}
+}
 
 // TaskWhereInput represents a where input for filtering Task queries.
 type TaskWhereInput struct {

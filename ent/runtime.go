@@ -3,6 +3,7 @@
 package ent
 
 import (
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/schema"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -14,6 +15,27 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
+	auditlogMixin := schema.AuditLog{}.Mixin()
+	auditlogMixinFields0 := auditlogMixin[0].Fields()
+	_ = auditlogMixinFields0
+	auditlogFields := schema.AuditLog{}.Fields()
+	_ = auditlogFields
+	// auditlogDescCreatedAt is the schema descriptor for created_at field.
+	auditlogDescCreatedAt := auditlogMixinFields0[0].Descriptor()
+	// auditlog.DefaultCreatedAt holds the default value on creation for the created_at field.
+	auditlog.DefaultCreatedAt = auditlogDescCreatedAt.Default.(func() time.Time)
+	// auditlogDescTenant is the schema descriptor for tenant field.
+	auditlogDescTenant := auditlogFields[2].Descriptor()
+	// auditlog.DefaultTenant holds the default value on creation for the tenant field.
+	auditlog.DefaultTenant = auditlogDescTenant.Default.(string)
+	// auditlogDescErrorCode is the schema descriptor for error_code field.
+	auditlogDescErrorCode := auditlogFields[6].Descriptor()
+	// auditlog.DefaultErrorCode holds the default value on creation for the error_code field.
+	auditlog.DefaultErrorCode = auditlogDescErrorCode.Default.(string)
+	// auditlogDescRemoteAddr is the schema descriptor for remote_addr field.
+	auditlogDescRemoteAddr := auditlogFields[7].Descriptor()
+	// auditlog.DefaultRemoteAddr holds the default value on creation for the remote_addr field.
+	auditlog.DefaultRemoteAddr = auditlogDescRemoteAddr.Default.(string)
 	taskMixin := schema.Task{}.Mixin()
 	taskMixinFields0 := taskMixin[0].Fields()
 	_ = taskMixinFields0

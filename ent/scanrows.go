@@ -7,6 +7,39 @@ import (
 	"fmt"
 )
 
+// ScanAuditLogRows reads every row of rows (all columns of the audit_logs
+// table, in any order) into AuditLog entities bound to c, and closes rows.
+func ScanAuditLogRows(c *Client, rows *stdsql.Rows) ([]*AuditLog, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
+	}
+	var out []*AuditLog
+	for rows.Next() {
+		node := &AuditLog{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *AuditLog) BindTo(c *Client) *AuditLog {
+	_m.config = c.config
+	return _m
+}
+
 // ScanTaskRows reads every row of rows (all columns of the tasks
 // table, in any order) into Task entities bound to c, and closes rows.
 func ScanTaskRows(c *Client, rows *stdsql.Rows) ([]*Task, error) {

@@ -40,6 +40,8 @@ func create(t *testing.T, s *apptest.Server, in map[string]any) taskView {
 
 func dialGTWS(t *testing.T, s *apptest.Server) *apptest.WS { return s.DialWS(t, nil) }
 
+type wsMsg = apptest.WSMessage
+
 func statusOf(t *testing.T, payload json.RawMessage) string {
 	t.Helper()
 	var p struct {

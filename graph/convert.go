@@ -3,7 +3,12 @@ package graph
 import (
 	"sort"
 
+	"entgo.io/ent/dialect/sql"
+	"entgo.io/ent/dialect/sql/sqljson"
+
 	"taskgraph/engine"
+	"taskgraph/ent/auditlog"
+	"taskgraph/ent/predicate"
 	"taskgraph/graph/model"
 	"taskgraph/lifecycle"
 )
@@ -67,4 +72,11 @@ func statusIndex(s lifecycle.Status) int {
 		}
 	}
 	return len(lifecycle.AllStatuses)
+}
+
+// auditLogNamesTask matches audit records whose task_ids contain id.
+func auditLogNamesTask(id int) predicate.AuditLog {
+	return func(s *sql.Selector) {
+		s.Where(sqljson.ValueContains(auditlog.FieldTaskIds, id))
+	}
 }

@@ -8,9 +8,11 @@ package graph
 import (
 	"context"
 	"fmt"
+	"taskgraph/auth"
 	"taskgraph/ent"
 
 	"entgo.io/contrib/entgql"
+	"github.com/99designs/gqlgen/graphql"
 )
 
 // Node is the resolver for the node field.
@@ -23,7 +25,41 @@ func (r *queryResolver) Nodes(ctx context.Context, ids []int) ([]ent.Noder, erro
 	if len(ids) > MaxPageSize {
 		return nil, fmt.Errorf("%w: at most %d ids", errPageTooLarge, MaxPageSize)
 	}
-	return r.Client.Noders(ctx, ids)
+	// One by one, so that each id's error passes through markInternal
+	// (ent's batched Noders reports database errors as they are).
+	out := make([]ent.Noder, len(ids))
+	for i, id := range ids {
+		n, err := r.Client.Noder(ctx, id)
+		if err != nil {
+			graphql.AddError(graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i)), markInternal(err))
+			continue
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// AuditLogs is the resolver for the auditLogs field.
+func (r *queryResolver) AuditLogs(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) (*ent.AuditLogConnection, error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !v.SeesAll() {
+		return nil, &auth.ForbiddenError{Role: v.Role, Action: "read the audit log"}
+	}
+	first, last, err = pageSize(first, last)
+	if err != nil {
+		return nil, err
+	}
+	if orderBy == nil {
+		orderBy = &ent.AuditLogOrder{Field: ent.AuditLogOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}
+	}
+	return r.Client.AuditLog.Query().
+		Paginate(ctx, after, first, before, last,
+			ent.WithAuditLogOrder(orderBy),
+			ent.WithAuditLogFilter(where.Filter),
+		)
 }
 
 // Tasks is the resolver for the tasks field.
@@ -45,11 +81,17 @@ func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 // Task returns TaskResolver implementation.
 func (r *Resolver) Task() TaskResolver { return &taskResolver{r} }
 
+// AuditLogWhereInput returns AuditLogWhereInputResolver implementation.
+func (r *Resolver) AuditLogWhereInput() AuditLogWhereInputResolver {
+	return &auditLogWhereInputResolver{r}
+}
+
 // TaskWhereInput returns TaskWhereInputResolver implementation.
 func (r *Resolver) TaskWhereInput() TaskWhereInputResolver { return &taskWhereInputResolver{r} }
 
 type (
-	queryResolver          struct{ *Resolver }
-	taskResolver           struct{ *Resolver }
-	taskWhereInputResolver struct{ *Resolver }
+	queryResolver              struct{ *Resolver }
+	taskResolver               struct{ *Resolver }
+	auditLogWhereInputResolver struct{ *Resolver }
+	taskWhereInputResolver     struct{ *Resolver }
 )

@@ -6,13 +6,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"regexp"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"taskgraph/access"
+	"taskgraph/auth"
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/lifecycle"
+	"taskgraph/ratelimit"
 	"taskgraph/store"
 )
 
@@ -24,6 +29,16 @@ const (
 	CodeConflict          = "CONFLICT"
 	CodeInternal          = "INTERNAL"
 	CodeUnavailable       = "UNAVAILABLE"
+	// No, bad or expired credentials (HTTP 401 before GraphQL runs; a
+	// refused connection_init on websockets).
+	CodeUnauthenticated = "UNAUTHENTICATED"
+	// The viewer's role may not do this (or introspection is disabled).
+	CodeForbidden = "FORBIDDEN"
+	// Too many mutations; extensions.retryAfterSeconds says when to retry.
+	CodeRateLimited = "RATE_LIMITED"
+	// A limit of the request's shape or of a connection (depth, aliases,
+	// subscriptions per connection, connections per user).
+	CodeLimitExceeded = "LIMIT_EXCEEDED"
 )
 
 // classify returns the code of a domain error, and extensions worth adding;
@@ -32,7 +47,16 @@ func classify(err error) (code string, ext map[string]any, ok bool) {
 	var te *lifecycle.TransitionError
 	var ve *engine.ValidationError
 	var ce *store.ConflictError
+	var ue *auth.UnauthenticatedError
+	var fe *auth.ForbiddenError
+	var rl *ratelimit.Error
 	switch {
+	case errors.As(err, &ue), errors.Is(err, access.ErrNoViewer):
+		return CodeUnauthenticated, nil, true
+	case errors.As(err, &fe):
+		return CodeForbidden, nil, true
+	case errors.As(err, &rl):
+		return CodeRateLimited, map[string]any{"retryAfterSeconds": rl.RetryAfterSeconds()}, true
 	case errors.As(err, &te):
 		return CodeInvalidTransition, map[string]any{"from": te.From, "to": te.To}, true
 	case errors.As(err, &ve):
@@ -47,29 +71,80 @@ func classify(err error) (code string, ext map[string]any, ok bool) {
 		return CodeNotFound, nil, true
 	case errors.Is(err, errPageTooLarge):
 		return CodeValidation, nil, true
+	case hasMessage(err, "introspection disabled"): // gqlgen's, unexported
+		return CodeForbidden, nil, true
 	}
 	return "", nil, false
 }
 
-// resolverError marks an error returned by a resolver, as opposed to one
-// gqlgen raised about the request itself (parse, validation, arguments).
-type resolverError struct{ err error }
-
-func (e *resolverError) Error() string { return e.err.Error() }
-func (e *resolverError) Unwrap() error { return e.err }
-
-// MarkResolverErrors is a field middleware: what a resolver returns is
-// classified by the presenter as a domain error or INTERNAL, never as a
-// problem with the request.
-func MarkResolverErrors(ctx context.Context, next graphql.Resolver) (any, error) {
-	res, err := next(ctx)
-	if err != nil {
-		var re *resolverError
-		if !errors.As(err, &re) {
-			err = &resolverError{err}
+func hasMessage(err error, msg string) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == msg {
+			return true
 		}
 	}
-	return res, err
+	return false
+}
+
+// internalError marks an error that is not the caller's doing (a database
+// failure, a bug): the presenter shows a reference to the log, nothing more.
+//
+// gqlgen wraps every error in a *gqlerror.Error, the caller's (an argument
+// that does not parse) and ours alike, so the two are told apart where they
+// arise: resolvers' errors pass through InternalErrors, which marks those
+// that are neither classified nor messages built for the client.
+type internalError struct{ err error }
+
+func (e *internalError) Error() string { return e.err.Error() }
+func (e *internalError) Unwrap() error { return e.err }
+
+// forClient reports whether err may be shown as it is: a classified domain
+// error, a cancelled request, or a *gqlerror.Error built as a message (by
+// gqlgen, gqlparser or entgql) rather than wrapping another error.
+func forClient(err error) bool {
+	if _, _, ok := classify(err); ok {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var list gqlerror.List
+	if errors.As(err, &list) {
+		for _, e := range list {
+			if !forClient(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var g *gqlerror.Error
+	return errors.As(err, &g) && (g.Err == nil || forClient(g.Err))
+}
+
+func markInternal(err error) error {
+	if err == nil || forClient(err) {
+		return err
+	}
+	return &internalError{err: err}
+}
+
+// InternalErrors is the field middleware marking resolvers' errors that
+// are not for the client.
+func InternalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
+	res, err := next(ctx)
+	return res, markInternal(err)
+}
+
+// ErrorCode is the extensions.code the API gives err (INTERNAL for an
+// error that is not the caller's doing). The audit log records it.
+func ErrorCode(err error) string {
+	if code, _, ok := classify(err); ok {
+		return code
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return CodeUnavailable
+	}
+	return CodeInternal
 }
 
 // ErrorPresenter gives every error an extensions.code. Errors of the
@@ -83,21 +158,24 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 			setCode(gqlErr, code, ext)
 			return gqlErr
 		}
-		var re *resolverError
+		var internal *internalError
 		var wrapped *gqlerror.Error
-		if errors.As(err, &re) {
-			// A resolver's own GraphQL error (entgql's unknown node id)
-			// carries its code; anything else it returned is internal.
-			if errors.As(re.err, &wrapped) && wrapped.Extensions["code"] != nil {
-				gqlErr.Message = wrapped.Message
-				setCode(gqlErr, wrapped.Extensions["code"].(string), nil)
-				return gqlErr
-			}
+		if errors.As(err, &internal) {
+			err = internal.err
 		} else if errors.As(err, &wrapped) {
-			// Built by gqlgen about the request: parse and validation
-			// errors, arguments of the wrong type.
-			if _, has := gqlErr.Extensions["code"]; !has {
+			// Built by gqlgen or entgql: parse and validation errors,
+			// arguments of the wrong type, unknown node ids. Their
+			// messages are about the request.
+			switch gqlErr.Extensions["code"] {
+			case errcode.ValidationFailed:
+				// gqlgen's SetDisableSuggestion covers two validation
+				// rules of several: the schema is not described to whoever
+				// cannot introspect it.
+				gqlErr.Message = didYouMean.ReplaceAllString(gqlErr.Message, "")
+			case nil:
 				setCode(gqlErr, CodeValidation, nil)
+			case "COMPLEXITY_LIMIT_EXCEEDED": // gqlgen's name for it
+				setCode(gqlErr, CodeLimitExceeded, map[string]any{"limit": "complexity"})
 			}
 			return gqlErr
 		}
@@ -113,6 +191,8 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		return gqlErr
 	}
 }
+
+var didYouMean = regexp.MustCompile(`(?is)\s*did you mean\b.*$`)
 
 func setCode(e *gqlerror.Error, code string, ext map[string]any) {
 	if e.Extensions == nil {
@@ -134,6 +214,6 @@ func newRef() string {
 func RecoverFunc(log *slog.Logger) graphql.RecoverFunc {
 	return func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "resolver panicked", "panic", p)
-		return errors.New("resolver panicked")
+		return &internalError{err: errors.New("resolver panicked")}
 	}
 }

@@ -139,6 +139,15 @@ func (r *taskResolver) AvailableActions(ctx context.Context, obj *ent.Task) ([]l
 	return lifecycle.AvailableActions(obj.Status, obj.CancelRequested), nil
 }
 
+// TaskID is the resolver for the taskID field.
+func (r *auditLogWhereInputResolver) TaskID(ctx context.Context, obj *ent.AuditLogWhereInput, data *int) error {
+	if data == nil {
+		return nil
+	}
+	obj.AddPredicates(auditLogNamesTask(*data))
+	return nil
+}
+
 // Search is the resolver for the search field.
 func (r *taskWhereInputResolver) Search(ctx context.Context, obj *ent.TaskWhereInput, data *string) error {
 	if data == nil || *data == "" {

@@ -1,69 +1,162 @@
 package graph
 
 import (
+	"cmp"
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"taskgraph/auth"
 	"taskgraph/graph/wsgorilla"
 )
 
-// ServerConfig configures the GraphQL handler.
+// ServerConfig configures the GraphQL handler. Zero limits take their
+// defaults.
 type ServerConfig struct {
 	Resolver *Resolver
+	// Auth authenticates the connection_init payload of websockets. HTTP
+	// requests are authenticated before they reach the handler (see
+	// auth.Authenticator.Middleware); nil means an open server.
+	Auth *auth.Authenticator
 	// Introspection enables schema introspection (the playground needs it).
 	Introspection bool
-	// CheckOrigin decides which websocket origins are accepted.
-	// Default: same origin only (gorilla's default).
-	CheckOrigin func(r *http.Request) bool
-	// ComplexityLimit bounds a query's cost. Default: 2000.
+	// AllowedOrigins are the foreign origins whose pages may open
+	// websockets (see CheckOrigin); same-origin pages and clients that
+	// send no Origin always may.
+	AllowedOrigins []string
+	// ComplexityLimit bounds a query's cost (see complexity). Default:
+	// ComplexityLimitDefault.
 	ComplexityLimit int
-	Log             *slog.Logger
+	// MaxDepth, MaxAliases and MaxFields bound a query's shape.
+	MaxDepth, MaxAliases, MaxFields int
+	// ParserTokenLimit bounds the tokens of a query document.
+	ParserTokenLimit int
+	// Websocket limits.
+	WS  WebsocketConfig
+	Log *slog.Logger
 }
+
+// WebsocketConfig limits websocket connections.
+type WebsocketConfig struct {
+	// InitTimeout is how long a connection may take to send
+	// connection_init. Default: 10s.
+	InitTimeout time.Duration
+	// PingInterval between ping frames; a peer silent for two is dropped.
+	// Default: 15s.
+	PingInterval time.Duration
+	// MaxSubscriptions is how many operations one connection may run at
+	// once. Default: 50.
+	MaxSubscriptions int
+	// MaxConnectionsPerUser is how many websockets one user may have open.
+	// Default: 20.
+	MaxConnectionsPerUser int
+	// PayloadReadLimit bounds a message from the client. Default: 256 KiB
+	// plus room for the query: 1 MiB.
+	PayloadReadLimit int64
+}
+
+// Server is the GraphQL handler.
+type Server struct {
+	*handler.Server
+	conns *connections
+}
+
+// ServeHTTP marks the requests of streaming transports (websockets, SSE):
+// only they may subscribe. A subscription posted as a plain request would
+// hold it open, waiting for a first event, for as long as the client likes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Upgrade") != "" || (transport.SSE{}).Supports(r) {
+		r = r.WithContext(context.WithValue(r.Context(), streamingKey{}, true))
+	}
+	s.Server.ServeHTTP(w, r)
+}
+
+type streamingKey struct{}
+
+func onlyStreamsSubscribe(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	if op := graphql.GetOperationContext(ctx).Operation; op != nil && op.Operation == ast.Subscription && ctx.Value(streamingKey{}) == nil {
+		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{{
+			Message:    "subscriptions are served over websockets and SSE (Accept: text/event-stream), not plain requests",
+			Extensions: map[string]any{"code": CodeValidation},
+		}}})
+	}
+	return next(ctx)
+}
+
+// OpenConnections is how many websockets user has open.
+func (s *Server) OpenConnections(user string) int { return s.conns.open(user) }
 
 // NewServer returns the GraphQL handler with every transport: HTTP GET and
 // POST, SSE, and websockets speaking graphql-transport-ws and graphql-ws.
-func NewServer(cfg ServerConfig) *handler.Server {
+func NewServer(cfg ServerConfig) *Server {
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver}))
+	ws := cfg.WS
+	ws.InitTimeout = cmp.Or(ws.InitTimeout, 10*time.Second)
+	ws.PingInterval = cmp.Or(ws.PingInterval, 15*time.Second)
+	ws.MaxSubscriptions = cmp.Or(ws.MaxSubscriptions, 50)
+	ws.MaxConnectionsPerUser = cmp.Or(ws.MaxConnectionsPerUser, 20)
+	ws.PayloadReadLimit = cmp.Or(ws.PayloadReadLimit, 1<<20)
+	conns := &connections{max: ws.MaxConnectionsPerUser, byUser: map[string]int{}}
+
+	schemaCfg := Config{Resolvers: cfg.Resolver, Complexity: complexity()}
+	srv := handler.New(NewExecutableSchema(schemaCfg))
 	// SSE must come before POST: both answer POST, SSE only when the
 	// client accepts text/event-stream.
 	srv.AddTransport(transport.SSE{})
 	srv.AddTransport(transport.Websocket{
-		Implementation: wsgorilla.Implementation{Upgrader: websocket.Upgrader{
-			CheckOrigin:       cfg.CheckOrigin,
-			HandshakeTimeout:  10 * time.Second,
-			EnableCompression: false,
-		}},
-		KeepAlivePingInterval: 10 * time.Second,
-		InitTimeout:           10 * time.Second,
+		Implementation: wsgorilla.Implementation{
+			Upgrader: websocket.Upgrader{
+				CheckOrigin:       CheckOrigin(cfg.AllowedOrigins),
+				HandshakeTimeout:  10 * time.Second,
+				EnableCompression: false,
+			},
+			PingInterval:  ws.PingInterval,
+			MaxOperations: ws.MaxSubscriptions,
+		},
+		InitFunc:              wsInit(cfg.Auth, conns),
+		CloseFunc:             wsClose,
+		InitTimeout:           ws.InitTimeout,
+		KeepAlivePingInterval: 10 * time.Second, // "ka" for graphql-ws clients
+		PayloadReadLimit:      &ws.PayloadReadLimit,
 	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.SetParserTokenLimit(cmp.Or(cfg.ParserTokenLimit, ParserTokenLimitDefault))
+	// "Did you mean ...?" would describe the schema to whoever cannot
+	// introspect it.
+	srv.SetDisableSuggestion(true)
 	if cfg.Introspection {
 		srv.Use(extension.Introspection{})
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
-	limit := cfg.ComplexityLimit
-	if limit == 0 {
-		limit = 2000
-	}
-	srv.Use(extension.FixedComplexityLimit(limit))
-	srv.AroundFields(MarkResolverErrors)
+	// The shape limit runs before the complexity limit (extensions run
+	// in the order they are added).
+	srv.Use(shapeLimit{
+		maxDepth:      cmp.Or(cfg.MaxDepth, MaxDepthDefault),
+		maxAliases:    cmp.Or(cfg.MaxAliases, MaxAliasesDefault),
+		maxFields:     cmp.Or(cfg.MaxFields, MaxFieldsDefault),
+		introspection: cfg.Introspection,
+	})
+	srv.Use(extension.FixedComplexityLimit(cmp.Or(cfg.ComplexityLimit, ComplexityLimitDefault)))
+	srv.AroundOperations(onlyStreamsSubscribe)
+	srv.AroundFields(InternalErrors)
 	srv.SetErrorPresenter(ErrorPresenter(log))
 	srv.SetRecoverFunc(RecoverFunc(log))
-	return srv
+	return &Server{Server: srv, conns: conns}
 }

@@ -3,6 +3,8 @@ package graph
 import (
 	"context"
 
+	"taskgraph/access"
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
 	"taskgraph/events"
@@ -14,8 +16,13 @@ import (
 const subscriptionBuffer = 256
 
 // taskUpdated streams committed changes of one task (id) or of the tasks
-// matching where, in version order per task.
+// matching where, in version order per task; only of tasks the subscriber
+// may see (an id it may not see is NOT_FOUND, like an unknown one).
 func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error) {
+	viewer, err := auth.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if where != nil {
 		// Reject a where input the database would reject, now rather
 		// than on the first change.
@@ -28,6 +35,11 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 	// version below).
 	plan := planWhere(where)
 	match := func(c events.TaskChange) bool {
+		// The same rule package access applies to queries: a change of a
+		// task the subscriber may not see never enters its buffer.
+		if !access.CanSee(viewer, c.Task.Owner) {
+			return false
+		}
 		ok, _ := plan.match(c.Task)
 		return ok
 	}
@@ -101,6 +113,8 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 }
 
 // taskLogAppended streams the log lines of one task as they are committed.
+// The task must be visible to the subscriber when it subscribes; its owner
+// never changes, so it stays visible.
 func (r *subscriptionResolver) taskLogAppended(ctx context.Context, taskID int) (<-chan *ent.TaskLog, error) {
 	if _, err := r.Client.Task.Get(ctx, taskID); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
 	"taskgraph/internal/dbtest"
@@ -31,7 +32,7 @@ func TestWhereMatch(t *testing.T) {
 	t.Run("AgreesWithTheDatabase", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Run(t, func(t *testing.T, dsn string) {
-			ctx := context.Background()
+			ctx := auth.NewSystemContext(context.Background())
 			s, tasks := setupWhereMatch(t, ctx, dsn)
 			all := make([]int, len(tasks))
 			for i, tk := range tasks {

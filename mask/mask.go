@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -268,4 +269,62 @@ func (m *Masker) Fields(f map[string]any) map[string]any {
 		return f
 	}
 	return m.Value(f).(map[string]any)
+}
+
+// MinTrackedLen is the shortest value WithValuesOf tracks: shorter ones
+// ("no", "1") would garble every text they occur in.
+const MinTrackedLen = 4
+
+// WithValuesOf returns a Masker that also masks, wherever they appear, the
+// values the key rules redact in the JSON document raw (a task's unmasked
+// input). A value recognisable only by its key — a password, an account
+// reference — is then masked too when a handler repeats it in a log line,
+// under another key, or in an error. m is returned as is when raw has no
+// such values.
+func (m *Masker) WithValuesOf(raw json.RawMessage) *Masker {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return m
+	}
+	seen := map[string]bool{}
+	var walk func(v any, secret bool)
+	walk = func(v any, secret bool) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, val := range x {
+				walk(val, secret || m.secretKey(k))
+			}
+		case []any:
+			for _, val := range x {
+				walk(val, secret)
+			}
+		case string:
+			if secret && len([]rune(x)) >= MinTrackedLen {
+				seen[x] = true
+			}
+		case json.Number:
+			if secret && len(x.String()) >= MinTrackedLen {
+				seen[x.String()] = true
+			}
+		}
+	}
+	walk(v, false)
+	if len(seen) == 0 {
+		return m
+	}
+	values := make([]string, 0, len(seen))
+	for s := range seen {
+		values = append(values, regexp.QuoteMeta(s))
+	}
+	// Longest first, so that a value containing another is masked whole.
+	sort.Slice(values, func(i, j int) bool { return len(values[i]) > len(values[j]) })
+	out := &Masker{SecretKeys: m.SecretKeys}
+	out.Patterns = append([]Pattern{{
+		Name:    "input-secret",
+		Regexp:  regexp.MustCompile(strings.Join(values, "|")),
+		Replace: func(string) string { return Redacted },
+	}}, m.Patterns...)
+	return out
 }

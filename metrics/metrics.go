@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
 	"taskgraph/events"
@@ -170,7 +171,8 @@ func (c *taskCounts) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Since(c.at) > 5*time.Second {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Counts for operators of the whole node, whoever scrapes.
+		ctx, cancel := context.WithTimeout(auth.NewSystemContext(context.Background()), 5*time.Second)
 		defer cancel()
 		var rows []countRow
 		if err := c.client.Task.Query().GroupBy(task.FieldType, task.FieldStatus).Aggregate(ent.Count()).Scan(ctx, &rows); err == nil {

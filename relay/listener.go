@@ -13,6 +13,7 @@ import (
 
 	"github.com/lib/pq"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/tasklog"
@@ -85,7 +86,9 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	l.lastSeen = time.Now()
-	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	// The relay re-reads for the whole node; subscribers' own visibility is
+	// applied when the broker hands changes to them.
+	ctx, l.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
 	go l.loop(ctx)
 	return l, nil
 }

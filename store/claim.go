@@ -43,6 +43,7 @@ func init() {
 // their tasks with them. On PostgreSQL the instances are picked with FOR
 // UPDATE SKIP LOCKED, so concurrent claimers never block on or share a row.
 func (s *Store) Claim(ctx context.Context, workerID string, types []string, limit int) ([]Claimed, error) {
+	ctx = internal(ctx)
 	if limit <= 0 || len(types) == 0 {
 		return nil, nil
 	}

@@ -58,6 +58,7 @@ func init() {
 // already been moved on (its token is stale): a zombie worker never
 // overwrites a newer outcome. The error result is for the batch as a whole.
 func (s *Store) Finish(ctx context.Context, outcomes []Outcome) ([]error, error) {
+	ctx = internal(ctx)
 	if len(outcomes) == 0 {
 		return nil, nil
 	}

@@ -28,6 +28,8 @@ import (
 	"github.com/lib/pq"
 	_ "modernc.org/sqlite" // the embedded default database
 
+	"taskgraph/access"
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/events"
 )
@@ -116,6 +118,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
 	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
+	// Every read through the client (and its transactions) sees only what
+	// the viewer of its context may see; internal work runs as auth.System.
+	access.Install(s.client)
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -195,6 +200,8 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // Client is the ent client, for reads. Writes go through Store's methods.
+// Its queries see what the viewer of their context may see (package
+// access); a context without a viewer reads nothing.
 func (s *Store) Client() *ent.Client { return s.client }
 
 // DB is the underlying connection pool.
@@ -208,6 +215,11 @@ func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microseco
 
 // Close closes the connection pool.
 func (s *Store) Close() error { return s.client.Close() }
+
+// internal marks the context of the store's methods that only the process
+// itself calls (claims, heartbeats, work records, outcomes, the watchdog's
+// scan): they read every task whoever asks.
+func internal(ctx context.Context) context.Context { return auth.NewSystemContext(ctx) }
 
 // txn is a transaction plus what it will publish once committed.
 type txn struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -22,6 +23,10 @@ import (
 	"taskgraph/lifecycle"
 	"taskgraph/store"
 )
+
+// sysCtx acts as the process itself: these tests drive the store as the
+// engine's internals do, without a user.
+var sysCtx = auth.NewSystemContext(context.Background())
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -46,7 +51,7 @@ type recorder struct {
 func (r *recorder) PublishTasks(cs []events.TaskChange) {
 	if c := r.client(); c != nil {
 		for _, ch := range cs {
-			got, err := c.Task.Get(context.Background(), ch.Task.ID)
+			got, err := c.Task.Get(sysCtx, ch.Task.ID)
 			if err != nil || got.Version < ch.Task.Version {
 				r.t.Errorf("event for task %d v%d published before its commit was visible (read: %v, err %v)", ch.Task.ID, ch.Task.Version, got, err)
 			}
@@ -85,7 +90,7 @@ func setup(t *testing.T, dsn string) (*store.Store, *testBundle) {
 		}
 		return s.Client()
 	}}
-	s, err := store.Open(context.Background(), store.Config{DSN: dsn, Publisher: b.pub, Clock: b.clock.Now})
+	s, err := store.Open(sysCtx, store.Config{DSN: dsn, Publisher: b.pub, Clock: b.clock.Now})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s, b
@@ -99,7 +104,7 @@ type taskOpts struct {
 
 func newTask(t testing.TB, s *store.Store, o taskOpts) *ent.Task {
 	t.Helper()
-	tk, created, err := s.CreateTask(context.Background(), newTaskParams(o))
+	tk, created, err := s.CreateTask(sysCtx, newTaskParams(o))
 	require.NoError(t, err)
 	require.True(t, created)
 	return tk
@@ -130,7 +135,7 @@ func newTaskParams(o taskOpts) store.NewTask {
 
 func claimOne(t testing.TB, s *store.Store) store.Claimed {
 	t.Helper()
-	cl, err := s.Claim(context.Background(), "w1", []string{"noop"}, 1)
+	cl, err := s.Claim(sysCtx, "w1", []string{"noop"}, 1)
 	require.NoError(t, err)
 	require.Len(t, cl, 1)
 	return cl[0]
@@ -138,7 +143,7 @@ func claimOne(t testing.TB, s *store.Store) store.Claimed {
 
 func finish(t testing.TB, s *store.Store, o store.Outcome) error {
 	t.Helper()
-	errs, err := s.Finish(context.Background(), []store.Outcome{o})
+	errs, err := s.Finish(sysCtx, []store.Outcome{o})
 	require.NoError(t, err)
 	return errs[0]
 }
@@ -154,14 +159,14 @@ func requireTransitionError(t testing.TB, err error, from, to lifecycle.Status) 
 
 func instances(t testing.TB, s *store.Store, taskID int) []*ent.TaskInstance {
 	t.Helper()
-	in, err := s.Client().TaskInstance.Query().Where(taskinstance.TaskID(taskID)).Order(ent.Asc(taskinstance.FieldInstanceNo)).All(context.Background())
+	in, err := s.Client().TaskInstance.Query().Where(taskinstance.TaskID(taskID)).Order(ent.Asc(taskinstance.FieldInstanceNo)).All(sysCtx)
 	require.NoError(t, err)
 	return in
 }
 
 func reload(t testing.TB, s *store.Store, id int) *ent.Task {
 	t.Helper()
-	tk, err := s.TaskByID(context.Background(), id)
+	tk, err := s.TaskByID(sysCtx, id)
 	require.NoError(t, err)
 	return tk
 }
@@ -189,7 +194,7 @@ func requireMirrored(t testing.TB, s *store.Store, taskID int) {
 
 func TestLegalTransitions(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := sysCtx
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		t.Run("PendingToExecutingByClaim", func(t *testing.T) {
 			t.Parallel()
@@ -349,7 +354,7 @@ func TestLegalTransitions(t *testing.T) {
 
 func TestIllegalTransitions(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := sysCtx
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		s, b := setup(t, dsn)
 		// One task in each state.
@@ -440,7 +445,7 @@ func TestIllegalTransitions(t *testing.T) {
 
 func TestEvents(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := sysCtx
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		t.Run("EveryCommittedChangeIsPublishedOnceInVersionOrder", func(t *testing.T) {
 			t.Parallel()
@@ -475,7 +480,7 @@ func TestEvents(t *testing.T) {
 
 func TestFencing(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := sysCtx
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		s, b := setup(t, dsn)
 		tk := newTask(t, s, taskOpts{})
@@ -532,7 +537,7 @@ func TestFencing(t *testing.T) {
 
 func TestConcurrency(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := sysCtx
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		t.Run("TwoHundredParallelRetriesCreateOneInstance", func(t *testing.T) {
 			t.Parallel()
@@ -687,7 +692,7 @@ func TestConcurrency(t *testing.T) {
 
 func TestIdempotentCreate(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := sysCtx
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		s, _ := setup(t, dsn)
 		first := newTask(t, s, taskOpts{key: "import-42", hash: "A"})

@@ -30,6 +30,7 @@ type CancelRequest struct {
 
 // Heartbeat records that the executions behind tokens are alive.
 func (s *Store) Heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
+	ctx = internal(ctx)
 	var beat Beat
 	if len(tokens) == 0 {
 		return beat, nil
@@ -103,6 +104,7 @@ type Progress struct {
 // transaction. Writes of executions that are no longer EXECUTING with the
 // token's version are dropped; their tokens are returned.
 func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progress) (rejected []Token, err error) {
+	ctx = internal(ctx)
 	if len(logs) == 0 && len(progress) == 0 {
 		return nil, nil
 	}
@@ -208,6 +210,7 @@ WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'
 // Executing lists every running execution with its task, for the watchdog.
 // There are at most as many as all workers' slots together.
 func (s *Store) Executing(ctx context.Context) ([]Claimed, error) {
+	ctx = internal(ctx)
 	insts, err := s.client.TaskInstance.Query().
 		Where(taskinstance.StatusEQ(lifecycle.Executing)).
 		WithTask().

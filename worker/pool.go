@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	"taskgraph/auth"
 	"taskgraph/events"
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
@@ -206,7 +207,9 @@ func (p *Pool) Start(ctx context.Context) error {
 		return errors.New("worker: pool already started")
 	}
 	p.started = true
-	base := context.WithoutCancel(ctx)
+	// The pool is the process at work (auth.System), whoever started it;
+	// handlers inherit that context.
+	base := auth.NewSystemContext(context.WithoutCancel(ctx))
 	p.execCtx, p.execCancel = context.WithCancelCause(base)
 	var fetchCtx, loopCtx, flushCtx context.Context
 	fetchCtx, p.fetchCancel = context.WithCancel(base)
@@ -389,6 +392,9 @@ func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
 			return NonRetryable(err)
 		}
 		input = plain
+		// Values masked by their key in the input stay masked when the
+		// handler repeats them elsewhere (a log line, an error).
+		ex.job.mask = p.deps.Masker.WithValuesOf(plain)
 	}
 	in, err := ex.typ.decodeInput(input)
 	if err != nil {
@@ -397,7 +403,7 @@ func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, trimStack(debug.Stack()))
-			p.log.Error("handler panicked", "task_id", c.Task.ID, "instance_id", c.Instance.ID, "panic", r)
+			p.log.Error("handler panicked", "task_id", c.Task.ID, "instance_id", c.Instance.ID, "panic", ex.job.mask.String(fmt.Sprint(r)))
 		}
 	}()
 	return ex.typ.handle(ctx, ex.job, in)
@@ -433,15 +439,15 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 			msg += ": " + reason
 		}
 		return store.Outcome{Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled,
-			Error: p.deps.Masker.String(msg), Result: ex.job.resultJSON(), Log: msg}, true
+			Error: ex.job.mask.String(msg), Result: ex.job.resultJSON(), Log: msg}, true
 	case errors.Is(cause, errTimeout):
-		return Failure(p.deps.Policies, p.deps.Masker, c, lifecycle.KindTimeout,
+		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindTimeout,
 			fmt.Sprintf("timed out after %ds: %v", c.Task.TimeoutSeconds, err), ex.job.resultJSON(), now), true
 	case errors.Is(cause, errShutdown):
-		return Failure(p.deps.Policies, p.deps.Masker, c, lifecycle.KindInterrupted,
+		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindInterrupted,
 			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.job.resultJSON(), now), true
 	default:
-		return Failure(p.deps.Policies, p.deps.Masker, c, Classify(err), err.Error(), ex.job.resultJSON(), now), true
+		return Failure(p.deps.Policies, ex.job.mask, c, Classify(err), err.Error(), ex.job.resultJSON(), now), true
 	}
 }
 

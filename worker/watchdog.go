@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"taskgraph/auth"
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
 	"taskgraph/store"
@@ -166,7 +167,7 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 
 // Start runs passes every Interval until Stop.
 func (w *Watchdog) Start(ctx context.Context) {
-	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	ctx, w.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
 	w.done = make(chan struct{})
 	go func() {
 		defer close(w.done)

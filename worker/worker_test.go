@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -25,6 +26,10 @@ import (
 	"taskgraph/store"
 	"taskgraph/worker"
 )
+
+// sysCtx acts as the process itself: these tests drive the store as the
+// engine's internals do, without a user.
+var sysCtx = auth.NewSystemContext(context.Background())
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -56,7 +61,7 @@ func setup(t *testing.T, dsn string, o setupOpts) *testBundle {
 		b.clock = fakeclock.New(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
 		cfg.Clock = b.clock.Now
 	}
-	s, err := store.Open(context.Background(), cfg)
+	s, err := store.Open(sysCtx, cfg)
 	require.NoError(t, err)
 	b.store = s
 	b.policies, err = worker.NewPolicies(testPolicies...)
@@ -87,9 +92,9 @@ func (b *testBundle) pool(t *testing.T, cfg worker.Config, withBroker bool) *wor
 	}
 	p, err := worker.NewPool(cfg, deps)
 	require.NoError(t, err)
-	require.NoError(t, p.Start(context.Background()))
+	require.NoError(t, p.Start(sysCtx))
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(sysCtx, 30*time.Second)
 		defer cancel()
 		require.NoError(t, p.Stop(ctx))
 	})
@@ -103,7 +108,7 @@ func (b *testBundle) create(t *testing.T, typ string, mod func(*store.NewTask)) 
 	if mod != nil {
 		mod(&n)
 	}
-	tk, _, err := b.store.CreateTask(context.Background(), n)
+	tk, _, err := b.store.CreateTask(sysCtx, n)
 	require.NoError(t, err)
 	return tk
 }
@@ -137,21 +142,21 @@ func waitStatus(t *testing.T, sub *events.Subscription[events.TaskChange], s lif
 
 func (b *testBundle) instances(t *testing.T, taskID int) []*ent.TaskInstance {
 	t.Helper()
-	in, err := b.store.Client().TaskInstance.Query().Where(taskinstance.TaskID(taskID)).Order(ent.Asc(taskinstance.FieldInstanceNo)).All(context.Background())
+	in, err := b.store.Client().TaskInstance.Query().Where(taskinstance.TaskID(taskID)).Order(ent.Asc(taskinstance.FieldInstanceNo)).All(sysCtx)
 	require.NoError(t, err)
 	return in
 }
 
 func (b *testBundle) logs(t *testing.T, taskID int) []*ent.TaskLog {
 	t.Helper()
-	l, err := b.store.Client().TaskLog.Query().Where(tasklog.TaskID(taskID)).Order(ent.Asc(tasklog.FieldID)).All(context.Background())
+	l, err := b.store.Client().TaskLog.Query().Where(tasklog.TaskID(taskID)).Order(ent.Asc(tasklog.FieldID)).All(sysCtx)
 	require.NoError(t, err)
 	return l
 }
 
 func (b *testBundle) noneExecuting(t *testing.T) {
 	t.Helper()
-	n, err := b.store.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Executing)).Count(context.Background())
+	n, err := b.store.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Executing)).Count(sysCtx)
 	require.NoError(t, err)
 	require.Zero(t, n, "instances left EXECUTING")
 }
@@ -179,7 +184,7 @@ func TestEightWorkersExecuteEveryTaskExactlyOnce(t *testing.T) {
 		for i := range batch {
 			batch[i] = store.NewTask{Type: "count", Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h", TimeoutSeconds: 60, RetryPolicy: "none", MaxAttempts: 1}
 		}
-		require.NoError(t, b.store.CreateTasks(context.Background(), batch))
+		require.NoError(t, b.store.CreateTasks(sysCtx, batch))
 		timeout := time.After(3 * time.Minute)
 		for finished := 0; finished < total; {
 			select {
@@ -198,7 +203,7 @@ func TestEightWorkersExecuteEveryTaskExactlyOnce(t *testing.T) {
 			return true
 		})
 		require.Equal(t, total, executed)
-		ctx := context.Background()
+		ctx := sysCtx
 		nInst, err := b.store.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Success)).Count(ctx)
 		require.NoError(t, err)
 		require.Equal(t, total, nInst, "one SUCCESS instance per task")
@@ -352,7 +357,7 @@ func TestExecution(t *testing.T) {
 				tk := b.create(t, "blocks", nil)
 				sub := b.watch(tk.ID)
 				<-started
-				_, err := b.store.CancelTask(context.Background(), tk.ID, "no longer needed")
+				_, err := b.store.CancelTask(sysCtx, tk.ID, "no longer needed")
 				require.NoError(t, err)
 				got := waitStatus(t, sub, lifecycle.Cancelled)
 				sub.Close()
@@ -395,7 +400,7 @@ func TestExecution(t *testing.T) {
 			defer sub.Close()
 			got := waitStatus(t, sub, lifecycle.Success)
 			require.JSONEq(t, `{"steps":3,"contact":"a***@example.com"}`, string(got.Result), "results are masked")
-			final, err := b.store.TaskByID(context.Background(), tk.ID)
+			final, err := b.store.TaskByID(sysCtx, tk.ID)
 			require.NoError(t, err)
 			require.EqualValues(t, 3, final.ProgressDone)
 			require.EqualValues(t, 3, final.ProgressTotal)
@@ -449,11 +454,11 @@ func TestShutdown(t *testing.T) {
 			p, err := worker.NewPool(worker.Config{ShutdownGrace: 10 * time.Second, PollInterval: 10 * time.Millisecond},
 				worker.Deps{Store: b.store, Registry: b.registry, Policies: b.policies, Broker: b.broker, Sealer: b.sealer, Masker: mask.Default()})
 			require.NoError(t, err)
-			require.NoError(t, p.Start(context.Background()))
+			require.NoError(t, p.Start(sysCtx))
 			tk := b.create(t, "short", nil)
 			<-started
-			require.NoError(t, p.Stop(context.Background()))
-			got, err := b.store.TaskByID(context.Background(), tk.ID)
+			require.NoError(t, p.Stop(sysCtx))
+			got, err := b.store.TaskByID(sysCtx, tk.ID)
 			require.NoError(t, err)
 			require.Equal(t, lifecycle.Success, got.Status)
 			b.noneExecuting(t)
@@ -478,15 +483,15 @@ func TestShutdown(t *testing.T) {
 			p, err := worker.NewPool(worker.Config{ShutdownGrace: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond},
 				worker.Deps{Store: b.store, Registry: b.registry, Policies: b.policies, Broker: b.broker, Sealer: b.sealer, Masker: mask.Default()})
 			require.NoError(t, err)
-			require.NoError(t, p.Start(context.Background()))
+			require.NoError(t, p.Start(sysCtx))
 			coop := b.create(t, "cooperative", nil)
 			stub := b.create(t, "stubborn", nil)
 			<-started
 			<-started
-			require.NoError(t, p.Stop(context.Background()))
+			require.NoError(t, p.Stop(sysCtx))
 			b.noneExecuting(t)
 			for _, tk := range []*ent.Task{coop, stub} {
-				got, err := b.store.TaskByID(context.Background(), tk.ID)
+				got, err := b.store.TaskByID(sysCtx, tk.ID)
 				require.NoError(t, err)
 				require.Equal(t, lifecycle.RetryPending, got.Status)
 				ins := b.instances(t, tk.ID)
@@ -501,7 +506,7 @@ func TestShutdown(t *testing.T) {
 
 func TestWatchdog(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := sysCtx
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		watchdog := func(t *testing.T, b *testBundle, cfg worker.WatchdogConfig) *worker.Watchdog {
 			w, err := worker.NewWatchdog(cfg, b.store, b.policies, mask.Default())

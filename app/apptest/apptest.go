@@ -9,11 +9,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"taskgraph/app"
+	"taskgraph/auth"
 )
 
 // Server is a running process.
@@ -23,10 +26,10 @@ type Server struct {
 	srv *httptest.Server
 }
 
-// Start builds and starts an app with every role on dsn (mods may change
-// the configuration). Fast intervals are applied unless opts sets them.
-// Everything stops when t ends.
-func Start(t testing.TB, dsn string, opts app.Options, mods ...func(*app.Config)) *Server {
+// Start builds and starts an app with every role on dsn. Fast intervals
+// are applied unless opts sets them; configure functions may change the
+// configuration (authentication, limits...). Everything stops when t ends.
+func Start(t testing.TB, dsn string, opts app.Options, configure ...func(*app.Config)) *Server {
 	t.Helper()
 	cfg := app.Config{
 		Addr:             "127.0.0.1:0",
@@ -38,8 +41,8 @@ func Start(t testing.TB, dsn string, opts app.Options, mods ...func(*app.Config)
 		HeartbeatTimeout: 30 * time.Second,
 		Playground:       true,
 	}
-	for _, m := range mods {
-		m(&cfg)
+	for _, fn := range configure {
+		fn(&cfg)
 	}
 	if opts.Pool.PollInterval == 0 {
 		opts.Pool.PollInterval = 50 * time.Millisecond
@@ -78,6 +81,7 @@ func (s *Server) WS() string { return "ws" + strings.TrimPrefix(s.URL, "http") +
 
 // Response is a GraphQL response.
 type Response struct {
+	Status int             `json:"-"` // the HTTP status
 	Data   json.RawMessage `json:"data"`
 	Errors []Error         `json:"errors"`
 }
@@ -95,17 +99,38 @@ func (e Error) Code() string { s, _ := e.Extensions["code"].(string); return s }
 // Do posts a query and returns the raw response (any HTTP status).
 func (s *Server) Do(t testing.TB, query string, vars map[string]any) Response {
 	t.Helper()
+	return s.DoAs(t, "", query, vars)
+}
+
+// DoAs posts a query with a bearer token ("" sends none).
+func (s *Server) DoAs(t testing.TB, token, query string, vars map[string]any) Response {
+	t.Helper()
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.DoRaw(t, "application/json", body)
+	h := http.Header{"Content-Type": {"application/json"}}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return s.Request(t, h, body)
 }
 
 // DoRaw posts a body as is.
 func (s *Server) DoRaw(t testing.TB, contentType string, body []byte) Response {
 	t.Helper()
-	resp, err := http.Post(s.URL+"/query", contentType, bytes.NewReader(body))
+	return s.Request(t, http.Header{"Content-Type": {contentType}}, body)
+}
+
+// Request posts body with headers h to /query.
+func (s *Server) Request(t testing.TB, h http.Header, body []byte) Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/query", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("apptest: post: %v", err)
 	}
@@ -115,13 +140,20 @@ func (s *Server) DoRaw(t testing.TB, contentType string, body []byte) Response {
 	if err := json.Unmarshal(raw, &r); err != nil {
 		t.Fatalf("apptest: response %d is not JSON: %s", resp.StatusCode, raw)
 	}
+	r.Status = resp.StatusCode
 	return r
 }
 
 // Query posts a query that must succeed and decodes its data into out.
 func (s *Server) Query(t testing.TB, query string, vars map[string]any, out any) {
 	t.Helper()
-	r := s.Do(t, query, vars)
+	s.QueryAs(t, "", query, vars, out)
+}
+
+// QueryAs is Query with a bearer token.
+func (s *Server) QueryAs(t testing.TB, token, query string, vars map[string]any, out any) {
+	t.Helper()
+	r := s.DoAs(t, token, query, vars)
 	if len(r.Errors) > 0 {
 		t.Fatalf("apptest: query failed: %+v", r.Errors)
 	}
@@ -130,4 +162,22 @@ func (s *Server) Query(t testing.TB, query string, vars map[string]any, out any)
 			t.Fatalf("apptest: decode %s: %v", r.Data, err)
 		}
 	}
+}
+
+// Tokens writes a token file for viewers and returns its path and each
+// user's token.
+func Tokens(t testing.TB, viewers ...auth.Viewer) (path string, tokens map[string]string) {
+	t.Helper()
+	tokens = map[string]string{}
+	var lines []string
+	for _, v := range viewers {
+		tok := auth.NewToken()
+		tokens[v.User] = tok
+		lines = append(lines, auth.TokenLine(tok, v))
+	}
+	path = filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("# test tokens\n"+strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, tokens
 }

@@ -33,6 +33,9 @@ func Config(gqlgenPath, schemaPath, target, templateDir string) (*gen.Config, []
 			gen.FeatureExecQuery,
 			gen.FeatureModifier,
 			gen.FeatureLock,
+			// Query interceptors: package access filters every read by
+			// the viewer in the context.
+			gen.FeatureIntercept,
 		},
 	}
 	return cfg, []entc.Option{entc.Extensions(ex), entc.TemplateDir(templateDir)}, nil

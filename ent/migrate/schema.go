@@ -9,6 +9,38 @@ import (
 )
 
 var (
+	// AuditLogsColumns holds the columns for the "audit_logs" table.
+	AuditLogsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "actor", Type: field.TypeString},
+		{Name: "role", Type: field.TypeString},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD"}},
+		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
+		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
+		{Name: "error_code", Type: field.TypeString, Default: ""},
+		{Name: "remote_addr", Type: field.TypeString, Default: ""},
+		{Name: "details", Type: field.TypeJSON, Nullable: true},
+	}
+	// AuditLogsTable holds the schema information for the "audit_logs" table.
+	AuditLogsTable = &schema.Table{
+		Name:       "audit_logs",
+		Columns:    AuditLogsColumns,
+		PrimaryKey: []*schema.Column{AuditLogsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "auditlog_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{AuditLogsColumns[1]},
+			},
+			{
+				Name:    "auditlog_actor_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{AuditLogsColumns[2], AuditLogsColumns[1]},
+			},
+		},
+	}
 	// TasksColumns holds the columns for the "tasks" table.
 	TasksColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -167,6 +199,7 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
+		AuditLogsTable,
 		TasksTable,
 		TaskInstancesTable,
 		TaskLogsTable,
@@ -174,6 +207,9 @@ var (
 )
 
 func init() {
+	AuditLogsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(12884901888),
+	}
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),
 	}

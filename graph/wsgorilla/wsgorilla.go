@@ -1,13 +1,21 @@
 // Package wsgorilla runs gqlgen's websocket transport (graphql-transport-ws
-// and the legacy graphql-ws) on gorilla/websocket.
+// and the legacy graphql-ws) on gorilla/websocket, and enforces what the
+// protocol itself should: a subscription id used twice on a connection is
+// refused (graphql-transport-ws closes with 4409), a connection runs at
+// most MaxOperations operations at once, and a peer that stops answering
+// ping frames is dropped.
 package wsgorilla
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -18,6 +26,14 @@ import (
 // Upgrader.CheckOrigin: gorilla's default refuses cross-origin requests.
 type Implementation struct {
 	Upgrader websocket.Upgrader
+	// PingInterval is how often a ping frame is sent; a peer that has not
+	// answered with a pong for two intervals is dropped (browsers and
+	// websocket libraries answer pings by themselves). 0: no pings.
+	PingInterval time.Duration
+	// MaxOperations bounds the operations (subscriptions, and queries
+	// sent over the socket) running at once on one connection; one more
+	// is answered with an error message for its id. 0: no limit.
+	MaxOperations int
 }
 
 var _ transport.WebsocketImplementation = Implementation{}
@@ -35,12 +51,29 @@ func (i Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tran
 	if err != nil {
 		return nil, err
 	}
-	return &conn{c: c}, nil
+	cn := &conn{c: c, maxOps: i.MaxOperations, ops: map[string]bool{}, done: make(chan struct{})}
+	if i.PingInterval > 0 {
+		cn.lastPong.Store(time.Now().UnixNano())
+		c.SetPongHandler(func(string) error {
+			cn.lastPong.Store(time.Now().UnixNano())
+			return nil
+		})
+		go cn.ping(i.PingInterval)
+	}
+	return cn, nil
 }
 
 type conn struct {
 	c  *websocket.Conn
 	mu sync.Mutex // gorilla allows one concurrent writer
+
+	maxOps int
+	opsMu  sync.Mutex
+	ops    map[string]bool // ids of operations running
+
+	lastPong  atomic.Int64
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 var (
@@ -52,28 +85,150 @@ var (
 // writeWait bounds a write to a peer that stopped reading.
 const writeWait = 10 * time.Second
 
-func (c *conn) Close() error { return c.c.Close() }
+// CloseSubscriberExists is graphql-transport-ws's close code for a
+// subscribe message reusing the id of a running operation.
+const CloseSubscriberExists = 4409
+
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() { close(c.done) })
+	return c.c.Close()
+}
+
+// ping sends ping frames and drops the connection when pongs stop coming.
+func (c *conn) ping(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case now := <-t.C:
+			if now.Sub(time.Unix(0, c.lastPong.Load())) > 2*every {
+				// gqlgen's read loop fails on the closed socket and ends
+				// the connection's operations.
+				_ = c.Close()
+				return
+			}
+			_ = c.c.WriteControl(websocket.PingMessage, nil, now.Add(writeWait))
+		}
+	}
+}
 
 func (c *conn) NextReader() (int, io.Reader, error) {
-	mt, r, err := c.c.NextReader()
-	if err != nil {
-		if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseNoStatusReceived, websocket.CloseGoingAway) {
-			return mt, nil, transport.ErrWebsocketClosed
+	for {
+		mt, r, err := c.c.NextReader()
+		if err != nil {
+			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseNoStatusReceived, websocket.CloseGoingAway) {
+				return mt, nil, transport.ErrWebsocketClosed
+			}
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				return mt, nil, transport.ErrWebsocketClosed
+			}
+			return mt, nil, err
 		}
-		var ce *websocket.CloseError
-		if errors.As(err, &ce) {
-			return mt, nil, transport.ErrWebsocketClosed
+		// Messages are small (the read limit bounds them): read each
+		// whole to see its type and id before gqlgen does.
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return mt, nil, err
 		}
-		return mt, nil, err
+		pass, err := c.admit(data)
+		if err != nil {
+			return mt, nil, err
+		}
+		if pass {
+			return mt, bytes.NewReader(data), nil
+		}
 	}
-	return mt, r, nil
+}
+
+// envelope is what both subprotocols' messages have in common.
+type envelope struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}
+
+// admit tracks the ids of running operations. It reports false for a
+// message it answered itself (an operation over the limit), and an error
+// when it closed the connection (an id in use, on graphql-transport-ws).
+func (c *conn) admit(data []byte) (bool, error) {
+	var m envelope
+	if json.Unmarshal(data, &m) != nil {
+		return true, nil // gqlgen answers malformed messages
+	}
+	switch m.Type {
+	case "subscribe", "start": // graphql-transport-ws, graphql-ws
+		c.opsMu.Lock()
+		running, n := c.ops[m.ID], len(c.ops)
+		if !running && (c.maxOps <= 0 || n < c.maxOps) {
+			c.ops[m.ID] = true
+		}
+		c.opsMu.Unlock()
+		switch {
+		case running && c.c.Subprotocol() == "graphql-transport-ws":
+			_ = c.WriteClose(CloseSubscriberExists, "Subscriber for "+m.ID+" already exists")
+			_ = c.Close()
+			return false, transport.ErrWebsocketClosed
+		case running:
+			return false, c.refuse(m.ID, "an operation with id "+m.ID+" is already running", nil)
+		case c.maxOps > 0 && n >= c.maxOps:
+			return false, c.refuse(m.ID, fmt.Sprintf("too many operations on this connection; the limit is %d", c.maxOps),
+				map[string]any{"code": "LIMIT_EXCEEDED", "limit": "subscriptions", "max": c.maxOps})
+		}
+	case "complete", "stop": // the client ends an operation
+		c.ended(m.ID)
+	}
+	return true, nil
+}
+
+func (c *conn) ended(id string) {
+	c.opsMu.Lock()
+	delete(c.ops, id)
+	c.opsMu.Unlock()
+}
+
+// refuse answers an operation with an error message, in the format both
+// subprotocols use for errors of one operation.
+func (c *conn) refuse(id, msg string, ext map[string]any) error {
+	if ext == nil {
+		ext = map[string]any{"code": "VALIDATION"}
+	}
+	payload, err := json.Marshal([]map[string]any{{"message": msg, "extensions": ext}})
+	if err != nil {
+		return err
+	}
+	return c.write(websocket.TextMessage, mustJSON(map[string]any{"type": "error", "id": id, "payload": json.RawMessage(payload)}))
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 func (c *conn) WriteJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	// An operation ends with complete, or with error and nothing after.
+	if bytes.Contains(b, []byte(`"complete"`)) || bytes.Contains(b, []byte(`"error"`)) {
+		var m envelope
+		if json.Unmarshal(b, &m) == nil && (m.Type == "complete" || m.Type == "error") {
+			c.ended(m.ID)
+		}
+	}
+	return c.write(websocket.TextMessage, b)
+}
+
+func (c *conn) write(mt int, b []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.c.SetWriteDeadline(time.Now().Add(writeWait))
-	return c.c.WriteJSON(v)
+	return c.c.WriteMessage(mt, b)
 }
 
 func (c *conn) WriteClose(code int, message string) error {

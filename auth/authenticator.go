@@ -1,0 +1,87 @@
+package auth
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"strings"
+)
+
+// Config says how requests authenticate. With neither TokenFile nor JWT the
+// server is open: every request acts as Local (see Authenticator.Open).
+type Config struct {
+	// TokenFile is a file of hashed static tokens (see ParseTokenFile).
+	TokenFile string
+	// JWT accepts signed JWTs.
+	JWT *JWTConfig
+	// TrustedProxies are the addresses of reverse proxies whose
+	// X-Forwarded-For is believed when recording a client's address.
+	TrustedProxies []netip.Prefix
+	Log            *slog.Logger
+}
+
+// Authenticator maps the credentials of a request to a Viewer.
+type Authenticator struct {
+	tokens  *tokenFile
+	jwt     *jwtVerifier
+	trusted []netip.Prefix
+	log     *slog.Logger
+}
+
+// New reads the token file and checks the JWT configuration.
+func New(cfg Config) (*Authenticator, error) {
+	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	var err error
+	if cfg.TokenFile != "" {
+		if a.tokens, err = openTokenFile(cfg.TokenFile, a.log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.JWT != nil {
+		if a.jwt, err = newJWTVerifier(*cfg.JWT); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Open reports whether no authentication is configured. An open server
+// must listen on loopback only; every request acts as Local.
+func (a *Authenticator) Open() bool { return a.tokens == nil && a.jwt == nil }
+
+// Authenticate returns the viewer of an Authorization value ("Bearer
+// <token>"), or an *UnauthenticatedError. An open Authenticator returns
+// Local whatever it is given.
+func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
+	if a.Open() {
+		return Local, nil
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	token = strings.TrimSpace(token)
+	if authorization == "" {
+		return Viewer{}, &UnauthenticatedError{Reason: "no credentials; send Authorization: Bearer <token>"}
+	}
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return Viewer{}, &UnauthenticatedError{Reason: "the Authorization header must be Bearer <token>"}
+	}
+	if a.tokens != nil {
+		if v, ok := a.tokens.lookup(token); ok {
+			return v, nil
+		}
+	}
+	if a.jwt != nil && strings.Count(token, ".") == 2 {
+		v, err := a.jwt.verify(token)
+		if err == nil {
+			return v, nil
+		}
+		a.log.Debug("jwt refused", "reason", err)
+		if errors.Is(err, errExpired) {
+			return Viewer{}, &UnauthenticatedError{Reason: "the token has expired"}
+		}
+		return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
+	}
+	return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
+}

@@ -1,0 +1,132 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+
+	"taskgraph/auth"
+)
+
+// Close codes of graphql-transport-ws used when a connection is refused.
+const (
+	closeForbidden       = 4403 // connection_init without valid credentials
+	closeTooManyRequests = 4429 // the user has too many connections open
+)
+
+// CheckOrigin accepts requests that carry no Origin (scripts, CLIs: they
+// are not a browser acting for someone else), requests from a page served
+// by this server (the Origin's host is the request's Host), and requests
+// from the origins in allowed ("https://console.example.com"; compared
+// without regard to case). Everything else is cross-site: a foreign page
+// trying to use a browser's access (cross-site websocket hijacking, CSRF).
+func CheckOrigin(allowed []string) func(r *http.Request) bool {
+	set := make(map[string]bool, len(allowed))
+	for _, o := range allowed {
+		set[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
+	}
+	return func(r *http.Request) bool {
+		origin := r.Header.Get("Origin")
+		if origin == "" {
+			return true
+		}
+		if set[strings.ToLower(origin)] {
+			return true
+		}
+		u, err := url.Parse(origin)
+		return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)
+	}
+}
+
+// connections counts each user's open websocket connections.
+type connections struct {
+	max    int
+	mu     sync.Mutex
+	byUser map[string]int
+}
+
+// slot is one counted connection; release is idempotent.
+type slot struct {
+	once    sync.Once
+	release func()
+}
+
+type slotKey struct{}
+
+func (c *connections) acquire(user string) (*slot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.max > 0 && c.byUser[user] >= c.max {
+		return nil, fmt.Errorf("too many connections: user %s already has %d open (the limit)", user, c.max)
+	}
+	c.byUser[user]++
+	return &slot{release: func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.byUser[user]--; c.byUser[user] <= 0 {
+			delete(c.byUser, user)
+		}
+	}}, nil
+}
+
+// open returns how many connections user has open (tests).
+func (c *connections) open(user string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byUser[user]
+}
+
+// wsInit authenticates a websocket at connection_init: the payload's
+// Authorization ("Bearer <token>"), else the viewer the upgrade request
+// authenticated with (its header, or Local on an open server). It counts
+// the connection against the user's limit, and ends it when the token
+// expires.
+func wsInit(authn *auth.Authenticator, conns *connections) transport.WebsocketInitFunc {
+	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+		refuse := func(code int, err error) (context.Context, *transport.InitPayload, error) {
+			ctx = transport.WithWebsocketCloseCode(ctx, code)
+			ctx = transport.AppendCloseReason(ctx, err.Error())
+			return ctx, nil, err
+		}
+		v, ok := auth.FromContext(ctx)
+		if h := payload.Authorization(); h != "" && authn != nil {
+			var err error
+			if v, err = authn.Authenticate(h); err != nil {
+				return refuse(closeForbidden, err)
+			}
+			ok = true
+		}
+		if !ok {
+			return refuse(closeForbidden, &auth.UnauthenticatedError{Reason: `no credentials; send {"Authorization": "Bearer <token>"} in connection_init`})
+		}
+		s, err := conns.acquire(v.User)
+		if err != nil {
+			return refuse(closeTooManyRequests, err)
+		}
+		ctx = auth.NewContext(ctx, v)
+		if !v.Expires.IsZero() {
+			// The connection ends when its credentials do; the client
+			// reconnects with fresh ones.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadlineCause(ctx, v.Expires, errTokenExpired)
+			release := s.release
+			s.release = func() { cancel(); release() }
+		}
+		return context.WithValue(ctx, slotKey{}, s), nil, nil
+	}
+}
+
+var errTokenExpired = errors.New("the token has expired")
+
+// wsClose releases the connection's slot.
+func wsClose(ctx context.Context, _ int) {
+	if s, ok := ctx.Value(slotKey{}).(*slot); ok {
+		s.once.Do(s.release)
+	}
+}
