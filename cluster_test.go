@@ -155,14 +155,19 @@ JOIN task_instances ia ON ia.id = a.instance_id
 WHERE b.started_at < COALESCE(a.finished_at, ia.finished_at)`); n != 0 {
 		t.Errorf("%d pairs of executions of one task overlapped", n)
 	}
-	// The killed node was running executions; the lease recovered every one.
+	// The killed node held executions (claimed, running, or finished with
+	// their outcome not yet written); the lease recovered every one, and
+	// nothing else of that node's.
 	unfinished := count(`SELECT count(*) FROM record_executions WHERE worker LIKE $1 AND finished_at IS NULL`, "%"+victimWorker+"%")
 	recovered := count(`SELECT count(*) FROM task_instances WHERE worker_id LIKE $1 AND error_kind = 'TIMEOUT' AND last_error LIKE '%stopped sending heartbeats%'`, "%"+victimWorker+"%")
-	if unfinished == 0 {
-		t.Errorf("the killed node was running nothing: the test did not kill it mid-run")
+	if recovered == 0 {
+		t.Errorf("the killed node held no executions: the test did not kill it mid-run")
 	}
 	if recovered < unfinished {
 		t.Errorf("%d executions were running on the killed node, %d recovered by the lease", unfinished, recovered)
+	}
+	if n := count(`SELECT count(*) FROM task_instances WHERE worker_id LIKE $1 AND status NOT IN ('SUCCESS') AND NOT (error_kind = 'TIMEOUT' AND last_error LIKE '%stopped sending heartbeats%')`, "%"+victimWorker+"%"); n != 0 {
+		t.Errorf("%d of the killed node's instances ended otherwise than SUCCESS or recovered by the lease", n)
 	}
 	if n := count(`SELECT count(*) FROM task_instances WHERE status = 'EXECUTING'`); n != 0 {
 		t.Errorf("%d instances left EXECUTING", n)

@@ -226,6 +226,12 @@ func (b *Broker) PublishTasks(changes []TaskChange) {
 		return
 	}
 	for _, c := range changes {
+		if c.Partial {
+			// Only internal subscribers take partial changes, and they act
+			// on each one alone (a wake-up, a cancel): no ordering needed.
+			b.deliverTaskLocked(c)
+			continue
+		}
 		b.seq.push(c, b.holdBack, b.deliverTaskLocked, b.flushHeld)
 	}
 }

@@ -180,6 +180,9 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 	changes := make([]events.TaskChange, 0, len(ts))
 	if !full {
 		for _, t := range ts {
+			if !wakesWorkers(events.ChangeKind(t[2]), lifecycle.AllStatuses[t[3]]) {
+				continue
+			}
 			changes = append(changes, events.TaskChange{
 				Kind:    events.ChangeKind(t[2]),
 				Partial: true,
@@ -241,6 +244,19 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 		}
 		l.cfg.Broker.PublishLogs(logs)
 	}
+}
+
+// wakesWorkers reports the changes a worker pool acts on: new work (a task
+// created, a retry scheduled) and cancel requests. Without clients, the
+// rest of another node's changes concern nobody here.
+func wakesWorkers(kind events.ChangeKind, status lifecycle.Status) bool {
+	switch kind {
+	case events.Created, events.CancelRequested:
+		return true
+	case events.Transitioned:
+		return status == lifecycle.RetryPending
+	}
+	return false
 }
 
 func (l *Listener) seen(t time.Time) {
