@@ -47,6 +47,7 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 	if limit <= 0 || len(types) == 0 {
 		return nil, nil
 	}
+	limit = min(limit, maxBatchRows)
 	var out []Claimed
 	err := s.write(ctx, func(t *txn) error {
 		now := s.Now()

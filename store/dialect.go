@@ -59,6 +59,11 @@ func (d sqlDialect) skipLocked() string {
 	return ""
 }
 
+// maxBatchRows bounds the rows one hand-written statement carries, so that
+// its parameters stay under SQLite's limit (32,766) and PostgreSQL's
+// (65,535) at 7 per row. Larger batches are split, in the same transaction.
+const maxBatchRows = 2000
+
 // placeholders returns "?, ?, ?" for n values.
 func placeholders(n int) string {
 	if n <= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"taskgraph/ent"
@@ -64,9 +65,15 @@ func (s *Store) Finish(ctx context.Context, outcomes []Outcome) ([]error, error)
 	}
 	var perOutcome []error
 	err := s.write(ctx, func(t *txn) error {
-		var err error
-		perOutcome, err = s.finish(ctx, t, outcomes)
-		return err
+		perOutcome = perOutcome[:0]
+		for chunk := range slices.Chunk(outcomes, maxBatchRows) {
+			errs, err := s.finish(ctx, t, chunk)
+			if err != nil {
+				return err
+			}
+			perOutcome = append(perOutcome, errs...)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
 	"taskgraph/events"
@@ -731,5 +732,49 @@ func TestIdempotentCreate(t *testing.T) {
 				require.Equal(t, ids[0], id)
 			}
 		})
+	})
+}
+
+func TestLargeBatchesAreSplit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, _ := setup(t, dsn)
+		const n = 4500 // more than two statements' worth
+		batch := make([]store.NewTask, n)
+		for i := range batch {
+			batch[i] = newTaskParams(taskOpts{})
+		}
+		require.NoError(t, s.CreateTasks(ctx, batch))
+		var claimed []store.Claimed
+		for len(claimed) < n {
+			cl, err := s.Claim(ctx, "w1", []string{"noop"}, n)
+			require.NoError(t, err)
+			require.NotEmpty(t, cl)
+			claimed = append(claimed, cl...)
+		}
+		tokens := make([]store.Token, n)
+		logs := make([]store.LogLine, 0, n)
+		outcomes := make([]store.Outcome, n)
+		for i, c := range claimed {
+			tokens[i] = c.Token()
+			logs = append(logs, store.LogLine{Token: c.Token(), TaskID: c.Task.ID, Level: tasklog.LevelINFO, Message: "x"})
+			outcomes[i] = store.Outcome{Token: c.Token(), Status: lifecycle.Success}
+		}
+		beat, err := s.Heartbeat(ctx, tokens)
+		require.NoError(t, err)
+		require.Empty(t, beat.Lost)
+		rejected, err := s.RecordWork(ctx, logs, nil)
+		require.NoError(t, err)
+		require.Empty(t, rejected)
+		errs, err := s.Finish(ctx, outcomes)
+		require.NoError(t, err)
+		require.Len(t, errs, n)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+		done, err := s.Client().Task.Query().Where(task.StatusEQ(lifecycle.Success)).Count(auth.NewSystemContext(ctx))
+		require.NoError(t, err)
+		require.Equal(t, n, done)
 	})
 }

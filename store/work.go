@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"taskgraph/ent"
@@ -30,11 +31,21 @@ type CancelRequest struct {
 
 // Heartbeat records that the executions behind tokens are alive.
 func (s *Store) Heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
+	var all Beat
+	for chunk := range slices.Chunk(tokens, maxBatchRows) {
+		b, err := s.heartbeat(ctx, chunk)
+		if err != nil {
+			return all, err
+		}
+		all.Lost = append(all.Lost, b.Lost...)
+		all.CancelRequested = append(all.CancelRequested, b.CancelRequested...)
+	}
+	return all, nil
+}
+
+func (s *Store) heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
 	ctx = internal(ctx)
 	var beat Beat
-	if len(tokens) == 0 {
-		return beat, nil
-	}
 	err := s.write(ctx, func(t *txn) error {
 		beat = Beat{}
 		args := []any{s.Now()}
@@ -100,10 +111,37 @@ type Progress struct {
 	Done, Total int64
 }
 
-// RecordWork writes log lines and progress of running executions in one
-// transaction. Writes of executions that are no longer EXECUTING with the
-// token's version are dropped; their tokens are returned.
-func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progress) (rejected []Token, err error) {
+// RecordWork writes log lines and progress of running executions, in
+// transactions of at most maxBatchRows rows. Writes of executions that are no
+// longer EXECUTING with the token's version are dropped; their tokens are
+// returned.
+func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progress) ([]Token, error) {
+	rejected := map[Token]bool{}
+	record := func(l []LogLine, p []Progress) error {
+		r, err := s.recordWork(ctx, l, p)
+		for _, tok := range r {
+			rejected[tok] = true
+		}
+		return err
+	}
+	for chunk := range slices.Chunk(logs, maxBatchRows/2) {
+		if err := record(chunk, nil); err != nil {
+			return nil, err
+		}
+	}
+	for chunk := range slices.Chunk(progress, maxBatchRows) {
+		if err := record(nil, chunk); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Token, 0, len(rejected))
+	for tok := range rejected {
+		out = append(out, tok)
+	}
+	return out, nil
+}
+
+func (s *Store) recordWork(ctx context.Context, logs []LogLine, progress []Progress) (rejected []Token, err error) {
 	ctx = internal(ctx)
 	if len(logs) == 0 && len(progress) == 0 {
 		return nil, nil
