@@ -49,6 +49,11 @@ type Config struct {
 	// FlushInterval is how long outcomes, logs and progress may wait to be
 	// written in a batch. Default: FlushIntervalDefault.
 	FlushInterval time.Duration
+	// FetchCooldown is how long after a claim a freed slot waits before
+	// the next claim, unless half a batch is free: freed slots gather into
+	// one claim instead of many small ones. New work still wakes the pool
+	// at once. Default: FetchCooldownDefault.
+	FetchCooldown time.Duration
 	// ShutdownGrace is how long Stop lets running handlers finish before
 	// interrupting them. Default: ShutdownGraceDefault.
 	ShutdownGrace time.Duration
@@ -62,6 +67,7 @@ const (
 	PollIntervalDefault      = time.Second
 	HeartbeatIntervalDefault = 5 * time.Second
 	FlushIntervalDefault     = 20 * time.Millisecond
+	FetchCooldownDefault     = 5 * time.Millisecond
 	ShutdownGraceDefault     = 10 * time.Second
 	// interruptWait is how long interrupted handlers get to return before
 	// their instances are released without them.
@@ -166,6 +172,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, HeartbeatIntervalDefault)
 	cfg.FlushInterval = cmp.Or(cfg.FlushInterval, FlushIntervalDefault)
+	cfg.FetchCooldown = cmp.Or(cfg.FetchCooldown, FetchCooldownDefault)
 	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, ShutdownGraceDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.ID == "" {
@@ -250,14 +257,24 @@ func (p *Pool) Running() int {
 func (p *Pool) fetchLoop(ctx context.Context) {
 	tick := time.NewTicker(p.cfg.PollInterval)
 	defer tick.Stop()
+	cooldown := time.NewTimer(time.Hour)
+	cooldown.Stop()
+	var lastFetch time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
-		case <-p.slot:
 		case <-tick.C:
+		case <-cooldown.C:
+		case <-p.slot:
+			wait := p.cfg.FetchCooldown - time.Since(lastFetch)
+			if wait > 0 && p.freeSlots() < p.cfg.ClaimBatch/2 {
+				cooldown.Reset(wait)
+				continue
+			}
 		}
+		lastFetch = time.Now()
 		for ctx.Err() == nil {
 			more, err := p.fetchOnce(ctx)
 			if err != nil {
@@ -271,6 +288,12 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+func (p *Pool) freeSlots() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg.Concurrency - len(p.running)
 }
 
 // fetchOnce claims as much as the free slots allow and starts it. It
