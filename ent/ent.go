@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"taskgraph/ent/artifact"
+	"taskgraph/ent/contact"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -75,6 +77,8 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
+			artifact.Table:     artifact.ValidColumn,
+			contact.Table:      contact.ValidColumn,
 			task.Table:         task.ValidColumn,
 			taskinstance.Table: taskinstance.ValidColumn,
 			tasklog.Table:      tasklog.ValidColumn,

@@ -7,6 +7,58 @@ import (
 	"fmt"
 )
 
+// ScanArtifactRows reads every row of rows (all columns of the artifacts
+// table, in any order) into Artifact entities bound to c, and closes rows.
+func ScanArtifactRows(c *Client, rows *stdsql.Rows) ([]*Artifact, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+	}
+	var out []*Artifact
+	for rows.Next() {
+		node := &Artifact{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// ScanContactRows reads every row of rows (all columns of the contacts
+// table, in any order) into Contact entities bound to c, and closes rows.
+func ScanContactRows(c *Client, rows *stdsql.Rows) ([]*Contact, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan contacts: %w", err)
+	}
+	var out []*Contact
+	for rows.Next() {
+		node := &Contact{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan contacts: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan contacts: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan contacts: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
 // ScanTaskRows reads every row of rows (all columns of the tasks
 // table, in any order) into Task entities bound to c, and closes rows.
 func ScanTaskRows(c *Client, rows *stdsql.Rows) ([]*Task, error) {

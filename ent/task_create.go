@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -202,6 +203,20 @@ func (_c *TaskCreate) SetNillableLastError(v *string) *TaskCreate {
 	return _c
 }
 
+// SetResultStatus sets the "result_status" field.
+func (_c *TaskCreate) SetResultStatus(v task.ResultStatus) *TaskCreate {
+	_c.mutation.SetResultStatus(v)
+	return _c
+}
+
+// SetNillableResultStatus sets the "result_status" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableResultStatus(v *task.ResultStatus) *TaskCreate {
+	if v != nil {
+		_c.SetResultStatus(*v)
+	}
+	return _c
+}
+
 // SetVersion sets the "version" field.
 func (_c *TaskCreate) SetVersion(v int64) *TaskCreate {
 	_c.mutation.SetVersion(v)
@@ -306,6 +321,21 @@ func (_c *TaskCreate) AddLogs(v ...*TaskLog) *TaskCreate {
 		ids[i] = v[i].ID
 	}
 	return _c.AddLogIDs(ids...)
+}
+
+// AddArtifactIDs adds the "artifacts" edge to the Artifact entity by IDs.
+func (_c *TaskCreate) AddArtifactIDs(ids ...int) *TaskCreate {
+	_c.mutation.AddArtifactIDs(ids...)
+	return _c
+}
+
+// AddArtifacts adds the "artifacts" edges to the Artifact entity.
+func (_c *TaskCreate) AddArtifacts(v ...*Artifact) *TaskCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddArtifactIDs(ids...)
 }
 
 // Mutation returns the TaskMutation object of the builder.
@@ -433,6 +463,11 @@ func (_c *TaskCreate) check() error {
 	if _, ok := _c.mutation.ProgressTotal(); !ok {
 		return &ValidationError{Name: "progress_total", err: errors.New(`ent: missing required field "Task.progress_total"`)}
 	}
+	if v, ok := _c.mutation.ResultStatus(); ok {
+		if err := task.ResultStatusValidator(v); err != nil {
+			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
+		}
+	}
 	if _, ok := _c.mutation.Version(); !ok {
 		return &ValidationError{Name: "version", err: errors.New(`ent: missing required field "Task.version"`)}
 	}
@@ -547,6 +582,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 		_spec.SetField(task.FieldLastError, field.TypeString, value)
 		_node.LastError = value
 	}
+	if value, ok := _c.mutation.ResultStatus(); ok {
+		_spec.SetField(task.FieldResultStatus, field.TypeEnum, value)
+		_node.ResultStatus = &value
+	}
 	if value, ok := _c.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)
 		_node.Version = value
@@ -596,6 +635,22 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(tasklog.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.ArtifactsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"taskgraph/ent"
+	"taskgraph/ent/artifact"
+	"taskgraph/ent/task"
 	"taskgraph/ent/tasklog"
 	"taskgraph/graph/model"
 	"taskgraph/graph/scalar"
@@ -49,6 +51,20 @@ type ComplexityRoot struct {
 	ActionError struct {
 		Code    func(childComplexity int) int
 		Message func(childComplexity int) int
+	}
+
+	Artifact struct {
+		ContentType func(childComplexity int) int
+		CreatedAt   func(childComplexity int) int
+		ExpiresAt   func(childComplexity int) int
+		Filename    func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Kind        func(childComplexity int) int
+		Owner       func(childComplexity int) int
+		Sha256      func(childComplexity int) int
+		Size        func(childComplexity int) int
+		Task        func(childComplexity int) int
+		TaskID      func(childComplexity int) int
 	}
 
 	Mutation struct {
@@ -96,6 +112,7 @@ type ComplexityRoot struct {
 	}
 
 	Task struct {
+		Artifacts        func(childComplexity int) int
 		AvailableActions func(childComplexity int) int
 		BizID            func(childComplexity int) int
 		CancelReason     func(childComplexity int) int
@@ -115,6 +132,7 @@ type ComplexityRoot struct {
 		ProgressDone     func(childComplexity int) int
 		ProgressTotal    func(childComplexity int) int
 		Result           func(childComplexity int) int
+		ResultStatus     func(childComplexity int) int
 		RetryPolicy      func(childComplexity int) int
 		RunAt            func(childComplexity int) int
 		Status           func(childComplexity int) int
@@ -272,6 +290,73 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ActionError.Message(childComplexity), true
+
+	case "Artifact.contentType":
+		if e.ComplexityRoot.Artifact.ContentType == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.ContentType(childComplexity), true
+	case "Artifact.createdAt":
+		if e.ComplexityRoot.Artifact.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.CreatedAt(childComplexity), true
+	case "Artifact.expiresAt":
+		if e.ComplexityRoot.Artifact.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.ExpiresAt(childComplexity), true
+	case "Artifact.filename":
+		if e.ComplexityRoot.Artifact.Filename == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Filename(childComplexity), true
+	case "Artifact.id":
+		if e.ComplexityRoot.Artifact.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.ID(childComplexity), true
+	case "Artifact.kind":
+		if e.ComplexityRoot.Artifact.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Kind(childComplexity), true
+	case "Artifact.owner":
+		if e.ComplexityRoot.Artifact.Owner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Owner(childComplexity), true
+	case "Artifact.sha256":
+		if e.ComplexityRoot.Artifact.Sha256 == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Sha256(childComplexity), true
+	case "Artifact.size":
+		if e.ComplexityRoot.Artifact.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Size(childComplexity), true
+	case "Artifact.task":
+		if e.ComplexityRoot.Artifact.Task == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Task(childComplexity), true
+	case "Artifact.taskID":
+		if e.ComplexityRoot.Artifact.TaskID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.TaskID(childComplexity), true
 
 	case "Mutation.cancelTask":
 		if e.ComplexityRoot.Mutation.CancelTask == nil {
@@ -495,6 +580,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Subscription.TaskUpdated(childComplexity, args["id"].(*int), args["where"].(*ent.TaskWhereInput)), true
 
+	case "Task.artifacts":
+		if e.ComplexityRoot.Task.Artifacts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Artifacts(childComplexity), true
 	case "Task.availableActions":
 		if e.ComplexityRoot.Task.AvailableActions == nil {
 			break
@@ -614,6 +705,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Result(childComplexity), true
+	case "Task.resultStatus":
+		if e.ComplexityRoot.Task.ResultStatus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.ResultStatus(childComplexity), true
 	case "Task.retryPolicy":
 		if e.ComplexityRoot.Task.RetryPolicy == nil {
 			break
@@ -988,6 +1085,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("ArtifactOrder", ec.unmarshalInputArtifactOrder),
 			graphql.NewInputUnmarshaler("CreateTaskInput", ec.unmarshalInputCreateTaskInput),
 			graphql.NewInputUnmarshaler("TaskLogOrder", ec.unmarshalInputTaskLogOrder),
 			graphql.NewInputUnmarshaler("TaskOrder", ec.unmarshalInputTaskOrder),
@@ -1087,6 +1185,60 @@ func newExecutionContext(
 var sources = []*ast.Source{
 	{Name: "../ent.graphql", Input: `directive @goField(forceResolver: Boolean, name: String, omittable: Boolean) on FIELD_DEFINITION | INPUT_FIELD_DEFINITION
 directive @goModel(model: String, models: [String!], forceGenerate: Boolean) on OBJECT | INPUT_OBJECT | SCALAR | ENUM | INTERFACE | UNION
+type Artifact implements Node {
+  id: ID!
+  createdAt: Time!
+  """
+  The task it belongs to; empty only between an upload and its task's creation.
+  """
+  taskID: ID
+  """
+  Who uploaded it, or the owner of the task that wrote it.
+  """
+  owner: String!
+  kind: ArtifactKind!
+  """
+  The name offered on download (never used as a path).
+  """
+  filename: String!
+  contentType: String!
+  size: Int!
+  sha256: String!
+  """
+  The janitor removes the file and this row after this time.
+  """
+  expiresAt: Time!
+  task: Task
+}
+"""
+ArtifactKind is enum for the field kind
+"""
+enum ArtifactKind @goModel(model: "taskgraph/ent/artifact.Kind") {
+  SOURCE
+  ERROR_REPORT
+  EXPORT
+  REPORT
+}
+"""
+Ordering options for Artifact connections
+"""
+input ArtifactOrder {
+  """
+  The ordering direction.
+  """
+  direction: OrderDirection! = ASC
+  """
+  The field by which to order Artifacts.
+  """
+  field: ArtifactOrderField!
+}
+"""
+Properties by which Artifact connections can be ordered.
+"""
+enum ArtifactOrderField {
+  CREATED_AT
+  EXPIRES_AT
+}
 """
 Define a Relay Cursor type:
 https://relay.dev/graphql/connections.htm#sec-Cursor
@@ -1241,6 +1393,10 @@ type Task implements Node {
   """
   lastError: String
   """
+  Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none.
+  """
+  resultStatus: TaskResultStatus
+  """
   Incremented by every committed change; orders events per task.
   """
   version: Int!
@@ -1252,6 +1408,10 @@ type Task implements Node {
   runAt: Time!
   updatedAt: Time!
   finishedAt: Time
+  """
+  Files the task read or wrote (source, error report, export, report).
+  """
+  artifacts: [Artifact!]
 }
 """
 A connection to a list of items.
@@ -1413,6 +1573,14 @@ enum TaskOrderField {
   OWNER
   UPDATED_AT
   FINISHED_AT
+}
+"""
+TaskResultStatus is enum for the field result_status
+"""
+enum TaskResultStatus @goModel(model: "taskgraph/ent/task.ResultStatus") {
+  SUCCESS
+  PARTIAL_SUCCESS
+  FAILED
 }
 """
 TaskStatus is enum for the field status
@@ -1650,6 +1818,15 @@ input TaskWhereInput {
   lastErrorEqualFold: String
   lastErrorContainsFold: String
   """
+  result_status field predicates
+  """
+  resultStatus: TaskResultStatus
+  resultStatusNEQ: TaskResultStatus
+  resultStatusIn: [TaskResultStatus!]
+  resultStatusNotIn: [TaskResultStatus!]
+  resultStatusIsNil: Boolean
+  resultStatusNotNil: Boolean
+  """
   version field predicates
   """
   version: Int
@@ -1871,6 +2048,34 @@ func (ec *executionContext) childFields_ActionError(ctx context.Context, field g
 	return nil, fmt.Errorf("no field named %q was found under type ActionError", field.Name)
 }
 
+func (ec *executionContext) childFields_Artifact(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Artifact_id(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Artifact_createdAt(ctx, field)
+	case "taskID":
+		return ec.fieldContext_Artifact_taskID(ctx, field)
+	case "owner":
+		return ec.fieldContext_Artifact_owner(ctx, field)
+	case "kind":
+		return ec.fieldContext_Artifact_kind(ctx, field)
+	case "filename":
+		return ec.fieldContext_Artifact_filename(ctx, field)
+	case "contentType":
+		return ec.fieldContext_Artifact_contentType(ctx, field)
+	case "size":
+		return ec.fieldContext_Artifact_size(ctx, field)
+	case "sha256":
+		return ec.fieldContext_Artifact_sha256(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_Artifact_expiresAt(ctx, field)
+	case "task":
+		return ec.fieldContext_Artifact_task(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Artifact", field.Name)
+}
+
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "hasNextPage":
@@ -1949,6 +2154,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_result(ctx, field)
 	case "lastError":
 		return ec.fieldContext_Task_lastError(ctx, field)
+	case "resultStatus":
+		return ec.fieldContext_Task_resultStatus(ctx, field)
 	case "version":
 		return ec.fieldContext_Task_version(ctx, field)
 	case "cancelRequested":
@@ -1961,6 +2168,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_updatedAt(ctx, field)
 	case "finishedAt":
 		return ec.fieldContext_Task_finishedAt(ctx, field)
+	case "artifacts":
+		return ec.fieldContext_Task_artifacts(ctx, field)
 	case "instances":
 		return ec.fieldContext_Task_instances(ctx, field)
 	case "logs":
@@ -2651,6 +2860,268 @@ func (ec *executionContext) _ActionError_message(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_ActionError_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ActionError", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_id(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Artifact_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Artifact_taskID(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_taskID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOID2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_taskID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Artifact_owner(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_owner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Owner, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_owner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_kind(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v artifact.Kind) graphql.Marshaler {
+			return ec.marshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "ArtifactKind")
+}
+
+func (ec *executionContext) _Artifact_filename(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_filename(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Filename, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_filename(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_contentType(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_contentType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ContentType, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_contentType(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_size(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_size(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Size, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_size(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Artifact_sha256(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_sha256(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sha256, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_sha256(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_expiresAt(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Artifact_task(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_task(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Task(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_task(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Artifact",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Mutation_createTask(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -4020,6 +4491,29 @@ func (ec *executionContext) fieldContext_Task_lastError(_ context.Context, field
 	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
 }
 
+func (ec *executionContext) _Task_resultStatus(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_resultStatus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ResultStatus, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
+			return ec.marshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_resultStatus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "TaskResultStatus")
+}
+
 func (ec *executionContext) _Task_version(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4156,6 +4650,38 @@ func (ec *executionContext) _Task_finishedAt(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_Task_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Task_artifacts(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_artifacts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Artifacts(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
+			return ec.marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_artifacts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Artifact(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Task_instances(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
@@ -6620,6 +7146,59 @@ func (ec *executionContext) fieldContext___Type_isOneOf(_ context.Context, field
 
 // region    **************************** input.gotpl *****************************
 
+func (ec *executionContext) unmarshalInputArtifactOrder(ctx context.Context, obj any) (ent.ArtifactOrder, error) {
+	var it ent.ArtifactOrder
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["direction"]; !present {
+		asMap["direction"] = "ASC"
+	}
+
+	fieldsInOrder := [...]string{"direction", "field"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "direction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("direction"))
+			data, err := ec.unmarshalNOrderDirection2entgoᚗioᚋcontribᚋentgqlᚐOrderDirection(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Direction = data
+		case "field":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
+			data, err := ec.unmarshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Field = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalArtifactOrder unmarshals raw into the ArtifactOrder input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalArtifactOrder(ctx context.Context, raw any) (ent.ArtifactOrder, error) {
+	var out ent.ArtifactOrder
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ArtifactOrder", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, obj any) (model.CreateTaskInput, error) {
 	var it model.CreateTaskInput
 	if obj == nil {
@@ -6842,7 +7421,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "search"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "search"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -8046,6 +8625,48 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			it.LastErrorContainsFold = data
+		case "resultStatus":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatus"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatus = data
+		case "resultStatusNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNEQ"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusNEQ = data
+		case "resultStatusIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusIn"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusIn = data
+		case "resultStatusNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNotIn"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusNotIn = data
+		case "resultStatusIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusIsNil = data
+		case "resultStatusNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusNotNil = data
 		case "version":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("version"))
 			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
@@ -8452,6 +9073,11 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._Task(ctx, sel, obj)
+	case *ent.Artifact:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Artifact(ctx, sel, obj)
 	default:
 		if typedObj, ok := obj.(graphql.Marshaler); ok {
 			return typedObj
@@ -8486,6 +9112,90 @@ func (ec *executionContext) _ActionError(ctx context.Context, sel ast.SelectionS
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var artifactImplementors = []string{"Artifact", "Node"}
+
+func (ec *executionContext) _Artifact(ctx context.Context, sel ast.SelectionSet, obj *ent.Artifact) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, artifactImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Artifact")
+		case "id":
+			out.Values[i] = ec._Artifact_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._Artifact_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskID":
+			out.Values[i] = ec._Artifact_taskID(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "owner":
+			out.Values[i] = ec._Artifact_owner(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "kind":
+			out.Values[i] = ec._Artifact_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "filename":
+			out.Values[i] = ec._Artifact_filename(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "contentType":
+			out.Values[i] = ec._Artifact_contentType(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "size":
+			out.Values[i] = ec._Artifact_size(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "sha256":
+			out.Values[i] = ec._Artifact_sha256(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "expiresAt":
+			out.Values[i] = ec._Artifact_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "task":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Artifact_task(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -8934,6 +9644,11 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "resultStatus":
+			out.Values[i] = ec._Task_resultStatus(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "version":
 			out.Values[i] = ec._Task_version(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -8964,6 +9679,12 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "artifacts":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_artifacts(ctx, field, obj)
+				})
 		case "instances":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,
@@ -9898,6 +10619,38 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx context.Context, sel ast.SelectionSet, v *ent.Artifact) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Artifact!")
+		return graphql.Null
+	}
+	return ec._Artifact(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (artifact.Kind, error) {
+	var res artifact.Kind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v artifact.Kind) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) unmarshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, v any) (*ent.ArtifactOrderField, error) {
+	var res = new(ent.ArtifactOrderField)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ArtifactOrderField) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ArtifactOrderField!")
+		return graphql.Null
+	}
+	return v
+}
+
 func (ec *executionContext) unmarshalNBoolean2bool(ctx context.Context, v any) (bool, error) {
 	res, err := graphql.UnmarshalBoolean(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -10308,6 +11061,16 @@ func (ec *executionContext) marshalNTaskOrderField2ᚖtaskgraphᚋentᚐTaskOrde
 	return v
 }
 
+func (ec *executionContext) unmarshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (task.ResultStatus, error) {
+	var res task.ResultStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v task.ResultStatus) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) marshalNTaskStats2ᚖtaskgraphᚋgraphᚋmodelᚐTaskStats(ctx context.Context, sel ast.SelectionSet, v *model.TaskStats) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskStats!")
@@ -10540,6 +11303,25 @@ func (ec *executionContext) marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐA
 		return graphql.Null
 	}
 	return ec._ActionError(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalOBoolean2bool(ctx context.Context, v any) (bool, error) {
@@ -10940,6 +11722,58 @@ func (ec *executionContext) unmarshalOTaskOrder2ᚕᚖtaskgraphᚋentᚐTaskOrde
 		}
 	}
 	return res, nil
+}
+
+func (ec *executionContext) unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, v any) ([]task.ResultStatus, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]task.ResultStatus, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []task.ResultStatus) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (*task.ResultStatus, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(task.ResultStatus)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) unmarshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStatusᚄ(ctx context.Context, v any) ([]lifecycle.Status, error) {

@@ -27,8 +27,9 @@ type Job struct {
 	rec   *flusher
 	mask  *mask.Masker
 
-	mu     sync.Mutex
-	result json.RawMessage
+	mu           sync.Mutex
+	result       json.RawMessage
+	resultStatus string
 }
 
 // Token is the execution's fencing token.
@@ -93,6 +94,22 @@ func (j *Job) SetResult(v any) error {
 	j.result = masked
 	j.mu.Unlock()
 	return nil
+}
+
+// SetResultStatus records the handler's verdict on its work — SUCCESS,
+// PARTIAL_SUCCESS or FAILED — written to the task's result_status with the
+// execution's outcome (so that, say, imports with bad rows can be listed),
+// whether the execution succeeded or failed.
+func (j *Job) SetResultStatus(s string) {
+	j.mu.Lock()
+	j.resultStatus = s
+	j.mu.Unlock()
+}
+
+func (j *Job) resultStatusValue() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.resultStatus
 }
 
 func (j *Job) resultJSON() json.RawMessage {

@@ -349,6 +349,7 @@ func (p *Pool) start(c store.Claimed) {
 			err = p.run(runCtx, ex)
 		}
 		o, write := p.outcome(ex, err, context.Cause(runCtx))
+		o.ResultStatus = job.resultStatusValue()
 		stopTimer()
 		cancel(nil)
 		if write {

@@ -2,4 +2,4 @@
 
 package internal
 
-const IncrementStarts = "{\"task_instances\":4294967296,\"task_logs\":8589934592,\"tasks\":0}"
+const IncrementStarts = "{\"artifacts\":12884901888,\"contacts\":17179869184,\"task_instances\":4294967296,\"task_logs\":8589934592,\"tasks\":0}"

@@ -4,6 +4,8 @@ package task
 
 import (
 	"fmt"
+	"io"
+	"strconv"
 	"taskgraph/lifecycle"
 	"time"
 
@@ -55,6 +57,8 @@ const (
 	FieldResult = "result"
 	// FieldLastError holds the string denoting the last_error field in the database.
 	FieldLastError = "last_error"
+	// FieldResultStatus holds the string denoting the result_status field in the database.
+	FieldResultStatus = "result_status"
 	// FieldVersion holds the string denoting the version field in the database.
 	FieldVersion = "version"
 	// FieldCancelRequested holds the string denoting the cancel_requested field in the database.
@@ -71,6 +75,8 @@ const (
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
 	EdgeLogs = "logs"
+	// EdgeArtifacts holds the string denoting the artifacts edge name in mutations.
+	EdgeArtifacts = "artifacts"
 	// Table holds the table name of the task in the database.
 	Table = "tasks"
 	// InstancesTable is the table that holds the instances relation/edge.
@@ -87,6 +93,13 @@ const (
 	LogsInverseTable = "task_logs"
 	// LogsColumn is the table column denoting the logs relation/edge.
 	LogsColumn = "task_id"
+	// ArtifactsTable is the table that holds the artifacts relation/edge.
+	ArtifactsTable = "artifacts"
+	// ArtifactsInverseTable is the table name for the Artifact entity.
+	// It exists in this package in order to avoid circular dependency with the "artifact" package.
+	ArtifactsInverseTable = "artifacts"
+	// ArtifactsColumn is the table column denoting the artifacts relation/edge.
+	ArtifactsColumn = "task_id"
 )
 
 // Columns holds all SQL columns for task fields.
@@ -111,6 +124,7 @@ var Columns = []string{
 	FieldProgressTotal,
 	FieldResult,
 	FieldLastError,
+	FieldResultStatus,
 	FieldVersion,
 	FieldCancelRequested,
 	FieldCancelReason,
@@ -157,6 +171,30 @@ func StatusValidator(s lifecycle.Status) error {
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for status field: %q", s)
+	}
+}
+
+// ResultStatus defines the type for the "result_status" enum field.
+type ResultStatus string
+
+// ResultStatus values.
+const (
+	ResultStatusSUCCESS         ResultStatus = "SUCCESS"
+	ResultStatusPARTIAL_SUCCESS ResultStatus = "PARTIAL_SUCCESS"
+	ResultStatusFAILED          ResultStatus = "FAILED"
+)
+
+func (rs ResultStatus) String() string {
+	return string(rs)
+}
+
+// ResultStatusValidator is a validator for the "result_status" field enum values. It is called by the builders before save.
+func ResultStatusValidator(rs ResultStatus) error {
+	switch rs {
+	case ResultStatusSUCCESS, ResultStatusPARTIAL_SUCCESS, ResultStatusFAILED:
+		return nil
+	default:
+		return fmt.Errorf("task: invalid enum value for result_status field: %q", rs)
 	}
 }
 
@@ -248,6 +286,11 @@ func ByLastError(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldLastError, opts...).ToFunc()
 }
 
+// ByResultStatus orders the results by the result_status field.
+func ByResultStatus(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldResultStatus, opts...).ToFunc()
+}
+
 // ByVersion orders the results by the version field.
 func ByVersion(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldVersion, opts...).ToFunc()
@@ -305,6 +348,20 @@ func ByLogs(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newLogsStep(), append([]sql.OrderTerm{term}, terms...)...)
 	}
 }
+
+// ByArtifactsCount orders the results by artifacts count.
+func ByArtifactsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newArtifactsStep(), opts...)
+	}
+}
+
+// ByArtifacts orders the results by artifacts terms.
+func ByArtifacts(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newArtifactsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
 func newInstancesStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -319,6 +376,13 @@ func newLogsStep() *sqlgraph.Step {
 		sqlgraph.Edge(sqlgraph.O2M, false, LogsTable, LogsColumn),
 	)
 }
+func newArtifactsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(ArtifactsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, ArtifactsTable, ArtifactsColumn),
+	)
+}
 
 var (
 	// lifecycle.Status must implement graphql.Marshaler.
@@ -326,3 +390,21 @@ var (
 	// lifecycle.Status must implement graphql.Unmarshaler.
 	_ graphql.Unmarshaler = (*lifecycle.Status)(nil)
 )
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (e ResultStatus) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(e.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (e *ResultStatus) UnmarshalGQL(val interface{}) error {
+	str, ok := val.(string)
+	if !ok {
+		return fmt.Errorf("enum %T must be a string", val)
+	}
+	*e = ResultStatus(str)
+	if err := ResultStatusValidator(*e); err != nil {
+		return fmt.Errorf("%s is not a valid ResultStatus", str)
+	}
+	return nil
+}

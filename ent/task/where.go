@@ -1101,6 +1101,36 @@ func LastErrorContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldLastError, v))
 }
 
+// ResultStatusEQ applies the EQ predicate on the "result_status" field.
+func ResultStatusEQ(v ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldResultStatus, v))
+}
+
+// ResultStatusNEQ applies the NEQ predicate on the "result_status" field.
+func ResultStatusNEQ(v ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldResultStatus, v))
+}
+
+// ResultStatusIn applies the In predicate on the "result_status" field.
+func ResultStatusIn(vs ...ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldResultStatus, vs...))
+}
+
+// ResultStatusNotIn applies the NotIn predicate on the "result_status" field.
+func ResultStatusNotIn(vs ...ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldResultStatus, vs...))
+}
+
+// ResultStatusIsNil applies the IsNil predicate on the "result_status" field.
+func ResultStatusIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldResultStatus))
+}
+
+// ResultStatusNotNil applies the NotNil predicate on the "result_status" field.
+func ResultStatusNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldResultStatus))
+}
+
 // VersionEQ applies the EQ predicate on the "version" field.
 func VersionEQ(v int64) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldVersion, v))
@@ -1394,6 +1424,29 @@ func HasLogs() predicate.Task {
 func HasLogsWith(preds ...predicate.TaskLog) predicate.Task {
 	return predicate.Task(func(s *sql.Selector) {
 		step := newLogsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
+// HasArtifacts applies the HasEdge predicate on the "artifacts" edge.
+func HasArtifacts() predicate.Task {
+	return predicate.Task(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, ArtifactsTable, ArtifactsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasArtifactsWith applies the HasEdge predicate on the "artifacts" edge with a given conditions (other predicates).
+func HasArtifactsWith(preds ...predicate.Artifact) predicate.Task {
+	return predicate.Task(func(s *sql.Selector) {
+		step := newArtifactsStep()
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
