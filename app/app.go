@@ -17,12 +17,16 @@ import (
 
 	"github.com/99designs/gqlgen/graphql/playground"
 
+	"taskgraph/artifact"
 	"taskgraph/builtin"
 	"taskgraph/engine"
 	"taskgraph/events"
+	"taskgraph/exporter"
 	"taskgraph/graph"
+	"taskgraph/importer"
 	"taskgraph/mask"
 	"taskgraph/seal"
+	"taskgraph/spreadsheet"
 	"taskgraph/store"
 	"taskgraph/worker"
 )
@@ -40,6 +44,10 @@ type Options struct {
 	Pool     worker.Config
 	Watchdog worker.WatchdogConfig
 	Logger   *slog.Logger
+	// Import overrides the importer's chunk size and chunk hook (tests);
+	// Janitor the janitor's configuration (zero fields keep Config's).
+	Import  importer.Config
+	Janitor artifact.JanitorConfig
 }
 
 // App is one taskgraph process.
@@ -54,6 +62,13 @@ type App struct {
 	Pool     *worker.Pool     // nil without the worker role
 	Watchdog *worker.Watchdog // nil without the watchdog role
 	Handler  http.Handler
+
+	// Imports, exports, reports and their files.
+	Artifacts *artifact.Store
+	Links     *artifact.Links
+	Importer  *importer.Importer
+	Exporter  *exporter.Exporter
+	Janitor   *artifact.Janitor // nil without the watchdog role
 
 	baseCtx    context.Context
 	baseCancel context.CancelFunc
@@ -96,6 +111,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		opts.Register(registry)
 	}
 	masker := mask.Default()
+	eng := engine.New(st, registry, policies, sealer, masker)
+	files, err := newFiles(cfg, opts, key, st, eng, registry, masker, log)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	a := &App{
 		Config:   cfg,
 		Log:      log,
@@ -103,8 +124,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		Broker:   broker,
 		Registry: registry,
 		Policies: policies,
-		Engine:   engine.New(st, registry, policies, sealer, masker),
+		Engine:   eng,
 	}
+	a.Artifacts, a.Links, a.Importer, a.Exporter = files.artifacts, files.links, files.importer, files.exporter
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
 
 	if cfg.Has(RoleWorker) {
@@ -130,8 +152,60 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			return nil, err
 		}
 	}
+	if cfg.Has(RoleWatchdog) {
+		jc := opts.Janitor
+		if jc.Interval == 0 {
+			jc.Interval = cfg.JanitorInterval
+		}
+		jc.Logger = log
+		if a.Janitor, err = artifact.NewJanitor(jc, a.Artifacts); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
 	a.Handler = a.routes()
 	return a, nil
+}
+
+// files is what imports, exports and reports need.
+type files struct {
+	artifacts *artifact.Store
+	links     *artifact.Links
+	importer  *importer.Importer
+	exporter  *exporter.Exporter
+}
+
+// newFiles builds the artifact store under the data directory, the
+// importer (with the contacts target) and the exporter, and registers the
+// import, export and report task types.
+func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, log *slog.Logger) (*files, error) {
+	dir, err := artifact.NewDir(filepath.Join(cfg.DataDir, "artifacts"))
+	if err != nil {
+		return nil, err
+	}
+	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: cfg.ArtifactTTL, Clock: opts.Clock})
+	if err != nil {
+		return nil, err
+	}
+	links := artifact.NewLinks(key, arts, 0, func(ctx context.Context) string { return engine.ViewerOf(ctx).User }, log)
+	postgres := st.Dialect() == "postgres"
+	targets := importer.NewRegistry()
+	targets.Add(importer.Contacts(st.DB(), postgres, st.Now))
+	ic := opts.Import
+	ic.Engine, ic.Artifacts, ic.Targets, ic.Masker, ic.Logger = eng, arts, targets, masker, log
+	ic.MaxUploadSize = cfg.MaxUploadSize
+	ic.Limits = spreadsheet.Limits{MaxRows: cfg.ImportMaxRows, UnzipSizeLimit: cfg.ImportUnzipLimit}
+	imp, err := importer.New(ic)
+	if err != nil {
+		return nil, err
+	}
+	imp.Register(reg)
+	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	exp.Register(reg)
+	return &files{artifacts: arts, links: links, importer: imp, exporter: exp}, nil
 }
 
 func secretKey(cfg Config) ([]byte, error) {
@@ -150,12 +224,15 @@ func (a *App) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", a.ready)
 	if a.Config.Has(RoleAPI) {
 		gql := graph.NewServer(graph.ServerConfig{
-			Resolver:      &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log},
+			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links},
 			Introspection: a.Config.Playground,
 			CheckOrigin:   sameOrigin,
+			MaxUploadSize: a.Importer.MaxUploadSize(),
 			Log:           a.Log,
 		})
-		mux.Handle("/query", gql)
+		mux.Handle("/query", graph.LimitUploads(a.Importer.MaxUploadSize(), graph.WithBaseURL(gql)))
+		mux.Handle("GET /download/{token}", a.Links)
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
 		}
@@ -205,6 +282,9 @@ func (a *App) Start(ctx context.Context) error {
 	if a.Watchdog != nil {
 		a.Watchdog.Start(ctx)
 	}
+	if a.Janitor != nil {
+		a.Janitor.Start(ctx)
+	}
 	return nil
 }
 
@@ -248,6 +328,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 		if a.Watchdog != nil {
 			a.Watchdog.Stop()
+		}
+		if a.Janitor != nil {
+			a.Janitor.Stop()
 		}
 		// Ends websocket and SSE connections (hijacked or streaming, they
 		// outlive http.Server.Shutdown) and their subscriptions.

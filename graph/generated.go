@@ -67,12 +67,33 @@ type ComplexityRoot struct {
 		TaskID      func(childComplexity int) int
 	}
 
+	DownloadLink struct {
+		ExpiresAt func(childComplexity int) int
+		URL       func(childComplexity int) int
+	}
+
+	ImportColumn struct {
+		Headers  func(childComplexity int) int
+		Key      func(childComplexity int) int
+		Required func(childComplexity int) int
+		Type     func(childComplexity int) int
+	}
+
+	ImportTarget struct {
+		BusinessKey func(childComplexity int) int
+		Columns     func(childComplexity int) int
+		Description func(childComplexity int) int
+		Name        func(childComplexity int) int
+	}
+
 	Mutation struct {
-		CancelTask  func(childComplexity int, id int, reason *string) int
-		CancelTasks func(childComplexity int, ids []int, reason *string) int
-		CreateTask  func(childComplexity int, input model.CreateTaskInput) int
-		RetryTask   func(childComplexity int, id int) int
-		RetryTasks  func(childComplexity int, ids []int) int
+		ArtifactDownloadURL func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
+		CancelTask          func(childComplexity int, id int, reason *string) int
+		CancelTasks         func(childComplexity int, ids []int, reason *string) int
+		CreateTask          func(childComplexity int, input model.CreateTaskInput) int
+		ImportFile          func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
+		RetryTask           func(childComplexity int, id int) int
+		RetryTasks          func(childComplexity int, ids []int) int
 	}
 
 	PageInfo struct {
@@ -83,6 +104,7 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
+		ImportTargets func(childComplexity int) int
 		Node          func(childComplexity int, id int) int
 		Nodes         func(childComplexity int, ids []int) int
 		RetryPolicies func(childComplexity int) int
@@ -235,6 +257,8 @@ type MutationResolver interface {
 	RetryTask(ctx context.Context, id int) (*ent.Task, error)
 	CancelTasks(ctx context.Context, ids []int, reason *string) ([]*model.TaskActionResult, error)
 	RetryTasks(ctx context.Context, ids []int) ([]*model.TaskActionResult, error)
+	ImportFile(ctx context.Context, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) (*ent.Task, error)
+	ArtifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
@@ -245,6 +269,7 @@ type QueryResolver interface {
 	TaskStats(ctx context.Context) (*model.TaskStats, error)
 	TaskTypes(ctx context.Context) ([]*model.TaskType, error)
 	RetryPolicies(ctx context.Context) ([]*model.RetryPolicy, error)
+	ImportTargets(ctx context.Context) ([]*model.ImportTarget, error)
 }
 type SubscriptionResolver interface {
 	TaskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error)
@@ -358,6 +383,80 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Artifact.TaskID(childComplexity), true
 
+	case "DownloadLink.expiresAt":
+		if e.ComplexityRoot.DownloadLink.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DownloadLink.ExpiresAt(childComplexity), true
+	case "DownloadLink.url":
+		if e.ComplexityRoot.DownloadLink.URL == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DownloadLink.URL(childComplexity), true
+
+	case "ImportColumn.headers":
+		if e.ComplexityRoot.ImportColumn.Headers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Headers(childComplexity), true
+	case "ImportColumn.key":
+		if e.ComplexityRoot.ImportColumn.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Key(childComplexity), true
+	case "ImportColumn.required":
+		if e.ComplexityRoot.ImportColumn.Required == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Required(childComplexity), true
+	case "ImportColumn.type":
+		if e.ComplexityRoot.ImportColumn.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Type(childComplexity), true
+
+	case "ImportTarget.businessKey":
+		if e.ComplexityRoot.ImportTarget.BusinessKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.BusinessKey(childComplexity), true
+	case "ImportTarget.columns":
+		if e.ComplexityRoot.ImportTarget.Columns == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.Columns(childComplexity), true
+	case "ImportTarget.description":
+		if e.ComplexityRoot.ImportTarget.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.Description(childComplexity), true
+	case "ImportTarget.name":
+		if e.ComplexityRoot.ImportTarget.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.Name(childComplexity), true
+
+	case "Mutation.artifactDownloadUrl":
+		if e.ComplexityRoot.Mutation.ArtifactDownloadURL == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_artifactDownloadUrl_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ArtifactDownloadURL(childComplexity, args["taskId"].(int), args["kind"].(*artifact.Kind), args["format"].(*model.FileFormat)), true
 	case "Mutation.cancelTask":
 		if e.ComplexityRoot.Mutation.CancelTask == nil {
 			break
@@ -391,6 +490,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateTask(childComplexity, args["input"].(model.CreateTaskInput)), true
+	case "Mutation.importFile":
+		if e.ComplexityRoot.Mutation.ImportFile == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_importFile_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ImportFile(childComplexity, args["file"].(graphql.Upload), args["target"].(string), args["options"].(json.RawMessage), args["idempotencyKey"].(*string)), true
 	case "Mutation.retryTask":
 		if e.ComplexityRoot.Mutation.RetryTask == nil {
 			break
@@ -438,6 +548,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
+
+	case "Query.importTargets":
+		if e.ComplexityRoot.Query.ImportTargets == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ImportTargets(childComplexity), true
 
 	case "Query.node":
 		if e.ComplexityRoot.Query.Node == nil {
@@ -2030,6 +2147,64 @@ type Subscription {
   "Log lines appended to a task, as they are committed."
   taskLogAppended(taskId: ID!): TaskLog!
 }
+
+# --- Batch import, export and report (issue 3) ---
+
+"A file sent with the GraphQL multipart request spec."
+scalar Upload
+
+"The format of a tabular file."
+enum FileFormat {
+  XLSX
+  CSV
+}
+
+"A short-lived signed link to one artifact."
+type DownloadLink {
+  "GET it (no other credentials needed than the user's own) until expiresAt: the file comes as an attachment."
+  url: String!
+  expiresAt: Time!
+}
+
+extend type Mutation {
+  """
+  Uploads an .xlsx or .csv file (UTF-8 with or without BOM, or GBK) and
+  creates an import task for it into target (see importTargets). The file is
+  checked (extension, content, size, decompression and row limits) before the
+  task exists: a refused file is a VALIDATION error naming the limit. With an
+  idempotency key, the same file with the same target and options returns the
+  task created first; another file with the same key is a CONFLICT.
+  """
+  importFile(file: Upload!, target: String!, options: JSON, idempotencyKey: String): Task!
+  """
+  A signed link to download a task's newest artifact of a kind (the error
+  report by default; format picks xlsx or csv where both exist). The link
+  works for a few minutes, for the user who asked.
+  """
+  artifactDownloadUrl(taskId: ID!, kind: ArtifactKind = ERROR_REPORT, format: FileFormat): DownloadLink!
+}
+
+"A column an import target reads."
+type ImportColumn {
+  key: String!
+  "Header spellings accepted (Chinese and English), the first being the one shown."
+  headers: [String!]!
+  required: Boolean!
+  type: String!
+}
+
+"Where an import writes."
+type ImportTarget {
+  name: String!
+  description: String!
+  columns: [ImportColumn!]!
+  "What makes a written row unique, so that a re-run import never writes it twice."
+  businessKey: [String!]!
+}
+
+extend type Query {
+  importTargets: [ImportTarget!]!
+}
 `, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -2074,6 +2249,44 @@ func (ec *executionContext) childFields_Artifact(ctx context.Context, field grap
 		return ec.fieldContext_Artifact_task(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Artifact", field.Name)
+}
+
+func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "url":
+		return ec.fieldContext_DownloadLink_url(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_DownloadLink_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DownloadLink", field.Name)
+}
+
+func (ec *executionContext) childFields_ImportColumn(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_ImportColumn_key(ctx, field)
+	case "headers":
+		return ec.fieldContext_ImportColumn_headers(ctx, field)
+	case "required":
+		return ec.fieldContext_ImportColumn_required(ctx, field)
+	case "type":
+		return ec.fieldContext_ImportColumn_type(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ImportColumn", field.Name)
+}
+
+func (ec *executionContext) childFields_ImportTarget(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_ImportTarget_name(ctx, field)
+	case "description":
+		return ec.fieldContext_ImportTarget_description(ctx, field)
+	case "columns":
+		return ec.fieldContext_ImportTarget_columns(ctx, field)
+	case "businessKey":
+		return ec.fieldContext_ImportTarget_businessKey(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ImportTarget", field.Name)
 }
 
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2458,6 +2671,36 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 
 // region    ***************************** args.gotpl *****************************
 
+func (ec *executionContext) field_Mutation_artifactDownloadUrl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "taskId",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["taskId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "kind",
+		func(ctx context.Context, v any) (*artifact.Kind, error) {
+			return ec.unmarshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["kind"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "format",
+		func(ctx context.Context, v any) (*model.FileFormat, error) {
+			return ec.unmarshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["format"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_cancelTask_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2513,6 +2756,44 @@ func (ec *executionContext) field_Mutation_createTask_args(ctx context.Context, 
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_importFile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "file",
+		func(ctx context.Context, v any) (graphql.Upload, error) {
+			return ec.unmarshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚐUpload(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["file"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "target",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["target"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "options",
+		func(ctx context.Context, v any) (json.RawMessage, error) {
+			return ec.unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["options"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "idempotencyKey",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["idempotencyKey"] = arg3
 	return args, nil
 }
 
@@ -3124,6 +3405,245 @@ func (ec *executionContext) fieldContext_Artifact_task(_ context.Context, field 
 	return fc, nil
 }
 
+func (ec *executionContext) _DownloadLink_url(ctx context.Context, field graphql.CollectedField, obj *model.DownloadLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DownloadLink_url(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.URL, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DownloadLink_url(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DownloadLink", field, false, false, "String")
+}
+
+func (ec *executionContext) _DownloadLink_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.DownloadLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DownloadLink_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DownloadLink_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DownloadLink", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ImportColumn_key(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportColumn_headers(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_headers(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Headers, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_headers(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportColumn_required(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_required(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Required, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_required(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ImportColumn_type(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_type(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Type, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportTarget_name(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportTarget", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportTarget_description(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_description(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Description, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportTarget", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportTarget_columns(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_columns(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Columns, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ImportColumn) graphql.Marshaler {
+			return ec.marshalNImportColumn2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_columns(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ImportTarget",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ImportColumn(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ImportTarget_businessKey(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_businessKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BusinessKey, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_businessKey(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportTarget", field, false, false, "String")
+}
+
 func (ec *executionContext) _Mutation_createTask(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3338,6 +3858,94 @@ func (ec *executionContext) fieldContext_Mutation_retryTasks(ctx context.Context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_retryTasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_importFile(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_importFile(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ImportFile(ctx, fc.Args["file"].(graphql.Upload), fc.Args["target"].(string), fc.Args["options"].(json.RawMessage), fc.Args["idempotencyKey"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_importFile(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_importFile_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_artifactDownloadUrl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_artifactDownloadUrl(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ArtifactDownloadURL(ctx, fc.Args["taskId"].(int), fc.Args["kind"].(*artifact.Kind), fc.Args["format"].(*model.FileFormat))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
+			return ec.marshalNDownloadLink2ᚖtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_artifactDownloadUrl(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DownloadLink(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_artifactDownloadUrl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3747,6 +4355,38 @@ func (ec *executionContext) fieldContext_Query_retryPolicies(_ context.Context, 
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_RetryPolicy(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_importTargets(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_importTargets(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ImportTargets(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ImportTarget) graphql.Marshaler {
+			return ec.marshalNImportTarget2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_importTargets(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ImportTarget(ctx, field)
 		},
 	}
 	return fc, nil
@@ -9213,6 +9853,140 @@ func (ec *executionContext) _Artifact(ctx context.Context, sel ast.SelectionSet,
 	return out
 }
 
+var downloadLinkImplementors = []string{"DownloadLink"}
+
+func (ec *executionContext) _DownloadLink(ctx context.Context, sel ast.SelectionSet, obj *model.DownloadLink) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, downloadLinkImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DownloadLink")
+		case "url":
+			out.Values[i] = ec._DownloadLink_url(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._DownloadLink_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var importColumnImplementors = []string{"ImportColumn"}
+
+func (ec *executionContext) _ImportColumn(ctx context.Context, sel ast.SelectionSet, obj *model.ImportColumn) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, importColumnImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ImportColumn")
+		case "key":
+			out.Values[i] = ec._ImportColumn_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "headers":
+			out.Values[i] = ec._ImportColumn_headers(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "required":
+			out.Values[i] = ec._ImportColumn_required(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "type":
+			out.Values[i] = ec._ImportColumn_type(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var importTargetImplementors = []string{"ImportTarget"}
+
+func (ec *executionContext) _ImportTarget(ctx context.Context, sel ast.SelectionSet, obj *model.ImportTarget) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, importTargetImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ImportTarget")
+		case "name":
+			out.Values[i] = ec._ImportTarget_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "description":
+			out.Values[i] = ec._ImportTarget_description(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "columns":
+			out.Values[i] = ec._ImportTarget_columns(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "businessKey":
+			out.Values[i] = ec._ImportTarget_businessKey(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var mutationImplementors = []string{"Mutation"}
 
 func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet) graphql.Marshaler {
@@ -9263,6 +10037,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "retryTasks":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_retryTasks(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "importFile":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_importFile(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "artifactDownloadUrl":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_artifactDownloadUrl(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -9398,6 +10186,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_retryPolicies(ctx, field)
+				})
+		case "importTargets":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_importTargets(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -10680,6 +11474,14 @@ func (ec *executionContext) marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCurso
 	return v
 }
 
+func (ec *executionContext) marshalNDownloadLink2ᚖtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx context.Context, sel ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DownloadLink!")
+		return graphql.Null
+	}
+	return ec._DownloadLink(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNFloat2float64(ctx context.Context, v any) (float64, error) {
 	res, err := graphql.UnmarshalFloatContext(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -10764,6 +11566,54 @@ func (ec *executionContext) marshalNID2ᚕintᚄ(ctx context.Context, sel ast.Se
 	}
 
 	return ret
+}
+
+func (ec *executionContext) marshalNImportColumn2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportColumn) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNImportColumn2ᚖtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNImportColumn2ᚖtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx context.Context, sel ast.SelectionSet, v *model.ImportColumn) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ImportColumn!")
+		return graphql.Null
+	}
+	return ec._ImportColumn(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNImportTarget2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportTarget) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNImportTarget2ᚖtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNImportTarget2ᚖtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx context.Context, sel ast.SelectionSet, v *model.ImportTarget) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ImportTarget!")
+		return graphql.Null
+	}
+	return ec._ImportTarget(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNInt2int(ctx context.Context, v any) (int, error) {
@@ -10896,6 +11746,35 @@ func (ec *executionContext) marshalNString2string(ctx context.Context, sel ast.S
 		graphql.AddInvalidNullFromMarshaler(ctx, "String!")
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]string, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNString2string(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel ast.SelectionSet, v []string) graphql.Marshaler {
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNString2string(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx context.Context, sel ast.SelectionSet, v *ent.Task) graphql.Marshaler {
@@ -11156,6 +12035,20 @@ func (ec *executionContext) marshalNTypeCount2ᚖtaskgraphᚋgraphᚋmodelᚐTyp
 	return ec._TypeCount(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚐUpload(ctx context.Context, v any) (graphql.Upload, error) {
+	res, err := graphql.UnmarshalUpload(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚐUpload(ctx context.Context, sel ast.SelectionSet, v graphql.Upload) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalUpload(v)
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "Upload!")
+	}
+	return res
+}
+
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {
 	return ec.___Directive(ctx, sel, &v)
 }
@@ -11324,6 +12217,22 @@ func (ec *executionContext) marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ
 	return ret
 }
 
+func (ec *executionContext) unmarshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (*artifact.Kind, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(artifact.Kind)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v *artifact.Kind) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
 func (ec *executionContext) unmarshalOBoolean2bool(ctx context.Context, v any) (bool, error) {
 	res, err := graphql.UnmarshalBoolean(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -11380,6 +12289,22 @@ func (ec *executionContext) unmarshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐError
 }
 
 func (ec *executionContext) marshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx context.Context, sel ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, v any) (*model.FileFormat, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.FileFormat)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, sel ast.SelectionSet, v *model.FileFormat) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

@@ -25,8 +25,15 @@ type ServerConfig struct {
 	CheckOrigin func(r *http.Request) bool
 	// ComplexityLimit bounds a query's cost. Default: 2000.
 	ComplexityLimit int
-	Log             *slog.Logger
+	// MaxUploadSize bounds an uploaded file (importFile); requests larger
+	// than it (plus room for the other form fields) are refused. Default:
+	// no uploads beyond gqlgen's default of 32 MiB.
+	MaxUploadSize int64
+	Log           *slog.Logger
 }
+
+// uploadSlack is room for the multipart request's other parts.
+const uploadSlack = 1 << 20
 
 // NewServer returns the GraphQL handler with every transport: HTTP GET and
 // POST, SSE, and websockets speaking graphql-transport-ws and graphql-ws.
@@ -48,6 +55,11 @@ func NewServer(cfg ServerConfig) *handler.Server {
 		KeepAlivePingInterval: 10 * time.Second,
 		InitTimeout:           10 * time.Second,
 	})
+	if cfg.MaxUploadSize > 0 {
+		// Parts over MaxMemory are spooled to temporary files by
+		// net/http, never held whole in memory.
+		srv.AddTransport(transport.MultipartForm{MaxUploadSize: cfg.MaxUploadSize + uploadSlack, MaxMemory: 4 << 20})
+	}
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
