@@ -44,8 +44,9 @@ type Options struct {
 	Pool     worker.Config
 	Watchdog worker.WatchdogConfig
 	Logger   *slog.Logger
-	// Import overrides the importer's chunk size and chunk hook (tests);
-	// Janitor the janitor's configuration (zero fields keep Config's).
+	// Import overrides the importer's upload size, limits, chunk size and
+	// chunk hook (tests); Janitor the janitor's configuration. Zero fields
+	// keep the values derived from Config.
 	Import  importer.Config
 	Janitor artifact.JanitorConfig
 }
@@ -193,8 +194,12 @@ func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine
 	targets.Add(importer.Contacts(st.DB(), postgres, st.Now))
 	ic := opts.Import
 	ic.Engine, ic.Artifacts, ic.Targets, ic.Masker, ic.Logger = eng, arts, targets, masker, log
-	ic.MaxUploadSize = cfg.MaxUploadSize
-	ic.Limits = spreadsheet.Limits{MaxRows: cfg.ImportMaxRows, UnzipSizeLimit: cfg.ImportUnzipLimit}
+	if ic.MaxUploadSize == 0 {
+		ic.MaxUploadSize = cfg.MaxUploadSize
+	}
+	if ic.Limits == (spreadsheet.Limits{}) {
+		ic.Limits = spreadsheet.Limits{MaxRows: cfg.ImportMaxRows, UnzipSizeLimit: cfg.ImportUnzipLimit}
+	}
 	imp, err := importer.New(ic)
 	if err != nil {
 		return nil, err

@@ -148,11 +148,8 @@ func ContentDisposition(name string) string {
 		}
 		return r
 	}, name)
-	v := mime.FormatMediaType("attachment", map[string]string{"filename": fallback})
-	if fallback != name {
-		v += "; filename*=UTF-8''" + pathEscape(name)
-	}
-	return v
+	return mime.FormatMediaType("attachment", map[string]string{"filename": fallback}) +
+		"; filename*=UTF-8''" + pathEscape(name)
 }
 
 // pathEscape percent-encodes everything but RFC 5987 attr-chars.
