@@ -25,6 +25,7 @@ import (
 	"taskgraph/ent"
 	entartifact "taskgraph/ent/artifact"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/taskinstance"
 	"taskgraph/events"
 	"taskgraph/importer"
 	"taskgraph/internal/dbtest"
@@ -264,7 +265,7 @@ func TestImport(t *testing.T) {
 			final := b.waitTerminal(t, tk.ID)
 			close(recovered)
 			require.Equal(t, lifecycle.Success, final.Status, "last error: %s", final.LastError)
-			insts, err := b.s.App.Store.Client().Task.QueryInstances(final).All(context.Background())
+			insts, err := b.s.App.Store.Client().Task.QueryInstances(final).Order(ent.Asc(taskinstance.FieldInstanceNo)).All(context.Background())
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, len(insts), 2)
 			require.Equal(t, lifecycle.KindTimeout, *insts[0].ErrorKind, "recovered by the watchdog")
