@@ -1,6 +1,7 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
-// a PostgreSQL database. "taskgraph bench" measures throughput;
+// a PostgreSQL database. "taskgraph bench" measures throughput,
+// "taskgraph bench-import" imports and exports;
 // "taskgraph watch" prints a task's changes as they are committed.
 package main
 
@@ -25,6 +26,8 @@ func main() {
 		switch os.Args[1] {
 		case "bench":
 			os.Exit(runBench(os.Args[2:]))
+		case "bench-import":
+			os.Exit(runBenchImport(os.Args[2:]))
 		case "watch":
 			os.Exit(runWatch(os.Args[2:]))
 		}
