@@ -173,7 +173,9 @@ func TestImport(t *testing.T) {
 			var list struct {
 				Tasks struct {
 					TotalCount int
-					Edges      []struct{ Node struct{ ID, ResultStatus string } }
+					Edges      []struct {
+						Node struct{ ID, ResultStatus string }
+					}
 				}
 			}
 			b.s.Query(t, `{ tasks(where: {resultStatus: PARTIAL_SUCCESS}) { totalCount edges { node { id resultStatus } } } }`, nil, &list)
