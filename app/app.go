@@ -184,14 +184,14 @@ func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine
 	if err != nil {
 		return nil, err
 	}
-	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: cfg.ArtifactTTL, Clock: opts.Clock})
+	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx})
 	if err != nil {
 		return nil, err
 	}
 	links := artifact.NewLinks(key, arts, 0, func(ctx context.Context) string { return engine.ViewerOf(ctx).User }, log)
 	postgres := st.Dialect() == "postgres"
 	targets := importer.NewRegistry()
-	targets.Add(importer.Contacts(st.DB(), postgres, st.Now))
+	targets.Add(importer.Contacts(st.DB(), st.Tx, postgres, st.Now))
 	ic := opts.Import
 	ic.Engine, ic.Artifacts, ic.Targets, ic.Masker, ic.Logger = eng, arts, targets, masker, log
 	if ic.MaxUploadSize == 0 {

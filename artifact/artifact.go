@@ -44,6 +44,9 @@ type Config struct {
 	TTL time.Duration
 	// Clock returns the current time. Default: time.Now.
 	Clock func() time.Time
+	// Tx runs writes of artifact rows in a transaction (store.Store.Tx,
+	// which serializes them with the store's). Default: Client.Tx.
+	Tx func(ctx context.Context, fn func(tx *ent.Tx) error) error
 }
 
 // Store saves, opens and deletes artifacts.
@@ -52,6 +55,7 @@ type Store struct {
 	blobs  Blobs
 	ttl    time.Duration
 	clock  func() time.Time
+	tx     func(ctx context.Context, fn func(tx *ent.Tx) error) error
 }
 
 // New validates cfg and returns a Store.
@@ -65,7 +69,20 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &Store{client: cfg.Client, blobs: cfg.Blobs, ttl: cmp.Or(cfg.TTL, TTLDefault), clock: cfg.Clock}, nil
+	if cfg.Tx == nil {
+		cfg.Tx = func(ctx context.Context, fn func(tx *ent.Tx) error) error {
+			tx, err := cfg.Client.Tx(ctx)
+			if err != nil {
+				return err
+			}
+			if err := fn(tx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}
+	}
+	return &Store{client: cfg.Client, blobs: cfg.Blobs, ttl: cmp.Or(cfg.TTL, TTLDefault), clock: cfg.Clock, tx: cfg.Tx}, nil
 }
 
 // TTL is how long artifacts are kept.
@@ -140,18 +157,25 @@ func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error
 	if err := bw.Commit(); err != nil {
 		return nil, err
 	}
-	a, err := s.client.Artifact.Create().
-		SetNillableTaskID(m.TaskID).
-		SetOwner(m.Owner).
-		SetKind(m.Kind).
-		SetKey(key).
-		SetFilename(m.Filename).
-		SetContentType(m.ContentType).
-		SetSize(cw.n).
-		SetSha256(hex.EncodeToString(h.Sum(nil))).
-		SetExpiresAt(s.Now().Add(s.ttl)).
-		SetCreatedAt(s.Now()).
-		Save(context.WithoutCancel(ctx))
+	var a *ent.Artifact
+	// The file is written: record it even if the caller gives up now.
+	wctx := context.WithoutCancel(ctx)
+	err = s.tx(wctx, func(tx *ent.Tx) error {
+		var err error
+		a, err = tx.Artifact.Create().
+			SetNillableTaskID(m.TaskID).
+			SetOwner(m.Owner).
+			SetKind(m.Kind).
+			SetKey(key).
+			SetFilename(m.Filename).
+			SetContentType(m.ContentType).
+			SetSize(cw.n).
+			SetSha256(hex.EncodeToString(h.Sum(nil))).
+			SetExpiresAt(s.Now().Add(s.ttl)).
+			SetCreatedAt(s.Now()).
+			Save(wctx)
+		return err
+	})
 	if err != nil {
 		_ = s.blobs.Delete(key)
 		return nil, fmt.Errorf("artifact: record: %w", err)
@@ -184,10 +208,15 @@ func (s *Store) Get(ctx context.Context, id int) (*ent.Artifact, error) {
 
 // Link attaches an artifact saved before its task existed to the task.
 func (s *Store) Link(ctx context.Context, id, taskID int) error {
-	n, err := s.client.Artifact.Update().
-		Where(entartifact.ID(id), entartifact.Or(entartifact.TaskIDIsNil(), entartifact.TaskID(taskID))).
-		SetTaskID(taskID).
-		Save(ctx)
+	var n int
+	err := s.tx(ctx, func(tx *ent.Tx) error {
+		var err error
+		n, err = tx.Artifact.Update().
+			Where(entartifact.ID(id), entartifact.Or(entartifact.TaskIDIsNil(), entartifact.TaskID(taskID))).
+			SetTaskID(taskID).
+			Save(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("artifact: link to task %d: %w", taskID, err)
 	}
@@ -239,7 +268,10 @@ func (s *Store) delete(ctx context.Context, as []*ent.Artifact) error {
 		ids = append(ids, a.ID)
 	}
 	if len(ids) > 0 {
-		if _, err := s.client.Artifact.Delete().Where(entartifact.IDIn(ids...)).Exec(ctx); err != nil {
+		if err := s.tx(ctx, func(tx *ent.Tx) error {
+			_, err := tx.Artifact.Delete().Where(entartifact.IDIn(ids...)).Exec(ctx)
+			return err
+		}); err != nil {
 			errs = append(errs, fmt.Errorf("artifact: delete rows: %w", err))
 		}
 	}

@@ -40,7 +40,7 @@ func setup(t *testing.T, dsn string) *testBundle {
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	dir, err := artifact.NewDir(filepath.Join(t.TempDir(), "artifacts"))
 	require.NoError(t, err)
-	s, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: time.Hour, Clock: clock.Now})
+	s, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: time.Hour, Clock: clock.Now, Tx: st.Tx})
 	require.NoError(t, err)
 	b := &testBundle{store: s, dir: dir, clock: clock, user: "alice"}
 	b.links = artifact.NewLinks(make([]byte, 32), s, 10*time.Minute, func(context.Context) string { return b.user }, nil)

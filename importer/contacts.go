@@ -8,12 +8,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"taskgraph/ent"
 )
 
 // Contacts is the contacts target: people with a name and a mobile number,
 // written to the contacts table. Its write-once key is (task_id, row_no):
 // the import and the source row a contact came from.
-func Contacts(db *sql.DB, postgres bool, now func() time.Time) *Target {
+//
+// tx runs a write transaction (store.Store.Tx, serialized with the
+// store's own writes); db reads.
+func Contacts(db *sql.DB, tx func(ctx context.Context, fn func(*ent.Tx) error) error, postgres bool, now func() time.Time) *Target {
 	return &Target{
 		Name:        "contacts",
 		Description: "Contacts (name, mobile, e-mail, company, city, tags, gender, birthday) into the contacts table.",
@@ -29,12 +34,13 @@ func Contacts(db *sql.DB, postgres bool, now func() time.Time) *Target {
 				"男": "M", "女": "F", "m": "M", "f": "F", "male": "M", "female": "F"}},
 			{Key: "birthday", Headers: []string{"生日", "出生日期", "Birthday", "Date of birth"}, Type: Date},
 		},
-		Writer: &contactsWriter{db: db, postgres: postgres, now: now},
+		Writer: &contactsWriter{db: db, tx: tx, postgres: postgres, now: now},
 	}
 }
 
 type contactsWriter struct {
 	db       *sql.DB
+	tx       func(ctx context.Context, fn func(*ent.Tx) error) error
 	postgres bool
 	now      func() time.Time
 }
@@ -81,7 +87,10 @@ func (w *contactsWriter) Write(ctx context.Context, taskID int, rows []Record) e
 			str(r.Values["company"]), str(r.Values["city"]), string(tags), str(r.Values["gender"]), str(r.Values["birthday"]))
 	}
 	b.WriteString(" ON CONFLICT (task_id, row_no) DO NOTHING")
-	if _, err := w.db.ExecContext(ctx, b.String(), args...); err != nil {
+	if err := w.tx(ctx, func(tx *ent.Tx) error {
+		_, err := tx.ExecContext(ctx, b.String(), args...)
+		return err
+	}); err != nil {
 		return fmt.Errorf("contacts: insert %d rows: %w", len(rows), err)
 	}
 	return nil
