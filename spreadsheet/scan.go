@@ -87,14 +87,27 @@ func scanXLSX(r io.ReaderAt, size int64, head []byte, lim Limits) (Info, error) 
 	if sf == nil {
 		return info, badFile("broken xlsx: worksheet %s is missing", sheetPath)
 	}
+	// Shared strings are read whole by the reader, one at a time: a
+	// string too large to be a cell is refused before reading starts.
+	if sst := files["xl/sharedstrings.xml"]; sst != nil {
+		rc, err := sst.Open()
+		if err != nil {
+			return info, badFile("broken xlsx: %v", err)
+		}
+		_, err = countRows(rc, lim.MaxCellBytes)
+		_ = rc.Close()
+		if err != nil {
+			return info, err
+		}
+	}
 	rc, err := sf.Open()
 	if err != nil {
 		return info, badFile("broken xlsx: %v", err)
 	}
 	defer rc.Close()
-	rows, err := countRows(rc)
+	rows, err := countRows(rc, lim.MaxCellBytes)
 	if err != nil {
-		return info, badFile("broken xlsx: worksheet %s: %v", sheetPath, err)
+		return info, err
 	}
 	info.Rows = max(rows-1, 0)
 	if info.Rows > lim.MaxRows {
@@ -157,25 +170,29 @@ func decodeSmallXML(f *zip.File, v any) error {
 
 // countRows counts <row> elements of a worksheet, and returns the larger of
 // that count and the highest row number an r attribute names: readers
-// yield the blank rows in between. It scans bytes rather than tokens, which
-// is an order of magnitude faster than an XML decoder.
-func countRows(r io.Reader) (int, error) {
-	br := bufio.NewReaderSize(r, 256<<10)
+// yield the blank rows in between. It refuses text runs (between two tags)
+// far longer than a cell may be, which a reader would hold in memory
+// whole. It scans bytes rather than tokens, which is an order of magnitude
+// faster than an XML decoder.
+func countRows(r io.Reader, maxCell int) (int, error) {
+	// XML escaping may triple a cell's text (& is &amp;).
+	maxRun := max(3*maxCell, 64<<10)
+	br := bufio.NewReaderSize(r, maxRun+16)
 	count, maxR := 0, 0
 	for {
 		// Find the next tag.
 		if _, err := br.ReadSlice('<'); err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
-				continue
+				return 0, overLimit("max cell size "+strconv.Itoa(maxCell)+" bytes", "the xlsx holds a text of more than %d bytes", maxRun)
 			}
 			if errors.Is(err, io.EOF) {
 				return max(count, maxR), nil
 			}
-			return 0, err
+			return 0, badFile("broken xlsx: %v", err)
 		}
 		name, err := br.Peek(16)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
+			return 0, badFile("broken xlsx: %v", err)
 		}
 		local := name
 		if i := bytes.IndexAny(local, " \t\r\n>/"); i >= 0 {
@@ -194,7 +211,7 @@ func countRows(r io.Reader) (int, error) {
 			if errors.Is(err, io.EOF) {
 				return max(count, maxR), nil
 			}
-			return 0, err
+			return 0, badFile("broken xlsx: %v", err)
 		}
 		if n := rowAttr(tag); n > maxR {
 			maxR = n
@@ -300,6 +317,9 @@ func scanCSV(r *io.SectionReader, head []byte, lim Limits) (Info, error) {
 			return info, badFile("not a CSV file: the text is neither UTF-8 nor GBK")
 		}
 		records++
+		if err := checkRow(rec, records, lim); err != nil {
+			return info, err
+		}
 		if records-1 > lim.MaxRows {
 			return info, overLimit("max rows "+strconv.Itoa(lim.MaxRows), "the file has more than %d data rows", lim.MaxRows)
 		}
