@@ -41,7 +41,9 @@ func runBenchImport(args []string) int {
 	format := fs.String("format", "xlsx", "xlsx or csv")
 	badEvery := fs.Int("bad-every", 0, "make every Nth row invalid (0: none)")
 	db := fs.String("db", os.Getenv("TASKGRAPH_DB"), "database (default: a new SQLite file in a temporary directory)")
+	dryRun := fs.Bool("dry-run", false, "import with dryRun: parse and validate, write no rows (no export follows)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the import to this file")
+	exportProfile := fs.String("export-cpuprofile", "", "write a CPU profile of the exports to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -103,7 +105,7 @@ func runBenchImport(args []string) int {
 		}
 	}
 	start := time.Now()
-	id, err := benchUpload(base, "bench."+*format, file)
+	id, err := benchUpload(base, "bench."+*format, file, *dryRun)
 	if err != nil {
 		return fail(err)
 	}
@@ -124,10 +126,24 @@ func runBenchImport(args []string) int {
 	if t.Status != lifecycle.Success {
 		return fail(fmt.Errorf("import ended %s: %s", t.Status, t.LastError))
 	}
+	if *dryRun {
+		return 0
+	}
 
+	if *exportProfile != "" {
+		f, err := os.Create(*exportProfile)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for _, f := range []string{"csv", "xlsx"} {
 		start := time.Now()
-		in := fmt.Sprintf(`{"source":"contacts","format":%q}`, f)
+		in := fmt.Sprintf(`{"source":"contacts","format":%q,"filter":{"importTaskId":%d}}`, f, id)
 		tk, err := a.Engine.Create(ctx, engineRequest(exporter.ExportType, in))
 		if err != nil {
 			return fail(err)
@@ -164,7 +180,11 @@ func benchFile(format string, rows, badEvery int) ([]byte, error) {
 				if j > 0 {
 					b.WriteByte(',')
 				}
-				fmt.Fprint(&b, c)
+				v := fmt.Sprint(c)
+				if strings.ContainsAny(v, ",\"\n") {
+					v = `"` + strings.ReplaceAll(v, `"`, `""`) + `"`
+				}
+				b.WriteString(v)
 			}
 			b.WriteByte('\n')
 		}
@@ -193,10 +213,10 @@ func benchFile(format string, rows, badEvery int) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-func benchUpload(base, name string, file []byte) (int, error) {
+func benchUpload(base, name string, file []byte, dryRun bool) (int, error) {
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	_ = mw.WriteField("operations", `{"query":"mutation($f: Upload!) { importFile(file: $f, target: \"contacts\") { id } }","variables":{"f":null}}`)
+	_ = mw.WriteField("operations", fmt.Sprintf(`{"query":"mutation($f: Upload!) { importFile(file: $f, target: \"contacts\", options: {dryRun: %t}) { id } }","variables":{"f":null}}`, dryRun))
 	_ = mw.WriteField("map", `{"0":["variables.f"]}`)
 	w, _ := mw.CreateFormFile("0", name)
 	_, _ = w.Write(file)

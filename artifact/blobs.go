@@ -62,10 +62,6 @@ func (d *Dir) path(key string) (string, error) {
 	return filepath.Join(d.root, key[:2], key), nil
 }
 
-// Path is the local file of a key (readers that need a file, such as
-// excelize, open it directly).
-func (d *Dir) Path(key string) (string, error) { return d.path(key) }
-
 // Create implements Blobs.
 func (d *Dir) Create(key string) (BlobWriter, error) {
 	p, err := d.path(key)

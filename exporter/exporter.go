@@ -188,31 +188,27 @@ func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spre
 	if err := out.Row("ID", "姓名 Name", "手机 Phone", "邮箱 E-mail", "公司 Company", "城市 City", "标签 Tags", "性别 Gender", "生日 Birthday", "导入任务 Import task", "行号 Row", "创建时间 Created at"); err != nil {
 		return 0, err
 	}
-	n, after := 0, 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, context.Cause(ctx)
-		}
-		page, err := e.cfg.Client.Contact.Query().
+	n := 0
+	err = pages(ctx, e.cfg.PageSize, func(ctx context.Context, after int) ([]*ent.Contact, error) {
+		return e.cfg.Client.Contact.Query().
 			Where(append(preds, contact.IDGT(after))...).
 			Order(ent.Asc(contact.FieldID)).
 			Limit(e.cfg.PageSize).
 			All(ctx)
-		if err != nil {
-			return n, fmt.Errorf("read contacts: %w", err)
-		}
+	}, func(c *ent.Contact) int { return c.ID }, func(page []*ent.Contact) error {
 		for _, c := range page {
 			if err := out.Row(c.ID, c.Name, c.Phone, c.Email, c.Company, c.City, strings.Join(c.Tags, ","), c.Gender, c.Birthday, c.TaskID, c.RowNo, c.CreatedAt); err != nil {
-				return n, err
+				return err
 			}
-			after = c.ID
 		}
 		n += len(page)
 		job.Progress(int64(n), int64(max(total, n)))
-		if len(page) < e.cfg.PageSize {
-			return n, nil
-		}
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("export contacts: %w", err)
 	}
+	return n, nil
 }
 
 func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
@@ -243,12 +239,9 @@ func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreads
 	if err := out.Row("ID", "Code", "Type", "Title", "Status", "Result status", "Owner", "Priority", "Progress", "Last error", "Created at", "Finished at"); err != nil {
 		return 0, err
 	}
-	n, after := 0, 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, context.Cause(ctx)
-		}
-		page, err := e.cfg.Client.Task.Query().
+	n := 0
+	err = pages(ctx, e.cfg.PageSize, func(ctx context.Context, after int) ([]*ent.Task, error) {
+		return e.cfg.Client.Task.Query().
 			Where(append(preds, task.IDGT(after))...).
 			Select(task.FieldID, task.FieldCode, task.FieldType, task.FieldTitle, task.FieldStatus, task.FieldResultStatus,
 				task.FieldOwner, task.FieldPriority, task.FieldProgressDone, task.FieldProgressTotal, task.FieldLastError,
@@ -256,9 +249,7 @@ func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreads
 			Order(ent.Asc(task.FieldID)).
 			Limit(e.cfg.PageSize).
 			All(ctx)
-		if err != nil {
-			return n, fmt.Errorf("read tasks: %w", err)
-		}
+	}, func(t *ent.Task) int { return t.ID }, func(page []*ent.Task) error {
 		for _, t := range page {
 			rs := ""
 			if t.ResultStatus != nil {
@@ -269,14 +260,57 @@ func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreads
 				progress = fmt.Sprintf("%d/%d", t.ProgressDone, t.ProgressTotal)
 			}
 			if err := out.Row(t.ID, t.Code, t.Type, t.Title, string(t.Status), rs, t.Owner, t.Priority, progress, t.LastError, t.CreatedAt, t.FinishedAt); err != nil {
-				return n, err
+				return err
 			}
-			after = t.ID
 		}
 		n += len(page)
 		job.Progress(int64(n), int64(max(total, n)))
-		if len(page) < e.cfg.PageSize {
-			return n, nil
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("export tasks: %w", err)
+	}
+	return n, nil
+}
+
+// pages reads a query page by page (keyset pagination on id: each page is
+// one indexed query, never the whole table in memory), fetching the next
+// page while write handles the current one. Cancel is honoured between
+// pages.
+func pages[T any](ctx context.Context, size int, fetch func(ctx context.Context, after int) ([]T, error), id func(T) int, write func([]T) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type page struct {
+		rows []T
+		err  error
+	}
+	ch := make(chan page, 1)
+	go func() {
+		defer close(ch)
+		after := 0
+		for {
+			rows, err := fetch(ctx, after)
+			select {
+			case ch <- page{rows, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(rows) < size {
+				return
+			}
+			after = id(rows[len(rows)-1])
+		}
+	}()
+	for p := range ch {
+		if p.err != nil {
+			return p.err
+		}
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
+		}
+		if err := write(p.rows); err != nil {
+			return err
 		}
 	}
+	return ctx.Err()
 }

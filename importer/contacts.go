@@ -5,9 +5,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lib/pq"
 
 	"taskgraph/ent"
 )
@@ -49,33 +50,16 @@ var contactColumns = []string{"created_at", "task_id", "row_no", "name", "phone"
 
 // Write inserts rows in one statement; rows already written by an earlier
 // execution of the same import are skipped by the unique (task_id, row_no)
-// index, on SQLite and PostgreSQL alike.
+// index, on SQLite and PostgreSQL alike. PostgreSQL gets the rows as one
+// array per column (unnest): a dozen parameters instead of thousands.
 func (w *contactsWriter) Write(ctx context.Context, taskID int, rows []Record) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	now := w.now().UTC().Truncate(time.Microsecond)
-	var b strings.Builder
-	b.WriteString("INSERT INTO contacts (" + strings.Join(contactColumns, ", ") + ") VALUES ")
-	args := make([]any, 0, len(rows)*len(contactColumns))
-	n := 0
+	cols := make([][]string, 8) // name, phone, email, company, city, tags, gender, birthday
+	rowNos := make([]int64, len(rows))
 	for i, r := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteByte('(')
-		for j := range contactColumns {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			n++
-			if w.postgres {
-				b.WriteString("$" + strconv.Itoa(n))
-			} else {
-				b.WriteByte('?')
-			}
-		}
-		b.WriteByte(')')
 		tags, err := json.Marshal(r.Values["tags"])
 		if err != nil {
 			return fmt.Errorf("contacts: tags of row %d: %w", r.RowNo, err)
@@ -83,12 +67,44 @@ func (w *contactsWriter) Write(ctx context.Context, taskID int, rows []Record) e
 		if string(tags) == "null" {
 			tags = []byte("[]")
 		}
-		args = append(args, now, taskID, r.RowNo, str(r.Values["name"]), str(r.Values["phone"]), str(r.Values["email"]),
-			str(r.Values["company"]), str(r.Values["city"]), string(tags), str(r.Values["gender"]), str(r.Values["birthday"]))
+		rowNos[i] = int64(r.RowNo)
+		for j, v := range []string{str(r.Values["name"]), str(r.Values["phone"]), str(r.Values["email"]),
+			str(r.Values["company"]), str(r.Values["city"]), string(tags), str(r.Values["gender"]), str(r.Values["birthday"])} {
+			cols[j] = append(cols[j], v)
+		}
 	}
-	b.WriteString(" ON CONFLICT (task_id, row_no) DO NOTHING")
+	var query string
+	var args []any
+	if w.postgres {
+		query = `INSERT INTO contacts (` + strings.Join(contactColumns, ", ") + `)
+SELECT $1::timestamptz, $2::bigint, u.row_no, u.name, u.phone, u.email, u.company, u.city, u.tags::jsonb, u.gender, u.birthday
+FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+	AS u(row_no, name, phone, email, company, city, tags, gender, birthday)
+ON CONFLICT (task_id, row_no) DO NOTHING`
+		args = []any{now, taskID, pq.Array(rowNos)}
+		for _, c := range cols {
+			args = append(args, pq.Array(c))
+		}
+	} else {
+		var b strings.Builder
+		b.WriteString("INSERT INTO contacts (" + strings.Join(contactColumns, ", ") + ") VALUES ")
+		row := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(contactColumns)), ", ") + ")"
+		args = make([]any, 0, len(rows)*len(contactColumns))
+		for i := range rows {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(row)
+			args = append(args, now, taskID, rowNos[i])
+			for _, c := range cols {
+				args = append(args, c[i])
+			}
+		}
+		b.WriteString(" ON CONFLICT (task_id, row_no) DO NOTHING")
+		query = b.String()
+	}
 	if err := w.tx(ctx, func(tx *ent.Tx) error {
-		_, err := tx.ExecContext(ctx, b.String(), args...)
+		_, err := tx.ExecContext(ctx, query, args...)
 		return err
 	}); err != nil {
 		return fmt.Errorf("contacts: insert %d rows: %w", len(rows), err)

@@ -172,9 +172,6 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 	}
 	defer blob.Close()
 	s := spreadsheet.Source{ReaderAt: blob, Size: blob.Size()}
-	if d, ok := im.cfg.Artifacts.Blobs().(*artifact.Dir); ok {
-		s.Path, _ = d.Path(src.Key)
-	}
 	info := spreadsheet.Info{Format: spreadsheet.Format(in.File.Format), Encoding: spreadsheet.Encoding(in.File.Encoding), Sheet: in.File.Sheet, Rows: in.File.Rows}
 	rows, err := spreadsheet.Open(s, info, im.cfg.Limits)
 	if err != nil {

@@ -2,12 +2,8 @@ package spreadsheet
 
 import (
 	"errors"
-	"fmt"
 	"io"
-	"os"
 	"strconv"
-
-	"github.com/xuri/excelize/v2"
 )
 
 // Rows reads a file row by row. Next advances; Row is valid until the next
@@ -23,12 +19,10 @@ type Rows interface {
 	Close() error
 }
 
-// Source is a file to read: its bytes, and a local path when it has one
-// (xlsx files are read from a path; others are copied to a temporary file).
+// Source is a file to read.
 type Source struct {
 	ReaderAt io.ReaderAt
 	Size     int64
-	Path     string
 }
 
 // Open returns the rows of a scanned file.
@@ -42,7 +36,7 @@ func Open(src Source, info Info, lim Limits) (Rows, error) {
 		}
 		return &csvRows{r: cr, lim: lim}, nil
 	case XLSX:
-		return openXLSX(src, info, lim)
+		return openSheet(src, info, lim)
 	}
 	return nil, badFile("unsupported format %q", info.Format)
 }
@@ -93,88 +87,4 @@ func checkRow(rec []string, no int, lim Limits) error {
 		}
 	}
 	return nil
-}
-
-type xlsxRows struct {
-	f       *excelize.File
-	rows    *excelize.Rows
-	lim     Limits
-	row     []string
-	no      int
-	err     error
-	cleanup func()
-}
-
-func openXLSX(src Source, info Info, lim Limits) (Rows, error) {
-	p, cleanup := src.Path, func() {}
-	if p == "" {
-		tmp, err := os.CreateTemp("", "taskgraph-import-*.xlsx")
-		if err != nil {
-			return nil, fmt.Errorf("spreadsheet: %w", err)
-		}
-		if _, err := io.Copy(tmp, io.NewSectionReader(src.ReaderAt, 0, src.Size)); err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-			return nil, fmt.Errorf("spreadsheet: %w", err)
-		}
-		_ = tmp.Close()
-		p = tmp.Name()
-		cleanup = func() { _ = os.Remove(tmp.Name()) }
-	}
-	f, err := excelize.OpenFile(p, excelize.Options{
-		UnzipSizeLimit:    lim.UnzipSizeLimit,
-		UnzipXMLSizeLimit: lim.UnzipXMLSizeLimit,
-	})
-	if err != nil {
-		cleanup()
-		return nil, badFile("unreadable xlsx: %v", err)
-	}
-	sheet := info.Sheet
-	if sheet == "" {
-		if list := f.GetSheetList(); len(list) > 0 {
-			sheet = list[0]
-		}
-	}
-	rows, err := f.Rows(sheet)
-	if err != nil {
-		_ = f.Close()
-		cleanup()
-		return nil, badFile("unreadable xlsx sheet %q: %v", sheet, err)
-	}
-	return &xlsxRows{f: f, rows: rows, lim: lim, cleanup: cleanup}, nil
-}
-
-func (x *xlsxRows) Next() bool {
-	if x.err != nil || !x.rows.Next() {
-		if x.err == nil && x.rows.Error() != nil {
-			x.err = badFile("unreadable xlsx after row %d: %v", x.no, x.rows.Error())
-		}
-		return false
-	}
-	x.no++
-	// Raw values: dates stay serial numbers, converted by the columns that
-	// expect dates, instead of being formatted per the cell's style.
-	row, err := x.rows.Columns(excelize.Options{RawCellValue: true})
-	if err != nil {
-		x.err = badFile("unreadable xlsx row %d: %v", x.no, err)
-		return false
-	}
-	if x.err = checkRow(row, x.no, x.lim); x.err != nil {
-		return false
-	}
-	x.row = row
-	return true
-}
-
-func (x *xlsxRows) Row() []string { return x.row }
-func (x *xlsxRows) RowNo() int    { return x.no }
-func (x *xlsxRows) Err() error    { return x.err }
-
-func (x *xlsxRows) Close() error {
-	err := x.rows.Close()
-	if cerr := x.f.Close(); err == nil {
-		err = cerr
-	}
-	x.cleanup()
-	return err
 }
