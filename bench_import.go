@@ -221,7 +221,13 @@ func benchUpload(base, name string, file []byte, dryRun bool) (int, error) {
 	w, _ := mw.CreateFormFile("0", name)
 	_, _ = w.Write(file)
 	_ = mw.Close()
-	resp, err := http.Post(base+"/query", mw.FormDataContentType(), &body)
+	req, err := http.NewRequest(http.MethodPost, base+"/query", &body)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Apollo-Require-Preflight", "true")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err
 	}

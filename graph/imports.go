@@ -101,20 +101,36 @@ func baseURL(ctx context.Context) string {
 	return s
 }
 
-// LimitUploads refuses, before reading it, a multipart request whose
-// declared length exceeds the upload limit, with a VALIDATION error naming
-// the limit. (A request without a length is cut off by the multipart
-// transport instead.)
+// LimitUploads guards the multipart (upload) requests of /query:
+//
+//   - one whose declared length exceeds the upload limit is refused before
+//     it is read, with a VALIDATION error naming the limit (one without a
+//     length is cut off by the multipart transport instead);
+//   - one without a header that a plain HTML form cannot send
+//     (Apollo-Require-Preflight or X-Requested-With) is refused: browsers
+//     send multipart/form-data cross-site without a CORS preflight, and
+//     without this any web page could upload files as the local user.
 func LimitUploads(limit int64, next http.Handler) http.Handler {
+	refuse := func(w http.ResponseWriter, status int, msg string, ext map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(status)
+		ext["code"] = CodeValidation
+		_ = json.NewEncoder(w).Encode(map[string]any{"errors": []any{map[string]any{"message": msg, "extensions": ext}}, "data": nil})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if limit > 0 && r.ContentLength > limit+uploadSlack && strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Connection", "close")
-			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			msg := fmt.Sprintf("the upload is %d bytes; the limit (max upload size) is %d bytes", r.ContentLength, limit)
-			_ = json.NewEncoder(w).Encode(map[string]any{"errors": []any{map[string]any{
-				"message": msg, "extensions": map[string]any{"code": CodeValidation, "limit": "max upload size", "maxBytes": limit},
-			}}, "data": nil})
+		if !strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get("Apollo-Require-Preflight") == "" && r.Header.Get("X-Requested-With") == "" {
+			refuse(w, http.StatusBadRequest, "multipart requests must carry an Apollo-Require-Preflight (or X-Requested-With) header", map[string]any{})
+			return
+		}
+		if limit > 0 && r.ContentLength > limit+uploadSlack {
+			refuse(w, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("the upload is %d bytes; the limit (max upload size) is %d bytes", r.ContentLength, limit),
+				map[string]any{"limit": "max upload size", "maxBytes": limit})
 			return
 		}
 		next.ServeHTTP(w, r)

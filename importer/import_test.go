@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -396,6 +397,19 @@ func TestImport(t *testing.T) {
 			require.Equal(t, http.StatusRequestEntityTooLarge, status)
 			require.Equal(t, "VALIDATION", r.Errors[0].Code())
 			require.Contains(t, r.Errors[0].Message, "limit (max upload size)")
+
+			// A plain HTML form (no preflight header) cannot upload.
+			var body bytes.Buffer
+			mw := multipart.NewWriter(&body)
+			_ = mw.WriteField("operations", `{"query":"mutation($f: Upload!) { importFile(file: $f, target: \"contacts\") { id } }","variables":{"f":null}}`)
+			_ = mw.WriteField("map", `{"0":["variables.f"]}`)
+			fw, _ := mw.CreateFormFile("0", "contacts.csv")
+			_, _ = fw.Write(importtest.CSV(importtest.ContactsHeader, importtest.Rows(3, nil), false))
+			_ = mw.Close()
+			resp, err := http.Post(b.s.URL+"/query", mw.FormDataContentType(), &body)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 
 			ctx := context.Background()
 			client := b.s.App.Store.Client()

@@ -125,10 +125,6 @@ func (s *sheetRows) Next() bool {
 }
 
 func (s *sheetRows) check() bool {
-	if s.no > 1<<20 {
-		s.err = overLimit("max rows "+strconv.Itoa(s.lim.MaxRows), "the sheet has more than %d rows", 1<<20)
-		return false
-	}
 	if err := checkRow(s.row, s.no, s.lim); err != nil {
 		s.err = err
 		return false

@@ -184,6 +184,7 @@ func Upload(t testing.TB, s *apptest.Server, filename string, content []byte, ta
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Apollo-Require-Preflight", "true")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("importtest: upload: %v", err)
