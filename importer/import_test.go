@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,15 +259,22 @@ func TestImport(t *testing.T) {
 					ChunkSize: 100,
 					ChunkHook: func(ctx context.Context, job *worker.Job, chunk int) error {
 						if job.Attempt() == 1 && chunk == 4 {
-							<-recovered
+							// Deaf to its context, as a stalled worker is.
+							select {
+							case <-recovered:
+							case <-time.After(2 * time.Minute):
+							}
 						}
 						return nil
 					},
 				},
 			})
+			var once sync.Once
+			release := func() { once.Do(func() { close(recovered) }) }
+			t.Cleanup(release) // before the process shuts down
 			tk := importtest.MustUpload(t, b.s, "contacts.xlsx", importtest.XLSX(t, importtest.ContactsHeader, importtest.Rows(1000, nil)), nil, "")
 			final := b.waitTerminal(t, tk.ID)
-			close(recovered)
+			release()
 			require.Equal(t, lifecycle.Success, final.Status, "last error: %s", final.LastError)
 			insts, err := b.s.App.Store.Client().Task.QueryInstances(final).Order(ent.Asc(taskinstance.FieldInstanceNo)).All(context.Background())
 			require.NoError(t, err)
@@ -289,14 +297,21 @@ func TestImport(t *testing.T) {
 				ChunkSize: 100,
 				ChunkHook: func(ctx context.Context, job *worker.Job, chunk int) error {
 					if chunk == 3 {
-						reached <- job.Task.ID
+						select {
+						case reached <- job.Task.ID:
+						default:
+						}
 						<-ctx.Done()
 					}
 					return nil
 				},
 			}})
 			tk := importtest.MustUpload(t, b.s, "contacts.csv", importtest.CSV(importtest.ContactsHeader, importtest.Rows(1000, nil), false), nil, "")
-			<-reached
+			select {
+			case <-reached:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the import never reached its third chunk: %+v", b.waitTerminal(t, tk.ID))
+			}
 			b.s.Query(t, `mutation($id: ID!) { cancelTask(id: $id, reason: "wrong file") { status } }`, map[string]any{"id": tk.ID}, nil)
 			final := b.waitTerminal(t, tk.ID)
 			require.Equal(t, lifecycle.Cancelled, final.Status)
@@ -311,7 +326,7 @@ func TestImport(t *testing.T) {
 			second := importtest.MustUpload(t, b.s, "a (copy).xlsx", file, nil, "upload-1")
 			require.Equal(t, first.ID, second.ID)
 			final := b.waitTerminal(t, first.ID)
-			require.Equal(t, lifecycle.Success, final.Status)
+			require.Equal(t, lifecycle.Success, final.Status, "last error: %s", final.LastError)
 			require.Equal(t, 50, contacts(t, b.s, final.ID))
 
 			// Another file with the same key is a conflict.
@@ -430,7 +445,8 @@ func TestImport(t *testing.T) {
 			clock := fakeclock.New(time.Now())
 			b := start(t, d.DSN(t), app.Options{Clock: clock.Now})
 			tk := importtest.MustUpload(t, b.s, "contacts.csv", importtest.CSV(importtest.ContactsHeader, importtest.Rows(10, func(i int) bool { return i == 0 }), false), nil, "")
-			require.Equal(t, lifecycle.Success, b.waitTerminal(t, tk.ID).Status)
+			done := b.waitTerminal(t, tk.ID)
+			require.Equal(t, lifecycle.Success, done.Status, "last error: %s", done.LastError)
 			var out struct{ ArtifactDownloadURL struct{ URL string } }
 			b.s.Query(t, `mutation($id: ID!) { artifactDownloadUrl(taskId: $id) { url } }`, map[string]any{"id": tk.ID}, &out)
 			link := out.ArtifactDownloadURL.URL
