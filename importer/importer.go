@@ -334,18 +334,25 @@ func blank(cells []string) bool {
 // not yet linked upload with that checksum (the task may run before the
 // upload request has linked it), which it then links.
 func (im *Importer) source(ctx context.Context, t *ent.Task, sha string) (*ent.Artifact, error) {
-	client := im.cfg.Artifacts.Client()
-	q := client.Artifact.Query().Where(entartifact.KindEQ(entartifact.KindSOURCE), entartifact.Sha256(sha))
-	a, err := q.Clone().Where(entartifact.TaskID(t.ID)).First(ctx)
-	if ent.IsNotFound(err) {
-		a, err = q.Clone().Where(entartifact.TaskIDIsNil(), entartifact.Owner(t.Owner)).
-			Order(ent.Desc(entartifact.FieldID)).First(ctx)
-	}
-	if ent.IsNotFound(err) {
-		return nil, worker.NonRetryable(errors.New("no uploaded file for this import: import tasks are created by the importFile mutation"))
-	}
+	// One statement, so one snapshot: read as two queries, the upload
+	// request linking the file in between would hide it from both.
+	found, err := im.cfg.Artifacts.Client().Artifact.Query().
+		Where(entartifact.KindEQ(entartifact.KindSOURCE), entartifact.Sha256(sha),
+			entartifact.Or(entartifact.TaskID(t.ID), entartifact.And(entartifact.TaskIDIsNil(), entartifact.Owner(t.Owner)))).
+		Order(ent.Desc(entartifact.FieldID)).
+		Limit(50).
+		All(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find uploaded file: %w", err)
+	}
+	var a *ent.Artifact
+	for _, c := range found {
+		if a == nil || (c.TaskID != nil && a.TaskID == nil) {
+			a = c // the task's own first, else the newest unlinked
+		}
+	}
+	if a == nil {
+		return nil, worker.NonRetryable(errors.New("no uploaded file for this import: import tasks are created by the importFile mutation"))
 	}
 	if a.TaskID == nil {
 		if err := im.cfg.Artifacts.Link(ctx, a.ID, t.ID); err != nil {
