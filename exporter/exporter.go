@@ -165,8 +165,7 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 	return job.SetResult(ExportResult{Rows: rows, File: name, Format: string(format)})
 }
 
-// exportContacts pages through contacts by id (keyset pagination: each
-// page is one indexed query, never the whole table in memory).
+// exportContacts pages through contacts (never the whole table in memory).
 func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
 	preds := []predicate.Contact{}
 	if f.City != "" {
@@ -189,13 +188,29 @@ func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spre
 		return 0, err
 	}
 	n := 0
-	err = pages(ctx, e.cfg.PageSize, func(ctx context.Context, after int) ([]*ent.Contact, error) {
+	// Keyset pagination on an order an index provides: the rows of one
+	// import by source row (the unique (task_id, row_no) index), others
+	// by id. Either way a page costs one index range, not a sort of all
+	// that is left.
+	fetch := func(ctx context.Context, after int) ([]*ent.Contact, error) {
 		return e.cfg.Client.Contact.Query().
 			Where(append(preds, contact.IDGT(after))...).
 			Order(ent.Asc(contact.FieldID)).
 			Limit(e.cfg.PageSize).
 			All(ctx)
-	}, func(c *ent.Contact) int { return c.ID }, func(page []*ent.Contact) error {
+	}
+	key := func(c *ent.Contact) int { return c.ID }
+	if f.ImportTaskID != 0 {
+		fetch = func(ctx context.Context, after int) ([]*ent.Contact, error) {
+			return e.cfg.Client.Contact.Query().
+				Where(append(preds, contact.RowNoGT(after))...).
+				Order(ent.Asc(contact.FieldRowNo)).
+				Limit(e.cfg.PageSize).
+				All(ctx)
+		}
+		key = func(c *ent.Contact) int { return c.RowNo }
+	}
+	err = pages(ctx, e.cfg.PageSize, fetch, key, func(page []*ent.Contact) error {
 		for _, c := range page {
 			if err := out.Row(c.ID, c.Name, c.Phone, c.Email, c.Company, c.City, strings.Join(c.Tags, ","), c.Gender, c.Birthday, c.TaskID, c.RowNo, c.CreatedAt); err != nil {
 				return err

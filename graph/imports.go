@@ -133,6 +133,14 @@ func LimitUploads(limit int64, next http.Handler) http.Handler {
 				map[string]any{"limit": "max upload size", "maxBytes": limit})
 			return
 		}
+		if r.ContentLength < 0 && limit > 0 {
+			// gqlgen's multipart transport reads the files of a request of
+			// unknown length (chunked) into memory, and spools only those
+			// of a known large length to temporary files. Claim the largest
+			// allowed length: files go to disk, and the transport's
+			// MaxBytesReader still cuts the body off at the limit.
+			r.ContentLength = limit + uploadSlack
+		}
 		next.ServeHTTP(w, r)
 	})
 }
