@@ -381,6 +381,36 @@ func TestImport(t *testing.T) {
 			}
 		})
 
+		t.Run("AChunkedUploadIsSpooledAndAccepted", func(t *testing.T) {
+			t.Parallel()
+			b := start(t, d.DSN(t), app.Options{})
+			pr, pw := io.Pipe()
+			mw := multipart.NewWriter(pw)
+			go func() {
+				_ = mw.WriteField("operations", `{"query":"mutation($f: Upload!) { importFile(file: $f, target: \"contacts\") { id } }","variables":{"f":null}}`)
+				_ = mw.WriteField("map", `{"0":["variables.f"]}`)
+				fw, _ := mw.CreateFormFile("0", "contacts.csv")
+				_, _ = fw.Write(importtest.CSV(importtest.ContactsHeader, importtest.Rows(30, nil), false))
+				pw.CloseWithError(mw.Close())
+			}()
+			req, err := http.NewRequest(http.MethodPost, b.s.URL+"/query", pr)
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", mw.FormDataContentType())
+			req.Header.Set("X-Requested-With", "test")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var out struct {
+				Data   struct{ ImportFile struct{ ID string } }
+				Errors []any
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			require.Empty(t, out.Errors)
+			final := b.waitTerminal(t, out.Data.ImportFile.ID)
+			require.Equal(t, lifecycle.Success, final.Status, "last error: %s", final.LastError)
+			require.Equal(t, 30, contacts(t, b.s, final.ID))
+		})
+
 		t.Run("RefusedFilesAreValidationErrorsThatLeaveNothingBehind", func(t *testing.T) {
 			t.Parallel()
 			b := start(t, d.DSN(t), app.Options{Import: importer.Config{
