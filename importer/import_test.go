@@ -381,7 +381,7 @@ func TestImport(t *testing.T) {
 			}
 		})
 
-		t.Run("AChunkedUploadIsSpooledAndAccepted", func(t *testing.T) {
+		t.Run("AChunkedUploadIsAccepted", func(t *testing.T) {
 			t.Parallel()
 			b := start(t, d.DSN(t), app.Options{})
 			pr, pw := io.Pipe()
