@@ -1,6 +1,7 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
-// a PostgreSQL database. "taskgraph bench" measures throughput;
+// a PostgreSQL database. "taskgraph bench", "taskgraph bench-latency" and
+// "taskgraph bench-import" measure throughput, latency and imports/exports;
 // "taskgraph watch" prints a task's changes as they are committed;
 // "taskgraph token" makes a bearer token and its token file line.
 package main
@@ -18,6 +19,8 @@ func main() {
 			os.Exit(runBench(os.Args[2:]))
 		case "bench-latency":
 			os.Exit(runBenchLatency(os.Args[2:]))
+		case "bench-import":
+			os.Exit(runBenchImport(os.Args[2:]))
 		case "watch":
 			os.Exit(runWatch(os.Args[2:]))
 		case "token":

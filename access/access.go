@@ -1,6 +1,6 @@
 // Package access decides what a viewer may see. Install puts a filter on
 // every query of an ent client, so that whatever reads tasks, instances,
-// logs or audit records — a resolver, node/nodes, a connection and its
+// logs, artifacts, imported contacts or audit records — a resolver, node/nodes, a connection and its
 // totalCount, the store inside a cancel or a retry — reads only what the
 // viewer of its context may see:
 //
@@ -22,6 +22,8 @@ import (
 
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/ent/artifact"
+	"taskgraph/ent/contact"
 	"taskgraph/ent/intercept"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -64,6 +66,31 @@ func Install(c *ent.Client) {
 		}
 		if !v.SeesAll() {
 			q.Where(tasklog.HasTaskWith(task.Owner(v.User)))
+		}
+		return nil
+	}))
+	c.Artifact.Intercept(intercept.TraverseArtifact(func(ctx context.Context, q *ent.ArtifactQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if !v.SeesAll() {
+			q.Where(artifact.Owner(v.User))
+		}
+		return nil
+	}))
+	c.Contact.Intercept(intercept.TraverseContact(func(ctx context.Context, q *ent.ContactQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if !v.SeesAll() {
+			// The rows a viewer's own imports wrote.
+			q.Where(func(s *sql.Selector) {
+				t := sql.Table(task.Table)
+				s.Where(sql.In(s.C(contact.FieldTaskID),
+					sql.Select(t.C(task.FieldID)).From(t).Where(sql.EQ(t.C(task.FieldOwner), v.User))))
+			})
 		}
 		return nil
 	}))

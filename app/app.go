@@ -20,17 +20,24 @@ import (
 
 	"entgo.io/ent/dialect"
 
+	"taskgraph/access"
+	"taskgraph/artifact"
 	"taskgraph/audit"
 	"taskgraph/auth"
 	"taskgraph/builtin"
 	"taskgraph/engine"
+	"taskgraph/ent"
 	"taskgraph/events"
+	"taskgraph/exporter"
 	"taskgraph/graph"
+	"taskgraph/importer"
 	"taskgraph/leader"
+	"taskgraph/mask"
 	"taskgraph/metrics"
 	"taskgraph/relay"
 	"taskgraph/retention"
 	"taskgraph/seal"
+	"taskgraph/spreadsheet"
 	"taskgraph/store"
 	"taskgraph/web"
 	"taskgraph/worker"
@@ -51,6 +58,11 @@ type Options struct {
 	// Websocket overrides websocket limits (zero fields keep theirs).
 	Websocket graph.WebsocketConfig
 	Logger    *slog.Logger
+	// Import overrides the importer's upload size, limits, chunk size and
+	// chunk hook (tests); Janitor the janitor's configuration. Zero fields
+	// keep the values derived from Config.
+	Import  importer.Config
+	Janitor artifact.JanitorConfig
 }
 
 // App is one taskgraph process.
@@ -75,6 +87,13 @@ type App struct {
 	Leader    *leader.Lock       // nil on SQLite (one node: it always leads)
 	Metrics   *metrics.Metrics
 	Handler   http.Handler
+
+	// Imports, exports, reports and their files.
+	Artifacts *artifact.Store
+	Links     *artifact.Links
+	Importer  *importer.Importer
+	Exporter  *exporter.Exporter
+	Janitor   *artifact.Janitor // nil without the watchdog role
 
 	opts       Options
 	baseCtx    context.Context
@@ -142,6 +161,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	recorder := audit.New(st.Client(), masker, graph.ErrorCode, log)
+	eng := engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter))
+	files, err := newFiles(cfg, opts, key, st, eng, registry, masker, recorder, log)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	a := &App{
 		Config:   cfg,
 		Node:     node,
@@ -150,12 +175,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		Broker:   broker,
 		Registry: registry,
 		Policies: policies,
-		Engine:   engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter)),
+		Engine:   eng,
 		Auth:     authn,
 		Audit:    recorder,
 		Metrics:  m,
 		opts:     opts,
 	}
+	a.Artifacts, a.Links, a.Importer, a.Exporter = files.artifacts, files.links, files.importer, files.exporter
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
 	fail := func(err error) (*App, error) {
 		if a.Relay != nil {
@@ -220,6 +246,19 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			return fail(err)
 		}
 	}
+	if cfg.Has(RoleWatchdog) {
+		jc := opts.Janitor
+		if jc.Interval == 0 {
+			jc.Interval = cfg.JanitorInterval
+		}
+		jc.Logger = log
+		if jc.Leader == nil {
+			jc.Leader = leading
+		}
+		if a.Janitor, err = artifact.NewJanitor(jc, a.Artifacts); err != nil {
+			return fail(err)
+		}
+	}
 	src := metrics.Sources{Client: st.Client(), Broker: broker}
 	if a.Relay != nil {
 		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
@@ -234,6 +273,76 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 
 func isPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// files is what imports, exports and reports need.
+type files struct {
+	artifacts *artifact.Store
+	links     *artifact.Links
+	importer  *importer.Importer
+	exporter  *exporter.Exporter
+}
+
+// newFiles builds the artifact store under the data directory, the
+// importer (with the contacts target) and the exporter, and registers the
+// import, export and report task types.
+func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, rec *audit.Recorder, log *slog.Logger) (*files, error) {
+	dir, err := artifact.NewDir(filepath.Join(cfg.DataDir, "artifacts"))
+	if err != nil {
+		return nil, err
+	}
+	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx})
+	if err != nil {
+		return nil, err
+	}
+	links := artifact.NewLinks(key, arts, artifact.LinksConfig{
+		// A link works while its viewer may still see the file's task.
+		Authorize: func(ctx context.Context, a *ent.Artifact) error {
+			v, err := auth.Require(ctx)
+			if err != nil {
+				return err
+			}
+			if a.TaskID == nil {
+				if v.SeesAll() || a.Owner == v.User {
+					return nil
+				}
+				return &store.NotFoundError{Entity: "artifact", ID: a.ID}
+			}
+			_, err = access.Task(ctx, st.Client(), v, *a.TaskID)
+			return err
+		},
+		Downloaded: func(ctx context.Context, a *ent.Artifact, err error) {
+			var ids []int
+			if a.TaskID != nil {
+				ids = []int{*a.TaskID}
+			}
+			_ = rec.Record(ctx, audit.Entry{Action: audit.Download, TaskIDs: ids, Err: err,
+				Details: map[string]any{"artifact": a.ID, "kind": a.Kind, "file": a.Filename}})
+		},
+		Logger: log,
+	})
+	postgres := st.Dialect() == "postgres"
+	targets := importer.NewRegistry()
+	targets.Add(importer.Contacts(st.DB(), st.Tx, postgres, st.Now))
+	ic := opts.Import
+	ic.Engine, ic.Artifacts, ic.Targets, ic.Masker, ic.Logger = eng, arts, targets, masker, log
+	if ic.MaxUploadSize == 0 {
+		ic.MaxUploadSize = cfg.MaxUploadSize
+	}
+	if ic.Limits == (spreadsheet.Limits{}) {
+		ic.Limits = spreadsheet.Limits{MaxRows: cfg.ImportMaxRows, UnzipSizeLimit: cfg.ImportUnzipLimit}
+	}
+	imp, err := importer.New(ic)
+	if err != nil {
+		return nil, err
+	}
+	imp.Register(reg)
+	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	exp.Register(reg)
+	return &files{artifacts: arts, links: links, importer: imp, exporter: exp}, nil
 }
 
 func secretKey(cfg Config) ([]byte, error) {
@@ -254,16 +363,19 @@ func (a *App) routes() http.Handler {
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
-			Resolver:        &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log},
+			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
 			ComplexityLimit: ac.ComplexityLimit,
 			MaxDepth:        ac.MaxDepth,
 			WS:              a.websocketConfig(),
+			MaxUploadSize:   a.Importer.MaxUploadSize(),
 			Log:             a.Log,
 		})
-		mux.Handle("/query", a.queryHandler(a.GraphQL))
+		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.WithBaseURL(a.GraphQL))))
+		mux.Handle("GET /download/{token}", a.Links)
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
 		}
@@ -301,6 +413,9 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	if a.Retention != nil {
 		a.Retention.Start(ctx)
+	}
+	if a.Janitor != nil {
+		a.Janitor.Start(ctx)
 	}
 	return nil
 }
@@ -355,6 +470,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 		if a.Relay != nil {
 			a.Relay.Close()
+		}
+		if a.Janitor != nil {
+			a.Janitor.Stop()
 		}
 		// Ends websocket and SSE connections (hijacked or streaming, they
 		// outlive http.Server.Shutdown) and their subscriptions.

@@ -36,6 +36,12 @@ type Config struct {
 	// Retention purges finished tasks older than this (0: keep forever).
 	Retention time.Duration
 	Access    AccessConfig
+	// Imports, exports and artifacts.
+	MaxUploadSize    int64
+	ImportMaxRows    int
+	ImportUnzipLimit int64
+	ArtifactTTL      time.Duration
+	JanitorInterval  time.Duration
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
@@ -135,6 +141,11 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	rateBurst := fs.String("rate-burst", env("rate-burst", "100"), "mutations a user may make at once before -rate-limit applies")
 	maskKeys := fs.String("mask-keys", env("mask-keys", ""), "comma list of extra JSON key names (case-insensitive substrings) whose values are masked")
 	fs.StringVar(&ac.MaskFile, "mask-file", env("mask-file", ""), "JSON file of extra masking rules by key and by pattern (README)")
+	maxUpload := fs.String("max-upload-size", env("max-upload-size", "50MiB"), "largest file importFile accepts (bytes, or with KiB, MiB, GiB)")
+	maxRows := fs.String("import-max-rows", env("import-max-rows", "1000000"), "most data rows an imported file may have")
+	unzipLimit := fs.String("import-unzip-limit", env("import-unzip-limit", "1GiB"), "most an imported xlsx may unpack to (bytes, or with KiB, MiB, GiB)")
+	ttl := fs.String("artifact-ttl", env("artifact-ttl", "7d"), "how long uploaded files, error reports and exports are kept (a duration such as 72h, or days such as 7d)")
+	janitor := fs.String("janitor-interval", env("janitor-interval", "10m"), "how often expired artifacts are removed (by the watchdog role)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -156,6 +167,21 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	}
 	if c.Playground, err = strconv.ParseBool(*playground); err != nil {
 		return c, fmt.Errorf("-playground: %q is not true or false", *playground)
+	}
+	if c.MaxUploadSize, err = parseSize(*maxUpload); err != nil || c.MaxUploadSize < 1 {
+		return c, fmt.Errorf("-max-upload-size: %q is not a size such as 50MiB", *maxUpload)
+	}
+	if c.ImportMaxRows, err = strconv.Atoi(*maxRows); err != nil || c.ImportMaxRows < 1 {
+		return c, fmt.Errorf("-import-max-rows: %q is not a positive number", *maxRows)
+	}
+	if c.ImportUnzipLimit, err = parseSize(*unzipLimit); err != nil || c.ImportUnzipLimit < 1<<20 {
+		return c, fmt.Errorf("-import-unzip-limit: %q is not a size of at least 1MiB", *unzipLimit)
+	}
+	if c.ArtifactTTL, err = parseDays(*ttl); err != nil || c.ArtifactTTL < time.Minute {
+		return c, fmt.Errorf("-artifact-ttl: %q is not a duration of at least 1m (such as 72h or 7d)", *ttl)
+	}
+	if c.JanitorInterval, err = time.ParseDuration(*janitor); err != nil || c.JanitorInterval < time.Second {
+		return c, fmt.Errorf("-janitor-interval: %q is not a duration of at least 1s", *janitor)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
 		return c, fmt.Errorf("-log-level: %q is not debug, info, warn or error", level)
@@ -213,18 +239,6 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	return c, nil
 }
 
-// parseDays is time.ParseDuration that also takes whole days ("30d").
-func parseDays(s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		return time.Duration(n) * 24 * time.Hour, err
-	}
-	if s == "0" {
-		return 0, nil
-	}
-	return time.ParseDuration(s)
-}
-
 func splitList(s string) []string {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
@@ -270,4 +284,39 @@ func parseRoles(s string) ([]Role, error) {
 		return nil, errors.New("-role: empty")
 	}
 	return out, nil
+}
+
+// parseSize reads a byte count: a number, optionally with KiB, MiB or GiB.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(v), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<50)/mult {
+		return 0, errors.New("not a size")
+	}
+	return n * mult, nil
+}
+
+// parseDays reads a Go duration or a number of days such as 7d.
+func parseDays(s string) (time.Duration, error) {
+	if v, ok := strings.CutSuffix(strings.TrimSpace(s), "d"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 3650 {
+			return 0, errors.New("not a number of days")
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	if s == "0" {
+		return 0, nil
+	}
+	return time.ParseDuration(s)
 }

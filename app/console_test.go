@@ -42,7 +42,7 @@ func TestRoutesServeConsole(t *testing.T) {
 	})
 	t.Run("OtherRoutesAreUntouched", func(t *testing.T) {
 		require.Equal(t, http.StatusOK, do("/healthz").Code)
-		require.Equal(t, http.StatusNotFound, do("/download/x").Code)
+		require.Equal(t, http.StatusForbidden, do("/download/x").Code, "a malformed download link")
 		rec := do("/query?query=%7B__typename%7D")
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.Contains(t, rec.Body.String(), `"__typename":"Query"`)

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/contact"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -76,7 +78,9 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
+			artifact.Table:     artifact.ValidColumn,
 			auditlog.Table:     auditlog.ValidColumn,
+			contact.Table:      contact.ValidColumn,
 			task.Table:         task.ValidColumn,
 			taskinstance.Table: taskinstance.ValidColumn,
 			tasklog.Table:      tasklog.ValidColumn,

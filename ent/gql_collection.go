@@ -4,6 +4,7 @@ package ent
 
 import (
 	"context"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -12,6 +13,147 @@ import (
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
 )
+
+// CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
+func (_q *ArtifactQuery) CollectFields(ctx context.Context, satisfies ...string) (*ArtifactQuery, error) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return _q, nil
+	}
+	if err := _q.collectField(ctx, false, graphql.GetOperationContext(ctx), fc.Field, nil, satisfies...); err != nil {
+		return nil, err
+	}
+	return _q, nil
+}
+
+func (_q *ArtifactQuery) collectField(ctx context.Context, oneNode bool, opCtx *graphql.OperationContext, collected graphql.CollectedField, path []string, satisfies ...string) error {
+	path = append([]string(nil), path...)
+	var (
+		unknownSeen    bool
+		fieldSeen      = make(map[string]struct{}, len(artifact.Columns))
+		selectedFields = []string{artifact.FieldID}
+	)
+	for _, field := range graphql.CollectFields(opCtx, collected.Selections, satisfies) {
+		switch field.Name {
+
+		case "task":
+			var (
+				alias = field.Alias
+				path  = append(path, alias)
+				query = (&TaskClient{config: _q.config}).Query()
+			)
+			if err := query.collectField(ctx, oneNode, opCtx, field, path, mayAddCondition(satisfies, taskImplementors)...); err != nil {
+				return err
+			}
+			_q.withTask = query
+			if _, ok := fieldSeen[artifact.FieldTaskID]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldTaskID)
+				fieldSeen[artifact.FieldTaskID] = struct{}{}
+			}
+		case "createdAt":
+			if _, ok := fieldSeen[artifact.FieldCreatedAt]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldCreatedAt)
+				fieldSeen[artifact.FieldCreatedAt] = struct{}{}
+			}
+		case "taskID":
+			if _, ok := fieldSeen[artifact.FieldTaskID]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldTaskID)
+				fieldSeen[artifact.FieldTaskID] = struct{}{}
+			}
+		case "owner":
+			if _, ok := fieldSeen[artifact.FieldOwner]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldOwner)
+				fieldSeen[artifact.FieldOwner] = struct{}{}
+			}
+		case "kind":
+			if _, ok := fieldSeen[artifact.FieldKind]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldKind)
+				fieldSeen[artifact.FieldKind] = struct{}{}
+			}
+		case "filename":
+			if _, ok := fieldSeen[artifact.FieldFilename]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldFilename)
+				fieldSeen[artifact.FieldFilename] = struct{}{}
+			}
+		case "contentType":
+			if _, ok := fieldSeen[artifact.FieldContentType]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldContentType)
+				fieldSeen[artifact.FieldContentType] = struct{}{}
+			}
+		case "size":
+			if _, ok := fieldSeen[artifact.FieldSize]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldSize)
+				fieldSeen[artifact.FieldSize] = struct{}{}
+			}
+		case "sha256":
+			if _, ok := fieldSeen[artifact.FieldSha256]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldSha256)
+				fieldSeen[artifact.FieldSha256] = struct{}{}
+			}
+		case "expiresAt":
+			if _, ok := fieldSeen[artifact.FieldExpiresAt]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldExpiresAt)
+				fieldSeen[artifact.FieldExpiresAt] = struct{}{}
+			}
+		case "id":
+		case "__typename":
+		default:
+			unknownSeen = true
+		}
+	}
+	if !unknownSeen {
+		_q.Select(selectedFields...)
+	}
+	return nil
+}
+
+type artifactPaginateArgs struct {
+	first, last   *int
+	after, before *Cursor
+	opts          []ArtifactPaginateOption
+}
+
+func newArtifactPaginateArgs(rv map[string]any) *artifactPaginateArgs {
+	args := &artifactPaginateArgs{}
+	if rv == nil {
+		return args
+	}
+	if v := rv[firstField]; v != nil {
+		args.first = v.(*int)
+	}
+	if v := rv[lastField]; v != nil {
+		args.last = v.(*int)
+	}
+	if v := rv[afterField]; v != nil {
+		args.after = v.(*Cursor)
+	}
+	if v := rv[beforeField]; v != nil {
+		args.before = v.(*Cursor)
+	}
+	if v, ok := rv[orderByField]; ok {
+		switch v := v.(type) {
+		case map[string]any:
+			var (
+				err1, err2 error
+				order      = &ArtifactOrder{Field: &ArtifactOrderField{}, Direction: entgql.OrderDirectionAsc}
+			)
+			if d, ok := v[directionField]; ok {
+				err1 = order.Direction.UnmarshalGQL(d)
+			}
+			if f, ok := v[fieldField]; ok {
+				err2 = order.Field.UnmarshalGQL(f)
+			}
+			if err1 == nil && err2 == nil {
+				args.opts = append(args.opts, WithArtifactOrder(order))
+			}
+		case *ArtifactOrder:
+			if v != nil {
+				args.opts = append(args.opts, WithArtifactOrder(v))
+			}
+		}
+	}
+	return args
+}
 
 // CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
 func (_q *AuditLogQuery) CollectFields(ctx context.Context, satisfies ...string) (*AuditLogQuery, error) {
@@ -168,6 +310,19 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 	)
 	for _, field := range graphql.CollectFields(opCtx, collected.Selections, satisfies) {
 		switch field.Name {
+
+		case "artifacts":
+			var (
+				alias = field.Alias
+				path  = append(path, alias)
+				query = (&ArtifactClient{config: _q.config}).Query()
+			)
+			if err := query.collectField(ctx, false, opCtx, field, path, mayAddCondition(satisfies, artifactImplementors)...); err != nil {
+				return err
+			}
+			_q.WithNamedArtifacts(alias, func(wq *ArtifactQuery) {
+				*wq = *query
+			})
 		case "createdAt":
 			if _, ok := fieldSeen[task.FieldCreatedAt]; !ok {
 				selectedFields = append(selectedFields, task.FieldCreatedAt)
@@ -213,6 +368,11 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 				selectedFields = append(selectedFields, task.FieldOwner)
 				fieldSeen[task.FieldOwner] = struct{}{}
 			}
+		case "ownerRole":
+			if _, ok := fieldSeen[task.FieldOwnerRole]; !ok {
+				selectedFields = append(selectedFields, task.FieldOwnerRole)
+				fieldSeen[task.FieldOwnerRole] = struct{}{}
+			}
 		case "input":
 			if _, ok := fieldSeen[task.FieldInput]; !ok {
 				selectedFields = append(selectedFields, task.FieldInput)
@@ -252,6 +412,11 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 			if _, ok := fieldSeen[task.FieldLastError]; !ok {
 				selectedFields = append(selectedFields, task.FieldLastError)
 				fieldSeen[task.FieldLastError] = struct{}{}
+			}
+		case "resultStatus":
+			if _, ok := fieldSeen[task.FieldResultStatus]; !ok {
+				selectedFields = append(selectedFields, task.FieldResultStatus)
+				fieldSeen[task.FieldResultStatus] = struct{}{}
 			}
 		case "version":
 			if _, ok := fieldSeen[task.FieldVersion]; !ok {

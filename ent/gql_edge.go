@@ -4,7 +4,29 @@ package ent
 
 import (
 	"context"
+
+	"github.com/99designs/gqlgen/graphql"
 )
+
+func (_m *Artifact) Task(ctx context.Context) (*Task, error) {
+	result, err := _m.Edges.TaskOrErr()
+	if IsNotLoaded(err) {
+		result, err = _m.QueryTask().Only(ctx)
+	}
+	return result, MaskNotFound(err)
+}
+
+func (_m *Task) Artifacts(ctx context.Context) (result []*Artifact, err error) {
+	if fc := graphql.GetFieldContext(ctx); fc != nil && fc.Field.Alias != "" {
+		result, err = _m.NamedArtifacts(graphql.GetFieldContext(ctx).Field.Alias)
+	} else {
+		result, err = _m.Edges.ArtifactsOrErr()
+	}
+	if IsNotLoaded(err) {
+		result, err = _m.QueryArtifacts().All(ctx)
+	}
+	return result, err
+}
 
 func (_m *TaskInstance) Task(ctx context.Context) (*Task, error) {
 	result, err := _m.Edges.TaskOrErr()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/internal"
 	"taskgraph/ent/task"
@@ -21,6 +22,11 @@ import (
 type Noder interface {
 	IsNode()
 }
+
+var artifactImplementors = []string{"Artifact", "Node"}
+
+// IsNode implements the Node interface check for GQLGen.
+func (*Artifact) IsNode() {}
 
 var auditlogImplementors = []string{"AuditLog", "Node"}
 
@@ -119,6 +125,15 @@ func (c *Client) Noder(ctx context.Context, id int, opts ...NodeOption) (_ Noder
 
 func (c *Client) noder(ctx context.Context, table string, id int) (Noder, error) {
 	switch table {
+	case artifact.Table:
+		query := c.Artifact.Query().
+			Where(artifact.ID(id))
+		if fc := graphql.GetFieldContext(ctx); fc != nil {
+			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, artifactImplementors...); err != nil {
+				return nil, err
+			}
+		}
+		return query.Only(ctx)
 	case auditlog.Table:
 		query := c.AuditLog.Query().
 			Where(auditlog.ID(id))
@@ -228,6 +243,22 @@ func (c *Client) noders(ctx context.Context, table string, ids []int) ([]Noder, 
 		idmap[id] = append(idmap[id], &noders[i])
 	}
 	switch table {
+	case artifact.Table:
+		query := c.Artifact.Query().
+			Where(artifact.IDIn(ids...))
+		query, err := query.CollectFields(ctx, artifactImplementors...)
+		if err != nil {
+			return nil, err
+		}
+		nodes, err := query.All(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, node := range nodes {
+			for _, noder := range idmap[node.ID] {
+				*noder = node
+			}
+		}
 	case auditlog.Table:
 		query := c.AuditLog.Query().
 			Where(auditlog.IDIn(ids...))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -99,6 +100,320 @@ func paginateLimit(first, last *int) int {
 		limit = *last + 1
 	}
 	return limit
+}
+
+// ArtifactEdge is the edge representation of Artifact.
+type ArtifactEdge struct {
+	Node   *Artifact `json:"node"`
+	Cursor Cursor    `json:"cursor"`
+}
+
+// ArtifactConnection is the connection containing edges to Artifact.
+type ArtifactConnection struct {
+	Edges      []*ArtifactEdge `json:"edges"`
+	PageInfo   PageInfo        `json:"pageInfo"`
+	TotalCount int             `json:"totalCount"`
+}
+
+func (c *ArtifactConnection) build(nodes []*Artifact, pager *artifactPager, after *Cursor, first *int, before *Cursor, last *int) {
+	c.PageInfo.HasNextPage = before != nil
+	c.PageInfo.HasPreviousPage = after != nil
+	if first != nil && *first+1 == len(nodes) {
+		c.PageInfo.HasNextPage = true
+		nodes = nodes[:len(nodes)-1]
+	} else if last != nil && *last+1 == len(nodes) {
+		c.PageInfo.HasPreviousPage = true
+		nodes = nodes[:len(nodes)-1]
+	}
+	var nodeAt func(int) *Artifact
+	if last != nil {
+		n := len(nodes) - 1
+		nodeAt = func(i int) *Artifact {
+			return nodes[n-i]
+		}
+	} else {
+		nodeAt = func(i int) *Artifact {
+			return nodes[i]
+		}
+	}
+	c.Edges = make([]*ArtifactEdge, len(nodes))
+	for i := range nodes {
+		node := nodeAt(i)
+		c.Edges[i] = &ArtifactEdge{
+			Node:   node,
+			Cursor: pager.toCursor(node),
+		}
+	}
+	if l := len(c.Edges); l > 0 {
+		c.PageInfo.StartCursor = &c.Edges[0].Cursor
+		c.PageInfo.EndCursor = &c.Edges[l-1].Cursor
+	}
+	if c.TotalCount == 0 {
+		c.TotalCount = len(nodes)
+	}
+}
+
+// ArtifactPaginateOption enables pagination customization.
+type ArtifactPaginateOption func(*artifactPager) error
+
+// WithArtifactOrder configures pagination ordering.
+func WithArtifactOrder(order *ArtifactOrder) ArtifactPaginateOption {
+	if order == nil {
+		order = DefaultArtifactOrder
+	}
+	o := *order
+	return func(pager *artifactPager) error {
+		if err := o.Direction.Validate(); err != nil {
+			return err
+		}
+		if o.Field == nil {
+			o.Field = DefaultArtifactOrder.Field
+		}
+		pager.order = &o
+		return nil
+	}
+}
+
+// WithArtifactFilter configures pagination filter.
+func WithArtifactFilter(filter func(*ArtifactQuery) (*ArtifactQuery, error)) ArtifactPaginateOption {
+	return func(pager *artifactPager) error {
+		if filter == nil {
+			return errors.New("ArtifactQuery filter cannot be nil")
+		}
+		pager.filter = filter
+		return nil
+	}
+}
+
+type artifactPager struct {
+	reverse bool
+	order   *ArtifactOrder
+	filter  func(*ArtifactQuery) (*ArtifactQuery, error)
+}
+
+func newArtifactPager(opts []ArtifactPaginateOption, reverse bool) (*artifactPager, error) {
+	pager := &artifactPager{reverse: reverse}
+	for _, opt := range opts {
+		if err := opt(pager); err != nil {
+			return nil, err
+		}
+	}
+	if pager.order == nil {
+		pager.order = DefaultArtifactOrder
+	}
+	return pager, nil
+}
+
+func (p *artifactPager) applyFilter(query *ArtifactQuery) (*ArtifactQuery, error) {
+	if p.filter != nil {
+		return p.filter(query)
+	}
+	return query, nil
+}
+
+func (p *artifactPager) toCursor(_m *Artifact) Cursor {
+	return p.order.Field.toCursor(_m)
+}
+
+func (p *artifactPager) applyCursors(query *ArtifactQuery, after, before *Cursor) (*ArtifactQuery, error) {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	for _, predicate := range entgql.CursorsPredicate(after, before, DefaultArtifactOrder.Field.column, p.order.Field.column, direction) {
+		query = query.Where(predicate)
+	}
+	return query, nil
+}
+
+func (p *artifactPager) applyOrder(query *ArtifactQuery) *ArtifactQuery {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	query = query.Order(p.order.Field.toTerm(direction.OrderTermOption()))
+	if p.order.Field != DefaultArtifactOrder.Field {
+		query = query.Order(DefaultArtifactOrder.Field.toTerm(direction.OrderTermOption()))
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return query
+}
+
+func (p *artifactPager) orderExpr(query *ArtifactQuery) sql.Querier {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return sql.ExprFunc(func(b *sql.Builder) {
+		b.Ident(p.order.Field.column).Pad().WriteString(string(direction))
+		if p.order.Field != DefaultArtifactOrder.Field {
+			b.Comma().Ident(DefaultArtifactOrder.Field.column).Pad().WriteString(string(direction))
+		}
+	})
+}
+
+// Paginate executes the query and returns a relay based cursor connection to Artifact.
+func (_m *ArtifactQuery) Paginate(
+	ctx context.Context, after *Cursor, first *int,
+	before *Cursor, last *int, opts ...ArtifactPaginateOption,
+) (*ArtifactConnection, error) {
+	if err := validateFirstLast(first, last); err != nil {
+		return nil, err
+	}
+	pager, err := newArtifactPager(opts, last != nil)
+	if err != nil {
+		return nil, err
+	}
+	if _m, err = pager.applyFilter(_m); err != nil {
+		return nil, err
+	}
+	conn := &ArtifactConnection{Edges: []*ArtifactEdge{}}
+	ignoredEdges := !hasCollectedField(ctx, edgesField)
+	if hasCollectedField(ctx, totalCountField) || hasCollectedField(ctx, pageInfoField) {
+		hasPagination := after != nil || first != nil || before != nil || last != nil
+		if hasPagination || ignoredEdges {
+			c := _m.Clone()
+			c.ctx.Fields = nil
+			if conn.TotalCount, err = c.Count(ctx); err != nil {
+				return nil, err
+			}
+			conn.PageInfo.HasNextPage = first != nil && conn.TotalCount > 0
+			conn.PageInfo.HasPreviousPage = last != nil && conn.TotalCount > 0
+		}
+	}
+	if ignoredEdges || (first != nil && *first == 0) || (last != nil && *last == 0) {
+		return conn, nil
+	}
+	if _m, err = pager.applyCursors(_m, after, before); err != nil {
+		return nil, err
+	}
+	limit := paginateLimit(first, last)
+	if limit != 0 {
+		_m.Limit(limit)
+	}
+	if field := collectedField(ctx, edgesField, nodeField); field != nil {
+		if err := _m.collectField(ctx, limit == 1, graphql.GetOperationContext(ctx), *field, []string{edgesField, nodeField}); err != nil {
+			return nil, err
+		}
+	}
+	_m = pager.applyOrder(_m)
+	nodes, err := _m.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn.build(nodes, pager, after, first, before, last)
+	return conn, nil
+}
+
+var (
+	// ArtifactOrderFieldCreatedAt orders Artifact by created_at.
+	ArtifactOrderFieldCreatedAt = &ArtifactOrderField{
+		Value: func(_m *Artifact) (ent.Value, error) {
+			return _m.CreatedAt, nil
+		},
+		column: artifact.FieldCreatedAt,
+		toTerm: artifact.ByCreatedAt,
+		toCursor: func(_m *Artifact) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.CreatedAt,
+			}
+		},
+	}
+	// ArtifactOrderFieldExpiresAt orders Artifact by expires_at.
+	ArtifactOrderFieldExpiresAt = &ArtifactOrderField{
+		Value: func(_m *Artifact) (ent.Value, error) {
+			return _m.ExpiresAt, nil
+		},
+		column: artifact.FieldExpiresAt,
+		toTerm: artifact.ByExpiresAt,
+		toCursor: func(_m *Artifact) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.ExpiresAt,
+			}
+		},
+	}
+)
+
+// String implement fmt.Stringer interface.
+func (f ArtifactOrderField) String() string {
+	var str string
+	switch f.column {
+	case ArtifactOrderFieldCreatedAt.column:
+		str = "CREATED_AT"
+	case ArtifactOrderFieldExpiresAt.column:
+		str = "EXPIRES_AT"
+	}
+	return str
+}
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (f ArtifactOrderField) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(f.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (f *ArtifactOrderField) UnmarshalGQL(v interface{}) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("ArtifactOrderField %T must be a string", v)
+	}
+	switch str {
+	case "CREATED_AT":
+		*f = *ArtifactOrderFieldCreatedAt
+	case "EXPIRES_AT":
+		*f = *ArtifactOrderFieldExpiresAt
+	default:
+		return fmt.Errorf("%s is not a valid ArtifactOrderField", str)
+	}
+	return nil
+}
+
+// ArtifactOrderField defines the ordering field of Artifact.
+type ArtifactOrderField struct {
+	// Value extracts the ordering value from the given Artifact.
+	Value    func(*Artifact) (ent.Value, error)
+	column   string // field or computed.
+	toTerm   func(...sql.OrderTermOption) artifact.OrderOption
+	toCursor func(*Artifact) Cursor
+}
+
+// ArtifactOrder defines the ordering of Artifact.
+type ArtifactOrder struct {
+	Direction OrderDirection      `json:"direction"`
+	Field     *ArtifactOrderField `json:"field"`
+}
+
+// DefaultArtifactOrder is the default ordering of Artifact.
+var DefaultArtifactOrder = &ArtifactOrder{
+	Direction: entgql.OrderDirectionAsc,
+	Field: &ArtifactOrderField{
+		Value: func(_m *Artifact) (ent.Value, error) {
+			return _m.ID, nil
+		},
+		column: artifact.FieldID,
+		toTerm: artifact.ByID,
+		toCursor: func(_m *Artifact) Cursor {
+			return Cursor{ID: _m.ID}
+		},
+	},
+}
+
+// ToEdge converts Artifact into ArtifactEdge.
+func (_m *Artifact) ToEdge(order *ArtifactOrder) *ArtifactEdge {
+	if order == nil {
+		order = DefaultArtifactOrder
+	}
+	return &ArtifactEdge{
+		Node:   _m,
+		Cursor: order.Field.toCursor(_m),
+	}
 }
 
 // AuditLogEdge is the edge representation of AuditLog.

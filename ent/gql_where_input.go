@@ -683,6 +683,14 @@ type TaskWhereInput struct {
 	LastErrorEqualFold    *string  `json:"lastErrorEqualFold,omitempty"`
 	LastErrorContainsFold *string  `json:"lastErrorContainsFold,omitempty"`
 
+	// "result_status" field predicates.
+	ResultStatus       *task.ResultStatus  `json:"resultStatus,omitempty"`
+	ResultStatusNEQ    *task.ResultStatus  `json:"resultStatusNEQ,omitempty"`
+	ResultStatusIn     []task.ResultStatus `json:"resultStatusIn,omitempty"`
+	ResultStatusNotIn  []task.ResultStatus `json:"resultStatusNotIn,omitempty"`
+	ResultStatusIsNil  bool                `json:"resultStatusIsNil,omitempty"`
+	ResultStatusNotNil bool                `json:"resultStatusNotNil,omitempty"`
+
 	// "version" field predicates.
 	Version      *int64  `json:"version,omitempty"`
 	VersionNEQ   *int64  `json:"versionNEQ,omitempty"`
@@ -1321,6 +1329,24 @@ func (i *TaskWhereInput) P() (predicate.Task, error) {
 	}
 	if i.LastErrorContainsFold != nil {
 		predicates = append(predicates, task.LastErrorContainsFold(*i.LastErrorContainsFold))
+	}
+	if i.ResultStatus != nil {
+		predicates = append(predicates, task.ResultStatusEQ(*i.ResultStatus))
+	}
+	if i.ResultStatusNEQ != nil {
+		predicates = append(predicates, task.ResultStatusNEQ(*i.ResultStatusNEQ))
+	}
+	if len(i.ResultStatusIn) > 0 {
+		predicates = append(predicates, task.ResultStatusIn(i.ResultStatusIn...))
+	}
+	if len(i.ResultStatusNotIn) > 0 {
+		predicates = append(predicates, task.ResultStatusNotIn(i.ResultStatusNotIn...))
+	}
+	if i.ResultStatusIsNil {
+		predicates = append(predicates, task.ResultStatusIsNil())
+	}
+	if i.ResultStatusNotNil {
+		predicates = append(predicates, task.ResultStatusNotNil())
 	}
 	if i.Version != nil {
 		predicates = append(predicates, task.VersionEQ(*i.Version))

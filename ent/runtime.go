@@ -3,7 +3,9 @@
 package ent
 
 import (
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/contact"
 	"taskgraph/ent/schema"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -15,6 +17,15 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
+	artifactMixin := schema.Artifact{}.Mixin()
+	artifactMixinFields0 := artifactMixin[0].Fields()
+	_ = artifactMixinFields0
+	artifactFields := schema.Artifact{}.Fields()
+	_ = artifactFields
+	// artifactDescCreatedAt is the schema descriptor for created_at field.
+	artifactDescCreatedAt := artifactMixinFields0[0].Descriptor()
+	// artifact.DefaultCreatedAt holds the default value on creation for the created_at field.
+	artifact.DefaultCreatedAt = artifactDescCreatedAt.Default.(func() time.Time)
 	auditlogMixin := schema.AuditLog{}.Mixin()
 	auditlogMixinFields0 := auditlogMixin[0].Fields()
 	_ = auditlogMixinFields0
@@ -36,6 +47,35 @@ func init() {
 	auditlogDescRemoteAddr := auditlogFields[7].Descriptor()
 	// auditlog.DefaultRemoteAddr holds the default value on creation for the remote_addr field.
 	auditlog.DefaultRemoteAddr = auditlogDescRemoteAddr.Default.(string)
+	contactMixin := schema.Contact{}.Mixin()
+	contactMixinFields0 := contactMixin[0].Fields()
+	_ = contactMixinFields0
+	contactFields := schema.Contact{}.Fields()
+	_ = contactFields
+	// contactDescCreatedAt is the schema descriptor for created_at field.
+	contactDescCreatedAt := contactMixinFields0[0].Descriptor()
+	// contact.DefaultCreatedAt holds the default value on creation for the created_at field.
+	contact.DefaultCreatedAt = contactDescCreatedAt.Default.(func() time.Time)
+	// contactDescEmail is the schema descriptor for email field.
+	contactDescEmail := contactFields[4].Descriptor()
+	// contact.DefaultEmail holds the default value on creation for the email field.
+	contact.DefaultEmail = contactDescEmail.Default.(string)
+	// contactDescCompany is the schema descriptor for company field.
+	contactDescCompany := contactFields[5].Descriptor()
+	// contact.DefaultCompany holds the default value on creation for the company field.
+	contact.DefaultCompany = contactDescCompany.Default.(string)
+	// contactDescCity is the schema descriptor for city field.
+	contactDescCity := contactFields[6].Descriptor()
+	// contact.DefaultCity holds the default value on creation for the city field.
+	contact.DefaultCity = contactDescCity.Default.(string)
+	// contactDescGender is the schema descriptor for gender field.
+	contactDescGender := contactFields[8].Descriptor()
+	// contact.DefaultGender holds the default value on creation for the gender field.
+	contact.DefaultGender = contactDescGender.Default.(string)
+	// contactDescBirthday is the schema descriptor for birthday field.
+	contactDescBirthday := contactFields[9].Descriptor()
+	// contact.DefaultBirthday holds the default value on creation for the birthday field.
+	contact.DefaultBirthday = contactDescBirthday.Default.(string)
 	taskMixin := schema.Task{}.Mixin()
 	taskMixinFields0 := taskMixin[0].Fields()
 	_ = taskMixinFields0
@@ -57,24 +97,28 @@ func init() {
 	taskDescPriority := taskFields[6].Descriptor()
 	// task.DefaultPriority holds the default value on creation for the priority field.
 	task.DefaultPriority = taskDescPriority.Default.(int)
+	// taskDescOwnerRole is the schema descriptor for owner_role field.
+	taskDescOwnerRole := taskFields[8].Descriptor()
+	// task.DefaultOwnerRole holds the default value on creation for the owner_role field.
+	task.DefaultOwnerRole = taskDescOwnerRole.Default.(string)
 	// taskDescProgressDone is the schema descriptor for progress_done field.
-	taskDescProgressDone := taskFields[14].Descriptor()
+	taskDescProgressDone := taskFields[15].Descriptor()
 	// task.DefaultProgressDone holds the default value on creation for the progress_done field.
 	task.DefaultProgressDone = taskDescProgressDone.Default.(int64)
 	// taskDescProgressTotal is the schema descriptor for progress_total field.
-	taskDescProgressTotal := taskFields[15].Descriptor()
+	taskDescProgressTotal := taskFields[16].Descriptor()
 	// task.DefaultProgressTotal holds the default value on creation for the progress_total field.
 	task.DefaultProgressTotal = taskDescProgressTotal.Default.(int64)
 	// taskDescVersion is the schema descriptor for version field.
-	taskDescVersion := taskFields[18].Descriptor()
+	taskDescVersion := taskFields[20].Descriptor()
 	// task.DefaultVersion holds the default value on creation for the version field.
 	task.DefaultVersion = taskDescVersion.Default.(int64)
 	// taskDescCancelRequested is the schema descriptor for cancel_requested field.
-	taskDescCancelRequested := taskFields[19].Descriptor()
+	taskDescCancelRequested := taskFields[21].Descriptor()
 	// task.DefaultCancelRequested holds the default value on creation for the cancel_requested field.
 	task.DefaultCancelRequested = taskDescCancelRequested.Default.(bool)
 	// taskDescUpdatedAt is the schema descriptor for updated_at field.
-	taskDescUpdatedAt := taskFields[22].Descriptor()
+	taskDescUpdatedAt := taskFields[24].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
 	taskinstanceMixin := schema.TaskInstance{}.Mixin()

@@ -7,6 +7,39 @@ import (
 	"fmt"
 )
 
+// ScanArtifactRows reads every row of rows (all columns of the artifacts
+// table, in any order) into Artifact entities bound to c, and closes rows.
+func ScanArtifactRows(c *Client, rows *stdsql.Rows) ([]*Artifact, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+	}
+	var out []*Artifact
+	for rows.Next() {
+		node := &Artifact{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *Artifact) BindTo(c *Client) *Artifact {
+	_m.config = c.config
+	return _m
+}
+
 // ScanAuditLogRows reads every row of rows (all columns of the audit_logs
 // table, in any order) into AuditLog entities bound to c, and closes rows.
 func ScanAuditLogRows(c *Client, rows *stdsql.Rows) ([]*AuditLog, error) {
@@ -36,6 +69,39 @@ func ScanAuditLogRows(c *Client, rows *stdsql.Rows) ([]*AuditLog, error) {
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *AuditLog) BindTo(c *Client) *AuditLog {
+	_m.config = c.config
+	return _m
+}
+
+// ScanContactRows reads every row of rows (all columns of the contacts
+// table, in any order) into Contact entities bound to c, and closes rows.
+func ScanContactRows(c *Client, rows *stdsql.Rows) ([]*Contact, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan contacts: %w", err)
+	}
+	var out []*Contact
+	for rows.Next() {
+		node := &Contact{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan contacts: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan contacts: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan contacts: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *Contact) BindTo(c *Client) *Contact {
 	_m.config = c.config
 	return _m
 }

@@ -37,6 +37,8 @@ type Task struct {
 	Priority int `json:"priority,omitempty"`
 	// Owner holds the value of the "owner" field.
 	Owner string `json:"owner,omitempty"`
+	// The owner's role when the task was created: a handler that reads data on the owner's behalf (an export) sees what the owner saw.
+	OwnerRole string `json:"owner_role,omitempty"`
 	// Input with sensitive values masked.
 	Input json.RawMessage `json:"input,omitempty"`
 	// The unmasked input, encrypted, when masking changed it; only handlers see it.
@@ -57,6 +59,8 @@ type Task struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// Error of the latest failed execution, masked.
 	LastError string `json:"last_error,omitempty"`
+	// Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none.
+	ResultStatus *task.ResultStatus `json:"result_status,omitempty"`
 	// Incremented by every committed change; orders events per task.
 	Version int64 `json:"version,omitempty"`
 	// CancelRequested holds the value of the "cancel_requested" field.
@@ -81,12 +85,17 @@ type TaskEdges struct {
 	Instances []*TaskInstance `json:"instances,omitempty"`
 	// Logs holds the value of the logs edge.
 	Logs []*TaskLog `json:"logs,omitempty"`
+	// Files the task read or wrote (source, error report, export, report).
+	Artifacts []*Artifact `json:"artifacts,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [2]bool
+	loadedTypes [3]bool
+	// totalCount holds the count of the edges above.
+	totalCount [1]map[string]int
 
 	namedInstances map[string][]*TaskInstance
 	namedLogs      map[string][]*TaskLog
+	namedArtifacts map[string][]*Artifact
 }
 
 // InstancesOrErr returns the Instances value or an error if the edge
@@ -107,6 +116,15 @@ func (e TaskEdges) LogsOrErr() ([]*TaskLog, error) {
 	return nil, &NotLoadedError{edge: "logs"}
 }
 
+// ArtifactsOrErr returns the Artifacts value or an error if the edge
+// was not loaded in eager-loading.
+func (e TaskEdges) ArtifactsOrErr() ([]*Artifact, error) {
+	if e.loadedTypes[2] {
+		return e.Artifacts, nil
+	}
+	return nil, &NotLoadedError{edge: "artifacts"}
+}
+
 // scanValues returns the types for scanning values from sql.Rows.
 func (*Task) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
@@ -118,7 +136,7 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldCancelReason:
+		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldCancelReason:
 			values[i] = new(sql.NullString)
 		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt:
 			values[i] = new(sql.NullTime)
@@ -198,6 +216,12 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Owner = value.String
 			}
+		case task.FieldOwnerRole:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field owner_role", values[i])
+			} else if value.Valid {
+				_m.OwnerRole = value.String
+			}
 		case task.FieldInput:
 			if value, ok := values[i].(*[]byte); !ok {
 				return fmt.Errorf("unexpected type %T for field input", values[i])
@@ -262,6 +286,13 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.LastError = value.String
 			}
+		case task.FieldResultStatus:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field result_status", values[i])
+			} else if value.Valid {
+				_m.ResultStatus = new(task.ResultStatus)
+				*_m.ResultStatus = task.ResultStatus(value.String)
+			}
 		case task.FieldVersion:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
 				return fmt.Errorf("unexpected type %T for field version", values[i])
@@ -322,6 +353,11 @@ func (_m *Task) QueryLogs() *TaskLogQuery {
 	return NewTaskClient(_m.config).QueryLogs(_m)
 }
 
+// QueryArtifacts queries the "artifacts" edge of the Task entity.
+func (_m *Task) QueryArtifacts() *ArtifactQuery {
+	return NewTaskClient(_m.config).QueryArtifacts(_m)
+}
+
 // Update returns a builder for updating this Task.
 // Note that you need to call Task.Unwrap() before calling this method if this Task
 // was returned from a transaction, and the transaction was committed or rolled back.
@@ -374,6 +410,9 @@ func (_m *Task) String() string {
 	builder.WriteString("owner=")
 	builder.WriteString(_m.Owner)
 	builder.WriteString(", ")
+	builder.WriteString("owner_role=")
+	builder.WriteString(_m.OwnerRole)
+	builder.WriteString(", ")
 	builder.WriteString("input=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Input))
 	builder.WriteString(", ")
@@ -402,6 +441,11 @@ func (_m *Task) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("last_error=")
 	builder.WriteString(_m.LastError)
+	builder.WriteString(", ")
+	if v := _m.ResultStatus; v != nil {
+		builder.WriteString("result_status=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteString(", ")
 	builder.WriteString("version=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Version))
@@ -471,6 +515,30 @@ func (_m *Task) appendNamedLogs(name string, edges ...*TaskLog) {
 		_m.Edges.namedLogs[name] = []*TaskLog{}
 	} else {
 		_m.Edges.namedLogs[name] = append(_m.Edges.namedLogs[name], edges...)
+	}
+}
+
+// NamedArtifacts returns the Artifacts named value or an error if the edge was not
+// loaded in eager-loading with this name.
+func (_m *Task) NamedArtifacts(name string) ([]*Artifact, error) {
+	if _m.Edges.namedArtifacts == nil {
+		return nil, &NotLoadedError{edge: name}
+	}
+	nodes, ok := _m.Edges.namedArtifacts[name]
+	if !ok {
+		return nil, &NotLoadedError{edge: name}
+	}
+	return nodes, nil
+}
+
+func (_m *Task) appendNamedArtifacts(name string, edges ...*Artifact) {
+	if _m.Edges.namedArtifacts == nil {
+		_m.Edges.namedArtifacts = make(map[string][]*Artifact)
+	}
+	if len(edges) == 0 {
+		_m.Edges.namedArtifacts[name] = []*Artifact{}
+	} else {
+		_m.Edges.namedArtifacts[name] = append(_m.Edges.namedArtifacts[name], edges...)
 	}
 }
 

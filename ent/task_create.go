@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -118,6 +119,20 @@ func (_c *TaskCreate) SetOwner(v string) *TaskCreate {
 	return _c
 }
 
+// SetOwnerRole sets the "owner_role" field.
+func (_c *TaskCreate) SetOwnerRole(v string) *TaskCreate {
+	_c.mutation.SetOwnerRole(v)
+	return _c
+}
+
+// SetNillableOwnerRole sets the "owner_role" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableOwnerRole(v *string) *TaskCreate {
+	if v != nil {
+		_c.SetOwnerRole(*v)
+	}
+	return _c
+}
+
 // SetInput sets the "input" field.
 func (_c *TaskCreate) SetInput(v json.RawMessage) *TaskCreate {
 	_c.mutation.SetInput(v)
@@ -198,6 +213,20 @@ func (_c *TaskCreate) SetLastError(v string) *TaskCreate {
 func (_c *TaskCreate) SetNillableLastError(v *string) *TaskCreate {
 	if v != nil {
 		_c.SetLastError(*v)
+	}
+	return _c
+}
+
+// SetResultStatus sets the "result_status" field.
+func (_c *TaskCreate) SetResultStatus(v task.ResultStatus) *TaskCreate {
+	_c.mutation.SetResultStatus(v)
+	return _c
+}
+
+// SetNillableResultStatus sets the "result_status" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableResultStatus(v *task.ResultStatus) *TaskCreate {
+	if v != nil {
+		_c.SetResultStatus(*v)
 	}
 	return _c
 }
@@ -308,6 +337,21 @@ func (_c *TaskCreate) AddLogs(v ...*TaskLog) *TaskCreate {
 	return _c.AddLogIDs(ids...)
 }
 
+// AddArtifactIDs adds the "artifacts" edge to the Artifact entity by IDs.
+func (_c *TaskCreate) AddArtifactIDs(ids ...int) *TaskCreate {
+	_c.mutation.AddArtifactIDs(ids...)
+	return _c
+}
+
+// AddArtifacts adds the "artifacts" edges to the Artifact entity.
+func (_c *TaskCreate) AddArtifacts(v ...*Artifact) *TaskCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddArtifactIDs(ids...)
+}
+
 // Mutation returns the TaskMutation object of the builder.
 func (_c *TaskCreate) Mutation() *TaskMutation {
 	return _c.mutation
@@ -358,6 +402,10 @@ func (_c *TaskCreate) defaults() {
 	if _, ok := _c.mutation.Priority(); !ok {
 		v := task.DefaultPriority
 		_c.mutation.SetPriority(v)
+	}
+	if _, ok := _c.mutation.OwnerRole(); !ok {
+		v := task.DefaultOwnerRole
+		_c.mutation.SetOwnerRole(v)
 	}
 	if _, ok := _c.mutation.ProgressDone(); !ok {
 		v := task.DefaultProgressDone
@@ -412,6 +460,9 @@ func (_c *TaskCreate) check() error {
 	if _, ok := _c.mutation.Owner(); !ok {
 		return &ValidationError{Name: "owner", err: errors.New(`ent: missing required field "Task.owner"`)}
 	}
+	if _, ok := _c.mutation.OwnerRole(); !ok {
+		return &ValidationError{Name: "owner_role", err: errors.New(`ent: missing required field "Task.owner_role"`)}
+	}
 	if _, ok := _c.mutation.Input(); !ok {
 		return &ValidationError{Name: "input", err: errors.New(`ent: missing required field "Task.input"`)}
 	}
@@ -432,6 +483,11 @@ func (_c *TaskCreate) check() error {
 	}
 	if _, ok := _c.mutation.ProgressTotal(); !ok {
 		return &ValidationError{Name: "progress_total", err: errors.New(`ent: missing required field "Task.progress_total"`)}
+	}
+	if v, ok := _c.mutation.ResultStatus(); ok {
+		if err := task.ResultStatusValidator(v); err != nil {
+			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
+		}
 	}
 	if _, ok := _c.mutation.Version(); !ok {
 		return &ValidationError{Name: "version", err: errors.New(`ent: missing required field "Task.version"`)}
@@ -507,6 +563,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 		_spec.SetField(task.FieldOwner, field.TypeString, value)
 		_node.Owner = value
 	}
+	if value, ok := _c.mutation.OwnerRole(); ok {
+		_spec.SetField(task.FieldOwnerRole, field.TypeString, value)
+		_node.OwnerRole = value
+	}
 	if value, ok := _c.mutation.Input(); ok {
 		_spec.SetField(task.FieldInput, field.TypeJSON, value)
 		_node.Input = value
@@ -546,6 +606,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.LastError(); ok {
 		_spec.SetField(task.FieldLastError, field.TypeString, value)
 		_node.LastError = value
+	}
+	if value, ok := _c.mutation.ResultStatus(); ok {
+		_spec.SetField(task.FieldResultStatus, field.TypeEnum, value)
+		_node.ResultStatus = &value
 	}
 	if value, ok := _c.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)
@@ -596,6 +660,22 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(tasklog.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.ArtifactsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

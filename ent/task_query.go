@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"math"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -28,10 +29,12 @@ type TaskQuery struct {
 	predicates         []predicate.Task
 	withInstances      *TaskInstanceQuery
 	withLogs           *TaskLogQuery
+	withArtifacts      *ArtifactQuery
 	loadTotal          []func(context.Context, []*Task) error
 	modifiers          []func(*sql.Selector)
 	withNamedInstances map[string]*TaskInstanceQuery
 	withNamedLogs      map[string]*TaskLogQuery
+	withNamedArtifacts map[string]*ArtifactQuery
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
 	path func(context.Context) (*sql.Selector, error)
@@ -105,6 +108,28 @@ func (_q *TaskQuery) QueryLogs() *TaskLogQuery {
 			sqlgraph.From(task.Table, task.FieldID, selector),
 			sqlgraph.To(tasklog.Table, tasklog.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, task.LogsTable, task.LogsColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryArtifacts chains the current query on the "artifacts" edge.
+func (_q *TaskQuery) QueryArtifacts() *ArtifactQuery {
+	query := (&ArtifactClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(task.Table, task.FieldID, selector),
+			sqlgraph.To(artifact.Table, artifact.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, task.ArtifactsTable, task.ArtifactsColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -306,6 +331,7 @@ func (_q *TaskQuery) Clone() *TaskQuery {
 		predicates:    append([]predicate.Task{}, _q.predicates...),
 		withInstances: _q.withInstances.Clone(),
 		withLogs:      _q.withLogs.Clone(),
+		withArtifacts: _q.withArtifacts.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -332,6 +358,17 @@ func (_q *TaskQuery) WithLogs(opts ...func(*TaskLogQuery)) *TaskQuery {
 		opt(query)
 	}
 	_q.withLogs = query
+	return _q
+}
+
+// WithArtifacts tells the query-builder to eager-load the nodes that are connected to
+// the "artifacts" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *TaskQuery) WithArtifacts(opts ...func(*ArtifactQuery)) *TaskQuery {
+	query := (&ArtifactClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withArtifacts = query
 	return _q
 }
 
@@ -413,9 +450,10 @@ func (_q *TaskQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Task, e
 	var (
 		nodes       = []*Task{}
 		_spec       = _q.querySpec()
-		loadedTypes = [2]bool{
+		loadedTypes = [3]bool{
 			_q.withInstances != nil,
 			_q.withLogs != nil,
+			_q.withArtifacts != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -453,6 +491,13 @@ func (_q *TaskQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Task, e
 			return nil, err
 		}
 	}
+	if query := _q.withArtifacts; query != nil {
+		if err := _q.loadArtifacts(ctx, query, nodes,
+			func(n *Task) { n.Edges.Artifacts = []*Artifact{} },
+			func(n *Task, e *Artifact) { n.Edges.Artifacts = append(n.Edges.Artifacts, e) }); err != nil {
+			return nil, err
+		}
+	}
 	for name, query := range _q.withNamedInstances {
 		if err := _q.loadInstances(ctx, query, nodes,
 			func(n *Task) { n.appendNamedInstances(name) },
@@ -464,6 +509,13 @@ func (_q *TaskQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Task, e
 		if err := _q.loadLogs(ctx, query, nodes,
 			func(n *Task) { n.appendNamedLogs(name) },
 			func(n *Task, e *TaskLog) { n.appendNamedLogs(name, e) }); err != nil {
+			return nil, err
+		}
+	}
+	for name, query := range _q.withNamedArtifacts {
+		if err := _q.loadArtifacts(ctx, query, nodes,
+			func(n *Task) { n.appendNamedArtifacts(name) },
+			func(n *Task, e *Artifact) { n.appendNamedArtifacts(name, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -530,6 +582,39 @@ func (_q *TaskQuery) loadLogs(ctx context.Context, query *TaskLogQuery, nodes []
 		node, ok := nodeids[fk]
 		if !ok {
 			return fmt.Errorf(`unexpected referenced foreign-key "task_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *TaskQuery) loadArtifacts(ctx context.Context, query *ArtifactQuery, nodes []*Task, init func(*Task), assign func(*Task, *Artifact)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Task)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(artifact.FieldTaskID)
+	}
+	query.Where(predicate.Artifact(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(task.ArtifactsColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.TaskID
+		if fk == nil {
+			return fmt.Errorf(`foreign-key "task_id" is nil for node %v`, n.ID)
+		}
+		node, ok := nodeids[*fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "task_id" returned %v for node %v`, *fk, n.ID)
 		}
 		assign(node, n)
 	}
@@ -680,6 +765,20 @@ func (_q *TaskQuery) WithNamedLogs(name string, opts ...func(*TaskLogQuery)) *Ta
 		_q.withNamedLogs = make(map[string]*TaskLogQuery)
 	}
 	_q.withNamedLogs[name] = query
+	return _q
+}
+
+// WithNamedArtifacts tells the query-builder to eager-load the nodes that are connected to the "artifacts"
+// edge with the given name. The optional arguments are used to configure the query builder of the edge.
+func (_q *TaskQuery) WithNamedArtifacts(name string, opts ...func(*ArtifactQuery)) *TaskQuery {
+	query := (&ArtifactClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	if _q.withNamedArtifacts == nil {
+		_q.withNamedArtifacts = make(map[string]*ArtifactQuery)
+	}
+	_q.withNamedArtifacts[name] = query
 	return _q
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -125,6 +126,26 @@ func (_u *TaskUpdate) SetNillableLastError(v *string) *TaskUpdate {
 // ClearLastError clears the value of the "last_error" field.
 func (_u *TaskUpdate) ClearLastError() *TaskUpdate {
 	_u.mutation.ClearLastError()
+	return _u
+}
+
+// SetResultStatus sets the "result_status" field.
+func (_u *TaskUpdate) SetResultStatus(v task.ResultStatus) *TaskUpdate {
+	_u.mutation.SetResultStatus(v)
+	return _u
+}
+
+// SetNillableResultStatus sets the "result_status" field if the given value is not nil.
+func (_u *TaskUpdate) SetNillableResultStatus(v *task.ResultStatus) *TaskUpdate {
+	if v != nil {
+		_u.SetResultStatus(*v)
+	}
+	return _u
+}
+
+// ClearResultStatus clears the value of the "result_status" field.
+func (_u *TaskUpdate) ClearResultStatus() *TaskUpdate {
+	_u.mutation.ClearResultStatus()
 	return _u
 }
 
@@ -261,6 +282,21 @@ func (_u *TaskUpdate) AddLogs(v ...*TaskLog) *TaskUpdate {
 	return _u.AddLogIDs(ids...)
 }
 
+// AddArtifactIDs adds the "artifacts" edge to the Artifact entity by IDs.
+func (_u *TaskUpdate) AddArtifactIDs(ids ...int) *TaskUpdate {
+	_u.mutation.AddArtifactIDs(ids...)
+	return _u
+}
+
+// AddArtifacts adds the "artifacts" edges to the Artifact entity.
+func (_u *TaskUpdate) AddArtifacts(v ...*Artifact) *TaskUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddArtifactIDs(ids...)
+}
+
 // Mutation returns the TaskMutation object of the builder.
 func (_u *TaskUpdate) Mutation() *TaskMutation {
 	return _u.mutation
@@ -308,6 +344,27 @@ func (_u *TaskUpdate) RemoveLogs(v ...*TaskLog) *TaskUpdate {
 	return _u.RemoveLogIDs(ids...)
 }
 
+// ClearArtifacts clears all "artifacts" edges to the Artifact entity.
+func (_u *TaskUpdate) ClearArtifacts() *TaskUpdate {
+	_u.mutation.ClearArtifacts()
+	return _u
+}
+
+// RemoveArtifactIDs removes the "artifacts" edge to Artifact entities by IDs.
+func (_u *TaskUpdate) RemoveArtifactIDs(ids ...int) *TaskUpdate {
+	_u.mutation.RemoveArtifactIDs(ids...)
+	return _u
+}
+
+// RemoveArtifacts removes "artifacts" edges to Artifact entities.
+func (_u *TaskUpdate) RemoveArtifacts(v ...*Artifact) *TaskUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveArtifactIDs(ids...)
+}
+
 // Save executes the query and returns the number of nodes affected by the update operation.
 func (_u *TaskUpdate) Save(ctx context.Context) (int, error) {
 	return withHooks(ctx, _u.sqlSave, _u.mutation, _u.hooks)
@@ -340,6 +397,11 @@ func (_u *TaskUpdate) check() error {
 	if v, ok := _u.mutation.Status(); ok {
 		if err := task.StatusValidator(v); err != nil {
 			return &ValidationError{Name: "status", err: fmt.Errorf(`ent: validator failed for field "Task.status": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ResultStatus(); ok {
+		if err := task.ResultStatusValidator(v); err != nil {
+			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
 		}
 	}
 	return nil
@@ -400,6 +462,12 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.LastErrorCleared() {
 		_spec.ClearField(task.FieldLastError, field.TypeString)
+	}
+	if value, ok := _u.mutation.ResultStatus(); ok {
+		_spec.SetField(task.FieldResultStatus, field.TypeEnum, value)
+	}
+	if _u.mutation.ResultStatusCleared() {
+		_spec.ClearField(task.FieldResultStatus, field.TypeEnum)
 	}
 	if value, ok := _u.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)
@@ -511,6 +579,51 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(tasklog.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ArtifactsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedArtifactsIDs(); len(nodes) > 0 && !_u.mutation.ArtifactsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ArtifactsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {
@@ -631,6 +744,26 @@ func (_u *TaskUpdateOne) SetNillableLastError(v *string) *TaskUpdateOne {
 // ClearLastError clears the value of the "last_error" field.
 func (_u *TaskUpdateOne) ClearLastError() *TaskUpdateOne {
 	_u.mutation.ClearLastError()
+	return _u
+}
+
+// SetResultStatus sets the "result_status" field.
+func (_u *TaskUpdateOne) SetResultStatus(v task.ResultStatus) *TaskUpdateOne {
+	_u.mutation.SetResultStatus(v)
+	return _u
+}
+
+// SetNillableResultStatus sets the "result_status" field if the given value is not nil.
+func (_u *TaskUpdateOne) SetNillableResultStatus(v *task.ResultStatus) *TaskUpdateOne {
+	if v != nil {
+		_u.SetResultStatus(*v)
+	}
+	return _u
+}
+
+// ClearResultStatus clears the value of the "result_status" field.
+func (_u *TaskUpdateOne) ClearResultStatus() *TaskUpdateOne {
+	_u.mutation.ClearResultStatus()
 	return _u
 }
 
@@ -767,6 +900,21 @@ func (_u *TaskUpdateOne) AddLogs(v ...*TaskLog) *TaskUpdateOne {
 	return _u.AddLogIDs(ids...)
 }
 
+// AddArtifactIDs adds the "artifacts" edge to the Artifact entity by IDs.
+func (_u *TaskUpdateOne) AddArtifactIDs(ids ...int) *TaskUpdateOne {
+	_u.mutation.AddArtifactIDs(ids...)
+	return _u
+}
+
+// AddArtifacts adds the "artifacts" edges to the Artifact entity.
+func (_u *TaskUpdateOne) AddArtifacts(v ...*Artifact) *TaskUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddArtifactIDs(ids...)
+}
+
 // Mutation returns the TaskMutation object of the builder.
 func (_u *TaskUpdateOne) Mutation() *TaskMutation {
 	return _u.mutation
@@ -814,6 +962,27 @@ func (_u *TaskUpdateOne) RemoveLogs(v ...*TaskLog) *TaskUpdateOne {
 	return _u.RemoveLogIDs(ids...)
 }
 
+// ClearArtifacts clears all "artifacts" edges to the Artifact entity.
+func (_u *TaskUpdateOne) ClearArtifacts() *TaskUpdateOne {
+	_u.mutation.ClearArtifacts()
+	return _u
+}
+
+// RemoveArtifactIDs removes the "artifacts" edge to Artifact entities by IDs.
+func (_u *TaskUpdateOne) RemoveArtifactIDs(ids ...int) *TaskUpdateOne {
+	_u.mutation.RemoveArtifactIDs(ids...)
+	return _u
+}
+
+// RemoveArtifacts removes "artifacts" edges to Artifact entities.
+func (_u *TaskUpdateOne) RemoveArtifacts(v ...*Artifact) *TaskUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveArtifactIDs(ids...)
+}
+
 // Where appends a list predicates to the TaskUpdate builder.
 func (_u *TaskUpdateOne) Where(ps ...predicate.Task) *TaskUpdateOne {
 	_u.mutation.Where(ps...)
@@ -859,6 +1028,11 @@ func (_u *TaskUpdateOne) check() error {
 	if v, ok := _u.mutation.Status(); ok {
 		if err := task.StatusValidator(v); err != nil {
 			return &ValidationError{Name: "status", err: fmt.Errorf(`ent: validator failed for field "Task.status": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.ResultStatus(); ok {
+		if err := task.ResultStatusValidator(v); err != nil {
+			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
 		}
 	}
 	return nil
@@ -936,6 +1110,12 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.LastErrorCleared() {
 		_spec.ClearField(task.FieldLastError, field.TypeString)
+	}
+	if value, ok := _u.mutation.ResultStatus(); ok {
+		_spec.SetField(task.FieldResultStatus, field.TypeEnum, value)
+	}
+	if _u.mutation.ResultStatusCleared() {
+		_spec.ClearField(task.FieldResultStatus, field.TypeEnum)
 	}
 	if value, ok := _u.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)
@@ -1047,6 +1227,51 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(tasklog.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.ArtifactsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedArtifactsIDs(); len(nodes) > 0 && !_u.mutation.ArtifactsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.ArtifactsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   task.ArtifactsTable,
+			Columns: []string{task.ArtifactsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(artifact.FieldID, field.TypeInt),
 			},
 		}
 		for _, k := range nodes {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,12 +16,11 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/access"
 	"taskgraph/app"
 	"taskgraph/app/apptest"
 	"taskgraph/auth"
-	"taskgraph/ent"
 	"taskgraph/internal/dbtest"
+	"taskgraph/internal/importtest"
 	"taskgraph/worker"
 )
 
@@ -231,14 +230,64 @@ func TestAccess(t *testing.T) {
 			require.Contains(t, string(m.Payload), mine.ID)
 			require.NotContains(t, string(m.Payload), "secret")
 		})
-		t.Run("ADownloadOfAnotherOperatorsTaskIsRefused", func(t *testing.T) {
-			id, err := strconv.Atoi(aliceTask.ID)
+		t.Run("AnOperatorCannotReachAnotherOperatorsFilesByAnyPath", func(t *testing.T) {
+			// alice imports a file with a bad row: the task has its source
+			// file and an error report.
+			r, status := importtest.UploadAs(t, s.Server, s.tok["alice"], "c.csv",
+				importtest.CSV(importtest.ContactsHeader, importtest.Rows(3, func(i int) bool { return i == 1 }), false), "contacts", nil, "")
+			require.Equal(t, http.StatusOK, status, "%+v", r.Errors)
+			var up struct{ ImportFile struct{ ID string } }
+			require.NoError(t, json.Unmarshal(r.Data, &up))
+			var task struct {
+				Task struct {
+					ResultStatus *string
+					Artifacts    []struct{ ID, Kind string }
+				}
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for task.Task.ResultStatus == nil {
+				require.True(t, time.Now().Before(deadline), "import did not finish")
+				s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { resultStatus artifacts { id kind } } }`, map[string]any{"id": up.ImportFile.ID}, &task)
+			}
+			require.NotEmpty(t, task.Task.Artifacts)
+			linkQ := `mutation($id: ID!) { artifactDownloadUrl(taskId: $id) { url } }`
+			// bob: the link, the artifact as a node, the task's artifacts.
+			require.Equal(t, "NOT_FOUND", code(t, s.DoAs(t, s.tok["bob"], linkQ, map[string]any{"id": up.ImportFile.ID})))
+			for _, a := range task.Task.Artifacts {
+				require.Equal(t, "NOT_FOUND", code(t, s.DoAs(t, s.tok["bob"], `query($id: ID!) { node(id: $id) { id } }`, map[string]any{"id": a.ID})), a.Kind)
+			}
+			// alice: the link is the credential (a browser sends no token)
+			// and the download is audited.
+			var link struct{ ArtifactDownloadURL struct{ URL string } }
+			s.QueryAs(t, s.tok["alice"], linkQ, map[string]any{"id": up.ImportFile.ID}, &link)
+			resp, err := http.Get(link.ArtifactDownloadURL.URL)
 			require.NoError(t, err)
-			_, err = access.Task(context.Background(), s.App.Store.Client(), auth.Viewer{User: "bob", Role: auth.RoleOperator}, id)
-			require.True(t, ent.IsNotFound(err), "%v", err)
-			tk, err := access.Task(context.Background(), s.App.Store.Client(), auth.Viewer{User: "alice", Role: auth.RoleViewer}, id)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			var audits struct {
+				AuditLogs struct{ TotalCount int }
+			}
+			s.QueryAs(t, s.tok["root"], `query($id: ID!) { auditLogs(where: {action: DOWNLOAD, taskID: $id}) { totalCount } }`, map[string]any{"id": up.ImportFile.ID}, &audits)
+			require.Equal(t, 1, audits.AuditLogs.TotalCount, "one record per download")
+		})
+		t.Run("AnOperatorsExportHoldsItsOwnTasksOnly", func(t *testing.T) {
+			var out struct{ CreateTask taskView }
+			s.QueryAs(t, s.tok["bob"], createNoop, map[string]any{"in": map[string]any{"type": "export", "input": map[string]any{"source": "tasks", "format": "csv"}}}, &out)
+			var done struct{ Task struct{ Status string } }
+			deadline := time.Now().Add(30 * time.Second)
+			for done.Task.Status != "SUCCESS" {
+				require.True(t, time.Now().Before(deadline), "export did not finish: %s", done.Task.Status)
+				s.QueryAs(t, s.tok["bob"], `query($id: ID!) { task(id: $id) { status } }`, map[string]any{"id": out.CreateTask.ID}, &done)
+			}
+			var link struct{ ArtifactDownloadURL struct{ URL string } }
+			s.QueryAs(t, s.tok["bob"], `mutation($id: ID!) { artifactDownloadUrl(taskId: $id, kind: EXPORT) { url } }`, map[string]any{"id": out.CreateTask.ID}, &link)
+			resp, err := http.Get(link.ArtifactDownloadURL.URL)
 			require.NoError(t, err)
-			require.Equal(t, "alice", tk.Owner)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.Contains(t, string(body), bobTask.Code)
+			require.NotContains(t, string(body), aliceTask.Code, "alice's task is not in bob's export")
 		})
 		t.Run("AViewerReadsItsOwnButCannotMutate", func(t *testing.T) {
 			var st struct{ Task taskView }

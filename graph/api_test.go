@@ -322,7 +322,7 @@ func TestMutations(t *testing.T) {
 				names = append(names, ty.Name)
 				require.Equal(t, "object", ty.InputSchema["type"])
 			}
-			require.Equal(t, []string{"noop", "webhook"}, names)
+			require.Equal(t, []string{"export", "import", "noop", "report", "webhook"}, names)
 		})
 		t.Run("FilterSearchAndPage", func(t *testing.T) {
 			for i := range 5 {

@@ -12,7 +12,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"taskgraph/ent"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/task"
 	"taskgraph/ent/tasklog"
 	"taskgraph/graph/model"
 	"taskgraph/graph/scalar"
@@ -53,6 +55,20 @@ type ComplexityRoot struct {
 		Message func(childComplexity int) int
 	}
 
+	Artifact struct {
+		ContentType func(childComplexity int) int
+		CreatedAt   func(childComplexity int) int
+		ExpiresAt   func(childComplexity int) int
+		Filename    func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Kind        func(childComplexity int) int
+		Owner       func(childComplexity int) int
+		Sha256      func(childComplexity int) int
+		Size        func(childComplexity int) int
+		Task        func(childComplexity int) int
+		TaskID      func(childComplexity int) int
+	}
+
 	AuditLog struct {
 		Action     func(childComplexity int) int
 		Actor      func(childComplexity int) int
@@ -78,12 +94,33 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	DownloadLink struct {
+		ExpiresAt func(childComplexity int) int
+		URL       func(childComplexity int) int
+	}
+
+	ImportColumn struct {
+		Headers  func(childComplexity int) int
+		Key      func(childComplexity int) int
+		Required func(childComplexity int) int
+		Type     func(childComplexity int) int
+	}
+
+	ImportTarget struct {
+		BusinessKey func(childComplexity int) int
+		Columns     func(childComplexity int) int
+		Description func(childComplexity int) int
+		Name        func(childComplexity int) int
+	}
+
 	Mutation struct {
-		CancelTask  func(childComplexity int, id int, reason *string) int
-		CancelTasks func(childComplexity int, ids []int, reason *string) int
-		CreateTask  func(childComplexity int, input model.CreateTaskInput) int
-		RetryTask   func(childComplexity int, id int) int
-		RetryTasks  func(childComplexity int, ids []int) int
+		ArtifactDownloadURL func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
+		CancelTask          func(childComplexity int, id int, reason *string) int
+		CancelTasks         func(childComplexity int, ids []int, reason *string) int
+		CreateTask          func(childComplexity int, input model.CreateTaskInput) int
+		ImportFile          func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
+		RetryTask           func(childComplexity int, id int) int
+		RetryTasks          func(childComplexity int, ids []int) int
 	}
 
 	PageInfo struct {
@@ -95,6 +132,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		AuditLogs     func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
+		ImportTargets func(childComplexity int) int
 		Node          func(childComplexity int, id int) int
 		Nodes         func(childComplexity int, ids []int) int
 		RetryPolicies func(childComplexity int) int
@@ -124,6 +162,7 @@ type ComplexityRoot struct {
 	}
 
 	Task struct {
+		Artifacts        func(childComplexity int) int
 		AvailableActions func(childComplexity int) int
 		BizID            func(childComplexity int) int
 		CancelReason     func(childComplexity int) int
@@ -139,10 +178,12 @@ type ComplexityRoot struct {
 		Logs             func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
 		MaxAttempts      func(childComplexity int) int
 		Owner            func(childComplexity int) int
+		OwnerRole        func(childComplexity int) int
 		Priority         func(childComplexity int) int
 		ProgressDone     func(childComplexity int) int
 		ProgressTotal    func(childComplexity int) int
 		Result           func(childComplexity int) int
+		ResultStatus     func(childComplexity int) int
 		RetryPolicy      func(childComplexity int) int
 		RunAt            func(childComplexity int) int
 		Status           func(childComplexity int) int
@@ -245,6 +286,8 @@ type MutationResolver interface {
 	RetryTask(ctx context.Context, id int) (*ent.Task, error)
 	CancelTasks(ctx context.Context, ids []int, reason *string) ([]*model.TaskActionResult, error)
 	RetryTasks(ctx context.Context, ids []int) ([]*model.TaskActionResult, error)
+	ImportFile(ctx context.Context, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) (*ent.Task, error)
+	ArtifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
@@ -256,6 +299,7 @@ type QueryResolver interface {
 	TaskStats(ctx context.Context) (*model.TaskStats, error)
 	TaskTypes(ctx context.Context) ([]*model.TaskType, error)
 	RetryPolicies(ctx context.Context) ([]*model.RetryPolicy, error)
+	ImportTargets(ctx context.Context) ([]*model.ImportTarget, error)
 }
 type SubscriptionResolver interface {
 	TaskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error)
@@ -304,6 +348,73 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ActionError.Message(childComplexity), true
+
+	case "Artifact.contentType":
+		if e.ComplexityRoot.Artifact.ContentType == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.ContentType(childComplexity), true
+	case "Artifact.createdAt":
+		if e.ComplexityRoot.Artifact.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.CreatedAt(childComplexity), true
+	case "Artifact.expiresAt":
+		if e.ComplexityRoot.Artifact.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.ExpiresAt(childComplexity), true
+	case "Artifact.filename":
+		if e.ComplexityRoot.Artifact.Filename == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Filename(childComplexity), true
+	case "Artifact.id":
+		if e.ComplexityRoot.Artifact.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.ID(childComplexity), true
+	case "Artifact.kind":
+		if e.ComplexityRoot.Artifact.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Kind(childComplexity), true
+	case "Artifact.owner":
+		if e.ComplexityRoot.Artifact.Owner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Owner(childComplexity), true
+	case "Artifact.sha256":
+		if e.ComplexityRoot.Artifact.Sha256 == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Sha256(childComplexity), true
+	case "Artifact.size":
+		if e.ComplexityRoot.Artifact.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Size(childComplexity), true
+	case "Artifact.task":
+		if e.ComplexityRoot.Artifact.Task == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Task(childComplexity), true
+	case "Artifact.taskID":
+		if e.ComplexityRoot.Artifact.TaskID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.TaskID(childComplexity), true
 
 	case "AuditLog.action":
 		if e.ComplexityRoot.AuditLog.Action == nil {
@@ -404,6 +515,80 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AuditLogEdge.Node(childComplexity), true
 
+	case "DownloadLink.expiresAt":
+		if e.ComplexityRoot.DownloadLink.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DownloadLink.ExpiresAt(childComplexity), true
+	case "DownloadLink.url":
+		if e.ComplexityRoot.DownloadLink.URL == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DownloadLink.URL(childComplexity), true
+
+	case "ImportColumn.headers":
+		if e.ComplexityRoot.ImportColumn.Headers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Headers(childComplexity), true
+	case "ImportColumn.key":
+		if e.ComplexityRoot.ImportColumn.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Key(childComplexity), true
+	case "ImportColumn.required":
+		if e.ComplexityRoot.ImportColumn.Required == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Required(childComplexity), true
+	case "ImportColumn.type":
+		if e.ComplexityRoot.ImportColumn.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportColumn.Type(childComplexity), true
+
+	case "ImportTarget.businessKey":
+		if e.ComplexityRoot.ImportTarget.BusinessKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.BusinessKey(childComplexity), true
+	case "ImportTarget.columns":
+		if e.ComplexityRoot.ImportTarget.Columns == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.Columns(childComplexity), true
+	case "ImportTarget.description":
+		if e.ComplexityRoot.ImportTarget.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.Description(childComplexity), true
+	case "ImportTarget.name":
+		if e.ComplexityRoot.ImportTarget.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImportTarget.Name(childComplexity), true
+
+	case "Mutation.artifactDownloadUrl":
+		if e.ComplexityRoot.Mutation.ArtifactDownloadURL == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_artifactDownloadUrl_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ArtifactDownloadURL(childComplexity, args["taskId"].(int), args["kind"].(*artifact.Kind), args["format"].(*model.FileFormat)), true
 	case "Mutation.cancelTask":
 		if e.ComplexityRoot.Mutation.CancelTask == nil {
 			break
@@ -437,6 +622,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateTask(childComplexity, args["input"].(model.CreateTaskInput)), true
+	case "Mutation.importFile":
+		if e.ComplexityRoot.Mutation.ImportFile == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_importFile_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ImportFile(childComplexity, args["file"].(graphql.Upload), args["target"].(string), args["options"].(json.RawMessage), args["idempotencyKey"].(*string)), true
 	case "Mutation.retryTask":
 		if e.ComplexityRoot.Mutation.RetryTask == nil {
 			break
@@ -496,6 +692,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.AuditLogs(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].(*ent.AuditLogOrder), args["where"].(*ent.AuditLogWhereInput)), true
+	case "Query.importTargets":
+		if e.ComplexityRoot.Query.ImportTargets == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ImportTargets(childComplexity), true
 
 	case "Query.node":
 		if e.ComplexityRoot.Query.Node == nil {
@@ -638,6 +840,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Subscription.TaskUpdated(childComplexity, args["id"].(*int), args["where"].(*ent.TaskWhereInput)), true
 
+	case "Task.artifacts":
+		if e.ComplexityRoot.Task.Artifacts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Artifacts(childComplexity), true
 	case "Task.availableActions":
 		if e.ComplexityRoot.Task.AvailableActions == nil {
 			break
@@ -733,6 +941,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Owner(childComplexity), true
+	case "Task.ownerRole":
+		if e.ComplexityRoot.Task.OwnerRole == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.OwnerRole(childComplexity), true
 	case "Task.priority":
 		if e.ComplexityRoot.Task.Priority == nil {
 			break
@@ -757,6 +971,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Result(childComplexity), true
+	case "Task.resultStatus":
+		if e.ComplexityRoot.Task.ResultStatus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.ResultStatus(childComplexity), true
 	case "Task.retryPolicy":
 		if e.ComplexityRoot.Task.RetryPolicy == nil {
 			break
@@ -1131,6 +1351,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("ArtifactOrder", ec.unmarshalInputArtifactOrder),
 			graphql.NewInputUnmarshaler("AuditLogOrder", ec.unmarshalInputAuditLogOrder),
 			graphql.NewInputUnmarshaler("AuditLogWhereInput", ec.unmarshalInputAuditLogWhereInput),
 			graphql.NewInputUnmarshaler("CreateTaskInput", ec.unmarshalInputCreateTaskInput),
@@ -1232,6 +1453,60 @@ func newExecutionContext(
 var sources = []*ast.Source{
 	{Name: "../ent.graphql", Input: `directive @goField(forceResolver: Boolean, name: String, omittable: Boolean) on FIELD_DEFINITION | INPUT_FIELD_DEFINITION
 directive @goModel(model: String, models: [String!], forceGenerate: Boolean) on OBJECT | INPUT_OBJECT | SCALAR | ENUM | INTERFACE | UNION
+type Artifact implements Node {
+  id: ID!
+  createdAt: Time!
+  """
+  The task it belongs to; empty only between an upload and its task's creation.
+  """
+  taskID: ID
+  """
+  Who uploaded it, or the owner of the task that wrote it.
+  """
+  owner: String!
+  kind: ArtifactKind!
+  """
+  The name offered on download (never used as a path).
+  """
+  filename: String!
+  contentType: String!
+  size: Int!
+  sha256: String!
+  """
+  The janitor removes the file and this row after this time.
+  """
+  expiresAt: Time!
+  task: Task
+}
+"""
+ArtifactKind is enum for the field kind
+"""
+enum ArtifactKind @goModel(model: "taskgraph/ent/artifact.Kind") {
+  SOURCE
+  ERROR_REPORT
+  EXPORT
+  REPORT
+}
+"""
+Ordering options for Artifact connections
+"""
+input ArtifactOrder {
+  """
+  The ordering direction.
+  """
+  direction: OrderDirection! = ASC
+  """
+  The field by which to order Artifacts.
+  """
+  field: ArtifactOrderField!
+}
+"""
+Properties by which Artifact connections can be ordered.
+"""
+enum ArtifactOrderField {
+  CREATED_AT
+  EXPIRES_AT
+}
 type AuditLog implements Node {
   id: ID!
   createdAt: Time!
@@ -1629,6 +1904,10 @@ type Task implements Node {
   priority: Int!
   owner: String!
   """
+  The owner's role when the task was created: a handler that reads data on the owner's behalf (an export) sees what the owner saw.
+  """
+  ownerRole: String!
+  """
   Input with sensitive values masked.
   """
   input: JSON!
@@ -1646,6 +1925,10 @@ type Task implements Node {
   """
   lastError: String
   """
+  Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none.
+  """
+  resultStatus: TaskResultStatus
+  """
   Incremented by every committed change; orders events per task.
   """
   version: Int!
@@ -1657,6 +1940,10 @@ type Task implements Node {
   runAt: Time!
   updatedAt: Time!
   finishedAt: Time
+  """
+  Files the task read or wrote (source, error report, export, report).
+  """
+  artifacts: [Artifact!]
 }
 """
 A connection to a list of items.
@@ -1818,6 +2105,14 @@ enum TaskOrderField {
   OWNER
   UPDATED_AT
   FINISHED_AT
+}
+"""
+TaskResultStatus is enum for the field result_status
+"""
+enum TaskResultStatus @goModel(model: "taskgraph/ent/task.ResultStatus") {
+  SUCCESS
+  PARTIAL_SUCCESS
+  FAILED
 }
 """
 TaskStatus is enum for the field status
@@ -2055,6 +2350,15 @@ input TaskWhereInput {
   lastErrorEqualFold: String
   lastErrorContainsFold: String
   """
+  result_status field predicates
+  """
+  resultStatus: TaskResultStatus
+  resultStatusNEQ: TaskResultStatus
+  resultStatusIn: [TaskResultStatus!]
+  resultStatusNotIn: [TaskResultStatus!]
+  resultStatusIsNil: Boolean
+  resultStatusNotNil: Boolean
+  """
   version field predicates
   """
   version: Int
@@ -2263,6 +2567,64 @@ type Subscription {
   "Log lines appended to a task, as they are committed."
   taskLogAppended(taskId: ID!): TaskLog!
 }
+
+# --- Batch import, export and report (issue 3) ---
+
+"A file sent with the GraphQL multipart request spec."
+scalar Upload
+
+"The format of a tabular file."
+enum FileFormat {
+  XLSX
+  CSV
+}
+
+"A short-lived signed link to one artifact."
+type DownloadLink {
+  "GET it (no other credentials needed than the user's own) until expiresAt: the file comes as an attachment."
+  url: String!
+  expiresAt: Time!
+}
+
+extend type Mutation {
+  """
+  Uploads an .xlsx or .csv file (UTF-8 with or without BOM, or GBK) and
+  creates an import task for it into target (see importTargets). The file is
+  checked (extension, content, size, decompression and row limits) before the
+  task exists: a refused file is a VALIDATION error naming the limit. With an
+  idempotency key, the same file with the same target and options returns the
+  task created first; another file with the same key is a CONFLICT.
+  """
+  importFile(file: Upload!, target: String!, options: JSON, idempotencyKey: String): Task!
+  """
+  A signed link to download a task's newest artifact of a kind (the error
+  report by default; format picks xlsx or csv where both exist). The link
+  works for a few minutes, for the user who asked.
+  """
+  artifactDownloadUrl(taskId: ID!, kind: ArtifactKind = ERROR_REPORT, format: FileFormat): DownloadLink!
+}
+
+"A column an import target reads."
+type ImportColumn {
+  key: String!
+  "Header spellings accepted (Chinese and English), the first being the one shown."
+  headers: [String!]!
+  required: Boolean!
+  type: String!
+}
+
+"Where an import writes."
+type ImportTarget {
+  name: String!
+  description: String!
+  columns: [ImportColumn!]!
+  "What makes a written row unique, so that a re-run import never writes it twice."
+  businessKey: [String!]!
+}
+
+extend type Query {
+  importTargets: [ImportTarget!]!
+}
 `, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -2279,6 +2641,34 @@ func (ec *executionContext) childFields_ActionError(ctx context.Context, field g
 		return ec.fieldContext_ActionError_message(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ActionError", field.Name)
+}
+
+func (ec *executionContext) childFields_Artifact(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Artifact_id(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Artifact_createdAt(ctx, field)
+	case "taskID":
+		return ec.fieldContext_Artifact_taskID(ctx, field)
+	case "owner":
+		return ec.fieldContext_Artifact_owner(ctx, field)
+	case "kind":
+		return ec.fieldContext_Artifact_kind(ctx, field)
+	case "filename":
+		return ec.fieldContext_Artifact_filename(ctx, field)
+	case "contentType":
+		return ec.fieldContext_Artifact_contentType(ctx, field)
+	case "size":
+		return ec.fieldContext_Artifact_size(ctx, field)
+	case "sha256":
+		return ec.fieldContext_Artifact_sha256(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_Artifact_expiresAt(ctx, field)
+	case "task":
+		return ec.fieldContext_Artifact_task(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Artifact", field.Name)
 }
 
 func (ec *executionContext) childFields_AuditLog(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2329,6 +2719,44 @@ func (ec *executionContext) childFields_AuditLogEdge(ctx context.Context, field 
 		return ec.fieldContext_AuditLogEdge_cursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AuditLogEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "url":
+		return ec.fieldContext_DownloadLink_url(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_DownloadLink_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DownloadLink", field.Name)
+}
+
+func (ec *executionContext) childFields_ImportColumn(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_ImportColumn_key(ctx, field)
+	case "headers":
+		return ec.fieldContext_ImportColumn_headers(ctx, field)
+	case "required":
+		return ec.fieldContext_ImportColumn_required(ctx, field)
+	case "type":
+		return ec.fieldContext_ImportColumn_type(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ImportColumn", field.Name)
+}
+
+func (ec *executionContext) childFields_ImportTarget(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_ImportTarget_name(ctx, field)
+	case "description":
+		return ec.fieldContext_ImportTarget_description(ctx, field)
+	case "columns":
+		return ec.fieldContext_ImportTarget_columns(ctx, field)
+	case "businessKey":
+		return ec.fieldContext_ImportTarget_businessKey(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ImportTarget", field.Name)
 }
 
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2393,6 +2821,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_priority(ctx, field)
 	case "owner":
 		return ec.fieldContext_Task_owner(ctx, field)
+	case "ownerRole":
+		return ec.fieldContext_Task_ownerRole(ctx, field)
 	case "input":
 		return ec.fieldContext_Task_input(ctx, field)
 	case "timeoutSeconds":
@@ -2409,6 +2839,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_result(ctx, field)
 	case "lastError":
 		return ec.fieldContext_Task_lastError(ctx, field)
+	case "resultStatus":
+		return ec.fieldContext_Task_resultStatus(ctx, field)
 	case "version":
 		return ec.fieldContext_Task_version(ctx, field)
 	case "cancelRequested":
@@ -2421,6 +2853,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_updatedAt(ctx, field)
 	case "finishedAt":
 		return ec.fieldContext_Task_finishedAt(ctx, field)
+	case "artifacts":
+		return ec.fieldContext_Task_artifacts(ctx, field)
 	case "instances":
 		return ec.fieldContext_Task_instances(ctx, field)
 	case "logs":
@@ -2709,6 +3143,36 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 
 // region    ***************************** args.gotpl *****************************
 
+func (ec *executionContext) field_Mutation_artifactDownloadUrl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "taskId",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["taskId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "kind",
+		func(ctx context.Context, v any) (*artifact.Kind, error) {
+			return ec.unmarshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["kind"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "format",
+		func(ctx context.Context, v any) (*model.FileFormat, error) {
+			return ec.unmarshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["format"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_cancelTask_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2764,6 +3228,44 @@ func (ec *executionContext) field_Mutation_createTask_args(ctx context.Context, 
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_importFile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "file",
+		func(ctx context.Context, v any) (graphql.Upload, error) {
+			return ec.unmarshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚐUpload(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["file"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "target",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["target"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "options",
+		func(ctx context.Context, v any) (json.RawMessage, error) {
+			return ec.unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["options"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "idempotencyKey",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["idempotencyKey"] = arg3
 	return args, nil
 }
 
@@ -3167,6 +3669,268 @@ func (ec *executionContext) fieldContext_ActionError_message(_ context.Context, 
 	return graphql.NewScalarFieldContext("ActionError", field, false, false, "String")
 }
 
+func (ec *executionContext) _Artifact_id(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Artifact_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Artifact_taskID(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_taskID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOID2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_taskID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Artifact_owner(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_owner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Owner, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_owner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_kind(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v artifact.Kind) graphql.Marshaler {
+			return ec.marshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "ArtifactKind")
+}
+
+func (ec *executionContext) _Artifact_filename(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_filename(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Filename, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_filename(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_contentType(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_contentType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ContentType, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_contentType(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_size(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_size(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Size, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_size(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Artifact_sha256(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_sha256(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sha256, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_sha256(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_expiresAt(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Artifact_task(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_task(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Task(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_task(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Artifact",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _AuditLog_id(ctx context.Context, field graphql.CollectedField, obj *ent.AuditLog) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3562,6 +4326,245 @@ func (ec *executionContext) fieldContext_AuditLogEdge_cursor(_ context.Context, 
 	return graphql.NewScalarFieldContext("AuditLogEdge", field, false, false, "Cursor")
 }
 
+func (ec *executionContext) _DownloadLink_url(ctx context.Context, field graphql.CollectedField, obj *model.DownloadLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DownloadLink_url(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.URL, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DownloadLink_url(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DownloadLink", field, false, false, "String")
+}
+
+func (ec *executionContext) _DownloadLink_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.DownloadLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DownloadLink_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DownloadLink_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DownloadLink", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ImportColumn_key(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportColumn_headers(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_headers(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Headers, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_headers(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportColumn_required(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_required(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Required, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_required(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ImportColumn_type(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportColumn_type(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Type, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportColumn_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportColumn", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportTarget_name(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportTarget", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportTarget_description(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_description(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Description, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportTarget", field, false, false, "String")
+}
+
+func (ec *executionContext) _ImportTarget_columns(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_columns(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Columns, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ImportColumn) graphql.Marshaler {
+			return ec.marshalNImportColumn2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_columns(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ImportTarget",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ImportColumn(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ImportTarget_businessKey(ctx context.Context, field graphql.CollectedField, obj *model.ImportTarget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ImportTarget_businessKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BusinessKey, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ImportTarget_businessKey(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ImportTarget", field, false, false, "String")
+}
+
 func (ec *executionContext) _Mutation_createTask(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3776,6 +4779,94 @@ func (ec *executionContext) fieldContext_Mutation_retryTasks(ctx context.Context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_retryTasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_importFile(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_importFile(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ImportFile(ctx, fc.Args["file"].(graphql.Upload), fc.Args["target"].(string), fc.Args["options"].(json.RawMessage), fc.Args["idempotencyKey"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_importFile(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_importFile_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_artifactDownloadUrl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_artifactDownloadUrl(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ArtifactDownloadURL(ctx, fc.Args["taskId"].(int), fc.Args["kind"].(*artifact.Kind), fc.Args["format"].(*model.FileFormat))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
+			return ec.marshalNDownloadLink2ᚖtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_artifactDownloadUrl(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DownloadLink(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_artifactDownloadUrl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -4229,6 +5320,38 @@ func (ec *executionContext) fieldContext_Query_retryPolicies(_ context.Context, 
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_RetryPolicy(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_importTargets(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_importTargets(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ImportTargets(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ImportTarget) graphql.Marshaler {
+			return ec.marshalNImportTarget2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_importTargets(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ImportTarget(ctx, field)
 		},
 	}
 	return fc, nil
@@ -4789,6 +5912,29 @@ func (ec *executionContext) fieldContext_Task_owner(_ context.Context, field gra
 	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
 }
 
+func (ec *executionContext) _Task_ownerRole(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_ownerRole(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OwnerRole, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_ownerRole(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
+}
+
 func (ec *executionContext) _Task_input(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4973,6 +6119,29 @@ func (ec *executionContext) fieldContext_Task_lastError(_ context.Context, field
 	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
 }
 
+func (ec *executionContext) _Task_resultStatus(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_resultStatus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ResultStatus, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
+			return ec.marshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_resultStatus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "TaskResultStatus")
+}
+
 func (ec *executionContext) _Task_version(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5109,6 +6278,38 @@ func (ec *executionContext) _Task_finishedAt(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_Task_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Task_artifacts(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_artifacts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Artifacts(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
+			return ec.marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_artifacts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Artifact(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Task_instances(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
@@ -7573,6 +8774,59 @@ func (ec *executionContext) fieldContext___Type_isOneOf(_ context.Context, field
 
 // region    **************************** input.gotpl *****************************
 
+func (ec *executionContext) unmarshalInputArtifactOrder(ctx context.Context, obj any) (ent.ArtifactOrder, error) {
+	var it ent.ArtifactOrder
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["direction"]; !present {
+		asMap["direction"] = "ASC"
+	}
+
+	fieldsInOrder := [...]string{"direction", "field"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "direction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("direction"))
+			data, err := ec.unmarshalNOrderDirection2entgoᚗioᚋcontribᚋentgqlᚐOrderDirection(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Direction = data
+		case "field":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
+			data, err := ec.unmarshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Field = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalArtifactOrder unmarshals raw into the ArtifactOrder input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalArtifactOrder(ctx context.Context, raw any) (ent.ArtifactOrder, error) {
+	var out ent.ArtifactOrder
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ArtifactOrder", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputAuditLogOrder(ctx context.Context, obj any) (ent.AuditLogOrder, error) {
 	var it ent.AuditLogOrder
 	if obj == nil {
@@ -8536,7 +9790,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "search"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "search"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -9740,6 +10994,48 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			it.LastErrorContainsFold = data
+		case "resultStatus":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatus"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatus = data
+		case "resultStatusNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNEQ"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusNEQ = data
+		case "resultStatusIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusIn"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusIn = data
+		case "resultStatusNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNotIn"))
+			data, err := ec.unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusNotIn = data
+		case "resultStatusIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusIsNil = data
+		case "resultStatusNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ResultStatusNotNil = data
 		case "version":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("version"))
 			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
@@ -10151,6 +11447,11 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._AuditLog(ctx, sel, obj)
+	case *ent.Artifact:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Artifact(ctx, sel, obj)
 	default:
 		if typedObj, ok := obj.(graphql.Marshaler); ok {
 			return typedObj
@@ -10185,6 +11486,90 @@ func (ec *executionContext) _ActionError(ctx context.Context, sel ast.SelectionS
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var artifactImplementors = []string{"Artifact", "Node"}
+
+func (ec *executionContext) _Artifact(ctx context.Context, sel ast.SelectionSet, obj *ent.Artifact) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, artifactImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Artifact")
+		case "id":
+			out.Values[i] = ec._Artifact_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._Artifact_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskID":
+			out.Values[i] = ec._Artifact_taskID(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "owner":
+			out.Values[i] = ec._Artifact_owner(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "kind":
+			out.Values[i] = ec._Artifact_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "filename":
+			out.Values[i] = ec._Artifact_filename(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "contentType":
+			out.Values[i] = ec._Artifact_contentType(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "size":
+			out.Values[i] = ec._Artifact_size(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "sha256":
+			out.Values[i] = ec._Artifact_sha256(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "expiresAt":
+			out.Values[i] = ec._Artifact_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "task":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Artifact_task(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -10366,6 +11751,140 @@ func (ec *executionContext) _AuditLogEdge(ctx context.Context, sel ast.Selection
 	return out
 }
 
+var downloadLinkImplementors = []string{"DownloadLink"}
+
+func (ec *executionContext) _DownloadLink(ctx context.Context, sel ast.SelectionSet, obj *model.DownloadLink) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, downloadLinkImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DownloadLink")
+		case "url":
+			out.Values[i] = ec._DownloadLink_url(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._DownloadLink_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var importColumnImplementors = []string{"ImportColumn"}
+
+func (ec *executionContext) _ImportColumn(ctx context.Context, sel ast.SelectionSet, obj *model.ImportColumn) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, importColumnImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ImportColumn")
+		case "key":
+			out.Values[i] = ec._ImportColumn_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "headers":
+			out.Values[i] = ec._ImportColumn_headers(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "required":
+			out.Values[i] = ec._ImportColumn_required(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "type":
+			out.Values[i] = ec._ImportColumn_type(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var importTargetImplementors = []string{"ImportTarget"}
+
+func (ec *executionContext) _ImportTarget(ctx context.Context, sel ast.SelectionSet, obj *model.ImportTarget) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, importTargetImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ImportTarget")
+		case "name":
+			out.Values[i] = ec._ImportTarget_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "description":
+			out.Values[i] = ec._ImportTarget_description(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "columns":
+			out.Values[i] = ec._ImportTarget_columns(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "businessKey":
+			out.Values[i] = ec._ImportTarget_businessKey(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var mutationImplementors = []string{"Mutation"}
 
 func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet) graphql.Marshaler {
@@ -10416,6 +11935,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "retryTasks":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_retryTasks(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "importFile":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_importFile(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "artifactDownloadUrl":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_artifactDownloadUrl(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -10557,6 +12090,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_retryPolicies(ctx, field)
+				})
+		case "importTargets":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_importTargets(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -10763,6 +12302,11 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "ownerRole":
+			out.Values[i] = ec._Task_ownerRole(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "input":
 			out.Values[i] = ec._Task_input(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -10803,6 +12347,11 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "resultStatus":
+			out.Values[i] = ec._Task_resultStatus(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "version":
 			out.Values[i] = ec._Task_version(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -10833,6 +12382,12 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "artifacts":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_artifacts(ctx, field, obj)
+				})
 		case "instances":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,
@@ -11767,6 +13322,38 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx context.Context, sel ast.SelectionSet, v *ent.Artifact) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Artifact!")
+		return graphql.Null
+	}
+	return ec._Artifact(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (artifact.Kind, error) {
+	var res artifact.Kind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v artifact.Kind) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) unmarshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, v any) (*ent.ArtifactOrderField, error) {
+	var res = new(ent.ArtifactOrderField)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ArtifactOrderField) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ArtifactOrderField!")
+		return graphql.Null
+	}
+	return v
+}
+
 func (ec *executionContext) unmarshalNAuditLogAction2taskgraphᚋentᚋauditlogᚐAction(ctx context.Context, v any) (auditlog.Action, error) {
 	var res auditlog.Action
 	err := res.UnmarshalGQL(v)
@@ -11841,6 +13428,14 @@ func (ec *executionContext) unmarshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCur
 
 func (ec *executionContext) marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx context.Context, sel ast.SelectionSet, v entgql.Cursor[int]) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalNDownloadLink2ᚖtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx context.Context, sel ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DownloadLink!")
+		return graphql.Null
+	}
+	return ec._DownloadLink(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNFloat2float64(ctx context.Context, v any) (float64, error) {
@@ -11927,6 +13522,54 @@ func (ec *executionContext) marshalNID2ᚕintᚄ(ctx context.Context, sel ast.Se
 	}
 
 	return ret
+}
+
+func (ec *executionContext) marshalNImportColumn2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportColumn) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNImportColumn2ᚖtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNImportColumn2ᚖtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx context.Context, sel ast.SelectionSet, v *model.ImportColumn) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ImportColumn!")
+		return graphql.Null
+	}
+	return ec._ImportColumn(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNImportTarget2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportTarget) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNImportTarget2ᚖtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNImportTarget2ᚖtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx context.Context, sel ast.SelectionSet, v *model.ImportTarget) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ImportTarget!")
+		return graphql.Null
+	}
+	return ec._ImportTarget(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNInt2int(ctx context.Context, v any) (int, error) {
@@ -12059,6 +13702,35 @@ func (ec *executionContext) marshalNString2string(ctx context.Context, sel ast.S
 		graphql.AddInvalidNullFromMarshaler(ctx, "String!")
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]string, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNString2string(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel ast.SelectionSet, v []string) graphql.Marshaler {
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNString2string(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx context.Context, sel ast.SelectionSet, v *ent.Task) graphql.Marshaler {
@@ -12224,6 +13896,16 @@ func (ec *executionContext) marshalNTaskOrderField2ᚖtaskgraphᚋentᚐTaskOrde
 	return v
 }
 
+func (ec *executionContext) unmarshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (task.ResultStatus, error) {
+	var res task.ResultStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v task.ResultStatus) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) marshalNTaskStats2ᚖtaskgraphᚋgraphᚋmodelᚐTaskStats(ctx context.Context, sel ast.SelectionSet, v *model.TaskStats) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskStats!")
@@ -12307,6 +13989,20 @@ func (ec *executionContext) marshalNTypeCount2ᚖtaskgraphᚋgraphᚋmodelᚐTyp
 		return graphql.Null
 	}
 	return ec._TypeCount(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚐUpload(ctx context.Context, v any) (graphql.Upload, error) {
+	res, err := graphql.UnmarshalUpload(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚐUpload(ctx context.Context, sel ast.SelectionSet, v graphql.Upload) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalUpload(v)
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "Upload!")
+	}
+	return res
 }
 
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {
@@ -12456,6 +14152,41 @@ func (ec *executionContext) marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐA
 		return graphql.Null
 	}
 	return ec._ActionError(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (*artifact.Kind, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(artifact.Kind)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v *artifact.Kind) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) marshalOAuditLog2ᚖtaskgraphᚋentᚐAuditLog(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLog) graphql.Marshaler {
@@ -12678,6 +14409,22 @@ func (ec *executionContext) unmarshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐError
 }
 
 func (ec *executionContext) marshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx context.Context, sel ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, v any) (*model.FileFormat, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.FileFormat)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, sel ast.SelectionSet, v *model.FileFormat) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -13020,6 +14767,58 @@ func (ec *executionContext) unmarshalOTaskOrder2ᚕᚖtaskgraphᚋentᚐTaskOrde
 		}
 	}
 	return res, nil
+}
+
+func (ec *executionContext) unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, v any) ([]task.ResultStatus, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]task.ResultStatus, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []task.ResultStatus) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (*task.ResultStatus, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(task.ResultStatus)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) unmarshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStatusᚄ(ctx context.Context, v any) ([]lifecycle.Status, error) {

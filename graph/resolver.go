@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"taskgraph/artifact"
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/events"
+	"taskgraph/importer"
 )
 
 // Resolver holds what resolvers use.
@@ -19,6 +21,11 @@ type Resolver struct {
 	Client *ent.Client
 	Broker *events.Broker
 	Log    *slog.Logger
+	// Importer, Artifacts and Links serve uploads and downloads; without
+	// them importFile and artifactDownloadUrl are unavailable.
+	Importer  *importer.Importer
+	Artifacts *artifact.Store
+	Links     *artifact.Links
 }
 
 // Page sizes of connections.

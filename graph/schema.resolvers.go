@@ -7,8 +7,10 @@ package graph
 
 import (
 	"context"
+	"encoding/json"
 	"taskgraph/engine"
 	"taskgraph/ent"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"entgo.io/contrib/entgql"
+	"github.com/99designs/gqlgen/graphql"
 )
 
 // CreateTask is the resolver for the createTask field.
@@ -55,6 +58,16 @@ func (r *mutationResolver) CancelTasks(ctx context.Context, ids []int, reason *s
 func (r *mutationResolver) RetryTasks(ctx context.Context, ids []int) ([]*model.TaskActionResult, error) {
 	res, err := r.Engine.RetryMany(ctx, ids)
 	return bulkResults(res), err
+}
+
+// ImportFile is the resolver for the importFile field.
+func (r *mutationResolver) ImportFile(ctx context.Context, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) (*ent.Task, error) {
+	return r.importFile(ctx, file, target, options, idempotencyKey)
+}
+
+// ArtifactDownloadURL is the resolver for the artifactDownloadUrl field.
+func (r *mutationResolver) ArtifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error) {
+	return r.artifactDownloadURL(ctx, taskID, kind, format)
 }
 
 // Task is the resolver for the task field.
@@ -102,6 +115,11 @@ func (r *queryResolver) RetryPolicies(ctx context.Context) ([]*model.RetryPolicy
 		out = append(out, &model.RetryPolicy{Name: p.Name, Description: p.Description, MaxAttempts: p.MaxAttempts, BackoffSeconds: backoff, Jitter: p.Jitter})
 	}
 	return out, nil
+}
+
+// ImportTargets is the resolver for the importTargets field.
+func (r *queryResolver) ImportTargets(ctx context.Context) ([]*model.ImportTarget, error) {
+	return r.importTargets(), nil
 }
 
 // TaskUpdated is the resolver for the taskUpdated field.

@@ -42,9 +42,16 @@ type ServerConfig struct {
 	// ParserTokenLimit bounds the tokens of a query document.
 	ParserTokenLimit int
 	// Websocket limits.
-	WS  WebsocketConfig
-	Log *slog.Logger
+	WS WebsocketConfig
+	// MaxUploadSize bounds an uploaded file (importFile); requests larger
+	// than it (plus room for the other form fields) are refused. Default:
+	// no uploads beyond gqlgen's default of 32 MiB.
+	MaxUploadSize int64
+	Log           *slog.Logger
 }
+
+// uploadSlack is room for the multipart request's other parts.
+const uploadSlack = 1 << 20
 
 // WebsocketConfig limits websocket connections.
 type WebsocketConfig struct {
@@ -132,6 +139,11 @@ func NewServer(cfg ServerConfig) *Server {
 		KeepAlivePingInterval: 10 * time.Second, // "ka" for graphql-ws clients
 		PayloadReadLimit:      &ws.PayloadReadLimit,
 	})
+	if cfg.MaxUploadSize > 0 {
+		// Parts over MaxMemory are spooled to temporary files by
+		// net/http, never held whole in memory.
+		srv.AddTransport(transport.MultipartForm{MaxUploadSize: cfg.MaxUploadSize + uploadSlack, MaxMemory: 4 << 20})
+	}
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})

@@ -21,6 +21,7 @@ type NewTask struct {
 	Title          string
 	BizID          string
 	Owner          string
+	OwnerRole      string
 	IdempotencyKey *string
 	Input          json.RawMessage
 	InputSealed    []byte
@@ -120,6 +121,7 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask) ([]*ent.T
 			SetTitle(n.Title).
 			SetBizID(n.BizID).
 			SetOwner(n.Owner).
+			SetOwnerRole(n.OwnerRole).
 			SetNillableIdempotencyKey(n.IdempotencyKey).
 			SetInput(n.Input).
 			SetInputSealed(n.InputSealed).

@@ -25,6 +25,9 @@ type Outcome struct {
 	// Error is the execution's error, already masked.
 	Error  string
 	Result json.RawMessage
+	// ResultStatus is the handler's own verdict on its work (SUCCESS,
+	// PARTIAL_SUCCESS, FAILED), written to the task; empty writes NULL.
+	ResultStatus string
 	// Retry, with Status FAILED, schedules another instance: the task goes
 	// to RETRY_PENDING instead of FAILED. It is dropped when a cancel was
 	// requested meanwhile (the task then ends CANCELLED).
@@ -150,7 +153,7 @@ WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_i
 
 	// 2. Their tasks. A retryable failure of a task whose cancel was
 	// requested ends the task CANCELLED instead of scheduling a retry.
-	row = s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam()
+	row = s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam() + ", " + s.d.textParam()
 	args = args[:0]
 	var n int
 	for _, i := range batch {
@@ -163,21 +166,24 @@ WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_i
 		if o.Status == lifecycle.Failed && o.Retry != nil {
 			to = lifecycle.RetryPending
 		}
-		var lastErr, result any
+		var lastErr, result, resultStatus any
 		if o.Error != "" {
 			lastErr = o.Error
 		}
 		if len(o.Result) > 0 {
 			result = string(o.Result)
 		}
-		args = append(args, in.TaskID, string(to), lastErr, result)
+		if o.ResultStatus != "" {
+			resultStatus = o.ResultStatus
+		}
+		args = append(args, in.TaskID, string(to), lastErr, result, resultStatus)
 		n++
 	}
 	args = append(args, now, now)
 	const final = `CASE WHEN v.status <> 'SUCCESS' AND tasks.cancel_requested THEN 'CANCELLED' ELSE v.status END`
 	rows, err = t.QueryContext(ctx, s.d.rebind(`
-WITH v(id, status, last_error, result) AS (VALUES `+valuesRows(row, n)+`)
-UPDATE tasks SET status = `+final+`, last_error = v.last_error, result = v.result,
+WITH v(id, status, last_error, result, result_status) AS (VALUES `+valuesRows(row, n)+`)
+UPDATE tasks SET status = `+final+`, last_error = v.last_error, result = v.result, result_status = v.result_status,
 	finished_at = CASE WHEN `+final+` IN ('SUCCESS', 'FAILED', 'CANCELLED') THEN `+s.d.timeParam()+` ELSE NULL END,
 	updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
 FROM v

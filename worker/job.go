@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/tasklog"
 	"taskgraph/mask"
@@ -27,8 +28,21 @@ type Job struct {
 	rec   *flusher
 	mask  *mask.Masker
 
-	mu     sync.Mutex
-	result json.RawMessage
+	mu           sync.Mutex
+	result       json.RawMessage
+	resultStatus string
+}
+
+// Owner is the viewer who created the task, with the role it had then. A
+// handler runs as the process itself; one that reads data on the owner's
+// behalf (an export, a report) reads as Owner, so that it shows the owner
+// no more than the API would.
+func (j *Job) Owner() auth.Viewer {
+	role := auth.Role(j.Task.OwnerRole)
+	if role == "" || role == auth.RoleSystem {
+		role = auth.RoleOperator
+	}
+	return auth.Viewer{User: j.Task.Owner, Role: role}
 }
 
 // Token is the execution's fencing token.
@@ -93,6 +107,22 @@ func (j *Job) SetResult(v any) error {
 	j.result = masked
 	j.mu.Unlock()
 	return nil
+}
+
+// SetResultStatus records the handler's verdict on its work — SUCCESS,
+// PARTIAL_SUCCESS or FAILED — written to the task's result_status with the
+// execution's outcome (so that, say, imports with bad rows can be listed),
+// whether the execution succeeded or failed.
+func (j *Job) SetResultStatus(s string) {
+	j.mu.Lock()
+	j.resultStatus = s
+	j.mu.Unlock()
+}
+
+func (j *Job) resultStatusValue() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.resultStatus
 }
 
 func (j *Job) resultJSON() json.RawMessage {

@@ -390,6 +390,7 @@ func (p *Pool) start(c store.Claimed) {
 			err = p.run(runCtx, ex)
 		}
 		o, write := p.outcome(ex, err, context.Cause(runCtx))
+		o.ResultStatus = job.resultStatusValue()
 		stopTimer()
 		cancel(nil)
 		if write && p.deps.Recorder != nil {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 
 	"taskgraph/ent"
+	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/contact"
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -72,6 +74,33 @@ func (f TraverseFunc) Traverse(ctx context.Context, q ent.Query) error {
 	return f(ctx, query)
 }
 
+// The ArtifactFunc type is an adapter to allow the use of ordinary function as a Querier.
+type ArtifactFunc func(context.Context, *ent.ArtifactQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f ArtifactFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.ArtifactQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ArtifactQuery", q)
+}
+
+// The TraverseArtifact type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseArtifact func(context.Context, *ent.ArtifactQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseArtifact) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseArtifact) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.ArtifactQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.ArtifactQuery", q)
+}
+
 // The AuditLogFunc type is an adapter to allow the use of ordinary function as a Querier.
 type AuditLogFunc func(context.Context, *ent.AuditLogQuery) (ent.Value, error)
 
@@ -97,6 +126,33 @@ func (f TraverseAuditLog) Traverse(ctx context.Context, q ent.Query) error {
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.AuditLogQuery", q)
+}
+
+// The ContactFunc type is an adapter to allow the use of ordinary function as a Querier.
+type ContactFunc func(context.Context, *ent.ContactQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f ContactFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.ContactQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ContactQuery", q)
+}
+
+// The TraverseContact type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseContact func(context.Context, *ent.ContactQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseContact) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseContact) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.ContactQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.ContactQuery", q)
 }
 
 // The TaskFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -183,8 +239,12 @@ func (f TraverseTaskLog) Traverse(ctx context.Context, q ent.Query) error {
 // NewQuery returns the generic Query interface for the given typed query.
 func NewQuery(q ent.Query) (Query, error) {
 	switch q := q.(type) {
+	case *ent.ArtifactQuery:
+		return &query[*ent.ArtifactQuery, predicate.Artifact, artifact.OrderOption]{typ: ent.TypeArtifact, tq: q}, nil
 	case *ent.AuditLogQuery:
 		return &query[*ent.AuditLogQuery, predicate.AuditLog, auditlog.OrderOption]{typ: ent.TypeAuditLog, tq: q}, nil
+	case *ent.ContactQuery:
+		return &query[*ent.ContactQuery, predicate.Contact, contact.OrderOption]{typ: ent.TypeContact, tq: q}, nil
 	case *ent.TaskQuery:
 		return &query[*ent.TaskQuery, predicate.Task, task.OrderOption]{typ: ent.TypeTask, tq: q}, nil
 	case *ent.TaskInstanceQuery:

@@ -9,6 +9,46 @@ import (
 )
 
 var (
+	// ArtifactsColumns holds the columns for the "artifacts" table.
+	ArtifactsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "owner", Type: field.TypeString},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"SOURCE", "ERROR_REPORT", "EXPORT", "REPORT"}},
+		{Name: "key", Type: field.TypeString, Unique: true},
+		{Name: "filename", Type: field.TypeString},
+		{Name: "content_type", Type: field.TypeString},
+		{Name: "size", Type: field.TypeInt64},
+		{Name: "sha256", Type: field.TypeString},
+		{Name: "expires_at", Type: field.TypeTime},
+		{Name: "task_id", Type: field.TypeInt, Nullable: true},
+	}
+	// ArtifactsTable holds the schema information for the "artifacts" table.
+	ArtifactsTable = &schema.Table{
+		Name:       "artifacts",
+		Columns:    ArtifactsColumns,
+		PrimaryKey: []*schema.Column{ArtifactsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "artifacts_tasks_artifacts",
+				Columns:    []*schema.Column{ArtifactsColumns[10]},
+				RefColumns: []*schema.Column{TasksColumns[0]},
+				OnDelete:   schema.SetNull,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "artifact_task_id_kind",
+				Unique:  false,
+				Columns: []*schema.Column{ArtifactsColumns[10], ArtifactsColumns[3]},
+			},
+			{
+				Name:    "artifact_expires_at",
+				Unique:  false,
+				Columns: []*schema.Column{ArtifactsColumns[9]},
+			},
+		},
+	}
 	// AuditLogsColumns holds the columns for the "audit_logs" table.
 	AuditLogsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -41,6 +81,44 @@ var (
 			},
 		},
 	}
+	// ContactsColumns holds the columns for the "contacts" table.
+	ContactsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "task_id", Type: field.TypeInt},
+		{Name: "row_no", Type: field.TypeInt},
+		{Name: "name", Type: field.TypeString},
+		{Name: "phone", Type: field.TypeString},
+		{Name: "email", Type: field.TypeString, Default: ""},
+		{Name: "company", Type: field.TypeString, Default: ""},
+		{Name: "city", Type: field.TypeString, Default: ""},
+		{Name: "tags", Type: field.TypeJSON, Nullable: true},
+		{Name: "gender", Type: field.TypeString, Default: ""},
+		{Name: "birthday", Type: field.TypeString, Default: ""},
+	}
+	// ContactsTable holds the schema information for the "contacts" table.
+	ContactsTable = &schema.Table{
+		Name:       "contacts",
+		Columns:    ContactsColumns,
+		PrimaryKey: []*schema.Column{ContactsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "contact_task_id_row_no",
+				Unique:  true,
+				Columns: []*schema.Column{ContactsColumns[2], ContactsColumns[3]},
+			},
+			{
+				Name:    "contact_phone",
+				Unique:  false,
+				Columns: []*schema.Column{ContactsColumns[5]},
+			},
+			{
+				Name:    "contact_city",
+				Unique:  false,
+				Columns: []*schema.Column{ContactsColumns[8]},
+			},
+		},
+	}
 	// TasksColumns holds the columns for the "tasks" table.
 	TasksColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -53,6 +131,7 @@ var (
 		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "priority", Type: field.TypeInt, Default: 5},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_role", Type: field.TypeString, Default: ""},
 		{Name: "input", Type: field.TypeJSON},
 		{Name: "input_sealed", Type: field.TypeBytes, Nullable: true},
 		{Name: "input_hash", Type: field.TypeString},
@@ -63,6 +142,7 @@ var (
 		{Name: "progress_total", Type: field.TypeInt64, Default: 0},
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true},
+		{Name: "result_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"SUCCESS", "PARTIAL_SUCCESS", "FAILED"}},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "cancel_requested", Type: field.TypeBool, Default: false},
 		{Name: "cancel_reason", Type: field.TypeString, Nullable: true},
@@ -199,7 +279,9 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
+		ArtifactsTable,
 		AuditLogsTable,
+		ContactsTable,
 		TasksTable,
 		TaskInstancesTable,
 		TaskLogsTable,
@@ -207,8 +289,15 @@ var (
 )
 
 func init() {
+	ArtifactsTable.ForeignKeys[0].RefTable = TasksTable
+	ArtifactsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(17179869184),
+	}
 	AuditLogsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(12884901888),
+	}
+	ContactsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(21474836480),
 	}
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),

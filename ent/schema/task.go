@@ -53,6 +53,11 @@ func (Task) Fields() []ent.Field {
 		field.String("owner").
 			Immutable().
 			Annotations(entgql.OrderField("OWNER")),
+		field.String("owner_role").
+			Default("").
+			Immutable().
+			Comment("The owner's role when the task was created: a handler that reads data on the owner's behalf (an export) sees what the owner saw.").
+			Annotations(entgql.Skip(entgql.SkipWhereInput, entgql.SkipOrderField)),
 		field.JSON("input", json.RawMessage{}).
 			Immutable().
 			Comment("Input with sensitive values masked.").
@@ -84,6 +89,11 @@ func (Task) Fields() []ent.Field {
 		field.String("last_error").
 			Optional().
 			Comment("Error of the latest failed execution, masked."),
+		field.Enum("result_status").
+			Values("SUCCESS", "PARTIAL_SUCCESS", "FAILED").
+			Optional().
+			Nillable().
+			Comment("Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none."),
 		field.Int64("version").
 			Default(1).
 			Comment("Incremented by every committed change; orders events per task."),
@@ -110,6 +120,8 @@ func (Task) Edges() []ent.Edge {
 			Annotations(entgql.Skip(entgql.SkipAll)),
 		edge.To("logs", TaskLog.Type).
 			Annotations(entgql.Skip(entgql.SkipAll)),
+		edge.To("artifacts", Artifact.Type).
+			Comment("Files the task read or wrote (source, error report, export, report)."),
 	}
 }
 

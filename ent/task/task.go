@@ -4,6 +4,8 @@ package task
 
 import (
 	"fmt"
+	"io"
+	"strconv"
 	"taskgraph/lifecycle"
 	"time"
 
@@ -35,6 +37,8 @@ const (
 	FieldPriority = "priority"
 	// FieldOwner holds the string denoting the owner field in the database.
 	FieldOwner = "owner"
+	// FieldOwnerRole holds the string denoting the owner_role field in the database.
+	FieldOwnerRole = "owner_role"
 	// FieldInput holds the string denoting the input field in the database.
 	FieldInput = "input"
 	// FieldInputSealed holds the string denoting the input_sealed field in the database.
@@ -55,6 +59,8 @@ const (
 	FieldResult = "result"
 	// FieldLastError holds the string denoting the last_error field in the database.
 	FieldLastError = "last_error"
+	// FieldResultStatus holds the string denoting the result_status field in the database.
+	FieldResultStatus = "result_status"
 	// FieldVersion holds the string denoting the version field in the database.
 	FieldVersion = "version"
 	// FieldCancelRequested holds the string denoting the cancel_requested field in the database.
@@ -71,6 +77,8 @@ const (
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
 	EdgeLogs = "logs"
+	// EdgeArtifacts holds the string denoting the artifacts edge name in mutations.
+	EdgeArtifacts = "artifacts"
 	// Table holds the table name of the task in the database.
 	Table = "tasks"
 	// InstancesTable is the table that holds the instances relation/edge.
@@ -87,6 +95,13 @@ const (
 	LogsInverseTable = "task_logs"
 	// LogsColumn is the table column denoting the logs relation/edge.
 	LogsColumn = "task_id"
+	// ArtifactsTable is the table that holds the artifacts relation/edge.
+	ArtifactsTable = "artifacts"
+	// ArtifactsInverseTable is the table name for the Artifact entity.
+	// It exists in this package in order to avoid circular dependency with the "artifact" package.
+	ArtifactsInverseTable = "artifacts"
+	// ArtifactsColumn is the table column denoting the artifacts relation/edge.
+	ArtifactsColumn = "task_id"
 )
 
 // Columns holds all SQL columns for task fields.
@@ -101,6 +116,7 @@ var Columns = []string{
 	FieldStatus,
 	FieldPriority,
 	FieldOwner,
+	FieldOwnerRole,
 	FieldInput,
 	FieldInputSealed,
 	FieldInputHash,
@@ -111,6 +127,7 @@ var Columns = []string{
 	FieldProgressTotal,
 	FieldResult,
 	FieldLastError,
+	FieldResultStatus,
 	FieldVersion,
 	FieldCancelRequested,
 	FieldCancelReason,
@@ -138,6 +155,8 @@ var (
 	DefaultTitle string
 	// DefaultPriority holds the default value on creation for the "priority" field.
 	DefaultPriority int
+	// DefaultOwnerRole holds the default value on creation for the "owner_role" field.
+	DefaultOwnerRole string
 	// DefaultProgressDone holds the default value on creation for the "progress_done" field.
 	DefaultProgressDone int64
 	// DefaultProgressTotal holds the default value on creation for the "progress_total" field.
@@ -157,6 +176,30 @@ func StatusValidator(s lifecycle.Status) error {
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for status field: %q", s)
+	}
+}
+
+// ResultStatus defines the type for the "result_status" enum field.
+type ResultStatus string
+
+// ResultStatus values.
+const (
+	ResultStatusSUCCESS         ResultStatus = "SUCCESS"
+	ResultStatusPARTIAL_SUCCESS ResultStatus = "PARTIAL_SUCCESS"
+	ResultStatusFAILED          ResultStatus = "FAILED"
+)
+
+func (rs ResultStatus) String() string {
+	return string(rs)
+}
+
+// ResultStatusValidator is a validator for the "result_status" field enum values. It is called by the builders before save.
+func ResultStatusValidator(rs ResultStatus) error {
+	switch rs {
+	case ResultStatusSUCCESS, ResultStatusPARTIAL_SUCCESS, ResultStatusFAILED:
+		return nil
+	default:
+		return fmt.Errorf("task: invalid enum value for result_status field: %q", rs)
 	}
 }
 
@@ -213,6 +256,11 @@ func ByOwner(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldOwner, opts...).ToFunc()
 }
 
+// ByOwnerRole orders the results by the owner_role field.
+func ByOwnerRole(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldOwnerRole, opts...).ToFunc()
+}
+
 // ByInputHash orders the results by the input_hash field.
 func ByInputHash(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldInputHash, opts...).ToFunc()
@@ -246,6 +294,11 @@ func ByProgressTotal(opts ...sql.OrderTermOption) OrderOption {
 // ByLastError orders the results by the last_error field.
 func ByLastError(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldLastError, opts...).ToFunc()
+}
+
+// ByResultStatus orders the results by the result_status field.
+func ByResultStatus(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldResultStatus, opts...).ToFunc()
 }
 
 // ByVersion orders the results by the version field.
@@ -305,6 +358,20 @@ func ByLogs(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newLogsStep(), append([]sql.OrderTerm{term}, terms...)...)
 	}
 }
+
+// ByArtifactsCount orders the results by artifacts count.
+func ByArtifactsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newArtifactsStep(), opts...)
+	}
+}
+
+// ByArtifacts orders the results by artifacts terms.
+func ByArtifacts(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newArtifactsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
 func newInstancesStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
@@ -319,6 +386,13 @@ func newLogsStep() *sqlgraph.Step {
 		sqlgraph.Edge(sqlgraph.O2M, false, LogsTable, LogsColumn),
 	)
 }
+func newArtifactsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(ArtifactsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, ArtifactsTable, ArtifactsColumn),
+	)
+}
 
 var (
 	// lifecycle.Status must implement graphql.Marshaler.
@@ -326,3 +400,21 @@ var (
 	// lifecycle.Status must implement graphql.Unmarshaler.
 	_ graphql.Unmarshaler = (*lifecycle.Status)(nil)
 )
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (e ResultStatus) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(e.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (e *ResultStatus) UnmarshalGQL(val interface{}) error {
+	str, ok := val.(string)
+	if !ok {
+		return fmt.Errorf("enum %T must be a string", val)
+	}
+	*e = ResultStatus(str)
+	if err := ResultStatusValidator(*e); err != nil {
+		return fmt.Errorf("%s is not a valid ResultStatus", str)
+	}
+	return nil
+}

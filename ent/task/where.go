@@ -96,6 +96,11 @@ func Owner(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldOwner, v))
 }
 
+// OwnerRole applies equality check predicate on the "owner_role" field. It's identical to OwnerRoleEQ.
+func OwnerRole(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldOwnerRole, v))
+}
+
 // InputSealed applies equality check predicate on the "input_sealed" field. It's identical to InputSealedEQ.
 func InputSealed(v []byte) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldInputSealed, v))
@@ -676,6 +681,71 @@ func OwnerContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldOwner, v))
 }
 
+// OwnerRoleEQ applies the EQ predicate on the "owner_role" field.
+func OwnerRoleEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldOwnerRole, v))
+}
+
+// OwnerRoleNEQ applies the NEQ predicate on the "owner_role" field.
+func OwnerRoleNEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldOwnerRole, v))
+}
+
+// OwnerRoleIn applies the In predicate on the "owner_role" field.
+func OwnerRoleIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldOwnerRole, vs...))
+}
+
+// OwnerRoleNotIn applies the NotIn predicate on the "owner_role" field.
+func OwnerRoleNotIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldOwnerRole, vs...))
+}
+
+// OwnerRoleGT applies the GT predicate on the "owner_role" field.
+func OwnerRoleGT(v string) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldOwnerRole, v))
+}
+
+// OwnerRoleGTE applies the GTE predicate on the "owner_role" field.
+func OwnerRoleGTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldOwnerRole, v))
+}
+
+// OwnerRoleLT applies the LT predicate on the "owner_role" field.
+func OwnerRoleLT(v string) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldOwnerRole, v))
+}
+
+// OwnerRoleLTE applies the LTE predicate on the "owner_role" field.
+func OwnerRoleLTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldOwnerRole, v))
+}
+
+// OwnerRoleContains applies the Contains predicate on the "owner_role" field.
+func OwnerRoleContains(v string) predicate.Task {
+	return predicate.Task(sql.FieldContains(FieldOwnerRole, v))
+}
+
+// OwnerRoleHasPrefix applies the HasPrefix predicate on the "owner_role" field.
+func OwnerRoleHasPrefix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasPrefix(FieldOwnerRole, v))
+}
+
+// OwnerRoleHasSuffix applies the HasSuffix predicate on the "owner_role" field.
+func OwnerRoleHasSuffix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasSuffix(FieldOwnerRole, v))
+}
+
+// OwnerRoleEqualFold applies the EqualFold predicate on the "owner_role" field.
+func OwnerRoleEqualFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldEqualFold(FieldOwnerRole, v))
+}
+
+// OwnerRoleContainsFold applies the ContainsFold predicate on the "owner_role" field.
+func OwnerRoleContainsFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldContainsFold(FieldOwnerRole, v))
+}
+
 // InputSealedEQ applies the EQ predicate on the "input_sealed" field.
 func InputSealedEQ(v []byte) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldInputSealed, v))
@@ -1101,6 +1171,36 @@ func LastErrorContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldLastError, v))
 }
 
+// ResultStatusEQ applies the EQ predicate on the "result_status" field.
+func ResultStatusEQ(v ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldResultStatus, v))
+}
+
+// ResultStatusNEQ applies the NEQ predicate on the "result_status" field.
+func ResultStatusNEQ(v ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldResultStatus, v))
+}
+
+// ResultStatusIn applies the In predicate on the "result_status" field.
+func ResultStatusIn(vs ...ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldResultStatus, vs...))
+}
+
+// ResultStatusNotIn applies the NotIn predicate on the "result_status" field.
+func ResultStatusNotIn(vs ...ResultStatus) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldResultStatus, vs...))
+}
+
+// ResultStatusIsNil applies the IsNil predicate on the "result_status" field.
+func ResultStatusIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldResultStatus))
+}
+
+// ResultStatusNotNil applies the NotNil predicate on the "result_status" field.
+func ResultStatusNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldResultStatus))
+}
+
 // VersionEQ applies the EQ predicate on the "version" field.
 func VersionEQ(v int64) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldVersion, v))
@@ -1394,6 +1494,29 @@ func HasLogs() predicate.Task {
 func HasLogsWith(preds ...predicate.TaskLog) predicate.Task {
 	return predicate.Task(func(s *sql.Selector) {
 		step := newLogsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
+// HasArtifacts applies the HasEdge predicate on the "artifacts" edge.
+func HasArtifacts() predicate.Task {
+	return predicate.Task(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, ArtifactsTable, ArtifactsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasArtifactsWith applies the HasEdge predicate on the "artifacts" edge with a given conditions (other predicates).
+func HasArtifactsWith(preds ...predicate.Artifact) predicate.Task {
+	return predicate.Task(func(s *sql.Selector) {
+		step := newArtifactsStep()
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

@@ -3,7 +3,11 @@
 package model
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
 	"taskgraph/ent"
 	"taskgraph/lifecycle"
 	"time"
@@ -34,6 +38,31 @@ type CreateTaskInput struct {
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 	// Do not run before this time.
 	RunAt *time.Time `json:"runAt,omitempty"`
+}
+
+// A short-lived signed link to one artifact.
+type DownloadLink struct {
+	// GET it (no other credentials needed than the user's own) until expiresAt: the file comes as an attachment.
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// A column an import target reads.
+type ImportColumn struct {
+	Key string `json:"key"`
+	// Header spellings accepted (Chinese and English), the first being the one shown.
+	Headers  []string `json:"headers"`
+	Required bool     `json:"required"`
+	Type     string   `json:"type"`
+}
+
+// Where an import writes.
+type ImportTarget struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Columns     []*ImportColumn `json:"columns"`
+	// What makes a written row unique, so that a re-run import never writes it twice.
+	BusinessKey []string `json:"businessKey"`
 }
 
 type RetryPolicy struct {
@@ -82,4 +111,60 @@ type TypeCount struct {
 	Type     string         `json:"type"`
 	Count    int            `json:"count"`
 	ByStatus []*StatusCount `json:"byStatus"`
+}
+
+// The format of a tabular file.
+type FileFormat string
+
+const (
+	FileFormatXlsx FileFormat = "XLSX"
+	FileFormatCSV  FileFormat = "CSV"
+)
+
+var AllFileFormat = []FileFormat{
+	FileFormatXlsx,
+	FileFormatCSV,
+}
+
+func (e FileFormat) IsValid() bool {
+	switch e {
+	case FileFormatXlsx, FileFormatCSV:
+		return true
+	}
+	return false
+}
+
+func (e FileFormat) String() string {
+	return string(e)
+}
+
+func (e *FileFormat) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = FileFormat(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid FileFormat", str)
+	}
+	return nil
+}
+
+func (e FileFormat) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *FileFormat) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e FileFormat) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }

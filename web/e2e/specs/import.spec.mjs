@@ -8,7 +8,7 @@ import { xlsx } from '../xlsx.mjs';
 // Contacts: three good rows and two the importer must reject (no name, a
 // malformed e-mail), so the import ends PARTIAL_SUCCESS with a report.
 const ROWS = [
-  ['name', 'email', 'phone'],
+  ['Name', 'E-mail', 'Phone'],
   ['Ann Example', 'ann@example.com', '13800000001'],
   ['Bob Example', 'bob@example.com', '13800000002'],
   ['', 'nobody@example.com', '13800000003'],

@@ -5,7 +5,7 @@ import { backoff, wsUrl } from './client';
 import { describe as describeError, fieldProblems, fromCombined, fromGraphQLErrors } from './errors';
 import { classifyProbe } from './features';
 import { markConnected, markLost, connection } from './session';
-import { multipartBody } from './upload';
+import { multipartBody, uploadHeaders } from './upload';
 
 const t = translator('en');
 
@@ -102,5 +102,11 @@ describe('upload', () => {
     expect(ops.query).toContain('importFile(file: $file');
     expect(JSON.parse(String(form.get('map')))).toEqual({ '0': ['variables.file'] });
     expect((form.get('0') as File).name).toBe('contacts.csv');
+  });
+
+  it('sends a header no cross-site form can, and the token', () => {
+    const h = uploadHeaders('t0k');
+    expect(h['Apollo-Require-Preflight']).toBe('true');
+    expect(h.Authorization).toBe('Bearer t0k');
   });
 });

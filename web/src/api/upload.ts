@@ -37,6 +37,13 @@ export function multipartBody(args: ImportArgs): FormData {
   return form;
 }
 
+// uploadHeaders are the upload's headers: the token, and a header a plain
+// HTML form cannot send, which the server requires of uploads so that
+// another site's page cannot post a file in the user's name.
+export function uploadHeaders(token: string): Record<string, string> {
+  return { ...authHeaders(token), 'Apollo-Require-Preflight': 'true' };
+}
+
 export interface ImportedTask {
   id: string;
   code: string;
@@ -53,7 +60,7 @@ export function uploadImport(args: ImportArgs, token: string, onProgress: (fract
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open('POST', GRAPHQL_PATH);
-    for (const [k, v] of Object.entries(authHeaders(token))) xhr.setRequestHeader(k, v);
+    for (const [k, v] of Object.entries(uploadHeaders(token))) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => {
       if (e.lengthComputable && e.total > 0) onProgress(e.loaded / e.total);
     };

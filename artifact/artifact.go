@@ -1,0 +1,279 @@
+// Package artifact keeps the files tasks read and write — uploaded sources,
+// error reports, exports, reports — in a storage backend (a local directory
+// by default), each referenced by a row of the artifacts table with its
+// owner, kind, size, checksum and expiry. It also signs short-lived download
+// links, serves them, and runs the janitor that removes expired artifacts.
+package artifact
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"taskgraph/ent"
+	entartifact "taskgraph/ent/artifact"
+)
+
+// Kind is what an artifact is.
+type Kind = entartifact.Kind
+
+// Kinds.
+const (
+	KindSource      = entartifact.KindSOURCE
+	KindErrorReport = entartifact.KindERROR_REPORT
+	KindExport      = entartifact.KindEXPORT
+	KindReport      = entartifact.KindREPORT
+)
+
+// TTLDefault is how long an artifact is kept when Config.TTL is zero.
+const TTLDefault = 7 * 24 * time.Hour
+
+// Config configures a Store.
+type Config struct {
+	// Client reads and writes artifact rows.
+	Client *ent.Client
+	// Blobs holds the files.
+	Blobs Blobs
+	// TTL is how long an artifact is kept. Default: TTLDefault.
+	TTL time.Duration
+	// Clock returns the current time. Default: time.Now.
+	Clock func() time.Time
+	// Tx runs writes of artifact rows in a transaction (store.Store.Tx,
+	// which serializes them with the store's). Default: Client.Tx.
+	Tx func(ctx context.Context, fn func(tx *ent.Tx) error) error
+}
+
+// Store saves, opens and deletes artifacts.
+type Store struct {
+	client *ent.Client
+	blobs  Blobs
+	ttl    time.Duration
+	clock  func() time.Time
+	tx     func(ctx context.Context, fn func(tx *ent.Tx) error) error
+}
+
+// New validates cfg and returns a Store.
+func New(cfg Config) (*Store, error) {
+	if cfg.Client == nil || cfg.Blobs == nil {
+		return nil, errors.New("artifact: client and blobs are required")
+	}
+	if cfg.TTL < 0 {
+		return nil, errors.New("artifact: TTL must not be negative")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Tx == nil {
+		cfg.Tx = func(ctx context.Context, fn func(tx *ent.Tx) error) error {
+			tx, err := cfg.Client.Tx(ctx)
+			if err != nil {
+				return err
+			}
+			if err := fn(tx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}
+	}
+	return &Store{client: cfg.Client, blobs: cfg.Blobs, ttl: cmp.Or(cfg.TTL, TTLDefault), clock: cfg.Clock, tx: cfg.Tx}, nil
+}
+
+// TTL is how long artifacts are kept.
+func (s *Store) TTL() time.Duration { return s.ttl }
+
+// Client is the ent client artifact rows are read with.
+func (s *Store) Client() *ent.Client { return s.client }
+
+// Blobs is the storage backend.
+func (s *Store) Blobs() Blobs { return s.blobs }
+
+// Now is the store's clock in UTC at microsecond precision.
+func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
+
+// NewKey returns a random storage key. Keys are never derived from
+// anything a client sends.
+func NewKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Meta describes an artifact to save.
+type Meta struct {
+	TaskID      *int // nil: linked later (an upload before its task exists)
+	Owner       string
+	Kind        Kind
+	Filename    string
+	ContentType string
+	// MaxSize, when positive, bounds the file: writing more fails with a
+	// *TooLargeError and leaves nothing behind.
+	MaxSize int64
+}
+
+// TooLargeError is a file over its size limit.
+type TooLargeError struct{ Limit int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the file is larger than the limit of %d bytes", e.Limit)
+}
+
+// Save stores what r yields as a new artifact.
+func (s *Store) Save(ctx context.Context, m Meta, r io.Reader) (*ent.Artifact, error) {
+	return s.Write(ctx, m, func(w io.Writer) error {
+		_, err := io.Copy(w, r)
+		return err
+	})
+}
+
+// Write stores what write writes as a new artifact. On any error nothing is
+// left: neither file nor row.
+func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error) (*ent.Artifact, error) {
+	key := NewKey()
+	bw, err := s.blobs.Create(key)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	cw := &countingWriter{w: io.MultiWriter(bw, h), limit: m.MaxSize}
+	if err := write(cw); err != nil {
+		bw.Abort()
+		var tl *TooLargeError
+		if errors.As(err, &tl) {
+			return nil, tl
+		}
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		bw.Abort()
+		return nil, err
+	}
+	if err := bw.Commit(); err != nil {
+		return nil, err
+	}
+	var a *ent.Artifact
+	// The file is written: record it even if the caller gives up now.
+	wctx := context.WithoutCancel(ctx)
+	err = s.tx(wctx, func(tx *ent.Tx) error {
+		var err error
+		a, err = tx.Artifact.Create().
+			SetNillableTaskID(m.TaskID).
+			SetOwner(m.Owner).
+			SetKind(m.Kind).
+			SetKey(key).
+			SetFilename(m.Filename).
+			SetContentType(m.ContentType).
+			SetSize(cw.n).
+			SetSha256(hex.EncodeToString(h.Sum(nil))).
+			SetExpiresAt(s.Now().Add(s.ttl)).
+			SetCreatedAt(s.Now()).
+			Save(wctx)
+		return err
+	})
+	if err != nil {
+		_ = s.blobs.Delete(key)
+		return nil, fmt.Errorf("artifact: record: %w", err)
+	}
+	return a, nil
+}
+
+type countingWriter struct {
+	w     io.Writer
+	n     int64
+	limit int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.limit > 0 && c.n+int64(len(b)) > c.limit {
+		return 0, &TooLargeError{Limit: c.limit}
+	}
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// Open opens an artifact's file.
+func (s *Store) Open(a *ent.Artifact) (Blob, error) { return s.blobs.Open(a.Key) }
+
+// Get reads an artifact row.
+func (s *Store) Get(ctx context.Context, id int) (*ent.Artifact, error) {
+	return s.client.Artifact.Get(ctx, id)
+}
+
+// Link attaches an artifact saved before its task existed to the task.
+func (s *Store) Link(ctx context.Context, id, taskID int) error {
+	var n int
+	err := s.tx(ctx, func(tx *ent.Tx) error {
+		var err error
+		n, err = tx.Artifact.Update().
+			Where(entartifact.ID(id), entartifact.Or(entartifact.TaskIDIsNil(), entartifact.TaskID(taskID))).
+			SetTaskID(taskID).
+			Save(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("artifact: link to task %d: %w", taskID, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("artifact %d belongs to another task", id)
+	}
+	return nil
+}
+
+// Latest returns the newest artifact of a kind of a task, or a
+// *ent.NotFoundError.
+func (s *Store) Latest(ctx context.Context, taskID int, kind Kind) (*ent.Artifact, error) {
+	return s.client.Artifact.Query().
+		Where(entartifact.TaskID(taskID), entartifact.KindEQ(kind)).
+		Order(ent.Desc(entartifact.FieldID)).
+		First(ctx)
+}
+
+// Replace deletes a task's artifacts of a kind other than keep: a re-run
+// task's new report supersedes the old one.
+func (s *Store) Replace(ctx context.Context, taskID int, kind Kind, keep ...int) error {
+	old, err := s.client.Artifact.Query().
+		Where(entartifact.TaskID(taskID), entartifact.KindEQ(kind), entartifact.IDNotIn(keep...)).
+		All(ctx)
+	if err != nil {
+		return fmt.Errorf("artifact: list superseded: %w", err)
+	}
+	return s.delete(ctx, old)
+}
+
+// Delete removes an artifact: its file, then its row.
+func (s *Store) Delete(ctx context.Context, a *ent.Artifact) error {
+	return s.delete(ctx, []*ent.Artifact{a})
+}
+
+func (s *Store) delete(ctx context.Context, as []*ent.Artifact) error {
+	if len(as) == 0 {
+		return nil
+	}
+	ids := make([]int, 0, len(as))
+	var errs []error
+	for _, a := range as {
+		// The file first: a row without a file is a 404 on download; a file
+		// without a row would never be found again.
+		if err := s.blobs.Delete(a.Key); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ids = append(ids, a.ID)
+	}
+	if len(ids) > 0 {
+		if err := s.tx(ctx, func(tx *ent.Tx) error {
+			_, err := tx.Artifact.Delete().Where(entartifact.IDIn(ids...)).Exec(ctx)
+			return err
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("artifact: delete rows: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xuri/excelize/v2"
+
+	"taskgraph/app"
+	"taskgraph/engine"
+	"taskgraph/ent"
+	"taskgraph/events"
+	"taskgraph/exporter"
+	"taskgraph/importer"
+	"taskgraph/lifecycle"
+)
+
+// runBenchImport measures an import end to end — the multipart upload to
+// a served process, the checks, the task, streaming, validation and writes
+// — and then exports of the imported rows, reporting rows per second and
+// the process's peak RSS (VmHWM) during the import.
+func runBenchImport(args []string) int {
+	fs := flag.NewFlagSet("taskgraph bench-import", flag.ContinueOnError)
+	rows := fs.Int("rows", 100000, "data rows in the generated file")
+	format := fs.String("format", "xlsx", "xlsx or csv")
+	badEvery := fs.Int("bad-every", 0, "make every Nth row invalid (0: none)")
+	db := fs.String("db", os.Getenv("TASKGRAPH_DB"), "database (default: a new SQLite file in a temporary directory)")
+	dryRun := fs.Bool("dry-run", false, "import with dryRun: parse and validate, write no rows (no export follows)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the import to this file")
+	exportProfile := fs.String("export-cpuprofile", "", "write a CPU profile of the exports to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "bench-import:", app.OneLine(err))
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "taskgraph-bench-import-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+	dsn := *db
+	if dsn == "" {
+		dsn = filepath.Join(dir, "bench.db")
+	}
+
+	file, err := benchFile(*format, *rows, *badEvery)
+	if err != nil {
+		return fail(err)
+	}
+	// The upload streams from a file, so that the client's copy is not
+	// counted as the server's memory.
+	upload := filepath.Join(dir, "bench."+*format)
+	if err := os.WriteFile(upload, file, 0o600); err != nil {
+		return fail(err)
+	}
+	size := len(file)
+	file = nil
+	ctx := context.Background()
+	cfg := app.Config{DB: dsn, DataDir: dir, Workers: 16, Roles: []app.Role{app.RoleAPI, app.RoleWorker, app.RoleWatchdog},
+		ShutdownGrace: 10 * time.Second, HeartbeatTimeout: 30 * time.Second,
+		MaxUploadSize: 200 << 20, ImportMaxRows: max(*rows, 1000000), ImportUnzipLimit: 4 << 30}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := app.New(ctx, cfg, app.Options{Logger: quiet})
+	if err != nil {
+		return fail(err)
+	}
+	defer a.Shutdown(context.Background())
+	if err := a.Start(ctx); err != nil {
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(err)
+	}
+	go func() { _ = a.Serve(ln) }()
+	base := "http://" + ln.Addr().String()
+	sub := a.Broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.Status.Terminal() }, 1024)
+	defer sub.Close()
+
+	fmt.Printf("bench-import: %s, %d rows (%s, %d bytes), GOMAXPROCS=%d\n", a.Store.Dialect(), *rows, *format, size, runtime.GOMAXPROCS(0))
+	// Peak RSS from here on: the generated file is not the server's.
+	runtime.GC()
+	debug.FreeOSMemory()
+	resetPeakRSS()
+	rssBefore := rss("VmRSS")
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+	}
+	start := time.Now()
+	id, err := benchUpload(base, upload, *dryRun)
+	if err != nil {
+		return fail(err)
+	}
+	uploaded := time.Since(start)
+	t, err := benchWait(sub, id)
+	if err != nil {
+		return fail(err)
+	}
+	el := time.Since(start)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	var sum importer.Summary
+	_ = json.Unmarshal(t.Result, &sum)
+	fmt.Printf("import: %s in %s (upload and checks %s) = %.0f rows/s end to end; %d written, %d refused\n",
+		sum.Status, el.Round(time.Millisecond), uploaded.Round(time.Millisecond), float64(*rows)/el.Seconds(), sum.SuccessCount, sum.FailedCount)
+	fmt.Printf("peak RSS of the process during the import: %d MiB (VmHWM; RSS before the upload %d MiB)\n", rss("VmHWM")>>10, rssBefore>>10)
+	if t.Status != lifecycle.Success {
+		return fail(fmt.Errorf("import ended %s: %s", t.Status, t.LastError))
+	}
+	if *dryRun {
+		return 0
+	}
+
+	if *exportProfile != "" {
+		f, err := os.Create(*exportProfile)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	for _, f := range []string{"csv", "xlsx"} {
+		start := time.Now()
+		in := fmt.Sprintf(`{"source":"contacts","format":%q,"filter":{"importTaskId":%d}}`, f, id)
+		tk, err := a.Engine.Create(ctx, engineRequest(exporter.ExportType, in))
+		if err != nil {
+			return fail(err)
+		}
+		done, err := benchWait(sub, tk.ID)
+		if err != nil {
+			return fail(err)
+		}
+		el := time.Since(start)
+		var res exporter.ExportResult
+		_ = json.Unmarshal(done.Result, &res)
+		fmt.Printf("export %s: %d rows in %s = %.0f rows/s\n", f, res.Rows, el.Round(time.Millisecond), float64(res.Rows)/el.Seconds())
+	}
+	return 0
+}
+
+func benchFile(format string, rows, badEvery int) ([]byte, error) {
+	header := []any{"姓名", "手机", "邮箱", "公司", "城市", "标签", "性别", "生日"}
+	row := func(i int) []any {
+		phone := fmt.Sprintf("13%09d", i)
+		if badEvery > 0 && i%badEvery == badEvery-1 {
+			phone = "12345"
+		}
+		return []any{"用户" + strconv.Itoa(i), phone, "user" + strconv.Itoa(i) + "@example.com", "某某科技有限公司", []string{"上海", "北京", "深圳", "杭州"}[i%4], "vip,new", "男", "1990-01-02"}
+	}
+	if format == "csv" {
+		var b bytes.Buffer
+		for i := -1; i < rows; i++ {
+			cells := header
+			if i >= 0 {
+				cells = row(i)
+			}
+			for j, c := range cells {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				v := fmt.Sprint(c)
+				if strings.ContainsAny(v, ",\"\n") {
+					v = `"` + strings.ReplaceAll(v, `"`, `""`) + `"`
+				}
+				b.WriteString(v)
+			}
+			b.WriteByte('\n')
+		}
+		return b.Bytes(), nil
+	}
+	f := excelize.NewFile()
+	defer f.Close()
+	sw, err := f.NewStreamWriter("Sheet1")
+	if err != nil {
+		return nil, err
+	}
+	if err := sw.SetRow("A1", header); err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		cell, _ := excelize.CoordinatesToCellName(1, i+2)
+		if err := sw.SetRow(cell, row(i)); err != nil {
+			return nil, err
+		}
+	}
+	if err := sw.Flush(); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	err = f.Write(&buf)
+	return buf.Bytes(), err
+}
+
+func benchUpload(base, path string, dryRun bool) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		_ = mw.WriteField("operations", fmt.Sprintf(`{"query":"mutation($f: Upload!) { importFile(file: $f, target: \"contacts\", options: {dryRun: %t}) { id } }","variables":{"f":null}}`, dryRun))
+		_ = mw.WriteField("map", `{"0":["variables.f"]}`)
+		w, _ := mw.CreateFormFile("0", filepath.Base(path))
+		if _, err := io.Copy(w, f); err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+		pw.CloseWithError(mw.Close())
+	}()
+	req, err := http.NewRequest(http.MethodPost, base+"/query", pr)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Apollo-Require-Preflight", "true")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Data struct {
+			ImportFile struct{ ID string }
+		}
+		Errors []struct{ Message string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, err
+	}
+	if len(out.Errors) > 0 {
+		return 0, fmt.Errorf("upload refused: %s", out.Errors[0].Message)
+	}
+	return strconv.Atoi(out.Data.ImportFile.ID)
+}
+
+func benchWait(sub *events.Subscription[events.TaskChange], id int) (*ent.Task, error) {
+	timeout := time.After(30 * time.Minute)
+	for {
+		select {
+		case c, ok := <-sub.C:
+			if !ok {
+				return nil, fmt.Errorf("event subscription ended: %v", sub.Err())
+			}
+			if c.Task.ID == id {
+				return c.Task, nil
+			}
+		case <-timeout:
+			return nil, fmt.Errorf("task %d did not finish in 30 minutes", id)
+		}
+	}
+}
+
+// rss reads a field of /proc/self/status in KiB (0 where there is none).
+func rss(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// resetPeakRSS resets VmHWM to the current RSS (Linux: clear_refs 5).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+func engineRequest(typ, input string) engine.CreateRequest {
+	return engine.CreateRequest{Type: typ, Input: json.RawMessage(input)}
+}

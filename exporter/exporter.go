@@ -1,0 +1,335 @@
+// Package exporter runs the export and report task types: an export pages
+// through a filtered query over an import target (contacts) or over the
+// tasks themselves and streams it into an xlsx or CSV artifact, escaping
+// cells against formula injection; a report aggregates (task outcomes per
+// type and day, contacts per city) into an xlsx with a summary sheet.
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"taskgraph/artifact"
+	"taskgraph/auth"
+	"taskgraph/ent"
+	"taskgraph/ent/contact"
+	"taskgraph/ent/predicate"
+	"taskgraph/ent/task"
+	"taskgraph/lifecycle"
+	"taskgraph/spreadsheet"
+	"taskgraph/worker"
+)
+
+// Task type names.
+const (
+	ExportType = "export"
+	ReportType = "report"
+)
+
+// PageSizeDefault is how many rows one query reads.
+const PageSizeDefault = 2000
+
+// Config configures an Exporter.
+type Config struct {
+	Client    *ent.Client
+	Artifacts *artifact.Store
+	// Postgres selects the SQL dialect of the report's aggregates.
+	Postgres bool
+	// PageSize is how many rows one query reads. Default: PageSizeDefault.
+	PageSize int
+	Logger   *slog.Logger
+}
+
+// Exporter runs exports and reports.
+type Exporter struct {
+	cfg Config
+}
+
+// New validates cfg.
+func New(cfg Config) (*Exporter, error) {
+	if cfg.Client == nil || cfg.Artifacts == nil {
+		return nil, errors.New("exporter: client and artifacts are required")
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = PageSizeDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Exporter{cfg: cfg}, nil
+}
+
+// Register adds the export and report task types to r.
+func (e *Exporter) Register(r *worker.Registry) {
+	worker.Register(r, ExportType, e.export,
+		worker.WithDescription("Exports contacts or tasks matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
+		worker.WithTimeout(time.Hour),
+		worker.WithConcurrency(4))
+	worker.Register(r, ReportType, e.report,
+		worker.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
+		worker.WithTimeout(30*time.Minute),
+		worker.WithConcurrency(2))
+}
+
+// ExportInput is the input of an export task.
+type ExportInput struct {
+	// Source is what to export: an import target (contacts) or tasks.
+	Source string       `json:"source" jsonschema:"enum=contacts,enum=tasks"`
+	Format string       `json:"format,omitempty" jsonschema:"enum=xlsx,enum=csv,description=Default xlsx"`
+	Filter ExportFilter `json:"filter,omitempty"`
+}
+
+// ExportFilter selects rows. Fields that do not apply to the source are
+// refused.
+type ExportFilter struct {
+	// Contacts.
+	City         string `json:"city,omitempty" jsonschema:"maxLength=50"`
+	ImportTaskID int    `json:"importTaskId,omitempty" jsonschema:"minimum=1"`
+	// Tasks.
+	Type         string   `json:"type,omitempty" jsonschema:"maxLength=64"`
+	Status       []string `json:"status,omitempty" jsonschema:"maxItems=6"`
+	ResultStatus string   `json:"resultStatus,omitempty" jsonschema:"enum=SUCCESS,enum=PARTIAL_SUCCESS,enum=FAILED"`
+	// Both: created_at in [createdAfter, createdBefore).
+	CreatedAfter  *time.Time `json:"createdAfter,omitempty"`
+	CreatedBefore *time.Time `json:"createdBefore,omitempty"`
+}
+
+// Validate checks what the schema cannot.
+func (in *ExportInput) Validate() error {
+	f := in.Filter
+	switch in.Source {
+	case "contacts":
+		if f.Type != "" || len(f.Status) > 0 || f.ResultStatus != "" {
+			return errors.New("filter: type, status and resultStatus apply to tasks, not contacts")
+		}
+	case "tasks":
+		if f.City != "" || f.ImportTaskID != 0 {
+			return errors.New("filter: city and importTaskId apply to contacts, not tasks")
+		}
+		for _, s := range f.Status {
+			if !lifecycle.Status(s).Valid() {
+				return fmt.Errorf("filter: unknown status %q", s)
+			}
+		}
+	}
+	return nil
+}
+
+// ExportResult is an export's result.
+type ExportResult struct {
+	Rows   int    `json:"rows"`
+	File   string `json:"file"`
+	Format string `json:"format"`
+}
+
+func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) error {
+	format := spreadsheet.XLSX
+	if in.Format == "csv" {
+		format = spreadsheet.CSV
+	}
+	name := job.Task.Code + "-" + in.Source + "." + string(format)
+	rows := 0
+	a, err := e.cfg.Artifacts.Write(ctx, artifact.Meta{
+		TaskID: &job.Task.ID, Owner: job.Task.Owner, Kind: artifact.KindExport,
+		Filename: name, ContentType: format.ContentType(),
+	}, func(w io.Writer) error {
+		out, err := spreadsheet.NewWriter(format, w, in.Source)
+		if err != nil {
+			return err
+		}
+		// The rows are read as the task's owner: an operator's export
+		// holds that operator's tasks and imported contacts only.
+		asOwner := auth.NewContext(ctx, job.Owner())
+		switch in.Source {
+		case "contacts":
+			rows, err = e.exportContacts(asOwner, job, out, in.Filter)
+		case "tasks":
+			rows, err = e.exportTasks(asOwner, job, out, in.Filter)
+		default:
+			err = worker.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
+		}
+		if err != nil {
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		return err
+	}
+	if err := e.cfg.Artifacts.Replace(ctx, job.Task.ID, artifact.KindExport, a.ID); err != nil {
+		job.Warn("could not remove an earlier export", "err", err)
+	}
+	job.Info("export written", "rows", rows, "file", name)
+	job.SetResultStatus("SUCCESS")
+	return job.SetResult(ExportResult{Rows: rows, File: name, Format: string(format)})
+}
+
+// exportContacts pages through contacts (never the whole table in memory).
+func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+	preds := []predicate.Contact{}
+	if f.City != "" {
+		preds = append(preds, contact.City(f.City))
+	}
+	if f.ImportTaskID != 0 {
+		preds = append(preds, contact.TaskID(f.ImportTaskID))
+	}
+	if f.CreatedAfter != nil {
+		preds = append(preds, contact.CreatedAtGTE(*f.CreatedAfter))
+	}
+	if f.CreatedBefore != nil {
+		preds = append(preds, contact.CreatedAtLT(*f.CreatedBefore))
+	}
+	total, err := e.cfg.Client.Contact.Query().Where(preds...).Count(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count contacts: %w", err)
+	}
+	if err := out.Row("ID", "姓名 Name", "手机 Phone", "邮箱 E-mail", "公司 Company", "城市 City", "标签 Tags", "性别 Gender", "生日 Birthday", "导入任务 Import task", "行号 Row", "创建时间 Created at"); err != nil {
+		return 0, err
+	}
+	n := 0
+	// Keyset pagination on an order an index provides: the rows of one
+	// import by source row (the unique (task_id, row_no) index), others
+	// by id. Either way a page costs one index range, not a sort of all
+	// that is left.
+	fetch := func(ctx context.Context, after int) ([]*ent.Contact, error) {
+		return e.cfg.Client.Contact.Query().
+			Where(append(preds, contact.IDGT(after))...).
+			Order(ent.Asc(contact.FieldID)).
+			Limit(e.cfg.PageSize).
+			All(ctx)
+	}
+	key := func(c *ent.Contact) int { return c.ID }
+	if f.ImportTaskID != 0 {
+		fetch = func(ctx context.Context, after int) ([]*ent.Contact, error) {
+			return e.cfg.Client.Contact.Query().
+				Where(append(preds, contact.RowNoGT(after))...).
+				Order(ent.Asc(contact.FieldRowNo)).
+				Limit(e.cfg.PageSize).
+				All(ctx)
+		}
+		key = func(c *ent.Contact) int { return c.RowNo }
+	}
+	err = pages(ctx, e.cfg.PageSize, fetch, key, func(page []*ent.Contact) error {
+		for _, c := range page {
+			if err := out.Row(c.ID, c.Name, c.Phone, c.Email, c.Company, c.City, strings.Join(c.Tags, ","), c.Gender, c.Birthday, c.TaskID, c.RowNo, c.CreatedAt); err != nil {
+				return err
+			}
+		}
+		n += len(page)
+		job.Progress(int64(n), int64(max(total, n)))
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("export contacts: %w", err)
+	}
+	return n, nil
+}
+
+func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+	preds := []predicate.Task{}
+	if f.Type != "" {
+		preds = append(preds, task.Type(f.Type))
+	}
+	if len(f.Status) > 0 {
+		st := make([]lifecycle.Status, len(f.Status))
+		for i, s := range f.Status {
+			st[i] = lifecycle.Status(s)
+		}
+		preds = append(preds, task.StatusIn(st...))
+	}
+	if f.ResultStatus != "" {
+		preds = append(preds, task.ResultStatusEQ(task.ResultStatus(f.ResultStatus)))
+	}
+	if f.CreatedAfter != nil {
+		preds = append(preds, task.CreatedAtGTE(*f.CreatedAfter))
+	}
+	if f.CreatedBefore != nil {
+		preds = append(preds, task.CreatedAtLT(*f.CreatedBefore))
+	}
+	total, err := e.cfg.Client.Task.Query().Where(preds...).Count(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count tasks: %w", err)
+	}
+	if err := out.Row("ID", "Code", "Type", "Title", "Status", "Result status", "Owner", "Priority", "Progress", "Last error", "Created at", "Finished at"); err != nil {
+		return 0, err
+	}
+	n := 0
+	err = pages(ctx, e.cfg.PageSize, func(ctx context.Context, after int) ([]*ent.Task, error) {
+		return e.cfg.Client.Task.Query().
+			Where(append(preds, task.IDGT(after))...).
+			Select(task.FieldID, task.FieldCode, task.FieldType, task.FieldTitle, task.FieldStatus, task.FieldResultStatus,
+				task.FieldOwner, task.FieldPriority, task.FieldProgressDone, task.FieldProgressTotal, task.FieldLastError,
+				task.FieldCreatedAt, task.FieldFinishedAt).
+			Order(ent.Asc(task.FieldID)).
+			Limit(e.cfg.PageSize).
+			All(ctx)
+	}, func(t *ent.Task) int { return t.ID }, func(page []*ent.Task) error {
+		for _, t := range page {
+			rs := ""
+			if t.ResultStatus != nil {
+				rs = string(*t.ResultStatus)
+			}
+			progress := ""
+			if t.ProgressTotal > 0 {
+				progress = fmt.Sprintf("%d/%d", t.ProgressDone, t.ProgressTotal)
+			}
+			if err := out.Row(t.ID, t.Code, t.Type, t.Title, string(t.Status), rs, t.Owner, t.Priority, progress, t.LastError, t.CreatedAt, t.FinishedAt); err != nil {
+				return err
+			}
+		}
+		n += len(page)
+		job.Progress(int64(n), int64(max(total, n)))
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("export tasks: %w", err)
+	}
+	return n, nil
+}
+
+// pages reads a query page by page (keyset pagination on id: each page is
+// one indexed query, never the whole table in memory), fetching the next
+// page while write handles the current one. Cancel is honoured between
+// pages.
+func pages[T any](ctx context.Context, size int, fetch func(ctx context.Context, after int) ([]T, error), id func(T) int, write func([]T) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type page struct {
+		rows []T
+		err  error
+	}
+	ch := make(chan page, 1)
+	go func() {
+		defer close(ch)
+		after := 0
+		for {
+			rows, err := fetch(ctx, after)
+			select {
+			case ch <- page{rows, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(rows) < size {
+				return
+			}
+			after = id(rows[len(rows)-1])
+		}
+	}()
+	for p := range ch {
+		if p.err != nil {
+			return p.err
+		}
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
+		}
+		if err := write(p.rows); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,150 @@
+package graph
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+
+	"taskgraph/artifact"
+	"taskgraph/auth"
+	"taskgraph/ent"
+	entartifact "taskgraph/ent/artifact"
+	"taskgraph/graph/model"
+	"taskgraph/importer"
+	"taskgraph/store"
+)
+
+var errUnavailable = errors.New("imports and downloads are not served by this process")
+
+func (r *Resolver) importFile(ctx context.Context, file graphql.Upload, target string, options json.RawMessage, key *string) (*ent.Task, error) {
+	if r.Importer == nil {
+		return nil, errUnavailable
+	}
+	return r.Importer.Upload(ctx, importer.Upload{
+		File: file.File, Filename: file.Filename, Size: file.Size,
+		Target: target, Options: options, IdempotencyKey: key,
+	})
+}
+
+func (r *Resolver) artifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error) {
+	if r.Links == nil {
+		return nil, errUnavailable
+	}
+	k := artifact.KindErrorReport
+	if kind != nil {
+		k = *kind
+	}
+	if _, err := r.Engine.Task(ctx, taskID); err != nil {
+		return nil, err
+	}
+	q := r.Client.Artifact.Query().Where(entartifact.TaskID(taskID), entartifact.KindEQ(k))
+	if format != nil {
+		q = q.Where(entartifact.FilenameHasSuffix("." + strings.ToLower(string(*format))))
+	}
+	// The xlsx first where a report exists in both formats.
+	all, err := q.Order(ent.Desc(entartifact.FieldID)).Limit(10).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var a *ent.Artifact
+	for _, c := range all {
+		if a == nil || (strings.HasSuffix(c.Filename, ".xlsx") && !strings.HasSuffix(a.Filename, ".xlsx")) {
+			a = c
+		}
+	}
+	if a == nil {
+		return nil, &store.NotFoundError{Entity: "no " + string(k) + " file for task", ID: taskID}
+	}
+	viewer, err := auth.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	link := r.Links.Sign(a, viewer)
+	return &model.DownloadLink{URL: baseURL(ctx) + link.Path, ExpiresAt: link.ExpiresAt}, nil
+}
+
+func (r *Resolver) importTargets() []*model.ImportTarget {
+	if r.Importer == nil {
+		return nil
+	}
+	reg := r.Importer.Targets()
+	var out []*model.ImportTarget
+	for _, name := range reg.Names() {
+		t, _ := reg.Get(name)
+		mt := &model.ImportTarget{Name: t.Name, Description: t.Description, BusinessKey: t.BusinessKey}
+		for _, c := range t.Columns {
+			mt.Columns = append(mt.Columns, &model.ImportColumn{Key: c.Key, Headers: c.Headers, Required: c.Required, Type: c.TypeName()})
+		}
+		out = append(out, mt)
+	}
+	return out
+}
+
+type baseURLKey struct{}
+
+// WithBaseURL makes the links the API returns absolute: scheme and host of
+// the request they answer.
+func WithBaseURL(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		ctx := context.WithValue(r.Context(), baseURLKey{}, scheme+"://"+r.Host)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func baseURL(ctx context.Context) string {
+	s, _ := ctx.Value(baseURLKey{}).(string)
+	return s
+}
+
+// LimitUploads guards the multipart (upload) requests of /query:
+//
+//   - one whose declared length exceeds the upload limit is refused before
+//     it is read, with a VALIDATION error naming the limit (one without a
+//     length is cut off by the multipart transport instead);
+//   - one without a header that a plain HTML form cannot send
+//     (Apollo-Require-Preflight or X-Requested-With) is refused: browsers
+//     send multipart/form-data cross-site without a CORS preflight, and
+//     without this any web page could upload files as the local user.
+func LimitUploads(limit int64, next http.Handler) http.Handler {
+	refuse := func(w http.ResponseWriter, status int, msg string, ext map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(status)
+		ext["code"] = CodeValidation
+		_ = json.NewEncoder(w).Encode(map[string]any{"errors": []any{map[string]any{"message": msg, "extensions": ext}}, "data": nil})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get("Apollo-Require-Preflight") == "" && r.Header.Get("X-Requested-With") == "" {
+			refuse(w, http.StatusBadRequest, "multipart requests must carry an Apollo-Require-Preflight (or X-Requested-With) header", map[string]any{})
+			return
+		}
+		if limit > 0 && r.ContentLength > limit+uploadSlack {
+			refuse(w, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("the upload is %d bytes; the limit (max upload size) is %d bytes", r.ContentLength, limit),
+				map[string]any{"limit": "max upload size", "maxBytes": limit})
+			return
+		}
+		if r.ContentLength < 0 && limit > 0 {
+			// gqlgen's multipart transport reads the files of a request of
+			// unknown length (chunked) into memory, and spools only those
+			// of a known large length to temporary files. Claim the largest
+			// allowed length: files go to disk, and the transport's
+			// MaxBytesReader still cuts the body off at the limit.
+			r.ContentLength = limit + uploadSlack
+		}
+		next.ServeHTTP(w, r)
+	})
+}
