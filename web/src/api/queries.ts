@@ -143,9 +143,11 @@ export const TASK = gql`
   }
 `;
 
+// The executions come with every change, so that the state and the
+// timeline shown never disagree.
 export const TASK_UPDATED = gql`
   subscription TaskUpdated($id: ID!) {
-    taskUpdated(id: $id) { ${DETAIL} }
+    taskUpdated(id: $id) { ${FULL} }
   }
 `;
 

@@ -10,7 +10,7 @@ import { ProgressBar } from '../components/ProgressBar';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { artifactKinds, importResult } from '../lib/artifacts';
-import { useNow, useOnReconnect, useThrottle } from '../lib/hooks';
+import { useNow, useOnReconnect } from '../lib/hooks';
 import { formatDateTime, formatDuration, formatTime, relative } from '../lib/time';
 import { Link } from '../router';
 
@@ -21,24 +21,10 @@ export function TaskDetail({ id }: { id: string }) {
   const now = useNow();
   const [res, reexecute] = useQuery<{ task: TaskFull | null }>({ query: TASK, variables: { id } });
   const refetch = useCallback(() => reexecute({ requestPolicy: 'network-only' }), [reexecute]);
-  const refetchThrottled = useThrottle(refetch, 500);
   // With an id, the first message is the current state, so a change made
-  // between the query and the subscription is never missed. Events carry
-  // the task's fields (merged into the cache by id); a change of state also
-  // changes the executions, which are read again.
-  const lastStatus = useRef<string | null>(null);
-  const queriedStatus = useRef<string | null>(null);
-  queriedStatus.current = res.data?.task?.status ?? null;
-  const [sub] = useSubscription<{ taskUpdated: TaskFull }, { taskUpdated: TaskFull }>(
-    { query: TASK_UPDATED, variables: { id } },
-    (_prev, data) => {
-      const s = data?.taskUpdated?.status ?? null;
-      const before = lastStatus.current ?? queriedStatus.current;
-      if (before !== null && s !== before) refetchThrottled();
-      lastStatus.current = s;
-      return data;
-    },
-  );
+  // between the query and the subscription is never missed. Each event
+  // carries the task with its executions, merged into the cache by id.
+  const [sub] = useSubscription<{ taskUpdated: TaskFull }>({ query: TASK_UPDATED, variables: { id } });
   const task = res.data?.task ?? null;
   useOnReconnect(refetch);
 
