@@ -65,8 +65,16 @@ func runBenchLatency(args []string) int {
 				roles = []app.Role{app.RoleAPI}
 			}
 		}
-		a, err := app.New(ctx, app.Config{DB: dsn, DataDir: dir, Workers: 64, Roles: roles, ShutdownGrace: 5 * time.Second,
-			HeartbeatTimeout: 30 * time.Second, SecretKey: "00000000000000000000000000000000000000000000000000000000000000aa"}, app.Options{Logger: quiet})
+		cfg := app.Config{DB: dsn, DataDir: dir, Workers: 64, Roles: roles, ShutdownGrace: 5 * time.Second,
+			HeartbeatTimeout: 30 * time.Second, SecretKey: "00000000000000000000000000000000000000000000000000000000000000aa"}
+		// Every subscriber is the same (local) user here: lift the per-user
+		// websocket cap and the mutation rate limit, which would otherwise
+		// be what is measured.
+		cfg.Access.WSMaxConnections = *subs + 10
+		cfg.Access.WSMaxSubs = 10
+		cfg.Access.RateLimit = 0
+		cfg.Access.RateBurst = 1
+		a, err := app.New(ctx, cfg, app.Options{Logger: quiet})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench-latency:", app.OneLine(err))
 			return 1
@@ -145,7 +153,12 @@ func runBenchLatency(args []string) int {
 		}()
 	}
 	// Let every subscription register.
+	deadline := time.Now().Add(30 * time.Second)
 	for apps[0].Broker.Stats().TaskSubscribers < *subs {
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "bench-latency: only %d of %d subscriptions registered\n", apps[0].Broker.Stats().TaskSubscribers, *subs)
+			return 1
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Printf("bench-latency: %s, %d nodes, %d websocket subscribers on node A watching %s tasks, %d tasks/s for %s\n",
@@ -173,7 +186,7 @@ func runBenchLatency(args []string) int {
 	if *watch == "all" {
 		want *= *subs
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
 		n := received
