@@ -22,6 +22,20 @@ import (
 	"taskgraph/worker"
 )
 
+// benchDB returns a temporary data directory and the database to bench on:
+// db, or a new SQLite file in that directory. cleanup removes the directory.
+func benchDB(db string) (dir, dsn string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp("", "taskgraph-bench-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	dsn = db
+	if dsn == "" {
+		dsn = filepath.Join(dir, "bench.db")
+	}
+	return dir, dsn, func() { _ = os.RemoveAll(dir) }, nil
+}
+
 // runBench inserts n noop tasks in bulk, starts the workers and reports
 // tasks per second until every task is SUCCESS, with a line every 2 s.
 func runBench(args []string) int {
@@ -40,16 +54,12 @@ func runBench(args []string) int {
 		fmt.Fprintln(os.Stderr, "bench: -n and -workers must be positive")
 		return 2
 	}
-	dir, err := os.MkdirTemp("", "taskgraph-bench-")
+	dir, dsn, cleanup, err := benchDB(*db)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
+		fmt.Fprintln(os.Stderr, "bench"+":", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	dsn := *db
-	if dsn == "" {
-		dsn = filepath.Join(dir, "bench.db")
-	}
+	defer cleanup()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var apps []*app.App

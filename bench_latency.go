@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -39,16 +38,12 @@ func runBenchLatency(args []string) int {
 		fmt.Fprintln(os.Stderr, "bench-latency: -watch is own or all")
 		return 2
 	}
-	dir, err := os.MkdirTemp("", "taskgraph-bench-")
+	dir, dsn, cleanup, err := benchDB(*db)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-latency:", err)
+		fmt.Fprintln(os.Stderr, "bench-latency"+":", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	dsn := *db
-	if dsn == "" {
-		dsn = filepath.Join(dir, "bench.db")
-	}
+	defer cleanup()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var apps []*app.App

@@ -130,65 +130,33 @@ func (b *Broker) SubscribeInternal(match func(TaskChange) bool, buffer int) *Sub
 // SubscribeTask streams the changes of one task for which match returns
 // true (nil matches all). It costs nothing when other tasks change.
 func (b *Broker) SubscribeTask(taskID int, match func(TaskChange) bool, buffer int) *Subscription[TaskChange] {
-	c := make(chan TaskChange, max(buffer, 1))
-	s := &Subscription[TaskChange]{C: c, c: c, filter: match}
-	s.unsub = func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.removeTaskSub(taskID, s)
-		s.end(nil)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		s.end(ErrClosed)
-		return s
-	}
-	m := b.byTask[taskID]
-	if m == nil {
-		m = make(map[*Subscription[TaskChange]]struct{})
-		b.byTask[taskID] = m
-	}
-	m[s] = struct{}{}
-	return s
-}
-
-func (b *Broker) removeTaskSub(taskID int, s *Subscription[TaskChange]) {
-	if m := b.byTask[taskID]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(b.byTask, taskID)
-		}
-	}
+	return subscribe(b, buffer, match, false,
+		func(s *Subscription[TaskChange]) { addTo(b.byTask, taskID, s) },
+		func(s *Subscription[TaskChange]) { removeFrom(b.byTask, taskID, s) })
 }
 
 func (b *Broker) subscribeTasks(match func(TaskChange) bool, buffer int, internal bool) *Subscription[TaskChange] {
-	c := make(chan TaskChange, max(buffer, 1))
-	s := &Subscription[TaskChange]{C: c, c: c, filter: match, internal: internal}
-	s.unsub = func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		delete(b.taskSubs, s)
-		s.end(nil)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		s.end(ErrClosed)
-		return s
-	}
-	b.taskSubs[s] = struct{}{}
-	return s
+	return subscribe(b, buffer, match, internal,
+		func(s *Subscription[TaskChange]) { b.taskSubs[s] = struct{}{} },
+		func(s *Subscription[TaskChange]) { delete(b.taskSubs, s) })
 }
 
 // SubscribeLogs streams the log lines appended to one task.
 func (b *Broker) SubscribeLogs(taskID int, buffer int) *Subscription[*ent.TaskLog] {
-	c := make(chan *ent.TaskLog, max(buffer, 1))
-	s := &Subscription[*ent.TaskLog]{C: c, c: c}
+	return subscribe(b, buffer, nil, false,
+		func(s *Subscription[*ent.TaskLog]) { addTo(b.logSubs, taskID, s) },
+		func(s *Subscription[*ent.TaskLog]) { removeFrom(b.logSubs, taskID, s) })
+}
+
+// subscribe makes a subscription that add registers and remove forgets,
+// both called with the broker's lock held.
+func subscribe[T any](b *Broker, buffer int, filter func(T) bool, internal bool, add, remove func(*Subscription[T])) *Subscription[T] {
+	c := make(chan T, max(buffer, 1))
+	s := &Subscription[T]{C: c, c: c, filter: filter, internal: internal}
 	s.unsub = func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		b.removeLogSub(taskID, s)
+		remove(s)
 		s.end(nil)
 	}
 	b.mu.Lock()
@@ -197,20 +165,25 @@ func (b *Broker) SubscribeLogs(taskID int, buffer int) *Subscription[*ent.TaskLo
 		s.end(ErrClosed)
 		return s
 	}
-	m := b.logSubs[taskID]
-	if m == nil {
-		m = make(map[*Subscription[*ent.TaskLog]]struct{})
-		b.logSubs[taskID] = m
-	}
-	m[s] = struct{}{}
+	add(s)
 	return s
 }
 
-func (b *Broker) removeLogSub(taskID int, s *Subscription[*ent.TaskLog]) {
-	if m := b.logSubs[taskID]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(b.logSubs, taskID)
+// addTo and removeFrom keep the subscriptions to one task.
+func addTo[T any](m map[int]map[*Subscription[T]]struct{}, taskID int, s *Subscription[T]) {
+	set := m[taskID]
+	if set == nil {
+		set = make(map[*Subscription[T]]struct{})
+		m[taskID] = set
+	}
+	set[s] = struct{}{}
+}
+
+func removeFrom[T any](m map[int]map[*Subscription[T]]struct{}, taskID int, s *Subscription[T]) {
+	if set := m[taskID]; set != nil {
+		delete(set, s)
+		if len(set) == 0 {
+			delete(m, taskID)
 		}
 	}
 }
@@ -270,7 +243,7 @@ func (b *Broker) deliverTaskLocked(c TaskChange) {
 			continue
 		}
 		if !s.offer(c) {
-			b.removeTaskSub(c.Task.ID, s)
+			removeFrom(b.byTask, c.Task.ID, s)
 			s.end(ErrLagged)
 			b.dropped.Add(1)
 		}
@@ -287,7 +260,7 @@ func (b *Broker) PublishLogs(logs []*ent.TaskLog) {
 	for _, l := range logs {
 		for s := range b.logSubs[l.TaskID] {
 			if !s.offer(l) {
-				b.removeLogSub(l.TaskID, s)
+				removeFrom(b.logSubs, l.TaskID, s)
 				s.end(ErrLagged)
 				b.dropped.Add(1)
 			}
