@@ -215,11 +215,7 @@ func TestAccess(t *testing.T) {
 			c := dialAs(t, s.Server, s.tok["bob"])
 			defer c.Conn.Close()
 			c.Subscribe("all", `subscription { taskUpdated { id title } }`, nil)
-			deadline := time.Now().Add(10 * time.Second)
-			for s.App.Broker.Stats().TaskSubscribers < 1 {
-				require.True(t, time.Now().Before(deadline))
-				time.Sleep(5 * time.Millisecond)
-			}
+			s.WaitSubscribers(t, 1)
 			later := time.Now().Add(time.Hour).Format(time.RFC3339)
 			// alice's change is published first: were it delivered, it
 			// would arrive first.
