@@ -231,6 +231,20 @@ func (_c *TaskCreate) SetNillableResultStatus(v *task.ResultStatus) *TaskCreate 
 	return _c
 }
 
+// SetAttentionStatus sets the "attention_status" field.
+func (_c *TaskCreate) SetAttentionStatus(v lifecycle.Status) *TaskCreate {
+	_c.mutation.SetAttentionStatus(v)
+	return _c
+}
+
+// SetNillableAttentionStatus sets the "attention_status" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableAttentionStatus(v *lifecycle.Status) *TaskCreate {
+	if v != nil {
+		_c.SetAttentionStatus(*v)
+	}
+	return _c
+}
+
 // SetVersion sets the "version" field.
 func (_c *TaskCreate) SetVersion(v int64) *TaskCreate {
 	_c.mutation.SetVersion(v)
@@ -498,6 +512,11 @@ func (_c *TaskCreate) check() error {
 			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
 		}
 	}
+	if v, ok := _c.mutation.AttentionStatus(); ok {
+		if err := task.AttentionStatusValidator(v); err != nil {
+			return &ValidationError{Name: "attention_status", err: fmt.Errorf(`ent: validator failed for field "Task.attention_status": %w`, err)}
+		}
+	}
 	if _, ok := _c.mutation.Version(); !ok {
 		return &ValidationError{Name: "version", err: errors.New(`ent: missing required field "Task.version"`)}
 	}
@@ -619,6 +638,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ResultStatus(); ok {
 		_spec.SetField(task.FieldResultStatus, field.TypeEnum, value)
 		_node.ResultStatus = &value
+	}
+	if value, ok := _c.mutation.AttentionStatus(); ok {
+		_spec.SetField(task.FieldAttentionStatus, field.TypeEnum, value)
+		_node.AttentionStatus = &value
 	}
 	if value, ok := _c.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)

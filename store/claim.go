@@ -205,7 +205,7 @@ func (q txQuerier) Postgres() bool { return q.s.d.postgres() }
 // claimTasks is the claim's first statement: it moves to EXECUTING the
 // tasks of the instances pick selects (and locks).
 func claimTasks(pick string) string {
-	return `UPDATE tasks SET status = ` + sqlExecuting + `, version = version + 1, updated_at = ?
+	return `UPDATE tasks SET status = ` + sqlExecuting + `, attention_status = NULL, version = version + 1, updated_at = ?
 WHERE status IN (` + sqlWaiting + `) AND id IN (SELECT task_id FROM (` + pick + `) picked)
 RETURNING *`
 }

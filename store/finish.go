@@ -212,7 +212,7 @@ RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`
 	}
 	final := `CASE WHEN v.status <> ` + lifecycle.QuotedList(lifecycle.Success) + ` AND tasks.cancel_requested THEN ` + lifecycle.QuotedList(lifecycle.Cancelled) + ` ELSE v.status END`
 	rows, err = t.QueryContext(ctx, s.d.rebind(`
-UPDATE tasks SET status = `+final+`, last_error = v.last_error, result = v.result, result_status = v.result_status,
+UPDATE tasks SET status = `+final+`, attention_status = `+attentionCase(final)+`, last_error = v.last_error, result = v.result, result_status = v.result_status,
 	finished_at = CASE WHEN `+final+` IN (`+sqlTerminal+`) THEN `+s.d.timeParam()+` ELSE NULL END,
 	updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
 FROM `+v+`

@@ -200,6 +200,13 @@ func requireMirrored(t testing.TB, s *store.Store, taskID int) {
 		}
 	}
 	require.LessOrEqual(t, live, 1, "live instances")
+	switch tk.Status {
+	case lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending:
+		require.NotNil(t, tk.AttentionStatus, "attention_status of a %s task", tk.Status)
+		require.Equal(t, tk.Status, *tk.AttentionStatus, "attention_status follows status")
+	default:
+		require.Nil(t, tk.AttentionStatus, "attention_status of a %s task", tk.Status)
+	}
 	last := ins[len(ins)-1]
 	if tk.Status == lifecycle.Cancelled && last.Status == lifecycle.Failed {
 		return // failed execution of a task whose cancel was requested

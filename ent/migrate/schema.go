@@ -143,6 +143,7 @@ var (
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true},
 		{Name: "result_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"SUCCESS", "PARTIAL_SUCCESS", "FAILED"}},
+		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "cancel_requested", Type: field.TypeBool, Default: false},
 		{Name: "cancel_reason", Type: field.TypeString, Nullable: true},
@@ -168,6 +169,14 @@ var (
 				Name:    "task_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{TasksColumns[1]},
+			},
+			{
+				Name:    "task_attention_status_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[22], TasksColumns[1]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "attention_status IS NOT NULL",
+				},
 			},
 			{
 				Name:    "task_biz_id",

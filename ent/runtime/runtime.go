@@ -112,15 +112,15 @@ func init() {
 	// task.DefaultProgressTotal holds the default value on creation for the progress_total field.
 	task.DefaultProgressTotal = taskDescProgressTotal.Default.(int64)
 	// taskDescVersion is the schema descriptor for version field.
-	taskDescVersion := taskFields[20].Descriptor()
+	taskDescVersion := taskFields[21].Descriptor()
 	// task.DefaultVersion holds the default value on creation for the version field.
 	task.DefaultVersion = taskDescVersion.Default.(int64)
 	// taskDescCancelRequested is the schema descriptor for cancel_requested field.
-	taskDescCancelRequested := taskFields[21].Descriptor()
+	taskDescCancelRequested := taskFields[22].Descriptor()
 	// task.DefaultCancelRequested holds the default value on creation for the cancel_requested field.
 	task.DefaultCancelRequested = taskDescCancelRequested.Default.(bool)
 	// taskDescUpdatedAt is the schema descriptor for updated_at field.
-	taskDescUpdatedAt := taskFields[24].Descriptor()
+	taskDescUpdatedAt := taskFields[25].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
 	taskinstanceMixin := schema.TaskInstance{}.Mixin()

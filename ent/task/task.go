@@ -62,6 +62,8 @@ const (
 	FieldLastError = "last_error"
 	// FieldResultStatus holds the string denoting the result_status field in the database.
 	FieldResultStatus = "result_status"
+	// FieldAttentionStatus holds the string denoting the attention_status field in the database.
+	FieldAttentionStatus = "attention_status"
 	// FieldVersion holds the string denoting the version field in the database.
 	FieldVersion = "version"
 	// FieldCancelRequested holds the string denoting the cancel_requested field in the database.
@@ -129,6 +131,7 @@ var Columns = []string{
 	FieldResult,
 	FieldLastError,
 	FieldResultStatus,
+	FieldAttentionStatus,
 	FieldVersion,
 	FieldCancelRequested,
 	FieldCancelReason,
@@ -207,6 +210,16 @@ func ResultStatusValidator(rs ResultStatus) error {
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for result_status field: %q", rs)
+	}
+}
+
+// AttentionStatusValidator is a validator for the "attention_status" field enum values. It is called by the builders before save.
+func AttentionStatusValidator(as lifecycle.Status) error {
+	switch as {
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+		return nil
+	default:
+		return fmt.Errorf("task: invalid enum value for attention_status field: %q", as)
 	}
 }
 
@@ -306,6 +319,11 @@ func ByLastError(opts ...sql.OrderTermOption) OrderOption {
 // ByResultStatus orders the results by the result_status field.
 func ByResultStatus(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldResultStatus, opts...).ToFunc()
+}
+
+// ByAttentionStatus orders the results by the attention_status field.
+func ByAttentionStatus(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAttentionStatus, opts...).ToFunc()
 }
 
 // ByVersion orders the results by the version field.
@@ -425,3 +443,10 @@ func (e *ResultStatus) UnmarshalGQL(val interface{}) error {
 	}
 	return nil
 }
+
+var (
+	// lifecycle.Status must implement graphql.Marshaler.
+	_ graphql.Marshaler = (*lifecycle.Status)(nil)
+	// lifecycle.Status must implement graphql.Unmarshaler.
+	_ graphql.Unmarshaler = (*lifecycle.Status)(nil)
+)
