@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/playground"
@@ -139,7 +140,15 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	// latest change of each task from a backlog rather than being dropped.
 	broker := events.NewBroker(events.Config{Observe: m.ObserveChange, Backlog: events.BacklogDefault})
 	outages := outage.NewMonitor(outage.MonitorConfig{Logger: log.With("node", node)})
-	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: outages.Wrote}
+	var relayed atomic.Pointer[relay.Listener] // set below, on PostgreSQL
+	onWrite := func(err error) {
+		outages.Wrote(err)
+		if l := relayed.Load(); l != nil && store.CommitUncertain(err) {
+			// The change may have committed unpublished: replay it.
+			l.Missed()
+		}
+	}
+	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
 	if isPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
@@ -213,6 +222,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			if err != nil {
 				return fail(fmt.Errorf("listen for other nodes' changes: %w", err))
 			}
+			relayed.Store(a.Relay)
 		}
 	}
 	var leading func(context.Context) (bool, error)

@@ -97,6 +97,8 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 		return CodeValidation, nil, true
 	case hasMessage(err, "introspection disabled"): // gqlgen's, unexported
 		return CodeForbidden, nil, true
+	case errors.Is(err, errShuttingDown):
+		return CodeUnavailable, unavailable(time.Second, "SHUTTING_DOWN"), true
 	}
 	return "", nil, false
 }

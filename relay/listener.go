@@ -77,6 +77,7 @@ type Listener struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	kick   chan struct{} // Missed: resync now
 
 	// Counters for metrics.
 	received, resyncs, resyncFailures, resyncsRequired int64
@@ -94,7 +95,7 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	cfg.ResyncLimit = cmp.Or(cfg.ResyncLimit, ResyncLimitDefault)
 	cfg.ResyncPage = cmp.Or(cfg.ResyncPage, ResyncPageDefault)
 	cfg.PingInterval = cmp.Or(cfg.PingInterval, PingIntervalDefault)
-	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{})}
+	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	l.pql = pq.NewListener(withAppName(cfg.DSN, "taskgraph-relay-"+cfg.Node), 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventDisconnected:
@@ -141,6 +142,20 @@ func (l *Listener) Close() {
 	l.cancel()
 	<-l.done
 	_ = l.pql.Close()
+}
+
+// Missed tells the listener that changes committed from about now may not
+// have been published on this node (one of its own COMMITs failed with an
+// unknown outcome: it may have committed all the same): they are re-read
+// and replayed, as after a lost connection.
+func (l *Listener) Missed() {
+	l.mu.Lock()
+	l.missLocked(time.Now())
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
 }
 
 // resyncMargin covers clock differences between nodes and commits that were
@@ -217,6 +232,11 @@ func (l *Listener) loop(ctx context.Context) {
 			}
 		case <-retry:
 			resync()
+		case <-l.kick:
+			if retry == nil {
+				resync()
+			} // else the pending retry covers it
+
 		case n := <-l.pql.Notify:
 			if n == nil {
 				// pq says notifications may have been lost.

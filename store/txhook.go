@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"taskgraph/ent"
 	"taskgraph/events"
@@ -53,4 +54,13 @@ func (h *TxHook) committed() {
 	if h != nil && h.Committed != nil {
 		h.Committed()
 	}
+}
+
+// CommitUncertain reports whether err is a failed COMMIT: the transaction
+// may have committed all the same (the connection died waiting for the
+// answer), and then its changes were not published here. A node that
+// learns of one re-reads what changed (relay.Listener.Missed).
+func CommitUncertain(err error) bool {
+	var ce *commitError
+	return errors.As(err, &ce)
 }
