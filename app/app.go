@@ -494,6 +494,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		if a.Pool != nil {
 			// First: no new work starts from here on.
 			a.Pool.StopClaiming()
+			a.Log.Info("stopped claiming work")
 		}
 		if a.GraphQL != nil {
 			// Streams never finish on their own: end them now, so that

@@ -21,6 +21,11 @@ type MonitorConfig struct {
 	// QuietEnd is how long without a failure ends an outage when no write
 	// succeeded meanwhile (a node that only reads). Default: QuietEndDefault.
 	QuietEnd time.Duration
+	// Settle is how long after the last failure a successful write ends an
+	// outage (and makes the node ready again): a nearly full disk lets
+	// small writes through between failures, and that is not the end of
+	// it. Default: SettleDefault.
+	Settle time.Duration
 	// UnreadyAfter is how many write failures in a row (with no success
 	// between them) make the node unready. A disk-full failure makes it
 	// unready at once. Default: UnreadyAfterDefault.
@@ -36,6 +41,7 @@ type MonitorConfig struct {
 const (
 	SummaryEveryDefault = time.Minute
 	QuietEndDefault     = 10 * time.Second
+	SettleDefault       = 2 * time.Second
 	UnreadyAfterDefault = 3
 	UnreadyForDefault   = 30 * time.Second
 )
@@ -55,11 +61,12 @@ type Monitor struct {
 	firstErr string
 	counts   map[string]int
 	logged   time.Time
-	quiet    *time.Timer
+	timer    *time.Timer // checks whether the outage is over
 	outages  int
 
-	writeFailures int // in a row
-	lastWrite     time.Time
+	writeFailures int       // since writes last succeeded for Settle
+	lastWrite     time.Time // the latest write failure
+	lastOK        time.Time // the latest successful write
 	diskFull      bool
 }
 
@@ -67,6 +74,7 @@ type Monitor struct {
 func NewMonitor(cfg MonitorConfig) *Monitor {
 	cfg.SummaryEvery = cmp.Or(cfg.SummaryEvery, SummaryEveryDefault)
 	cfg.QuietEnd = cmp.Or(cfg.QuietEnd, QuietEndDefault)
+	cfg.Settle = cmp.Or(cfg.Settle, SettleDefault)
 	cfg.UnreadyAfter = cmp.Or(cfg.UnreadyAfter, UnreadyAfterDefault)
 	cfg.UnreadyFor = cmp.Or(cfg.UnreadyFor, UnreadyForDefault)
 	if cfg.Now == nil {
@@ -102,22 +110,35 @@ func (m *Monitor) Failed(source string, err error) *Error {
 		m.logged = now
 		m.log.Warn("outage continues", "kind", m.kind.String(), "for", now.Sub(m.since).Round(time.Second).String(), "failures", m.countsLocked())
 	}
-	m.armQuietLocked()
+	m.recheckLocked(m.cfg.QuietEnd)
 	return e
 }
 
-// armQuietLocked ends the outage after QuietEnd without failures.
-func (m *Monitor) armQuietLocked() {
-	if m.quiet != nil {
-		m.quiet.Stop()
+// recheckLocked checks again in d whether the outage is over.
+func (m *Monitor) recheckLocked(d time.Duration) {
+	if m.timer != nil {
+		m.timer.Stop()
 	}
-	m.quiet = time.AfterFunc(m.cfg.QuietEnd, func() {
+	m.timer = time.AfterFunc(d, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.active && m.cfg.Now().Sub(m.last) >= m.cfg.QuietEnd {
-			m.endLocked("no failure for " + m.cfg.QuietEnd.String())
-		}
+		m.checkLocked()
 	})
+}
+
+// checkLocked ends the outage when writes have succeeded since Settle
+// after the last failure, or when nothing failed for QuietEnd.
+func (m *Monitor) checkLocked() {
+	if !m.active {
+		return
+	}
+	since := m.cfg.Now().Sub(m.last)
+	switch {
+	case m.lastOK.After(m.last) && since >= m.cfg.Settle:
+		m.endLocked("writes succeed again")
+	case since >= m.cfg.QuietEnd:
+		m.endLocked("no failure for " + m.cfg.QuietEnd.String())
+	}
 }
 
 func (m *Monitor) endLocked(why string) {
@@ -125,9 +146,9 @@ func (m *Monitor) endLocked(why string) {
 		return
 	}
 	m.active = false
-	if m.quiet != nil {
-		m.quiet.Stop()
-		m.quiet = nil
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
 	}
 	m.log.Info("outage over", "kind", m.kind.String(), "lasted", m.last.Sub(m.since).Round(time.Millisecond).String(),
 		"failures", m.countsLocked(), "ended_by", why, "first_err", m.firstErr)
@@ -148,8 +169,8 @@ func (m *Monitor) countsLocked() string {
 }
 
 // Wrote records the outcome of a write transaction (the store reports
-// each one): a success ends an outage and makes the node ready again; an
-// outage counts towards unreadiness. Other errors (a constraint, a
+// each one): a success Settle after the last failure ends an outage and
+// makes the node ready again; an outage counts towards unreadiness. Other errors (a constraint, a
 // refused transition) say nothing about the database's health.
 func (m *Monitor) Wrote(err error) {
 	if m == nil {
@@ -158,8 +179,18 @@ func (m *Monitor) Wrote(err error) {
 	if err == nil {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.writeFailures, m.diskFull = 0, false
-		m.endLocked("a write succeeded")
+		now := m.cfg.Now()
+		m.lastOK = now
+		if m.writeFailures > 0 && now.Sub(m.lastWrite) >= m.cfg.Settle {
+			m.writeFailures, m.diskFull = 0, false
+		}
+		if m.active {
+			if wait := m.cfg.Settle - now.Sub(m.last); wait > 0 {
+				m.recheckLocked(wait)
+			} else {
+				m.checkLocked()
+			}
+		}
 		return
 	}
 	e := m.Failed("write", err)
@@ -183,7 +214,8 @@ func (m *Monitor) Ready() error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.writeFailures == 0 || m.cfg.Now().Sub(m.lastWrite) > m.cfg.UnreadyFor {
+	since := m.cfg.Now().Sub(m.lastWrite)
+	if m.writeFailures == 0 || since > m.cfg.UnreadyFor || (m.lastOK.After(m.lastWrite) && since >= m.cfg.Settle) {
 		return nil
 	}
 	switch {

@@ -166,10 +166,14 @@ func TestMonitor(t *testing.T) {
 		require.True(t, st.Active)
 		require.Equal(t, map[string]int{"request": 5000}, st.Failures)
 
+		m.Wrote(nil) // a write went through, but failures are too recent
+		require.True(t, m.Stats().Active)
+		clock.Add(SettleDefault)
 		m.Wrote(nil) // the database is back
 		require.False(t, m.Stats().Active)
 		require.Equal(t, 2, strings.Count(logs.String(), "\n"))
 		require.Contains(t, logs.String(), `outage over`)
+		require.Contains(t, logs.String(), `ended_by="writes succeed again"`)
 		require.Contains(t, logs.String(), `failures="request=5000"`)
 	})
 	t.Run("SummarisesALongOutageEveryMinute", func(t *testing.T) {
@@ -192,6 +196,7 @@ func TestMonitor(t *testing.T) {
 		require.ErrorContains(t, m.Ready(), "the last 3 writes failed")
 		m.Wrote(&pq.Error{Code: "23505"}) // a constraint: says nothing either way
 		require.Error(t, m.Ready())
+		clock.Add(SettleDefault)
 		m.Wrote(nil)
 		require.NoError(t, m.Ready())
 		m.Wrote(down)
@@ -202,11 +207,28 @@ func TestMonitor(t *testing.T) {
 	})
 	t.Run("AFullDiskMakesTheNodeUnreadyAtOnce", func(t *testing.T) {
 		t.Parallel()
-		m, _, _ := setup(t)
+		m, clock, _ := setup(t)
 		m.Wrote(&pq.Error{Code: "53100"})
 		require.ErrorContains(t, m.Ready(), "disk full")
+		clock.Add(SettleDefault)
 		m.Wrote(nil)
 		require.NoError(t, m.Ready())
+	})
+	t.Run("ADiskThatLetsSmallWritesThroughIsStillFull", func(t *testing.T) {
+		t.Parallel()
+		m, clock, logs := setup(t)
+		for range 100 {
+			m.Wrote(&pq.Error{Code: "53100"})
+			clock.Add(100 * time.Millisecond)
+			m.Wrote(nil)
+			require.ErrorContains(t, m.Ready(), "disk full")
+			clock.Add(100 * time.Millisecond)
+		}
+		require.Equal(t, 1, strings.Count(logs.String(), "\n"), "one outage: %s", logs)
+		clock.Add(SettleDefault)
+		m.Wrote(nil)
+		require.NoError(t, m.Ready())
+		require.False(t, m.Stats().Active)
 	})
 	t.Run("AnOutageEndsAfterAQuietPeriod", func(t *testing.T) {
 		t.Parallel()
