@@ -84,15 +84,16 @@ type Server struct {
 	streams *streams
 }
 
-// GoAway ends the server's streams for a shutdown: every subscription
-// (websocket and SSE) ends with a last UNAVAILABLE error saying the server
-// is shutting down — SSE streams then end, and their requests with them —
-// and every websocket is then closed with 1001 (going away). New
-// subscriptions are refused and new websockets closed the same way. It
-// returns when all that is done, or when ctx ends.
+// GoAway ends the server's streams for a shutdown: every websocket is
+// closed with 1001 (going away) — its client reconnects and subscribes
+// again, elsewhere or later — and every SSE stream ends with a last
+// UNAVAILABLE error saying the server is shutting down, then complete, and
+// its request with it. New websockets are closed and new subscriptions
+// refused the same way. It returns when the streams' resolvers are done,
+// or when ctx ends.
 func (s *Server) GoAway(ctx context.Context) {
+	s.sockets.GoAway("server shutting down")
 	s.streams.goAway(ctx)
-	s.sockets.GoAway(ctx, "server shutting down")
 }
 
 // OpenWebsockets is how many websockets are open.

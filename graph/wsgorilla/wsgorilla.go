@@ -8,7 +8,6 @@ package wsgorilla
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,11 +81,11 @@ func (cs *Conns) Len() int {
 	return len(cs.open)
 }
 
-// GoAway closes every connection with 1001 (going away) and reason, each
-// once its operations have sent their last message (the caller ends the
-// operations first), or when ctx ends. Connections accepted later are
-// closed at once the same way.
-func (cs *Conns) GoAway(ctx context.Context, reason string) {
+// GoAway closes every connection with 1001 (going away) and reason, at
+// once: clients such as graphql-ws reconnect (to another node, or to this
+// one once it is back) and subscribe again to what they were watching.
+// Connections accepted later are closed the same way.
+func (cs *Conns) GoAway(reason string) {
 	cs.mu.Lock()
 	cs.closing, cs.reason = true, reason
 	open := make([]*conn, 0, len(cs.open))
@@ -94,28 +93,10 @@ func (cs *Conns) GoAway(ctx context.Context, reason string) {
 		open = append(open, c)
 	}
 	cs.mu.Unlock()
-	var wg sync.WaitGroup
 	for _, c := range open {
-		wg.Go(func() {
-			tick := time.NewTicker(5 * time.Millisecond)
-			defer tick.Stop()
-			for c.running() > 0 {
-				select {
-				case <-ctx.Done():
-					c.goAway(reason)
-					return
-				case <-c.done:
-					return
-				case <-tick.C:
-				}
-			}
-			c.goAway(reason)
-		})
+		c.goAway(reason)
 	}
-	wg.Wait()
 }
-
-var _ transport.WebsocketImplementation = Implementation{}
 
 // Accept upgrades the request, offering gqlgen's subprotocols.
 func (i Implementation) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
@@ -190,13 +171,6 @@ func (c *conn) goAway(reason string) {
 	_ = c.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseGoingAway, reason), time.Now().Add(time.Second))
 	c.mu.Unlock()
 	_ = c.Close()
-}
-
-// running is how many operations are running.
-func (c *conn) running() int {
-	c.opsMu.Lock()
-	defer c.opsMu.Unlock()
-	return len(c.ops)
 }
 
 // ping sends ping frames and drops the connection when pongs stop coming.
