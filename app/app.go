@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,9 @@ type Options struct {
 	Watchdog worker.WatchdogConfig
 	// Websocket overrides websocket limits (zero fields keep theirs).
 	Websocket graph.WebsocketConfig
+	// EventBacklog overrides how many tasks a client subscription may
+	// fall behind by beyond its buffer (0 keeps events.BacklogDefault).
+	EventBacklog int
 	Logger    *slog.Logger
 	// Import overrides the importer's upload size, limits, chunk size and
 	// chunk hook (tests); Janitor the janitor's configuration. Zero fields
@@ -138,7 +142,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	m := metrics.New()
 	// Clients that fall behind (a burst, a resync after an outage) get the
 	// latest change of each task from a backlog rather than being dropped.
-	broker := events.NewBroker(events.Config{Observe: m.ObserveChange, Backlog: events.BacklogDefault})
+	broker := events.NewBroker(events.Config{Observe: m.ObserveChange, Backlog: cmp.Or(opts.EventBacklog, events.BacklogDefault)})
 	outages := outage.NewMonitor(outage.MonitorConfig{Logger: log.With("node", node)})
 	var relayed atomic.Pointer[relay.Listener] // set below, on PostgreSQL
 	onWrite := func(err error) {

@@ -1,8 +1,11 @@
 package graph_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +13,10 @@ import (
 
 	"taskgraph/app"
 	"taskgraph/app/apptest"
+	"taskgraph/ent"
+	"taskgraph/events"
 	"taskgraph/internal/dbtest"
+	"taskgraph/lifecycle"
 )
 
 // TestASubscriberThatMissedChangesIsToldToResync: when the changes a
@@ -76,4 +82,58 @@ func TestNoSubscriptionStartsWhileShuttingDown(t *testing.T) {
 	require.Len(t, r.Errors, 1, "%s", e.Data)
 	require.Equal(t, "UNAVAILABLE", r.Errors[0].Code())
 	require.Equal(t, "SHUTTING_DOWN", r.Errors[0].Extensions["reason"])
+}
+
+// TestASlowSubscriberIsToldWhyItWasDropped: a client that reads slower
+// than changes come fills its buffer and its backlog; it is then dropped,
+// and the last thing it reads is a RESYNC_REQUIRED (LAGGED) error, over
+// websockets and SSE alike.
+func TestASlowSubscriberIsToldWhyItWasDropped(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, dbtest.SQLite(t), app.Options{EventBacklog: 8})
+	ws := s.DialWS(t, nil)
+	ws.Subscribe("slow", `subscription { taskUpdated { id title } }`, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, err := apptest.PostSSE(ctx, s.URL+"/query", `subscription { taskUpdated { id title } }`, nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	s.WaitSubscribers(t, 2)
+
+	// Nobody reads; large changes keep coming until both are dropped.
+	big := strings.Repeat("x", 2<<10)
+	deadline := time.Now().Add(30 * time.Second)
+	for id := 1; s.App.Broker.Stats().Dropped < 2; id++ {
+		require.True(t, time.Now().Before(deadline), "never dropped: %+v", s.App.Broker.Stats())
+		s.App.Broker.PublishTasks([]events.TaskChange{{Kind: events.Created, Task: &ent.Task{ID: id, Version: 1, Title: big, Owner: "local", Status: lifecycle.Pending}}})
+	}
+
+	lastWS := ""
+	for {
+		m := ws.Next()
+		if m.Type == "complete" {
+			break
+		}
+		var p apptest.Response
+		require.NoError(t, json.Unmarshal(m.Payload, &p))
+		if len(p.Errors) > 0 {
+			lastWS = p.Errors[0].Code() + "/" + fmt.Sprint(p.Errors[0].Extensions["reason"])
+		}
+	}
+	require.Equal(t, "RESYNC_REQUIRED/LAGGED", lastWS)
+
+	lastSSE := ""
+	completed := false
+	_ = apptest.ReadSSE(resp.Body, func(e apptest.SSEEvent) bool {
+		if e.Event == "complete" {
+			completed = true
+			return false
+		}
+		if r, err := e.Response(); err == nil && len(r.Errors) > 0 {
+			lastSSE = r.Errors[0].Code() + "/" + fmt.Sprint(r.Errors[0].Extensions["reason"])
+		}
+		return true
+	})
+	require.True(t, completed)
+	require.Equal(t, "RESYNC_REQUIRED/LAGGED", lastSSE)
 }

@@ -100,34 +100,43 @@ func streamEndError(err error) *gqlerror.Error {
 // end them and wait for them.
 type streams struct {
 	goingAway chan struct{}
-	once      sync.Once
-	running   sync.WaitGroup
+	mu        sync.Mutex
+	closing   bool
+	running   int
+	idle      chan struct{} // closed when closing and nothing runs
 }
 
-func newStreams() *streams { return &streams{goingAway: make(chan struct{})} }
+func newStreams() *streams {
+	return &streams{goingAway: make(chan struct{}), idle: make(chan struct{})}
+}
 
 // start registers a stream; false when the server is going away.
 func (s *streams) start() bool {
 	if s == nil {
 		return true
 	}
-	select {
-	case <-s.goingAway:
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
 		return false
-	default:
 	}
-	s.running.Add(1)
+	s.running++
 	return true
 }
 
 func (s *streams) done() {
-	if s != nil {
-		s.running.Done()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running--; s.running == 0 && s.closing {
+		close(s.idle)
 	}
 }
 
-// closing is closed when the server goes away (nil: never).
-func (s *streams) closing() <-chan struct{} {
+// closed is closed when the server goes away (nil: never).
+func (s *streams) closed() <-chan struct{} {
 	if s == nil {
 		return nil
 	}
@@ -136,11 +145,17 @@ func (s *streams) closing() <-chan struct{} {
 
 // goAway ends every stream and waits (within ctx) for their resolvers.
 func (s *streams) goAway(ctx context.Context) bool {
-	s.once.Do(func() { close(s.goingAway) })
-	done := make(chan struct{})
-	go func() { s.running.Wait(); close(done) }()
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		close(s.goingAway)
+		if s.running == 0 {
+			close(s.idle)
+		}
+	}
+	s.mu.Unlock()
 	select {
-	case <-done:
+	case <-s.idle:
 		return true
 	case <-ctx.Done():
 		return false
@@ -200,7 +215,7 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 		defer r.streams.done()
 		defer close(out)
 		defer sub.Close()
-		closing := r.streams.closing()
+		closing := r.streams.closed()
 		// last is the version sent of the one task watched: the broker's
 		// changes older than the current state read above are skipped. (The
 		// broker itself never delivers a version twice nor out of order.)
@@ -309,7 +324,7 @@ func (r *subscriptionResolver) taskLogAppended(ctx context.Context, taskID int) 
 		defer r.streams.done()
 		defer close(out)
 		defer sub.Close()
-		closing := r.streams.closing()
+		closing := r.streams.closed()
 		for {
 			select {
 			case <-ctx.Done():
