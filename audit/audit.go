@@ -149,10 +149,13 @@ type Pending struct {
 	// learns them (each transaction of the action records it as it is
 	// when that transaction commits).
 	Entry Entry
-	// Fill, when set, completes the entry from what the carrying
-	// transaction commits (a created task's id and code, a bulk action's
-	// per-id outcomes).
-	Fill func(e *Entry, c store.Committing)
+	// Fill, when set, completes the entry from what a transaction of the
+	// action is about to commit (a created task's id and code, a bulk
+	// action's per-id outcomes), and reports whether that transaction
+	// carries the record: false for one that did not do the action (a
+	// create that found its idempotency key taken meanwhile), whose record
+	// then waits for another transaction or for End.
+	Fill func(e *Entry, c store.Committing) bool
 
 	committed bool
 	written   Entry
@@ -166,24 +169,27 @@ func (r *Recorder) Begin(ctx context.Context, e Entry) *Pending {
 		return p
 	}
 	var tentative Entry
+	carried := false // by the transaction about to commit
 	p.ctx = store.WithTxHook(ctx, &store.TxHook{
 		BeforeCommit: func(txCtx context.Context, tx *ent.Tx, c store.Committing) error {
+			carried = false
 			if p.committed {
 				return nil // recorded with an earlier transaction of this action
 			}
 			tentative = p.Entry
-			if p.Fill != nil {
-				p.Fill(&tentative, c)
+			if p.Fill != nil && !p.Fill(&tentative, c) {
+				return nil
 			}
 			// The record's actor is the action's viewer, whatever context
 			// the store writes with (its own reads run as the system).
 			if err := r.insert(context.WithoutCancel(ctx), tx, tentative); err != nil {
 				return fmt.Errorf("audit: record %s with it: %w", tentative.Action, err)
 			}
+			carried = true
 			return nil
 		},
 		Committed: func() {
-			if !p.committed {
+			if carried && !p.committed {
 				p.committed, p.written = true, tentative
 			}
 		},

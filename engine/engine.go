@@ -141,14 +141,15 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*ent.Task, erro
 	// The record commits with the task (or the create fails); a create
 	// that failed or found its idempotency key used is recorded on its own.
 	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: details})
-	rec.Fill = func(entry *audit.Entry, cm store.Committing) {
+	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
 		for _, c := range cm.Changes {
 			if c.Kind == events.Created {
 				entry.TaskIDs = []int{c.Task.ID}
 				entry.Details = withCode(details, c.Task.Code, false)
-				return
+				return true
 			}
 		}
+		return false // its key was taken meanwhile: recorded by End
 	}
 	t, created, err := e.create(rec.Context(), v, req)
 	if t != nil {
@@ -422,7 +423,7 @@ func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, de
 	rec := e.audit.Begin(ctx, audit.Entry{Action: action, TaskIDs: ids, Details: details})
 	// The per-id outcomes are known when the transaction is about to
 	// commit: the record is completed then, from them.
-	rec.Fill = func(entry *audit.Entry, c store.Committing) { e.bulkEntry(entry, c.Each, nil) }
+	rec.Fill = func(entry *audit.Entry, c store.Committing) bool { e.bulkEntry(entry, c.Each, nil); return true }
 	out, err := e.each(rec.Context(), v, ids, func(ctx context.Context) ([]BulkResult, error) { return do(ctx, v) })
 	if err != nil {
 		out = nil

@@ -33,7 +33,8 @@ func setupResync(t *testing.T, n int, cfg Config) resyncBundle {
 	for i := range tasks {
 		tasks[i] = store.NewTask{Type: "noop", Owner: "test", Input: json.RawMessage(`{}`), InputHash: "-", TimeoutSeconds: 60, RetryPolicy: "default", MaxAttempts: 1}
 	}
-	require.NoError(t, st.CreateTasks(ctx, tasks))
+	_, err = st.CreateTasks(ctx, tasks)
+	require.NoError(t, err)
 	b := events.NewBroker(events.Config{Backlog: 1000})
 	t.Cleanup(b.Close)
 	sub := b.SubscribeTasks(nil, 1000)

@@ -97,8 +97,14 @@ func recordTasks(t *testing.T, s *apptest.Server, prefix string, n int) {
 			Input: json.RawMessage(fmt.Sprintf(`{"sleepMs":%d}`, 5+i%40)), InputHash: "-", TimeoutSeconds: 60,
 			RetryPolicy: reliablePolicy.Name, MaxAttempts: reliablePolicy.MaxAttempts}
 	}
-	if err := s.App.Store.CreateTasks(context.Background(), batch); err != nil {
+	res, err := s.App.Store.CreateTasks(context.Background(), batch)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
 	}
 }
 

@@ -33,6 +33,7 @@ func (s *Store) CancelTask(ctx context.Context, id int, reason string) (*ent.Tas
 // what fails for one id (not found, finished) is that id's error and
 // leaves the others alone; an error of the database fails them all.
 func (s *Store) CancelTasks(ctx context.Context, ids []int, reason string) ([]Each, error) {
+	ctx = lifecycle.Guarded(ctx)
 	return s.each(ctx, ids, func(t *txn, id int) (*ent.Task, error) { return s.cancelIn(ctx, t, id, reason) })
 }
 
@@ -198,6 +199,7 @@ func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
 // RetryTasks retries each task as RetryTask does, in one transaction, with
 // the per-id failures of CancelTasks.
 func (s *Store) RetryTasks(ctx context.Context, ids []int) ([]Each, error) {
+	ctx = lifecycle.Guarded(ctx)
 	return s.each(ctx, ids, func(t *txn, id int) (*ent.Task, error) { return s.retryIn(ctx, t, id) })
 }
 
