@@ -63,7 +63,7 @@ type Options struct {
 	// EventBacklog overrides how many tasks a client subscription may
 	// fall behind by beyond its buffer (0 keeps events.BacklogDefault).
 	EventBacklog int
-	Logger    *slog.Logger
+	Logger       *slog.Logger
 	// Import overrides the importer's upload size, limits, chunk size and
 	// chunk hook (tests); Janitor the janitor's configuration. Zero fields
 	// keep the values derived from Config.
