@@ -61,6 +61,10 @@ type Config struct {
 	// in it: the relay sends its notifications there, so that they are
 	// delivered if and only if the transaction commits.
 	BeforeCommit BeforeCommitFunc
+	// OnWrite, when set, is told the outcome of every write (nil: it
+	// committed), after the store's own retries: the outage monitor counts
+	// failures and readiness from it.
+	OnWrite func(err error)
 }
 
 // BeforeCommitFunc is Config.BeforeCommit.
@@ -76,6 +80,7 @@ type Store struct {
 	log     *slog.Logger
 	writeMu chan struct{} // SQLite only: one writing transaction at a time
 	before  BeforeCommitFunc
+	onWrite func(error)
 	order   publishOrder
 	gate    Gate
 
@@ -101,6 +106,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		before: cfg.BeforeCommit,
 		gate:   cfg.Gate,
 	}
+	s.onWrite = cfg.OnWrite
 	if s.pub == nil {
 		s.pub = events.Discard{}
 	}
@@ -285,6 +291,7 @@ type txn struct {
 	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
+	each    []Each // a bulk action's per-id outcomes (TxHook)
 }
 
 // changed records committed-to-be changes. The tasks are bound to the
@@ -307,6 +314,9 @@ func (t *txn) logged(logs ...*ent.TaskLog) {
 // commit succeeded, in commit order (see publishOrder).
 func (s *Store) write(ctx context.Context, fn func(t *txn) error) error {
 	_, err := s.writeLocked(ctx, fn)
+	if s.onWrite != nil {
+		s.onWrite(err)
+	}
 	return err
 }
 
@@ -344,6 +354,13 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		_ = tx.Rollback()
 		return nil, err
 	}
+	hook := txHookFrom(ctx)
+	if hook != nil {
+		if err := hook.BeforeCommit(ctx, tx, Committing{Changes: t.changes, Each: t.each}); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+	}
 	if s.before != nil && len(t.changes)+len(t.logs) > 0 {
 		exec := func(ctx context.Context, query string, args ...any) error {
 			_, err := t.ExecContext(ctx, query, args...)
@@ -358,6 +375,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		if err := tx.Commit(); err != nil {
 			return nil, &commitError{err}
 		}
+		hook.committed()
 		return t, nil
 	}
 	ticket := s.order.take()
@@ -367,6 +385,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		// transaction again on top of it.
 		return nil, &commitError{err}
 	}
+	hook.committed()
 	s.order.done(ticket, func() {
 		if len(t.changes) > 0 {
 			s.pub.PublishTasks(t.changes)

@@ -646,17 +646,29 @@ func (p *Pool) Stop(ctx context.Context) error {
 	return p.stopErr
 }
 
-func (p *Pool) stop(ctx context.Context) error {
+// StopClaiming stops taking work: once it returns, no claim is made and no
+// handler starts. Running handlers go on (Stop ends them). A shutdown calls
+// it first, before anything that may take time.
+func (p *Pool) StopClaiming() {
 	p.mu.Lock()
-	if !p.started {
-		p.mu.Unlock()
-		return nil
-	}
+	started := p.started
 	p.stopping = true
 	p.mu.Unlock()
+	if started {
+		p.fetchCancel()
+		<-p.fetchDone
+	}
+}
+
+func (p *Pool) stop(ctx context.Context) error {
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	if !started {
+		return nil
+	}
 	// No claim may start a handler once we wait for handlers.
-	p.fetchCancel()
-	<-p.fetchDone
+	p.StopClaiming()
 
 	grace, cancel := context.WithTimeout(ctx, p.cfg.ShutdownGrace)
 	defer cancel()
