@@ -281,7 +281,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			return fail(err)
 		}
 	}
-	src := metrics.Sources{Client: st.Client(), Broker: broker}
+	src := metrics.Sources{Client: st.Client(), Broker: broker, Inconsistent: st.Inconsistencies}
 	if a.Relay != nil {
 		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
 	}
