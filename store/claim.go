@@ -121,7 +121,7 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 		if err != nil {
 			return fmt.Errorf("claim instances: %w", err)
 		}
-		insts, err := ent.ScanTaskInstanceRows(s.client, rows)
+		insts, err := scanClaimedInstances(s.client, rows, workerID, now)
 		if err != nil {
 			return fmt.Errorf("claim instances: %w", err)
 		}
@@ -216,7 +216,30 @@ func (d sqlDialect) claimInstances(workerID string, now any, taskIDs []int64) (s
 	in, args := d.inInts("task_id", taskIDs)
 	return d.rebind(`UPDATE task_instances SET status = ` + sqlExecuting + `, version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
 WHERE status IN (` + sqlWaiting + `) AND ` + in + `
-RETURNING *`), append([]any{workerID, now, now}, args...)
+RETURNING ` + claimedInstanceColumns), append([]any{workerID, now, now}, args...)
+}
+
+// claimedInstanceColumns are what a claim reads back of the instances it
+// moved; the rest it set itself (status, worker, start and heartbeat time)
+// or is empty until the execution ends.
+const claimedInstanceColumns = "id, task_id, instance_no, attempt, task_type, priority, run_at, version, created_at"
+
+// scanClaimedInstances reads rows of claimedInstanceColumns into the
+// instances a claim by workerID at now made EXECUTING, bound to c, and
+// closes rows.
+func scanClaimedInstances(c *ent.Client, rows *sql.Rows, workerID string, now time.Time) ([]*ent.TaskInstance, error) {
+	defer rows.Close()
+	var out []*ent.TaskInstance
+	for rows.Next() {
+		in := &ent.TaskInstance{Status: lifecycle.Executing, WorkerID: workerID}
+		if err := rows.Scan(&in.ID, &in.TaskID, &in.InstanceNo, &in.Attempt, &in.TaskType, &in.Priority, &in.RunAt, &in.Version, &in.CreatedAt); err != nil {
+			return nil, err
+		}
+		started, beat := now, now
+		in.StartedAt, in.HeartbeatAt = &started, &beat
+		out = append(out, in.BindTo(c))
+	}
+	return out, rows.Err()
 }
 
 // claimQuery returns a SELECT of (task_id, priority, run_at, id) of the
