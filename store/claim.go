@@ -100,7 +100,7 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 		// every writer keeps.
 		pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
 		args := append([]any{now}, pickArgs...)
-		rows, err := t.QueryContext(ctx, s.d.rebind(claimTasks(pick)), args...)
+		rows, err := s.query(ctx, t, claimTasks(pick), args...)
 		if err != nil {
 			return fmt.Errorf("claim tasks: %w", err)
 		}
@@ -117,7 +117,7 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 			ids[i] = int64(tk.ID)
 		}
 		stmt, stmtArgs := s.d.claimInstances(workerID, now, ids)
-		rows, err = t.QueryContext(ctx, stmt, stmtArgs...)
+		rows, err = s.query(ctx, t, stmt, stmtArgs...)
 		if err != nil {
 			return fmt.Errorf("claim instances: %w", err)
 		}
@@ -207,16 +207,16 @@ func (q txQuerier) Postgres() bool { return q.s.d.postgres() }
 func claimTasks(pick string) string {
 	return `UPDATE tasks SET status = ` + sqlExecuting + `, attention_status = NULL, version = version + 1, updated_at = ?
 WHERE status IN (` + sqlWaiting + `) AND id IN (SELECT task_id FROM (` + pick + `) picked)
-RETURNING *`
+RETURNING ` + taskColumns("tasks")
 }
 
 // claimInstances is the claim's second statement: it moves the waiting
 // instances of the claimed tasks to EXECUTING.
 func (d sqlDialect) claimInstances(workerID string, now any, taskIDs []int64) (string, []any) {
 	in, args := d.inInts("task_id", taskIDs)
-	return d.rebind(`UPDATE task_instances SET status = ` + sqlExecuting + `, version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
+	return `UPDATE task_instances SET status = ` + sqlExecuting + `, version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
 WHERE status IN (` + sqlWaiting + `) AND ` + in + `
-RETURNING ` + claimedInstanceColumns), append([]any{workerID, now, now}, args...)
+RETURNING ` + claimedInstanceColumns, append([]any{workerID, now, now}, args...)
 }
 
 // claimedInstanceColumns are what a claim reads back of the instances it
@@ -379,7 +379,7 @@ func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]
 		ids = []int64{0}
 	}
 	q, qArgs := s.d.claimInstances("explain", now, ids)
-	p, err = explain(q, qArgs...)
+	p, err = explain(s.d.rebind(q), qArgs...)
 	if err != nil {
 		return nil, err
 	}

@@ -224,16 +224,30 @@ var taskInsertCols = []struct {
 	{"created_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
 }
 
+// insertColumns are the names and types of taskInsertCols.
+func insertColumns() ([]string, []colType) {
+	names := make([]string, len(taskInsertCols))
+	types := make([]colType, len(taskInsertCols))
+	for c, col := range taskInsertCols {
+		names[c], types[c] = col.name, col.typ
+	}
+	return names, types
+}
+
+// The derived table of the first instances' insert.
+var (
+	instanceInsertCols  = []string{"task_id", "task_type", "priority", "run_at"}
+	instanceInsertTypes = []colType{colInt, colText, colInt, colTime}
+)
+
 // insertTasks inserts the items idx of ns with their first instances, in two
 // statements, and fills out for them. An item whose idempotency key another
 // transaction took meanwhile is left unanswered (the caller looks it up).
 func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int, out []Created) error {
 	now := s.Now()
+	names, types := insertColumns()
 	cols := make([][]any, len(taskInsertCols))
-	names := make([]string, len(taskInsertCols))
-	types := make([]colType, len(taskInsertCols))
-	for c, col := range taskInsertCols {
-		names[c], types[c] = col.name, col.typ
+	for c := range taskInsertCols {
 		cols[c] = make([]any, len(idx))
 	}
 	byCode := make(map[string]int, len(idx))
@@ -250,11 +264,7 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int
 		}
 	}
 	v, args := s.d.valuesTable("v", names, types, cols)
-	rows, err := t.QueryContext(ctx, s.d.rebind(`
-INSERT INTO tasks (`+strings.Join(names, ", ")+`)
-SELECT `+strings.Join(names, ", ")+` FROM `+v+` WHERE true
-ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *`), args...)
+	rows, err := s.query(ctx, t, insertTasksSQL(names, v), args...)
 	if err != nil {
 		return fmt.Errorf("insert tasks: %w", err)
 	}
@@ -270,10 +280,8 @@ RETURNING *`), args...)
 		out[byCode[tk.Code]] = Created{Task: tk, Created: true}
 		icols[0][r], icols[1][r], icols[2][r], icols[3][r] = int64(tk.ID), tk.Type, int64(tk.Priority), tk.RunAt
 	}
-	v, args = s.d.valuesTable("v", []string{"task_id", "task_type", "priority", "run_at"}, []colType{colInt, colText, colInt, colTime}, icols)
-	if _, err := t.ExecContext(ctx, s.d.rebind(`
-INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, version, created_at)
-SELECT task_id, 1, 1, `+lifecycle.QuotedList(lifecycle.Pending)+`, task_type, priority, run_at, 1, `+s.d.timeParam()+` FROM `+v), append([]any{now}, args...)...); err != nil {
+	v, args = s.d.valuesTable("v", instanceInsertCols, instanceInsertTypes, icols)
+	if _, err := s.execute(ctx, t, s.d.insertInstancesSQL(v), append([]any{now}, args...)...); err != nil {
 		return fmt.Errorf("insert first instances: %w", err)
 	}
 	t.changed(events.Created, tasks...)
@@ -318,4 +326,21 @@ func newCode(taskType string, now time.Time) string {
 		suffix[i] = crockford[b[i]&31]
 	}
 	return prefix + "-" + now.Format("20060102") + "-" + string(suffix)
+}
+
+// insertTasksSQL inserts the rows of the derived table v (of the columns
+// names) into tasks. An item whose idempotency key was taken meanwhile is
+// skipped (and answered by a look-up).
+func insertTasksSQL(names []string, v string) string {
+	return `INSERT INTO tasks (` + strings.Join(names, ", ") + `)
+SELECT ` + strings.Join(names, ", ") + ` FROM ` + v + ` WHERE true
+ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + taskColumns("tasks")
+}
+
+// insertInstancesSQL inserts the first, PENDING, instances of the tasks of
+// the derived table v.
+func (d sqlDialect) insertInstancesSQL(v string) string {
+	return `INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, version, created_at)
+SELECT task_id, 1, 1, ` + lifecycle.QuotedList(lifecycle.Pending) + `, task_type, priority, run_at, 1, ` + d.timeParam() + ` FROM ` + v
 }
