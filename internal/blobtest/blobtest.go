@@ -386,4 +386,3 @@ func ProcessEnv() []string {
 	}
 	return env
 }
-
