@@ -182,3 +182,24 @@ func atoi(t *testing.T, s string) int {
 	require.NoError(t, err)
 	return n
 }
+
+func TestBlobURLFlag(t *testing.T) {
+	t.Parallel()
+	c, err := app.ParseFlags([]string{"-data-dir", "/srv/tg"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	u, err := c.Blobs()
+	require.NoError(t, err)
+	require.Equal(t, "file:///srv/tg/artifacts", u, "one node: the data directory")
+	c, err = app.ParseFlags(nil, env(map[string]string{"TASKGRAPH_BLOB_URL": "s3://files?region=eu-west-1"}), io.Discard)
+	require.NoError(t, err)
+	u, err = c.Blobs()
+	require.NoError(t, err)
+	require.Equal(t, "s3://files?region=eu-west-1", u)
+	_, err = app.ParseFlags([]string{"-blob-url", "/srv/files"}, env(nil), io.Discard)
+	require.ErrorContains(t, err, "-blob-url")
+	// A URL that parses but does not open stops the process with one line.
+	c, err = app.ParseFlags([]string{"-blob-url", "s3://files?colour=blue", "-data-dir", t.TempDir()}, env(nil), io.Discard)
+	require.NoError(t, err)
+	_, err = app.New(t.Context(), c, app.Options{})
+	require.ErrorContains(t, err, `unknown query parameter "colour"`)
+}

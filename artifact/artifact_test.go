@@ -30,11 +30,7 @@ import (
 	"taskgraph/store"
 )
 
-// The AWS SDK keeps idle connections to the S3 server in its transport.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"))
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type testBundle struct {
 	store *artifact.Store
