@@ -190,8 +190,9 @@ func runBenchImport(args []string) int {
 	return 0
 }
 
-// addContacts adds contacts to import task id's, rows from+1 to to, in
-// one statement (a large export without a large import).
+// addContacts adds contacts to import task id's, which has from (its
+// rows 2 to from+1: the header is row 1), until it has to, in one
+// statement (a large export without a large import).
 func addContacts(ctx context.Context, a *app.App, id, from, to int) error {
 	q := `WITH RECURSIVE n(i) AS (SELECT $1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
 INSERT INTO contacts (task_id, row_no, name, phone, email, company, city, tags, gender, birthday, created_at)
@@ -201,7 +202,7 @@ SELECT $3, i, '用户' || i, '13' || substr('000000000' || i, -9), 'user' || i |
 SELECT $3, i, '用户' || i, '13' || lpad(i::text, 9, '0'), 'user' || i || '@example.com', '某某科技有限公司', '上海', '["vip","new"]', '男', '1990-01-02', $4
 FROM generate_series($1::bigint, $2::bigint) AS i`
 	}
-	_, err := a.Store.DB().ExecContext(ctx, q, from+1, to, id, time.Now().UTC())
+	_, err := a.Store.DB().ExecContext(ctx, q, from+2, to+1, id, time.Now().UTC())
 	if err != nil {
 		return fmt.Errorf("add contacts: %w", err)
 	}
