@@ -121,8 +121,10 @@ func (l *Links) verify(token string) (int, auth.Viewer, error) {
 	return id, auth.Viewer{User: string(user), Role: role}, nil
 }
 
-// ServeHTTP serves GET /download/{token}: the file as an attachment, or 403
-// for a tampered, foreign or expired link, 404 when the artifact is gone.
+// ServeHTTP serves GET /download/{token}: the file as an attachment
+// (streamed from the blob store, with Range requests), or 403 for a
+// tampered, foreign or expired link, 404 when the artifact is gone, 503
+// when the blob store cannot serve it.
 // The token is only ever parsed as numbers and a MAC; the file is found by
 // its row's server-generated key.
 func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -157,12 +159,25 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	f, err := l.store.Open(a)
-	if errors.Is(err, ErrNoBlob) {
-		http.Error(w, "the file no longer exists", http.StatusNotFound)
+	f, err := l.store.Open(r.Context(), a)
+	var me *MisconfiguredError
+	switch {
+	case errors.Is(err, ErrNoBlob):
+		// The row says the file exists and has not expired: the store
+		// lost it. Whoever runs the server needs to know where.
+		l.log.ErrorContext(r.Context(), "download: the file is missing from the blob store", "artifact_id", id, "blob_store", l.store.Location())
+		http.Error(w, "the file was not found in the blob store", http.StatusNotFound)
 		return
-	}
-	if err != nil {
+	case errors.As(err, &me):
+		l.log.ErrorContext(r.Context(), "download: "+me.Error(), "artifact_id", id)
+		http.Error(w, "this server cannot reach the files (its blob store is misconfigured); try another server", http.StatusServiceUnavailable)
+		return
+	case IsStoreFailure(err):
+		l.log.ErrorContext(r.Context(), "download: open artifact", "artifact_id", id, "err", err)
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "the file store is unavailable; try again later", http.StatusServiceUnavailable)
+		return
+	case err != nil:
 		l.fail(w, r, "download: open artifact", id, err)
 		return
 	}

@@ -66,14 +66,22 @@ func New(cfg Config) (*Exporter, error) {
 
 // Register adds the export and report task types to r.
 func (e *Exporter) Register(r *worker.Registry) {
-	worker.Register(r, ExportType, e.export,
+	worker.Register(r, ExportType, storeFailuresWait(e.export),
 		worker.WithDescription("Exports contacts or tasks matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
 		worker.WithTimeout(time.Hour),
 		worker.WithConcurrency(4))
-	worker.Register(r, ReportType, e.report,
+	worker.Register(r, ReportType, storeFailuresWait(e.report),
 		worker.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
 		worker.WithTimeout(30*time.Minute),
 		worker.WithConcurrency(2))
+}
+
+// storeFailuresWait makes a failure of the blob store a resource error of
+// the execution that met it: retried later, with the longer backoff.
+func storeFailuresWait[I any](h func(context.Context, *worker.Job, I) error) func(context.Context, *worker.Job, I) error {
+	return func(ctx context.Context, job *worker.Job, in I) error {
+		return artifact.AsResource(h(ctx, job, in))
+	}
 }
 
 // ExportInput is the input of an export task.

@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"mime/multipart"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -550,19 +547,7 @@ func requireEachRowOnce(t *testing.T, s *apptest.Server, taskID, want int) {
 // countFiles counts the files in the process's artifact directory.
 func countFiles(t *testing.T, s *apptest.Server) int {
 	t.Helper()
-	n := 0
-	err := filepath.WalkDir(filepath.Join(s.App.Config.DataDir, "artifacts"), func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			n++
-		}
-		return nil
-	})
-	if errors.Is(err, os.ErrNotExist) {
-		return 0
-	}
+	keys, err := s.App.Artifacts.Blobs().Keys(context.Background())
 	require.NoError(t, err)
-	return n
+	return len(keys)
 }

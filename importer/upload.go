@@ -94,12 +94,16 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 }
 
 func (im *Importer) createFrom(ctx context.Context, a *ent.Artifact, target *Target, format spreadsheet.Format, opts Options, key *string) (*ent.Task, error) {
-	blob, err := im.cfg.Artifacts.Open(a)
+	blob, err := im.cfg.Artifacts.Open(ctx, a)
 	if err != nil {
 		return nil, fmt.Errorf("reopen upload: %w", err)
 	}
 	info, err := spreadsheet.Scan(blob, blob.Size(), format, im.cfg.Limits)
 	_ = blob.Close()
+	if serr := blob.Err(); serr != nil {
+		// The store failed while the file was checked: not the file's fault.
+		return nil, fmt.Errorf("check upload: %w", serr)
+	}
 	var fe *spreadsheet.FileError
 	if errors.As(err, &fe) {
 		return nil, invalid("file", "%s", fe.Error())

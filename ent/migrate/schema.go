@@ -119,6 +119,21 @@ var (
 			},
 		},
 	}
+	// DeploymentsColumns holds the columns for the "deployments" table.
+	DeploymentsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "singleton", Type: field.TypeInt, Unique: true},
+		{Name: "uid", Type: field.TypeString},
+		{Name: "blob_location", Type: field.TypeString},
+		{Name: "blob_node", Type: field.TypeString},
+	}
+	// DeploymentsTable holds the schema information for the "deployments" table.
+	DeploymentsTable = &schema.Table{
+		Name:       "deployments",
+		Columns:    DeploymentsColumns,
+		PrimaryKey: []*schema.Column{DeploymentsColumns[0]},
+	}
 	// TasksColumns holds the columns for the "tasks" table.
 	TasksColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -289,6 +304,7 @@ var (
 		ArtifactsTable,
 		AuditLogsTable,
 		ContactsTable,
+		DeploymentsTable,
 		TasksTable,
 		TaskInstancesTable,
 		TaskLogsTable,
@@ -305,6 +321,9 @@ func init() {
 	}
 	ContactsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(21474836480),
+	}
+	DeploymentsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(25769803776),
 	}
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),

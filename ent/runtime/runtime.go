@@ -6,6 +6,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/schema"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -76,6 +77,15 @@ func init() {
 	contactDescBirthday := contactFields[9].Descriptor()
 	// contact.DefaultBirthday holds the default value on creation for the birthday field.
 	contact.DefaultBirthday = contactDescBirthday.Default.(string)
+	deploymentMixin := schema.Deployment{}.Mixin()
+	deploymentMixinFields0 := deploymentMixin[0].Fields()
+	_ = deploymentMixinFields0
+	deploymentFields := schema.Deployment{}.Fields()
+	_ = deploymentFields
+	// deploymentDescCreatedAt is the schema descriptor for created_at field.
+	deploymentDescCreatedAt := deploymentMixinFields0[0].Descriptor()
+	// deployment.DefaultCreatedAt holds the default value on creation for the created_at field.
+	deployment.DefaultCreatedAt = deploymentDescCreatedAt.Default.(func() time.Time)
 	taskMixin := schema.Task{}.Mixin()
 	taskHooks := schema.Task{}.Hooks()
 	task.Hooks[0] = taskHooks[0]
