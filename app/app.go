@@ -296,19 +296,14 @@ func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine
 		return nil, err
 	}
 	links := artifact.NewLinks(key, arts, artifact.LinksConfig{
-		// A link works while its viewer may still see the file's task.
+		// A link works while its viewer may still see the file (and its
+		// task): same identity, or an admin of the same tenant.
 		Authorize: func(ctx context.Context, a *ent.Artifact) error {
 			v, err := auth.Require(ctx)
 			if err != nil {
 				return err
 			}
-			if a.TaskID == nil {
-				if v.SeesAll() || a.Owner == v.User {
-					return nil
-				}
-				return &store.NotFoundError{Entity: "artifact", ID: a.ID}
-			}
-			_, err = access.Task(ctx, st.Client(), v, *a.TaskID)
+			_, err = access.Artifact(ctx, st.Client(), v, a.ID)
 			return err
 		},
 		Downloaded: func(ctx context.Context, a *ent.Artifact, err error) {
@@ -359,7 +354,9 @@ func (a *App) routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
-	mux.Handle("GET /metrics", a.Metrics.Handler())
+	// Authenticated like the API: what a scraper sees depends on who it
+	// is (package metrics).
+	mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{

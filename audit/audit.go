@@ -1,7 +1,9 @@
 // Package audit records who asked for what: one AuditLog row per create,
 // cancel, retry, bulk action and download, whatever its outcome, with the
-// user, role, tenant, client address and time. A bulk action writes one
-// record listing its ids, with each id's outcome in details.
+// actor's identity (source, tenant, user), role, client address and time.
+// A bulk action writes one record listing its ids, with each id's outcome
+// in details. Records are read through package access: an admin reads its
+// tenant's, a platform administrator everyone's.
 package audit
 
 import (
@@ -77,6 +79,7 @@ func (r *Recorder) Record(ctx context.Context, e Entry) error {
 	err := r.client.AuditLog.Create().
 		SetActor(v.User).
 		SetRole(string(v.Role)).
+		SetSource(v.Source).
 		SetTenant(v.Tenant).
 		SetAction(e.Action).
 		SetTaskIds(e.TaskIDs).
@@ -86,7 +89,7 @@ func (r *Recorder) Record(ctx context.Context, e Entry) error {
 		SetDetails(details).
 		Exec(context.WithoutCancel(ctx))
 	if err != nil {
-		r.log.Error("audit record not written", "actor", v.User, "role", v.Role, "action", e.Action,
+		r.log.Error("audit record not written", "actor", v.User, "source", v.Source, "tenant", v.Tenant, "role", v.Role, "action", e.Action,
 			"task_ids", fmt.Sprint(e.TaskIDs), "outcome", outcome, "error_code", code, "remote_addr", addr, "details", details, "err", err)
 		return fmt.Errorf("audit: %w", err)
 	}

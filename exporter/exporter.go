@@ -135,7 +135,7 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 	name := job.Task.Code + "-" + in.Source + "." + string(format)
 	rows := 0
 	a, err := e.cfg.Artifacts.Write(ctx, artifact.Meta{
-		TaskID: &job.Task.ID, Owner: job.Task.Owner, Kind: artifact.KindExport,
+		TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindExport,
 		Filename: name, ContentType: format.ContentType(),
 	}, func(w io.Writer) error {
 		out, err := spreadsheet.NewWriter(format, w, in.Source)

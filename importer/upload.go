@@ -70,9 +70,8 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 	if err := viewer.AllowMutate("import a file"); err != nil {
 		return nil, err
 	}
-	owner := viewer.User
 	a, err := im.cfg.Artifacts.Save(ctx, artifact.Meta{
-		Owner: owner, Kind: artifact.KindSource, Filename: name,
+		Owner: viewer.User, OwnerSource: viewer.Source, Tenant: viewer.Tenant, Kind: artifact.KindSource, Filename: name,
 		ContentType: format.ContentType(), MaxSize: im.cfg.MaxUploadSize,
 	}, u.File)
 	var tooLarge *artifact.TooLargeError

@@ -15,7 +15,10 @@ import (
 )
 
 // NewTask is a task to create. Input must already be masked; InputSealed
-// carries the unmasked input, encrypted, when masking changed it.
+// carries the unmasked input, encrypted, when masking changed it. The owner
+// is (OwnerSource, Tenant, Owner). IdempotencyKey is the key as shown
+// (masked); IdempotencyHash, set whenever it is, identifies the raw key
+// and the owner, and is what makes the key unique.
 type NewTask struct {
 	Type           string
 	Title          string
@@ -31,6 +34,11 @@ type NewTask struct {
 	RetryPolicy    string
 	MaxAttempts    int
 	RunAt          time.Time // zero: now
+
+	// The rest of the owner's identity, and the idempotency key's hash.
+	OwnerSource     string
+	Tenant          string
+	IdempotencyHash *string
 }
 
 // CreateTask inserts a PENDING task with its first instance. With an
@@ -38,6 +46,9 @@ type NewTask struct {
 // is returned instead (created is false); if its input hash differs, the
 // result is a *ConflictError.
 func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created bool, err error) {
+	if (n.IdempotencyKey == nil) != (n.IdempotencyHash == nil) {
+		return nil, false, fmt.Errorf("create task: an idempotency key needs its hash")
+	}
 	if n.IdempotencyKey != nil {
 		if t, err := s.byIdempotencyKey(ctx, n); t != nil || err != nil {
 			return t, false, err
@@ -62,7 +73,7 @@ func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created
 		// Either the same key was used concurrently, or the random code
 		// collided. The first is answered from the winner; the second is
 		// simply tried again.
-		if n.IdempotencyKey != nil {
+		if n.IdempotencyHash != nil {
 			if t, err := s.byIdempotencyKey(ctx, n); t != nil || err != nil {
 				return t, false, err
 			}
@@ -73,7 +84,7 @@ func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created
 
 func (s *Store) byIdempotencyKey(ctx context.Context, n NewTask) (*ent.Task, error) {
 	t, err := s.client.Task.Query().
-		Where(task.Owner(n.Owner), task.IdempotencyKey(*n.IdempotencyKey)).
+		Where(task.IdempotencyHash(*n.IdempotencyHash)).
 		Only(ctx)
 	if ent.IsNotFound(err) {
 		return nil, nil
@@ -121,8 +132,11 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask) ([]*ent.T
 			SetTitle(n.Title).
 			SetBizID(n.BizID).
 			SetOwner(n.Owner).
+			SetOwnerSource(n.OwnerSource).
+			SetTenant(n.Tenant).
 			SetOwnerRole(n.OwnerRole).
 			SetNillableIdempotencyKey(n.IdempotencyKey).
+			SetNillableIdempotencyHash(n.IdempotencyHash).
 			SetInput(n.Input).
 			SetInputSealed(n.InputSealed).
 			SetInputHash(n.InputHash).

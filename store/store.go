@@ -196,8 +196,20 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
 	}
+	// ent adds what the schema gained but drops no index it lost. The
+	// idempotency key was unique per (owner, key); it is now unique per
+	// owner identity by its hash, and the key column holds the masked key,
+	// which two raw keys may share.
+	for _, idx := range obsoleteIndexes {
+		if _, err := s.db.ExecContext(ctx, "DROP INDEX IF EXISTS "+idx); err != nil {
+			return fmt.Errorf("migrate schema: drop index %s: %w", idx, err)
+		}
+	}
 	return nil
 }
+
+// obsoleteIndexes are indexes of earlier versions of the schema.
+var obsoleteIndexes = []string{"task_owner_idempotency_key"}
 
 // Client is the ent client, for reads. Writes go through Store's methods.
 // Its queries see what the viewer of their context may see (package
