@@ -110,6 +110,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	masker, err := newMasker(cfg.Access)
+	if err != nil {
+		return nil, err
+	}
+	// Whatever the process logs — errors quoting a request, titles, a
+	// handler's panic — is masked like what it stores.
+	log = slog.New(mask.NewHandler(log.Handler(), masker))
 	key, err := secretKey(cfg)
 	if err != nil {
 		return nil, err
@@ -144,11 +151,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	builtin.Register(registry, &builtin.Webhook{})
 	if opts.Register != nil {
 		opts.Register(registry)
-	}
-	masker, err := newMasker(cfg.Access)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
 	}
 	authn, err := newAuthenticator(cfg.Access, log)
 	if err != nil {
@@ -332,7 +334,7 @@ func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine
 		return nil, err
 	}
 	imp.Register(reg)
-	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Logger: log})
+	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Masker: masker, Logger: log})
 	if err != nil {
 		return nil, err
 	}

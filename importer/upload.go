@@ -56,8 +56,15 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 	}
 	name := cleanFilename(u.Filename)
 	format, ok := spreadsheet.FormatOf(name)
+	// The name is shown (the task's title, downloads, the audit log,
+	// this error): masked like every other text a client sends, keeping
+	// its extension.
+	name = im.cfg.Masker.String(name)
 	if !ok {
 		return nil, invalid("file", "%q is not an .xlsx or .csv file (allowed extensions: .xlsx, .csv)", name)
+	}
+	if ext := "." + string(format); !strings.HasSuffix(strings.ToLower(name), ext) {
+		name += ext
 	}
 	if u.Size > im.cfg.MaxUploadSize {
 		return nil, invalid("file", "the file is %d bytes; the limit (max upload size) is %d bytes", u.Size, im.cfg.MaxUploadSize)
