@@ -570,6 +570,38 @@ func TestTenantSubscriptions(t *testing.T) {
 			waitNoSubscribers(t, s.Server)
 		})
 
+		t.Run("AQueryOverAWebsocketReadsWhatItReadsOverHTTP", func(t *testing.T) {
+			for _, who := range []string{"adminB", "jwtOpA", "opA"} {
+				want, _ := s.visible(t, who, nil)
+				c := dialAs(t, s.Server, s.tok[who])
+				c.Subscribe("q", `{ tasks(first: 500) { edges { node { id } } } task: node(id: `+a.ID+`) { id } }`, nil)
+				m := c.Next()
+				require.Equal(t, "next", m.Type, "%s", m.Payload)
+				var p struct {
+					Data struct {
+						Tasks struct {
+							Edges []struct{ Node struct{ ID string } }
+						}
+					}
+					Errors []apptest.Error
+				}
+				require.NoError(t, json.Unmarshal(m.Payload, &p))
+				var got []string
+				for _, e := range p.Data.Tasks.Edges {
+					got = append(got, e.Node.ID)
+				}
+				sort.Strings(got)
+				require.Equal(t, want, got, who)
+				if who == "opA" {
+					require.Empty(t, p.Errors)
+				} else {
+					require.Len(t, p.Errors, 1, who)
+					require.Equal(t, "NOT_FOUND", p.Errors[0].Code(), who)
+				}
+				c.Conn.Close()
+			}
+		})
+
 		t.Run("AFilteredStreamCarriesOnlyVisibleChanges", func(t *testing.T) {
 			// Over a websocket and over SSE, an admin of B and the JWT op
 			// of A subscribe to every change; then tenant A's token op,
