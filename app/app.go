@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	recorder := audit.New(st.Client(), masker, graph.ErrorCode, log)
+	recorder := audit.New(st.Client(), masker, graph.ErrorCode, log, audit.WithTx(st.Tx))
 	eng := engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter))
 	files, err := newFiles(cfg, opts, key, st, eng, registry, masker, recorder, log)
 	if err != nil {

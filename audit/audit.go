@@ -46,15 +46,30 @@ type Recorder struct {
 	masker *mask.Masker
 	code   func(error) string
 	log    *slog.Logger
+	tx     func(ctx context.Context, fn func(tx *ent.Tx) error) error
+}
+
+// Option configures a Recorder.
+type Option func(*Recorder)
+
+// WithTx writes records in transactions run by tx (store.Store.Tx): on
+// SQLite they then wait their turn with the store's other writes instead
+// of failing with SQLITE_BUSY when the database is loaded.
+func WithTx(tx func(ctx context.Context, fn func(tx *ent.Tx) error) error) Option {
+	return func(r *Recorder) { r.tx = tx }
 }
 
 // New returns a Recorder writing through client. code names an error the
 // way the API does (NOT_FOUND, FORBIDDEN...).
-func New(client *ent.Client, masker *mask.Masker, code func(error) string, log *slog.Logger) *Recorder {
+func New(client *ent.Client, masker *mask.Masker, code func(error) string, log *slog.Logger, opts ...Option) *Recorder {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Recorder{client: client, masker: masker, code: code, log: log}
+	r := &Recorder{client: client, masker: masker, code: code, log: log}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // Record writes e. A record that cannot be written is logged at ERROR with
@@ -76,18 +91,26 @@ func (r *Recorder) Record(ctx context.Context, e Entry) error {
 	addr := auth.ClientAddr(ctx)
 	// Written even when the request was cancelled meanwhile: the action
 	// may have happened.
-	err := r.client.AuditLog.Create().
-		SetActor(v.User).
-		SetRole(string(v.Role)).
-		SetSource(v.Source).
-		SetTenant(v.Tenant).
-		SetAction(e.Action).
-		SetTaskIds(e.TaskIDs).
-		SetOutcome(outcome).
-		SetErrorCode(code).
-		SetRemoteAddr(addr).
-		SetDetails(details).
-		Exec(context.WithoutCancel(ctx))
+	create := func(c *ent.AuditLogClient) *ent.AuditLogCreate {
+		return c.Create().
+			SetActor(v.User).
+			SetRole(string(v.Role)).
+			SetSource(v.Source).
+			SetTenant(v.Tenant).
+			SetAction(e.Action).
+			SetTaskIds(e.TaskIDs).
+			SetOutcome(outcome).
+			SetErrorCode(code).
+			SetRemoteAddr(addr).
+			SetDetails(details)
+	}
+	wctx := context.WithoutCancel(ctx)
+	var err error
+	if r.tx != nil {
+		err = r.tx(wctx, func(tx *ent.Tx) error { return create(tx.AuditLog).Exec(wctx) })
+	} else {
+		err = create(r.client.AuditLog).Exec(wctx)
+	}
 	if err != nil {
 		r.log.Error("audit record not written", "actor", v.User, "source", v.Source, "tenant", v.Tenant, "role", v.Role, "action", e.Action,
 			"task_ids", fmt.Sprint(e.TaskIDs), "outcome", outcome, "error_code", code, "remote_addr", addr, "details", details, "err", err)

@@ -77,11 +77,11 @@ func (c *connections) acquire(id auth.Identity) (*slot, error) {
 	}}, nil
 }
 
-// open returns how many connections user has open (tests).
-func (c *connections) open(user string) int {
+// open returns how many connections the identity has open (tests).
+func (c *connections) open(id auth.Identity) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.byUser[user]
+	return c.byUser[id.Key()]
 }
 
 // wsInit authenticates a websocket at connection_init: the payload's

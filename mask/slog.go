@@ -3,6 +3,7 @@ package mask
 import (
 	"context"
 	"log/slog"
+	"strings"
 )
 
 // Handler is a slog.Handler that masks every record before next sees it:
@@ -66,7 +67,12 @@ func (h *Handler) attr(a slog.Attr) slog.Attr {
 		}
 		return slog.Group(a.Key, masked...)
 	case slog.KindInt64, slog.KindUint64:
-		// A phone or card number logged as a number is still one.
+		// A phone or card number logged as a number is still one; a
+		// database id (task_id, artifact_id: ent's global ids run to 11
+		// digits and may look like a mobile number) is not.
+		if strings.HasSuffix(a.Key, "_id") {
+			return slog.Attr{Key: a.Key, Value: v}
+		}
 		if m := h.masker.Value(v.Any()); m != v.Any() {
 			return slog.Any(a.Key, m)
 		}

@@ -22,12 +22,13 @@ func TestHandler(t *testing.T) {
 		"password", "hunter3",
 		slog.Group("req", "url", "https://h/?pwd=hunter4", "headers", map[string]any{"X-Access-Key": "hunter5"}),
 		"count", 3,
+		"artifact_id", int64(17179869186),
 	)
 	out := buf.String()
 	for _, secret := range []string{"13912345678", "13812345678", "13700001111", "alice@intranet", "hunter2", "hunter3", "hunter4", "hunter5"} {
 		require.NotContains(t, out, secret)
 	}
-	for _, kept := range []string{`"count":3`, `"msg":"calling 139****5678 about tel_138****5678"`, `"password":"******"`, `"phone":"137****1111"`, `app:******@db`} {
+	for _, kept := range []string{`"count":3`, `"msg":"calling 139****5678 about tel_138****5678"`, `"password":"******"`, `"phone":"137****1111"`, `app:******@db`, `"artifact_id":17179869186`} {
 		require.Contains(t, out, kept)
 	}
 }
