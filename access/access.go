@@ -130,12 +130,12 @@ func taskRule(ctx context.Context) (predicate.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	return TaskPredicate(v), nil
+	return taskPredicate(v), nil
 }
 
-// TaskPredicate is the rule as an ent predicate on tasks: nil when v sees
+// taskPredicate is the rule as an ent predicate on tasks: nil when v sees
 // every task.
-func TaskPredicate(v auth.Viewer) predicate.Task {
+func taskPredicate(v auth.Viewer) predicate.Task {
 	switch {
 	case v.SeesEveryTenant():
 		return nil
