@@ -121,6 +121,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	masker, err := newMasker(cfg.Access)
+	if err != nil {
+		return nil, err
+	}
+	// Whatever the process logs — errors quoting a request, titles, a
+	// handler's panic — is masked like what it stores.
+	log = slog.New(mask.NewHandler(log.Handler(), masker))
 	key, err := secretKey(cfg)
 	if err != nil {
 		return nil, err
@@ -166,11 +173,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	builtin.Register(registry, &builtin.Webhook{})
 	if opts.Register != nil {
 		opts.Register(registry)
-	}
-	masker, err := newMasker(cfg.Access)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
 	}
 	authn, err := newAuthenticator(cfg.Access, log)
 	if err != nil {
@@ -340,19 +342,14 @@ func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []
 		return nil, err
 	}
 	links := artifact.NewLinks(key, arts, artifact.LinksConfig{
-		// A link works while its viewer may still see the file's task.
+		// A link works while its viewer may still see the file (and its
+		// task): same identity, or an admin of the same tenant.
 		Authorize: func(ctx context.Context, a *ent.Artifact) error {
 			v, err := auth.Require(ctx)
 			if err != nil {
 				return err
 			}
-			if a.TaskID == nil {
-				if v.SeesAll() || a.Owner == v.User {
-					return nil
-				}
-				return &store.NotFoundError{Entity: "artifact", ID: a.ID}
-			}
-			_, err = access.Task(ctx, st.Client(), v, *a.TaskID)
+			_, err = access.Artifact(ctx, st.Client(), v, a.ID)
 			return err
 		},
 		// A download is recorded before the file is sent; one that cannot
@@ -384,7 +381,7 @@ func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []
 		return nil, err
 	}
 	imp.Register(reg)
-	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Logger: log})
+	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Masker: masker, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -406,7 +403,9 @@ func (a *App) routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
-	mux.Handle("GET /metrics", a.Metrics.Handler())
+	// Authenticated like the API: what a scraper sees depends on who it
+	// is (package metrics).
+	mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{

@@ -62,6 +62,8 @@ type AccessConfig struct {
 	JWTTenantClaim  string
 	TrustedProxies  []netip.Prefix
 	AllowedOrigins  []string
+	// PlatformAdmins administer every tenant (see auth.Config).
+	PlatformAdmins []auth.Identity
 
 	ComplexityLimit  int
 	MaxDepth         int
@@ -147,6 +149,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&ac.JWTUserClaim, "jwt-user-claim", env("jwt-user-claim", "sub"), "JWT claim naming the user")
 	fs.StringVar(&ac.JWTRoleClaim, "jwt-role-claim", env("jwt-role-claim", "role"), "JWT claim holding the role: admin, operator or viewer")
 	fs.StringVar(&ac.JWTTenantClaim, "jwt-tenant-claim", env("jwt-tenant-claim", "tenant"), "JWT claim holding the tenant (optional)")
+	platformAdmins := fs.String("platform-admins", env("platform-admins", ""), "comma list of admins who administer every tenant: token:<user>, jwt:<user>, or <source>:<tenant>:<user> for a user of a named tenant")
 	proxies := fs.String("trusted-proxies", env("trusted-proxies", ""), "comma list of addresses or CIDRs of reverse proxies whose X-Forwarded-For is believed")
 	origins := fs.String("allowed-origins", env("allowed-origins", ""), "comma list of foreign origins (https://console.example.com) whose pages may call the API; same-origin pages and non-browser clients always may")
 	complexity := fs.String("gql-complexity", env("gql-complexity", "20000"), "largest cost of a GraphQL operation (each aliased field counts)")
@@ -248,6 +251,13 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 		return c, fmt.Errorf("-rate-limit: %q is not a number of mutations per second (0 for no limit)", *rateLimit)
 	}
 	ac.MaskKeys = splitList(*maskKeys)
+	for _, p := range splitList(*platformAdmins) {
+		id, err := auth.ParseIdentity(p)
+		if err != nil {
+			return c, fmt.Errorf("-platform-admins: %w", err)
+		}
+		ac.PlatformAdmins = append(ac.PlatformAdmins, id)
+	}
 	// Without authentication whoever reaches the server administers it:
 	// it may only be reachable from this machine. Refusing (rather than
 	// quietly binding to 127.0.0.1) keeps what was asked and what runs

@@ -131,8 +131,12 @@ func NewKey() string {
 
 // Meta describes an artifact to save.
 type Meta struct {
-	TaskID      *int // nil: linked later (an upload before its task exists)
+	TaskID *int // nil: linked later (an upload before its task exists)
+	// Owner, OwnerSource and Tenant are the owner's identity: who
+	// uploaded it, or the owner of the task that wrote it.
 	Owner       string
+	OwnerSource string
+	Tenant      string
 	Kind        Kind
 	Filename    string
 	ContentType string
@@ -197,6 +201,8 @@ func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error
 		a, err = tx.Artifact.Create().
 			SetNillableTaskID(m.TaskID).
 			SetOwner(m.Owner).
+			SetOwnerSource(m.OwnerSource).
+			SetTenant(m.Tenant).
 			SetKind(m.Kind).
 			SetKey(key).
 			SetFilename(m.Filename).

@@ -49,6 +49,8 @@ type ArtifactMutation struct {
 	id            *int
 	created_at    *time.Time
 	owner         *string
+	owner_source  *string
+	tenant        *string
 	kind          *artifact.Kind
 	key           *string
 	filename      *string
@@ -282,6 +284,78 @@ func (m *ArtifactMutation) OldOwner(ctx context.Context) (v string, err error) {
 // ResetOwner resets all changes to the "owner" field.
 func (m *ArtifactMutation) ResetOwner() {
 	m.owner = nil
+}
+
+// SetOwnerSource sets the "owner_source" field.
+func (m *ArtifactMutation) SetOwnerSource(s string) {
+	m.owner_source = &s
+}
+
+// OwnerSource returns the value of the "owner_source" field in the mutation.
+func (m *ArtifactMutation) OwnerSource() (r string, exists bool) {
+	v := m.owner_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerSource returns the old "owner_source" field's value of the Artifact entity.
+// If the Artifact object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ArtifactMutation) OldOwnerSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerSource: %w", err)
+	}
+	return oldValue.OwnerSource, nil
+}
+
+// ResetOwnerSource resets all changes to the "owner_source" field.
+func (m *ArtifactMutation) ResetOwnerSource() {
+	m.owner_source = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *ArtifactMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *ArtifactMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the Artifact entity.
+// If the Artifact object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ArtifactMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *ArtifactMutation) ResetTenant() {
+	m.tenant = nil
 }
 
 // SetKind sets the "kind" field.
@@ -617,7 +691,7 @@ func (m *ArtifactMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ArtifactMutation) Fields() []string {
-	fields := make([]string, 0, 10)
+	fields := make([]string, 0, 12)
 	if m.created_at != nil {
 		fields = append(fields, artifact.FieldCreatedAt)
 	}
@@ -626,6 +700,12 @@ func (m *ArtifactMutation) Fields() []string {
 	}
 	if m.owner != nil {
 		fields = append(fields, artifact.FieldOwner)
+	}
+	if m.owner_source != nil {
+		fields = append(fields, artifact.FieldOwnerSource)
+	}
+	if m.tenant != nil {
+		fields = append(fields, artifact.FieldTenant)
 	}
 	if m.kind != nil {
 		fields = append(fields, artifact.FieldKind)
@@ -662,6 +742,10 @@ func (m *ArtifactMutation) Field(name string) (ent.Value, bool) {
 		return m.TaskID()
 	case artifact.FieldOwner:
 		return m.Owner()
+	case artifact.FieldOwnerSource:
+		return m.OwnerSource()
+	case artifact.FieldTenant:
+		return m.Tenant()
 	case artifact.FieldKind:
 		return m.Kind()
 	case artifact.FieldKey:
@@ -691,6 +775,10 @@ func (m *ArtifactMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldTaskID(ctx)
 	case artifact.FieldOwner:
 		return m.OldOwner(ctx)
+	case artifact.FieldOwnerSource:
+		return m.OldOwnerSource(ctx)
+	case artifact.FieldTenant:
+		return m.OldTenant(ctx)
 	case artifact.FieldKind:
 		return m.OldKind(ctx)
 	case artifact.FieldKey:
@@ -734,6 +822,20 @@ func (m *ArtifactMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetOwner(v)
+		return nil
+	case artifact.FieldOwnerSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerSource(v)
+		return nil
+	case artifact.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	case artifact.FieldKind:
 		v, ok := value.(artifact.Kind)
@@ -866,6 +968,12 @@ func (m *ArtifactMutation) ResetField(name string) error {
 	case artifact.FieldOwner:
 		m.ResetOwner()
 		return nil
+	case artifact.FieldOwnerSource:
+		m.ResetOwnerSource()
+		return nil
+	case artifact.FieldTenant:
+		m.ResetTenant()
+		return nil
 	case artifact.FieldKind:
 		m.ResetKind()
 		return nil
@@ -974,6 +1082,7 @@ type AuditLogMutation struct {
 	created_at     *time.Time
 	actor          *string
 	role           *string
+	source         *string
 	tenant         *string
 	action         *auditlog.Action
 	task_ids       *[]int
@@ -1192,6 +1301,42 @@ func (m *AuditLogMutation) OldRole(ctx context.Context) (v string, err error) {
 // ResetRole resets all changes to the "role" field.
 func (m *AuditLogMutation) ResetRole() {
 	m.role = nil
+}
+
+// SetSource sets the "source" field.
+func (m *AuditLogMutation) SetSource(s string) {
+	m.source = &s
+}
+
+// Source returns the value of the "source" field in the mutation.
+func (m *AuditLogMutation) Source() (r string, exists bool) {
+	v := m.source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSource returns the old "source" field's value of the AuditLog entity.
+// If the AuditLog object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AuditLogMutation) OldSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSource: %w", err)
+	}
+	return oldValue.Source, nil
+}
+
+// ResetSource resets all changes to the "source" field.
+func (m *AuditLogMutation) ResetSource() {
+	m.source = nil
 }
 
 // SetTenant sets the "tenant" field.
@@ -1522,7 +1667,7 @@ func (m *AuditLogMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *AuditLogMutation) Fields() []string {
-	fields := make([]string, 0, 10)
+	fields := make([]string, 0, 11)
 	if m.created_at != nil {
 		fields = append(fields, auditlog.FieldCreatedAt)
 	}
@@ -1531,6 +1676,9 @@ func (m *AuditLogMutation) Fields() []string {
 	}
 	if m.role != nil {
 		fields = append(fields, auditlog.FieldRole)
+	}
+	if m.source != nil {
+		fields = append(fields, auditlog.FieldSource)
 	}
 	if m.tenant != nil {
 		fields = append(fields, auditlog.FieldTenant)
@@ -1567,6 +1715,8 @@ func (m *AuditLogMutation) Field(name string) (ent.Value, bool) {
 		return m.Actor()
 	case auditlog.FieldRole:
 		return m.Role()
+	case auditlog.FieldSource:
+		return m.Source()
 	case auditlog.FieldTenant:
 		return m.Tenant()
 	case auditlog.FieldAction:
@@ -1596,6 +1746,8 @@ func (m *AuditLogMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldActor(ctx)
 	case auditlog.FieldRole:
 		return m.OldRole(ctx)
+	case auditlog.FieldSource:
+		return m.OldSource(ctx)
 	case auditlog.FieldTenant:
 		return m.OldTenant(ctx)
 	case auditlog.FieldAction:
@@ -1639,6 +1791,13 @@ func (m *AuditLogMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetRole(v)
+		return nil
+	case auditlog.FieldSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSource(v)
 		return nil
 	case auditlog.FieldTenant:
 		v, ok := value.(string)
@@ -1761,6 +1920,9 @@ func (m *AuditLogMutation) ResetField(name string) error {
 		return nil
 	case auditlog.FieldRole:
 		m.ResetRole()
+		return nil
+	case auditlog.FieldSource:
+		m.ResetSource()
 		return nil
 	case auditlog.FieldTenant:
 		m.ResetTenant()
@@ -3398,11 +3560,14 @@ type TaskMutation struct {
 	_type              *string
 	biz_id             *string
 	idempotency_key    *string
+	idempotency_hash   *string
 	title              *string
 	status             *lifecycle.Status
 	priority           *int
 	addpriority        *int
 	owner              *string
+	owner_source       *string
+	tenant             *string
 	owner_role         *string
 	input              *json.RawMessage
 	appendinput        json.RawMessage
@@ -3735,6 +3900,55 @@ func (m *TaskMutation) ResetIdempotencyKey() {
 	delete(m.clearedFields, task.FieldIdempotencyKey)
 }
 
+// SetIdempotencyHash sets the "idempotency_hash" field.
+func (m *TaskMutation) SetIdempotencyHash(s string) {
+	m.idempotency_hash = &s
+}
+
+// IdempotencyHash returns the value of the "idempotency_hash" field in the mutation.
+func (m *TaskMutation) IdempotencyHash() (r string, exists bool) {
+	v := m.idempotency_hash
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldIdempotencyHash returns the old "idempotency_hash" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldIdempotencyHash(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldIdempotencyHash is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldIdempotencyHash requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldIdempotencyHash: %w", err)
+	}
+	return oldValue.IdempotencyHash, nil
+}
+
+// ClearIdempotencyHash clears the value of the "idempotency_hash" field.
+func (m *TaskMutation) ClearIdempotencyHash() {
+	m.idempotency_hash = nil
+	m.clearedFields[task.FieldIdempotencyHash] = struct{}{}
+}
+
+// IdempotencyHashCleared returns if the "idempotency_hash" field was cleared in this mutation.
+func (m *TaskMutation) IdempotencyHashCleared() bool {
+	_, ok := m.clearedFields[task.FieldIdempotencyHash]
+	return ok
+}
+
+// ResetIdempotencyHash resets all changes to the "idempotency_hash" field.
+func (m *TaskMutation) ResetIdempotencyHash() {
+	m.idempotency_hash = nil
+	delete(m.clearedFields, task.FieldIdempotencyHash)
+}
+
 // SetTitle sets the "title" field.
 func (m *TaskMutation) SetTitle(s string) {
 	m.title = &s
@@ -3897,6 +4111,78 @@ func (m *TaskMutation) OldOwner(ctx context.Context) (v string, err error) {
 // ResetOwner resets all changes to the "owner" field.
 func (m *TaskMutation) ResetOwner() {
 	m.owner = nil
+}
+
+// SetOwnerSource sets the "owner_source" field.
+func (m *TaskMutation) SetOwnerSource(s string) {
+	m.owner_source = &s
+}
+
+// OwnerSource returns the value of the "owner_source" field in the mutation.
+func (m *TaskMutation) OwnerSource() (r string, exists bool) {
+	v := m.owner_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerSource returns the old "owner_source" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldOwnerSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerSource: %w", err)
+	}
+	return oldValue.OwnerSource, nil
+}
+
+// ResetOwnerSource resets all changes to the "owner_source" field.
+func (m *TaskMutation) ResetOwnerSource() {
+	m.owner_source = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *TaskMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TaskMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TaskMutation) ResetTenant() {
+	m.tenant = nil
 }
 
 // SetOwnerRole sets the "owner_role" field.
@@ -5001,7 +5287,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 28)
+	fields := make([]string, 0, 31)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -5017,6 +5303,9 @@ func (m *TaskMutation) Fields() []string {
 	if m.idempotency_key != nil {
 		fields = append(fields, task.FieldIdempotencyKey)
 	}
+	if m.idempotency_hash != nil {
+		fields = append(fields, task.FieldIdempotencyHash)
+	}
 	if m.title != nil {
 		fields = append(fields, task.FieldTitle)
 	}
@@ -5028,6 +5317,12 @@ func (m *TaskMutation) Fields() []string {
 	}
 	if m.owner != nil {
 		fields = append(fields, task.FieldOwner)
+	}
+	if m.owner_source != nil {
+		fields = append(fields, task.FieldOwnerSource)
+	}
+	if m.tenant != nil {
+		fields = append(fields, task.FieldTenant)
 	}
 	if m.owner_role != nil {
 		fields = append(fields, task.FieldOwnerRole)
@@ -5104,6 +5399,8 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.BizID()
 	case task.FieldIdempotencyKey:
 		return m.IdempotencyKey()
+	case task.FieldIdempotencyHash:
+		return m.IdempotencyHash()
 	case task.FieldTitle:
 		return m.Title()
 	case task.FieldStatus:
@@ -5112,6 +5409,10 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.Priority()
 	case task.FieldOwner:
 		return m.Owner()
+	case task.FieldOwnerSource:
+		return m.OwnerSource()
+	case task.FieldTenant:
+		return m.Tenant()
 	case task.FieldOwnerRole:
 		return m.OwnerRole()
 	case task.FieldInput:
@@ -5169,6 +5470,8 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldBizID(ctx)
 	case task.FieldIdempotencyKey:
 		return m.OldIdempotencyKey(ctx)
+	case task.FieldIdempotencyHash:
+		return m.OldIdempotencyHash(ctx)
 	case task.FieldTitle:
 		return m.OldTitle(ctx)
 	case task.FieldStatus:
@@ -5177,6 +5480,10 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldPriority(ctx)
 	case task.FieldOwner:
 		return m.OldOwner(ctx)
+	case task.FieldOwnerSource:
+		return m.OldOwnerSource(ctx)
+	case task.FieldTenant:
+		return m.OldTenant(ctx)
 	case task.FieldOwnerRole:
 		return m.OldOwnerRole(ctx)
 	case task.FieldInput:
@@ -5259,6 +5566,13 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetIdempotencyKey(v)
 		return nil
+	case task.FieldIdempotencyHash:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetIdempotencyHash(v)
+		return nil
 	case task.FieldTitle:
 		v, ok := value.(string)
 		if !ok {
@@ -5286,6 +5600,20 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetOwner(v)
+		return nil
+	case task.FieldOwnerSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerSource(v)
+		return nil
+	case task.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	case task.FieldOwnerRole:
 		v, ok := value.(string)
@@ -5528,6 +5856,9 @@ func (m *TaskMutation) ClearedFields() []string {
 	if m.FieldCleared(task.FieldIdempotencyKey) {
 		fields = append(fields, task.FieldIdempotencyKey)
 	}
+	if m.FieldCleared(task.FieldIdempotencyHash) {
+		fields = append(fields, task.FieldIdempotencyHash)
+	}
 	if m.FieldCleared(task.FieldInputSealed) {
 		fields = append(fields, task.FieldInputSealed)
 	}
@@ -5565,6 +5896,9 @@ func (m *TaskMutation) ClearField(name string) error {
 	switch name {
 	case task.FieldIdempotencyKey:
 		m.ClearIdempotencyKey()
+		return nil
+	case task.FieldIdempotencyHash:
+		m.ClearIdempotencyHash()
 		return nil
 	case task.FieldInputSealed:
 		m.ClearInputSealed()
@@ -5610,6 +5944,9 @@ func (m *TaskMutation) ResetField(name string) error {
 	case task.FieldIdempotencyKey:
 		m.ResetIdempotencyKey()
 		return nil
+	case task.FieldIdempotencyHash:
+		m.ResetIdempotencyHash()
+		return nil
 	case task.FieldTitle:
 		m.ResetTitle()
 		return nil
@@ -5621,6 +5958,12 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldOwner:
 		m.ResetOwner()
+		return nil
+	case task.FieldOwnerSource:
+		m.ResetOwnerSource()
+		return nil
+	case task.FieldTenant:
+		m.ResetTenant()
 		return nil
 	case task.FieldOwnerRole:
 		m.ResetOwnerRole()

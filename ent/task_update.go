@@ -453,6 +453,9 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.IdempotencyKeyCleared() {
 		_spec.ClearField(task.FieldIdempotencyKey, field.TypeString)
 	}
+	if _u.mutation.IdempotencyHashCleared() {
+		_spec.ClearField(task.FieldIdempotencyHash, field.TypeString)
+	}
 	if value, ok := _u.mutation.Status(); ok {
 		_spec.SetField(task.FieldStatus, field.TypeEnum, value)
 	}
@@ -1131,6 +1134,9 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.IdempotencyKeyCleared() {
 		_spec.ClearField(task.FieldIdempotencyKey, field.TypeString)
+	}
+	if _u.mutation.IdempotencyHashCleared() {
+		_spec.ClearField(task.FieldIdempotencyHash, field.TypeString)
 	}
 	if value, ok := _u.mutation.Status(); ok {
 		_spec.SetField(task.FieldStatus, field.TypeEnum, value)

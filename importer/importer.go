@@ -362,7 +362,8 @@ func (im *Importer) source(ctx context.Context, t *ent.Task, sha string) (*ent.A
 	// request linking the file in between would hide it from both.
 	found, err := im.cfg.Artifacts.Client().Artifact.Query().
 		Where(entartifact.KindEQ(entartifact.KindSOURCE), entartifact.Sha256(sha),
-			entartifact.Or(entartifact.TaskID(t.ID), entartifact.And(entartifact.TaskIDIsNil(), entartifact.Owner(t.Owner)))).
+			entartifact.Or(entartifact.TaskID(t.ID), entartifact.And(entartifact.TaskIDIsNil(),
+				entartifact.Owner(t.Owner), entartifact.OwnerSource(t.OwnerSource), entartifact.Tenant(t.Tenant)))).
 		Order(ent.Desc(entartifact.FieldID)).
 		Limit(50).
 		All(ctx)
@@ -398,7 +399,7 @@ func (im *Importer) saveReports(ctx context.Context, job *worker.Job, sp *spool,
 	for _, f := range []spreadsheet.Format{spreadsheet.XLSX, spreadsheet.CSV} {
 		fname := job.Task.Code + "-errors." + string(f)
 		a, err := im.cfg.Artifacts.Write(ctx, artifact.Meta{
-			TaskID: &job.Task.ID, Owner: job.Task.Owner, Kind: artifact.KindErrorReport,
+			TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindErrorReport,
 			Filename: fname, ContentType: f.ContentType(),
 		}, func(w io.Writer) error { return sp.writeReport(f, header, w) })
 		if err != nil {

@@ -56,8 +56,15 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 	}
 	name := cleanFilename(u.Filename)
 	format, ok := spreadsheet.FormatOf(name)
+	// The name is shown (the task's title, downloads, the audit log,
+	// this error): masked like every other text a client sends, keeping
+	// its extension.
+	name = im.cfg.Masker.String(name)
 	if !ok {
 		return nil, invalid("file", "%q is not an .xlsx or .csv file (allowed extensions: .xlsx, .csv)", name)
+	}
+	if ext := "." + string(format); !strings.HasSuffix(strings.ToLower(name), ext) {
+		name += ext
 	}
 	if u.Size > im.cfg.MaxUploadSize {
 		return nil, invalid("file", "the file is %d bytes; the limit (max upload size) is %d bytes", u.Size, im.cfg.MaxUploadSize)
@@ -70,9 +77,8 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 	if err := viewer.AllowMutate("import a file"); err != nil {
 		return nil, err
 	}
-	owner := viewer.User
 	a, err := im.cfg.Artifacts.Save(ctx, artifact.Meta{
-		Owner: owner, Kind: artifact.KindSource, Filename: name,
+		Owner: viewer.User, OwnerSource: viewer.Source, Tenant: viewer.Tenant, Kind: artifact.KindSource, Filename: name,
 		ContentType: format.ContentType(), MaxSize: im.cfg.MaxUploadSize,
 	}, u.File)
 	var tooLarge *artifact.TooLargeError

@@ -14,6 +14,8 @@ var (
 		{Name: "id", Type: field.TypeInt, Increment: true},
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "kind", Type: field.TypeEnum, Enums: []string{"SOURCE", "ERROR_REPORT", "EXPORT", "REPORT"}},
 		{Name: "key", Type: field.TypeString, Unique: true},
 		{Name: "filename", Type: field.TypeString},
@@ -31,7 +33,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "artifacts_tasks_artifacts",
-				Columns:    []*schema.Column{ArtifactsColumns[10]},
+				Columns:    []*schema.Column{ArtifactsColumns[12]},
 				RefColumns: []*schema.Column{TasksColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
@@ -40,12 +42,12 @@ var (
 			{
 				Name:    "artifact_task_id_kind",
 				Unique:  false,
-				Columns: []*schema.Column{ArtifactsColumns[10], ArtifactsColumns[3]},
+				Columns: []*schema.Column{ArtifactsColumns[12], ArtifactsColumns[5]},
 			},
 			{
 				Name:    "artifact_expires_at",
 				Unique:  false,
-				Columns: []*schema.Column{ArtifactsColumns[9]},
+				Columns: []*schema.Column{ArtifactsColumns[11]},
 			},
 		},
 	}
@@ -55,6 +57,7 @@ var (
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "actor", Type: field.TypeString},
 		{Name: "role", Type: field.TypeString},
+		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
@@ -142,10 +145,13 @@ var (
 		{Name: "type", Type: field.TypeString},
 		{Name: "biz_id", Type: field.TypeString, Default: ""},
 		{Name: "idempotency_key", Type: field.TypeString, Nullable: true},
+		{Name: "idempotency_hash", Type: field.TypeString, Nullable: true},
 		{Name: "title", Type: field.TypeString, Default: ""},
 		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "priority", Type: field.TypeInt, Default: 5},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "owner_role", Type: field.TypeString, Default: ""},
 		{Name: "input", Type: field.TypeJSON},
 		{Name: "input_sealed", Type: field.TypeBytes, Nullable: true},
@@ -173,11 +179,11 @@ var (
 		PrimaryKey: []*schema.Column{TasksColumns[0]},
 		Indexes: []*schema.Index{
 			{
-				Name:    "task_owner_idempotency_key",
+				Name:    "task_idempotency_hash",
 				Unique:  true,
-				Columns: []*schema.Column{TasksColumns[9], TasksColumns[5]},
+				Columns: []*schema.Column{TasksColumns[6]},
 				Annotation: &entsql.IndexAnnotation{
-					Where: "idempotency_key IS NOT NULL",
+					Where: "idempotency_hash IS NOT NULL",
 				},
 			},
 			{
@@ -188,7 +194,7 @@ var (
 			{
 				Name:    "task_attention_status_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{TasksColumns[22], TasksColumns[1]},
+				Columns: []*schema.Column{TasksColumns[25], TasksColumns[1]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "attention_status IS NOT NULL",
 				},

@@ -38,7 +38,14 @@ func (Task) Fields() []ent.Field {
 		field.String("idempotency_key").
 			Optional().
 			Nillable().
-			Immutable(),
+			Immutable().
+			Comment("The caller's idempotency key as shown: masked like every other text it sends."),
+		field.String("idempotency_hash").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("Keyed hash of the owner identity (source, tenant, user) and the raw idempotency key: what makes a key unique per owner.").
+			Annotations(entgql.Skip()),
 		field.String("title").
 			Default("").
 			Immutable(),
@@ -53,6 +60,14 @@ func (Task) Fields() []ent.Field {
 		field.String("owner").
 			Immutable().
 			Annotations(entgql.OrderField("OWNER")),
+		field.String("owner_source").
+			Default("").
+			Immutable().
+			Comment("Where the owner's credentials came from (token, jwt, local): the owner is (owner_source, tenant, owner)."),
+		field.String("tenant").
+			Default("").
+			Immutable().
+			Comment("The owner's tenant. Tenants isolate: only the tenant's own users and platform administrators see the task."),
 		field.String("owner_role").
 			Default("").
 			Immutable().
@@ -134,9 +149,12 @@ func (Task) Edges() []ent.Edge {
 // Indexes of Task.
 func (Task) Indexes() []ent.Index {
 	return []ent.Index{
-		index.Fields("owner", "idempotency_key").
+		// Idempotency keys are unique per owner identity: the hash covers
+		// it. Immutable columns only (no index on a column a transition
+		// changes).
+		index.Fields("idempotency_hash").
 			Unique().
-			Annotations(entsql.IndexWhere("idempotency_key IS NOT NULL")),
+			Annotations(entsql.IndexWhere("idempotency_hash IS NOT NULL")),
 		// No index may include a column that a transition changes (status,
 		// version, progress, result, finished_at...): then the claim's and
 		// the finish's updates of a task are HOT (heap-only: no index entry

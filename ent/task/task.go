@@ -30,6 +30,8 @@ const (
 	FieldBizID = "biz_id"
 	// FieldIdempotencyKey holds the string denoting the idempotency_key field in the database.
 	FieldIdempotencyKey = "idempotency_key"
+	// FieldIdempotencyHash holds the string denoting the idempotency_hash field in the database.
+	FieldIdempotencyHash = "idempotency_hash"
 	// FieldTitle holds the string denoting the title field in the database.
 	FieldTitle = "title"
 	// FieldStatus holds the string denoting the status field in the database.
@@ -38,6 +40,10 @@ const (
 	FieldPriority = "priority"
 	// FieldOwner holds the string denoting the owner field in the database.
 	FieldOwner = "owner"
+	// FieldOwnerSource holds the string denoting the owner_source field in the database.
+	FieldOwnerSource = "owner_source"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// FieldOwnerRole holds the string denoting the owner_role field in the database.
 	FieldOwnerRole = "owner_role"
 	// FieldInput holds the string denoting the input field in the database.
@@ -115,10 +121,13 @@ var Columns = []string{
 	FieldType,
 	FieldBizID,
 	FieldIdempotencyKey,
+	FieldIdempotencyHash,
 	FieldTitle,
 	FieldStatus,
 	FieldPriority,
 	FieldOwner,
+	FieldOwnerSource,
+	FieldTenant,
 	FieldOwnerRole,
 	FieldInput,
 	FieldInputSealed,
@@ -165,6 +174,10 @@ var (
 	DefaultTitle string
 	// DefaultPriority holds the default value on creation for the "priority" field.
 	DefaultPriority int
+	// DefaultOwnerSource holds the default value on creation for the "owner_source" field.
+	DefaultOwnerSource string
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 	// DefaultOwnerRole holds the default value on creation for the "owner_role" field.
 	DefaultOwnerRole string
 	// DefaultProgressDone holds the default value on creation for the "progress_done" field.
@@ -256,6 +269,11 @@ func ByIdempotencyKey(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldIdempotencyKey, opts...).ToFunc()
 }
 
+// ByIdempotencyHash orders the results by the idempotency_hash field.
+func ByIdempotencyHash(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldIdempotencyHash, opts...).ToFunc()
+}
+
 // ByTitle orders the results by the title field.
 func ByTitle(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldTitle, opts...).ToFunc()
@@ -274,6 +292,16 @@ func ByPriority(opts ...sql.OrderTermOption) OrderOption {
 // ByOwner orders the results by the owner field.
 func ByOwner(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldOwner, opts...).ToFunc()
+}
+
+// ByOwnerSource orders the results by the owner_source field.
+func ByOwnerSource(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldOwnerSource, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }
 
 // ByOwnerRole orders the results by the owner_role field.
