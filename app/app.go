@@ -34,6 +34,7 @@ import (
 	"taskgraph/leader"
 	"taskgraph/mask"
 	"taskgraph/metrics"
+	"taskgraph/outbound"
 	"taskgraph/relay"
 	"taskgraph/retention"
 	"taskgraph/seal"
@@ -141,7 +142,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	registry := worker.NewRegistry()
-	builtin.Register(registry, &builtin.Webhook{})
+	policy, err := cfg.outboundPolicy()
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	builtin.Register(registry, &builtin.Webhook{Client: outbound.NewClient(outbound.Config{Policy: policy})})
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
