@@ -148,8 +148,10 @@ func NewServer(cfg ServerConfig) *Server {
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 
-	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
-	srv.SetParserTokenLimit(cmp.Or(cfg.ParserTokenLimit, ParserTokenLimitDefault))
+	cache := lru.New[*ast.QueryDocument](1000)
+	srv.SetQueryCache(cache)
+	tokenLimit := cmp.Or(cfg.ParserTokenLimit, ParserTokenLimitDefault)
+	srv.SetParserTokenLimit(tokenLimit)
 	// "Did you mean ...?" would describe the schema to whoever cannot
 	// introspect it.
 	srv.SetDisableSuggestion(true)
@@ -157,12 +159,18 @@ func NewServer(cfg ServerConfig) *Server {
 		srv.Use(extension.Introspection{})
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
-	// The shape limit runs before the complexity limit (extensions run
-	// in the order they are added).
-	srv.Use(shapeLimit{
+	// After persisted queries (parameter mutators run in the order they
+	// are added), before gqlgen parses and validates the document.
+	srv.Use(documentLimit{
+		cache:         cache,
+		tokenLimit:    tokenLimit,
 		maxDepth:      cmp.Or(cfg.MaxDepth, MaxDepthDefault),
 		maxAliases:    cmp.Or(cfg.MaxAliases, MaxAliasesDefault),
 		maxFields:     cmp.Or(cfg.MaxFields, MaxFieldsDefault),
+		maxSelections: MaxSelectionsDefault,
+		maxMergeCost:  MaxMergeCostDefault,
+		maxVariables:  MaxVariablesDefault,
+		maxArguments:  MaxArgumentsDefault,
 		introspection: cfg.Introspection,
 	})
 	srv.Use(extension.FixedComplexityLimit(cmp.Or(cfg.ComplexityLimit, ComplexityLimitDefault)))
