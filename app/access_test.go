@@ -367,3 +367,35 @@ func TestRateLimits(t *testing.T) {
 func auditEntryDownload(taskID int) audit.Entry {
 	return audit.Entry{Action: audit.Download, TaskIDs: []int{taskID}, Details: map[string]any{"artifact": "errors/report.xlsx"}}
 }
+
+// TestAuditDetailsAreBounded: what a caller sends is recorded cut, saying
+// so (issue 11, finding 5): a refused createTask once recorded its whole
+// title, megabytes of it.
+func TestAuditDetailsAreBounded(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		path, tok := apptest.Tokens(t, auth.Viewer{User: "root", Role: auth.RoleAdmin}, auth.Viewer{User: "v", Role: auth.RoleViewer})
+		s := apptest.Start(t, dsn, app.Options{}, func(c *app.Config) { c.Access.TokenFile = path })
+		title := strings.Repeat("标题", 100_000) // 600 kB, 200,000 characters (twice: in title and key)
+		r := s.DoAs(t, tok["v"], `mutation($t: String) { createTask(input: {type: "noop", title: $t, idempotencyKey: $t}) { id } }`, map[string]any{"t": title})
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "FORBIDDEN", r.Errors[0].Code())
+		recs := auditLog(t, s, tok["root"], map[string]any{"actor": "v"})
+		require.Len(t, recs, 1)
+		for _, key := range []string{"title", "idempotencyKey"} {
+			got, _ := recs[0].Details[key].(string)
+			require.Less(t, len(got), 1024, key)
+			require.True(t, strings.HasPrefix(got, "标题标题"), key)
+			require.True(t, strings.HasSuffix(got, "…[cut: 600000 bytes]"), "a cut value says it was cut, and how long it was: %s", got[len(got)-40:])
+		}
+		require.Equal(t, "noop", recs[0].Details["type"], "short values are kept whole")
+	})
+}
+
+func TestCut(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "short", audit.Cut("short", 10))
+	require.Equal(t, "ab…[cut: 5 bytes]", audit.Cut("abcde", 2))
+	require.Equal(t, "é…[cut: 4 bytes]", audit.Cut("éé", 1), "never inside a character")
+	require.Equal(t, "a…[cut: 9000 bytes]", audit.Cut("abcdef…[cut: 9000 bytes]", 1), "cut twice, the first length stays")
+}

@@ -53,8 +53,15 @@ type ServerConfig struct {
 	// than it (plus room for the other form fields) are refused. Default:
 	// no uploads beyond gqlgen's default of 32 MiB.
 	MaxUploadSize int64
-	Log           *slog.Logger
+	// MaxJSONSize bounds a JSON request, and the operations and map parts
+	// of a multipart one. Default: MaxJSONSizeDefault.
+	MaxJSONSize int64
+	Log         *slog.Logger
 }
+
+// MaxJSONSizeDefault is the largest JSON request: the largest task input
+// (engine.MaxInputBytes) and a query fit with room to spare.
+const MaxJSONSizeDefault = 2 << 20
 
 // uploadSlack is room for the multipart request's other parts.
 const uploadSlack = 1 << 20
@@ -245,9 +252,7 @@ func NewServer(cfg ServerConfig) *Server {
 		PayloadReadLimit:      &ws.PayloadReadLimit,
 	})
 	if cfg.MaxUploadSize > 0 {
-		// Parts over MaxMemory are spooled to temporary files by
-		// net/http, never held whole in memory.
-		srv.AddTransport(transport.MultipartForm{MaxUploadSize: cfg.MaxUploadSize + uploadSlack, MaxMemory: 4 << 20})
+		srv.AddTransport(multipartForm{maxUpload: cfg.MaxUploadSize + uploadSlack, maxJSON: cmp.Or(cfg.MaxJSONSize, MaxJSONSizeDefault), maxMemory: 4 << 20})
 	}
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
