@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -115,6 +116,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Upgrade") != "" {
 		r = r.Clone(r.Context())
 		r.Header.Del("Upgrade")
+	}
+	if a := r.Header.Get("Accept"); !strings.Contains(a, "text/event-stream") && strings.Contains(strings.ToLower(a), "text/event-stream") {
+		// gqlgen's SSE transport looks for it in lower case only.
+		r = r.Clone(r.Context())
+		r.Header.Set("Accept", strings.ToLower(a))
 	}
 	if !decodableJSON(w, r) {
 		return

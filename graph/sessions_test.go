@@ -288,6 +288,12 @@ func TestSessions(t *testing.T) {
 		again := sse(t, s, tf.tok["gina"], `{ __typename }`, nil)
 		require.Equal(t, http.StatusOK, again.StatusCode)
 	})
+	t.Run("MediaTypesAreComparedWithoutRegardToCase", func(t *testing.T) {
+		t.Parallel()
+		resp := sse(t, s, tf.tok["hank"], `subscription { taskUpdated { id } }`, http.Header{"Accept": {"Text/Event-Stream"}, "Content-Type": {"Application/JSON; charset=UTF-8"}})
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("Content-Type"), "text/event-stream", "served as SSE")
+	})
 	t.Run("ABodyThatIsNotAGraphQLRequestIsNotEchoed", func(t *testing.T) {
 		t.Parallel()
 		for _, body := range []string{
