@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"taskgraph/auth"
 	"taskgraph/outbound"
 )
 
@@ -49,8 +50,12 @@ func registerNetworkFlags(fs *flag.FlagSet, env func(name, def string) string, c
 			n.PublicURL = strings.TrimSuffix(n.PublicURL, "/")
 		}
 		if n.MetricsAddr != "" {
-			if _, _, err := net.SplitHostPort(n.MetricsAddr); err != nil {
+			host, _, err := net.SplitHostPort(n.MetricsAddr)
+			if err != nil {
 				return fmt.Errorf("-metrics-addr: %q is not host:port", n.MetricsAddr)
+			}
+			if c.Access.Open() && !auth.LoopbackHost(host) {
+				return fmt.Errorf("-metrics-addr: %s is not a loopback address, and no authentication is configured; an open server listens on 127.0.0.1 or localhost only", n.MetricsAddr)
 			}
 		}
 		return nil
@@ -66,9 +71,9 @@ func (c Config) outboundPolicy() (*outbound.Policy, error) {
 	return outbound.ParsePolicy(allow)
 }
 
-// publicURL is what links are built from: PublicURL, else http://<addr>
-// when addr names a host, else "" (relative links).
-func (c Config) publicURL() string {
+// PublicURL is what links are built from: Network.PublicURL, else
+// http://<addr> when addr names a host, else "" (relative links).
+func (c Config) PublicURL() string {
 	if c.Network.PublicURL != "" {
 		return c.Network.PublicURL
 	}

@@ -66,7 +66,9 @@ func (r *Resolver) artifactDownloadURL(ctx context.Context, taskID int, kind *ar
 		return nil, err
 	}
 	link := r.Links.Sign(a, viewer)
-	return &model.DownloadLink{URL: baseURL(ctx) + link.Path, ExpiresAt: link.ExpiresAt}, nil
+	// From the configured public URL, never from the request's Host: a
+	// link carries a signature worth stealing.
+	return &model.DownloadLink{URL: r.PublicURL + link.Path, ExpiresAt: link.ExpiresAt}, nil
 }
 
 func (r *Resolver) importTargets() []*model.ImportTarget {
@@ -84,26 +86,6 @@ func (r *Resolver) importTargets() []*model.ImportTarget {
 		out = append(out, mt)
 	}
 	return out
-}
-
-type baseURLKey struct{}
-
-// WithBaseURL makes the links the API returns absolute: scheme and host of
-// the request they answer.
-func WithBaseURL(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		ctx := context.WithValue(r.Context(), baseURLKey{}, scheme+"://"+r.Host)
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-func baseURL(ctx context.Context) string {
-	s, _ := ctx.Value(baseURLKey{}).(string)
-	return s
 }
 
 // LimitUploads guards the multipart (upload) requests of /query, however

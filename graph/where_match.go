@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"taskgraph/ent"
 )
@@ -13,10 +16,10 @@ import (
 // matchTask evaluates a TaskWhereInput against a task in memory, as the
 // database would, so that a subscription can filter committed changes
 // without a query per change and per subscriber. exact is false when the
-// input carries predicates that only the database can evaluate (such as
-// search): ok then says whether the task may match, and the caller must
-// confirm a match with a query. A subscription plans its input once
-// (planWhere) and evaluates the plan for every change.
+// input carries predicates that only the database can evaluate (custom
+// predicates other than search): ok then says whether the task may match,
+// and the caller must confirm a match with a query. A subscription plans
+// its input once (planWhere) and evaluates the plan for every change.
 func matchTask(w *ent.TaskWhereInput, t *ent.Task) (ok, exact bool) {
 	return planWhere(w).match(t)
 }
@@ -48,9 +51,45 @@ type wherePlan struct {
 	not   *wherePlan
 	and   []*wherePlan
 	or    []*wherePlan
+	// search is the search field's predicate (any of code, title and biz
+	// id contains the text, without regard to case): true when one is.
+	search []plannedPredicate
 	// opaque counts the parts only the database can evaluate (custom
-	// predicates such as search, edge predicates).
+	// predicates other than search, edge predicates).
 	opaque int
+}
+
+// searchTerms remembers the text of each where input's search field: the
+// field's resolver turns it into an opaque predicate (a function), and a
+// subscription needs the text itself to match changes in memory. Entries go
+// when their input is garbage collected.
+var searchTerms sync.Map // weak.Pointer[ent.TaskWhereInput] -> string
+
+// rememberSearch records that w's search field holds term.
+func rememberSearch(w *ent.TaskWhereInput, term string) {
+	key := weak.Make(w)
+	searchTerms.Store(key, term)
+	runtime.AddCleanup(w, func(k weak.Pointer[ent.TaskWhereInput]) { searchTerms.Delete(k) }, key)
+}
+
+func searchTerm(w *ent.TaskWhereInput) (string, bool) {
+	v, ok := searchTerms.Load(weak.Make(w))
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
+}
+
+// searchPlan is the search predicate as the database evaluates it (see the
+// Search resolver): code, title or biz id contains term, folding case.
+func searchPlan(term string) []plannedPredicate {
+	wt := reflect.TypeOf(ent.TaskWhereInput{})
+	var out []plannedPredicate
+	for _, name := range []string{"CodeContainsFold", "TitleContainsFold", "BizIDContainsFold"} {
+		field, op, nullable := splitPredicate(name, wt)
+		out = append(out, plannedPredicate{field: field, op: op, nullable: nullable, arg: reflect.ValueOf(term)})
+	}
+	return out
 }
 
 type plannedPredicate struct {
@@ -79,7 +118,13 @@ func planWhere(w *ent.TaskWhereInput) *wherePlan {
 		}
 		switch f.Name {
 		case "Predicates":
-			p.opaque++
+			// The search field's predicate, if it is the only one, is
+			// evaluated in memory; any other only by the database.
+			if term, ok := searchTerm(w); ok && v.Len() == 1 {
+				p.search = searchPlan(term)
+			} else {
+				p.opaque++
+			}
 		case "Not":
 			p.not = planWhere(v.Interface().(*ent.TaskWhereInput))
 		case "And":
@@ -120,6 +165,13 @@ func (p *wherePlan) eval(tv reflect.Value) (lo, hi sqlBool, exact bool) {
 	and := func(l, h sqlBool) { lo, hi = min(lo, l), min(hi, h) }
 	for _, pr := range p.preds {
 		r := evalPredicate(tv.FieldByIndex(pr.field), pr.op, pr.nullable, pr.arg)
+		and(r, r)
+	}
+	if len(p.search) > 0 {
+		r := sqlFalse
+		for _, pr := range p.search {
+			r = max(r, evalPredicate(tv.FieldByIndex(pr.field), pr.op, pr.nullable, pr.arg))
+		}
 		and(r, r)
 	}
 	if p.not != nil {
