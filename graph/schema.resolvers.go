@@ -176,8 +176,6 @@ func (r *taskWhereInputResolver) Search(ctx context.Context, obj *ent.TaskWhereI
 		task.TitleContainsFold(*data),
 		task.BizIDContainsFold(*data),
 	))
-	// So that a subscription matches it in memory (planWhere).
-	rememberSearch(obj, *data)
 	return nil
 }
 

@@ -322,3 +322,28 @@ func TestSessions(t *testing.T) {
 		}
 	})
 }
+
+// TestASearchSubscriptionQueriesNothingPerEvent: a filter with search is
+// matched in memory (issue 11, finding 9), over both transports.
+func TestASearchSubscriptionQueriesNothingPerEvent(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, dbtest.SQLite(t), app.Options{})
+	before := graph.WhereQueries()
+	c := s.DialWS(t, nil)
+	c.Subscribe("1", `subscription($w: TaskWhereInput) { taskUpdated(where: $w) { id title } }`,
+		map[string]any{"w": map[string]any{"or": []any{map[string]any{"search": "NOTIFY"}, map[string]any{"type": "nothing"}}}})
+	stream := sse(t, s, "", `subscription { taskUpdated(where: {search: "notify", statusIn: [PENDING]}) { id title } }`, nil)
+	require.Equal(t, http.StatusOK, stream.StatusCode)
+	s.WaitSubscribers(t, 2)
+	for _, title := range []string{"other", "notify customer", "else"} {
+		// Not run for an hour: each task is one PENDING change.
+		s.Query(t, `mutation($t: String, $at: Time) { createTask(input: {type: "noop", title: $t, runAt: $at}) { id } }`,
+			map[string]any{"t": title, "at": time.Now().Add(time.Hour).Format(time.RFC3339)}, nil)
+	}
+	m := c.Next()
+	require.Equal(t, "next", m.Type)
+	require.Contains(t, string(m.Payload), "notify customer", "the first match is the second task")
+	line := firstEvent(t, bufio.NewReader(stream.Body))
+	require.Contains(t, line, "notify customer")
+	require.Equal(t, before, graph.WhereQueries(), "no query per event")
+}

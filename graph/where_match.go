@@ -2,13 +2,13 @@ package graph
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"reflect"
-	"runtime"
 	"strings"
-	"sync"
 	"time"
-	"weak"
+
+	"github.com/99designs/gqlgen/graphql"
 
 	"taskgraph/ent"
 )
@@ -59,27 +59,6 @@ type wherePlan struct {
 	opaque int
 }
 
-// searchTerms remembers the text of each where input's search field: the
-// field's resolver turns it into an opaque predicate (a function), and a
-// subscription needs the text itself to match changes in memory. Entries go
-// when their input is garbage collected.
-var searchTerms sync.Map // weak.Pointer[ent.TaskWhereInput] -> string
-
-// rememberSearch records that w's search field holds term.
-func rememberSearch(w *ent.TaskWhereInput, term string) {
-	key := weak.Make(w)
-	searchTerms.Store(key, term)
-	runtime.AddCleanup(w, func(k weak.Pointer[ent.TaskWhereInput]) { searchTerms.Delete(k) }, key)
-}
-
-func searchTerm(w *ent.TaskWhereInput) (string, bool) {
-	v, ok := searchTerms.Load(weak.Make(w))
-	if !ok {
-		return "", false
-	}
-	return v.(string), true
-}
-
 // searchPlan is the search predicate as the database evaluates it (see the
 // Search resolver): code, title or biz id contains term, folding case.
 func searchPlan(term string) []plannedPredicate {
@@ -102,10 +81,27 @@ type plannedPredicate struct {
 var taskType = reflect.TypeOf(ent.Task{})
 
 // planWhere reads w once. A nil input matches everything.
-func planWhere(w *ent.TaskWhereInput) *wherePlan {
+func planWhere(w *ent.TaskWhereInput) *wherePlan { return planWhereArgs(w, nil) }
+
+// planWhereArgs is planWhere with the argument w was read from (a GraphQL
+// input object as a map, variables resolved; see whereArgument), which
+// holds what w no longer does: the text of its search field, which the
+// field's resolver turned into a predicate (a function). With it, search
+// is evaluated in memory.
+func planWhereArgs(w *ent.TaskWhereInput, raw any) *wherePlan {
 	p := &wherePlan{}
 	if w == nil {
 		return p
+	}
+	args, _ := raw.(map[string]any)
+	nested := func(key string, i int) any {
+		if i < 0 {
+			return args[key]
+		}
+		if l, ok := args[key].([]any); ok && i < len(l) {
+			return l[i]
+		}
+		return nil
 	}
 	wv := reflect.ValueOf(w).Elem()
 	wt := wv.Type()
@@ -120,20 +116,20 @@ func planWhere(w *ent.TaskWhereInput) *wherePlan {
 		case "Predicates":
 			// The search field's predicate, if it is the only one, is
 			// evaluated in memory; any other only by the database.
-			if term, ok := searchTerm(w); ok && v.Len() == 1 {
+			if term, ok := args["search"].(string); ok && term != "" && v.Len() == 1 {
 				p.search = searchPlan(term)
 			} else {
 				p.opaque++
 			}
 		case "Not":
-			p.not = planWhere(v.Interface().(*ent.TaskWhereInput))
+			p.not = planWhereArgs(v.Interface().(*ent.TaskWhereInput), nested("not", -1))
 		case "And":
-			for _, s := range v.Interface().([]*ent.TaskWhereInput) {
-				p.and = append(p.and, planWhere(s))
+			for i, s := range v.Interface().([]*ent.TaskWhereInput) {
+				p.and = append(p.and, planWhereArgs(s, nested("and", i)))
 			}
 		case "Or":
-			for _, s := range v.Interface().([]*ent.TaskWhereInput) {
-				p.or = append(p.or, planWhere(s))
+			for i, s := range v.Interface().([]*ent.TaskWhereInput) {
+				p.or = append(p.or, planWhereArgs(s, nested("or", i)))
 			}
 		default:
 			field, op, nullable := splitPredicate(f.Name, wt)
@@ -307,4 +303,14 @@ func compare(a, b reflect.Value) int {
 		return -1
 	}
 	panic(fmt.Sprintf("where match: cannot compare %s", a.Type()))
+}
+
+// whereArgument is the where argument of the field being resolved, as the
+// request wrote it (variables resolved), or nil.
+func whereArgument(ctx context.Context) any {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil || fc.Field.Field == nil || !graphql.HasOperationContext(ctx) {
+		return nil
+	}
+	return fc.Field.ArgumentMap(graphql.GetOperationContext(ctx).Variables)["where"]
 }

@@ -102,19 +102,25 @@ func TestWhereMatch(t *testing.T) {
 				return w
 			}
 			for _, term := range []string{"import", "IMPORT", "Report", "ord-1", "ORD-1", "%", "_", `\`, "日报", "x%1", "100% d", "zzz", "IMPORT-"} {
-				for _, w := range []*ent.TaskWhereInput{
-					search(term),
-					{Not: search(term)},
-					{Or: []*ent.TaskWhereInput{{Type: whereRef("noop")}, search(term)}},
-					{Type: whereRef("import"), And: []*ent.TaskWhereInput{search(term)}},
+				arg := map[string]any{"search": term}
+				for _, c := range []struct {
+					w   *ent.TaskWhereInput
+					raw map[string]any
+				}{
+					{search(term), arg},
+					{&ent.TaskWhereInput{Not: search(term)}, map[string]any{"not": arg}},
+					{&ent.TaskWhereInput{Or: []*ent.TaskWhereInput{{Type: whereRef("noop")}, search(term)}}, map[string]any{"or": []any{map[string]any{"type": "noop"}, arg}}},
+					{&ent.TaskWhereInput{Type: whereRef("import"), And: []*ent.TaskWhereInput{search(term)}}, map[string]any{"type": "import", "and": []any{arg}}},
 				} {
+					w := c.w
 					p, err := w.P()
 					require.NoError(t, err)
 					want, err := s.Client().Task.Query().Where(p).Order(task.ByID()).IDs(ctx)
 					require.NoError(t, err)
 					var got []int
+					plan := planWhereArgs(w, c.raw)
 					for _, tk := range tasks {
-						ok, exact := matchTask(w, tk)
+						ok, exact := plan.match(tk)
 						require.True(t, exact, "search %q needs no query", term)
 						if ok {
 							got = append(got, tk.ID)
