@@ -116,8 +116,10 @@ func serve(srv http.Handler, body []byte) *httptest.ResponseRecorder {
 // TestHostileDocumentsAreRefusedBeforeExecution checks what the benchmark
 // measures: every hostile document is refused, by a limit or by validation,
 // never run; those meant to pass the limits reach validation.
+//
+// Not parallel: it runs before the parallel tests, so that its documents
+// (megabytes of them) do not starve the timing-sensitive websocket tests.
 func TestHostileDocumentsAreRefusedBeforeExecution(t *testing.T) {
-	t.Parallel()
 	srv := graph.NewServer(graph.ServerConfig{Resolver: &graph.Resolver{}})
 	for name, q := range hostileDocuments() {
 		body, err := json.Marshal(map[string]any{"query": q})
