@@ -43,6 +43,10 @@ func readDeadlines(next http.Handler, grace time.Duration, rate int64) http.Hand
 			next.ServeHTTP(w, r) // not a real connection (a test recorder)
 			return
 		}
+		// On a copy: net/http looks at its own request's Body afterwards
+		// to tell whether the handler left part of it unread (and the
+		// connection must close rather than be reused).
+		r = r.WithContext(r.Context())
 		r.Body = &pacedBody{ReadCloser: r.Body, rc: rc, start: start, grace: grace, rate: rate}
 		next.ServeHTTP(w, r)
 	})
