@@ -37,6 +37,7 @@ import (
 	"taskgraph/mask"
 	"taskgraph/metrics"
 	"taskgraph/outage"
+	"taskgraph/outbound"
 	"taskgraph/relay"
 	"taskgraph/retention"
 	"taskgraph/seal"
@@ -63,7 +64,11 @@ type Options struct {
 	// EventBacklog overrides how many tasks a client subscription may
 	// fall behind by beyond its buffer (0 keeps events.BacklogDefault).
 	EventBacklog int
-	Logger       *slog.Logger
+	// BodyGrace and MinBodyRate override how fast request bodies must
+	// arrive (see readDeadlines; zero keeps the defaults).
+	BodyGrace   time.Duration
+	MinBodyRate int64
+	Logger      *slog.Logger
 	// Import overrides the importer's upload size, limits, chunk size and
 	// chunk hook (tests); Janitor the janitor's configuration. Zero fields
 	// keep the values derived from Config.
@@ -170,7 +175,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	registry := worker.NewRegistry()
-	builtin.Register(registry, &builtin.Webhook{})
+	policy, err := cfg.outboundPolicy()
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	builtin.Register(registry, &builtin.Webhook{Client: outbound.NewClient(outbound.Config{Policy: policy})})
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
@@ -403,14 +413,17 @@ func (a *App) routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
-	// Authenticated like the API: what a scraper sees depends on who it
-	// is (package metrics).
-	mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
+	if a.Config.Network.MetricsAddr == "" {
+		// Authenticated like the API: what a scraper sees depends on who
+		// it is (package metrics). With -metrics-addr it is served there
+		// instead.
+		mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
+	}
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
-				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links},
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL()},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -421,7 +434,7 @@ func (a *App) routes() http.Handler {
 			Outages:         a.Outages,
 			Log:             a.Log,
 		})
-		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.UnavailableUploads(graph.WithBaseURL(a.GraphQL)))))
+		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.UnavailableUploads(a.GraphQL))))
 		mux.Handle("GET /download/{token}", a.Links)
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
@@ -433,7 +446,25 @@ func (a *App) routes() http.Handler {
 			http.Redirect(w, r, web.Base, http.StatusFound)
 		})
 	}
-	return mux
+	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
+}
+
+// MetricsHandler serves /metrics, /healthz and /readyz without
+// authentication, for the listener of -metrics-addr.
+func (a *App) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", a.ready)
+	// Whoever reaches this listener is trusted with everything the node
+	// counts (the operator chose its address): it reads as the system.
+	metrics := a.Metrics.Handler()
+	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		metrics.ServeHTTP(w, r.WithContext(auth.NewSystemContext(r.Context())))
+	}))
+	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
 }
 
 // ready answers /readyz: 503 while the database does not answer, while
@@ -492,9 +523,14 @@ func (a *App) Start(ctx context.Context) error {
 }
 
 // Serve answers HTTP on ln until Shutdown.
-func (a *App) Serve(ln net.Listener) error {
+func (a *App) Serve(ln net.Listener) error { return a.serve(ln, a.Handler) }
+
+// ServeMetrics answers MetricsHandler on ln until Shutdown.
+func (a *App) ServeMetrics(ln net.Listener) error { return a.serve(ln, a.MetricsHandler()) }
+
+func (a *App) serve(ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           a.Handler,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return a.baseCtx },

@@ -45,6 +45,8 @@ type Config struct {
 	// BlobURL is where files live (artifact.OpenBucket): file:///dir or
 	// s3://bucket?...; empty: the artifacts directory in DataDir.
 	BlobURL string
+	// Network: public URL, metrics listener, outbound destinations.
+	Network NetworkConfig
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
@@ -166,7 +168,11 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	ttl := fs.String("artifact-ttl", env("artifact-ttl", "7d"), "how long uploaded files, error reports and exports are kept (a duration such as 72h, or days such as 7d)")
 	janitor := fs.String("janitor-interval", env("janitor-interval", "10m"), "how often expired artifacts are removed (by the watchdog role)")
 	fs.StringVar(&c.BlobURL, "blob-url", env("blob-url", ""), "where uploads, error reports and exports live, the same on every node: file:///srv/taskgraph/files (a directory every node mounts) or s3://bucket?endpoint=...&region=... (default: the artifacts directory in the data directory, for one node)")
+	checkNetwork := registerNetworkFlags(fs, env, &c)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := checkNetwork(); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
