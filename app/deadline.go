@@ -85,4 +85,3 @@ func (p *pacedBody) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
-
