@@ -20,11 +20,7 @@ import (
 func (s *Store) PurgeFinished(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	var n int
 	err := s.write(ctx, func(t *txn) error {
-		rows, err := s.queryInts(ctx, t, 1, `
-SELECT id FROM tasks
-WHERE created_at < ? AND status IN (`+sqlTerminal+`) AND finished_at < ?
-ORDER BY created_at
-LIMIT ?`+s.d.skipLocked(), cutoff.UTC(), cutoff.UTC(), limit)
+		rows, err := s.queryInts(ctx, t, 1, s.d.purgeSelect(), cutoff.UTC(), cutoff.UTC(), limit)
 		if err != nil {
 			return fmt.Errorf("purge: select: %w", err)
 		}
@@ -52,4 +48,13 @@ LIMIT ?`+s.d.skipLocked(), cutoff.UTC(), cutoff.UTC(), limit)
 		return nil
 	})
 	return n, err
+}
+
+// purgeSelect picks the tasks a purge deletes: finished before the cutoff,
+// read oldest first from the created_at index.
+func (d sqlDialect) purgeSelect() string {
+	return `SELECT id FROM tasks
+WHERE created_at < ? AND status IN (` + sqlTerminal + `) AND finished_at < ?
+ORDER BY created_at
+LIMIT ?` + d.skipLocked()
 }
