@@ -44,9 +44,17 @@ func TestBackgroundScansDoNotReadTheBacklog(t *testing.T) {
 		_, err := s.DB().ExecContext(ctx, q, args...)
 		require.NoError(t, err, q)
 	}
-	explain := func(q string, args ...any) string {
+	// explain runs q in a transaction as the store runs it (ordered: with
+	// the planner settings PurgeFinished sets first).
+	explain := func(ordered bool, q string, args ...any) string {
 		t.Helper()
-		rows, err := s.DB().QueryContext(ctx, "EXPLAIN (ANALYZE, FORMAT TEXT) "+s.d.rebind(q), args...)
+		tx, err := s.client.Tx(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		if ordered {
+			require.NoError(t, s.d.orderedScans(ctx, &txn{Tx: tx}))
+		}
+		rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, FORMAT TEXT) "+s.d.rebind(q), args...)
 		require.NoError(t, err)
 		defer rows.Close()
 		var b strings.Builder
@@ -60,7 +68,7 @@ func TestBackgroundScansDoNotReadTheBacklog(t *testing.T) {
 	}
 
 	// The watchdog: the twenty running executions, through their index.
-	plan := explain(`SELECT id FROM task_instances WHERE status = ` + sqlExecuting)
+	plan := explain(false, `SELECT id FROM task_instances WHERE status = `+sqlExecuting)
 	require.Contains(t, plan, "taskinstance_running", plan)
 	require.NotContains(t, plan, "Seq Scan", plan)
 	running, err := s.Executing(ctx)
@@ -70,7 +78,7 @@ func TestBackgroundScansDoNotReadTheBacklog(t *testing.T) {
 	// The retention: 1,000 of the finished tasks, oldest first, read
 	// from the created_at index, passing only the waiting ones between.
 	cutoff := s.Now().Add(-30 * 24 * time.Hour)
-	plan = explain(s.d.purgeSelect(), cutoff, cutoff, 1000)
+	plan = explain(true, s.d.purgeSelect(), cutoff, cutoff, 1000)
 	require.Contains(t, plan, "task_created_at", plan)
 	require.NotContains(t, plan, "Seq Scan", plan)
 	require.NotContains(t, plan, "Sort", plan)
