@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"taskgraph/app"
 	"taskgraph/auth"
 )
 
@@ -20,7 +22,10 @@ func runToken(args []string, out io.Writer) int {
 	tenant := fs.String("tenant", "", "tenant recorded with the user's actions (optional)")
 	hash := fs.Bool("hash", false, "read an existing token on stdin and print only its hash")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		if errors.Is(err, flag.ErrHelp) {
+			return app.ExitOK
+		}
+		return app.ExitUsage
 	}
 	if *hash {
 		b, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"taskgraph/app"
 )
 
 // runWatch subscribes to taskUpdated over graphql-transport-ws and prints one
@@ -24,7 +27,10 @@ func runWatch(args []string) int {
 	token := fs.String("token", os.Getenv("TASKGRAPH_TOKEN"), "bearer token, when the server requires one")
 	fields := fs.String("fields", "id code status progressDone progressTotal cancelRequested lastError", "Task fields to print")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		if errors.Is(err, flag.ErrHelp) {
+			return app.ExitOK
+		}
+		return app.ExitUsage
 	}
 	vars := map[string]any{}
 	if *id != "" {

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +62,8 @@ type Options struct {
 	// keep the values derived from Config.
 	Import  importer.Config
 	Janitor artifact.JanitorConfig
+	// Commands are the program's other commands, listed by Main's -h.
+	Commands []Command
 }
 
 // App is one taskgraph process.
@@ -133,7 +134,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	m := metrics.New()
 	broker := events.NewBroker(events.Config{Observe: m.ObserveChange})
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log}
-	if isPostgres(cfg.DSN()) {
+	if store.IsPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
 	st, err := store.Open(ctx, storeCfg)
@@ -269,10 +270,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	m.Register(src)
 	a.Handler = a.routes()
 	return a, nil
-}
-
-func isPostgres(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
 // files is what imports, exports and reports need.
