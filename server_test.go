@@ -73,10 +73,12 @@ func TestStartupFailsFastWithOneLine(t *testing.T) {
 		{"BadSecretKey", []string{"-secret-key", "short", "-addr", "127.0.0.1:0"}, 2, "--secret-key: the value given (5 characters) is not 64 hex characters"},
 		{"OpenOnAPublicAddress", []string{"-addr", "0.0.0.0:0"}, 2, "not a loopback address"},
 		{"MissingTokenFile", []string{"-addr", "0.0.0.0:0", "-token-file", "/nonexistent/tokens"}, 1, "token file"},
+		{"DataDirectoryUnderAFile", []string{"-addr", "127.0.0.1:0", "-data-dir", "/dev/null/data"}, 1, "data directory /dev/null/data: cannot create it (not a directory); make it writable by the user running taskgraph, or choose another with --data-dir"},
+		{"NotADatabase", []string{"-db", "mysql://root@127.0.0.1/x"}, 2, "--db: \"mysql://root@127.0.0.1/x\" is not a database taskgraph can use: mysql is not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(bin, append(tc.args, "-data-dir", t.TempDir())...)
+			cmd := exec.Command(bin, append([]string{"-data-dir", t.TempDir()}, tc.args...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
@@ -90,6 +92,9 @@ func TestStartupFailsFastWithOneLine(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 			if tc.code == 1 && len(lines) != 1 {
 				t.Fatalf("want one line, got %d:\n%s", len(lines), stderr.String())
+			}
+			if tc.code == 2 && (len(lines) != 2 || lines[1] != "taskgraph -h lists the flags and commands.") {
+				t.Fatalf("want the error and a pointer to -h (not the usage), got:\n%s", stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
 				t.Fatalf("stderr %q does not mention %q", stderr.String(), tc.want)

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -110,6 +112,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if err := checkDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	key, err := secretKey(cfg)
 	if err != nil {
@@ -344,9 +349,49 @@ func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine
 
 func secretKey(cfg Config) ([]byte, error) {
 	if cfg.SecretKey != "" {
-		return seal.ParseKey(cfg.SecretKey)
+		k, err := seal.ParseKey(cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-key: not 64 hex characters (openssl rand -hex 32 makes one)")
+		}
+		return k, nil
 	}
-	return seal.LoadOrCreateKey(filepath.Join(cfg.DataDir, "secret.key"))
+	path := filepath.Join(cfg.DataDir, "secret.key")
+	k, err := seal.LoadOrCreateKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("the secret key file %s (made on first start in --data-dir; or give --secret-key): %w", path, err)
+	}
+	return k, nil
+}
+
+// checkDataDir makes the data directory, and checks that this process can
+// write there, before anything else fails on it with less helpful words.
+func checkDataDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	fix := "make it writable by the user running taskgraph, or choose another with --data-dir (TASKGRAPH_DATA_DIR)"
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("data directory %s: cannot create it (%v); %s", abs, unwrapPath(err), fix)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data directory %s: cannot write there (%v); %s", abs, unwrapPath(err), fix)
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	return nil
+}
+
+// unwrapPath keeps the reason of a *fs.PathError (its path is said
+// already).
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func (a *App) routes() http.Handler {
