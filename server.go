@@ -1,30 +1,40 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
-// a PostgreSQL database. Its other commands are listed in commands below
-// (and by taskgraph -h); this file only dispatches to them.
+// a PostgreSQL database. Its other commands (package cli, and the benches)
+// are listed in commands below and by taskgraph -h; this file only
+// dispatches to them.
 package main
 
 import (
 	"os"
 
 	"taskgraph/app"
+	"taskgraph/cli"
 )
 
 // command is a subcommand: run gets the arguments after its name and
-// returns the exit code (app.ExitOK, app.ExitFailure, app.ExitUsage).
+// returns the exit code (0 ok, 1 failure, 2 usage; see package cli).
 type command struct {
 	name    string
 	summary string
 	run     func(args []string) int
 }
 
-var commands = []command{
-	{"watch", "print a task's changes as they are committed, one JSON line each", runWatch},
-	{"token", "make a bearer token and its token file line", func(args []string) int { return runToken(args, os.Stdout) }},
-	{"bench", "measure throughput: tasks per second from PENDING to SUCCESS", helpIsNoError(runBench)},
-	{"bench-latency", "measure the delay from a commit to its subscribers", helpIsNoError(runBenchLatency)},
-	{"bench-import", "measure imports and exports: rows per second, peak memory", helpIsNoError(runBenchImport)},
-}
+var commands = func() []command {
+	var cs []command
+	for _, c := range cli.Commands {
+		cs = append(cs, command{c.Name, c.Summary, func(args []string) int {
+			env, stop := cli.OSEnv()
+			defer stop()
+			return c.Run(env, args)
+		}})
+	}
+	return append(cs,
+		command{"bench", "measure throughput: tasks per second from PENDING to SUCCESS", helpIsNoError(runBench)},
+		command{"bench-latency", "measure the delay from a commit to its subscribers", helpIsNoError(runBenchLatency)},
+		command{"bench-import", "measure imports and exports: rows per second, peak memory", helpIsNoError(runBenchImport)},
+	)
+}()
 
 // helpIsNoError makes "COMMAND -h" exit 0 for commands that answer any
 // flag.Parse error, help included, with 2.
