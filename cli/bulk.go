@@ -59,6 +59,12 @@ func createMany(c *cmd, path string, wait bool) error {
 		} else {
 			ids = append(ids, res.task.Id)
 		}
+		if c.quiet {
+			if res.err == nil {
+				fmt.Fprintln(c.env.Stdout, res.task.Id)
+			}
+			continue
+		}
 		if c.json {
 			out := map[string]any{"line": line, "created": res.created}
 			if res.err != nil {
@@ -87,7 +93,7 @@ func createMany(c *cmd, path string, wait bool) error {
 	if wait {
 		worst := error(nil)
 		for _, id := range ids {
-			if err := c.follow(cl, id, false, c.json); err != nil {
+			if err := c.follow(cl, id, false, c.json, c.quiet); err != nil {
 				if _, ok := err.(*exitError); !ok {
 					return err
 				}

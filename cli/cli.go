@@ -107,7 +107,7 @@ type cmd struct {
 	fs    *flag.FlagSet
 
 	server, token string
-	json          bool
+	json, quiet   bool
 }
 
 // newCmd declares the flags every command has: --server, --token and
@@ -124,6 +124,7 @@ func newCmd(env *Env, name, args, about string) *cmd {
 	c.fs.StringVar(&c.server, "server", server, "the taskgraph server [$TASKGRAPH_SERVER]")
 	c.fs.StringVar(&c.token, "token", env.Getenv("TASKGRAPH_TOKEN"), "bearer token, when the server requires one [$TASKGRAPH_TOKEN]")
 	c.fs.BoolVar(&c.json, "json", false, "print JSON (one document per line) instead of tables")
+	c.fs.BoolVar(&c.quiet, "q", false, "quiet: print only the task ids (for scripts: ID=$(taskgraph task create noop -q))")
 	return c
 }
 

@@ -59,7 +59,7 @@ func runImport(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
-		if !*wait || c.json {
+		if !*wait || c.json || c.quiet {
 			if err := c.printTask(t, &t.TaskFields); err != nil {
 				return err
 			}
@@ -69,10 +69,10 @@ func runImport(env *Env, args []string) int {
 		if !*wait {
 			return nil
 		}
-		if err := c.follow(cl, t.Id, false, c.json); err != nil {
+		if err := c.follow(cl, t.Id, false, c.json, c.quiet); err != nil {
 			return err
 		}
-		if !c.json {
+		if !c.json && !c.quiet {
 			// The summary: how many rows were written and refused.
 			resp, err := GetTask(env.Ctx, cl.gql, t.Id)
 			if err == nil && resp.Task != nil && resp.Task.Result != nil {
@@ -202,10 +202,10 @@ func runExport(env *Env, args []string) int {
 		if *noWait {
 			return c.printTask(t, &t.TaskFields)
 		}
-		if !c.json {
+		if !c.json && !c.quiet {
 			fmt.Fprintf(env.Stderr, "task %s %s %s\n", t.Id, t.Code, t.Status)
 		}
-		if err := c.follow(cl, t.Id, false, false); err != nil {
+		if err := c.follow(cl, t.Id, false, false, true); err != nil {
 			return err
 		}
 		f := FileFormat(strings.ToUpper(*format))

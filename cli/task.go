@@ -145,7 +145,7 @@ func taskCreate(env *Env, args []string) int {
 			return err
 		}
 		t := &resp.CreateTask
-		if !*wait || c.json {
+		if !*wait || c.json || c.quiet {
 			if err := c.printTask(t, &t.TaskFields); err != nil {
 				return err
 			}
@@ -153,7 +153,7 @@ func taskCreate(env *Env, args []string) int {
 			fmt.Fprintf(env.Stdout, "task %s %s %s\n", t.Id, t.Code, t.Status)
 		}
 		if *wait {
-			return c.follow(cl, t.Id, false, c.json)
+			return c.follow(cl, t.Id, false, c.json, c.quiet)
 		}
 		return nil
 	}())
@@ -240,7 +240,7 @@ func taskList(env *Env, args []string) int {
 			page = 500
 		}
 		var tw *tabwriter.Writer
-		if !c.json {
+		if !c.json && !c.quiet {
 			tw = tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tCODE\tTYPE\tSTATUS\tPROGRESS\tCREATED\tTITLE")
 		}
@@ -256,7 +256,9 @@ func taskList(env *Env, args []string) int {
 					continue
 				}
 				t := &e.Node.TaskFields
-				if c.json {
+				if c.quiet {
+					fmt.Fprintln(env.Stdout, t.Id)
+				} else if c.json {
 					if err := writeJSON(env.Stdout, e.Node); err != nil {
 						return err
 					}
@@ -305,7 +307,7 @@ func taskCancel(env *Env, args []string) int {
 			return err
 		}
 		if *wait {
-			return c.follow(cl, pos[0], false, c.json)
+			return c.follow(cl, pos[0], false, c.json, c.quiet)
 		}
 		return nil
 	}())
@@ -331,7 +333,7 @@ func taskRetry(env *Env, args []string) int {
 			return err
 		}
 		if *wait {
-			return c.follow(cl, pos[0], false, c.json)
+			return c.follow(cl, pos[0], false, c.json, c.quiet)
 		}
 		return nil
 	}())
@@ -349,7 +351,7 @@ func taskWatch(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
-		return c.follow(cl, pos[0], *followOn, c.json)
+		return c.follow(cl, pos[0], *followOn, c.json, c.quiet)
 	}())
 }
 
@@ -453,6 +455,10 @@ func taskLogs(env *Env, args []string) int {
 
 // printTask prints a task a mutation returned: JSON, or one line.
 func (c *cmd) printTask(v any, t *TaskFields) error {
+	if c.quiet {
+		_, err := fmt.Fprintln(c.env.Stdout, t.Id)
+		return err
+	}
 	if c.json {
 		return writeJSON(c.env.Stdout, v)
 	}
@@ -462,10 +468,11 @@ func (c *cmd) printTask(v any, t *TaskFields) error {
 
 // printFields prints a task as a two-column table.
 func (c *cmd) printFields(t *TaskFields) {
-	tw := tabwriter.NewWriter(c.env.Stdout, 0, 0, 2, ' ', 0)
+	// A fixed first column: the same task prints the same way whichever
+	// rows it has.
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+			fmt.Fprintf(c.env.Stdout, "%-12s%s\n", k, v)
 		}
 	}
 	row("ID", t.Id)
@@ -488,7 +495,6 @@ func (c *cmd) printFields(t *TaskFields) {
 		actions[i] = string(a)
 	}
 	row("Actions", strings.Join(actions, ", "))
-	tw.Flush()
 }
 
 func statusText(t *TaskFields) string {

@@ -32,7 +32,7 @@ func outcome(t *TaskFields) error {
 // interrupted) and returns its outcome. The subscription's first message
 // is the task's current state, so a task that has already ended returns
 // at once.
-func (c *cmd) follow(cl *client, id string, followOn, asJSON bool) error {
+func (c *cmd) follow(cl *client, id string, followOn, asJSON, quiet bool) error {
 	subs := cl.subscriptions(c.env.Ctx)
 	stream, _, err := TaskUpdated(c.env.Ctx, subs, &id, nil)
 	if err != nil {
@@ -62,11 +62,13 @@ func (c *cmd) follow(cl *client, id string, followOn, asJSON bool) error {
 				continue
 			}
 			t := &m.Data.TaskUpdated.TaskFields
-			if asJSON {
+			switch {
+			case quiet:
+			case asJSON:
 				if err := writeJSON(c.env.Stdout, &m.Data.TaskUpdated); err != nil {
 					return err
 				}
-			} else {
+			default:
 				bar.task(t)
 			}
 			if terminal(t.Status) && !followOn {
@@ -101,7 +103,7 @@ func runWatch(env *Env, args []string) int {
 		case id != "" && *where != "":
 			return usageErrorf("an ID or --where, not both")
 		case id != "":
-			return c.follow(cl, id, *followOn, c.json)
+			return c.follow(cl, id, *followOn, c.json, c.quiet)
 		case *where == "":
 			return usageErrorf("missing ID (or --where)")
 		}
@@ -154,7 +156,7 @@ func changeLine(w io.Writer, t *TaskFields) error {
 	if p := progressText(t); p != "" {
 		parts = append(parts, p)
 	}
-	if t.LastError != nil && t.Status != "SUCCESS" {
+	if deref(t.LastError) != "" && t.Status != "SUCCESS" {
 		parts = append(parts, *t.LastError)
 	}
 	_, err := fmt.Fprintln(w, strings.Join(parts, " "))
@@ -184,7 +186,7 @@ func (p *progress) task(t *TaskFields) {
 		return
 	}
 	label := fmt.Sprintf("task %s %s", t.Id, statusText(t))
-	if t.LastError != nil && t.Status != "SUCCESS" {
+	if deref(t.LastError) != "" && t.Status != "SUCCESS" {
 		label += ": " + *t.LastError
 	}
 	p.draw(int64(t.ProgressDone), int64(t.ProgressTotal), label, "")
