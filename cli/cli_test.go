@@ -188,13 +188,20 @@ func TestWaitingExitsWithTheOutcome(t *testing.T) {
 	})
 	t.Run("CancelledIs4", func(t *testing.T) {
 		created := jsonOf[task](t, b.cmd(t, "task", "create", "noop", "--input", `{"sleepMs": 600000}`, "--json"))
-		done := make(chan run, 1)
-		go func() { done <- b.cmd(t, "task", "watch", created.ID, "--json") }()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var out syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			// No t.Fatal in here: cli.Main itself, ended by cancel at worst.
+			env := &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Ctx: ctx, Getenv: func(k string) string { return b.env[k] }}
+			done <- cli.Main(env, []string{"task", "watch", created.ID, "--json"})
+		}()
 		b.srv.WaitSubscribers(t, 1)
 		require.Equal(t, cli.ExitOK, b.cmd(t, "task", "cancel", created.ID).code)
 		select {
-		case r := <-done:
-			require.Equal(t, cli.ExitCancelled, r.code, r.stderr)
+		case code := <-done:
+			require.Equal(t, cli.ExitCancelled, code, out.String())
 		case <-time.After(30 * time.Second):
 			t.Fatal("watch did not end after the task was cancelled")
 		}

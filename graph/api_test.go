@@ -357,7 +357,9 @@ func TestSubscriptionPayloadsResolveTheirEdges(t *testing.T) {
 		c.Subscribe("1", `subscription { taskUpdated(where: {type: "noop"}) { status instances { instanceNo status } logs { totalCount } } }`, nil)
 		s.WaitSubscribers(t, 1)
 		create(t, s, map[string]any{"type": "noop"})
+		deadline := time.Now().Add(30 * time.Second)
 		for {
+			require.True(t, time.Now().Before(deadline), "the task did not reach SUCCESS within 30 s")
 			m := c.Next()
 			require.Equal(t, "next", m.Type)
 			var p struct {
