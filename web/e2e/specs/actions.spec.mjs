@@ -46,6 +46,9 @@ export function register(env) {
     await page.getByTestId('instance').nth(1).waitFor();
     await waitStatus(page, 'FAILED');
     assert.equal(await page.getByTestId('instance').count(), 2);
+    // The newest execution says that a person started it.
+    await page.getByTestId('instance').first().getByTestId('manual-retry').waitFor();
+    assert.equal(await page.getByTestId('manual-retry').count(), 1);
     await page.close();
   });
 
@@ -55,6 +58,8 @@ export function register(env) {
     await page.goto(env.url(`tasks/${task.id}`));
     await waitStatus(page, 'SUCCESS');
     assert.equal(await page.locator('.task-head [data-testid="task-actions"] button').count(), 0);
+    // noop reports no result: a success says so, not "No result yet".
+    assert.equal(await page.getByTestId('no-result').textContent(), 'Succeeded. This task type reports no result.');
     assert.equal(await headChip(page).count(), 1);
     await page.close();
   });
