@@ -464,6 +464,248 @@ type CreateTaskResponse struct {
 // GetCreateTask returns CreateTaskResponse.CreateTask, and is useful for accessing the field via an interface.
 func (v *CreateTaskResponse) GetCreateTask() CreateTaskCreateTask { return v.CreateTask }
 
+// CreateTasksCreateTasksCreateTaskResult includes the requested fields of the GraphQL type CreateTaskResult.
+type CreateTasksCreateTasksCreateTaskResult struct {
+	Index   int                                                     `json:"index"`
+	Created bool                                                    `json:"created"`
+	Task    *CreateTasksCreateTasksCreateTaskResultTask             `json:"task"`
+	Error   *CreateTasksCreateTasksCreateTaskResultErrorActionError `json:"error"`
+}
+
+// GetIndex returns CreateTasksCreateTasksCreateTaskResult.Index, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResult) GetIndex() int { return v.Index }
+
+// GetCreated returns CreateTasksCreateTasksCreateTaskResult.Created, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResult) GetCreated() bool { return v.Created }
+
+// GetTask returns CreateTasksCreateTasksCreateTaskResult.Task, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResult) GetTask() *CreateTasksCreateTasksCreateTaskResultTask {
+	return v.Task
+}
+
+// GetError returns CreateTasksCreateTasksCreateTaskResult.Error, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResult) GetError() *CreateTasksCreateTasksCreateTaskResultErrorActionError {
+	return v.Error
+}
+
+// CreateTasksCreateTasksCreateTaskResultErrorActionError includes the requested fields of the GraphQL type ActionError.
+type CreateTasksCreateTasksCreateTaskResultErrorActionError struct {
+	// NOT_FOUND, INVALID_TRANSITION, ...
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// GetCode returns CreateTasksCreateTasksCreateTaskResultErrorActionError.Code, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultErrorActionError) GetCode() string { return v.Code }
+
+// GetMessage returns CreateTasksCreateTasksCreateTaskResultErrorActionError.Message, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultErrorActionError) GetMessage() string {
+	return v.Message
+}
+
+// CreateTasksCreateTasksCreateTaskResultTask includes the requested fields of the GraphQL type Task.
+type CreateTasksCreateTasksCreateTaskResultTask struct {
+	TaskFields `json:"-"`
+}
+
+// GetId returns CreateTasksCreateTasksCreateTaskResultTask.Id, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetId() string { return v.TaskFields.Id }
+
+// GetCode returns CreateTasksCreateTasksCreateTaskResultTask.Code, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetCode() string { return v.TaskFields.Code }
+
+// GetType returns CreateTasksCreateTasksCreateTaskResultTask.Type, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetType() string { return v.TaskFields.Type }
+
+// GetTitle returns CreateTasksCreateTasksCreateTaskResultTask.Title, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetTitle() string { return v.TaskFields.Title }
+
+// GetStatus returns CreateTasksCreateTasksCreateTaskResultTask.Status, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetStatus() TaskStatus {
+	return v.TaskFields.Status
+}
+
+// GetResultStatus returns CreateTasksCreateTasksCreateTaskResultTask.ResultStatus, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetResultStatus() *TaskResultStatus {
+	return v.TaskFields.ResultStatus
+}
+
+// GetOwner returns CreateTasksCreateTasksCreateTaskResultTask.Owner, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetOwner() string { return v.TaskFields.Owner }
+
+// GetPriority returns CreateTasksCreateTasksCreateTaskResultTask.Priority, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetPriority() int { return v.TaskFields.Priority }
+
+// GetProgressDone returns CreateTasksCreateTasksCreateTaskResultTask.ProgressDone, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetProgressDone() int {
+	return v.TaskFields.ProgressDone
+}
+
+// GetProgressTotal returns CreateTasksCreateTasksCreateTaskResultTask.ProgressTotal, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetProgressTotal() int {
+	return v.TaskFields.ProgressTotal
+}
+
+// GetCancelRequested returns CreateTasksCreateTasksCreateTaskResultTask.CancelRequested, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetCancelRequested() bool {
+	return v.TaskFields.CancelRequested
+}
+
+// GetLastError returns CreateTasksCreateTasksCreateTaskResultTask.LastError, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetLastError() *string {
+	return v.TaskFields.LastError
+}
+
+// GetMaxAttempts returns CreateTasksCreateTasksCreateTaskResultTask.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetMaxAttempts() int {
+	return v.TaskFields.MaxAttempts
+}
+
+// GetRetryPolicy returns CreateTasksCreateTasksCreateTaskResultTask.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetRetryPolicy() string {
+	return v.TaskFields.RetryPolicy
+}
+
+// GetAvailableActions returns CreateTasksCreateTasksCreateTaskResultTask.AvailableActions, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetAvailableActions() []TaskAction {
+	return v.TaskFields.AvailableActions
+}
+
+// GetVersion returns CreateTasksCreateTasksCreateTaskResultTask.Version, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetVersion() int { return v.TaskFields.Version }
+
+// GetCreatedAt returns CreateTasksCreateTasksCreateTaskResultTask.CreatedAt, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetCreatedAt() time.Time {
+	return v.TaskFields.CreatedAt
+}
+
+// GetUpdatedAt returns CreateTasksCreateTasksCreateTaskResultTask.UpdatedAt, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetUpdatedAt() time.Time {
+	return v.TaskFields.UpdatedAt
+}
+
+// GetFinishedAt returns CreateTasksCreateTasksCreateTaskResultTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetFinishedAt() *time.Time {
+	return v.TaskFields.FinishedAt
+}
+
+// GetResult returns CreateTasksCreateTasksCreateTaskResultTask.Result, and is useful for accessing the field via an interface.
+func (v *CreateTasksCreateTasksCreateTaskResultTask) GetResult() *json.RawMessage {
+	return v.TaskFields.Result
+}
+
+func (v *CreateTasksCreateTasksCreateTaskResultTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateTasksCreateTasksCreateTaskResultTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateTasksCreateTasksCreateTaskResultTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TaskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateTasksCreateTasksCreateTaskResultTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Type string `json:"type"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	ResultStatus *TaskResultStatus `json:"resultStatus"`
+
+	Owner string `json:"owner"`
+
+	Priority int `json:"priority"`
+
+	ProgressDone int `json:"progressDone"`
+
+	ProgressTotal int `json:"progressTotal"`
+
+	CancelRequested bool `json:"cancelRequested"`
+
+	LastError *string `json:"lastError"`
+
+	MaxAttempts int `json:"maxAttempts"`
+
+	RetryPolicy string `json:"retryPolicy"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+
+	Version int `json:"version"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+
+	Result *json.RawMessage `json:"result"`
+}
+
+func (v *CreateTasksCreateTasksCreateTaskResultTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateTasksCreateTasksCreateTaskResultTask) __premarshalJSON() (*__premarshalCreateTasksCreateTasksCreateTaskResultTask, error) {
+	var retval __premarshalCreateTasksCreateTasksCreateTaskResultTask
+
+	retval.Id = v.TaskFields.Id
+	retval.Code = v.TaskFields.Code
+	retval.Type = v.TaskFields.Type
+	retval.Title = v.TaskFields.Title
+	retval.Status = v.TaskFields.Status
+	retval.ResultStatus = v.TaskFields.ResultStatus
+	retval.Owner = v.TaskFields.Owner
+	retval.Priority = v.TaskFields.Priority
+	retval.ProgressDone = v.TaskFields.ProgressDone
+	retval.ProgressTotal = v.TaskFields.ProgressTotal
+	retval.CancelRequested = v.TaskFields.CancelRequested
+	retval.LastError = v.TaskFields.LastError
+	retval.MaxAttempts = v.TaskFields.MaxAttempts
+	retval.RetryPolicy = v.TaskFields.RetryPolicy
+	retval.AvailableActions = v.TaskFields.AvailableActions
+	retval.Version = v.TaskFields.Version
+	retval.CreatedAt = v.TaskFields.CreatedAt
+	retval.UpdatedAt = v.TaskFields.UpdatedAt
+	retval.FinishedAt = v.TaskFields.FinishedAt
+	retval.Result = v.TaskFields.Result
+	return &retval, nil
+}
+
+// CreateTasksResponse is returned by CreateTasks on success.
+type CreateTasksResponse struct {
+	// Creates many tasks at once; each item is validated, masked and idempotent like createTask and answered on its own.
+	CreateTasks []CreateTasksCreateTasksCreateTaskResult `json:"createTasks"`
+}
+
+// GetCreateTasks returns CreateTasksResponse.CreateTasks, and is useful for accessing the field via an interface.
+func (v *CreateTasksResponse) GetCreateTasks() []CreateTasksCreateTasksCreateTaskResult {
+	return v.CreateTasks
+}
+
 // ErrorKind is enum for the field error_kind
 type ErrorKind string
 
@@ -2880,6 +3122,14 @@ type __CreateTaskInput struct {
 // GetInput returns __CreateTaskInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateTaskInput) GetInput() CreateTaskInput { return v.Input }
 
+// __CreateTasksInput is used internally by genqlient
+type __CreateTasksInput struct {
+	Inputs []CreateTaskInput `json:"inputs"`
+}
+
+// GetInputs returns __CreateTasksInput.Inputs, and is useful for accessing the field via an interface.
+func (v *__CreateTasksInput) GetInputs() []CreateTaskInput { return v.Inputs }
+
 // __GetTaskInput is used internally by genqlient
 type __GetTaskInput struct {
 	Id string `json:"id"`
@@ -3186,6 +3436,70 @@ func CreateTask(
 	}
 
 	data_ = &CreateTaskResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateTasks.
+const CreateTasks_Operation = `
+mutation CreateTasks ($inputs: [CreateTaskInput!]!) {
+	createTasks(inputs: $inputs) {
+		index
+		created
+		task {
+			... TaskFields
+		}
+		error {
+			code
+			message
+		}
+	}
+}
+fragment TaskFields on Task {
+	id
+	code
+	type
+	title
+	status
+	resultStatus
+	owner
+	priority
+	progressDone
+	progressTotal
+	cancelRequested
+	lastError
+	maxAttempts
+	retryPolicy
+	availableActions
+	version
+	createdAt
+	updatedAt
+	finishedAt
+	result
+}
+`
+
+func CreateTasks(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	inputs []CreateTaskInput,
+) (data_ *CreateTasksResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateTasks",
+		Query:  CreateTasks_Operation,
+		Variables: &__CreateTasksInput{
+			Inputs: inputs,
+		},
+	}
+
+	data_ = &CreateTasksResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
