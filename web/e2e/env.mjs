@@ -168,7 +168,8 @@ export async function newEnv() {
       const page = await browser.context.newPage();
       if (viewport) await page.setViewportSize(viewport);
       page.on('pageerror', (e) => pageErrors.push(`${page.url()}: ${e.message}`));
-      page.setDefaultTimeout(15_000);
+      // Bounded, yet patient with a machine busy with other builds and tests.
+      page.setDefaultTimeout(30_000);
       return page;
     },
     async shot(page, name) {

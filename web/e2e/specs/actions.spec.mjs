@@ -5,7 +5,7 @@ function headChip(page) {
   return page.getByTestId('page-task').locator('.task-head [data-testid="status-chip"]');
 }
 
-async function waitStatus(page, status, timeout = 20_000) {
+async function waitStatus(page, status, timeout = 45_000) {
   await page.locator(`.task-head [data-testid="status-chip"][data-status="${status}"]`).waitFor({ timeout });
 }
 
@@ -22,7 +22,7 @@ export function register(env) {
     await actions.getByTestId('action-cancel').click();
     await page.getByTestId('cancel-reason').fill('e2e: no longer needed');
     await page.getByTestId('confirm-yes').click();
-    await waitStatus(page, 'CANCELLED', 15_000);
+    await waitStatus(page, 'CANCELLED', 45_000);
     assert.equal(await actions.locator('button').count(), 0, 'a cancelled task offers no action');
     await page.getByText('e2e: no longer needed', { exact: true }).waitFor();
     await page.getByTestId('log').getByText(/cancelled while running/).waitFor();

@@ -29,8 +29,8 @@ export function register(env) {
     const chip = (status) => page.locator(`.task-head [data-testid="status-chip"][data-status="${status}"]`);
     await chip('PENDING').waitFor();
     await env.shot(page, 'task-detail-pending');
-    await chip('EXECUTING').waitFor({ timeout: 20_000 });
-    await chip('SUCCESS').waitFor({ timeout: 20_000 });
+    await chip('EXECUTING').waitFor({ timeout: 45_000 });
+    await chip('SUCCESS').waitFor({ timeout: 45_000 });
     assert.equal(await noReload(page), true, 'the page reloaded');
     assert.equal(await page.getByRole('progressbar').first().getAttribute('aria-valuenow'), '100');
     await page.getByTestId('task-result').getByText('from the launch form').waitFor();
