@@ -277,7 +277,7 @@ func TestStartLineSaysWhatRuns(t *testing.T) {
 				_ = os.Remove(filepath.Join(wd, "tasks.db"+suffix))
 			}
 		})
-		if m["roles"] != "api,watchdog,worker" || m["workers"] != 16.0 {
+		if m["roles"] != "api,watchdog,worker" || m["workers"] != 256.0 {
 			t.Fatalf("roles %v, workers %v", m["roles"], m["workers"])
 		}
 	})

@@ -63,11 +63,12 @@ func setup(t *testing.T, dsn string) *testBundle {
 			}
 			return nil
 		},
-		Downloaded: func(ctx context.Context, a *ent.Artifact, err error) {
+		Downloaded: func(ctx context.Context, a *ent.Artifact, err error) error {
 			v, _ := auth.FromContext(ctx)
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			b.downloaded = append(b.downloaded, fmt.Sprintf("%s %d %v", v.User, a.ID, err == nil))
+			return nil
 		},
 	})
 	return b

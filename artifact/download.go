@@ -17,6 +17,7 @@ import (
 
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/outage"
 )
 
 // LinkTTLDefault is how long a download link works.
@@ -45,9 +46,14 @@ type LinksConfig struct {
 	// visible to it). ctx carries that viewer.
 	Authorize func(ctx context.Context, a *ent.Artifact) error
 	// Downloaded, when set, is told about every download attempt with a
-	// valid link, granted (err nil) or refused (the audit log).
-	Downloaded func(ctx context.Context, a *ent.Artifact, err error)
-	Logger     *slog.Logger
+	// valid link, granted (err nil) or refused (the audit log), before the
+	// file is sent. A granted download it cannot record is refused: it
+	// answers 503 (an outage) or 500 rather than serve an unrecorded file.
+	Downloaded func(ctx context.Context, a *ent.Artifact, err error) error
+	// Outages, when set, counts failures caused by an outage (the database
+	// unreachable, the disk full) instead of logging each one.
+	Outages *outage.Monitor
+	Logger  *slog.Logger
 }
 
 // NewLinks derives the signing key from secret.
@@ -135,8 +141,7 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		l.log.ErrorContext(r.Context(), "download: read artifact", "artifact_id", id, "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		l.fail(w, r, "download: read artifact", id, err)
 		return
 	}
 	if !l.store.Now().Before(a.ExpiresAt) {
@@ -146,7 +151,7 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if l.cfg.Authorize != nil {
 		if err := l.cfg.Authorize(ctx, a); err != nil {
 			if l.cfg.Downloaded != nil {
-				l.cfg.Downloaded(ctx, a, err)
+				_ = l.cfg.Downloaded(ctx, a, err) // refused either way
 			}
 			http.Error(w, "this link no longer grants access to the file", http.StatusForbidden)
 			return
@@ -158,13 +163,15 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		l.log.ErrorContext(r.Context(), "download: open artifact", "artifact_id", id, "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		l.fail(w, r, "download: open artifact", id, err)
 		return
 	}
 	defer f.Close()
 	if l.cfg.Downloaded != nil {
-		l.cfg.Downloaded(ctx, a, nil)
+		if err := l.cfg.Downloaded(ctx, a, nil); err != nil {
+			l.fail(w, r, "download: record it", id, err)
+			return
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", a.ContentType)
@@ -173,6 +180,19 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "private, no-store")
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	http.ServeContent(w, r, "", a.CreatedAt, f)
+}
+
+// fail answers a download that failed for the server's reasons: 503 with
+// Retry-After during an outage (counted, not logged one by one), 500 with
+// a logged error otherwise.
+func (l *Links) fail(w http.ResponseWriter, r *http.Request, what string, id int, err error) {
+	if o := l.cfg.Outages.Failed("download", err); o != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(o.Kind.RetryAfter()/time.Second)))
+		http.Error(w, o.Kind.Message(), http.StatusServiceUnavailable)
+		return
+	}
+	l.log.ErrorContext(r.Context(), what, "artifact_id", id, "err", err)
+	http.Error(w, "internal error", http.StatusInternalServerError)
 }
 
 // clientIP is the request's peer address (a download link is not behind

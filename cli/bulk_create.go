@@ -10,8 +10,8 @@ const bulkChunk = 500
 
 // createMany creates the tasks with the bulk createTasks mutation, in
 // chunks, each input validated, masked and idempotent on its own and
-// answered on its own. A server without createTasks gets one createTask
-// per input instead, with the same answers.
+// answered on its own. A server without createTasks (older than it) gets
+// one createTask per input instead, with the same answers.
 func (cl *client) createMany(c *cmd, inputs []CreateTaskInput) ([]created, error) {
 	out := make([]created, 0, len(inputs))
 	for start := 0; start < len(inputs); start += bulkChunk {

@@ -465,11 +465,18 @@ type CreateTaskResponse struct {
 func (v *CreateTaskResponse) GetCreateTask() CreateTaskCreateTask { return v.CreateTask }
 
 // CreateTasksCreateTasksCreateTaskResult includes the requested fields of the GraphQL type CreateTaskResult.
+// The GraphQL type's documentation follows.
+//
+// The answer to one item of createTasks.
 type CreateTasksCreateTasksCreateTaskResult struct {
-	Index   int                                                     `json:"index"`
-	Created bool                                                    `json:"created"`
-	Task    *CreateTasksCreateTasksCreateTaskResultTask             `json:"task"`
-	Error   *CreateTasksCreateTasksCreateTaskResultErrorActionError `json:"error"`
+	// The item's position in inputs, from 0.
+	Index int `json:"index"`
+	// True when this call created the task.
+	Created bool `json:"created"`
+	// The task: created by this call, or created earlier with the same idempotency key (created is then false). Empty when the item was refused.
+	Task *CreateTasksCreateTasksCreateTaskResultTask `json:"task"`
+	// Why the item was refused (VALIDATION, CONFLICT, ...). The other items are not affected.
+	Error *CreateTasksCreateTasksCreateTaskResultErrorActionError `json:"error"`
 }
 
 // GetIndex returns CreateTasksCreateTasksCreateTaskResult.Index, and is useful for accessing the field via an interface.
@@ -697,7 +704,11 @@ func (v *CreateTasksCreateTasksCreateTaskResultTask) __premarshalJSON() (*__prem
 
 // CreateTasksResponse is returned by CreateTasks on success.
 type CreateTasksResponse struct {
-	// Creates many tasks at once; each item is validated, masked and idempotent like createTask and answered on its own.
+	// Creates up to 1,000 tasks at once, in a few multi-row statements. Each item
+	// is validated, masked and idempotent exactly as createTask, and answered on
+	// its own, in order: a refused item (an unknown type, a bad input, an
+	// idempotency key reused with another payload) does not stop the others.
+	// The call counts one rate-limit token per item and is one audit record.
 	CreateTasks []CreateTasksCreateTasksCreateTaskResult `json:"createTasks"`
 }
 

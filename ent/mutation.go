@@ -2841,6 +2841,7 @@ type TaskMutation struct {
 	appendresult       json.RawMessage
 	last_error         *string
 	result_status      *task.ResultStatus
+	attention_status   *lifecycle.Status
 	version            *int64
 	addversion         *int64
 	cancel_requested   *bool
@@ -3913,6 +3914,55 @@ func (m *TaskMutation) ResetResultStatus() {
 	delete(m.clearedFields, task.FieldResultStatus)
 }
 
+// SetAttentionStatus sets the "attention_status" field.
+func (m *TaskMutation) SetAttentionStatus(l lifecycle.Status) {
+	m.attention_status = &l
+}
+
+// AttentionStatus returns the value of the "attention_status" field in the mutation.
+func (m *TaskMutation) AttentionStatus() (r lifecycle.Status, exists bool) {
+	v := m.attention_status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAttentionStatus returns the old "attention_status" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldAttentionStatus(ctx context.Context) (v *lifecycle.Status, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAttentionStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAttentionStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAttentionStatus: %w", err)
+	}
+	return oldValue.AttentionStatus, nil
+}
+
+// ClearAttentionStatus clears the value of the "attention_status" field.
+func (m *TaskMutation) ClearAttentionStatus() {
+	m.attention_status = nil
+	m.clearedFields[task.FieldAttentionStatus] = struct{}{}
+}
+
+// AttentionStatusCleared returns if the "attention_status" field was cleared in this mutation.
+func (m *TaskMutation) AttentionStatusCleared() bool {
+	_, ok := m.clearedFields[task.FieldAttentionStatus]
+	return ok
+}
+
+// ResetAttentionStatus resets all changes to the "attention_status" field.
+func (m *TaskMutation) ResetAttentionStatus() {
+	m.attention_status = nil
+	delete(m.clearedFields, task.FieldAttentionStatus)
+}
+
 // SetVersion sets the "version" field.
 func (m *TaskMutation) SetVersion(i int64) {
 	m.version = &i
@@ -4371,7 +4421,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 27)
+	fields := make([]string, 0, 28)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -4434,6 +4484,9 @@ func (m *TaskMutation) Fields() []string {
 	}
 	if m.result_status != nil {
 		fields = append(fields, task.FieldResultStatus)
+	}
+	if m.attention_status != nil {
+		fields = append(fields, task.FieldAttentionStatus)
 	}
 	if m.version != nil {
 		fields = append(fields, task.FieldVersion)
@@ -4503,6 +4556,8 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.LastError()
 	case task.FieldResultStatus:
 		return m.ResultStatus()
+	case task.FieldAttentionStatus:
+		return m.AttentionStatus()
 	case task.FieldVersion:
 		return m.Version()
 	case task.FieldCancelRequested:
@@ -4566,6 +4621,8 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldLastError(ctx)
 	case task.FieldResultStatus:
 		return m.OldResultStatus(ctx)
+	case task.FieldAttentionStatus:
+		return m.OldAttentionStatus(ctx)
 	case task.FieldVersion:
 		return m.OldVersion(ctx)
 	case task.FieldCancelRequested:
@@ -4734,6 +4791,13 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetResultStatus(v)
 		return nil
+	case task.FieldAttentionStatus:
+		v, ok := value.(lifecycle.Status)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAttentionStatus(v)
+		return nil
 	case task.FieldVersion:
 		v, ok := value.(int64)
 		if !ok {
@@ -4896,6 +4960,9 @@ func (m *TaskMutation) ClearedFields() []string {
 	if m.FieldCleared(task.FieldResultStatus) {
 		fields = append(fields, task.FieldResultStatus)
 	}
+	if m.FieldCleared(task.FieldAttentionStatus) {
+		fields = append(fields, task.FieldAttentionStatus)
+	}
 	if m.FieldCleared(task.FieldCancelReason) {
 		fields = append(fields, task.FieldCancelReason)
 	}
@@ -4930,6 +4997,9 @@ func (m *TaskMutation) ClearField(name string) error {
 		return nil
 	case task.FieldResultStatus:
 		m.ClearResultStatus()
+		return nil
+	case task.FieldAttentionStatus:
+		m.ClearAttentionStatus()
 		return nil
 	case task.FieldCancelReason:
 		m.ClearCancelReason()
@@ -5007,6 +5077,9 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldResultStatus:
 		m.ResetResultStatus()
+		return nil
+	case task.FieldAttentionStatus:
+		m.ResetAttentionStatus()
 		return nil
 	case task.FieldVersion:
 		m.ResetVersion()

@@ -61,6 +61,8 @@ type Task struct {
 	LastError string `json:"last_error,omitempty"`
 	// Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none.
 	ResultStatus *task.ResultStatus `json:"result_status,omitempty"`
+	// The status when it is one a person looks for and few tasks are in (FAILED, CANCELLED, RETRY_PENDING), else empty; written with status by the store. It is indexed where status cannot be: a claim and a success leave it empty, so they stay HOT updates.
+	AttentionStatus *lifecycle.Status `json:"attention_status,omitempty"`
 	// Incremented by every committed change; orders events per task.
 	Version int64 `json:"version,omitempty"`
 	// CancelRequested holds the value of the "cancel_requested" field.
@@ -136,7 +138,7 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldCancelReason:
+		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason:
 			values[i] = new(sql.NullString)
 		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt:
 			values[i] = new(sql.NullTime)
@@ -293,6 +295,13 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.ResultStatus = new(task.ResultStatus)
 				*_m.ResultStatus = task.ResultStatus(value.String)
 			}
+		case task.FieldAttentionStatus:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field attention_status", values[i])
+			} else if value.Valid {
+				_m.AttentionStatus = new(lifecycle.Status)
+				*_m.AttentionStatus = lifecycle.Status(value.String)
+			}
 		case task.FieldVersion:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
 				return fmt.Errorf("unexpected type %T for field version", values[i])
@@ -444,6 +453,11 @@ func (_m *Task) String() string {
 	builder.WriteString(", ")
 	if v := _m.ResultStatus; v != nil {
 		builder.WriteString("result_status=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.AttentionStatus; v != nil {
+		builder.WriteString("attention_status=")
 		builder.WriteString(fmt.Sprintf("%v", *v))
 	}
 	builder.WriteString(", ")

@@ -231,6 +231,20 @@ func (_c *TaskCreate) SetNillableResultStatus(v *task.ResultStatus) *TaskCreate 
 	return _c
 }
 
+// SetAttentionStatus sets the "attention_status" field.
+func (_c *TaskCreate) SetAttentionStatus(v lifecycle.Status) *TaskCreate {
+	_c.mutation.SetAttentionStatus(v)
+	return _c
+}
+
+// SetNillableAttentionStatus sets the "attention_status" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableAttentionStatus(v *lifecycle.Status) *TaskCreate {
+	if v != nil {
+		_c.SetAttentionStatus(*v)
+	}
+	return _c
+}
+
 // SetVersion sets the "version" field.
 func (_c *TaskCreate) SetVersion(v int64) *TaskCreate {
 	_c.mutation.SetVersion(v)
@@ -359,7 +373,9 @@ func (_c *TaskCreate) Mutation() *TaskMutation {
 
 // Save creates the Task in the database.
 func (_c *TaskCreate) Save(ctx context.Context) (*Task, error) {
-	_c.defaults()
+	if err := _c.defaults(); err != nil {
+		return nil, err
+	}
 	return withHooks(ctx, _c.sqlSave, _c.mutation, _c.hooks)
 }
 
@@ -386,8 +402,11 @@ func (_c *TaskCreate) ExecX(ctx context.Context) {
 }
 
 // defaults sets the default values of the builder before save.
-func (_c *TaskCreate) defaults() {
+func (_c *TaskCreate) defaults() error {
 	if _, ok := _c.mutation.CreatedAt(); !ok {
+		if task.DefaultCreatedAt == nil {
+			return fmt.Errorf("ent: uninitialized task.DefaultCreatedAt (forgotten import ent/runtime?)")
+		}
 		v := task.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
@@ -424,9 +443,13 @@ func (_c *TaskCreate) defaults() {
 		_c.mutation.SetCancelRequested(v)
 	}
 	if _, ok := _c.mutation.UpdatedAt(); !ok {
+		if task.DefaultUpdatedAt == nil {
+			return fmt.Errorf("ent: uninitialized task.DefaultUpdatedAt (forgotten import ent/runtime?)")
+		}
 		v := task.DefaultUpdatedAt()
 		_c.mutation.SetUpdatedAt(v)
 	}
+	return nil
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -487,6 +510,11 @@ func (_c *TaskCreate) check() error {
 	if v, ok := _c.mutation.ResultStatus(); ok {
 		if err := task.ResultStatusValidator(v); err != nil {
 			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
+		}
+	}
+	if v, ok := _c.mutation.AttentionStatus(); ok {
+		if err := task.AttentionStatusValidator(v); err != nil {
+			return &ValidationError{Name: "attention_status", err: fmt.Errorf(`ent: validator failed for field "Task.attention_status": %w`, err)}
 		}
 	}
 	if _, ok := _c.mutation.Version(); !ok {
@@ -610,6 +638,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ResultStatus(); ok {
 		_spec.SetField(task.FieldResultStatus, field.TypeEnum, value)
 		_node.ResultStatus = &value
+	}
+	if value, ok := _c.mutation.AttentionStatus(); ok {
+		_spec.SetField(task.FieldAttentionStatus, field.TypeEnum, value)
+		_node.AttentionStatus = &value
 	}
 	if value, ok := _c.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)

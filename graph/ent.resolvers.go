@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/store"
 
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
@@ -68,6 +69,7 @@ func (r *queryResolver) Tasks(ctx context.Context, after *entgql.Cursor[int], fi
 	if err != nil {
 		return nil, err
 	}
+	store.StatusHints(where)
 	return r.Client.Task.Query().
 		Paginate(ctx, after, first, before, last,
 			ent.WithTaskOrder(orderBy),

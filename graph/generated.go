@@ -5,6 +5,7 @@ package graph
 import (
 	"bytes"
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,6 +95,13 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	CreateTaskResult struct {
+		Created func(childComplexity int) int
+		Error   func(childComplexity int) int
+		Index   func(childComplexity int) int
+		Task    func(childComplexity int) int
+	}
+
 	DownloadLink struct {
 		ExpiresAt func(childComplexity int) int
 		URL       func(childComplexity int) int
@@ -118,6 +126,7 @@ type ComplexityRoot struct {
 		CancelTask          func(childComplexity int, id int, reason *string) int
 		CancelTasks         func(childComplexity int, ids []int, reason *string) int
 		CreateTask          func(childComplexity int, input model.CreateTaskInput) int
+		CreateTasks         func(childComplexity int, inputs []*model.CreateTaskInput) int
 		ImportFile          func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
 		RetryTask           func(childComplexity int, id int) int
 		RetryTasks          func(childComplexity int, ids []int) int
@@ -288,6 +297,7 @@ type MutationResolver interface {
 	RetryTasks(ctx context.Context, ids []int) ([]*model.TaskActionResult, error)
 	ImportFile(ctx context.Context, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) (*ent.Task, error)
 	ArtifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error)
+	CreateTasks(ctx context.Context, inputs []*model.CreateTaskInput) ([]*model.CreateTaskResult, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
@@ -515,6 +525,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AuditLogEdge.Node(childComplexity), true
 
+	case "CreateTaskResult.created":
+		if e.ComplexityRoot.CreateTaskResult.Created == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Created(childComplexity), true
+	case "CreateTaskResult.error":
+		if e.ComplexityRoot.CreateTaskResult.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Error(childComplexity), true
+	case "CreateTaskResult.index":
+		if e.ComplexityRoot.CreateTaskResult.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Index(childComplexity), true
+	case "CreateTaskResult.task":
+		if e.ComplexityRoot.CreateTaskResult.Task == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Task(childComplexity), true
+
 	case "DownloadLink.expiresAt":
 		if e.ComplexityRoot.DownloadLink.ExpiresAt == nil {
 			break
@@ -622,6 +657,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateTask(childComplexity, args["input"].(model.CreateTaskInput)), true
+	case "Mutation.createTasks":
+		if e.ComplexityRoot.Mutation.CreateTasks == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createTasks_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateTasks(childComplexity, args["inputs"].([]*model.CreateTaskInput)), true
 	case "Mutation.importFile":
 		if e.ComplexityRoot.Mutation.ImportFile == nil {
 			break
@@ -1448,6 +1494,17 @@ func newExecutionContext(
 			deferredResults,
 		),
 	}
+}
+
+//go:embed "schema/bulk.graphql"
+var sourcesFS embed.FS
+
+func sourceData(filename string) string {
+	data, err := sourcesFS.ReadFile(filename)
+	if err != nil {
+		panic(fmt.Sprintf("codegen problem: %s not available", filename))
+	}
+	return string(data)
 }
 
 var sources = []*ast.Source{
@@ -2626,6 +2683,7 @@ extend type Query {
   importTargets: [ImportTarget!]!
 }
 `, BuiltIn: false},
+	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -2719,6 +2777,20 @@ func (ec *executionContext) childFields_AuditLogEdge(ctx context.Context, field 
 		return ec.fieldContext_AuditLogEdge_cursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AuditLogEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_CreateTaskResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "index":
+		return ec.fieldContext_CreateTaskResult_index(ctx, field)
+	case "task":
+		return ec.fieldContext_CreateTaskResult_task(ctx, field)
+	case "created":
+		return ec.fieldContext_CreateTaskResult_created(ctx, field)
+	case "error":
+		return ec.fieldContext_CreateTaskResult_error(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreateTaskResult", field.Name)
 }
 
 func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3228,6 +3300,20 @@ func (ec *executionContext) field_Mutation_createTask_args(ctx context.Context, 
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createTasks_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "inputs",
+		func(ctx context.Context, v any) ([]*model.CreateTaskInput, error) {
+			return ec.unmarshalNCreateTaskInput2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["inputs"] = arg0
 	return args, nil
 }
 
@@ -4326,6 +4412,116 @@ func (ec *executionContext) fieldContext_AuditLogEdge_cursor(_ context.Context, 
 	return graphql.NewScalarFieldContext("AuditLogEdge", field, false, false, "Cursor")
 }
 
+func (ec *executionContext) _CreateTaskResult_index(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_index(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Index, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_index(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreateTaskResult", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CreateTaskResult_task(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_task(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Task, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_task(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CreateTaskResult",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _CreateTaskResult_created(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_created(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Created, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_created(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreateTaskResult", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _CreateTaskResult_error(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_error(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Error, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ActionError) graphql.Marshaler {
+			return ec.marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐActionError(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CreateTaskResult",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ActionError(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _DownloadLink_url(ctx context.Context, field graphql.CollectedField, obj *model.DownloadLink) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4867,6 +5063,50 @@ func (ec *executionContext) fieldContext_Mutation_artifactDownloadUrl(ctx contex
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_artifactDownloadUrl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createTasks(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createTasks(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateTasks(ctx, fc.Args["inputs"].([]*model.CreateTaskInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.CreateTaskResult) graphql.Marshaler {
+			return ec.marshalNCreateTaskResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createTasks(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CreateTaskResult(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createTasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -11751,6 +11991,54 @@ func (ec *executionContext) _AuditLogEdge(ctx context.Context, sel ast.Selection
 	return out
 }
 
+var createTaskResultImplementors = []string{"CreateTaskResult"}
+
+func (ec *executionContext) _CreateTaskResult(ctx context.Context, sel ast.SelectionSet, obj *model.CreateTaskResult) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, createTaskResultImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("CreateTaskResult")
+		case "index":
+			out.Values[i] = ec._CreateTaskResult_index(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "task":
+			out.Values[i] = ec._CreateTaskResult_task(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "created":
+			out.Values[i] = ec._CreateTaskResult_created(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "error":
+			out.Values[i] = ec._CreateTaskResult_error(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var downloadLinkImplementors = []string{"DownloadLink"}
 
 func (ec *executionContext) _DownloadLink(ctx context.Context, sel ast.SelectionSet, obj *model.DownloadLink) graphql.Marshaler {
@@ -11949,6 +12237,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "artifactDownloadUrl":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_artifactDownloadUrl(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createTasks":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createTasks(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -13418,6 +13713,49 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 func (ec *executionContext) unmarshalNCreateTaskInput2taskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (model.CreateTaskInput, error) {
 	res, err := ec.unmarshalInputCreateTaskInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNCreateTaskInput2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx context.Context, v any) ([]*model.CreateTaskInput, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.CreateTaskInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNCreateTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalNCreateTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (*model.CreateTaskInput, error) {
+	res, err := ec.unmarshalInputCreateTaskInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNCreateTaskResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.CreateTaskResult) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNCreateTaskResult2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNCreateTaskResult2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx context.Context, sel ast.SelectionSet, v *model.CreateTaskResult) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "CreateTaskResult!")
+		return graphql.Null
+	}
+	return ec._CreateTaskResult(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx context.Context, v any) (entgql.Cursor[int], error) {

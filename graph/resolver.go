@@ -26,6 +26,10 @@ type Resolver struct {
 	Importer  *importer.Importer
 	Artifacts *artifact.Store
 	Links     *artifact.Links
+
+	// streams are the running subscriptions (set by NewServer; a
+	// shutdown ends them).
+	streams *streams
 }
 
 // Page sizes of connections.

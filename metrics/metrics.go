@@ -43,6 +43,9 @@ type Sources struct {
 	Broker  *events.Broker
 	Relay   func() (received, resyncs int64)
 	Leading func() bool
+	// Inconsistent counts the pairs whose task did not mirror its
+	// instance that this node's claims and finishes met (store).
+	Inconsistent func() int64
 }
 
 // New registers the node's own collectors; Register adds those that read
@@ -95,6 +98,11 @@ func (m *Metrics) Register(src Sources) {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgraph_subscribers_dropped_total", Help: "Subscribers dropped for falling behind."},
 				func() float64 { return float64(b.Stats().Dropped) }),
 		)
+	}
+	if f := src.Inconsistent; f != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgraph_inconsistent_pairs_total",
+			Help: "Executions whose task did not mirror them, met by this node's claims and finishes (each failed alone; the watchdog repairs them)."},
+			func() float64 { return float64(f()) }))
 	}
 	if r := src.Relay; r != nil {
 		m.reg.MustRegister(

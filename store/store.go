@@ -22,17 +22,22 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"entgo.io/ent/dialect/sql/schema"
 	"github.com/lib/pq"
 	_ "modernc.org/sqlite" // the embedded default database
 
 	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/ent/migrate"
+	_ "taskgraph/ent/runtime" // defaults and the status guard hooks
 	"taskgraph/events"
+	"taskgraph/lifecycle"
 )
 
 // Config says which database to open and whom to tell about commits.
@@ -50,11 +55,18 @@ type Config struct {
 	// MaxOpenConns bounds the connection pool. Default: 32 on PostgreSQL,
 	// 8 on SQLite.
 	MaxOpenConns int
+	// Gate, when set, limits what each claim may take per task type
+	// (flow control: caps, rates, pauses). See Gate.
+	Gate Gate
 	// BeforeCommit, when set, runs in every writing transaction that
 	// recorded changes, just before COMMIT, with a way to execute statements
 	// in it: the relay sends its notifications there, so that they are
 	// delivered if and only if the transaction commits.
 	BeforeCommit BeforeCommitFunc
+	// OnWrite, when set, is told the outcome of every write (nil: it
+	// committed), after the store's own retries: the outage monitor counts
+	// failures and readiness from it.
+	OnWrite func(err error)
 }
 
 // BeforeCommitFunc is Config.BeforeCommit.
@@ -70,7 +82,12 @@ type Store struct {
 	log     *slog.Logger
 	writeMu chan struct{} // SQLite only: one writing transaction at a time
 	before  BeforeCommitFunc
+	onWrite func(error)
 	order   publishOrder
+	gate    Gate
+	stmts   statements // the hot statements, prepared on PostgreSQL
+
+	inconsistencies atomic.Int64
 }
 
 // Open connects, checks the connection and migrates the schema.
@@ -90,7 +107,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		clock:  cfg.Clock,
 		log:    cfg.Logger,
 		before: cfg.BeforeCommit,
+		gate:   cfg.Gate,
 	}
+	s.onWrite = cfg.OnWrite
 	if s.pub == nil {
 		s.pub = events.Discard{}
 	}
@@ -119,16 +138,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
-	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
-	// Every read through the client (and its transactions) sees only what
-	// the viewer of its context may see; internal work runs as auth.System.
-	access.Install(s.client)
+	s.client = ent.NewClient(ent.Driver(txCapturing{entsql.OpenDB(dialectName, db)}))
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
+	// Every read through the client (and its transactions) sees only what
+	// the viewer of its context may see; internal work runs as auth.System.
+	access.Install(s.client)
 	return s, nil
 }
+
+// kvJIT finds a jit setting in a key=value DSN.
+var kvJIT = regexp.MustCompile(`(^|\s)jit\s*=`)
 
 // kvDSN is the start of a key=value PostgreSQL DSN ("host=db dbname=x").
 var kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
@@ -145,13 +167,27 @@ func parseDSN(raw string) (driverName, dsn, dialectName string, err error) {
 	switch {
 	case raw == "":
 		return "", "", "", errors.New("no database given")
-	case IsPostgres(raw):
-		if strings.Contains(raw, "://") {
-			if _, err := url.Parse(raw); err != nil {
-				return "", "", "", fmt.Errorf("database URL: %w", err)
-			}
+	case IsPostgres(raw) && !strings.Contains(raw, "://"):
+		// A key=value DSN: the same jit setting as below, as a word of
+		// its own.
+		if !kvJIT.MatchString(raw) {
+			raw += " jit=off"
 		}
 		return "postgres", raw, dialect.Postgres, nil
+	case IsPostgres(raw):
+		u, err := url.Parse(raw)
+		if err != nil {
+			return "", "", "", fmt.Errorf("database URL: %w", err)
+		}
+		// No just-in-time compilation in our sessions (unless the URL
+		// asks for it): every statement of ours reads a few index
+		// entries, and a misestimated cost (a table never analyzed)
+		// would make one spend half a second compiling.
+		if q := u.Query(); !q.Has("jit") {
+			q.Set("jit", "off")
+			u.RawQuery = q.Encode()
+		}
+		return "postgres", u.String(), dialect.Postgres, nil
 	}
 	path := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite://"), "file:")
 	if i := strings.IndexByte(path, '?'); i >= 0 {
@@ -201,14 +237,49 @@ func (s *Store) migrate(ctx context.Context) error {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
 		}()
 	}
-	err := s.client.Schema.Create(ctx)
+	// No foreign keys: the store is the only writer of tasks, instances and
+	// logs and deletes them together (purge); a key check on every instance
+	// and log insert would lock the task row for nothing. Indexes that the
+	// schema no longer declares are dropped, so that an upgraded database
+	// loses, for example, an old index on tasks.status that kept its
+	// updates from being HOT.
+	opts := []schema.MigrateOption{migrate.WithForeignKeys(false), migrate.WithDropIndex(true)}
+	err := s.client.Schema.Create(ctx, opts...)
 	if err != nil && !s.d.postgres() {
 		// Another connection to the same SQLite file migrated first;
 		// a second pass finds the schema in place.
-		err = s.client.Schema.Create(ctx)
+		err = s.client.Schema.Create(ctx, opts...)
 	}
 	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
+	}
+	return s.tuneTables(ctx)
+}
+
+// tasksFillFactor leaves half of each page of tasks free, so that the two
+// updates of an execution (claim, finish) find room for the row's new
+// version on its own page and are HOT: no index entry is written. Measured
+// on PostgreSQL 15 with the noop burn-down: 97% of task updates HOT at 50,
+// 62% at 70, 27% at 85 (the default 100 allows almost none).
+const tasksFillFactor = 50
+
+// tuneTables sets the per-table storage parameters of the schema (on
+// PostgreSQL; SQLite has none). It changes nothing when they are set.
+func (s *Store) tuneTables(ctx context.Context) error {
+	if !s.d.postgres() {
+		return nil
+	}
+	want := fmt.Sprintf("fillfactor=%d", tasksFillFactor)
+	var has bool
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE($1 = ANY(reloptions), false) FROM pg_class WHERE oid = to_regclass('tasks')`, want).Scan(&has)
+	if err != nil {
+		return fmt.Errorf("migrate: read storage parameters: %w", err)
+	}
+	if has {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, `ALTER TABLE tasks SET (`+want+`)`); err != nil {
+		return fmt.Errorf("migrate: set storage parameters: %w", err)
 	}
 	return nil
 }
@@ -233,14 +304,18 @@ func (s *Store) Close() error { return s.client.Close() }
 // internal marks the context of the store's methods that only the process
 // itself calls (claims, heartbeats, work records, outcomes, the watchdog's
 // scan): they read every task whoever asks.
-func internal(ctx context.Context) context.Context { return auth.NewSystemContext(ctx) }
+func internal(ctx context.Context) context.Context {
+	return lifecycle.Guarded(auth.NewSystemContext(ctx))
+}
 
 // txn is a transaction plus what it will publish once committed.
 type txn struct {
 	*ent.Tx
+	sqlTx   *sql.Tx     // the same transaction, for prepared statements
 	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
+	each    []Each // a bulk action's per-id outcomes (TxHook)
 }
 
 // changed records committed-to-be changes. The tasks are bound to the
@@ -263,6 +338,9 @@ func (t *txn) logged(logs ...*ent.TaskLog) {
 // commit succeeded, in commit order (see publishOrder).
 func (s *Store) write(ctx context.Context, fn func(t *txn) error) error {
 	_, err := s.writeLocked(ctx, fn)
+	if s.onWrite != nil {
+		s.onWrite(err)
+	}
 	return err
 }
 
@@ -291,14 +369,22 @@ func (s *Store) writeLocked(ctx context.Context, fn func(t *txn) error) (*txn, e
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, error) {
-	tx, err := s.client.Tx(ctx)
+	var raw sqlTxSlot
+	tx, err := s.client.Tx(context.WithValue(ctx, sqlTxSlot{}, &raw))
 	if err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &txn{Tx: tx, client: s.client}
+	t := &txn{Tx: tx, sqlTx: raw.tx, client: s.client}
 	if err := fn(t); err != nil {
 		_ = tx.Rollback()
 		return nil, err
+	}
+	hook := txHookFrom(ctx)
+	if hook != nil {
+		if err := hook.BeforeCommit(ctx, tx, Committing{Changes: t.changes, Each: t.each}); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
 	}
 	if s.before != nil && len(t.changes)+len(t.logs) > 0 {
 		exec := func(ctx context.Context, query string, args ...any) error {
@@ -314,6 +400,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		if err := tx.Commit(); err != nil {
 			return nil, &commitError{err}
 		}
+		hook.committed()
 		return t, nil
 	}
 	ticket := s.order.take()
@@ -323,6 +410,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		// transaction again on top of it.
 		return nil, &commitError{err}
 	}
+	hook.committed()
 	s.order.done(ticket, func() {
 		if len(t.changes) > 0 {
 			s.pub.PublishTasks(t.changes)
@@ -415,18 +503,5 @@ func (s *Store) queryInts(ctx context.Context, t *txn, cols int, query string, a
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out [][]int64
-	for rows.Next() {
-		row := make([]int64, cols)
-		ptrs := make([]any, cols)
-		for i := range row {
-			ptrs[i] = &row[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		out = append(out, row)
-	}
-	return out, rows.Err()
+	return scanInts(rows, cols)
 }

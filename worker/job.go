@@ -77,7 +77,7 @@ func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
 		Token:   j.token,
 		TaskID:  j.Task.ID,
 		Level:   level,
-		Message: j.mask.String(msg),
+		Message: dbText(j.mask.String(msg)),
 		Fields:  fields,
 		At:      time.Now(),
 	})

@@ -143,6 +143,7 @@ var (
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true},
 		{Name: "result_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"SUCCESS", "PARTIAL_SUCCESS", "FAILED"}},
+		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "cancel_requested", Type: field.TypeBool, Default: false},
 		{Name: "cancel_reason", Type: field.TypeString, Nullable: true},
@@ -165,19 +166,25 @@ var (
 				},
 			},
 			{
-				Name:    "task_status_type",
-				Unique:  false,
-				Columns: []*schema.Column{TasksColumns[7], TasksColumns[3]},
-			},
-			{
 				Name:    "task_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{TasksColumns[1]},
 			},
 			{
+				Name:    "task_attention_status_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[22], TasksColumns[1]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "attention_status IS NOT NULL",
+				},
+			},
+			{
 				Name:    "task_biz_id",
 				Unique:  false,
 				Columns: []*schema.Column{TasksColumns[4]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "biz_id <> ''",
+				},
 			},
 		},
 	}
@@ -231,7 +238,7 @@ var (
 			{
 				Name:    "taskinstance_claimable",
 				Unique:  false,
-				Columns: []*schema.Column{TaskInstancesColumns[6], TaskInstancesColumns[7]},
+				Columns: []*schema.Column{TaskInstancesColumns[5], TaskInstancesColumns[6], TaskInstancesColumns[7], TaskInstancesColumns[0]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status IN ('PENDING', 'RETRY_PENDING')",
 				},

@@ -94,6 +94,12 @@ func (Task) Fields() []ent.Field {
 			Optional().
 			Nillable().
 			Comment("Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none."),
+		field.Enum("attention_status").
+			GoType(lifecycle.Status("")).
+			Optional().
+			Nillable().
+			Comment("The status when it is one a person looks for and few tasks are in (FAILED, CANCELLED, RETRY_PENDING), else empty; written with status by the store. It is indexed where status cannot be: a claim and a success leave it empty, so they stay HOT updates.").
+			Annotations(entgql.Skip()),
 		field.Int64("version").
 			Default(1).
 			Comment("Incremented by every committed change; orders events per task."),
@@ -131,10 +137,24 @@ func (Task) Indexes() []ent.Index {
 		index.Fields("owner", "idempotency_key").
 			Unique().
 			Annotations(entsql.IndexWhere("idempotency_key IS NOT NULL")),
-		index.Fields("status", "type"),
+		// No index may include a column that a transition changes (status,
+		// version, progress, result, finished_at...): then the claim's and
+		// the finish's updates of a task are HOT (heap-only: no index entry
+		// written; the table keeps free room on each page for them, see
+		// store.tuneTables). Filters on status are served by the instances'
+		// indexes and by attention_status (store/hints.go).
 		index.Fields("created_at"),
-		index.Fields("biz_id"),
+		// Filters on the rare statuses (store.StatusHints).
+		index.Fields("attention_status", "created_at").
+			Annotations(entsql.IndexWhere("attention_status IS NOT NULL")),
+		index.Fields("biz_id").
+			Annotations(entsql.IndexWhere("biz_id <> ''")),
 	}
+}
+
+// Hooks of Task.
+func (Task) Hooks() []ent.Hook {
+	return []ent.Hook{statusGuard("task", lifecycle.Pending)}
 }
 
 // Annotations of Task.

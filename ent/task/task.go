@@ -9,6 +9,7 @@ import (
 	"taskgraph/lifecycle"
 	"time"
 
+	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/99designs/gqlgen/graphql"
@@ -61,6 +62,8 @@ const (
 	FieldLastError = "last_error"
 	// FieldResultStatus holds the string denoting the result_status field in the database.
 	FieldResultStatus = "result_status"
+	// FieldAttentionStatus holds the string denoting the attention_status field in the database.
+	FieldAttentionStatus = "attention_status"
 	// FieldVersion holds the string denoting the version field in the database.
 	FieldVersion = "version"
 	// FieldCancelRequested holds the string denoting the cancel_requested field in the database.
@@ -128,6 +131,7 @@ var Columns = []string{
 	FieldResult,
 	FieldLastError,
 	FieldResultStatus,
+	FieldAttentionStatus,
 	FieldVersion,
 	FieldCancelRequested,
 	FieldCancelReason,
@@ -146,7 +150,13 @@ func ValidColumn(column string) bool {
 	return false
 }
 
+// Note that the variables below are initialized by the runtime
+// package on the initialization of the application. Therefore,
+// it should be imported in the main as follows:
+//
+//	import _ "taskgraph/ent/runtime"
 var (
+	Hooks [1]ent.Hook
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
 	// DefaultBizID holds the default value on creation for the "biz_id" field.
@@ -200,6 +210,16 @@ func ResultStatusValidator(rs ResultStatus) error {
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for result_status field: %q", rs)
+	}
+}
+
+// AttentionStatusValidator is a validator for the "attention_status" field enum values. It is called by the builders before save.
+func AttentionStatusValidator(as lifecycle.Status) error {
+	switch as {
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+		return nil
+	default:
+		return fmt.Errorf("task: invalid enum value for attention_status field: %q", as)
 	}
 }
 
@@ -299,6 +319,11 @@ func ByLastError(opts ...sql.OrderTermOption) OrderOption {
 // ByResultStatus orders the results by the result_status field.
 func ByResultStatus(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldResultStatus, opts...).ToFunc()
+}
+
+// ByAttentionStatus orders the results by the attention_status field.
+func ByAttentionStatus(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAttentionStatus, opts...).ToFunc()
 }
 
 // ByVersion orders the results by the version field.
@@ -418,3 +443,10 @@ func (e *ResultStatus) UnmarshalGQL(val interface{}) error {
 	}
 	return nil
 }
+
+var (
+	// lifecycle.Status must implement graphql.Marshaler.
+	_ graphql.Marshaler = (*lifecycle.Status)(nil)
+	// lifecycle.Status must implement graphql.Unmarshaler.
+	_ graphql.Unmarshaler = (*lifecycle.Status)(nil)
+)

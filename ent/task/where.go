@@ -1201,6 +1201,46 @@ func ResultStatusNotNil() predicate.Task {
 	return predicate.Task(sql.FieldNotNull(FieldResultStatus))
 }
 
+// AttentionStatusEQ applies the EQ predicate on the "attention_status" field.
+func AttentionStatusEQ(v lifecycle.Status) predicate.Task {
+	vc := v
+	return predicate.Task(sql.FieldEQ(FieldAttentionStatus, vc))
+}
+
+// AttentionStatusNEQ applies the NEQ predicate on the "attention_status" field.
+func AttentionStatusNEQ(v lifecycle.Status) predicate.Task {
+	vc := v
+	return predicate.Task(sql.FieldNEQ(FieldAttentionStatus, vc))
+}
+
+// AttentionStatusIn applies the In predicate on the "attention_status" field.
+func AttentionStatusIn(vs ...lifecycle.Status) predicate.Task {
+	v := make([]any, len(vs))
+	for i := range v {
+		v[i] = vs[i]
+	}
+	return predicate.Task(sql.FieldIn(FieldAttentionStatus, v...))
+}
+
+// AttentionStatusNotIn applies the NotIn predicate on the "attention_status" field.
+func AttentionStatusNotIn(vs ...lifecycle.Status) predicate.Task {
+	v := make([]any, len(vs))
+	for i := range v {
+		v[i] = vs[i]
+	}
+	return predicate.Task(sql.FieldNotIn(FieldAttentionStatus, v...))
+}
+
+// AttentionStatusIsNil applies the IsNil predicate on the "attention_status" field.
+func AttentionStatusIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldAttentionStatus))
+}
+
+// AttentionStatusNotNil applies the NotNil predicate on the "attention_status" field.
+func AttentionStatusNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldAttentionStatus))
+}
+
 // VersionEQ applies the EQ predicate on the "version" field.
 func VersionEQ(v int64) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldVersion, v))
