@@ -9,11 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,8 @@ type Options struct {
 	Janitor artifact.JanitorConfig
 	// Blob tunes the blob store's reads and writes (tests: small blocks).
 	Blob artifact.BucketConfig
+	// Commands are the program's other commands, listed by Main's -h.
+	Commands []Command
 }
 
 // App is one taskgraph process.
@@ -126,6 +129,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if err := checkDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	masker, err := newMasker(cfg.Access)
 	if err != nil {
 		return nil, err
@@ -167,7 +173,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 	}
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
-	if isPostgres(cfg.DSN()) {
+	if store.IsPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
 	st, err := store.Open(ctx, storeCfg)
@@ -317,10 +323,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	return a, nil
 }
 
-func isPostgres(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
-}
-
 // files is what imports, exports and reports need.
 type files struct {
 	artifacts *artifact.Store
@@ -401,9 +403,49 @@ func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []
 
 func secretKey(cfg Config) ([]byte, error) {
 	if cfg.SecretKey != "" {
-		return seal.ParseKey(cfg.SecretKey)
+		k, err := seal.ParseKey(cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-key: not 64 hex characters (openssl rand -hex 32 makes one)")
+		}
+		return k, nil
 	}
-	return seal.LoadOrCreateKey(filepath.Join(cfg.DataDir, "secret.key"))
+	path := filepath.Join(cfg.DataDir, "secret.key")
+	k, err := seal.LoadOrCreateKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("the secret key file %s (made on first start in --data-dir; or give --secret-key): %w", path, err)
+	}
+	return k, nil
+}
+
+// checkDataDir makes the data directory, and checks that this process can
+// write there, before anything else fails on it with less helpful words.
+func checkDataDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	fix := "make it writable by the user running taskgraph, or choose another with --data-dir (TASKGRAPH_DATA_DIR)"
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("data directory %s: cannot create it (%v); %s", abs, unwrapPath(err), fix)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data directory %s: cannot write there (%v); %s", abs, unwrapPath(err), fix)
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	return nil
+}
+
+// unwrapPath keeps the reason of a *fs.PathError (its path is said
+// already).
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func (a *App) routes() http.Handler {

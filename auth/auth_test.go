@@ -1,12 +1,14 @@
 package auth_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -185,6 +187,25 @@ func TestJWT(t *testing.T) {
 			}
 		})
 	}
+	t.Run("RefusalsAreLoggedWithTheirReason", func(t *testing.T) {
+		t.Parallel()
+		var logs bytes.Buffer
+		logged, err := auth.New(auth.Config{Log: slog.New(slog.NewTextHandler(&logs, nil)), JWT: &auth.JWTConfig{
+			HS256Key: secret, Issuer: "https://idp.test", Now: func() time.Time { return now },
+		}})
+		require.NoError(t, err)
+		for tok, reason := range map[string]string{
+			hs(claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.test" })): "invalid issuer",
+			hs(claims(func(c jwt.MapClaims) { delete(c, "role") })):              `claim \"role\": role \"\" is not admin, operator or viewer`,
+			none: "signing method none is invalid",
+		} {
+			logs.Reset()
+			_, err := logged.Authenticate("Bearer " + tok)
+			require.Error(t, err)
+			require.Contains(t, logs.String(), "level=INFO msg=\"jwt refused\"")
+			require.Contains(t, logs.String(), reason)
+		}
+	})
 	t.Run("AShortHS256KeyIsRefused", func(t *testing.T) {
 		t.Parallel()
 		_, err := auth.New(auth.Config{JWT: &auth.JWTConfig{HS256Key: []byte("short")}})
