@@ -6,7 +6,8 @@
 //
 //   - admin and the process itself (auth.System): everything;
 //   - operator and viewer: the tasks they own, and the instances and logs
-//     of those tasks; no audit records;
+//     of those tasks; the schedules they own and their logs; no audit
+//     records;
 //   - no viewer at all: nothing (the query fails with ErrNoViewer).
 //
 // A task that exists but is not visible is indistinguishable from one that
@@ -25,6 +26,8 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/intercept"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -91,6 +94,26 @@ func Install(c *ent.Client) {
 				s.Where(sql.In(s.C(contact.FieldTaskID),
 					sql.Select(t.C(task.FieldID)).From(t).Where(sql.EQ(t.C(task.FieldOwner), v.User))))
 			})
+		}
+		return nil
+	}))
+	c.Schedule.Intercept(intercept.TraverseSchedule(func(ctx context.Context, q *ent.ScheduleQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if !v.SeesAll() {
+			q.Where(schedule.Owner(v.User))
+		}
+		return nil
+	}))
+	c.ScheduleEvent.Intercept(intercept.TraverseScheduleEvent(func(ctx context.Context, q *ent.ScheduleEventQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if !v.SeesAll() {
+			q.Where(scheduleevent.HasScheduleWith(schedule.Owner(v.User)))
 		}
 		return nil
 	}))

@@ -157,6 +157,52 @@ func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (
 	return e.store.CreateTask(ctx, n)
 }
 
+// Validate checks a task request as Create would, on behalf of v, and
+// returns the task it would create (input masked, the unmasked input
+// sealed), creating nothing: a schedule stores it as the task it fires.
+func (e *Engine) Validate(v auth.Viewer, req CreateRequest) (store.NewTask, error) {
+	return e.prepare(v, req)
+}
+
+// CreateScheduled creates the task of one slot of a schedule, on behalf of
+// the schedule's owner (the viewer of ctx), validated, masked and audited
+// like Create. It is not rate limited: the schedule was, when it was made.
+// A task already created for the slot (by this node or another) is
+// returned with created false.
+func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, scheduleID int, slot time.Time) (_ *ent.Task, created bool, err error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var t *ent.Task
+	if err = v.AllowMutate("create tasks"); err == nil {
+		var n store.NewTask
+		if n, err = e.prepare(v, req); err == nil {
+			n.ScheduleID, n.ScheduleSlot = &scheduleID, &slot
+			t, created, err = e.store.CreateTask(ctx, n)
+		}
+	}
+	details := map[string]any{"type": req.Type, "title": req.Title, "schedule": scheduleID, "slot": slot.UTC().Format(time.RFC3339Nano)}
+	if t != nil {
+		details["code"] = t.Code
+		details["existing"] = !created
+	}
+	e.record(ctx, audit.Entry{Action: audit.Create, TaskIDs: taskIDs(t), Err: err, Details: details})
+	return t, created, err
+}
+
+// Admit returns the viewer of ctx if it may act now, counting n actions
+// against its rate limit (see admit): for the API's other mutations
+// (schedules, flow control), which the engine does not carry out itself.
+func (e *Engine) Admit(ctx context.Context, n int) (auth.Viewer, error) { return e.admit(ctx, n) }
+
+// Record writes an audit record of an action the API carried out outside
+// the engine (schedules, flow control).
+func (e *Engine) Record(ctx context.Context, entry audit.Entry) { e.record(ctx, entry) }
+
+// Store returns the store the engine writes through.
+func (e *Engine) Store() *store.Store { return e.store }
+
 // admit returns the viewer of ctx if it may act now: an
 // *auth.UnauthenticatedError without one, a *ratelimit.Error when it acted
 // too often (n actions asked: a bulk action counts one per id). Neither is

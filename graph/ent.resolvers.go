@@ -62,6 +62,11 @@ func (r *queryResolver) AuditLogs(ctx context.Context, after *entgql.Cursor[int]
 		)
 }
 
+// Schedules is the resolver for the schedules field.
+func (r *queryResolver) Schedules(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) (*ent.ScheduleConnection, error) {
+	panic(fmt.Errorf("not implemented: Schedules - schedules"))
+}
+
 // Tasks is the resolver for the tasks field.
 func (r *queryResolver) Tasks(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) (*ent.TaskConnection, error) {
 	first, last, err := pageSize(first, last)

@@ -31,6 +31,11 @@ type NewTask struct {
 	RetryPolicy    string
 	MaxAttempts    int
 	RunAt          time.Time // zero: now
+	// ScheduleID and ScheduleSlot name the schedule slot the task is
+	// created for; a task for that slot already created (by any node) is
+	// returned instead, as for an idempotency key.
+	ScheduleID   *int
+	ScheduleSlot *time.Time
 }
 
 // CreateTask inserts a PENDING task with its first instance. With an
@@ -38,10 +43,8 @@ type NewTask struct {
 // is returned instead (created is false); if its input hash differs, the
 // result is a *ConflictError.
 func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created bool, err error) {
-	if n.IdempotencyKey != nil {
-		if t, err := s.byIdempotencyKey(ctx, n); t != nil || err != nil {
-			return t, false, err
-		}
+	if t, err := s.byKey(ctx, n); t != nil || err != nil {
+		return t, false, err
 	}
 	var out *ent.Task
 	for range 3 {
@@ -62,13 +65,31 @@ func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created
 		// Either the same key was used concurrently, or the random code
 		// collided. The first is answered from the winner; the second is
 		// simply tried again.
-		if n.IdempotencyKey != nil {
-			if t, err := s.byIdempotencyKey(ctx, n); t != nil || err != nil {
-				return t, false, err
-			}
+		if t, err := s.byKey(ctx, n); t != nil || err != nil {
+			return t, false, err
 		}
 	}
 	return nil, false, fmt.Errorf("create task: %w", err)
+}
+
+// byKey returns the task already created for n's schedule slot or
+// idempotency key, if any.
+func (s *Store) byKey(ctx context.Context, n NewTask) (*ent.Task, error) {
+	if n.ScheduleID != nil && n.ScheduleSlot != nil {
+		t, err := s.client.Task.Query().
+			Where(task.ScheduleID(*n.ScheduleID), task.ScheduleSlot(n.ScheduleSlot.UTC().Truncate(time.Microsecond))).
+			Only(ctx)
+		if !ent.IsNotFound(err) {
+			if err != nil {
+				return nil, fmt.Errorf("look up schedule slot: %w", err)
+			}
+			return t, nil
+		}
+	}
+	if n.IdempotencyKey != nil {
+		return s.byIdempotencyKey(ctx, n)
+	}
+	return nil, nil
 }
 
 func (s *Store) byIdempotencyKey(ctx context.Context, n NewTask) (*ent.Task, error) {
@@ -132,6 +153,8 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask) ([]*ent.T
 			SetRetryPolicy(n.RetryPolicy).
 			SetMaxAttempts(n.MaxAttempts).
 			SetRunAt(runAt).
+			SetNillableScheduleID(n.ScheduleID).
+			SetNillableScheduleSlot(utcPtr(n.ScheduleSlot)).
 			SetCreatedAt(now).
 			SetUpdatedAt(now)
 	}
@@ -156,6 +179,14 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask) ([]*ent.T
 	}
 	t.changed(events.Created, tasks...)
 	return tasks, nil
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC().Truncate(time.Microsecond)
+	return &u
 }
 
 // crockford is Crockford's base32 alphabet: no I, L, O, U to misread.

@@ -110,6 +110,17 @@ func (Task) Fields() []ent.Field {
 			Optional().
 			Nillable().
 			Annotations(entgql.OrderField("FINISHED_AT")),
+		field.Int("schedule_id").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The schedule that created it, if any (it may since have been deleted).").
+			Annotations(entgql.Type("ID")),
+		field.Time("schedule_slot").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The slot of its schedule it was created for (runNow: the time it was asked)."),
 	}
 }
 
@@ -134,6 +145,11 @@ func (Task) Indexes() []ent.Index {
 		index.Fields("status", "type"),
 		index.Fields("created_at"),
 		index.Fields("biz_id"),
+		// Exactly one task per slot of a schedule, whichever node fires it.
+		index.Fields("schedule_id", "schedule_slot").
+			Unique().
+			StorageKey("task_schedule_slot").
+			Annotations(entsql.IndexWhere("schedule_id IS NOT NULL")),
 	}
 }
 
