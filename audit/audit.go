@@ -1,7 +1,7 @@
 // Package audit records who asked for what: one AuditLog row per create,
 // cancel, retry, bulk action, download, schedule change and flow-control
-// change, whatever its outcome, with the
-// user, role, tenant, client address and time. A bulk action writes one
+// change, whatever its outcome, with the user, role, tenant, client address
+// and time. A bulk action writes one
 // record listing its ids, with each id's outcome in details.
 package audit
 

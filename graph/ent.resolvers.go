@@ -64,7 +64,18 @@ func (r *queryResolver) AuditLogs(ctx context.Context, after *entgql.Cursor[int]
 
 // Schedules is the resolver for the schedules field.
 func (r *queryResolver) Schedules(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) (*ent.ScheduleConnection, error) {
-	panic(fmt.Errorf("not implemented: Schedules - schedules"))
+	first, last, err := pageSize(first, last)
+	if err != nil {
+		return nil, err
+	}
+	if orderBy == nil {
+		orderBy = &ent.ScheduleOrder{Field: ent.ScheduleOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}
+	}
+	return r.Client.Schedule.Query().
+		Paginate(ctx, after, first, before, last,
+			ent.WithScheduleOrder(orderBy),
+			ent.WithScheduleFilter(where.Filter),
+		)
 }
 
 // Tasks is the resolver for the tasks field.
@@ -83,6 +94,9 @@ func (r *queryResolver) Tasks(ctx context.Context, after *entgql.Cursor[int], fi
 // Query returns QueryResolver implementation.
 func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 
+// Schedule returns ScheduleResolver implementation.
+func (r *Resolver) Schedule() ScheduleResolver { return &scheduleResolver{r} }
+
 // Task returns TaskResolver implementation.
 func (r *Resolver) Task() TaskResolver { return &taskResolver{r} }
 
@@ -96,6 +110,7 @@ func (r *Resolver) TaskWhereInput() TaskWhereInputResolver { return &taskWhereIn
 
 type (
 	queryResolver              struct{ *Resolver }
+	scheduleResolver           struct{ *Resolver }
 	taskResolver               struct{ *Resolver }
 	auditLogWhereInputResolver struct{ *Resolver }
 	taskWhereInputResolver     struct{ *Resolver }

@@ -13,6 +13,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/events"
 	"taskgraph/importer"
+	"taskgraph/schedule"
 )
 
 // Resolver holds what resolvers use.
@@ -26,6 +27,9 @@ type Resolver struct {
 	Importer  *importer.Importer
 	Artifacts *artifact.Store
 	Links     *artifact.Links
+	// ScheduleService serves the schedule mutations and previews; without it
+	// they are unavailable.
+	ScheduleService *schedule.Service
 }
 
 // Page sizes of connections.
