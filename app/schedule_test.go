@@ -72,7 +72,13 @@ func TestSchedulesAcrossNodes(t *testing.T) {
 				break
 			}
 			if !time.Now().Before(deadline) {
-				var log struct{ Schedule struct{ Events struct{ Edges []struct{ Node map[string]any } } } }
+				var log struct {
+					Schedule struct {
+						Events struct {
+							Edges []struct{ Node map[string]any }
+						}
+					}
+				}
 				nodes[2].Query(t, `query($id: ID!) { schedule(id: $id) { events(first: 100) { edges { node { kind slot message node createdAt } } } } }`, map[string]any{"id": id}, &log)
 				t.Fatalf("the schedule has not ended: %+v\nlog: %+v", out, log)
 			}
@@ -232,7 +238,9 @@ func TestScheduleAPI(t *testing.T) {
 
 		var audits struct {
 			AuditLogs struct {
-				Edges []struct{ Node struct{ Action, Outcome, Actor string } }
+				Edges []struct {
+					Node struct{ Action, Outcome, Actor string }
+				}
 			}
 		}
 		s.QueryAs(t, tokens["ada"], `{ auditLogs(first: 50) { edges { node { action outcome actor } } } }`, nil, &audits)

@@ -605,4 +605,3 @@ func mustGet(t *testing.T, b bundle, id int) *ent.Schedule {
 	require.NoError(t, err)
 	return sch
 }
-
