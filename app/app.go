@@ -30,6 +30,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/events"
 	"taskgraph/exporter"
+	"taskgraph/flow"
 	"taskgraph/graph"
 	"taskgraph/importer"
 	"taskgraph/leader"
@@ -103,7 +104,11 @@ type App struct {
 	// Schedules serves the API's schedule requests; Scheduler fires them
 	// (nil without the watchdog role), led by SchedulerLeader on
 	// PostgreSQL (nil on SQLite: one node, it always leads).
-	Schedules       *schedule.Service
+	Schedules *schedule.Service
+	// Flow reads and changes the cluster-wide caps, rates and pauses of
+	// task types; Gate enforces them in every claim.
+	Flow            *flow.Service
+	Gate            *flow.Gate
 	Scheduler       *schedule.Scheduler
 	SchedulerLeader *leader.Lock
 
@@ -195,6 +200,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	}
 	a.Artifacts, a.Links, a.Importer, a.Exporter = files.artifacts, files.links, files.importer, files.exporter
 	a.Schedules = schedule.NewService(eng, sealer, node, a.Log)
+	a.Flow = flow.NewService(eng)
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
 	fail := func(err error) (*App, error) {
 		if a.Relay != nil {
@@ -390,7 +396,7 @@ func (a *App) routes() http.Handler {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
-				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, ScheduleService: a.Schedules},
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, ScheduleService: a.Schedules, Flow: a.Flow},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,

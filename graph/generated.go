@@ -19,6 +19,7 @@ import (
 	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/tasklog"
+	"taskgraph/flow"
 	"taskgraph/graph/model"
 	"taskgraph/graph/scalar"
 	"taskgraph/lifecycle"
@@ -126,10 +127,13 @@ type ComplexityRoot struct {
 		DeleteSchedule      func(childComplexity int, id int) int
 		ImportFile          func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
 		PauseSchedule       func(childComplexity int, id int) int
+		PauseType           func(childComplexity int, typeArg string, until *time.Time) int
 		ResumeSchedule      func(childComplexity int, id int) int
+		ResumeType          func(childComplexity int, typeArg string) int
 		RetryTask           func(childComplexity int, id int) int
 		RetryTasks          func(childComplexity int, ids []int) int
 		RunScheduleNow      func(childComplexity int, id int) int
+		SetTypeControl      func(childComplexity int, typeArg string, input model.TypeControlInput) int
 		UpdateSchedule      func(childComplexity int, id int, input model.UpdateScheduleInput) int
 	}
 
@@ -154,6 +158,8 @@ type ComplexityRoot struct {
 		TaskStats       func(childComplexity int) int
 		TaskTypes       func(childComplexity int) int
 		Tasks           func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
+		TypeControl     func(childComplexity int, typeArg string) int
+		TypeControls    func(childComplexity int) int
 	}
 
 	RetryPolicy struct {
@@ -277,6 +283,7 @@ type ComplexityRoot struct {
 		Type             func(childComplexity int) int
 		UpdatedAt        func(childComplexity int) int
 		Version          func(childComplexity int) int
+		WaitingReason    func(childComplexity int) int
 	}
 
 	TaskActionResult struct {
@@ -354,10 +361,33 @@ type ComplexityRoot struct {
 		Name                  func(childComplexity int) int
 	}
 
+	TypeControl struct {
+		MaxRunning        func(childComplexity int) int
+		NextStartAt       func(childComplexity int) int
+		Paused            func(childComplexity int) int
+		PausedUntil       func(childComplexity int) int
+		RateLimit         func(childComplexity int) int
+		RatePeriodSeconds func(childComplexity int) int
+		Running           func(childComplexity int) int
+		StartedInWindow   func(childComplexity int) int
+		Type              func(childComplexity int) int
+		UpdatedAt         func(childComplexity int) int
+		UpdatedBy         func(childComplexity int) int
+		Waiting           func(childComplexity int) int
+	}
+
 	TypeCount struct {
 		ByStatus func(childComplexity int) int
 		Count    func(childComplexity int) int
 		Type     func(childComplexity int) int
+	}
+
+	WaitReason struct {
+		Current func(childComplexity int) int
+		Kind    func(childComplexity int) int
+		Limit   func(childComplexity int) int
+		Message func(childComplexity int) int
+		Until   func(childComplexity int) int
 	}
 }
 
@@ -373,6 +403,9 @@ type MutationResolver interface {
 	RetryTasks(ctx context.Context, ids []int) ([]*model.TaskActionResult, error)
 	ImportFile(ctx context.Context, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) (*ent.Task, error)
 	ArtifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error)
+	SetTypeControl(ctx context.Context, typeArg string, input model.TypeControlInput) (*flow.Control, error)
+	PauseType(ctx context.Context, typeArg string, until *time.Time) (*flow.Control, error)
+	ResumeType(ctx context.Context, typeArg string) (*flow.Control, error)
 	CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*ent.Schedule, error)
 	UpdateSchedule(ctx context.Context, id int, input model.UpdateScheduleInput) (*ent.Schedule, error)
 	PauseSchedule(ctx context.Context, id int) (*ent.Schedule, error)
@@ -392,6 +425,8 @@ type QueryResolver interface {
 	TaskTypes(ctx context.Context) ([]*model.TaskType, error)
 	RetryPolicies(ctx context.Context) ([]*model.RetryPolicy, error)
 	ImportTargets(ctx context.Context) ([]*model.ImportTarget, error)
+	TypeControls(ctx context.Context) ([]*flow.Control, error)
+	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
 }
@@ -408,6 +443,7 @@ type TaskResolver interface {
 	Instances(ctx context.Context, obj *ent.Task) ([]*ent.TaskInstance, error)
 	Logs(ctx context.Context, obj *ent.Task, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) (*ent.TaskLogConnection, error)
 	AvailableActions(ctx context.Context, obj *ent.Task) ([]lifecycle.Action, error)
+	WaitingReason(ctx context.Context, obj *ent.Task) (*flow.Wait, error)
 	Schedule(ctx context.Context, obj *ent.Task) (*ent.Schedule, error)
 }
 
@@ -766,6 +802,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.PauseSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.pauseType":
+		if e.ComplexityRoot.Mutation.PauseType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_pauseType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.PauseType(childComplexity, args["type"].(string), args["until"].(*time.Time)), true
 	case "Mutation.resumeSchedule":
 		if e.ComplexityRoot.Mutation.ResumeSchedule == nil {
 			break
@@ -777,6 +824,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ResumeSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.resumeType":
+		if e.ComplexityRoot.Mutation.ResumeType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resumeType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResumeType(childComplexity, args["type"].(string)), true
 	case "Mutation.retryTask":
 		if e.ComplexityRoot.Mutation.RetryTask == nil {
 			break
@@ -810,6 +868,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RunScheduleNow(childComplexity, args["id"].(int)), true
+	case "Mutation.setTypeControl":
+		if e.ComplexityRoot.Mutation.SetTypeControl == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setTypeControl_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetTypeControl(childComplexity, args["type"].(string), args["input"].(model.TypeControlInput)), true
 	case "Mutation.updateSchedule":
 		if e.ComplexityRoot.Mutation.UpdateSchedule == nil {
 			break
@@ -971,6 +1040,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Tasks(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].([]*ent.TaskOrder), args["where"].(*ent.TaskWhereInput)), true
+	case "Query.typeControl":
+		if e.ComplexityRoot.Query.TypeControl == nil {
+			break
+		}
+
+		args, err := ec.field_Query_typeControl_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TypeControl(childComplexity, args["type"].(string)), true
+	case "Query.typeControls":
+		if e.ComplexityRoot.Query.TypeControls == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.TypeControls(childComplexity), true
 
 	case "RetryPolicy.backoffSeconds":
 		if e.ComplexityRoot.RetryPolicy.BackoffSeconds == nil {
@@ -1569,6 +1655,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Version(childComplexity), true
+	case "Task.waitingReason":
+		if e.ComplexityRoot.Task.WaitingReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.WaitingReason(childComplexity), true
 
 	case "TaskActionResult.error":
 		if e.ComplexityRoot.TaskActionResult.Error == nil {
@@ -1867,6 +1959,79 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TaskType.Name(childComplexity), true
 
+	case "TypeControl.maxRunning":
+		if e.ComplexityRoot.TypeControl.MaxRunning == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.MaxRunning(childComplexity), true
+	case "TypeControl.nextStartAt":
+		if e.ComplexityRoot.TypeControl.NextStartAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.NextStartAt(childComplexity), true
+	case "TypeControl.paused":
+		if e.ComplexityRoot.TypeControl.Paused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Paused(childComplexity), true
+	case "TypeControl.pausedUntil":
+		if e.ComplexityRoot.TypeControl.PausedUntil == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.PausedUntil(childComplexity), true
+	case "TypeControl.rateLimit":
+		if e.ComplexityRoot.TypeControl.RateLimit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.RateLimit(childComplexity), true
+	case "TypeControl.ratePeriodSeconds":
+		if e.ComplexityRoot.TypeControl.RatePeriodSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.RatePeriodSeconds(childComplexity), true
+	case "TypeControl.running":
+		if e.ComplexityRoot.TypeControl.Running == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Running(childComplexity), true
+	case "TypeControl.startedInWindow":
+		if e.ComplexityRoot.TypeControl.StartedInWindow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.StartedInWindow(childComplexity), true
+	case "TypeControl.type":
+		if e.ComplexityRoot.TypeControl.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Type(childComplexity), true
+	case "TypeControl.updatedAt":
+		if e.ComplexityRoot.TypeControl.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.UpdatedAt(childComplexity), true
+	case "TypeControl.updatedBy":
+		if e.ComplexityRoot.TypeControl.UpdatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.UpdatedBy(childComplexity), true
+	case "TypeControl.waiting":
+		if e.ComplexityRoot.TypeControl.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Waiting(childComplexity), true
+
 	case "TypeCount.byStatus":
 		if e.ComplexityRoot.TypeCount.ByStatus == nil {
 			break
@@ -1885,6 +2050,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TypeCount.Type(childComplexity), true
+
+	case "WaitReason.current":
+		if e.ComplexityRoot.WaitReason.Current == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Current(childComplexity), true
+	case "WaitReason.kind":
+		if e.ComplexityRoot.WaitReason.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Kind(childComplexity), true
+	case "WaitReason.limit":
+		if e.ComplexityRoot.WaitReason.Limit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Limit(childComplexity), true
+	case "WaitReason.message":
+		if e.ComplexityRoot.WaitReason.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Message(childComplexity), true
+	case "WaitReason.until":
+		if e.ComplexityRoot.WaitReason.Until == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Until(childComplexity), true
 
 	}
 	return 0, false
@@ -1908,6 +2104,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("TaskLogOrder", ec.unmarshalInputTaskLogOrder),
 			graphql.NewInputUnmarshaler("TaskOrder", ec.unmarshalInputTaskOrder),
 			graphql.NewInputUnmarshaler("TaskWhereInput", ec.unmarshalInputTaskWhereInput),
+			graphql.NewInputUnmarshaler("TypeControlInput", ec.unmarshalInputTypeControlInput),
 			graphql.NewInputUnmarshaler("UpdateScheduleInput", ec.unmarshalInputUpdateScheduleInput),
 		)
 	}
@@ -2001,7 +2198,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/schedules.graphql"
+//go:embed "schema/flow.graphql" "schema/schedules.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -3843,6 +4040,7 @@ extend type Query {
   importTargets: [ImportTarget!]!
 }
 `, BuiltIn: false},
+	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -4221,6 +4419,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_logs(ctx, field)
 	case "availableActions":
 		return ec.fieldContext_Task_availableActions(ctx, field)
+	case "waitingReason":
+		return ec.fieldContext_Task_waitingReason(ctx, field)
 	case "schedule":
 		return ec.fieldContext_Task_schedule(ctx, field)
 	}
@@ -4377,6 +4577,36 @@ func (ec *executionContext) childFields_TaskType(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type TaskType", field.Name)
 }
 
+func (ec *executionContext) childFields_TypeControl(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_TypeControl_type(ctx, field)
+	case "maxRunning":
+		return ec.fieldContext_TypeControl_maxRunning(ctx, field)
+	case "rateLimit":
+		return ec.fieldContext_TypeControl_rateLimit(ctx, field)
+	case "ratePeriodSeconds":
+		return ec.fieldContext_TypeControl_ratePeriodSeconds(ctx, field)
+	case "paused":
+		return ec.fieldContext_TypeControl_paused(ctx, field)
+	case "pausedUntil":
+		return ec.fieldContext_TypeControl_pausedUntil(ctx, field)
+	case "running":
+		return ec.fieldContext_TypeControl_running(ctx, field)
+	case "waiting":
+		return ec.fieldContext_TypeControl_waiting(ctx, field)
+	case "startedInWindow":
+		return ec.fieldContext_TypeControl_startedInWindow(ctx, field)
+	case "nextStartAt":
+		return ec.fieldContext_TypeControl_nextStartAt(ctx, field)
+	case "updatedBy":
+		return ec.fieldContext_TypeControl_updatedBy(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_TypeControl_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TypeControl", field.Name)
+}
+
 func (ec *executionContext) childFields_TypeCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "type":
@@ -4387,6 +4617,22 @@ func (ec *executionContext) childFields_TypeCount(ctx context.Context, field gra
 		return ec.fieldContext_TypeCount_byStatus(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TypeCount", field.Name)
+}
+
+func (ec *executionContext) childFields_WaitReason(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "kind":
+		return ec.fieldContext_WaitReason_kind(ctx, field)
+	case "message":
+		return ec.fieldContext_WaitReason_message(ctx, field)
+	case "until":
+		return ec.fieldContext_WaitReason_until(ctx, field)
+	case "limit":
+		return ec.fieldContext_WaitReason_limit(ctx, field)
+	case "current":
+		return ec.fieldContext_WaitReason_current(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WaitReason", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4673,6 +4919,28 @@ func (ec *executionContext) field_Mutation_pauseSchedule_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_pauseType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_resumeSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4684,6 +4952,20 @@ func (ec *executionContext) field_Mutation_resumeSchedule_args(ctx context.Conte
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_resumeType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
 	return args, nil
 }
 
@@ -4726,6 +5008,28 @@ func (ec *executionContext) field_Mutation_runScheduleNow_args(ctx context.Conte
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_setTypeControl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.TypeControlInput, error) {
+			return ec.unmarshalNTypeControlInput2taskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
 	return args, nil
 }
 
@@ -5016,6 +5320,20 @@ func (ec *executionContext) field_Query_tasks_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["where"] = arg5
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_typeControl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
 	return args, nil
 }
 
@@ -6523,6 +6841,138 @@ func (ec *executionContext) fieldContext_Mutation_artifactDownloadUrl(ctx contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_setTypeControl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setTypeControl(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetTypeControl(ctx, fc.Args["type"].(string), fc.Args["input"].(model.TypeControlInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setTypeControl(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setTypeControl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_pauseType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_pauseType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().PauseType(ctx, fc.Args["type"].(string), fc.Args["until"].(*time.Time))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_pauseType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_pauseType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_resumeType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_resumeType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ResumeType(ctx, fc.Args["type"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_resumeType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_resumeType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7311,6 +7761,82 @@ func (ec *executionContext) fieldContext_Query_importTargets(_ context.Context, 
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_ImportTarget(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_typeControls(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_typeControls(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().TypeControls(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚕᚖtaskgraphᚋflowᚐControlᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_typeControls(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_typeControl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_typeControl(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().TypeControl(ctx, fc.Args["type"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_typeControl(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_typeControl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -9802,6 +10328,38 @@ func (ec *executionContext) fieldContext_Task_availableActions(_ context.Context
 	return graphql.NewScalarFieldContext("Task", field, true, true, "TaskAction")
 }
 
+func (ec *executionContext) _Task_waitingReason(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_waitingReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().WaitingReason(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Wait) graphql.Marshaler {
+			return ec.marshalOWaitReason2ᚖtaskgraphᚋflowᚐWait(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_waitingReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WaitReason(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Task_schedule(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -11046,6 +11604,282 @@ func (ec *executionContext) fieldContext_TaskType_defaultRetryPolicy(_ context.C
 	return graphql.NewScalarFieldContext("TaskType", field, false, false, "String")
 }
 
+func (ec *executionContext) _TypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_type(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Type, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TypeControl_maxRunning(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_maxRunning(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxRunning, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_maxRunning(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_rateLimit(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_rateLimit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RateLimit, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_rateLimit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_ratePeriodSeconds(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_ratePeriodSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RatePeriodSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_ratePeriodSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_paused(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_paused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Paused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_paused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _TypeControl_pausedUntil(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_pausedUntil(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PausedUntil, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_pausedUntil(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TypeControl_running(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_running(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Running, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_running(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_waiting(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_startedInWindow(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_startedInWindow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedInWindow, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_startedInWindow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_nextStartAt(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_nextStartAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NextStartAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_nextStartAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TypeControl_updatedBy(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_updatedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_updatedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TypeControl_updatedAt(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Time")
+}
+
 func (ec *executionContext) _TypeCount_type(ctx context.Context, field graphql.CollectedField, obj *model.TypeCount) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -11122,6 +11956,121 @@ func (ec *executionContext) fieldContext_TypeCount_byStatus(_ context.Context, f
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _WaitReason_kind(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v flow.WaitKind) graphql.Marshaler {
+			return ec.marshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "WaitKind")
+}
+
+func (ec *executionContext) _WaitReason_message(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_message(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Message, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "String")
+}
+
+func (ec *executionContext) _WaitReason_until(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_until(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Until, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_until(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Time")
+}
+
+func (ec *executionContext) _WaitReason_limit(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_limit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Limit, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalOInt2int(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_limit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WaitReason_current(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_current(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Current, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalOInt2int(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_current(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Int")
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -17125,6 +18074,62 @@ func UnmarshalTaskWhereInput(ctx context.Context, raw any) (ent.TaskWhereInput, 
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputTypeControlInput(ctx context.Context, obj any) (model.TypeControlInput, error) {
+	var it model.TypeControlInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"maxRunning", "rateLimit", "ratePeriodSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxRunning":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxRunning"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxRunning = data
+		case "rateLimit":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("rateLimit"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RateLimit = data
+		case "ratePeriodSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePeriodSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePeriodSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalTypeControlInput unmarshals raw into the TypeControlInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalTypeControlInput(ctx context.Context, raw any) (model.TypeControlInput, error) {
+	var out model.TypeControlInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "TypeControlInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Context, obj any) (model.UpdateScheduleInput, error) {
 	var it model.UpdateScheduleInput
 	if obj == nil {
@@ -17781,6 +18786,27 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "setTypeControl":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setTypeControl(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pauseType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_pauseType(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resumeType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_resumeType(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createSchedule":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createSchedule(ctx, field)
@@ -17972,6 +18998,18 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_importTargets(ctx, field)
+				})
+		case "typeControls":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_typeControls(ctx, field)
+				})
+		case "typeControl":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_typeControl(ctx, field)
 				})
 		case "schedule":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -18732,6 +19770,12 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Task_availableActions(ctx, field, obj)
 				})
+		case "waitingReason":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_waitingReason(ctx, field, obj)
+				})
 		case "schedule":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,
@@ -19249,6 +20293,94 @@ func (ec *executionContext) _TaskType(ctx context.Context, sel ast.SelectionSet,
 	return out
 }
 
+var typeControlImplementors = []string{"TypeControl"}
+
+func (ec *executionContext) _TypeControl(ctx context.Context, sel ast.SelectionSet, obj *flow.Control) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, typeControlImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TypeControl")
+		case "type":
+			out.Values[i] = ec._TypeControl_type(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "maxRunning":
+			out.Values[i] = ec._TypeControl_maxRunning(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "rateLimit":
+			out.Values[i] = ec._TypeControl_rateLimit(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "ratePeriodSeconds":
+			out.Values[i] = ec._TypeControl_ratePeriodSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "paused":
+			out.Values[i] = ec._TypeControl_paused(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pausedUntil":
+			out.Values[i] = ec._TypeControl_pausedUntil(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "running":
+			out.Values[i] = ec._TypeControl_running(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._TypeControl_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "startedInWindow":
+			out.Values[i] = ec._TypeControl_startedInWindow(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nextStartAt":
+			out.Values[i] = ec._TypeControl_nextStartAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "updatedBy":
+			out.Values[i] = ec._TypeControl_updatedBy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._TypeControl_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var typeCountImplementors = []string{"TypeCount"}
 
 func (ec *executionContext) _TypeCount(ctx context.Context, sel ast.SelectionSet, obj *model.TypeCount) graphql.Marshaler {
@@ -19273,6 +20405,59 @@ func (ec *executionContext) _TypeCount(ctx context.Context, sel ast.SelectionSet
 		case "byStatus":
 			out.Values[i] = ec._TypeCount_byStatus(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var waitReasonImplementors = []string{"WaitReason"}
+
+func (ec *executionContext) _WaitReason(ctx context.Context, sel ast.SelectionSet, obj *flow.Wait) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, waitReasonImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WaitReason")
+		case "kind":
+			out.Values[i] = ec._WaitReason_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "message":
+			out.Values[i] = ec._WaitReason_message(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "until":
+			out.Values[i] = ec._WaitReason_until(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "limit":
+			out.Values[i] = ec._WaitReason_limit(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "current":
+			out.Values[i] = ec._WaitReason_current(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -20448,6 +21633,35 @@ func (ec *executionContext) marshalNTime2ᚖtimeᚐTime(ctx context.Context, sel
 	return res
 }
 
+func (ec *executionContext) marshalNTypeControl2ᚕᚖtaskgraphᚋflowᚐControlᚄ(ctx context.Context, sel ast.SelectionSet, v []*flow.Control) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx context.Context, sel ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TypeControl!")
+		return graphql.Null
+	}
+	return ec._TypeControl(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNTypeControlInput2taskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx context.Context, v any) (model.TypeControlInput, error) {
+	res, err := ec.unmarshalInputTypeControlInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNTypeCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTypeCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TypeCount) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -20487,6 +21701,21 @@ func (ec *executionContext) marshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋg
 	res := graphql.MarshalUpload(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "Upload!")
+	}
+	return res
+}
+
+func (ec *executionContext) unmarshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx context.Context, v any) (flow.WaitKind, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := flow.WaitKind(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx context.Context, sel ast.SelectionSet, v flow.WaitKind) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "WaitKind!")
 	}
 	return res
 }
@@ -20967,6 +22196,18 @@ func (ec *executionContext) marshalOID2ᚖint(ctx context.Context, sel ast.Selec
 	_ = sel
 	_ = ctx
 	res := graphql.MarshalIntID(*v)
+	return res
+}
+
+func (ec *executionContext) unmarshalOInt2int(ctx context.Context, v any) (int, error) {
+	res, err := graphql.UnmarshalInt(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOInt2int(ctx context.Context, sel ast.SelectionSet, v int) graphql.Marshaler {
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalInt(v)
 	return res
 }
 
@@ -21642,6 +22883,13 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	_ = ctx
 	res := scalar.MarshalTime(*v)
 	return res
+}
+
+func (ec *executionContext) marshalOWaitReason2ᚖtaskgraphᚋflowᚐWait(ctx context.Context, sel ast.SelectionSet, v *flow.Wait) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._WaitReason(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.EnumValue) graphql.Marshaler {

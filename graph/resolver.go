@@ -12,6 +12,7 @@ import (
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/events"
+	"taskgraph/flow"
 	"taskgraph/importer"
 	"taskgraph/schedule"
 )
@@ -30,6 +31,9 @@ type Resolver struct {
 	// ScheduleService serves the schedule mutations and previews; without it
 	// they are unavailable.
 	ScheduleService *schedule.Service
+	// Flow serves flow control (caps, rates, pauses) and says why a
+	// waiting task waits; without it those are unavailable.
+	Flow *flow.Service
 }
 
 // Page sizes of connections.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"taskgraph/engine"
+	"taskgraph/flow"
 	"taskgraph/graph/model"
 	"taskgraph/schedule"
 )
@@ -91,4 +92,13 @@ func timePtrs(ts []time.Time) []*time.Time {
 		out[i] = &ts[i]
 	}
 	return out
+}
+
+var errNoFlow = errors.New("flow control is not available on this server")
+
+func controlOrNil(c flow.Control, err error) (*flow.Control, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
 }

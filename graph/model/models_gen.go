@@ -155,6 +155,14 @@ type TaskType struct {
 	DefaultRetryPolicy    string          `json:"defaultRetryPolicy"`
 }
 
+// A type's limits; each one left out (or null) is removed.
+type TypeControlInput struct {
+	MaxRunning *int `json:"maxRunning,omitempty"`
+	RateLimit  *int `json:"rateLimit,omitempty"`
+	// The rate's window in seconds (1..86400). Default 1.
+	RatePeriodSeconds *int `json:"ratePeriodSeconds,omitempty"`
+}
+
 type TypeCount struct {
 	Type     string         `json:"type"`
 	Count    int            `json:"count"`
