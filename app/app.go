@@ -152,6 +152,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log}
 	if isPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
+		withGate(&storeCfg, dialect.Postgres)
+	} else {
+		withGate(&storeCfg, dialect.SQLite)
 	}
 	st, err := store.Open(ctx, storeCfg)
 	if err != nil {

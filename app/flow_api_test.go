@@ -96,7 +96,9 @@ func TestFlowControlAPI(t *testing.T) {
 
 		var audits struct {
 			AuditLogs struct {
-				Edges []struct{ Node struct{ Action, Outcome, Actor string } }
+				Edges []struct {
+					Node struct{ Action, Outcome, Actor string }
+				}
 			}
 		}
 		s.QueryAs(t, tokens["ada"], `{ auditLogs(first: 50) { edges { node { action outcome actor } } } }`, nil, &audits)
