@@ -13,11 +13,18 @@ export function register(env) {
     await page.getByTestId('sched-overlap').selectOption('ALLOW');
     await page.getByTestId('sched-title').fill('e2e tick');
 
-    // The preview lists the next five slots, two seconds apart.
+    // The preview lists the next five slots, two seconds apart (once it
+    // has caught up with the typing).
     const times = page.getByTestId('schedule-preview-time');
-    await times.nth(4).waitFor();
-    const texts = await times.allTextContents();
-    assert.equal(texts.length, 5);
+    const spacing = async () => {
+      const at = await times.evaluateAll((els) => els.map((e) => Date.parse(e.getAttribute('data-at'))));
+      return at.length === 5 && at.every((t, i) => i === 0 || t - at[i - 1] === 2000);
+    };
+    const deadline = Date.now() + 10_000;
+    while (!(await spacing())) {
+      assert.ok(Date.now() < deadline, 'the preview never showed five slots two seconds apart');
+      await page.waitForTimeout(100);
+    }
     await env.shot(page, 'schedule-form-preview');
 
     // A bad expression is explained before anything is saved.

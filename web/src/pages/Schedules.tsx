@@ -247,7 +247,7 @@ function ScheduleForm() {
         ) : (
           <ol>
             {(preview.data?.schedulePreview ?? []).map((at) => (
-              <li key={at} data-testid="schedule-preview-time">
+              <li key={at} data-testid="schedule-preview-time" data-at={at}>
                 {formatDateTime(at, locale)}
               </li>
             ))}
