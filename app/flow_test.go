@@ -158,7 +158,7 @@ func TestConcurrencyCapAcrossNodes(t *testing.T) {
 // TestRateLimitAcrossNodes: 5 starts a second, two nodes, for 10 s: the
 // limit holds — never more than 5 starts in any second (exactly, on the
 // claims' own times, which the gate counts with), at most 51 in the 10 s —
-// and the type is paced, not starved (at least 2 a second: measured 4.2/s
+// and the type is paced, not starved (at least 2 a second: measured 3.5-4.2/s
 // on PostgreSQL and 2.4/s on SQLite under -race on a loaded machine). A rate is
 // a ceiling: a start is admitted once the oldest of its window leaves it,
 // and the claim that takes it comes a poll (or a wake-up) later, so a
