@@ -100,7 +100,7 @@ func TestThreeNodesOneKilled(t *testing.T) {
 		batch[i] = store.NewTask{Type: "record", Owner: "test", Input: json.RawMessage(fmt.Sprintf(`{"sleepMs":%d}`, 5+i%30)),
 			InputHash: "-", TimeoutSeconds: 60, RetryPolicy: "default", MaxAttempts: 3}
 	}
-	if err := s.CreateTasks(ctx, batch); err != nil {
+	if _, err := s.CreateTasks(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 

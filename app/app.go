@@ -150,11 +150,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	m := metrics.New()
 	broker := events.NewBroker(events.Config{Observe: m.ObserveChange})
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log}
+	// Caps, rates and pauses of task types hold in every claim.
+	storeCfg.Gate = flow.NewGate()
 	if isPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
-		withGate(&storeCfg, dialect.Postgres)
-	} else {
-		withGate(&storeCfg, dialect.SQLite)
 	}
 	st, err := store.Open(ctx, storeCfg)
 	if err != nil {

@@ -112,7 +112,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&c.Addr, "addr", env("addr", "127.0.0.1:8080"), "address to listen on")
 	fs.StringVar(&c.DB, "db", env("db", ""), "database: postgres://... or a SQLite file (default: taskgraph.db in the data directory)")
 	fs.StringVar(&c.DataDir, "data-dir", env("data-dir", "./data"), "directory for the SQLite file, the secret key and artifacts")
-	workers := fs.String("workers", env("workers", "16"), "handlers running at once in this process")
+	workers := fs.String("workers", env("workers", "256"), "handlers running at once in this process")
 	fs.StringVar(&roles, "role", env("role", "all"), "what this process does: all, or a comma list of api, worker, watchdog")
 	fs.StringVar(&c.SecretKey, "secret-key", env("secret-key", ""), "64 hex characters encrypting sensitive input (default: a key file in the data directory; nodes sharing a database must share it)")
 	fs.StringVar(&level, "log-level", env("log-level", "info"), "debug, info, warn or error")

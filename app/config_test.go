@@ -22,7 +22,7 @@ func TestParseFlags(t *testing.T) {
 		require.Equal(t, "127.0.0.1:8080", c.Addr)
 		require.Equal(t, "data/taskgraph.db", c.DSN())
 		require.Equal(t, []app.Role{app.RoleAPI, app.RoleWatchdog, app.RoleWorker}, c.Roles)
-		require.Equal(t, 16, c.Workers)
+		require.Equal(t, 256, c.Workers)
 		require.Equal(t, 10*time.Second, c.ShutdownGrace)
 		require.Equal(t, slog.LevelInfo, c.LogLevel)
 		require.False(t, c.Playground, "introspection and the playground are off unless enabled")

@@ -1,9 +1,3 @@
-//go:build flowgate
-
-// These tests need the flow gate in the claim (store.Config.Gate, the
-// seam the claim's rewrite brings): go test -tags flowgate ./app/ until
-// app wires it unconditionally, then drop the tag here and in gate*.go.
-
 package app_test
 
 import (

@@ -1419,7 +1419,8 @@ func (c *TaskClient) QueryArtifacts(_m *Task) *ArtifactQuery {
 
 // Hooks returns the client hooks.
 func (c *TaskClient) Hooks() []Hook {
-	return c.hooks.Task
+	hooks := c.hooks.Task
+	return append(hooks[:len(hooks):len(hooks)], task.Hooks[:]...)
 }
 
 // Interceptors returns the client interceptors.
@@ -1568,7 +1569,8 @@ func (c *TaskInstanceClient) QueryTask(_m *TaskInstance) *TaskQuery {
 
 // Hooks returns the client hooks.
 func (c *TaskInstanceClient) Hooks() []Hook {
-	return c.hooks.TaskInstance
+	hooks := c.hooks.TaskInstance
+	return append(hooks[:len(hooks):len(hooks)], taskinstance.Hooks[:]...)
 }
 
 // Interceptors returns the client interceptors.

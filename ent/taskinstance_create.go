@@ -195,7 +195,9 @@ func (_c *TaskInstanceCreate) Mutation() *TaskInstanceMutation {
 
 // Save creates the TaskInstance in the database.
 func (_c *TaskInstanceCreate) Save(ctx context.Context) (*TaskInstance, error) {
-	_c.defaults()
+	if err := _c.defaults(); err != nil {
+		return nil, err
+	}
 	return withHooks(ctx, _c.sqlSave, _c.mutation, _c.hooks)
 }
 
@@ -222,8 +224,11 @@ func (_c *TaskInstanceCreate) ExecX(ctx context.Context) {
 }
 
 // defaults sets the default values of the builder before save.
-func (_c *TaskInstanceCreate) defaults() {
+func (_c *TaskInstanceCreate) defaults() error {
 	if _, ok := _c.mutation.CreatedAt(); !ok {
+		if taskinstance.DefaultCreatedAt == nil {
+			return fmt.Errorf("ent: uninitialized taskinstance.DefaultCreatedAt (forgotten import ent/runtime?)")
+		}
 		v := taskinstance.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
@@ -231,6 +236,7 @@ func (_c *TaskInstanceCreate) defaults() {
 		v := taskinstance.DefaultVersion
 		_c.mutation.SetVersion(v)
 	}
+	return nil
 }
 
 // check runs all checks and user-defined validators on the builder.

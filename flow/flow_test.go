@@ -50,7 +50,8 @@ type bundle struct {
 func setup(t testing.TB, dsn string) bundle {
 	t.Helper()
 	clock := fakeclock.New(epoch)
-	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now})
+	gate := flow.NewGate()
+	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now, Gate: gate})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	reg := worker.NewRegistry()
@@ -63,11 +64,11 @@ func setup(t testing.TB, dsn string) bundle {
 	m := mask.Default()
 	rec := audit.New(st.Client(), m, func(error) string { return "ERR" }, nil)
 	eng := engine.New(st, reg, ps, sealer, m, engine.WithAudit(rec))
-	return bundle{clock: clock, store: st, svc: flow.NewService(eng), gate: flow.NewGate(st.Dialect())}
+	return bundle{clock: clock, store: st, svc: flow.NewService(eng), gate: gate}
 }
 
-// txQuerier is the claim's Querier over a transaction: ? placeholders,
-// rebound for PostgreSQL.
+// txQuerier is a Querier over a transaction of the tests' own (the claim's
+// is internal to the store): ? placeholders, rebound for PostgreSQL.
 type txQuerier struct {
 	tx       *sql.Tx
 	postgres bool
@@ -101,6 +102,8 @@ func (q txQuerier) Exec(ctx context.Context, query string, args ...any) (int64, 
 func (q txQuerier) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	return q.tx.QueryContext(ctx, q.rebind(query), args...)
 }
+
+func (q txQuerier) Postgres() bool { return q.postgres }
 
 var _ flow.Querier = txQuerier{}
 
@@ -138,7 +141,8 @@ func (b bundle) create(t testing.TB, typ string, n int) {
 	for i := range tasks {
 		tasks[i] = store.NewTask{Type: typ, Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h", TimeoutSeconds: 60, RetryPolicy: "default", MaxAttempts: 3}
 	}
-	require.NoError(t, b.store.CreateTasks(context.Background(), tasks))
+	_, err := b.store.CreateTasks(context.Background(), tasks)
+	require.NoError(t, err)
 }
 
 func TestGate(t *testing.T) {
@@ -157,13 +161,14 @@ func TestGate(t *testing.T) {
 			b.create(t, "import", 5)
 			b.create(t, "noop", 5)
 			require.Equal(t, map[string]int{"import": 3, "noop": flow.Unlimited}, b.admit(t, "import", "noop"))
-			_, err = b.store.Claim(context.Background(), "w", []string{"import", "noop"}, 7)
+			claimed, err := b.store.Claim(context.Background(), "w", []string{"import", "noop"}, 10)
 			require.NoError(t, err)
+			require.Len(t, claimed, 8, "the claim took 3 imports, the cap, and the 5 noops")
 			require.Equal(t, map[string]int{"noop": flow.Unlimited}, b.admit(t, "import", "noop"), "import is at its cap: not admitted at all")
 			// Raised live: admitted at the next claim.
 			_, err = b.svc.Set(adminCtx, "import", flow.Limits{MaxRunning: ptr(10)})
 			require.NoError(t, err)
-			require.Equal(t, 5, b.admit(t, "import")["import"])
+			require.Equal(t, 7, b.admit(t, "import")["import"])
 		})
 		t.Run("RateLimitIsASlidingWindow", func(t *testing.T) {
 			t.Parallel()
@@ -207,13 +212,14 @@ func TestGate(t *testing.T) {
 			_, err := b.svc.Set(adminCtx, "import", flow.Limits{MaxRunning: ptr(4)})
 			require.NoError(t, err)
 			b.create(t, "import", 50)
+			// Eight claimers at once, each asking for more than the cap.
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					for range 5 {
-						if err := b.fakeClaim(3); err != nil {
+						if err := b.claim(3); err != nil {
 							t.Error(err)
 							return
 						}
@@ -235,45 +241,11 @@ func (b bundle) running(t testing.TB, typ string) int {
 	return n
 }
 
-// fakeClaim stands in for the claim until the store's seam lands: in one
-// transaction it asks the gate, moves at most what it admits of the
-// oldest waiting import instances to EXECUTING (with SKIP LOCKED on
-// PostgreSQL, as the claim), and reports them. Only the instance rows
-// move: the gate counts nothing else.
-func (b bundle) fakeClaim(limit int) error {
-	ctx := context.Background()
-	tx, err := b.store.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	pg := b.store.Dialect() == "postgres"
-	q := txQuerier{tx: tx, postgres: pg}
-	now := b.store.Now()
-	admitted, err := b.gate.Admit(ctx, q, []string{"import"}, now)
-	if err != nil {
-		return err
-	}
-	n, ok := admitted["import"]
-	if !ok {
-		return tx.Commit()
-	}
-	if n != flow.Unlimited {
-		limit = min(limit, n)
-	}
-	lock := ""
-	if pg {
-		lock = " FOR UPDATE SKIP LOCKED"
-	}
-	got, err := q.Exec(ctx, `UPDATE task_instances SET status = 'EXECUTING' WHERE id IN (
-	SELECT id FROM task_instances WHERE status = 'PENDING' AND task_type = 'import' ORDER BY id LIMIT ?`+lock+`)`, limit)
-	if err != nil {
-		return err
-	}
-	if err := b.gate.Claimed(ctx, q, map[string]int{"import": int(got)}, now); err != nil {
-		return err
-	}
-	return tx.Commit()
+// claim claims up to limit import instances through the store's claim,
+// which asks the gate.
+func (b bundle) claim(limit int) error {
+	_, err := b.store.Claim(context.Background(), "w", []string{"import"}, limit)
+	return err
 }
 
 // backlog inserts n waiting tasks of a type at once, with their instances.
@@ -323,7 +295,7 @@ func TestGateWithABacklog(t *testing.T) {
 		b.create(t, "noop", 10)
 		_, err := b.svc.Set(adminCtx, "import", flow.Limits{MaxRunning: ptr(2), RateLimit: ptr(100)})
 		require.NoError(t, err)
-		require.NoError(t, b.fakeClaim(5))
+		require.NoError(t, b.claim(5))
 		require.Equal(t, 2, b.running(t, "import"))
 		require.Equal(t, map[string]int{"noop": flow.Unlimited}, b.admit(t, "import", "noop"))
 
@@ -353,7 +325,7 @@ func BenchmarkAdmit(b *testing.B) {
 				}
 				_, err := fx.svc.Set(adminCtx, "import", flow.Limits{MaxRunning: ptr(2), RateLimit: ptr(1000)})
 				require.NoError(bb, err)
-				require.NoError(bb, fx.fakeClaim(2))
+				require.NoError(bb, fx.claim(2))
 				tx, err := fx.store.DB().BeginTx(context.Background(), nil)
 				require.NoError(bb, err)
 				defer func() { _ = tx.Rollback() }()
@@ -416,14 +388,14 @@ func TestService(t *testing.T) {
 
 			_, err := b.svc.Set(adminCtx, "import", flow.Limits{MaxRunning: ptr(1)})
 			require.NoError(t, err)
-			require.NoError(t, b.fakeClaim(5))
+			require.NoError(t, b.claim(5))
 			w := reason()
 			require.Equal(t, flow.AtCap, w.Kind)
 			require.Equal(t, "waiting: import at its cap 1/1", w.Message)
 
 			_, err = b.svc.Set(adminCtx, "import", flow.Limits{RateLimit: ptr(1), RatePeriodSeconds: ptr(10)})
 			require.NoError(t, err)
-			require.NoError(t, b.fakeClaim(5))
+			require.NoError(t, b.claim(5))
 			w = reason()
 			require.Equal(t, flow.RateLimited, w.Kind)
 			require.Equal(t, epoch.Add(10*time.Second), w.Until.UTC(), "the next start is when the first start leaves the window")
@@ -435,9 +407,8 @@ func TestService(t *testing.T) {
 			require.Equal(t, flow.Paused, w.Kind)
 			require.Equal(t, "import is paused until 2026-11-29T10:00:00Z", w.Message)
 
-			later, err := b.store.Client().Task.Create().SetCode("LATER").SetType("noop").SetOwner("alice").SetInput(json.RawMessage(`{}`)).
-				SetInputHash("h").SetStatus(lifecycle.Pending).SetTimeoutSeconds(60).SetRetryPolicy("default").SetMaxAttempts(1).
-				SetRunAt(epoch.Add(time.Minute)).Save(sysCtx)
+			later, _, err := b.store.CreateTask(sysCtx, store.NewTask{Type: "noop", Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h",
+				TimeoutSeconds: 60, RetryPolicy: "default", MaxAttempts: 1, RunAt: epoch.Add(time.Minute)})
 			require.NoError(t, err)
 			w, err = b.svc.WaitReason(adminCtx, later)
 			require.NoError(t, err)

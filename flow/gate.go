@@ -21,30 +21,29 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"taskgraph/store"
 )
 
 // Unlimited is an admission without a limit of the gate's own.
-const Unlimited = -1
+const Unlimited = store.Unlimited
 
 // Querier runs statements with ? placeholders inside the claim's
-// transaction. (A copy of store.Querier, the claim's seam, until it lands
-// in store; then this becomes an alias.)
-type Querier interface {
-	Exec(ctx context.Context, query string, args ...any) (int64, error)
-	Query(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
+// transaction.
+type Querier = store.Querier
 
-// Gate limits, per task type, what one claim may take. It keeps no state
-// of its own: everything is read and written in the claim's transaction.
-type Gate struct {
-	postgres bool
-}
+// Gate limits, per task type, what one claim may take (store.Config.Gate).
+// It keeps no state of its own: everything is read and written in the
+// claim's transaction. On PostgreSQL it locks a limited type's control row
+// for that transaction, which serializes concurrent claims of the type
+// across nodes until the claim commits; SQLite has a single writer and
+// needs no lock.
+type Gate struct{}
 
-// NewGate returns the gate for a database: "postgres" locks a capped or
-// rate-limited type's control row for the claim's transaction, which
-// serializes concurrent claims of that type across nodes until the claim
-// commits; SQLite has a single writer and needs no lock.
-func NewGate(dialect string) *Gate { return &Gate{postgres: dialect == "postgres"} }
+// NewGate returns the gate.
+func NewGate() *Gate { return &Gate{} }
+
+var _ store.Gate = (*Gate)(nil)
 
 // control is a type's row of flow_controls.
 type control struct {
@@ -159,7 +158,7 @@ func (g *Gate) controls(ctx context.Context, q Querier, types []string, rateOnly
 		query += ` AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR paused)`
 	}
 	query += ` ORDER BY task_type`
-	if g.postgres {
+	if q.Postgres() {
 		query += ` FOR UPDATE`
 	}
 	rows, err := q.Query(ctx, query, args...)

@@ -200,26 +200,36 @@ func setupWhereMatch(t *testing.T, ctx context.Context, dsn string) (*store.Stor
 		}
 		news = append(news, n)
 	}
-	require.NoError(t, s.CreateTasks(ctx, news))
+	_, err = s.CreateTasks(ctx, news)
+	require.NoError(t, err)
 
 	ids, err := s.Client().Task.Query().Order(task.ByID()).IDs(ctx)
 	require.NoError(t, err)
 	require.Len(t, ids, len(news))
 	// Vary what only later changes set: cancel some (status, cancel_reason,
 	// finished_at), and give others an error, progress or a cancel request.
+	// Those rows are written in plain SQL, around the store and the status
+	// guard of the ent schema: the matcher must agree with the database on
+	// any combination of values, not only on those the engine produces.
+	raw := func(q string, args ...any) {
+		t.Helper()
+		for n := 1; s.Dialect() == "postgres" && strings.Contains(q, "?"); n++ {
+			q = strings.Replace(q, "?", fmt.Sprintf("$%d", n), 1)
+		}
+		_, err := s.DB().ExecContext(ctx, q, args...)
+		require.NoError(t, err)
+	}
 	for i, id := range ids {
 		switch i % 6 {
 		case 1:
 			_, err := s.CancelTask(ctx, id, pick("no longer needed", "duplicate", "Duplicate"))
 			require.NoError(t, err)
 		case 2:
-			require.NoError(t, s.Client().Task.UpdateOneID(id).
-				SetStatus(lifecycle.Failed).SetLastError(pick("timeout after 30s", "Timeout", "boom")).
-				SetFinishedAt(base.Add(time.Duration(i)*time.Minute)).Exec(ctx))
+			raw(`UPDATE tasks SET status = ?, last_error = ?, finished_at = ? WHERE id = ?`,
+				string(lifecycle.Failed), pick("timeout after 30s", "Timeout", "boom"), base.Add(time.Duration(i)*time.Minute).UTC(), id)
 		case 3:
-			require.NoError(t, s.Client().Task.UpdateOneID(id).
-				SetStatus(lifecycle.Executing).SetCancelRequested(true).SetCancelReason("stop").
-				SetProgressDone(int64(i)).SetProgressTotal(100).AddVersion(int64(i%4)).Exec(ctx))
+			raw(`UPDATE tasks SET status = ?, cancel_requested = ?, cancel_reason = ?, progress_done = ?, progress_total = ?, version = version + ? WHERE id = ?`,
+				string(lifecycle.Executing), true, "stop", int64(i), int64(100), int64(i%4), id)
 		}
 	}
 	tasks, err := s.Client().Task.Query().Order(task.ByID()).All(ctx)

@@ -10,6 +10,7 @@
 package lifecycle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -218,4 +219,40 @@ func (a *Action) UnmarshalGQL(v any) error {
 	}
 	*a = Action(str)
 	return nil
+}
+
+// TerminalStatuses are the states that end an instance, and a task unless
+// it is retried by hand (FAILED).
+var TerminalStatuses = []Status{Success, Failed, Cancelled}
+
+// QuotedList returns ss as a list of SQL string literals ("'PENDING',
+// 'RETRY_PENDING'"), for the store's statements and the schema's partial
+// indexes: status lists in SQL come from this package, never from literals
+// typed elsewhere.
+func QuotedList(ss ...Status) string {
+	var b []byte
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '\'')
+		b = append(b, s...)
+		b = append(b, '\'')
+	}
+	return string(b)
+}
+
+type guardKey struct{}
+
+// Guarded marks ctx as the store's own: the ent schema's hooks refuse any
+// status change made through ent unless its context carries this mark, and
+// even then only along the transition table. Only package store calls it.
+func Guarded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, guardKey{}, true)
+}
+
+// IsGuarded reports whether ctx was marked by Guarded.
+func IsGuarded(ctx context.Context) bool {
+	v, _ := ctx.Value(guardKey{}).(bool)
+	return v
 }

@@ -2,8 +2,13 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
+
+	"github.com/lib/pq"
 
 	"taskgraph/ent"
 	"taskgraph/events"
@@ -38,10 +43,28 @@ func init() {
 	}
 }
 
+// Status lists for the hand-written statements, built from the transition
+// table's own lists.
+var (
+	sqlWaiting   = lifecycle.QuotedList(lifecycle.WaitingStatuses...)
+	sqlExecuting = lifecycle.QuotedList(lifecycle.Executing)
+	sqlTerminal  = lifecycle.QuotedList(lifecycle.TerminalStatuses...)
+	sqlCancelled = lifecycle.QuotedList(lifecycle.Cancelled)
+	// sqlKindCancelled is the error kind of a cancelled execution.
+	sqlKindCancelled = "'" + string(lifecycle.KindCancelled) + "'"
+)
+
 // Claim moves up to limit waiting instances whose run_at has passed, of the
 // given task types, to EXECUTING for workerID, smallest priority first, and
 // their tasks with them. On PostgreSQL the instances are picked with FOR
 // UPDATE SKIP LOCKED, so concurrent claimers never block on or share a row.
+//
+// The cost of a claim does not depend on how many instances wait: the
+// candidates are read per task type from the claimable index, which holds
+// only waiting instances already in claim order, and at most limit of them
+// per type are read (claimQuery). An instance whose task does not mirror
+// it (the task is not waiting) is left alone, for the watchdog's repair; it
+// never fails the claim of the others.
 func (s *Store) Claim(ctx context.Context, workerID string, types []string, limit int) ([]Claimed, error) {
 	ctx = internal(ctx)
 	if limit <= 0 || len(types) == 0 {
@@ -50,38 +73,34 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 	limit = min(limit, maxBatchRows)
 	var out []Claimed
 	err := s.write(ctx, func(t *txn) error {
+		out = nil
 		now := s.Now()
-		args := []any{workerID, now, now, now}
-		for _, ty := range types {
-			args = append(args, ty)
+		limits := make([]int, len(types))
+		for i := range limits {
+			limits[i] = limit
 		}
-		args = append(args, limit)
-		rows, err := t.QueryContext(ctx, s.d.rebind(`
-UPDATE task_instances SET status = 'EXECUTING', version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
-WHERE status IN ('PENDING', 'RETRY_PENDING') AND id IN (
-	SELECT id FROM task_instances
-	WHERE status IN ('PENDING', 'RETRY_PENDING') AND run_at <= ? AND task_type IN (`+placeholders(len(types))+`)
-	ORDER BY priority, run_at, id
-	LIMIT ?`+s.d.skipLocked()+`)
-RETURNING *`), args...)
-		if err != nil {
-			return fmt.Errorf("claim instances: %w", err)
+		q := txQuerier{s: s, t: t}
+		if s.gate != nil {
+			admitted, err := s.gate.Admit(ctx, q, types, now)
+			if err != nil {
+				return fmt.Errorf("claim: gate: %w", err)
+			}
+			for i, ty := range types {
+				room, ok := admitted[ty]
+				switch {
+				case !ok:
+					limits[i] = 0
+				case room != Unlimited:
+					limits[i] = min(max(room, 0), limit)
+				}
+			}
 		}
-		insts, err := ent.ScanTaskInstanceRows(s.client, rows)
-		if err != nil {
-			return fmt.Errorf("claim instances: %w", err)
-		}
-		if len(insts) == 0 {
-			return nil
-		}
-		taskArgs := []any{now}
-		for _, in := range insts {
-			taskArgs = append(taskArgs, in.TaskID)
-		}
-		rows, err = t.QueryContext(ctx, s.d.rebind(`
-UPDATE tasks SET status = 'EXECUTING', version = version + 1, updated_at = ?
-WHERE status IN ('PENDING', 'RETRY_PENDING') AND id IN (`+placeholders(len(insts))+`)
-RETURNING *`), taskArgs...)
+		// 1. The tasks of the picked instances. The instances are locked
+		// first (FOR UPDATE in the pick), then their tasks: the lock order
+		// every writer keeps.
+		pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
+		args := append([]any{now}, pickArgs...)
+		rows, err := t.QueryContext(ctx, s.d.rebind(claimTasks(pick)), args...)
 		if err != nil {
 			return fmt.Errorf("claim tasks: %w", err)
 		}
@@ -89,28 +108,153 @@ RETURNING *`), taskArgs...)
 		if err != nil {
 			return fmt.Errorf("claim tasks: %w", err)
 		}
-		if len(tasks) != len(insts) {
-			// A task's status no longer mirrors its live instance. Refuse
-			// the whole claim rather than run something half-claimed.
-			return fmt.Errorf("claim: %d instances but %d waiting tasks: task and instance states disagree", len(insts), len(tasks))
+		if len(tasks) == 0 {
+			return nil
+		}
+		// 2. Their live instances, found by task through the one-live index.
+		ids := make([]int64, len(tasks))
+		for i, tk := range tasks {
+			ids[i] = int64(tk.ID)
+		}
+		stmt, stmtArgs := s.d.claimInstances(workerID, now, ids)
+		rows, err = t.QueryContext(ctx, stmt, stmtArgs...)
+		if err != nil {
+			return fmt.Errorf("claim instances: %w", err)
+		}
+		insts, err := ent.ScanTaskInstanceRows(s.client, rows)
+		if err != nil {
+			return fmt.Errorf("claim instances: %w", err)
+		}
+		if len(insts) != len(tasks) {
+			// Every picked task had a waiting instance locked by the pick
+			// in this transaction; a difference is a broken invariant.
+			return fmt.Errorf("claim: %d tasks but %d instances moved", len(tasks), len(insts))
 		}
 		byID := make(map[int]*ent.Task, len(tasks))
 		for _, tk := range tasks {
 			byID[tk.ID] = tk
 		}
-		// Hand out work in the order it was picked.
+		// Hand out work in claim order.
 		slices.SortFunc(insts, cmpClaimOrder)
 		out = make([]Claimed, len(insts))
 		for i, in := range insts {
 			out[i] = Claimed{Task: byID[in.TaskID], Instance: in}
 		}
 		t.changed(events.Transitioned, tasks...)
+		if s.gate != nil {
+			counts := make(map[string]int, len(types))
+			for _, tk := range tasks {
+				counts[tk.Type]++
+			}
+			if err := s.gate.Claimed(ctx, q, counts, now); err != nil {
+				return fmt.Errorf("claim: gate: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// Gate limits, per task type, what one claim may take (cluster-wide
+// concurrency caps, rate limits, pauses). It runs inside the claim's
+// transaction, so row locks it takes (e.g. SELECT ... FOR UPDATE on a
+// type's control row) serialize concurrent claims of that type across
+// nodes until the claim commits.
+type Gate interface {
+	// Admit returns how many instances of each of types the claim may take
+	// now: a type absent from the map may not be claimed at all; Unlimited
+	// means no limit beyond the claim's own. Its cost must not depend on how
+	// many instances wait.
+	Admit(ctx context.Context, q Querier, types []string, now time.Time) (map[string]int, error)
+	// Claimed reports, in the same transaction, how many were claimed per
+	// type (a rate limit counts them here).
+	Claimed(ctx context.Context, q Querier, claimed map[string]int, now time.Time) error
+}
+
+// Unlimited is the room Gate.Admit gives a type it does not limit.
+const Unlimited = -1
+
+// Querier runs statements with ? placeholders inside the claim's
+// transaction.
+type Querier interface {
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	Query(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	// Postgres reports which database it is (the SQL may differ).
+	Postgres() bool
+}
+
+// txQuerier is the Querier of a store transaction.
+type txQuerier struct {
+	s *Store
+	t *txn
+}
+
+func (q txQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return q.s.exec(ctx, q.t, query, args...)
+}
+
+func (q txQuerier) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.t.QueryContext(ctx, q.s.d.rebind(query), args...)
+}
+
+func (q txQuerier) Postgres() bool { return q.s.d.postgres() }
+
+// claimTasks is the claim's first statement: it moves to EXECUTING the
+// tasks of the instances pick selects (and locks).
+func claimTasks(pick string) string {
+	return `UPDATE tasks SET status = ` + sqlExecuting + `, version = version + 1, updated_at = ?
+WHERE status IN (` + sqlWaiting + `) AND id IN (SELECT task_id FROM (` + pick + `) picked)
+RETURNING *`
+}
+
+// claimInstances is the claim's second statement: it moves the waiting
+// instances of the claimed tasks to EXECUTING.
+func (d sqlDialect) claimInstances(workerID string, now any, taskIDs []int64) (string, []any) {
+	in, args := d.inInts("task_id", taskIDs)
+	return d.rebind(`UPDATE task_instances SET status = ` + sqlExecuting + `, version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
+WHERE status IN (` + sqlWaiting + `) AND ` + in + `
+RETURNING *`), append([]any{workerID, now, now}, args...)
+}
+
+// claimQuery returns a SELECT of (task_id, priority, run_at, id) of the
+// waiting instances to claim, and its arguments: for each task type, at
+// most limit of them, read in claim order from the claimable index, then
+// the first limit of all types by (priority, run_at, id). Reading type by
+// type keeps the read on the index's order (one type is one contiguous,
+// ordered range of it), so the plan never scans the backlog nor sorts it;
+// the final sort is of at most len(types) * limit rows.
+func (d sqlDialect) claimQuery(types []string, limits []int, now any, limit int) (string, []any) {
+	cols := `task_id, priority, run_at, id FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = %s AND run_at <= ? ORDER BY priority, run_at, id LIMIT %s`
+	if d.postgres() {
+		// PostgreSQL: a LATERAL read per type (FOR UPDATE is not allowed
+		// in the arms of a UNION).
+		lims := make(pq.Int64Array, len(limits))
+		for i, l := range limits {
+			lims[i] = int64(l)
+		}
+		return `SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) ty(name, lim),
+	LATERAL (SELECT ` + fmt.Sprintf(cols, "ty.name", "ty.lim") + ` FOR UPDATE SKIP LOCKED) c
+	ORDER BY c.priority, c.run_at, c.id LIMIT ?`, []any{stringArray(types), lims, now, limit}
+	}
+	// SQLite has a single writer and needs no row locks; each arm is a
+	// subquery so that it may have its own ORDER BY and LIMIT.
+	var arms []string
+	args := make([]any, 0, 3*len(types)+1)
+	for i, ty := range types {
+		if limits[i] <= 0 {
+			continue
+		}
+		arms = append(arms, `SELECT * FROM (SELECT `+fmt.Sprintf(cols, "?", "?")+`)`)
+		args = append(args, ty, now, limits[i])
+	}
+	if len(arms) == 0 {
+		return `SELECT task_id, priority, run_at, id FROM task_instances WHERE 0`, nil
+	}
+	args = append(args, limit)
+	return `SELECT * FROM (` + strings.Join(arms, " UNION ALL ") + `) ORDER BY priority, run_at, id LIMIT ?`, args
 }
 
 func cmpClaimOrder(a, b *ent.TaskInstance) int {
@@ -121,4 +265,100 @@ func cmpClaimOrder(a, b *ent.TaskInstance) int {
 		return c
 	}
 	return a.ID - b.ID
+}
+
+// ExplainClaim returns the plans of the claim's two statements for types
+// and limit, run with EXPLAIN ANALYZE in a transaction that is rolled back:
+// on PostgreSQL JSON plans, on SQLite the rows of EXPLAIN QUERY PLAN. It is
+// for tests and diagnostics; it claims nothing.
+func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]string, error) {
+	ctx = internal(ctx)
+	tx, err := s.client.Tx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	now := s.Now()
+	limits := make([]int, len(types))
+	for i := range limits {
+		limits[i] = limit
+	}
+	pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
+	first, firstArgs := s.d.rebind(claimTasks(pick)), append([]any{now}, pickArgs...)
+	prefix := "EXPLAIN QUERY PLAN "
+	if s.d.postgres() {
+		prefix = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+	}
+	explain := func(q string, args ...any) (string, error) {
+		rows, err := tx.QueryContext(ctx, prefix+q, args...)
+		if err != nil {
+			return "", err
+		}
+		defer rows.Close()
+		cols, err := rows.Columns()
+		if err != nil {
+			return "", err
+		}
+		var b strings.Builder
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return "", err
+			}
+			for i, v := range vals {
+				if i > 0 {
+					b.WriteByte(' ')
+				}
+				if bs, ok := v.([]byte); ok {
+					v = string(bs)
+				}
+				fmt.Fprint(&b, v)
+			}
+			b.WriteByte('\n')
+		}
+		return b.String(), rows.Err()
+	}
+	var plans []string
+	// The first statement's plan, undone; then the statement itself, for
+	// the ids the second one takes.
+	if s.d.postgres() {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT explain"); err != nil {
+			return nil, err
+		}
+	}
+	p, err := explain(first, firstArgs...)
+	if err != nil {
+		return nil, err
+	}
+	plans = append(plans, p)
+	if s.d.postgres() {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT explain"); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, first, firstArgs...)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := ent.ScanTaskRows(s.client, rows)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(tasks))
+	for i, tk := range tasks {
+		ids[i] = int64(tk.ID)
+	}
+	if len(ids) == 0 {
+		ids = []int64{0}
+	}
+	q, qArgs := s.d.claimInstances("explain", now, ids)
+	p, err = explain(q, qArgs...)
+	if err != nil {
+		return nil, err
+	}
+	return append(plans, p), nil
 }

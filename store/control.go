@@ -18,6 +18,7 @@ import (
 // Asking again while a request is pending changes nothing. A finished task
 // yields a *lifecycle.TransitionError.
 func (s *Store) CancelTask(ctx context.Context, id int, reason string) (*ent.Task, error) {
+	ctx = lifecycle.Guarded(ctx)
 	var out *ent.Task
 	err := s.write(ctx, func(t *txn) error {
 		// The state may move between the read and the conditional UPDATE
@@ -76,7 +77,7 @@ func (s *Store) cancelWaiting(ctx context.Context, t *txn, tk *ent.Task, reason 
 	}
 	// Instance first, then task: the lock order every writer keeps.
 	n, err := s.exec(ctx, t, `
-UPDATE task_instances SET status = 'CANCELLED', error_kind = 'CANCELLED', last_error = ?, finished_at = ?, version = version + 1
+UPDATE task_instances SET status = `+sqlCancelled+`, error_kind = `+sqlKindCancelled+`, last_error = ?, finished_at = ?, version = version + 1
 WHERE task_id = ? AND status = ?`, msg, now, tk.ID, string(from))
 	if err != nil {
 		return false, fmt.Errorf("cancel: update instance: %w", err)
@@ -85,7 +86,7 @@ WHERE task_id = ? AND status = ?`, msg, now, tk.ID, string(from))
 		return false, nil
 	}
 	n, err = s.exec(ctx, t, `
-UPDATE tasks SET status = 'CANCELLED', cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
+UPDATE tasks SET status = `+sqlCancelled+`, cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
 WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(from), tk.Version)
 	if err != nil {
 		return false, fmt.Errorf("cancel: update task: %w", err)
@@ -105,7 +106,7 @@ func (s *Store) requestCancel(ctx context.Context, t *txn, tk *ent.Task, reason 
 	now := s.Now()
 	n, err := s.exec(ctx, t, `
 UPDATE tasks SET cancel_requested = ?, cancel_reason = NULLIF(?, ''), updated_at = ?, version = version + 1
-WHERE id = ? AND status = 'EXECUTING' AND version = ?`, true, reason, now, tk.ID, tk.Version)
+WHERE id = ? AND status = `+sqlExecuting+` AND version = ?`, true, reason, now, tk.ID, tk.Version)
 	if err != nil {
 		return false, fmt.Errorf("cancel: request: %w", err)
 	}
@@ -124,6 +125,7 @@ WHERE id = ? AND status = 'EXECUTING' AND version = ?`, true, reason, now, tk.ID
 // *lifecycle.TransitionError; of many concurrent retries of one task, exactly
 // one succeeds.
 func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
+	ctx = lifecycle.Guarded(ctx)
 	var out *ent.Task
 	err := s.write(ctx, func(t *txn) error {
 		tk, err := t.Task.Get(ctx, id)
@@ -143,7 +145,7 @@ func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
 		}
 		now := s.Now()
 		n, err := s.exec(ctx, t, `
-UPDATE tasks SET status = 'RETRY_PENDING', cancel_requested = ?, finished_at = NULL, progress_done = 0, updated_at = ?, version = version + 1
+UPDATE tasks SET status = `+lifecycle.QuotedList(lifecycle.RetryPending)+`, cancel_requested = ?, finished_at = NULL, progress_done = 0, updated_at = ?, version = version + 1
 WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Status), tk.Version)
 		if err != nil {
 			return fmt.Errorf("retry: update task: %w", err)

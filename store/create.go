@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/lib/pq"
 
 	"taskgraph/ent"
 	"taskgraph/ent/task"
@@ -32,10 +35,19 @@ type NewTask struct {
 	MaxAttempts    int
 	RunAt          time.Time // zero: now
 	// ScheduleID and ScheduleSlot name the schedule slot the task is
-	// created for; a task for that slot already created (by any node) is
-	// returned instead, as for an idempotency key.
+	// created for. CreateTask returns a task already created for the slot
+	// (by any node: a unique index) instead, with created false.
 	ScheduleID   *int
 	ScheduleSlot *time.Time
+}
+
+// Created is the answer to one NewTask of CreateTasks: the task, and whether
+// this call created it (false: an earlier one with the same idempotency
+// key did), or the item's own error (a *ConflictError).
+type Created struct {
+	Task    *ent.Task
+	Created bool
+	Err     error
 }
 
 // CreateTask inserts a PENDING task with its first instance. With an
@@ -43,150 +55,280 @@ type NewTask struct {
 // is returned instead (created is false); if its input hash differs, the
 // result is a *ConflictError.
 func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created bool, err error) {
-	if t, err := s.byKey(ctx, n); t != nil || err != nil {
+	if t, err := s.bySlot(ctx, n); t != nil || err != nil {
 		return t, false, err
 	}
-	var out *ent.Task
-	for range 3 {
-		err = s.write(ctx, func(t *txn) error {
-			tk, err := s.insertTasks(ctx, t, []NewTask{n})
-			if err != nil {
-				return err
-			}
-			out = tk[0]
-			return nil
-		})
-		if err == nil {
-			return out, true, nil
+	res, err := s.CreateTasks(ctx, []NewTask{n})
+	if err != nil {
+		// Another node created the slot's task meanwhile.
+		if t, serr := s.bySlot(ctx, n); t != nil || serr != nil {
+			return t, false, serr
 		}
-		if !ent.IsConstraintError(err) {
-			return nil, false, err
-		}
-		// Either the same key was used concurrently, or the random code
-		// collided. The first is answered from the winner; the second is
-		// simply tried again.
-		if t, err := s.byKey(ctx, n); t != nil || err != nil {
-			return t, false, err
-		}
+		return nil, false, err
 	}
-	return nil, false, fmt.Errorf("create task: %w", err)
+	return res[0].Task, res[0].Created, res[0].Err
 }
 
-// byKey returns the task already created for n's schedule slot or
-// idempotency key, if any.
-func (s *Store) byKey(ctx context.Context, n NewTask) (*ent.Task, error) {
-	if n.ScheduleID != nil && n.ScheduleSlot != nil {
-		t, err := s.client.Task.Query().
-			Where(task.ScheduleID(*n.ScheduleID), task.ScheduleSlot(n.ScheduleSlot.UTC().Truncate(time.Microsecond))).
-			Only(ctx)
-		if !ent.IsNotFound(err) {
-			if err != nil {
-				return nil, fmt.Errorf("look up schedule slot: %w", err)
-			}
-			return t, nil
+// CreateTasks inserts PENDING tasks with their first instances, in
+// statements of many rows, and answers each item on its own, in order. Items
+// with an idempotency key are created once per (owner, key): an existing
+// task is returned (Created false), or a *ConflictError when its input hash
+// differs; two items of one call with the same owner and key are one task.
+// The error result is for the call as a whole (the database failed).
+func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) {
+	ctx = lifecycle.Guarded(ctx)
+	out := make([]Created, len(ns))
+	chunk := s.d.insertChunk(len(taskInsertCols))
+	for start := 0; start < len(ns); start += chunk {
+		end := min(start+chunk, len(ns))
+		if err := s.createChunk(ctx, ns[start:end], out[start:end]); err != nil {
+			return nil, fmt.Errorf("create tasks: %w", err)
 		}
 	}
-	if n.IdempotencyKey != nil {
-		return s.byIdempotencyKey(ctx, n)
-	}
-	return nil, nil
+	return out, nil
 }
 
-func (s *Store) byIdempotencyKey(ctx context.Context, n NewTask) (*ent.Task, error) {
+// bySlot returns the task already created for n's schedule slot, if any.
+func (s *Store) bySlot(ctx context.Context, n NewTask) (*ent.Task, error) {
+	if n.ScheduleID == nil || n.ScheduleSlot == nil {
+		return nil, nil
+	}
 	t, err := s.client.Task.Query().
-		Where(task.Owner(n.Owner), task.IdempotencyKey(*n.IdempotencyKey)).
-		Only(ctx)
+		Where(task.ScheduleID(*n.ScheduleID), task.ScheduleSlot(n.ScheduleSlot.UTC().Truncate(time.Microsecond))).
+		Only(internal(ctx))
 	if ent.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up idempotency key: %w", err)
-	}
-	if t.InputHash != n.InputHash {
-		return nil, &ConflictError{
-			Message: fmt.Sprintf("idempotency key %q was already used for task %s with a different payload", *n.IdempotencyKey, t.Code),
-			TaskID:  t.ID,
-		}
+		return nil, fmt.Errorf("look up schedule slot: %w", err)
 	}
 	return t, nil
 }
 
-// CreateTasks inserts many tasks at once, without idempotency keys. It is
-// the bulk path used by the bench command and imports of task lists.
-func (s *Store) CreateTasks(ctx context.Context, tasks []NewTask) error {
-	const batch = 500
-	for len(tasks) > 0 {
-		n := min(batch, len(tasks))
-		if err := s.write(ctx, func(t *txn) error {
-			_, err := s.insertTasks(ctx, t, tasks[:n])
-			return err
-		}); err != nil {
-			return fmt.Errorf("create tasks: %w", err)
+// keyOf identifies an idempotency key.
+type keyOf struct{ owner, key string }
+
+func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) error {
+	// Items to insert, and items answered by another item of the call.
+	var todo []int
+	first := map[keyOf]int{}
+	var dups [][2]int // [item, the item it repeats]
+	for i, n := range ns {
+		if n.IdempotencyKey == nil {
+			todo = append(todo, i)
+			continue
 		}
-		tasks = tasks[n:]
+		k := keyOf{n.Owner, *n.IdempotencyKey}
+		if j, ok := first[k]; ok {
+			dups = append(dups, [2]int{i, j})
+			continue
+		}
+		first[k] = i
+		todo = append(todo, i)
+	}
+	// An item whose key another transaction took between the look-up and
+	// the insert is skipped by the insert and answered by the next look-up;
+	// a code may collide (40 random bits a type and day), and such a chunk
+	// is tried again with new codes.
+	for attempt := 0; ; attempt++ {
+		if err := s.resolveKeys(ctx, ns, todo, out); err != nil {
+			return err
+		}
+		var pending []int
+		for _, i := range todo {
+			if out[i].Task == nil && out[i].Err == nil {
+				pending = append(pending, i)
+			}
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if attempt == 3 {
+			return fmt.Errorf("%d tasks could not be inserted after %d attempts", len(pending), attempt)
+		}
+		err := s.write(ctx, func(t *txn) error {
+			for _, i := range pending {
+				out[i] = Created{}
+			}
+			return s.insertTasks(ctx, t, ns, pending, out)
+		})
+		if err != nil && !isUniqueViolation(err) {
+			return err
+		}
+	}
+	for _, d := range dups {
+		i, j := d[0], d[1]
+		out[i] = Created{Task: out[j].Task, Err: out[j].Err}
+		if out[j].Task != nil && out[j].Task.InputHash != ns[i].InputHash {
+			out[i] = Created{Err: conflict(ns[i], out[j].Task)}
+		}
 	}
 	return nil
 }
 
-func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask) ([]*ent.Task, error) {
+// resolveKeys answers the items of todo whose idempotency key was already
+// used, from the tasks created with it.
+func (s *Store) resolveKeys(ctx context.Context, ns []NewTask, todo []int, out []Created) error {
+	byOwner := map[string][]string{}
+	for _, i := range todo {
+		if n := ns[i]; n.IdempotencyKey != nil && out[i].Task == nil && out[i].Err == nil {
+			byOwner[n.Owner] = append(byOwner[n.Owner], *n.IdempotencyKey)
+		}
+	}
+	found := map[keyOf]*ent.Task{}
+	for owner, keys := range byOwner {
+		ts, err := s.client.Task.Query().
+			Where(task.Owner(owner), task.IdempotencyKeyIn(keys...)).
+			All(internal(ctx))
+		if err != nil {
+			return fmt.Errorf("look up idempotency keys: %w", err)
+		}
+		for _, t := range ts {
+			found[keyOf{t.Owner, *t.IdempotencyKey}] = t
+		}
+	}
+	for _, i := range todo {
+		n := ns[i]
+		if n.IdempotencyKey == nil {
+			continue
+		}
+		t := found[keyOf{n.Owner, *n.IdempotencyKey}]
+		switch {
+		case t == nil:
+		case t.InputHash != n.InputHash:
+			out[i] = Created{Err: conflict(n, t)}
+		default:
+			out[i] = Created{Task: t}
+		}
+	}
+	return nil
+}
+
+func conflict(n NewTask, t *ent.Task) error {
+	return &ConflictError{
+		Message: fmt.Sprintf("idempotency key %q was already used for task %s with a different payload", *n.IdempotencyKey, t.Code),
+		TaskID:  t.ID,
+	}
+}
+
+// taskInsertCols are the columns an insert sets (the others take their
+// defaults), with the value each takes from a NewTask.
+var taskInsertCols = []struct {
+	name string
+	typ  colType
+	val  func(n *NewTask, code string, runAt, now time.Time) any
+}{
+	{"code", colText, func(_ *NewTask, code string, _, _ time.Time) any { return code }},
+	{"type", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.Type }},
+	{"biz_id", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.BizID }},
+	{"idempotency_key", colText, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.IdempotencyKey == nil {
+			return nil
+		}
+		return *n.IdempotencyKey
+	}},
+	{"title", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.Title }},
+	{"status", colText, func(*NewTask, string, time.Time, time.Time) any { return string(lifecycle.Pending) }},
+	{"priority", colInt, func(n *NewTask, _ string, _, _ time.Time) any { return int64(n.Priority) }},
+	{"owner", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.Owner }},
+	{"owner_role", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.OwnerRole }},
+	{"input", colJSON, func(n *NewTask, _ string, _, _ time.Time) any {
+		if len(n.Input) == 0 {
+			return "{}"
+		}
+		return string(n.Input)
+	}},
+	{"input_sealed", colBytes, func(n *NewTask, _ string, _, _ time.Time) any {
+		if len(n.InputSealed) == 0 {
+			return nil
+		}
+		return n.InputSealed
+	}},
+	{"input_hash", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.InputHash }},
+	{"timeout_seconds", colInt, func(n *NewTask, _ string, _, _ time.Time) any { return int64(n.TimeoutSeconds) }},
+	{"retry_policy", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.RetryPolicy }},
+	{"max_attempts", colInt, func(n *NewTask, _ string, _, _ time.Time) any { return int64(n.MaxAttempts) }},
+	{"run_at", colTime, func(_ *NewTask, _ string, runAt, _ time.Time) any { return runAt }},
+	{"updated_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
+	{"created_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
+	{"schedule_id", colNullInt, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.ScheduleID == nil {
+			return nil
+		}
+		return int64(*n.ScheduleID)
+	}},
+	{"schedule_slot", colTime, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.ScheduleSlot == nil {
+			return nil
+		}
+		return n.ScheduleSlot.UTC().Truncate(time.Microsecond)
+	}},
+}
+
+// insertTasks inserts the items idx of ns with their first instances, in two
+// statements, and fills out for them. An item whose idempotency key another
+// transaction took meanwhile is left unanswered (the caller looks it up).
+func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int, out []Created) error {
 	now := s.Now()
-	creates := make([]*ent.TaskCreate, len(ns))
-	for i, n := range ns {
+	cols := make([][]any, len(taskInsertCols))
+	names := make([]string, len(taskInsertCols))
+	types := make([]colType, len(taskInsertCols))
+	for c, col := range taskInsertCols {
+		names[c], types[c] = col.name, col.typ
+		cols[c] = make([]any, len(idx))
+	}
+	byCode := make(map[string]int, len(idx))
+	for r, i := range idx {
+		n := &ns[i]
 		runAt := n.RunAt.UTC().Truncate(time.Microsecond)
 		if n.RunAt.IsZero() {
 			runAt = now
 		}
-		creates[i] = t.Task.Create().
-			SetCode(newCode(n.Type, now)).
-			SetType(n.Type).
-			SetTitle(n.Title).
-			SetBizID(n.BizID).
-			SetOwner(n.Owner).
-			SetOwnerRole(n.OwnerRole).
-			SetNillableIdempotencyKey(n.IdempotencyKey).
-			SetInput(n.Input).
-			SetInputSealed(n.InputSealed).
-			SetInputHash(n.InputHash).
-			SetStatus(lifecycle.Pending).
-			SetPriority(n.Priority).
-			SetTimeoutSeconds(n.TimeoutSeconds).
-			SetRetryPolicy(n.RetryPolicy).
-			SetMaxAttempts(n.MaxAttempts).
-			SetRunAt(runAt).
-			SetNillableScheduleID(n.ScheduleID).
-			SetNillableScheduleSlot(utcPtr(n.ScheduleSlot)).
-			SetCreatedAt(now).
-			SetUpdatedAt(now)
+		code := newCode(n.Type, now)
+		byCode[code] = i
+		for c, col := range taskInsertCols {
+			cols[c][r] = col.val(n, code, runAt, now)
+		}
 	}
-	tasks, err := t.Task.CreateBulk(creates...).Save(ctx)
+	v, args := s.d.valuesTable("v", names, types, cols)
+	rows, err := t.QueryContext(ctx, s.d.rebind(`
+INSERT INTO tasks (`+strings.Join(names, ", ")+`)
+SELECT `+strings.Join(names, ", ")+` FROM `+v+` WHERE true
+ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *`), args...)
 	if err != nil {
-		return nil, fmt.Errorf("insert tasks: %w", err)
+		return fmt.Errorf("insert tasks: %w", err)
 	}
-	instances := make([]*ent.TaskInstanceCreate, len(tasks))
-	for i, tk := range tasks {
-		instances[i] = t.TaskInstance.Create().
-			SetTaskID(tk.ID).
-			SetInstanceNo(1).
-			SetAttempt(1).
-			SetStatus(lifecycle.Pending).
-			SetTaskType(tk.Type).
-			SetPriority(tk.Priority).
-			SetRunAt(tk.RunAt).
-			SetCreatedAt(now)
+	tasks, err := ent.ScanTaskRows(s.client, rows)
+	if err != nil {
+		return fmt.Errorf("insert tasks: %w", err)
 	}
-	if err := t.TaskInstance.CreateBulk(instances...).Exec(ctx); err != nil {
-		return nil, fmt.Errorf("insert first instances: %w", err)
-	}
-	t.changed(events.Created, tasks...)
-	return tasks, nil
-}
-
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
+	if len(tasks) == 0 {
 		return nil
 	}
-	u := t.UTC().Truncate(time.Microsecond)
-	return &u
+	icols := [][]any{make([]any, len(tasks)), make([]any, len(tasks)), make([]any, len(tasks)), make([]any, len(tasks))}
+	for r, tk := range tasks {
+		out[byCode[tk.Code]] = Created{Task: tk, Created: true}
+		icols[0][r], icols[1][r], icols[2][r], icols[3][r] = int64(tk.ID), tk.Type, int64(tk.Priority), tk.RunAt
+	}
+	v, args = s.d.valuesTable("v", []string{"task_id", "task_type", "priority", "run_at"}, []colType{colInt, colText, colInt, colTime}, icols)
+	if _, err := t.ExecContext(ctx, s.d.rebind(`
+INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, version, created_at)
+SELECT task_id, 1, 1, `+lifecycle.QuotedList(lifecycle.Pending)+`, task_type, priority, run_at, 1, `+s.d.timeParam()+` FROM `+v), append([]any{now}, args...)...); err != nil {
+		return fmt.Errorf("insert first instances: %w", err)
+	}
+	t.changed(events.Created, tasks...)
+	return nil
+}
+
+// isUniqueViolation reports a unique constraint violation (a code that
+// collided) raised by a hand-written statement.
+func isUniqueViolation(err error) bool {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return pqErr.Code == "23505"
+	}
+	return strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
 // crockford is Crockford's base32 alphabet: no I, L, O, U to misread.

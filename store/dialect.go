@@ -1,10 +1,13 @@
 package store
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"entgo.io/ent/dialect"
+	"github.com/lib/pq"
 )
 
 // sqlDialect hides the few places where the SQL taskgraph writes by hand
@@ -104,4 +107,145 @@ func (d sqlDialect) returningAll(table string) string {
 		return "RETURNING " + table + ".*"
 	}
 	return "RETURNING *"
+}
+
+// inInts is the predicate "col is one of ids": on PostgreSQL "col =
+// ANY(array)" with one array parameter (a statement text that does not grow
+// with the batch, and that the planner reads as index probes: "col IN
+// (SELECT unnest(...))" it may plan as a join over every row matching the
+// rest of the WHERE); on SQLite an IN list of placeholders.
+func (d sqlDialect) inInts(col string, ids []int64) (string, []any) {
+	if d.postgres() {
+		return col + " = ANY(CAST(? AS BIGINT[]))", []any{pq.Int64Array(ids)}
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return col + " IN (" + placeholders(len(ids)) + ")", args
+}
+
+// stringArray is a text[] parameter (PostgreSQL only).
+func stringArray(ss []string) any { return pq.StringArray(ss) }
+
+// colType is the type of a column of a valuesTable.
+type colType int
+
+const (
+	colInt colType = iota
+	colText
+	colJSON
+	colTime
+	colBytes
+	colNullInt // an integer or NULL
+)
+
+// insertChunk is how many rows of cols columns one insert carries: on
+// SQLite, within its 32,766 parameters; on PostgreSQL (one array parameter
+// per column) a size that keeps one statement's work bounded.
+func (d sqlDialect) insertChunk(cols int) int {
+	if d.postgres() {
+		return 5000
+	}
+	return 32000 / cols
+}
+
+// valuesTable returns a derived table named name with the given columns,
+// holding the rows whose values cols holds column by column, and its
+// arguments. On PostgreSQL it is an unnest of one array parameter per
+// column: the statement's text and its parameter count do not grow with
+// the batch, so parsing and planning cost the same for 1 row or 2,000. On
+// SQLite it is a VALUES list.
+func (d sqlDialect) valuesTable(name string, names []string, types []colType, cols [][]any) (string, []any) {
+	n := len(cols[0])
+	if d.postgres() {
+		var sel, un strings.Builder
+		args := make([]any, len(cols))
+		for c, col := range cols {
+			if c > 0 {
+				sel.WriteString(", ")
+				un.WriteString(", ")
+			}
+			switch types[c] {
+			case colInt:
+				a := make(pq.Int64Array, n)
+				for i, v := range col {
+					a[i] = v.(int64)
+				}
+				args[c] = a
+				un.WriteString("CAST(? AS BIGINT[])")
+				sel.WriteString(names[c])
+			case colBytes:
+				a := make(pq.ByteaArray, n)
+				for i, v := range col {
+					a[i], _ = v.([]byte)
+				}
+				args[c] = a
+				un.WriteString("CAST(? AS BYTEA[])")
+				sel.WriteString(names[c])
+			default:
+				args[c] = textArray(col)
+				un.WriteString("CAST(? AS TEXT[])")
+				switch types[c] {
+				case colJSON:
+					sel.WriteString("CAST(" + names[c] + " AS JSONB) AS " + names[c])
+				case colTime:
+					sel.WriteString("CAST(" + names[c] + " AS TIMESTAMPTZ) AS " + names[c])
+				case colNullInt:
+					sel.WriteString("CAST(" + names[c] + " AS BIGINT) AS " + names[c])
+				default:
+					sel.WriteString(names[c])
+				}
+			}
+		}
+		return "(SELECT " + sel.String() + " FROM unnest(" + un.String() + ") AS u(" + strings.Join(names, ", ") + ")) " + name, args
+	}
+	var sel strings.Builder
+	for c, nm := range names {
+		if c > 0 {
+			sel.WriteString(", ")
+		}
+		sel.WriteString("column" + strconv.Itoa(c+1) + " AS " + nm)
+	}
+	args := make([]any, 0, n*len(cols))
+	for i := range n {
+		for _, col := range cols {
+			args = append(args, col[i])
+		}
+	}
+	return "(SELECT " + sel.String() + " FROM (VALUES " + valuesRows(placeholders(len(cols)), n) + ")) " + name, args
+}
+
+// textArray encodes values (strings, times, nil) as a PostgreSQL text[]
+// literal, NULL for nil.
+func textArray(vals []any) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		var s string
+		switch x := v.(type) {
+		case nil:
+			b.WriteString("NULL")
+			continue
+		case string:
+			s = x
+		case time.Time:
+			s = x.UTC().Format(time.RFC3339Nano)
+		default:
+			s = fmt.Sprint(x)
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(s); j++ {
+			if s[j] == '"' || s[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(s[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }

@@ -39,6 +39,11 @@ type Outcome struct {
 	// Log, when set, is written as a WARN line of the task's trace together
 	// with the transition (e.g. why the watchdog acted).
 	Log string
+	// Task, when set, is the task as its execution was claimed. The finish
+	// then reads back only the columns a transition can change and takes
+	// the others (input, owner, ...: immutable) from it for the published
+	// change, instead of decoding whole rows again.
+	Task *ent.Task
 }
 
 // Retry is the next instance a failed execution leads to.
@@ -105,9 +110,22 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 	}
 
 	// 1. The instances: a conditional UPDATE per the fencing token (and
-	// the watchdog's heartbeat guard). Rows not returned were moved on.
-	row := s.d.intParam() + ", " + s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam() + ", " + s.d.timeParam()
-	args := make([]any, 0, len(batch)*7+1)
+	// the watchdog's heartbeat guard), of executions whose task mirrors
+	// them (EXECUTING). Rows not returned were moved on, or their pair is
+	// inconsistent (explainRefusals says which); either way that outcome
+	// alone is refused. The instance rows are locked first, then the task
+	// rows: the lock order every writer keeps. No writer moves a task's
+	// status without holding its live instance, so the task read here is
+	// still EXECUTING when step 2 updates it.
+	cols := [][]any{
+		make([]any, 0, len(batch)), // id
+		make([]any, 0, len(batch)), // version
+		make([]any, 0, len(batch)), // status
+		make([]any, 0, len(batch)), // error_kind
+		make([]any, 0, len(batch)), // last_error
+		make([]any, 0, len(batch)), // result
+		make([]any, 0, len(batch)), // stale_before
+	}
 	for _, i := range batch {
 		o := outcomes[i]
 		var kind, lastErr, result, staleBefore any
@@ -120,27 +138,30 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 		if !o.StaleBefore.IsZero() {
 			staleBefore = o.StaleBefore.UTC()
 		}
-		args = append(args, o.Token.InstanceID, o.Token.Version, string(o.Status), kind, lastErr, result, staleBefore)
+		for c, v := range []any{int64(o.Token.InstanceID), o.Token.Version, string(o.Status), kind, lastErr, result, staleBefore} {
+			cols[c] = append(cols[c], v)
+		}
 	}
-	args = append(args, now)
+	v, vArgs := s.d.valuesTable("v", []string{"id", "version", "status", "error_kind", "last_error", "result", "stale_before"},
+		[]colType{colInt, colInt, colText, colText, colText, colJSON, colTime}, cols)
 	rows, err := t.QueryContext(ctx, s.d.rebind(`
-WITH v(id, version, status, error_kind, last_error, result, stale_before) AS (VALUES `+valuesRows(row, len(batch))+`)
 UPDATE task_instances SET status = v.status, error_kind = v.error_kind, last_error = v.last_error, result = v.result,
 	finished_at = `+s.d.timeParam()+`, version = task_instances.version + 1
-FROM v
-WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = 'EXECUTING'
+FROM `+v+`, tasks
+WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = `+sqlExecuting+`
 	AND (v.stale_before IS NULL OR task_instances.heartbeat_at < v.stale_before)
-`+s.d.returningAll("task_instances")), args...)
+	AND tasks.id = task_instances.task_id AND tasks.status = `+sqlExecuting+`
+RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`), append([]any{now}, vArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update instances: %w", err)
 	}
-	insts, err := ent.ScanTaskInstanceRows(s.client, rows)
+	moved, err := scanInts(rows, 3)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update instances: %w", err)
 	}
-	applied := make(map[int]*ent.TaskInstance, len(insts))
-	for _, in := range insts {
-		applied[in.ID] = in
+	applied := make(map[int]*ent.TaskInstance, len(moved))
+	for _, r := range moved {
+		applied[int(r[0])] = &ent.TaskInstance{ID: int(r[0]), TaskID: int(r[1]), InstanceNo: int(r[2])}
 	}
 	if len(applied) < len(batch) {
 		if err := s.explainRefusals(ctx, t, outcomes, batch, applied, errs); err != nil {
@@ -153,9 +174,9 @@ WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_i
 
 	// 2. Their tasks. A retryable failure of a task whose cancel was
 	// requested ends the task CANCELLED instead of scheduling a retry.
-	row = s.d.intParam() + ", " + s.d.textParam() + ", " + s.d.textParam() + ", " + s.d.jsonParam() + ", " + s.d.textParam()
-	args = args[:0]
-	var n int
+	for c := range cols[:5] {
+		cols[c] = cols[c][:0]
+	}
 	for _, i := range batch {
 		o := outcomes[i]
 		in := applied[o.Token.InstanceID]
@@ -176,29 +197,37 @@ WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_i
 		if o.ResultStatus != "" {
 			resultStatus = o.ResultStatus
 		}
-		args = append(args, in.TaskID, string(to), lastErr, result, resultStatus)
-		n++
+		for c, v := range []any{int64(in.TaskID), string(to), lastErr, result, resultStatus} {
+			cols[c] = append(cols[c], v)
+		}
 	}
-	args = append(args, now, now)
-	const final = `CASE WHEN v.status <> 'SUCCESS' AND tasks.cancel_requested THEN 'CANCELLED' ELSE v.status END`
+	n := len(cols[0])
+	v, vArgs = s.d.valuesTable("v", []string{"id", "status", "last_error", "result", "result_status"},
+		[]colType{colInt, colText, colText, colJSON, colText}, cols[:5])
+	snapshots := make(map[int]*ent.Task, n)
+	for _, i := range batch {
+		if in := applied[outcomes[i].Token.InstanceID]; in != nil && outcomes[i].Task != nil && outcomes[i].Task.ID == in.TaskID {
+			snapshots[in.TaskID] = outcomes[i].Task
+		}
+	}
+	final := `CASE WHEN v.status <> ` + lifecycle.QuotedList(lifecycle.Success) + ` AND tasks.cancel_requested THEN ` + lifecycle.QuotedList(lifecycle.Cancelled) + ` ELSE v.status END`
 	rows, err = t.QueryContext(ctx, s.d.rebind(`
-WITH v(id, status, last_error, result, result_status) AS (VALUES `+valuesRows(row, n)+`)
 UPDATE tasks SET status = `+final+`, last_error = v.last_error, result = v.result, result_status = v.result_status,
-	finished_at = CASE WHEN `+final+` IN ('SUCCESS', 'FAILED', 'CANCELLED') THEN `+s.d.timeParam()+` ELSE NULL END,
+	finished_at = CASE WHEN `+final+` IN (`+sqlTerminal+`) THEN `+s.d.timeParam()+` ELSE NULL END,
 	updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
-FROM v
-WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'
-`+s.d.returningAll("tasks")), args...)
+FROM `+v+`
+WHERE tasks.id = v.id AND tasks.status = `+sqlExecuting+`
+RETURNING `+changingColumns("tasks")), append([]any{now, now}, vArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update tasks: %w", err)
 	}
-	tasks, err := ent.ScanTaskRows(s.client, rows)
+	tasks, err := s.scanChanged(ctx, t, rows, snapshots)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update tasks: %w", err)
 	}
 	if len(tasks) != n {
-		// The instance was EXECUTING but its task was not: refuse the
-		// batch rather than leave the two disagreeing.
+		// Step 1 only moved executions whose task was EXECUTING, and no
+		// one can move such a task while its instance is held.
 		return nil, fmt.Errorf("finish: %d executions ended but %d of their tasks were EXECUTING", n, len(tasks))
 	}
 
@@ -282,8 +311,10 @@ func (s *Store) explainRefusals(ctx context.Context, t *txn, outcomes []Outcome,
 			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the execution was already moved on"}
 		case in.Version != o.Token.Version:
 			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "stale fencing token"}
-		default:
+		case !o.StaleBefore.IsZero() && in.HeartbeatAt != nil && !in.HeartbeatAt.Before(o.StaleBefore):
 			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the worker sent a heartbeat meanwhile"}
+		default:
+			errs[i] = s.inconsistent(ctx, t, in)
 		}
 	}
 	return nil

@@ -21,17 +21,22 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"entgo.io/ent/dialect/sql/schema"
 	"github.com/lib/pq"
 	_ "modernc.org/sqlite" // the embedded default database
 
 	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/ent/migrate"
+	_ "taskgraph/ent/runtime" // defaults and the status guard hooks
 	"taskgraph/events"
+	"taskgraph/lifecycle"
 )
 
 // Config says which database to open and whom to tell about commits.
@@ -48,6 +53,9 @@ type Config struct {
 	// MaxOpenConns bounds the connection pool. Default: 32 on PostgreSQL,
 	// 8 on SQLite.
 	MaxOpenConns int
+	// Gate, when set, limits what each claim may take per task type
+	// (flow control: caps, rates, pauses). See Gate.
+	Gate Gate
 	// BeforeCommit, when set, runs in every writing transaction that
 	// recorded changes, just before COMMIT, with a way to execute statements
 	// in it: the relay sends its notifications there, so that they are
@@ -69,6 +77,9 @@ type Store struct {
 	writeMu chan struct{} // SQLite only: one writing transaction at a time
 	before  BeforeCommitFunc
 	order   publishOrder
+	gate    Gate
+
+	inconsistencies atomic.Int64
 }
 
 // Open connects, checks the connection and migrates the schema.
@@ -88,6 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		clock:  cfg.Clock,
 		log:    cfg.Logger,
 		before: cfg.BeforeCommit,
+		gate:   cfg.Gate,
 	}
 	if s.pub == nil {
 		s.pub = events.Discard{}
@@ -134,10 +146,19 @@ func parseDSN(raw string) (driverName, dsn, dialectName string, err error) {
 	case raw == "":
 		return "", "", "", errors.New("no database given")
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		if _, err := url.Parse(raw); err != nil {
+		u, err := url.Parse(raw)
+		if err != nil {
 			return "", "", "", fmt.Errorf("database URL: %w", err)
 		}
-		return "postgres", raw, dialect.Postgres, nil
+		// No just-in-time compilation in our sessions (unless the URL
+		// asks for it): every statement of ours reads a few index
+		// entries, and a misestimated cost (a table never analyzed)
+		// would make one spend half a second compiling.
+		if q := u.Query(); !q.Has("jit") {
+			q.Set("jit", "off")
+			u.RawQuery = q.Encode()
+		}
+		return "postgres", u.String(), dialect.Postgres, nil
 	}
 	path := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite://"), "file:")
 	if i := strings.IndexByte(path, '?'); i >= 0 {
@@ -187,14 +208,49 @@ func (s *Store) migrate(ctx context.Context) error {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
 		}()
 	}
-	err := s.client.Schema.Create(ctx)
+	// No foreign keys: the store is the only writer of tasks, instances and
+	// logs and deletes them together (purge); a key check on every instance
+	// and log insert would lock the task row for nothing. Indexes that the
+	// schema no longer declares are dropped, so that an upgraded database
+	// loses, for example, an old index on tasks.status that kept its
+	// updates from being HOT.
+	opts := []schema.MigrateOption{migrate.WithForeignKeys(false), migrate.WithDropIndex(true)}
+	err := s.client.Schema.Create(ctx, opts...)
 	if err != nil && !s.d.postgres() {
 		// Another connection to the same SQLite file migrated first;
 		// a second pass finds the schema in place.
-		err = s.client.Schema.Create(ctx)
+		err = s.client.Schema.Create(ctx, opts...)
 	}
 	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
+	}
+	return s.tuneTables(ctx)
+}
+
+// tasksFillFactor leaves half of each page of tasks free, so that the two
+// updates of an execution (claim, finish) find room for the row's new
+// version on its own page and are HOT: no index entry is written. Measured
+// on PostgreSQL 15 with the noop burn-down: 97% of task updates HOT at 50,
+// 62% at 70, 27% at 85 (the default 100 allows almost none).
+const tasksFillFactor = 50
+
+// tuneTables sets the per-table storage parameters of the schema (on
+// PostgreSQL; SQLite has none). It changes nothing when they are set.
+func (s *Store) tuneTables(ctx context.Context) error {
+	if !s.d.postgres() {
+		return nil
+	}
+	want := fmt.Sprintf("fillfactor=%d", tasksFillFactor)
+	var has bool
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE($1 = ANY(reloptions), false) FROM pg_class WHERE oid = to_regclass('tasks')`, want).Scan(&has)
+	if err != nil {
+		return fmt.Errorf("migrate: read storage parameters: %w", err)
+	}
+	if has {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, `ALTER TABLE tasks SET (`+want+`)`); err != nil {
+		return fmt.Errorf("migrate: set storage parameters: %w", err)
 	}
 	return nil
 }
@@ -219,7 +275,9 @@ func (s *Store) Close() error { return s.client.Close() }
 // internal marks the context of the store's methods that only the process
 // itself calls (claims, heartbeats, work records, outcomes, the watchdog's
 // scan): they read every task whoever asks.
-func internal(ctx context.Context) context.Context { return auth.NewSystemContext(ctx) }
+func internal(ctx context.Context) context.Context {
+	return lifecycle.Guarded(auth.NewSystemContext(ctx))
+}
 
 // txn is a transaction plus what it will publish once committed.
 type txn struct {
@@ -401,18 +459,5 @@ func (s *Store) queryInts(ctx context.Context, t *txn, cols int, query string, a
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out [][]int64
-	for rows.Next() {
-		row := make([]int64, cols)
-		ptrs := make([]any, cols)
-		for i := range row {
-			ptrs[i] = &row[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		out = append(out, row)
-	}
-	return out, rows.Err()
+	return scanInts(rows, cols)
 }

@@ -134,6 +134,20 @@ func newTaskParams(o taskOpts) store.NewTask {
 	return n
 }
 
+// createAll creates tasks in bulk and requires every one created.
+func createAll(t testing.TB, s *store.Store, batch []store.NewTask) []*ent.Task {
+	t.Helper()
+	res, err := s.CreateTasks(sysCtx, batch)
+	require.NoError(t, err)
+	out := make([]*ent.Task, len(res))
+	for i, r := range res {
+		require.NoError(t, r.Err)
+		require.True(t, r.Created)
+		out[i] = r.Task
+	}
+	return out
+}
+
 func claimOne(t testing.TB, s *store.Store) store.Claimed {
 	t.Helper()
 	cl, err := s.Claim(sysCtx, "w1", []string{"noop"}, 1)
@@ -434,13 +448,57 @@ func TestIllegalTransitions(t *testing.T) {
 			require.ErrorIs(t, err, store.ErrNotFound)
 		})
 		t.Run("SecondLiveInstanceIsRefusedByTheDatabase", func(t *testing.T) {
+			// As if the store itself tried (the status guard lets the
+			// store's context through): the unique index still refuses.
 			in := instances(t, s, pending.ID)[0]
 			_, err := s.Client().TaskInstance.Create().
 				SetTaskID(pending.ID).SetInstanceNo(in.InstanceNo + 1).SetAttempt(1).
 				SetStatus(lifecycle.RetryPending).SetTaskType("noop").SetPriority(5).SetRunAt(epoch).
-				Save(ctx)
+				Save(lifecycle.Guarded(ctx))
 			require.True(t, ent.IsConstraintError(err), "want a constraint error, got %v", err)
 		})
+	})
+}
+
+// TestStatusGuard tries to change status through ent, around the store:
+// the schema's hooks refuse it.
+func TestStatusGuard(t *testing.T) {
+	t.Parallel()
+	ctx := sysCtx
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, _ := setup(t, dsn)
+		tk := newTask(t, s, taskOpts{})
+		in := instances(t, s, tk.ID)[0]
+		c := s.Client()
+
+		_, err := c.Task.UpdateOneID(tk.ID).SetStatus(lifecycle.Success).Save(ctx)
+		require.ErrorContains(t, err, "only be changed by package store")
+		_, err = c.TaskInstance.UpdateOneID(in.ID).SetStatus(lifecycle.Executing).Save(ctx)
+		require.ErrorContains(t, err, "only be changed by package store")
+		_, err = c.Task.Update().Where(task.ID(tk.ID)).SetStatus(lifecycle.Cancelled).Save(ctx)
+		require.ErrorContains(t, err, "only be changed by package store")
+		_, err = c.Task.Create().SetCode("X-1").SetType("noop").SetStatus(lifecycle.Executing).
+			SetOwner("a").SetInput([]byte(`{}`)).SetInputHash("h").SetTimeoutSeconds(1).
+			SetRetryPolicy("none").SetMaxAttempts(1).SetRunAt(epoch).Save(ctx)
+		require.ErrorContains(t, err, "only be changed by package store")
+
+		// Even the store's own context cannot leave the table, nor change
+		// status in bulk.
+		guarded := lifecycle.Guarded(ctx)
+		_, err = c.Task.UpdateOneID(tk.ID).SetStatus(lifecycle.Success).Save(guarded)
+		requireTransitionError(t, err, lifecycle.Pending, lifecycle.Success)
+		_, err = c.Task.Update().Where(task.ID(tk.ID)).SetStatus(lifecycle.Cancelled).Save(guarded)
+		require.ErrorContains(t, err, "bulk")
+		_, err = c.Task.Create().SetCode("X-2").SetType("noop").SetStatus(lifecycle.Executing).
+			SetOwner("a").SetInput([]byte(`{}`)).SetInputHash("h").SetTimeoutSeconds(1).
+			SetRetryPolicy("none").SetMaxAttempts(1).SetRunAt(epoch).Save(guarded)
+		require.ErrorIs(t, err, lifecycle.ErrInvalidTransition)
+
+		// Fields other than status stay writable through ent.
+		_, err = c.Task.UpdateOneID(tk.ID).SetProgressTotal(7).Save(ctx)
+		require.NoError(t, err)
+		require.Equal(t, lifecycle.Pending, reload(t, s, tk.ID).Status)
+		requireMirrored(t, s, tk.ID)
 	})
 }
 
@@ -583,7 +641,7 @@ func TestConcurrency(t *testing.T) {
 			for i := range batch {
 				batch[i] = newTaskParams(taskOpts{})
 			}
-			require.NoError(t, s.CreateTasks(ctx, batch))
+			createAll(t, s, batch)
 			var mu sync.Mutex
 			seen := map[int]string{}
 			var wg sync.WaitGroup
@@ -745,7 +803,7 @@ func TestLargeBatchesAreSplit(t *testing.T) {
 		for i := range batch {
 			batch[i] = newTaskParams(taskOpts{})
 		}
-		require.NoError(t, s.CreateTasks(ctx, batch))
+		createAll(t, s, batch)
 		var claimed []store.Claimed
 		for len(claimed) < n {
 			cl, err := s.Claim(ctx, "w1", []string{"noop"}, n)

@@ -54,7 +54,7 @@ func (s *Store) heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
 		}
 		rows, err := s.queryInts(ctx, t, 3, `
 UPDATE task_instances SET heartbeat_at = ?
-WHERE status = 'EXECUTING' AND id IN (`+placeholders(len(tokens))+`)
+WHERE status = `+sqlExecuting+` AND id IN (`+placeholders(len(tokens))+`)
 RETURNING id, version, task_id`, args...)
 		if err != nil {
 			return fmt.Errorf("heartbeat: %w", err)
@@ -230,7 +230,7 @@ func (s *Store) recordWork(ctx context.Context, logs []LogLine, progress []Progr
 WITH v(id, done, total) AS (VALUES `+valuesRows(row, len(accepted))+`)
 UPDATE tasks SET progress_done = v.done, progress_total = v.total, updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
 FROM v
-WHERE tasks.id = v.id AND tasks.status = 'EXECUTING'
+WHERE tasks.id = v.id AND tasks.status = `+sqlExecuting+`
 `+s.d.returningAll("tasks")), args...)
 		if err != nil {
 			return fmt.Errorf("record work: progress: %w", err)

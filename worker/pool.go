@@ -63,7 +63,7 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	ConcurrencyDefault       = 16
+	ConcurrencyDefault       = 256
 	PollIntervalDefault      = time.Second
 	HeartbeatIntervalDefault = 5 * time.Second
 	FlushIntervalDefault     = 20 * time.Millisecond
@@ -456,14 +456,14 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 	now := p.deps.Store.Now()
 	switch {
 	case err == nil:
-		return store.Outcome{Token: c.Token(), Status: lifecycle.Success, Result: ex.job.resultJSON()}, true
+		return store.Outcome{Token: c.Token(), Status: lifecycle.Success, Result: ex.job.resultJSON(), Task: c.Task}, true
 	case errors.Is(cause, errCancelRequested):
 		msg := "cancelled while running"
 		if reason != "" {
 			msg += ": " + reason
 		}
 		return store.Outcome{Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled,
-			Error: ex.job.mask.String(msg), Result: ex.job.resultJSON(), Log: msg}, true
+			Error: ex.job.mask.String(msg), Result: ex.job.resultJSON(), Log: msg, Task: c.Task}, true
 	case errors.Is(cause, errTimeout):
 		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindTimeout,
 			fmt.Sprintf("timed out after %ds: %v", c.Task.TimeoutSeconds, err), ex.job.resultJSON(), now), true
@@ -487,6 +487,7 @@ func Failure(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.Error
 		Error:  msg,
 		Result: result,
 		Log:    fmt.Sprintf("attempt %d failed (%s): %s; %s", c.Instance.Attempt, kind, firstLine(msg), d.Reason),
+		Task:   c.Task,
 	}
 	if d.Retry {
 		o.Retry = &store.Retry{RunAt: d.RunAt, Attempt: d.Attempt}

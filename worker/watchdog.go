@@ -125,7 +125,7 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 			msg := fmt.Sprintf("watchdog: cancel finished: worker %s stopped sending heartbeats at %s", in.WorkerID, hb.Format(time.RFC3339))
 			outcomes = append(outcomes, store.Outcome{
 				Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled,
-				Error: msg, StaleBefore: staleBefore, Log: msg,
+				Error: msg, StaleBefore: staleBefore, Log: msg, Task: tk,
 			})
 			counters = append(counters, &res.CancelsFinished)
 			actions = append(actions, "cancel_finished")

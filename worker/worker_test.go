@@ -184,7 +184,8 @@ func TestEightWorkersExecuteEveryTaskExactlyOnce(t *testing.T) {
 		for i := range batch {
 			batch[i] = store.NewTask{Type: "count", Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h", TimeoutSeconds: 60, RetryPolicy: "none", MaxAttempts: 1}
 		}
-		require.NoError(t, b.store.CreateTasks(sysCtx, batch))
+		_, err := b.store.CreateTasks(sysCtx, batch)
+		require.NoError(t, err)
 		timeout := time.After(3 * time.Minute)
 		for finished := 0; finished < total; {
 			select {

@@ -299,11 +299,6 @@ var (
 				},
 			},
 			{
-				Name:    "task_status_type",
-				Unique:  false,
-				Columns: []*schema.Column{TasksColumns[7], TasksColumns[3]},
-			},
-			{
 				Name:    "task_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{TasksColumns[1]},
@@ -312,6 +307,9 @@ var (
 				Name:    "task_biz_id",
 				Unique:  false,
 				Columns: []*schema.Column{TasksColumns[4]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "biz_id <> ''",
+				},
 			},
 			{
 				Name:    "task_schedule_slot",
@@ -373,7 +371,7 @@ var (
 			{
 				Name:    "taskinstance_claimable",
 				Unique:  false,
-				Columns: []*schema.Column{TaskInstancesColumns[6], TaskInstancesColumns[7]},
+				Columns: []*schema.Column{TaskInstancesColumns[5], TaskInstancesColumns[6], TaskInstancesColumns[7], TaskInstancesColumns[0]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status IN ('PENDING', 'RETRY_PENDING')",
 				},

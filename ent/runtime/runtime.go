@@ -2,7 +2,235 @@
 
 package runtime
 
-// The schema-stitching logic is generated in taskgraph/ent/runtime.go
+import (
+	"taskgraph/ent/artifact"
+	"taskgraph/ent/auditlog"
+	"taskgraph/ent/contact"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
+	"taskgraph/ent/schema"
+	"taskgraph/ent/task"
+	"taskgraph/ent/taskinstance"
+	"taskgraph/ent/tasklog"
+	"time"
+)
+
+// The init function reads all schema descriptors with runtime code
+// (default values, validators, hooks and policies) and stitches it
+// to their package variables.
+func init() {
+	artifactMixin := schema.Artifact{}.Mixin()
+	artifactMixinFields0 := artifactMixin[0].Fields()
+	_ = artifactMixinFields0
+	artifactFields := schema.Artifact{}.Fields()
+	_ = artifactFields
+	// artifactDescCreatedAt is the schema descriptor for created_at field.
+	artifactDescCreatedAt := artifactMixinFields0[0].Descriptor()
+	// artifact.DefaultCreatedAt holds the default value on creation for the created_at field.
+	artifact.DefaultCreatedAt = artifactDescCreatedAt.Default.(func() time.Time)
+	auditlogMixin := schema.AuditLog{}.Mixin()
+	auditlogMixinFields0 := auditlogMixin[0].Fields()
+	_ = auditlogMixinFields0
+	auditlogFields := schema.AuditLog{}.Fields()
+	_ = auditlogFields
+	// auditlogDescCreatedAt is the schema descriptor for created_at field.
+	auditlogDescCreatedAt := auditlogMixinFields0[0].Descriptor()
+	// auditlog.DefaultCreatedAt holds the default value on creation for the created_at field.
+	auditlog.DefaultCreatedAt = auditlogDescCreatedAt.Default.(func() time.Time)
+	// auditlogDescTenant is the schema descriptor for tenant field.
+	auditlogDescTenant := auditlogFields[2].Descriptor()
+	// auditlog.DefaultTenant holds the default value on creation for the tenant field.
+	auditlog.DefaultTenant = auditlogDescTenant.Default.(string)
+	// auditlogDescErrorCode is the schema descriptor for error_code field.
+	auditlogDescErrorCode := auditlogFields[6].Descriptor()
+	// auditlog.DefaultErrorCode holds the default value on creation for the error_code field.
+	auditlog.DefaultErrorCode = auditlogDescErrorCode.Default.(string)
+	// auditlogDescRemoteAddr is the schema descriptor for remote_addr field.
+	auditlogDescRemoteAddr := auditlogFields[7].Descriptor()
+	// auditlog.DefaultRemoteAddr holds the default value on creation for the remote_addr field.
+	auditlog.DefaultRemoteAddr = auditlogDescRemoteAddr.Default.(string)
+	contactMixin := schema.Contact{}.Mixin()
+	contactMixinFields0 := contactMixin[0].Fields()
+	_ = contactMixinFields0
+	contactFields := schema.Contact{}.Fields()
+	_ = contactFields
+	// contactDescCreatedAt is the schema descriptor for created_at field.
+	contactDescCreatedAt := contactMixinFields0[0].Descriptor()
+	// contact.DefaultCreatedAt holds the default value on creation for the created_at field.
+	contact.DefaultCreatedAt = contactDescCreatedAt.Default.(func() time.Time)
+	// contactDescEmail is the schema descriptor for email field.
+	contactDescEmail := contactFields[4].Descriptor()
+	// contact.DefaultEmail holds the default value on creation for the email field.
+	contact.DefaultEmail = contactDescEmail.Default.(string)
+	// contactDescCompany is the schema descriptor for company field.
+	contactDescCompany := contactFields[5].Descriptor()
+	// contact.DefaultCompany holds the default value on creation for the company field.
+	contact.DefaultCompany = contactDescCompany.Default.(string)
+	// contactDescCity is the schema descriptor for city field.
+	contactDescCity := contactFields[6].Descriptor()
+	// contact.DefaultCity holds the default value on creation for the city field.
+	contact.DefaultCity = contactDescCity.Default.(string)
+	// contactDescGender is the schema descriptor for gender field.
+	contactDescGender := contactFields[8].Descriptor()
+	// contact.DefaultGender holds the default value on creation for the gender field.
+	contact.DefaultGender = contactDescGender.Default.(string)
+	// contactDescBirthday is the schema descriptor for birthday field.
+	contactDescBirthday := contactFields[9].Descriptor()
+	// contact.DefaultBirthday holds the default value on creation for the birthday field.
+	contact.DefaultBirthday = contactDescBirthday.Default.(string)
+	flowcontrolFields := schema.FlowControl{}.Fields()
+	_ = flowcontrolFields
+	// flowcontrolDescRatePeriodSeconds is the schema descriptor for rate_period_seconds field.
+	flowcontrolDescRatePeriodSeconds := flowcontrolFields[3].Descriptor()
+	// flowcontrol.DefaultRatePeriodSeconds holds the default value on creation for the rate_period_seconds field.
+	flowcontrol.DefaultRatePeriodSeconds = flowcontrolDescRatePeriodSeconds.Default.(int)
+	// flowcontrolDescPaused is the schema descriptor for paused field.
+	flowcontrolDescPaused := flowcontrolFields[4].Descriptor()
+	// flowcontrol.DefaultPaused holds the default value on creation for the paused field.
+	flowcontrol.DefaultPaused = flowcontrolDescPaused.Default.(bool)
+	// flowcontrolDescUpdatedBy is the schema descriptor for updated_by field.
+	flowcontrolDescUpdatedBy := flowcontrolFields[6].Descriptor()
+	// flowcontrol.DefaultUpdatedBy holds the default value on creation for the updated_by field.
+	flowcontrol.DefaultUpdatedBy = flowcontrolDescUpdatedBy.Default.(string)
+	// flowcontrolDescUpdatedAt is the schema descriptor for updated_at field.
+	flowcontrolDescUpdatedAt := flowcontrolFields[7].Descriptor()
+	// flowcontrol.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	flowcontrol.DefaultUpdatedAt = flowcontrolDescUpdatedAt.Default.(func() time.Time)
+	scheduleMixin := schema.Schedule{}.Mixin()
+	scheduleMixinFields0 := scheduleMixin[0].Fields()
+	_ = scheduleMixinFields0
+	scheduleFields := schema.Schedule{}.Fields()
+	_ = scheduleFields
+	// scheduleDescCreatedAt is the schema descriptor for created_at field.
+	scheduleDescCreatedAt := scheduleMixinFields0[0].Descriptor()
+	// schedule.DefaultCreatedAt holds the default value on creation for the created_at field.
+	schedule.DefaultCreatedAt = scheduleDescCreatedAt.Default.(func() time.Time)
+	// scheduleDescOwnerRole is the schema descriptor for owner_role field.
+	scheduleDescOwnerRole := scheduleFields[2].Descriptor()
+	// schedule.DefaultOwnerRole holds the default value on creation for the owner_role field.
+	schedule.DefaultOwnerRole = scheduleDescOwnerRole.Default.(string)
+	// scheduleDescTenant is the schema descriptor for tenant field.
+	scheduleDescTenant := scheduleFields[3].Descriptor()
+	// schedule.DefaultTenant holds the default value on creation for the tenant field.
+	schedule.DefaultTenant = scheduleDescTenant.Default.(string)
+	// scheduleDescCron is the schema descriptor for cron field.
+	scheduleDescCron := scheduleFields[4].Descriptor()
+	// schedule.DefaultCron holds the default value on creation for the cron field.
+	schedule.DefaultCron = scheduleDescCron.Default.(string)
+	// scheduleDescTimezone is the schema descriptor for timezone field.
+	scheduleDescTimezone := scheduleFields[6].Descriptor()
+	// schedule.DefaultTimezone holds the default value on creation for the timezone field.
+	schedule.DefaultTimezone = scheduleDescTimezone.Default.(string)
+	// scheduleDescTaskTitle is the schema descriptor for task_title field.
+	scheduleDescTaskTitle := scheduleFields[8].Descriptor()
+	// schedule.DefaultTaskTitle holds the default value on creation for the task_title field.
+	schedule.DefaultTaskTitle = scheduleDescTaskTitle.Default.(string)
+	// scheduleDescPaused is the schema descriptor for paused field.
+	scheduleDescPaused := scheduleFields[15].Descriptor()
+	// schedule.DefaultPaused holds the default value on creation for the paused field.
+	schedule.DefaultPaused = scheduleDescPaused.Default.(bool)
+	// scheduleDescQueuedCount is the schema descriptor for queued_count field.
+	scheduleDescQueuedCount := scheduleFields[24].Descriptor()
+	// schedule.DefaultQueuedCount holds the default value on creation for the queued_count field.
+	schedule.DefaultQueuedCount = scheduleDescQueuedCount.Default.(int)
+	// scheduleDescVersion is the schema descriptor for version field.
+	scheduleDescVersion := scheduleFields[25].Descriptor()
+	// schedule.DefaultVersion holds the default value on creation for the version field.
+	schedule.DefaultVersion = scheduleDescVersion.Default.(int64)
+	// scheduleDescUpdatedAt is the schema descriptor for updated_at field.
+	scheduleDescUpdatedAt := scheduleFields[26].Descriptor()
+	// schedule.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	schedule.DefaultUpdatedAt = scheduleDescUpdatedAt.Default.(func() time.Time)
+	scheduleeventMixin := schema.ScheduleEvent{}.Mixin()
+	scheduleeventMixinFields0 := scheduleeventMixin[0].Fields()
+	_ = scheduleeventMixinFields0
+	scheduleeventFields := schema.ScheduleEvent{}.Fields()
+	_ = scheduleeventFields
+	// scheduleeventDescCreatedAt is the schema descriptor for created_at field.
+	scheduleeventDescCreatedAt := scheduleeventMixinFields0[0].Descriptor()
+	// scheduleevent.DefaultCreatedAt holds the default value on creation for the created_at field.
+	scheduleevent.DefaultCreatedAt = scheduleeventDescCreatedAt.Default.(func() time.Time)
+	// scheduleeventDescMissed is the schema descriptor for missed field.
+	scheduleeventDescMissed := scheduleeventFields[4].Descriptor()
+	// scheduleevent.DefaultMissed holds the default value on creation for the missed field.
+	scheduleevent.DefaultMissed = scheduleeventDescMissed.Default.(int)
+	// scheduleeventDescNode is the schema descriptor for node field.
+	scheduleeventDescNode := scheduleeventFields[6].Descriptor()
+	// scheduleevent.DefaultNode holds the default value on creation for the node field.
+	scheduleevent.DefaultNode = scheduleeventDescNode.Default.(string)
+	taskMixin := schema.Task{}.Mixin()
+	taskHooks := schema.Task{}.Hooks()
+	task.Hooks[0] = taskHooks[0]
+	taskMixinFields0 := taskMixin[0].Fields()
+	_ = taskMixinFields0
+	taskFields := schema.Task{}.Fields()
+	_ = taskFields
+	// taskDescCreatedAt is the schema descriptor for created_at field.
+	taskDescCreatedAt := taskMixinFields0[0].Descriptor()
+	// task.DefaultCreatedAt holds the default value on creation for the created_at field.
+	task.DefaultCreatedAt = taskDescCreatedAt.Default.(func() time.Time)
+	// taskDescBizID is the schema descriptor for biz_id field.
+	taskDescBizID := taskFields[2].Descriptor()
+	// task.DefaultBizID holds the default value on creation for the biz_id field.
+	task.DefaultBizID = taskDescBizID.Default.(string)
+	// taskDescTitle is the schema descriptor for title field.
+	taskDescTitle := taskFields[4].Descriptor()
+	// task.DefaultTitle holds the default value on creation for the title field.
+	task.DefaultTitle = taskDescTitle.Default.(string)
+	// taskDescPriority is the schema descriptor for priority field.
+	taskDescPriority := taskFields[6].Descriptor()
+	// task.DefaultPriority holds the default value on creation for the priority field.
+	task.DefaultPriority = taskDescPriority.Default.(int)
+	// taskDescOwnerRole is the schema descriptor for owner_role field.
+	taskDescOwnerRole := taskFields[8].Descriptor()
+	// task.DefaultOwnerRole holds the default value on creation for the owner_role field.
+	task.DefaultOwnerRole = taskDescOwnerRole.Default.(string)
+	// taskDescProgressDone is the schema descriptor for progress_done field.
+	taskDescProgressDone := taskFields[15].Descriptor()
+	// task.DefaultProgressDone holds the default value on creation for the progress_done field.
+	task.DefaultProgressDone = taskDescProgressDone.Default.(int64)
+	// taskDescProgressTotal is the schema descriptor for progress_total field.
+	taskDescProgressTotal := taskFields[16].Descriptor()
+	// task.DefaultProgressTotal holds the default value on creation for the progress_total field.
+	task.DefaultProgressTotal = taskDescProgressTotal.Default.(int64)
+	// taskDescVersion is the schema descriptor for version field.
+	taskDescVersion := taskFields[20].Descriptor()
+	// task.DefaultVersion holds the default value on creation for the version field.
+	task.DefaultVersion = taskDescVersion.Default.(int64)
+	// taskDescCancelRequested is the schema descriptor for cancel_requested field.
+	taskDescCancelRequested := taskFields[21].Descriptor()
+	// task.DefaultCancelRequested holds the default value on creation for the cancel_requested field.
+	task.DefaultCancelRequested = taskDescCancelRequested.Default.(bool)
+	// taskDescUpdatedAt is the schema descriptor for updated_at field.
+	taskDescUpdatedAt := taskFields[24].Descriptor()
+	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
+	taskinstanceMixin := schema.TaskInstance{}.Mixin()
+	taskinstanceHooks := schema.TaskInstance{}.Hooks()
+	taskinstance.Hooks[0] = taskinstanceHooks[0]
+	taskinstanceMixinFields0 := taskinstanceMixin[0].Fields()
+	_ = taskinstanceMixinFields0
+	taskinstanceFields := schema.TaskInstance{}.Fields()
+	_ = taskinstanceFields
+	// taskinstanceDescCreatedAt is the schema descriptor for created_at field.
+	taskinstanceDescCreatedAt := taskinstanceMixinFields0[0].Descriptor()
+	// taskinstance.DefaultCreatedAt holds the default value on creation for the created_at field.
+	taskinstance.DefaultCreatedAt = taskinstanceDescCreatedAt.Default.(func() time.Time)
+	// taskinstanceDescVersion is the schema descriptor for version field.
+	taskinstanceDescVersion := taskinstanceFields[14].Descriptor()
+	// taskinstance.DefaultVersion holds the default value on creation for the version field.
+	taskinstance.DefaultVersion = taskinstanceDescVersion.Default.(int64)
+	tasklogMixin := schema.TaskLog{}.Mixin()
+	tasklogMixinFields0 := tasklogMixin[0].Fields()
+	_ = tasklogMixinFields0
+	tasklogFields := schema.TaskLog{}.Fields()
+	_ = tasklogFields
+	// tasklogDescCreatedAt is the schema descriptor for created_at field.
+	tasklogDescCreatedAt := tasklogMixinFields0[0].Descriptor()
+	// tasklog.DefaultCreatedAt holds the default value on creation for the created_at field.
+	tasklog.DefaultCreatedAt = tasklogDescCreatedAt.Default.(func() time.Time)
+}
 
 const (
 	Version = "v0.14.5"                                         // Version of ent codegen.

@@ -91,16 +91,24 @@ func (TaskInstance) Indexes() []ent.Index {
 		index.Fields("task_id").
 			Unique().
 			StorageKey("taskinstance_one_live_per_task").
-			Annotations(entsql.IndexWhere("status IN ('PENDING', 'RETRY_PENDING', 'EXECUTING')")),
-		// What the claim scans.
-		index.Fields("priority", "run_at").
+			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.LiveStatuses...) + ")")),
+		// What the claim reads: per task type, in claim order, only the
+		// waiting instances. The claim asks for one type at a time, so the
+		// index hands rows out already ordered and the claim never sorts
+		// or scans the backlog (store/claim.go).
+		index.Fields("task_type", "priority", "run_at", "id").
 			StorageKey("taskinstance_claimable").
-			Annotations(entsql.IndexWhere("status IN ('PENDING', 'RETRY_PENDING')")),
-		// What the watchdog scans.
+			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")")),
+		// What the watchdog reads: the running instances only.
 		index.Fields("heartbeat_at").
 			StorageKey("taskinstance_running").
-			Annotations(entsql.IndexWhere("status = 'EXECUTING'")),
+			Annotations(entsql.IndexWhere("status = " + lifecycle.QuotedList(lifecycle.Executing))),
 	}
+}
+
+// Hooks of TaskInstance.
+func (TaskInstance) Hooks() []ent.Hook {
+	return []ent.Hook{statusGuard("task instance", lifecycle.Pending, lifecycle.RetryPending)}
 }
 
 // Annotations of TaskInstance.

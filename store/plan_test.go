@@ -1,0 +1,194 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"taskgraph/internal/dbtest"
+	"taskgraph/store"
+)
+
+// planNode is a node of PostgreSQL's EXPLAIN (FORMAT JSON).
+type planNode struct {
+	NodeType     string     `json:"Node Type"`
+	RelationName string     `json:"Relation Name"`
+	IndexName    string     `json:"Index Name"`
+	ActualRows   float64    `json:"Actual Rows"`
+	ActualLoops  float64    `json:"Actual Loops"`
+	RowsRemoved  float64    `json:"Rows Removed by Filter"`
+	Plans        []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(fn func(planNode)) {
+	fn(n)
+	for _, c := range n.Plans {
+		c.walk(fn)
+	}
+}
+
+// TestClaimPlanDoesNotDependOnTheBacklog fills never-analyzed tables with
+// 200,000 waiting instances (and 200,000 more scheduled for tomorrow), then
+// EXPLAIN ANALYZEs the claim's real statement: it must read the claimable
+// index in order, no more rows than it claims, and sort nothing but the
+// few candidates it picked.
+func TestClaimPlanDoesNotDependOnTheBacklog(t *testing.T) {
+	t.Parallel()
+	dsn := dbtest.PostgresOnly(t)
+	s, _ := setup(t, dsn)
+	db := s.DB()
+	for _, q := range []string{
+		`ALTER TABLE tasks SET (autovacuum_enabled = false)`,
+		`ALTER TABLE task_instances SET (autovacuum_enabled = false)`,
+		`INSERT INTO tasks (code, type, status, owner, input, input_hash, timeout_seconds, retry_policy, max_attempts, run_at, updated_at, created_at)
+		 SELECT 'NOOP-' || g, 'noop', 'PENDING', 'bench', '{}', '-', 60, 'none', 1,
+			CASE WHEN g <= 200000 THEN $1::timestamptz - interval '1 minute' ELSE $1::timestamptz + interval '1 day' END, $1, $1
+		 FROM generate_series(1, 400000) g`,
+		`INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, created_at)
+		 SELECT id, 1, 1, 'PENDING', 'noop', priority, run_at, created_at FROM tasks`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, s.Now())
+		}
+		_, err := db.ExecContext(sysCtx, q, args...)
+		require.NoError(t, err, q)
+	}
+	var analyzed int
+	require.NoError(t, db.QueryRowContext(sysCtx, `SELECT count(*) FROM pg_stat_user_tables WHERE relid IN ('tasks'::regclass, 'task_instances'::regclass) AND (last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL)`).Scan(&analyzed))
+	require.Zero(t, analyzed, "the tables must never have been analyzed")
+
+	for _, tc := range []struct {
+		types []string
+		limit int
+	}{
+		{[]string{"noop"}, 256},
+		{[]string{"noop", "webhook", "import", "export", "report"}, 256},
+		{[]string{"noop"}, 1},
+	} {
+		t.Run(fmt.Sprintf("%dTypesLimit%d", len(tc.types), tc.limit), func(t *testing.T) {
+			outs, err := s.ExplainClaim(sysCtx, tc.types, tc.limit)
+			require.NoError(t, err)
+			require.Len(t, outs, 2)
+			bound := float64(len(tc.types) * tc.limit)
+			// Which index each statement must read task_instances through:
+			// the claimable one to pick, the one-live one to move the
+			// picked tasks' instances.
+			want := []string{"taskinstance_claimable", "taskinstance_one_live_per_task"}
+			for i, out := range outs {
+				var plans []struct {
+					Plan planNode `json:"Plan"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(out), &plans), out)
+				require.Len(t, plans, 1)
+				usedIndex := false
+				plans[0].Plan.walk(func(n planNode) {
+					read := (n.ActualRows + n.RowsRemoved) * max(n.ActualLoops, 1)
+					switch {
+					case n.NodeType == "Seq Scan" || strings.HasPrefix(n.NodeType, "Bitmap"):
+						t.Errorf("statement %d scans %s (%s): %s", i+1, n.RelationName, n.NodeType, out)
+					case n.NodeType == "Sort" || n.NodeType == "Incremental Sort":
+						if read > bound {
+							t.Errorf("statement %d sorts %.0f rows, more than the %.0f candidates it may pick: %s", i+1, read, bound, out)
+						}
+					case strings.Contains(n.NodeType, "Index") && n.RelationName == "task_instances":
+						if n.IndexName == want[i] {
+							usedIndex = true
+						}
+						if read > bound+float64(tc.limit) {
+							t.Errorf("statement %d reads %.0f rows of %s through %s, more than it claims: %s", i+1, read, n.RelationName, n.IndexName, out)
+						}
+					}
+				})
+				require.True(t, usedIndex, "statement %d must read %s: %s", i+1, want[i], out)
+			}
+		})
+	}
+}
+
+// TestClaimPlanOnSQLite checks SQLite's plan of the claim: each task type is
+// read from the claimable index in order (SQLite keeps no statistics unless
+// told to ANALYZE, so the plan is the same for any backlog); the only sort
+// is of the candidates of all types together.
+func TestClaimPlanOnSQLite(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, dbtest.SQLite(t))
+	outs, err := s.ExplainClaim(sysCtx, []string{"noop", "webhook", "import"}, 256)
+	require.NoError(t, err)
+	require.Len(t, outs, 2)
+	out := outs[0]
+	require.Regexp(t, `SEARCH task_instances USING INDEX taskinstance_(one_live_per_task|task_id_instance_no) \(task_id=\?\)`, outs[1])
+	require.Equal(t, 3, strings.Count(out, "SEARCH task_instances USING INDEX taskinstance_claimable (task_type=?"), out)
+	require.NotContains(t, out, "SCAN task_instances", out)
+	require.Equal(t, 1, strings.Count(out, "USE TEMP B-TREE"), out)
+}
+
+// testGate admits a fixed room per type and records what was claimed.
+type testGate struct {
+	room    map[string]int
+	claimed map[string]int
+}
+
+func (g *testGate) Admit(ctx context.Context, q store.Querier, types []string, now time.Time) (map[string]int, error) {
+	// The gate runs in the claim's transaction: it can read.
+	var one int
+	rows, err := q.Query(ctx, "SELECT 1")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(&one); err != nil {
+			return nil, err
+		}
+	}
+	return g.room, rows.Err()
+}
+
+func (g *testGate) Claimed(ctx context.Context, q store.Querier, claimed map[string]int, now time.Time) error {
+	for k, v := range claimed {
+		g.claimed[k] += v
+	}
+	return nil
+}
+
+// TestGateLimitsTheClaim: a type absent from the gate's answer is not
+// claimed, a type with room takes at most that, Unlimited takes the
+// claim's limit, and the gate hears what was claimed.
+func TestGateLimitsTheClaim(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		g := &testGate{room: map[string]int{"noop": 2, "export": store.Unlimited}, claimed: map[string]int{}}
+		s, err := store.Open(sysCtx, store.Config{DSN: dsn, Gate: g})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		var batch []store.NewTask
+		for _, ty := range []string{"noop", "webhook", "export"} {
+			for range 5 {
+				batch = append(batch, newTaskParams(taskOpts{typ: ty}))
+			}
+		}
+		createAll(t, s, batch)
+		cl, err := s.Claim(sysCtx, "w", []string{"noop", "webhook", "export"}, 4)
+		require.NoError(t, err)
+		per := map[string]int{}
+		for _, c := range cl {
+			per[c.Task.Type]++
+		}
+		require.Equal(t, 4, len(cl))
+		require.LessOrEqual(t, per["noop"], 2)
+		require.Zero(t, per["webhook"])
+		require.Equal(t, per, g.claimed)
+		cl, err = s.Claim(sysCtx, "w", []string{"noop", "webhook", "export"}, 100)
+		require.NoError(t, err)
+		for _, c := range cl {
+			per[c.Task.Type]++
+		}
+		require.Equal(t, map[string]int{"noop": 4, "export": 5}, per, "noop: 2 a claim; webhook: none")
+	})
+}
