@@ -164,7 +164,13 @@ func TestRateLimitAcrossNodes(t *testing.T) {
 		a := startNodes(t, d, app.Options{Register: rec.register})[0]
 		_, err := a.App.Flow.Set(local, "paced", flow.Limits{RateLimit: ptr(5), RatePeriodSeconds: ptr(1)})
 		require.NoError(t, err)
+		// Every task waits before the first may start: the rate, not the
+		// pace of creation, decides.
+		_, err = a.App.Flow.Pause(local, "paced", nil)
+		require.NoError(t, err)
 		createPaced(t, a, 70, 0)
+		_, err = a.App.Flow.Resume(local, "paced")
+		require.NoError(t, err)
 		waitAllSucceeded(t, a, 70, 60*time.Second)
 		insts, err := a.App.Store.Client().TaskInstance.Query().
 			Where(taskinstance.TaskType("paced")).

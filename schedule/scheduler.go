@@ -151,6 +151,7 @@ type run struct {
 	looked   bool
 	fired    *ent.Task // the latest task this pass created
 	firedAt  time.Time
+	created  []int // the tasks this pass created
 }
 
 func (s *Scheduler) pass(ctx context.Context, sch *ent.Schedule, now time.Time, res *PassResult) error {
@@ -217,12 +218,12 @@ func (s *Scheduler) pass(ctx context.Context, sch *ent.Schedule, now time.Time, 
 			res.Misfired += n
 			switch sch.MisfirePolicy {
 			case entschedule.MisfirePolicyRUN_ONCE:
-				s.eventMissed(r, first, n, span+"; run once for all of them (misfire policy RUN_ONCE), as slot "+last.Format(time.RFC3339))
+				s.eventMissed(r, first, last, n, span+"; run once for all of them (misfire policy RUN_ONCE), as slot "+last.Format(time.RFC3339))
 				if err := s.fire(ctx, r, last, now, res); err != nil {
 					return err
 				}
 			default:
-				s.eventMissed(r, first, n, span+"; skipped (misfire policy SKIP)")
+				s.eventMissed(r, first, last, n, span+"; skipped (misfire policy SKIP)")
 			}
 		}
 		for _, slot := range onTime {
@@ -297,6 +298,7 @@ func (s *Scheduler) create(ctx context.Context, r *run, slot time.Time, kind sch
 			if !created {
 				return nil
 			}
+			r.created = append(r.created, tk.ID)
 			res.Fired++
 			msg := "task " + tk.Code
 			if note != "" {
@@ -369,6 +371,7 @@ func (s *Scheduler) previous(ctx context.Context, r *run) (*ent.Task, error) {
 type line struct {
 	kind   scheduleevent.Kind
 	slot   *time.Time
+	last   time.Time // MISFIRED: the last slot missed
 	taskID *int
 	missed int
 	msg    string
@@ -379,8 +382,8 @@ func (s *Scheduler) event(r *run, kind scheduleevent.Kind, slot *time.Time, task
 	r.events = append(r.events, line{kind: kind, slot: slot, taskID: taskID, msg: msg})
 }
 
-func (s *Scheduler) eventMissed(r *run, first time.Time, n int, msg string) {
-	r.events = append(r.events, line{kind: scheduleevent.KindMISFIRED, slot: &first, missed: n, msg: msg})
+func (s *Scheduler) eventMissed(r *run, first, last time.Time, n int, msg string) {
+	r.events = append(r.events, line{kind: scheduleevent.KindMISFIRED, slot: &first, last: last, missed: n, msg: msg})
 }
 
 // eventNow writes a line at once: what it says (a task created, a run
@@ -436,9 +439,9 @@ func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNex
 			return errStale
 		}
 		for _, e := range r.events {
-			// A slot skipped or queued here that another node fired
-			// meanwhile (several nodes on one SQLite file all lead) was
-			// not skipped: say nothing about it.
+			// A slot skipped, queued or missed here that another node
+			// fired meanwhile (several nodes on one SQLite file all lead)
+			// was not skipped: say nothing about it.
 			if (e.kind == scheduleevent.KindSKIPPED || e.kind == scheduleevent.KindQUEUED) && e.slot != nil {
 				taken, err := tx.Task.Query().Where(task.ScheduleID(r.sch.ID), task.ScheduleSlot(*e.slot)).Exist(ctx)
 				if err != nil {
@@ -446,6 +449,23 @@ func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNex
 				}
 				if taken {
 					continue
+				}
+			}
+			if e.kind == scheduleevent.KindMISFIRED && e.slot != nil {
+				q := tx.Task.Query().Where(task.ScheduleID(r.sch.ID), task.ScheduleSlotGTE(*e.slot), task.ScheduleSlotLTE(e.last))
+				if len(r.created) > 0 {
+					q.Where(task.IDNotIn(r.created...)) // this pass's own, a catch-up run
+				}
+				taken, err := q.Count(ctx)
+				if err != nil {
+					return err
+				}
+				if taken >= e.missed {
+					continue
+				}
+				if taken > 0 {
+					e.missed -= taken
+					e.msg += fmt.Sprintf(" (%d of these slots were fired by another node)", taken)
 				}
 			}
 			if err := tx.ScheduleEvent.Create().
