@@ -11,6 +11,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/flowcontrol"
 	"taskgraph/ent/flowstart"
 	"taskgraph/ent/schedule"
@@ -85,6 +86,7 @@ func checkColumn(t, c string) error {
 			artifact.Table:      artifact.ValidColumn,
 			auditlog.Table:      auditlog.ValidColumn,
 			contact.Table:       contact.ValidColumn,
+			deployment.Table:    deployment.ValidColumn,
 			flowcontrol.Table:   flowcontrol.ValidColumn,
 			flowstart.Table:     flowstart.ValidColumn,
 			schedule.Table:      schedule.ValidColumn,

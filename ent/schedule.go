@@ -24,6 +24,8 @@ type Schedule struct {
 	Name string `json:"name,omitempty"`
 	// Who created it: the tasks it fires are theirs.
 	Owner string `json:"owner,omitempty"`
+	// Where the owner's credentials came from: with tenant and owner, the identity the tasks belong to.
+	OwnerSource string `json:"owner_source,omitempty"`
 	// OwnerRole holds the value of the "owner_role" field.
 	OwnerRole string `json:"owner_role,omitempty"`
 	// Tenant holds the value of the "tenant" field.
@@ -113,7 +115,7 @@ func (*Schedule) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case schedule.FieldID, schedule.FieldIntervalSeconds, schedule.FieldTaskPriority, schedule.FieldTaskTimeoutSeconds, schedule.FieldTaskMaxAttempts, schedule.FieldLastTaskID, schedule.FieldQueuedCount, schedule.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case schedule.FieldName, schedule.FieldOwner, schedule.FieldOwnerRole, schedule.FieldTenant, schedule.FieldCron, schedule.FieldTimezone, schedule.FieldTaskType, schedule.FieldTaskTitle, schedule.FieldTaskRetryPolicy, schedule.FieldMisfirePolicy, schedule.FieldOverlapPolicy:
+		case schedule.FieldName, schedule.FieldOwner, schedule.FieldOwnerSource, schedule.FieldOwnerRole, schedule.FieldTenant, schedule.FieldCron, schedule.FieldTimezone, schedule.FieldTaskType, schedule.FieldTaskTitle, schedule.FieldTaskRetryPolicy, schedule.FieldMisfirePolicy, schedule.FieldOverlapPolicy:
 			values[i] = new(sql.NullString)
 		case schedule.FieldCreatedAt, schedule.FieldStartAt, schedule.FieldEndAt, schedule.FieldNextFireAt, schedule.FieldLastFiredAt, schedule.FieldUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -155,6 +157,12 @@ func (_m *Schedule) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field owner", values[i])
 			} else if value.Valid {
 				_m.Owner = value.String
+			}
+		case schedule.FieldOwnerSource:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field owner_source", values[i])
+			} else if value.Valid {
+				_m.OwnerSource = value.String
 			}
 		case schedule.FieldOwnerRole:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -369,6 +377,9 @@ func (_m *Schedule) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("owner=")
 	builder.WriteString(_m.Owner)
+	builder.WriteString(", ")
+	builder.WriteString("owner_source=")
+	builder.WriteString(_m.OwnerSource)
 	builder.WriteString(", ")
 	builder.WriteString("owner_role=")
 	builder.WriteString(_m.OwnerRole)

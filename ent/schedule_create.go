@@ -48,6 +48,20 @@ func (_c *ScheduleCreate) SetOwner(v string) *ScheduleCreate {
 	return _c
 }
 
+// SetOwnerSource sets the "owner_source" field.
+func (_c *ScheduleCreate) SetOwnerSource(v string) *ScheduleCreate {
+	_c.mutation.SetOwnerSource(v)
+	return _c
+}
+
+// SetNillableOwnerSource sets the "owner_source" field if the given value is not nil.
+func (_c *ScheduleCreate) SetNillableOwnerSource(v *string) *ScheduleCreate {
+	if v != nil {
+		_c.SetOwnerSource(*v)
+	}
+	return _c
+}
+
 // SetOwnerRole sets the "owner_role" field.
 func (_c *ScheduleCreate) SetOwnerRole(v string) *ScheduleCreate {
 	_c.mutation.SetOwnerRole(v)
@@ -420,6 +434,10 @@ func (_c *ScheduleCreate) defaults() {
 		v := schedule.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
+	if _, ok := _c.mutation.OwnerSource(); !ok {
+		v := schedule.DefaultOwnerSource
+		_c.mutation.SetOwnerSource(v)
+	}
 	if _, ok := _c.mutation.OwnerRole(); !ok {
 		v := schedule.DefaultOwnerRole
 		_c.mutation.SetOwnerRole(v)
@@ -476,6 +494,9 @@ func (_c *ScheduleCreate) check() error {
 	}
 	if _, ok := _c.mutation.Owner(); !ok {
 		return &ValidationError{Name: "owner", err: errors.New(`ent: missing required field "Schedule.owner"`)}
+	}
+	if _, ok := _c.mutation.OwnerSource(); !ok {
+		return &ValidationError{Name: "owner_source", err: errors.New(`ent: missing required field "Schedule.owner_source"`)}
 	}
 	if _, ok := _c.mutation.OwnerRole(); !ok {
 		return &ValidationError{Name: "owner_role", err: errors.New(`ent: missing required field "Schedule.owner_role"`)}
@@ -563,6 +584,10 @@ func (_c *ScheduleCreate) createSpec() (*Schedule, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Owner(); ok {
 		_spec.SetField(schedule.FieldOwner, field.TypeString, value)
 		_node.Owner = value
+	}
+	if value, ok := _c.mutation.OwnerSource(); ok {
+		_spec.SetField(schedule.FieldOwnerSource, field.TypeString, value)
+		_node.OwnerSource = value
 	}
 	if value, ok := _c.mutation.OwnerRole(); ok {
 		_spec.SetField(schedule.FieldOwnerRole, field.TypeString, value)

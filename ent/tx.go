@@ -20,6 +20,8 @@ type Tx struct {
 	AuditLog *AuditLogClient
 	// Contact is the client for interacting with the Contact builders.
 	Contact *ContactClient
+	// Deployment is the client for interacting with the Deployment builders.
+	Deployment *DeploymentClient
 	// FlowControl is the client for interacting with the FlowControl builders.
 	FlowControl *FlowControlClient
 	// FlowStart is the client for interacting with the FlowStart builders.
@@ -168,6 +170,7 @@ func (tx *Tx) init() {
 	tx.Artifact = NewArtifactClient(tx.config)
 	tx.AuditLog = NewAuditLogClient(tx.config)
 	tx.Contact = NewContactClient(tx.config)
+	tx.Deployment = NewDeploymentClient(tx.config)
 	tx.FlowControl = NewFlowControlClient(tx.config)
 	tx.FlowStart = NewFlowStartClient(tx.config)
 	tx.Schedule = NewScheduleClient(tx.config)

@@ -62,7 +62,7 @@ func setup(t testing.TB, dsn string) bundle {
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)
 	m := mask.Default()
-	rec := audit.New(st.Client(), m, func(error) string { return "ERR" }, nil)
+	rec := audit.New(st.Tx, m, func(error) string { return "ERR" }, nil, nil)
 	eng := engine.New(st, reg, ps, sealer, m, engine.WithAudit(rec))
 	return bundle{clock: clock, store: st, svc: flow.NewService(eng), gate: gate}
 }

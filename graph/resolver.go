@@ -34,6 +34,10 @@ type Resolver struct {
 	// Flow serves flow control (caps, rates, pauses) and says why a
 	// waiting task waits; without it those are unavailable.
 	Flow *flow.Service
+
+	// streams are the running subscriptions (set by NewServer; a
+	// shutdown ends them).
+	streams *streams
 }
 
 // Page sizes of connections.

@@ -18,6 +18,7 @@ import (
 
 	"taskgraph/auth"
 	"taskgraph/graph/wsgorilla"
+	"taskgraph/outage"
 )
 
 // ServerConfig configures the GraphQL handler. Zero limits take their
@@ -47,7 +48,10 @@ type ServerConfig struct {
 	// than it (plus room for the other form fields) are refused. Default:
 	// no uploads beyond gqlgen's default of 32 MiB.
 	MaxUploadSize int64
-	Log           *slog.Logger
+	// Outages, when set, counts requests failed by an outage (logged once
+	// per outage instead of once per request).
+	Outages *outage.Monitor
+	Log     *slog.Logger
 }
 
 // uploadSlack is room for the multipart request's other parts.
@@ -75,8 +79,25 @@ type WebsocketConfig struct {
 // Server is the GraphQL handler.
 type Server struct {
 	*handler.Server
-	conns *connections
+	conns   *connections
+	sockets *wsgorilla.Conns
+	streams *streams
 }
+
+// GoAway ends the server's streams for a shutdown: every websocket is
+// closed with 1001 (going away) — its client reconnects and subscribes
+// again, elsewhere or later — and every SSE stream ends with a last
+// UNAVAILABLE error saying the server is shutting down, then complete, and
+// its request with it. New websockets are closed and new subscriptions
+// refused the same way. It returns when the streams' resolvers are done,
+// or when ctx ends.
+func (s *Server) GoAway(ctx context.Context) {
+	s.sockets.GoAway("server shutting down")
+	s.streams.goAway(ctx)
+}
+
+// OpenWebsockets is how many websockets are open.
+func (s *Server) OpenWebsockets() int { return s.sockets.Len() }
 
 // ServeHTTP marks the requests of streaming transports (websockets, SSE):
 // only they may subscribe. A subscription posted as a plain request would
@@ -100,8 +121,8 @@ func onlyStreamsSubscribe(ctx context.Context, next graphql.OperationHandler) gr
 	return next(ctx)
 }
 
-// OpenConnections is how many websockets user has open.
-func (s *Server) OpenConnections(user string) int { return s.conns.open(user) }
+// OpenConnections is how many websockets the identity has open.
+func (s *Server) OpenConnections(id auth.Identity) int { return s.conns.open(id) }
 
 // NewServer returns the GraphQL handler with every transport: HTTP GET and
 // POST, SSE, and websockets speaking graphql-transport-ws and graphql-ws.
@@ -117,6 +138,8 @@ func NewServer(cfg ServerConfig) *Server {
 	ws.MaxConnectionsPerUser = cmp.Or(ws.MaxConnectionsPerUser, 20)
 	ws.PayloadReadLimit = cmp.Or(ws.PayloadReadLimit, 1<<20)
 	conns := &connections{max: ws.MaxConnectionsPerUser, byUser: map[string]int{}}
+	sockets := wsgorilla.NewConns()
+	cfg.Resolver.streams = newStreams()
 
 	schemaCfg := Config{Resolvers: cfg.Resolver, Complexity: complexity()}
 	srv := handler.New(NewExecutableSchema(schemaCfg))
@@ -132,6 +155,7 @@ func NewServer(cfg ServerConfig) *Server {
 			},
 			PingInterval:  ws.PingInterval,
 			MaxOperations: ws.MaxSubscriptions,
+			Conns:         sockets,
 		},
 		InitFunc:              wsInit(cfg.Auth, conns),
 		CloseFunc:             wsClose,
@@ -167,8 +191,9 @@ func NewServer(cfg ServerConfig) *Server {
 	})
 	srv.Use(extension.FixedComplexityLimit(cmp.Or(cfg.ComplexityLimit, ComplexityLimitDefault)))
 	srv.AroundOperations(onlyStreamsSubscribe)
+	srv.AroundOperations(streamEnds)
 	srv.AroundFields(InternalErrors)
-	srv.SetErrorPresenter(ErrorPresenter(log))
+	srv.SetErrorPresenter(ErrorPresenter(log, cfg.Outages))
 	srv.SetRecoverFunc(RecoverFunc(log))
-	return &Server{Server: srv, conns: conns}
+	return &Server{Server: srv, conns: conns, sockets: sockets, streams: cfg.Resolver.streams}
 }

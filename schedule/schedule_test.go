@@ -62,7 +62,7 @@ func open(t *testing.T, dsn string, clock *fakeclock.Clock) bundle {
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)
 	m := mask.Default()
-	rec := audit.New(st.Client(), m, func(error) string { return "ERR" }, nil)
+	rec := audit.New(st.Tx, m, func(error) string { return "ERR" }, nil, nil)
 	eng := engine.New(st, reg, ps, sealer, m, engine.WithAudit(rec))
 	return bundle{clock: clock, store: st, engine: eng, svc: schedule.NewService(eng, sealer, "test", nil), sealer: sealer, dsn: dsn}
 }

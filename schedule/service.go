@@ -154,7 +154,7 @@ func (s *Service) check(owner auth.Viewer, in Input, anchor time.Time) (checked,
 
 // ownerOf is the viewer a schedule acts as: its owner, in the role it had.
 func ownerOf(sch *ent.Schedule) auth.Viewer {
-	return auth.Viewer{User: sch.Owner, Role: auth.Role(sch.OwnerRole), Tenant: sch.Tenant}
+	return auth.Viewer{User: sch.Owner, Role: auth.Role(sch.OwnerRole), Source: sch.OwnerSource, Tenant: sch.Tenant}
 }
 
 // SpecOf returns the spec of a stored schedule.
@@ -237,6 +237,7 @@ func (s *Service) Create(ctx context.Context, in Input) (*ent.Schedule, error) {
 		err = s.store.Tx(ctx, func(tx *ent.Tx) error {
 			cr := tx.Schedule.Create().
 				SetOwner(v.User).
+				SetOwnerSource(v.Source).
 				SetOwnerRole(string(v.Role)).
 				SetTenant(v.Tenant).
 				SetCreatedAt(now).

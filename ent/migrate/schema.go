@@ -14,6 +14,8 @@ var (
 		{Name: "id", Type: field.TypeInt, Increment: true},
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "kind", Type: field.TypeEnum, Enums: []string{"SOURCE", "ERROR_REPORT", "EXPORT", "REPORT"}},
 		{Name: "key", Type: field.TypeString, Unique: true},
 		{Name: "filename", Type: field.TypeString},
@@ -31,7 +33,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "artifacts_tasks_artifacts",
-				Columns:    []*schema.Column{ArtifactsColumns[10]},
+				Columns:    []*schema.Column{ArtifactsColumns[12]},
 				RefColumns: []*schema.Column{TasksColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
@@ -40,12 +42,12 @@ var (
 			{
 				Name:    "artifact_task_id_kind",
 				Unique:  false,
-				Columns: []*schema.Column{ArtifactsColumns[10], ArtifactsColumns[3]},
+				Columns: []*schema.Column{ArtifactsColumns[12], ArtifactsColumns[5]},
 			},
 			{
 				Name:    "artifact_expires_at",
 				Unique:  false,
-				Columns: []*schema.Column{ArtifactsColumns[9]},
+				Columns: []*schema.Column{ArtifactsColumns[11]},
 			},
 		},
 	}
@@ -55,6 +57,7 @@ var (
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "actor", Type: field.TypeString},
 		{Name: "role", Type: field.TypeString},
+		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
@@ -119,6 +122,21 @@ var (
 			},
 		},
 	}
+	// DeploymentsColumns holds the columns for the "deployments" table.
+	DeploymentsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "singleton", Type: field.TypeInt, Unique: true},
+		{Name: "uid", Type: field.TypeString},
+		{Name: "blob_location", Type: field.TypeString},
+		{Name: "blob_node", Type: field.TypeString},
+	}
+	// DeploymentsTable holds the schema information for the "deployments" table.
+	DeploymentsTable = &schema.Table{
+		Name:       "deployments",
+		Columns:    DeploymentsColumns,
+		PrimaryKey: []*schema.Column{DeploymentsColumns[0]},
+	}
 	// FlowControlsColumns holds the columns for the "flow_controls" table.
 	FlowControlsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -163,6 +181,7 @@ var (
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "name", Type: field.TypeString},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
 		{Name: "owner_role", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "cron", Type: field.TypeString, Default: ""},
@@ -198,7 +217,7 @@ var (
 			{
 				Name:    "schedule_due",
 				Unique:  false,
-				Columns: []*schema.Column{SchedulesColumns[22]},
+				Columns: []*schema.Column{SchedulesColumns[23]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "paused = false AND next_fire_at IS NOT NULL",
 				},
@@ -206,7 +225,7 @@ var (
 			{
 				Name:    "schedule_queued",
 				Unique:  false,
-				Columns: []*schema.Column{SchedulesColumns[26]},
+				Columns: []*schema.Column{SchedulesColumns[27]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "queued_count > 0",
 				},
@@ -259,10 +278,13 @@ var (
 		{Name: "type", Type: field.TypeString},
 		{Name: "biz_id", Type: field.TypeString, Default: ""},
 		{Name: "idempotency_key", Type: field.TypeString, Nullable: true},
+		{Name: "idempotency_hash", Type: field.TypeString, Nullable: true},
 		{Name: "title", Type: field.TypeString, Default: ""},
 		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "priority", Type: field.TypeInt, Default: 5},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "owner_role", Type: field.TypeString, Default: ""},
 		{Name: "input", Type: field.TypeJSON},
 		{Name: "input_sealed", Type: field.TypeBytes, Nullable: true},
@@ -275,6 +297,7 @@ var (
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true},
 		{Name: "result_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"SUCCESS", "PARTIAL_SUCCESS", "FAILED"}},
+		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "cancel_requested", Type: field.TypeBool, Default: false},
 		{Name: "cancel_reason", Type: field.TypeString, Nullable: true},
@@ -291,17 +314,25 @@ var (
 		PrimaryKey: []*schema.Column{TasksColumns[0]},
 		Indexes: []*schema.Index{
 			{
-				Name:    "task_owner_idempotency_key",
+				Name:    "task_idempotency_hash",
 				Unique:  true,
-				Columns: []*schema.Column{TasksColumns[9], TasksColumns[5]},
+				Columns: []*schema.Column{TasksColumns[6]},
 				Annotation: &entsql.IndexAnnotation{
-					Where: "idempotency_key IS NOT NULL",
+					Where: "idempotency_hash IS NOT NULL",
 				},
 			},
 			{
 				Name:    "task_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{TasksColumns[1]},
+			},
+			{
+				Name:    "task_attention_status_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[25], TasksColumns[1]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "attention_status IS NOT NULL",
+				},
 			},
 			{
 				Name:    "task_biz_id",
@@ -314,7 +345,7 @@ var (
 			{
 				Name:    "task_schedule_slot",
 				Unique:  true,
-				Columns: []*schema.Column{TasksColumns[28], TasksColumns[29]},
+				Columns: []*schema.Column{TasksColumns[32], TasksColumns[33]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "schedule_id IS NOT NULL",
 				},
@@ -422,6 +453,7 @@ var (
 		ArtifactsTable,
 		AuditLogsTable,
 		ContactsTable,
+		DeploymentsTable,
 		FlowControlsTable,
 		FlowStartsTable,
 		SchedulesTable,
@@ -443,18 +475,21 @@ func init() {
 	ContactsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(21474836480),
 	}
-	FlowControlsTable.Annotation = &entsql.Annotation{
+	DeploymentsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(25769803776),
 	}
-	FlowStartsTable.Annotation = &entsql.Annotation{
+	FlowControlsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(30064771072),
 	}
-	SchedulesTable.Annotation = &entsql.Annotation{
+	FlowStartsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(34359738368),
+	}
+	SchedulesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(38654705664),
 	}
 	ScheduleEventsTable.ForeignKeys[0].RefTable = SchedulesTable
 	ScheduleEventsTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(38654705664),
+		IncrementStart: func(i int) *int { return &i }(42949672960),
 	}
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),

@@ -6,6 +6,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/flowcontrol"
 	"taskgraph/ent/schedule"
 	"taskgraph/ent/scheduleevent"
@@ -29,6 +30,14 @@ func init() {
 	artifactDescCreatedAt := artifactMixinFields0[0].Descriptor()
 	// artifact.DefaultCreatedAt holds the default value on creation for the created_at field.
 	artifact.DefaultCreatedAt = artifactDescCreatedAt.Default.(func() time.Time)
+	// artifactDescOwnerSource is the schema descriptor for owner_source field.
+	artifactDescOwnerSource := artifactFields[2].Descriptor()
+	// artifact.DefaultOwnerSource holds the default value on creation for the owner_source field.
+	artifact.DefaultOwnerSource = artifactDescOwnerSource.Default.(string)
+	// artifactDescTenant is the schema descriptor for tenant field.
+	artifactDescTenant := artifactFields[3].Descriptor()
+	// artifact.DefaultTenant holds the default value on creation for the tenant field.
+	artifact.DefaultTenant = artifactDescTenant.Default.(string)
 	auditlogMixin := schema.AuditLog{}.Mixin()
 	auditlogMixinFields0 := auditlogMixin[0].Fields()
 	_ = auditlogMixinFields0
@@ -38,16 +47,20 @@ func init() {
 	auditlogDescCreatedAt := auditlogMixinFields0[0].Descriptor()
 	// auditlog.DefaultCreatedAt holds the default value on creation for the created_at field.
 	auditlog.DefaultCreatedAt = auditlogDescCreatedAt.Default.(func() time.Time)
+	// auditlogDescSource is the schema descriptor for source field.
+	auditlogDescSource := auditlogFields[2].Descriptor()
+	// auditlog.DefaultSource holds the default value on creation for the source field.
+	auditlog.DefaultSource = auditlogDescSource.Default.(string)
 	// auditlogDescTenant is the schema descriptor for tenant field.
-	auditlogDescTenant := auditlogFields[2].Descriptor()
+	auditlogDescTenant := auditlogFields[3].Descriptor()
 	// auditlog.DefaultTenant holds the default value on creation for the tenant field.
 	auditlog.DefaultTenant = auditlogDescTenant.Default.(string)
 	// auditlogDescErrorCode is the schema descriptor for error_code field.
-	auditlogDescErrorCode := auditlogFields[6].Descriptor()
+	auditlogDescErrorCode := auditlogFields[7].Descriptor()
 	// auditlog.DefaultErrorCode holds the default value on creation for the error_code field.
 	auditlog.DefaultErrorCode = auditlogDescErrorCode.Default.(string)
 	// auditlogDescRemoteAddr is the schema descriptor for remote_addr field.
-	auditlogDescRemoteAddr := auditlogFields[7].Descriptor()
+	auditlogDescRemoteAddr := auditlogFields[8].Descriptor()
 	// auditlog.DefaultRemoteAddr holds the default value on creation for the remote_addr field.
 	auditlog.DefaultRemoteAddr = auditlogDescRemoteAddr.Default.(string)
 	contactMixin := schema.Contact{}.Mixin()
@@ -79,6 +92,15 @@ func init() {
 	contactDescBirthday := contactFields[9].Descriptor()
 	// contact.DefaultBirthday holds the default value on creation for the birthday field.
 	contact.DefaultBirthday = contactDescBirthday.Default.(string)
+	deploymentMixin := schema.Deployment{}.Mixin()
+	deploymentMixinFields0 := deploymentMixin[0].Fields()
+	_ = deploymentMixinFields0
+	deploymentFields := schema.Deployment{}.Fields()
+	_ = deploymentFields
+	// deploymentDescCreatedAt is the schema descriptor for created_at field.
+	deploymentDescCreatedAt := deploymentMixinFields0[0].Descriptor()
+	// deployment.DefaultCreatedAt holds the default value on creation for the created_at field.
+	deployment.DefaultCreatedAt = deploymentDescCreatedAt.Default.(func() time.Time)
 	flowcontrolFields := schema.FlowControl{}.Fields()
 	_ = flowcontrolFields
 	// flowcontrolDescRatePeriodSeconds is the schema descriptor for rate_period_seconds field.
@@ -106,40 +128,44 @@ func init() {
 	scheduleDescCreatedAt := scheduleMixinFields0[0].Descriptor()
 	// schedule.DefaultCreatedAt holds the default value on creation for the created_at field.
 	schedule.DefaultCreatedAt = scheduleDescCreatedAt.Default.(func() time.Time)
+	// scheduleDescOwnerSource is the schema descriptor for owner_source field.
+	scheduleDescOwnerSource := scheduleFields[2].Descriptor()
+	// schedule.DefaultOwnerSource holds the default value on creation for the owner_source field.
+	schedule.DefaultOwnerSource = scheduleDescOwnerSource.Default.(string)
 	// scheduleDescOwnerRole is the schema descriptor for owner_role field.
-	scheduleDescOwnerRole := scheduleFields[2].Descriptor()
+	scheduleDescOwnerRole := scheduleFields[3].Descriptor()
 	// schedule.DefaultOwnerRole holds the default value on creation for the owner_role field.
 	schedule.DefaultOwnerRole = scheduleDescOwnerRole.Default.(string)
 	// scheduleDescTenant is the schema descriptor for tenant field.
-	scheduleDescTenant := scheduleFields[3].Descriptor()
+	scheduleDescTenant := scheduleFields[4].Descriptor()
 	// schedule.DefaultTenant holds the default value on creation for the tenant field.
 	schedule.DefaultTenant = scheduleDescTenant.Default.(string)
 	// scheduleDescCron is the schema descriptor for cron field.
-	scheduleDescCron := scheduleFields[4].Descriptor()
+	scheduleDescCron := scheduleFields[5].Descriptor()
 	// schedule.DefaultCron holds the default value on creation for the cron field.
 	schedule.DefaultCron = scheduleDescCron.Default.(string)
 	// scheduleDescTimezone is the schema descriptor for timezone field.
-	scheduleDescTimezone := scheduleFields[6].Descriptor()
+	scheduleDescTimezone := scheduleFields[7].Descriptor()
 	// schedule.DefaultTimezone holds the default value on creation for the timezone field.
 	schedule.DefaultTimezone = scheduleDescTimezone.Default.(string)
 	// scheduleDescTaskTitle is the schema descriptor for task_title field.
-	scheduleDescTaskTitle := scheduleFields[8].Descriptor()
+	scheduleDescTaskTitle := scheduleFields[9].Descriptor()
 	// schedule.DefaultTaskTitle holds the default value on creation for the task_title field.
 	schedule.DefaultTaskTitle = scheduleDescTaskTitle.Default.(string)
 	// scheduleDescPaused is the schema descriptor for paused field.
-	scheduleDescPaused := scheduleFields[15].Descriptor()
+	scheduleDescPaused := scheduleFields[16].Descriptor()
 	// schedule.DefaultPaused holds the default value on creation for the paused field.
 	schedule.DefaultPaused = scheduleDescPaused.Default.(bool)
 	// scheduleDescQueuedCount is the schema descriptor for queued_count field.
-	scheduleDescQueuedCount := scheduleFields[24].Descriptor()
+	scheduleDescQueuedCount := scheduleFields[25].Descriptor()
 	// schedule.DefaultQueuedCount holds the default value on creation for the queued_count field.
 	schedule.DefaultQueuedCount = scheduleDescQueuedCount.Default.(int)
 	// scheduleDescVersion is the schema descriptor for version field.
-	scheduleDescVersion := scheduleFields[25].Descriptor()
+	scheduleDescVersion := scheduleFields[26].Descriptor()
 	// schedule.DefaultVersion holds the default value on creation for the version field.
 	schedule.DefaultVersion = scheduleDescVersion.Default.(int64)
 	// scheduleDescUpdatedAt is the schema descriptor for updated_at field.
-	scheduleDescUpdatedAt := scheduleFields[26].Descriptor()
+	scheduleDescUpdatedAt := scheduleFields[27].Descriptor()
 	// schedule.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	schedule.DefaultUpdatedAt = scheduleDescUpdatedAt.Default.(func() time.Time)
 	scheduleeventMixin := schema.ScheduleEvent{}.Mixin()
@@ -175,35 +201,43 @@ func init() {
 	// task.DefaultBizID holds the default value on creation for the biz_id field.
 	task.DefaultBizID = taskDescBizID.Default.(string)
 	// taskDescTitle is the schema descriptor for title field.
-	taskDescTitle := taskFields[4].Descriptor()
+	taskDescTitle := taskFields[5].Descriptor()
 	// task.DefaultTitle holds the default value on creation for the title field.
 	task.DefaultTitle = taskDescTitle.Default.(string)
 	// taskDescPriority is the schema descriptor for priority field.
-	taskDescPriority := taskFields[6].Descriptor()
+	taskDescPriority := taskFields[7].Descriptor()
 	// task.DefaultPriority holds the default value on creation for the priority field.
 	task.DefaultPriority = taskDescPriority.Default.(int)
+	// taskDescOwnerSource is the schema descriptor for owner_source field.
+	taskDescOwnerSource := taskFields[9].Descriptor()
+	// task.DefaultOwnerSource holds the default value on creation for the owner_source field.
+	task.DefaultOwnerSource = taskDescOwnerSource.Default.(string)
+	// taskDescTenant is the schema descriptor for tenant field.
+	taskDescTenant := taskFields[10].Descriptor()
+	// task.DefaultTenant holds the default value on creation for the tenant field.
+	task.DefaultTenant = taskDescTenant.Default.(string)
 	// taskDescOwnerRole is the schema descriptor for owner_role field.
-	taskDescOwnerRole := taskFields[8].Descriptor()
+	taskDescOwnerRole := taskFields[11].Descriptor()
 	// task.DefaultOwnerRole holds the default value on creation for the owner_role field.
 	task.DefaultOwnerRole = taskDescOwnerRole.Default.(string)
 	// taskDescProgressDone is the schema descriptor for progress_done field.
-	taskDescProgressDone := taskFields[15].Descriptor()
+	taskDescProgressDone := taskFields[18].Descriptor()
 	// task.DefaultProgressDone holds the default value on creation for the progress_done field.
 	task.DefaultProgressDone = taskDescProgressDone.Default.(int64)
 	// taskDescProgressTotal is the schema descriptor for progress_total field.
-	taskDescProgressTotal := taskFields[16].Descriptor()
+	taskDescProgressTotal := taskFields[19].Descriptor()
 	// task.DefaultProgressTotal holds the default value on creation for the progress_total field.
 	task.DefaultProgressTotal = taskDescProgressTotal.Default.(int64)
 	// taskDescVersion is the schema descriptor for version field.
-	taskDescVersion := taskFields[20].Descriptor()
+	taskDescVersion := taskFields[24].Descriptor()
 	// task.DefaultVersion holds the default value on creation for the version field.
 	task.DefaultVersion = taskDescVersion.Default.(int64)
 	// taskDescCancelRequested is the schema descriptor for cancel_requested field.
-	taskDescCancelRequested := taskFields[21].Descriptor()
+	taskDescCancelRequested := taskFields[25].Descriptor()
 	// task.DefaultCancelRequested holds the default value on creation for the cancel_requested field.
 	task.DefaultCancelRequested = taskDescCancelRequested.Default.(bool)
 	// taskDescUpdatedAt is the schema descriptor for updated_at field.
-	taskDescUpdatedAt := taskFields[24].Descriptor()
+	taskDescUpdatedAt := taskFields[28].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
 	taskinstanceMixin := schema.TaskInstance{}.Mixin()

@@ -23,6 +23,8 @@ const (
 	FieldName = "name"
 	// FieldOwner holds the string denoting the owner field in the database.
 	FieldOwner = "owner"
+	// FieldOwnerSource holds the string denoting the owner_source field in the database.
+	FieldOwnerSource = "owner_source"
 	// FieldOwnerRole holds the string denoting the owner_role field in the database.
 	FieldOwnerRole = "owner_role"
 	// FieldTenant holds the string denoting the tenant field in the database.
@@ -92,6 +94,7 @@ var Columns = []string{
 	FieldCreatedAt,
 	FieldName,
 	FieldOwner,
+	FieldOwnerSource,
 	FieldOwnerRole,
 	FieldTenant,
 	FieldCron,
@@ -132,6 +135,8 @@ func ValidColumn(column string) bool {
 var (
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
+	// DefaultOwnerSource holds the default value on creation for the "owner_source" field.
+	DefaultOwnerSource string
 	// DefaultOwnerRole holds the default value on creation for the "owner_role" field.
 	DefaultOwnerRole string
 	// DefaultTenant holds the default value on creation for the "tenant" field.
@@ -227,6 +232,11 @@ func ByName(opts ...sql.OrderTermOption) OrderOption {
 // ByOwner orders the results by the owner field.
 func ByOwner(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldOwner, opts...).ToFunc()
+}
+
+// ByOwnerSource orders the results by the owner_source field.
+func ByOwnerSource(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldOwnerSource, opts...).ToFunc()
 }
 
 // ByOwnerRole orders the results by the owner_role field.

@@ -70,6 +70,11 @@ func Owner(v string) predicate.Schedule {
 	return predicate.Schedule(sql.FieldEQ(FieldOwner, v))
 }
 
+// OwnerSource applies equality check predicate on the "owner_source" field. It's identical to OwnerSourceEQ.
+func OwnerSource(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldOwnerSource, v))
+}
+
 // OwnerRole applies equality check predicate on the "owner_role" field. It's identical to OwnerRoleEQ.
 func OwnerRole(v string) predicate.Schedule {
 	return predicate.Schedule(sql.FieldEQ(FieldOwnerRole, v))
@@ -343,6 +348,71 @@ func OwnerEqualFold(v string) predicate.Schedule {
 // OwnerContainsFold applies the ContainsFold predicate on the "owner" field.
 func OwnerContainsFold(v string) predicate.Schedule {
 	return predicate.Schedule(sql.FieldContainsFold(FieldOwner, v))
+}
+
+// OwnerSourceEQ applies the EQ predicate on the "owner_source" field.
+func OwnerSourceEQ(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldOwnerSource, v))
+}
+
+// OwnerSourceNEQ applies the NEQ predicate on the "owner_source" field.
+func OwnerSourceNEQ(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNEQ(FieldOwnerSource, v))
+}
+
+// OwnerSourceIn applies the In predicate on the "owner_source" field.
+func OwnerSourceIn(vs ...string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldIn(FieldOwnerSource, vs...))
+}
+
+// OwnerSourceNotIn applies the NotIn predicate on the "owner_source" field.
+func OwnerSourceNotIn(vs ...string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotIn(FieldOwnerSource, vs...))
+}
+
+// OwnerSourceGT applies the GT predicate on the "owner_source" field.
+func OwnerSourceGT(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGT(FieldOwnerSource, v))
+}
+
+// OwnerSourceGTE applies the GTE predicate on the "owner_source" field.
+func OwnerSourceGTE(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGTE(FieldOwnerSource, v))
+}
+
+// OwnerSourceLT applies the LT predicate on the "owner_source" field.
+func OwnerSourceLT(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLT(FieldOwnerSource, v))
+}
+
+// OwnerSourceLTE applies the LTE predicate on the "owner_source" field.
+func OwnerSourceLTE(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLTE(FieldOwnerSource, v))
+}
+
+// OwnerSourceContains applies the Contains predicate on the "owner_source" field.
+func OwnerSourceContains(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldContains(FieldOwnerSource, v))
+}
+
+// OwnerSourceHasPrefix applies the HasPrefix predicate on the "owner_source" field.
+func OwnerSourceHasPrefix(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldHasPrefix(FieldOwnerSource, v))
+}
+
+// OwnerSourceHasSuffix applies the HasSuffix predicate on the "owner_source" field.
+func OwnerSourceHasSuffix(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldHasSuffix(FieldOwnerSource, v))
+}
+
+// OwnerSourceEqualFold applies the EqualFold predicate on the "owner_source" field.
+func OwnerSourceEqualFold(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEqualFold(FieldOwnerSource, v))
+}
+
+// OwnerSourceContainsFold applies the ContainsFold predicate on the "owner_source" field.
+func OwnerSourceContainsFold(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldContainsFold(FieldOwnerSource, v))
 }
 
 // OwnerRoleEQ applies the EQ predicate on the "owner_role" field.

@@ -29,6 +29,11 @@ func (Schedule) Fields() []ent.Field {
 		field.String("owner").
 			Immutable().
 			Comment("Who created it: the tasks it fires are theirs."),
+		field.String("owner_source").
+			Default("").
+			Immutable().
+			Comment("Where the owner's credentials came from: with tenant and owner, the identity the tasks belong to.").
+			Annotations(entgql.Skip(entgql.SkipWhereInput)),
 		field.String("owner_role").
 			Default("").
 			Immutable().
