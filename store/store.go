@@ -262,7 +262,6 @@ func (s *Store) tuneTables(ctx context.Context) error {
 	return nil
 }
 
-
 // Client is the ent client, for reads. Writes go through Store's methods.
 // Its queries see what the viewer of their context may see (package
 // access); a context without a viewer reads nothing.
