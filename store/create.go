@@ -114,7 +114,6 @@ func (s *Store) bySlot(ctx context.Context, n NewTask) (*ent.Task, error) {
 	return t, nil
 }
 
-
 func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) error {
 	// Items to insert, and items answered by another item of the call.
 	var todo []int
