@@ -151,12 +151,15 @@ func TestConcurrencyCapAcrossNodes(t *testing.T) {
 
 // TestRateLimitAcrossNodes: 5 starts a second, two nodes, for 10 s: the
 // limit holds — never more than 5 starts in any second (exactly, on the
-// claims' own times, which the gate counts with), at most 51 in the 10 s —
-// and the type is paced, not starved (at least 2 a second: measured 3.5-4.2/s
-// on PostgreSQL and 2.4/s on SQLite under -race on a loaded machine). A rate is
-// a ceiling: a start is admitted once the oldest of its window leaves it,
-// and the claim that takes it comes a poll (or a wake-up) later, so a
-// saturated type runs under its rate by the claim's reaction time.
+// claims' own times, which the gate counts with) — and is used: 50 in the
+// first 10 s, give or take one. A start is admitted once the oldest of its
+// window leaves it, and the gate tells the pool when that is
+// (Store.NextAdmission), so a saturated type runs at its rate, not a poll
+// interval under it. Each refill starts when the claim that follows it
+// commits, so the claim's reaction time is lost at every second: within
+// one start on PostgreSQL; SQLite under the race detector on a busy
+// machine loses up to a tenth (45 of 50 measured), which is what its bound
+// allows.
 func TestRateLimitAcrossNodes(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
@@ -197,7 +200,11 @@ func TestRateLimitAcrossNodes(t *testing.T) {
 			}
 		}
 		require.LessOrEqual(t, n, 51, "at most 5 a second, give or take one, over the first 10 s")
-		require.GreaterOrEqual(t, n, 20, "paced, not starved")
+		want := 49
+		if d.Name == "SQLite" && raceEnabled {
+			want = 45
+		}
+		require.GreaterOrEqual(t, n, want, "5 a second, give or take one, over the first 10 s")
 	})
 }
 

@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
+	"taskgraph/lifecycle"
 	"taskgraph/store"
 )
 
@@ -38,10 +40,37 @@ type Querier = store.Querier
 // for that transaction, which serializes concurrent claims of the type
 // across nodes until the claim commits; SQLite has a single writer and
 // needs no lock.
-type Gate struct{}
+//
+// It remembers one thing between claims: the earliest time a type it
+// refused will be admitted again (a rate window that frees up, a pause
+// that ends), which the pool asks for (NextAdmission) to claim then rather
+// than at its next poll.
+type Gate struct {
+	mu   sync.Mutex
+	next time.Time
+}
 
 // NewGate returns the gate.
 func NewGate() *Gate { return &Gate{} }
+
+// NextAdmission returns, and forgets, the earliest time a type refused by
+// the claims since the last call will be admitted again (zero: none).
+func (g *Gate) NextAdmission() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.next
+	g.next = time.Time{}
+	return t
+}
+
+// admitAt notes that a refused type will be admitted again at t.
+func (g *Gate) admitAt(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.next.IsZero() || t.Before(g.next) {
+		g.next = t
+	}
+}
 
 var _ store.Gate = (*Gate)(nil)
 
@@ -76,12 +105,15 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, now time.Ti
 	}
 	for _, c := range controls {
 		if c.pausedAt(now) {
+			if c.pausedUntil.Valid {
+				g.admitAt(c.pausedUntil.Time)
+			}
 			delete(out, c.typ)
 			continue
 		}
 		allowed := Unlimited
 		if c.maxRunning.Valid {
-			running, err := countInt(ctx, q, `SELECT COUNT(*) FROM task_instances WHERE status = 'EXECUTING' AND task_type = ?`, c.typ)
+			running, err := countInt(ctx, q, `SELECT COUNT(*) FROM task_instances WHERE status = `+sqlExecuting+` AND task_type = ?`, c.typ)
 			if err != nil {
 				return nil, fmt.Errorf("flow gate: count running %s: %w", c.typ, err)
 			}
@@ -94,6 +126,13 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, now time.Ti
 				return nil, fmt.Errorf("flow gate: count starts of %s: %w", c.typ, err)
 			}
 			left := max(0, int(c.rateLimit.Int64)-started)
+			if left == 0 {
+				// Out of starts: the window frees one when its oldest
+				// start leaves it.
+				if err := g.noteWindow(ctx, q, c, now); err != nil {
+					return nil, err
+				}
+			}
 			if allowed == Unlimited || left < allowed {
 				allowed = left
 			}
@@ -133,6 +172,33 @@ func (g *Gate) Claimed(ctx context.Context, q Querier, claimed map[string]int, n
 	}
 	return nil
 }
+
+// noteWindow notes when c's rate window, full at now, frees a start.
+func (g *Gate) noteWindow(ctx context.Context, q Querier, c control, now time.Time) error {
+	rows, err := q.Query(ctx, `SELECT MIN(started_at) FROM flow_starts WHERE task_type = ? AND started_at > ?`, c.typ, windowStart(now, c.ratePeriod))
+	if err != nil {
+		return fmt.Errorf("flow gate: oldest start of %s: %w", c.typ, err)
+	}
+	defer rows.Close()
+	var oldest any
+	for rows.Next() {
+		if err := rows.Scan(&oldest); err != nil {
+			return fmt.Errorf("flow gate: oldest start of %s: %w", c.typ, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	t, err := scanTime(oldest)
+	if err != nil || !t.Valid {
+		return err
+	}
+	g.admitAt(t.Time.Add(time.Duration(max(c.ratePeriod, 1)) * time.Second))
+	return nil
+}
+
+// sqlExecuting is the running status, as the store writes it.
+var sqlExecuting = lifecycle.QuotedList(lifecycle.Executing)
 
 // windowStart is the exclusive start of the rate window ending at now.
 func windowStart(now time.Time, periodSeconds int64) time.Time {

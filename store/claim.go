@@ -174,6 +174,16 @@ type Gate interface {
 	Claimed(ctx context.Context, q Querier, claimed map[string]int, now time.Time) error
 }
 
+// NextAdmission returns, and forgets, the earliest time the gate said a
+// type it refused will be admitted again (zero: none, or a gate that does
+// not say), so that a pool claims then rather than at its next poll.
+func (s *Store) NextAdmission() time.Time {
+	if g, ok := s.gate.(interface{ NextAdmission() time.Time }); ok {
+		return g.NextAdmission()
+	}
+	return time.Time{}
+}
+
 // Unlimited is the room Gate.Admit gives a type it does not limit.
 const Unlimited = -1
 

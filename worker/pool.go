@@ -293,6 +293,14 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 				break
 			}
 		}
+		// A type held back by flow control (a rate window, a pause with
+		// an end) is claimed again as soon as it may be, not at the next
+		// poll.
+		if at := p.deps.Store.NextAdmission(); !at.IsZero() {
+			if wait := time.Until(at); wait < p.cfg.PollInterval {
+				cooldown.Reset(max(wait, 0))
+			}
+		}
 	}
 }
 

@@ -1,0 +1,6 @@
+//go:build race
+
+package app_test
+
+// raceEnabled: the tests run under the race detector (slower).
+const raceEnabled = true
