@@ -202,12 +202,18 @@ type txQuerier struct {
 	t *txn
 }
 
+// A gate's statements run on every claim: they are prepared like the
+// claim's own (prepared.go).
 func (q txQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	return q.s.exec(ctx, q.t, query, args...)
+	res, err := q.s.execute(ctx, q.t, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (q txQuerier) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return q.t.QueryContext(ctx, q.s.d.rebind(query), args...)
+	return q.s.query(ctx, q.t, query, args...)
 }
 
 func (q txQuerier) Postgres() bool { return q.s.d.postgres() }
