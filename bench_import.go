@@ -42,7 +42,7 @@ func runBenchImport(args []string) int {
 	rows := fs.Int("rows", 100000, "data rows in the generated file")
 	format := fs.String("format", "xlsx", "xlsx or csv")
 	badEvery := fs.Int("bad-every", 0, "make every Nth row invalid (0: none)")
-	db := fs.String("db", os.Getenv("TASKGRAPH_DB"), "database (default: a new SQLite file in a temporary directory)")
+	db := fs.String("db", os.Getenv("TASKGRAPH_DB"), "database: a PostgreSQL URL (the bench runs in a new schema of it) or a SQLite file (default: a new SQLite file in a temporary directory)")
 	dryRun := fs.Bool("dry-run", false, "import with dryRun: parse and validate, write no rows (no export follows)")
 	blobURL := fs.String("blob-url", os.Getenv("TASKGRAPH_BLOB_URL"), "blob store for the upload, reports and exports (default: a directory in the temporary directory)")
 	exportRows := fs.Int("export-rows", 0, "before exporting, add synthetic contacts to the import's until it has this many rows, and export CSV only (a large export: 7,000,000 rows make about 1 GiB)")
@@ -55,15 +55,13 @@ func runBenchImport(args []string) int {
 		fmt.Fprintln(os.Stderr, "bench-import:", app.OneLine(err))
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "taskgraph-bench-import-")
+	// A fresh database each run: a new SQLite file, or a new schema of
+	// the PostgreSQL database named.
+	dir, dsn, cleanup, err := benchDB(*db)
 	if err != nil {
 		return fail(err)
 	}
-	defer os.RemoveAll(dir)
-	dsn := *db
-	if dsn == "" {
-		dsn = filepath.Join(dir, "bench.db")
-	}
+	defer cleanup()
 
 	file, err := benchFile(*format, *rows, *badEvery)
 	if err != nil {
