@@ -28,6 +28,9 @@ import (
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/schema"
+
+	"ariga.io/atlas/sql/postgres"
+	atlas "ariga.io/atlas/sql/schema"
 	"github.com/lib/pq"
 	_ "modernc.org/sqlite" // the embedded default database
 
@@ -243,7 +246,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	// schema no longer declares are dropped, so that an upgraded database
 	// loses, for example, an old index on tasks.status that kept its
 	// updates from being HOT.
-	opts := []schema.MigrateOption{migrate.WithForeignKeys(false), migrate.WithDropIndex(true)}
+	opts := []schema.MigrateOption{migrate.WithForeignKeys(false), migrate.WithDropIndex(true), schema.WithDiffHook(keepPredicates)}
 	err := s.client.Schema.Create(ctx, opts...)
 	if err != nil && !s.d.postgres() {
 		// Another connection to the same SQLite file migrated first;
@@ -254,6 +257,49 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate schema: %w", err)
 	}
 	return s.tuneTables(ctx)
+}
+
+// keepPredicates drops from a migration the changes of a partial index's
+// predicate alone. PostgreSQL keeps a predicate in its own words
+// ("((status)::text = ANY ((ARRAY['PENDING'::character varying, ...])"),
+// which never equal the schema's, so that every start would otherwise
+// rebuild every partial index (the claim's among them, a table scan under
+// an exclusive lock on a large table, and a deadlock with a node at work).
+// An index whose predicate really changes is given a new name.
+func keepPredicates(next schema.Differ) schema.Differ {
+	return schema.DiffFunc(func(current, desired *atlas.Schema) ([]atlas.Change, error) {
+		changes, err := next.Diff(current, desired)
+		if err != nil {
+			return nil, err
+		}
+		out := changes[:0]
+		for _, c := range changes {
+			if mt, ok := c.(*atlas.ModifyTable); ok {
+				kept := mt.Changes[:0]
+				for _, tc := range mt.Changes {
+					if mi, ok := tc.(*atlas.ModifyIndex); ok && mi.Change == atlas.ChangeAttr && hasPredicate(mi.From) && hasPredicate(mi.To) {
+						continue
+					}
+					kept = append(kept, tc)
+				}
+				mt.Changes = kept
+				if len(kept) == 0 {
+					continue
+				}
+			}
+			out = append(out, c)
+		}
+		return out, nil
+	})
+}
+
+func hasPredicate(idx *atlas.Index) bool {
+	for _, a := range idx.Attrs {
+		if _, ok := a.(*postgres.IndexPredicate); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // tasksFillFactor leaves half of each page of tasks free, so that the two
