@@ -167,14 +167,14 @@ func TestWatchersSurviveAPostgresRestart(t *testing.T) {
 	}
 }
 
-// TestWatchersSurviveTerminatedBackends: while two nodes run 800 tasks,
+// TestWatchersSurviveTerminatedBackends: while two nodes run 600 tasks,
 // every PostgreSQL session of theirs (queries, listening connections, the
 // leader's lock) is terminated, fifteen times, a few hundred milliseconds
 // apart. Nothing is lost, nothing runs twice at once, every watcher sees
 // every final state.
 func TestWatchersSurviveTerminatedBackends(t *testing.T) {
 	t.Parallel()
-	const prefix, total = "kill-", 800
+	const prefix, total = "kill-", 600
 	c := startCluster(t, prefix)
 	recordTasks(t, c.nodes[0], prefix, total)
 	killed := 0
