@@ -69,6 +69,8 @@ type Options struct {
 	// keep the values derived from Config.
 	Import  importer.Config
 	Janitor artifact.JanitorConfig
+	// Blob tunes the blob store's reads and writes (tests: small blocks).
+	Blob artifact.BucketConfig
 }
 
 // App is one taskgraph process.
@@ -119,6 +121,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	masker, err := newMasker(cfg.Access)
+	if err != nil {
+		return nil, err
+	}
+	// Whatever the process logs — errors quoting a request, titles, a
+	// handler's panic — is masked like what it stores.
+	log = slog.New(mask.NewHandler(log.Handler(), masker))
 	key, err := secretKey(cfg)
 	if err != nil {
 		return nil, err
@@ -165,11 +174,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
-	masker, err := newMasker(cfg.Access)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
 	authn, err := newAuthenticator(cfg.Access, log)
 	if err != nil {
 		_ = st.Close()
@@ -182,7 +186,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	}
 	recorder := audit.New(st.Tx, masker, graph.ErrorCode, log, outages)
 	eng := engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter))
-	files, err := newFiles(cfg, opts, key, st, eng, registry, masker, recorder, outages, log)
+	files, err := newFiles(ctx, cfg, opts, node, key, st, eng, registry, masker, recorder, outages, log.With("node", node))
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -208,8 +212,18 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		if a.Relay != nil {
 			a.Relay.Close()
 		}
+		_ = a.Artifacts.Blobs().Close()
 		_ = st.Close()
 		return nil, err
+	}
+	// Is this node's blob store the deployment's? One line in the log
+	// either way; a store that is not, or does not answer, makes the
+	// node unready rather than stopping it.
+	if err := a.Artifacts.Verify(ctx); err != nil {
+		var me *artifact.MisconfiguredError
+		if !errors.As(err, &me) && !artifact.IsStoreFailure(err) {
+			return fail(err)
+		}
 	}
 
 	if st.Dialect() == dialect.Postgres {
@@ -281,7 +295,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			return fail(err)
 		}
 	}
-	src := metrics.Sources{Client: st.Client(), Broker: broker}
+	src := metrics.Sources{Client: st.Client(), Broker: broker, Inconsistent: st.Inconsistencies}
 	if a.Relay != nil {
 		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
 	}
@@ -305,32 +319,37 @@ type files struct {
 	exporter  *exporter.Exporter
 }
 
-// newFiles builds the artifact store under the data directory, the
-// importer (with the contacts target) and the exporter, and registers the
-// import, export and report task types.
-func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, rec *audit.Recorder, outages *outage.Monitor, log *slog.Logger) (*files, error) {
-	dir, err := artifact.NewDir(filepath.Join(cfg.DataDir, "artifacts"))
+// newFiles opens the blob store (--blob-url, or the artifacts directory in
+// the data directory) and builds the artifact store on it, the importer
+// (with the contacts target) and the exporter, and registers the import,
+// export and report task types.
+func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, rec *audit.Recorder, outages *outage.Monitor, log *slog.Logger) (_ *files, err error) {
+	blobURL, err := cfg.Blobs()
 	if err != nil {
 		return nil, err
 	}
-	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx})
+	bucket, err := artifact.OpenBucket(ctx, blobURL, opts.Blob)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = bucket.Close()
+		}
+	}()
+	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx, Node: node, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	links := artifact.NewLinks(key, arts, artifact.LinksConfig{
-		// A link works while its viewer may still see the file's task.
+		// A link works while its viewer may still see the file (and its
+		// task): same identity, or an admin of the same tenant.
 		Authorize: func(ctx context.Context, a *ent.Artifact) error {
 			v, err := auth.Require(ctx)
 			if err != nil {
 				return err
 			}
-			if a.TaskID == nil {
-				if v.SeesAll() || a.Owner == v.User {
-					return nil
-				}
-				return &store.NotFoundError{Entity: "artifact", ID: a.ID}
-			}
-			_, err = access.Task(ctx, st.Client(), v, *a.TaskID)
+			_, err = access.Artifact(ctx, st.Client(), v, a.ID)
 			return err
 		},
 		// A download is recorded before the file is sent; one that cannot
@@ -362,7 +381,7 @@ func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine
 		return nil, err
 	}
 	imp.Register(reg)
-	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Logger: log})
+	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Masker: masker, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +403,9 @@ func (a *App) routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
-	mux.Handle("GET /metrics", a.Metrics.Handler())
+	// Authenticated like the API: what a scraper sees depends on who it
+	// is (package metrics).
+	mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
@@ -436,6 +457,12 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	if free, err := freeBytes(a.Config.DataDir); err == nil && free < minFreeBytes {
 		unready(fmt.Sprintf("disk full: %d bytes free in %s", free, a.Config.DataDir))
+		return
+	}
+	// Whoever probes readiness runs the server: the reason is theirs.
+	if err := a.Artifacts.Ready(ctx); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("blob store: " + err.Error() + "\n"))
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
@@ -550,6 +577,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 		// streaming, they outlive http.Server.Shutdown) and subscriptions.
 		a.baseCancel()
 		a.Broker.Close()
+		if err := a.Artifacts.Blobs().Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the blob store: %w", err))
+		}
 		if err := a.Store.Close(); err != nil {
 			errs = append(errs, err)
 		}

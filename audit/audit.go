@@ -1,7 +1,9 @@
 // Package audit records who asked for what: one AuditLog row per create,
 // cancel, retry, bulk action and download, whatever its outcome, with the
-// user, role, tenant, client address and time. A bulk action writes one
-// record listing its ids, with each id's outcome in details.
+// actor's identity (source, tenant, user), role, client address and time.
+// A bulk action writes one record listing its ids, with each id's outcome
+// in details. Records are read through package access: an admin reads its
+// tenant's, a platform administrator everyone's.
 //
 // A record is never lost: the record of an action that changes something
 // commits in the transaction that makes the change (Begin attaches it to
@@ -97,6 +99,7 @@ func (r *Recorder) insert(ctx context.Context, tx *ent.Tx, e Entry) error {
 	return tx.AuditLog.Create().
 		SetActor(v.User).
 		SetRole(string(v.Role)).
+		SetSource(v.Source).
 		SetTenant(v.Tenant).
 		SetAction(e.Action).
 		SetTaskIds(e.TaskIDs).
@@ -124,7 +127,7 @@ func (r *Recorder) lost(ctx context.Context, e Entry, err error) {
 	}
 	v, _ := auth.FromContext(ctx)
 	outcome, code := r.outcome(e)
-	r.log.Error("audit record not written", "actor", v.User, "role", v.Role, "action", e.Action,
+	r.log.Error("audit record not written", "actor", v.User, "source", v.Source, "tenant", v.Tenant, "role", v.Role, "action", e.Action,
 		"task_ids", fmt.Sprint(e.TaskIDs), "outcome", outcome, "error_code", code, "remote_addr", auth.ClientAddr(ctx),
 		"details", r.masker.Fields(e.Details), "err", err)
 }

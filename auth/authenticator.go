@@ -17,22 +17,30 @@ type Config struct {
 	// TrustedProxies are the addresses of reverse proxies whose
 	// X-Forwarded-For is believed when recording a client's address.
 	TrustedProxies []netip.Prefix
+	// PlatformAdmins are the identities that administer every tenant
+	// (--platform-admins). Each must still authenticate with the admin
+	// role; it then acts as RolePlatform.
+	PlatformAdmins []Identity
 	Log            *slog.Logger
 }
 
 // Authenticator maps the credentials of a request to a Viewer.
 type Authenticator struct {
-	tokens  *tokenFile
-	jwt     *jwtVerifier
-	trusted []netip.Prefix
-	log     *slog.Logger
+	tokens   *tokenFile
+	jwt      *jwtVerifier
+	trusted  []netip.Prefix
+	platform map[Identity]bool
+	log      *slog.Logger
 }
 
 // New reads the token file and checks the JWT configuration.
 func New(cfg Config) (*Authenticator, error) {
-	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log}
+	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log, platform: map[Identity]bool{}}
 	if a.log == nil {
 		a.log = slog.Default()
+	}
+	for _, id := range cfg.PlatformAdmins {
+		a.platform[id] = true
 	}
 	var err error
 	if cfg.TokenFile != "" {
@@ -69,13 +77,13 @@ func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
 	}
 	if a.tokens != nil {
 		if v, ok := a.tokens.lookup(token); ok {
-			return v, nil
+			return a.promote(v), nil
 		}
 	}
 	if a.jwt != nil && strings.Count(token, ".") == 2 {
 		v, err := a.jwt.verify(token)
 		if err == nil {
-			return v, nil
+			return a.promote(v), nil
 		}
 		a.log.Debug("jwt refused", "reason", err)
 		if errors.Is(err, errExpired) {
@@ -84,4 +92,15 @@ func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
 		return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
 	}
 	return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
+}
+
+// promote makes an admin named by Config.PlatformAdmins a platform
+// administrator. The list names identities, not roles: the credentials
+// must still say admin, so that demoting the user in the token file or at
+// the JWT issuer takes effect.
+func (a *Authenticator) promote(v Viewer) Viewer {
+	if v.Role == RoleAdmin && a.platform[v.Identity()] {
+		v.Role = RolePlatform
+	}
+	return v
 }

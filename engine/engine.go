@@ -126,9 +126,11 @@ type CreateRequest struct {
 	RunAt          *time.Time
 }
 
-// Create validates and creates a task owned by the context's viewer. With an
-// idempotency key already used by that viewer, it returns the existing task
-// (or a *store.ConflictError when the payload differs).
+// Create validates and creates a task owned by the context's viewer (its
+// identity: source, tenant and user). With an idempotency key already used
+// by that identity, it returns the existing task (or a *store.ConflictError
+// when the payload differs); the same key of another identity is another
+// task.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*ent.Task, error) {
 	v, err := e.admit(ctx, 1)
 	if err != nil {
@@ -193,7 +195,9 @@ func (e *Engine) admit(ctx context.Context, n int) (auth.Viewer, error) {
 	if v.Role == auth.RoleSystem {
 		return v, nil
 	}
-	return v, e.limiter.Allow(v.User, n)
+	// One bucket per identity: a user of one tenant cannot spend another
+	// tenant's user's budget by sharing its name.
+	return v, e.limiter.Allow(v.Identity().Key(), n)
 }
 
 func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, error) {
@@ -288,21 +292,35 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 	if changed {
 		sealed = e.sealer.Seal(canonical)
 	}
+	var shownKey, keyHash *string
+	if k := req.IdempotencyKey; k != nil {
+		// The key is shown masked, like every text a caller sends; its
+		// uniqueness is the raw key's, per owner identity, through a
+		// keyed hash (unkeyed, a masked phone number in a key would be
+		// four digits from its hash).
+		shown := e.masker.String(*k)
+		id := viewer.Identity()
+		h := e.sealer.Hash([]byte("idempotency key"), []byte(id.Source), []byte(id.Tenant), []byte(id.User), []byte(*k))
+		shownKey, keyHash = &shown, &h
+	}
 	return store.NewTask{
-		Type:           typ.Name,
-		Title:          e.masker.String(req.Title),
-		BizID:          e.masker.String(req.BizID),
-		Owner:          viewer.User,
-		OwnerRole:      string(viewer.Role),
-		IdempotencyKey: req.IdempotencyKey,
-		Input:          masked,
-		InputSealed:    sealed,
-		InputHash:      e.sealer.Hash([]byte(typ.Name), []byte(req.BizID), canonical),
-		Priority:       priority,
-		TimeoutSeconds: timeout,
-		RetryPolicy:    policyName,
-		MaxAttempts:    maxAttempts,
-		RunAt:          runAt,
+		Type:            typ.Name,
+		Title:           e.masker.String(req.Title),
+		BizID:           e.masker.String(req.BizID),
+		Owner:           viewer.User,
+		OwnerSource:     viewer.Source,
+		Tenant:          viewer.Tenant,
+		OwnerRole:       string(viewer.Role),
+		IdempotencyKey:  shownKey,
+		IdempotencyHash: keyHash,
+		Input:           masked,
+		InputSealed:     sealed,
+		InputHash:       e.sealer.Hash([]byte(typ.Name), []byte(req.BizID), canonical),
+		Priority:        priority,
+		TimeoutSeconds:  timeout,
+		RetryPolicy:     policyName,
+		MaxAttempts:     maxAttempts,
+		RunAt:           runAt,
 	}, nil
 }
 

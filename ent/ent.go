@@ -11,6 +11,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -81,6 +82,7 @@ func checkColumn(t, c string) error {
 			artifact.Table:     artifact.ValidColumn,
 			auditlog.Table:     auditlog.ValidColumn,
 			contact.Table:      contact.ValidColumn,
+			deployment.Table:   deployment.ValidColumn,
 			task.Table:         task.ValidColumn,
 			taskinstance.Table: taskinstance.ValidColumn,
 			tasklog.Table:      tasklog.ValidColumn,

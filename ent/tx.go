@@ -20,6 +20,8 @@ type Tx struct {
 	AuditLog *AuditLogClient
 	// Contact is the client for interacting with the Contact builders.
 	Contact *ContactClient
+	// Deployment is the client for interacting with the Deployment builders.
+	Deployment *DeploymentClient
 	// Task is the client for interacting with the Task builders.
 	Task *TaskClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
@@ -160,6 +162,7 @@ func (tx *Tx) init() {
 	tx.Artifact = NewArtifactClient(tx.config)
 	tx.AuditLog = NewAuditLogClient(tx.config)
 	tx.Contact = NewContactClient(tx.config)
+	tx.Deployment = NewDeploymentClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)
 	tx.TaskLog = NewTaskLogClient(tx.config)

@@ -121,8 +121,8 @@ func onlyStreamsSubscribe(ctx context.Context, next graphql.OperationHandler) gr
 	return next(ctx)
 }
 
-// OpenConnections is how many websockets user has open.
-func (s *Server) OpenConnections(user string) int { return s.conns.open(user) }
+// OpenConnections is how many websockets the identity has open.
+func (s *Server) OpenConnections(id auth.Identity) int { return s.conns.open(id) }
 
 // NewServer returns the GraphQL handler with every transport: HTTP GET and
 // POST, SSE, and websockets speaking graphql-transport-ws and graphql-ws.

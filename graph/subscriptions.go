@@ -184,7 +184,7 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 	match := func(c events.TaskChange) bool {
 		// The same rule package access applies to queries: a change of a
 		// task the subscriber may not see never enters its buffer.
-		if !access.CanSee(viewer, c.Task.Owner) {
+		if !access.CanSee(viewer, c.Task) {
 			return false
 		}
 		ok, _ := plan.match(c.Task)
@@ -310,7 +310,7 @@ const confirmPatience = 30 * time.Second
 
 // taskLogAppended streams the log lines of one task as they are committed.
 // The task must be visible to the subscriber when it subscribes; its owner
-// never changes, so it stays visible.
+// and tenant never change, so it stays visible.
 func (r *subscriptionResolver) taskLogAppended(ctx context.Context, taskID int) (<-chan *ent.TaskLog, error) {
 	if _, err := r.Client.Task.Get(ctx, taskID); err != nil {
 		return nil, err

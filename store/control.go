@@ -147,7 +147,7 @@ WHERE task_id = ? AND status = ?`, msg, now, tk.ID, string(from))
 		return false, nil
 	}
 	n, err = s.exec(ctx, t, `
-UPDATE tasks SET status = `+sqlCancelled+`, cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
+UPDATE tasks SET status = `+sqlCancelled+`, attention_status = `+sqlCancelled+`, cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
 WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(from), tk.Version)
 	if err != nil {
 		return false, fmt.Errorf("cancel: update task: %w", err)
@@ -155,7 +155,8 @@ WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(fr
 	if n != 1 {
 		return false, fmt.Errorf("cancel: task %d changed while its instance was held", tk.ID)
 	}
-	tk.Status, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, reason, &now, now
+	cancelled := lifecycle.Cancelled
+	tk.Status, tk.AttentionStatus, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, &cancelled, reason, &now, now
 	tk.Version++
 	t.changed(events.Transitioned, tk)
 	return true, nil
@@ -222,7 +223,7 @@ func (s *Store) retryIn(ctx context.Context, t *txn, id int) (out *ent.Task, _ e
 		}
 		now := s.Now()
 		n, err := s.exec(ctx, t, `
-UPDATE tasks SET status = `+lifecycle.QuotedList(lifecycle.RetryPending)+`, cancel_requested = ?, finished_at = NULL, progress_done = 0, updated_at = ?, version = version + 1
+UPDATE tasks SET status = `+lifecycle.QuotedList(lifecycle.RetryPending)+`, attention_status = `+lifecycle.QuotedList(lifecycle.RetryPending)+`, cancel_requested = ?, finished_at = NULL, progress_done = 0, updated_at = ?, version = version + 1
 WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Status), tk.Version)
 		if err != nil {
 			return fmt.Errorf("retry: update task: %w", err)
@@ -268,7 +269,8 @@ WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Statu
 			return fmt.Errorf("retry: write log: %w", err)
 		}
 		t.logged(lg)
-		tk.Status, tk.CancelRequested, tk.FinishedAt, tk.ProgressDone, tk.UpdatedAt = lifecycle.RetryPending, false, nil, 0, now
+		retrying := lifecycle.RetryPending
+		tk.Status, tk.AttentionStatus, tk.CancelRequested, tk.FinishedAt, tk.ProgressDone, tk.UpdatedAt = lifecycle.RetryPending, &retrying, false, nil, 0, now
 		tk.Version++
 		out = tk
 		t.changed(events.Transitioned, tk)

@@ -83,6 +83,7 @@ type Store struct {
 	onWrite func(error)
 	order   publishOrder
 	gate    Gate
+	stmts   statements // the hot statements, prepared on PostgreSQL
 
 	inconsistencies atomic.Int64
 }
@@ -135,14 +136,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
-	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
-	// Every read through the client (and its transactions) sees only what
-	// the viewer of its context may see; internal work runs as auth.System.
-	access.Install(s.client)
+	s.client = ent.NewClient(ent.Driver(txCapturing{entsql.OpenDB(dialectName, db)}))
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
+	// Every read through the client (and its transactions) sees only what
+	// the viewer of its context may see; internal work runs as auth.System.
+	access.Install(s.client)
 	return s, nil
 }
 
@@ -261,6 +262,7 @@ func (s *Store) tuneTables(ctx context.Context) error {
 	return nil
 }
 
+
 // Client is the ent client, for reads. Writes go through Store's methods.
 // Its queries see what the viewer of their context may see (package
 // access); a context without a viewer reads nothing.
@@ -288,6 +290,7 @@ func internal(ctx context.Context) context.Context {
 // txn is a transaction plus what it will publish once committed.
 type txn struct {
 	*ent.Tx
+	sqlTx   *sql.Tx     // the same transaction, for prepared statements
 	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
@@ -345,11 +348,12 @@ func (s *Store) writeLocked(ctx context.Context, fn func(t *txn) error) (*txn, e
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, error) {
-	tx, err := s.client.Tx(ctx)
+	var raw sqlTxSlot
+	tx, err := s.client.Tx(context.WithValue(ctx, sqlTxSlot{}, &raw))
 	if err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &txn{Tx: tx, client: s.client}
+	t := &txn{Tx: tx, sqlTx: raw.tx, client: s.client}
 	if err := fn(t); err != nil {
 		_ = tx.Rollback()
 		return nil, err

@@ -72,6 +72,12 @@ const (
 	// interruptWait is how long interrupted handlers get to return before
 	// their instances are released without them.
 	interruptWait = 2 * time.Second
+	// claimTimeout bounds one claim: a few index probes and two updates of
+	// at most a batch of rows. A claim that takes longer (the database is
+	// in trouble) is abandoned and the next wake-up or poll tries again; a
+	// heartbeat is bounded by the heartbeat interval, a flush by
+	// flushCallTimeout.
+	claimTimeout = 10 * time.Second
 )
 
 // Deps are what a Pool works with.
@@ -309,7 +315,9 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 		if limit <= 0 || len(types) == 0 {
 			return nil
 		}
-		claimed, err := p.deps.Store.Claim(ctx, p.cfg.ID, types, limit)
+		callCtx, cancel := context.WithTimeout(ctx, claimTimeout)
+		claimed, err := p.deps.Store.Claim(callCtx, p.cfg.ID, types, limit)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -478,7 +486,7 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 // Failure builds the outcome of a failed execution: FAILED, with a new
 // instance scheduled when the retry policy allows one.
 func Failure(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, now time.Time) store.Outcome {
-	msg = m.String(msg)
+	msg = dbText(m.String(msg))
 	d := ps.Next(c.Task.RetryPolicy, c.Task.MaxAttempts, c.Instance.Attempt, kind, now)
 	o := store.Outcome{
 		Token:  c.Token(),
@@ -561,7 +569,9 @@ func (p *Pool) beat(ctx context.Context) {
 	if len(tokens) == 0 {
 		return
 	}
-	beat, err := p.deps.Store.Heartbeat(ctx, tokens)
+	callCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
+	beat, err := p.deps.Store.Heartbeat(callCtx, tokens)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Error("heartbeat failed", "err", err)

@@ -31,7 +31,7 @@ type WatchdogConfig struct {
 	// it answers false (another node's watchdog leads). Default: always lead.
 	Leader func(ctx context.Context) (bool, error)
 	// OnAction, when set, is told about every applied action ("stale_heartbeat",
-	// "timeout", "cancel_finished"), for metrics.
+	// "timeout", "cancel_finished", "repair"), for metrics.
 	OnAction func(action string)
 	// Logger receives the watchdog's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -54,6 +54,10 @@ type Watchdog struct {
 	policies *Policies
 	masker   *mask.Masker
 	log      *slog.Logger
+
+	// repairFrom is where the next pass's repair reads waiting instances
+	// from (store.Repair). Passes run one at a time.
+	repairFrom int
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -83,6 +87,7 @@ type PassResult struct {
 	TimedOut        int
 	CancelsFinished int
 	Refused         int // moved on by someone else meanwhile
+	Repaired        int // tasks and instances made to agree again (store.Repair)
 }
 
 // RunOnce makes one pass.
@@ -98,6 +103,16 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 		}
 	}
 	res.Led = true
+	rep, err := w.store.Repair(ctx, w.repairFrom)
+	if err != nil {
+		return res, fmt.Errorf("watchdog: %w", err)
+	}
+	w.repairFrom, res.Repaired = rep.Next, rep.Mended
+	for range rep.Mended {
+		if w.cfg.OnAction != nil {
+			w.cfg.OnAction("repair")
+		}
+	}
 	running, err := w.store.Executing(ctx)
 	if err != nil {
 		return res, fmt.Errorf("watchdog: %w", err)
