@@ -233,3 +233,22 @@ func get(url string) (int, http.Header, error) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, resp.Header, nil
 }
+
+// getBody returns the status and body of GET url.
+func getBody(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), err
+}
+
+// tail is the end of s, at most n bytes.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}

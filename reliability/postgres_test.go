@@ -3,14 +3,17 @@ package reliability
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"taskgraph/app"
 	"taskgraph/app/apptest"
 	"taskgraph/artifact"
 	"taskgraph/auth"
+	"taskgraph/internal/blobtest"
 	"taskgraph/internal/importtest"
 	"taskgraph/internal/pgcluster"
 )
@@ -37,9 +40,10 @@ func startCluster(t *testing.T, prefix string) *cluster {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	files := blobtest.Dir(t) // the nodes share their files
 	for range 2 {
 		logs := &syncBuffer{}
-		s := apptest.Start(t, c.pg.DSN, nodeOptions(c.db, logs))
+		s := apptest.Start(t, c.pg.DSN, nodeOptions(c.db, logs), func(c *app.Config) { c.BlobURL = files })
 		c.nodes, c.logs = append(c.nodes, s), append(c.logs, logs)
 	}
 	for i, s := range c.nodes {
@@ -152,9 +156,12 @@ func TestWatchersSurviveAPostgresRestart(t *testing.T) {
 	c.pg.Start(t)
 	t.Log("PostgreSQL restarted")
 
-	for _, s := range c.nodes {
-		waitFor(t, "ready again", time.Minute, func() (bool, error) {
-			status, _, err := get(s.URL + "/readyz")
+	for i, s := range c.nodes {
+		waitFor(t, fmt.Sprintf("node %d ready again", i), time.Minute, func() (bool, error) {
+			status, body, err := getBody(s.URL + "/readyz")
+			if err == nil && status != http.StatusOK {
+				err = fmt.Errorf("%d %s; log: %s", status, body, tail(c.logs[i].String(), 3000))
+			}
 			return status == http.StatusOK, err
 		})
 	}
