@@ -9,11 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ import (
 	"taskgraph/mask"
 	"taskgraph/metrics"
 	"taskgraph/outage"
+	"taskgraph/outbound"
 	"taskgraph/relay"
 	"taskgraph/retention"
 	"taskgraph/seal"
@@ -63,7 +65,11 @@ type Options struct {
 	// EventBacklog overrides how many tasks a client subscription may
 	// fall behind by beyond its buffer (0 keeps events.BacklogDefault).
 	EventBacklog int
-	Logger       *slog.Logger
+	// BodyGrace and MinBodyRate override how fast request bodies must
+	// arrive (see readDeadlines; zero keeps the defaults).
+	BodyGrace   time.Duration
+	MinBodyRate int64
+	Logger      *slog.Logger
 	// Import overrides the importer's upload size, limits, chunk size and
 	// chunk hook (tests); Janitor the janitor's configuration. Zero fields
 	// keep the values derived from Config.
@@ -71,6 +77,8 @@ type Options struct {
 	Janitor artifact.JanitorConfig
 	// Blob tunes the blob store's reads and writes (tests: small blocks).
 	Blob artifact.BucketConfig
+	// Commands are the program's other commands, listed by Main's -h.
+	Commands []Command
 }
 
 // App is one taskgraph process.
@@ -121,6 +129,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if err := checkDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	masker, err := newMasker(cfg.Access)
 	if err != nil {
 		return nil, err
@@ -162,7 +173,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 	}
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
-	if isPostgres(cfg.DSN()) {
+	if store.IsPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
 	st, err := store.Open(ctx, storeCfg)
@@ -170,7 +181,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	registry := worker.NewRegistry()
-	builtin.Register(registry, &builtin.Webhook{})
+	policy, err := cfg.outboundPolicy()
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	builtin.Register(registry, &builtin.Webhook{Client: outbound.NewClient(outbound.Config{Policy: policy})})
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
@@ -307,10 +323,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	return a, nil
 }
 
-func isPostgres(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
-}
-
 // files is what imports, exports and reports need.
 type files struct {
 	artifacts *artifact.Store
@@ -391,9 +403,49 @@ func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []
 
 func secretKey(cfg Config) ([]byte, error) {
 	if cfg.SecretKey != "" {
-		return seal.ParseKey(cfg.SecretKey)
+		k, err := seal.ParseKey(cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-key: not 64 hex characters (openssl rand -hex 32 makes one)")
+		}
+		return k, nil
 	}
-	return seal.LoadOrCreateKey(filepath.Join(cfg.DataDir, "secret.key"))
+	path := filepath.Join(cfg.DataDir, "secret.key")
+	k, err := seal.LoadOrCreateKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("the secret key file %s (made on first start in --data-dir; or give --secret-key): %w", path, err)
+	}
+	return k, nil
+}
+
+// checkDataDir makes the data directory, and checks that this process can
+// write there, before anything else fails on it with less helpful words.
+func checkDataDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	fix := "make it writable by the user running taskgraph, or choose another with --data-dir (TASKGRAPH_DATA_DIR)"
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("data directory %s: cannot create it (%v); %s", abs, unwrapPath(err), fix)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data directory %s: cannot write there (%v); %s", abs, unwrapPath(err), fix)
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	return nil
+}
+
+// unwrapPath keeps the reason of a *fs.PathError (its path is said
+// already).
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func (a *App) routes() http.Handler {
@@ -403,14 +455,17 @@ func (a *App) routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
-	// Authenticated like the API: what a scraper sees depends on who it
-	// is (package metrics).
-	mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
+	if a.Config.Network.MetricsAddr == "" {
+		// Authenticated like the API: what a scraper sees depends on who
+		// it is (package metrics). With -metrics-addr it is served there
+		// instead.
+		mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
+	}
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
-				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links},
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL()},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -421,7 +476,7 @@ func (a *App) routes() http.Handler {
 			Outages:         a.Outages,
 			Log:             a.Log,
 		})
-		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.UnavailableUploads(graph.WithBaseURL(a.GraphQL)))))
+		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.UnavailableUploads(a.GraphQL))))
 		mux.Handle("GET /download/{token}", a.Links)
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
@@ -433,7 +488,25 @@ func (a *App) routes() http.Handler {
 			http.Redirect(w, r, web.Base, http.StatusFound)
 		})
 	}
-	return mux
+	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
+}
+
+// MetricsHandler serves /metrics, /healthz and /readyz without
+// authentication, for the listener of -metrics-addr.
+func (a *App) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", a.ready)
+	// Whoever reaches this listener is trusted with everything the node
+	// counts (the operator chose its address): it reads as the system.
+	metrics := a.Metrics.Handler()
+	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		metrics.ServeHTTP(w, r.WithContext(auth.NewSystemContext(r.Context())))
+	}))
+	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
 }
 
 // ready answers /readyz: 503 while the database does not answer, while
@@ -492,9 +565,14 @@ func (a *App) Start(ctx context.Context) error {
 }
 
 // Serve answers HTTP on ln until Shutdown.
-func (a *App) Serve(ln net.Listener) error {
+func (a *App) Serve(ln net.Listener) error { return a.serve(ln, a.Handler) }
+
+// ServeMetrics answers MetricsHandler on ln until Shutdown.
+func (a *App) ServeMetrics(ln net.Listener) error { return a.serve(ln, a.MetricsHandler()) }
+
+func (a *App) serve(ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           a.Handler,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return a.baseCtx },

@@ -46,7 +46,8 @@ type Entry struct {
 	Err error
 	// Partial marks a bulk action that succeeded for some ids only.
 	Partial bool
-	// Details are masked before they are stored.
+	// Details are masked and bounded (every text cut to MaxDetailText
+	// characters, saying so) before they are stored.
 	Details map[string]any
 }
 
@@ -106,7 +107,7 @@ func (r *Recorder) insert(ctx context.Context, tx *ent.Tx, e Entry) error {
 		SetOutcome(outcome).
 		SetErrorCode(code).
 		SetRemoteAddr(auth.ClientAddr(ctx)).
-		SetDetails(r.masker.Fields(e.Details)).
+		SetDetails(r.boundDetails(e.Details)).
 		Exec(ctx)
 }
 
@@ -129,7 +130,7 @@ func (r *Recorder) lost(ctx context.Context, e Entry, err error) {
 	outcome, code := r.outcome(e)
 	r.log.Error("audit record not written", "actor", v.User, "source", v.Source, "tenant", v.Tenant, "role", v.Role, "action", e.Action,
 		"task_ids", fmt.Sprint(e.TaskIDs), "outcome", outcome, "error_code", code, "remote_addr", auth.ClientAddr(ctx),
-		"details", r.masker.Fields(e.Details), "err", err)
+		"details", r.boundDetails(e.Details), "err", err)
 }
 
 // Code names err as the API does ("" without a namer).

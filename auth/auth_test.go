@@ -1,12 +1,14 @@
 package auth_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"taskgraph/auth"
 )
@@ -184,6 +187,25 @@ func TestJWT(t *testing.T) {
 			}
 		})
 	}
+	t.Run("RefusalsAreLoggedWithTheirReason", func(t *testing.T) {
+		t.Parallel()
+		var logs bytes.Buffer
+		logged, err := auth.New(auth.Config{Log: slog.New(slog.NewTextHandler(&logs, nil)), JWT: &auth.JWTConfig{
+			HS256Key: secret, Issuer: "https://idp.test", Now: func() time.Time { return now },
+		}})
+		require.NoError(t, err)
+		for tok, reason := range map[string]string{
+			hs(claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.test" })): "invalid issuer",
+			hs(claims(func(c jwt.MapClaims) { delete(c, "role") })):              `claim \"role\": role \"\" is not admin, operator or viewer`,
+			none: "signing method none is invalid",
+		} {
+			logs.Reset()
+			_, err := logged.Authenticate("Bearer " + tok)
+			require.Error(t, err)
+			require.Contains(t, logs.String(), "level=INFO msg=\"jwt refused\"")
+			require.Contains(t, logs.String(), reason)
+		}
+	})
 	t.Run("AShortHS256KeyIsRefused", func(t *testing.T) {
 		t.Parallel()
 		_, err := auth.New(auth.Config{JWT: &auth.JWTConfig{HS256Key: []byte("short")}})
@@ -313,10 +335,41 @@ func TestMiddleware(t *testing.T) {
 	t.Run("AWebsocketUpgradeMayAuthenticateLater", func(t *testing.T) {
 		t.Parallel()
 		r := httptest.NewRequest(http.MethodGet, "/query", nil)
-		r.Header.Set("Upgrade", "websocket")
+		r.Header.Set("Upgrade", "WebSocket")
+		r.Header.Set("Connection", "keep-alive, Upgrade")
+		r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		r.Header.Set("Sec-WebSocket-Version", "13")
 		rec, s := serve(closed, r)
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.False(t, s.ok, "no viewer until connection_init")
+	})
+	t.Run("AnythingButAGenuineWebsocketHandshakeNeedsCredentials", func(t *testing.T) {
+		t.Parallel()
+		genuine := func() *http.Request {
+			r := httptest.NewRequest(http.MethodGet, "/query", nil)
+			r.Header.Set("Upgrade", "websocket")
+			r.Header.Set("Connection", "Upgrade")
+			r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+			r.Header.Set("Sec-WebSocket-Version", "13")
+			return r
+		}
+		for name, spoil := range map[string]func(r *http.Request){
+			"UpgradeX":     func(r *http.Request) { r.Header.Set("Upgrade", "x") },
+			"Post":         func(r *http.Request) { r.Method = http.MethodPost },
+			"NoConnection": func(r *http.Request) { r.Header.Del("Connection") },
+			"NoKey":        func(r *http.Request) { r.Header.Del("Sec-WebSocket-Key") },
+			"OldVersion":   func(r *http.Request) { r.Header.Set("Sec-WebSocket-Version", "8") },
+			"SSE": func(r *http.Request) {
+				r.Method = http.MethodPost
+				r.Header = http.Header{"Upgrade": {"x"}, "Accept": {"text/event-stream"}, "Content-Type": {"application/json"}}
+			},
+		} {
+			r := genuine()
+			spoil(r)
+			rec, s := serve(closed, r)
+			require.Equal(t, http.StatusUnauthorized, rec.Code, name)
+			require.False(t, s.ok, name)
+		}
 	})
 	t.Run("XForwardedForIsBelievedFromATrustedProxyOnly", func(t *testing.T) {
 		t.Parallel()
@@ -392,4 +445,88 @@ func FuzzAuthenticate(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSessionsAreCheckedAgain(t *testing.T) {
+	t.Parallel()
+	setup := func(t *testing.T) (*auth.Authenticator, string, map[string]string) {
+		toks := map[string]string{"a": auth.NewToken(), "b": auth.NewToken()}
+		path := writeFile(t, auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleOperator})+"\n"+
+			auth.TokenLine(toks["b"], auth.Viewer{User: "b", Role: auth.RoleOperator})+"\n")
+		authn, err := auth.New(auth.Config{TokenFile: path, ReloadInterval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		return authn, path, toks
+	}
+	watch := func(t *testing.T, authn *auth.Authenticator, tok string) (<-chan error, func()) {
+		v, err := authn.Authenticate("Bearer " + tok)
+		require.NoError(t, err)
+		revoked := make(chan error, 1)
+		stop := authn.Watch("Bearer "+tok, v, func(err error) { revoked <- err })
+		return revoked, stop
+	}
+	within := func(t *testing.T, ch <-chan error) error {
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("not revoked")
+			return nil
+		}
+	}
+	t.Run("ARemovedTokenIsRevokedWithoutAnyRequest", func(t *testing.T) {
+		t.Parallel()
+		authn, path, toks := setup(t)
+		revokedA, stopA := watch(t, authn, toks["a"])
+		defer stopA()
+		revokedB, stopB := watch(t, authn, toks["b"])
+		defer stopB()
+		replaceFile(t, path, auth.TokenLine(toks["b"], auth.Viewer{User: "b", Role: auth.RoleOperator})+"\n")
+		err := within(t, revokedA)
+		require.ErrorAs(t, err, new(*auth.UnauthenticatedError))
+		require.Contains(t, err.Error(), "no longer valid")
+		select {
+		case err := <-revokedB:
+			t.Fatalf("b was not revoked: %v", err)
+		default:
+		}
+	})
+	t.Run("AChangedRoleIsRevoked", func(t *testing.T) {
+		t.Parallel()
+		authn, path, toks := setup(t)
+		revoked, stop := watch(t, authn, toks["a"])
+		defer stop()
+		replaceFile(t, path, auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer})+"\n")
+		require.Contains(t, within(t, revoked).Error(), "changed")
+		require.NoError(t, authn.Check("Bearer "+toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer, Source: auth.SourceToken}))
+	})
+	t.Run("AnExpiringJWTIsRevokedWhenItExpires", func(t *testing.T) {
+		t.Parallel()
+		secret := []byte("0123456789abcdef0123456789abcdef")
+		authn, err := auth.New(auth.Config{JWT: &auth.JWTConfig{HS256Key: secret}})
+		require.NoError(t, err)
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "j", "role": "viewer", "exp": time.Now().Add(time.Second).Unix()}).SignedString(secret)
+		require.NoError(t, err)
+		revoked, stop := watch(t, authn, tok)
+		defer stop()
+		require.Contains(t, within(t, revoked).Error(), "expired")
+	})
+	t.Run("AnOpenServerRevokesNothing", func(t *testing.T) {
+		t.Parallel()
+		open, err := auth.New(auth.Config{})
+		require.NoError(t, err)
+		stop := open.Watch("", auth.Local, func(error) { t.Error("revoked") })
+		stop()
+		require.NoError(t, open.Check("", auth.Local))
+	})
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// replaceFile replaces the token file at once, as an operator's editor
+// does (a reload never reads it half written).
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
 }

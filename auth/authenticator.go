@@ -1,10 +1,12 @@
 package auth
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Config says how requests authenticate. With neither TokenFile nor JWT the
@@ -21,21 +23,27 @@ type Config struct {
 	// (--platform-admins). Each must still authenticate with the admin
 	// role; it then acts as RolePlatform.
 	PlatformAdmins []Identity
+	// ReloadInterval is how often the token file is looked at for changes
+	// while connections hold credentials from it (see Watch). Default:
+	// ReloadIntervalDefault.
+	ReloadInterval time.Duration
 	Log            *slog.Logger
 }
 
 // Authenticator maps the credentials of a request to a Viewer.
 type Authenticator struct {
-	tokens   *tokenFile
-	jwt      *jwtVerifier
-	trusted  []netip.Prefix
-	platform map[Identity]bool
-	log      *slog.Logger
+	tokens      *tokenFile
+	jwt         *jwtVerifier
+	trusted     []netip.Prefix
+	platform    map[Identity]bool
+	log         *slog.Logger
+	reloadEvery time.Duration
+	sess        sessions
 }
 
 // New reads the token file and checks the JWT configuration.
 func New(cfg Config) (*Authenticator, error) {
-	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log, platform: map[Identity]bool{}}
+	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log, platform: map[Identity]bool{}, reloadEvery: cmp.Or(cfg.ReloadInterval, ReloadIntervalDefault)}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -47,6 +55,7 @@ func New(cfg Config) (*Authenticator, error) {
 		if a.tokens, err = openTokenFile(cfg.TokenFile, a.log); err != nil {
 			return nil, err
 		}
+		a.tokens.changed = a.credentialsChanged
 	}
 	if cfg.JWT != nil {
 		if a.jwt, err = newJWTVerifier(*cfg.JWT); err != nil {
@@ -85,10 +94,15 @@ func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
 		if err == nil {
 			return a.promote(v), nil
 		}
-		a.log.Debug("jwt refused", "reason", err)
 		if errors.Is(err, errExpired) {
+			// Routine: the client refreshes it.
+			a.log.Debug("jwt refused", "reason", err)
 			return Viewer{}, &UnauthenticatedError{Reason: "the token has expired"}
 		}
+		// The client is told only that the token is not valid; whoever
+		// runs the server needs to know why (a wrong iss, no role, alg
+		// none, another key) to fix the issuer or the configuration.
+		a.log.Info("jwt refused", "reason", err.Error())
 		return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
 	}
 	return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}

@@ -30,6 +30,9 @@ type Resolver struct {
 	// streams are the running subscriptions (set by NewServer; a
 	// shutdown ends them).
 	streams *streams
+	// PublicURL is what download links start with (scheme, host and any
+	// path prefix); "" makes them relative (/download/...).
+	PublicURL string
 }
 
 // Page sizes of connections.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -17,6 +18,10 @@ import (
 	"taskgraph/events"
 	"taskgraph/outage"
 )
+
+// whereQueries counts the changes a subscription had to confirm with a
+// query (its filter holds a predicate only the database evaluates).
+var whereQueries atomic.Int64
 
 // subscriptionBuffer is how many changes wait for a subscriber before its
 // broker backlog takes over (see events.Config.Backlog).
@@ -180,7 +185,7 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 	// Subscribe before reading the current state: a change committed in
 	// between is then in the buffer, not lost (duplicates are dropped by
 	// version below).
-	plan := planWhere(where)
+	plan := planWhereArgs(where, whereArgument(ctx))
 	match := func(c events.TaskChange) bool {
 		// The same rule package access applies to queries: a change of a
 		// task the subscriber may not see never enters its buffer.
@@ -253,6 +258,7 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 					continue // already sent with the current state
 				}
 				if _, exact := plan.match(c.Task); !exact {
+					whereQueries.Add(1)
 					found, err := r.confirm(ctx, closing, where, c.Task.ID)
 					if err != nil {
 						endStream(ctx, err)

@@ -362,7 +362,7 @@ func TestTenants(t *testing.T) {
 		})
 
 		t.Run("DownloadLinksAreBoundToTheWholeIdentity", func(t *testing.T) {
-			a, err := s.App.Artifacts.Client().Artifact.Get(auth.NewSystemContext(context.Background()), atoi(t, artA))
+			a, err := s.App.Artifacts.Client().Artifact.Get(auth.NewSystemContext(context.Background()), mustAtoi(t, artA))
 			require.NoError(t, err)
 			get := func(v auth.Viewer) int {
 				resp, err := http.Get(s.URL + s.App.Links.Sign(a, v).Path)
@@ -624,7 +624,7 @@ func TestTenantSubscriptions(t *testing.T) {
 					require.NoError(t, json.Unmarshal(m.Payload, &p))
 					return p.Data.TaskUpdated.Title
 				}})
-				streams = append(streams, stream{who + " over SSE", sse(t, s.Server, s.tok[who], `subscription { taskUpdated { title } }`)})
+				streams = append(streams, stream{who + " over SSE", sseTitles(t, s.Server, s.tok[who], `subscription { taskUpdated { title } }`)})
 			}
 			s.WaitSubscribers(t, len(streams))
 			for _, who := range []string{"opA", "jwtOpA", "opB"} {
@@ -645,9 +645,9 @@ func TestTenantSubscriptions(t *testing.T) {
 	})
 }
 
-// sse subscribes over SSE as token and returns a function reading the
+// sseTitles subscribes over SSE as token and returns a function reading the
 // title of the next taskUpdated event. The stream ends with the test.
-func sse(t *testing.T, s *apptest.Server, token, query string) func() string {
+func sseTitles(t *testing.T, s *apptest.Server, token, query string) func() string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	body, _ := json.Marshal(map[string]any{"query": query})
@@ -695,7 +695,7 @@ func sse(t *testing.T, s *apptest.Server, token, query string) func() string {
 	}
 }
 
-func atoi(t *testing.T, s string) int {
+func mustAtoi(t *testing.T, s string) int {
 	t.Helper()
 	n, err := strconv.Atoi(s)
 	require.NoError(t, err)

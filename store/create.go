@@ -85,7 +85,6 @@ func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error
 	return out, nil
 }
 
-
 func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) error {
 	// Items to insert, and items answered by another item of the call.
 	var todo []int

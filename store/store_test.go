@@ -695,6 +695,7 @@ func TestConcurrency(t *testing.T) {
 				// the watchdog finishes the same cancel: one wins.
 				var wg sync.WaitGroup
 				errs := make([]error, 2)
+				failures := make([]error, 2) // of Finish itself; checked here, not in the goroutines
 				outcomes := []store.Outcome{
 					{Token: c.Token(), Status: lifecycle.Success},
 					{Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled, Error: "watchdog finished cancel"},
@@ -704,11 +705,13 @@ func TestConcurrency(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						e, err := s.Finish(ctx, outcomes[i:i+1])
-						require.NoError(t, err)
-						errs[i] = e[0]
+						if failures[i] = err; err == nil {
+							errs[i] = e[0]
+						}
 					}()
 				}
 				wg.Wait()
+				require.NoError(t, errors.Join(failures...))
 				won := 0
 				for _, e := range errs {
 					if e == nil {
@@ -731,20 +734,19 @@ func TestConcurrency(t *testing.T) {
 				var wg sync.WaitGroup
 				var claimed []store.Claimed
 				var cancelled *ent.Task
+				var claimErr, cancelErr error
 				wg.Add(2)
 				go func() {
 					defer wg.Done()
-					var err error
-					claimed, err = s.Claim(ctx, "w1", []string{"noop"}, 1)
-					require.NoError(t, err)
+					claimed, claimErr = s.Claim(ctx, "w1", []string{"noop"}, 1)
 				}()
 				go func() {
 					defer wg.Done()
-					var err error
-					cancelled, err = s.CancelTask(ctx, tk.ID, "race")
-					require.NoError(t, err)
+					cancelled, cancelErr = s.CancelTask(ctx, tk.ID, "race")
 				}()
 				wg.Wait()
+				require.NoError(t, claimErr)
+				require.NoError(t, cancelErr)
 				if len(claimed) == 1 {
 					require.Equal(t, lifecycle.Executing, cancelled.Status, "cancel after the claim is a request")
 					require.True(t, cancelled.CancelRequested)
@@ -811,16 +813,19 @@ func TestIdempotentCreate(t *testing.T) {
 		t.Run("ConcurrentResubmissionsCreateOneTask", func(t *testing.T) {
 			var wg sync.WaitGroup
 			ids := make([]int, 50)
+			errs := make([]error, len(ids))
 			for i := range ids {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					tk, _, err := s.CreateTask(ctx, newTaskParams(taskOpts{key: "burst", hash: "C"}))
-					require.NoError(t, err)
-					ids[i] = tk.ID
+					var tk *ent.Task
+					if tk, _, errs[i] = s.CreateTask(ctx, newTaskParams(taskOpts{key: "burst", hash: "C"})); errs[i] == nil {
+						ids[i] = tk.ID
+					}
 				}()
 			}
 			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
 			for _, id := range ids {
 				require.Equal(t, ids[0], id)
 			}

@@ -479,15 +479,27 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindInterrupted,
 			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.job.resultJSON(), now), true
 	default:
-		return Failure(p.deps.Policies, ex.job.mask, c, Classify(err), err.Error(), ex.job.resultJSON(), now), true
+		// An error may say when to try again (a server's Retry-After).
+		after := time.Duration(-1)
+		if d, ok := RetryAfterOf(err); ok {
+			after = d
+		}
+		return FailureAfter(p.deps.Policies, ex.job.mask, c, Classify(err), err.Error(), ex.job.resultJSON(), after, now), true
 	}
 }
 
 // Failure builds the outcome of a failed execution: FAILED, with a new
 // instance scheduled when the retry policy allows one.
 func Failure(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, now time.Time) store.Outcome {
+	return FailureAfter(ps, m, c, kind, msg, result, -1, now)
+}
+
+// FailureAfter is Failure for an error that asked the next attempt to wait
+// retryAfter (negative: it did not): that delay replaces the policy's
+// backoff, up to the policy's longest delay (Policies.NextAfter).
+func FailureAfter(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, retryAfter time.Duration, now time.Time) store.Outcome {
 	msg = dbText(m.String(msg))
-	d := ps.Next(c.Task.RetryPolicy, c.Task.MaxAttempts, c.Instance.Attempt, kind, now)
+	d := ps.NextAfter(c.Task.RetryPolicy, c.Task.MaxAttempts, c.Instance.Attempt, kind, retryAfter, now)
 	o := store.Outcome{
 		Token:  c.Token(),
 		Status: lifecycle.Failed,

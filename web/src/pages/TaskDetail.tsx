@@ -123,7 +123,9 @@ export function TaskDetail({ id }: { id: string }) {
           ) : task.result !== null && task.result !== undefined ? (
             <JsonView value={task.result} />
           ) : (
-            <p className="muted">{t('detail.noResult')}</p>
+            <p className="muted" data-testid="no-result">
+              {task.status === 'SUCCESS' ? t('detail.doneNoResult') : t('detail.noResult')}
+            </p>
           )}
           {task.lastError && (
             <>
@@ -156,6 +158,16 @@ function Meta({ label, value, mono = false }: { label: string; value: string; mo
   );
 }
 
+// manualRetry tells whether an execution was started by a person's retry:
+// a manual retry starts the policy's attempts again at 1, which no
+// automatic retry does (an interruption by a shutdown also keeps attempt
+// 1, so an execution after an interrupted one is not counted).
+export function manualRetry(i: Pick<TaskInstance, 'instanceNo' | 'attempt'>, all: Pick<TaskInstance, 'instanceNo' | 'errorKind'>[]): boolean {
+  if (i.instanceNo <= 1 || i.attempt !== 1) return false;
+  const before = all.find((x) => x.instanceNo === i.instanceNo - 1);
+  return !!before && before.errorKind !== 'INTERRUPTED';
+}
+
 function Timeline({ instances, now }: { instances: TaskInstance[]; now: number }) {
   const { t, locale } = useI18n();
   return (
@@ -168,6 +180,11 @@ function Timeline({ instances, now }: { instances: TaskInstance[]; now: number }
             <div className="timeline-head">
               <strong>{t('detail.instance', { n: i.instanceNo })}</strong>
               <span className="muted">{t('detail.attempt', { n: i.attempt })}</span>
+              {manualRetry(i, instances) && (
+                <span className="badge" data-testid="manual-retry">
+                  {t('detail.manualRetry')}
+                </span>
+              )}
               <StatusChip status={i.status} testId="instance-status" />
             </div>
             <dl className="meta compact">
