@@ -1,7 +1,8 @@
 // Package app assembles a taskgraph process from its configuration: the
-// store, the events broker, the task types, the worker pool, the watchdog
-// and the HTTP server, according to the roles it plays. server.go, the bench
-// command and end-to-end tests all build processes through it.
+// store, the events broker, the task types, the worker pool, the watchdog,
+// the scheduler and the HTTP server, according to the roles it plays.
+// server.go, the bench command and end-to-end tests all build processes
+// through it.
 package app
 
 import (
@@ -32,6 +33,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/events"
 	"taskgraph/exporter"
+	"taskgraph/flow"
 	"taskgraph/graph"
 	"taskgraph/importer"
 	"taskgraph/leader"
@@ -41,6 +43,7 @@ import (
 	"taskgraph/outbound"
 	"taskgraph/relay"
 	"taskgraph/retention"
+	"taskgraph/schedule"
 	"taskgraph/seal"
 	"taskgraph/spreadsheet"
 	"taskgraph/store"
@@ -75,6 +78,9 @@ type Options struct {
 	// keep the values derived from Config.
 	Import  importer.Config
 	Janitor artifact.JanitorConfig
+	// Scheduler overrides the schedule firer's configuration (zero fields
+	// keep their defaults).
+	Scheduler schedule.SchedulerConfig
 	// Blob tunes the blob store's reads and writes (tests: small blocks).
 	Blob artifact.BucketConfig
 	// Commands are the program's other commands, listed by Main's -h.
@@ -113,6 +119,17 @@ type App struct {
 	Importer  *importer.Importer
 	Exporter  *exporter.Exporter
 	Janitor   *artifact.Janitor // nil without the watchdog role
+
+	// Schedules serves the API's schedule requests; Scheduler fires them
+	// (nil without the watchdog role), led by SchedulerLeader on
+	// PostgreSQL (nil on SQLite: one node, it always leads).
+	Schedules *schedule.Service
+	// Flow reads and changes the cluster-wide caps, rates and pauses of
+	// task types; Gate enforces them in every claim.
+	Flow            *flow.Service
+	Gate            *flow.Gate
+	Scheduler       *schedule.Scheduler
+	SchedulerLeader *leader.Lock
 
 	opts       Options
 	baseCtx    context.Context
@@ -173,6 +190,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 	}
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
+	// Caps, rates and pauses of task types hold in every claim.
+	storeCfg.Gate = flow.NewGate()
 	if store.IsPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
@@ -223,6 +242,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		opts:     opts,
 	}
 	a.Artifacts, a.Links, a.Importer, a.Exporter = files.artifacts, files.links, files.importer, files.exporter
+	a.Schedules = schedule.NewService(eng, sealer, node, a.Log)
+	a.Flow = flow.NewService(eng)
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
 	fail := func(err error) (*App, error) {
 		if a.Relay != nil {
@@ -295,6 +316,19 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 		a.Retention, err = retention.New(retention.Config{Age: cfg.Retention, Leader: leading, Logger: a.Log}, st)
 		if err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.Has(RoleWatchdog) {
+		sc := opts.Scheduler
+		if sc.Leader == nil && a.Leader != nil {
+			// Its own lock: the scheduler and the watchdog may lead on
+			// different nodes.
+			a.SchedulerLeader = leader.New(st.DB(), leader.SchedulerRole)
+			sc.Leader = a.SchedulerLeader.Lead
+		}
+		sc.Logger = a.Log
+		if a.Scheduler, err = schedule.NewScheduler(sc, a.Schedules); err != nil {
 			return fail(err)
 		}
 	}
@@ -465,7 +499,8 @@ func (a *App) routes() http.Handler {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
-				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL()},
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(),
+				ScheduleService: a.Schedules, Flow: a.Flow},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -561,6 +596,9 @@ func (a *App) Start(ctx context.Context) error {
 	if a.Janitor != nil {
 		a.Janitor.Start(ctx)
 	}
+	if a.Scheduler != nil {
+		a.Scheduler.Start(ctx)
+	}
 	return nil
 }
 
@@ -641,12 +679,18 @@ func (a *App) Shutdown(ctx context.Context) error {
 		if a.Retention != nil {
 			a.Retention.Stop()
 		}
+		if a.Scheduler != nil {
+			a.Scheduler.Stop()
+		}
 		if a.Janitor != nil {
 			a.Janitor.Stop()
 		}
 		if a.Leader != nil {
 			// Another node's watchdog takes over at its next pass.
 			a.Leader.Release(ctx)
+		}
+		if a.SchedulerLeader != nil {
+			a.SchedulerLeader.Release(ctx)
 		}
 		if a.Relay != nil {
 			a.Relay.Close()

@@ -2434,6 +2434,28 @@ type TaskWhereInput struct {
 	FinishedAtLTE    *time.Time  `json:"finishedAtLTE"`
 	FinishedAtIsNil  *bool       `json:"finishedAtIsNil"`
 	FinishedAtNotNil *bool       `json:"finishedAtNotNil"`
+	// schedule_id field predicates
+	ScheduleID       *string  `json:"scheduleID"`
+	ScheduleIDNEQ    *string  `json:"scheduleIDNEQ"`
+	ScheduleIDIn     []string `json:"scheduleIDIn"`
+	ScheduleIDNotIn  []string `json:"scheduleIDNotIn"`
+	ScheduleIDGT     *string  `json:"scheduleIDGT"`
+	ScheduleIDGTE    *string  `json:"scheduleIDGTE"`
+	ScheduleIDLT     *string  `json:"scheduleIDLT"`
+	ScheduleIDLTE    *string  `json:"scheduleIDLTE"`
+	ScheduleIDIsNil  *bool    `json:"scheduleIDIsNil"`
+	ScheduleIDNotNil *bool    `json:"scheduleIDNotNil"`
+	// schedule_slot field predicates
+	ScheduleSlot       *time.Time  `json:"scheduleSlot"`
+	ScheduleSlotNEQ    *time.Time  `json:"scheduleSlotNEQ"`
+	ScheduleSlotIn     []time.Time `json:"scheduleSlotIn"`
+	ScheduleSlotNotIn  []time.Time `json:"scheduleSlotNotIn"`
+	ScheduleSlotGT     *time.Time  `json:"scheduleSlotGT"`
+	ScheduleSlotGTE    *time.Time  `json:"scheduleSlotGTE"`
+	ScheduleSlotLT     *time.Time  `json:"scheduleSlotLT"`
+	ScheduleSlotLTE    *time.Time  `json:"scheduleSlotLTE"`
+	ScheduleSlotIsNil  *bool       `json:"scheduleSlotIsNil"`
+	ScheduleSlotNotNil *bool       `json:"scheduleSlotNotNil"`
 	// Case-insensitive text in code, title or biz id.
 	Search *string `json:"search"`
 }
@@ -3199,6 +3221,66 @@ func (v *TaskWhereInput) GetFinishedAtIsNil() *bool { return v.FinishedAtIsNil }
 
 // GetFinishedAtNotNil returns TaskWhereInput.FinishedAtNotNil, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetFinishedAtNotNil() *bool { return v.FinishedAtNotNil }
+
+// GetScheduleID returns TaskWhereInput.ScheduleID, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleID() *string { return v.ScheduleID }
+
+// GetScheduleIDNEQ returns TaskWhereInput.ScheduleIDNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDNEQ() *string { return v.ScheduleIDNEQ }
+
+// GetScheduleIDIn returns TaskWhereInput.ScheduleIDIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDIn() []string { return v.ScheduleIDIn }
+
+// GetScheduleIDNotIn returns TaskWhereInput.ScheduleIDNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDNotIn() []string { return v.ScheduleIDNotIn }
+
+// GetScheduleIDGT returns TaskWhereInput.ScheduleIDGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDGT() *string { return v.ScheduleIDGT }
+
+// GetScheduleIDGTE returns TaskWhereInput.ScheduleIDGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDGTE() *string { return v.ScheduleIDGTE }
+
+// GetScheduleIDLT returns TaskWhereInput.ScheduleIDLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDLT() *string { return v.ScheduleIDLT }
+
+// GetScheduleIDLTE returns TaskWhereInput.ScheduleIDLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDLTE() *string { return v.ScheduleIDLTE }
+
+// GetScheduleIDIsNil returns TaskWhereInput.ScheduleIDIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDIsNil() *bool { return v.ScheduleIDIsNil }
+
+// GetScheduleIDNotNil returns TaskWhereInput.ScheduleIDNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleIDNotNil() *bool { return v.ScheduleIDNotNil }
+
+// GetScheduleSlot returns TaskWhereInput.ScheduleSlot, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlot() *time.Time { return v.ScheduleSlot }
+
+// GetScheduleSlotNEQ returns TaskWhereInput.ScheduleSlotNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotNEQ() *time.Time { return v.ScheduleSlotNEQ }
+
+// GetScheduleSlotIn returns TaskWhereInput.ScheduleSlotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotIn() []time.Time { return v.ScheduleSlotIn }
+
+// GetScheduleSlotNotIn returns TaskWhereInput.ScheduleSlotNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotNotIn() []time.Time { return v.ScheduleSlotNotIn }
+
+// GetScheduleSlotGT returns TaskWhereInput.ScheduleSlotGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotGT() *time.Time { return v.ScheduleSlotGT }
+
+// GetScheduleSlotGTE returns TaskWhereInput.ScheduleSlotGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotGTE() *time.Time { return v.ScheduleSlotGTE }
+
+// GetScheduleSlotLT returns TaskWhereInput.ScheduleSlotLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotLT() *time.Time { return v.ScheduleSlotLT }
+
+// GetScheduleSlotLTE returns TaskWhereInput.ScheduleSlotLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotLTE() *time.Time { return v.ScheduleSlotLTE }
+
+// GetScheduleSlotIsNil returns TaskWhereInput.ScheduleSlotIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotIsNil() *bool { return v.ScheduleSlotIsNil }
+
+// GetScheduleSlotNotNil returns TaskWhereInput.ScheduleSlotNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetScheduleSlotNotNil() *bool { return v.ScheduleSlotNotNil }
 
 // GetSearch returns TaskWhereInput.Search, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetSearch() *string { return v.Search }

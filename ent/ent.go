@@ -12,6 +12,10 @@ import (
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/flowstart"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -79,13 +83,17 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			artifact.Table:     artifact.ValidColumn,
-			auditlog.Table:     auditlog.ValidColumn,
-			contact.Table:      contact.ValidColumn,
-			deployment.Table:   deployment.ValidColumn,
-			task.Table:         task.ValidColumn,
-			taskinstance.Table: taskinstance.ValidColumn,
-			tasklog.Table:      tasklog.ValidColumn,
+			artifact.Table:      artifact.ValidColumn,
+			auditlog.Table:      auditlog.ValidColumn,
+			contact.Table:       contact.ValidColumn,
+			deployment.Table:    deployment.ValidColumn,
+			flowcontrol.Table:   flowcontrol.ValidColumn,
+			flowstart.Table:     flowstart.ValidColumn,
+			schedule.Table:      schedule.ValidColumn,
+			scheduleevent.Table: scheduleevent.ValidColumn,
+			task.Table:          task.ValidColumn,
+			taskinstance.Table:  taskinstance.ValidColumn,
+			tasklog.Table:       tasklog.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

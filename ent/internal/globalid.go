@@ -2,4 +2,4 @@
 
 package internal
 
-const IncrementStarts = "{\"artifacts\":17179869184,\"audit_logs\":12884901888,\"contacts\":21474836480,\"deployments\":25769803776,\"task_instances\":4294967296,\"task_logs\":8589934592,\"tasks\":0}"
+const IncrementStarts = "{\"artifacts\":17179869184,\"audit_logs\":12884901888,\"contacts\":21474836480,\"deployments\":25769803776,\"flow_controls\":30064771072,\"flow_starts\":34359738368,\"schedule_events\":42949672960,\"schedules\":38654705664,\"task_instances\":4294967296,\"task_logs\":8589934592,\"tasks\":0}"

@@ -2,7 +2,7 @@ import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { useClient, useQuery, useSubscription } from 'urql';
 import { fromCombined, type ApiError } from '../api/errors';
 import { useFeatures } from '../api/features';
-import { TASK, TASK_LOG_APPENDED, TASK_LOGS, TASK_UPDATED, type ArtifactKind, type TaskFull, type TaskInstance, type TaskLogLine } from '../api/queries';
+import { TASK, TASK_LOG_APPENDED, TASK_LOGS, TASK_UPDATED, TASK_WAITING, type ArtifactKind, type TaskFull, type TaskInstance, type TaskLogLine, type WaitReason } from '../api/queries';
 import { ActionButtons } from '../components/ActionButtons';
 import { ErrorBox } from '../components/ErrorBox';
 import { JsonView } from '../components/JsonView';
@@ -65,6 +65,7 @@ export function TaskDetail({ id }: { id: string }) {
           {t('action.cancelRequested')}
         </div>
       )}
+      {(task.status === 'PENDING' || task.status === 'RETRY_PENDING') && <Waiting id={task.id} version={task.version} />}
       {sub.error && <ErrorBox error={sub.error} />}
 
       {(task.progressTotal > 0 || !['FAILED', 'CANCELLED'].includes(task.status)) && (
@@ -333,5 +334,26 @@ function Logs({ taskId }: { taskId: string }) {
         )}
       </div>
     </section>
+  );
+}
+
+// Waiting says why a waiting task is held back (its type paused, at its
+// cap, rate limited, or not due yet), read again at every change of the
+// task and every few seconds while it waits: what holds it back (the
+// other tasks of its type) changes without it.
+function Waiting({ id, version }: { id: string; version: number }) {
+  const { t, locale } = useI18n();
+  const now = useNow(3000);
+  const [res, reexecute] = useQuery<{ task: { id: string; waitingReason: WaitReason | null } | null }>({ query: TASK_WAITING, variables: { id }, requestPolicy: 'network-only' });
+  useEffect(() => {
+    reexecute({ requestPolicy: 'network-only' });
+  }, [version, now, reexecute]);
+  const w = res.data?.task?.waitingReason;
+  if (!w) return null;
+  return (
+    <div className="notice" role="status" data-testid="waiting-reason" data-kind={w.kind}>
+      <strong>{t(`wait.${w.kind}` as MessageKey)}</strong> · {w.message}
+      {w.until && ` (${formatDateTime(w.until, locale)})`}
+    </div>
   );
 }
