@@ -630,9 +630,9 @@ func (a *App) serve(ln net.Listener, h http.Handler) error {
 // stops taking requests and lets those running, and running task
 // handlers, finish within the shutdown grace period, then cuts off the
 // requests and releases the executions left (INTERRUPTED -> RETRY_PENDING);
-// stops every service that runs on the leading node (watchdog, retention,
-// artifact janitor) before giving up the leader lock; and closes the
-// relay, the broker and the database. Requests cut off at the end of the
+// stops every service that runs on a leading node (watchdog, retention,
+// artifact janitor, scheduler) before giving up the leader locks; and
+// closes the relay, the broker, the blob store and the database. Requests cut off at the end of the
 // grace period are logged, not an error.
 func (a *App) Shutdown(ctx context.Context) error {
 	var errs []error

@@ -58,9 +58,9 @@ func TestNoAuditRecordIsLost(t *testing.T) {
 		later := time.Now().Add(time.Hour)
 		var wg sync.WaitGroup
 		var seq atomic.Int64
-		for g := range 6 {
+		for g := range 4 {
 			wg.Go(func() {
-				for i := range 25 {
+				for i := range 20 {
 					n := seq.Add(1)
 					// Work for the workers: short tasks that run now, so that
 					// claims and completions write all along.

@@ -8,8 +8,10 @@ package leader
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Lock is one elected role.
@@ -42,12 +44,17 @@ const keyQuery = `SELECT ('x' || substr(md5(current_database() || '/' || current
 func (l *Lock) Lead(ctx context.Context) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		// The caller gave up (a service stopping): nothing changes.
+		return l.conn != nil, err
+	}
 	if l.conn != nil {
 		if err := l.conn.PingContext(ctx); err == nil {
 			return true, nil
 		}
-		// The session is gone, and the lock with it.
-		_ = l.conn.Close()
+		// The session is gone, and the lock with it (or it is broken: end
+		// it, so that the lock goes too).
+		discard(l.conn)
 		l.conn = nil
 	}
 	conn, err := l.db.Conn(ctx)
@@ -60,9 +67,14 @@ func (l *Lock) Lead(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("leader: %w", err)
 		}
 	}
+	// Not cancelled half-way by the caller: a lock taken by a statement
+	// whose answer was lost would stay with a pooled session, held for
+	// nobody.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statementTimeout)
+	defer cancel()
 	var got bool
-	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", l.key).Scan(&got); err != nil {
-		_ = conn.Close()
+	if err := conn.QueryRowContext(lctx, "SELECT pg_try_advisory_lock($1)", l.key).Scan(&got); err != nil {
+		discard(conn)
 		return false, fmt.Errorf("leader: %w", err)
 	}
 	if !got {
@@ -88,7 +100,24 @@ func (l *Lock) Release(ctx context.Context) {
 	if l.conn == nil {
 		return
 	}
-	_, _ = l.conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", l.key)
-	_ = l.conn.Close()
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statementTimeout)
+	defer cancel()
+	if _, err := l.conn.ExecContext(uctx, "SELECT pg_advisory_unlock($1)", l.key); err != nil {
+		// Ending the session releases the lock as well.
+		discard(l.conn)
+	} else {
+		_ = l.conn.Close()
+	}
 	l.conn = nil
+}
+
+// statementTimeout bounds the statements that take and give up the lock.
+const statementTimeout = 10 * time.Second
+
+// discard ends conn's session rather than returning it to the pool: a
+// session that holds the lock, or may, must neither serve other queries
+// nor keep the lock for nobody.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
 }

@@ -78,6 +78,7 @@ func TestDiskFull(t *testing.T) {
 	dir := smallDisk(t, 48<<20)
 	logs := &syncBuffer{}
 	release := make(chan struct{})
+	spilled := make(chan error, 1) // the first attempt's write
 	opts := app.Options{
 		Register: func(r *worker.Registry) {
 			// spill writes a file next to the database, once released.
@@ -87,7 +88,11 @@ func TestDiskFull(t *testing.T) {
 				case <-ctx.Done():
 					return context.Cause(ctx)
 				}
-				return os.WriteFile(filepath.Join(dir, fmt.Sprintf("spill-%d", job.Instance.ID)), make([]byte, 256<<10), 0o600)
+				err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("spill-%d", job.Instance.ID)), make([]byte, 256<<10), 0o600)
+				if job.Attempt() == 1 {
+					spilled <- err
+				}
+				return err
 			})
 		},
 		Policies: append(worker.DefaultPolicies(), reliablePolicy),
@@ -144,6 +149,14 @@ func TestDiskFull(t *testing.T) {
 		return status == http.StatusServiceUnavailable, err
 	})
 	close(release) // the handler's write now fails: no space left
+	select {
+	case err := <-spilled:
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("the handler's write on a full disk: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler never wrote")
+	}
 
 	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
 		t.Fatal(err)
