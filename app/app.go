@@ -295,7 +295,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			pc.HeartbeatInterval = min(worker.HeartbeatIntervalDefault, cfg.HeartbeatTimeout/3)
 		}
 		pc.Logger = a.Log
-		a.Pool, err = worker.NewPool(pc, worker.Deps{Store: st, Registry: registry, Policies: policies, Broker: broker, Sealer: sealer, Masker: masker, Recorder: m})
+		a.Pool, err = worker.NewPool(pc, worker.Deps{Store: st, Registry: registry, Policies: policies, Broker: broker, Sealer: sealer, Masker: masker, Recorder: m, Outages: outages})
 		if err != nil {
 			return fail(err)
 		}

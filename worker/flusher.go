@@ -42,6 +42,9 @@ type flusher struct {
 	onLost func(store.Token)
 	// onFinished is told how each written outcome fared.
 	onFinished func(store.Outcome, error)
+	// outages, when set, counts failures during an outage instead of the
+	// flusher logging each retry.
+	outages *outage.Monitor
 
 	done chan struct{}
 }
@@ -140,7 +143,7 @@ func (f *flusher) run(ctx context.Context) {
 		}
 		if err := f.flush(ctx, false); err != nil {
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-			if !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) && !counted(f.outages, "flush", err) {
 				f.log.Error("writing executions' work failed; will retry", "err", err, "retry_in", backoff)
 			}
 		} else {

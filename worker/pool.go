@@ -25,6 +25,7 @@ import (
 	"taskgraph/events"
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
+	"taskgraph/outage"
 	"taskgraph/seal"
 	"taskgraph/store"
 )
@@ -93,6 +94,10 @@ type Deps struct {
 	Masker *mask.Masker
 	// Recorder, when set, is told about claims and executions (metrics).
 	Recorder Recorder
+	// Outages, when set, counts the failures of the pool's database calls
+	// during an outage (logged once by the monitor) instead of the pool
+	// logging each.
+	Outages *outage.Monitor
 }
 
 // Recorder receives what a pool does, for metrics.
@@ -195,6 +200,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 		perType: make(map[string]int),
 	}
 	p.rec = newFlusher(deps.Store, p.log, cfg.FlushInterval, 2*cfg.Concurrency)
+	p.rec.outages = deps.Outages
 	p.rec.onLost = func(tok store.Token) { p.cancelInstance(tok.InstanceID, errLost) }
 	p.rec.onFinished = p.finished
 	return p, nil
@@ -284,7 +290,7 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 		for ctx.Err() == nil {
 			more, err := p.fetchOnce(ctx)
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !counted(p.deps.Outages, "claim", err) {
 					p.log.Error("claiming work failed", "err", err)
 				}
 				break
@@ -593,7 +599,7 @@ func (p *Pool) beat(ctx context.Context) {
 	beat, err := p.deps.Store.Heartbeat(callCtx, tokens)
 	cancel()
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !counted(p.deps.Outages, "heartbeat", err) {
 			p.log.Error("heartbeat failed", "err", err)
 		}
 		return
@@ -748,4 +754,10 @@ func (p *Pool) abandonRunning() {
 		p.rec.finish(context.Background(), o)
 		p.log.Warn("abandoned a handler that ignored its context", "task_id", ex.c.Task.ID, "instance_id", ex.c.Instance.ID)
 	}
+}
+
+// counted reports whether err was counted by the outage monitor m (an
+// outage, logged once by it); otherwise the caller logs err itself.
+func counted(m *outage.Monitor, source string, err error) bool {
+	return m != nil && m.Failed(source, err) != nil
 }
