@@ -17,6 +17,7 @@ import (
 
 	"taskgraph/auth"
 	"taskgraph/seal"
+	"taskgraph/worker"
 )
 
 // Config is everything a taskgraph process is told at start. Each field
@@ -148,7 +149,7 @@ func declareFlags(c *Config, getenv func(string) string) *Flags {
 	Var(f, &c.Addr, "addr", "127.0.0.1:8080", "host:port", "address to listen on", parseAddr, str)
 	Var(f, &c.DB, "db", "", "database", "a PostgreSQL URL (postgres://user@host:5432/name) or key=value DSN (host=... dbname=...), or a SQLite file path or file: URL (default: taskgraph.db in the data directory)", parseDB, str)
 	f.String(&c.DataDir, "data-dir", "./data", "directory for the SQLite file, the secret key and artifacts")
-	f.Int(&c.Workers, "workers", 256, 1, 10000, "handlers running at once in this process (worker role)")
+	f.Int(&c.Workers, "workers", worker.ConcurrencyDefault, 1, 10000, "handlers running at once in this process (worker role)")
 	Var(f, &c.Roles, "role", allRoles, "roles", "what this process does: all, or a comma list of api, worker, watchdog", parseRoles, showRoles)
 	f.Secret(&c.SecretKey, "secret-key", "64 hex characters encrypting sensitive input (default: a key file in the data directory; nodes sharing a database must share it)", checkSecretKey)
 	Var(f, &c.LogLevel, "log-level", slog.LevelInfo, "level", "debug, info, warn or error", parseLevel, showLevel)

@@ -12,6 +12,7 @@ import (
 
 	"taskgraph/app"
 	"taskgraph/auth"
+	"taskgraph/worker"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -25,7 +26,7 @@ func TestParseFlags(t *testing.T) {
 		require.Equal(t, "127.0.0.1:8080", c.Addr)
 		require.Equal(t, "data/taskgraph.db", c.DSN())
 		require.Equal(t, []app.Role{app.RoleAPI, app.RoleWatchdog, app.RoleWorker}, c.Roles)
-		require.Equal(t, 256, c.Workers)
+		require.Equal(t, worker.ConcurrencyDefault, c.Workers)
 		require.Equal(t, 10*time.Second, c.ShutdownGrace)
 		require.Equal(t, slog.LevelInfo, c.LogLevel)
 		require.False(t, c.Playground, "introspection and the playground are off unless enabled")
@@ -108,7 +109,7 @@ func TestParseFlags(t *testing.T) {
 		_, err := app.ParseFlags([]string{"-h"}, env(nil), &out)
 		require.ErrorIs(t, err, flag.ErrHelp)
 		for _, want := range []string{"--workers int\n", "--playground\n", "--shutdown-grace duration\n", "--max-upload-size size\n",
-			"(default 256) [$TASKGRAPH_WORKERS]", "(default 50MiB)", "(default 7d)", "(default 10m) [$TASKGRAPH_JANITOR_INTERVAL]", "(default all)",
+			"(default 1000) [$TASKGRAPH_WORKERS]", "(default 50MiB)", "(default 7d)", "(default 10m) [$TASKGRAPH_JANITOR_INTERVAL]", "(default all)",
 			"--token-file string\n"} {
 			require.Contains(t, out.String(), strings.ReplaceAll(want, "\\n", "\n"))
 		}
