@@ -15,8 +15,9 @@ import (
 
 // maxBodyBytes bounds a JSON request to /query: the largest task input
 // (engine.MaxInputBytes) and a query fit with room to spare. Multipart
-// requests (uploads) are bounded by their own transport.
-const maxBodyBytes = 2 << 20
+// requests (uploads) are bounded by their own transport, which holds their
+// operations part to the same cap.
+const maxBodyBytes = graph.MaxJSONSizeDefault
 
 func newAuthenticator(c AccessConfig, log *slog.Logger) (*auth.Authenticator, error) {
 	cfg := auth.Config{TokenFile: c.TokenFile, TrustedProxies: c.TrustedProxies, Log: log}

@@ -355,8 +355,11 @@ func TestRateLimits(t *testing.T) {
 	require.Equal(t, "RATE_LIMITED", s.DoAs(t, tok["alice"], `mutation { cancelTask(id: 1) { id } }`, nil).Errors[0].Code())
 	var bulk struct{ CancelTasks []struct{ Ok bool } }
 	s.QueryAs(t, tok["bob"], `mutation { cancelTasks(ids: [987651, 987652, 987653]) { ok } }`, nil, &bulk)
-	require.Len(t, bulk.CancelTasks, 3, "a bulk action larger than the burst takes the whole burst")
-	require.Equal(t, "RATE_LIMITED", s.DoAs(t, tok["bob"], `mutation { retryTask(id: 1) { id } }`, nil).Errors[0].Code())
+	require.Len(t, bulk.CancelTasks, 3, "a bulk action larger than the burst is admitted on a full bucket")
+	r = s.DoAs(t, tok["bob"], `mutation { retryTask(id: 1) { id } }`, nil)
+	require.Equal(t, "RATE_LIMITED", r.Errors[0].Code())
+	owed, _ := r.Errors[0].Extensions["retryAfterSeconds"].(float64)
+	require.Greater(t, owed, 1.5/0.001, "it cost one token per id: the third is owed, the next waits for two")
 	// Reads are not limited, and refused calls are not audited.
 	var out struct{ Tasks struct{ TotalCount int } }
 	s.QueryAs(t, tok["alice"], `{ tasks { totalCount } }`, nil, &out)
@@ -366,4 +369,36 @@ func TestRateLimits(t *testing.T) {
 
 func auditEntryDownload(taskID int) audit.Entry {
 	return audit.Entry{Action: audit.Download, TaskIDs: []int{taskID}, Details: map[string]any{"artifact": "errors/report.xlsx"}}
+}
+
+// TestAuditDetailsAreBounded: what a caller sends is recorded cut, saying
+// so (issue 11, finding 5): a refused createTask once recorded its whole
+// title, megabytes of it.
+func TestAuditDetailsAreBounded(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		path, tok := apptest.Tokens(t, auth.Viewer{User: "root", Role: auth.RoleAdmin}, auth.Viewer{User: "v", Role: auth.RoleViewer})
+		s := apptest.Start(t, dsn, app.Options{}, func(c *app.Config) { c.Access.TokenFile = path })
+		title := strings.Repeat("标题", 100_000) // 600 kB, 200,000 characters (twice: in title and key)
+		r := s.DoAs(t, tok["v"], `mutation($t: String) { createTask(input: {type: "noop", title: $t, idempotencyKey: $t}) { id } }`, map[string]any{"t": title})
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "FORBIDDEN", r.Errors[0].Code())
+		recs := auditLog(t, s, tok["root"], map[string]any{"actor": "v"})
+		require.Len(t, recs, 1)
+		for _, key := range []string{"title", "idempotencyKey"} {
+			got, _ := recs[0].Details[key].(string)
+			require.Less(t, len(got), 1024, key)
+			require.True(t, strings.HasPrefix(got, "标题标题"), key)
+			require.True(t, strings.HasSuffix(got, "…[cut: 600000 bytes]"), "a cut value says it was cut, and how long it was: %s", got[len(got)-40:])
+		}
+		require.Equal(t, "noop", recs[0].Details["type"], "short values are kept whole")
+	})
+}
+
+func TestCut(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "short", audit.Cut("short", 10))
+	require.Equal(t, "ab…[cut: 5 bytes]", audit.Cut("abcde", 2))
+	require.Equal(t, "é…[cut: 4 bytes]", audit.Cut("éé", 1), "never inside a character")
+	require.Equal(t, "a…[cut: 9000 bytes]", audit.Cut("abcdef…[cut: 9000 bytes]", 1), "cut twice, the first length stays")
 }

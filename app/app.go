@@ -34,6 +34,7 @@ import (
 	"taskgraph/leader"
 	"taskgraph/mask"
 	"taskgraph/metrics"
+	"taskgraph/outbound"
 	"taskgraph/relay"
 	"taskgraph/retention"
 	"taskgraph/seal"
@@ -57,7 +58,11 @@ type Options struct {
 	Watchdog worker.WatchdogConfig
 	// Websocket overrides websocket limits (zero fields keep theirs).
 	Websocket graph.WebsocketConfig
-	Logger    *slog.Logger
+	// BodyGrace and MinBodyRate override how fast request bodies must
+	// arrive (see readDeadlines; zero keeps the defaults).
+	BodyGrace   time.Duration
+	MinBodyRate int64
+	Logger      *slog.Logger
 	// Import overrides the importer's upload size, limits, chunk size and
 	// chunk hook (tests); Janitor the janitor's configuration. Zero fields
 	// keep the values derived from Config.
@@ -141,7 +146,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	registry := worker.NewRegistry()
-	builtin.Register(registry, &builtin.Webhook{})
+	policy, err := cfg.outboundPolicy()
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	builtin.Register(registry, &builtin.Webhook{Client: outbound.NewClient(outbound.Config{Policy: policy})})
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
@@ -359,12 +369,16 @@ func (a *App) routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
-	mux.Handle("GET /metrics", a.Metrics.Handler())
+	if a.Config.Network.MetricsAddr == "" {
+		// It counts every user's tasks: admins only (everyone is on an
+		// open server). With -metrics-addr it is served there instead.
+		mux.Handle("GET /metrics", a.Auth.Middleware(adminOnly(a.Metrics.Handler())))
+	}
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
-				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links},
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL()},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -374,7 +388,7 @@ func (a *App) routes() http.Handler {
 			MaxUploadSize:   a.Importer.MaxUploadSize(),
 			Log:             a.Log,
 		})
-		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.WithBaseURL(a.GraphQL))))
+		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), a.GraphQL)))
 		mux.Handle("GET /download/{token}", a.Links)
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
@@ -386,7 +400,20 @@ func (a *App) routes() http.Handler {
 			http.Redirect(w, r, web.Base, http.StatusFound)
 		})
 	}
-	return mux
+	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
+}
+
+// MetricsHandler serves /metrics, /healthz and /readyz without
+// authentication, for the listener of -metrics-addr.
+func (a *App) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", a.ready)
+	mux.Handle("GET /metrics", a.Metrics.Handler())
+	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
 }
 
 func (a *App) ready(w http.ResponseWriter, r *http.Request) {
@@ -421,9 +448,14 @@ func (a *App) Start(ctx context.Context) error {
 }
 
 // Serve answers HTTP on ln until Shutdown.
-func (a *App) Serve(ln net.Listener) error {
+func (a *App) Serve(ln net.Listener) error { return a.serve(ln, a.Handler) }
+
+// ServeMetrics answers MetricsHandler on ln until Shutdown.
+func (a *App) ServeMetrics(ln net.Listener) error { return a.serve(ln, a.MetricsHandler()) }
+
+func (a *App) serve(ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           a.Handler,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return a.baseCtx },

@@ -42,6 +42,8 @@ type Config struct {
 	ImportUnzipLimit int64
 	ArtifactTTL      time.Duration
 	JanitorInterval  time.Duration
+	// Network: public URL, metrics listener, outbound destinations.
+	Network NetworkConfig
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
@@ -146,7 +148,11 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	unzipLimit := fs.String("import-unzip-limit", env("import-unzip-limit", "1GiB"), "most an imported xlsx may unpack to (bytes, or with KiB, MiB, GiB)")
 	ttl := fs.String("artifact-ttl", env("artifact-ttl", "7d"), "how long uploaded files, error reports and exports are kept (a duration such as 72h, or days such as 7d)")
 	janitor := fs.String("janitor-interval", env("janitor-interval", "10m"), "how often expired artifacts are removed (by the watchdog role)")
+	checkNetwork := registerNetworkFlags(fs, env, &c)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := checkNetwork(); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {

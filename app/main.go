@@ -69,9 +69,22 @@ func Main(args []string, opts Options, stderr io.Writer) int {
 	if cfg.Playground {
 		a.Log.Warn("introspection and the playground are on (-playground)")
 	}
+	if cfg.Has(RoleAPI) && cfg.PublicURL() == "" {
+		a.Log.Warn("download links are relative (/download/...): set -public-url to the address clients use")
+	}
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- a.Serve(ln) }()
+	if cfg.Network.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.Network.MetricsAddr)
+		if err != nil {
+			fmt.Fprintln(stderr, "taskgraph: -metrics-addr:", OneLine(err))
+			_ = a.Shutdown(context.Background())
+			return 1
+		}
+		a.Log.Info("metrics served without authentication", "addr", "http://"+mln.Addr().String()+"/metrics")
+		go func() { serveErr <- a.ServeMetrics(mln) }()
+	}
 	select {
 	case <-ctx.Done():
 		a.Log.Info("shutting down", "grace", cfg.ShutdownGrace)

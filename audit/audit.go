@@ -34,7 +34,8 @@ type Entry struct {
 	Err error
 	// Partial marks a bulk action that succeeded for some ids only.
 	Partial bool
-	// Details are masked before they are stored.
+	// Details are masked and bounded (every text cut to MaxDetailText
+	// characters, saying so) before they are stored.
 	Details map[string]any
 }
 
@@ -70,7 +71,7 @@ func (r *Recorder) Record(ctx context.Context, e Entry) error {
 	case e.Partial:
 		outcome = auditlog.OutcomePARTIAL
 	}
-	details := r.masker.Fields(e.Details)
+	details := r.boundDetails(e.Details)
 	addr := auth.ClientAddr(ctx)
 	// Written even when the request was cancelled meanwhile: the action
 	// may have happened.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"taskgraph/auth"
 )
@@ -239,10 +240,41 @@ func TestMiddleware(t *testing.T) {
 	t.Run("AWebsocketUpgradeMayAuthenticateLater", func(t *testing.T) {
 		t.Parallel()
 		r := httptest.NewRequest(http.MethodGet, "/query", nil)
-		r.Header.Set("Upgrade", "websocket")
+		r.Header.Set("Upgrade", "WebSocket")
+		r.Header.Set("Connection", "keep-alive, Upgrade")
+		r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		r.Header.Set("Sec-WebSocket-Version", "13")
 		rec, s := serve(closed, r)
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.False(t, s.ok, "no viewer until connection_init")
+	})
+	t.Run("AnythingButAGenuineWebsocketHandshakeNeedsCredentials", func(t *testing.T) {
+		t.Parallel()
+		genuine := func() *http.Request {
+			r := httptest.NewRequest(http.MethodGet, "/query", nil)
+			r.Header.Set("Upgrade", "websocket")
+			r.Header.Set("Connection", "Upgrade")
+			r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+			r.Header.Set("Sec-WebSocket-Version", "13")
+			return r
+		}
+		for name, spoil := range map[string]func(r *http.Request){
+			"UpgradeX":     func(r *http.Request) { r.Header.Set("Upgrade", "x") },
+			"Post":         func(r *http.Request) { r.Method = http.MethodPost },
+			"NoConnection": func(r *http.Request) { r.Header.Del("Connection") },
+			"NoKey":        func(r *http.Request) { r.Header.Del("Sec-WebSocket-Key") },
+			"OldVersion":   func(r *http.Request) { r.Header.Set("Sec-WebSocket-Version", "8") },
+			"SSE": func(r *http.Request) {
+				r.Method = http.MethodPost
+				r.Header = http.Header{"Upgrade": {"x"}, "Accept": {"text/event-stream"}, "Content-Type": {"application/json"}}
+			},
+		} {
+			r := genuine()
+			spoil(r)
+			rec, s := serve(closed, r)
+			require.Equal(t, http.StatusUnauthorized, rec.Code, name)
+			require.False(t, s.ok, name)
+		}
 	})
 	t.Run("XForwardedForIsBelievedFromATrustedProxyOnly", func(t *testing.T) {
 		t.Parallel()
@@ -319,3 +351,78 @@ func FuzzAuthenticate(f *testing.F) {
 		}
 	})
 }
+
+func TestSessionsAreCheckedAgain(t *testing.T) {
+	t.Parallel()
+	setup := func(t *testing.T) (*auth.Authenticator, string, map[string]string) {
+		toks := map[string]string{"a": auth.NewToken(), "b": auth.NewToken()}
+		path := writeFile(t, auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleOperator})+"\n"+
+			auth.TokenLine(toks["b"], auth.Viewer{User: "b", Role: auth.RoleOperator})+"\n")
+		authn, err := auth.New(auth.Config{TokenFile: path, ReloadInterval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		return authn, path, toks
+	}
+	watch := func(t *testing.T, authn *auth.Authenticator, tok string) (<-chan error, func()) {
+		v, err := authn.Authenticate("Bearer " + tok)
+		require.NoError(t, err)
+		revoked := make(chan error, 1)
+		stop := authn.Watch("Bearer "+tok, v, func(err error) { revoked <- err })
+		return revoked, stop
+	}
+	within := func(t *testing.T, ch <-chan error) error {
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("not revoked")
+			return nil
+		}
+	}
+	t.Run("ARemovedTokenIsRevokedWithoutAnyRequest", func(t *testing.T) {
+		t.Parallel()
+		authn, path, toks := setup(t)
+		revokedA, stopA := watch(t, authn, toks["a"])
+		defer stopA()
+		revokedB, stopB := watch(t, authn, toks["b"])
+		defer stopB()
+		require.NoError(t, os.WriteFile(path, []byte(auth.TokenLine(toks["b"], auth.Viewer{User: "b", Role: auth.RoleOperator})+"\n"), 0o600))
+		err := within(t, revokedA)
+		require.ErrorAs(t, err, new(*auth.UnauthenticatedError))
+		require.Contains(t, err.Error(), "no longer valid")
+		select {
+		case err := <-revokedB:
+			t.Fatalf("b was not revoked: %v", err)
+		default:
+		}
+	})
+	t.Run("AChangedRoleIsRevoked", func(t *testing.T) {
+		t.Parallel()
+		authn, path, toks := setup(t)
+		revoked, stop := watch(t, authn, toks["a"])
+		defer stop()
+		require.NoError(t, os.WriteFile(path, []byte(auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer})+"\n"), 0o600))
+		require.Contains(t, within(t, revoked).Error(), "changed")
+		require.NoError(t, authn.Check("Bearer "+toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer}))
+	})
+	t.Run("AnExpiringJWTIsRevokedWhenItExpires", func(t *testing.T) {
+		t.Parallel()
+		secret := []byte("0123456789abcdef0123456789abcdef")
+		authn, err := auth.New(auth.Config{JWT: &auth.JWTConfig{HS256Key: secret}})
+		require.NoError(t, err)
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "j", "role": "viewer", "exp": time.Now().Add(time.Second).Unix()}).SignedString(secret)
+		require.NoError(t, err)
+		revoked, stop := watch(t, authn, tok)
+		defer stop()
+		require.Contains(t, within(t, revoked).Error(), "expired")
+	})
+	t.Run("AnOpenServerRevokesNothing", func(t *testing.T) {
+		t.Parallel()
+		open, err := auth.New(auth.Config{})
+		require.NoError(t, err)
+		stop := open.Watch("", auth.Local, func(error) { t.Error("revoked") })
+		stop()
+		require.NoError(t, open.Check("", auth.Local))
+	})
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,10 +1,12 @@
 package auth
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Config says how requests authenticate. With neither TokenFile nor JWT the
@@ -17,20 +19,26 @@ type Config struct {
 	// TrustedProxies are the addresses of reverse proxies whose
 	// X-Forwarded-For is believed when recording a client's address.
 	TrustedProxies []netip.Prefix
+	// ReloadInterval is how often the token file is looked at for changes
+	// while connections hold credentials from it (see Watch). Default:
+	// ReloadIntervalDefault.
+	ReloadInterval time.Duration
 	Log            *slog.Logger
 }
 
 // Authenticator maps the credentials of a request to a Viewer.
 type Authenticator struct {
-	tokens  *tokenFile
-	jwt     *jwtVerifier
-	trusted []netip.Prefix
-	log     *slog.Logger
+	tokens      *tokenFile
+	jwt         *jwtVerifier
+	trusted     []netip.Prefix
+	log         *slog.Logger
+	reloadEvery time.Duration
+	sess        sessions
 }
 
 // New reads the token file and checks the JWT configuration.
 func New(cfg Config) (*Authenticator, error) {
-	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log}
+	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log, reloadEvery: cmp.Or(cfg.ReloadInterval, ReloadIntervalDefault)}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -39,6 +47,7 @@ func New(cfg Config) (*Authenticator, error) {
 		if a.tokens, err = openTokenFile(cfg.TokenFile, a.log); err != nil {
 			return nil, err
 		}
+		a.tokens.changed = a.credentialsChanged
 	}
 	if cfg.JWT != nil {
 		if a.jwt, err = newJWTVerifier(*cfg.JWT); err != nil {

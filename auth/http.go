@@ -30,8 +30,11 @@ func WithClientAddr(ctx context.Context, addr string) context.Context {
 //     the server through DNS rebinding), acting as Local;
 //   - otherwise a valid "Authorization: Bearer <token>" is required, and a
 //     request without one is answered 401 with a GraphQL error body
-//     (extensions.code UNAUTHENTICATED). A websocket upgrade may come
-//     without it: its token then arrives in connection_init.
+//     (extensions.code UNAUTHENTICATED). A genuine websocket upgrade (see
+//     IsWebsocketUpgrade) may come without it: its token then arrives in
+//     connection_init. Any other request with an Upgrade header is a plain
+//     request and needs credentials like one (an "Upgrade: x" with
+//     "Accept: text/event-stream" is served by the SSE transport).
 //
 // Either way the client's address is recorded (ClientAddr).
 func (a *Authenticator) Middleware(next http.Handler) http.Handler {
@@ -47,7 +50,7 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		header := r.Header.Get("Authorization")
-		if header == "" && r.Header.Get("Upgrade") != "" {
+		if header == "" && IsWebsocketUpgrade(r) {
 			next.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}
@@ -57,11 +60,35 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 			WriteError(w, http.StatusUnauthorized, "UNAUTHENTICATED", err.Error())
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(NewContext(ctx, v)))
+		next.ServeHTTP(w, r.WithContext(WithCredential(NewContext(ctx, v), header)))
 	})
 }
 
-// writeError answers with a GraphQL-shaped error, which is what clients of
+// IsWebsocketUpgrade reports whether r is a websocket opening handshake
+// (RFC 6455 §4.1): a GET with "Connection: upgrade", "Upgrade: websocket",
+// a Sec-WebSocket-Key and Sec-WebSocket-Version 13. Tokens in the headers
+// are compared without regard to case.
+func IsWebsocketUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet &&
+		headerHasToken(r.Header, "Connection", "upgrade") &&
+		headerHasToken(r.Header, "Upgrade", "websocket") &&
+		r.Header.Get("Sec-WebSocket-Key") != "" &&
+		strings.TrimSpace(r.Header.Get("Sec-WebSocket-Version")) == "13"
+}
+
+// headerHasToken reports whether a comma-separated header holds token.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// WriteError answers with a GraphQL-shaped error, which is what clients of
 // /query parse.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")

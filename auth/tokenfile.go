@@ -96,6 +96,9 @@ func short(s string) string {
 type tokenFile struct {
 	path string
 	log  *slog.Logger
+	// changed is called after the file was read again (not at the first
+	// read), outside the lock.
+	changed func()
 
 	mu      sync.Mutex
 	tokens  map[string]Viewer
@@ -132,13 +135,26 @@ func (f *tokenFile) load() error {
 // first; if it no longer parses, the tokens read last stay in force and the
 // problem is logged on every request until it is fixed.
 func (f *tokenFile) lookup(token string) (Viewer, bool) {
+	f.refresh()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	v, ok := f.tokens[HashToken(token)]
+	return v, ok
+}
+
+// refresh reads the file again when it changed on disk.
+func (f *tokenFile) refresh() {
+	f.mu.Lock()
+	reloaded := false
 	if st, err := os.Stat(f.path); err != nil || !st.ModTime().Equal(f.modTime) || st.Size() != f.size {
 		if err := f.load(); err != nil {
 			f.log.Error("token file not reloaded; the previous tokens stay in force", "err", err)
+		} else {
+			reloaded = true
 		}
 	}
-	v, ok := f.tokens[HashToken(token)]
-	return v, ok
+	f.mu.Unlock()
+	if reloaded && f.changed != nil {
+		f.changed()
+	}
 }

@@ -9,9 +9,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"taskgraph/outbound"
 	"taskgraph/worker"
 )
 
@@ -50,29 +53,42 @@ func (in *WebhookInput) Validate() error {
 
 // WebhookResult is what a webhook execution records.
 type WebhookResult struct {
-	Status        int    `json:"status"`
-	LatencyMs     int64  `json:"latencyMs"`
-	ResponseBytes int    `json:"responseBytes"`
-	Response      string `json:"response,omitempty"`
+	Status        int   `json:"status"`
+	LatencyMs     int64 `json:"latencyMs"`
+	ResponseBytes int64 `json:"responseBytes"`
+	// Response is the start of the reply (at most maxSnippet bytes): the
+	// JSON value itself when the whole reply is JSON that fits (so that it
+	// is masked key by key, like task input), its text otherwise. Either
+	// way it is masked before it is stored.
+	Response any `json:"response,omitempty"`
+	// ResponseTruncated says the reply was longer than Response.
+	ResponseTruncated bool `json:"responseTruncated,omitempty"`
 }
 
 // Webhook pushes messages over HTTP.
 type Webhook struct {
-	// Client sends the requests. Default: a client with no redirects
-	// followed beyond 5.
+	// Client sends the requests. Default: an outbound client that reaches
+	// public addresses only and follows no redirects (package outbound).
 	Client *http.Client
 }
 
-// maxSnippet is how much of a response body the result keeps.
-const maxSnippet = 1024
+// Bounds of what a reply may cost.
+const (
+	maxSnippet    = 1024     // of a reply kept in the result
+	maxReplyRead  = 16 << 20 // read (and discarded) to see the reply whole
+	maxURLInError = 200      // of a URL repeated in errors and logs
+)
+
+var defaultClient = outbound.NewClient(outbound.Config{})
 
 // Handle sends one request. Receivers get the task code in
 // Idempotency-Key, the same on every attempt, so that they can drop
-// duplicates of a retried push.
+// duplicates of a retried push. Within one attempt a request is sent once:
+// the outbound client never re-sends it by itself (see outbound.NewClient).
 func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) error {
 	client := w.Client
 	if client == nil {
-		client = http.DefaultClient
+		client = defaultClient
 	}
 	timeout := 10 * time.Second
 	if in.TimeoutMs > 0 {
@@ -86,6 +102,7 @@ func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) 
 	if len(body) == 0 {
 		body = json.RawMessage(`{}`)
 	}
+	target := redactURL(in.URL)
 	reqCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(reqCtx, method, in.URL, bytes.NewReader(body))
@@ -106,26 +123,44 @@ func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) 
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		if outbound.IsDenied(err) {
+			// Asking again reaches the same address: final.
+			return worker.NonRetryable(fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err)))
+		}
 		job.Warn("request failed", "method", method, "latencyMs", latency.Milliseconds(), "err", err)
-		return worker.Retryable(fmt.Errorf("%s %s: %w", method, redactURL(in.URL), err))
+		return worker.Retryable(fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err)))
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, maxSnippet))
-	n := len(snippet)
-	if more, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, 16<<20)); more > 0 {
-		n += int(more)
-	}
-	res := WebhookResult{Status: resp.StatusCode, LatencyMs: latency.Milliseconds(), ResponseBytes: n, Response: string(snippet)}
+	reply, readErr := readReply(resp.Body)
+	res := WebhookResult{Status: resp.StatusCode, LatencyMs: latency.Milliseconds(), ResponseBytes: reply.n,
+		Response: reply.value(), ResponseTruncated: reply.truncated}
 	if err := job.SetResult(res); err != nil {
 		return worker.NonRetryable(err)
 	}
-	job.Info(fmt.Sprintf("%s %s answered %d in %d ms", method, redactURL(in.URL), resp.StatusCode, res.LatencyMs))
-	err = fmt.Errorf("%s %s answered %s", method, redactURL(in.URL), resp.Status)
+	if readErr != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		// The receiver's answer is not known: whatever the status line
+		// said, this attempt did not succeed.
+		msg := fmt.Errorf("%s %s answered %s but the reply was cut short after %d bytes: %w", method, target, resp.Status, reply.n, readErr)
+		if resp.ContentLength > 0 {
+			msg = fmt.Errorf("%s %s answered %s but the reply was cut short after %d of %d bytes: %w", method, target, resp.Status, reply.n, resp.ContentLength, readErr)
+		}
+		job.Warn("reply cut short", "method", method, "status", resp.StatusCode, "bytes", reply.n, "err", readErr)
+		return worker.Retryable(msg)
+	}
+	job.Info(fmt.Sprintf("%s %s answered %d in %d ms", method, target, resp.StatusCode, res.LatencyMs))
+	err = fmt.Errorf("%s %s answered %s", method, target, resp.Status)
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
+	case code >= 300 && code < 400:
+		return worker.NonRetryable(fmt.Errorf("%w (redirects are not followed)", err))
 	case code == http.StatusTooManyRequests:
-		return worker.Resource(err)
+		return withRetryAfter(worker.Resource(err), resp)
+	case code == http.StatusServiceUnavailable:
+		return withRetryAfter(worker.Retryable(err), resp)
 	case code == http.StatusRequestTimeout || code >= 500:
 		return worker.Retryable(err)
 	default:
@@ -133,12 +168,114 @@ func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) 
 	}
 }
 
-// redactURL drops a URL's query and user info for logs and errors.
+// unwrapURLError drops the *url.Error around a client error: it repeats the
+// whole URL, query string and all.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// reply is what was read of a response body.
+type reply struct {
+	snippet   []byte
+	n         int64
+	truncated bool
+}
+
+// readReply reads a body whole (up to maxReplyRead, then stops), keeping
+// its start. The error is a read failure: a body cut short of its
+// Content-Length or of its last chunk (io.ErrUnexpectedEOF), a reset.
+func readReply(body io.Reader) (reply, error) {
+	var r reply
+	buf := make([]byte, maxSnippet+1)
+	n, err := 0, error(nil)
+	for n < len(buf) && err == nil {
+		var k int
+		k, err = body.Read(buf[n:])
+		n += k
+	}
+	r.n = int64(n)
+	switch {
+	case err == io.EOF:
+		r.snippet = buf[:n]
+		return r, nil
+	case err != nil:
+		r.snippet = buf[:n]
+		return r, err
+	}
+	r.snippet, r.truncated = buf[:maxSnippet], true
+	more, err := io.Copy(io.Discard, io.LimitReader(body, maxReplyRead))
+	r.n += more
+	return r, err
+}
+
+// value is what the result keeps of the reply.
+func (r reply) value() any {
+	if len(r.snippet) == 0 {
+		return nil
+	}
+	if !r.truncated && json.Valid(r.snippet) {
+		return json.RawMessage(r.snippet)
+	}
+	s := r.snippet
+	if r.truncated {
+		// Cut at a character boundary.
+		for i := 0; i < utf8.UTFMax && len(s) > 0 && !utf8.Valid(s); i++ {
+			s = s[:len(s)-1]
+		}
+	}
+	return strings.ToValidUTF8(string(s), "\uFFFD")
+}
+
+// withRetryAfter carries the reply's Retry-After (seconds, or an HTTP date
+// read against the reply's own Date) to the retry policy.
+func withRetryAfter(err error, resp *http.Response) error {
+	if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), time.Now()); ok {
+		return worker.RetryAfter(fmt.Errorf("%w (Retry-After %s)", err, d.Round(time.Second)), d)
+	}
+	return err
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an
+// HTTP-date. A date is measured from the reply's Date when it has one (the
+// receiver's clock against itself), else from now.
+func parseRetryAfter(v, date string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		const maxSecs = uint64(100 * 365 * 24 * 3600)
+		return time.Duration(min(secs, maxSecs)) * time.Second, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	if d, err := http.ParseTime(date); err == nil {
+		now = d
+	}
+	return max(at.Sub(now), 0), true
+}
+
+// redactURL drops a URL's query and user info for logs and errors, and
+// bounds its length.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(bad url)"
 	}
 	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
+	s := u.String()
+	if len(s) > maxURLInError {
+		cut := maxURLInError
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + fmt.Sprintf("...(%d bytes)", len(s))
+	}
+	return s
 }

@@ -1,14 +1,19 @@
 package builtin_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -158,5 +163,246 @@ func TestWebhook(t *testing.T) {
 			_, err := s.App.Engine.Create(auth.NewContext(context.Background(), auth.Local), engine.CreateRequest{Type: "webhook", Input: json.RawMessage(bad)})
 			require.ErrorIs(t, err, engine.ErrValidation, bad)
 		}
+	})
+}
+
+// rawReceiver is a misbehaving HTTP/1.1 receiver on loopback: answer(n,
+// conn) writes the answer to the nth request it reads (counting across
+// connections), or closes the connection when it returns false. It counts
+// the requests it read, by Idempotency-Key.
+type rawReceiver struct {
+	ln     net.Listener
+	answer func(n int, w io.Writer) bool
+	mu     sync.Mutex
+	n      int
+	conns  int
+	byKey  map[string]int
+	wg     sync.WaitGroup
+}
+
+func newRawReceiver(t *testing.T, answer func(n int, w io.Writer) bool) *rawReceiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := &rawReceiver{ln: ln, answer: answer, byKey: map[string]int{}}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.conns++
+			r.mu.Unlock()
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					r.mu.Lock()
+					r.n++
+					n := r.n
+					r.byKey[req.Header.Get("Idempotency-Key")]++
+					r.mu.Unlock()
+					if !r.answer(n, c) {
+						if tc, ok := c.(*net.TCPConn); ok {
+							_ = tc.SetLinger(0)
+						}
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); r.wg.Wait() })
+	return r
+}
+
+func (r *rawReceiver) url() string { return "http://" + r.ln.Addr().String() + "/hook" }
+
+func (r *rawReceiver) received(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byKey[key]
+}
+
+func createWebhook(t *testing.T, s *apptest.Server, in map[string]any) *ent.Task {
+	t.Helper()
+	raw, _ := json.Marshal(in)
+	tk, err := s.App.Engine.Create(auth.NewContext(context.Background(), auth.Local), engine.CreateRequest{Type: "webhook", Input: raw})
+	require.NoError(t, err)
+	return tk
+}
+
+// TestWebhookIsHonest: what a reply says is what the task records (issue
+// 12): a body cut short is not a success, a request is sent once per
+// attempt, Retry-After reaches the retry policy.
+func TestWebhookIsHonest(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, dbtest.SQLite(t), app.Options{})
+	t.Run("ABodyCutShortOfItsLengthIsRetryable", func(t *testing.T) {
+		t.Parallel()
+		r := newRawReceiver(t, func(_ int, w io.Writer) bool {
+			_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"ok\":")
+			return false
+		})
+		tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": r.url()}).ID)
+		require.Equal(t, lifecycle.RetryPending, tk.Status, "not SUCCESS")
+		in := firstInstance(t, s, tk.ID)
+		require.Equal(t, lifecycle.KindRetryable, *in.ErrorKind)
+		require.Contains(t, in.LastError, "cut short after 6 of 100 bytes")
+	})
+	t.Run("AChunkedBodyCutShortIsRetryable", func(t *testing.T) {
+		t.Parallel()
+		r := newRawReceiver(t, func(_ int, w io.Writer) bool {
+			_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{\"ok\":\r\n")
+			return false
+		})
+		tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": r.url()}).ID)
+		require.Equal(t, lifecycle.RetryPending, tk.Status)
+		require.Contains(t, firstInstance(t, s, tk.ID).LastError, "cut short")
+	})
+	t.Run("AResetAfterTheRequestDoesNotSendItTwice", func(t *testing.T) {
+		t.Parallel()
+		// The first push is answered on a keep-alive connection; the
+		// second, sent on that same connection, is read and then the
+		// connection is reset. Go's transport would send it again on a new
+		// connection within the same attempt (it carries an
+		// Idempotency-Key): the receiver would get it twice.
+		r := newRawReceiver(t, func(n int, w io.Writer) bool {
+			if n == 2 {
+				return false
+			}
+			_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			return true
+		})
+		first := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": r.url()}).ID)
+		require.Equal(t, lifecycle.Success, first.Status)
+		second := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": r.url()}).ID)
+		require.Equal(t, lifecycle.RetryPending, second.Status)
+		require.Equal(t, lifecycle.KindRetryable, *firstInstance(t, s, second.ID).ErrorKind)
+		require.Equal(t, 1, r.received(second.Code), "one attempt, one request")
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		require.Equal(t, 1, r.conns, "both went over one keep-alive connection")
+	})
+	t.Run("TheReplyIsBoundedAndMasked", func(t *testing.T) {
+		t.Parallel()
+		var rx receiver
+		rx.statuses = []int{200}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.URL.Path == "/long" {
+				_, _ = io.WriteString(w, strings.Repeat("é", 3000))
+				return
+			}
+			_, _ = io.WriteString(w, `{"token":"s3cr3t-t0ken","phone":"13812345678","ok":true}`)
+		}))
+		t.Cleanup(srv.Close)
+		tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": srv.URL + "/json"}).ID)
+		require.Equal(t, lifecycle.Success, tk.Status)
+		require.NotContains(t, string(tk.Result), "s3cr3t-t0ken")
+		require.NotContains(t, string(tk.Result), "13812345678")
+		var res struct {
+			Response          map[string]any `json:"response"`
+			ResponseTruncated bool           `json:"responseTruncated"`
+		}
+		require.NoError(t, json.Unmarshal(tk.Result, &res), "%s", tk.Result)
+		require.Equal(t, true, res.Response["ok"], "a JSON reply is kept as JSON")
+		require.False(t, res.ResponseTruncated)
+
+		tk = waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": srv.URL + "/long"}).ID)
+		var long struct {
+			Response          string `json:"response"`
+			ResponseBytes     int    `json:"responseBytes"`
+			ResponseTruncated bool   `json:"responseTruncated"`
+		}
+		require.NoError(t, json.Unmarshal(tk.Result, &long), "%s", tk.Result)
+		require.True(t, long.ResponseTruncated, "a cut reply says so")
+		require.Equal(t, 6000, long.ResponseBytes)
+		require.LessOrEqual(t, len(long.Response), 1024)
+		require.True(t, utf8.ValidString(long.Response))
+	})
+	t.Run("RedirectsAreNotFollowed", func(t *testing.T) {
+		t.Parallel()
+		var hit atomic.Int32
+		target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hit.Add(1) }))
+		t.Cleanup(target.Close)
+		redirector := httptest.NewServer(http.RedirectHandler(target.URL, http.StatusFound))
+		t.Cleanup(redirector.Close)
+		tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": redirector.URL}).ID)
+		require.Equal(t, lifecycle.Failed, tk.Status)
+		require.Contains(t, firstInstance(t, s, tk.ID).LastError, "redirects are not followed")
+		require.Zero(t, hit.Load())
+	})
+}
+
+// TestOutboundPolicy: with authentication on, a webhook may call public
+// addresses only, unless --outbound-allow lists more (issue 11, finding 1).
+func TestOutboundPolicy(t *testing.T) {
+	t.Parallel()
+	receiver := func(t *testing.T) (*httptest.Server, *atomic.Int32) {
+		var hit atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hit.Add(1) }))
+		t.Cleanup(srv.Close)
+		return srv, &hit
+	}
+	tokens, _ := apptest.Tokens(t, auth.Viewer{User: "op", Role: auth.RoleOperator})
+	withAuth := func(c *app.Config) { c.Access.TokenFile = tokens }
+	t.Run("ALoopbackDestinationFailsAtOnceNamingTheRule", func(t *testing.T) {
+		t.Parallel()
+		s := apptest.Start(t, dbtest.SQLite(t), app.Options{}, withAuth)
+		srv, hit := receiver(t)
+		port := srv.URL[strings.LastIndex(srv.URL, ":"):]
+		for _, u := range []string{srv.URL + "/hook", "http://localhost" + port + "/hook", "http://[::ffff:127.0.0.1]" + port} {
+			tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": u}).ID)
+			require.Equal(t, lifecycle.Failed, tk.Status, u)
+			in := firstInstance(t, s, tk.ID)
+			require.Equal(t, lifecycle.KindNonRetryable, *in.ErrorKind, u)
+			require.Contains(t, in.LastError, "outbound policy refuses", u)
+			require.Contains(t, in.LastError, "a loopback address", u)
+		}
+		require.Zero(t, hit.Load(), "nothing was sent")
+	})
+	t.Run("MetadataAndPrivateAddressesAreRefusedBeforeAnyPacket", func(t *testing.T) {
+		t.Parallel()
+		s := apptest.Start(t, dbtest.SQLite(t), app.Options{}, withAuth)
+		for u, rule := range map[string]string{
+			"http://169.254.169.254/latest/meta-data/iam/": "cloud-metadata",
+			"http://[fd00:ec2::254]/latest/":               "cloud-metadata",
+			"http://10.0.0.1:8500/v1/kv/":                  "private",
+			"http://[fe80::1]/":                            "link-local",
+			"http://0.0.0.0:8080/":                         "unspecified",
+		} {
+			tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": u}).ID)
+			require.Equal(t, lifecycle.Failed, tk.Status, u)
+			require.Contains(t, firstInstance(t, s, tk.ID).LastError, "a "+rule+" address", u)
+		}
+	})
+	t.Run("OutboundAllowListsMore", func(t *testing.T) {
+		t.Parallel()
+		s := apptest.Start(t, dbtest.SQLite(t), app.Options{}, withAuth, func(c *app.Config) {
+			c.Network.OutboundAllow = []string{"127.0.0.1"}
+		})
+		srv, _ := receiver(t)
+		tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": srv.URL}).ID)
+		require.Equal(t, lifecycle.Success, tk.Status)
+	})
+	t.Run("AnOpenServerMayCallLoopbackOnly", func(t *testing.T) {
+		t.Parallel()
+		s := apptest.Start(t, dbtest.SQLite(t), app.Options{})
+		srv, _ := receiver(t)
+		tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": srv.URL}).ID)
+		require.Equal(t, lifecycle.Success, tk.Status)
+		tk = waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": "http://169.254.169.254/"}).ID)
+		require.Equal(t, lifecycle.Failed, tk.Status)
 	})
 }

@@ -38,6 +38,11 @@ func FuzzGraphQL(f *testing.F) {
 	} {
 		f.Add(seed.query, []byte(seed.body))
 	}
+	for name, q := range hostileDocuments() {
+		if len(q) < 200<<10 {
+			f.Add(q, []byte(`{"query": "{ `+name+` }"}`))
+		}
+	}
 	f.Fuzz(func(t *testing.T, query string, raw []byte) {
 		wrapped, err := json.Marshal(map[string]any{"query": query})
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -65,7 +66,9 @@ func (r *Resolver) artifactDownloadURL(ctx context.Context, taskID int, kind *ar
 		return nil, err
 	}
 	link := r.Links.Sign(a, viewer)
-	return &model.DownloadLink{URL: baseURL(ctx) + link.Path, ExpiresAt: link.ExpiresAt}, nil
+	// From the configured public URL, never from the request's Host: a
+	// link carries a signature worth stealing.
+	return &model.DownloadLink{URL: r.PublicURL + link.Path, ExpiresAt: link.ExpiresAt}, nil
 }
 
 func (r *Resolver) importTargets() []*model.ImportTarget {
@@ -85,31 +88,13 @@ func (r *Resolver) importTargets() []*model.ImportTarget {
 	return out
 }
 
-type baseURLKey struct{}
-
-// WithBaseURL makes the links the API returns absolute: scheme and host of
-// the request they answer.
-func WithBaseURL(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		ctx := context.WithValue(r.Context(), baseURLKey{}, scheme+"://"+r.Host)
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-func baseURL(ctx context.Context) string {
-	s, _ := ctx.Value(baseURLKey{}).(string)
-	return s
-}
-
-// LimitUploads guards the multipart (upload) requests of /query:
+// LimitUploads guards the multipart (upload) requests of /query, however
+// their media type is spelled (Multipart/Form-Data is multipart/form-data):
 //
 //   - one whose declared length exceeds the upload limit is refused before
 //     it is read, with a VALIDATION error naming the limit (one without a
-//     length is cut off by the multipart transport instead);
+//     length is cut off by the multipart transport instead, which never
+//     holds more than a few MiB of it in memory);
 //   - one without a header that a plain HTML form cannot send
 //     (Apollo-Require-Preflight or X-Requested-With) is refused: browsers
 //     send multipart/form-data cross-site without a CORS preflight, and
@@ -123,7 +108,8 @@ func LimitUploads(limit int64, next http.Handler) http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]any{"errors": []any{map[string]any{"message": msg, "extensions": ext}}, "data": nil})
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil || !strings.HasPrefix(mt, "multipart/") {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -136,14 +122,6 @@ func LimitUploads(limit int64, next http.Handler) http.Handler {
 				fmt.Sprintf("the upload is %d bytes; the limit (max upload size) is %d bytes", r.ContentLength, limit),
 				map[string]any{"limit": "max upload size", "maxBytes": limit})
 			return
-		}
-		if r.ContentLength < 0 && limit > 0 {
-			// gqlgen's multipart transport reads the files of a request of
-			// unknown length (chunked) into memory, and spools only those
-			// of a known large length to temporary files. Claim the largest
-			// allowed length: files go to disk, and the transport's
-			// MaxBytesReader still cuts the body off at the limit.
-			r.ContentLength = limit + uploadSlack
 		}
 		next.ServeHTTP(w, r)
 	})

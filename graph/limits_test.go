@@ -85,6 +85,51 @@ func TestQueryLimits(t *testing.T) {
 		b.WriteString("fragment F40 on TaskType { name }")
 		require.Equal(t, "fields", limitOf(t, s.Do(t, b.String(), nil)))
 	})
+	t.Run("RepeatedFieldsAreRefusedBeforeValidation", func(t *testing.T) {
+		t.Parallel()
+		// Validation compares every two fields sharing a response key:
+		// 4,999 "__typename" (under the 5,000-field limit) took a second of
+		// CPU, 9,990 several. The document is refused before validation: a
+		// field that does not exist is not even reported.
+		for n, limit := range map[int]string{300: "repeatedFields", 4999: "repeatedFields", 9990: "fields"} {
+			q := "{ " + strings.Repeat("__typename ", n) + "}"
+			require.Equal(t, limit, limitOf(t, s.Do(t, q, nil)), n)
+			require.Equal(t, limit, limitOf(t, s.Do(t, "{ nosuchfield "+q[1:], nil)), "before validation")
+		}
+		q := "{ " + strings.Repeat("taskTypes { "+strings.Repeat("name ", 40)+"} ", 40) + "}"
+		require.Equal(t, "repeatedFields", limitOf(t, s.Do(t, q, nil)), "merged one level down")
+		var out map[string]any
+		s.Query(t, "{ "+strings.Repeat("__typename ", 20)+"taskTypes { name name description } }", nil, &out)
+	})
+	t.Run("RepeatedAndManyFragmentsAreRefusedBeforeValidation", func(t *testing.T) {
+		t.Parallel()
+		q := "{ " + strings.Repeat("...F ", 3000) + "} fragment F on Query { __typename }"
+		require.Equal(t, "repeatedFields", limitOf(t, s.Do(t, q, nil)))
+		var b strings.Builder
+		b.WriteString("{ ")
+		for i := range 1200 {
+			b.WriteString("...F" + itoa(i) + " ")
+		}
+		b.WriteString("} ")
+		for i := range 1200 {
+			b.WriteString("fragment F" + itoa(i) + " on Query { taskTypes { name } } ")
+		}
+		require.Equal(t, "repeatedFields", limitOf(t, s.Do(t, b.String(), nil)))
+		// Each operation is validated with the fragments it spreads.
+		b.Reset()
+		for i := range 1500 {
+			b.WriteString("query Q" + itoa(i) + " { ...F } ")
+		}
+		b.WriteString("fragment F on Query { " + strings.Repeat("taskTypes { name } ", 10) + "}")
+		require.Equal(t, "selections", limitOf(t, s.Do(t, b.String(), nil)))
+	})
+	t.Run("VariablesArgumentsAndDirectivesAreBounded", func(t *testing.T) {
+		t.Parallel()
+		q := "query(" + repeat(150, func(i int) string { return "$v" + itoa(i) + ": Int" }) + ") { __typename }"
+		require.Equal(t, "variables", limitOf(t, s.Do(t, q, nil)))
+		q = "{ __typename " + strings.Repeat("@skip(if: false) ", 40) + "}"
+		require.Equal(t, "arguments", limitOf(t, s.Do(t, q, nil)))
+	})
 	t.Run("IntrospectionIsRefusedByDefault", func(t *testing.T) {
 		t.Parallel()
 		for _, q := range []string{

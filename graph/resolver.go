@@ -26,6 +26,9 @@ type Resolver struct {
 	Importer  *importer.Importer
 	Artifacts *artifact.Store
 	Links     *artifact.Links
+	// PublicURL is what download links start with (scheme, host and any
+	// path prefix); "" makes them relative (/download/...).
+	PublicURL string
 }
 
 // Page sizes of connections.

@@ -1,10 +1,17 @@
 package graph
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -47,8 +54,15 @@ type ServerConfig struct {
 	// than it (plus room for the other form fields) are refused. Default:
 	// no uploads beyond gqlgen's default of 32 MiB.
 	MaxUploadSize int64
-	Log           *slog.Logger
+	// MaxJSONSize bounds a JSON request, and the operations and map parts
+	// of a multipart one. Default: MaxJSONSizeDefault.
+	MaxJSONSize int64
+	Log         *slog.Logger
 }
+
+// MaxJSONSizeDefault is the largest JSON request: the largest task input
+// (engine.MaxInputBytes) and a query fit with room to spare.
+const MaxJSONSizeDefault = 2 << 20
 
 // uploadSlack is room for the multipart request's other parts.
 const uploadSlack = 1 << 20
@@ -76,16 +90,120 @@ type WebsocketConfig struct {
 type Server struct {
 	*handler.Server
 	conns *connections
+	auth  *auth.Authenticator
 }
 
-// ServeHTTP marks the requests of streaming transports (websockets, SSE):
-// only they may subscribe. A subscription posted as a plain request would
-// hold it open, waiting for a first event, for as long as the client likes.
+// ServeHTTP prepares requests for gqlgen's transports:
+//
+//   - only a genuine websocket handshake goes to the websocket transport
+//     (gqlgen's takes any request with an Upgrade header); the Upgrade
+//     header of any other request (h2c, a probe) is dropped, so that it is
+//     served as the plain request it is;
+//   - an SSE stream counts as a connection of its user, within the same
+//     limit as websockets, and ends as soon as its credentials are revoked;
+//   - a JSON body that is not a GraphQL request is refused here, without
+//     echoing it back (gqlgen's error repeats the whole body);
+//   - the requests of streaming transports (websockets, SSE) are marked:
+//     only they may subscribe. A subscription posted as a plain request
+//     would hold it open, waiting for a first event, for as long as the
+//     client likes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Upgrade") != "" || (transport.SSE{}).Supports(r) {
-		r = r.WithContext(context.WithValue(r.Context(), streamingKey{}, true))
+	if auth.IsWebsocketUpgrade(r) {
+		ctx, _ := wsgorilla.WithCloser(r.Context())
+		s.Server.ServeHTTP(w, r.WithContext(context.WithValue(ctx, streamingKey{}, true)))
+		return
 	}
-	s.Server.ServeHTTP(w, r)
+	if r.Header.Get("Upgrade") != "" {
+		r = r.Clone(r.Context())
+		r.Header.Del("Upgrade")
+	}
+	if a := r.Header.Get("Accept"); !strings.Contains(a, "text/event-stream") && strings.Contains(strings.ToLower(a), "text/event-stream") {
+		// gqlgen's SSE transport looks for it in lower case only.
+		r = r.Clone(r.Context())
+		r.Header.Set("Accept", strings.ToLower(a))
+	}
+	if !decodableJSON(w, r) {
+		return
+	}
+	if !(transport.SSE{}).Supports(r) {
+		s.Server.ServeHTTP(w, r)
+		return
+	}
+	v, ok := auth.FromContext(r.Context())
+	if !ok {
+		auth.WriteError(w, http.StatusUnauthorized, CodeUnauthenticated, "unauthenticated: no credentials")
+		return
+	}
+	slot, err := s.conns.acquire(v.User)
+	if err != nil {
+		writeLimit(w, err.Error(), "connections", s.conns.max)
+		return
+	}
+	defer slot.once.Do(slot.release)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	if s.auth != nil {
+		stop := s.auth.Watch(auth.Credential(ctx), v, cancel)
+		defer stop()
+	}
+	s.Server.ServeHTTP(w, r.WithContext(context.WithValue(ctx, streamingKey{}, true)))
+}
+
+// writeLimit answers a plain request refused by a limit.
+func writeLimit(w http.ResponseWriter, msg, limit string, max int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"errors": []any{map[string]any{"message": msg, "extensions": map[string]any{"code": CodeLimitExceeded, "limit": limit, "max": max}}},
+		"data":   nil,
+	})
+}
+
+// decodableJSON reads the body of a JSON POST (bounded by the caller) and
+// refuses it, saying why but not repeating it, unless it decodes as a
+// GraphQL request the way gqlgen's transports decode it. The body is put
+// back for them.
+func decodableJSON(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return true
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return true
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		status, msg := http.StatusBadRequest, "the request body could not be read"
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			status, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", tooLarge.Limit)
+		}
+		auth.WriteError(w, status, CodeValidation, msg)
+		return false
+	}
+	var params graphql.RawParams
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&params); err != nil {
+		auth.WriteError(w, http.StatusBadRequest, CodeValidation, "the request body is not a GraphQL request in JSON: "+jsonProblem(err))
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
+}
+
+// jsonProblem says what is wrong with a body without quoting it.
+func jsonProblem(err error) string {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("invalid JSON at byte %d", syntax.Offset)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("%s must be %s, not a JSON %s", cmp.Or(typ.Field, "the body"), typ.Type, typ.Value)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON ends early"
+	}
+	return "it does not decode"
 }
 
 type streamingKey struct{}
@@ -140,16 +258,16 @@ func NewServer(cfg ServerConfig) *Server {
 		PayloadReadLimit:      &ws.PayloadReadLimit,
 	})
 	if cfg.MaxUploadSize > 0 {
-		// Parts over MaxMemory are spooled to temporary files by
-		// net/http, never held whole in memory.
-		srv.AddTransport(transport.MultipartForm{MaxUploadSize: cfg.MaxUploadSize + uploadSlack, MaxMemory: 4 << 20})
+		srv.AddTransport(multipartForm{maxUpload: cfg.MaxUploadSize + uploadSlack, maxJSON: cmp.Or(cfg.MaxJSONSize, MaxJSONSizeDefault), maxMemory: 4 << 20})
 	}
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 
-	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
-	srv.SetParserTokenLimit(cmp.Or(cfg.ParserTokenLimit, ParserTokenLimitDefault))
+	cache := lru.New[*ast.QueryDocument](1000)
+	srv.SetQueryCache(cache)
+	tokenLimit := cmp.Or(cfg.ParserTokenLimit, ParserTokenLimitDefault)
+	srv.SetParserTokenLimit(tokenLimit)
 	// "Did you mean ...?" would describe the schema to whoever cannot
 	// introspect it.
 	srv.SetDisableSuggestion(true)
@@ -157,18 +275,25 @@ func NewServer(cfg ServerConfig) *Server {
 		srv.Use(extension.Introspection{})
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
-	// The shape limit runs before the complexity limit (extensions run
-	// in the order they are added).
-	srv.Use(shapeLimit{
+	// After persisted queries (parameter mutators run in the order they
+	// are added), before gqlgen parses and validates the document.
+	srv.Use(documentLimit{
+		cache:         cache,
+		tokenLimit:    tokenLimit,
 		maxDepth:      cmp.Or(cfg.MaxDepth, MaxDepthDefault),
 		maxAliases:    cmp.Or(cfg.MaxAliases, MaxAliasesDefault),
 		maxFields:     cmp.Or(cfg.MaxFields, MaxFieldsDefault),
+		maxSelections: MaxSelectionsDefault,
+		maxMergeCost:  MaxMergeCostDefault,
+		maxVariables:  MaxVariablesDefault,
+		maxArguments:  MaxArgumentsDefault,
 		introspection: cfg.Introspection,
 	})
 	srv.Use(extension.FixedComplexityLimit(cmp.Or(cfg.ComplexityLimit, ComplexityLimitDefault)))
+	srv.AroundOperations(wsRecheck)
 	srv.AroundOperations(onlyStreamsSubscribe)
 	srv.AroundFields(InternalErrors)
 	srv.SetErrorPresenter(ErrorPresenter(log))
 	srv.SetRecoverFunc(RecoverFunc(log))
-	return &Server{Server: srv, conns: conns}
+	return &Server{Server: srv, conns: conns, auth: cfg.Auth}
 }

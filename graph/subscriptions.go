@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"sync/atomic"
 
 	"taskgraph/access"
 	"taskgraph/auth"
@@ -9,6 +10,10 @@ import (
 	"taskgraph/ent/task"
 	"taskgraph/events"
 )
+
+// whereQueries counts the changes a subscription had to confirm with a
+// query (its filter holds a predicate only the database evaluates).
+var whereQueries atomic.Int64
 
 // subscriptionBuffer is how many changes a subscriber may fall behind by
 // before it is dropped (its subscription then completes; it re-reads and
@@ -33,7 +38,7 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 	// Subscribe before reading the current state: a change committed in
 	// between is then in the buffer, not lost (duplicates are dropped by
 	// version below).
-	plan := planWhere(where)
+	plan := planWhereArgs(where, whereArgument(ctx))
 	match := func(c events.TaskChange) bool {
 		// The same rule package access applies to queries: a change of a
 		// task the subscriber may not see never enters its buffer.
@@ -93,6 +98,7 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 					continue // already sent with the current state
 				}
 				if _, exact := plan.match(c.Task); !exact {
+					whereQueries.Add(1)
 					p, err := where.P()
 					if err != nil {
 						return

@@ -2,16 +2,18 @@ package graph
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"taskgraph/auth"
+	"taskgraph/graph/wsgorilla"
 )
 
 // Close codes of graphql-transport-ws used when a connection is refused.
@@ -85,8 +87,10 @@ func (c *connections) open(user string) int {
 // wsInit authenticates a websocket at connection_init: the payload's
 // Authorization ("Bearer <token>"), else the viewer the upgrade request
 // authenticated with (its header, or Local on an open server). It counts
-// the connection against the user's limit, and ends it when the token
-// expires.
+// the connection against the user's limit, and watches its credentials:
+// when they are revoked (the token removed from the token file, its line
+// changed, the JWT expired) the socket is closed with 4403 and the reason.
+// Each operation on the socket checks them first as well (wsRecheck).
 func wsInit(authn *auth.Authenticator, conns *connections) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 		refuse := func(code int, err error) (context.Context, *transport.InitPayload, error) {
@@ -95,12 +99,13 @@ func wsInit(authn *auth.Authenticator, conns *connections) transport.WebsocketIn
 			return ctx, nil, err
 		}
 		v, ok := auth.FromContext(ctx)
+		credential := auth.Credential(ctx)
 		if h := payload.Authorization(); h != "" && authn != nil {
 			var err error
 			if v, err = authn.Authenticate(h); err != nil {
 				return refuse(closeForbidden, err)
 			}
-			ok = true
+			ok, credential = true, h
 		}
 		if !ok {
 			return refuse(closeForbidden, &auth.UnauthenticatedError{Reason: `no credentials; send {"Authorization": "Bearer <token>"} in connection_init`})
@@ -110,19 +115,56 @@ func wsInit(authn *auth.Authenticator, conns *connections) transport.WebsocketIn
 			return refuse(closeTooManyRequests, err)
 		}
 		ctx = auth.NewContext(ctx, v)
-		if !v.Expires.IsZero() {
-			// The connection ends when its credentials do; the client
-			// reconnects with fresh ones.
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadlineCause(ctx, v.Expires, errTokenExpired)
-			release := s.release
-			s.release = func() { cancel(); release() }
+		ctx, cancel := context.WithCancelCause(ctx)
+		closer := wsgorilla.CloserFrom(ctx)
+		revoke := func(err error) {
+			// The client reconnects with fresh credentials.
+			if closer != nil {
+				closer.Close(closeForbidden, err.Error())
+			}
+			cancel(err)
 		}
+		stopWatch := func() {}
+		if authn != nil {
+			stopWatch = authn.Watch(credential, v, revoke)
+		}
+		release := s.release
+		s.release = func() { stopWatch(); cancel(nil); release() }
+		ctx = context.WithValue(ctx, wsSessionKey{}, &wsSession{authn: authn, credential: credential, viewer: v, revoke: revoke})
 		return context.WithValue(ctx, slotKey{}, s), nil, nil
 	}
 }
 
-var errTokenExpired = errors.New("the token has expired")
+// wsSession is what an operation on a websocket checks first.
+type wsSession struct {
+	authn      *auth.Authenticator
+	credential string
+	viewer     auth.Viewer
+	revoke     func(error)
+}
+
+type wsSessionKey struct{}
+
+// wsRecheck checks a websocket's credentials before each operation it
+// runs, so that a revoked token runs nothing more even before the token
+// file's change is noticed; and refuses an operation with no viewer at all
+// (every request gets one from the authentication middleware or
+// connection_init: one without is a way round them).
+func wsRecheck(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	refuse := func(msg string) graphql.ResponseHandler {
+		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{{Message: msg, Extensions: map[string]any{"code": CodeUnauthenticated}}}})
+	}
+	if _, ok := auth.FromContext(ctx); !ok {
+		return refuse("unauthenticated: no credentials")
+	}
+	if s, ok := ctx.Value(wsSessionKey{}).(*wsSession); ok && s.authn != nil {
+		if err := s.authn.Check(s.credential, s.viewer); err != nil {
+			s.revoke(err)
+			return refuse(err.Error())
+		}
+	}
+	return next(ctx)
+}
 
 // wsClose releases the connection's slot.
 func wsClose(ctx context.Context, _ int) {

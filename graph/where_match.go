@@ -2,10 +2,13 @@ package graph
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/99designs/gqlgen/graphql"
 
 	"taskgraph/ent"
 )
@@ -13,10 +16,10 @@ import (
 // matchTask evaluates a TaskWhereInput against a task in memory, as the
 // database would, so that a subscription can filter committed changes
 // without a query per change and per subscriber. exact is false when the
-// input carries predicates that only the database can evaluate (such as
-// search): ok then says whether the task may match, and the caller must
-// confirm a match with a query. A subscription plans its input once
-// (planWhere) and evaluates the plan for every change.
+// input carries predicates that only the database can evaluate (custom
+// predicates other than search): ok then says whether the task may match,
+// and the caller must confirm a match with a query. A subscription plans
+// its input once (planWhere) and evaluates the plan for every change.
 func matchTask(w *ent.TaskWhereInput, t *ent.Task) (ok, exact bool) {
 	return planWhere(w).match(t)
 }
@@ -48,9 +51,24 @@ type wherePlan struct {
 	not   *wherePlan
 	and   []*wherePlan
 	or    []*wherePlan
+	// search is the search field's predicate (any of code, title and biz
+	// id contains the text, without regard to case): true when one is.
+	search []plannedPredicate
 	// opaque counts the parts only the database can evaluate (custom
-	// predicates such as search, edge predicates).
+	// predicates other than search, edge predicates).
 	opaque int
+}
+
+// searchPlan is the search predicate as the database evaluates it (see the
+// Search resolver): code, title or biz id contains term, folding case.
+func searchPlan(term string) []plannedPredicate {
+	wt := reflect.TypeOf(ent.TaskWhereInput{})
+	var out []plannedPredicate
+	for _, name := range []string{"CodeContainsFold", "TitleContainsFold", "BizIDContainsFold"} {
+		field, op, nullable := splitPredicate(name, wt)
+		out = append(out, plannedPredicate{field: field, op: op, nullable: nullable, arg: reflect.ValueOf(term)})
+	}
+	return out
 }
 
 type plannedPredicate struct {
@@ -63,10 +81,27 @@ type plannedPredicate struct {
 var taskType = reflect.TypeOf(ent.Task{})
 
 // planWhere reads w once. A nil input matches everything.
-func planWhere(w *ent.TaskWhereInput) *wherePlan {
+func planWhere(w *ent.TaskWhereInput) *wherePlan { return planWhereArgs(w, nil) }
+
+// planWhereArgs is planWhere with the argument w was read from (a GraphQL
+// input object as a map, variables resolved; see whereArgument), which
+// holds what w no longer does: the text of its search field, which the
+// field's resolver turned into a predicate (a function). With it, search
+// is evaluated in memory.
+func planWhereArgs(w *ent.TaskWhereInput, raw any) *wherePlan {
 	p := &wherePlan{}
 	if w == nil {
 		return p
+	}
+	args, _ := raw.(map[string]any)
+	nested := func(key string, i int) any {
+		if i < 0 {
+			return args[key]
+		}
+		if l, ok := args[key].([]any); ok && i < len(l) {
+			return l[i]
+		}
+		return nil
 	}
 	wv := reflect.ValueOf(w).Elem()
 	wt := wv.Type()
@@ -79,16 +114,22 @@ func planWhere(w *ent.TaskWhereInput) *wherePlan {
 		}
 		switch f.Name {
 		case "Predicates":
-			p.opaque++
+			// The search field's predicate, if it is the only one, is
+			// evaluated in memory; any other only by the database.
+			if term, ok := args["search"].(string); ok && term != "" && v.Len() == 1 {
+				p.search = searchPlan(term)
+			} else {
+				p.opaque++
+			}
 		case "Not":
-			p.not = planWhere(v.Interface().(*ent.TaskWhereInput))
+			p.not = planWhereArgs(v.Interface().(*ent.TaskWhereInput), nested("not", -1))
 		case "And":
-			for _, s := range v.Interface().([]*ent.TaskWhereInput) {
-				p.and = append(p.and, planWhere(s))
+			for i, s := range v.Interface().([]*ent.TaskWhereInput) {
+				p.and = append(p.and, planWhereArgs(s, nested("and", i)))
 			}
 		case "Or":
-			for _, s := range v.Interface().([]*ent.TaskWhereInput) {
-				p.or = append(p.or, planWhere(s))
+			for i, s := range v.Interface().([]*ent.TaskWhereInput) {
+				p.or = append(p.or, planWhereArgs(s, nested("or", i)))
 			}
 		default:
 			field, op, nullable := splitPredicate(f.Name, wt)
@@ -120,6 +161,13 @@ func (p *wherePlan) eval(tv reflect.Value) (lo, hi sqlBool, exact bool) {
 	and := func(l, h sqlBool) { lo, hi = min(lo, l), min(hi, h) }
 	for _, pr := range p.preds {
 		r := evalPredicate(tv.FieldByIndex(pr.field), pr.op, pr.nullable, pr.arg)
+		and(r, r)
+	}
+	if len(p.search) > 0 {
+		r := sqlFalse
+		for _, pr := range p.search {
+			r = max(r, evalPredicate(tv.FieldByIndex(pr.field), pr.op, pr.nullable, pr.arg))
+		}
 		and(r, r)
 	}
 	if p.not != nil {
@@ -255,4 +303,14 @@ func compare(a, b reflect.Value) int {
 		return -1
 	}
 	panic(fmt.Sprintf("where match: cannot compare %s", a.Type()))
+}
+
+// whereArgument is the where argument of the field being resolved, as the
+// request wrote it (variables resolved), or nil.
+func whereArgument(ctx context.Context) any {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil || fc.Field.Field == nil || !graphql.HasOperationContext(ctx) {
+		return nil
+	}
+	return fc.Field.ArgumentMap(graphql.GetOperationContext(ctx).Variables)["where"]
 }

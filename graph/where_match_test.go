@@ -88,6 +88,50 @@ func TestWhereMatch(t *testing.T) {
 		})
 	})
 
+	t.Run("SearchIsMatchedInMemoryAsTheDatabaseDoes", func(t *testing.T) {
+		t.Parallel()
+		// A search subscription used to query the database for every
+		// change it was sent.
+		dbtest.Run(t, func(t *testing.T, dsn string) {
+			ctx := auth.NewSystemContext(context.Background())
+			s, tasks := setupWhereMatch(t, ctx, dsn)
+			resolver := &taskWhereInputResolver{}
+			search := func(term string) *ent.TaskWhereInput {
+				w := &ent.TaskWhereInput{}
+				require.NoError(t, resolver.Search(ctx, w, &term))
+				return w
+			}
+			for _, term := range []string{"import", "IMPORT", "Report", "ord-1", "ORD-1", "%", "_", `\`, "日报", "x%1", "100% d", "zzz", "IMPORT-"} {
+				arg := map[string]any{"search": term}
+				for _, c := range []struct {
+					w   *ent.TaskWhereInput
+					raw map[string]any
+				}{
+					{search(term), arg},
+					{&ent.TaskWhereInput{Not: search(term)}, map[string]any{"not": arg}},
+					{&ent.TaskWhereInput{Or: []*ent.TaskWhereInput{{Type: whereRef("noop")}, search(term)}}, map[string]any{"or": []any{map[string]any{"type": "noop"}, arg}}},
+					{&ent.TaskWhereInput{Type: whereRef("import"), And: []*ent.TaskWhereInput{search(term)}}, map[string]any{"type": "import", "and": []any{arg}}},
+				} {
+					w := c.w
+					p, err := w.P()
+					require.NoError(t, err)
+					want, err := s.Client().Task.Query().Where(p).Order(task.ByID()).IDs(ctx)
+					require.NoError(t, err)
+					var got []int
+					plan := planWhereArgs(w, c.raw)
+					for _, tk := range tasks {
+						ok, exact := plan.match(tk)
+						require.True(t, exact, "search %q needs no query", term)
+						if ok {
+							got = append(got, tk.ID)
+						}
+					}
+					require.Equal(t, want, got, "search %q: %s", term, describeWhere(w))
+				}
+			}
+		})
+	})
+
 	t.Run("PredicatesAreNotExact", func(t *testing.T) {
 		t.Parallel()
 		tk := &ent.Task{ID: 1, Type: "noop", Status: lifecycle.Pending}

@@ -24,7 +24,7 @@ type Config struct {
 	// rate limiting.
 	PerSecond float64
 	// Burst is how many actions a user may take at once (a bulk action
-	// counts one per id, at most Burst). Default: 1.
+	// counts one per id; see Allow). Default: 1.
 	Burst int
 	// MaxUsers bounds how many users' buckets are kept. A user forgotten
 	// to make room starts again with a full bucket. Default: MaxUsersDefault.
@@ -78,13 +78,17 @@ func (e *Error) RetryAfterSeconds() int {
 	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 }
 
-// Allow takes n tokens (at most the burst) from user's bucket, or returns
-// an *Error saying how long to wait for them; nothing is taken then.
+// Allow takes n tokens from user's bucket, or returns an *Error saying how
+// long to wait for them; nothing is taken then. A bulk action counts one
+// token per id: one larger than the burst needs a full bucket now, and the
+// tokens beyond the burst are owed — taken from the bucket's future, so
+// that the user's next action waits until they are paid back (1,000 ids at
+// 10 a second keep the user waiting 90 s after a burst of 100).
 func (l *Limiter) Allow(user string, n int) error {
 	if l == nil {
 		return nil
 	}
-	n = min(max(n, 1), l.cfg.Burst)
+	n = max(n, 1)
 	l.mu.Lock()
 	lim, ok := l.users.Get(user)
 	if !ok {
@@ -93,13 +97,18 @@ func (l *Limiter) Allow(user string, n int) error {
 	}
 	l.mu.Unlock()
 	now := l.cfg.Now()
-	r := lim.ReserveN(now, n)
+	first := min(n, l.cfg.Burst)
+	r := lim.ReserveN(now, first)
 	if !r.OK() {
 		return &Error{User: user, RetryAfter: time.Second}
 	}
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now)
 		return &Error{User: user, RetryAfter: d}
+	}
+	for owed := n - first; owed > 0; owed -= l.cfg.Burst {
+		// Reservations in the future, kept: they are the debt.
+		lim.ReserveN(now, min(owed, l.cfg.Burst))
 	}
 	return nil
 }

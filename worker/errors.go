@@ -2,6 +2,7 @@ package worker
 
 import (
 	"errors"
+	"time"
 
 	"taskgraph/lifecycle"
 )
@@ -40,4 +41,30 @@ func Classify(err error) lifecycle.ErrorKind {
 	// Everything else (connection errors, timeouts of a dependency, errors
 	// nobody classified) is worth another bounded attempt.
 	return lifecycle.KindRetryable
+}
+
+// delayed is an error whose next attempt should wait a given time.
+type delayed struct {
+	err   error
+	after time.Duration
+}
+
+func (e *delayed) Error() string { return e.err.Error() }
+func (e *delayed) Unwrap() error { return e.err }
+
+// RetryAfter marks err as asking for the next attempt to wait d, no less
+// (an HTTP 429 or 503 with Retry-After, say). It keeps err's kind: wrap a
+// classified error (RetryAfter(Resource(err), d)). The retry policy waits d
+// instead of its own backoff, up to its longest delay (Policies.NextAfter).
+func RetryAfter(err error, d time.Duration) error {
+	return &delayed{err: err, after: max(d, 0)}
+}
+
+// RetryAfterOf returns the delay an error asked for with RetryAfter.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var d *delayed
+	if errors.As(err, &d) {
+		return d.after, true
+	}
+	return 0, false
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -119,6 +120,31 @@ type Decision struct {
 // Next decides what follows attempt (1-based) of a task with maxAttempts
 // (0: the policy's) ending with kind at now.
 func (ps *Policies) Next(policy string, maxAttempts, attempt int, kind lifecycle.ErrorKind, now time.Time) Decision {
+	return ps.next(policy, maxAttempts, attempt, kind, -1, now)
+}
+
+// NextAfter is Next for an attempt whose error asked the next one to wait
+// retryAfter (RetryAfterOf: a server's Retry-After). That delay replaces
+// the policy's backoff for this attempt — the server knows when it will
+// answer, a schedule only guesses — but never exceeds the policy's longest
+// delay (MaxDelay): a Retry-After of a day does not park a task for a day.
+// Jitter only adds to it, so the next attempt never comes before the time
+// asked for (unless capped). A negative retryAfter is Next.
+func (ps *Policies) NextAfter(policy string, maxAttempts, attempt int, kind lifecycle.ErrorKind, retryAfter time.Duration, now time.Time) Decision {
+	return ps.next(policy, maxAttempts, attempt, kind, retryAfter, now)
+}
+
+// MaxDelay is the longest delay of the policy's schedules: the cap on a
+// delay an error asks for.
+func (p RetryPolicy) MaxDelay() time.Duration {
+	var d time.Duration
+	for _, b := range append(slices.Clone(p.Backoff), p.ResourceBackoff...) {
+		d = max(d, b)
+	}
+	return d
+}
+
+func (ps *Policies) next(policy string, maxAttempts, attempt int, kind lifecycle.ErrorKind, retryAfter time.Duration, now time.Time) Decision {
 	p, ok := ps.byName[policy]
 	if !ok {
 		p = ps.byName[DefaultPolicyName]
@@ -145,7 +171,15 @@ func (ps *Policies) Next(policy string, maxAttempts, attempt int, kind lifecycle
 	case len(p.Backoff) > 0:
 		delay = p.Backoff[min(attempt-1, len(p.Backoff)-1)]
 	}
-	if p.Jitter > 0 && delay > 0 {
+	switch {
+	case kind == lifecycle.KindInterrupted:
+	case retryAfter >= 0:
+		delay = retryAfter
+		if p.Jitter > 0 {
+			delay += time.Duration(ps.rand() * p.Jitter * float64(delay))
+		}
+		delay = min(delay, p.MaxDelay())
+	case p.Jitter > 0 && delay > 0:
 		delay += time.Duration((ps.rand()*2 - 1) * p.Jitter * float64(delay))
 	}
 	runAt := now.Add(delay)

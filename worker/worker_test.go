@@ -632,3 +632,38 @@ func TestWatchdog(t *testing.T) {
 		})
 	})
 }
+
+func TestRetryAfterIsHonouredUpToThePolicysLongestDelay(t *testing.T) {
+	t.Parallel()
+	ps, err := worker.NewPolicies(worker.DefaultPolicies()...)
+	require.NoError(t, err)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	policy, _ := ps.Get("default")
+	require.Equal(t, 15*time.Minute, policy.MaxDelay())
+
+	err = worker.RetryAfter(worker.Resource(errors.New("429 Too Many Requests")), 2*time.Second)
+	require.Equal(t, lifecycle.KindResource, worker.Classify(err), "the kind survives the wrapping")
+	ra, ok := worker.RetryAfterOf(fmt.Errorf("push: %w", err))
+	require.True(t, ok)
+	require.Equal(t, 2*time.Second, ra)
+	_, ok = worker.RetryAfterOf(worker.Resource(errors.New("x")))
+	require.False(t, ok)
+
+	for range 50 { // jitter only adds, by at most 10%
+		d := ps.NextAfter("default", 3, 1, lifecycle.KindResource, ra, now)
+		require.True(t, d.Retry)
+		delay := d.RunAt.Sub(now)
+		require.True(t, delay >= 2*time.Second && delay <= 2200*time.Millisecond, "a 429's Retry-After: 2 waits 2 s, not the 1 min resource backoff: %s", delay)
+	}
+	d := ps.NextAfter("default", 3, 1, lifecycle.KindRetryable, 24*time.Hour, now)
+	require.Equal(t, 15*time.Minute, d.RunAt.Sub(now), "capped at the policy's longest delay")
+	d = ps.NextAfter("default", 3, 1, lifecycle.KindRetryable, 0, now)
+	require.Equal(t, now, d.RunAt, "Retry-After: 0 means now")
+	d = ps.NextAfter("default", 3, 3, lifecycle.KindResource, time.Second, now)
+	require.False(t, d.Retry, "it never adds an attempt")
+	d = ps.NextAfter("default", 3, 1, lifecycle.KindNonRetryable, time.Second, now)
+	require.False(t, d.Retry)
+	d = ps.NextAfter("default", 3, 1, lifecycle.KindRetryable, -1, now)
+	delay := d.RunAt.Sub(now)
+	require.True(t, delay >= 4500*time.Millisecond && delay <= 5500*time.Millisecond, "no Retry-After: the schedule: %s", delay)
+}

@@ -31,6 +31,8 @@ type Server struct {
 // configuration (authentication, limits...). Everything stops when t ends.
 func Start(t testing.TB, dsn string, opts app.Options, configure ...func(*app.Config)) *Server {
 	t.Helper()
+	// The listener first: links are built from the server's public URL.
+	srv := httptest.NewUnstartedServer(nil)
 	cfg := app.Config{
 		Addr:             "127.0.0.1:0",
 		DB:               dsn,
@@ -40,6 +42,7 @@ func Start(t testing.TB, dsn string, opts app.Options, configure ...func(*app.Co
 		ShutdownGrace:    2 * time.Second,
 		HeartbeatTimeout: 30 * time.Second,
 		Playground:       true,
+		Network:          app.NetworkConfig{PublicURL: "http://" + srv.Listener.Addr().String()},
 	}
 	for _, fn := range configure {
 		fn(&cfg)
@@ -56,12 +59,14 @@ func Start(t testing.TB, dsn string, opts app.Options, configure ...func(*app.Co
 	ctx := context.Background()
 	a, err := app.New(ctx, cfg, opts)
 	if err != nil {
+		srv.Close()
 		t.Fatalf("apptest: %v", err)
 	}
 	if err := a.Start(ctx); err != nil {
+		srv.Close()
 		t.Fatalf("apptest: %v", err)
 	}
-	srv := httptest.NewUnstartedServer(a.Handler)
+	srv.Config.Handler = a.Handler
 	srv.Start()
 	s := &Server{App: a, URL: srv.URL, srv: srv}
 	t.Cleanup(func() {

@@ -8,6 +8,7 @@ package wsgorilla
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
@@ -52,6 +54,9 @@ func (i Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tran
 		return nil, err
 	}
 	cn := &conn{c: c, maxOps: i.MaxOperations, ops: map[string]bool{}, done: make(chan struct{})}
+	if cl := CloserFrom(r.Context()); cl != nil {
+		cl.set(cn)
+	}
 	if i.PingInterval > 0 {
 		cn.lastPong.Store(time.Now().UnixNano())
 		c.SetPongHandler(func(string) error {
@@ -240,3 +245,69 @@ func (c *conn) Subprotocol() string { return c.c.Subprotocol() }
 func (c *conn) SetReadLimit(limit int64) { c.c.SetReadLimit(limit) }
 
 func (c *conn) SetReadDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
+
+type closerKey struct{}
+
+// Closer closes a connection with a code of the server's choosing after it
+// was accepted: gqlgen closes a connection whose context ends with 1000
+// ("terminated"), which tells a client nothing; a connection whose
+// credentials were revoked is closed with 4403 and the reason.
+type Closer struct {
+	mu     sync.Mutex
+	c      *conn
+	code   int // a Close that came before the connection
+	reason string
+}
+
+// WithCloser returns ctx carrying a Closer for the connection Accept makes
+// of a request with that context.
+func WithCloser(ctx context.Context) (context.Context, *Closer) {
+	cl := &Closer{}
+	return context.WithValue(ctx, closerKey{}, cl), cl
+}
+
+// CloserFrom returns the Closer of ctx, or nil.
+func CloserFrom(ctx context.Context) *Closer {
+	cl, _ := ctx.Value(closerKey{}).(*Closer)
+	return cl
+}
+
+func (cl *Closer) set(c *conn) {
+	cl.mu.Lock()
+	cl.c = c
+	code, reason := cl.code, cl.reason
+	cl.mu.Unlock()
+	if code != 0 {
+		c.closeWith(code, reason)
+	}
+}
+
+// Close sends a close frame with code and reason (cut to what a control
+// frame holds) and closes the connection; gqlgen's read loop then ends
+// its operations. Closing twice, or before the connection exists, is fine.
+func (cl *Closer) Close(code int, reason string) {
+	cl.mu.Lock()
+	c := cl.c
+	if c == nil {
+		cl.code, cl.reason = code, reason
+	}
+	cl.mu.Unlock()
+	if c != nil {
+		c.closeWith(code, reason)
+	}
+}
+
+func (c *conn) closeWith(code int, reason string) {
+	const maxReason = 123 // a control frame's payload is 125 bytes, 2 of them the code
+	if len(reason) > maxReason {
+		cut := maxReason
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
+		}
+		reason = reason[:cut]
+	}
+	c.mu.Lock()
+	_ = c.WriteClose(code, reason)
+	c.mu.Unlock()
+	_ = c.Close()
+}

@@ -1,0 +1,4 @@
+package graph
+
+// WhereQueries is how many changes subscriptions confirmed with a query.
+func WhereQueries() int64 { return whereQueries.Load() }

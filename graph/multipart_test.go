@@ -1,0 +1,99 @@
+package graph_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"taskgraph/app"
+	"taskgraph/app/apptest"
+	"taskgraph/internal/dbtest"
+	"taskgraph/internal/importtest"
+)
+
+// multipartBody is an importFile request with the given operations part,
+// and a file unless file is nil.
+func multipartBody(t *testing.T, ops string, file []byte) (string, []byte) {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	require.NoError(t, mw.WriteField("operations", ops))
+	if file == nil {
+		require.NoError(t, mw.WriteField("map", `{}`))
+	} else {
+		require.NoError(t, mw.WriteField("map", `{"0": ["variables.file"]}`))
+		fw, err := mw.CreateFormFile("0", "c.csv")
+		require.NoError(t, err)
+		_, _ = fw.Write(file)
+	}
+	require.NoError(t, mw.Close())
+	return mw.FormDataContentType(), body.Bytes()
+}
+
+func postRaw(t *testing.T, s *apptest.Server, h http.Header, body io.Reader, length int64) (int, apptest.Response) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/query", body)
+	require.NoError(t, err)
+	req.Header = h
+	req.ContentLength = length
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var r apptest.Response
+	require.NoError(t, json.Unmarshal(raw, &r), "%s", raw)
+	return resp.StatusCode, r
+}
+
+// TestMultipartRequests: an upload request is held to the same limits as a
+// JSON one, however it spells its media type (issue 11, findings 5, 6).
+func TestMultipartRequests(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, dbtest.SQLite(t), app.Options{})
+	t.Run("TheOperationsPartHoldsTheJSONCap", func(t *testing.T) {
+		t.Parallel()
+		// A request with no file used to lift the 2 MiB cap of a JSON
+		// request to the ~50 MiB of an upload.
+		ops, _ := json.Marshal(map[string]any{
+			"query":     `mutation($t: String) { createTask(input: {type: "noop", title: $t}) { id } }`,
+			"variables": map[string]any{"t": strings.Repeat("x", 3<<20)},
+		})
+		ct, body := multipartBody(t, string(ops), nil)
+		status, r := postRaw(t, s, http.Header{"Content-Type": {ct}, "Apollo-Require-Preflight": {"1"}}, bytes.NewReader(body), int64(len(body)))
+		require.Equal(t, http.StatusRequestEntityTooLarge, status)
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "VALIDATION", r.Errors[0].Code())
+		require.Contains(t, r.Errors[0].Message, "operations part")
+	})
+	t.Run("AnUpperCaseMediaTypeIsGuardedToo", func(t *testing.T) {
+		t.Parallel()
+		ops := `{"query":"mutation($file: Upload!) { importFile(file: $file, target: \"contacts\") { id } }","variables":{"file":null}}`
+		ct, body := multipartBody(t, ops, importtest.CSV(importtest.ContactsHeader, importtest.Rows(2, nil), false))
+		upper := strings.Replace(ct, "multipart/form-data", "Multipart/Form-Data", 1)
+		// No preflight header: a web page could send this.
+		status, r := postRaw(t, s, http.Header{"Content-Type": {upper}}, bytes.NewReader(body), int64(len(body)))
+		require.Equal(t, http.StatusBadRequest, status)
+		require.Contains(t, r.Errors[0].Message, "Apollo-Require-Preflight")
+		// With it, the upload works whatever the case.
+		status, r = postRaw(t, s, http.Header{"Content-Type": {upper}, "Apollo-Require-Preflight": {"1"}}, bytes.NewReader(body), int64(len(body)))
+		require.Equal(t, http.StatusOK, status, "%+v", r.Errors)
+		require.Empty(t, r.Errors)
+		require.Contains(t, string(r.Data), "importFile")
+	})
+	t.Run("AChunkedUploadIsCutAtTheLimit", func(t *testing.T) {
+		t.Parallel()
+		small := apptest.Start(t, dbtest.SQLite(t), app.Options{}, func(c *app.Config) { c.MaxUploadSize = 1 << 20 })
+		ops := `{"query":"mutation($file: Upload!) { importFile(file: $file, target: \"contacts\") { id } }","variables":{"file":null}}`
+		ct, body := multipartBody(t, ops, bytes.Repeat([]byte("a,b\n"), 1<<20))
+		// No Content-Length: the body is sent chunked.
+		status, r := postRaw(t, small, http.Header{"Content-Type": {strings.ToUpper(ct[:9]) + ct[9:]}, "Apollo-Require-Preflight": {"1"}}, io.MultiReader(bytes.NewReader(body)), -1)
+		require.Equal(t, http.StatusRequestEntityTooLarge, status, "%+v", r.Errors)
+		require.Equal(t, "VALIDATION", r.Errors[0].Code())
+	})
+}
