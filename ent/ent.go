@@ -8,9 +8,13 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -78,12 +82,16 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			artifact.Table:     artifact.ValidColumn,
-			auditlog.Table:     auditlog.ValidColumn,
-			contact.Table:      contact.ValidColumn,
-			task.Table:         task.ValidColumn,
-			taskinstance.Table: taskinstance.ValidColumn,
-			tasklog.Table:      tasklog.ValidColumn,
+			alertchannel.Table:  alertchannel.ValidColumn,
+			alertincident.Table: alertincident.ValidColumn,
+			alertrule.Table:     alertrule.ValidColumn,
+			artifact.Table:      artifact.ValidColumn,
+			auditlog.Table:      auditlog.ValidColumn,
+			contact.Table:       contact.ValidColumn,
+			stalloverride.Table: stalloverride.ValidColumn,
+			task.Table:          task.ValidColumn,
+			taskinstance.Table:  taskinstance.ValidColumn,
+			tasklog.Table:       tasklog.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -222,8 +222,10 @@ type ComplexityRoot struct {
 		InstanceNo  func(childComplexity int) int
 		LastError   func(childComplexity int) int
 		Priority    func(childComplexity int) int
+		ProgressAt  func(childComplexity int) int
 		Result      func(childComplexity int) int
 		RunAt       func(childComplexity int) int
+		StalledAt   func(childComplexity int) int
 		StartedAt   func(childComplexity int) int
 		Status      func(childComplexity int) int
 		Task        func(childComplexity int) int
@@ -1137,6 +1139,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskInstance.Priority(childComplexity), true
+	case "TaskInstance.progressAt":
+		if e.ComplexityRoot.TaskInstance.ProgressAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskInstance.ProgressAt(childComplexity), true
 	case "TaskInstance.result":
 		if e.ComplexityRoot.TaskInstance.Result == nil {
 			break
@@ -1149,6 +1157,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskInstance.RunAt(childComplexity), true
+	case "TaskInstance.stalledAt":
+		if e.ComplexityRoot.TaskInstance.StalledAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskInstance.StalledAt(childComplexity), true
 	case "TaskInstance.startedAt":
 		if e.ComplexityRoot.TaskInstance.StartedAt == nil {
 			break
@@ -1748,6 +1762,7 @@ enum ErrorKind @goModel(model: "taskgraph/lifecycle.ErrorKind") {
   TIMEOUT
   CANCELLED
   INTERRUPTED
+  STALLED
 }
 """
 The builtin Map type
@@ -2004,6 +2019,14 @@ type TaskInstance implements Node {
   startedAt: Time
   heartbeatAt: Time
   finishedAt: Time
+  """
+  When its handler last reported progress or wrote a log line (carried by heartbeats); empty: not since it started.
+  """
+  progressAt: Time
+  """
+  Set by the watchdog when progress and logs stopped moving for the type's stallAfter while heartbeats went on; cleared when it moves again.
+  """
+  stalledAt: Time
   errorKind: ErrorKind
   lastError: String
   result: JSON
@@ -2929,6 +2952,10 @@ func (ec *executionContext) childFields_TaskInstance(ctx context.Context, field 
 		return ec.fieldContext_TaskInstance_heartbeatAt(ctx, field)
 	case "finishedAt":
 		return ec.fieldContext_TaskInstance_finishedAt(ctx, field)
+	case "progressAt":
+		return ec.fieldContext_TaskInstance_progressAt(ctx, field)
+	case "stalledAt":
+		return ec.fieldContext_TaskInstance_stalledAt(ctx, field)
 	case "errorKind":
 		return ec.fieldContext_TaskInstance_errorKind(ctx, field)
 	case "lastError":
@@ -6959,6 +6986,52 @@ func (ec *executionContext) _TaskInstance_finishedAt(ctx context.Context, field 
 	)
 }
 func (ec *executionContext) fieldContext_TaskInstance_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskInstance", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TaskInstance_progressAt(ctx context.Context, field graphql.CollectedField, obj *ent.TaskInstance) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskInstance_progressAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ProgressAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TaskInstance_progressAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskInstance", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TaskInstance_stalledAt(ctx context.Context, field graphql.CollectedField, obj *ent.TaskInstance) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskInstance_stalledAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StalledAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TaskInstance_stalledAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TaskInstance", field, false, false, "Time")
 }
 
@@ -12625,6 +12698,16 @@ func (ec *executionContext) _TaskInstance(ctx context.Context, sel ast.Selection
 			}
 		case "finishedAt":
 			out.Values[i] = ec._TaskInstance_finishedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "progressAt":
+			out.Values[i] = ec._TaskInstance_progressAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "stalledAt":
+			out.Values[i] = ec._TaskInstance_stalledAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

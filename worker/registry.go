@@ -34,6 +34,14 @@ type TaskType struct {
 	// Concurrency caps the executions of this type running at once on one
 	// node (0: only the pool's concurrency applies).
 	Concurrency int
+	// StallAfter is how long an execution's progress and logs may stand
+	// still, while its heartbeats go on, before the watchdog flags it as
+	// stalled (0: never). A task may set its own.
+	StallAfter time.Duration
+	// StallAction is what follows a flag: StallFlag (the default) only
+	// flags, StallCancel also stops the execution as a STALLED error for
+	// the retry policy to decide on.
+	StallAction StallAction
 
 	schema *jsonschema.Schema
 	decode func(json.RawMessage) (any, error)
@@ -115,6 +123,26 @@ func WithTimeout(d time.Duration) TypeOption { return func(t *TaskType) { t.Time
 // WithRetryPolicy sets a type's default retry policy.
 func WithRetryPolicy(name string) TypeOption { return func(t *TaskType) { t.RetryPolicy = name } }
 
+// StallAction is what follows when an execution of a type stalls.
+type StallAction string
+
+// Stall actions.
+const (
+	// StallFlag marks the execution (stalledAt) and alerts; it runs on.
+	StallFlag StallAction = "FLAG"
+	// StallCancel marks it and stops it: its handler's context is
+	// cancelled and the execution ends FAILED with error kind STALLED;
+	// the retry policy decides what follows. The next attempt starts only
+	// once the handler has returned, so the task never runs twice at once.
+	StallCancel StallAction = "CANCEL"
+)
+
+// WithStallDetection flags executions whose progress and logs stand still
+// for after (see TaskType.StallAfter) and, with StallCancel, stops them.
+func WithStallDetection(after time.Duration, action StallAction) TypeOption {
+	return func(t *TaskType) { t.StallAfter, t.StallAction = after, action }
+}
+
 // WithConcurrency caps a type's parallel executions per node.
 func WithConcurrency(n int) TypeOption { return func(t *TaskType) { t.Concurrency = n } }
 
@@ -184,6 +212,9 @@ func Register[In any](r *Registry, name string, handle func(ctx context.Context,
 	}
 	for _, o := range opts {
 		o(t)
+	}
+	if t.StallAction == "" {
+		t.StallAction = StallFlag
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
