@@ -898,6 +898,14 @@ func (e *Evaluator) Start(ctx context.Context) {
 	}()
 }
 
+// Listening reports whether the evaluator receives task outcomes now (it
+// leads, and a rule needs them).
+func (e *Evaluator) Listening() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sub != nil
+}
+
 // Wake makes the running loop pass now (a rule changed).
 func (e *Evaluator) Wake() {
 	select {

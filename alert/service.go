@@ -56,6 +56,9 @@ type Config struct {
 	// console.
 	PublicURL string
 	Logger    *slog.Logger
+	// RulesChanged, when set, is called after a rule was created, changed
+	// or deleted (the evaluator then applies it at once).
+	RulesChanged func()
 }
 
 // Service is what the API and the evaluator do with rules, channels and
@@ -76,6 +79,16 @@ func New(cfg Config) (*Service, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Service{cfg: cfg, client: cfg.Store.Client(), log: cfg.Logger.With("component", "alerts")}, nil
+}
+
+// SetRulesChanged sets Config.RulesChanged (the evaluator is built after
+// the service).
+func (s *Service) SetRulesChanged(fn func()) { s.cfg.RulesChanged = fn }
+
+func (s *Service) rulesChanged() {
+	if s.cfg.RulesChanged != nil {
+		s.cfg.RulesChanged()
+	}
 }
 
 // Hub is where changed incidents are published.
@@ -400,6 +413,9 @@ func (s *Service) CreateRule(ctx context.Context, in RuleInput) (*ent.AlertRule,
 			SetQuietSeconds(in.QuietSeconds).SetChannelIds(in.ChannelIDs).Save(ctx)
 		return err
 	})
+	if err == nil {
+		s.rulesChanged()
+	}
 	return out, err
 }
 
@@ -444,6 +460,9 @@ func (s *Service) UpdateRule(ctx context.Context, id int, in RuleInput) (*ent.Al
 		return err
 	})
 	s.published(closed...)
+	if err == nil {
+		s.rulesChanged()
+	}
 	return out, err
 }
 
@@ -465,6 +484,9 @@ func (s *Service) DeleteRule(ctx context.Context, id int) error {
 		return tx.AlertRule.DeleteOne(r).Exec(ctx)
 	})
 	s.published(closed...)
+	if err == nil {
+		s.rulesChanged()
+	}
 	return err
 }
 

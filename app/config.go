@@ -44,6 +44,8 @@ type Config struct {
 	JanitorInterval  time.Duration
 	// Network: public URL, metrics listener, outbound destinations.
 	Network NetworkConfig
+	// AlertInterval paces the alert evaluator's periodic checks.
+	AlertInterval time.Duration
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
@@ -149,10 +151,14 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	ttl := fs.String("artifact-ttl", env("artifact-ttl", "7d"), "how long uploaded files, error reports and exports are kept (a duration such as 72h, or days such as 7d)")
 	janitor := fs.String("janitor-interval", env("janitor-interval", "10m"), "how often expired artifacts are removed (by the watchdog role)")
 	checkNetwork := registerNetworkFlags(fs, env, &c)
+	checkAlerts := registerAlertFlags(fs, env, &c)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if err := checkNetwork(); err != nil {
+		return c, err
+	}
+	if err := checkAlerts(); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {

@@ -123,6 +123,9 @@ type CreateRequest struct {
 	MaxAttempts    *int
 	IdempotencyKey *string
 	RunAt          *time.Time
+	// StallAfterSeconds replaces the type's stallAfter for this task (0:
+	// no stall detection).
+	StallAfterSeconds *int
 }
 
 // Create validates and creates a task owned by the context's viewer. With an
@@ -154,7 +157,18 @@ func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (
 	if err != nil {
 		return nil, false, err
 	}
-	return e.store.CreateTask(ctx, n)
+	if sa := req.StallAfterSeconds; sa != nil && (*sa < 0 || *sa > MaxTimeoutSeconds) {
+		return nil, false, &ValidationError{Problems: []Problem{{Field: "stallAfterSeconds", Message: fmt.Sprintf("must be between 0 and %d", MaxTimeoutSeconds)}}}
+	}
+	t, created, err := e.store.CreateTask(ctx, n)
+	if err == nil && created && req.StallAfterSeconds != nil {
+		// Beside the task, not in it (the insert is the store's hot
+		// path); the watchdog reads it when the task runs.
+		if err := e.store.SetStallOverride(ctx, t.ID, time.Duration(*req.StallAfterSeconds)*time.Second); err != nil {
+			return t, created, err
+		}
+	}
+	return t, created, err
 }
 
 // admit returns the viewer of ctx if it may act now: an
@@ -473,3 +487,7 @@ func (e *Engine) Registry() *worker.Registry { return e.registry }
 
 // Policies returns the retry policies.
 func (e *Engine) Policies() *worker.Policies { return e.policies }
+
+// Store is the store the engine writes through (for reads resolvers need
+// beside the ent client, such as a task's stall override).
+func (e *Engine) Store() *store.Store { return e.store }

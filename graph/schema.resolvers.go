@@ -25,16 +25,17 @@ import (
 // CreateTask is the resolver for the createTask field.
 func (r *mutationResolver) CreateTask(ctx context.Context, input model.CreateTaskInput) (*ent.Task, error) {
 	return r.Engine.Create(ctx, engine.CreateRequest{
-		Type:           input.Type,
-		Title:          deref(input.Title),
-		BizID:          deref(input.BizID),
-		Input:          input.Input,
-		Priority:       input.Priority,
-		TimeoutSeconds: input.TimeoutSeconds,
-		RetryPolicy:    input.RetryPolicy,
-		MaxAttempts:    input.MaxAttempts,
-		IdempotencyKey: input.IdempotencyKey,
-		RunAt:          input.RunAt,
+		Type:              input.Type,
+		Title:             deref(input.Title),
+		BizID:             deref(input.BizID),
+		Input:             input.Input,
+		Priority:          input.Priority,
+		TimeoutSeconds:    input.TimeoutSeconds,
+		RetryPolicy:       input.RetryPolicy,
+		MaxAttempts:       input.MaxAttempts,
+		IdempotencyKey:    input.IdempotencyKey,
+		RunAt:             input.RunAt,
+		StallAfterSeconds: input.StallAfterSeconds,
 	})
 }
 
@@ -99,6 +100,8 @@ func (r *queryResolver) TaskTypes(ctx context.Context) ([]*model.TaskType, error
 			InputSchema:           t.InputSchema,
 			DefaultTimeoutSeconds: int(t.Timeout / time.Second),
 			DefaultRetryPolicy:    t.RetryPolicy,
+			StallAfterSeconds:     int(t.StallAfter / time.Second),
+			StallAction:           string(t.StallAction),
 		})
 	}
 	return out, nil

@@ -33,6 +33,7 @@ type Metrics struct {
 	timeouts   *prometheus.CounterVec
 	watchdog   *prometheus.CounterVec
 	lag        prometheus.Histogram
+	notices    *prometheus.CounterVec // see RegisterAlerts
 }
 
 var _ worker.Recorder = (*Metrics)(nil)
