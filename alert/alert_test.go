@@ -598,3 +598,126 @@ func TestChannelsDeliverSignedNoticesAndRetry(t *testing.T) {
 		})
 	})
 }
+
+func TestRuleKinds(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		rule := func(t *testing.T, b *bundle, in alert.RuleInput) *ent.AlertRule {
+			in.Enabled = true
+			r, err := b.svc.CreateRule(adminCtx, in)
+			require.NoError(t, err)
+			return r
+		}
+		open := func(t *testing.T, b *bundle) []*ent.AlertIncident {
+			var out []*ent.AlertIncident
+			for _, inc := range b.incidents(t) {
+				if inc.Status == alertincident.StatusOPEN {
+					out = append(out, inc)
+				}
+			}
+			return out
+		}
+		pass := func(t *testing.T, b *bundle) {
+			_, err := b.evaluator.RunOnce(sysCtx)
+			require.NoError(t, err)
+		}
+		t.Run("BacklogOfAType", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			rule(t, b, alert.RuleInput{Name: "backlog", Kind: alertrule.KindBACKLOG, WindowSeconds: 600})
+			for p := range 3 { // three priorities: the oldest is found among them
+				in, _ := json.Marshal(flakyInput{})
+				_, err := b.engine.Create(adminCtx, engine.CreateRequest{Type: "flaky", Input: in, Priority: &[]int{p * 10}[0]})
+				require.NoError(t, err)
+				b.clock.Advance(time.Minute)
+			}
+			pass(t, b)
+			require.Empty(t, open(t, b), "3 minutes old")
+			b.clock.Advance(7 * time.Minute) // the first has waited 10 minutes
+			pass(t, b)
+			incs := open(t, b)
+			require.Len(t, incs, 1)
+			require.Equal(t, "type:flaky", incs[0].Subject)
+			require.Contains(t, incs[0].Summary, "has waited 10m0s")
+			// Claim the oldest two: the third is 8 minutes old.
+			cl, err := b.store.Claim(sysCtx, "w", []string{"flaky"}, 2)
+			require.NoError(t, err)
+			require.Len(t, cl, 2)
+			pass(t, b)
+			require.Empty(t, open(t, b), "back under the limit")
+		})
+		t.Run("StalledExecutions", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			rule(t, b, alert.RuleInput{Name: "stalls", Kind: alertrule.KindSTALLED})
+			b.create(t, "flaky", false)
+			cl, err := b.store.Claim(sysCtx, "w", []string{"flaky"}, 1)
+			require.NoError(t, err)
+			mark := func(stalled bool) {
+				applied, err := b.store.MarkStalled(sysCtx, []store.StallMark{{Token: cl[0].Token(), Stalled: stalled, MovedBefore: b.clock.Now()}})
+				require.NoError(t, err)
+				require.True(t, applied[0])
+			}
+			b.clock.Advance(time.Minute)
+			mark(true)
+			pass(t, b)
+			pass(t, b)
+			incs := open(t, b)
+			require.Len(t, incs, 1)
+			require.Equal(t, 1, incs[0].Occurrences, "one stalled execution, counted once")
+			mark(false)
+			pass(t, b)
+			require.Empty(t, open(t, b))
+		})
+		t.Run("NoWatchdogLeader", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			rule(t, b, alert.RuleInput{Name: "leader", Kind: alertrule.KindNO_LEADER, WindowSeconds: 60})
+			var mu sync.Mutex
+			led := false
+			ev, err := alert.NewEvaluator(alert.EvaluatorConfig{WatchdogLeader: func(context.Context) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return led, nil
+			}}, b.svc, b.broker)
+			require.NoError(t, err)
+			run := func() {
+				_, err := ev.RunOnce(sysCtx)
+				require.NoError(t, err)
+			}
+			run()
+			b.clock.Advance(59 * time.Second)
+			run()
+			require.Empty(t, open(t, b))
+			b.clock.Advance(time.Second)
+			run()
+			require.Len(t, open(t, b), 1)
+			mu.Lock()
+			led = true
+			mu.Unlock()
+			run()
+			require.Empty(t, open(t, b))
+		})
+		t.Run("TimeoutsAndAGoneNode", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			rule(t, b, alert.RuleInput{Name: "timeouts", Kind: alertrule.KindTIMEOUT})
+			rule(t, b, alert.RuleInput{Name: "nodes", Kind: alertrule.KindNODE_GONE})
+			pass(t, b)
+			b.create(t, "flaky", false)
+			_, err := b.store.Claim(sysCtx, "node-7", []string{"flaky"}, 1)
+			require.NoError(t, err)
+			b.clock.Advance(time.Minute) // no heartbeat: the node died
+			policies, err := worker.NewPolicies(testPolicies...)
+			require.NoError(t, err)
+			w, err := worker.NewWatchdog(worker.WatchdogConfig{}, b.store, policies, mask.Default())
+			require.NoError(t, err)
+			res, err := w.RunOnce(sysCtx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.StaleHeartbeats)
+			b.eventually(t, "two incidents", func() bool { return len(open(t, b)) == 2 })
+			subjects := []string{open(t, b)[0].Subject, open(t, b)[1].Subject}
+			require.ElementsMatch(t, []string{"type:flaky", "worker:node-7"}, subjects)
+		})
+	})
+}
