@@ -51,6 +51,10 @@ type EvaluatorConfig struct {
 // IntervalDefault is EvaluatorConfig.Interval's default.
 const IntervalDefault = 2 * time.Second
 
+// batchDelay is the least time between two passes started by task
+// outcomes.
+const batchDelay = 100 * time.Millisecond
+
 // noLeaderDefault is how long no watchdog may lead before a NO_LEADER rule
 // without a window fires.
 const noLeaderDefault = 30 * time.Second
@@ -866,6 +870,7 @@ func (e *Evaluator) Start(ctx context.Context) {
 		defer close(e.done)
 		tick := time.NewTicker(e.cfg.Interval)
 		defer tick.Stop()
+		var last time.Time
 		for {
 			e.mu.Lock()
 			sub := e.sub
@@ -890,7 +895,16 @@ func (e *Evaluator) Start(ctx context.Context) {
 					e.pending = append(e.pending, c)
 					e.mu.Unlock()
 				}
+				// Let a burst of outcomes gather into one pass (one read
+				// of rules, incidents and failed executions).
+				if wait := batchDelay - time.Since(last); wait > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(wait):
+					}
+				}
 			}
+			last = time.Now()
 			if _, err := e.pass(ctx, force); err != nil && ctx.Err() == nil {
 				e.log.Error("alert pass failed", "err", err)
 			}
