@@ -437,6 +437,12 @@ func TestRulesAreValidatedRoleCheckedAndTenantScoped(t *testing.T) {
 	require.True(t, ent.IsNotFound(err), "another tenant's rule does not exist: %v", err)
 	ch := b.channel(t, "ops", alertchannel.KindWEBHOOK, "http://127.0.0.1:9/?token=secret", "s3cret")
 	require.Equal(t, "http://127.0.0.1:9/", ch.URLDisplay, "the token is not shown")
+	// Nobody but the evaluator creates deliveries (they would send any
+	// text through any channel): for users the type does not exist.
+	in, _ := json.Marshal(alert.DeliverInput{Channel: ch.ID, Notice: alert.Notice{Event: alert.EventTest}})
+	_, err = b.engine.Create(adminCtx, engine.CreateRequest{Type: alert.DeliverType, Input: in})
+	require.ErrorAs(t, err, &ve)
+	require.Contains(t, err.Error(), "unknown task type")
 	_, err = b.svc.CreateRule(acme, alert.RuleInput{Name: "x", Kind: alertrule.KindTASK_FAILED, ChannelIDs: []int{ch.ID}})
 	require.ErrorAs(t, err, &ve, "another tenant's channel")
 }

@@ -44,7 +44,10 @@ func (d *Deliverer) Register(r *worker.Registry) {
 	worker.Register(r, DeliverType, d.Handle,
 		worker.WithDescription("Delivers an alert notice to a channel (webhook, DingTalk, Feishu/Lark, WeCom, Slack). Created by the alert evaluator; retried like any task."),
 		worker.WithRetryPolicy("patient"),
-		worker.WithTimeout(time.Minute))
+		worker.WithTimeout(time.Minute),
+		// Only the evaluator creates deliveries: a user who could would
+		// send any text through any tenant's channel.
+		worker.Internal())
 }
 
 // Handle sends one notice to one channel. 2xx (with the platform's own

@@ -200,8 +200,12 @@ func taskIDs(t *ent.Task) []int {
 func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, error) {
 	var v ValidationError
 	typ, ok := e.registry.Lookup(req.Type)
+	if ok && typ.Internal && viewer.Role != auth.RoleSystem {
+		// The process's own (alert deliveries): for users it does not exist.
+		ok = false
+	}
 	if !ok {
-		v.add("type", "unknown task type %q (registered: %s)", req.Type, strings.Join(e.registry.Names(), ", "))
+		v.add("type", "unknown task type %q (registered: %s)", req.Type, strings.Join(e.registry.PublicNames(), ", "))
 		return store.NewTask{}, v.err()
 	}
 	checkText(&v, "title", req.Title, MaxTitleLen)

@@ -94,6 +94,9 @@ func (r *queryResolver) TaskStats(ctx context.Context) (*model.TaskStats, error)
 func (r *queryResolver) TaskTypes(ctx context.Context) ([]*model.TaskType, error) {
 	var out []*model.TaskType
 	for _, t := range r.Engine.Registry().Types() {
+		if t.Internal {
+			continue
+		}
 		out = append(out, &model.TaskType{
 			Name:                  t.Name,
 			Description:           t.Description,

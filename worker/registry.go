@@ -38,6 +38,9 @@ type TaskType struct {
 	// still, while its heartbeats go on, before the watchdog flags it as
 	// stalled (0: never). A task may set its own.
 	StallAfter time.Duration
+	// Internal types are created by the process itself only (alert
+	// deliveries): the API neither lists them nor lets a user create one.
+	Internal bool
 	// StallAction is what follows a flag: StallFlag (the default) only
 	// flags, StallCancel also stops the execution as a STALLED error for
 	// the retry policy to decide on.
@@ -142,6 +145,9 @@ const (
 func WithStallDetection(after time.Duration, action StallAction) TypeOption {
 	return func(t *TaskType) { t.StallAfter, t.StallAction = after, action }
 }
+
+// Internal marks a type the process alone creates (see TaskType.Internal).
+func Internal() TypeOption { return func(t *TaskType) { t.Internal = true } }
 
 // WithConcurrency caps a type's parallel executions per node.
 func WithConcurrency(n int) TypeOption { return func(t *TaskType) { t.Concurrency = n } }
@@ -251,6 +257,18 @@ func (r *Registry) Names() []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.Name
+	}
+	return out
+}
+
+// PublicNames returns the names of the types users may create (not
+// Internal).
+func (r *Registry) PublicNames() []string {
+	var out []string
+	for _, t := range r.Types() {
+		if !t.Internal {
+			out = append(out, t.Name)
+		}
 	}
 	return out
 }
