@@ -23,6 +23,7 @@ import (
 	"github.com/xuri/excelize/v2"
 
 	"taskgraph/app"
+	"taskgraph/artifact"
 	"taskgraph/auth"
 	"taskgraph/engine"
 	"taskgraph/ent"
@@ -43,6 +44,8 @@ func runBenchImport(args []string) int {
 	badEvery := fs.Int("bad-every", 0, "make every Nth row invalid (0: none)")
 	db := fs.String("db", os.Getenv("TASKGRAPH_DB"), "database (default: a new SQLite file in a temporary directory)")
 	dryRun := fs.Bool("dry-run", false, "import with dryRun: parse and validate, write no rows (no export follows)")
+	blobURL := fs.String("blob-url", os.Getenv("TASKGRAPH_BLOB_URL"), "blob store for the upload, reports and exports (default: a directory in the temporary directory)")
+	exportRows := fs.Int("export-rows", 0, "before exporting, add synthetic contacts to the import's until it has this many rows, and export CSV only (a large export: 7,000,000 rows make about 1 GiB)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the import to this file")
 	exportProfile := fs.String("export-cpuprofile", "", "write a CPU profile of the exports to this file")
 	if err := fs.Parse(args); err != nil {
@@ -77,7 +80,7 @@ func runBenchImport(args []string) int {
 	ctx := context.Background()
 	cfg := app.Config{DB: dsn, DataDir: dir, Workers: 16, Roles: []app.Role{app.RoleAPI, app.RoleWorker, app.RoleWatchdog},
 		ShutdownGrace: 10 * time.Second, HeartbeatTimeout: 30 * time.Second,
-		MaxUploadSize: 200 << 20, ImportMaxRows: max(*rows, 1000000), ImportUnzipLimit: 4 << 30}
+		MaxUploadSize: 200 << 20, ImportMaxRows: max(*rows, 1000000), ImportUnzipLimit: 4 << 30, BlobURL: *blobURL}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := app.New(ctx, cfg, app.Options{Logger: quiet})
 	if err != nil {
@@ -96,7 +99,7 @@ func runBenchImport(args []string) int {
 	sub := a.Broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.Status.Terminal() }, 1024)
 	defer sub.Close()
 
-	fmt.Printf("bench-import: %s, %d rows (%s, %d bytes), GOMAXPROCS=%d\n", a.Store.Dialect(), *rows, *format, size, runtime.GOMAXPROCS(0))
+	fmt.Printf("bench-import: %s, %d rows (%s, %d bytes), files in %s, GOMAXPROCS=%d\n", a.Store.Dialect(), *rows, *format, size, a.Artifacts.Location(), runtime.GOMAXPROCS(0))
 	// Peak RSS from here on: the generated file is not the server's.
 	runtime.GC()
 	debug.FreeOSMemory()
@@ -150,7 +153,19 @@ func runBenchImport(args []string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	for _, f := range []string{"csv", "xlsx"} {
+	formats := []string{"csv", "xlsx"}
+	if *exportRows > *rows {
+		start := time.Now()
+		if err := addContacts(ctx, a, id, *rows, *exportRows); err != nil {
+			return fail(err)
+		}
+		fmt.Printf("added %d synthetic contacts in %s\n", *exportRows-*rows, time.Since(start).Round(time.Millisecond))
+		formats = []string{"csv"}
+	}
+	for _, f := range formats {
+		runtime.GC()
+		debug.FreeOSMemory()
+		resetPeakRSS()
 		start := time.Now()
 		in := fmt.Sprintf(`{"source":"contacts","format":%q,"filter":{"importTaskId":%d}}`, f, id)
 		// As the upload did over HTTP: the open server's local administrator.
@@ -165,9 +180,33 @@ func runBenchImport(args []string) int {
 		el := time.Since(start)
 		var res exporter.ExportResult
 		_ = json.Unmarshal(done.Result, &res)
-		fmt.Printf("export %s: %d rows in %s = %.0f rows/s\n", f, res.Rows, el.Round(time.Millisecond), float64(res.Rows)/el.Seconds())
+		var size int64
+		if art, err := a.Artifacts.Latest(auth.NewSystemContext(ctx), tk.ID, artifact.KindExport); err == nil {
+			size = art.Size
+		}
+		fmt.Printf("export %s: %d rows (%d MiB) in %s = %.0f rows/s; peak RSS of the process during the export: %d MiB\n",
+			f, res.Rows, size>>20, el.Round(time.Millisecond), float64(res.Rows)/el.Seconds(), rss("VmHWM")>>10)
 	}
 	return 0
+}
+
+// addContacts adds contacts to import task id's, which has from (its
+// rows 2 to from+1: the header is row 1), until it has to, in one
+// statement (a large export without a large import).
+func addContacts(ctx context.Context, a *app.App, id, from, to int) error {
+	q := `WITH RECURSIVE n(i) AS (SELECT $1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
+INSERT INTO contacts (task_id, row_no, name, phone, email, company, city, tags, gender, birthday, created_at)
+SELECT $3, i, '用户' || i, '13' || substr('000000000' || i, -9), 'user' || i || '@example.com', '某某科技有限公司', '上海', '["vip","new"]', '男', '1990-01-02', $4 FROM n`
+	if a.Store.Dialect() == "postgres" {
+		q = `INSERT INTO contacts (task_id, row_no, name, phone, email, company, city, tags, gender, birthday, created_at)
+SELECT $3, i, '用户' || i, '13' || lpad(i::text, 9, '0'), 'user' || i || '@example.com', '某某科技有限公司', '上海', '["vip","new"]', '男', '1990-01-02', $4
+FROM generate_series($1::bigint, $2::bigint) AS i`
+	}
+	_, err := a.Store.DB().ExecContext(ctx, q, from+2, to+1, id, time.Now().UTC())
+	if err != nil {
+		return fmt.Errorf("add contacts: %w", err)
+	}
+	return nil
 }
 
 func benchFile(format string, rows, badEvery int) ([]byte, error) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/internal/blobtest"
 	"taskgraph/internal/dbtest"
 	"taskgraph/store"
 )
@@ -36,10 +37,12 @@ type node struct {
 	stderr *bytes.Buffer
 }
 
-func startNode(t *testing.T, bin, dsn string) *node {
+// startNode starts a node with a data directory of its own and the files
+// at blobURL, shared by the nodes.
+func startNode(t *testing.T, bin, dsn, blobURL string) *node {
 	t.Helper()
 	n := &node{addr: freeAddr(t), stderr: &bytes.Buffer{}}
-	n.cmd = exec.Command(bin, "-addr", n.addr, "-db", dsn, "-data-dir", t.TempDir(), "-workers", "16",
+	n.cmd = exec.Command(bin, "-addr", n.addr, "-db", dsn, "-data-dir", t.TempDir(), "-blob-url", blobURL, "-workers", "16",
 		"-heartbeat-timeout", "3s", "-shutdown-grace", "2s", "-log-level", "warn",
 		"-secret-key", strings.Repeat("ab", 32))
 	n.cmd.Env = append(os.Environ(), "TESTNODE_DB="+dsn)
@@ -87,7 +90,8 @@ func TestThreeNodesOneKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := testnode(t)
-	nodes := []*node{startNode(t, bin, dsn), startNode(t, bin, dsn), startNode(t, bin, dsn)}
+	files := blobtest.Dir(t)
+	nodes := []*node{startNode(t, bin, dsn, files), startNode(t, bin, dsn, files), startNode(t, bin, dsn, files)}
 
 	s, err := store.Open(ctx, store.Config{DSN: dsn})
 	if err != nil {

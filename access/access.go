@@ -1,17 +1,27 @@
 // Package access decides what a viewer may see. Install puts a filter on
 // every query of an ent client, so that whatever reads tasks, instances,
-// logs, artifacts, imported contacts or audit records — a resolver, node/nodes, a connection and its
-// totalCount, the store inside a cancel or a retry — reads only what the
-// viewer of its context may see:
+// logs, artifacts, imported contacts or audit records — a resolver,
+// node/nodes, a connection and its totalCount, an aggregate, the store
+// inside a cancel or a retry, an export or a report read as its owner —
+// reads only what the viewer of its context may see.
 //
-//   - admin and the process itself (auth.System): everything;
-//   - operator and viewer: the tasks they own, and the instances and logs
-//     of those tasks; no audit records;
+// A viewer is an identity (source, tenant, user) with a role, and tenants
+// isolate:
+//
+//   - the process itself (auth.System) and platform administrators
+//     (auth.RolePlatform, named by --platform-admins): everything, in
+//     every tenant;
+//   - admin: every task of its own tenant, and the audit records of its
+//     tenant's users;
+//   - operator and viewer: the tasks it owns — same source, same tenant,
+//     same user — and the instances, logs, files and imported contacts of
+//     those tasks; no audit records;
 //   - no viewer at all: nothing (the query fails with ErrNoViewer).
 //
 // A task that exists but is not visible is indistinguishable from one that
 // does not exist: reads find nothing and say NOT_FOUND. What a viewer may
-// *do* (its role) is checked by the engine; this package only narrows reads.
+// *do* (its role) is checked by the engine; this package only narrows
+// reads, and actions read through it.
 package access
 
 import (
@@ -23,8 +33,10 @@ import (
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/artifact"
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/intercept"
+	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -40,66 +52,63 @@ var ErrNoViewer = errors.New("access: no viewer in context")
 // one place where visibility is decided.
 func Install(c *ent.Client) {
 	c.Task.Intercept(intercept.TraverseTask(func(ctx context.Context, q *ent.TaskQuery) error {
-		v, err := viewer(ctx)
-		if err != nil {
-			return err
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(p)
 		}
-		if !v.SeesAll() {
-			q.Where(task.Owner(v.User))
-		}
-		return nil
+		return err
 	}))
 	c.TaskInstance.Intercept(intercept.TraverseTaskInstance(func(ctx context.Context, q *ent.TaskInstanceQuery) error {
-		v, err := viewer(ctx)
-		if err != nil {
-			return err
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(taskinstance.HasTaskWith(p))
 		}
-		if !v.SeesAll() {
-			q.Where(taskinstance.HasTaskWith(task.Owner(v.User)))
-		}
-		return nil
+		return err
 	}))
 	c.TaskLog.Intercept(intercept.TraverseTaskLog(func(ctx context.Context, q *ent.TaskLogQuery) error {
-		v, err := viewer(ctx)
-		if err != nil {
-			return err
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(tasklog.HasTaskWith(p))
 		}
-		if !v.SeesAll() {
-			q.Where(tasklog.HasTaskWith(task.Owner(v.User)))
-		}
-		return nil
+		return err
 	}))
 	c.Artifact.Intercept(intercept.TraverseArtifact(func(ctx context.Context, q *ent.ArtifactQuery) error {
 		v, err := viewer(ctx)
 		if err != nil {
 			return err
 		}
-		if !v.SeesAll() {
-			q.Where(artifact.Owner(v.User))
+		switch {
+		case v.SeesEveryTenant():
+		case v.IsAdmin():
+			q.Where(artifact.Tenant(v.Tenant))
+		default:
+			q.Where(artifact.Tenant(v.Tenant), artifact.OwnerSource(v.Source), artifact.Owner(v.User))
 		}
 		return nil
 	}))
 	c.Contact.Intercept(intercept.TraverseContact(func(ctx context.Context, q *ent.ContactQuery) error {
-		v, err := viewer(ctx)
-		if err != nil {
-			return err
-		}
-		if !v.SeesAll() {
-			// The rows a viewer's own imports wrote.
+		p, err := taskRule(ctx)
+		if p != nil {
+			// The rows the imports the viewer may see wrote.
 			q.Where(func(s *sql.Selector) {
 				t := sql.Table(task.Table)
-				s.Where(sql.In(s.C(contact.FieldTaskID),
-					sql.Select(t.C(task.FieldID)).From(t).Where(sql.EQ(t.C(task.FieldOwner), v.User))))
+				sub := sql.Select(t.C(task.FieldID)).From(t)
+				p(sub)
+				s.Where(sql.In(s.C(contact.FieldTaskID), sub))
 			})
 		}
-		return nil
+		return err
 	}))
 	c.AuditLog.Intercept(intercept.TraverseAuditLog(func(ctx context.Context, q *ent.AuditLogQuery) error {
 		v, err := viewer(ctx)
 		if err != nil {
 			return err
 		}
-		if !v.SeesAll() {
+		switch {
+		case v.SeesEveryTenant():
+		case v.IsAdmin():
+			q.Where(auditlog.Tenant(v.Tenant))
+		default:
 			q.Where(func(s *sql.Selector) { s.Where(sql.False()) })
 		}
 		return nil
@@ -115,11 +124,49 @@ func viewer(ctx context.Context) (auth.Viewer, error) {
 	return v, nil
 }
 
-// CanSee reports whether v sees a task owned by owner. It is the rule the
-// filters above apply in SQL, for data that does not come from a query
-// (events fanned out to subscribers).
-func CanSee(v auth.Viewer, owner string) bool {
-	return v.SeesAll() || (v.User != "" && v.User == owner)
+// taskRule is the predicate on tasks the viewer of ctx may see; nil when
+// it sees every task (or has no viewer: then the error).
+func taskRule(ctx context.Context) (predicate.Task, error) {
+	v, err := viewer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return taskPredicate(v), nil
+}
+
+// taskPredicate is the rule as an ent predicate on tasks: nil when v sees
+// every task.
+func taskPredicate(v auth.Viewer) predicate.Task {
+	switch {
+	case v.SeesEveryTenant():
+		return nil
+	case v.IsAdmin():
+		return task.Tenant(v.Tenant)
+	default:
+		return task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User))
+	}
+}
+
+// CanSee reports whether v sees task t. It is the rule the filters above
+// apply in SQL, for data that does not come from a query (events fanned
+// out to subscribers). t must carry its owner, owner source and tenant.
+func CanSee(v auth.Viewer, t *ent.Task) bool {
+	switch {
+	case v.User == "" || v.Role == "":
+		return false
+	case v.SeesEveryTenant():
+		return true
+	case v.Tenant != t.Tenant:
+		return false
+	case v.IsAdmin():
+		return true
+	}
+	return v.Source == t.OwnerSource && v.User == t.Owner
+}
+
+// Owner is the identity that owns task t.
+func Owner(t *ent.Task) auth.Identity {
+	return auth.Identity{Source: t.OwnerSource, Tenant: t.Tenant, User: t.Owner}
 }
 
 // Task returns task id as v sees it, or an *ent.NotFoundError when it does
@@ -128,4 +175,21 @@ func CanSee(v auth.Viewer, owner string) bool {
 // a link stops working for a user who can no longer see the task.
 func Task(ctx context.Context, c *ent.Client, v auth.Viewer, id int) (*ent.Task, error) {
 	return c.Task.Get(auth.NewContext(ctx, v), id)
+}
+
+// Artifact returns artifact id as v sees it now, or an *ent.NotFoundError:
+// it must be visible to v itself and, when it belongs to a task, so must
+// the task.
+func Artifact(ctx context.Context, c *ent.Client, v auth.Viewer, id int) (*ent.Artifact, error) {
+	ctx = auth.NewContext(ctx, v)
+	a, err := c.Artifact.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.TaskID != nil {
+		if _, err := c.Task.Get(ctx, *a.TaskID); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }

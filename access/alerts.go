@@ -5,7 +5,6 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 
-	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/alertchannel"
 	"taskgraph/ent/alertincident"
@@ -14,8 +13,9 @@ import (
 )
 
 // installAlerts scopes alert channels, rules and incidents to the viewer's
-// tenant (the process itself reads them all), and keeps per-task stall
-// overrides to the process and admins. What a role may change is the alert
+// tenant (the process itself and platform administrators read them all),
+// and keeps per-task stall overrides to those two (a resolver reads a
+// task's own for a viewer who may see the task). What a role may change is the alert
 // package's business; this only narrows reads.
 func installAlerts(c *ent.Client) {
 	c.AlertChannel.Intercept(intercept.TraverseAlertChannel(func(ctx context.Context, q *ent.AlertChannelQuery) error {
@@ -23,7 +23,7 @@ func installAlerts(c *ent.Client) {
 		if err != nil {
 			return err
 		}
-		if v.Role != auth.RoleSystem {
+		if !v.SeesEveryTenant() {
 			q.Where(alertchannel.Tenant(v.Tenant))
 		}
 		return nil
@@ -33,7 +33,7 @@ func installAlerts(c *ent.Client) {
 		if err != nil {
 			return err
 		}
-		if v.Role != auth.RoleSystem {
+		if !v.SeesEveryTenant() {
 			q.Where(alertrule.Tenant(v.Tenant))
 		}
 		return nil
@@ -43,7 +43,7 @@ func installAlerts(c *ent.Client) {
 		if err != nil {
 			return err
 		}
-		if v.Role != auth.RoleSystem {
+		if !v.SeesEveryTenant() {
 			q.Where(alertincident.Tenant(v.Tenant))
 		}
 		return nil
@@ -53,7 +53,7 @@ func installAlerts(c *ent.Client) {
 		if err != nil {
 			return err
 		}
-		if !v.SeesAll() {
+		if !v.SeesEveryTenant() {
 			q.Where(func(s *sql.Selector) { s.Where(sql.False()) })
 		}
 		return nil

@@ -42,7 +42,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
 	sysCtx   = auth.NewSystemContext(context.Background())
-	adminCtx = auth.NewContext(context.Background(), auth.Viewer{User: "ada", Role: auth.RoleAdmin})
+	adminCtx    = auth.NewContext(context.Background(), auth.Viewer{User: "ada", Role: auth.RoleAdmin})
+	platformCtx = auth.NewContext(context.Background(), auth.Viewer{User: "root", Role: auth.RolePlatform})
 )
 
 // Quick policies: deliveries retry after 50 ms.
@@ -424,7 +425,7 @@ func TestRulesAreValidatedRoleCheckedAndTenantScoped(t *testing.T) {
 
 	acme := auth.NewContext(context.Background(), auth.Viewer{User: "a", Role: auth.RoleAdmin, Tenant: "acme"})
 	_, err = b.svc.CreateRule(acme, alert.RuleInput{Name: "cluster", Kind: alertrule.KindNO_LEADER})
-	require.ErrorAs(t, err, &ve, "cluster rules belong to the default tenant")
+	require.ErrorAs(t, err, &ve, "cluster rules are a platform administrator's")
 	mine, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "mine", Kind: alertrule.KindTASK_FAILED})
 	require.NoError(t, err)
 	theirs, err := b.svc.CreateRule(acme, alert.RuleInput{Name: "mine", Kind: alertrule.KindTASK_FAILED})
@@ -610,7 +611,7 @@ func TestRuleKinds(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		rule := func(t *testing.T, b *bundle, in alert.RuleInput) *ent.AlertRule {
 			in.Enabled = true
-			r, err := b.svc.CreateRule(adminCtx, in)
+			r, err := b.svc.CreateRule(platformCtx, in)
 			require.NoError(t, err)
 			return r
 		}

@@ -281,10 +281,9 @@ func matches(r *ent.AlertRule, tk *ent.Task) bool {
 	return r.Tenant == taskTenant(tk) && (r.TaskType == "" || r.TaskType == tk.Type) && (r.Owner == "" || r.Owner == tk.Owner)
 }
 
-// taskTenant is the tenant a task belongs to. Tasks carry none yet (every
-// task is the default tenant's): a tenant's rules watch its tasks once
-// they do.
-func taskTenant(*ent.Task) string { return "" }
+// taskTenant is the tenant a task belongs to: a rule watches its own
+// tenant's tasks only.
+func taskTenant(t *ent.Task) string { return t.Tenant }
 
 // failedLookback bounds the read of the executions that ended a failure:
 // only those that finished recently are new.

@@ -12,9 +12,11 @@
 // is visible and retryable like any other task, and rules ignore that type,
 // so an alert about alert delivery cannot loop.
 //
-// Rules, channels and incidents belong to a tenant (the viewer's); admins
-// edit rules and channels, admins and operators silence and resolve
-// incidents, every role reads them.
+// Rules, channels and incidents belong to a tenant (the viewer's), and a
+// rule watches its tenant's tasks; admins edit rules and channels, admins
+// and operators silence and resolve incidents, every role reads them.
+// Rules about the cluster (backlogs, the watchdog's leader, gone nodes) are
+// a platform administrator's.
 package alert
 
 import (
@@ -115,7 +117,7 @@ func requireAdmin(ctx context.Context, action string) (auth.Viewer, error) {
 	if err != nil {
 		return v, err
 	}
-	if v.Role != auth.RoleAdmin && v.Role != auth.RoleSystem {
+	if !v.IsAdmin() {
 		return v, &auth.ForbiddenError{Role: v.Role, Action: action}
 	}
 	return v, nil
@@ -331,7 +333,7 @@ type RuleInput struct {
 }
 
 // clusterKinds are rules about the whole cluster, not a tenant's tasks:
-// only the default tenant's administrators may set them.
+// only platform administrators may set them.
 var clusterKinds = []alertrule.Kind{alertrule.KindBACKLOG, alertrule.KindNO_LEADER, alertrule.KindNODE_GONE}
 
 func (s *Service) checkRule(ctx context.Context, v auth.Viewer, in *RuleInput) error {
@@ -341,8 +343,8 @@ func (s *Service) checkRule(ctx context.Context, v auth.Viewer, in *RuleInput) e
 		return invalid("name", "must be 1 to %d characters", maxName)
 	case alertrule.KindValidator(in.Kind) != nil:
 		return invalid("kind", "unknown rule kind %q", in.Kind)
-	case slices.Contains(clusterKinds, in.Kind) && v.Tenant != "":
-		return invalid("kind", "%s rules watch the whole cluster: only the default tenant may set them", in.Kind)
+	case slices.Contains(clusterKinds, in.Kind) && !v.SeesEveryTenant():
+		return invalid("kind", "%s rules watch the whole cluster: only a platform administrator may set them", in.Kind)
 	case strings.HasPrefix(in.TaskType, "alert."):
 		return invalid("taskType", "alert deliveries are not watched by rules (an alert about alert delivery would loop)")
 	case in.ErrorKind != "" && !slices.Contains(lifecycle.AllErrorKinds, lifecycle.ErrorKind(in.ErrorKind)):

@@ -20,7 +20,7 @@ import (
 const maxBodyBytes = graph.MaxJSONSizeDefault
 
 func newAuthenticator(c AccessConfig, log *slog.Logger) (*auth.Authenticator, error) {
-	cfg := auth.Config{TokenFile: c.TokenFile, TrustedProxies: c.TrustedProxies, Log: log}
+	cfg := auth.Config{TokenFile: c.TokenFile, TrustedProxies: c.TrustedProxies, PlatformAdmins: c.PlatformAdmins, Log: log}
 	if c.JWTHS256KeyFile != "" || c.JWTRS256KeyFile != "" {
 		j := &auth.JWTConfig{
 			Issuer: c.JWTIssuer, Audience: c.JWTAudience, Leeway: c.JWTLeeway,

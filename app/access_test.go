@@ -97,6 +97,13 @@ type leakyIn struct {
 	IDNo        string `json:"idNo"`
 	Note        string `json:"note"`
 	EmployeeRef string `json:"employeeRef"`
+	// The classes of issue 11: a URL with credentials, a PIN, a request
+	// body held as a JSON string, header pairs, an old 15-digit ID.
+	DSN     string              `json:"dsn"`
+	Pin     string              `json:"pin"`
+	Body    string              `json:"body"`
+	Headers []map[string]string `json:"headers"`
+	OldID   string              `json:"oldId"`
 }
 
 // Secrets of TestSensitiveInputNeverShowsInPlaintext: a mobile number and a
@@ -107,6 +114,12 @@ const (
 	idNo     = "11010519491231002X"
 	employee = "EMP-123456"
 	keyed    = "ref-secret-4242"
+	dbPass   = "db-pass-7781"
+	pin      = "pin-90210"
+	bodyPass = "body-pass-5521"
+	header   = "hdr-key-3390"
+	oldID    = "110105491231002"
+	cardNo   = "6222020200112233446"
 )
 
 func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
@@ -120,8 +133,10 @@ func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
 			Register: func(r *worker.Registry) {
 				worker.Register(r, "leaky", func(ctx context.Context, job *worker.Job, in leakyIn) error {
 					job.Info("calling "+in.Phone+" about "+in.IDNo, "phone", in.Phone, "idNo", in.IDNo, "note", in.Note, "ref", in.EmployeeRef)
+					job.Info("connecting to "+in.DSN, "body", in.Body, "oldId", in.OldID)
 					job.SetResult(map[string]any{"reached": in.Phone, "note": in.Note})
-					return worker.NonRetryable(fmt.Errorf("customer %s (id %s, %s, %s) refused", in.Phone, in.IDNo, in.Note, in.EmployeeRef))
+					return worker.NonRetryable(fmt.Errorf("customer %s (id %s, %s, %s) refused; %s; body %s; old id %s",
+						in.Phone, in.IDNo, in.Note, in.EmployeeRef, in.DSN, in.Body, in.OldID))
 				})
 				worker.Register(r, "panicky", func(ctx context.Context, job *worker.Job, in leakyIn) error {
 					panic("cannot reach " + in.Phone + " " + in.IDNo)
@@ -134,12 +149,15 @@ func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
 		all := s.App.Broker.SubscribeTasks(func(events.TaskChange) bool { return true }, 1024)
 		defer all.Close()
 
-		input := map[string]any{"phone": phone, "idNo": idNo, "note": "badge " + employee, "employeeRef": keyed}
+		input := map[string]any{"phone": phone, "idNo": idNo, "note": "badge " + employee + ", card " + cardNo, "employeeRef": keyed,
+			"dsn": "postgres://app:" + dbPass + "@db.internal/x", "pin": pin, "body": `{"password":"` + bodyPass + `"}`,
+			"headers": []map[string]string{{"name": "X-Access-Key", "value": header}}, "oldId": oldID}
 		var api strings.Builder // every API response, as the client got it
 		var ids []string
 		for _, typ := range []string{"leaky", "panicky"} {
 			r := s.Do(t, `mutation($in: CreateTaskInput!) { createTask(input: $in) { id title bizID input } }`, map[string]any{"in": map[string]any{
-				"type": typ, "title": "call " + phone, "bizId": idNo, "input": input, "maxAttempts": 1,
+				"type": typ, "title": "call tel_" + phone, "bizId": idNo, "input": input, "maxAttempts": 1,
+				"idempotencyKey": typ + "-" + oldID,
 			}})
 			require.Empty(t, r.Errors)
 			api.Write(r.Data)
@@ -186,7 +204,7 @@ func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
 		require.Contains(t, evs.String(), "139****5678", "events were captured")
 		require.Contains(t, logs.String(), "handler panicked", "the log was captured")
 		for where, text := range map[string]string{"database": dump, "API": api.String(), "events": evs.String(), "log": logs.String()} {
-			for _, secret := range []string{phone, idNo, employee, keyed} {
+			for _, secret := range []string{phone, idNo, employee, keyed, dbPass, pin, bodyPass, header, oldID, cardNo} {
 				require.NotContains(t, text, secret, "%s shows %s in plaintext", where, secret)
 			}
 		}
@@ -241,6 +259,8 @@ func TestEveryAuditedActionLeavesExactlyOneRecord(t *testing.T) {
 		}}, func(c *app.Config) {
 			c.Access.TokenFile = path
 			c.Access.TrustedProxies = nil
+			// root reads every tenant's records (alice is of acme).
+			c.Access.PlatformAdmins = []auth.Identity{{Source: auth.SourceToken, User: "root"}}
 		})
 		later := time.Now().Add(time.Hour).Format(time.RFC3339)
 		do := func(token, q string, vars map[string]any) apptest.Response { return s.DoAs(t, token, q, vars) }

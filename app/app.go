@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/playground"
@@ -35,6 +37,7 @@ import (
 	"taskgraph/leader"
 	"taskgraph/mask"
 	"taskgraph/metrics"
+	"taskgraph/outage"
 	"taskgraph/outbound"
 	"taskgraph/relay"
 	"taskgraph/retention"
@@ -59,6 +62,9 @@ type Options struct {
 	Watchdog worker.WatchdogConfig
 	// Websocket overrides websocket limits (zero fields keep theirs).
 	Websocket graph.WebsocketConfig
+	// EventBacklog overrides how many tasks a client subscription may
+	// fall behind by beyond its buffer (0 keeps events.BacklogDefault).
+	EventBacklog int
 	// BodyGrace and MinBodyRate override how fast request bodies must
 	// arrive (see readDeadlines; zero keeps the defaults).
 	BodyGrace   time.Duration
@@ -69,6 +75,8 @@ type Options struct {
 	// keep the values derived from Config.
 	Import  importer.Config
 	Janitor artifact.JanitorConfig
+	// Blob tunes the blob store's reads and writes (tests: small blocks).
+	Blob artifact.BucketConfig
 }
 
 // App is one taskgraph process.
@@ -93,6 +101,9 @@ type App struct {
 	Leader    *leader.Lock       // nil on SQLite (one node: it always leads)
 	Metrics   *metrics.Metrics
 	Handler   http.Handler
+	// Outages counts the failures of database and disk outages, logs
+	// each outage once, and says whether the node is ready (/readyz).
+	Outages *outage.Monitor
 
 	// Imports, exports, reports and their files.
 	Artifacts *artifact.Store
@@ -123,6 +134,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	masker, err := newMasker(cfg.Access)
+	if err != nil {
+		return nil, err
+	}
+	// Whatever the process logs — errors quoting a request, titles, a
+	// handler's panic — is masked like what it stores.
+	log = slog.New(mask.NewHandler(log.Handler(), masker))
 	key, err := secretKey(cfg)
 	if err != nil {
 		return nil, err
@@ -144,8 +162,19 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		node = worker.DefaultWorkerID()
 	}
 	m := metrics.New()
-	broker := events.NewBroker(events.Config{Observe: m.ObserveChange})
-	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log}
+	// Clients that fall behind (a burst, a resync after an outage) get the
+	// latest change of each task from a backlog rather than being dropped.
+	broker := events.NewBroker(events.Config{Observe: m.ObserveChange, Backlog: cmp.Or(opts.EventBacklog, events.BacklogDefault)})
+	outages := outage.NewMonitor(outage.MonitorConfig{Logger: log.With("node", node)})
+	var relayed atomic.Pointer[relay.Listener] // set below, on PostgreSQL
+	onWrite := func(err error) {
+		outages.Wrote(err)
+		if l := relayed.Load(); l != nil && store.CommitUncertain(err) {
+			// The change may have committed unpublished: replay it.
+			l.Missed()
+		}
+	}
+	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
 	if isPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
@@ -165,11 +194,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
-	masker, err := newMasker(cfg.Access)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
 	authn, err := newAuthenticator(cfg.Access, log)
 	if err != nil {
 		_ = st.Close()
@@ -180,9 +204,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	recorder := audit.New(st.Client(), masker, graph.ErrorCode, log)
+	recorder := audit.New(st.Tx, masker, graph.ErrorCode, log, outages)
 	eng := engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter))
-	files, err := newFiles(cfg, opts, key, st, eng, registry, masker, recorder, log)
+	files, err := newFiles(ctx, cfg, opts, node, key, st, eng, registry, masker, recorder, outages, log.With("node", node))
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -199,6 +223,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		Auth:     authn,
 		Audit:    recorder,
 		Metrics:  m,
+		Outages:  outages,
 		opts:     opts,
 	}
 	a.Artifacts, a.Links, a.Importer, a.Exporter = files.artifacts, files.links, files.importer, files.exporter
@@ -212,8 +237,18 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		if a.Relay != nil {
 			a.Relay.Close()
 		}
+		_ = a.Artifacts.Blobs().Close()
 		_ = st.Close()
 		return nil, err
+	}
+	// Is this node's blob store the deployment's? One line in the log
+	// either way; a store that is not, or does not answer, makes the
+	// node unready rather than stopping it.
+	if err := a.Artifacts.Verify(ctx); err != nil {
+		var me *artifact.MisconfiguredError
+		if !errors.As(err, &me) && !artifact.IsStoreFailure(err) {
+			return fail(err)
+		}
 	}
 
 	if st.Dialect() == dialect.Postgres {
@@ -232,6 +267,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			if err != nil {
 				return fail(fmt.Errorf("listen for other nodes' changes: %w", err))
 			}
+			relayed.Store(a.Relay)
 		}
 	}
 	var leading func(context.Context) (bool, error)
@@ -298,7 +334,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		return fail(err)
 	}
 	m.RegisterAlerts(st.Client())
-	src := metrics.Sources{Client: st.Client(), Broker: broker}
+	src := metrics.Sources{Client: st.Client(), Broker: broker, Inconsistent: st.Inconsistencies}
 	if a.Relay != nil {
 		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
 	}
@@ -322,43 +358,51 @@ type files struct {
 	exporter  *exporter.Exporter
 }
 
-// newFiles builds the artifact store under the data directory, the
-// importer (with the contacts target) and the exporter, and registers the
-// import, export and report task types.
-func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, rec *audit.Recorder, log *slog.Logger) (*files, error) {
-	dir, err := artifact.NewDir(filepath.Join(cfg.DataDir, "artifacts"))
+// newFiles opens the blob store (--blob-url, or the artifacts directory in
+// the data directory) and builds the artifact store on it, the importer
+// (with the contacts target) and the exporter, and registers the import,
+// export and report task types.
+func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, rec *audit.Recorder, outages *outage.Monitor, log *slog.Logger) (_ *files, err error) {
+	blobURL, err := cfg.Blobs()
 	if err != nil {
 		return nil, err
 	}
-	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: dir, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx})
+	bucket, err := artifact.OpenBucket(ctx, blobURL, opts.Blob)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = bucket.Close()
+		}
+	}()
+	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx, Node: node, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	links := artifact.NewLinks(key, arts, artifact.LinksConfig{
-		// A link works while its viewer may still see the file's task.
+		// A link works while its viewer may still see the file (and its
+		// task): same identity, or an admin of the same tenant.
 		Authorize: func(ctx context.Context, a *ent.Artifact) error {
 			v, err := auth.Require(ctx)
 			if err != nil {
 				return err
 			}
-			if a.TaskID == nil {
-				if v.SeesAll() || a.Owner == v.User {
-					return nil
-				}
-				return &store.NotFoundError{Entity: "artifact", ID: a.ID}
-			}
-			_, err = access.Task(ctx, st.Client(), v, *a.TaskID)
+			_, err = access.Artifact(ctx, st.Client(), v, a.ID)
 			return err
 		},
-		Downloaded: func(ctx context.Context, a *ent.Artifact, err error) {
+		// A download is recorded before the file is sent; one that cannot
+		// be recorded is not served.
+		Downloaded: func(ctx context.Context, a *ent.Artifact, err error) error {
 			var ids []int
 			if a.TaskID != nil {
 				ids = []int{*a.TaskID}
 			}
-			_ = rec.Record(ctx, audit.Entry{Action: audit.Download, TaskIDs: ids, Err: err,
+			return rec.Record(ctx, audit.Entry{Action: audit.Download, TaskIDs: ids, Err: err,
 				Details: map[string]any{"artifact": a.ID, "kind": a.Kind, "file": a.Filename}})
 		},
-		Logger: log,
+		Outages: outages,
+		Logger:  log,
 	})
 	postgres := st.Dialect() == "postgres"
 	targets := importer.NewRegistry()
@@ -376,7 +420,7 @@ func newFiles(cfg Config, opts Options, key []byte, st *store.Store, eng *engine
 		return nil, err
 	}
 	imp.Register(reg)
-	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Logger: log})
+	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Masker: masker, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -399,9 +443,10 @@ func (a *App) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
 	if a.Config.Network.MetricsAddr == "" {
-		// It counts every user's tasks: admins only (everyone is on an
-		// open server). With -metrics-addr it is served there instead.
-		mux.Handle("GET /metrics", a.Auth.Middleware(adminOnly(a.Metrics.Handler())))
+		// Authenticated like the API: what a scraper sees depends on who
+		// it is (package metrics). With -metrics-addr it is served there
+		// instead.
+		mux.Handle("GET /metrics", a.Auth.Middleware(a.Metrics.Handler()))
 	}
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
@@ -415,9 +460,10 @@ func (a *App) routes() http.Handler {
 			MaxDepth:        ac.MaxDepth,
 			WS:              a.websocketConfig(),
 			MaxUploadSize:   a.Importer.MaxUploadSize(),
+			Outages:         a.Outages,
 			Log:             a.Log,
 		})
-		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), a.GraphQL)))
+		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.UnavailableUploads(a.GraphQL))))
 		mux.Handle("GET /download/{token}", a.Links)
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
@@ -441,21 +487,50 @@ func (a *App) MetricsHandler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.ready)
-	mux.Handle("GET /metrics", a.Metrics.Handler())
+	// Whoever reaches this listener is trusted with everything the node
+	// counts (the operator chose its address): it reads as the system.
+	metrics := a.Metrics.Handler()
+	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		metrics.ServeHTTP(w, r.WithContext(auth.NewSystemContext(r.Context())))
+	}))
 	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
 }
 
+// ready answers /readyz: 503 while the database does not answer, while
+// its writes keep failing with an outage (or failed on a full disk), or
+// while the data directory's disk is full.
 func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if err := a.Store.DB().PingContext(ctx); err != nil {
+	unready := func(why string) {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("database unreachable\n"))
+		_, _ = w.Write([]byte(why + "\n"))
+	}
+	if err := a.Store.DB().PingContext(ctx); err != nil {
+		unready("database unreachable")
+		return
+	}
+	if err := a.Outages.Ready(); err != nil {
+		unready(err.Error())
+		return
+	}
+	if free, err := freeBytes(a.Config.DataDir); err == nil && free < minFreeBytes {
+		unready(fmt.Sprintf("disk full: %d bytes free in %s", free, a.Config.DataDir))
+		return
+	}
+	// Whoever probes readiness runs the server: the reason is theirs.
+	if err := a.Artifacts.Ready(ctx); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("blob store: " + err.Error() + "\n"))
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
 }
+
+// minFreeBytes is the free space under which the data directory's disk is
+// full for /readyz (SQLite, artifacts and uploads live there).
+const minFreeBytes = 1 << 20
 
 // Start runs the worker pool and the watchdog of the roles.
 func (a *App) Start(ctx context.Context) error {
@@ -501,32 +576,63 @@ func (a *App) serve(ln net.Listener, h http.Handler) error {
 	return nil
 }
 
-// Shutdown stops taking requests, lets running tasks finish within the
-// shutdown grace period and releases the rest (DESIGN §3), ends
-// subscriptions and closes the database.
+// Shutdown stops the process in order (DESIGN §3): it stops claiming work;
+// ends every subscription with a last UNAVAILABLE ("shutting down") error,
+// which ends SSE streams, and closes websockets with 1001 (going away);
+// stops taking requests and lets those running, and running task
+// handlers, finish within the shutdown grace period, then cuts off the
+// requests and releases the executions left (INTERRUPTED -> RETRY_PENDING);
+// stops every service that runs on the leading node (watchdog, retention,
+// artifact janitor) before giving up the leader lock; and closes the
+// relay, the broker and the database. Requests cut off at the end of the
+// grace period are logged, not an error.
 func (a *App) Shutdown(ctx context.Context) error {
 	var errs []error
 	a.stopOnce.Do(func() {
+		grace := a.Config.ShutdownGrace
+		if a.Pool != nil {
+			// First: no new work starts from here on.
+			a.Pool.StopClaiming()
+			a.Log.Info("stopped claiming work")
+		}
+		if a.GraphQL != nil {
+			// Streams never finish on their own: end them now, so that
+			// their clients reconnect elsewhere and their requests do not
+			// hold the shutdown for the whole grace period.
+			gctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+			a.GraphQL.GoAway(gctx)
+			cancel()
+		}
 		a.mu.Lock()
 		servers := a.servers
 		a.mu.Unlock()
+		var wg sync.WaitGroup
 		for _, srv := range servers {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := srv.Shutdown(sctx); err != nil {
-				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-			}
-			cancel()
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(ctx, grace)
+				defer cancel()
+				if err := srv.Shutdown(sctx); err != nil {
+					a.Log.Warn("requests still running after the shutdown grace period were cut off", "grace", grace, "err", err)
+					_ = srv.Close()
+				}
+			})
 		}
 		if a.Pool != nil {
 			if err := a.Pool.Stop(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
+		wg.Wait()
+		// Everything that runs only on the leading node stops before the
+		// lock is given up, so that none of it takes the lock again.
 		if a.Watchdog != nil {
 			a.Watchdog.Stop()
 		}
 		if a.Retention != nil {
 			a.Retention.Stop()
+		}
+		if a.Janitor != nil {
+			a.Janitor.Stop()
 		}
 		if a.Evaluator != nil {
 			a.Evaluator.Stop()
@@ -544,13 +650,13 @@ func (a *App) Shutdown(ctx context.Context) error {
 		if a.Relay != nil {
 			a.Relay.Close()
 		}
-		if a.Janitor != nil {
-			a.Janitor.Stop()
-		}
-		// Ends websocket and SSE connections (hijacked or streaming, they
-		// outlive http.Server.Shutdown) and their subscriptions.
+		// Ends what is left of websocket and SSE connections (hijacked or
+		// streaming, they outlive http.Server.Shutdown) and subscriptions.
 		a.baseCancel()
 		a.Broker.Close()
+		if err := a.Artifacts.Blobs().Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the blob store: %w", err))
+		}
 		if err := a.Store.Close(); err != nil {
 			errs = append(errs, err)
 		}

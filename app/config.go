@@ -42,6 +42,9 @@ type Config struct {
 	ImportUnzipLimit int64
 	ArtifactTTL      time.Duration
 	JanitorInterval  time.Duration
+	// BlobURL is where files live (artifact.OpenBucket): file:///dir or
+	// s3://bucket?...; empty: the artifacts directory in DataDir.
+	BlobURL string
 	// Network: public URL, metrics listener, outbound destinations.
 	Network NetworkConfig
 	// AlertInterval paces the alert evaluator's periodic checks.
@@ -63,6 +66,8 @@ type AccessConfig struct {
 	JWTTenantClaim  string
 	TrustedProxies  []netip.Prefix
 	AllowedOrigins  []string
+	// PlatformAdmins administer every tenant (see auth.Config).
+	PlatformAdmins []auth.Identity
 
 	ComplexityLimit  int
 	MaxDepth         int
@@ -92,6 +97,19 @@ const (
 
 // Has reports whether c includes role r.
 func (c Config) Has(r Role) bool { return slices.Contains(c.Roles, r) }
+
+// Blobs is the blob store to open: BlobURL, or the artifacts directory in
+// the data directory.
+func (c Config) Blobs() (string, error) {
+	if c.BlobURL != "" {
+		return c.BlobURL, nil
+	}
+	dir, err := filepath.Abs(filepath.Join(c.DataDir, "artifacts"))
+	if err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	return "file://" + filepath.ToSlash(dir), nil
+}
 
 // DSN is the database to open: DB, or the SQLite file in the data directory.
 func (c Config) DSN() string {
@@ -135,6 +153,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&ac.JWTUserClaim, "jwt-user-claim", env("jwt-user-claim", "sub"), "JWT claim naming the user")
 	fs.StringVar(&ac.JWTRoleClaim, "jwt-role-claim", env("jwt-role-claim", "role"), "JWT claim holding the role: admin, operator or viewer")
 	fs.StringVar(&ac.JWTTenantClaim, "jwt-tenant-claim", env("jwt-tenant-claim", "tenant"), "JWT claim holding the tenant (optional)")
+	platformAdmins := fs.String("platform-admins", env("platform-admins", ""), "comma list of admins who administer every tenant: token:<user>, jwt:<user>, or <source>:<tenant>:<user> for a user of a named tenant")
 	proxies := fs.String("trusted-proxies", env("trusted-proxies", ""), "comma list of addresses or CIDRs of reverse proxies whose X-Forwarded-For is believed")
 	origins := fs.String("allowed-origins", env("allowed-origins", ""), "comma list of foreign origins (https://console.example.com) whose pages may call the API; same-origin pages and non-browser clients always may")
 	complexity := fs.String("gql-complexity", env("gql-complexity", "20000"), "largest cost of a GraphQL operation (each aliased field counts)")
@@ -150,6 +169,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	unzipLimit := fs.String("import-unzip-limit", env("import-unzip-limit", "1GiB"), "most an imported xlsx may unpack to (bytes, or with KiB, MiB, GiB)")
 	ttl := fs.String("artifact-ttl", env("artifact-ttl", "7d"), "how long uploaded files, error reports and exports are kept (a duration such as 72h, or days such as 7d)")
 	janitor := fs.String("janitor-interval", env("janitor-interval", "10m"), "how often expired artifacts are removed (by the watchdog role)")
+	fs.StringVar(&c.BlobURL, "blob-url", env("blob-url", ""), "where uploads, error reports and exports live, the same on every node: file:///srv/taskgraph/files (a directory every node mounts) or s3://bucket?endpoint=...&region=... (default: the artifacts directory in the data directory, for one node)")
 	checkNetwork := registerNetworkFlags(fs, env, &c)
 	checkAlerts := registerAlertFlags(fs, env, &c)
 	if err := fs.Parse(args); err != nil {
@@ -191,6 +211,9 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	}
 	if c.ArtifactTTL, err = parseDays(*ttl); err != nil || c.ArtifactTTL < time.Minute {
 		return c, fmt.Errorf("-artifact-ttl: %q is not a duration of at least 1m (such as 72h or 7d)", *ttl)
+	}
+	if c.BlobURL != "" && !strings.HasPrefix(c.BlobURL, "file://") && !strings.HasPrefix(c.BlobURL, "s3://") {
+		return c, fmt.Errorf("-blob-url: %q is not file:///dir or s3://bucket?...", c.BlobURL)
 	}
 	if c.JanitorInterval, err = time.ParseDuration(*janitor); err != nil || c.JanitorInterval < time.Second {
 		return c, fmt.Errorf("-janitor-interval: %q is not a duration of at least 1s", *janitor)
@@ -240,6 +263,13 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 		return c, fmt.Errorf("-rate-limit: %q is not a number of mutations per second (0 for no limit)", *rateLimit)
 	}
 	ac.MaskKeys = splitList(*maskKeys)
+	for _, p := range splitList(*platformAdmins) {
+		id, err := auth.ParseIdentity(p)
+		if err != nil {
+			return c, fmt.Errorf("-platform-admins: %w", err)
+		}
+		ac.PlatformAdmins = append(ac.PlatformAdmins, id)
+	}
 	// Without authentication whoever reaches the server administers it:
 	// it may only be reachable from this machine. Refusing (rather than
 	// quietly binding to 127.0.0.1) keeps what was asked and what runs

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"taskgraph/app"
+	"taskgraph/auth"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -85,4 +86,18 @@ func TestAnOpenServerListensOnLoopbackOnly(t *testing.T) {
 	require.Len(t, c.Access.TrustedProxies, 2)
 	require.Equal(t, "192.0.2.1/32", c.Access.TrustedProxies[1].String())
 	require.Equal(t, []string{"iban", "salary"}, c.Access.MaskKeys)
+}
+
+func TestPlatformAdminsFlag(t *testing.T) {
+	t.Parallel()
+	c, err := app.ParseFlags([]string{"-platform-admins", "token:root, jwt:acme:alice"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []auth.Identity{{Source: "token", User: "root"}, {Source: "jwt", Tenant: "acme", User: "alice"}}, c.Access.PlatformAdmins)
+	c, err = app.ParseFlags(nil, env(map[string]string{"TASKGRAPH_PLATFORM_ADMINS": "jwt:ops"}), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []auth.Identity{{Source: "jwt", User: "ops"}}, c.Access.PlatformAdmins)
+	for _, bad := range []string{"root", "ldap:root", "token:"} {
+		_, err := app.ParseFlags([]string{"-platform-admins", bad}, env(nil), io.Discard)
+		require.ErrorContains(t, err, "-platform-admins", bad)
+	}
 }

@@ -27,7 +27,7 @@ import (
 func TestRequestBodiesHaveADeadline(t *testing.T) {
 	t.Parallel()
 	path, tok := apptest.Tokens(t, auth.Viewer{User: "root", Role: auth.RoleAdmin})
-	s := apptest.Start(t, dbtest.SQLite(t), app.Options{BodyGrace: 500 * time.Millisecond, MinBodyRate: 1024},
+	s := apptest.Start(t, dbtest.SQLite(t), app.Options{BodyGrace: 3 * time.Second, MinBodyRate: 1024},
 		func(c *app.Config) { c.Access.TokenFile = path })
 	host := strings.TrimPrefix(s.URL, "http://")
 	// send writes a request of length bytes, its body every interval in
@@ -70,21 +70,45 @@ func TestRequestBodiesHaveADeadline(t *testing.T) {
 	}
 	t.Run("AnAnonymousTrickleIsCutOff", func(t *testing.T) {
 		t.Parallel()
-		// One byte every 300 ms, far under 1 KiB/s. Refused for want of a
+		// One byte every 400 ms, far under 1 KiB/s. Refused for want of a
 		// token, but net/http drains a body (up to 256 KiB) before it
-		// answers: it held the connection for the 5 minutes the whole body
+		// answers: it held the connection for the 7 minutes the whole body
 		// would take. Now it stops soon after the grace period.
-		line, sent := send(t, "", 1000, 1, 300*time.Millisecond)
+		line, sent := send(t, "", 1000, 1, 400*time.Millisecond)
 		require.Contains(t, line, "HTTP/1.1 4")
-		require.Less(t, sent, 100)
+		require.Less(t, sent, 40)
+	})
+	t.Run("ABodyLeftUnreadIsNotTakenForTheNextRequest", func(t *testing.T) {
+		t.Parallel()
+		// The body's deadline must not hide from net/http that a handler
+		// left most of a body unread: the connection then closes, rather
+		// than parse what is left as the next request.
+		conn, err := net.DialTimeout("tcp", host, 5*time.Second)
+		require.NoError(t, err)
+		defer conn.Close()
+		require.NoError(t, conn.SetDeadline(time.Now().Add(20*time.Second)))
+		body := `{"query": "{ __typename }", "variables": {"x": "` + strings.Repeat("a", 3<<20) + `"}}`
+		go func() {
+			_, _ = fmt.Fprintf(conn, "POST /query HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, tok["root"], len(body), body)
+			_, _ = fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+		}()
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+		if next, err := http.ReadResponse(br, nil); err == nil {
+			require.Equal(t, http.StatusOK, next.StatusCode, "the rest of the body was read as a request")
+		}
 	})
 	t.Run("AnUploadAtTheMinimumRateArrives", func(t *testing.T) {
 		t.Parallel()
-		// 8 KiB in pieces of 1 KiB every 100 ms: ten times the minimum,
-		// over much longer than the grace period.
-		line, sent := send(t, tok["root"], 8<<10, 1<<10, 100*time.Millisecond)
+		// 64 KiB in pieces of 1 KiB every 50 ms: twenty times the minimum,
+		// for longer than the grace period.
+		line, sent := send(t, tok["root"], 64<<10, 1<<10, 50*time.Millisecond)
 		require.Contains(t, line, "HTTP/1.1 200")
-		require.Equal(t, 8<<10, sent)
+		require.Equal(t, 64<<10, sent)
 	})
 }
 

@@ -1,8 +1,12 @@
 // Package artifact keeps the files tasks read and write — uploaded sources,
-// error reports, exports, reports — in a storage backend (a local directory
-// by default), each referenced by a row of the artifacts table with its
-// owner, kind, size, checksum and expiry. It also signs short-lived download
-// links, serves them, and runs the janitor that removes expired artifacts.
+// error reports, exports, reports — in a blob store every node reaches (a
+// directory, shared by the nodes or in one node's data directory, or
+// S3-compatible object storage, through gocloud.dev/blob), each referenced
+// by a row of the artifacts table with its owner, kind, size, checksum and
+// expiry. It checks that the nodes sharing a database share the store,
+// signs short-lived download links and serves them (the store itself is
+// never exposed to browsers), and runs the janitor that removes expired
+// artifacts.
 package artifact
 
 import (
@@ -14,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"sync"
 	"time"
 
 	"taskgraph/ent"
@@ -47,6 +53,10 @@ type Config struct {
 	// Tx runs writes of artifact rows in a transaction (store.Store.Tx,
 	// which serializes them with the store's). Default: Client.Tx.
 	Tx func(ctx context.Context, fn func(tx *ent.Tx) error) error
+	// Node names this process in the deployment record. Default: "".
+	Node string
+	// Logger receives the store's logs. Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // Store saves, opens and deletes artifacts.
@@ -56,6 +66,15 @@ type Store struct {
 	ttl    time.Duration
 	clock  func() time.Time
 	tx     func(ctx context.Context, fn func(tx *ent.Tx) error) error
+	node   string
+	log    *slog.Logger
+
+	// What the last deployment check found (see deployment.go).
+	mu      sync.Mutex
+	checked time.Time
+	state   error
+	logged  int
+	created string // the deployment this node recorded, until its marker is written
 }
 
 // New validates cfg and returns a Store.
@@ -82,7 +101,8 @@ func New(cfg Config) (*Store, error) {
 			return tx.Commit()
 		}
 	}
-	return &Store{client: cfg.Client, blobs: cfg.Blobs, ttl: cmp.Or(cfg.TTL, TTLDefault), clock: cfg.Clock, tx: cfg.Tx}, nil
+	return &Store{client: cfg.Client, blobs: cfg.Blobs, ttl: cmp.Or(cfg.TTL, TTLDefault), clock: cfg.Clock, tx: cfg.Tx,
+		node: cfg.Node, log: cmp.Or(cfg.Logger, slog.Default())}, nil
 }
 
 // TTL is how long artifacts are kept.
@@ -93,6 +113,10 @@ func (s *Store) Client() *ent.Client { return s.client }
 
 // Blobs is the storage backend.
 func (s *Store) Blobs() Blobs { return s.blobs }
+
+// Location says where this node's files are: the blob store's URL without
+// credentials.
+func (s *Store) Location() string { return s.blobs.Location() }
 
 // Now is the store's clock in UTC at microsecond precision.
 func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
@@ -107,8 +131,12 @@ func NewKey() string {
 
 // Meta describes an artifact to save.
 type Meta struct {
-	TaskID      *int // nil: linked later (an upload before its task exists)
+	TaskID *int // nil: linked later (an upload before its task exists)
+	// Owner, OwnerSource and Tenant are the owner's identity: who
+	// uploaded it, or the owner of the task that wrote it.
 	Owner       string
+	OwnerSource string
+	Tenant      string
 	Kind        Kind
 	Filename    string
 	ContentType string
@@ -132,11 +160,16 @@ func (s *Store) Save(ctx context.Context, m Meta, r io.Reader) (*ent.Artifact, e
 	})
 }
 
-// Write stores what write writes as a new artifact. On any error nothing is
-// left: neither file nor row.
+// Write stores what write writes as a new artifact, streaming it to the
+// blob store. On any error nothing is left: neither file nor row. A
+// failure of the store is returned as the *StoreError it is, whatever
+// write made of it.
 func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error) (*ent.Artifact, error) {
+	if err := s.Usable(); err != nil {
+		return nil, err
+	}
 	key := NewKey()
-	bw, err := s.blobs.Create(key)
+	bw, err := s.blobs.Create(ctx, key, m.ContentType)
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +180,9 @@ func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error
 		var tl *TooLargeError
 		if errors.As(err, &tl) {
 			return nil, tl
+		}
+		if serr := bw.Err(); serr != nil && !IsStoreFailure(err) {
+			return nil, fmt.Errorf("%w (%v)", serr, err)
 		}
 		return nil, err
 	}
@@ -165,6 +201,8 @@ func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error
 		a, err = tx.Artifact.Create().
 			SetNillableTaskID(m.TaskID).
 			SetOwner(m.Owner).
+			SetOwnerSource(m.OwnerSource).
+			SetTenant(m.Tenant).
 			SetKind(m.Kind).
 			SetKey(key).
 			SetFilename(m.Filename).
@@ -177,7 +215,7 @@ func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error
 		return err
 	})
 	if err != nil {
-		_ = s.blobs.Delete(key)
+		_ = s.blobs.Delete(wctx, key)
 		return nil, fmt.Errorf("artifact: record: %w", err)
 	}
 	return a, nil
@@ -198,8 +236,16 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// Open opens an artifact's file.
-func (s *Store) Open(a *ent.Artifact) (Blob, error) { return s.blobs.Open(a.Key) }
+// Open opens an artifact's file; ctx bounds the reads. A file missing from
+// the store is a *MissingError (errors.Is ErrNoBlob); a store that fails
+// is a *StoreError; a node whose store is not the deployment's says so
+// (a *MisconfiguredError) rather than that the file is missing.
+func (s *Store) Open(ctx context.Context, a *ent.Artifact) (Blob, error) {
+	if err := s.Usable(); err != nil {
+		return nil, err
+	}
+	return s.blobs.Open(ctx, a.Key)
+}
 
 // Get reads an artifact row.
 func (s *Store) Get(ctx context.Context, id int) (*ent.Artifact, error) {
@@ -256,12 +302,17 @@ func (s *Store) delete(ctx context.Context, as []*ent.Artifact) error {
 	if len(as) == 0 {
 		return nil
 	}
+	// A store that is not the deployment's has none of these files:
+	// "deleting" them there would drop the rows of files that live on.
+	if err := s.Usable(); err != nil {
+		return err
+	}
 	ids := make([]int, 0, len(as))
 	var errs []error
 	for _, a := range as {
 		// The file first: a row without a file is a 404 on download; a file
 		// without a row would never be found again.
-		if err := s.blobs.Delete(a.Key); err != nil {
+		if err := s.blobs.Delete(ctx, a.Key); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/outage"
 )
 
 // LinkTTLDefault is how long a download link works.
@@ -24,7 +26,7 @@ const LinkTTLDefault = 15 * time.Minute
 
 // Links signs and checks download links: HMAC-SHA256, under a key derived
 // from the server's secret key, over the artifact id, the expiry and the
-// viewer (user and role) the link was made for. A link is a credential of
+// viewer (identity — source, tenant, user — and role) the link was made for. A link is a credential of
 // its own — a browser following it sends no bearer token — and it is bound
 // to that viewer: at download time the viewer must still be allowed to see
 // the artifact's task, or the link no longer works.
@@ -45,15 +47,20 @@ type LinksConfig struct {
 	// visible to it). ctx carries that viewer.
 	Authorize func(ctx context.Context, a *ent.Artifact) error
 	// Downloaded, when set, is told about every download attempt with a
-	// valid link, granted (err nil) or refused (the audit log).
-	Downloaded func(ctx context.Context, a *ent.Artifact, err error)
-	Logger     *slog.Logger
+	// valid link, granted (err nil) or refused (the audit log), before the
+	// file is sent. A granted download it cannot record is refused: it
+	// answers 503 (an outage) or 500 rather than serve an unrecorded file.
+	Downloaded func(ctx context.Context, a *ent.Artifact, err error) error
+	// Outages, when set, counts failures caused by an outage (the database
+	// unreachable, the disk full) instead of logging each one.
+	Outages *outage.Monitor
+	Logger  *slog.Logger
 }
 
 // NewLinks derives the signing key from secret.
 func NewLinks(secret []byte, s *Store, cfg LinksConfig) *Links {
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte("taskgraph download links v2"))
+	m.Write([]byte("taskgraph download links v3"))
 	if cfg.TTL <= 0 {
 		cfg.TTL = LinkTTLDefault
 	}
@@ -79,7 +86,7 @@ func (l *Links) Sign(a *ent.Artifact, v auth.Viewer) Link {
 	}
 	payload := strings.Join([]string{
 		strconv.Itoa(a.ID), strconv.FormatInt(exp.Unix(), 10),
-		base64.RawURLEncoding.EncodeToString([]byte(v.User)), string(v.Role),
+		encodeIdentity(v.Identity()), string(v.Role),
 	}, ".")
 	return Link{Path: "/download/" + payload + "." + l.mac(payload), ExpiresAt: exp}
 }
@@ -104,19 +111,46 @@ func (l *Links) verify(token string) (int, auth.Viewer, error) {
 	}
 	id, err1 := strconv.Atoi(parts[0])
 	exp, err2 := strconv.ParseInt(parts[1], 10, 64)
-	user, err3 := base64.RawURLEncoding.DecodeString(parts[2])
-	role, err4 := auth.ParseRole(parts[3])
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || id <= 0 || len(user) == 0 {
+	who, err3 := decodeIdentity(parts[2])
+	role := auth.Role(parts[3])
+	_, err4 := auth.ParseRole(parts[3])
+	if err4 != nil && role == auth.RolePlatform {
+		err4 = nil // granted by the server, and the MAC says it did
+	}
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || id <= 0 || who.User == "" {
 		return 0, auth.Viewer{}, errBadLink
 	}
 	if !l.store.Now().Before(time.Unix(exp, 0)) {
 		return 0, auth.Viewer{}, errBadLink
 	}
-	return id, auth.Viewer{User: string(user), Role: role}, nil
+	return id, auth.Viewer{User: who.User, Source: who.Source, Tenant: who.Tenant, Role: role}, nil
 }
 
-// ServeHTTP serves GET /download/{token}: the file as an attachment, or 403
-// for a tampered, foreign or expired link, 404 when the artifact is gone.
+// encodeIdentity writes who a link is for — source, tenant and user, as a
+// JSON array, so that no two identities encode alike — as one URL-safe
+// field: a user of another source or tenant with the same name is someone
+// else, and their links differ.
+func encodeIdentity(id auth.Identity) string {
+	b, _ := json.Marshal([3]string{id.Source, id.Tenant, id.User})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeIdentity(s string) (auth.Identity, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return auth.Identity{}, err
+	}
+	var parts [3]string
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return auth.Identity{}, errBadLink
+	}
+	return auth.Identity{Source: parts[0], Tenant: parts[1], User: parts[2]}, nil
+}
+
+// ServeHTTP serves GET /download/{token}: the file as an attachment
+// (streamed from the blob store, with Range requests), or 403 for a
+// tampered, foreign or expired link, 404 when the artifact is gone, 503
+// when the blob store cannot serve it.
 // The token is only ever parsed as numbers and a MAC; the file is found by
 // its row's server-generated key.
 func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -135,8 +169,7 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		l.log.ErrorContext(r.Context(), "download: read artifact", "artifact_id", id, "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		l.fail(w, r, "download: read artifact", id, err)
 		return
 	}
 	if !l.store.Now().Before(a.ExpiresAt) {
@@ -146,25 +179,40 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if l.cfg.Authorize != nil {
 		if err := l.cfg.Authorize(ctx, a); err != nil {
 			if l.cfg.Downloaded != nil {
-				l.cfg.Downloaded(ctx, a, err)
+				_ = l.cfg.Downloaded(ctx, a, err) // refused either way
 			}
 			http.Error(w, "this link no longer grants access to the file", http.StatusForbidden)
 			return
 		}
 	}
-	f, err := l.store.Open(a)
-	if errors.Is(err, ErrNoBlob) {
-		http.Error(w, "the file no longer exists", http.StatusNotFound)
+	f, err := l.store.Open(r.Context(), a)
+	var me *MisconfiguredError
+	switch {
+	case errors.Is(err, ErrNoBlob):
+		// The row says the file exists and has not expired: the store
+		// lost it. Whoever runs the server needs to know where.
+		l.log.ErrorContext(r.Context(), "download: the file is missing from the blob store", "artifact_id", id, "blob_store", l.store.Location())
+		http.Error(w, "the file was not found in the blob store", http.StatusNotFound)
 		return
-	}
-	if err != nil {
+	case errors.As(err, &me):
+		l.log.ErrorContext(r.Context(), "download: "+me.Error(), "artifact_id", id)
+		http.Error(w, "this server cannot reach the files (its blob store is misconfigured); try another server", http.StatusServiceUnavailable)
+		return
+	case IsStoreFailure(err):
 		l.log.ErrorContext(r.Context(), "download: open artifact", "artifact_id", id, "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "the file store is unavailable; try again later", http.StatusServiceUnavailable)
+		return
+	case err != nil:
+		l.fail(w, r, "download: open artifact", id, err)
 		return
 	}
 	defer f.Close()
 	if l.cfg.Downloaded != nil {
-		l.cfg.Downloaded(ctx, a, nil)
+		if err := l.cfg.Downloaded(ctx, a, nil); err != nil {
+			l.fail(w, r, "download: record it", id, err)
+			return
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", a.ContentType)
@@ -173,6 +221,19 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "private, no-store")
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	http.ServeContent(w, r, "", a.CreatedAt, f)
+}
+
+// fail answers a download that failed for the server's reasons: 503 with
+// Retry-After during an outage (counted, not logged one by one), 500 with
+// a logged error otherwise.
+func (l *Links) fail(w http.ResponseWriter, r *http.Request, what string, id int, err error) {
+	if o := l.cfg.Outages.Failed("download", err); o != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(o.Kind.RetryAfter()/time.Second)))
+		http.Error(w, o.Kind.Message(), http.StatusServiceUnavailable)
+		return
+	}
+	l.log.ErrorContext(r.Context(), what, "artifact_id", id, "err", err)
+	http.Error(w, "internal error", http.StatusInternalServerError)
 }
 
 // clientIP is the request's peer address (a download link is not behind

@@ -1,7 +1,17 @@
 // Package audit records who asked for what: one AuditLog row per create,
 // cancel, retry, bulk action and download, whatever its outcome, with the
-// user, role, tenant, client address and time. A bulk action writes one
-// record listing its ids, with each id's outcome in details.
+// actor's identity (source, tenant, user), role, client address and time.
+// A bulk action writes one record listing its ids, with each id's outcome
+// in details. Records are read through package access: an admin reads its
+// tenant's, a platform administrator everyone's.
+//
+// A record is never lost: the record of an action that changes something
+// commits in the transaction that makes the change (Begin attaches it to
+// the store's write through a store.TxHook), so that the action fails if
+// its record cannot be written; the record of an action that failed, or
+// changed nothing, is written on its own (Record, End). Every write goes
+// through the store's writer, which on SQLite is the process's one writer,
+// retried when the database is busy.
 package audit
 
 import (
@@ -13,6 +23,8 @@ import (
 	"taskgraph/ent"
 	"taskgraph/ent/auditlog"
 	"taskgraph/mask"
+	"taskgraph/outage"
+	"taskgraph/store"
 )
 
 // Actions recorded.
@@ -39,59 +51,86 @@ type Entry struct {
 	Details map[string]any
 }
 
+// Writer runs fn in a write transaction (store.Store.Tx).
+type Writer func(ctx context.Context, fn func(tx *ent.Tx) error) error
+
 // Recorder writes audit records.
 type Recorder struct {
-	client *ent.Client
-	masker *mask.Masker
-	code   func(error) string
-	log    *slog.Logger
+	write   Writer
+	masker  *mask.Masker
+	code    func(error) string
+	log     *slog.Logger
+	outages *outage.Monitor
 }
 
-// New returns a Recorder writing through client. code names an error the
-// way the API does (NOT_FOUND, FORBIDDEN...).
-func New(client *ent.Client, masker *mask.Masker, code func(error) string, log *slog.Logger) *Recorder {
+// New returns a Recorder writing with write. code names an error the way
+// the API does (NOT_FOUND, FORBIDDEN...). outages, when set, counts records
+// lost to an outage instead of logging each.
+func New(write Writer, masker *mask.Masker, code func(error) string, log *slog.Logger, outages *outage.Monitor) *Recorder {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Recorder{client: client, masker: masker, code: code, log: log}
+	return &Recorder{write: write, masker: masker, code: code, log: log, outages: outages}
 }
 
-// Record writes e. A record that cannot be written is logged at ERROR with
-// everything it would have held (the action it describes has happened and
-// is not undone), and the error is returned.
+// Record writes e in a transaction of its own: the record of an action
+// that failed, or that changed nothing the store writes (a download, an
+// idempotent replay). A record that cannot be written is logged with
+// everything it would have held (counted instead during an outage), and
+// the error is returned.
 func (r *Recorder) Record(ctx context.Context, e Entry) error {
 	if r == nil {
 		return nil
 	}
-	v, _ := auth.FromContext(ctx)
-	outcome, code := auditlog.OutcomeOK, ""
-	switch {
-	case e.Err != nil:
-		outcome, code = auditlog.OutcomeFAILED, r.Code(e.Err)
-	case e.Partial:
-		outcome = auditlog.OutcomePARTIAL
-	}
-	details := r.boundDetails(e.Details)
-	addr := auth.ClientAddr(ctx)
 	// Written even when the request was cancelled meanwhile: the action
-	// may have happened.
-	err := r.client.AuditLog.Create().
+	// may have happened. Not through a hook of the action's: on its own.
+	ctx = store.WithTxHook(context.WithoutCancel(ctx), nil)
+	err := r.write(ctx, func(tx *ent.Tx) error { return r.insert(ctx, tx, e) })
+	if err != nil {
+		r.lost(ctx, e, err)
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+// insert adds e's record to tx.
+func (r *Recorder) insert(ctx context.Context, tx *ent.Tx, e Entry) error {
+	v, _ := auth.FromContext(ctx)
+	outcome, code := r.outcome(e)
+	return tx.AuditLog.Create().
 		SetActor(v.User).
 		SetRole(string(v.Role)).
+		SetSource(v.Source).
 		SetTenant(v.Tenant).
 		SetAction(e.Action).
 		SetTaskIds(e.TaskIDs).
 		SetOutcome(outcome).
 		SetErrorCode(code).
-		SetRemoteAddr(addr).
-		SetDetails(details).
-		Exec(context.WithoutCancel(ctx))
-	if err != nil {
-		r.log.Error("audit record not written", "actor", v.User, "role", v.Role, "action", e.Action,
-			"task_ids", fmt.Sprint(e.TaskIDs), "outcome", outcome, "error_code", code, "remote_addr", addr, "details", details, "err", err)
-		return fmt.Errorf("audit: %w", err)
+		SetRemoteAddr(auth.ClientAddr(ctx)).
+		SetDetails(r.boundDetails(e.Details)).
+		Exec(ctx)
+}
+
+func (r *Recorder) outcome(e Entry) (auditlog.Outcome, string) {
+	switch {
+	case e.Err != nil:
+		return auditlog.OutcomeFAILED, r.Code(e.Err)
+	case e.Partial:
+		return auditlog.OutcomePARTIAL, ""
 	}
-	return nil
+	return auditlog.OutcomeOK, ""
+}
+
+// lost reports a record that could not be written.
+func (r *Recorder) lost(ctx context.Context, e Entry, err error) {
+	if r.outages.Failed("audit", err) != nil {
+		return // counted with the outage, which is logged once
+	}
+	v, _ := auth.FromContext(ctx)
+	outcome, code := r.outcome(e)
+	r.log.Error("audit record not written", "actor", v.User, "source", v.Source, "tenant", v.Tenant, "role", v.Role, "action", e.Action,
+		"task_ids", fmt.Sprint(e.TaskIDs), "outcome", outcome, "error_code", code, "remote_addr", auth.ClientAddr(ctx),
+		"details", r.boundDetails(e.Details), "err", err)
 }
 
 // Code names err as the API does ("" without a namer).
@@ -100,4 +139,92 @@ func (r *Recorder) Code(err error) string {
 		return ""
 	}
 	return r.code(err)
+}
+
+// Pending is the record of an action under way. The action's store calls
+// take Context(): the first write transaction that commits through it
+// commits the record too (as Entry says at that moment, completed by Fill),
+// and if the record cannot be inserted the transaction, and so the action,
+// fails. End writes the record on its own when no transaction carried it.
+type Pending struct {
+	r   *Recorder
+	ctx context.Context
+	// Entry is what will be recorded; the action sets its fields as it
+	// learns them (each transaction of the action records it as it is
+	// when that transaction commits).
+	Entry Entry
+	// Fill, when set, completes the entry from what a transaction of the
+	// action is about to commit (a created task's id and code, a bulk
+	// action's per-id outcomes), and reports whether that transaction
+	// carries the record: false for one that did not do the action (a
+	// create that found its idempotency key taken meanwhile), whose record
+	// then waits for another transaction or for End.
+	Fill func(e *Entry, c store.Committing) bool
+
+	committed bool
+	written   Entry
+}
+
+// Begin starts the record of an action done on behalf of ctx's viewer.
+func (r *Recorder) Begin(ctx context.Context, e Entry) *Pending {
+	p := &Pending{r: r, Entry: e}
+	if r == nil {
+		p.ctx = ctx
+		return p
+	}
+	var tentative Entry
+	carried := false // by the transaction about to commit
+	p.ctx = store.WithTxHook(ctx, &store.TxHook{
+		BeforeCommit: func(txCtx context.Context, tx *ent.Tx, c store.Committing) error {
+			carried = false
+			if p.committed {
+				return nil // recorded with an earlier transaction of this action
+			}
+			tentative = p.Entry
+			if p.Fill != nil && !p.Fill(&tentative, c) {
+				return nil
+			}
+			// The record's actor is the action's viewer, whatever context
+			// the store writes with (its own reads run as the system).
+			if err := r.insert(context.WithoutCancel(ctx), tx, tentative); err != nil {
+				return fmt.Errorf("audit: record %s with it: %w", tentative.Action, err)
+			}
+			carried = true
+			return nil
+		},
+		Committed: func() {
+			if carried && !p.committed {
+				p.committed, p.written = true, tentative
+			}
+		},
+	})
+	return p
+}
+
+// Context is the context the action's store calls take.
+func (p *Pending) Context() context.Context { return p.ctx }
+
+// Committed reports whether the record committed with the action.
+func (p *Pending) Committed() bool { return p.committed }
+
+// End finishes the record: err is the action's outcome. When no
+// transaction of the action committed the record (the action failed, or
+// wrote nothing), it is written now, on its own.
+func (p *Pending) End(err error) error {
+	if p.r == nil {
+		return nil
+	}
+	if err != nil && p.Entry.Err == nil {
+		p.Entry.Err = err
+	}
+	if p.committed {
+		if p.Entry.Err != nil && p.written.Err == nil {
+			// The action's change committed (with its record) and then
+			// something else failed: the record stands, the rest is logged.
+			p.r.log.Warn("action failed after its change and audit record committed", "action", p.Entry.Action,
+				"task_ids", fmt.Sprint(p.written.TaskIDs), "err", p.Entry.Err)
+		}
+		return nil
+	}
+	return p.r.Record(p.ctx, p.Entry)
 }

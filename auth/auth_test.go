@@ -37,7 +37,7 @@ func TestTokenFile(t *testing.T) {
 		tok := auth.NewToken()
 		m, err := auth.ParseTokenFile([]byte("# who\n\n" + auth.HashToken(tok) + "\talice  operator acme\n"))
 		require.NoError(t, err)
-		require.Equal(t, auth.Viewer{User: "alice", Role: auth.RoleOperator, Tenant: "acme"}, m[auth.HashToken(tok)])
+		require.Equal(t, auth.Viewer{User: "alice", Role: auth.RoleOperator, Source: auth.SourceToken, Tenant: "acme"}, m[auth.HashToken(tok)])
 	})
 	t.Run("RefusesBadLinesNamingTheLine", func(t *testing.T) {
 		t.Parallel()
@@ -141,6 +141,7 @@ func TestJWT(t *testing.T) {
 			require.Equal(t, "alice", v.User)
 			require.Equal(t, auth.RoleOperator, v.Role)
 			require.Equal(t, "acme", v.Tenant)
+			require.Equal(t, auth.SourceJWT, v.Source, "a JWT's alice is not the token file's")
 			require.True(t, now.Add(time.Hour+30*time.Second).Equal(v.Expires), "expires with the leeway: %v", v.Expires)
 		}
 	})
@@ -166,6 +167,7 @@ func TestJWT(t *testing.T) {
 		"WrongAudience":            hs(claims(func(c jwt.MapClaims) { c["aud"] = "someone-else" })),
 		"NoRole":                   hs(claims(func(c jwt.MapClaims) { delete(c, "role") })),
 		"UnknownRole":              hs(claims(func(c jwt.MapClaims) { c["role"] = "system" })),
+		"PlatformRole":             hs(claims(func(c jwt.MapClaims) { c["role"] = "platform" })),
 		"NoSubject":                hs(claims(func(c jwt.MapClaims) { delete(c, "sub") })),
 		"WrongSecret":              otherSecret,
 		"AlgNone":                  none,
@@ -187,6 +189,78 @@ func TestJWT(t *testing.T) {
 		t.Parallel()
 		_, err := auth.New(auth.Config{JWT: &auth.JWTConfig{HS256Key: []byte("short")}})
 		require.ErrorContains(t, err, "at least 32")
+	})
+}
+
+func TestPlatformAdmins(t *testing.T) {
+	t.Parallel()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	root, ops, acmeRoot := auth.NewToken(), auth.NewToken(), auth.NewToken()
+	path := writeFile(t, strings.Join([]string{
+		auth.TokenLine(root, auth.Viewer{User: "root", Role: auth.RoleAdmin}),
+		auth.TokenLine(ops, auth.Viewer{User: "ops", Role: auth.RoleOperator}),
+		auth.TokenLine(acmeRoot, auth.Viewer{User: "root", Role: auth.RoleAdmin, Tenant: "acme"}),
+	}, "\n"))
+	var ids []auth.Identity
+	for _, s := range []string{"token:root", "token:ops", "jwt:acme:boss"} {
+		id, err := auth.ParseIdentity(s)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	authn, err := auth.New(auth.Config{TokenFile: path, PlatformAdmins: ids,
+		JWT: &auth.JWTConfig{HS256Key: secret}})
+	require.NoError(t, err)
+	jwtAs := func(sub, role, tenant string) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "role": role, "tenant": tenant,
+			"exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
+		require.NoError(t, err)
+		return s
+	}
+	for _, tc := range []struct {
+		name, token string
+		want        auth.Role
+	}{
+		{"AListedAdminIsPromoted", root, auth.RolePlatform},
+		{"AListedOperatorStaysAnOperator", ops, auth.RoleOperator},
+		{"TheSameNameInAnotherTenantIsNotListed", acmeRoot, auth.RoleAdmin},
+		{"AListedJWTAdminIsPromoted", jwtAs("boss", "admin", "acme"), auth.RolePlatform},
+		{"TheSameSubjectInAnotherTenantIsNotListed", jwtAs("boss", "admin", "other"), auth.RoleAdmin},
+		{"AJWTNamedLikeAListedTokenUserIsNotListed", jwtAs("root", "admin", ""), auth.RoleAdmin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v, err := authn.Authenticate("Bearer " + tc.token)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, v.Role)
+		})
+	}
+	t.Run("IdentitiesParseAndRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		for s, want := range map[string]auth.Identity{
+			"token:root":              {Source: "token", User: "root"},
+			"jwt:acme:alice":          {Source: "jwt", Tenant: "acme", User: "alice"},
+			"jwt:acme:urn:user:alice": {Source: "jwt", Tenant: "acme", User: "urn:user:alice"},
+		} {
+			id, err := auth.ParseIdentity(s)
+			require.NoError(t, err, s)
+			require.Equal(t, want, id)
+			if want.Tenant != "" || !strings.Contains(want.User, ":") {
+				require.Equal(t, s, id.String())
+			}
+		}
+		for _, bad := range []string{"root", "ldap:root", "token:", "jwt:acme:", ""} {
+			_, err := auth.ParseIdentity(bad)
+			require.Error(t, err, bad)
+		}
+	})
+	t.Run("IdentityKeysNeverCollide", func(t *testing.T) {
+		t.Parallel()
+		a := auth.Identity{Source: "jwt", Tenant: "a", User: "b:c"}
+		b := auth.Identity{Source: "jwt", Tenant: "a:b", User: "c"}
+		c := auth.Identity{Source: "jwt:a", Tenant: "b", User: "c"}
+		require.NotEqual(t, a.Key(), b.Key())
+		require.NotEqual(t, b.Key(), c.Key())
+		require.NotEqual(t, a.Key(), c.Key())
 	})
 }
 

@@ -19,6 +19,10 @@ type Config struct {
 	// TrustedProxies are the addresses of reverse proxies whose
 	// X-Forwarded-For is believed when recording a client's address.
 	TrustedProxies []netip.Prefix
+	// PlatformAdmins are the identities that administer every tenant
+	// (--platform-admins). Each must still authenticate with the admin
+	// role; it then acts as RolePlatform.
+	PlatformAdmins []Identity
 	// ReloadInterval is how often the token file is looked at for changes
 	// while connections hold credentials from it (see Watch). Default:
 	// ReloadIntervalDefault.
@@ -31,6 +35,7 @@ type Authenticator struct {
 	tokens      *tokenFile
 	jwt         *jwtVerifier
 	trusted     []netip.Prefix
+	platform    map[Identity]bool
 	log         *slog.Logger
 	reloadEvery time.Duration
 	sess        sessions
@@ -38,9 +43,12 @@ type Authenticator struct {
 
 // New reads the token file and checks the JWT configuration.
 func New(cfg Config) (*Authenticator, error) {
-	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log, reloadEvery: cmp.Or(cfg.ReloadInterval, ReloadIntervalDefault)}
+	a := &Authenticator{trusted: cfg.TrustedProxies, log: cfg.Log, platform: map[Identity]bool{}, reloadEvery: cmp.Or(cfg.ReloadInterval, ReloadIntervalDefault)}
 	if a.log == nil {
 		a.log = slog.Default()
+	}
+	for _, id := range cfg.PlatformAdmins {
+		a.platform[id] = true
 	}
 	var err error
 	if cfg.TokenFile != "" {
@@ -78,13 +86,13 @@ func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
 	}
 	if a.tokens != nil {
 		if v, ok := a.tokens.lookup(token); ok {
-			return v, nil
+			return a.promote(v), nil
 		}
 	}
 	if a.jwt != nil && strings.Count(token, ".") == 2 {
 		v, err := a.jwt.verify(token)
 		if err == nil {
-			return v, nil
+			return a.promote(v), nil
 		}
 		a.log.Debug("jwt refused", "reason", err)
 		if errors.Is(err, errExpired) {
@@ -93,4 +101,15 @@ func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
 		return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
 	}
 	return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
+}
+
+// promote makes an admin named by Config.PlatformAdmins a platform
+// administrator. The list names identities, not roles: the credentials
+// must still say admin, so that demoting the user in the token file or at
+// the JWT issuer takes effect.
+func (a *Authenticator) promote(v Viewer) Viewer {
+	if v.Role == RoleAdmin && a.platform[v.Identity()] {
+		v.Role = RolePlatform
+	}
+	return v
 }

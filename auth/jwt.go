@@ -112,7 +112,7 @@ func (j *jwtVerifier) verify(token string) (Viewer, error) {
 		return Viewer{}, fmt.Errorf("claim %q: %w", j.cfg.RoleClaim, err)
 	}
 	tenant, _ := claims[j.cfg.TenantClaim].(string)
-	v := Viewer{User: user, Role: role, Tenant: tenant}
+	v := Viewer{User: user, Role: role, Source: SourceJWT, Tenant: tenant}
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
 		v.Expires = exp.Add(j.cfg.Leeway)
 	}

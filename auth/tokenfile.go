@@ -69,7 +69,7 @@ func ParseTokenFile(data []byte) (map[string]Viewer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
-		v := Viewer{User: f[1], Role: role}
+		v := Viewer{User: f[1], Role: role, Source: SourceToken}
 		if len(f) == 4 {
 			v.Tenant = f[3]
 		}

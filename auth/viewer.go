@@ -8,17 +8,21 @@ package auth
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
 // Role is what a viewer may do.
 type Role string
 
-// Roles a token may carry, and the process's own.
+// Roles a token may carry, and the ones only the server grants.
 const (
-	RoleAdmin    Role = "admin"    // everything
+	RoleAdmin    Role = "admin"    // everything in its tenant
 	RoleOperator Role = "operator" // creates tasks; sees and acts on its own
 	RoleViewer   Role = "viewer"   // reads its own
+	// RolePlatform administers every tenant. No token carries it: an
+	// admin named by Config.PlatformAdmins (--platform-admins) gets it.
+	RolePlatform Role = "platform"
 	// RoleSystem is the process itself (workers, the watchdog, the bench
 	// command). No token can carry it.
 	RoleSystem Role = "system"
@@ -33,31 +37,100 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("role %q is not admin, operator or viewer", s)
 }
 
+// Sources of identity: where a viewer's credentials came from. The same
+// user name from two sources is two people (a JWT's sub is not a token
+// file's user).
+const (
+	SourceToken  = "token"  // the token file
+	SourceJWT    = "jwt"    // a signed JWT
+	SourceLocal  = "local"  // an open server (no authentication)
+	SourceSystem = "system" // the process itself
+)
+
 // Viewer is the user a request acts as.
 type Viewer struct {
 	User string
 	Role Role
-	// Tenant is carried from the token and recorded in the audit log;
-	// tasks have no tenant, so it does not restrict what is visible.
+	// Source is where the credentials came from (SourceToken, SourceJWT...).
+	Source string
+	// Tenant is the tenant the credentials name ("" is a tenant too: the
+	// one of tokens that name none). Tenants isolate: a viewer sees and
+	// acts on tasks of its own tenant only, unless it is a platform
+	// administrator.
 	Tenant string
 	// Expires is when the credentials stop being valid (a JWT's exp);
 	// zero for static tokens. A websocket is closed then.
 	Expires time.Time
 }
 
-// SeesAll reports whether v sees every task, not only its own.
-func (v Viewer) SeesAll() bool { return v.Role == RoleAdmin || v.Role == RoleSystem }
+// Identity is who a viewer is: source, tenant and user together. A task's
+// owner is an identity; two viewers are the same person only if all three
+// are equal.
+type Identity struct {
+	Source, Tenant, User string
+}
+
+// Identity returns who v is.
+func (v Viewer) Identity() Identity {
+	return Identity{Source: v.Source, Tenant: v.Tenant, User: v.User}
+}
+
+// Key is the identity as one string, for maps and rate-limit buckets: no
+// two identities have the same key (each part is length-prefixed).
+func (i Identity) Key() string {
+	return fmt.Sprintf("%d:%s%d:%s%s", len(i.Source), i.Source, len(i.Tenant), i.Tenant, i.User)
+}
+
+// String is source:tenant:user (source:user in the empty tenant), the form
+// --platform-admins takes.
+func (i Identity) String() string {
+	if i.Tenant == "" {
+		return i.Source + ":" + i.User
+	}
+	return i.Source + ":" + i.Tenant + ":" + i.User
+}
+
+// ParseIdentity reads source:user (the empty tenant) or
+// source:tenant:user. The user is everything after the last separator
+// needed, so it may itself contain colons; a tenant may not.
+func ParseIdentity(s string) (Identity, error) {
+	parts := strings.SplitN(strings.TrimSpace(s), ":", 3)
+	var id Identity
+	switch len(parts) {
+	case 2:
+		id = Identity{Source: parts[0], User: parts[1]}
+	case 3:
+		id = Identity{Source: parts[0], Tenant: parts[1], User: parts[2]}
+	default:
+		return Identity{}, fmt.Errorf("%q is not source:user or source:tenant:user", s)
+	}
+	if id.Source != SourceToken && id.Source != SourceJWT {
+		return Identity{}, fmt.Errorf("%q: the source must be %s or %s", s, SourceToken, SourceJWT)
+	}
+	if id.User == "" {
+		return Identity{}, fmt.Errorf("%q names no user", s)
+	}
+	return id, nil
+}
+
+// SeesEveryTenant reports whether v reads and acts across tenants: a
+// platform administrator, or the process itself.
+func (v Viewer) SeesEveryTenant() bool { return v.Role == RolePlatform || v.Role == RoleSystem }
+
+// IsAdmin reports whether v sees every task of its tenant (or of every
+// tenant), not only its own, and may read the audit log.
+func (v Viewer) IsAdmin() bool { return v.Role == RoleAdmin || v.SeesEveryTenant() }
 
 // CanMutate reports whether v may create, cancel and retry tasks (its own,
-// unless it SeesAll).
+// unless it IsAdmin).
 func (v Viewer) CanMutate() bool { return v.Role != RoleViewer && v.Role != "" }
 
 // Local is the viewer of a server running without authentication: it
 // listens on loopback only, and whoever reaches it administers it.
-var Local = Viewer{User: "local", Role: RoleAdmin}
+var Local = Viewer{User: "local", Role: RolePlatform, Source: SourceLocal}
 
 // System is the viewer of the process's own work.
-var System = Viewer{User: "system", Role: RoleSystem}
+var System = Viewer{User: "system", Role: RoleSystem, Source: SourceSystem}
 
 type ctxKey struct{}
 

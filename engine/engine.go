@@ -18,6 +18,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/task"
+	"taskgraph/events"
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
 	"taskgraph/ratelimit"
@@ -128,25 +129,50 @@ type CreateRequest struct {
 	StallAfterSeconds *int
 }
 
-// Create validates and creates a task owned by the context's viewer. With an
-// idempotency key already used by that viewer, it returns the existing task
-// (or a *store.ConflictError when the payload differs).
+// Create validates and creates a task owned by the context's viewer (its
+// identity: source, tenant and user). With an idempotency key already used
+// by that identity, it returns the existing task (or a *store.ConflictError
+// when the payload differs); the same key of another identity is another
+// task.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*ent.Task, error) {
 	v, err := e.admit(ctx, 1)
 	if err != nil {
 		return nil, err
 	}
-	t, created, err := e.create(ctx, v, req)
 	details := map[string]any{"type": req.Type, "title": req.Title, "bizId": req.BizID}
 	if req.IdempotencyKey != nil {
 		details["idempotencyKey"] = *req.IdempotencyKey
 	}
-	if t != nil {
-		details["code"] = t.Code
-		details["existing"] = !created
+	// The record commits with the task (or the create fails); a create
+	// that failed or found its idempotency key used is recorded on its own.
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: details})
+	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
+		for _, c := range cm.Changes {
+			if c.Kind == events.Created {
+				entry.TaskIDs = []int{c.Task.ID}
+				entry.Details = withCode(details, c.Task.Code, false)
+				return true
+			}
+		}
+		return false // its key was taken meanwhile: recorded by End
 	}
-	e.record(ctx, audit.Entry{Action: audit.Create, TaskIDs: taskIDs(t), Err: err, Details: details})
+	t, created, err := e.create(rec.Context(), v, req)
+	if t != nil {
+		rec.Entry.TaskIDs = []int{t.ID}
+		rec.Entry.Details = withCode(details, t.Code, !created)
+	}
+	_ = rec.End(err) // a failure is logged (or counted) by the recorder
 	return t, err
+}
+
+// withCode is a create's details with the task it made or found.
+func withCode(details map[string]any, code string, existing bool) map[string]any {
+	out := make(map[string]any, len(details)+2)
+	for k, v := range details {
+		out[k] = v
+	}
+	out["code"], out["existing"] = code, existing
+	return out
 }
 
 func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (*ent.Task, bool, error) {
@@ -183,18 +209,9 @@ func (e *Engine) admit(ctx context.Context, n int) (auth.Viewer, error) {
 	if v.Role == auth.RoleSystem {
 		return v, nil
 	}
-	return v, e.limiter.Allow(v.User, n)
-}
-
-func (e *Engine) record(ctx context.Context, entry audit.Entry) {
-	_ = e.audit.Record(ctx, entry) // a failure is logged by the recorder
-}
-
-func taskIDs(t *ent.Task) []int {
-	if t == nil {
-		return nil
-	}
-	return []int{t.ID}
+	// One bucket per identity: a user of one tenant cannot spend another
+	// tenant's user's budget by sharing its name.
+	return v, e.limiter.Allow(v.Identity().Key(), n)
 }
 
 func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, error) {
@@ -293,21 +310,35 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 	if changed {
 		sealed = e.sealer.Seal(canonical)
 	}
+	var shownKey, keyHash *string
+	if k := req.IdempotencyKey; k != nil {
+		// The key is shown masked, like every text a caller sends; its
+		// uniqueness is the raw key's, per owner identity, through a
+		// keyed hash (unkeyed, a masked phone number in a key would be
+		// four digits from its hash).
+		shown := e.masker.String(*k)
+		id := viewer.Identity()
+		h := e.sealer.Hash([]byte("idempotency key"), []byte(id.Source), []byte(id.Tenant), []byte(id.User), []byte(*k))
+		shownKey, keyHash = &shown, &h
+	}
 	return store.NewTask{
-		Type:           typ.Name,
-		Title:          e.masker.String(req.Title),
-		BizID:          e.masker.String(req.BizID),
-		Owner:          viewer.User,
-		OwnerRole:      string(viewer.Role),
-		IdempotencyKey: req.IdempotencyKey,
-		Input:          masked,
-		InputSealed:    sealed,
-		InputHash:      e.sealer.Hash([]byte(typ.Name), []byte(req.BizID), canonical),
-		Priority:       priority,
-		TimeoutSeconds: timeout,
-		RetryPolicy:    policyName,
-		MaxAttempts:    maxAttempts,
-		RunAt:          runAt,
+		Type:            typ.Name,
+		Title:           e.masker.String(req.Title),
+		BizID:           e.masker.String(req.BizID),
+		Owner:           viewer.User,
+		OwnerSource:     viewer.Source,
+		Tenant:          viewer.Tenant,
+		OwnerRole:       string(viewer.Role),
+		IdempotencyKey:  shownKey,
+		IdempotencyHash: keyHash,
+		Input:           masked,
+		InputSealed:     sealed,
+		InputHash:       e.sealer.Hash([]byte(typ.Name), []byte(req.BizID), canonical),
+		Priority:        priority,
+		TimeoutSeconds:  timeout,
+		RetryPolicy:     policyName,
+		MaxAttempts:     maxAttempts,
+		RunAt:           runAt,
 	}, nil
 }
 
@@ -337,8 +368,9 @@ func (e *Engine) Cancel(ctx context.Context, id int, reason string) (*ent.Task, 
 	if err != nil {
 		return nil, err
 	}
-	t, err := e.cancel(ctx, v, id, reason)
-	e.record(ctx, audit.Entry{Action: audit.Cancel, TaskIDs: []int{id}, Err: err, Details: reasonDetails(reason)})
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Cancel, TaskIDs: []int{id}, Details: reasonDetails(reason)})
+	t, err := e.cancel(rec.Context(), v, id, reason)
+	_ = rec.End(err)
 	return t, err
 }
 
@@ -350,15 +382,19 @@ func reasonDetails(reason string) map[string]any {
 }
 
 func (e *Engine) cancel(ctx context.Context, v auth.Viewer, id int, reason string) (*ent.Task, error) {
-	if err := v.AllowMutate("cancel tasks"); err != nil {
-		return nil, err
-	}
-	var ve ValidationError
-	checkText(&ve, "reason", reason, MaxReasonLen)
-	if err := ve.err(); err != nil {
+	if err := checkCancel(v, reason); err != nil {
 		return nil, err
 	}
 	return e.store.CancelTask(ctx, id, e.masker.String(reason))
+}
+
+func checkCancel(v auth.Viewer, reason string) error {
+	if err := v.AllowMutate("cancel tasks"); err != nil {
+		return err
+	}
+	var ve ValidationError
+	checkText(&ve, "reason", reason, MaxReasonLen)
+	return ve.err()
 }
 
 // Task reads one task; an unknown id, or one the viewer may not see, is a
@@ -373,8 +409,9 @@ func (e *Engine) Retry(ctx context.Context, id int) (*ent.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := e.retry(ctx, v, id)
-	e.record(ctx, audit.Entry{Action: audit.Retry, TaskIDs: []int{id}, Err: err})
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Retry, TaskIDs: []int{id}})
+	t, err := e.retry(rec.Context(), v, id)
+	_ = rec.End(err)
 	return t, err
 }
 
@@ -386,37 +423,58 @@ func (e *Engine) retry(ctx context.Context, v auth.Viewer, id int) (*ent.Task, e
 }
 
 // BulkResult is the outcome of one id of a bulk action.
-type BulkResult struct {
-	ID   int
-	Task *ent.Task
-	Err  error
-}
+type BulkResult = store.Each
 
-// CancelMany cancels each task independently. The call is one audit
-// record listing every id, with each id's outcome in its details.
+// CancelMany cancels each task independently, in one transaction: an id
+// that cannot be cancelled fails alone. The call is one audit record
+// listing every id, with each id's outcome in its details, committed with
+// the cancels.
 func (e *Engine) CancelMany(ctx context.Context, ids []int, reason string) ([]BulkResult, error) {
-	return e.bulk(ctx, audit.CancelMany, ids, reasonDetails(reason), func(v auth.Viewer, id int) (*ent.Task, error) {
-		return e.cancel(ctx, v, id, reason)
+	return e.bulk(ctx, audit.CancelMany, ids, reasonDetails(reason), func(ctx context.Context, v auth.Viewer) ([]BulkResult, error) {
+		if err := checkCancel(v, reason); err != nil {
+			return nil, err
+		}
+		return e.store.CancelTasks(ctx, ids, e.masker.String(reason))
 	})
 }
 
 // RetryMany retries each task independently, audited as CancelMany is.
 func (e *Engine) RetryMany(ctx context.Context, ids []int) ([]BulkResult, error) {
-	return e.bulk(ctx, audit.RetryMany, ids, nil, func(v auth.Viewer, id int) (*ent.Task, error) {
-		return e.retry(ctx, v, id)
+	return e.bulk(ctx, audit.RetryMany, ids, nil, func(ctx context.Context, v auth.Viewer) ([]BulkResult, error) {
+		if err := v.AllowMutate("retry tasks"); err != nil {
+			return nil, err
+		}
+		return e.store.RetryTasks(ctx, ids)
 	})
 }
 
-func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, details map[string]any, fn func(auth.Viewer, int) (*ent.Task, error)) ([]BulkResult, error) {
+func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, details map[string]any, do func(context.Context, auth.Viewer) ([]BulkResult, error)) ([]BulkResult, error) {
 	v, err := e.admit(ctx, len(ids))
 	if err != nil {
 		return nil, err
 	}
-	out, err := e.each(ctx, v, ids, fn)
 	if details == nil {
 		details = map[string]any{}
 	}
-	entry := audit.Entry{Action: action, TaskIDs: ids, Err: err, Details: details}
+	rec := e.audit.Begin(ctx, audit.Entry{Action: action, TaskIDs: ids, Details: details})
+	// The per-id outcomes are known when the transaction is about to
+	// commit: the record is completed then, from them.
+	rec.Fill = func(entry *audit.Entry, c store.Committing) bool { e.bulkEntry(entry, c.Each, nil); return true }
+	out, err := e.each(rec.Context(), v, ids, func(ctx context.Context) ([]BulkResult, error) { return do(ctx, v) })
+	if err != nil {
+		out = nil
+	}
+	e.bulkEntry(&rec.Entry, out, err)
+	_ = rec.End(err)
+	return out, err
+}
+
+// bulkEntry completes a bulk action's record from its per-id outcomes.
+func (e *Engine) bulkEntry(entry *audit.Entry, out []BulkResult, err error) {
+	details := make(map[string]any, len(entry.Details)+1)
+	for k, v := range entry.Details {
+		details[k] = v
+	}
 	results := make([]map[string]any, len(out))
 	failed := 0
 	for i, r := range out {
@@ -427,9 +485,9 @@ func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, de
 		}
 	}
 	if len(out) > 0 {
-		// When the call was interrupted, these are the ids it got to.
 		details["results"] = results
 	}
+	entry.Details, entry.Err, entry.Partial = details, err, false
 	switch {
 	case err != nil:
 	case failed == len(out) && failed > 0:
@@ -437,26 +495,16 @@ func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, de
 	case failed > 0:
 		entry.Partial = true
 	}
-	e.record(ctx, entry)
-	return out, err
 }
 
-func (e *Engine) each(ctx context.Context, v auth.Viewer, ids []int, fn func(auth.Viewer, int) (*ent.Task, error)) ([]BulkResult, error) {
+func (e *Engine) each(ctx context.Context, v auth.Viewer, ids []int, do func(context.Context) ([]BulkResult, error)) ([]BulkResult, error) {
 	if err := v.AllowMutate("act on tasks"); err != nil {
 		return nil, err
 	}
 	if len(ids) > MaxBulk {
 		return nil, &ValidationError{Problems: []Problem{{Field: "ids", Message: fmt.Sprintf("%d ids; the limit is %d", len(ids), MaxBulk)}}}
 	}
-	out := make([]BulkResult, len(ids))
-	for i, id := range ids {
-		if err := ctx.Err(); err != nil {
-			return out[:i], err
-		}
-		t, err := fn(v, id)
-		out[i] = BulkResult{ID: id, Task: t, Err: err}
-	}
-	return out, nil
+	return do(ctx)
 }
 
 // Count is a number of tasks in one state or of one type.

@@ -55,6 +55,34 @@ func (_c *ArtifactCreate) SetOwner(v string) *ArtifactCreate {
 	return _c
 }
 
+// SetOwnerSource sets the "owner_source" field.
+func (_c *ArtifactCreate) SetOwnerSource(v string) *ArtifactCreate {
+	_c.mutation.SetOwnerSource(v)
+	return _c
+}
+
+// SetNillableOwnerSource sets the "owner_source" field if the given value is not nil.
+func (_c *ArtifactCreate) SetNillableOwnerSource(v *string) *ArtifactCreate {
+	if v != nil {
+		_c.SetOwnerSource(*v)
+	}
+	return _c
+}
+
+// SetTenant sets the "tenant" field.
+func (_c *ArtifactCreate) SetTenant(v string) *ArtifactCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *ArtifactCreate) SetNillableTenant(v *string) *ArtifactCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
+	return _c
+}
+
 // SetKind sets the "kind" field.
 func (_c *ArtifactCreate) SetKind(v artifact.Kind) *ArtifactCreate {
 	_c.mutation.SetKind(v)
@@ -141,6 +169,14 @@ func (_c *ArtifactCreate) defaults() {
 		v := artifact.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
+	if _, ok := _c.mutation.OwnerSource(); !ok {
+		v := artifact.DefaultOwnerSource
+		_c.mutation.SetOwnerSource(v)
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := artifact.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -150,6 +186,12 @@ func (_c *ArtifactCreate) check() error {
 	}
 	if _, ok := _c.mutation.Owner(); !ok {
 		return &ValidationError{Name: "owner", err: errors.New(`ent: missing required field "Artifact.owner"`)}
+	}
+	if _, ok := _c.mutation.OwnerSource(); !ok {
+		return &ValidationError{Name: "owner_source", err: errors.New(`ent: missing required field "Artifact.owner_source"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "Artifact.tenant"`)}
 	}
 	if _, ok := _c.mutation.Kind(); !ok {
 		return &ValidationError{Name: "kind", err: errors.New(`ent: missing required field "Artifact.kind"`)}
@@ -210,6 +252,14 @@ func (_c *ArtifactCreate) createSpec() (*Artifact, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Owner(); ok {
 		_spec.SetField(artifact.FieldOwner, field.TypeString, value)
 		_node.Owner = value
+	}
+	if value, ok := _c.mutation.OwnerSource(); ok {
+		_spec.SetField(artifact.FieldOwnerSource, field.TypeString, value)
+		_node.OwnerSource = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(artifact.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	if value, ok := _c.mutation.Kind(); ok {
 		_spec.SetField(artifact.FieldKind, field.TypeEnum, value)

@@ -24,6 +24,8 @@ type AuditLog struct {
 	Actor string `json:"actor,omitempty"`
 	// Role holds the value of the "role" field.
 	Role string `json:"role,omitempty"`
+	// Where the actor's credentials came from (token, jwt, local): the actor is (source, tenant, actor).
+	Source string `json:"source,omitempty"`
 	// Tenant holds the value of the "tenant" field.
 	Tenant string `json:"tenant,omitempty"`
 	// Action holds the value of the "action" field.
@@ -50,7 +52,7 @@ func (*AuditLog) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case auditlog.FieldID:
 			values[i] = new(sql.NullInt64)
-		case auditlog.FieldActor, auditlog.FieldRole, auditlog.FieldTenant, auditlog.FieldAction, auditlog.FieldOutcome, auditlog.FieldErrorCode, auditlog.FieldRemoteAddr:
+		case auditlog.FieldActor, auditlog.FieldRole, auditlog.FieldSource, auditlog.FieldTenant, auditlog.FieldAction, auditlog.FieldOutcome, auditlog.FieldErrorCode, auditlog.FieldRemoteAddr:
 			values[i] = new(sql.NullString)
 		case auditlog.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -92,6 +94,12 @@ func (_m *AuditLog) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field role", values[i])
 			} else if value.Valid {
 				_m.Role = value.String
+			}
+		case auditlog.FieldSource:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field source", values[i])
+			} else if value.Valid {
+				_m.Source = value.String
 			}
 		case auditlog.FieldTenant:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -183,6 +191,9 @@ func (_m *AuditLog) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("role=")
 	builder.WriteString(_m.Role)
+	builder.WriteString(", ")
+	builder.WriteString("source=")
+	builder.WriteString(_m.Source)
 	builder.WriteString(", ")
 	builder.WriteString("tenant=")
 	builder.WriteString(_m.Tenant)

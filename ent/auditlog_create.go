@@ -46,6 +46,20 @@ func (_c *AuditLogCreate) SetRole(v string) *AuditLogCreate {
 	return _c
 }
 
+// SetSource sets the "source" field.
+func (_c *AuditLogCreate) SetSource(v string) *AuditLogCreate {
+	_c.mutation.SetSource(v)
+	return _c
+}
+
+// SetNillableSource sets the "source" field if the given value is not nil.
+func (_c *AuditLogCreate) SetNillableSource(v *string) *AuditLogCreate {
+	if v != nil {
+		_c.SetSource(*v)
+	}
+	return _c
+}
+
 // SetTenant sets the "tenant" field.
 func (_c *AuditLogCreate) SetTenant(v string) *AuditLogCreate {
 	_c.mutation.SetTenant(v)
@@ -151,6 +165,10 @@ func (_c *AuditLogCreate) defaults() {
 		v := auditlog.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
+	if _, ok := _c.mutation.Source(); !ok {
+		v := auditlog.DefaultSource
+		_c.mutation.SetSource(v)
+	}
 	if _, ok := _c.mutation.Tenant(); !ok {
 		v := auditlog.DefaultTenant
 		_c.mutation.SetTenant(v)
@@ -175,6 +193,9 @@ func (_c *AuditLogCreate) check() error {
 	}
 	if _, ok := _c.mutation.Role(); !ok {
 		return &ValidationError{Name: "role", err: errors.New(`ent: missing required field "AuditLog.role"`)}
+	}
+	if _, ok := _c.mutation.Source(); !ok {
+		return &ValidationError{Name: "source", err: errors.New(`ent: missing required field "AuditLog.source"`)}
 	}
 	if _, ok := _c.mutation.Tenant(); !ok {
 		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "AuditLog.tenant"`)}
@@ -238,6 +259,10 @@ func (_c *AuditLogCreate) createSpec() (*AuditLog, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Role(); ok {
 		_spec.SetField(auditlog.FieldRole, field.TypeString, value)
 		_node.Role = value
+	}
+	if value, ok := _c.mutation.Source(); ok {
+		_spec.SetField(auditlog.FieldSource, field.TypeString, value)
+		_node.Source = value
 	}
 	if value, ok := _c.mutation.Tenant(); ok {
 		_spec.SetField(auditlog.FieldTenant, field.TypeString, value)

@@ -17,6 +17,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -47,6 +48,8 @@ type Client struct {
 	AuditLog *AuditLogClient
 	// Contact is the client for interacting with the Contact builders.
 	Contact *ContactClient
+	// Deployment is the client for interacting with the Deployment builders.
+	Deployment *DeploymentClient
 	// StallOverride is the client for interacting with the StallOverride builders.
 	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
@@ -72,6 +75,7 @@ func (c *Client) init() {
 	c.Artifact = NewArtifactClient(c.config)
 	c.AuditLog = NewAuditLogClient(c.config)
 	c.Contact = NewContactClient(c.config)
+	c.Deployment = NewDeploymentClient(c.config)
 	c.StallOverride = NewStallOverrideClient(c.config)
 	c.Task = NewTaskClient(c.config)
 	c.TaskInstance = NewTaskInstanceClient(c.config)
@@ -174,6 +178,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
 		Contact:       NewContactClient(cfg),
+		Deployment:    NewDeploymentClient(cfg),
 		StallOverride: NewStallOverrideClient(cfg),
 		Task:          NewTaskClient(cfg),
 		TaskInstance:  NewTaskInstanceClient(cfg),
@@ -203,6 +208,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
 		Contact:       NewContactClient(cfg),
+		Deployment:    NewDeploymentClient(cfg),
 		StallOverride: NewStallOverrideClient(cfg),
 		Task:          NewTaskClient(cfg),
 		TaskInstance:  NewTaskInstanceClient(cfg),
@@ -237,7 +243,7 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
-		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.Deployment, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Use(hooks...)
 	}
@@ -248,7 +254,7 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
-		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.Deployment, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -269,6 +275,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.AuditLog.mutate(ctx, m)
 	case *ContactMutation:
 		return c.Contact.mutate(ctx, m)
+	case *DeploymentMutation:
+		return c.Deployment.mutate(ctx, m)
 	case *StallOverrideMutation:
 		return c.StallOverride.mutate(ctx, m)
 	case *TaskMutation:
@@ -1096,6 +1104,139 @@ func (c *ContactClient) mutate(ctx context.Context, m *ContactMutation) (Value, 
 	}
 }
 
+// DeploymentClient is a client for the Deployment schema.
+type DeploymentClient struct {
+	config
+}
+
+// NewDeploymentClient returns a client for the Deployment from the given config.
+func NewDeploymentClient(c config) *DeploymentClient {
+	return &DeploymentClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `deployment.Hooks(f(g(h())))`.
+func (c *DeploymentClient) Use(hooks ...Hook) {
+	c.hooks.Deployment = append(c.hooks.Deployment, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `deployment.Intercept(f(g(h())))`.
+func (c *DeploymentClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Deployment = append(c.inters.Deployment, interceptors...)
+}
+
+// Create returns a builder for creating a Deployment entity.
+func (c *DeploymentClient) Create() *DeploymentCreate {
+	mutation := newDeploymentMutation(c.config, OpCreate)
+	return &DeploymentCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Deployment entities.
+func (c *DeploymentClient) CreateBulk(builders ...*DeploymentCreate) *DeploymentCreateBulk {
+	return &DeploymentCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *DeploymentClient) MapCreateBulk(slice any, setFunc func(*DeploymentCreate, int)) *DeploymentCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &DeploymentCreateBulk{err: fmt.Errorf("calling to DeploymentClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*DeploymentCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &DeploymentCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Deployment.
+func (c *DeploymentClient) Update() *DeploymentUpdate {
+	mutation := newDeploymentMutation(c.config, OpUpdate)
+	return &DeploymentUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *DeploymentClient) UpdateOne(_m *Deployment) *DeploymentUpdateOne {
+	mutation := newDeploymentMutation(c.config, OpUpdateOne, withDeployment(_m))
+	return &DeploymentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *DeploymentClient) UpdateOneID(id int) *DeploymentUpdateOne {
+	mutation := newDeploymentMutation(c.config, OpUpdateOne, withDeploymentID(id))
+	return &DeploymentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Deployment.
+func (c *DeploymentClient) Delete() *DeploymentDelete {
+	mutation := newDeploymentMutation(c.config, OpDelete)
+	return &DeploymentDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *DeploymentClient) DeleteOne(_m *Deployment) *DeploymentDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *DeploymentClient) DeleteOneID(id int) *DeploymentDeleteOne {
+	builder := c.Delete().Where(deployment.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &DeploymentDeleteOne{builder}
+}
+
+// Query returns a query builder for Deployment.
+func (c *DeploymentClient) Query() *DeploymentQuery {
+	return &DeploymentQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeDeployment},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Deployment entity by its id.
+func (c *DeploymentClient) Get(ctx context.Context, id int) (*Deployment, error) {
+	return c.Query().Where(deployment.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *DeploymentClient) GetX(ctx context.Context, id int) *Deployment {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *DeploymentClient) Hooks() []Hook {
+	return c.hooks.Deployment
+}
+
+// Interceptors returns the client interceptors.
+func (c *DeploymentClient) Interceptors() []Interceptor {
+	return c.inters.Deployment
+}
+
+func (c *DeploymentClient) mutate(ctx context.Context, m *DeploymentMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&DeploymentCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&DeploymentUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&DeploymentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&DeploymentDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Deployment mutation op: %q", m.Op())
+	}
+}
+
 // StallOverrideClient is a client for the StallOverride schema.
 type StallOverrideClient struct {
 	config
@@ -1713,11 +1854,11 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact,
+		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
 		StallOverride, Task, TaskInstance, TaskLog []ent.Hook
 	}
 	inters struct {
-		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact,
+		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
 		StallOverride, Task, TaskInstance, TaskLog []ent.Interceptor
 	}
 )

@@ -14,6 +14,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -88,6 +89,7 @@ func checkColumn(t, c string) error {
 			artifact.Table:      artifact.ValidColumn,
 			auditlog.Table:      auditlog.ValidColumn,
 			contact.Table:       contact.ValidColumn,
+			deployment.Table:    deployment.ValidColumn,
 			stalloverride.Table: stalloverride.ValidColumn,
 			task.Table:          task.ValidColumn,
 			taskinstance.Table:  taskinstance.ValidColumn,

@@ -65,6 +65,16 @@ func (_q *ArtifactQuery) collectField(ctx context.Context, oneNode bool, opCtx *
 				selectedFields = append(selectedFields, artifact.FieldOwner)
 				fieldSeen[artifact.FieldOwner] = struct{}{}
 			}
+		case "ownerSource":
+			if _, ok := fieldSeen[artifact.FieldOwnerSource]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldOwnerSource)
+				fieldSeen[artifact.FieldOwnerSource] = struct{}{}
+			}
+		case "tenant":
+			if _, ok := fieldSeen[artifact.FieldTenant]; !ok {
+				selectedFields = append(selectedFields, artifact.FieldTenant)
+				fieldSeen[artifact.FieldTenant] = struct{}{}
+			}
 		case "kind":
 			if _, ok := fieldSeen[artifact.FieldKind]; !ok {
 				selectedFields = append(selectedFields, artifact.FieldKind)
@@ -190,6 +200,11 @@ func (_q *AuditLogQuery) collectField(ctx context.Context, oneNode bool, opCtx *
 			if _, ok := fieldSeen[auditlog.FieldRole]; !ok {
 				selectedFields = append(selectedFields, auditlog.FieldRole)
 				fieldSeen[auditlog.FieldRole] = struct{}{}
+			}
+		case "source":
+			if _, ok := fieldSeen[auditlog.FieldSource]; !ok {
+				selectedFields = append(selectedFields, auditlog.FieldSource)
+				fieldSeen[auditlog.FieldSource] = struct{}{}
 			}
 		case "tenant":
 			if _, ok := fieldSeen[auditlog.FieldTenant]; !ok {
@@ -367,6 +382,16 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 			if _, ok := fieldSeen[task.FieldOwner]; !ok {
 				selectedFields = append(selectedFields, task.FieldOwner)
 				fieldSeen[task.FieldOwner] = struct{}{}
+			}
+		case "ownerSource":
+			if _, ok := fieldSeen[task.FieldOwnerSource]; !ok {
+				selectedFields = append(selectedFields, task.FieldOwnerSource)
+				fieldSeen[task.FieldOwnerSource] = struct{}{}
+			}
+		case "tenant":
+			if _, ok := fieldSeen[task.FieldTenant]; !ok {
+				selectedFields = append(selectedFields, task.FieldTenant)
+				fieldSeen[task.FieldTenant] = struct{}{}
 			}
 		case "ownerRole":
 			if _, ok := fieldSeen[task.FieldOwnerRole]; !ok {

@@ -69,6 +69,21 @@ type AuditLogWhereInput struct {
 	RoleEqualFold    *string  `json:"roleEqualFold,omitempty"`
 	RoleContainsFold *string  `json:"roleContainsFold,omitempty"`
 
+	// "source" field predicates.
+	Source             *string  `json:"source,omitempty"`
+	SourceNEQ          *string  `json:"sourceNEQ,omitempty"`
+	SourceIn           []string `json:"sourceIn,omitempty"`
+	SourceNotIn        []string `json:"sourceNotIn,omitempty"`
+	SourceGT           *string  `json:"sourceGT,omitempty"`
+	SourceGTE          *string  `json:"sourceGTE,omitempty"`
+	SourceLT           *string  `json:"sourceLT,omitempty"`
+	SourceLTE          *string  `json:"sourceLTE,omitempty"`
+	SourceContains     *string  `json:"sourceContains,omitempty"`
+	SourceHasPrefix    *string  `json:"sourceHasPrefix,omitempty"`
+	SourceHasSuffix    *string  `json:"sourceHasSuffix,omitempty"`
+	SourceEqualFold    *string  `json:"sourceEqualFold,omitempty"`
+	SourceContainsFold *string  `json:"sourceContainsFold,omitempty"`
+
 	// "tenant" field predicates.
 	Tenant             *string  `json:"tenant,omitempty"`
 	TenantNEQ          *string  `json:"tenantNEQ,omitempty"`
@@ -323,6 +338,45 @@ func (i *AuditLogWhereInput) P() (predicate.AuditLog, error) {
 	}
 	if i.RoleContainsFold != nil {
 		predicates = append(predicates, auditlog.RoleContainsFold(*i.RoleContainsFold))
+	}
+	if i.Source != nil {
+		predicates = append(predicates, auditlog.SourceEQ(*i.Source))
+	}
+	if i.SourceNEQ != nil {
+		predicates = append(predicates, auditlog.SourceNEQ(*i.SourceNEQ))
+	}
+	if len(i.SourceIn) > 0 {
+		predicates = append(predicates, auditlog.SourceIn(i.SourceIn...))
+	}
+	if len(i.SourceNotIn) > 0 {
+		predicates = append(predicates, auditlog.SourceNotIn(i.SourceNotIn...))
+	}
+	if i.SourceGT != nil {
+		predicates = append(predicates, auditlog.SourceGT(*i.SourceGT))
+	}
+	if i.SourceGTE != nil {
+		predicates = append(predicates, auditlog.SourceGTE(*i.SourceGTE))
+	}
+	if i.SourceLT != nil {
+		predicates = append(predicates, auditlog.SourceLT(*i.SourceLT))
+	}
+	if i.SourceLTE != nil {
+		predicates = append(predicates, auditlog.SourceLTE(*i.SourceLTE))
+	}
+	if i.SourceContains != nil {
+		predicates = append(predicates, auditlog.SourceContains(*i.SourceContains))
+	}
+	if i.SourceHasPrefix != nil {
+		predicates = append(predicates, auditlog.SourceHasPrefix(*i.SourceHasPrefix))
+	}
+	if i.SourceHasSuffix != nil {
+		predicates = append(predicates, auditlog.SourceHasSuffix(*i.SourceHasSuffix))
+	}
+	if i.SourceEqualFold != nil {
+		predicates = append(predicates, auditlog.SourceEqualFold(*i.SourceEqualFold))
+	}
+	if i.SourceContainsFold != nil {
+		predicates = append(predicates, auditlog.SourceContainsFold(*i.SourceContainsFold))
 	}
 	if i.Tenant != nil {
 		predicates = append(predicates, auditlog.TenantEQ(*i.Tenant))
@@ -610,6 +664,36 @@ type TaskWhereInput struct {
 	OwnerHasSuffix    *string  `json:"ownerHasSuffix,omitempty"`
 	OwnerEqualFold    *string  `json:"ownerEqualFold,omitempty"`
 	OwnerContainsFold *string  `json:"ownerContainsFold,omitempty"`
+
+	// "owner_source" field predicates.
+	OwnerSource             *string  `json:"ownerSource,omitempty"`
+	OwnerSourceNEQ          *string  `json:"ownerSourceNEQ,omitempty"`
+	OwnerSourceIn           []string `json:"ownerSourceIn,omitempty"`
+	OwnerSourceNotIn        []string `json:"ownerSourceNotIn,omitempty"`
+	OwnerSourceGT           *string  `json:"ownerSourceGT,omitempty"`
+	OwnerSourceGTE          *string  `json:"ownerSourceGTE,omitempty"`
+	OwnerSourceLT           *string  `json:"ownerSourceLT,omitempty"`
+	OwnerSourceLTE          *string  `json:"ownerSourceLTE,omitempty"`
+	OwnerSourceContains     *string  `json:"ownerSourceContains,omitempty"`
+	OwnerSourceHasPrefix    *string  `json:"ownerSourceHasPrefix,omitempty"`
+	OwnerSourceHasSuffix    *string  `json:"ownerSourceHasSuffix,omitempty"`
+	OwnerSourceEqualFold    *string  `json:"ownerSourceEqualFold,omitempty"`
+	OwnerSourceContainsFold *string  `json:"ownerSourceContainsFold,omitempty"`
+
+	// "tenant" field predicates.
+	Tenant             *string  `json:"tenant,omitempty"`
+	TenantNEQ          *string  `json:"tenantNEQ,omitempty"`
+	TenantIn           []string `json:"tenantIn,omitempty"`
+	TenantNotIn        []string `json:"tenantNotIn,omitempty"`
+	TenantGT           *string  `json:"tenantGT,omitempty"`
+	TenantGTE          *string  `json:"tenantGTE,omitempty"`
+	TenantLT           *string  `json:"tenantLT,omitempty"`
+	TenantLTE          *string  `json:"tenantLTE,omitempty"`
+	TenantContains     *string  `json:"tenantContains,omitempty"`
+	TenantHasPrefix    *string  `json:"tenantHasPrefix,omitempty"`
+	TenantHasSuffix    *string  `json:"tenantHasSuffix,omitempty"`
+	TenantEqualFold    *string  `json:"tenantEqualFold,omitempty"`
+	TenantContainsFold *string  `json:"tenantContainsFold,omitempty"`
 
 	// "timeout_seconds" field predicates.
 	TimeoutSeconds      *int  `json:"timeoutSeconds,omitempty"`
@@ -1149,6 +1233,84 @@ func (i *TaskWhereInput) P() (predicate.Task, error) {
 	}
 	if i.OwnerContainsFold != nil {
 		predicates = append(predicates, task.OwnerContainsFold(*i.OwnerContainsFold))
+	}
+	if i.OwnerSource != nil {
+		predicates = append(predicates, task.OwnerSourceEQ(*i.OwnerSource))
+	}
+	if i.OwnerSourceNEQ != nil {
+		predicates = append(predicates, task.OwnerSourceNEQ(*i.OwnerSourceNEQ))
+	}
+	if len(i.OwnerSourceIn) > 0 {
+		predicates = append(predicates, task.OwnerSourceIn(i.OwnerSourceIn...))
+	}
+	if len(i.OwnerSourceNotIn) > 0 {
+		predicates = append(predicates, task.OwnerSourceNotIn(i.OwnerSourceNotIn...))
+	}
+	if i.OwnerSourceGT != nil {
+		predicates = append(predicates, task.OwnerSourceGT(*i.OwnerSourceGT))
+	}
+	if i.OwnerSourceGTE != nil {
+		predicates = append(predicates, task.OwnerSourceGTE(*i.OwnerSourceGTE))
+	}
+	if i.OwnerSourceLT != nil {
+		predicates = append(predicates, task.OwnerSourceLT(*i.OwnerSourceLT))
+	}
+	if i.OwnerSourceLTE != nil {
+		predicates = append(predicates, task.OwnerSourceLTE(*i.OwnerSourceLTE))
+	}
+	if i.OwnerSourceContains != nil {
+		predicates = append(predicates, task.OwnerSourceContains(*i.OwnerSourceContains))
+	}
+	if i.OwnerSourceHasPrefix != nil {
+		predicates = append(predicates, task.OwnerSourceHasPrefix(*i.OwnerSourceHasPrefix))
+	}
+	if i.OwnerSourceHasSuffix != nil {
+		predicates = append(predicates, task.OwnerSourceHasSuffix(*i.OwnerSourceHasSuffix))
+	}
+	if i.OwnerSourceEqualFold != nil {
+		predicates = append(predicates, task.OwnerSourceEqualFold(*i.OwnerSourceEqualFold))
+	}
+	if i.OwnerSourceContainsFold != nil {
+		predicates = append(predicates, task.OwnerSourceContainsFold(*i.OwnerSourceContainsFold))
+	}
+	if i.Tenant != nil {
+		predicates = append(predicates, task.TenantEQ(*i.Tenant))
+	}
+	if i.TenantNEQ != nil {
+		predicates = append(predicates, task.TenantNEQ(*i.TenantNEQ))
+	}
+	if len(i.TenantIn) > 0 {
+		predicates = append(predicates, task.TenantIn(i.TenantIn...))
+	}
+	if len(i.TenantNotIn) > 0 {
+		predicates = append(predicates, task.TenantNotIn(i.TenantNotIn...))
+	}
+	if i.TenantGT != nil {
+		predicates = append(predicates, task.TenantGT(*i.TenantGT))
+	}
+	if i.TenantGTE != nil {
+		predicates = append(predicates, task.TenantGTE(*i.TenantGTE))
+	}
+	if i.TenantLT != nil {
+		predicates = append(predicates, task.TenantLT(*i.TenantLT))
+	}
+	if i.TenantLTE != nil {
+		predicates = append(predicates, task.TenantLTE(*i.TenantLTE))
+	}
+	if i.TenantContains != nil {
+		predicates = append(predicates, task.TenantContains(*i.TenantContains))
+	}
+	if i.TenantHasPrefix != nil {
+		predicates = append(predicates, task.TenantHasPrefix(*i.TenantHasPrefix))
+	}
+	if i.TenantHasSuffix != nil {
+		predicates = append(predicates, task.TenantHasSuffix(*i.TenantHasSuffix))
+	}
+	if i.TenantEqualFold != nil {
+		predicates = append(predicates, task.TenantEqualFold(*i.TenantEqualFold))
+	}
+	if i.TenantContainsFold != nil {
+		predicates = append(predicates, task.TenantContainsFold(*i.TenantContainsFold))
 	}
 	if i.TimeoutSeconds != nil {
 		predicates = append(predicates, task.TimeoutSecondsEQ(*i.TimeoutSeconds))

@@ -14,6 +14,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
@@ -41,6 +42,7 @@ const (
 	TypeArtifact      = "Artifact"
 	TypeAuditLog      = "AuditLog"
 	TypeContact       = "Contact"
+	TypeDeployment    = "Deployment"
 	TypeStallOverride = "StallOverride"
 	TypeTask          = "Task"
 	TypeTaskInstance  = "TaskInstance"
@@ -3737,6 +3739,8 @@ type ArtifactMutation struct {
 	id            *int
 	created_at    *time.Time
 	owner         *string
+	owner_source  *string
+	tenant        *string
 	kind          *artifact.Kind
 	key           *string
 	filename      *string
@@ -3970,6 +3974,78 @@ func (m *ArtifactMutation) OldOwner(ctx context.Context) (v string, err error) {
 // ResetOwner resets all changes to the "owner" field.
 func (m *ArtifactMutation) ResetOwner() {
 	m.owner = nil
+}
+
+// SetOwnerSource sets the "owner_source" field.
+func (m *ArtifactMutation) SetOwnerSource(s string) {
+	m.owner_source = &s
+}
+
+// OwnerSource returns the value of the "owner_source" field in the mutation.
+func (m *ArtifactMutation) OwnerSource() (r string, exists bool) {
+	v := m.owner_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerSource returns the old "owner_source" field's value of the Artifact entity.
+// If the Artifact object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ArtifactMutation) OldOwnerSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerSource: %w", err)
+	}
+	return oldValue.OwnerSource, nil
+}
+
+// ResetOwnerSource resets all changes to the "owner_source" field.
+func (m *ArtifactMutation) ResetOwnerSource() {
+	m.owner_source = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *ArtifactMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *ArtifactMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the Artifact entity.
+// If the Artifact object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ArtifactMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *ArtifactMutation) ResetTenant() {
+	m.tenant = nil
 }
 
 // SetKind sets the "kind" field.
@@ -4305,7 +4381,7 @@ func (m *ArtifactMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ArtifactMutation) Fields() []string {
-	fields := make([]string, 0, 10)
+	fields := make([]string, 0, 12)
 	if m.created_at != nil {
 		fields = append(fields, artifact.FieldCreatedAt)
 	}
@@ -4314,6 +4390,12 @@ func (m *ArtifactMutation) Fields() []string {
 	}
 	if m.owner != nil {
 		fields = append(fields, artifact.FieldOwner)
+	}
+	if m.owner_source != nil {
+		fields = append(fields, artifact.FieldOwnerSource)
+	}
+	if m.tenant != nil {
+		fields = append(fields, artifact.FieldTenant)
 	}
 	if m.kind != nil {
 		fields = append(fields, artifact.FieldKind)
@@ -4350,6 +4432,10 @@ func (m *ArtifactMutation) Field(name string) (ent.Value, bool) {
 		return m.TaskID()
 	case artifact.FieldOwner:
 		return m.Owner()
+	case artifact.FieldOwnerSource:
+		return m.OwnerSource()
+	case artifact.FieldTenant:
+		return m.Tenant()
 	case artifact.FieldKind:
 		return m.Kind()
 	case artifact.FieldKey:
@@ -4379,6 +4465,10 @@ func (m *ArtifactMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldTaskID(ctx)
 	case artifact.FieldOwner:
 		return m.OldOwner(ctx)
+	case artifact.FieldOwnerSource:
+		return m.OldOwnerSource(ctx)
+	case artifact.FieldTenant:
+		return m.OldTenant(ctx)
 	case artifact.FieldKind:
 		return m.OldKind(ctx)
 	case artifact.FieldKey:
@@ -4422,6 +4512,20 @@ func (m *ArtifactMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetOwner(v)
+		return nil
+	case artifact.FieldOwnerSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerSource(v)
+		return nil
+	case artifact.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	case artifact.FieldKind:
 		v, ok := value.(artifact.Kind)
@@ -4554,6 +4658,12 @@ func (m *ArtifactMutation) ResetField(name string) error {
 	case artifact.FieldOwner:
 		m.ResetOwner()
 		return nil
+	case artifact.FieldOwnerSource:
+		m.ResetOwnerSource()
+		return nil
+	case artifact.FieldTenant:
+		m.ResetTenant()
+		return nil
 	case artifact.FieldKind:
 		m.ResetKind()
 		return nil
@@ -4662,6 +4772,7 @@ type AuditLogMutation struct {
 	created_at     *time.Time
 	actor          *string
 	role           *string
+	source         *string
 	tenant         *string
 	action         *auditlog.Action
 	task_ids       *[]int
@@ -4880,6 +4991,42 @@ func (m *AuditLogMutation) OldRole(ctx context.Context) (v string, err error) {
 // ResetRole resets all changes to the "role" field.
 func (m *AuditLogMutation) ResetRole() {
 	m.role = nil
+}
+
+// SetSource sets the "source" field.
+func (m *AuditLogMutation) SetSource(s string) {
+	m.source = &s
+}
+
+// Source returns the value of the "source" field in the mutation.
+func (m *AuditLogMutation) Source() (r string, exists bool) {
+	v := m.source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSource returns the old "source" field's value of the AuditLog entity.
+// If the AuditLog object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AuditLogMutation) OldSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSource: %w", err)
+	}
+	return oldValue.Source, nil
+}
+
+// ResetSource resets all changes to the "source" field.
+func (m *AuditLogMutation) ResetSource() {
+	m.source = nil
 }
 
 // SetTenant sets the "tenant" field.
@@ -5210,7 +5357,7 @@ func (m *AuditLogMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *AuditLogMutation) Fields() []string {
-	fields := make([]string, 0, 10)
+	fields := make([]string, 0, 11)
 	if m.created_at != nil {
 		fields = append(fields, auditlog.FieldCreatedAt)
 	}
@@ -5219,6 +5366,9 @@ func (m *AuditLogMutation) Fields() []string {
 	}
 	if m.role != nil {
 		fields = append(fields, auditlog.FieldRole)
+	}
+	if m.source != nil {
+		fields = append(fields, auditlog.FieldSource)
 	}
 	if m.tenant != nil {
 		fields = append(fields, auditlog.FieldTenant)
@@ -5255,6 +5405,8 @@ func (m *AuditLogMutation) Field(name string) (ent.Value, bool) {
 		return m.Actor()
 	case auditlog.FieldRole:
 		return m.Role()
+	case auditlog.FieldSource:
+		return m.Source()
 	case auditlog.FieldTenant:
 		return m.Tenant()
 	case auditlog.FieldAction:
@@ -5284,6 +5436,8 @@ func (m *AuditLogMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldActor(ctx)
 	case auditlog.FieldRole:
 		return m.OldRole(ctx)
+	case auditlog.FieldSource:
+		return m.OldSource(ctx)
 	case auditlog.FieldTenant:
 		return m.OldTenant(ctx)
 	case auditlog.FieldAction:
@@ -5327,6 +5481,13 @@ func (m *AuditLogMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetRole(v)
+		return nil
+	case auditlog.FieldSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSource(v)
 		return nil
 	case auditlog.FieldTenant:
 		v, ok := value.(string)
@@ -5449,6 +5610,9 @@ func (m *AuditLogMutation) ResetField(name string) error {
 		return nil
 	case auditlog.FieldRole:
 		m.ResetRole()
+		return nil
+	case auditlog.FieldSource:
+		m.ResetSource()
 		return nil
 	case auditlog.FieldTenant:
 		m.ResetTenant()
@@ -6497,6 +6661,584 @@ func (m *ContactMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Contact edge %s", name)
 }
 
+// DeploymentMutation represents an operation that mutates the Deployment nodes in the graph.
+type DeploymentMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	created_at    *time.Time
+	singleton     *int
+	addsingleton  *int
+	uid           *string
+	blob_location *string
+	blob_node     *string
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*Deployment, error)
+	predicates    []predicate.Deployment
+}
+
+var _ ent.Mutation = (*DeploymentMutation)(nil)
+
+// deploymentOption allows management of the mutation configuration using functional options.
+type deploymentOption func(*DeploymentMutation)
+
+// newDeploymentMutation creates new mutation for the Deployment entity.
+func newDeploymentMutation(c config, op Op, opts ...deploymentOption) *DeploymentMutation {
+	m := &DeploymentMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeDeployment,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withDeploymentID sets the ID field of the mutation.
+func withDeploymentID(id int) deploymentOption {
+	return func(m *DeploymentMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Deployment
+		)
+		m.oldValue = func(ctx context.Context) (*Deployment, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Deployment.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withDeployment sets the old Deployment of the mutation.
+func withDeployment(node *Deployment) deploymentOption {
+	return func(m *DeploymentMutation) {
+		m.oldValue = func(context.Context) (*Deployment, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m DeploymentMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m DeploymentMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *DeploymentMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *DeploymentMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Deployment.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *DeploymentMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *DeploymentMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Deployment entity.
+// If the Deployment object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeploymentMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *DeploymentMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetSingleton sets the "singleton" field.
+func (m *DeploymentMutation) SetSingleton(i int) {
+	m.singleton = &i
+	m.addsingleton = nil
+}
+
+// Singleton returns the value of the "singleton" field in the mutation.
+func (m *DeploymentMutation) Singleton() (r int, exists bool) {
+	v := m.singleton
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSingleton returns the old "singleton" field's value of the Deployment entity.
+// If the Deployment object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeploymentMutation) OldSingleton(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSingleton is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSingleton requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSingleton: %w", err)
+	}
+	return oldValue.Singleton, nil
+}
+
+// AddSingleton adds i to the "singleton" field.
+func (m *DeploymentMutation) AddSingleton(i int) {
+	if m.addsingleton != nil {
+		*m.addsingleton += i
+	} else {
+		m.addsingleton = &i
+	}
+}
+
+// AddedSingleton returns the value that was added to the "singleton" field in this mutation.
+func (m *DeploymentMutation) AddedSingleton() (r int, exists bool) {
+	v := m.addsingleton
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetSingleton resets all changes to the "singleton" field.
+func (m *DeploymentMutation) ResetSingleton() {
+	m.singleton = nil
+	m.addsingleton = nil
+}
+
+// SetUID sets the "uid" field.
+func (m *DeploymentMutation) SetUID(s string) {
+	m.uid = &s
+}
+
+// UID returns the value of the "uid" field in the mutation.
+func (m *DeploymentMutation) UID() (r string, exists bool) {
+	v := m.uid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUID returns the old "uid" field's value of the Deployment entity.
+// If the Deployment object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeploymentMutation) OldUID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUID: %w", err)
+	}
+	return oldValue.UID, nil
+}
+
+// ResetUID resets all changes to the "uid" field.
+func (m *DeploymentMutation) ResetUID() {
+	m.uid = nil
+}
+
+// SetBlobLocation sets the "blob_location" field.
+func (m *DeploymentMutation) SetBlobLocation(s string) {
+	m.blob_location = &s
+}
+
+// BlobLocation returns the value of the "blob_location" field in the mutation.
+func (m *DeploymentMutation) BlobLocation() (r string, exists bool) {
+	v := m.blob_location
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBlobLocation returns the old "blob_location" field's value of the Deployment entity.
+// If the Deployment object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeploymentMutation) OldBlobLocation(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBlobLocation is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBlobLocation requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBlobLocation: %w", err)
+	}
+	return oldValue.BlobLocation, nil
+}
+
+// ResetBlobLocation resets all changes to the "blob_location" field.
+func (m *DeploymentMutation) ResetBlobLocation() {
+	m.blob_location = nil
+}
+
+// SetBlobNode sets the "blob_node" field.
+func (m *DeploymentMutation) SetBlobNode(s string) {
+	m.blob_node = &s
+}
+
+// BlobNode returns the value of the "blob_node" field in the mutation.
+func (m *DeploymentMutation) BlobNode() (r string, exists bool) {
+	v := m.blob_node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBlobNode returns the old "blob_node" field's value of the Deployment entity.
+// If the Deployment object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeploymentMutation) OldBlobNode(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBlobNode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBlobNode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBlobNode: %w", err)
+	}
+	return oldValue.BlobNode, nil
+}
+
+// ResetBlobNode resets all changes to the "blob_node" field.
+func (m *DeploymentMutation) ResetBlobNode() {
+	m.blob_node = nil
+}
+
+// Where appends a list predicates to the DeploymentMutation builder.
+func (m *DeploymentMutation) Where(ps ...predicate.Deployment) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the DeploymentMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *DeploymentMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Deployment, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *DeploymentMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *DeploymentMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Deployment).
+func (m *DeploymentMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *DeploymentMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.created_at != nil {
+		fields = append(fields, deployment.FieldCreatedAt)
+	}
+	if m.singleton != nil {
+		fields = append(fields, deployment.FieldSingleton)
+	}
+	if m.uid != nil {
+		fields = append(fields, deployment.FieldUID)
+	}
+	if m.blob_location != nil {
+		fields = append(fields, deployment.FieldBlobLocation)
+	}
+	if m.blob_node != nil {
+		fields = append(fields, deployment.FieldBlobNode)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *DeploymentMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case deployment.FieldCreatedAt:
+		return m.CreatedAt()
+	case deployment.FieldSingleton:
+		return m.Singleton()
+	case deployment.FieldUID:
+		return m.UID()
+	case deployment.FieldBlobLocation:
+		return m.BlobLocation()
+	case deployment.FieldBlobNode:
+		return m.BlobNode()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *DeploymentMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case deployment.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case deployment.FieldSingleton:
+		return m.OldSingleton(ctx)
+	case deployment.FieldUID:
+		return m.OldUID(ctx)
+	case deployment.FieldBlobLocation:
+		return m.OldBlobLocation(ctx)
+	case deployment.FieldBlobNode:
+		return m.OldBlobNode(ctx)
+	}
+	return nil, fmt.Errorf("unknown Deployment field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *DeploymentMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case deployment.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case deployment.FieldSingleton:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSingleton(v)
+		return nil
+	case deployment.FieldUID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUID(v)
+		return nil
+	case deployment.FieldBlobLocation:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBlobLocation(v)
+		return nil
+	case deployment.FieldBlobNode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBlobNode(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Deployment field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *DeploymentMutation) AddedFields() []string {
+	var fields []string
+	if m.addsingleton != nil {
+		fields = append(fields, deployment.FieldSingleton)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *DeploymentMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case deployment.FieldSingleton:
+		return m.AddedSingleton()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *DeploymentMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case deployment.FieldSingleton:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddSingleton(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Deployment numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *DeploymentMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *DeploymentMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *DeploymentMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown Deployment nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *DeploymentMutation) ResetField(name string) error {
+	switch name {
+	case deployment.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case deployment.FieldSingleton:
+		m.ResetSingleton()
+		return nil
+	case deployment.FieldUID:
+		m.ResetUID()
+		return nil
+	case deployment.FieldBlobLocation:
+		m.ResetBlobLocation()
+		return nil
+	case deployment.FieldBlobNode:
+		m.ResetBlobNode()
+		return nil
+	}
+	return fmt.Errorf("unknown Deployment field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *DeploymentMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *DeploymentMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *DeploymentMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *DeploymentMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *DeploymentMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *DeploymentMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *DeploymentMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown Deployment unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *DeploymentMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown Deployment edge %s", name)
+}
+
 // StallOverrideMutation represents an operation that mutates the StallOverride nodes in the graph.
 type StallOverrideMutation struct {
 	config
@@ -6957,11 +7699,14 @@ type TaskMutation struct {
 	_type              *string
 	biz_id             *string
 	idempotency_key    *string
+	idempotency_hash   *string
 	title              *string
 	status             *lifecycle.Status
 	priority           *int
 	addpriority        *int
 	owner              *string
+	owner_source       *string
+	tenant             *string
 	owner_role         *string
 	input              *json.RawMessage
 	appendinput        json.RawMessage
@@ -6980,6 +7725,7 @@ type TaskMutation struct {
 	appendresult       json.RawMessage
 	last_error         *string
 	result_status      *task.ResultStatus
+	attention_status   *lifecycle.Status
 	version            *int64
 	addversion         *int64
 	cancel_requested   *bool
@@ -7293,6 +8039,55 @@ func (m *TaskMutation) ResetIdempotencyKey() {
 	delete(m.clearedFields, task.FieldIdempotencyKey)
 }
 
+// SetIdempotencyHash sets the "idempotency_hash" field.
+func (m *TaskMutation) SetIdempotencyHash(s string) {
+	m.idempotency_hash = &s
+}
+
+// IdempotencyHash returns the value of the "idempotency_hash" field in the mutation.
+func (m *TaskMutation) IdempotencyHash() (r string, exists bool) {
+	v := m.idempotency_hash
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldIdempotencyHash returns the old "idempotency_hash" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldIdempotencyHash(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldIdempotencyHash is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldIdempotencyHash requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldIdempotencyHash: %w", err)
+	}
+	return oldValue.IdempotencyHash, nil
+}
+
+// ClearIdempotencyHash clears the value of the "idempotency_hash" field.
+func (m *TaskMutation) ClearIdempotencyHash() {
+	m.idempotency_hash = nil
+	m.clearedFields[task.FieldIdempotencyHash] = struct{}{}
+}
+
+// IdempotencyHashCleared returns if the "idempotency_hash" field was cleared in this mutation.
+func (m *TaskMutation) IdempotencyHashCleared() bool {
+	_, ok := m.clearedFields[task.FieldIdempotencyHash]
+	return ok
+}
+
+// ResetIdempotencyHash resets all changes to the "idempotency_hash" field.
+func (m *TaskMutation) ResetIdempotencyHash() {
+	m.idempotency_hash = nil
+	delete(m.clearedFields, task.FieldIdempotencyHash)
+}
+
 // SetTitle sets the "title" field.
 func (m *TaskMutation) SetTitle(s string) {
 	m.title = &s
@@ -7455,6 +8250,78 @@ func (m *TaskMutation) OldOwner(ctx context.Context) (v string, err error) {
 // ResetOwner resets all changes to the "owner" field.
 func (m *TaskMutation) ResetOwner() {
 	m.owner = nil
+}
+
+// SetOwnerSource sets the "owner_source" field.
+func (m *TaskMutation) SetOwnerSource(s string) {
+	m.owner_source = &s
+}
+
+// OwnerSource returns the value of the "owner_source" field in the mutation.
+func (m *TaskMutation) OwnerSource() (r string, exists bool) {
+	v := m.owner_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerSource returns the old "owner_source" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldOwnerSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerSource: %w", err)
+	}
+	return oldValue.OwnerSource, nil
+}
+
+// ResetOwnerSource resets all changes to the "owner_source" field.
+func (m *TaskMutation) ResetOwnerSource() {
+	m.owner_source = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *TaskMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TaskMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TaskMutation) ResetTenant() {
+	m.tenant = nil
 }
 
 // SetOwnerRole sets the "owner_role" field.
@@ -8052,6 +8919,55 @@ func (m *TaskMutation) ResetResultStatus() {
 	delete(m.clearedFields, task.FieldResultStatus)
 }
 
+// SetAttentionStatus sets the "attention_status" field.
+func (m *TaskMutation) SetAttentionStatus(l lifecycle.Status) {
+	m.attention_status = &l
+}
+
+// AttentionStatus returns the value of the "attention_status" field in the mutation.
+func (m *TaskMutation) AttentionStatus() (r lifecycle.Status, exists bool) {
+	v := m.attention_status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAttentionStatus returns the old "attention_status" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldAttentionStatus(ctx context.Context) (v *lifecycle.Status, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAttentionStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAttentionStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAttentionStatus: %w", err)
+	}
+	return oldValue.AttentionStatus, nil
+}
+
+// ClearAttentionStatus clears the value of the "attention_status" field.
+func (m *TaskMutation) ClearAttentionStatus() {
+	m.attention_status = nil
+	m.clearedFields[task.FieldAttentionStatus] = struct{}{}
+}
+
+// AttentionStatusCleared returns if the "attention_status" field was cleared in this mutation.
+func (m *TaskMutation) AttentionStatusCleared() bool {
+	_, ok := m.clearedFields[task.FieldAttentionStatus]
+	return ok
+}
+
+// ResetAttentionStatus resets all changes to the "attention_status" field.
+func (m *TaskMutation) ResetAttentionStatus() {
+	m.attention_status = nil
+	delete(m.clearedFields, task.FieldAttentionStatus)
+}
+
 // SetVersion sets the "version" field.
 func (m *TaskMutation) SetVersion(i int64) {
 	m.version = &i
@@ -8510,7 +9426,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 27)
+	fields := make([]string, 0, 31)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -8526,6 +9442,9 @@ func (m *TaskMutation) Fields() []string {
 	if m.idempotency_key != nil {
 		fields = append(fields, task.FieldIdempotencyKey)
 	}
+	if m.idempotency_hash != nil {
+		fields = append(fields, task.FieldIdempotencyHash)
+	}
 	if m.title != nil {
 		fields = append(fields, task.FieldTitle)
 	}
@@ -8537,6 +9456,12 @@ func (m *TaskMutation) Fields() []string {
 	}
 	if m.owner != nil {
 		fields = append(fields, task.FieldOwner)
+	}
+	if m.owner_source != nil {
+		fields = append(fields, task.FieldOwnerSource)
+	}
+	if m.tenant != nil {
+		fields = append(fields, task.FieldTenant)
 	}
 	if m.owner_role != nil {
 		fields = append(fields, task.FieldOwnerRole)
@@ -8574,6 +9499,9 @@ func (m *TaskMutation) Fields() []string {
 	if m.result_status != nil {
 		fields = append(fields, task.FieldResultStatus)
 	}
+	if m.attention_status != nil {
+		fields = append(fields, task.FieldAttentionStatus)
+	}
 	if m.version != nil {
 		fields = append(fields, task.FieldVersion)
 	}
@@ -8610,6 +9538,8 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.BizID()
 	case task.FieldIdempotencyKey:
 		return m.IdempotencyKey()
+	case task.FieldIdempotencyHash:
+		return m.IdempotencyHash()
 	case task.FieldTitle:
 		return m.Title()
 	case task.FieldStatus:
@@ -8618,6 +9548,10 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.Priority()
 	case task.FieldOwner:
 		return m.Owner()
+	case task.FieldOwnerSource:
+		return m.OwnerSource()
+	case task.FieldTenant:
+		return m.Tenant()
 	case task.FieldOwnerRole:
 		return m.OwnerRole()
 	case task.FieldInput:
@@ -8642,6 +9576,8 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.LastError()
 	case task.FieldResultStatus:
 		return m.ResultStatus()
+	case task.FieldAttentionStatus:
+		return m.AttentionStatus()
 	case task.FieldVersion:
 		return m.Version()
 	case task.FieldCancelRequested:
@@ -8673,6 +9609,8 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldBizID(ctx)
 	case task.FieldIdempotencyKey:
 		return m.OldIdempotencyKey(ctx)
+	case task.FieldIdempotencyHash:
+		return m.OldIdempotencyHash(ctx)
 	case task.FieldTitle:
 		return m.OldTitle(ctx)
 	case task.FieldStatus:
@@ -8681,6 +9619,10 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldPriority(ctx)
 	case task.FieldOwner:
 		return m.OldOwner(ctx)
+	case task.FieldOwnerSource:
+		return m.OldOwnerSource(ctx)
+	case task.FieldTenant:
+		return m.OldTenant(ctx)
 	case task.FieldOwnerRole:
 		return m.OldOwnerRole(ctx)
 	case task.FieldInput:
@@ -8705,6 +9647,8 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldLastError(ctx)
 	case task.FieldResultStatus:
 		return m.OldResultStatus(ctx)
+	case task.FieldAttentionStatus:
+		return m.OldAttentionStatus(ctx)
 	case task.FieldVersion:
 		return m.OldVersion(ctx)
 	case task.FieldCancelRequested:
@@ -8761,6 +9705,13 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetIdempotencyKey(v)
 		return nil
+	case task.FieldIdempotencyHash:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetIdempotencyHash(v)
+		return nil
 	case task.FieldTitle:
 		v, ok := value.(string)
 		if !ok {
@@ -8788,6 +9739,20 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetOwner(v)
+		return nil
+	case task.FieldOwnerSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerSource(v)
+		return nil
+	case task.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	case task.FieldOwnerRole:
 		v, ok := value.(string)
@@ -8872,6 +9837,13 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetResultStatus(v)
+		return nil
+	case task.FieldAttentionStatus:
+		v, ok := value.(lifecycle.Status)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAttentionStatus(v)
 		return nil
 	case task.FieldVersion:
 		v, ok := value.(int64)
@@ -9023,6 +9995,9 @@ func (m *TaskMutation) ClearedFields() []string {
 	if m.FieldCleared(task.FieldIdempotencyKey) {
 		fields = append(fields, task.FieldIdempotencyKey)
 	}
+	if m.FieldCleared(task.FieldIdempotencyHash) {
+		fields = append(fields, task.FieldIdempotencyHash)
+	}
 	if m.FieldCleared(task.FieldInputSealed) {
 		fields = append(fields, task.FieldInputSealed)
 	}
@@ -9034,6 +10009,9 @@ func (m *TaskMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(task.FieldResultStatus) {
 		fields = append(fields, task.FieldResultStatus)
+	}
+	if m.FieldCleared(task.FieldAttentionStatus) {
+		fields = append(fields, task.FieldAttentionStatus)
 	}
 	if m.FieldCleared(task.FieldCancelReason) {
 		fields = append(fields, task.FieldCancelReason)
@@ -9058,6 +10036,9 @@ func (m *TaskMutation) ClearField(name string) error {
 	case task.FieldIdempotencyKey:
 		m.ClearIdempotencyKey()
 		return nil
+	case task.FieldIdempotencyHash:
+		m.ClearIdempotencyHash()
+		return nil
 	case task.FieldInputSealed:
 		m.ClearInputSealed()
 		return nil
@@ -9069,6 +10050,9 @@ func (m *TaskMutation) ClearField(name string) error {
 		return nil
 	case task.FieldResultStatus:
 		m.ClearResultStatus()
+		return nil
+	case task.FieldAttentionStatus:
+		m.ClearAttentionStatus()
 		return nil
 	case task.FieldCancelReason:
 		m.ClearCancelReason()
@@ -9099,6 +10083,9 @@ func (m *TaskMutation) ResetField(name string) error {
 	case task.FieldIdempotencyKey:
 		m.ResetIdempotencyKey()
 		return nil
+	case task.FieldIdempotencyHash:
+		m.ResetIdempotencyHash()
+		return nil
 	case task.FieldTitle:
 		m.ResetTitle()
 		return nil
@@ -9110,6 +10097,12 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldOwner:
 		m.ResetOwner()
+		return nil
+	case task.FieldOwnerSource:
+		m.ResetOwnerSource()
+		return nil
+	case task.FieldTenant:
+		m.ResetTenant()
 		return nil
 	case task.FieldOwnerRole:
 		m.ResetOwnerRole()
@@ -9146,6 +10139,9 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldResultStatus:
 		m.ResetResultStatus()
+		return nil
+	case task.FieldAttentionStatus:
+		m.ResetAttentionStatus()
 		return nil
 	case task.FieldVersion:
 		m.ResetVersion()

@@ -205,6 +205,39 @@ func (_m *Contact) BindTo(c *Client) *Contact {
 	return _m
 }
 
+// ScanDeploymentRows reads every row of rows (all columns of the deployments
+// table, in any order) into Deployment entities bound to c, and closes rows.
+func ScanDeploymentRows(c *Client, rows *stdsql.Rows) ([]*Deployment, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan deployments: %w", err)
+	}
+	var out []*Deployment
+	for rows.Next() {
+		node := &Deployment{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan deployments: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan deployments: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan deployments: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *Deployment) BindTo(c *Client) *Deployment {
+	_m.config = c.config
+	return _m
+}
+
 // ScanStallOverrideRows reads every row of rows (all columns of the stall_overrides
 // table, in any order) into StallOverride entities bound to c, and closes rows.
 func ScanStallOverrideRows(c *Client, rows *stdsql.Rows) ([]*StallOverride, error) {

@@ -27,8 +27,10 @@ type Task struct {
 	Type string `json:"type,omitempty"`
 	// Caller's business key (an order number, a file name...).
 	BizID string `json:"biz_id,omitempty"`
-	// IdempotencyKey holds the value of the "idempotency_key" field.
+	// The caller's idempotency key as shown: masked like every other text it sends.
 	IdempotencyKey *string `json:"idempotency_key,omitempty"`
+	// Keyed hash of the owner identity (source, tenant, user) and the raw idempotency key: what makes a key unique per owner.
+	IdempotencyHash *string `json:"idempotency_hash,omitempty"`
 	// Title holds the value of the "title" field.
 	Title string `json:"title,omitempty"`
 	// Status holds the value of the "status" field.
@@ -37,6 +39,10 @@ type Task struct {
 	Priority int `json:"priority,omitempty"`
 	// Owner holds the value of the "owner" field.
 	Owner string `json:"owner,omitempty"`
+	// Where the owner's credentials came from (token, jwt, local): the owner is (owner_source, tenant, owner).
+	OwnerSource string `json:"owner_source,omitempty"`
+	// The owner's tenant. Tenants isolate: only the tenant's own users and platform administrators see the task.
+	Tenant string `json:"tenant,omitempty"`
 	// The owner's role when the task was created: a handler that reads data on the owner's behalf (an export) sees what the owner saw.
 	OwnerRole string `json:"owner_role,omitempty"`
 	// Input with sensitive values masked.
@@ -61,6 +67,8 @@ type Task struct {
 	LastError string `json:"last_error,omitempty"`
 	// Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none.
 	ResultStatus *task.ResultStatus `json:"result_status,omitempty"`
+	// The status when it is one a person looks for and few tasks are in (FAILED, CANCELLED, RETRY_PENDING), else empty; written with status by the store. It is indexed where status cannot be: a claim and a success leave it empty, so they stay HOT updates.
+	AttentionStatus *lifecycle.Status `json:"attention_status,omitempty"`
 	// Incremented by every committed change; orders events per task.
 	Version int64 `json:"version,omitempty"`
 	// CancelRequested holds the value of the "cancel_requested" field.
@@ -136,7 +144,7 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldCancelReason:
+		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason:
 			values[i] = new(sql.NullString)
 		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt:
 			values[i] = new(sql.NullTime)
@@ -192,6 +200,13 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.IdempotencyKey = new(string)
 				*_m.IdempotencyKey = value.String
 			}
+		case task.FieldIdempotencyHash:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field idempotency_hash", values[i])
+			} else if value.Valid {
+				_m.IdempotencyHash = new(string)
+				*_m.IdempotencyHash = value.String
+			}
 		case task.FieldTitle:
 			if value, ok := values[i].(*sql.NullString); !ok {
 				return fmt.Errorf("unexpected type %T for field title", values[i])
@@ -215,6 +230,18 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field owner", values[i])
 			} else if value.Valid {
 				_m.Owner = value.String
+			}
+		case task.FieldOwnerSource:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field owner_source", values[i])
+			} else if value.Valid {
+				_m.OwnerSource = value.String
+			}
+		case task.FieldTenant:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field tenant", values[i])
+			} else if value.Valid {
+				_m.Tenant = value.String
 			}
 		case task.FieldOwnerRole:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -292,6 +319,13 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.ResultStatus = new(task.ResultStatus)
 				*_m.ResultStatus = task.ResultStatus(value.String)
+			}
+		case task.FieldAttentionStatus:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field attention_status", values[i])
+			} else if value.Valid {
+				_m.AttentionStatus = new(lifecycle.Status)
+				*_m.AttentionStatus = lifecycle.Status(value.String)
 			}
 		case task.FieldVersion:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
@@ -398,6 +432,11 @@ func (_m *Task) String() string {
 		builder.WriteString(*v)
 	}
 	builder.WriteString(", ")
+	if v := _m.IdempotencyHash; v != nil {
+		builder.WriteString("idempotency_hash=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
 	builder.WriteString("title=")
 	builder.WriteString(_m.Title)
 	builder.WriteString(", ")
@@ -409,6 +448,12 @@ func (_m *Task) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("owner=")
 	builder.WriteString(_m.Owner)
+	builder.WriteString(", ")
+	builder.WriteString("owner_source=")
+	builder.WriteString(_m.OwnerSource)
+	builder.WriteString(", ")
+	builder.WriteString("tenant=")
+	builder.WriteString(_m.Tenant)
 	builder.WriteString(", ")
 	builder.WriteString("owner_role=")
 	builder.WriteString(_m.OwnerRole)
@@ -444,6 +489,11 @@ func (_m *Task) String() string {
 	builder.WriteString(", ")
 	if v := _m.ResultStatus; v != nil {
 		builder.WriteString("result_status=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.AttentionStatus; v != nil {
+		builder.WriteString("attention_status=")
 		builder.WriteString(fmt.Sprintf("%v", *v))
 	}
 	builder.WriteString(", ")

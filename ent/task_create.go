@@ -79,6 +79,20 @@ func (_c *TaskCreate) SetNillableIdempotencyKey(v *string) *TaskCreate {
 	return _c
 }
 
+// SetIdempotencyHash sets the "idempotency_hash" field.
+func (_c *TaskCreate) SetIdempotencyHash(v string) *TaskCreate {
+	_c.mutation.SetIdempotencyHash(v)
+	return _c
+}
+
+// SetNillableIdempotencyHash sets the "idempotency_hash" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableIdempotencyHash(v *string) *TaskCreate {
+	if v != nil {
+		_c.SetIdempotencyHash(*v)
+	}
+	return _c
+}
+
 // SetTitle sets the "title" field.
 func (_c *TaskCreate) SetTitle(v string) *TaskCreate {
 	_c.mutation.SetTitle(v)
@@ -116,6 +130,34 @@ func (_c *TaskCreate) SetNillablePriority(v *int) *TaskCreate {
 // SetOwner sets the "owner" field.
 func (_c *TaskCreate) SetOwner(v string) *TaskCreate {
 	_c.mutation.SetOwner(v)
+	return _c
+}
+
+// SetOwnerSource sets the "owner_source" field.
+func (_c *TaskCreate) SetOwnerSource(v string) *TaskCreate {
+	_c.mutation.SetOwnerSource(v)
+	return _c
+}
+
+// SetNillableOwnerSource sets the "owner_source" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableOwnerSource(v *string) *TaskCreate {
+	if v != nil {
+		_c.SetOwnerSource(*v)
+	}
+	return _c
+}
+
+// SetTenant sets the "tenant" field.
+func (_c *TaskCreate) SetTenant(v string) *TaskCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableTenant(v *string) *TaskCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
 	return _c
 }
 
@@ -227,6 +269,20 @@ func (_c *TaskCreate) SetResultStatus(v task.ResultStatus) *TaskCreate {
 func (_c *TaskCreate) SetNillableResultStatus(v *task.ResultStatus) *TaskCreate {
 	if v != nil {
 		_c.SetResultStatus(*v)
+	}
+	return _c
+}
+
+// SetAttentionStatus sets the "attention_status" field.
+func (_c *TaskCreate) SetAttentionStatus(v lifecycle.Status) *TaskCreate {
+	_c.mutation.SetAttentionStatus(v)
+	return _c
+}
+
+// SetNillableAttentionStatus sets the "attention_status" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableAttentionStatus(v *lifecycle.Status) *TaskCreate {
+	if v != nil {
+		_c.SetAttentionStatus(*v)
 	}
 	return _c
 }
@@ -408,6 +464,14 @@ func (_c *TaskCreate) defaults() error {
 		v := task.DefaultPriority
 		_c.mutation.SetPriority(v)
 	}
+	if _, ok := _c.mutation.OwnerSource(); !ok {
+		v := task.DefaultOwnerSource
+		_c.mutation.SetOwnerSource(v)
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := task.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 	if _, ok := _c.mutation.OwnerRole(); !ok {
 		v := task.DefaultOwnerRole
 		_c.mutation.SetOwnerRole(v)
@@ -469,6 +533,12 @@ func (_c *TaskCreate) check() error {
 	if _, ok := _c.mutation.Owner(); !ok {
 		return &ValidationError{Name: "owner", err: errors.New(`ent: missing required field "Task.owner"`)}
 	}
+	if _, ok := _c.mutation.OwnerSource(); !ok {
+		return &ValidationError{Name: "owner_source", err: errors.New(`ent: missing required field "Task.owner_source"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "Task.tenant"`)}
+	}
 	if _, ok := _c.mutation.OwnerRole(); !ok {
 		return &ValidationError{Name: "owner_role", err: errors.New(`ent: missing required field "Task.owner_role"`)}
 	}
@@ -496,6 +566,11 @@ func (_c *TaskCreate) check() error {
 	if v, ok := _c.mutation.ResultStatus(); ok {
 		if err := task.ResultStatusValidator(v); err != nil {
 			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
+		}
+	}
+	if v, ok := _c.mutation.AttentionStatus(); ok {
+		if err := task.AttentionStatusValidator(v); err != nil {
+			return &ValidationError{Name: "attention_status", err: fmt.Errorf(`ent: validator failed for field "Task.attention_status": %w`, err)}
 		}
 	}
 	if _, ok := _c.mutation.Version(); !ok {
@@ -556,6 +631,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 		_spec.SetField(task.FieldIdempotencyKey, field.TypeString, value)
 		_node.IdempotencyKey = &value
 	}
+	if value, ok := _c.mutation.IdempotencyHash(); ok {
+		_spec.SetField(task.FieldIdempotencyHash, field.TypeString, value)
+		_node.IdempotencyHash = &value
+	}
 	if value, ok := _c.mutation.Title(); ok {
 		_spec.SetField(task.FieldTitle, field.TypeString, value)
 		_node.Title = value
@@ -571,6 +650,14 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Owner(); ok {
 		_spec.SetField(task.FieldOwner, field.TypeString, value)
 		_node.Owner = value
+	}
+	if value, ok := _c.mutation.OwnerSource(); ok {
+		_spec.SetField(task.FieldOwnerSource, field.TypeString, value)
+		_node.OwnerSource = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(task.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	if value, ok := _c.mutation.OwnerRole(); ok {
 		_spec.SetField(task.FieldOwnerRole, field.TypeString, value)
@@ -619,6 +706,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ResultStatus(); ok {
 		_spec.SetField(task.FieldResultStatus, field.TypeEnum, value)
 		_node.ResultStatus = &value
+	}
+	if value, ok := _c.mutation.AttentionStatus(); ok {
+		_spec.SetField(task.FieldAttentionStatus, field.TypeEnum, value)
+		_node.AttentionStatus = &value
 	}
 	if value, ok := _c.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)

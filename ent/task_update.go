@@ -149,6 +149,26 @@ func (_u *TaskUpdate) ClearResultStatus() *TaskUpdate {
 	return _u
 }
 
+// SetAttentionStatus sets the "attention_status" field.
+func (_u *TaskUpdate) SetAttentionStatus(v lifecycle.Status) *TaskUpdate {
+	_u.mutation.SetAttentionStatus(v)
+	return _u
+}
+
+// SetNillableAttentionStatus sets the "attention_status" field if the given value is not nil.
+func (_u *TaskUpdate) SetNillableAttentionStatus(v *lifecycle.Status) *TaskUpdate {
+	if v != nil {
+		_u.SetAttentionStatus(*v)
+	}
+	return _u
+}
+
+// ClearAttentionStatus clears the value of the "attention_status" field.
+func (_u *TaskUpdate) ClearAttentionStatus() *TaskUpdate {
+	_u.mutation.ClearAttentionStatus()
+	return _u
+}
+
 // SetVersion sets the "version" field.
 func (_u *TaskUpdate) SetVersion(v int64) *TaskUpdate {
 	_u.mutation.ResetVersion()
@@ -404,6 +424,11 @@ func (_u *TaskUpdate) check() error {
 			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.AttentionStatus(); ok {
+		if err := task.AttentionStatusValidator(v); err != nil {
+			return &ValidationError{Name: "attention_status", err: fmt.Errorf(`ent: validator failed for field "Task.attention_status": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -427,6 +452,9 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.IdempotencyKeyCleared() {
 		_spec.ClearField(task.FieldIdempotencyKey, field.TypeString)
+	}
+	if _u.mutation.IdempotencyHashCleared() {
+		_spec.ClearField(task.FieldIdempotencyHash, field.TypeString)
 	}
 	if value, ok := _u.mutation.Status(); ok {
 		_spec.SetField(task.FieldStatus, field.TypeEnum, value)
@@ -468,6 +496,12 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.ResultStatusCleared() {
 		_spec.ClearField(task.FieldResultStatus, field.TypeEnum)
+	}
+	if value, ok := _u.mutation.AttentionStatus(); ok {
+		_spec.SetField(task.FieldAttentionStatus, field.TypeEnum, value)
+	}
+	if _u.mutation.AttentionStatusCleared() {
+		_spec.ClearField(task.FieldAttentionStatus, field.TypeEnum)
 	}
 	if value, ok := _u.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)
@@ -767,6 +801,26 @@ func (_u *TaskUpdateOne) ClearResultStatus() *TaskUpdateOne {
 	return _u
 }
 
+// SetAttentionStatus sets the "attention_status" field.
+func (_u *TaskUpdateOne) SetAttentionStatus(v lifecycle.Status) *TaskUpdateOne {
+	_u.mutation.SetAttentionStatus(v)
+	return _u
+}
+
+// SetNillableAttentionStatus sets the "attention_status" field if the given value is not nil.
+func (_u *TaskUpdateOne) SetNillableAttentionStatus(v *lifecycle.Status) *TaskUpdateOne {
+	if v != nil {
+		_u.SetAttentionStatus(*v)
+	}
+	return _u
+}
+
+// ClearAttentionStatus clears the value of the "attention_status" field.
+func (_u *TaskUpdateOne) ClearAttentionStatus() *TaskUpdateOne {
+	_u.mutation.ClearAttentionStatus()
+	return _u
+}
+
 // SetVersion sets the "version" field.
 func (_u *TaskUpdateOne) SetVersion(v int64) *TaskUpdateOne {
 	_u.mutation.ResetVersion()
@@ -1035,6 +1089,11 @@ func (_u *TaskUpdateOne) check() error {
 			return &ValidationError{Name: "result_status", err: fmt.Errorf(`ent: validator failed for field "Task.result_status": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.AttentionStatus(); ok {
+		if err := task.AttentionStatusValidator(v); err != nil {
+			return &ValidationError{Name: "attention_status", err: fmt.Errorf(`ent: validator failed for field "Task.attention_status": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -1076,6 +1135,9 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	if _u.mutation.IdempotencyKeyCleared() {
 		_spec.ClearField(task.FieldIdempotencyKey, field.TypeString)
 	}
+	if _u.mutation.IdempotencyHashCleared() {
+		_spec.ClearField(task.FieldIdempotencyHash, field.TypeString)
+	}
 	if value, ok := _u.mutation.Status(); ok {
 		_spec.SetField(task.FieldStatus, field.TypeEnum, value)
 	}
@@ -1116,6 +1178,12 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.ResultStatusCleared() {
 		_spec.ClearField(task.FieldResultStatus, field.TypeEnum)
+	}
+	if value, ok := _u.mutation.AttentionStatus(); ok {
+		_spec.SetField(task.FieldAttentionStatus, field.TypeEnum, value)
+	}
+	if _u.mutation.AttentionStatusCleared() {
+		_spec.ClearField(task.FieldAttentionStatus, field.TypeEnum)
 	}
 	if value, ok := _u.mutation.Version(); ok {
 		_spec.SetField(task.FieldVersion, field.TypeInt64, value)

@@ -26,6 +26,8 @@ type Tx struct {
 	AuditLog *AuditLogClient
 	// Contact is the client for interacting with the Contact builders.
 	Contact *ContactClient
+	// Deployment is the client for interacting with the Deployment builders.
+	Deployment *DeploymentClient
 	// StallOverride is the client for interacting with the StallOverride builders.
 	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
@@ -171,6 +173,7 @@ func (tx *Tx) init() {
 	tx.Artifact = NewArtifactClient(tx.config)
 	tx.AuditLog = NewAuditLogClient(tx.config)
 	tx.Contact = NewContactClient(tx.config)
+	tx.Deployment = NewDeploymentClient(tx.config)
 	tx.StallOverride = NewStallOverrideClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)

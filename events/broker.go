@@ -10,9 +10,14 @@ import (
 	"taskgraph/ent"
 )
 
-// ErrLagged ends a subscription whose buffer was full when an event came:
-// the subscriber fell behind and must re-read what it watches.
+// ErrLagged ends a subscription that fell further behind than its buffer
+// and backlog allow: it must re-read what it watches and subscribe again.
 var ErrLagged = errors.New("subscriber fell behind and was dropped; re-read and subscribe again")
+
+// ErrResyncRequired ends the clients' subscriptions when changes they
+// should have received can no longer be replayed (a relay outage too long
+// to catch up on): they must re-read what they watch and subscribe again.
+var ErrResyncRequired = errors.New("changes were missed and cannot be replayed; re-read and subscribe again")
 
 // ErrClosed ends every subscription when the broker closes.
 var ErrClosed = errors.New("event broker closed")
@@ -25,19 +30,37 @@ type Config struct {
 	// published from different goroutines; this puts them back in order.
 	// Default: HoldBackDefault.
 	HoldBack time.Duration
+	// Backlog is how many tasks a client subscription (not an internal
+	// one) may fall behind by beyond its buffer: past its buffer, changes
+	// wait in a backlog that keeps the latest change of each task, in the
+	// order the tasks first came, and are handed over as the subscriber
+	// reads. A subscription whose backlog would exceed it is dropped with
+	// ErrLagged. Log lines are not coalesced: Backlog bounds the lines.
+	// 0: no backlog (dropped when its buffer is full).
+	Backlog int
+	// MaxOrderStates bounds the per-task ordering state the broker keeps
+	// (the last version delivered of each recently changed task, used to
+	// drop duplicates and restore order). Default: MaxOrderStatesDefault.
+	MaxOrderStates int
 	// Observe, when set, is called for every change delivered to at least
 	// one subscriber (metrics: the lag since its commit). It runs under the
 	// broker's lock and must be quick.
 	Observe func(TaskChange)
 }
 
-// HoldBackDefault is the default Config.HoldBack.
-const HoldBackDefault = 100 * time.Millisecond
+// Defaults of Config.
+const (
+	HoldBackDefault       = 100 * time.Millisecond
+	BacklogDefault        = 20000
+	MaxOrderStatesDefault = 200000
+)
 
 // Broker fans out committed changes to in-process subscribers. Publishing
-// never blocks: a subscriber whose buffer is full is dropped with ErrLagged.
+// never blocks: a subscriber that falls behind has its changes coalesced in
+// a bounded backlog, and is dropped with ErrLagged past it.
 type Broker struct {
 	holdBack time.Duration
+	backlog  int
 	observe  func(TaskChange)
 
 	mu       sync.Mutex
@@ -47,6 +70,9 @@ type Broker struct {
 	// instead of filtered one by one.
 	byTask  map[int]map[*Subscription[TaskChange]]struct{}
 	logSubs map[int]map[*Subscription[*ent.TaskLog]]struct{}
+	// lastLog is the newest log line delivered of each task with log
+	// subscribers, so that lines re-read after an outage are not sent twice.
+	lastLog map[int]int
 	seq     sequencer
 
 	published atomic.Int64
@@ -57,19 +83,36 @@ type Broker struct {
 func NewBroker(cfg Config) *Broker {
 	b := &Broker{
 		holdBack: cfg.HoldBack,
+		backlog:  max(cfg.Backlog, 0),
 		observe:  cfg.Observe,
 		taskSubs: make(map[*Subscription[TaskChange]]struct{}),
 		byTask:   make(map[int]map[*Subscription[TaskChange]]struct{}),
 		logSubs:  make(map[int]map[*Subscription[*ent.TaskLog]]struct{}),
+		lastLog:  make(map[int]int),
 	}
 	if b.holdBack <= 0 {
 		b.holdBack = HoldBackDefault
+	}
+	b.seq.maxStates = cfg.MaxOrderStates
+	if b.seq.maxStates <= 0 {
+		b.seq.maxStates = MaxOrderStatesDefault
 	}
 	b.seq.init()
 	return b
 }
 
 var _ Publisher = (*Broker)(nil)
+
+// SetReplayFloor tells the broker that changes first delivered at or after
+// floor() (this process's clock) may be published again (a relay re-reading
+// after an outage): it then remembers what it delivered since then, so that
+// a change republished is not delivered twice. Without it, the broker
+// remembers what it delivered in the last seqGeneration.
+func (b *Broker) SetReplayFloor(floor func() time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seq.floor = floor
+}
 
 // Subscription is a bounded stream of events. C is closed when the
 // subscription ends; Err then says why (nil after Close).
@@ -81,6 +124,14 @@ type Subscription[T any] struct {
 	err      atomic.Pointer[error]
 	unsub    func()
 	once     sync.Once
+
+	// Past its buffer, values wait in backlog (nil: none) and a pump
+	// goroutine hands them over as the subscriber reads.
+	mu      sync.Mutex
+	backlog *backlog[T]
+	pumping bool
+	ended   bool
+	done    chan struct{}
 }
 
 // Err returns why the subscription ended, or nil while it runs or after Close.
@@ -94,25 +145,125 @@ func (s *Subscription[T]) Err() error {
 // Close ends the subscription. It is safe to call more than once.
 func (s *Subscription[T]) Close() { s.unsub() }
 
-// end closes the channel once; called with the broker's lock held.
+// end stops the subscription; called with the broker's lock held. What
+// waits in its backlog is dropped: an ended subscriber re-reads anyway.
 func (s *Subscription[T]) end(err error) {
 	s.once.Do(func() {
 		if err != nil {
 			s.err.Store(&err)
 		}
-		close(s.c)
+		s.mu.Lock()
+		s.ended = true
+		pumping := s.pumping
+		s.mu.Unlock()
+		close(s.done)
+		if !pumping {
+			close(s.c)
+		} // else the pump closes it when it stops
 	})
 }
 
-// offer sends v without blocking and reports false when the buffer is full.
+// offer hands v over without blocking. It reports false when the
+// subscriber must be dropped: its buffer is full and it has no backlog, or
+// its backlog is full too.
 func (s *Subscription[T]) offer(v T) bool {
-	select {
-	case s.c <- v:
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
 		return true
-	default:
+	}
+	if !s.pumping {
+		select {
+		case s.c <- v:
+			return true
+		default:
+		}
+		if s.backlog == nil {
+			return false
+		}
+	}
+	// While the pump runs, everything goes through the backlog: a value
+	// sent directly could overtake one the pump is handing over.
+	if !s.backlog.push(v) {
 		return false
 	}
+	if !s.pumping {
+		s.pumping = true
+		go s.pump()
+	}
+	return true
 }
+
+// pump moves the backlog into the channel as the subscriber reads it.
+func (s *Subscription[T]) pump() {
+	for {
+		s.mu.Lock()
+		v, ok := s.backlog.pop()
+		if !ok || s.ended {
+			s.pumping = false
+			ended := s.ended
+			s.mu.Unlock()
+			if ended {
+				close(s.c)
+			}
+			return
+		}
+		s.mu.Unlock()
+		select {
+		case s.c <- v:
+		case <-s.done:
+		}
+	}
+}
+
+// backlog holds values by key, keeping for each key the latest value at the
+// position of the first: per key, order is kept; what a slow subscriber
+// skips is intermediate versions of one task, never a task.
+type backlog[T any] struct {
+	key   func(T) int
+	limit int
+	order []int
+	head  int
+	vals  map[int]T
+}
+
+func newBacklog[T any](limit int, key func(T) int) *backlog[T] {
+	return &backlog[T]{key: key, limit: limit, vals: make(map[int]T)}
+}
+
+func (q *backlog[T]) push(v T) bool {
+	k := q.key(v)
+	if _, ok := q.vals[k]; ok {
+		q.vals[k] = v
+		return true
+	}
+	if len(q.vals) >= q.limit {
+		return false
+	}
+	q.vals[k] = v
+	q.order = append(q.order, k)
+	return true
+}
+
+func (q *backlog[T]) pop() (T, bool) {
+	for q.head < len(q.order) {
+		k := q.order[q.head]
+		q.head++
+		if v, ok := q.vals[k]; ok {
+			delete(q.vals, k)
+			if q.head > 1024 && q.head*2 > len(q.order) {
+				q.order = append(q.order[:0], q.order[q.head:]...)
+				q.head = 0
+			}
+			return v, true
+		}
+	}
+	q.order, q.head = q.order[:0], 0
+	var zero T
+	return zero, false
+}
+
+func (q *backlog[T]) len() int { return len(q.vals) }
 
 // SubscribeTasks streams the committed task changes for which match returns
 // true (nil matches all), in version order per task.
@@ -121,8 +272,10 @@ func (b *Broker) SubscribeTasks(match func(TaskChange) bool, buffer int) *Subscr
 }
 
 // SubscribeInternal is SubscribeTasks for the process's own machinery (a
-// worker pool): it also receives partial changes from other nodes, and is
-// not counted as a subscriber for whom remote changes must be re-read.
+// worker pool): it also receives partial changes from other nodes, is not
+// counted as a subscriber for whom remote changes must be re-read, has no
+// backlog (it is dropped when its buffer is full) and is not ended by
+// ResyncRequired.
 func (b *Broker) SubscribeInternal(match func(TaskChange) bool, buffer int) *Subscription[TaskChange] {
 	return b.subscribeTasks(match, buffer, true)
 }
@@ -130,29 +283,40 @@ func (b *Broker) SubscribeInternal(match func(TaskChange) bool, buffer int) *Sub
 // SubscribeTask streams the changes of one task for which match returns
 // true (nil matches all). It costs nothing when other tasks change.
 func (b *Broker) SubscribeTask(taskID int, match func(TaskChange) bool, buffer int) *Subscription[TaskChange] {
-	return subscribe(b, buffer, match, false,
+	return subscribe(b, buffer, match, false, changeKey,
 		func(s *Subscription[TaskChange]) { addTo(b.byTask, taskID, s) },
 		func(s *Subscription[TaskChange]) { removeFrom(b.byTask, taskID, s) })
 }
 
 func (b *Broker) subscribeTasks(match func(TaskChange) bool, buffer int, internal bool) *Subscription[TaskChange] {
-	return subscribe(b, buffer, match, internal,
+	return subscribe(b, buffer, match, internal, changeKey,
 		func(s *Subscription[TaskChange]) { b.taskSubs[s] = struct{}{} },
 		func(s *Subscription[TaskChange]) { delete(b.taskSubs, s) })
 }
 
 // SubscribeLogs streams the log lines appended to one task.
 func (b *Broker) SubscribeLogs(taskID int, buffer int) *Subscription[*ent.TaskLog] {
-	return subscribe(b, buffer, nil, false,
+	return subscribe(b, buffer, nil, false, func(l *ent.TaskLog) int { return l.ID },
 		func(s *Subscription[*ent.TaskLog]) { addTo(b.logSubs, taskID, s) },
-		func(s *Subscription[*ent.TaskLog]) { removeFrom(b.logSubs, taskID, s) })
+		func(s *Subscription[*ent.TaskLog]) {
+			removeFrom(b.logSubs, taskID, s)
+			if b.logSubs[taskID] == nil {
+				delete(b.lastLog, taskID)
+			}
+		})
 }
 
+func changeKey(c TaskChange) int { return c.Task.ID }
+
 // subscribe makes a subscription that add registers and remove forgets,
-// both called with the broker's lock held.
-func subscribe[T any](b *Broker, buffer int, filter func(T) bool, internal bool, add, remove func(*Subscription[T])) *Subscription[T] {
+// both called with the broker's lock held. key names what its backlog
+// coalesces.
+func subscribe[T any](b *Broker, buffer int, filter func(T) bool, internal bool, key func(T) int, add, remove func(*Subscription[T])) *Subscription[T] {
 	c := make(chan T, max(buffer, 1))
-	s := &Subscription[T]{C: c, c: c, filter: filter, internal: internal}
+	s := &Subscription[T]{C: c, c: c, filter: filter, internal: internal, done: make(chan struct{})}
+	if !internal && b.backlog > 0 {
+		s.backlog = newBacklog(b.backlog, key)
+	}
 	s.unsub = func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -252,20 +416,79 @@ func (b *Broker) deliverTaskLocked(c TaskChange) {
 
 // PublishLogs delivers committed log lines to the subscribers of their task.
 func (b *Broker) PublishLogs(logs []*ent.TaskLog) {
+	b.publishLogs(logs, false)
+}
+
+// PublishMissedLogs delivers log lines re-read after changes may have been
+// missed: only those newer than the newest line delivered of their task.
+func (b *Broker) PublishMissedLogs(logs []*ent.TaskLog) {
+	b.publishLogs(logs, true)
+}
+
+func (b *Broker) publishLogs(logs []*ent.TaskLog, onlyNewer bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed || len(b.logSubs) == 0 {
 		return
 	}
 	for _, l := range logs {
-		for s := range b.logSubs[l.TaskID] {
+		subs := b.logSubs[l.TaskID]
+		if len(subs) == 0 || (onlyNewer && l.ID <= b.lastLog[l.TaskID]) {
+			continue
+		}
+		if l.ID > b.lastLog[l.TaskID] {
+			b.lastLog[l.TaskID] = l.ID
+		}
+		for s := range subs {
 			if !s.offer(l) {
 				removeFrom(b.logSubs, l.TaskID, s)
 				s.end(ErrLagged)
 				b.dropped.Add(1)
 			}
 		}
+		if b.logSubs[l.TaskID] == nil {
+			delete(b.lastLog, l.TaskID)
+		}
 	}
+}
+
+// LogTasks returns the tasks whose log lines someone subscribes to.
+func (b *Broker) LogTasks() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := make([]int, 0, len(b.logSubs))
+	for id := range b.logSubs {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids
+}
+
+// ResyncRequired ends every client subscription (task changes and log
+// lines; not internal ones) with ErrResyncRequired: changes they should
+// have received were lost and cannot be replayed.
+func (b *Broker) ResyncRequired() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.taskSubs {
+		if !s.internal {
+			delete(b.taskSubs, s)
+			s.end(ErrResyncRequired)
+		}
+	}
+	for id, m := range b.byTask {
+		for s := range m {
+			s.end(ErrResyncRequired)
+		}
+		delete(b.byTask, id)
+	}
+	for id, m := range b.logSubs {
+		for s := range m {
+			s.end(ErrResyncRequired)
+		}
+		delete(b.logSubs, id)
+	}
+	clear(b.lastLog)
 }
 
 // Stats are counters for metrics.
@@ -274,8 +497,10 @@ type Stats struct {
 	TaskSubscribers     int
 	InternalSubscribers int
 	LogSubscribers      int
-	Published           int64
-	Dropped             int64
+	// Backlogged counts the changes and lines waiting in backlogs.
+	Backlogged int
+	Published  int64
+	Dropped    int64
 }
 
 // Stats returns the broker's counters.
@@ -288,15 +513,31 @@ func (b *Broker) Stats() Stats {
 			st.InternalSubscribers++
 		} else {
 			st.TaskSubscribers++
+			st.Backlogged += backlogged(s)
 		}
 	}
 	for _, m := range b.byTask {
 		st.TaskSubscribers += len(m)
+		for s := range m {
+			st.Backlogged += backlogged(s)
+		}
 	}
 	for _, m := range b.logSubs {
 		st.LogSubscribers += len(m)
+		for s := range m {
+			st.Backlogged += backlogged(s)
+		}
 	}
 	return st
+}
+
+func backlogged[T any](s *Subscription[T]) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.backlog == nil {
+		return 0
+	}
+	return s.backlog.len()
 }
 
 // WantsFullChanges reports whether any client subscribes to task changes or
@@ -340,66 +581,92 @@ func (b *Broker) Close() {
 	b.seq.reset()
 }
 
-// sequencer restores version order per task. It remembers the last
-// delivered version of recently seen tasks in two generations that rotate,
-// so memory stays bounded by the tasks changed in the last two periods.
+// sequencer restores version order per task and drops versions already
+// delivered. It remembers the last delivered version of each task changed
+// recently: at least seqGeneration, and since the replay floor when one is
+// set; so memory stays bounded by the tasks changed in that window (and by
+// maxStates).
 type sequencer struct {
-	cur, prev map[int]*seqState
-	rotated   time.Time
+	states    map[int]*seqState
+	pruned    time.Time
 	timers    uint64 // numbers hold-back timers; never reset
+	floor     func() time.Time
+	maxStates int
 }
 
 type seqState struct {
-	last  int64
-	held  map[int64]TaskChange
-	timer *time.Timer
-	// timerID names timer. A timer that fired while a publisher held the
-	// lock and filled the gap runs its callback late, possibly after a new
-	// timer took its place; its ID no longer matches and it does nothing.
+	last int64
+	at   time.Time // when last was delivered (this process's clock)
+	held map[int64]TaskChange
+	// timer releases held changes; timerID names it. A timer that fired
+	// while a publisher held the lock and filled the gap runs its callback
+	// late, possibly after a new timer took its place; its ID no longer
+	// matches and it does nothing.
+	timer   *time.Timer
 	timerID uint64
 }
 
-const seqGeneration = 10 * time.Second
+// seqGeneration is how long the last version of a task is remembered at
+// least (more when a replay floor asks for it).
+const seqGeneration = 20 * time.Second
 
 func (q *sequencer) init() {
-	q.cur, q.prev, q.rotated = make(map[int]*seqState), make(map[int]*seqState), time.Now()
+	q.states, q.pruned = make(map[int]*seqState), time.Now()
 }
 
 func (q *sequencer) reset() {
-	if len(q.cur)+len(q.prev) == 0 {
+	if len(q.states) == 0 {
 		return
 	}
-	for _, m := range []map[int]*seqState{q.cur, q.prev} {
-		for _, st := range m {
-			if st.timer != nil {
-				st.timer.Stop()
-			}
+	for _, st := range q.states {
+		if st.timer != nil {
+			st.timer.Stop()
 		}
 	}
 	q.init()
 }
 
 func (q *sequencer) state(id int) *seqState {
-	if time.Since(q.rotated) > seqGeneration {
-		// Carry over states still holding changes; forget the rest.
-		for tid, st := range q.prev {
-			if len(st.held) > 0 {
-				if _, ok := q.cur[tid]; !ok {
-					q.cur[tid] = st
-				}
-			}
+	if time.Since(q.pruned) > seqGeneration/2 || len(q.states) > q.maxStates {
+		q.prune(time.Now())
+	}
+	return q.states[id]
+}
+
+// prune forgets the tasks delivered before the window, then, if that is
+// not enough, the oldest ones beyond maxStates. (A relay that must replay
+// more than it can dedupe this way is past its own resync limit, which is
+// far lower, and asks clients to resync instead.)
+func (q *sequencer) prune(now time.Time) {
+	q.pruned = now
+	keep := now.Add(-seqGeneration)
+	if q.floor != nil {
+		if f := q.floor(); !f.IsZero() && f.Before(keep) {
+			keep = f
 		}
-		q.prev, q.cur, q.rotated = q.cur, make(map[int]*seqState), time.Now()
 	}
-	if st, ok := q.cur[id]; ok {
-		return st
+	for id, st := range q.states {
+		if len(st.held) == 0 && st.at.Before(keep) {
+			delete(q.states, id)
+		}
 	}
-	if st, ok := q.prev[id]; ok {
-		q.cur[id] = st
-		delete(q.prev, id)
-		return st
+	if len(q.states) <= q.maxStates {
+		return
 	}
-	return nil
+	type aged struct {
+		id int
+		at time.Time
+	}
+	var all []aged
+	for id, st := range q.states {
+		if len(st.held) == 0 {
+			all = append(all, aged{id, st.at})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	for _, a := range all[:max(0, min(len(all), len(q.states)-q.maxStates*3/4))] {
+		delete(q.states, a.id)
+	}
 }
 
 func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(TaskChange), onTimeout func(taskID int, timerID uint64)) {
@@ -407,30 +674,24 @@ func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(Task
 	st := q.state(id)
 	if st == nil {
 		st = &seqState{last: v - 1}
-		if c.Relayed {
+		if c.Relayed && !c.Latest {
 			st.last = 0
 		}
-		q.cur[id] = st
+		q.states[id] = st
 	}
 	switch {
 	case v <= st.last:
 		return // already delivered (or superseded)
 	case v == st.last+1:
-		deliver(c)
-		st.last = v
-		for {
-			next, ok := st.held[st.last+1]
-			if !ok {
-				break
-			}
-			delete(st.held, st.last+1)
-			deliver(next)
-			st.last++
-		}
-		if len(st.held) == 0 && st.timer != nil {
-			st.timer.Stop()
-			st.timer = nil
-		}
+		q.deliver(st, c, deliver)
+		q.drain(st, deliver)
+	case c.Latest:
+		// The task's current row: what came before it and is held goes
+		// first, in order; the versions in between will not come.
+		q.deliverHeldBelow(st, v, deliver)
+		delete(st.held, v)
+		q.deliver(st, c, deliver)
+		q.drain(st, deliver)
 	default:
 		if st.held == nil {
 			st.held = make(map[int64]TaskChange)
@@ -445,19 +706,51 @@ func (q *sequencer) push(c TaskChange, holdBack time.Duration, deliver func(Task
 	}
 }
 
-func (q *sequencer) release(id int, timerID uint64, deliver func(TaskChange)) {
-	st := q.state(id)
-	if st == nil || len(st.held) == 0 || st.timerID != timerID {
-		return
+func (q *sequencer) deliver(st *seqState, c TaskChange, deliver func(TaskChange)) {
+	deliver(c)
+	st.last, st.at = c.Task.Version, time.Now()
+}
+
+// drain delivers the held changes that now follow in order.
+func (q *sequencer) drain(st *seqState, deliver func(TaskChange)) {
+	for {
+		next, ok := st.held[st.last+1]
+		if !ok {
+			break
+		}
+		delete(st.held, st.last+1)
+		q.deliver(st, next, deliver)
 	}
+	for v := range st.held {
+		if v <= st.last {
+			delete(st.held, v)
+		}
+	}
+	if len(st.held) == 0 && st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+}
+
+func (q *sequencer) deliverHeldBelow(st *seqState, below int64, deliver func(TaskChange)) {
 	versions := make([]int64, 0, len(st.held))
 	for v := range st.held {
-		versions = append(versions, v)
+		if v < below {
+			versions = append(versions, v)
+		}
 	}
 	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
 	for _, v := range versions {
-		deliver(st.held[v])
-		st.last = v
+		q.deliver(st, st.held[v], deliver)
+		delete(st.held, v)
 	}
+}
+
+func (q *sequencer) release(id int, timerID uint64, deliver func(TaskChange)) {
+	st := q.states[id]
+	if st == nil || len(st.held) == 0 || st.timerID != timerID {
+		return
+	}
+	q.deliverHeldBelow(st, 1<<62, deliver)
 	st.held, st.timer = nil, nil
 }

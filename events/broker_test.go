@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -381,71 +382,103 @@ func TestSequencer(t *testing.T) {
 		return func(c TaskChange) { *out = append(*out, c) }
 	}
 
-	t.Run("ForgetsTasksAfterTwoGenerations", func(t *testing.T) {
+	t.Run("ForgetsTasksDeliveredBeforeTheWindow", func(t *testing.T) {
 		t.Parallel()
 		var q sequencer
 		q.init()
+		q.maxStates = MaxOrderStatesDefault
 		var got []TaskChange
 		noTimeout := func(int, uint64) { t.Error("no change should be held") }
 		for id := range 1000 {
 			q.push(change(id, 1), time.Minute, collect(&got), noTimeout)
 		}
-		require.Len(t, q.cur, 1000)
-
-		// A generation later, the next push rotates: old states move to prev.
-		q.rotated = time.Now().Add(-seqGeneration - time.Second)
-		q.push(change(5000, 1), time.Minute, collect(&got), noTimeout)
-		require.Len(t, q.prev, 1000)
-		require.Len(t, q.cur, 1)
-
-		// One more generation and they are gone.
-		q.rotated = time.Now().Add(-seqGeneration - time.Second)
-		q.push(change(5001, 1), time.Minute, collect(&got), noTimeout)
-		require.Len(t, q.prev, 1)
-		require.Len(t, q.cur, 1)
-		require.Len(t, got, 1002)
-
-		// Many generations of steady traffic stay bounded by two of them.
-		for gen := range 50 {
-			q.rotated = time.Now().Add(-seqGeneration - time.Second)
-			for id := range 20 {
-				q.push(change(10000+gen*20+id, 1), time.Minute, collect(&got), noTimeout)
-			}
-			require.LessOrEqual(t, len(q.cur)+len(q.prev), 40)
+		require.Len(t, q.states, 1000)
+		// Half of them were delivered long ago; the next push prunes.
+		for id := range 500 {
+			q.states[id].at = time.Now().Add(-seqGeneration - time.Second)
 		}
+		q.pruned = time.Now().Add(-seqGeneration)
+		q.push(change(5000, 1), time.Minute, collect(&got), noTimeout)
+		require.Len(t, q.states, 501)
+		// A forgotten task is new again: its next change is delivered.
+		q.push(change(1, 7), time.Minute, collect(&got), noTimeout)
+		require.Equal(t, int64(7), got[len(got)-1].Task.Version)
 	})
 
-	t.Run("KeepsTasksSeenInThePreviousGeneration", func(t *testing.T) {
+	t.Run("RemembersWhatItDeliveredSinceTheReplayFloor", func(t *testing.T) {
 		t.Parallel()
 		var q sequencer
 		q.init()
+		q.maxStates = MaxOrderStatesDefault
+		floor := time.Now().Add(-time.Hour)
+		q.floor = func() time.Time { return floor }
 		var got []TaskChange
 		noTimeout := func(int, uint64) { t.Error("no change should be held") }
-		q.push(change(1, 1), time.Minute, collect(&got), noTimeout)
-		q.rotated = time.Now().Add(-seqGeneration - time.Second)
-		q.push(change(1, 1), time.Minute, collect(&got), noTimeout) // duplicate, after a rotation
-		require.Len(t, got, 1)
-		require.Contains(t, q.cur, 1, "a task seen again moves back to the current generation")
-		require.NotContains(t, q.prev, 1)
+		q.push(change(1, 3), time.Minute, collect(&got), noTimeout)
+		q.states[1].at = time.Now().Add(-30 * time.Minute)
+		q.pruned = time.Now().Add(-seqGeneration)
+		latest := change(1, 3)
+		latest.Latest, latest.Relayed = true, true
+		q.push(latest, time.Minute, collect(&got), noTimeout)
+		require.Equal(t, []int64{3}, versions(got), "re-published after an outage, version 3 is not delivered twice")
+		// Once the floor moves past it, it is forgotten.
+		floor = time.Now()
+		q.pruned = time.Now().Add(-seqGeneration)
+		q.push(change(2, 1), time.Minute, collect(&got), noTimeout)
+		require.NotContains(t, q.states, 1)
 	})
 
-	t.Run("CarriesHeldChangesAcrossGenerations", func(t *testing.T) {
+	t.Run("KeepsAtMostMaxStates", func(t *testing.T) {
 		t.Parallel()
 		var q sequencer
 		q.init()
+		q.maxStates = 100
+		var got []TaskChange
+		noTimeout := func(int, uint64) { t.Error("no change should be held") }
+		for id := range 1000 {
+			q.push(change(id, 1), time.Minute, collect(&got), noTimeout)
+			require.LessOrEqual(t, len(q.states), 101)
+		}
+		require.Contains(t, q.states, 999, "the newest are kept")
+	})
+
+	t.Run("NeverForgetsHeldChanges", func(t *testing.T) {
+		t.Parallel()
+		var q sequencer
+		q.init()
+		q.maxStates = MaxOrderStatesDefault
 		var got []TaskChange
 		var fired []uint64
 		onTimeout := func(_ int, timer uint64) { fired = append(fired, timer) }
 		q.push(change(1, 1), time.Hour, collect(&got), onTimeout)
 		q.push(change(1, 3), time.Hour, collect(&got), onTimeout) // held
 		t.Cleanup(func() { q.reset() })
-		for range 3 {
-			q.rotated = time.Now().Add(-seqGeneration - time.Second)
-			q.push(change(99, 1), time.Hour, collect(&got), onTimeout)
-		}
+		q.states[1].at = time.Now().Add(-time.Hour)
+		q.pruned = time.Now().Add(-seqGeneration)
+		q.push(change(99, 1), time.Hour, collect(&got), onTimeout)
 		q.push(change(1, 2), time.Hour, collect(&got), onTimeout)
 		require.Equal(t, []int64{1, 1, 2, 3}, versions(got))
 		require.Empty(t, fired)
+	})
+
+	t.Run("ALatestChangeReleasesHeldPredecessorsAndSkipsTheGap", func(t *testing.T) {
+		t.Parallel()
+		var q sequencer
+		q.init()
+		q.maxStates = MaxOrderStatesDefault
+		t.Cleanup(func() { q.reset() })
+		var got []TaskChange
+		onTimeout := func(int, uint64) {}
+		q.push(change(1, 1), time.Hour, collect(&got), onTimeout)
+		q.push(change(1, 3), time.Hour, collect(&got), onTimeout) // held, waiting for 2
+		q.push(change(1, 9), time.Hour, collect(&got), onTimeout) // held
+		latest := change(1, 6)
+		latest.Latest = true
+		q.push(latest, time.Hour, collect(&got), onTimeout)
+		require.Equal(t, []int64{1, 3, 6}, versions(got), "9 still waits for 7")
+		q.push(change(1, 7), time.Hour, collect(&got), onTimeout)
+		q.push(change(1, 8), time.Hour, collect(&got), onTimeout)
+		require.Equal(t, []int64{1, 3, 6, 7, 8, 9}, versions(got))
 	})
 
 	t.Run("IgnoresATimerThatFiredForEarlierHeldChanges", func(t *testing.T) {
@@ -455,13 +488,14 @@ func TestSequencer(t *testing.T) {
 		// later by a new timer. It must not release those early.
 		var q sequencer
 		q.init()
+		q.maxStates = MaxOrderStatesDefault
 		t.Cleanup(func() { q.reset() })
 		var got []TaskChange
 		var fired []uint64
 		onTimeout := func(_ int, timer uint64) { fired = append(fired, timer) }
 		q.push(change(1, 1), time.Hour, collect(&got), onTimeout)
 		q.push(change(1, 3), time.Hour, collect(&got), onTimeout) // held, timer A
-		stale := q.cur[1].timerID
+		stale := q.states[1].timerID
 		q.push(change(1, 2), time.Hour, collect(&got), onTimeout) // fills the gap
 		q.push(change(1, 5), time.Hour, collect(&got), onTimeout) // held, timer B
 
@@ -531,4 +565,128 @@ func TestRelayedChangesWaitForLocalPredecessors(t *testing.T) {
 	// A local change of an unknown task is delivered at once.
 	b.PublishTasks([]TaskChange{change(8, 5)})
 	require.Equal(t, int64(5), recv(t, s).Task.Version)
+}
+
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+	t.Run("ASlowSubscriberGetsTheLatestVersionOfEveryTaskInOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{Backlog: 1000})
+		slow := b.SubscribeTasks(nil, 4)
+		defer slow.Close()
+		// 500 tasks, 3 versions each, published while nobody reads.
+		for v := int64(1); v <= 3; v++ {
+			for id := 1; id <= 500; id++ {
+				b.PublishTasks([]TaskChange{change(id, v)})
+			}
+		}
+		require.Positive(t, b.Stats().Backlogged)
+		last := map[int]int64{}
+		for len(last) < 500 || !allAt(last, 3) {
+			c := recv(t, slow)
+			require.Greater(t, c.Task.Version, last[c.Task.ID], "task %d in version order", c.Task.ID)
+			last[c.Task.ID] = c.Task.Version
+		}
+		require.Empty(t, pending(slow))
+		require.Zero(t, b.Stats().Dropped)
+		// Drained, it receives directly again.
+		b.PublishTasks([]TaskChange{change(1, 4)})
+		require.Equal(t, int64(4), recv(t, slow).Task.Version)
+	})
+	t.Run("ASubscriberPastItsBacklogIsDroppedWithErrLagged", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{Backlog: 10})
+		slow := b.SubscribeTasks(nil, 2)
+		for id := 1; id <= 20; id++ {
+			b.PublishTasks([]TaskChange{change(id, 1)})
+		}
+		require.ErrorIs(t, ended(t, slow), ErrLagged)
+		require.Equal(t, int64(1), b.Stats().Dropped)
+	})
+	t.Run("LogLinesAreBackloggedWithoutCoalescing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{Backlog: 100})
+		s := b.SubscribeLogs(1, 1)
+		defer s.Close()
+		var lines []*ent.TaskLog
+		for i := 1; i <= 50; i++ {
+			lines = append(lines, &ent.TaskLog{ID: i, TaskID: 1})
+		}
+		b.PublishLogs(lines)
+		for i := 1; i <= 50; i++ {
+			require.Equal(t, i, recv(t, s).ID)
+		}
+	})
+	t.Run("EndingWhileTheBacklogDrainsClosesOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{Backlog: 100})
+		s := b.SubscribeTasks(nil, 1)
+		for id := 1; id <= 50; id++ {
+			b.PublishTasks([]TaskChange{change(id, 1)})
+		}
+		recv(t, s)
+		s.Close()
+		require.NoError(t, ended(t, s))
+		b.PublishTasks([]TaskChange{change(1, 2)}) // no send on a closed channel
+	})
+}
+
+func allAt(last map[int]int64, v int64) bool {
+	for _, x := range last {
+		if x != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestResync(t *testing.T) {
+	t.Parallel()
+	t.Run("ResyncRequiredEndsClientSubscriptionsOnly", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		client := b.SubscribeTasks(nil, 4)
+		one := b.SubscribeTask(1, nil, 4)
+		logs := b.SubscribeLogs(1, 4)
+		pool := b.SubscribeInternal(nil, 4)
+		defer pool.Close()
+		b.ResyncRequired()
+		require.ErrorIs(t, ended(t, client), ErrResyncRequired)
+		require.ErrorIs(t, ended(t, one), ErrResyncRequired)
+		require.ErrorIs(t, ended(t, logs), ErrResyncRequired)
+		b.PublishTasks([]TaskChange{change(5, 1)})
+		require.Equal(t, 5, recv(t, pool).Task.ID, "the worker pool keeps listening")
+		require.False(t, b.WantsFullChanges())
+	})
+	t.Run("MissedLogLinesAreNotSentTwice", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{})
+		s := b.SubscribeLogs(1, 10)
+		defer s.Close()
+		require.Equal(t, []int{1}, b.LogTasks())
+		b.PublishLogs([]*ent.TaskLog{{ID: 1, TaskID: 1}, {ID: 2, TaskID: 1}})
+		b.PublishMissedLogs([]*ent.TaskLog{{ID: 1, TaskID: 1}, {ID: 2, TaskID: 1}, {ID: 3, TaskID: 1}, {ID: 4, TaskID: 2}})
+		var ids []int
+		for _, l := range pending(s) {
+			ids = append(ids, l.ID)
+		}
+		require.Equal(t, []int{1, 2, 3}, ids)
+	})
+	t.Run("LatestChangesAreDeliveredAtOnceAndOnlyWhenNew", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, Config{HoldBack: time.Hour})
+		s := b.SubscribeTasks(nil, 10)
+		defer s.Close()
+		b.PublishTasks([]TaskChange{change(1, 1), change(1, 2)})
+		dup, newer, unknown := change(1, 2), change(1, 5), change(2, 4)
+		for _, c := range []*TaskChange{&dup, &newer, &unknown} {
+			c.Latest, c.Relayed = true, true
+		}
+		b.PublishTasks([]TaskChange{dup, newer, unknown})
+		var got []string
+		for _, c := range pending(s) {
+			got = append(got, fmt.Sprintf("%d:%d", c.Task.ID, c.Task.Version))
+		}
+		require.Equal(t, []string{"1:1", "1:2", "1:5", "2:4"}, got, "nothing held back, nothing twice")
+	})
 }

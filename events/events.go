@@ -56,6 +56,10 @@ type TaskChange struct {
 	// of it (a task created here and claimed there), so it waits for its
 	// predecessors, for at most the hold-back.
 	Relayed bool
+	// Latest changes are a task's current row, re-read after changes of it
+	// may have been lost (a relay outage): delivered at once if newer than
+	// what was delivered, after any held predecessors, and never twice.
+	Latest bool
 }
 
 // Publisher receives what the store committed, after the commit.

@@ -21,6 +21,7 @@ import (
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
+	"taskgraph/mask"
 	"taskgraph/spreadsheet"
 	"taskgraph/worker"
 )
@@ -42,7 +43,10 @@ type Config struct {
 	Postgres bool
 	// PageSize is how many rows one query reads. Default: PageSizeDefault.
 	PageSize int
-	Logger   *slog.Logger
+	// Masker masks every text cell of an export: a file that leaves the
+	// system shows no more than the API does. Default: mask.Default().
+	Masker *mask.Masker
+	Logger *slog.Logger
 }
 
 // Exporter runs exports and reports.
@@ -61,19 +65,30 @@ func New(cfg Config) (*Exporter, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Masker == nil {
+		cfg.Masker = mask.Default()
+	}
 	return &Exporter{cfg: cfg}, nil
 }
 
 // Register adds the export and report task types to r.
 func (e *Exporter) Register(r *worker.Registry) {
-	worker.Register(r, ExportType, e.export,
+	worker.Register(r, ExportType, storeFailuresWait(e.export),
 		worker.WithDescription("Exports contacts or tasks matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
 		worker.WithTimeout(time.Hour),
 		worker.WithConcurrency(4))
-	worker.Register(r, ReportType, e.report,
+	worker.Register(r, ReportType, storeFailuresWait(e.report),
 		worker.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
 		worker.WithTimeout(30*time.Minute),
 		worker.WithConcurrency(2))
+}
+
+// storeFailuresWait makes a failure of the blob store a resource error of
+// the execution that met it: retried later, with the longer backoff.
+func storeFailuresWait[I any](h func(context.Context, *worker.Job, I) error) func(context.Context, *worker.Job, I) error {
+	return func(ctx context.Context, job *worker.Job, in I) error {
+		return artifact.AsResource(h(ctx, job, in))
+	}
 }
 
 // ExportInput is the input of an export task.
@@ -135,13 +150,14 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 	name := job.Task.Code + "-" + in.Source + "." + string(format)
 	rows := 0
 	a, err := e.cfg.Artifacts.Write(ctx, artifact.Meta{
-		TaskID: &job.Task.ID, Owner: job.Task.Owner, Kind: artifact.KindExport,
+		TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindExport,
 		Filename: name, ContentType: format.ContentType(),
 	}, func(w io.Writer) error {
-		out, err := spreadsheet.NewWriter(format, w, in.Source)
+		sheet, err := spreadsheet.NewWriter(format, w, in.Source)
 		if err != nil {
 			return err
 		}
+		out := maskedWriter{Writer: sheet, masker: e.cfg.Masker}
 		// The rows are read as the task's owner: an operator's export
 		// holds that operator's tasks and imported contacts only.
 		asOwner := auth.NewContext(ctx, job.Owner())
@@ -332,4 +348,21 @@ func pages[T any](ctx context.Context, size int, fetch func(ctx context.Context,
 		}
 	}
 	return ctx.Err()
+}
+
+// maskedWriter masks the text cells of every row: imported contacts keep
+// their phone numbers and addresses for the business, but an export is a
+// file that leaves the system.
+type maskedWriter struct {
+	spreadsheet.Writer
+	masker *mask.Masker
+}
+
+func (w maskedWriter) Row(cells ...any) error {
+	for i, c := range cells {
+		if s, ok := c.(string); ok {
+			cells[i] = w.masker.String(s)
+		}
+	}
+	return w.Writer.Row(cells...)
 }

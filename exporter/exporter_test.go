@@ -128,6 +128,11 @@ func TestExport(t *testing.T) {
 					require.Equal(t, "'"+d, rows[i+1][1], format)
 				}
 				require.Equal(t, "用户"+strconv.Itoa(len(dangerous)), rows[len(dangerous)+1][1], "safe cells are unchanged")
+				// A file that leaves the system is masked like the API.
+				for _, r := range rows[1:] {
+					require.Regexp(t, `^138\*{4}\d{4}$`, r[2], "phone")
+					require.Regexp(t, `^u\*\*\*@example\.com$`, r[3], "e-mail")
+				}
 			}
 		})
 		t.Run("AFilterSelectsRowsAcrossPages", func(t *testing.T) {

@@ -2,14 +2,19 @@ package exporter
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"sort"
 	"time"
 
+	"entgo.io/ent/dialect/sql"
+
 	"taskgraph/artifact"
 	"taskgraph/auth"
+	"taskgraph/ent"
+	"taskgraph/ent/contact"
+	"taskgraph/ent/predicate"
+	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
 	"taskgraph/spreadsheet"
 	"taskgraph/worker"
@@ -40,7 +45,9 @@ type dayRow struct {
 var statusColumns = []lifecycle.Status{lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.Executing, lifecycle.Pending, lifecycle.RetryPending}
 
 func (e *Exporter) report(ctx context.Context, job *worker.Job, in ReportInput) error {
-	// Aggregates are read as the task's owner, like exports.
+	// Aggregates are read as the task's owner, like exports: through the
+	// ent client, so that package access scopes them (an operator's
+	// report counts its own tasks and contacts, an admin's its tenant's).
 	asOwner := auth.NewContext(ctx, job.Owner())
 	days, err := e.taskOutcomes(asOwner, in)
 	if err != nil {
@@ -67,7 +74,7 @@ func (e *Exporter) report(ctx context.Context, job *worker.Job, in ReportInput) 
 	}
 	name := job.Task.Code + "-report.xlsx"
 	a, err := e.cfg.Artifacts.Write(ctx, artifact.Meta{
-		TaskID: &job.Task.ID, Owner: job.Task.Owner, Kind: artifact.KindReport,
+		TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindReport,
 		Filename: name, ContentType: spreadsheet.XLSX.ContentType(),
 	}, func(w io.Writer) error {
 		out, err := spreadsheet.NewWriter(spreadsheet.XLSX, w, "Summary")
@@ -154,55 +161,49 @@ func fmtTime(t *time.Time, none string) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// taskOutcomes counts tasks per day, type, status and result status. It
+// reads through the ent client, so package access scopes it to what the
+// viewer of ctx (the report's owner) may see, as every other read.
 func (e *Exporter) taskOutcomes(ctx context.Context, in ReportInput) ([]*dayRow, error) {
-	day := "substr(created_at, 1, 10)"
-	ph := func(int) string { return "?" }
-	if e.cfg.Postgres {
-		day = "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
-		ph = func(i int) string { return fmt.Sprintf("$%d", i) }
-	}
-	q := "SELECT " + day + " AS day, type, status, COALESCE(result_status, ''), COUNT(*) FROM tasks WHERE 1 = 1"
-	var args []any
+	var preds []predicate.Task
 	if in.Since != nil {
-		args = append(args, in.Since.UTC())
-		q += " AND created_at >= " + ph(len(args))
+		preds = append(preds, task.CreatedAtGTE(in.Since.UTC()))
 	}
 	if in.Until != nil {
-		args = append(args, in.Until.UTC())
-		q += " AND created_at < " + ph(len(args))
+		preds = append(preds, task.CreatedAtLT(in.Until.UTC()))
 	}
-	// Hand-written SQL is not filtered by package access: scope it here.
-	if v, _ := auth.FromContext(ctx); !v.SeesAll() {
-		args = append(args, v.User)
-		q += " AND owner = " + ph(len(args))
+	var counts []struct {
+		Day          string `sql:"day"`
+		Type         string `sql:"type"`
+		Status       string `sql:"status"`
+		ResultStatus string `sql:"rs"`
+		N            int    `sql:"n"`
 	}
-	q += " GROUP BY 1, 2, 3, 4"
-	rows, err := e.cfg.Client.QueryContext(ctx, q, args...)
+	err := e.cfg.Client.Task.Query().Where(preds...).Modify(func(s *sql.Selector) {
+		day := "substr(" + s.C(task.FieldCreatedAt) + ", 1, 10)"
+		if e.cfg.Postgres {
+			day = "to_char(" + s.C(task.FieldCreatedAt) + " AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+		}
+		rs := "COALESCE(" + s.C(task.FieldResultStatus) + ", '')"
+		s.Select(sql.As(day, "day"), sql.As(s.C(task.FieldType), "type"), sql.As(s.C(task.FieldStatus), "status"), sql.As(rs, "rs"), sql.As(sql.Count("*"), "n")).
+			GroupBy(day, s.C(task.FieldType), s.C(task.FieldStatus), rs)
+	}).Scan(ctx, &counts)
 	if err != nil {
 		return nil, fmt.Errorf("report: task outcomes: %w", err)
 	}
-	defer rows.Close()
 	byKey := map[[2]string]*dayRow{}
-	for rows.Next() {
-		var d, typ, status, rs string
-		var n int
-		if err := rows.Scan(&d, &typ, &status, &rs, &n); err != nil {
-			return nil, fmt.Errorf("report: task outcomes: %w", err)
-		}
-		k := [2]string{d, typ}
+	for _, c := range counts {
+		k := [2]string{c.Day, c.Type}
 		r := byKey[k]
 		if r == nil {
-			r = &dayRow{day: d, typ: typ, byStatus: map[string]int{}}
+			r = &dayRow{day: c.Day, typ: c.Type, byStatus: map[string]int{}}
 			byKey[k] = r
 		}
-		r.byStatus[status] += n
-		r.total += n
-		if rs == "PARTIAL_SUCCESS" {
-			r.partial += n
+		r.byStatus[c.Status] += c.N
+		r.total += c.N
+		if c.ResultStatus == "PARTIAL_SUCCESS" {
+			r.partial += c.N
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("report: task outcomes: %w", err)
 	}
 	out := make([]*dayRow, 0, len(byKey))
 	for _, r := range byKey {
@@ -222,30 +223,25 @@ type cityCount struct {
 	n    int
 }
 
+// contactsByCity counts the contacts the viewer of ctx may see per city,
+// most first.
 func (e *Exporter) contactsByCity(ctx context.Context) ([]cityCount, error) {
-	q, args := "SELECT city, COUNT(*) FROM contacts", []any{}
-	// Hand-written SQL is not filtered by package access: scope it here.
-	if v, _ := auth.FromContext(ctx); !v.SeesAll() {
-		ph := "?"
-		if e.cfg.Postgres {
-			ph = "$1"
-		}
-		q += " WHERE task_id IN (SELECT id FROM tasks WHERE owner = " + ph + ")"
-		args = append(args, v.User)
+	var counts []struct {
+		City  string `json:"city"`
+		Count int    `json:"count"`
 	}
-	rows, err := e.cfg.Client.QueryContext(ctx, q+" GROUP BY city ORDER BY 2 DESC, 1", args...)
-	if err != nil {
+	if err := e.cfg.Client.Contact.Query().GroupBy(contact.FieldCity).Aggregate(ent.Count()).Scan(ctx, &counts); err != nil {
 		return nil, fmt.Errorf("report: contacts by city: %w", err)
 	}
-	defer rows.Close()
-	var out []cityCount
-	for rows.Next() {
-		var c sql.NullString
-		var n int
-		if err := rows.Scan(&c, &n); err != nil {
-			return nil, fmt.Errorf("report: contacts by city: %w", err)
-		}
-		out = append(out, cityCount{city: c.String, n: n})
+	out := make([]cityCount, len(counts))
+	for i, c := range counts {
+		out[i] = cityCount{city: c.City, n: c.Count}
 	}
-	return out, rows.Err()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].n != out[j].n {
+			return out[i].n > out[j].n
+		}
+		return out[i].city < out[j].city
+	})
+	return out, nil
 }

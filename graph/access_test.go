@@ -326,7 +326,8 @@ func TestAccess(t *testing.T) {
 			var viaJWT, viaFile struct{ Tasks struct{ TotalCount int } }
 			s.QueryAs(t, good, `{ tasks { totalCount } }`, nil, &viaJWT)
 			s.QueryAs(t, s.tok["bob"], `{ tasks { totalCount } }`, nil, &viaFile)
-			require.Equal(t, viaFile, viaJWT, "a JWT for bob is bob")
+			require.Positive(t, viaFile.Tasks.TotalCount)
+			require.Zero(t, viaJWT.Tasks.TotalCount, "a JWT for bob is another bob than the token file's (TestTenants)")
 			parts := strings.Split(good, ".")
 			for name, tok := range map[string]string{
 				"Expired":       signJWT(t, jwt.MapClaims{"sub": "bob", "role": "operator", "exp": time.Now().Add(-time.Hour).Unix()}),

@@ -286,6 +286,47 @@ func TestMutations(t *testing.T) {
 			require.False(t, out.CancelTasks[1].Ok)
 			require.Equal(t, "NOT_FOUND", out.CancelTasks[1].Error.Code)
 		})
+		t.Run("BulkCreateAnswersEachItem", func(t *testing.T) {
+			first := create(t, s, map[string]any{"type": "noop", "idempotencyKey": "bulk-1", "input": map[string]any{"note": "a"}})
+			later := time.Now().Add(time.Hour).Format(time.RFC3339)
+			// Aliased, as a script batching its creates would be.
+			var out struct {
+				A []struct {
+					Index   int
+					Created bool
+					Task    *struct{ ID, Status, Title string }
+					Error   *struct{ Code, Message string }
+				}
+			}
+			s.Query(t, `mutation($in: [CreateTaskInput!]!) { a: createTasks(inputs: $in) { index created task { id status title } error { code message } } }`,
+				map[string]any{"in": []map[string]any{
+					{"type": "noop", "title": "one", "runAt": later},
+					{"type": "nope"},
+					{"type": "noop", "idempotencyKey": "bulk-1", "input": map[string]any{"note": "a"}},
+					{"type": "noop", "idempotencyKey": "bulk-1", "input": map[string]any{"note": "b"}},
+					{"type": "noop", "idempotencyKey": "bulk-2", "title": "twice", "runAt": later},
+					{"type": "noop", "idempotencyKey": "bulk-2", "title": "twice", "runAt": later},
+					{"type": "noop", "priority": 1000},
+				}}, &out)
+			r := out.A
+			require.Len(t, r, 7)
+			for i, item := range r {
+				require.Equal(t, i, item.Index)
+			}
+			require.True(t, r[0].Created)
+			require.Equal(t, "PENDING", r[0].Task.Status)
+			require.Equal(t, "one", r[0].Task.Title)
+			require.Equal(t, "VALIDATION", r[1].Error.Code, "an unknown type fails its item only")
+			require.Nil(t, r[1].Task)
+			require.False(t, r[2].Created, "a key used before answers with the task it made")
+			require.Equal(t, first.ID, r[2].Task.ID)
+			require.Equal(t, "CONFLICT", r[3].Error.Code)
+			require.True(t, r[4].Created)
+			require.False(t, r[5].Created, "one key twice in one call is one task")
+			require.Equal(t, r[4].Task.ID, r[5].Task.ID)
+			require.Equal(t, "VALIDATION", r[6].Error.Code)
+			require.Contains(t, r[6].Error.Message, "priority")
+		})
 		t.Run("SensitiveInputIsMaskedInTheAPI", func(t *testing.T) {
 			var out struct {
 				CreateTask struct{ Input map[string]any }

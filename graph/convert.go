@@ -25,17 +25,39 @@ func deref[T any](p *T) T {
 func bulkResults(res []engine.BulkResult) []*model.TaskActionResult {
 	out := make([]*model.TaskActionResult, len(res))
 	for i, r := range res {
-		out[i] = &model.TaskActionResult{ID: r.ID, Ok: r.Err == nil, Task: r.Task}
-		if r.Err != nil {
-			code, _, ok := classify(r.Err)
-			msg := r.Err.Error()
-			if !ok {
-				code, msg = CodeInternal, "internal error"
-			}
-			out[i].Error = &model.ActionError{Code: code, Message: msg}
-		}
+		out[i] = &model.TaskActionResult{ID: r.ID, Ok: r.Err == nil, Task: r.Task, Error: actionError(r.Err)}
 	}
 	return out
+}
+
+// actionError is the typed error of one item of a bulk call (nil for none).
+func actionError(err error) *model.ActionError {
+	if err == nil {
+		return nil
+	}
+	code, _, ok := classify(err)
+	msg := err.Error()
+	if !ok {
+		code, msg = CodeInternal, "internal error"
+	}
+	return &model.ActionError{Code: code, Message: msg}
+}
+
+// createRequest is what the engine is asked for one CreateTaskInput.
+func createRequest(input model.CreateTaskInput) engine.CreateRequest {
+	return engine.CreateRequest{
+		Type:              input.Type,
+		Title:             deref(input.Title),
+		BizID:             deref(input.BizID),
+		Input:             input.Input,
+		Priority:          input.Priority,
+		TimeoutSeconds:    input.TimeoutSeconds,
+		RetryPolicy:       input.RetryPolicy,
+		MaxAttempts:       input.MaxAttempts,
+		IdempotencyKey:    input.IdempotencyKey,
+		RunAt:             input.RunAt,
+		StallAfterSeconds: input.StallAfterSeconds,
+	}
 }
 
 // taskStats folds (type, status, count) rows into totals.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"regexp"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -17,6 +18,7 @@ import (
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/lifecycle"
+	"taskgraph/outage"
 	"taskgraph/ratelimit"
 	"taskgraph/store"
 )
@@ -39,11 +41,33 @@ const (
 	// A limit of the request's shape or of a connection (depth, aliases,
 	// subscriptions per connection, connections per user).
 	CodeLimitExceeded = "LIMIT_EXCEEDED"
+	// A subscription ended because its subscriber missed changes (it fell
+	// behind, or an outage lost them): re-read and subscribe again.
+	// extensions.reason says which (LAGGED, MISSED_CHANGES).
+	CodeResyncRequired = "RESYNC_REQUIRED"
 )
 
-// classify returns the code of a domain error, and extensions worth adding;
-// ok is false for errors that are not the caller's doing.
+// CodeUnavailable is the code of an outage (the database unreachable, the
+// disk full, the database busy), of a request that timed out, and of a
+// server shutting down: the request may be retried as it is.
+// extensions.retryable is true and extensions.retryAfterSeconds says when;
+// extensions.reason names the outage.
+
+// classify returns the code of a domain error or an outage, and extensions
+// worth adding; ok is false for errors that are not the caller's doing
+// (and not an outage).
 func classify(err error) (code string, ext map[string]any, ok bool) {
+	if code, ext, ok := classifyDomain(err); ok {
+		return code, ext, ok
+	}
+	if o := outage.As(err); o != nil {
+		return CodeUnavailable, unavailable(o.Kind.RetryAfter(), o.Kind.String()), true
+	}
+	return "", nil, false
+}
+
+// classifyDomain is classify for the caller's errors.
+func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 	var te *lifecycle.TransitionError
 	var ve *engine.ValidationError
 	var ce *store.ConflictError
@@ -73,8 +97,15 @@ func classify(err error) (code string, ext map[string]any, ok bool) {
 		return CodeValidation, nil, true
 	case hasMessage(err, "introspection disabled"): // gqlgen's, unexported
 		return CodeForbidden, nil, true
+	case errors.Is(err, errShuttingDown):
+		return CodeUnavailable, unavailable(time.Second, "SHUTTING_DOWN"), true
 	}
 	return "", nil, false
+}
+
+// unavailable is the extensions of an UNAVAILABLE error.
+func unavailable(retryAfter time.Duration, reason string) map[string]any {
+	return map[string]any{"retryable": true, "retryAfterSeconds": max(1, int(retryAfter/time.Second)), "reason": reason}
 }
 
 func hasMessage(err error, msg string) bool {
@@ -148,12 +179,21 @@ func ErrorCode(err error) string {
 }
 
 // ErrorPresenter gives every error an extensions.code. Errors of the
-// caller's making keep their message; any other error is logged with a
-// reference and shown as INTERNAL with that reference only, so that no
-// SQL, path or stack ever reaches a client.
-func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
+// caller's making keep their message; an outage is UNAVAILABLE with a
+// retry hint and a message saying only what happened, counted by outages
+// (logged once per outage, not per request); any other error is logged
+// with a reference and shown as INTERNAL with that reference only, so that
+// no SQL, path or stack ever reaches a client.
+func ErrorPresenter(log *slog.Logger, outages *outage.Monitor) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
 		gqlErr := graphql.DefaultErrorPresenter(ctx, err)
+		if _, _, domain := classifyDomain(err); !domain {
+			if o := outages.Failed("request", unwrapInternal(err)); o != nil {
+				gqlErr.Message = o.Kind.Message()
+				setCode(gqlErr, CodeUnavailable, unavailable(o.Kind.RetryAfter(), o.Kind.String()))
+				return gqlErr
+			}
+		}
 		if code, ext, ok := classify(err); ok {
 			setCode(gqlErr, code, ext)
 			return gqlErr
@@ -181,7 +221,7 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			gqlErr.Message = "the request was cancelled or timed out"
-			setCode(gqlErr, CodeUnavailable, nil)
+			setCode(gqlErr, CodeUnavailable, unavailable(time.Second, "cancelled or timed out"))
 			return gqlErr
 		}
 		ref := newRef()
@@ -190,6 +230,15 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		setCode(gqlErr, CodeInternal, map[string]any{"reference": ref})
 		return gqlErr
 	}
+}
+
+// unwrapInternal is the error an internalError marks.
+func unwrapInternal(err error) error {
+	var internal *internalError
+	if errors.As(err, &internal) {
+		return internal.err
+	}
+	return err
 }
 
 var didYouMean = regexp.MustCompile(`(?is)\s*did you mean\b.*$`)

@@ -120,10 +120,12 @@ type ComplexityRoot struct {
 		ID          func(childComplexity int) int
 		Kind        func(childComplexity int) int
 		Owner       func(childComplexity int) int
+		OwnerSource func(childComplexity int) int
 		Sha256      func(childComplexity int) int
 		Size        func(childComplexity int) int
 		Task        func(childComplexity int) int
 		TaskID      func(childComplexity int) int
+		Tenant      func(childComplexity int) int
 	}
 
 	AuditLog struct {
@@ -136,6 +138,7 @@ type ComplexityRoot struct {
 		Outcome    func(childComplexity int) int
 		RemoteAddr func(childComplexity int) int
 		Role       func(childComplexity int) int
+		Source     func(childComplexity int) int
 		TaskIds    func(childComplexity int) int
 		Tenant     func(childComplexity int) int
 	}
@@ -149,6 +152,13 @@ type ComplexityRoot struct {
 	AuditLogEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	CreateTaskResult struct {
+		Created func(childComplexity int) int
+		Error   func(childComplexity int) int
+		Index   func(childComplexity int) int
+		Task    func(childComplexity int) int
 	}
 
 	DownloadLink struct {
@@ -177,6 +187,7 @@ type ComplexityRoot struct {
 		CreateAlertChannel   func(childComplexity int, input model.AlertChannelInput) int
 		CreateAlertRule      func(childComplexity int, input model.AlertRuleInput) int
 		CreateTask           func(childComplexity int, input model.CreateTaskInput) int
+		CreateTasks          func(childComplexity int, inputs []*model.CreateTaskInput) int
 		DeleteAlertChannel   func(childComplexity int, id int) int
 		DeleteAlertRule      func(childComplexity int, id int) int
 		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
@@ -251,6 +262,7 @@ type ComplexityRoot struct {
 		MaxAttempts       func(childComplexity int) int
 		Owner             func(childComplexity int) int
 		OwnerRole         func(childComplexity int) int
+		OwnerSource       func(childComplexity int) int
 		Priority          func(childComplexity int) int
 		ProgressDone      func(childComplexity int) int
 		ProgressTotal     func(childComplexity int) int
@@ -261,6 +273,7 @@ type ComplexityRoot struct {
 		StallAfterSeconds func(childComplexity int) int
 		StalledAt         func(childComplexity int) int
 		Status            func(childComplexity int) int
+		Tenant            func(childComplexity int) int
 		TimeoutSeconds    func(childComplexity int) int
 		Title             func(childComplexity int) int
 		Type              func(childComplexity int) int
@@ -389,6 +402,7 @@ type MutationResolver interface {
 	SilenceAlertRule(ctx context.Context, id int, until *time.Time) (*ent.AlertRule, error)
 	SilenceAlertIncident(ctx context.Context, id int, until *time.Time) (*ent.AlertIncident, error)
 	ResolveAlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
+	CreateTasks(ctx context.Context, inputs []*model.CreateTaskInput) ([]*model.CreateTaskResult, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
@@ -754,6 +768,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Artifact.Owner(childComplexity), true
+	case "Artifact.ownerSource":
+		if e.ComplexityRoot.Artifact.OwnerSource == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.OwnerSource(childComplexity), true
 	case "Artifact.sha256":
 		if e.ComplexityRoot.Artifact.Sha256 == nil {
 			break
@@ -778,6 +798,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Artifact.TaskID(childComplexity), true
+	case "Artifact.tenant":
+		if e.ComplexityRoot.Artifact.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Artifact.Tenant(childComplexity), true
 
 	case "AuditLog.action":
 		if e.ComplexityRoot.AuditLog.Action == nil {
@@ -833,6 +859,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AuditLog.Role(childComplexity), true
+	case "AuditLog.source":
+		if e.ComplexityRoot.AuditLog.Source == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditLog.Source(childComplexity), true
 	case "AuditLog.taskIds":
 		if e.ComplexityRoot.AuditLog.TaskIds == nil {
 			break
@@ -877,6 +909,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AuditLogEdge.Node(childComplexity), true
+
+	case "CreateTaskResult.created":
+		if e.ComplexityRoot.CreateTaskResult.Created == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Created(childComplexity), true
+	case "CreateTaskResult.error":
+		if e.ComplexityRoot.CreateTaskResult.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Error(childComplexity), true
+	case "CreateTaskResult.index":
+		if e.ComplexityRoot.CreateTaskResult.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Index(childComplexity), true
+	case "CreateTaskResult.task":
+		if e.ComplexityRoot.CreateTaskResult.Task == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateTaskResult.Task(childComplexity), true
 
 	case "DownloadLink.expiresAt":
 		if e.ComplexityRoot.DownloadLink.ExpiresAt == nil {
@@ -1007,6 +1064,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateTask(childComplexity, args["input"].(model.CreateTaskInput)), true
+	case "Mutation.createTasks":
+		if e.ComplexityRoot.Mutation.CreateTasks == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createTasks_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateTasks(childComplexity, args["inputs"].([]*model.CreateTaskInput)), true
 	case "Mutation.deleteAlertChannel":
 		if e.ComplexityRoot.Mutation.DeleteAlertChannel == nil {
 			break
@@ -1460,6 +1528,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.OwnerRole(childComplexity), true
+	case "Task.ownerSource":
+		if e.ComplexityRoot.Task.OwnerSource == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.OwnerSource(childComplexity), true
 	case "Task.priority":
 		if e.ComplexityRoot.Task.Priority == nil {
 			break
@@ -1520,6 +1594,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Status(childComplexity), true
+	case "Task.tenant":
+		if e.ComplexityRoot.Task.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Tenant(childComplexity), true
 	case "Task.timeoutSeconds":
 		if e.ComplexityRoot.Task.TimeoutSeconds == nil {
 			break
@@ -2001,7 +2081,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -2026,6 +2106,14 @@ type Artifact implements Node {
   Who uploaded it, or the owner of the task that wrote it.
   """
   owner: String!
+  """
+  The source of the owner's credentials (token, jwt, local).
+  """
+  ownerSource: String!
+  """
+  The owner's tenant.
+  """
+  tenant: String!
   kind: ArtifactKind!
   """
   The name offered on download (never used as a path).
@@ -2077,6 +2165,10 @@ type AuditLog implements Node {
   """
   actor: String!
   role: String!
+  """
+  Where the actor's credentials came from (token, jwt, local): the actor is (source, tenant, actor).
+  """
+  source: String!
   tenant: String!
   action: AuditLogAction!
   """
@@ -2232,6 +2324,22 @@ input AuditLogWhereInput {
   roleHasSuffix: String
   roleEqualFold: String
   roleContainsFold: String
+  """
+  source field predicates
+  """
+  source: String
+  sourceNEQ: String
+  sourceIn: [String!]
+  sourceNotIn: [String!]
+  sourceGT: String
+  sourceGTE: String
+  sourceLT: String
+  sourceLTE: String
+  sourceContains: String
+  sourceHasPrefix: String
+  sourceHasSuffix: String
+  sourceEqualFold: String
+  sourceContainsFold: String
   """
   tenant field predicates
   """
@@ -2458,6 +2566,9 @@ type Task implements Node {
   Caller's business key (an order number, a file name...).
   """
   bizID: String!
+  """
+  The caller's idempotency key as shown: masked like every other text it sends.
+  """
   idempotencyKey: String
   title: String!
   status: TaskStatus!
@@ -2466,6 +2577,14 @@ type Task implements Node {
   """
   priority: Int!
   owner: String!
+  """
+  Where the owner's credentials came from (token, jwt, local): the owner is (owner_source, tenant, owner).
+  """
+  ownerSource: String!
+  """
+  The owner's tenant. Tenants isolate: only the tenant's own users and platform administrators see the task.
+  """
+  tenant: String!
   """
   The owner's role when the task was created: a handler that reads data on the owner's behalf (an export) sees what the owner saw.
   """
@@ -2843,6 +2962,38 @@ input TaskWhereInput {
   ownerEqualFold: String
   ownerContainsFold: String
   """
+  owner_source field predicates
+  """
+  ownerSource: String
+  ownerSourceNEQ: String
+  ownerSourceIn: [String!]
+  ownerSourceNotIn: [String!]
+  ownerSourceGT: String
+  ownerSourceGTE: String
+  ownerSourceLT: String
+  ownerSourceLTE: String
+  ownerSourceContains: String
+  ownerSourceHasPrefix: String
+  ownerSourceHasSuffix: String
+  ownerSourceEqualFold: String
+  ownerSourceContainsFold: String
+  """
+  tenant field predicates
+  """
+  tenant: String
+  tenantNEQ: String
+  tenantIn: [String!]
+  tenantNotIn: [String!]
+  tenantGT: String
+  tenantGTE: String
+  tenantLT: String
+  tenantLTE: String
+  tenantContains: String
+  tenantHasPrefix: String
+  tenantHasSuffix: String
+  tenantEqualFold: String
+  tenantContainsFold: String
+  """
   timeout_seconds field predicates
   """
   timeoutSeconds: Int
@@ -3198,6 +3349,7 @@ extend type Query {
 }
 `, BuiltIn: false},
 	{Name: "schema/alerts.graphql", Input: sourceData("schema/alerts.graphql"), BuiltIn: false},
+	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -3327,6 +3479,10 @@ func (ec *executionContext) childFields_Artifact(ctx context.Context, field grap
 		return ec.fieldContext_Artifact_taskID(ctx, field)
 	case "owner":
 		return ec.fieldContext_Artifact_owner(ctx, field)
+	case "ownerSource":
+		return ec.fieldContext_Artifact_ownerSource(ctx, field)
+	case "tenant":
+		return ec.fieldContext_Artifact_tenant(ctx, field)
 	case "kind":
 		return ec.fieldContext_Artifact_kind(ctx, field)
 	case "filename":
@@ -3355,6 +3511,8 @@ func (ec *executionContext) childFields_AuditLog(ctx context.Context, field grap
 		return ec.fieldContext_AuditLog_actor(ctx, field)
 	case "role":
 		return ec.fieldContext_AuditLog_role(ctx, field)
+	case "source":
+		return ec.fieldContext_AuditLog_source(ctx, field)
 	case "tenant":
 		return ec.fieldContext_AuditLog_tenant(ctx, field)
 	case "action":
@@ -3393,6 +3551,20 @@ func (ec *executionContext) childFields_AuditLogEdge(ctx context.Context, field 
 		return ec.fieldContext_AuditLogEdge_cursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AuditLogEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_CreateTaskResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "index":
+		return ec.fieldContext_CreateTaskResult_index(ctx, field)
+	case "task":
+		return ec.fieldContext_CreateTaskResult_task(ctx, field)
+	case "created":
+		return ec.fieldContext_CreateTaskResult_created(ctx, field)
+	case "error":
+		return ec.fieldContext_CreateTaskResult_error(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreateTaskResult", field.Name)
 }
 
 func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3495,6 +3667,10 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_priority(ctx, field)
 	case "owner":
 		return ec.fieldContext_Task_owner(ctx, field)
+	case "ownerSource":
+		return ec.fieldContext_Task_ownerSource(ctx, field)
+	case "tenant":
+		return ec.fieldContext_Task_tenant(ctx, field)
 	case "ownerRole":
 		return ec.fieldContext_Task_ownerRole(ctx, field)
 	case "input":
@@ -3942,6 +4118,20 @@ func (ec *executionContext) field_Mutation_createTask_args(ctx context.Context, 
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createTasks_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "inputs",
+		func(ctx context.Context, v any) ([]*model.CreateTaskInput, error) {
+			return ec.unmarshalNCreateTaskInput2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["inputs"] = arg0
 	return args, nil
 }
 
@@ -5665,6 +5855,52 @@ func (ec *executionContext) fieldContext_Artifact_owner(_ context.Context, field
 	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
 }
 
+func (ec *executionContext) _Artifact_ownerSource(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_ownerSource(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OwnerSource, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_ownerSource(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
+func (ec *executionContext) _Artifact_tenant(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Artifact_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Artifact_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Artifact", field, false, false, "String")
+}
+
 func (ec *executionContext) _Artifact_kind(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5924,6 +6160,29 @@ func (ec *executionContext) _AuditLog_role(ctx context.Context, field graphql.Co
 	)
 }
 func (ec *executionContext) fieldContext_AuditLog_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AuditLog", field, false, false, "String")
+}
+
+func (ec *executionContext) _AuditLog_source(ctx context.Context, field graphql.CollectedField, obj *ent.AuditLog) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditLog_source(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Source, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AuditLog_source(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("AuditLog", field, false, false, "String")
 }
 
@@ -6228,6 +6487,116 @@ func (ec *executionContext) _AuditLogEdge_cursor(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_AuditLogEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("AuditLogEdge", field, false, false, "Cursor")
+}
+
+func (ec *executionContext) _CreateTaskResult_index(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_index(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Index, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_index(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreateTaskResult", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CreateTaskResult_task(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_task(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Task, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_task(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CreateTaskResult",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _CreateTaskResult_created(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_created(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Created, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_created(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreateTaskResult", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _CreateTaskResult_error(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateTaskResult_error(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Error, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ActionError) graphql.Marshaler {
+			return ec.marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐActionError(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_CreateTaskResult_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CreateTaskResult",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ActionError(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _DownloadLink_url(ctx context.Context, field graphql.CollectedField, obj *model.DownloadLink) (ret graphql.Marshaler) {
@@ -7211,6 +7580,50 @@ func (ec *executionContext) fieldContext_Mutation_resolveAlertIncident(ctx conte
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_resolveAlertIncident_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createTasks(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createTasks(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateTasks(ctx, fc.Args["inputs"].([]*model.CreateTaskInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.CreateTaskResult) graphql.Marshaler {
+			return ec.marshalNCreateTaskResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createTasks(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CreateTaskResult(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createTasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -8437,6 +8850,52 @@ func (ec *executionContext) _Task_owner(ctx context.Context, field graphql.Colle
 	)
 }
 func (ec *executionContext) fieldContext_Task_owner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
+}
+
+func (ec *executionContext) _Task_ownerSource(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_ownerSource(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OwnerSource, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_ownerSource(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
+}
+
+func (ec *executionContext) _Task_tenant(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
 }
 
@@ -11729,7 +12188,7 @@ func (ec *executionContext) unmarshalInputAuditLogWhereInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "actor", "actorNEQ", "actorIn", "actorNotIn", "actorGT", "actorGTE", "actorLT", "actorLTE", "actorContains", "actorHasPrefix", "actorHasSuffix", "actorEqualFold", "actorContainsFold", "role", "roleNEQ", "roleIn", "roleNotIn", "roleGT", "roleGTE", "roleLT", "roleLTE", "roleContains", "roleHasPrefix", "roleHasSuffix", "roleEqualFold", "roleContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "action", "actionNEQ", "actionIn", "actionNotIn", "outcome", "outcomeNEQ", "outcomeIn", "outcomeNotIn", "errorCode", "errorCodeNEQ", "errorCodeIn", "errorCodeNotIn", "errorCodeGT", "errorCodeGTE", "errorCodeLT", "errorCodeLTE", "errorCodeContains", "errorCodeHasPrefix", "errorCodeHasSuffix", "errorCodeEqualFold", "errorCodeContainsFold", "remoteAddr", "remoteAddrNEQ", "remoteAddrIn", "remoteAddrNotIn", "remoteAddrGT", "remoteAddrGTE", "remoteAddrLT", "remoteAddrLTE", "remoteAddrContains", "remoteAddrHasPrefix", "remoteAddrHasSuffix", "remoteAddrEqualFold", "remoteAddrContainsFold", "taskID"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "actor", "actorNEQ", "actorIn", "actorNotIn", "actorGT", "actorGTE", "actorLT", "actorLTE", "actorContains", "actorHasPrefix", "actorHasSuffix", "actorEqualFold", "actorContainsFold", "role", "roleNEQ", "roleIn", "roleNotIn", "roleGT", "roleGTE", "roleLT", "roleLTE", "roleContains", "roleHasPrefix", "roleHasSuffix", "roleEqualFold", "roleContainsFold", "source", "sourceNEQ", "sourceIn", "sourceNotIn", "sourceGT", "sourceGTE", "sourceLT", "sourceLTE", "sourceContains", "sourceHasPrefix", "sourceHasSuffix", "sourceEqualFold", "sourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "action", "actionNEQ", "actionIn", "actionNotIn", "outcome", "outcomeNEQ", "outcomeIn", "outcomeNotIn", "errorCode", "errorCodeNEQ", "errorCodeIn", "errorCodeNotIn", "errorCodeGT", "errorCodeGTE", "errorCodeLT", "errorCodeLTE", "errorCodeContains", "errorCodeHasPrefix", "errorCodeHasSuffix", "errorCodeEqualFold", "errorCodeContainsFold", "remoteAddr", "remoteAddrNEQ", "remoteAddrIn", "remoteAddrNotIn", "remoteAddrGT", "remoteAddrGTE", "remoteAddrLT", "remoteAddrLTE", "remoteAddrContains", "remoteAddrHasPrefix", "remoteAddrHasSuffix", "remoteAddrEqualFold", "remoteAddrContainsFold", "taskID"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -12051,6 +12510,97 @@ func (ec *executionContext) unmarshalInputAuditLogWhereInput(ctx context.Context
 				return it, err
 			}
 			it.RoleContainsFold = data
+		case "source":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("source"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Source = data
+		case "sourceNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceNEQ = data
+		case "sourceIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceIn = data
+		case "sourceNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceNotIn = data
+		case "sourceGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceGT = data
+		case "sourceGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceGTE = data
+		case "sourceLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceLT = data
+		case "sourceLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceLTE = data
+		case "sourceContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceContains = data
+		case "sourceHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceHasPrefix = data
+		case "sourceHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceHasSuffix = data
+		case "sourceEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceEqualFold = data
+		case "sourceContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sourceContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SourceContainsFold = data
 		case "tenant":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenant"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -12635,7 +13185,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "search"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "search"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -13419,6 +13969,188 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			it.OwnerContainsFold = data
+		case "ownerSource":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSource"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSource = data
+		case "ownerSourceNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceNEQ = data
+		case "ownerSourceIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceIn = data
+		case "ownerSourceNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceNotIn = data
+		case "ownerSourceGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceGT = data
+		case "ownerSourceGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceGTE = data
+		case "ownerSourceLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceLT = data
+		case "ownerSourceLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceLTE = data
+		case "ownerSourceContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceContains = data
+		case "ownerSourceHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceHasPrefix = data
+		case "ownerSourceHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceHasSuffix = data
+		case "ownerSourceEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceEqualFold = data
+		case "ownerSourceContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceContainsFold = data
+		case "tenant":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenant"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Tenant = data
+		case "tenantNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantNEQ = data
+		case "tenantIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantIn = data
+		case "tenantNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantNotIn = data
+		case "tenantGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantGT = data
+		case "tenantGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantGTE = data
+		case "tenantLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantLT = data
+		case "tenantLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantLTE = data
+		case "tenantContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantContains = data
+		case "tenantHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantHasPrefix = data
+		case "tenantHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantHasSuffix = data
+		case "tenantEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantEqualFold = data
+		case "tenantContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantContainsFold = data
 		case "timeoutSeconds":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timeoutSeconds"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -14679,6 +15411,16 @@ func (ec *executionContext) _Artifact(ctx context.Context, sel ast.SelectionSet,
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "ownerSource":
+			out.Values[i] = ec._Artifact_ownerSource(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "tenant":
+			out.Values[i] = ec._Artifact_tenant(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "kind":
 			out.Values[i] = ec._Artifact_kind(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -14760,6 +15502,11 @@ func (ec *executionContext) _AuditLog(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "role":
 			out.Values[i] = ec._AuditLog_role(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "source":
+			out.Values[i] = ec._AuditLog_source(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -14877,6 +15624,54 @@ func (ec *executionContext) _AuditLogEdge(ctx context.Context, sel ast.Selection
 		case "cursor":
 			out.Values[i] = ec._AuditLogEdge_cursor(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var createTaskResultImplementors = []string{"CreateTaskResult"}
+
+func (ec *executionContext) _CreateTaskResult(ctx context.Context, sel ast.SelectionSet, obj *model.CreateTaskResult) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, createTaskResultImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("CreateTaskResult")
+		case "index":
+			out.Values[i] = ec._CreateTaskResult_index(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "task":
+			out.Values[i] = ec._CreateTaskResult_task(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "created":
+			out.Values[i] = ec._CreateTaskResult_created(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "error":
+			out.Values[i] = ec._CreateTaskResult_error(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -15164,6 +15959,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "resolveAlertIncident":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_resolveAlertIncident(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createTasks":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createTasks(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -15540,6 +16342,16 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			}
 		case "owner":
 			out.Values[i] = ec._Task_owner(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ownerSource":
+			out.Values[i] = ec._Task_ownerSource(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "tenant":
+			out.Values[i] = ec._Task_tenant(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
@@ -16803,6 +17615,49 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 func (ec *executionContext) unmarshalNCreateTaskInput2taskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (model.CreateTaskInput, error) {
 	res, err := ec.unmarshalInputCreateTaskInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNCreateTaskInput2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx context.Context, v any) ([]*model.CreateTaskInput, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.CreateTaskInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNCreateTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalNCreateTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (*model.CreateTaskInput, error) {
+	res, err := ec.unmarshalInputCreateTaskInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNCreateTaskResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.CreateTaskResult) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNCreateTaskResult2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNCreateTaskResult2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx context.Context, sel ast.SelectionSet, v *model.CreateTaskResult) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "CreateTaskResult!")
+		return graphql.Null
+	}
+	return ec._CreateTaskResult(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx context.Context, v any) (entgql.Cursor[int], error) {

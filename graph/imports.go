@@ -1,12 +1,14 @@
 package graph
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -125,4 +127,78 @@ func LimitUploads(limit int64, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// UnavailableUploads answers an upload (a multipart request) that failed
+// only because of an outage with HTTP 503 and Retry-After, as plain HTTP
+// clients of an upload expect, instead of 200 with the GraphQL error
+// (which the body still carries). Other requests pass through untouched.
+func UnavailableUploads(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := &bufferedResponse{header: http.Header{}, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		status := rec.status
+		var resp struct {
+			Data   map[string]json.RawMessage `json:"data"`
+			Errors []struct {
+				Extensions map[string]any `json:"extensions"`
+			} `json:"errors"`
+		}
+		retryAfter := 0.0
+		if status == http.StatusOK && json.Unmarshal(rec.body.Bytes(), &resp) == nil && len(resp.Errors) > 0 && noData(resp.Data) {
+			status = http.StatusServiceUnavailable
+			for _, e := range resp.Errors {
+				if e.Extensions["code"] != CodeUnavailable {
+					status = http.StatusOK
+					break
+				}
+				if s, ok := e.Extensions["retryAfterSeconds"].(float64); ok {
+					retryAfter = max(retryAfter, s)
+				}
+			}
+		}
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		if status == http.StatusServiceUnavailable && retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter)))
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(rec.body.Bytes())
+	})
+}
+
+// noData reports a response whose every field is null.
+func noData(data map[string]json.RawMessage) bool {
+	for _, v := range data {
+		if string(v) != "null" {
+			return false
+		}
+	}
+	return true
+}
+
+// bufferedResponse holds a (small, JSON) response until it is inspected.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	wrote  bool
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(status int) {
+	if !b.wrote {
+		b.status, b.wrote = status, true
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	b.wrote = true
+	return b.body.Write(p)
 }

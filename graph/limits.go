@@ -349,6 +349,9 @@ func complexity() ComplexityRoot {
 	c.Mutation.RetryTask = func(child int, _ int) int { return fetch(child) }
 	c.Mutation.CancelTasks = func(child int, ids []int, _ *string) int { return satAdd(fetchCost, satMul(child, max(len(ids), 1))) }
 	c.Mutation.RetryTasks = func(child int, ids []int) int { return satAdd(fetchCost, satMul(child, max(len(ids), 1))) }
+	c.Mutation.CreateTasks = func(child int, inputs []*model.CreateTaskInput) int {
+		return satAdd(fetchCost, satMul(child, max(len(inputs), 1)))
+	}
 	c.Subscription.TaskUpdated = func(child int, _ *int, _ *ent.TaskWhereInput) int { return fetch(child) }
 	c.Subscription.TaskLogAppended = func(child int, _ int) int { return fetch(child) }
 	return c

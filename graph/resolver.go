@@ -27,6 +27,10 @@ type Resolver struct {
 	Importer  *importer.Importer
 	Artifacts *artifact.Store
 	Links     *artifact.Links
+
+	// streams are the running subscriptions (set by NewServer; a
+	// shutdown ends them).
+	streams *streams
 	// PublicURL is what download links start with (scheme, host and any
 	// path prefix); "" makes them relative (/download/...).
 	PublicURL string

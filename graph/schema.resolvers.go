@@ -8,7 +8,6 @@ package graph
 import (
 	"context"
 	"encoding/json"
-	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/task"
@@ -24,19 +23,7 @@ import (
 
 // CreateTask is the resolver for the createTask field.
 func (r *mutationResolver) CreateTask(ctx context.Context, input model.CreateTaskInput) (*ent.Task, error) {
-	return r.Engine.Create(ctx, engine.CreateRequest{
-		Type:              input.Type,
-		Title:             deref(input.Title),
-		BizID:             deref(input.BizID),
-		Input:             input.Input,
-		Priority:          input.Priority,
-		TimeoutSeconds:    input.TimeoutSeconds,
-		RetryPolicy:       input.RetryPolicy,
-		MaxAttempts:       input.MaxAttempts,
-		IdempotencyKey:    input.IdempotencyKey,
-		RunAt:             input.RunAt,
-		StallAfterSeconds: input.StallAfterSeconds,
-	})
+	return r.Engine.Create(ctx, createRequest(input))
 }
 
 // CancelTask is the resolver for the cancelTask field.

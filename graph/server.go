@@ -25,6 +25,7 @@ import (
 
 	"taskgraph/auth"
 	"taskgraph/graph/wsgorilla"
+	"taskgraph/outage"
 )
 
 // ServerConfig configures the GraphQL handler. Zero limits take their
@@ -54,6 +55,9 @@ type ServerConfig struct {
 	// than it (plus room for the other form fields) are refused. Default:
 	// no uploads beyond gqlgen's default of 32 MiB.
 	MaxUploadSize int64
+	// Outages, when set, counts requests failed by an outage (logged once
+	// per outage instead of once per request).
+	Outages *outage.Monitor
 	// MaxJSONSize bounds a JSON request, and the operations and map parts
 	// of a multipart one. Default: MaxJSONSizeDefault.
 	MaxJSONSize int64
@@ -89,9 +93,26 @@ type WebsocketConfig struct {
 // Server is the GraphQL handler.
 type Server struct {
 	*handler.Server
-	conns *connections
-	auth  *auth.Authenticator
+	conns   *connections
+	sockets *wsgorilla.Conns
+	streams *streams
+	auth    *auth.Authenticator
 }
+
+// GoAway ends the server's streams for a shutdown: every websocket is
+// closed with 1001 (going away) — its client reconnects and subscribes
+// again, elsewhere or later — and every SSE stream ends with a last
+// UNAVAILABLE error saying the server is shutting down, then complete, and
+// its request with it. New websockets are closed and new subscriptions
+// refused the same way. It returns when the streams' resolvers are done,
+// or when ctx ends.
+func (s *Server) GoAway(ctx context.Context) {
+	s.sockets.GoAway("server shutting down")
+	s.streams.goAway(ctx)
+}
+
+// OpenWebsockets is how many websockets are open.
+func (s *Server) OpenWebsockets() int { return s.sockets.Len() }
 
 // ServeHTTP prepares requests for gqlgen's transports:
 //
@@ -134,7 +155,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		auth.WriteError(w, http.StatusUnauthorized, CodeUnauthenticated, "unauthenticated: no credentials")
 		return
 	}
-	slot, err := s.conns.acquire(v.User)
+	slot, err := s.conns.acquire(v.Identity())
 	if err != nil {
 		writeLimit(w, err.Error(), "connections", s.conns.max)
 		return
@@ -218,8 +239,8 @@ func onlyStreamsSubscribe(ctx context.Context, next graphql.OperationHandler) gr
 	return next(ctx)
 }
 
-// OpenConnections is how many websockets user has open.
-func (s *Server) OpenConnections(user string) int { return s.conns.open(user) }
+// OpenConnections is how many websockets the identity has open.
+func (s *Server) OpenConnections(id auth.Identity) int { return s.conns.open(id) }
 
 // NewServer returns the GraphQL handler with every transport: HTTP GET and
 // POST, SSE, and websockets speaking graphql-transport-ws and graphql-ws.
@@ -235,6 +256,8 @@ func NewServer(cfg ServerConfig) *Server {
 	ws.MaxConnectionsPerUser = cmp.Or(ws.MaxConnectionsPerUser, 20)
 	ws.PayloadReadLimit = cmp.Or(ws.PayloadReadLimit, 1<<20)
 	conns := &connections{max: ws.MaxConnectionsPerUser, byUser: map[string]int{}}
+	sockets := wsgorilla.NewConns()
+	cfg.Resolver.streams = newStreams()
 
 	schemaCfg := Config{Resolvers: cfg.Resolver, Complexity: complexity()}
 	srv := handler.New(NewExecutableSchema(schemaCfg))
@@ -250,6 +273,7 @@ func NewServer(cfg ServerConfig) *Server {
 			},
 			PingInterval:  ws.PingInterval,
 			MaxOperations: ws.MaxSubscriptions,
+			Conns:         sockets,
 		},
 		InitFunc:              wsInit(cfg.Auth, conns),
 		CloseFunc:             wsClose,
@@ -292,8 +316,9 @@ func NewServer(cfg ServerConfig) *Server {
 	srv.Use(extension.FixedComplexityLimit(cmp.Or(cfg.ComplexityLimit, ComplexityLimitDefault)))
 	srv.AroundOperations(wsRecheck)
 	srv.AroundOperations(onlyStreamsSubscribe)
+	srv.AroundOperations(streamEnds)
 	srv.AroundFields(InternalErrors)
-	srv.SetErrorPresenter(ErrorPresenter(log))
+	srv.SetErrorPresenter(ErrorPresenter(log, cfg.Outages))
 	srv.SetRecoverFunc(RecoverFunc(log))
-	return &Server{Server: srv, conns: conns, auth: cfg.Auth}
+	return &Server{Server: srv, conns: conns, sockets: sockets, streams: cfg.Resolver.streams, auth: cfg.Auth}
 }

@@ -281,7 +281,7 @@ func TestSessions(t *testing.T) {
 		// Ending the stream frees its place.
 		first.Body.Close()
 		deadline := time.Now().Add(20 * time.Second)
-		for s.App.GraphQL.OpenConnections("gina") > 1 {
+		for s.App.GraphQL.OpenConnections(auth.Identity{Source: auth.SourceToken, User: "gina"}) > 1 {
 			require.True(t, time.Now().Before(deadline), "the stream's place was not freed")
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -46,7 +46,8 @@ func CheckOrigin(allowed []string) func(r *http.Request) bool {
 	}
 }
 
-// connections counts each user's open websocket connections.
+// connections counts each user's open websocket connections, by identity
+// (auth.Identity.Key): the same name in another tenant is another user.
 type connections struct {
 	max    int
 	mu     sync.Mutex
@@ -61,11 +62,12 @@ type slot struct {
 
 type slotKey struct{}
 
-func (c *connections) acquire(user string) (*slot, error) {
+func (c *connections) acquire(id auth.Identity) (*slot, error) {
+	user := id.Key()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.max > 0 && c.byUser[user] >= c.max {
-		return nil, fmt.Errorf("too many connections: user %s already has %d open (the limit)", user, c.max)
+		return nil, fmt.Errorf("too many connections: user %s already has %d open (the limit)", id.User, c.max)
 	}
 	c.byUser[user]++
 	return &slot{release: func() {
@@ -77,11 +79,11 @@ func (c *connections) acquire(user string) (*slot, error) {
 	}}, nil
 }
 
-// open returns how many connections user has open (tests).
-func (c *connections) open(user string) int {
+// open returns how many connections the identity has open (tests).
+func (c *connections) open(id auth.Identity) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.byUser[user]
+	return c.byUser[id.Key()]
 }
 
 // wsInit authenticates a websocket at connection_init: the payload's
@@ -110,7 +112,7 @@ func wsInit(authn *auth.Authenticator, conns *connections) transport.WebsocketIn
 		if !ok {
 			return refuse(closeForbidden, &auth.UnauthenticatedError{Reason: `no credentials; send {"Authorization": "Bearer <token>"} in connection_init`})
 		}
-		s, err := conns.acquire(v.User)
+		s, err := conns.acquire(v.Identity())
 		if err != nil {
 			return refuse(closeTooManyRequests, err)
 		}

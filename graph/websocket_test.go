@@ -14,6 +14,7 @@ import (
 
 	"taskgraph/app"
 	"taskgraph/app/apptest"
+	"taskgraph/auth"
 	"taskgraph/graph"
 	"taskgraph/internal/dbtest"
 )
@@ -171,7 +172,7 @@ func TestWebsocketConnectionsPerUser(t *testing.T) {
 	// Closing one makes room.
 	require.NoError(t, a.Conn.Close())
 	deadline := time.Now().Add(10 * time.Second)
-	for s.App.GraphQL.OpenConnections("local") > 1 {
+	for s.App.GraphQL.OpenConnections(auth.Local.Identity()) > 1 {
 		require.True(t, time.Now().Before(deadline), "the closed connection was not released")
 		time.Sleep(5 * time.Millisecond)
 	}

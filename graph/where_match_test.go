@@ -241,6 +241,7 @@ func setupWhereMatch(t *testing.T, ctx context.Context, dsn string) (*store.Stor
 		}
 		if r.IntN(2) == 0 {
 			n.IdempotencyKey = whereRef(fmt.Sprintf("%s-key-%d", pick("k", "K", "req"), i))
+			n.IdempotencyHash = whereRef(fmt.Sprintf("hash-%d", i))
 		}
 		news = append(news, n)
 	}

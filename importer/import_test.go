@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"mime/multipart"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -351,6 +348,38 @@ func TestImport(t *testing.T) {
 			require.Equal(t, 1, countFiles(t, b.s))
 		})
 
+		t.Run("EveryColumnOfAnErrorReportIsMaskedAndSoIsTheFileName", func(t *testing.T) {
+			t.Parallel()
+			b := start(t, d.DSN(t), app.Options{})
+			// Secrets in columns other than phone and e-mail, and in a
+			// column the target does not know (kept in the report's copy
+			// of the row); every row is bad (its phone), so every row is
+			// in the report.
+			const id18, id15, card, phone = "11010519491231002X", "110105491231002", "6222020200112233446", "13912345678"
+			header := append(append([]string{}, importtest.ContactsHeader...), "备注")
+			rows := [][]string{
+				{"张三 " + id18, "12345", "zs@example.com", "卡 " + card, "上海", "", "男", "", "身份证" + id15},
+				{"李四", "tel_" + phone, "ls@example", "示例科技", "北京", "", "女", "", "token=abcdef123"},
+			}
+			tk := importtest.MustUpload(t, b.s, "客户_"+phone+".csv", importtest.CSV(header, rows, false), nil, "")
+			final := b.waitTerminal(t, tk.ID)
+			require.Equal(t, "FAILED", string(*final.ResultStatus), "all rows bad")
+			_, body := download(t, b.s, tk.ID, "ERROR_REPORT", "CSV")
+			report := string(body)
+			require.Contains(t, report, "110***********002X", "the report was read")
+			for _, secret := range []string{id18, id15, card, phone, "abcdef123", "zs@example.com", "ls@example"} {
+				require.NotContains(t, report, secret)
+			}
+			// The file's name is masked where it is shown: the task's
+			// title, the artifact, its download name.
+			require.NotContains(t, final.Title, phone)
+			require.Contains(t, final.Title, "客户_139****5678.csv")
+			arts, err := b.s.App.Store.Client().Artifact.Query().Where(entartifact.KindEQ(entartifact.KindSOURCE)).All(sysCtx)
+			require.NoError(t, err)
+			require.Len(t, arts, 1)
+			require.Equal(t, "客户_139****5678.csv", arts[0].Filename)
+		})
+
 		t.Run("AMissingRequiredHeaderFailsWithoutRetryOrRows", func(t *testing.T) {
 			t.Parallel()
 			b := start(t, d.DSN(t), app.Options{})
@@ -550,19 +579,7 @@ func requireEachRowOnce(t *testing.T, s *apptest.Server, taskID, want int) {
 // countFiles counts the files in the process's artifact directory.
 func countFiles(t *testing.T, s *apptest.Server) int {
 	t.Helper()
-	n := 0
-	err := filepath.WalkDir(filepath.Join(s.App.Config.DataDir, "artifacts"), func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			n++
-		}
-		return nil
-	})
-	if errors.Is(err, os.ErrNotExist) {
-		return 0
-	}
+	keys, err := s.App.Artifacts.Blobs().Keys(context.Background())
 	require.NoError(t, err)
-	return n
+	return len(keys)
 }

@@ -139,6 +139,7 @@ func (im *Importer) Register(r *worker.Registry) {
 
 func (im *Importer) handle(ctx context.Context, job *worker.Job, in Input) error {
 	sum, err := im.run(ctx, job, in)
+	err = artifact.AsResource(err)
 	if sum != nil {
 		if serr := job.SetResult(sum); serr != nil && err == nil {
 			err = serr
@@ -163,25 +164,30 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 	if err != nil {
 		return summary, err
 	}
-	blob, err := im.cfg.Artifacts.Open(src)
+	blob, err := im.cfg.Artifacts.Open(ctx, src)
 	if err != nil {
-		if errors.Is(err, artifact.ErrNoBlob) {
-			return summary, worker.NonRetryable(fmt.Errorf("the uploaded file is gone (expired?): upload it again"))
-		}
-		return summary, err
+		return summary, im.openError(src, err)
 	}
 	defer blob.Close()
+	// A parser that meets a failure of the store reports a broken file;
+	// the store's failure is the truth, and worth another attempt.
+	fileErr := func(err error) error {
+		if serr := blob.Err(); serr != nil {
+			return worker.Resource(fmt.Errorf("read the uploaded file: %w", serr))
+		}
+		return worker.NonRetryable(err)
+	}
 	s := spreadsheet.Source{ReaderAt: blob, Size: blob.Size()}
 	info := spreadsheet.Info{Format: spreadsheet.Format(in.File.Format), Encoding: spreadsheet.Encoding(in.File.Encoding), Sheet: in.File.Sheet, Rows: in.File.Rows}
 	rows, err := spreadsheet.Open(s, info, im.cfg.Limits)
 	if err != nil {
-		return summary, worker.NonRetryable(err)
+		return summary, fileErr(err)
 	}
 	defer rows.Close()
 
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return summary, worker.NonRetryable(err)
+			return summary, fileErr(err)
 		}
 		return summary, worker.NonRetryable(errors.New("the file is empty: no header row"))
 	}
@@ -202,6 +208,9 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 	}
 	defer sp.close()
 	total, err := im.stream(ctx, job, rows, m, target, sp, in)
+	if err != nil && blob.Err() != nil {
+		err = fileErr(err)
+	}
 	summary.TotalCount = total
 	summary.FailedCount = sp.rows
 	if n, werr := target.Writer.Written(context.WithoutCancel(ctx), taskID); werr == nil {
@@ -234,6 +243,21 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 	}
 	job.Info("import finished", "status", summary.Status, "total", total, "written", summary.SuccessCount, "failed", summary.FailedCount)
 	return summary, nil
+}
+
+// openError says why the uploaded file cannot be read. A file the store
+// does not have is final, and said as it is: expired if its row says so,
+// otherwise missing from the store (where). A store that fails, or this
+// node's store not being the deployment's, is worth another attempt.
+func (im *Importer) openError(src *ent.Artifact, err error) error {
+	switch {
+	case errors.Is(err, artifact.ErrNoBlob) && !im.cfg.Artifacts.Now().Before(src.ExpiresAt):
+		return worker.NonRetryable(fmt.Errorf("the uploaded file %q expired at %s and was removed: upload it again",
+			src.Filename, src.ExpiresAt.UTC().Format(time.RFC3339)))
+	case errors.Is(err, artifact.ErrNoBlob):
+		return worker.NonRetryable(fmt.Errorf("the uploaded file %q was %w", src.Filename, err))
+	}
+	return artifact.AsResource(fmt.Errorf("open the uploaded file: %w", err))
 }
 
 type chunk struct {
@@ -338,7 +362,8 @@ func (im *Importer) source(ctx context.Context, t *ent.Task, sha string) (*ent.A
 	// request linking the file in between would hide it from both.
 	found, err := im.cfg.Artifacts.Client().Artifact.Query().
 		Where(entartifact.KindEQ(entartifact.KindSOURCE), entartifact.Sha256(sha),
-			entartifact.Or(entartifact.TaskID(t.ID), entartifact.And(entartifact.TaskIDIsNil(), entartifact.Owner(t.Owner)))).
+			entartifact.Or(entartifact.TaskID(t.ID), entartifact.And(entartifact.TaskIDIsNil(),
+				entartifact.Owner(t.Owner), entartifact.OwnerSource(t.OwnerSource), entartifact.Tenant(t.Tenant)))).
 		Order(ent.Desc(entartifact.FieldID)).
 		Limit(50).
 		All(ctx)
@@ -352,6 +377,10 @@ func (im *Importer) source(ctx context.Context, t *ent.Task, sha string) (*ent.A
 		}
 	}
 	if a == nil {
+		if ttl := im.cfg.Artifacts.TTL(); t.CreatedAt.Before(im.cfg.Artifacts.Now().Add(-ttl)) {
+			return nil, worker.NonRetryable(fmt.Errorf("the uploaded file was removed: uploads are kept for %s (--artifact-ttl) and this import was created at %s: upload it again",
+				ttl, t.CreatedAt.UTC().Format(time.RFC3339)))
+		}
 		return nil, worker.NonRetryable(errors.New("no uploaded file for this import: import tasks are created by the importFile mutation"))
 	}
 	if a.TaskID == nil {
@@ -370,7 +399,7 @@ func (im *Importer) saveReports(ctx context.Context, job *worker.Job, sp *spool,
 	for _, f := range []spreadsheet.Format{spreadsheet.XLSX, spreadsheet.CSV} {
 		fname := job.Task.Code + "-errors." + string(f)
 		a, err := im.cfg.Artifacts.Write(ctx, artifact.Meta{
-			TaskID: &job.Task.ID, Owner: job.Task.Owner, Kind: artifact.KindErrorReport,
+			TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindErrorReport,
 			Filename: fname, ContentType: f.ContentType(),
 		}, func(w io.Writer) error { return sp.writeReport(f, header, w) })
 		if err != nil {

@@ -41,23 +41,33 @@ func newSpool() (*spool, error) {
 	return &spool{f: f, w: w, enc: json.NewEncoder(w)}, nil
 }
 
-// add records a bad row's problems, masking sensitive columns' values in
-// the problems and in the copy of the original row.
+// add records a bad row's problems, masking every value in the problems
+// and in the copy of the original row: sensitive columns whatever they
+// hold (a malformed phone number is still one), every other column by
+// what the masker recognises in it (an ID or card number under a name, a
+// note, an unknown column...).
 func (s *spool) add(m *Mapping, masker *mask.Masker, rowNo int, cells []string, problems []Problem) error {
 	s.rows++
 	orig := make([]string, len(cells))
-	copy(orig, cells)
+	sensitive := make([]bool, len(cells))
 	for i, c := range m.target.Columns {
-		if idx := m.index[i]; c.Sensitive && idx >= 0 && idx < len(orig) {
-			orig[idx] = maskValue(masker, orig[idx])
+		if idx := m.index[i]; c.Sensitive && idx >= 0 && idx < len(cells) {
+			sensitive[idx] = true
+		}
+	}
+	for i, c := range cells {
+		if sensitive[i] {
+			orig[i] = maskValue(masker, c)
+		} else {
+			orig[i] = masker.String(c)
 		}
 	}
 	for i, p := range problems {
-		v := p.Value
+		v := masker.String(p.Value)
 		if p.Column.Sensitive {
-			v = maskValue(masker, v)
+			v = maskValue(masker, p.Value)
 		}
-		line := spooled{Row: rowNo, Column: p.Column.Label(), Value: v, Reason: p.Reason}
+		line := spooled{Row: rowNo, Column: p.Column.Label(), Value: v, Reason: masker.String(p.Reason)}
 		if i == 0 {
 			line.Cells = orig
 		}

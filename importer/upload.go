@@ -56,8 +56,15 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 	}
 	name := cleanFilename(u.Filename)
 	format, ok := spreadsheet.FormatOf(name)
+	// The name is shown (the task's title, downloads, the audit log,
+	// this error): masked like every other text a client sends, keeping
+	// its extension.
+	name = im.cfg.Masker.String(name)
 	if !ok {
 		return nil, invalid("file", "%q is not an .xlsx or .csv file (allowed extensions: .xlsx, .csv)", name)
+	}
+	if ext := "." + string(format); !strings.HasSuffix(strings.ToLower(name), ext) {
+		name += ext
 	}
 	if u.Size > im.cfg.MaxUploadSize {
 		return nil, invalid("file", "the file is %d bytes; the limit (max upload size) is %d bytes", u.Size, im.cfg.MaxUploadSize)
@@ -70,9 +77,8 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 	if err := viewer.AllowMutate("import a file"); err != nil {
 		return nil, err
 	}
-	owner := viewer.User
 	a, err := im.cfg.Artifacts.Save(ctx, artifact.Meta{
-		Owner: owner, Kind: artifact.KindSource, Filename: name,
+		Owner: viewer.User, OwnerSource: viewer.Source, Tenant: viewer.Tenant, Kind: artifact.KindSource, Filename: name,
 		ContentType: format.ContentType(), MaxSize: im.cfg.MaxUploadSize,
 	}, u.File)
 	var tooLarge *artifact.TooLargeError
@@ -94,12 +100,16 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 }
 
 func (im *Importer) createFrom(ctx context.Context, a *ent.Artifact, target *Target, format spreadsheet.Format, opts Options, key *string) (*ent.Task, error) {
-	blob, err := im.cfg.Artifacts.Open(a)
+	blob, err := im.cfg.Artifacts.Open(ctx, a)
 	if err != nil {
 		return nil, fmt.Errorf("reopen upload: %w", err)
 	}
 	info, err := spreadsheet.Scan(blob, blob.Size(), format, im.cfg.Limits)
 	_ = blob.Close()
+	if serr := blob.Err(); serr != nil {
+		// The store failed while the file was checked: not the file's fault.
+		return nil, fmt.Errorf("check upload: %w", serr)
+	}
 	var fe *spreadsheet.FileError
 	if errors.As(err, &fe) {
 		return nil, invalid("file", "%s", fe.Error())

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -60,7 +61,7 @@ func TestString(t *testing.T) {
 		{"URLAPIKeyGlued", "?apikey=t1&apiKey=t2", "?apikey=******&apiKey=******"},
 		{"URLRefreshToken", "?refresh_token=t1", "?refresh_token=******"},
 		{"URLClientSecret", "?client_id=app&client_secret=s3", "?client_id=app&client_secret=******"},
-		{"URLAmzSignature", "?X-Amz-Credential=a&X-Amz-Signature=ff00", "?X-Amz-Credential=a&X-Amz-Signature=******"},
+		{"URLAmzSignature", "?X-Amz-Credential=a&X-Amz-Signature=ff00", "?X-Amz-Credential=******&X-Amz-Signature=******"},
 		{"URLAmzSecurityToken", "?X-Amz-Security-Token=FQo", "?X-Amz-Security-Token=******"},
 		{"URLDashedAPIKey", "?x-api-key=k", "?x-api-key=******"},
 		{"URLPassword", "postgres://db?password=hunter2&sslmode=disable", "postgres://db?password=******&sslmode=disable"},
@@ -270,8 +271,8 @@ func TestCustomMasker(t *testing.T) {
 	require.JSONEq(t, `{"PIN":"******","phone":"13800138000"}`, string(out), "only the configured rules apply")
 }
 
-// FuzzMaskJSON: valid JSON in gives valid JSON out, masking is idempotent,
-// and nothing panics.
+// FuzzMaskJSON: valid JSON in gives valid JSON out, masking is idempotent
+// (of JSON and of the same bytes as text), and nothing panics.
 func FuzzMaskJSON(f *testing.F) {
 	for _, seed := range []string{
 		`{}`,
@@ -283,11 +284,27 @@ func FuzzMaskJSON(f *testing.F) {
 		`{"a":"13800138000-1234-1234-1235","b":"4111 1111 1111 1111 13800138000"}`,
 		`{"u":"\u003c\u0026\u003e\ud83d\ude00","f":1.5e300,"z":-0}`,
 		`[[[[[[[[["deep 13800138000"]]]]]]]]]`,
+		// The classes of issue 11.
+		`{"dsn":"postgres://app:hunter2@db/x","git":"https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/r"}`,
+		`{"pwd":"a","pin":1234,"cvv":"123","otp":"1","accessKey":"k","session_id":"s","headers":{"X-Access-Key":"k"}}`,
+		`["Authorization: Token abc123def","Digest username="a", response="b"","Cookie: sid=1; x=2","token expired"]`,
+		`{"body":"{"password":"x","inner":"{\"token\":\"t\"}"}","list":"[1, 2]"}`,
+		`[{"name":"password","value":"x"},{"Key":"pin","Values":["1"]},{"name":"city","value":"上海"}]`,
+		`"?pwd=a&auth=b&code=c&X-Amz-Credential=d;jsessionid=e password: f "api_key": "g""`,
+		`["tel_13912345678","１３９１２３４５６７８","139.1234.5678","0086 13912345678","13912345678,13812345678"]`,
+		`["110105491231002","id_11010519491231002X","622202 020011 2233446","3782 822463 10005","alice@localhost"]`,
 	} {
 		f.Add([]byte(seed))
 	}
 	m := mask.Default()
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The same bytes as free text: masking is idempotent there too.
+		if s := string(in); utf8.ValidString(s) {
+			once := m.String(s)
+			if twice := m.String(once); twice != once {
+				t.Fatalf("text not idempotent:\n in:    %q\n once:  %q\n twice: %q", s, once, twice)
+			}
+		}
 		if !json.Valid(in) {
 			_, _, _ = m.JSON(in) // must not panic
 			return

@@ -33,6 +33,7 @@ type Metrics struct {
 	timeouts   *prometheus.CounterVec
 	watchdog   *prometheus.CounterVec
 	lag        prometheus.Histogram
+	counts     *taskCounts            // nil until Register is given a client
 	notices    *prometheus.CounterVec // see RegisterAlerts
 }
 
@@ -44,6 +45,9 @@ type Sources struct {
 	Broker  *events.Broker
 	Relay   func() (received, resyncs int64)
 	Leading func() bool
+	// Inconsistent counts the pairs whose task did not mirror its
+	// instance that this node's claims and finishes met (store).
+	Inconsistent func() int64
 }
 
 // New registers the node's own collectors; Register adds those that read
@@ -83,7 +87,7 @@ func New() *Metrics {
 // Register adds the collectors reading src.
 func (m *Metrics) Register(src Sources) {
 	if src.Client != nil {
-		m.reg.MustRegister(&taskCounts{client: src.Client})
+		m.counts = &taskCounts{client: src.Client, cache: map[string]cachedCounts{}}
 	}
 	if b := src.Broker; b != nil {
 		m.reg.MustRegister(
@@ -96,6 +100,11 @@ func (m *Metrics) Register(src Sources) {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgraph_subscribers_dropped_total", Help: "Subscribers dropped for falling behind."},
 				func() float64 { return float64(b.Stats().Dropped) }),
 		)
+	}
+	if f := src.Inconsistent; f != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgraph_inconsistent_pairs_total",
+			Help: "Executions whose task did not mirror them, met by this node's claims and finishes (each failed alone; the watchdog repairs them)."},
+			func() float64 { return float64(f()) }))
 	}
 	if r := src.Relay; r != nil {
 		m.reg.MustRegister(
@@ -116,8 +125,34 @@ func (m *Metrics) Register(src Sources) {
 	}
 }
 
-// Handler serves the metrics.
-func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+// Handler serves the metrics as the viewer of the request's context sees
+// them (mount it behind authentication; a request without a viewer is
+// refused). Tenants isolate here too:
+//
+//   - a platform administrator (or the process itself, for a listener of
+//     its own) sees the node's metrics and taskgraph_tasks over every
+//     tenant;
+//   - an admin sees taskgraph_tasks of its tenant, an operator or viewer
+//     of its own tasks — and none of the node's metrics, which count every
+//     tenant's work.
+func (m *Metrics) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := auth.Require(r.Context())
+		if err != nil {
+			auth.WriteError(w, http.StatusUnauthorized, "UNAUTHENTICATED", err.Error())
+			return
+		}
+		reg := prometheus.NewRegistry()
+		if m.counts != nil {
+			reg.MustRegister(&viewerCounts{counts: m.counts, viewer: v})
+		}
+		var g prometheus.Gatherer = reg
+		if v.SeesEveryTenant() {
+			g = prometheus.Gatherers{m.reg, reg}
+		}
+		promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	})
+}
 
 // Claimed counts claims.
 func (m *Metrics) Claimed(n int) { m.claims.Add(float64(n)) }
@@ -149,13 +184,18 @@ func (m *Metrics) ObserveChange(c events.TaskChange) {
 	}
 }
 
-// taskCounts reads tasks by status and type at scrape time, at most every
-// few seconds, so that scrapers cannot load the database.
+// taskCounts reads tasks by status and type at scrape time, as the scraper
+// sees them (package access scopes the query), at most every few seconds
+// per scope, so that scrapers cannot load the database.
 type taskCounts struct {
 	client *ent.Client
 	mu     sync.Mutex
-	at     time.Time
-	rows   []countRow
+	cache  map[string]cachedCounts // by scope: what one kind of viewer sees
+}
+
+type cachedCounts struct {
+	at   time.Time
+	rows []countRow
 }
 
 type countRow struct {
@@ -164,23 +204,64 @@ type countRow struct {
 	Count  int              `json:"count"`
 }
 
-var tasksDesc = prometheus.NewDesc("taskgraph_tasks", "Tasks by status and type (all nodes; read from the database).", []string{"status", "type"}, nil)
+// countsTTL is how long counts are reused; maxScopes bounds the cache.
+const (
+	countsTTL = 5 * time.Second
+	maxScopes = 1024
+)
 
-func (c *taskCounts) Describe(ch chan<- *prometheus.Desc) { ch <- tasksDesc }
+// scope names what v sees: every viewer with the same scope sees the same
+// counts.
+func scope(v auth.Viewer) string {
+	switch {
+	case v.SeesEveryTenant():
+		return "all"
+	case v.IsAdmin():
+		return "tenant " + v.Tenant
+	}
+	return "owner " + v.Identity().Key()
+}
 
-func (c *taskCounts) Collect(ch chan<- prometheus.Metric) {
+func (c *taskCounts) read(v auth.Viewer) []countRow {
+	key := scope(v)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.at) > 5*time.Second {
-		// Counts for operators of the whole node, whoever scrapes.
-		ctx, cancel := context.WithTimeout(auth.NewSystemContext(context.Background()), 5*time.Second)
-		defer cancel()
-		var rows []countRow
-		if err := c.client.Task.Query().GroupBy(task.FieldType, task.FieldStatus).Aggregate(ent.Count()).Scan(ctx, &rows); err == nil {
-			c.rows, c.at = rows, time.Now()
+	now := time.Now()
+	if e, ok := c.cache[key]; ok && now.Sub(e.at) < countsTTL {
+		return e.rows
+	}
+	ctx, cancel := context.WithTimeout(auth.NewContext(context.Background(), v), 5*time.Second)
+	defer cancel()
+	var rows []countRow
+	if err := c.client.Task.Query().GroupBy(task.FieldType, task.FieldStatus).Aggregate(ent.Count()).Scan(ctx, &rows); err != nil {
+		return c.cache[key].rows // the last counts, if any
+	}
+	if len(c.cache) >= maxScopes {
+		for k, e := range c.cache {
+			if now.Sub(e.at) >= countsTTL {
+				delete(c.cache, k)
+			}
+		}
+		if len(c.cache) >= maxScopes {
+			clear(c.cache)
 		}
 	}
-	for _, r := range c.rows {
+	c.cache[key] = cachedCounts{at: now, rows: rows}
+	return rows
+}
+
+var tasksDesc = prometheus.NewDesc("taskgraph_tasks", "Tasks by status and type that the scraper may see (all nodes; read from the database).", []string{"status", "type"}, nil)
+
+// viewerCounts collects taskgraph_tasks for one scrape, as its viewer.
+type viewerCounts struct {
+	counts *taskCounts
+	viewer auth.Viewer
+}
+
+func (c *viewerCounts) Describe(ch chan<- *prometheus.Desc) { ch <- tasksDesc }
+
+func (c *viewerCounts) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.counts.read(c.viewer) {
 		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(r.Count), string(r.Status), r.Type)
 	}
 }

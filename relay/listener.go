@@ -37,12 +37,27 @@ type Config struct {
 	// OnResync is called after the listening connection was lost and
 	// re-established (a worker pool should look for work).
 	OnResync func()
-	// ResyncLimit bounds how many changed tasks a resync re-publishes.
-	// Default: 10000.
+	// ResyncLimit bounds how many changed tasks (and log lines) a resync
+	// re-publishes; past it, clients are told to re-read and subscribe
+	// again (events.ErrResyncRequired). Default: ResyncLimitDefault.
 	ResyncLimit int
+	// ResyncPage is how many rows one read of a resync returns.
+	// Default: ResyncPageDefault.
+	ResyncPage int
+	// PingInterval is how often the listening connection is checked (a
+	// dead connection TCP has not reported yet; the last good check bounds
+	// what a resync must re-read). Default: PingIntervalDefault.
+	PingInterval time.Duration
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
 }
+
+// Defaults of Config.
+const (
+	ResyncLimitDefault  = 10000
+	ResyncPageDefault   = 500
+	PingIntervalDefault = 5 * time.Second
+)
 
 // Listener receives other nodes' notifications.
 type Listener struct {
@@ -50,14 +65,22 @@ type Listener struct {
 	pql *pq.Listener
 	log *slog.Logger
 
-	mu       sync.Mutex
-	lastSeen time.Time // commit time (clock of the sender) of the newest change received
+	mu sync.Mutex
+	// healthy is when the listening connection last proved alive (a
+	// notification came, a ping answered), on this process's clock:
+	// whatever committed before it, minus a margin, was received.
+	healthy time.Time
+	// missedSince is set while changes since then (minus the margin) may
+	// have been missed and are not yet re-read: a lost connection, a
+	// re-read that failed.
+	missedSince time.Time
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	kick   chan struct{} // Missed: resync now
 
 	// Counters for metrics.
-	received, resyncs int64
+	received, resyncs, resyncFailures, resyncsRequired int64
 }
 
 // Listen connects, LISTENs and starts delivering.
@@ -69,11 +92,14 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	if err := cfg.DB.QueryRowContext(ctx, "SELECT "+channelExpr).Scan(&channel); err != nil {
 		return nil, fmt.Errorf("relay: name the channel: %w", err)
 	}
-	cfg.ResyncLimit = cmp.Or(cfg.ResyncLimit, 10000)
-	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{})}
+	cfg.ResyncLimit = cmp.Or(cfg.ResyncLimit, ResyncLimitDefault)
+	cfg.ResyncPage = cmp.Or(cfg.ResyncPage, ResyncPageDefault)
+	cfg.PingInterval = cmp.Or(cfg.PingInterval, PingIntervalDefault)
+	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	l.pql = pq.NewListener(withAppName(cfg.DSN, "taskgraph-relay-"+cfg.Node), 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventDisconnected:
+			l.lost()
 			l.log.Warn("listening connection lost; reconnecting", "err", err)
 		case pq.ListenerEventReconnected:
 			l.log.Info("listening connection re-established")
@@ -85,7 +111,11 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 		_ = l.pql.Close()
 		return nil, err
 	}
-	l.lastSeen = time.Now()
+	l.healthy = time.Now()
+	// Whatever this node delivers from now on may be re-published by a
+	// resync: the broker remembers it (to drop duplicates) from the point
+	// a resync would re-read from.
+	cfg.Broker.SetReplayFloor(l.replayFloor)
 	// The relay re-reads for the whole node; subscribers' own visibility is
 	// applied when the broker hands changes to them.
 	ctx, l.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
@@ -114,33 +144,115 @@ func (l *Listener) Close() {
 	_ = l.pql.Close()
 }
 
+// Missed tells the listener that changes committed from about now may not
+// have been published on this node (one of its own COMMITs failed with an
+// unknown outcome: it may have committed all the same): they are re-read
+// and replayed, as after a lost connection.
+func (l *Listener) Missed() {
+	l.mu.Lock()
+	l.missLocked(time.Now())
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// resyncMargin covers clock differences between nodes and commits that were
+// in flight when the connection dropped.
+const resyncMargin = 10 * time.Second
+
+// Backoff of a failed resync.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
+
+func (l *Listener) alive() {
+	l.mu.Lock()
+	l.healthy = time.Now()
+	l.mu.Unlock()
+}
+
+// lost records that what was committed since the last sign of life may
+// not have been received.
+func (l *Listener) lost() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.missLocked(l.healthy)
+}
+
+func (l *Listener) missLocked(since time.Time) {
+	if l.missedSince.IsZero() || since.Before(l.missedSince) {
+		l.missedSince = since
+	}
+}
+
+// replayFloor is the oldest delivery a resync may repeat.
+func (l *Listener) replayFloor() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.healthy
+	if !l.missedSince.IsZero() && l.missedSince.Before(f) {
+		f = l.missedSince
+	}
+	return f.Add(-resyncMargin)
+}
+
 func (l *Listener) loop(ctx context.Context) {
 	defer close(l.done)
-	ping := time.NewTicker(30 * time.Second)
+	ping := time.NewTicker(l.cfg.PingInterval)
 	defer ping.Stop()
+	// retry fires when a failed resync is due again; nil while none waits.
+	var retry <-chan time.Time
+	backoff := retryFirst
+	resync := func() {
+		if err := l.resync(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			l.mu.Lock()
+			l.resyncFailures++
+			l.mu.Unlock()
+			l.log.Warn("resync failed; retrying", "err", err, "in", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, retryMax)
+			return
+		}
+		retry, backoff = nil, retryFirst
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ping.C:
 			// Finds a dead connection that TCP has not reported yet.
-			_ = l.pql.Ping()
+			if l.pql.Ping() == nil {
+				l.alive()
+			}
+		case <-retry:
+			resync()
+		case <-l.kick:
+			if retry == nil {
+				resync()
+			} // else the pending retry covers it
+
 		case n := <-l.pql.Notify:
 			if n == nil {
 				// pq says notifications may have been lost.
-				l.resync(ctx)
+				l.lost()
+				resync()
 				continue
 			}
 			batch := []*pq.Notification{n}
 			// Take whatever else is already waiting: one re-read for all.
+			reconnected := false
 		drain:
 			for len(batch) < 64 {
 				select {
 				case more := <-l.pql.Notify:
 					if more == nil {
-						l.deliver(ctx, batch)
-						batch = nil
-						l.resync(ctx)
+						reconnected = true
 						break drain
 					}
 					batch = append(batch, more)
@@ -148,14 +260,25 @@ func (l *Listener) loop(ctx context.Context) {
 					break drain
 				}
 			}
-			if len(batch) > 0 {
-				l.deliver(ctx, batch)
+			if !l.deliver(ctx, batch) && retry == nil {
+				// Re-reading failed: re-read what changed since instead,
+				// until it works.
+				retry = time.After(backoff)
+			}
+			if reconnected {
+				l.lost()
+				resync()
 			}
 		}
 	}
 }
 
-func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
+// deliver publishes a batch of notifications. It reports false when the
+// changed rows could not be re-read; the changes are then marked missed,
+// for a resync.
+func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) bool {
+	arrived := time.Now()
+	l.alive()
 	var ts [][4]int64
 	var ls [][2]int64
 	for _, n := range batch {
@@ -174,7 +297,7 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 	l.received += int64(len(ts))
 	l.mu.Unlock()
 	if len(ts) == 0 && len(ls) == 0 {
-		return
+		return true
 	}
 	full := l.cfg.Broker.WantsFullChanges()
 	changes := make([]events.TaskChange, 0, len(ts))
@@ -194,7 +317,14 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 			})
 		}
 		l.cfg.Broker.PublishTasks(changes)
-		return
+		return true
+	}
+	missed := func(what string, err error, n int) bool {
+		l.log.Warn("re-reading "+what+" failed; they will be re-read with what changed since", "err", err, "count", n)
+		l.mu.Lock()
+		l.missLocked(arrived)
+		l.mu.Unlock()
+		return false
 	}
 	if len(ts) > 0 {
 		ids := make([]int, 0, len(ts))
@@ -203,8 +333,7 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 		}
 		rows, err := l.cfg.Client.Task.Query().Where(task.IDIn(ids...)).All(ctx)
 		if err != nil {
-			l.log.Error("re-reading changed tasks failed", "err", err, "count", len(ids))
-			return
+			return missed("changed tasks", err, len(ids))
 		}
 		byID := make(map[int]*ent.Task, len(rows))
 		for _, r := range rows {
@@ -228,7 +357,6 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 				snap = &c
 			}
 			changes = append(changes, events.TaskChange{Kind: events.ChangeKind(t[2]), Task: snap, Relayed: true})
-			l.seen(snap.UpdatedAt)
 		}
 		l.cfg.Broker.PublishTasks(changes)
 	}
@@ -239,11 +367,11 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) {
 		}
 		logs, err := l.cfg.Client.TaskLog.Query().Where(tasklog.IDIn(ids...)).Order(ent.Asc(tasklog.FieldID)).All(ctx)
 		if err != nil {
-			l.log.Error("re-reading log lines failed", "err", err, "count", len(ids))
-			return
+			return missed("log lines", err, len(ids))
 		}
 		l.cfg.Broker.PublishLogs(logs)
 	}
+	return true
 }
 
 // wakesWorkers reports the changes a worker pool acts on: new work (a task
@@ -259,56 +387,104 @@ func wakesWorkers(kind events.ChangeKind, status lifecycle.Status) bool {
 	return false
 }
 
-func (l *Listener) seen(t time.Time) {
+// resync re-publishes the current state of every task changed since
+// shortly before changes may have been missed, page by page, as Latest
+// changes (the broker delivers each one only if it is news, and at once),
+// and the log lines of the tasks whose logs are watched. When more changed
+// than ResyncLimit, clients are told to re-read and subscribe again
+// instead. An error leaves the missed interval in place for the next try.
+func (l *Listener) resync(ctx context.Context) error {
 	l.mu.Lock()
-	if t.After(l.lastSeen) {
-		l.lastSeen = t
+	missed := l.missedSince
+	l.mu.Unlock()
+	if missed.IsZero() {
+		return nil
 	}
-	l.mu.Unlock()
-}
-
-// resyncMargin covers clock differences between nodes and commits that were
-// in flight when the connection dropped.
-const resyncMargin = 10 * time.Second
-
-// resync re-publishes the current state of every task changed since shortly
-// before the last change received, so that subscribers see where things
-// stand after notifications may have been lost.
-func (l *Listener) resync(ctx context.Context) {
-	l.mu.Lock()
-	since := l.lastSeen.Add(-resyncMargin)
-	l.resyncs++
-	l.mu.Unlock()
+	since := missed.Add(-resyncMargin)
 	if l.cfg.OnResync != nil {
 		l.cfg.OnResync()
 	}
-	if !l.cfg.Broker.WantsFullChanges() {
-		return
+	if l.cfg.Broker.WantsFullChanges() {
+		n, err := l.replay(ctx, since)
+		if err != nil {
+			return err
+		}
+		l.log.Info("resynced after changes may have been missed", "since", since, "tasks", n)
 	}
-	rows, err := l.cfg.Client.Task.Query().
-		Where(task.UpdatedAtGTE(since)).
-		Order(ent.Desc(task.FieldUpdatedAt)).
-		Limit(l.cfg.ResyncLimit).
-		All(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.resyncs++
+	if l.missedSince.Equal(missed) {
+		l.missedSince = time.Time{}
+	}
+	return nil
+}
+
+// replay re-publishes what changed since, and returns how many tasks.
+func (l *Listener) replay(ctx context.Context, since time.Time) (int, error) {
+	n, err := l.cfg.Client.Task.Query().Where(task.UpdatedAtGTE(since)).Count(ctx)
 	if err != nil {
-		l.log.Error("resync failed", "err", err)
-		return
+		return 0, fmt.Errorf("count changed tasks: %w", err)
 	}
-	l.log.Info("resynced after a lost listening connection", "since", since, "tasks", len(rows))
-	changes := make([]events.TaskChange, 0, len(rows))
-	for i := len(rows) - 1; i >= 0; i-- {
-		changes = append(changes, events.TaskChange{Kind: events.Transitioned, Task: rows[i], Relayed: true})
-		l.seen(rows[i].UpdatedAt)
+	var logs []*ent.TaskLog
+	if ids := l.cfg.Broker.LogTasks(); len(ids) > 0 {
+		logs, err = l.cfg.Client.TaskLog.Query().
+			Where(tasklog.TaskIDIn(ids...), tasklog.CreatedAtGTE(since)).
+			Order(ent.Asc(tasklog.FieldID)).
+			Limit(l.cfg.ResyncLimit + 1).
+			All(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("re-read log lines: %w", err)
+		}
 	}
-	l.cfg.Broker.PublishTasks(changes)
+	if n > l.cfg.ResyncLimit || len(logs) > l.cfg.ResyncLimit {
+		l.log.Warn("too much changed to replay; clients must re-read and subscribe again",
+			"since", since, "tasks", n, "log_lines", len(logs), "limit", l.cfg.ResyncLimit)
+		l.cfg.Broker.ResyncRequired()
+		l.mu.Lock()
+		l.resyncsRequired++
+		l.mu.Unlock()
+		return n, nil
+	}
+	// Oldest first, by (updated_at, id): a row updated while we page moves
+	// to the end and is read again, never skipped.
+	var afterAt time.Time
+	afterID := 0
+	for {
+		q := l.cfg.Client.Task.Query().Where(task.UpdatedAtGTE(since))
+		if afterID != 0 {
+			q = q.Where(task.Or(task.UpdatedAtGT(afterAt), task.And(task.UpdatedAt(afterAt), task.IDGT(afterID))))
+		}
+		rows, err := q.Order(ent.Asc(task.FieldUpdatedAt), ent.Asc(task.FieldID)).Limit(l.cfg.ResyncPage).All(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("re-read changed tasks: %w", err)
+		}
+		changes := make([]events.TaskChange, len(rows))
+		for i, r := range rows {
+			changes[i] = events.TaskChange{Kind: events.Transitioned, Task: r, Relayed: true, Latest: true}
+		}
+		l.cfg.Broker.PublishTasks(changes)
+		if len(rows) < l.cfg.ResyncPage {
+			break
+		}
+		afterAt, afterID = rows[len(rows)-1].UpdatedAt, rows[len(rows)-1].ID
+	}
+	l.cfg.Broker.PublishMissedLogs(logs)
+	return n, nil
 }
 
 // Stats are the listener's counters.
-type Stats struct{ Received, Resyncs int64 }
+type Stats struct {
+	Received int64
+	// Resyncs counts completed resyncs; ResyncFailures the failed
+	// attempts (retried); ResyncsRequired the times clients were told to
+	// re-read instead.
+	Resyncs, ResyncFailures, ResyncsRequired int64
+}
 
 // Stats returns the listener's counters.
 func (l *Listener) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Received: l.received, Resyncs: l.resyncs}
+	return Stats{Received: l.received, Resyncs: l.resyncs, ResyncFailures: l.resyncFailures, ResyncsRequired: l.resyncsRequired}
 }

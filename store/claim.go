@@ -100,7 +100,7 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 		// every writer keeps.
 		pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
 		args := append([]any{now}, pickArgs...)
-		rows, err := t.QueryContext(ctx, s.d.rebind(claimTasks(pick)), args...)
+		rows, err := s.query(ctx, t, claimTasks(pick), args...)
 		if err != nil {
 			return fmt.Errorf("claim tasks: %w", err)
 		}
@@ -117,11 +117,11 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 			ids[i] = int64(tk.ID)
 		}
 		stmt, stmtArgs := s.d.claimInstances(workerID, now, ids)
-		rows, err = t.QueryContext(ctx, stmt, stmtArgs...)
+		rows, err = s.query(ctx, t, stmt, stmtArgs...)
 		if err != nil {
 			return fmt.Errorf("claim instances: %w", err)
 		}
-		insts, err := ent.ScanTaskInstanceRows(s.client, rows)
+		insts, err := scanClaimedInstances(s.client, rows, workerID, now)
 		if err != nil {
 			return fmt.Errorf("claim instances: %w", err)
 		}
@@ -205,18 +205,41 @@ func (q txQuerier) Postgres() bool { return q.s.d.postgres() }
 // claimTasks is the claim's first statement: it moves to EXECUTING the
 // tasks of the instances pick selects (and locks).
 func claimTasks(pick string) string {
-	return `UPDATE tasks SET status = ` + sqlExecuting + `, version = version + 1, updated_at = ?
+	return `UPDATE tasks SET status = ` + sqlExecuting + `, attention_status = NULL, version = version + 1, updated_at = ?
 WHERE status IN (` + sqlWaiting + `) AND id IN (SELECT task_id FROM (` + pick + `) picked)
-RETURNING *`
+RETURNING ` + taskColumns("tasks")
 }
 
 // claimInstances is the claim's second statement: it moves the waiting
 // instances of the claimed tasks to EXECUTING.
 func (d sqlDialect) claimInstances(workerID string, now any, taskIDs []int64) (string, []any) {
 	in, args := d.inInts("task_id", taskIDs)
-	return d.rebind(`UPDATE task_instances SET status = ` + sqlExecuting + `, version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
+	return `UPDATE task_instances SET status = ` + sqlExecuting + `, version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
 WHERE status IN (` + sqlWaiting + `) AND ` + in + `
-RETURNING *`), append([]any{workerID, now, now}, args...)
+RETURNING ` + claimedInstanceColumns, append([]any{workerID, now, now}, args...)
+}
+
+// claimedInstanceColumns are what a claim reads back of the instances it
+// moved; the rest it set itself (status, worker, start and heartbeat time)
+// or is empty until the execution ends.
+const claimedInstanceColumns = "id, task_id, instance_no, attempt, task_type, priority, run_at, version, created_at"
+
+// scanClaimedInstances reads rows of claimedInstanceColumns into the
+// instances a claim by workerID at now made EXECUTING, bound to c, and
+// closes rows.
+func scanClaimedInstances(c *ent.Client, rows *sql.Rows, workerID string, now time.Time) ([]*ent.TaskInstance, error) {
+	defer rows.Close()
+	var out []*ent.TaskInstance
+	for rows.Next() {
+		in := &ent.TaskInstance{Status: lifecycle.Executing, WorkerID: workerID}
+		if err := rows.Scan(&in.ID, &in.TaskID, &in.InstanceNo, &in.Attempt, &in.TaskType, &in.Priority, &in.RunAt, &in.Version, &in.CreatedAt); err != nil {
+			return nil, err
+		}
+		started, beat := now, now
+		in.StartedAt, in.HeartbeatAt = &started, &beat
+		out = append(out, in.BindTo(c))
+	}
+	return out, rows.Err()
 }
 
 // claimQuery returns a SELECT of (task_id, priority, run_at, id) of the
@@ -356,7 +379,7 @@ func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]
 		ids = []int64{0}
 	}
 	q, qArgs := s.d.claimInstances("explain", now, ids)
-	p, err = explain(q, qArgs...)
+	p, err = explain(s.d.rebind(q), qArgs...)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"taskgraph/ent/tasklog"
 	"taskgraph/events"
 	"taskgraph/lifecycle"
+	"taskgraph/outage"
 )
 
 // CancelTask cancels a waiting task (PENDING, RETRY_PENDING) at once, and
@@ -21,44 +22,104 @@ func (s *Store) CancelTask(ctx context.Context, id int, reason string) (*ent.Tas
 	ctx = lifecycle.Guarded(ctx)
 	var out *ent.Task
 	err := s.write(ctx, func(t *txn) error {
-		// The state may move between the read and the conditional UPDATE
-		// (a claim); read again and decide again, a bounded number of times.
-		for range 5 {
-			tk, err := t.Task.Get(ctx, id)
-			if ent.IsNotFound(err) {
-				return &NotFoundError{Entity: "task", ID: id}
-			}
-			if err != nil {
-				return fmt.Errorf("cancel: read task: %w", err)
-			}
-			switch tk.Status {
-			case lifecycle.Pending, lifecycle.RetryPending:
-				done, err := s.cancelWaiting(ctx, t, tk, reason)
-				if err != nil {
-					return err
-				}
-				if done {
-					out = tk
-					return nil
-				}
-			case lifecycle.Executing:
-				if tk.CancelRequested {
-					out = tk
-					return nil
-				}
-				done, err := s.requestCancel(ctx, t, tk, reason)
-				if err != nil {
-					return err
-				}
-				if done {
-					out = tk
-					return nil
-				}
-			default:
-				return lifecycle.Check("task", tk.ID, tk.Status, lifecycle.Cancelled)
-			}
+		var err error
+		out, err = s.cancelIn(ctx, t, id, reason)
+		return err
+	})
+	return out, err
+}
+
+// CancelTasks cancels each task as CancelTask does, all in one transaction:
+// what fails for one id (not found, finished) is that id's error and
+// leaves the others alone; an error of the database fails them all.
+func (s *Store) CancelTasks(ctx context.Context, ids []int, reason string) ([]Each, error) {
+	ctx = lifecycle.Guarded(ctx)
+	return s.each(ctx, ids, func(t *txn, id int) (*ent.Task, error) { return s.cancelIn(ctx, t, id, reason) })
+}
+
+func (s *Store) cancelIn(ctx context.Context, t *txn, id int, reason string) (*ent.Task, error) {
+	// The state may move between the read and the conditional UPDATE
+	// (a claim); read again and decide again, a bounded number of times.
+	for range 5 {
+		tk, err := t.Task.Get(ctx, id)
+		if ent.IsNotFound(err) {
+			return nil, &NotFoundError{Entity: "task", ID: id}
 		}
-		return fmt.Errorf("cancel task %d: its state kept changing", id)
+		if err != nil {
+			return nil, fmt.Errorf("cancel: read task: %w", err)
+		}
+		switch tk.Status {
+		case lifecycle.Pending, lifecycle.RetryPending:
+			done, err := s.cancelWaiting(ctx, t, tk, reason)
+			if err != nil {
+				return nil, err
+			}
+			if done {
+				return tk, nil
+			}
+		case lifecycle.Executing:
+			if tk.CancelRequested {
+				return tk, nil
+			}
+			done, err := s.requestCancel(ctx, t, tk, reason)
+			if err != nil {
+				return nil, err
+			}
+			if done {
+				return tk, nil
+			}
+		default:
+			return nil, lifecycle.Check("task", tk.ID, tk.Status, lifecycle.Cancelled)
+		}
+	}
+	return nil, fmt.Errorf("cancel task %d: its state kept changing", id)
+}
+
+// Each is the outcome of one id of a bulk action.
+type Each struct {
+	ID   int
+	Task *ent.Task
+	Err  error
+}
+
+// each runs fn for every id in one transaction, each id in a savepoint of
+// its own: an id whose fn fails is rolled back alone (its changes are not
+// published) and reported in its Each, unless the failure is the
+// database's, which fails the transaction.
+func (s *Store) each(ctx context.Context, ids []int, fn func(t *txn, id int) (*ent.Task, error)) ([]Each, error) {
+	var out []Each
+	err := s.write(ctx, func(t *txn) error {
+		out = make([]Each, 0, len(ids))
+		for _, id := range ids {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			changes, logs := len(t.changes), len(t.logs)
+			if _, err := t.ExecContext(ctx, "SAVEPOINT each_id"); err != nil {
+				return fmt.Errorf("savepoint: %w", err)
+			}
+			tk, err := fn(t, id)
+			if err == nil {
+				if _, err := t.ExecContext(ctx, "RELEASE SAVEPOINT each_id"); err != nil {
+					return fmt.Errorf("release savepoint: %w", err)
+				}
+				out = append(out, Each{ID: id, Task: tk})
+				continue
+			}
+			if retryableDBError(err) || outage.Classify(err) != outage.None {
+				return err
+			}
+			if _, rbErr := t.ExecContext(ctx, "ROLLBACK TO SAVEPOINT each_id"); rbErr != nil {
+				return fmt.Errorf("task %d: %w (and rolling it back failed: %v)", id, err, rbErr)
+			}
+			if _, rbErr := t.ExecContext(ctx, "RELEASE SAVEPOINT each_id"); rbErr != nil {
+				return fmt.Errorf("release savepoint: %w", rbErr)
+			}
+			t.changes, t.logs = t.changes[:changes], t.logs[:logs]
+			out = append(out, Each{ID: id, Err: err})
+		}
+		t.each = out
+		return nil
 	})
 	return out, err
 }
@@ -86,7 +147,7 @@ WHERE task_id = ? AND status = ?`, msg, now, tk.ID, string(from))
 		return false, nil
 	}
 	n, err = s.exec(ctx, t, `
-UPDATE tasks SET status = `+sqlCancelled+`, cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
+UPDATE tasks SET status = `+sqlCancelled+`, attention_status = `+sqlCancelled+`, cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
 WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(from), tk.Version)
 	if err != nil {
 		return false, fmt.Errorf("cancel: update task: %w", err)
@@ -94,7 +155,8 @@ WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(fr
 	if n != 1 {
 		return false, fmt.Errorf("cancel: task %d changed while its instance was held", tk.ID)
 	}
-	tk.Status, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, reason, &now, now
+	cancelled := lifecycle.Cancelled
+	tk.Status, tk.AttentionStatus, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, &cancelled, reason, &now, now
 	tk.Version++
 	t.changed(events.Transitioned, tk)
 	return true, nil
@@ -128,6 +190,22 @@ func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
 	ctx = lifecycle.Guarded(ctx)
 	var out *ent.Task
 	err := s.write(ctx, func(t *txn) error {
+		var err error
+		out, err = s.retryIn(ctx, t, id)
+		return err
+	})
+	return out, err
+}
+
+// RetryTasks retries each task as RetryTask does, in one transaction, with
+// the per-id failures of CancelTasks.
+func (s *Store) RetryTasks(ctx context.Context, ids []int) ([]Each, error) {
+	ctx = lifecycle.Guarded(ctx)
+	return s.each(ctx, ids, func(t *txn, id int) (*ent.Task, error) { return s.retryIn(ctx, t, id) })
+}
+
+func (s *Store) retryIn(ctx context.Context, t *txn, id int) (out *ent.Task, _ error) {
+	err := func() error {
 		tk, err := t.Task.Get(ctx, id)
 		if ent.IsNotFound(err) {
 			return &NotFoundError{Entity: "task", ID: id}
@@ -145,7 +223,7 @@ func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
 		}
 		now := s.Now()
 		n, err := s.exec(ctx, t, `
-UPDATE tasks SET status = `+lifecycle.QuotedList(lifecycle.RetryPending)+`, cancel_requested = ?, finished_at = NULL, progress_done = 0, updated_at = ?, version = version + 1
+UPDATE tasks SET status = `+lifecycle.QuotedList(lifecycle.RetryPending)+`, attention_status = `+lifecycle.QuotedList(lifecycle.RetryPending)+`, cancel_requested = ?, finished_at = NULL, progress_done = 0, updated_at = ?, version = version + 1
 WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Status), tk.Version)
 		if err != nil {
 			return fmt.Errorf("retry: update task: %w", err)
@@ -191,13 +269,17 @@ WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Statu
 			return fmt.Errorf("retry: write log: %w", err)
 		}
 		t.logged(lg)
-		tk.Status, tk.CancelRequested, tk.FinishedAt, tk.ProgressDone, tk.UpdatedAt = lifecycle.RetryPending, false, nil, 0, now
+		retrying := lifecycle.RetryPending
+		tk.Status, tk.AttentionStatus, tk.CancelRequested, tk.FinishedAt, tk.ProgressDone, tk.UpdatedAt = lifecycle.RetryPending, &retrying, false, nil, 0, now
 		tk.Version++
 		out = tk
 		t.changed(events.Transitioned, tk)
 		return nil
-	})
-	return out, err
+	}()
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // TaskByID reads one task.

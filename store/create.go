@@ -18,7 +18,10 @@ import (
 )
 
 // NewTask is a task to create. Input must already be masked; InputSealed
-// carries the unmasked input, encrypted, when masking changed it.
+// carries the unmasked input, encrypted, when masking changed it. The owner
+// is (OwnerSource, Tenant, Owner). IdempotencyKey is the key as shown
+// (masked); IdempotencyHash, set whenever it is, identifies the raw key
+// and the owner, and is what makes the key unique.
 type NewTask struct {
 	Type           string
 	Title          string
@@ -34,6 +37,11 @@ type NewTask struct {
 	RetryPolicy    string
 	MaxAttempts    int
 	RunAt          time.Time // zero: now
+
+	// The rest of the owner's identity, and the idempotency key's hash.
+	OwnerSource     string
+	Tenant          string
+	IdempotencyHash *string
 }
 
 // Created is the answer to one NewTask of CreateTasks: the task, and whether
@@ -46,9 +54,9 @@ type Created struct {
 }
 
 // CreateTask inserts a PENDING task with its first instance. With an
-// idempotency key, a task already created by the same owner with the same key
-// is returned instead (created is false); if its input hash differs, the
-// result is a *ConflictError.
+// idempotency key, a task already created by the same owner identity with
+// the same key (the same IdempotencyHash) is returned instead (created is
+// false); if its input hash differs, the result is a *ConflictError.
 func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created bool, err error) {
 	res, err := s.CreateTasks(ctx, []NewTask{n})
 	if err != nil {
@@ -59,9 +67,10 @@ func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created
 
 // CreateTasks inserts PENDING tasks with their first instances, in
 // statements of many rows, and answers each item on its own, in order. Items
-// with an idempotency key are created once per (owner, key): an existing
-// task is returned (Created false), or a *ConflictError when its input hash
-// differs; two items of one call with the same owner and key are one task.
+// with an idempotency key are created once per key hash (the owner
+// identity and the raw key): an existing task is returned (Created false),
+// or a *ConflictError when its input hash differs; two items of one call
+// with the same hash are one task.
 // The error result is for the call as a whole (the database failed).
 func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) {
 	ctx = lifecycle.Guarded(ctx)
@@ -76,20 +85,20 @@ func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error
 	return out, nil
 }
 
-// keyOf identifies an idempotency key.
-type keyOf struct{ owner, key string }
-
 func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) error {
 	// Items to insert, and items answered by another item of the call.
 	var todo []int
-	first := map[keyOf]int{}
+	first := map[string]int{}
 	var dups [][2]int // [item, the item it repeats]
 	for i, n := range ns {
-		if n.IdempotencyKey == nil {
+		if (n.IdempotencyKey == nil) != (n.IdempotencyHash == nil) {
+			return fmt.Errorf("item %d: an idempotency key needs its hash", i)
+		}
+		if n.IdempotencyHash == nil {
 			todo = append(todo, i)
 			continue
 		}
-		k := keyOf{n.Owner, *n.IdempotencyKey}
+		k := *n.IdempotencyHash
 		if j, ok := first[k]; ok {
 			dups = append(dups, [2]int{i, j})
 			continue
@@ -140,30 +149,29 @@ func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) er
 // resolveKeys answers the items of todo whose idempotency key was already
 // used, from the tasks created with it.
 func (s *Store) resolveKeys(ctx context.Context, ns []NewTask, todo []int, out []Created) error {
-	byOwner := map[string][]string{}
+	var hashes []string
 	for _, i := range todo {
-		if n := ns[i]; n.IdempotencyKey != nil && out[i].Task == nil && out[i].Err == nil {
-			byOwner[n.Owner] = append(byOwner[n.Owner], *n.IdempotencyKey)
+		if n := ns[i]; n.IdempotencyHash != nil && out[i].Task == nil && out[i].Err == nil {
+			hashes = append(hashes, *n.IdempotencyHash)
 		}
 	}
-	found := map[keyOf]*ent.Task{}
-	for owner, keys := range byOwner {
-		ts, err := s.client.Task.Query().
-			Where(task.Owner(owner), task.IdempotencyKeyIn(keys...)).
-			All(internal(ctx))
-		if err != nil {
-			return fmt.Errorf("look up idempotency keys: %w", err)
-		}
-		for _, t := range ts {
-			found[keyOf{t.Owner, *t.IdempotencyKey}] = t
-		}
+	if len(hashes) == 0 {
+		return nil
+	}
+	ts, err := s.client.Task.Query().Where(task.IdempotencyHashIn(hashes...)).All(internal(ctx))
+	if err != nil {
+		return fmt.Errorf("look up idempotency keys: %w", err)
+	}
+	found := make(map[string]*ent.Task, len(ts))
+	for _, t := range ts {
+		found[*t.IdempotencyHash] = t
 	}
 	for _, i := range todo {
 		n := ns[i]
-		if n.IdempotencyKey == nil {
+		if n.IdempotencyHash == nil {
 			continue
 		}
-		t := found[keyOf{n.Owner, *n.IdempotencyKey}]
+		t := found[*n.IdempotencyHash]
 		switch {
 		case t == nil:
 		case t.InputHash != n.InputHash:
@@ -203,6 +211,14 @@ var taskInsertCols = []struct {
 	{"priority", colInt, func(n *NewTask, _ string, _, _ time.Time) any { return int64(n.Priority) }},
 	{"owner", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.Owner }},
 	{"owner_role", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.OwnerRole }},
+	{"owner_source", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.OwnerSource }},
+	{"tenant", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.Tenant }},
+	{"idempotency_hash", colText, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.IdempotencyHash == nil {
+			return nil
+		}
+		return *n.IdempotencyHash
+	}},
 	{"input", colJSON, func(n *NewTask, _ string, _, _ time.Time) any {
 		if len(n.Input) == 0 {
 			return "{}"
@@ -224,16 +240,30 @@ var taskInsertCols = []struct {
 	{"created_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
 }
 
+// insertColumns are the names and types of taskInsertCols.
+func insertColumns() ([]string, []colType) {
+	names := make([]string, len(taskInsertCols))
+	types := make([]colType, len(taskInsertCols))
+	for c, col := range taskInsertCols {
+		names[c], types[c] = col.name, col.typ
+	}
+	return names, types
+}
+
+// The derived table of the first instances' insert.
+var (
+	instanceInsertCols  = []string{"task_id", "task_type", "priority", "run_at"}
+	instanceInsertTypes = []colType{colInt, colText, colInt, colTime}
+)
+
 // insertTasks inserts the items idx of ns with their first instances, in two
 // statements, and fills out for them. An item whose idempotency key another
 // transaction took meanwhile is left unanswered (the caller looks it up).
 func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int, out []Created) error {
 	now := s.Now()
+	names, types := insertColumns()
 	cols := make([][]any, len(taskInsertCols))
-	names := make([]string, len(taskInsertCols))
-	types := make([]colType, len(taskInsertCols))
-	for c, col := range taskInsertCols {
-		names[c], types[c] = col.name, col.typ
+	for c := range taskInsertCols {
 		cols[c] = make([]any, len(idx))
 	}
 	byCode := make(map[string]int, len(idx))
@@ -250,11 +280,7 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int
 		}
 	}
 	v, args := s.d.valuesTable("v", names, types, cols)
-	rows, err := t.QueryContext(ctx, s.d.rebind(`
-INSERT INTO tasks (`+strings.Join(names, ", ")+`)
-SELECT `+strings.Join(names, ", ")+` FROM `+v+` WHERE true
-ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *`), args...)
+	rows, err := s.query(ctx, t, insertTasksSQL(names, v), args...)
 	if err != nil {
 		return fmt.Errorf("insert tasks: %w", err)
 	}
@@ -270,10 +296,8 @@ RETURNING *`), args...)
 		out[byCode[tk.Code]] = Created{Task: tk, Created: true}
 		icols[0][r], icols[1][r], icols[2][r], icols[3][r] = int64(tk.ID), tk.Type, int64(tk.Priority), tk.RunAt
 	}
-	v, args = s.d.valuesTable("v", []string{"task_id", "task_type", "priority", "run_at"}, []colType{colInt, colText, colInt, colTime}, icols)
-	if _, err := t.ExecContext(ctx, s.d.rebind(`
-INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, version, created_at)
-SELECT task_id, 1, 1, `+lifecycle.QuotedList(lifecycle.Pending)+`, task_type, priority, run_at, 1, `+s.d.timeParam()+` FROM `+v), append([]any{now}, args...)...); err != nil {
+	v, args = s.d.valuesTable("v", instanceInsertCols, instanceInsertTypes, icols)
+	if _, err := s.execute(ctx, t, s.d.insertInstancesSQL(v), append([]any{now}, args...)...); err != nil {
 		return fmt.Errorf("insert first instances: %w", err)
 	}
 	t.changed(events.Created, tasks...)
@@ -318,4 +342,21 @@ func newCode(taskType string, now time.Time) string {
 		suffix[i] = crockford[b[i]&31]
 	}
 	return prefix + "-" + now.Format("20060102") + "-" + string(suffix)
+}
+
+// insertTasksSQL inserts the rows of the derived table v (of the columns
+// names) into tasks. An item whose idempotency key was taken meanwhile is
+// skipped (and answered by a look-up).
+func insertTasksSQL(names []string, v string) string {
+	return `INSERT INTO tasks (` + strings.Join(names, ", ") + `)
+SELECT ` + strings.Join(names, ", ") + ` FROM ` + v + ` WHERE true
+ON CONFLICT (idempotency_hash) WHERE idempotency_hash IS NOT NULL DO NOTHING
+RETURNING ` + taskColumns("tasks")
+}
+
+// insertInstancesSQL inserts the first, PENDING, instances of the tasks of
+// the derived table v.
+func (d sqlDialect) insertInstancesSQL(v string) string {
+	return `INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, version, created_at)
+SELECT task_id, 1, 1, ` + lifecycle.QuotedList(lifecycle.Pending) + `, task_type, priority, run_at, 1, ` + d.timeParam() + ` FROM ` + v
 }

@@ -62,6 +62,15 @@ func (d sqlDialect) skipLocked() string {
 	return ""
 }
 
+// forUpdate locks the rows of the named table of a SELECT on PostgreSQL
+// (SQLite's single writer needs no row locks).
+func (d sqlDialect) forUpdate(table string) string {
+	if d.postgres() {
+		return " FOR UPDATE OF " + table
+	}
+	return ""
+}
+
 // maxBatchRows bounds the rows one hand-written statement carries, so that
 // its parameters stay under SQLite's limit (32,766) and PostgreSQL's
 // (65,535) at 7 per row. Larger batches are split, in the same transaction.

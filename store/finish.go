@@ -142,16 +142,8 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 			cols[c] = append(cols[c], v)
 		}
 	}
-	v, vArgs := s.d.valuesTable("v", []string{"id", "version", "status", "error_kind", "last_error", "result", "stale_before"},
-		[]colType{colInt, colInt, colText, colText, colText, colJSON, colTime}, cols)
-	rows, err := t.QueryContext(ctx, s.d.rebind(`
-UPDATE task_instances SET status = v.status, error_kind = v.error_kind, last_error = v.last_error, result = v.result,
-	finished_at = `+s.d.timeParam()+`, version = task_instances.version + 1
-FROM `+v+`, tasks
-WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = `+sqlExecuting+`
-	AND (v.stale_before IS NULL OR task_instances.heartbeat_at < v.stale_before)
-	AND tasks.id = task_instances.task_id AND tasks.status = `+sqlExecuting+`
-RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`), append([]any{now}, vArgs...)...)
+	v, vArgs := s.d.valuesTable("v", finishInstanceCols, finishInstanceTypes, cols)
+	rows, err := s.query(ctx, t, s.d.finishInstancesSQL(v), append([]any{now}, vArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update instances: %w", err)
 	}
@@ -202,22 +194,14 @@ RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`
 		}
 	}
 	n := len(cols[0])
-	v, vArgs = s.d.valuesTable("v", []string{"id", "status", "last_error", "result", "result_status"},
-		[]colType{colInt, colText, colText, colJSON, colText}, cols[:5])
+	v, vArgs = s.d.valuesTable("v", finishTaskCols, finishTaskTypes, cols[:5])
 	snapshots := make(map[int]*ent.Task, n)
 	for _, i := range batch {
 		if in := applied[outcomes[i].Token.InstanceID]; in != nil && outcomes[i].Task != nil && outcomes[i].Task.ID == in.TaskID {
 			snapshots[in.TaskID] = outcomes[i].Task
 		}
 	}
-	final := `CASE WHEN v.status <> ` + lifecycle.QuotedList(lifecycle.Success) + ` AND tasks.cancel_requested THEN ` + lifecycle.QuotedList(lifecycle.Cancelled) + ` ELSE v.status END`
-	rows, err = t.QueryContext(ctx, s.d.rebind(`
-UPDATE tasks SET status = `+final+`, last_error = v.last_error, result = v.result, result_status = v.result_status,
-	finished_at = CASE WHEN `+final+` IN (`+sqlTerminal+`) THEN `+s.d.timeParam()+` ELSE NULL END,
-	updated_at = `+s.d.timeParam()+`, version = tasks.version + 1
-FROM `+v+`
-WHERE tasks.id = v.id AND tasks.status = `+sqlExecuting+`
-RETURNING `+changingColumns("tasks")), append([]any{now, now}, vArgs...)...)
+	rows, err = s.query(ctx, t, s.d.finishTasksSQL(v), append([]any{now, now}, vArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update tasks: %w", err)
 	}
@@ -318,4 +302,38 @@ func (s *Store) explainRefusals(ctx context.Context, t *txn, outcomes []Outcome,
 		}
 	}
 	return nil
+}
+
+// The derived tables of the finish's two statements.
+var (
+	finishInstanceCols  = []string{"id", "version", "status", "error_kind", "last_error", "result", "stale_before"}
+	finishInstanceTypes = []colType{colInt, colInt, colText, colText, colText, colJSON, colTime}
+	finishTaskCols      = []string{"id", "status", "last_error", "result", "result_status"}
+	finishTaskTypes     = []colType{colInt, colText, colText, colJSON, colText}
+)
+
+// finishInstancesSQL is the finish's first statement over the derived
+// table v of outcomes: the executions end, fenced by their token (and the
+// watchdog's heartbeat guard), where their task mirrors them.
+func (d sqlDialect) finishInstancesSQL(v string) string {
+	return `UPDATE task_instances SET status = v.status, error_kind = v.error_kind, last_error = v.last_error, result = v.result,
+	finished_at = ` + d.timeParam() + `, version = task_instances.version + 1
+FROM ` + v + `, tasks
+WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = ` + sqlExecuting + `
+	AND (v.stale_before IS NULL OR task_instances.heartbeat_at < v.stale_before)
+	AND tasks.id = task_instances.task_id AND tasks.status = ` + sqlExecuting + `
+RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`
+}
+
+// finishTasksSQL is the finish's second statement over the derived table v
+// of the tasks whose execution ended: a failure of a task whose cancel was
+// requested ends it CANCELLED instead of scheduling a retry.
+func (d sqlDialect) finishTasksSQL(v string) string {
+	final := `CASE WHEN v.status <> ` + lifecycle.QuotedList(lifecycle.Success) + ` AND tasks.cancel_requested THEN ` + lifecycle.QuotedList(lifecycle.Cancelled) + ` ELSE v.status END`
+	return `UPDATE tasks SET status = ` + final + `, attention_status = ` + attentionCase(final) + `, last_error = v.last_error, result = v.result, result_status = v.result_status,
+	finished_at = CASE WHEN ` + final + ` IN (` + sqlTerminal + `) THEN ` + d.timeParam() + ` ELSE NULL END,
+	updated_at = ` + d.timeParam() + `, version = tasks.version + 1
+FROM ` + v + `
+WHERE tasks.id = v.id AND tasks.status = ` + sqlExecuting + `
+RETURNING ` + changingColumns("tasks")
 }

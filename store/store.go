@@ -61,6 +61,10 @@ type Config struct {
 	// in it: the relay sends its notifications there, so that they are
 	// delivered if and only if the transaction commits.
 	BeforeCommit BeforeCommitFunc
+	// OnWrite, when set, is told the outcome of every write (nil: it
+	// committed), after the store's own retries: the outage monitor counts
+	// failures and readiness from it.
+	OnWrite func(err error)
 }
 
 // BeforeCommitFunc is Config.BeforeCommit.
@@ -76,8 +80,10 @@ type Store struct {
 	log     *slog.Logger
 	writeMu chan struct{} // SQLite only: one writing transaction at a time
 	before  BeforeCommitFunc
+	onWrite func(error)
 	order   publishOrder
 	gate    Gate
+	stmts   statements // the hot statements, prepared on PostgreSQL
 
 	inconsistencies atomic.Int64
 }
@@ -101,6 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		before: cfg.BeforeCommit,
 		gate:   cfg.Gate,
 	}
+	s.onWrite = cfg.OnWrite
 	if s.pub == nil {
 		s.pub = events.Discard{}
 	}
@@ -129,14 +136,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
-	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
-	// Every read through the client (and its transactions) sees only what
-	// the viewer of its context may see; internal work runs as auth.System.
-	access.Install(s.client)
+	s.client = ent.NewClient(ent.Driver(txCapturing{entsql.OpenDB(dialectName, db)}))
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
+	// Every read through the client (and its transactions) sees only what
+	// the viewer of its context may see; internal work runs as auth.System.
+	access.Install(s.client)
 	return s, nil
 }
 
@@ -282,9 +289,11 @@ func internal(ctx context.Context) context.Context {
 // txn is a transaction plus what it will publish once committed.
 type txn struct {
 	*ent.Tx
+	sqlTx   *sql.Tx     // the same transaction, for prepared statements
 	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
+	each    []Each // a bulk action's per-id outcomes (TxHook)
 }
 
 // changed records committed-to-be changes. The tasks are bound to the
@@ -307,6 +316,9 @@ func (t *txn) logged(logs ...*ent.TaskLog) {
 // commit succeeded, in commit order (see publishOrder).
 func (s *Store) write(ctx context.Context, fn func(t *txn) error) error {
 	_, err := s.writeLocked(ctx, fn)
+	if s.onWrite != nil {
+		s.onWrite(err)
+	}
 	return err
 }
 
@@ -335,14 +347,22 @@ func (s *Store) writeLocked(ctx context.Context, fn func(t *txn) error) (*txn, e
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, error) {
-	tx, err := s.client.Tx(ctx)
+	var raw sqlTxSlot
+	tx, err := s.client.Tx(context.WithValue(ctx, sqlTxSlot{}, &raw))
 	if err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &txn{Tx: tx, client: s.client}
+	t := &txn{Tx: tx, sqlTx: raw.tx, client: s.client}
 	if err := fn(t); err != nil {
 		_ = tx.Rollback()
 		return nil, err
+	}
+	hook := txHookFrom(ctx)
+	if hook != nil {
+		if err := hook.BeforeCommit(ctx, tx, Committing{Changes: t.changes, Each: t.each}); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
 	}
 	if s.before != nil && len(t.changes)+len(t.logs) > 0 {
 		exec := func(ctx context.Context, query string, args ...any) error {
@@ -358,6 +378,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		if err := tx.Commit(); err != nil {
 			return nil, &commitError{err}
 		}
+		hook.committed()
 		return t, nil
 	}
 	ticket := s.order.take()
@@ -367,6 +388,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		// transaction again on top of it.
 		return nil, &commitError{err}
 	}
+	hook.committed()
 	s.order.done(ticket, func() {
 		if len(t.changes) > 0 {
 			s.pub.PublishTasks(t.changes)

@@ -123,7 +123,10 @@ func newTaskParams(o taskOpts) store.NewTask {
 		n.Owner = o.owner
 	}
 	if o.key != "" {
+		// The engine derives the hash from the owner and the raw key.
 		n.IdempotencyKey = &o.key
+		h := "idem:" + n.Owner + ":" + o.key
+		n.IdempotencyHash = &h
 	}
 	if o.hash != "" {
 		n.InputHash = o.hash
@@ -200,6 +203,13 @@ func requireMirrored(t testing.TB, s *store.Store, taskID int) {
 		}
 	}
 	require.LessOrEqual(t, live, 1, "live instances")
+	switch tk.Status {
+	case lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending:
+		require.NotNil(t, tk.AttentionStatus, "attention_status of a %s task", tk.Status)
+		require.Equal(t, tk.Status, *tk.AttentionStatus, "attention_status follows status")
+	default:
+		require.Nil(t, tk.AttentionStatus, "attention_status of a %s task", tk.Status)
+	}
 	last := ins[len(ins)-1]
 	if tk.Status == lifecycle.Cancelled && last.Status == lifecycle.Failed {
 		return // failed execution of a task whose cancel was requested
@@ -773,6 +783,31 @@ func TestIdempotentCreate(t *testing.T) {
 			require.True(t, created)
 			require.NotEqual(t, first.ID, other.ID)
 		})
+		t.Run("TheHashNotTheShownKeyIsUnique", func(t *testing.T) {
+			// Two raw keys may mask to the same shown key.
+			shown := "tel-139****5678"
+			n1, n2 := newTaskParams(taskOpts{owner: "carol"}), newTaskParams(taskOpts{owner: "carol"})
+			h1, h2 := "hash of tel-13912345678", "hash of tel-13900005678"
+			n1.IdempotencyKey, n1.IdempotencyHash = &shown, &h1
+			n2.IdempotencyKey, n2.IdempotencyHash = &shown, &h2
+			a, created, err := s.CreateTask(ctx, n1)
+			require.NoError(t, err)
+			require.True(t, created)
+			b, created, err := s.CreateTask(ctx, n2)
+			require.NoError(t, err)
+			require.True(t, created)
+			require.NotEqual(t, a.ID, b.ID)
+			again, created, err := s.CreateTask(ctx, n2)
+			require.NoError(t, err)
+			require.False(t, created)
+			require.Equal(t, b.ID, again.ID)
+		})
+		t.Run("AKeyWithoutItsHashIsRefused", func(t *testing.T) {
+			n := newTaskParams(taskOpts{key: "k"})
+			n.IdempotencyHash = nil
+			_, _, err := s.CreateTask(ctx, n)
+			require.ErrorContains(t, err, "needs its hash")
+		})
 		t.Run("ConcurrentResubmissionsCreateOneTask", func(t *testing.T) {
 			var wg sync.WaitGroup
 			ids := make([]int, 50)
@@ -790,6 +825,26 @@ func TestIdempotentCreate(t *testing.T) {
 				require.Equal(t, ids[0], id)
 			}
 		})
+	})
+}
+
+func TestMigrationDropsTheOldIdempotencyIndex(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, _ := setup(t, dsn)
+		// What an earlier version left: keys unique per (owner, key).
+		_, err := s.DB().ExecContext(sysCtx, `CREATE UNIQUE INDEX task_owner_idempotency_key ON tasks (owner, idempotency_key) WHERE idempotency_key IS NOT NULL`)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		s, _ = setup(t, dsn)
+		shown := "k-****"
+		for _, h := range []string{"h1", "h2"} {
+			n := newTaskParams(taskOpts{})
+			n.IdempotencyKey, n.IdempotencyHash = &shown, &h
+			_, created, err := s.CreateTask(sysCtx, n)
+			require.NoError(t, err)
+			require.True(t, created, "one shown key, two raw keys: two tasks")
+		}
 	})
 }
 

@@ -21,6 +21,7 @@ var changingTaskColumns = []string{
 	task.FieldID, task.FieldStatus, task.FieldVersion, task.FieldUpdatedAt, task.FieldFinishedAt,
 	task.FieldResult, task.FieldLastError, task.FieldResultStatus, task.FieldProgressDone,
 	task.FieldProgressTotal, task.FieldCancelRequested, task.FieldCancelReason, task.FieldRunAt,
+	task.FieldAttentionStatus,
 }
 
 // changingColumns is changingTaskColumns qualified by table, for RETURNING.
@@ -50,9 +51,10 @@ func (s *Store) scanChanged(ctx context.Context, t *txn, rows *sql.Rows, snapsho
 			finishedAt                sql.NullTime
 			result                    []byte
 			lastErr, resStatus, cause sql.NullString
+			attention                 sql.NullString
 			cancel                    bool
 		)
-		if err := rows.Scan(&id, &status, &version, &updatedAt, &finishedAt, &result, &lastErr, &resStatus, &done, &total, &cancel, &cause, &runAt); err != nil {
+		if err := rows.Scan(&id, &status, &version, &updatedAt, &finishedAt, &result, &lastErr, &resStatus, &done, &total, &cancel, &cause, &runAt, &attention); err != nil {
 			return nil, err
 		}
 		snap := snapshots[int(id)]
@@ -78,6 +80,11 @@ func (s *Store) scanChanged(ctx context.Context, t *txn, rows *sql.Rows, snapsho
 			tk.ResultStatus = &rs
 		}
 		tk.ProgressDone, tk.ProgressTotal, tk.CancelRequested = done, total, cancel
+		tk.AttentionStatus = nil
+		if attention.Valid {
+			a := lifecycle.Status(attention.String)
+			tk.AttentionStatus = &a
+		}
 		out = append(out, &tk)
 	}
 	if err := rows.Err(); err != nil {

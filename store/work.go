@@ -6,7 +6,10 @@ import (
 	"slices"
 	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
+
 	"taskgraph/ent"
+	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -278,12 +281,19 @@ WHERE tasks.id = v.id AND tasks.status = `+sqlExecuting+`
 	return rejected, err
 }
 
+// runningInstances selects the running instances with the status as a
+// literal, so that every plan, cached or not, reads the partial index of
+// running instances (a placeholder would not prove its predicate).
+var runningInstances = predicate.TaskInstance(func(s *entsql.Selector) {
+	s.Where(entsql.ExprP(s.C(taskinstance.FieldStatus) + " = " + sqlExecuting))
+})
+
 // Executing lists every running execution with its task, for the watchdog.
 // There are at most as many as all workers' slots together.
 func (s *Store) Executing(ctx context.Context) ([]Claimed, error) {
 	ctx = internal(ctx)
 	insts, err := s.client.TaskInstance.Query().
-		Where(taskinstance.StatusEQ(lifecycle.Executing)).
+		Where(runningInstances).
 		WithTask().
 		All(ctx)
 	if err != nil {

@@ -2,9 +2,11 @@ package worker
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"taskgraph/lifecycle"
+	"taskgraph/outage"
 )
 
 // classified is an error with the kind its handler gave it.
@@ -28,7 +30,9 @@ func NonRetryable(err error) error { return &classified{lifecycle.KindNonRetryab
 // retry waits longer, and is still bounded by max attempts.
 func Resource(err error) error { return &classified{lifecycle.KindResource, err} }
 
-// Classify returns the kind of a handler's error.
+// Classify returns the kind of a handler's error. Unmarked, a full disk and
+// a locked or busy database are RESOURCE (the store has retried the lock
+// already).
 func Classify(err error) lifecycle.ErrorKind {
 	var c *classified
 	if errors.As(err, &c) {
@@ -38,9 +42,21 @@ func Classify(err error) lifecycle.ErrorKind {
 	if errors.As(err, &inErr) {
 		return lifecycle.KindNonRetryable
 	}
+	switch outage.Classify(err) {
+	case outage.DiskFull, outage.Busy:
+		// A shortage, not a blip: the retry waits longer.
+		return lifecycle.KindResource
+	}
 	// Everything else (connection errors, timeouts of a dependency, errors
 	// nobody classified) is worth another bounded attempt.
 	return lifecycle.KindRetryable
+}
+
+// dbText makes text from a handler storable in both databases: valid UTF-8
+// without NUL bytes (PostgreSQL refuses both in text columns, and one such
+// line would otherwise fail the whole batch it is written with).
+func dbText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // delayed is an error whose next attempt should wait a given time.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"taskgraph/outage"
 	"taskgraph/store"
 )
 
@@ -210,26 +211,77 @@ func (f *flusher) flush(ctx context.Context, all bool) error {
 	}
 
 	if len(logs) > 0 || len(prog) > 0 {
-		rejected, err := f.store.RecordWork(ctx, logs, prog)
-		if err != nil {
+		callCtx, cancel := context.WithTimeout(ctx, flushCallTimeout)
+		rejected, err := f.store.RecordWork(callCtx, logs, prog)
+		cancel()
+		switch {
+		case err == nil:
+			for _, tok := range rejected {
+				f.onLost(tok)
+			}
+		case transient(err) || ctx.Err() != nil:
 			putBack()
 			return err
-		}
-		for _, tok := range rejected {
-			f.onLost(tok)
+		default:
+			// Log lines and progress are kept as well as can be: a batch
+			// the database refuses for good is dropped, not retried for
+			// ever ahead of the outcomes behind it.
+			f.log.Error("log lines and progress refused by the database; dropped", "lines", len(logs), "progress", len(prog), "err", err)
 		}
 		logs, prog = nil, nil
 	}
 	if len(outcomes) > 0 {
-		errs, err := f.store.Finish(ctx, outcomes)
-		if err != nil {
-			putBack()
-			return err
-		}
-		for i, o := range outcomes {
+		errs, done, err := f.write(ctx, outcomes)
+		for i, o := range outcomes[:done] {
 			f.onFinished(o, errs[i])
 			<-f.space
 		}
+		if err != nil {
+			outcomes = outcomes[done:]
+			putBack()
+			return err
+		}
 	}
 	return nil
+}
+
+// flushCallTimeout bounds one write of a batch: a few statements over at
+// most a few thousand rows. A write that takes longer is treated as a
+// transient failure (the batch is put back and retried with backoff).
+const flushCallTimeout = 30 * time.Second
+
+// write writes outcomes and returns, for the first done of them, how each
+// fared. A transient failure (an outage, a timeout) is returned as err with
+// the outcomes from done on still to be written. A batch the database
+// refuses for good is split in halves until the outcome it refuses is
+// alone: that one fails on its own (with the error), never the others, and
+// the watchdog recovers its instance when its heartbeats stop.
+func (f *flusher) write(ctx context.Context, outcomes []store.Outcome) (errs []error, done int, err error) {
+	callCtx, cancel := context.WithTimeout(ctx, flushCallTimeout)
+	errs, err = f.store.Finish(callCtx, outcomes)
+	cancel()
+	switch {
+	case err == nil:
+		return errs, len(outcomes), nil
+	case transient(err) || ctx.Err() != nil:
+		return nil, 0, err
+	case len(outcomes) == 1:
+		f.log.Error("outcome refused by the database; left to the watchdog", "instance_id", outcomes[0].Token.InstanceID, "err", err)
+		return []error{err}, 1, nil
+	}
+	half := len(outcomes) / 2
+	errs, done, err = f.write(ctx, outcomes[:half])
+	if err != nil {
+		return errs, done, err
+	}
+	more, n, err := f.write(ctx, outcomes[half:])
+	return append(errs, more...), done + n, err
+}
+
+// transient reports an error after which the same write may succeed: an
+// outage of the database or the disk, a timeout, a COMMIT whose outcome is
+// unknown (written again, an outcome that did commit is refused as moved
+// on, harmlessly).
+func transient(err error) bool {
+	return outage.Classify(err) != outage.None || errors.Is(err, context.DeadlineExceeded) || store.CommitUncertain(err)
 }

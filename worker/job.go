@@ -38,16 +38,20 @@ type Job struct {
 	resultStatus string
 }
 
-// Owner is the viewer who created the task, with the role it had then. A
-// handler runs as the process itself; one that reads data on the owner's
-// behalf (an export, a report) reads as Owner, so that it shows the owner
-// no more than the API would.
+// Owner is the viewer who created the task — its identity (source, tenant,
+// user) and the role it had then. A handler runs as the process itself;
+// one that reads data on the owner's behalf (an export, a report) reads as
+// Owner, so that it shows the owner no more than the API would: an
+// operator its own tasks, an admin its tenant's.
 func (j *Job) Owner() auth.Viewer {
 	role := auth.Role(j.Task.OwnerRole)
-	if role == "" || role == auth.RoleSystem {
+	switch role {
+	case auth.RoleAdmin, auth.RolePlatform, auth.RoleOperator, auth.RoleViewer:
+	default:
+		// Unknown, empty, or the process's own: no more than an operator.
 		role = auth.RoleOperator
 	}
-	return auth.Viewer{User: j.Task.Owner, Role: role}
+	return auth.Viewer{User: j.Task.Owner, Role: role, Source: j.Task.OwnerSource, Tenant: j.Task.Tenant}
 }
 
 // Token is the execution's fencing token.
@@ -84,7 +88,7 @@ func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
 		Token:   j.token,
 		TaskID:  j.Task.ID,
 		Level:   level,
-		Message: j.mask.String(msg),
+		Message: dbText(j.mask.String(msg)),
 		Fields:  fields,
 		At:      time.Now(),
 	})

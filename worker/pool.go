@@ -72,6 +72,12 @@ const (
 	// interruptWait is how long interrupted handlers get to return before
 	// their instances are released without them.
 	interruptWait = 2 * time.Second
+	// claimTimeout bounds one claim: a few index probes and two updates of
+	// at most a batch of rows. A claim that takes longer (the database is
+	// in trouble) is abandoned and the next wake-up or poll tries again; a
+	// heartbeat is bounded by the heartbeat interval, a flush by
+	// flushCallTimeout.
+	claimTimeout = 10 * time.Second
 )
 
 // Deps are what a Pool works with.
@@ -310,7 +316,9 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 		if limit <= 0 || len(types) == 0 {
 			return nil
 		}
-		claimed, err := p.deps.Store.Claim(ctx, p.cfg.ID, types, limit)
+		callCtx, cancel := context.WithTimeout(ctx, claimTimeout)
+		claimed, err := p.deps.Store.Claim(callCtx, p.cfg.ID, types, limit)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -475,15 +483,27 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindInterrupted,
 			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.job.resultJSON(), now), true
 	default:
-		return Failure(p.deps.Policies, ex.job.mask, c, Classify(err), err.Error(), ex.job.resultJSON(), now), true
+		// An error may say when to try again (a server's Retry-After).
+		after := time.Duration(-1)
+		if d, ok := RetryAfterOf(err); ok {
+			after = d
+		}
+		return FailureAfter(p.deps.Policies, ex.job.mask, c, Classify(err), err.Error(), ex.job.resultJSON(), after, now), true
 	}
 }
 
 // Failure builds the outcome of a failed execution: FAILED, with a new
 // instance scheduled when the retry policy allows one.
 func Failure(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, now time.Time) store.Outcome {
-	msg = m.String(msg)
-	d := ps.Next(c.Task.RetryPolicy, c.Task.MaxAttempts, c.Instance.Attempt, kind, now)
+	return FailureAfter(ps, m, c, kind, msg, result, -1, now)
+}
+
+// FailureAfter is Failure for an error that asked the next attempt to wait
+// retryAfter (negative: it did not): that delay replaces the policy's
+// backoff, up to the policy's longest delay (Policies.NextAfter).
+func FailureAfter(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, retryAfter time.Duration, now time.Time) store.Outcome {
+	msg = dbText(m.String(msg))
+	d := ps.NextAfter(c.Task.RetryPolicy, c.Task.MaxAttempts, c.Instance.Attempt, kind, retryAfter, now)
 	o := store.Outcome{
 		Token:  c.Token(),
 		Status: lifecycle.Failed,
@@ -565,7 +585,9 @@ func (p *Pool) beat(ctx context.Context) {
 	if len(pulses) == 0 {
 		return
 	}
-	beat, err := p.deps.Store.Pulse(ctx, pulses)
+	callCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
+	beat, err := p.deps.Store.Pulse(callCtx, pulses)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Error("heartbeat failed", "err", err)
@@ -660,17 +682,29 @@ func (p *Pool) Stop(ctx context.Context) error {
 	return p.stopErr
 }
 
-func (p *Pool) stop(ctx context.Context) error {
+// StopClaiming stops taking work: once it returns, no claim is made and no
+// handler starts. Running handlers go on (Stop ends them). A shutdown calls
+// it first, before anything that may take time.
+func (p *Pool) StopClaiming() {
 	p.mu.Lock()
-	if !p.started {
-		p.mu.Unlock()
-		return nil
-	}
+	started := p.started
 	p.stopping = true
 	p.mu.Unlock()
+	if started {
+		p.fetchCancel()
+		<-p.fetchDone
+	}
+}
+
+func (p *Pool) stop(ctx context.Context) error {
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	if !started {
+		return nil
+	}
 	// No claim may start a handler once we wait for handlers.
-	p.fetchCancel()
-	<-p.fetchDone
+	p.StopClaiming()
 
 	grace, cancel := context.WithTimeout(ctx, p.cfg.ShutdownGrace)
 	defer cancel()

@@ -36,7 +36,8 @@ type WatchdogConfig struct {
 	// on are flagged (stalled_at), and un-flagged once they move again.
 	StallAfter func(taskType string) time.Duration
 	// OnAction, when set, is told about every applied action ("stale_heartbeat",
-	// "timeout", "cancel_finished", "stalled", "unstalled"), for metrics.
+	// "timeout", "cancel_finished", "repair", "stalled", "unstalled"), for
+	// metrics.
 	OnAction func(action string)
 	// Logger receives the watchdog's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -59,6 +60,10 @@ type Watchdog struct {
 	policies *Policies
 	masker   *mask.Masker
 	log      *slog.Logger
+
+	// repairFrom is where the next pass's repair reads waiting instances
+	// from (store.Repair). Passes run one at a time.
+	repairFrom int
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -90,6 +95,7 @@ type PassResult struct {
 	Stalled         int // flagged as stalled
 	Unstalled       int // moved again, flag cleared
 	Refused         int // moved on by someone else meanwhile
+	Repaired        int // tasks and instances made to agree again (store.Repair)
 }
 
 // RunOnce makes one pass.
@@ -105,6 +111,16 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 		}
 	}
 	res.Led = true
+	rep, err := w.store.Repair(ctx, w.repairFrom)
+	if err != nil {
+		return res, fmt.Errorf("watchdog: %w", err)
+	}
+	w.repairFrom, res.Repaired = rep.Next, rep.Mended
+	for range rep.Mended {
+		if w.cfg.OnAction != nil {
+			w.cfg.OnAction("repair")
+		}
+	}
 	running, err := w.store.Executing(ctx)
 	if err != nil {
 		return res, fmt.Errorf("watchdog: %w", err)

@@ -227,12 +227,15 @@ func TestRetryPolicy(t *testing.T) {
 					return worker.NonRetryable(err)
 				case "resource":
 					return worker.Resource(err)
+				case "throttled":
+					// A server said 429, Retry-After: 2.
+					return worker.RetryAfter(worker.Resource(err), 2*time.Second)
 				}
 				return err
 			}
 		}
 		register := func(r *worker.Registry) {
-			for _, k := range []string{"retryable", "final", "resource"} {
+			for _, k := range []string{"retryable", "final", "resource", "throttled"} {
 				worker.Register(r, k, failWith(k))
 			}
 		}
@@ -291,6 +294,19 @@ func TestRetryPolicy(t *testing.T) {
 			require.Equal(t, lifecycle.KindResource, *ins[0].ErrorKind)
 			delay := ins[1].RunAt.Sub(*ins[0].FinishedAt)
 			require.GreaterOrEqual(t, delay, 54*time.Second, "resource backoff, not the 5 s one")
+		})
+		t.Run("RetryAfterReplacesTheBackoff", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: register})
+			b.pool(t, worker.Config{}, true)
+			tk := b.create(t, "throttled", nil)
+			sub := b.watch(tk.ID)
+			defer sub.Close()
+			waitStatus(t, sub, lifecycle.RetryPending)
+			ins := b.instances(t, tk.ID)
+			require.Equal(t, lifecycle.KindResource, *ins[0].ErrorKind)
+			delay := ins[1].RunAt.Sub(*ins[0].FinishedAt)
+			require.True(t, delay >= 2*time.Second && delay < 5*time.Second, "the server's 2 s, not the resource backoff: %s", delay)
 		})
 	})
 }

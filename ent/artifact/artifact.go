@@ -23,6 +23,10 @@ const (
 	FieldTaskID = "task_id"
 	// FieldOwner holds the string denoting the owner field in the database.
 	FieldOwner = "owner"
+	// FieldOwnerSource holds the string denoting the owner_source field in the database.
+	FieldOwnerSource = "owner_source"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// FieldKind holds the string denoting the kind field in the database.
 	FieldKind = "kind"
 	// FieldKey holds the string denoting the key field in the database.
@@ -56,6 +60,8 @@ var Columns = []string{
 	FieldCreatedAt,
 	FieldTaskID,
 	FieldOwner,
+	FieldOwnerSource,
+	FieldTenant,
 	FieldKind,
 	FieldKey,
 	FieldFilename,
@@ -78,6 +84,10 @@ func ValidColumn(column string) bool {
 var (
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
+	// DefaultOwnerSource holds the default value on creation for the "owner_source" field.
+	DefaultOwnerSource string
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 )
 
 // Kind defines the type for the "kind" enum field.
@@ -126,6 +136,16 @@ func ByTaskID(opts ...sql.OrderTermOption) OrderOption {
 // ByOwner orders the results by the owner field.
 func ByOwner(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldOwner, opts...).ToFunc()
+}
+
+// ByOwnerSource orders the results by the owner_source field.
+func ByOwnerSource(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldOwnerSource, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }
 
 // ByKind orders the results by the kind field.

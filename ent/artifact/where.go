@@ -70,6 +70,16 @@ func Owner(v string) predicate.Artifact {
 	return predicate.Artifact(sql.FieldEQ(FieldOwner, v))
 }
 
+// OwnerSource applies equality check predicate on the "owner_source" field. It's identical to OwnerSourceEQ.
+func OwnerSource(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldEQ(FieldOwnerSource, v))
+}
+
+// Tenant applies equality check predicate on the "tenant" field. It's identical to TenantEQ.
+func Tenant(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldEQ(FieldTenant, v))
+}
+
 // Key applies equality check predicate on the "key" field. It's identical to KeyEQ.
 func Key(v string) predicate.Artifact {
 	return predicate.Artifact(sql.FieldEQ(FieldKey, v))
@@ -233,6 +243,136 @@ func OwnerEqualFold(v string) predicate.Artifact {
 // OwnerContainsFold applies the ContainsFold predicate on the "owner" field.
 func OwnerContainsFold(v string) predicate.Artifact {
 	return predicate.Artifact(sql.FieldContainsFold(FieldOwner, v))
+}
+
+// OwnerSourceEQ applies the EQ predicate on the "owner_source" field.
+func OwnerSourceEQ(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldEQ(FieldOwnerSource, v))
+}
+
+// OwnerSourceNEQ applies the NEQ predicate on the "owner_source" field.
+func OwnerSourceNEQ(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldNEQ(FieldOwnerSource, v))
+}
+
+// OwnerSourceIn applies the In predicate on the "owner_source" field.
+func OwnerSourceIn(vs ...string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldIn(FieldOwnerSource, vs...))
+}
+
+// OwnerSourceNotIn applies the NotIn predicate on the "owner_source" field.
+func OwnerSourceNotIn(vs ...string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldNotIn(FieldOwnerSource, vs...))
+}
+
+// OwnerSourceGT applies the GT predicate on the "owner_source" field.
+func OwnerSourceGT(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldGT(FieldOwnerSource, v))
+}
+
+// OwnerSourceGTE applies the GTE predicate on the "owner_source" field.
+func OwnerSourceGTE(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldGTE(FieldOwnerSource, v))
+}
+
+// OwnerSourceLT applies the LT predicate on the "owner_source" field.
+func OwnerSourceLT(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldLT(FieldOwnerSource, v))
+}
+
+// OwnerSourceLTE applies the LTE predicate on the "owner_source" field.
+func OwnerSourceLTE(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldLTE(FieldOwnerSource, v))
+}
+
+// OwnerSourceContains applies the Contains predicate on the "owner_source" field.
+func OwnerSourceContains(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldContains(FieldOwnerSource, v))
+}
+
+// OwnerSourceHasPrefix applies the HasPrefix predicate on the "owner_source" field.
+func OwnerSourceHasPrefix(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldHasPrefix(FieldOwnerSource, v))
+}
+
+// OwnerSourceHasSuffix applies the HasSuffix predicate on the "owner_source" field.
+func OwnerSourceHasSuffix(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldHasSuffix(FieldOwnerSource, v))
+}
+
+// OwnerSourceEqualFold applies the EqualFold predicate on the "owner_source" field.
+func OwnerSourceEqualFold(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldEqualFold(FieldOwnerSource, v))
+}
+
+// OwnerSourceContainsFold applies the ContainsFold predicate on the "owner_source" field.
+func OwnerSourceContainsFold(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldContainsFold(FieldOwnerSource, v))
+}
+
+// TenantEQ applies the EQ predicate on the "tenant" field.
+func TenantEQ(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldEQ(FieldTenant, v))
+}
+
+// TenantNEQ applies the NEQ predicate on the "tenant" field.
+func TenantNEQ(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldNEQ(FieldTenant, v))
+}
+
+// TenantIn applies the In predicate on the "tenant" field.
+func TenantIn(vs ...string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldIn(FieldTenant, vs...))
+}
+
+// TenantNotIn applies the NotIn predicate on the "tenant" field.
+func TenantNotIn(vs ...string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldNotIn(FieldTenant, vs...))
+}
+
+// TenantGT applies the GT predicate on the "tenant" field.
+func TenantGT(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldGT(FieldTenant, v))
+}
+
+// TenantGTE applies the GTE predicate on the "tenant" field.
+func TenantGTE(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldGTE(FieldTenant, v))
+}
+
+// TenantLT applies the LT predicate on the "tenant" field.
+func TenantLT(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldLT(FieldTenant, v))
+}
+
+// TenantLTE applies the LTE predicate on the "tenant" field.
+func TenantLTE(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldLTE(FieldTenant, v))
+}
+
+// TenantContains applies the Contains predicate on the "tenant" field.
+func TenantContains(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldContains(FieldTenant, v))
+}
+
+// TenantHasPrefix applies the HasPrefix predicate on the "tenant" field.
+func TenantHasPrefix(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldHasPrefix(FieldTenant, v))
+}
+
+// TenantHasSuffix applies the HasSuffix predicate on the "tenant" field.
+func TenantHasSuffix(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldHasSuffix(FieldTenant, v))
+}
+
+// TenantEqualFold applies the EqualFold predicate on the "tenant" field.
+func TenantEqualFold(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldEqualFold(FieldTenant, v))
+}
+
+// TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
+func TenantContainsFold(v string) predicate.Artifact {
+	return predicate.Artifact(sql.FieldContainsFold(FieldTenant, v))
 }
 
 // KindEQ applies the EQ predicate on the "kind" field.

@@ -22,6 +22,8 @@ const (
 	FieldActor = "actor"
 	// FieldRole holds the string denoting the role field in the database.
 	FieldRole = "role"
+	// FieldSource holds the string denoting the source field in the database.
+	FieldSource = "source"
 	// FieldTenant holds the string denoting the tenant field in the database.
 	FieldTenant = "tenant"
 	// FieldAction holds the string denoting the action field in the database.
@@ -46,6 +48,7 @@ var Columns = []string{
 	FieldCreatedAt,
 	FieldActor,
 	FieldRole,
+	FieldSource,
 	FieldTenant,
 	FieldAction,
 	FieldTaskIds,
@@ -68,6 +71,8 @@ func ValidColumn(column string) bool {
 var (
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
+	// DefaultSource holds the default value on creation for the "source" field.
+	DefaultSource string
 	// DefaultTenant holds the default value on creation for the "tenant" field.
 	DefaultTenant string
 	// DefaultErrorCode holds the default value on creation for the "error_code" field.
@@ -148,6 +153,11 @@ func ByActor(opts ...sql.OrderTermOption) OrderOption {
 // ByRole orders the results by the role field.
 func ByRole(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldRole, opts...).ToFunc()
+}
+
+// BySource orders the results by the source field.
+func BySource(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSource, opts...).ToFunc()
 }
 
 // ByTenant orders the results by the tenant field.

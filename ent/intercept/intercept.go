@@ -13,6 +13,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
@@ -240,6 +241,33 @@ func (f TraverseContact) Traverse(ctx context.Context, q ent.Query) error {
 	return fmt.Errorf("unexpected query type %T. expect *ent.ContactQuery", q)
 }
 
+// The DeploymentFunc type is an adapter to allow the use of ordinary function as a Querier.
+type DeploymentFunc func(context.Context, *ent.DeploymentQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f DeploymentFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.DeploymentQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.DeploymentQuery", q)
+}
+
+// The TraverseDeployment type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseDeployment func(context.Context, *ent.DeploymentQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseDeployment) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseDeployment) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.DeploymentQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.DeploymentQuery", q)
+}
+
 // The StallOverrideFunc type is an adapter to allow the use of ordinary function as a Querier.
 type StallOverrideFunc func(context.Context, *ent.StallOverrideQuery) (ent.Value, error)
 
@@ -363,6 +391,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.AuditLogQuery, predicate.AuditLog, auditlog.OrderOption]{typ: ent.TypeAuditLog, tq: q}, nil
 	case *ent.ContactQuery:
 		return &query[*ent.ContactQuery, predicate.Contact, contact.OrderOption]{typ: ent.TypeContact, tq: q}, nil
+	case *ent.DeploymentQuery:
+		return &query[*ent.DeploymentQuery, predicate.Deployment, deployment.OrderOption]{typ: ent.TypeDeployment, tq: q}, nil
 	case *ent.StallOverrideQuery:
 		return &query[*ent.StallOverrideQuery, predicate.StallOverride, stalloverride.OrderOption]{typ: ent.TypeStallOverride, tq: q}, nil
 	case *ent.TaskQuery:

@@ -123,6 +123,8 @@ var (
 		{Name: "id", Type: field.TypeInt, Increment: true},
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "kind", Type: field.TypeEnum, Enums: []string{"SOURCE", "ERROR_REPORT", "EXPORT", "REPORT"}},
 		{Name: "key", Type: field.TypeString, Unique: true},
 		{Name: "filename", Type: field.TypeString},
@@ -140,7 +142,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "artifacts_tasks_artifacts",
-				Columns:    []*schema.Column{ArtifactsColumns[10]},
+				Columns:    []*schema.Column{ArtifactsColumns[12]},
 				RefColumns: []*schema.Column{TasksColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
@@ -149,12 +151,12 @@ var (
 			{
 				Name:    "artifact_task_id_kind",
 				Unique:  false,
-				Columns: []*schema.Column{ArtifactsColumns[10], ArtifactsColumns[3]},
+				Columns: []*schema.Column{ArtifactsColumns[12], ArtifactsColumns[5]},
 			},
 			{
 				Name:    "artifact_expires_at",
 				Unique:  false,
-				Columns: []*schema.Column{ArtifactsColumns[9]},
+				Columns: []*schema.Column{ArtifactsColumns[11]},
 			},
 		},
 	}
@@ -164,6 +166,7 @@ var (
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "actor", Type: field.TypeString},
 		{Name: "role", Type: field.TypeString},
+		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
@@ -228,6 +231,21 @@ var (
 			},
 		},
 	}
+	// DeploymentsColumns holds the columns for the "deployments" table.
+	DeploymentsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "singleton", Type: field.TypeInt, Unique: true},
+		{Name: "uid", Type: field.TypeString},
+		{Name: "blob_location", Type: field.TypeString},
+		{Name: "blob_node", Type: field.TypeString},
+	}
+	// DeploymentsTable holds the schema information for the "deployments" table.
+	DeploymentsTable = &schema.Table{
+		Name:       "deployments",
+		Columns:    DeploymentsColumns,
+		PrimaryKey: []*schema.Column{DeploymentsColumns[0]},
+	}
 	// StallOverridesColumns holds the columns for the "stall_overrides" table.
 	StallOverridesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -248,10 +266,13 @@ var (
 		{Name: "type", Type: field.TypeString},
 		{Name: "biz_id", Type: field.TypeString, Default: ""},
 		{Name: "idempotency_key", Type: field.TypeString, Nullable: true},
+		{Name: "idempotency_hash", Type: field.TypeString, Nullable: true},
 		{Name: "title", Type: field.TypeString, Default: ""},
 		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "priority", Type: field.TypeInt, Default: 5},
 		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "owner_role", Type: field.TypeString, Default: ""},
 		{Name: "input", Type: field.TypeJSON},
 		{Name: "input_sealed", Type: field.TypeBytes, Nullable: true},
@@ -264,6 +285,7 @@ var (
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true},
 		{Name: "result_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"SUCCESS", "PARTIAL_SUCCESS", "FAILED"}},
+		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "cancel_requested", Type: field.TypeBool, Default: false},
 		{Name: "cancel_reason", Type: field.TypeString, Nullable: true},
@@ -278,17 +300,25 @@ var (
 		PrimaryKey: []*schema.Column{TasksColumns[0]},
 		Indexes: []*schema.Index{
 			{
-				Name:    "task_owner_idempotency_key",
+				Name:    "task_idempotency_hash",
 				Unique:  true,
-				Columns: []*schema.Column{TasksColumns[9], TasksColumns[5]},
+				Columns: []*schema.Column{TasksColumns[6]},
 				Annotation: &entsql.IndexAnnotation{
-					Where: "idempotency_key IS NOT NULL",
+					Where: "idempotency_hash IS NOT NULL",
 				},
 			},
 			{
 				Name:    "task_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{TasksColumns[1]},
+			},
+			{
+				Name:    "task_attention_status_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[25], TasksColumns[1]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "attention_status IS NOT NULL",
+				},
 			},
 			{
 				Name:    "task_biz_id",
@@ -406,6 +436,7 @@ var (
 		ArtifactsTable,
 		AuditLogsTable,
 		ContactsTable,
+		DeploymentsTable,
 		StallOverridesTable,
 		TasksTable,
 		TaskInstancesTable,
@@ -415,13 +446,13 @@ var (
 
 func init() {
 	AlertChannelsTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(25769803776),
-	}
-	AlertIncidentsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(30064771072),
 	}
-	AlertRulesTable.Annotation = &entsql.Annotation{
+	AlertIncidentsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(34359738368),
+	}
+	AlertRulesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(38654705664),
 	}
 	ArtifactsTable.ForeignKeys[0].RefTable = TasksTable
 	ArtifactsTable.Annotation = &entsql.Annotation{
@@ -433,8 +464,11 @@ func init() {
 	ContactsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(21474836480),
 	}
+	DeploymentsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(25769803776),
+	}
 	StallOverridesTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(38654705664),
+		IncrementStart: func(i int) *int { return &i }(42949672960),
 	}
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),

@@ -24,6 +24,9 @@ type AuditLog func(*sql.Selector)
 // Contact is the predicate function for contact builders.
 type Contact func(*sql.Selector)
 
+// Deployment is the predicate function for deployment builders.
+type Deployment func(*sql.Selector)
+
 // StallOverride is the predicate function for stalloverride builders.
 type StallOverride func(*sql.Selector)
 

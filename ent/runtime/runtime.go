@@ -9,6 +9,7 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
 	"taskgraph/ent/schema"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -129,6 +130,14 @@ func init() {
 	artifactDescCreatedAt := artifactMixinFields0[0].Descriptor()
 	// artifact.DefaultCreatedAt holds the default value on creation for the created_at field.
 	artifact.DefaultCreatedAt = artifactDescCreatedAt.Default.(func() time.Time)
+	// artifactDescOwnerSource is the schema descriptor for owner_source field.
+	artifactDescOwnerSource := artifactFields[2].Descriptor()
+	// artifact.DefaultOwnerSource holds the default value on creation for the owner_source field.
+	artifact.DefaultOwnerSource = artifactDescOwnerSource.Default.(string)
+	// artifactDescTenant is the schema descriptor for tenant field.
+	artifactDescTenant := artifactFields[3].Descriptor()
+	// artifact.DefaultTenant holds the default value on creation for the tenant field.
+	artifact.DefaultTenant = artifactDescTenant.Default.(string)
 	auditlogMixin := schema.AuditLog{}.Mixin()
 	auditlogMixinFields0 := auditlogMixin[0].Fields()
 	_ = auditlogMixinFields0
@@ -138,16 +147,20 @@ func init() {
 	auditlogDescCreatedAt := auditlogMixinFields0[0].Descriptor()
 	// auditlog.DefaultCreatedAt holds the default value on creation for the created_at field.
 	auditlog.DefaultCreatedAt = auditlogDescCreatedAt.Default.(func() time.Time)
+	// auditlogDescSource is the schema descriptor for source field.
+	auditlogDescSource := auditlogFields[2].Descriptor()
+	// auditlog.DefaultSource holds the default value on creation for the source field.
+	auditlog.DefaultSource = auditlogDescSource.Default.(string)
 	// auditlogDescTenant is the schema descriptor for tenant field.
-	auditlogDescTenant := auditlogFields[2].Descriptor()
+	auditlogDescTenant := auditlogFields[3].Descriptor()
 	// auditlog.DefaultTenant holds the default value on creation for the tenant field.
 	auditlog.DefaultTenant = auditlogDescTenant.Default.(string)
 	// auditlogDescErrorCode is the schema descriptor for error_code field.
-	auditlogDescErrorCode := auditlogFields[6].Descriptor()
+	auditlogDescErrorCode := auditlogFields[7].Descriptor()
 	// auditlog.DefaultErrorCode holds the default value on creation for the error_code field.
 	auditlog.DefaultErrorCode = auditlogDescErrorCode.Default.(string)
 	// auditlogDescRemoteAddr is the schema descriptor for remote_addr field.
-	auditlogDescRemoteAddr := auditlogFields[7].Descriptor()
+	auditlogDescRemoteAddr := auditlogFields[8].Descriptor()
 	// auditlog.DefaultRemoteAddr holds the default value on creation for the remote_addr field.
 	auditlog.DefaultRemoteAddr = auditlogDescRemoteAddr.Default.(string)
 	contactMixin := schema.Contact{}.Mixin()
@@ -179,6 +192,15 @@ func init() {
 	contactDescBirthday := contactFields[9].Descriptor()
 	// contact.DefaultBirthday holds the default value on creation for the birthday field.
 	contact.DefaultBirthday = contactDescBirthday.Default.(string)
+	deploymentMixin := schema.Deployment{}.Mixin()
+	deploymentMixinFields0 := deploymentMixin[0].Fields()
+	_ = deploymentMixinFields0
+	deploymentFields := schema.Deployment{}.Fields()
+	_ = deploymentFields
+	// deploymentDescCreatedAt is the schema descriptor for created_at field.
+	deploymentDescCreatedAt := deploymentMixinFields0[0].Descriptor()
+	// deployment.DefaultCreatedAt holds the default value on creation for the created_at field.
+	deployment.DefaultCreatedAt = deploymentDescCreatedAt.Default.(func() time.Time)
 	taskMixin := schema.Task{}.Mixin()
 	taskHooks := schema.Task{}.Hooks()
 	task.Hooks[0] = taskHooks[0]
@@ -195,35 +217,43 @@ func init() {
 	// task.DefaultBizID holds the default value on creation for the biz_id field.
 	task.DefaultBizID = taskDescBizID.Default.(string)
 	// taskDescTitle is the schema descriptor for title field.
-	taskDescTitle := taskFields[4].Descriptor()
+	taskDescTitle := taskFields[5].Descriptor()
 	// task.DefaultTitle holds the default value on creation for the title field.
 	task.DefaultTitle = taskDescTitle.Default.(string)
 	// taskDescPriority is the schema descriptor for priority field.
-	taskDescPriority := taskFields[6].Descriptor()
+	taskDescPriority := taskFields[7].Descriptor()
 	// task.DefaultPriority holds the default value on creation for the priority field.
 	task.DefaultPriority = taskDescPriority.Default.(int)
+	// taskDescOwnerSource is the schema descriptor for owner_source field.
+	taskDescOwnerSource := taskFields[9].Descriptor()
+	// task.DefaultOwnerSource holds the default value on creation for the owner_source field.
+	task.DefaultOwnerSource = taskDescOwnerSource.Default.(string)
+	// taskDescTenant is the schema descriptor for tenant field.
+	taskDescTenant := taskFields[10].Descriptor()
+	// task.DefaultTenant holds the default value on creation for the tenant field.
+	task.DefaultTenant = taskDescTenant.Default.(string)
 	// taskDescOwnerRole is the schema descriptor for owner_role field.
-	taskDescOwnerRole := taskFields[8].Descriptor()
+	taskDescOwnerRole := taskFields[11].Descriptor()
 	// task.DefaultOwnerRole holds the default value on creation for the owner_role field.
 	task.DefaultOwnerRole = taskDescOwnerRole.Default.(string)
 	// taskDescProgressDone is the schema descriptor for progress_done field.
-	taskDescProgressDone := taskFields[15].Descriptor()
+	taskDescProgressDone := taskFields[18].Descriptor()
 	// task.DefaultProgressDone holds the default value on creation for the progress_done field.
 	task.DefaultProgressDone = taskDescProgressDone.Default.(int64)
 	// taskDescProgressTotal is the schema descriptor for progress_total field.
-	taskDescProgressTotal := taskFields[16].Descriptor()
+	taskDescProgressTotal := taskFields[19].Descriptor()
 	// task.DefaultProgressTotal holds the default value on creation for the progress_total field.
 	task.DefaultProgressTotal = taskDescProgressTotal.Default.(int64)
 	// taskDescVersion is the schema descriptor for version field.
-	taskDescVersion := taskFields[20].Descriptor()
+	taskDescVersion := taskFields[24].Descriptor()
 	// task.DefaultVersion holds the default value on creation for the version field.
 	task.DefaultVersion = taskDescVersion.Default.(int64)
 	// taskDescCancelRequested is the schema descriptor for cancel_requested field.
-	taskDescCancelRequested := taskFields[21].Descriptor()
+	taskDescCancelRequested := taskFields[25].Descriptor()
 	// task.DefaultCancelRequested holds the default value on creation for the cancel_requested field.
 	task.DefaultCancelRequested = taskDescCancelRequested.Default.(bool)
 	// taskDescUpdatedAt is the schema descriptor for updated_at field.
-	taskDescUpdatedAt := taskFields[24].Descriptor()
+	taskDescUpdatedAt := taskFields[28].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
 	taskinstanceMixin := schema.TaskInstance{}.Mixin()

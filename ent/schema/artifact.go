@@ -29,6 +29,14 @@ func (Artifact) Fields() []ent.Field {
 		field.String("owner").
 			Immutable().
 			Comment("Who uploaded it, or the owner of the task that wrote it."),
+		field.String("owner_source").
+			Default("").
+			Immutable().
+			Comment("The source of the owner's credentials (token, jwt, local)."),
+		field.String("tenant").
+			Default("").
+			Immutable().
+			Comment("The owner's tenant."),
 		field.Enum("kind").
 			Values("SOURCE", "ERROR_REPORT", "EXPORT", "REPORT").
 			Immutable(),

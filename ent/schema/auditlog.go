@@ -11,7 +11,8 @@ import (
 // AuditLog records one action a user asked for: who (actor, role, tenant,
 // address), what (action, tasks), when (created_at) and how it ended. It is
 // written once per create, cancel, retry, bulk action and download, whether
-// the action succeeded or not, and never changed. Only admins read it.
+// the action succeeded or not, and never changed. Admins read their
+// tenant's records; platform administrators read all.
 type AuditLog struct{ ent.Schema }
 
 // Mixin of AuditLog.
@@ -26,6 +27,10 @@ func (AuditLog) Fields() []ent.Field {
 			Annotations(entgql.OrderField("ACTOR")),
 		field.String("role").
 			Immutable(),
+		field.String("source").
+			Default("").
+			Immutable().
+			Comment("Where the actor's credentials came from (token, jwt, local): the actor is (source, tenant, actor)."),
 		field.String("tenant").
 			Default("").
 			Immutable(),

@@ -18,6 +18,9 @@ import (
 func statusGuard(entity string, initial ...lifecycle.Status) ent.Hook {
 	return func(next ent.Mutator) ent.Mutator {
 		return ent.MutateFunc(func(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+			if _, set := m.Field("attention_status"); set && !lifecycle.IsGuarded(ctx) {
+				return nil, fmt.Errorf("%s attention_status follows status and is written by package store only", entity)
+			}
 			v, set := m.Field("status")
 			if !set {
 				return next.Mutate(ctx, m)

@@ -38,7 +38,14 @@ func (Task) Fields() []ent.Field {
 		field.String("idempotency_key").
 			Optional().
 			Nillable().
-			Immutable(),
+			Immutable().
+			Comment("The caller's idempotency key as shown: masked like every other text it sends."),
+		field.String("idempotency_hash").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("Keyed hash of the owner identity (source, tenant, user) and the raw idempotency key: what makes a key unique per owner.").
+			Annotations(entgql.Skip()),
 		field.String("title").
 			Default("").
 			Immutable(),
@@ -53,6 +60,14 @@ func (Task) Fields() []ent.Field {
 		field.String("owner").
 			Immutable().
 			Annotations(entgql.OrderField("OWNER")),
+		field.String("owner_source").
+			Default("").
+			Immutable().
+			Comment("Where the owner's credentials came from (token, jwt, local): the owner is (owner_source, tenant, owner)."),
+		field.String("tenant").
+			Default("").
+			Immutable().
+			Comment("The owner's tenant. Tenants isolate: only the tenant's own users and platform administrators see the task."),
 		field.String("owner_role").
 			Default("").
 			Immutable().
@@ -94,6 +109,12 @@ func (Task) Fields() []ent.Field {
 			Optional().
 			Nillable().
 			Comment("Outcome of the work itself, as its handler reported it (e.g. an import with some bad rows is PARTIAL_SUCCESS); empty for types that report none."),
+		field.Enum("attention_status").
+			GoType(lifecycle.Status("")).
+			Optional().
+			Nillable().
+			Comment("The status when it is one a person looks for and few tasks are in (FAILED, CANCELLED, RETRY_PENDING), else empty; written with status by the store. It is indexed where status cannot be: a claim and a success leave it empty, so they stay HOT updates.").
+			Annotations(entgql.Skip()),
 		field.Int64("version").
 			Default(1).
 			Comment("Incremented by every committed change; orders events per task."),
@@ -128,16 +149,22 @@ func (Task) Edges() []ent.Edge {
 // Indexes of Task.
 func (Task) Indexes() []ent.Index {
 	return []ent.Index{
-		index.Fields("owner", "idempotency_key").
+		// Idempotency keys are unique per owner identity: the hash covers
+		// it. Immutable columns only (no index on a column a transition
+		// changes).
+		index.Fields("idempotency_hash").
 			Unique().
-			Annotations(entsql.IndexWhere("idempotency_key IS NOT NULL")),
+			Annotations(entsql.IndexWhere("idempotency_hash IS NOT NULL")),
 		// No index may include a column that a transition changes (status,
 		// version, progress, result, finished_at...): then the claim's and
 		// the finish's updates of a task are HOT (heap-only: no index entry
 		// written; the table keeps free room on each page for them, see
 		// store.tuneTables). Filters on status are served by the instances'
-		// indexes (store/hints.go).
+		// indexes and by attention_status (store/hints.go).
 		index.Fields("created_at"),
+		// Filters on the rare statuses (store.StatusHints).
+		index.Fields("attention_status", "created_at").
+			Annotations(entsql.IndexWhere("attention_status IS NOT NULL")),
 		index.Fields("biz_id").
 			Annotations(entsql.IndexWhere("biz_id <> ''")),
 	}

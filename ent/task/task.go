@@ -30,6 +30,8 @@ const (
 	FieldBizID = "biz_id"
 	// FieldIdempotencyKey holds the string denoting the idempotency_key field in the database.
 	FieldIdempotencyKey = "idempotency_key"
+	// FieldIdempotencyHash holds the string denoting the idempotency_hash field in the database.
+	FieldIdempotencyHash = "idempotency_hash"
 	// FieldTitle holds the string denoting the title field in the database.
 	FieldTitle = "title"
 	// FieldStatus holds the string denoting the status field in the database.
@@ -38,6 +40,10 @@ const (
 	FieldPriority = "priority"
 	// FieldOwner holds the string denoting the owner field in the database.
 	FieldOwner = "owner"
+	// FieldOwnerSource holds the string denoting the owner_source field in the database.
+	FieldOwnerSource = "owner_source"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// FieldOwnerRole holds the string denoting the owner_role field in the database.
 	FieldOwnerRole = "owner_role"
 	// FieldInput holds the string denoting the input field in the database.
@@ -62,6 +68,8 @@ const (
 	FieldLastError = "last_error"
 	// FieldResultStatus holds the string denoting the result_status field in the database.
 	FieldResultStatus = "result_status"
+	// FieldAttentionStatus holds the string denoting the attention_status field in the database.
+	FieldAttentionStatus = "attention_status"
 	// FieldVersion holds the string denoting the version field in the database.
 	FieldVersion = "version"
 	// FieldCancelRequested holds the string denoting the cancel_requested field in the database.
@@ -113,10 +121,13 @@ var Columns = []string{
 	FieldType,
 	FieldBizID,
 	FieldIdempotencyKey,
+	FieldIdempotencyHash,
 	FieldTitle,
 	FieldStatus,
 	FieldPriority,
 	FieldOwner,
+	FieldOwnerSource,
+	FieldTenant,
 	FieldOwnerRole,
 	FieldInput,
 	FieldInputSealed,
@@ -129,6 +140,7 @@ var Columns = []string{
 	FieldResult,
 	FieldLastError,
 	FieldResultStatus,
+	FieldAttentionStatus,
 	FieldVersion,
 	FieldCancelRequested,
 	FieldCancelReason,
@@ -162,6 +174,10 @@ var (
 	DefaultTitle string
 	// DefaultPriority holds the default value on creation for the "priority" field.
 	DefaultPriority int
+	// DefaultOwnerSource holds the default value on creation for the "owner_source" field.
+	DefaultOwnerSource string
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 	// DefaultOwnerRole holds the default value on creation for the "owner_role" field.
 	DefaultOwnerRole string
 	// DefaultProgressDone holds the default value on creation for the "progress_done" field.
@@ -210,6 +226,16 @@ func ResultStatusValidator(rs ResultStatus) error {
 	}
 }
 
+// AttentionStatusValidator is a validator for the "attention_status" field enum values. It is called by the builders before save.
+func AttentionStatusValidator(as lifecycle.Status) error {
+	switch as {
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+		return nil
+	default:
+		return fmt.Errorf("task: invalid enum value for attention_status field: %q", as)
+	}
+}
+
 // OrderOption defines the ordering options for the Task queries.
 type OrderOption func(*sql.Selector)
 
@@ -243,6 +269,11 @@ func ByIdempotencyKey(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldIdempotencyKey, opts...).ToFunc()
 }
 
+// ByIdempotencyHash orders the results by the idempotency_hash field.
+func ByIdempotencyHash(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldIdempotencyHash, opts...).ToFunc()
+}
+
 // ByTitle orders the results by the title field.
 func ByTitle(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldTitle, opts...).ToFunc()
@@ -261,6 +292,16 @@ func ByPriority(opts ...sql.OrderTermOption) OrderOption {
 // ByOwner orders the results by the owner field.
 func ByOwner(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldOwner, opts...).ToFunc()
+}
+
+// ByOwnerSource orders the results by the owner_source field.
+func ByOwnerSource(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldOwnerSource, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }
 
 // ByOwnerRole orders the results by the owner_role field.
@@ -306,6 +347,11 @@ func ByLastError(opts ...sql.OrderTermOption) OrderOption {
 // ByResultStatus orders the results by the result_status field.
 func ByResultStatus(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldResultStatus, opts...).ToFunc()
+}
+
+// ByAttentionStatus orders the results by the attention_status field.
+func ByAttentionStatus(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAttentionStatus, opts...).ToFunc()
 }
 
 // ByVersion orders the results by the version field.
@@ -425,3 +471,10 @@ func (e *ResultStatus) UnmarshalGQL(val interface{}) error {
 	}
 	return nil
 }
+
+var (
+	// lifecycle.Status must implement graphql.Marshaler.
+	_ graphql.Marshaler = (*lifecycle.Status)(nil)
+	// lifecycle.Status must implement graphql.Unmarshaler.
+	_ graphql.Unmarshaler = (*lifecycle.Status)(nil)
+)

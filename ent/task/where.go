@@ -81,6 +81,11 @@ func IdempotencyKey(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldIdempotencyKey, v))
 }
 
+// IdempotencyHash applies equality check predicate on the "idempotency_hash" field. It's identical to IdempotencyHashEQ.
+func IdempotencyHash(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldIdempotencyHash, v))
+}
+
 // Title applies equality check predicate on the "title" field. It's identical to TitleEQ.
 func Title(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldTitle, v))
@@ -94,6 +99,16 @@ func Priority(v int) predicate.Task {
 // Owner applies equality check predicate on the "owner" field. It's identical to OwnerEQ.
 func Owner(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldOwner, v))
+}
+
+// OwnerSource applies equality check predicate on the "owner_source" field. It's identical to OwnerSourceEQ.
+func OwnerSource(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldOwnerSource, v))
+}
+
+// Tenant applies equality check predicate on the "tenant" field. It's identical to TenantEQ.
+func Tenant(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldTenant, v))
 }
 
 // OwnerRole applies equality check predicate on the "owner_role" field. It's identical to OwnerRoleEQ.
@@ -481,6 +496,81 @@ func IdempotencyKeyContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldIdempotencyKey, v))
 }
 
+// IdempotencyHashEQ applies the EQ predicate on the "idempotency_hash" field.
+func IdempotencyHashEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashNEQ applies the NEQ predicate on the "idempotency_hash" field.
+func IdempotencyHashNEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashIn applies the In predicate on the "idempotency_hash" field.
+func IdempotencyHashIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldIdempotencyHash, vs...))
+}
+
+// IdempotencyHashNotIn applies the NotIn predicate on the "idempotency_hash" field.
+func IdempotencyHashNotIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldIdempotencyHash, vs...))
+}
+
+// IdempotencyHashGT applies the GT predicate on the "idempotency_hash" field.
+func IdempotencyHashGT(v string) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashGTE applies the GTE predicate on the "idempotency_hash" field.
+func IdempotencyHashGTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashLT applies the LT predicate on the "idempotency_hash" field.
+func IdempotencyHashLT(v string) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashLTE applies the LTE predicate on the "idempotency_hash" field.
+func IdempotencyHashLTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashContains applies the Contains predicate on the "idempotency_hash" field.
+func IdempotencyHashContains(v string) predicate.Task {
+	return predicate.Task(sql.FieldContains(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashHasPrefix applies the HasPrefix predicate on the "idempotency_hash" field.
+func IdempotencyHashHasPrefix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasPrefix(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashHasSuffix applies the HasSuffix predicate on the "idempotency_hash" field.
+func IdempotencyHashHasSuffix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasSuffix(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashIsNil applies the IsNil predicate on the "idempotency_hash" field.
+func IdempotencyHashIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldIdempotencyHash))
+}
+
+// IdempotencyHashNotNil applies the NotNil predicate on the "idempotency_hash" field.
+func IdempotencyHashNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldIdempotencyHash))
+}
+
+// IdempotencyHashEqualFold applies the EqualFold predicate on the "idempotency_hash" field.
+func IdempotencyHashEqualFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldEqualFold(FieldIdempotencyHash, v))
+}
+
+// IdempotencyHashContainsFold applies the ContainsFold predicate on the "idempotency_hash" field.
+func IdempotencyHashContainsFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldContainsFold(FieldIdempotencyHash, v))
+}
+
 // TitleEQ applies the EQ predicate on the "title" field.
 func TitleEQ(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldTitle, v))
@@ -679,6 +769,136 @@ func OwnerEqualFold(v string) predicate.Task {
 // OwnerContainsFold applies the ContainsFold predicate on the "owner" field.
 func OwnerContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldOwner, v))
+}
+
+// OwnerSourceEQ applies the EQ predicate on the "owner_source" field.
+func OwnerSourceEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldOwnerSource, v))
+}
+
+// OwnerSourceNEQ applies the NEQ predicate on the "owner_source" field.
+func OwnerSourceNEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldOwnerSource, v))
+}
+
+// OwnerSourceIn applies the In predicate on the "owner_source" field.
+func OwnerSourceIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldOwnerSource, vs...))
+}
+
+// OwnerSourceNotIn applies the NotIn predicate on the "owner_source" field.
+func OwnerSourceNotIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldOwnerSource, vs...))
+}
+
+// OwnerSourceGT applies the GT predicate on the "owner_source" field.
+func OwnerSourceGT(v string) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldOwnerSource, v))
+}
+
+// OwnerSourceGTE applies the GTE predicate on the "owner_source" field.
+func OwnerSourceGTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldOwnerSource, v))
+}
+
+// OwnerSourceLT applies the LT predicate on the "owner_source" field.
+func OwnerSourceLT(v string) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldOwnerSource, v))
+}
+
+// OwnerSourceLTE applies the LTE predicate on the "owner_source" field.
+func OwnerSourceLTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldOwnerSource, v))
+}
+
+// OwnerSourceContains applies the Contains predicate on the "owner_source" field.
+func OwnerSourceContains(v string) predicate.Task {
+	return predicate.Task(sql.FieldContains(FieldOwnerSource, v))
+}
+
+// OwnerSourceHasPrefix applies the HasPrefix predicate on the "owner_source" field.
+func OwnerSourceHasPrefix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasPrefix(FieldOwnerSource, v))
+}
+
+// OwnerSourceHasSuffix applies the HasSuffix predicate on the "owner_source" field.
+func OwnerSourceHasSuffix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasSuffix(FieldOwnerSource, v))
+}
+
+// OwnerSourceEqualFold applies the EqualFold predicate on the "owner_source" field.
+func OwnerSourceEqualFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldEqualFold(FieldOwnerSource, v))
+}
+
+// OwnerSourceContainsFold applies the ContainsFold predicate on the "owner_source" field.
+func OwnerSourceContainsFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldContainsFold(FieldOwnerSource, v))
+}
+
+// TenantEQ applies the EQ predicate on the "tenant" field.
+func TenantEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldTenant, v))
+}
+
+// TenantNEQ applies the NEQ predicate on the "tenant" field.
+func TenantNEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldTenant, v))
+}
+
+// TenantIn applies the In predicate on the "tenant" field.
+func TenantIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldTenant, vs...))
+}
+
+// TenantNotIn applies the NotIn predicate on the "tenant" field.
+func TenantNotIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldTenant, vs...))
+}
+
+// TenantGT applies the GT predicate on the "tenant" field.
+func TenantGT(v string) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldTenant, v))
+}
+
+// TenantGTE applies the GTE predicate on the "tenant" field.
+func TenantGTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldTenant, v))
+}
+
+// TenantLT applies the LT predicate on the "tenant" field.
+func TenantLT(v string) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldTenant, v))
+}
+
+// TenantLTE applies the LTE predicate on the "tenant" field.
+func TenantLTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldTenant, v))
+}
+
+// TenantContains applies the Contains predicate on the "tenant" field.
+func TenantContains(v string) predicate.Task {
+	return predicate.Task(sql.FieldContains(FieldTenant, v))
+}
+
+// TenantHasPrefix applies the HasPrefix predicate on the "tenant" field.
+func TenantHasPrefix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasPrefix(FieldTenant, v))
+}
+
+// TenantHasSuffix applies the HasSuffix predicate on the "tenant" field.
+func TenantHasSuffix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasSuffix(FieldTenant, v))
+}
+
+// TenantEqualFold applies the EqualFold predicate on the "tenant" field.
+func TenantEqualFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldEqualFold(FieldTenant, v))
+}
+
+// TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
+func TenantContainsFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldContainsFold(FieldTenant, v))
 }
 
 // OwnerRoleEQ applies the EQ predicate on the "owner_role" field.
@@ -1199,6 +1419,46 @@ func ResultStatusIsNil() predicate.Task {
 // ResultStatusNotNil applies the NotNil predicate on the "result_status" field.
 func ResultStatusNotNil() predicate.Task {
 	return predicate.Task(sql.FieldNotNull(FieldResultStatus))
+}
+
+// AttentionStatusEQ applies the EQ predicate on the "attention_status" field.
+func AttentionStatusEQ(v lifecycle.Status) predicate.Task {
+	vc := v
+	return predicate.Task(sql.FieldEQ(FieldAttentionStatus, vc))
+}
+
+// AttentionStatusNEQ applies the NEQ predicate on the "attention_status" field.
+func AttentionStatusNEQ(v lifecycle.Status) predicate.Task {
+	vc := v
+	return predicate.Task(sql.FieldNEQ(FieldAttentionStatus, vc))
+}
+
+// AttentionStatusIn applies the In predicate on the "attention_status" field.
+func AttentionStatusIn(vs ...lifecycle.Status) predicate.Task {
+	v := make([]any, len(vs))
+	for i := range v {
+		v[i] = vs[i]
+	}
+	return predicate.Task(sql.FieldIn(FieldAttentionStatus, v...))
+}
+
+// AttentionStatusNotIn applies the NotIn predicate on the "attention_status" field.
+func AttentionStatusNotIn(vs ...lifecycle.Status) predicate.Task {
+	v := make([]any, len(vs))
+	for i := range v {
+		v[i] = vs[i]
+	}
+	return predicate.Task(sql.FieldNotIn(FieldAttentionStatus, v...))
+}
+
+// AttentionStatusIsNil applies the IsNil predicate on the "attention_status" field.
+func AttentionStatusIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldAttentionStatus))
+}
+
+// AttentionStatusNotNil applies the NotNil predicate on the "attention_status" field.
+func AttentionStatusNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldAttentionStatus))
 }
 
 // VersionEQ applies the EQ predicate on the "version" field.

@@ -66,6 +66,18 @@ type CreateTaskInput struct {
 	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 }
 
+// The answer to one item of createTasks.
+type CreateTaskResult struct {
+	// The item's position in inputs, from 0.
+	Index int `json:"index"`
+	// The task: created by this call, or created earlier with the same idempotency key (created is then false). Empty when the item was refused.
+	Task *ent.Task `json:"task,omitempty"`
+	// True when this call created the task.
+	Created bool `json:"created"`
+	// Why the item was refused (VALIDATION, CONFLICT, ...). The other items are not affected.
+	Error *ActionError `json:"error,omitempty"`
+}
+
 // A short-lived signed link to one artifact.
 type DownloadLink struct {
 	// GET it (no other credentials needed than the user's own) until expiresAt: the file comes as an attachment.

@@ -36,9 +36,69 @@ type Implementation struct {
 	// sent over the socket) running at once on one connection; one more
 	// is answered with an error message for its id. 0: no limit.
 	MaxOperations int
+	// Conns, when set, tracks the open connections, so that a server
+	// shutting down can close them properly (Conns.GoAway).
+	Conns *Conns
 }
 
-var _ transport.WebsocketImplementation = Implementation{}
+// Conns are the open connections of an Implementation.
+type Conns struct {
+	mu      sync.Mutex
+	open    map[*conn]struct{}
+	closing bool
+	reason  string
+}
+
+// NewConns returns an empty set.
+func NewConns() *Conns { return &Conns{open: map[*conn]struct{}{}} }
+
+// add registers c; false when the server is going away (c is then closed
+// with 1001 at once).
+func (cs *Conns) add(c *conn) (ok bool, reason string) {
+	if cs == nil {
+		return true, ""
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closing {
+		return false, cs.reason
+	}
+	cs.open[c] = struct{}{}
+	return true, ""
+}
+
+func (cs *Conns) remove(c *conn) {
+	if cs == nil {
+		return
+	}
+	cs.mu.Lock()
+	delete(cs.open, c)
+	cs.mu.Unlock()
+}
+
+// Len is how many connections are open.
+func (cs *Conns) Len() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.open)
+}
+
+// GoAway closes every connection with 1001 (going away) and reason, at
+// once: clients such as graphql-ws reconnect (to another node, or to this
+// one once it is back) and subscribe again to what they were watching.
+// Connections accepted later are closed the same way.
+func (cs *Conns) GoAway(reason string) {
+	cs.mu.Lock()
+	cs.closing, cs.reason = true, reason
+	open := make([]*conn, 0, len(cs.open))
+	for c := range cs.open {
+		open = append(open, c)
+	}
+	cs.mu.Unlock()
+	for _, c := range open {
+		c.goAway(reason)
+	}
+}
 
 // Accept upgrades the request, offering gqlgen's subprotocols.
 func (i Implementation) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
@@ -53,7 +113,11 @@ func (i Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tran
 	if err != nil {
 		return nil, err
 	}
-	cn := &conn{c: c, maxOps: i.MaxOperations, ops: map[string]bool{}, done: make(chan struct{})}
+	cn := &conn{c: c, maxOps: i.MaxOperations, ops: map[string]bool{}, done: make(chan struct{}), conns: i.Conns}
+	if ok, reason := i.Conns.add(cn); !ok {
+		cn.goAway(reason)
+		return cn, nil // gqlgen's first read fails on the closed socket
+	}
 	if cl := CloserFrom(r.Context()); cl != nil {
 		cl.set(cn)
 	}
@@ -79,6 +143,7 @@ type conn struct {
 	lastPong  atomic.Int64
 	done      chan struct{}
 	closeOnce sync.Once
+	conns     *Conns
 }
 
 var (
@@ -95,8 +160,22 @@ const writeWait = 10 * time.Second
 const CloseSubscriberExists = 4409
 
 func (c *conn) Close() error {
-	c.closeOnce.Do(func() { close(c.done) })
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.conns.remove(c)
+	})
 	return c.c.Close()
+}
+
+// CloseGoingAway is the close code of a server shutting down.
+const CloseGoingAway = websocket.CloseGoingAway
+
+// goAway closes the connection with 1001 (going away).
+func (c *conn) goAway(reason string) {
+	c.mu.Lock()
+	_ = c.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseGoingAway, reason), time.Now().Add(time.Second))
+	c.mu.Unlock()
+	_ = c.Close()
 }
 
 // ping sends ping frames and drops the connection when pongs stop coming.
