@@ -41,7 +41,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
-	sysCtx   = auth.NewSystemContext(context.Background())
+	sysCtx      = auth.NewSystemContext(context.Background())
 	adminCtx    = auth.NewContext(context.Background(), auth.Viewer{User: "ada", Role: auth.RoleAdmin})
 	platformCtx = auth.NewContext(context.Background(), auth.Viewer{User: "root", Role: auth.RolePlatform})
 )
