@@ -728,3 +728,42 @@ func TestRuleKinds(t *testing.T) {
 		})
 	})
 }
+
+func TestRulesWatchTheirTenantsTasks(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		b := setup(t, dsn, true, false)
+		acme := auth.NewContext(context.Background(), auth.Viewer{User: "a", Role: auth.RoleAdmin, Tenant: "acme", Source: auth.SourceToken})
+		_, err := b.svc.CreateRule(acme, alert.RuleInput{Name: "acme failures", Kind: alertrule.KindTASK_FAILED, Enabled: true})
+		require.NoError(t, err)
+		_, err = b.evaluator.RunOnce(sysCtx)
+		require.NoError(t, err)
+		failAs := func(ctx context.Context) {
+			in, _ := json.Marshal(flakyInput{Fail: true})
+			tk, err := b.engine.Create(ctx, engine.CreateRequest{Type: "flaky", Input: in})
+			require.NoError(t, err)
+			cl, err := b.store.Claim(sysCtx, "w1", []string{"flaky"}, 1)
+			require.NoError(t, err)
+			require.Len(t, cl, 1)
+			require.Equal(t, tk.ID, cl[0].Task.ID)
+			errs, err := b.store.Finish(sysCtx, []store.Outcome{{Token: cl[0].Token(), Status: lifecycle.Failed, Kind: lifecycle.KindNonRetryable, Error: "boom", Task: cl[0].Task}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+		}
+		failAs(adminCtx) // the default tenant's task: not acme's business
+		for range 3 {
+			_, err := b.evaluator.RunOnce(sysCtx)
+			require.NoError(t, err)
+		}
+		require.Empty(t, b.incidents(t))
+		failAs(acme)
+		b.eventually(t, "acme's incident", func() bool { return len(b.incidents(t)) == 1 })
+		require.Equal(t, "acme", b.incidents(t)[0].Tenant)
+		mine, err := b.svc.Incidents(acme, alert.IncidentFilter{})
+		require.NoError(t, err)
+		require.Len(t, mine, 1)
+		theirs, err := b.svc.Incidents(adminCtx, alert.IncidentFilter{})
+		require.NoError(t, err)
+		require.Empty(t, theirs, "another tenant's incident is not seen")
+	})
+}

@@ -847,7 +847,7 @@ func (e *Evaluator) send(ctx context.Context, r *ent.AlertRule, inc *ent.AlertIn
 		n.Link = fmt.Sprintf("%s/console/alerts/incidents/%d", e.svc.cfg.PublicURL, inc.ID)
 	}
 	for _, ch := range r.ChannelIds {
-		if _, err := e.svc.deliver(ctx, ch, n, BizID(inc.ID), fmt.Sprintf("%s-%s-ch%d", BizID(inc.ID), strings.ToLower(event), ch)); err != nil {
+		if _, err := e.svc.deliver(ctx, inc.Tenant, ch, n, BizID(inc.ID), fmt.Sprintf("%s-%s-ch%d", BizID(inc.ID), strings.ToLower(event), ch)); err != nil {
 			if ent.IsNotFound(err) {
 				continue
 			}

@@ -96,8 +96,11 @@ func (s *Service) rulesChanged() {
 // Hub is where changed incidents are published.
 func (s *Service) Hub() *Hub { return s.cfg.Hub }
 
-// sender is the identity delivery tasks are created as.
-var sender = auth.Viewer{User: "alerts", Role: auth.RoleSystem}
+// sender is the identity delivery tasks are created as, in the tenant of
+// what they announce (whose users then see them).
+func sender(tenant string) auth.Viewer {
+	return auth.Viewer{User: "alerts", Role: auth.RoleSystem, Source: auth.SourceSystem, Tenant: tenant}
+}
 
 // Limits of what a rule or channel may say.
 const (
@@ -292,13 +295,13 @@ func (s *Service) TestChannel(ctx context.Context, id int) (*ent.Task, error) {
 	now := s.cfg.Store.Now()
 	n := Notice{Event: EventTest, Rule: "test of channel " + ch.Name, Kind: "TEST", Subject: "test",
 		Summary: fmt.Sprintf("A test notice, sent by %s: this channel works.", v.User), OpenedAt: now}
-	return s.deliver(ctx, ch.ID, n, fmt.Sprintf("alert-test-%d", ch.ID), "")
+	return s.deliver(ctx, ch.Tenant, ch.ID, n, fmt.Sprintf("alert-test-%d", ch.ID), "")
 }
 
 // deliver creates the delivery task of one notice to one channel. With a
 // key, the same notice is created once whoever asks again (a new leader
 // after a handover).
-func (s *Service) deliver(ctx context.Context, channelID int, n Notice, bizID, key string) (*ent.Task, error) {
+func (s *Service) deliver(ctx context.Context, tenant string, channelID int, n Notice, bizID, key string) (*ent.Task, error) {
 	input, err := json.Marshal(DeliverInput{Channel: channelID, Notice: n})
 	if err != nil {
 		return nil, err
@@ -307,7 +310,7 @@ func (s *Service) deliver(ctx context.Context, channelID int, n Notice, bizID, k
 	if key != "" {
 		req.IdempotencyKey = &key
 	}
-	return s.cfg.Engine.Create(auth.NewContext(context.WithoutCancel(ctx), sender), req)
+	return s.cfg.Engine.Create(auth.NewContext(context.WithoutCancel(ctx), sender(tenant)), req)
 }
 
 func truncate(s string, n int) string {
