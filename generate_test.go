@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// TestGeneratedCodeIsFresh regenerates ent (with ent.graphql) and gqlgen's
-// code in a copy of the tree and fails when anything differs from what is
+// TestGeneratedCodeIsFresh regenerates ent (with ent.graphql), gqlgen's
+// code and the CLI's genqlient client in a copy of the tree and fails when anything differs from what is
 // committed: whoever changes a schema must run `go generate ./...`.
 func TestGeneratedCodeIsFresh(t *testing.T) {
 	t.Parallel()
@@ -28,6 +28,7 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 	for _, args := range [][]string{
 		{"run", "-mod=mod", "./ent/entc.go"},
 		{"run", "-mod=mod", "github.com/99designs/gqlgen"},
+		{"-C", "cli", "run", "-mod=mod", "github.com/Khan/genqlient", "genqlient.yaml"}, // the CLI's client
 	} {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = dst
@@ -36,7 +37,7 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 		}
 	}
 	var stale []string
-	for _, root := range []string{"ent", "graph", "ent.graphql", "go.mod", "go.sum"} {
+	for _, root := range []string{"ent", "graph", "ent.graphql", "cli", "go.mod", "go.sum"} {
 		stale = append(stale, diffTrees(t, filepath.Join(src, root), filepath.Join(dst, root))...)
 	}
 	if len(stale) > 0 {

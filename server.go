@@ -1,31 +1,67 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
-// a PostgreSQL database. "taskgraph bench", "taskgraph bench-latency" and
-// "taskgraph bench-import" measure throughput, latency and imports/exports;
-// "taskgraph watch" prints a task's changes as they are committed;
-// "taskgraph token" makes a bearer token and its token file line.
+// a PostgreSQL database. Its other commands (package cli, and the benches)
+// are listed in commands below and by taskgraph -h; this file only
+// dispatches to them.
 package main
 
 import (
 	"os"
 
 	"taskgraph/app"
+	"taskgraph/cli"
 )
 
+// command is a subcommand: run gets the arguments after its name and
+// returns the exit code (0 ok, 1 failure, 2 usage; see package cli).
+type command struct {
+	name    string
+	summary string
+	run     func(args []string) int
+}
+
+var commands = func() []command {
+	var cs []command
+	for _, c := range cli.Commands {
+		cs = append(cs, command{c.Name, c.Summary, func(args []string) int {
+			env, stop := cli.OSEnv()
+			defer stop()
+			return c.Run(env, args)
+		}})
+	}
+	return append(cs,
+		command{"bench", "measure throughput: tasks per second from PENDING to SUCCESS", helpIsNoError(runBench)},
+		command{"bench-latency", "measure the delay from a commit to its subscribers", helpIsNoError(runBenchLatency)},
+		command{"bench-import", "measure imports and exports: rows per second, peak memory", helpIsNoError(runBenchImport)},
+	)
+}()
+
+// helpIsNoError makes "COMMAND -h" exit 0 for commands that answer any
+// flag.Parse error, help included, with 2.
+func helpIsNoError(run func([]string) int) func([]string) int {
+	return func(args []string) int {
+		code := run(args)
+		if code == app.ExitUsage && len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			return app.ExitOK
+		}
+		return code
+	}
+}
+
 func main() {
+	list := make([]app.Command, len(commands))
+	for i, c := range commands {
+		list[i] = app.Command{Name: c.name, Summary: c.summary}
+	}
 	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "bench":
-			os.Exit(runBench(os.Args[2:]))
-		case "bench-latency":
-			os.Exit(runBenchLatency(os.Args[2:]))
-		case "bench-import":
-			os.Exit(runBenchImport(os.Args[2:]))
-		case "watch":
-			os.Exit(runWatch(os.Args[2:]))
-		case "token":
-			os.Exit(runToken(os.Args[2:], os.Stdout))
+		for _, c := range commands {
+			if os.Args[1] == c.name {
+				os.Exit(c.run(os.Args[2:]))
+			}
+		}
+		if os.Args[1] == "help" {
+			os.Args[1] = "-h"
 		}
 	}
-	os.Exit(app.Main(os.Args[1:], app.Options{}, os.Stderr))
+	os.Exit(app.Main(os.Args[1:], app.Options{Commands: list}, os.Stderr))
 }

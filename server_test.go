@@ -68,15 +68,17 @@ func TestStartupFailsFastWithOneLine(t *testing.T) {
 		code int
 		want string
 	}{
-		{"BadFlag", []string{"-workers", "lots"}, 2, "-workers"},
+		{"BadFlag", []string{"-workers", "lots"}, 2, `--workers: "lots" is not a whole number between 1 and 10000`},
 		{"UnreachableDatabase", []string{"-db", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2", "-addr", "127.0.0.1:0"}, 1, "connect to postgres database"},
-		{"BadSecretKey", []string{"-secret-key", "short", "-addr", "127.0.0.1:0"}, 1, "key"},
+		{"BadSecretKey", []string{"-secret-key", "short", "-addr", "127.0.0.1:0"}, 2, "--secret-key: the value given (5 characters) is not 64 hex characters"},
 		{"OpenOnAPublicAddress", []string{"-addr", "0.0.0.0:0"}, 2, "not a loopback address"},
 		{"MissingTokenFile", []string{"-addr", "0.0.0.0:0", "-token-file", "/nonexistent/tokens"}, 1, "token file"},
+		{"DataDirectoryUnderAFile", []string{"-addr", "127.0.0.1:0", "-data-dir", "/dev/null/data"}, 1, "data directory /dev/null/data: cannot create it (not a directory); make it writable by the user running taskgraph, or choose another with --data-dir"},
+		{"NotADatabase", []string{"-db", "mysql://root@127.0.0.1/x"}, 2, "--db: \"mysql://root@127.0.0.1/x\" is not a database taskgraph can use: mysql is not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(bin, append(tc.args, "-data-dir", t.TempDir())...)
+			cmd := exec.Command(bin, append([]string{"-data-dir", t.TempDir()}, tc.args...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
@@ -90,6 +92,9 @@ func TestStartupFailsFastWithOneLine(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 			if tc.code == 1 && len(lines) != 1 {
 				t.Fatalf("want one line, got %d:\n%s", len(lines), stderr.String())
+			}
+			if tc.code == 2 && (len(lines) != 2 || lines[1] != "taskgraph -h lists the flags and commands.") {
+				t.Fatalf("want the error and a pointer to -h (not the usage), got:\n%s", stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
 				t.Fatalf("stderr %q does not mention %q", stderr.String(), tc.want)
@@ -197,5 +202,125 @@ func TestSignalsShutDownGracefully(t *testing.T) {
 	ins, err := s.Client().TaskInstance.Query().Where(taskinstance.TaskID(longID)).Order(taskinstance.ByInstanceNo()).All(ctx)
 	if err != nil || len(ins) != 2 || ins[0].ErrorKind == nil || *ins[0].ErrorKind != lifecycle.KindInterrupted {
 		t.Fatalf("long task's instances: %v %v", ins, err)
+	}
+}
+
+// startLine runs the binary with args until it logs its start line (as
+// JSON), then stops it and returns that line.
+func startLine(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	cmd := exec.Command(binary(t), append(args, "--log-format", "json", "--data-dir", t.TempDir())...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lines := make(chan map[string]any)
+	go func() {
+		defer close(lines)
+		dec := json.NewDecoder(stderr)
+		for {
+			var m map[string]any
+			if dec.Decode(&m) != nil {
+				return
+			}
+			if m["msg"] == "taskgraph started" {
+				lines <- m
+			}
+		}
+	}()
+	select {
+	case m, ok := <-lines:
+		if !ok {
+			t.Fatalf("%v exited without starting", args)
+		}
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%v: no start line within 30 s", args)
+	}
+	return nil
+}
+
+func TestStartLineSaysWhatRuns(t *testing.T) {
+	t.Parallel()
+	t.Run("AnAPINodeWithItsAddressAsGiven", func(t *testing.T) {
+		t.Parallel()
+		tokens := filepath.Join(t.TempDir(), "tokens")
+		line := auth.TokenLine(auth.NewToken(), auth.Viewer{User: "ops", Role: auth.RoleAdmin})
+		if err := os.WriteFile(tokens, []byte(line+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		m := startLine(t, "--addr", "0.0.0.0:0", "--token-file", tokens, "--role", "api")
+		if addr, _ := m["addr"].(string); !strings.HasPrefix(addr, "http://0.0.0.0:") {
+			t.Fatalf("addr %q is not the address given (0.0.0.0, not [::])", addr)
+		}
+		if m["roles"] != "api" {
+			t.Fatalf("roles %v, want api", m["roles"])
+		}
+		if _, ok := m["workers"]; ok {
+			t.Fatalf("an api-only node runs no workers, yet logs workers=%v", m["workers"])
+		}
+	})
+	t.Run("TheSQLiteFileByItsAbsolutePath", func(t *testing.T) {
+		t.Parallel()
+		// A bare switch (--playground) followed by another flag.
+		m := startLine(t, "--playground", "--addr", "127.0.0.1:0", "--db", "tasks.db")
+		wd, _ := os.Getwd()
+		if m["file"] != filepath.Join(wd, "tasks.db") {
+			t.Fatalf("file %v, want %s", m["file"], filepath.Join(wd, "tasks.db"))
+		}
+		t.Cleanup(func() {
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				_ = os.Remove(filepath.Join(wd, "tasks.db"+suffix))
+			}
+		})
+		if m["roles"] != "api,watchdog,worker" || m["workers"] != 256.0 {
+			t.Fatalf("roles %v, workers %v", m["roles"], m["workers"])
+		}
+	})
+}
+
+func TestHelpAndExitCodes(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	run := func(args ...string) (int, string, string) {
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if exit, ok := err.(*exec.ExitError); ok {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, _ := run("-h")
+	if code != 0 {
+		t.Fatalf("-h exits %d, want 0", code)
+	}
+	for _, c := range commands {
+		if !strings.Contains(out, "  "+c.name+" ") || !strings.Contains(out, c.summary) {
+			t.Fatalf("-h does not list %s with its line:\n%s", c.name, out)
+		}
+	}
+	if !strings.Contains(out, "--workers int") || !strings.Contains(out, "--playground\n") {
+		t.Fatalf("-h does not type its flags:\n%s", out)
+	}
+	if code, _, _ := run("help"); code != 0 {
+		t.Fatalf("help exits %d", code)
+	}
+	for _, c := range commands {
+		if code, _, errOut := run(c.name, "-h"); code != 0 {
+			t.Fatalf("%s -h exits %d, want 0: %s", c.name, code, errOut)
+		}
+	}
+	code, out, errOut := run("--nope")
+	if code != 2 || out != "" || strings.Count(errOut, "--nope") != 1 || strings.Contains(errOut, "--workers") {
+		t.Fatalf("an unknown flag: exit %d (want 2), the error once and no usage; stdout %q, stderr %q", code, out, errOut)
 	}
 }

@@ -15,7 +15,8 @@
 //     tenant's users;
 //   - operator and viewer: the tasks it owns — same source, same tenant,
 //     same user — and the instances, logs, files and imported contacts of
-//     those tasks; no audit records;
+//     those tasks, and the schedules it owns with their logs; no audit
+//     records;
 //   - no viewer at all: nothing (the query fails with ErrNoViewer).
 //
 // A task that exists but is not visible is indistinguishable from one that
@@ -37,6 +38,8 @@ import (
 	"taskgraph/ent/contact"
 	"taskgraph/ent/intercept"
 	"taskgraph/ent/predicate"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -99,6 +102,26 @@ func Install(c *ent.Client) {
 		}
 		return err
 	}))
+	c.Schedule.Intercept(intercept.TraverseSchedule(func(ctx context.Context, q *ent.ScheduleQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if p := schedulePredicate(v); p != nil {
+			q.Where(p)
+		}
+		return nil
+	}))
+	c.ScheduleEvent.Intercept(intercept.TraverseScheduleEvent(func(ctx context.Context, q *ent.ScheduleEventQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if p := schedulePredicate(v); p != nil {
+			q.Where(scheduleevent.HasScheduleWith(p))
+		}
+		return nil
+	}))
 	c.AuditLog.Intercept(intercept.TraverseAuditLog(func(ctx context.Context, q *ent.AuditLogQuery) error {
 		v, err := viewer(ctx)
 		if err != nil {
@@ -144,6 +167,19 @@ func taskPredicate(v auth.Viewer) predicate.Task {
 		return task.Tenant(v.Tenant)
 	default:
 		return task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User))
+	}
+}
+
+// schedulePredicate is the rule on schedules, the tasks' rule: nil when v
+// sees every schedule.
+func schedulePredicate(v auth.Viewer) predicate.Schedule {
+	switch {
+	case v.SeesEveryTenant():
+		return nil
+	case v.IsAdmin():
+		return schedule.Tenant(v.Tenant)
+	default:
+		return schedule.And(schedule.Tenant(v.Tenant), schedule.OwnerSource(v.Source), schedule.Owner(v.User))
 	}
 }
 

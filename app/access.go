@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 
 	"taskgraph/auth"
 	"taskgraph/graph"
@@ -29,12 +30,18 @@ func newAuthenticator(c AccessConfig, log *slog.Logger) (*auth.Authenticator, er
 		var err error
 		if c.JWTHS256KeyFile != "" {
 			if j.HS256Key, err = auth.ReadHS256Key(c.JWTHS256KeyFile); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("--jwt-hs256-key-file: %w", err)
+			}
+			// ReadHS256Key drops a trailing newline (echo adds one); say
+			// so, since the issuer must sign with the key without it.
+			if fi, err := os.Stat(c.JWTHS256KeyFile); err == nil && fi.Size() != int64(len(j.HS256Key)) {
+				log.Warn("the HS256 key file ends with a line break, which is not part of the key: tokens must be signed with the key without it",
+					"file", c.JWTHS256KeyFile, "key_bytes", len(j.HS256Key), "file_bytes", fi.Size())
 			}
 		}
 		if c.JWTRS256KeyFile != "" {
 			if j.RS256Key, err = auth.ReadRS256PublicKey(c.JWTRS256KeyFile); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("--jwt-rs256-key-file: %w", err)
 			}
 		}
 		cfg.JWT = j

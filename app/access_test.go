@@ -278,13 +278,11 @@ func TestEveryAuditedActionLeavesExactlyOneRecord(t *testing.T) {
 		require.NotEmpty(t, do(tok["alice"], `mutation { createTask(input: {type: "rocket"}) { id } }`, nil).Errors)
 		waiting2 := id(do(tok["alice"], `mutation($at: Time) { createTask(input: {type: "noop", runAt: $at}) { id } }`, map[string]any{"at": later}), "createTask")
 		failing := id(do(tok["alice"], `mutation { createTask(input: {type: "fails"}) { id } }`, nil), "createTask")
-		for {
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
 			var st struct{ Task struct{ Status string } }
 			s.QueryAs(t, tok["alice"], `query($id: ID!) { task(id: $id) { status } }`, map[string]any{"id": failing}, &st)
-			if st.Task.Status == "FAILED" {
-				break
-			}
-		}
+			return st.Task.Status == "FAILED", "the failing task is " + st.Task.Status
+		})
 		require.Empty(t, do(tok["alice"], `mutation($id: ID!) { cancelTask(id: $id, reason: "changed my mind") { id } }`, map[string]any{"id": waiting}).Errors)
 		require.Equal(t, "NOT_FOUND", do(tok["alice"], `mutation { cancelTask(id: 987654) { id } }`, nil).Errors[0].Code())
 		require.Empty(t, do(tok["alice"], `mutation($id: ID!) { retryTask(id: $id) { id } }`, map[string]any{"id": failing}).Errors)

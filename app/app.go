@@ -1,7 +1,8 @@
 // Package app assembles a taskgraph process from its configuration: the
-// store, the events broker, the task types, the worker pool, the watchdog
-// and the HTTP server, according to the roles it plays. server.go, the bench
-// command and end-to-end tests all build processes through it.
+// store, the events broker, the task types, the worker pool, the watchdog,
+// the scheduler and the HTTP server, according to the roles it plays.
+// server.go, the bench command and end-to-end tests all build processes
+// through it.
 package app
 
 import (
@@ -9,11 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/events"
 	"taskgraph/exporter"
+	"taskgraph/flow"
 	"taskgraph/graph"
 	"taskgraph/importer"
 	"taskgraph/leader"
@@ -41,6 +44,7 @@ import (
 	"taskgraph/outbound"
 	"taskgraph/relay"
 	"taskgraph/retention"
+	"taskgraph/schedule"
 	"taskgraph/seal"
 	"taskgraph/spreadsheet"
 	"taskgraph/store"
@@ -75,8 +79,13 @@ type Options struct {
 	// keep the values derived from Config.
 	Import  importer.Config
 	Janitor artifact.JanitorConfig
+	// Scheduler overrides the schedule firer's configuration (zero fields
+	// keep their defaults).
+	Scheduler schedule.SchedulerConfig
 	// Blob tunes the blob store's reads and writes (tests: small blocks).
 	Blob artifact.BucketConfig
+	// Commands are the program's other commands, listed by Main's -h.
+	Commands []Command
 }
 
 // App is one taskgraph process.
@@ -118,6 +127,16 @@ type App struct {
 	Evaluator     *alert.Evaluator // nil without the api and watchdog roles
 	AlertLeader   *leader.Lock     // nil on SQLite
 	AlertListener *alert.Listener  // other nodes' incident changes; nil on SQLite
+	// Schedules serves the API's schedule requests; Scheduler fires them
+	// (nil without the watchdog role), led by SchedulerLeader on
+	// PostgreSQL (nil on SQLite: one node, it always leads).
+	Schedules *schedule.Service
+	// Flow reads and changes the cluster-wide caps, rates and pauses of
+	// task types; Gate enforces them in every claim.
+	Flow            *flow.Service
+	Gate            *flow.Gate
+	Scheduler       *schedule.Scheduler
+	SchedulerLeader *leader.Lock
 
 	opts       Options
 	baseCtx    context.Context
@@ -133,6 +152,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if err := checkDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	masker, err := newMasker(cfg.Access)
 	if err != nil {
@@ -175,7 +197,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 	}
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
-	if isPostgres(cfg.DSN()) {
+	// Caps, rates and pauses of task types hold in every claim.
+	storeCfg.Gate = flow.NewGate()
+	if store.IsPostgres(cfg.DSN()) {
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
 	st, err := store.Open(ctx, storeCfg)
@@ -232,6 +256,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	a.Schedules = schedule.NewService(eng, sealer, node, a.Log)
+	a.Flow = flow.NewService(eng)
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
 	fail := func(err error) (*App, error) {
 		if a.Relay != nil {
@@ -318,6 +344,19 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 	}
 	if cfg.Has(RoleWatchdog) {
+		sc := opts.Scheduler
+		if sc.Leader == nil && a.Leader != nil {
+			// Its own lock: the scheduler and the watchdog may lead on
+			// different nodes.
+			a.SchedulerLeader = leader.New(st.DB(), leader.SchedulerRole)
+			sc.Leader = a.SchedulerLeader.Lead
+		}
+		sc.Logger = a.Log
+		if a.Scheduler, err = schedule.NewScheduler(sc, a.Schedules); err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.Has(RoleWatchdog) {
 		jc := opts.Janitor
 		if jc.Interval == 0 {
 			jc.Interval = cfg.JanitorInterval
@@ -344,10 +383,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	m.Register(src)
 	a.Handler = a.routes()
 	return a, nil
-}
-
-func isPostgres(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
 // files is what imports, exports and reports need.
@@ -430,9 +465,49 @@ func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []
 
 func secretKey(cfg Config) ([]byte, error) {
 	if cfg.SecretKey != "" {
-		return seal.ParseKey(cfg.SecretKey)
+		k, err := seal.ParseKey(cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-key: not 64 hex characters (openssl rand -hex 32 makes one)")
+		}
+		return k, nil
 	}
-	return seal.LoadOrCreateKey(filepath.Join(cfg.DataDir, "secret.key"))
+	path := filepath.Join(cfg.DataDir, "secret.key")
+	k, err := seal.LoadOrCreateKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("the secret key file %s (made on first start in --data-dir; or give --secret-key): %w", path, err)
+	}
+	return k, nil
+}
+
+// checkDataDir makes the data directory, and checks that this process can
+// write there, before anything else fails on it with less helpful words.
+func checkDataDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	fix := "make it writable by the user running taskgraph, or choose another with --data-dir (TASKGRAPH_DATA_DIR)"
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("data directory %s: cannot create it (%v); %s", abs, unwrapPath(err), fix)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data directory %s: cannot write there (%v); %s", abs, unwrapPath(err), fix)
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	return nil
+}
+
+// unwrapPath keeps the reason of a *fs.PathError (its path is said
+// already).
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func (a *App) routes() http.Handler {
@@ -452,7 +527,8 @@ func (a *App) routes() http.Handler {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
-				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(), Alerts: a.Alerts},
+				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(),
+				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -548,6 +624,9 @@ func (a *App) Start(ctx context.Context) error {
 	if a.Janitor != nil {
 		a.Janitor.Start(ctx)
 	}
+	if a.Scheduler != nil {
+		a.Scheduler.Start(ctx)
+	}
 	if a.Evaluator != nil {
 		a.Evaluator.Start(ctx)
 	}
@@ -631,6 +710,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 		if a.Retention != nil {
 			a.Retention.Stop()
 		}
+		if a.Scheduler != nil {
+			a.Scheduler.Stop()
+		}
 		if a.Janitor != nil {
 			a.Janitor.Stop()
 		}
@@ -646,6 +728,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 		if a.Leader != nil {
 			// Another node's watchdog takes over at its next pass.
 			a.Leader.Release(ctx)
+		}
+		if a.SchedulerLeader != nil {
+			a.SchedulerLeader.Release(ctx)
 		}
 		if a.Relay != nil {
 			a.Relay.Close()

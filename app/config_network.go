@@ -1,7 +1,7 @@
 package app
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -30,36 +30,43 @@ type NetworkConfig struct {
 	OutboundAllow []string
 }
 
-// registerNetworkFlags adds the flags of NetworkConfig to fs; the function
-// it returns checks them once fs is parsed.
-func registerNetworkFlags(fs *flag.FlagSet, env func(name, def string) string, c *Config) func() error {
-	n := &c.Network
-	fs.StringVar(&n.PublicURL, "public-url", env("public-url", ""), "scheme and host clients reach this server by (https://tasks.example.com); download links are built from it (default: http://<addr>)")
-	fs.StringVar(&n.MetricsAddr, "metrics-addr", env("metrics-addr", ""), "serve /metrics on this address of its own, without authentication (default: on -addr, to admins only)")
-	allow := fs.String("outbound-allow", env("outbound-allow", ""), "comma list of non-public destinations webhooks may call: loopback, private, link-local..., addresses, CIDRs, host names, *.example.com (default: public addresses only; loopback too on an open server)")
-	return func() error {
-		n.OutboundAllow = splitList(*allow)
-		if _, err := outbound.ParsePolicy(n.OutboundAllow); err != nil {
-			return fmt.Errorf("-outbound-allow: %w", err)
-		}
-		if n.PublicURL != "" {
-			u, err := url.Parse(n.PublicURL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-				return fmt.Errorf("-public-url: %q is not a URL such as https://tasks.example.com", n.PublicURL)
-			}
-			n.PublicURL = strings.TrimSuffix(n.PublicURL, "/")
-		}
-		if n.MetricsAddr != "" {
-			host, _, err := net.SplitHostPort(n.MetricsAddr)
-			if err != nil {
-				return fmt.Errorf("-metrics-addr: %q is not host:port", n.MetricsAddr)
-			}
-			if c.Access.Open() && !auth.LoopbackHost(host) {
-				return fmt.Errorf("-metrics-addr: %s is not a loopback address, and no authentication is configured; an open server listens on 127.0.0.1 or localhost only", n.MetricsAddr)
-			}
-		}
-		return nil
+// parsePublicURL reads --public-url: a scheme and a host, without query,
+// fragment or credentials, kept without its trailing slash.
+func parsePublicURL(s string) (string, error) {
+	if s == "" {
+		return "", nil
 	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", errors.New("not a URL such as https://tasks.example.com")
+	}
+	return strings.TrimSuffix(s, "/"), nil
+}
+
+// parseOptionalAddr reads an address that may be left empty.
+func parseOptionalAddr(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	return parseAddr(s)
+}
+
+// checkOutboundRule says what an item of --outbound-allow is not.
+func checkOutboundRule(s string) error {
+	_, err := outbound.ParsePolicy([]string{s})
+	return err
+}
+
+// checkNetwork validates the network flags together with the others: an
+// open server serves its metrics on loopback only, as it does the API.
+func (c Config) checkNetwork() error {
+	if n := c.Network; n.MetricsAddr != "" {
+		host, _, _ := net.SplitHostPort(n.MetricsAddr)
+		if c.Access.Open() && !auth.LoopbackHost(host) {
+			return fmt.Errorf("--metrics-addr: %s is not a loopback address, and no authentication is configured; an open server listens on 127.0.0.1 or localhost only", n.MetricsAddr)
+		}
+	}
+	return nil
 }
 
 // outboundPolicy is the policy of requests made on a task's behalf.

@@ -1,5 +1,6 @@
 // Package audit records who asked for what: one AuditLog row per create,
-// cancel, retry, bulk action and download, whatever its outcome, with the
+// cancel, retry, bulk action, download, schedule change and flow-control
+// change, whatever its outcome, with the
 // actor's identity (source, tenant, user), role, client address and time.
 // A bulk action writes one record listing its ids, with each id's outcome
 // in details. Records are read through package access: an admin reads its
@@ -35,6 +36,16 @@ const (
 	CancelMany = auditlog.ActionCANCEL_MANY
 	RetryMany  = auditlog.ActionRETRY_MANY
 	Download   = auditlog.ActionDOWNLOAD
+
+	ScheduleCreate = auditlog.ActionSCHEDULE_CREATE
+	ScheduleUpdate = auditlog.ActionSCHEDULE_UPDATE
+	SchedulePause  = auditlog.ActionSCHEDULE_PAUSE
+	ScheduleResume = auditlog.ActionSCHEDULE_RESUME
+	ScheduleDelete = auditlog.ActionSCHEDULE_DELETE
+	ScheduleRunNow = auditlog.ActionSCHEDULE_RUN_NOW
+	FlowControlSet = auditlog.ActionFLOW_CONTROL_SET
+	TypePause      = auditlog.ActionTYPE_PAUSE
+	TypeResume     = auditlog.ActionTYPE_RESUME
 )
 
 // Entry is one action to record. The actor is the viewer of the context

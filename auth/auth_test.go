@@ -1,12 +1,14 @@
 package auth_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -185,6 +187,25 @@ func TestJWT(t *testing.T) {
 			}
 		})
 	}
+	t.Run("RefusalsAreLoggedWithTheirReason", func(t *testing.T) {
+		t.Parallel()
+		var logs bytes.Buffer
+		logged, err := auth.New(auth.Config{Log: slog.New(slog.NewTextHandler(&logs, nil)), JWT: &auth.JWTConfig{
+			HS256Key: secret, Issuer: "https://idp.test", Now: func() time.Time { return now },
+		}})
+		require.NoError(t, err)
+		for tok, reason := range map[string]string{
+			hs(claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.test" })): "invalid issuer",
+			hs(claims(func(c jwt.MapClaims) { delete(c, "role") })):              `claim \"role\": role \"\" is not admin, operator or viewer`,
+			none: "signing method none is invalid",
+		} {
+			logs.Reset()
+			_, err := logged.Authenticate("Bearer " + tok)
+			require.Error(t, err)
+			require.Contains(t, logs.String(), "level=INFO msg=\"jwt refused\"")
+			require.Contains(t, logs.String(), reason)
+		}
+	})
 	t.Run("AShortHS256KeyIsRefused", func(t *testing.T) {
 		t.Parallel()
 		_, err := auth.New(auth.Config{JWT: &auth.JWTConfig{HS256Key: []byte("short")}})
@@ -459,7 +480,7 @@ func TestSessionsAreCheckedAgain(t *testing.T) {
 		defer stopA()
 		revokedB, stopB := watch(t, authn, toks["b"])
 		defer stopB()
-		require.NoError(t, os.WriteFile(path, []byte(auth.TokenLine(toks["b"], auth.Viewer{User: "b", Role: auth.RoleOperator})+"\n"), 0o600))
+		replaceFile(t, path, auth.TokenLine(toks["b"], auth.Viewer{User: "b", Role: auth.RoleOperator})+"\n")
 		err := within(t, revokedA)
 		require.ErrorAs(t, err, new(*auth.UnauthenticatedError))
 		require.Contains(t, err.Error(), "no longer valid")
@@ -474,9 +495,9 @@ func TestSessionsAreCheckedAgain(t *testing.T) {
 		authn, path, toks := setup(t)
 		revoked, stop := watch(t, authn, toks["a"])
 		defer stop()
-		require.NoError(t, os.WriteFile(path, []byte(auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer})+"\n"), 0o600))
+		replaceFile(t, path, auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer})+"\n")
 		require.Contains(t, within(t, revoked).Error(), "changed")
-		require.NoError(t, authn.Check("Bearer "+toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer}))
+		require.NoError(t, authn.Check("Bearer "+toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer, Source: auth.SourceToken}))
 	})
 	t.Run("AnExpiringJWTIsRevokedWhenItExpires", func(t *testing.T) {
 		t.Parallel()
@@ -500,3 +521,12 @@ func TestSessionsAreCheckedAgain(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// replaceFile replaces the token file at once, as an operator's editor
+// does (a reload never reads it half written).
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}

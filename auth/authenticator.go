@@ -94,10 +94,15 @@ func (a *Authenticator) Authenticate(authorization string) (Viewer, error) {
 		if err == nil {
 			return a.promote(v), nil
 		}
-		a.log.Debug("jwt refused", "reason", err)
 		if errors.Is(err, errExpired) {
+			// Routine: the client refreshes it.
+			a.log.Debug("jwt refused", "reason", err)
 			return Viewer{}, &UnauthenticatedError{Reason: "the token has expired"}
 		}
+		// The client is told only that the token is not valid; whoever
+		// runs the server needs to know why (a wrong iss, no role, alg
+		// none, another key) to fix the issuer or the configuration.
+		a.log.Info("jwt refused", "reason", err.Error())
 		return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}
 	}
 	return Viewer{}, &UnauthenticatedError{Reason: "the token is not valid"}

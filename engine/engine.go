@@ -197,6 +197,65 @@ func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (
 	return t, created, err
 }
 
+// Validate checks a task request as Create would, on behalf of v, and
+// returns the task it would create (input masked, the unmasked input
+// sealed), creating nothing: a schedule stores it as the task it fires.
+func (e *Engine) Validate(v auth.Viewer, req CreateRequest) (store.NewTask, error) {
+	return e.prepare(v, req)
+}
+
+// CreateScheduled creates the task of one slot of a schedule, on behalf of
+// the schedule's owner (the viewer of ctx), validated, masked and audited
+// like Create. It is not rate limited: the schedule was, when it was made.
+// A task already created for the slot (by this node or another) is
+// returned with created false.
+func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, scheduleID int, slot time.Time) (_ *ent.Task, created bool, err error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	details := map[string]any{"type": req.Type, "title": req.Title, "schedule": scheduleID, "slot": slot.UTC().Format(time.RFC3339Nano)}
+	// As Create: the record commits with the task; a slot found taken, or
+	// a refused request, is recorded on its own.
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: details})
+	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
+		for _, c := range cm.Changes {
+			if c.Kind == events.Created {
+				entry.TaskIDs = []int{c.Task.ID}
+				entry.Details = withCode(details, c.Task.Code, false)
+				return true
+			}
+		}
+		return false
+	}
+	var t *ent.Task
+	if err = v.AllowMutate("create tasks"); err == nil {
+		var n store.NewTask
+		if n, err = e.prepare(v, req); err == nil {
+			n.ScheduleID, n.ScheduleSlot = &scheduleID, &slot
+			t, created, err = e.store.CreateTask(rec.Context(), n)
+		}
+	}
+	if t != nil {
+		rec.Entry.TaskIDs = []int{t.ID}
+		rec.Entry.Details = withCode(details, t.Code, !created)
+	}
+	_ = rec.End(err)
+	return t, created, err
+}
+
+// Admit returns the viewer of ctx if it may act now, counting n actions
+// against its rate limit (see admit): for the API's other mutations
+// (schedules, flow control), which the engine does not carry out itself.
+func (e *Engine) Admit(ctx context.Context, n int) (auth.Viewer, error) { return e.admit(ctx, n) }
+
+// Record writes an audit record of an action the API carried out outside
+// the engine (schedules, flow control).
+func (e *Engine) Record(ctx context.Context, entry audit.Entry) { _ = e.audit.Record(ctx, entry) }
+
+// Store returns the store the engine writes through.
+func (e *Engine) Store() *store.Store { return e.store }
+
 // admit returns the viewer of ctx if it may act now: an
 // *auth.UnauthenticatedError without one, a *ratelimit.Error when it acted
 // too often (n actions asked: a bulk action counts one per id). Neither is
@@ -539,7 +598,3 @@ func (e *Engine) Registry() *worker.Registry { return e.registry }
 
 // Policies returns the retry policies.
 func (e *Engine) Policies() *worker.Policies { return e.policies }
-
-// Store is the store the engine writes through (for reads resolvers need
-// beside the ent client, such as a task's stall override).
-func (e *Engine) Store() *store.Store { return e.store }

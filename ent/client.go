@@ -18,6 +18,10 @@ import (
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/flowstart"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -50,6 +54,14 @@ type Client struct {
 	Contact *ContactClient
 	// Deployment is the client for interacting with the Deployment builders.
 	Deployment *DeploymentClient
+	// FlowControl is the client for interacting with the FlowControl builders.
+	FlowControl *FlowControlClient
+	// FlowStart is the client for interacting with the FlowStart builders.
+	FlowStart *FlowStartClient
+	// Schedule is the client for interacting with the Schedule builders.
+	Schedule *ScheduleClient
+	// ScheduleEvent is the client for interacting with the ScheduleEvent builders.
+	ScheduleEvent *ScheduleEventClient
 	// StallOverride is the client for interacting with the StallOverride builders.
 	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
@@ -76,6 +88,10 @@ func (c *Client) init() {
 	c.AuditLog = NewAuditLogClient(c.config)
 	c.Contact = NewContactClient(c.config)
 	c.Deployment = NewDeploymentClient(c.config)
+	c.FlowControl = NewFlowControlClient(c.config)
+	c.FlowStart = NewFlowStartClient(c.config)
+	c.Schedule = NewScheduleClient(c.config)
+	c.ScheduleEvent = NewScheduleEventClient(c.config)
 	c.StallOverride = NewStallOverrideClient(c.config)
 	c.Task = NewTaskClient(c.config)
 	c.TaskInstance = NewTaskInstanceClient(c.config)
@@ -179,6 +195,10 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		AuditLog:      NewAuditLogClient(cfg),
 		Contact:       NewContactClient(cfg),
 		Deployment:    NewDeploymentClient(cfg),
+		FlowControl:   NewFlowControlClient(cfg),
+		FlowStart:     NewFlowStartClient(cfg),
+		Schedule:      NewScheduleClient(cfg),
+		ScheduleEvent: NewScheduleEventClient(cfg),
 		StallOverride: NewStallOverrideClient(cfg),
 		Task:          NewTaskClient(cfg),
 		TaskInstance:  NewTaskInstanceClient(cfg),
@@ -209,6 +229,10 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		AuditLog:      NewAuditLogClient(cfg),
 		Contact:       NewContactClient(cfg),
 		Deployment:    NewDeploymentClient(cfg),
+		FlowControl:   NewFlowControlClient(cfg),
+		FlowStart:     NewFlowStartClient(cfg),
+		Schedule:      NewScheduleClient(cfg),
+		ScheduleEvent: NewScheduleEventClient(cfg),
 		StallOverride: NewStallOverrideClient(cfg),
 		Task:          NewTaskClient(cfg),
 		TaskInstance:  NewTaskInstanceClient(cfg),
@@ -243,7 +267,8 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
-		c.Deployment, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.Deployment, c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent,
+		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Use(hooks...)
 	}
@@ -254,7 +279,8 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
-		c.Deployment, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.Deployment, c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent,
+		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -277,6 +303,14 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Contact.mutate(ctx, m)
 	case *DeploymentMutation:
 		return c.Deployment.mutate(ctx, m)
+	case *FlowControlMutation:
+		return c.FlowControl.mutate(ctx, m)
+	case *FlowStartMutation:
+		return c.FlowStart.mutate(ctx, m)
+	case *ScheduleMutation:
+		return c.Schedule.mutate(ctx, m)
+	case *ScheduleEventMutation:
+		return c.ScheduleEvent.mutate(ctx, m)
 	case *StallOverrideMutation:
 		return c.StallOverride.mutate(ctx, m)
 	case *TaskMutation:
@@ -1237,6 +1271,570 @@ func (c *DeploymentClient) mutate(ctx context.Context, m *DeploymentMutation) (V
 	}
 }
 
+// FlowControlClient is a client for the FlowControl schema.
+type FlowControlClient struct {
+	config
+}
+
+// NewFlowControlClient returns a client for the FlowControl from the given config.
+func NewFlowControlClient(c config) *FlowControlClient {
+	return &FlowControlClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `flowcontrol.Hooks(f(g(h())))`.
+func (c *FlowControlClient) Use(hooks ...Hook) {
+	c.hooks.FlowControl = append(c.hooks.FlowControl, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `flowcontrol.Intercept(f(g(h())))`.
+func (c *FlowControlClient) Intercept(interceptors ...Interceptor) {
+	c.inters.FlowControl = append(c.inters.FlowControl, interceptors...)
+}
+
+// Create returns a builder for creating a FlowControl entity.
+func (c *FlowControlClient) Create() *FlowControlCreate {
+	mutation := newFlowControlMutation(c.config, OpCreate)
+	return &FlowControlCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of FlowControl entities.
+func (c *FlowControlClient) CreateBulk(builders ...*FlowControlCreate) *FlowControlCreateBulk {
+	return &FlowControlCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *FlowControlClient) MapCreateBulk(slice any, setFunc func(*FlowControlCreate, int)) *FlowControlCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &FlowControlCreateBulk{err: fmt.Errorf("calling to FlowControlClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*FlowControlCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &FlowControlCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for FlowControl.
+func (c *FlowControlClient) Update() *FlowControlUpdate {
+	mutation := newFlowControlMutation(c.config, OpUpdate)
+	return &FlowControlUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *FlowControlClient) UpdateOne(_m *FlowControl) *FlowControlUpdateOne {
+	mutation := newFlowControlMutation(c.config, OpUpdateOne, withFlowControl(_m))
+	return &FlowControlUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *FlowControlClient) UpdateOneID(id int) *FlowControlUpdateOne {
+	mutation := newFlowControlMutation(c.config, OpUpdateOne, withFlowControlID(id))
+	return &FlowControlUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for FlowControl.
+func (c *FlowControlClient) Delete() *FlowControlDelete {
+	mutation := newFlowControlMutation(c.config, OpDelete)
+	return &FlowControlDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *FlowControlClient) DeleteOne(_m *FlowControl) *FlowControlDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *FlowControlClient) DeleteOneID(id int) *FlowControlDeleteOne {
+	builder := c.Delete().Where(flowcontrol.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &FlowControlDeleteOne{builder}
+}
+
+// Query returns a query builder for FlowControl.
+func (c *FlowControlClient) Query() *FlowControlQuery {
+	return &FlowControlQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeFlowControl},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a FlowControl entity by its id.
+func (c *FlowControlClient) Get(ctx context.Context, id int) (*FlowControl, error) {
+	return c.Query().Where(flowcontrol.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *FlowControlClient) GetX(ctx context.Context, id int) *FlowControl {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *FlowControlClient) Hooks() []Hook {
+	return c.hooks.FlowControl
+}
+
+// Interceptors returns the client interceptors.
+func (c *FlowControlClient) Interceptors() []Interceptor {
+	return c.inters.FlowControl
+}
+
+func (c *FlowControlClient) mutate(ctx context.Context, m *FlowControlMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&FlowControlCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&FlowControlUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&FlowControlUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&FlowControlDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown FlowControl mutation op: %q", m.Op())
+	}
+}
+
+// FlowStartClient is a client for the FlowStart schema.
+type FlowStartClient struct {
+	config
+}
+
+// NewFlowStartClient returns a client for the FlowStart from the given config.
+func NewFlowStartClient(c config) *FlowStartClient {
+	return &FlowStartClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `flowstart.Hooks(f(g(h())))`.
+func (c *FlowStartClient) Use(hooks ...Hook) {
+	c.hooks.FlowStart = append(c.hooks.FlowStart, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `flowstart.Intercept(f(g(h())))`.
+func (c *FlowStartClient) Intercept(interceptors ...Interceptor) {
+	c.inters.FlowStart = append(c.inters.FlowStart, interceptors...)
+}
+
+// Create returns a builder for creating a FlowStart entity.
+func (c *FlowStartClient) Create() *FlowStartCreate {
+	mutation := newFlowStartMutation(c.config, OpCreate)
+	return &FlowStartCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of FlowStart entities.
+func (c *FlowStartClient) CreateBulk(builders ...*FlowStartCreate) *FlowStartCreateBulk {
+	return &FlowStartCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *FlowStartClient) MapCreateBulk(slice any, setFunc func(*FlowStartCreate, int)) *FlowStartCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &FlowStartCreateBulk{err: fmt.Errorf("calling to FlowStartClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*FlowStartCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &FlowStartCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for FlowStart.
+func (c *FlowStartClient) Update() *FlowStartUpdate {
+	mutation := newFlowStartMutation(c.config, OpUpdate)
+	return &FlowStartUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *FlowStartClient) UpdateOne(_m *FlowStart) *FlowStartUpdateOne {
+	mutation := newFlowStartMutation(c.config, OpUpdateOne, withFlowStart(_m))
+	return &FlowStartUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *FlowStartClient) UpdateOneID(id int) *FlowStartUpdateOne {
+	mutation := newFlowStartMutation(c.config, OpUpdateOne, withFlowStartID(id))
+	return &FlowStartUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for FlowStart.
+func (c *FlowStartClient) Delete() *FlowStartDelete {
+	mutation := newFlowStartMutation(c.config, OpDelete)
+	return &FlowStartDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *FlowStartClient) DeleteOne(_m *FlowStart) *FlowStartDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *FlowStartClient) DeleteOneID(id int) *FlowStartDeleteOne {
+	builder := c.Delete().Where(flowstart.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &FlowStartDeleteOne{builder}
+}
+
+// Query returns a query builder for FlowStart.
+func (c *FlowStartClient) Query() *FlowStartQuery {
+	return &FlowStartQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeFlowStart},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a FlowStart entity by its id.
+func (c *FlowStartClient) Get(ctx context.Context, id int) (*FlowStart, error) {
+	return c.Query().Where(flowstart.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *FlowStartClient) GetX(ctx context.Context, id int) *FlowStart {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *FlowStartClient) Hooks() []Hook {
+	return c.hooks.FlowStart
+}
+
+// Interceptors returns the client interceptors.
+func (c *FlowStartClient) Interceptors() []Interceptor {
+	return c.inters.FlowStart
+}
+
+func (c *FlowStartClient) mutate(ctx context.Context, m *FlowStartMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&FlowStartCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&FlowStartUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&FlowStartUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&FlowStartDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown FlowStart mutation op: %q", m.Op())
+	}
+}
+
+// ScheduleClient is a client for the Schedule schema.
+type ScheduleClient struct {
+	config
+}
+
+// NewScheduleClient returns a client for the Schedule from the given config.
+func NewScheduleClient(c config) *ScheduleClient {
+	return &ScheduleClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `schedule.Hooks(f(g(h())))`.
+func (c *ScheduleClient) Use(hooks ...Hook) {
+	c.hooks.Schedule = append(c.hooks.Schedule, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `schedule.Intercept(f(g(h())))`.
+func (c *ScheduleClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Schedule = append(c.inters.Schedule, interceptors...)
+}
+
+// Create returns a builder for creating a Schedule entity.
+func (c *ScheduleClient) Create() *ScheduleCreate {
+	mutation := newScheduleMutation(c.config, OpCreate)
+	return &ScheduleCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Schedule entities.
+func (c *ScheduleClient) CreateBulk(builders ...*ScheduleCreate) *ScheduleCreateBulk {
+	return &ScheduleCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ScheduleClient) MapCreateBulk(slice any, setFunc func(*ScheduleCreate, int)) *ScheduleCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ScheduleCreateBulk{err: fmt.Errorf("calling to ScheduleClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ScheduleCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ScheduleCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Schedule.
+func (c *ScheduleClient) Update() *ScheduleUpdate {
+	mutation := newScheduleMutation(c.config, OpUpdate)
+	return &ScheduleUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ScheduleClient) UpdateOne(_m *Schedule) *ScheduleUpdateOne {
+	mutation := newScheduleMutation(c.config, OpUpdateOne, withSchedule(_m))
+	return &ScheduleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ScheduleClient) UpdateOneID(id int) *ScheduleUpdateOne {
+	mutation := newScheduleMutation(c.config, OpUpdateOne, withScheduleID(id))
+	return &ScheduleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Schedule.
+func (c *ScheduleClient) Delete() *ScheduleDelete {
+	mutation := newScheduleMutation(c.config, OpDelete)
+	return &ScheduleDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ScheduleClient) DeleteOne(_m *Schedule) *ScheduleDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ScheduleClient) DeleteOneID(id int) *ScheduleDeleteOne {
+	builder := c.Delete().Where(schedule.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ScheduleDeleteOne{builder}
+}
+
+// Query returns a query builder for Schedule.
+func (c *ScheduleClient) Query() *ScheduleQuery {
+	return &ScheduleQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeSchedule},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Schedule entity by its id.
+func (c *ScheduleClient) Get(ctx context.Context, id int) (*Schedule, error) {
+	return c.Query().Where(schedule.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ScheduleClient) GetX(ctx context.Context, id int) *Schedule {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryEvents queries the events edge of a Schedule.
+func (c *ScheduleClient) QueryEvents(_m *Schedule) *ScheduleEventQuery {
+	query := (&ScheduleEventClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(schedule.Table, schedule.FieldID, id),
+			sqlgraph.To(scheduleevent.Table, scheduleevent.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, schedule.EventsTable, schedule.EventsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *ScheduleClient) Hooks() []Hook {
+	return c.hooks.Schedule
+}
+
+// Interceptors returns the client interceptors.
+func (c *ScheduleClient) Interceptors() []Interceptor {
+	return c.inters.Schedule
+}
+
+func (c *ScheduleClient) mutate(ctx context.Context, m *ScheduleMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ScheduleCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ScheduleUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ScheduleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ScheduleDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Schedule mutation op: %q", m.Op())
+	}
+}
+
+// ScheduleEventClient is a client for the ScheduleEvent schema.
+type ScheduleEventClient struct {
+	config
+}
+
+// NewScheduleEventClient returns a client for the ScheduleEvent from the given config.
+func NewScheduleEventClient(c config) *ScheduleEventClient {
+	return &ScheduleEventClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `scheduleevent.Hooks(f(g(h())))`.
+func (c *ScheduleEventClient) Use(hooks ...Hook) {
+	c.hooks.ScheduleEvent = append(c.hooks.ScheduleEvent, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `scheduleevent.Intercept(f(g(h())))`.
+func (c *ScheduleEventClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ScheduleEvent = append(c.inters.ScheduleEvent, interceptors...)
+}
+
+// Create returns a builder for creating a ScheduleEvent entity.
+func (c *ScheduleEventClient) Create() *ScheduleEventCreate {
+	mutation := newScheduleEventMutation(c.config, OpCreate)
+	return &ScheduleEventCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of ScheduleEvent entities.
+func (c *ScheduleEventClient) CreateBulk(builders ...*ScheduleEventCreate) *ScheduleEventCreateBulk {
+	return &ScheduleEventCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ScheduleEventClient) MapCreateBulk(slice any, setFunc func(*ScheduleEventCreate, int)) *ScheduleEventCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ScheduleEventCreateBulk{err: fmt.Errorf("calling to ScheduleEventClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ScheduleEventCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ScheduleEventCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for ScheduleEvent.
+func (c *ScheduleEventClient) Update() *ScheduleEventUpdate {
+	mutation := newScheduleEventMutation(c.config, OpUpdate)
+	return &ScheduleEventUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ScheduleEventClient) UpdateOne(_m *ScheduleEvent) *ScheduleEventUpdateOne {
+	mutation := newScheduleEventMutation(c.config, OpUpdateOne, withScheduleEvent(_m))
+	return &ScheduleEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ScheduleEventClient) UpdateOneID(id int) *ScheduleEventUpdateOne {
+	mutation := newScheduleEventMutation(c.config, OpUpdateOne, withScheduleEventID(id))
+	return &ScheduleEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for ScheduleEvent.
+func (c *ScheduleEventClient) Delete() *ScheduleEventDelete {
+	mutation := newScheduleEventMutation(c.config, OpDelete)
+	return &ScheduleEventDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ScheduleEventClient) DeleteOne(_m *ScheduleEvent) *ScheduleEventDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ScheduleEventClient) DeleteOneID(id int) *ScheduleEventDeleteOne {
+	builder := c.Delete().Where(scheduleevent.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ScheduleEventDeleteOne{builder}
+}
+
+// Query returns a query builder for ScheduleEvent.
+func (c *ScheduleEventClient) Query() *ScheduleEventQuery {
+	return &ScheduleEventQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeScheduleEvent},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a ScheduleEvent entity by its id.
+func (c *ScheduleEventClient) Get(ctx context.Context, id int) (*ScheduleEvent, error) {
+	return c.Query().Where(scheduleevent.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ScheduleEventClient) GetX(ctx context.Context, id int) *ScheduleEvent {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QuerySchedule queries the schedule edge of a ScheduleEvent.
+func (c *ScheduleEventClient) QuerySchedule(_m *ScheduleEvent) *ScheduleQuery {
+	query := (&ScheduleClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(scheduleevent.Table, scheduleevent.FieldID, id),
+			sqlgraph.To(schedule.Table, schedule.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, scheduleevent.ScheduleTable, scheduleevent.ScheduleColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *ScheduleEventClient) Hooks() []Hook {
+	return c.hooks.ScheduleEvent
+}
+
+// Interceptors returns the client interceptors.
+func (c *ScheduleEventClient) Interceptors() []Interceptor {
+	return c.inters.ScheduleEvent
+}
+
+func (c *ScheduleEventClient) mutate(ctx context.Context, m *ScheduleEventMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ScheduleEventCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ScheduleEventUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ScheduleEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ScheduleEventDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown ScheduleEvent mutation op: %q", m.Op())
+	}
+}
+
 // StallOverrideClient is a client for the StallOverride schema.
 type StallOverrideClient struct {
 	config
@@ -1855,11 +2453,13 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
-		StallOverride, Task, TaskInstance, TaskLog []ent.Hook
+		FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride, Task,
+		TaskInstance, TaskLog []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
-		StallOverride, Task, TaskInstance, TaskLog []ent.Interceptor
+		FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride, Task,
+		TaskInstance, TaskLog []ent.Interceptor
 	}
 )
 

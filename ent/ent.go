@@ -15,6 +15,10 @@ import (
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/flowstart"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -90,6 +94,10 @@ func checkColumn(t, c string) error {
 			auditlog.Table:      auditlog.ValidColumn,
 			contact.Table:       contact.ValidColumn,
 			deployment.Table:    deployment.ValidColumn,
+			flowcontrol.Table:   flowcontrol.ValidColumn,
+			flowstart.Table:     flowstart.ValidColumn,
+			schedule.Table:      schedule.ValidColumn,
+			scheduleevent.Table: scheduleevent.ValidColumn,
 			stalloverride.Table: stalloverride.ValidColumn,
 			task.Table:          task.ValidColumn,
 			taskinstance.Table:  taskinstance.ValidColumn,

@@ -4,13 +4,18 @@ package ent
 
 import (
 	"context"
+	"database/sql/driver"
+	"fmt"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
 
 	"entgo.io/contrib/entgql"
+	"entgo.io/ent/dialect/sql"
 	"github.com/99designs/gqlgen/graphql"
 )
 
@@ -305,6 +310,450 @@ func newAuditLogPaginateArgs(rv map[string]any) *auditlogPaginateArgs {
 }
 
 // CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
+func (_q *ScheduleQuery) CollectFields(ctx context.Context, satisfies ...string) (*ScheduleQuery, error) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return _q, nil
+	}
+	if err := _q.collectField(ctx, false, graphql.GetOperationContext(ctx), fc.Field, nil, satisfies...); err != nil {
+		return nil, err
+	}
+	return _q, nil
+}
+
+func (_q *ScheduleQuery) collectField(ctx context.Context, oneNode bool, opCtx *graphql.OperationContext, collected graphql.CollectedField, path []string, satisfies ...string) error {
+	path = append([]string(nil), path...)
+	var (
+		unknownSeen    bool
+		fieldSeen      = make(map[string]struct{}, len(schedule.Columns))
+		selectedFields = []string{schedule.FieldID}
+	)
+	for _, field := range graphql.CollectFields(opCtx, collected.Selections, satisfies) {
+		switch field.Name {
+
+		case "events":
+			var (
+				alias = field.Alias
+				path  = append(path, alias)
+				query = (&ScheduleEventClient{config: _q.config}).Query()
+			)
+			args := newScheduleEventPaginateArgs(fieldArgs(ctx, nil, path...))
+			if err := validateFirstLast(args.first, args.last); err != nil {
+				return fmt.Errorf("validate first and last in path %q: %w", path, err)
+			}
+			pager, err := newScheduleEventPager(args.opts, args.last != nil)
+			if err != nil {
+				return fmt.Errorf("create new pager in path %q: %w", path, err)
+			}
+			if query, err = pager.applyFilter(query); err != nil {
+				return err
+			}
+			ignoredEdges := !hasCollectedField(ctx, append(path, edgesField)...)
+			if hasCollectedField(ctx, append(path, totalCountField)...) || hasCollectedField(ctx, append(path, pageInfoField)...) {
+				hasPagination := args.after != nil || args.first != nil || args.before != nil || args.last != nil
+				if hasPagination || ignoredEdges {
+					query := query.Clone()
+					_q.loadTotal = append(_q.loadTotal, func(ctx context.Context, nodes []*Schedule) error {
+						ids := make([]driver.Value, len(nodes))
+						for i := range nodes {
+							ids[i] = nodes[i].ID
+						}
+						var v []struct {
+							NodeID int `sql:"schedule_id"`
+							Count  int `sql:"count"`
+						}
+						query.Where(func(s *sql.Selector) {
+							s.Where(sql.InValues(s.C(schedule.EventsColumn), ids...))
+						})
+						if err := query.GroupBy(schedule.EventsColumn).Aggregate(Count()).Scan(ctx, &v); err != nil {
+							return err
+						}
+						m := make(map[int]int, len(v))
+						for i := range v {
+							m[v[i].NodeID] = v[i].Count
+						}
+						for i := range nodes {
+							n := m[nodes[i].ID]
+							if nodes[i].Edges.totalCount[0] == nil {
+								nodes[i].Edges.totalCount[0] = make(map[string]int)
+							}
+							nodes[i].Edges.totalCount[0][alias] = n
+						}
+						return nil
+					})
+				} else {
+					_q.loadTotal = append(_q.loadTotal, func(_ context.Context, nodes []*Schedule) error {
+						for i := range nodes {
+							n := len(nodes[i].Edges.Events)
+							if nodes[i].Edges.totalCount[0] == nil {
+								nodes[i].Edges.totalCount[0] = make(map[string]int)
+							}
+							nodes[i].Edges.totalCount[0][alias] = n
+						}
+						return nil
+					})
+				}
+			}
+			if ignoredEdges || (args.first != nil && *args.first == 0) || (args.last != nil && *args.last == 0) {
+				continue
+			}
+			if query, err = pager.applyCursors(query, args.after, args.before); err != nil {
+				return err
+			}
+			path = append(path, edgesField, nodeField)
+			if field := collectedField(ctx, path...); field != nil {
+				if err := query.collectField(ctx, false, opCtx, *field, path, mayAddCondition(satisfies, scheduleeventImplementors)...); err != nil {
+					return err
+				}
+			}
+			if limit := paginateLimit(args.first, args.last); limit > 0 {
+				if oneNode {
+					pager.applyOrder(query.Limit(limit))
+				} else {
+					modify := entgql.LimitPerRow(schedule.EventsColumn, limit, pager.orderExpr(query))
+					query.modifiers = append(query.modifiers, modify)
+				}
+			} else {
+				query = pager.applyOrder(query)
+			}
+			_q.WithNamedEvents(alias, func(wq *ScheduleEventQuery) {
+				*wq = *query
+			})
+		case "createdAt":
+			if _, ok := fieldSeen[schedule.FieldCreatedAt]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldCreatedAt)
+				fieldSeen[schedule.FieldCreatedAt] = struct{}{}
+			}
+		case "name":
+			if _, ok := fieldSeen[schedule.FieldName]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldName)
+				fieldSeen[schedule.FieldName] = struct{}{}
+			}
+		case "owner":
+			if _, ok := fieldSeen[schedule.FieldOwner]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldOwner)
+				fieldSeen[schedule.FieldOwner] = struct{}{}
+			}
+		case "ownerSource":
+			if _, ok := fieldSeen[schedule.FieldOwnerSource]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldOwnerSource)
+				fieldSeen[schedule.FieldOwnerSource] = struct{}{}
+			}
+		case "ownerRole":
+			if _, ok := fieldSeen[schedule.FieldOwnerRole]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldOwnerRole)
+				fieldSeen[schedule.FieldOwnerRole] = struct{}{}
+			}
+		case "tenant":
+			if _, ok := fieldSeen[schedule.FieldTenant]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTenant)
+				fieldSeen[schedule.FieldTenant] = struct{}{}
+			}
+		case "cron":
+			if _, ok := fieldSeen[schedule.FieldCron]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldCron)
+				fieldSeen[schedule.FieldCron] = struct{}{}
+			}
+		case "intervalSeconds":
+			if _, ok := fieldSeen[schedule.FieldIntervalSeconds]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldIntervalSeconds)
+				fieldSeen[schedule.FieldIntervalSeconds] = struct{}{}
+			}
+		case "timezone":
+			if _, ok := fieldSeen[schedule.FieldTimezone]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTimezone)
+				fieldSeen[schedule.FieldTimezone] = struct{}{}
+			}
+		case "taskType":
+			if _, ok := fieldSeen[schedule.FieldTaskType]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTaskType)
+				fieldSeen[schedule.FieldTaskType] = struct{}{}
+			}
+		case "taskTitle":
+			if _, ok := fieldSeen[schedule.FieldTaskTitle]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTaskTitle)
+				fieldSeen[schedule.FieldTaskTitle] = struct{}{}
+			}
+		case "taskInput":
+			if _, ok := fieldSeen[schedule.FieldTaskInput]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTaskInput)
+				fieldSeen[schedule.FieldTaskInput] = struct{}{}
+			}
+		case "taskPriority":
+			if _, ok := fieldSeen[schedule.FieldTaskPriority]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTaskPriority)
+				fieldSeen[schedule.FieldTaskPriority] = struct{}{}
+			}
+		case "taskTimeoutSeconds":
+			if _, ok := fieldSeen[schedule.FieldTaskTimeoutSeconds]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTaskTimeoutSeconds)
+				fieldSeen[schedule.FieldTaskTimeoutSeconds] = struct{}{}
+			}
+		case "taskRetryPolicy":
+			if _, ok := fieldSeen[schedule.FieldTaskRetryPolicy]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTaskRetryPolicy)
+				fieldSeen[schedule.FieldTaskRetryPolicy] = struct{}{}
+			}
+		case "taskMaxAttempts":
+			if _, ok := fieldSeen[schedule.FieldTaskMaxAttempts]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldTaskMaxAttempts)
+				fieldSeen[schedule.FieldTaskMaxAttempts] = struct{}{}
+			}
+		case "paused":
+			if _, ok := fieldSeen[schedule.FieldPaused]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldPaused)
+				fieldSeen[schedule.FieldPaused] = struct{}{}
+			}
+		case "startAt":
+			if _, ok := fieldSeen[schedule.FieldStartAt]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldStartAt)
+				fieldSeen[schedule.FieldStartAt] = struct{}{}
+			}
+		case "endAt":
+			if _, ok := fieldSeen[schedule.FieldEndAt]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldEndAt)
+				fieldSeen[schedule.FieldEndAt] = struct{}{}
+			}
+		case "misfirePolicy":
+			if _, ok := fieldSeen[schedule.FieldMisfirePolicy]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldMisfirePolicy)
+				fieldSeen[schedule.FieldMisfirePolicy] = struct{}{}
+			}
+		case "overlapPolicy":
+			if _, ok := fieldSeen[schedule.FieldOverlapPolicy]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldOverlapPolicy)
+				fieldSeen[schedule.FieldOverlapPolicy] = struct{}{}
+			}
+		case "nextFireAt":
+			if _, ok := fieldSeen[schedule.FieldNextFireAt]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldNextFireAt)
+				fieldSeen[schedule.FieldNextFireAt] = struct{}{}
+			}
+		case "lastFiredAt":
+			if _, ok := fieldSeen[schedule.FieldLastFiredAt]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldLastFiredAt)
+				fieldSeen[schedule.FieldLastFiredAt] = struct{}{}
+			}
+		case "lastTaskID":
+			if _, ok := fieldSeen[schedule.FieldLastTaskID]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldLastTaskID)
+				fieldSeen[schedule.FieldLastTaskID] = struct{}{}
+			}
+		case "queuedCount":
+			if _, ok := fieldSeen[schedule.FieldQueuedCount]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldQueuedCount)
+				fieldSeen[schedule.FieldQueuedCount] = struct{}{}
+			}
+		case "version":
+			if _, ok := fieldSeen[schedule.FieldVersion]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldVersion)
+				fieldSeen[schedule.FieldVersion] = struct{}{}
+			}
+		case "updatedAt":
+			if _, ok := fieldSeen[schedule.FieldUpdatedAt]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldUpdatedAt)
+				fieldSeen[schedule.FieldUpdatedAt] = struct{}{}
+			}
+		case "id":
+		case "__typename":
+		default:
+			unknownSeen = true
+		}
+	}
+	if !unknownSeen {
+		_q.Select(selectedFields...)
+	}
+	return nil
+}
+
+type schedulePaginateArgs struct {
+	first, last   *int
+	after, before *Cursor
+	opts          []SchedulePaginateOption
+}
+
+func newSchedulePaginateArgs(rv map[string]any) *schedulePaginateArgs {
+	args := &schedulePaginateArgs{}
+	if rv == nil {
+		return args
+	}
+	if v := rv[firstField]; v != nil {
+		args.first = v.(*int)
+	}
+	if v := rv[lastField]; v != nil {
+		args.last = v.(*int)
+	}
+	if v := rv[afterField]; v != nil {
+		args.after = v.(*Cursor)
+	}
+	if v := rv[beforeField]; v != nil {
+		args.before = v.(*Cursor)
+	}
+	if v, ok := rv[orderByField]; ok {
+		switch v := v.(type) {
+		case map[string]any:
+			var (
+				err1, err2 error
+				order      = &ScheduleOrder{Field: &ScheduleOrderField{}, Direction: entgql.OrderDirectionAsc}
+			)
+			if d, ok := v[directionField]; ok {
+				err1 = order.Direction.UnmarshalGQL(d)
+			}
+			if f, ok := v[fieldField]; ok {
+				err2 = order.Field.UnmarshalGQL(f)
+			}
+			if err1 == nil && err2 == nil {
+				args.opts = append(args.opts, WithScheduleOrder(order))
+			}
+		case *ScheduleOrder:
+			if v != nil {
+				args.opts = append(args.opts, WithScheduleOrder(v))
+			}
+		}
+	}
+	if v, ok := rv[whereField].(*ScheduleWhereInput); ok {
+		args.opts = append(args.opts, WithScheduleFilter(v.Filter))
+	}
+	return args
+}
+
+// CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
+func (_q *ScheduleEventQuery) CollectFields(ctx context.Context, satisfies ...string) (*ScheduleEventQuery, error) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return _q, nil
+	}
+	if err := _q.collectField(ctx, false, graphql.GetOperationContext(ctx), fc.Field, nil, satisfies...); err != nil {
+		return nil, err
+	}
+	return _q, nil
+}
+
+func (_q *ScheduleEventQuery) collectField(ctx context.Context, oneNode bool, opCtx *graphql.OperationContext, collected graphql.CollectedField, path []string, satisfies ...string) error {
+	path = append([]string(nil), path...)
+	var (
+		unknownSeen    bool
+		fieldSeen      = make(map[string]struct{}, len(scheduleevent.Columns))
+		selectedFields = []string{scheduleevent.FieldID}
+	)
+	for _, field := range graphql.CollectFields(opCtx, collected.Selections, satisfies) {
+		switch field.Name {
+
+		case "schedule":
+			var (
+				alias = field.Alias
+				path  = append(path, alias)
+				query = (&ScheduleClient{config: _q.config}).Query()
+			)
+			if err := query.collectField(ctx, oneNode, opCtx, field, path, mayAddCondition(satisfies, scheduleImplementors)...); err != nil {
+				return err
+			}
+			_q.withSchedule = query
+			if _, ok := fieldSeen[scheduleevent.FieldScheduleID]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldScheduleID)
+				fieldSeen[scheduleevent.FieldScheduleID] = struct{}{}
+			}
+		case "createdAt":
+			if _, ok := fieldSeen[scheduleevent.FieldCreatedAt]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldCreatedAt)
+				fieldSeen[scheduleevent.FieldCreatedAt] = struct{}{}
+			}
+		case "scheduleID":
+			if _, ok := fieldSeen[scheduleevent.FieldScheduleID]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldScheduleID)
+				fieldSeen[scheduleevent.FieldScheduleID] = struct{}{}
+			}
+		case "kind":
+			if _, ok := fieldSeen[scheduleevent.FieldKind]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldKind)
+				fieldSeen[scheduleevent.FieldKind] = struct{}{}
+			}
+		case "slot":
+			if _, ok := fieldSeen[scheduleevent.FieldSlot]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldSlot)
+				fieldSeen[scheduleevent.FieldSlot] = struct{}{}
+			}
+		case "taskID":
+			if _, ok := fieldSeen[scheduleevent.FieldTaskID]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldTaskID)
+				fieldSeen[scheduleevent.FieldTaskID] = struct{}{}
+			}
+		case "missed":
+			if _, ok := fieldSeen[scheduleevent.FieldMissed]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldMissed)
+				fieldSeen[scheduleevent.FieldMissed] = struct{}{}
+			}
+		case "message":
+			if _, ok := fieldSeen[scheduleevent.FieldMessage]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldMessage)
+				fieldSeen[scheduleevent.FieldMessage] = struct{}{}
+			}
+		case "node":
+			if _, ok := fieldSeen[scheduleevent.FieldNode]; !ok {
+				selectedFields = append(selectedFields, scheduleevent.FieldNode)
+				fieldSeen[scheduleevent.FieldNode] = struct{}{}
+			}
+		case "id":
+		case "__typename":
+		default:
+			unknownSeen = true
+		}
+	}
+	if !unknownSeen {
+		_q.Select(selectedFields...)
+	}
+	return nil
+}
+
+type scheduleeventPaginateArgs struct {
+	first, last   *int
+	after, before *Cursor
+	opts          []ScheduleEventPaginateOption
+}
+
+func newScheduleEventPaginateArgs(rv map[string]any) *scheduleeventPaginateArgs {
+	args := &scheduleeventPaginateArgs{}
+	if rv == nil {
+		return args
+	}
+	if v := rv[firstField]; v != nil {
+		args.first = v.(*int)
+	}
+	if v := rv[lastField]; v != nil {
+		args.last = v.(*int)
+	}
+	if v := rv[afterField]; v != nil {
+		args.after = v.(*Cursor)
+	}
+	if v := rv[beforeField]; v != nil {
+		args.before = v.(*Cursor)
+	}
+	if v, ok := rv[orderByField]; ok {
+		switch v := v.(type) {
+		case map[string]any:
+			var (
+				err1, err2 error
+				order      = &ScheduleEventOrder{Field: &ScheduleEventOrderField{}, Direction: entgql.OrderDirectionAsc}
+			)
+			if d, ok := v[directionField]; ok {
+				err1 = order.Direction.UnmarshalGQL(d)
+			}
+			if f, ok := v[fieldField]; ok {
+				err2 = order.Field.UnmarshalGQL(f)
+			}
+			if err1 == nil && err2 == nil {
+				args.opts = append(args.opts, WithScheduleEventOrder(order))
+			}
+		case *ScheduleEventOrder:
+			if v != nil {
+				args.opts = append(args.opts, WithScheduleEventOrder(v))
+			}
+		}
+	}
+	return args
+}
+
+// CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
 func (_q *TaskQuery) CollectFields(ctx context.Context, satisfies ...string) (*TaskQuery, error) {
 	fc := graphql.GetFieldContext(ctx)
 	if fc == nil {
@@ -472,6 +921,16 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 			if _, ok := fieldSeen[task.FieldFinishedAt]; !ok {
 				selectedFields = append(selectedFields, task.FieldFinishedAt)
 				fieldSeen[task.FieldFinishedAt] = struct{}{}
+			}
+		case "scheduleID":
+			if _, ok := fieldSeen[task.FieldScheduleID]; !ok {
+				selectedFields = append(selectedFields, task.FieldScheduleID)
+				fieldSeen[task.FieldScheduleID] = struct{}{}
+			}
+		case "scheduleSlot":
+			if _, ok := fieldSeen[task.FieldScheduleSlot]; !ok {
+				selectedFields = append(selectedFields, task.FieldScheduleSlot)
+				fieldSeen[task.FieldScheduleSlot] = struct{}{}
 			}
 		case "id":
 		case "__typename":

@@ -16,6 +16,34 @@ func (_m *Artifact) Task(ctx context.Context) (*Task, error) {
 	return result, MaskNotFound(err)
 }
 
+func (_m *Schedule) Events(
+	ctx context.Context, after *Cursor, first *int, before *Cursor, last *int, orderBy *ScheduleEventOrder,
+) (*ScheduleEventConnection, error) {
+	opts := []ScheduleEventPaginateOption{
+		WithScheduleEventOrder(orderBy),
+	}
+	alias := graphql.GetFieldContext(ctx).Field.Alias
+	totalCount, hasTotalCount := _m.Edges.totalCount[0][alias]
+	if nodes, err := _m.NamedEvents(alias); err == nil || hasTotalCount {
+		pager, err := newScheduleEventPager(opts, last != nil)
+		if err != nil {
+			return nil, err
+		}
+		conn := &ScheduleEventConnection{Edges: []*ScheduleEventEdge{}, TotalCount: totalCount}
+		conn.build(nodes, pager, after, first, before, last)
+		return conn, nil
+	}
+	return _m.QueryEvents().Paginate(ctx, after, first, before, last, opts...)
+}
+
+func (_m *ScheduleEvent) Schedule(ctx context.Context) (*Schedule, error) {
+	result, err := _m.Edges.ScheduleOrErr()
+	if IsNotLoaded(err) {
+		result, err = _m.QuerySchedule().Only(ctx)
+	}
+	return result, err
+}
+
 func (_m *Task) Artifacts(ctx context.Context) (result []*Artifact, err error) {
 	if fc := graphql.GetFieldContext(ctx); fc != nil && fc.Field.Alias != "" {
 		result, err = _m.NamedArtifacts(graphql.GetFieldContext(ctx).Field.Alias)

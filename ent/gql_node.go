@@ -9,6 +9,8 @@ import (
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/internal"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -32,6 +34,16 @@ var auditlogImplementors = []string{"AuditLog", "Node"}
 
 // IsNode implements the Node interface check for GQLGen.
 func (*AuditLog) IsNode() {}
+
+var scheduleImplementors = []string{"Schedule", "Node"}
+
+// IsNode implements the Node interface check for GQLGen.
+func (*Schedule) IsNode() {}
+
+var scheduleeventImplementors = []string{"ScheduleEvent", "Node"}
+
+// IsNode implements the Node interface check for GQLGen.
+func (*ScheduleEvent) IsNode() {}
 
 var taskImplementors = []string{"Task", "Node"}
 
@@ -139,6 +151,24 @@ func (c *Client) noder(ctx context.Context, table string, id int) (Noder, error)
 			Where(auditlog.ID(id))
 		if fc := graphql.GetFieldContext(ctx); fc != nil {
 			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, auditlogImplementors...); err != nil {
+				return nil, err
+			}
+		}
+		return query.Only(ctx)
+	case schedule.Table:
+		query := c.Schedule.Query().
+			Where(schedule.ID(id))
+		if fc := graphql.GetFieldContext(ctx); fc != nil {
+			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, scheduleImplementors...); err != nil {
+				return nil, err
+			}
+		}
+		return query.Only(ctx)
+	case scheduleevent.Table:
+		query := c.ScheduleEvent.Query().
+			Where(scheduleevent.ID(id))
+		if fc := graphql.GetFieldContext(ctx); fc != nil {
+			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, scheduleeventImplementors...); err != nil {
 				return nil, err
 			}
 		}
@@ -263,6 +293,38 @@ func (c *Client) noders(ctx context.Context, table string, ids []int) ([]Noder, 
 		query := c.AuditLog.Query().
 			Where(auditlog.IDIn(ids...))
 		query, err := query.CollectFields(ctx, auditlogImplementors...)
+		if err != nil {
+			return nil, err
+		}
+		nodes, err := query.All(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, node := range nodes {
+			for _, noder := range idmap[node.ID] {
+				*noder = node
+			}
+		}
+	case schedule.Table:
+		query := c.Schedule.Query().
+			Where(schedule.IDIn(ids...))
+		query, err := query.CollectFields(ctx, scheduleImplementors...)
+		if err != nil {
+			return nil, err
+		}
+		nodes, err := query.All(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, node := range nodes {
+			for _, noder := range idmap[node.ID] {
+				*noder = node
+			}
+		}
+	case scheduleevent.Table:
+		query := c.ScheduleEvent.Query().
+			Where(scheduleevent.IDIn(ids...))
+		query, err := query.CollectFields(ctx, scheduleeventImplementors...)
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -743,6 +745,652 @@ func (_m *AuditLog) ToEdge(order *AuditLogOrder) *AuditLogEdge {
 		order = DefaultAuditLogOrder
 	}
 	return &AuditLogEdge{
+		Node:   _m,
+		Cursor: order.Field.toCursor(_m),
+	}
+}
+
+// ScheduleEdge is the edge representation of Schedule.
+type ScheduleEdge struct {
+	Node   *Schedule `json:"node"`
+	Cursor Cursor    `json:"cursor"`
+}
+
+// ScheduleConnection is the connection containing edges to Schedule.
+type ScheduleConnection struct {
+	Edges      []*ScheduleEdge `json:"edges"`
+	PageInfo   PageInfo        `json:"pageInfo"`
+	TotalCount int             `json:"totalCount"`
+}
+
+func (c *ScheduleConnection) build(nodes []*Schedule, pager *schedulePager, after *Cursor, first *int, before *Cursor, last *int) {
+	c.PageInfo.HasNextPage = before != nil
+	c.PageInfo.HasPreviousPage = after != nil
+	if first != nil && *first+1 == len(nodes) {
+		c.PageInfo.HasNextPage = true
+		nodes = nodes[:len(nodes)-1]
+	} else if last != nil && *last+1 == len(nodes) {
+		c.PageInfo.HasPreviousPage = true
+		nodes = nodes[:len(nodes)-1]
+	}
+	var nodeAt func(int) *Schedule
+	if last != nil {
+		n := len(nodes) - 1
+		nodeAt = func(i int) *Schedule {
+			return nodes[n-i]
+		}
+	} else {
+		nodeAt = func(i int) *Schedule {
+			return nodes[i]
+		}
+	}
+	c.Edges = make([]*ScheduleEdge, len(nodes))
+	for i := range nodes {
+		node := nodeAt(i)
+		c.Edges[i] = &ScheduleEdge{
+			Node:   node,
+			Cursor: pager.toCursor(node),
+		}
+	}
+	if l := len(c.Edges); l > 0 {
+		c.PageInfo.StartCursor = &c.Edges[0].Cursor
+		c.PageInfo.EndCursor = &c.Edges[l-1].Cursor
+	}
+	if c.TotalCount == 0 {
+		c.TotalCount = len(nodes)
+	}
+}
+
+// SchedulePaginateOption enables pagination customization.
+type SchedulePaginateOption func(*schedulePager) error
+
+// WithScheduleOrder configures pagination ordering.
+func WithScheduleOrder(order *ScheduleOrder) SchedulePaginateOption {
+	if order == nil {
+		order = DefaultScheduleOrder
+	}
+	o := *order
+	return func(pager *schedulePager) error {
+		if err := o.Direction.Validate(); err != nil {
+			return err
+		}
+		if o.Field == nil {
+			o.Field = DefaultScheduleOrder.Field
+		}
+		pager.order = &o
+		return nil
+	}
+}
+
+// WithScheduleFilter configures pagination filter.
+func WithScheduleFilter(filter func(*ScheduleQuery) (*ScheduleQuery, error)) SchedulePaginateOption {
+	return func(pager *schedulePager) error {
+		if filter == nil {
+			return errors.New("ScheduleQuery filter cannot be nil")
+		}
+		pager.filter = filter
+		return nil
+	}
+}
+
+type schedulePager struct {
+	reverse bool
+	order   *ScheduleOrder
+	filter  func(*ScheduleQuery) (*ScheduleQuery, error)
+}
+
+func newSchedulePager(opts []SchedulePaginateOption, reverse bool) (*schedulePager, error) {
+	pager := &schedulePager{reverse: reverse}
+	for _, opt := range opts {
+		if err := opt(pager); err != nil {
+			return nil, err
+		}
+	}
+	if pager.order == nil {
+		pager.order = DefaultScheduleOrder
+	}
+	return pager, nil
+}
+
+func (p *schedulePager) applyFilter(query *ScheduleQuery) (*ScheduleQuery, error) {
+	if p.filter != nil {
+		return p.filter(query)
+	}
+	return query, nil
+}
+
+func (p *schedulePager) toCursor(_m *Schedule) Cursor {
+	return p.order.Field.toCursor(_m)
+}
+
+func (p *schedulePager) applyCursors(query *ScheduleQuery, after, before *Cursor) (*ScheduleQuery, error) {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	for _, predicate := range entgql.CursorsPredicate(after, before, DefaultScheduleOrder.Field.column, p.order.Field.column, direction) {
+		query = query.Where(predicate)
+	}
+	return query, nil
+}
+
+func (p *schedulePager) applyOrder(query *ScheduleQuery) *ScheduleQuery {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	query = query.Order(p.order.Field.toTerm(direction.OrderTermOption()))
+	if p.order.Field != DefaultScheduleOrder.Field {
+		query = query.Order(DefaultScheduleOrder.Field.toTerm(direction.OrderTermOption()))
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return query
+}
+
+func (p *schedulePager) orderExpr(query *ScheduleQuery) sql.Querier {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return sql.ExprFunc(func(b *sql.Builder) {
+		b.Ident(p.order.Field.column).Pad().WriteString(string(direction))
+		if p.order.Field != DefaultScheduleOrder.Field {
+			b.Comma().Ident(DefaultScheduleOrder.Field.column).Pad().WriteString(string(direction))
+		}
+	})
+}
+
+// Paginate executes the query and returns a relay based cursor connection to Schedule.
+func (_m *ScheduleQuery) Paginate(
+	ctx context.Context, after *Cursor, first *int,
+	before *Cursor, last *int, opts ...SchedulePaginateOption,
+) (*ScheduleConnection, error) {
+	if err := validateFirstLast(first, last); err != nil {
+		return nil, err
+	}
+	pager, err := newSchedulePager(opts, last != nil)
+	if err != nil {
+		return nil, err
+	}
+	if _m, err = pager.applyFilter(_m); err != nil {
+		return nil, err
+	}
+	conn := &ScheduleConnection{Edges: []*ScheduleEdge{}}
+	ignoredEdges := !hasCollectedField(ctx, edgesField)
+	if hasCollectedField(ctx, totalCountField) || hasCollectedField(ctx, pageInfoField) {
+		hasPagination := after != nil || first != nil || before != nil || last != nil
+		if hasPagination || ignoredEdges {
+			c := _m.Clone()
+			c.ctx.Fields = nil
+			if conn.TotalCount, err = c.Count(ctx); err != nil {
+				return nil, err
+			}
+			conn.PageInfo.HasNextPage = first != nil && conn.TotalCount > 0
+			conn.PageInfo.HasPreviousPage = last != nil && conn.TotalCount > 0
+		}
+	}
+	if ignoredEdges || (first != nil && *first == 0) || (last != nil && *last == 0) {
+		return conn, nil
+	}
+	if _m, err = pager.applyCursors(_m, after, before); err != nil {
+		return nil, err
+	}
+	limit := paginateLimit(first, last)
+	if limit != 0 {
+		_m.Limit(limit)
+	}
+	if field := collectedField(ctx, edgesField, nodeField); field != nil {
+		if err := _m.collectField(ctx, limit == 1, graphql.GetOperationContext(ctx), *field, []string{edgesField, nodeField}); err != nil {
+			return nil, err
+		}
+	}
+	_m = pager.applyOrder(_m)
+	nodes, err := _m.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn.build(nodes, pager, after, first, before, last)
+	return conn, nil
+}
+
+var (
+	// ScheduleOrderFieldCreatedAt orders Schedule by created_at.
+	ScheduleOrderFieldCreatedAt = &ScheduleOrderField{
+		Value: func(_m *Schedule) (ent.Value, error) {
+			return _m.CreatedAt, nil
+		},
+		column: schedule.FieldCreatedAt,
+		toTerm: schedule.ByCreatedAt,
+		toCursor: func(_m *Schedule) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.CreatedAt,
+			}
+		},
+	}
+	// ScheduleOrderFieldName orders Schedule by name.
+	ScheduleOrderFieldName = &ScheduleOrderField{
+		Value: func(_m *Schedule) (ent.Value, error) {
+			return _m.Name, nil
+		},
+		column: schedule.FieldName,
+		toTerm: schedule.ByName,
+		toCursor: func(_m *Schedule) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.Name,
+			}
+		},
+	}
+	// ScheduleOrderFieldNextFireAt orders Schedule by next_fire_at.
+	ScheduleOrderFieldNextFireAt = &ScheduleOrderField{
+		Value: func(_m *Schedule) (ent.Value, error) {
+			return _m.NextFireAt, nil
+		},
+		column: schedule.FieldNextFireAt,
+		toTerm: schedule.ByNextFireAt,
+		toCursor: func(_m *Schedule) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.NextFireAt,
+			}
+		},
+	}
+	// ScheduleOrderFieldUpdatedAt orders Schedule by updated_at.
+	ScheduleOrderFieldUpdatedAt = &ScheduleOrderField{
+		Value: func(_m *Schedule) (ent.Value, error) {
+			return _m.UpdatedAt, nil
+		},
+		column: schedule.FieldUpdatedAt,
+		toTerm: schedule.ByUpdatedAt,
+		toCursor: func(_m *Schedule) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.UpdatedAt,
+			}
+		},
+	}
+)
+
+// String implement fmt.Stringer interface.
+func (f ScheduleOrderField) String() string {
+	var str string
+	switch f.column {
+	case ScheduleOrderFieldCreatedAt.column:
+		str = "CREATED_AT"
+	case ScheduleOrderFieldName.column:
+		str = "NAME"
+	case ScheduleOrderFieldNextFireAt.column:
+		str = "NEXT_FIRE_AT"
+	case ScheduleOrderFieldUpdatedAt.column:
+		str = "UPDATED_AT"
+	}
+	return str
+}
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (f ScheduleOrderField) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(f.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (f *ScheduleOrderField) UnmarshalGQL(v interface{}) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("ScheduleOrderField %T must be a string", v)
+	}
+	switch str {
+	case "CREATED_AT":
+		*f = *ScheduleOrderFieldCreatedAt
+	case "NAME":
+		*f = *ScheduleOrderFieldName
+	case "NEXT_FIRE_AT":
+		*f = *ScheduleOrderFieldNextFireAt
+	case "UPDATED_AT":
+		*f = *ScheduleOrderFieldUpdatedAt
+	default:
+		return fmt.Errorf("%s is not a valid ScheduleOrderField", str)
+	}
+	return nil
+}
+
+// ScheduleOrderField defines the ordering field of Schedule.
+type ScheduleOrderField struct {
+	// Value extracts the ordering value from the given Schedule.
+	Value    func(*Schedule) (ent.Value, error)
+	column   string // field or computed.
+	toTerm   func(...sql.OrderTermOption) schedule.OrderOption
+	toCursor func(*Schedule) Cursor
+}
+
+// ScheduleOrder defines the ordering of Schedule.
+type ScheduleOrder struct {
+	Direction OrderDirection      `json:"direction"`
+	Field     *ScheduleOrderField `json:"field"`
+}
+
+// DefaultScheduleOrder is the default ordering of Schedule.
+var DefaultScheduleOrder = &ScheduleOrder{
+	Direction: entgql.OrderDirectionAsc,
+	Field: &ScheduleOrderField{
+		Value: func(_m *Schedule) (ent.Value, error) {
+			return _m.ID, nil
+		},
+		column: schedule.FieldID,
+		toTerm: schedule.ByID,
+		toCursor: func(_m *Schedule) Cursor {
+			return Cursor{ID: _m.ID}
+		},
+	},
+}
+
+// ToEdge converts Schedule into ScheduleEdge.
+func (_m *Schedule) ToEdge(order *ScheduleOrder) *ScheduleEdge {
+	if order == nil {
+		order = DefaultScheduleOrder
+	}
+	return &ScheduleEdge{
+		Node:   _m,
+		Cursor: order.Field.toCursor(_m),
+	}
+}
+
+// ScheduleEventEdge is the edge representation of ScheduleEvent.
+type ScheduleEventEdge struct {
+	Node   *ScheduleEvent `json:"node"`
+	Cursor Cursor         `json:"cursor"`
+}
+
+// ScheduleEventConnection is the connection containing edges to ScheduleEvent.
+type ScheduleEventConnection struct {
+	Edges      []*ScheduleEventEdge `json:"edges"`
+	PageInfo   PageInfo             `json:"pageInfo"`
+	TotalCount int                  `json:"totalCount"`
+}
+
+func (c *ScheduleEventConnection) build(nodes []*ScheduleEvent, pager *scheduleeventPager, after *Cursor, first *int, before *Cursor, last *int) {
+	c.PageInfo.HasNextPage = before != nil
+	c.PageInfo.HasPreviousPage = after != nil
+	if first != nil && *first+1 == len(nodes) {
+		c.PageInfo.HasNextPage = true
+		nodes = nodes[:len(nodes)-1]
+	} else if last != nil && *last+1 == len(nodes) {
+		c.PageInfo.HasPreviousPage = true
+		nodes = nodes[:len(nodes)-1]
+	}
+	var nodeAt func(int) *ScheduleEvent
+	if last != nil {
+		n := len(nodes) - 1
+		nodeAt = func(i int) *ScheduleEvent {
+			return nodes[n-i]
+		}
+	} else {
+		nodeAt = func(i int) *ScheduleEvent {
+			return nodes[i]
+		}
+	}
+	c.Edges = make([]*ScheduleEventEdge, len(nodes))
+	for i := range nodes {
+		node := nodeAt(i)
+		c.Edges[i] = &ScheduleEventEdge{
+			Node:   node,
+			Cursor: pager.toCursor(node),
+		}
+	}
+	if l := len(c.Edges); l > 0 {
+		c.PageInfo.StartCursor = &c.Edges[0].Cursor
+		c.PageInfo.EndCursor = &c.Edges[l-1].Cursor
+	}
+	if c.TotalCount == 0 {
+		c.TotalCount = len(nodes)
+	}
+}
+
+// ScheduleEventPaginateOption enables pagination customization.
+type ScheduleEventPaginateOption func(*scheduleeventPager) error
+
+// WithScheduleEventOrder configures pagination ordering.
+func WithScheduleEventOrder(order *ScheduleEventOrder) ScheduleEventPaginateOption {
+	if order == nil {
+		order = DefaultScheduleEventOrder
+	}
+	o := *order
+	return func(pager *scheduleeventPager) error {
+		if err := o.Direction.Validate(); err != nil {
+			return err
+		}
+		if o.Field == nil {
+			o.Field = DefaultScheduleEventOrder.Field
+		}
+		pager.order = &o
+		return nil
+	}
+}
+
+// WithScheduleEventFilter configures pagination filter.
+func WithScheduleEventFilter(filter func(*ScheduleEventQuery) (*ScheduleEventQuery, error)) ScheduleEventPaginateOption {
+	return func(pager *scheduleeventPager) error {
+		if filter == nil {
+			return errors.New("ScheduleEventQuery filter cannot be nil")
+		}
+		pager.filter = filter
+		return nil
+	}
+}
+
+type scheduleeventPager struct {
+	reverse bool
+	order   *ScheduleEventOrder
+	filter  func(*ScheduleEventQuery) (*ScheduleEventQuery, error)
+}
+
+func newScheduleEventPager(opts []ScheduleEventPaginateOption, reverse bool) (*scheduleeventPager, error) {
+	pager := &scheduleeventPager{reverse: reverse}
+	for _, opt := range opts {
+		if err := opt(pager); err != nil {
+			return nil, err
+		}
+	}
+	if pager.order == nil {
+		pager.order = DefaultScheduleEventOrder
+	}
+	return pager, nil
+}
+
+func (p *scheduleeventPager) applyFilter(query *ScheduleEventQuery) (*ScheduleEventQuery, error) {
+	if p.filter != nil {
+		return p.filter(query)
+	}
+	return query, nil
+}
+
+func (p *scheduleeventPager) toCursor(_m *ScheduleEvent) Cursor {
+	return p.order.Field.toCursor(_m)
+}
+
+func (p *scheduleeventPager) applyCursors(query *ScheduleEventQuery, after, before *Cursor) (*ScheduleEventQuery, error) {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	for _, predicate := range entgql.CursorsPredicate(after, before, DefaultScheduleEventOrder.Field.column, p.order.Field.column, direction) {
+		query = query.Where(predicate)
+	}
+	return query, nil
+}
+
+func (p *scheduleeventPager) applyOrder(query *ScheduleEventQuery) *ScheduleEventQuery {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	query = query.Order(p.order.Field.toTerm(direction.OrderTermOption()))
+	if p.order.Field != DefaultScheduleEventOrder.Field {
+		query = query.Order(DefaultScheduleEventOrder.Field.toTerm(direction.OrderTermOption()))
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return query
+}
+
+func (p *scheduleeventPager) orderExpr(query *ScheduleEventQuery) sql.Querier {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return sql.ExprFunc(func(b *sql.Builder) {
+		b.Ident(p.order.Field.column).Pad().WriteString(string(direction))
+		if p.order.Field != DefaultScheduleEventOrder.Field {
+			b.Comma().Ident(DefaultScheduleEventOrder.Field.column).Pad().WriteString(string(direction))
+		}
+	})
+}
+
+// Paginate executes the query and returns a relay based cursor connection to ScheduleEvent.
+func (_m *ScheduleEventQuery) Paginate(
+	ctx context.Context, after *Cursor, first *int,
+	before *Cursor, last *int, opts ...ScheduleEventPaginateOption,
+) (*ScheduleEventConnection, error) {
+	if err := validateFirstLast(first, last); err != nil {
+		return nil, err
+	}
+	pager, err := newScheduleEventPager(opts, last != nil)
+	if err != nil {
+		return nil, err
+	}
+	if _m, err = pager.applyFilter(_m); err != nil {
+		return nil, err
+	}
+	conn := &ScheduleEventConnection{Edges: []*ScheduleEventEdge{}}
+	ignoredEdges := !hasCollectedField(ctx, edgesField)
+	if hasCollectedField(ctx, totalCountField) || hasCollectedField(ctx, pageInfoField) {
+		hasPagination := after != nil || first != nil || before != nil || last != nil
+		if hasPagination || ignoredEdges {
+			c := _m.Clone()
+			c.ctx.Fields = nil
+			if conn.TotalCount, err = c.Count(ctx); err != nil {
+				return nil, err
+			}
+			conn.PageInfo.HasNextPage = first != nil && conn.TotalCount > 0
+			conn.PageInfo.HasPreviousPage = last != nil && conn.TotalCount > 0
+		}
+	}
+	if ignoredEdges || (first != nil && *first == 0) || (last != nil && *last == 0) {
+		return conn, nil
+	}
+	if _m, err = pager.applyCursors(_m, after, before); err != nil {
+		return nil, err
+	}
+	limit := paginateLimit(first, last)
+	if limit != 0 {
+		_m.Limit(limit)
+	}
+	if field := collectedField(ctx, edgesField, nodeField); field != nil {
+		if err := _m.collectField(ctx, limit == 1, graphql.GetOperationContext(ctx), *field, []string{edgesField, nodeField}); err != nil {
+			return nil, err
+		}
+	}
+	_m = pager.applyOrder(_m)
+	nodes, err := _m.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn.build(nodes, pager, after, first, before, last)
+	return conn, nil
+}
+
+var (
+	// ScheduleEventOrderFieldCreatedAt orders ScheduleEvent by created_at.
+	ScheduleEventOrderFieldCreatedAt = &ScheduleEventOrderField{
+		Value: func(_m *ScheduleEvent) (ent.Value, error) {
+			return _m.CreatedAt, nil
+		},
+		column: scheduleevent.FieldCreatedAt,
+		toTerm: scheduleevent.ByCreatedAt,
+		toCursor: func(_m *ScheduleEvent) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.CreatedAt,
+			}
+		},
+	}
+)
+
+// String implement fmt.Stringer interface.
+func (f ScheduleEventOrderField) String() string {
+	var str string
+	switch f.column {
+	case ScheduleEventOrderFieldCreatedAt.column:
+		str = "CREATED_AT"
+	}
+	return str
+}
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (f ScheduleEventOrderField) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(f.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (f *ScheduleEventOrderField) UnmarshalGQL(v interface{}) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("ScheduleEventOrderField %T must be a string", v)
+	}
+	switch str {
+	case "CREATED_AT":
+		*f = *ScheduleEventOrderFieldCreatedAt
+	default:
+		return fmt.Errorf("%s is not a valid ScheduleEventOrderField", str)
+	}
+	return nil
+}
+
+// ScheduleEventOrderField defines the ordering field of ScheduleEvent.
+type ScheduleEventOrderField struct {
+	// Value extracts the ordering value from the given ScheduleEvent.
+	Value    func(*ScheduleEvent) (ent.Value, error)
+	column   string // field or computed.
+	toTerm   func(...sql.OrderTermOption) scheduleevent.OrderOption
+	toCursor func(*ScheduleEvent) Cursor
+}
+
+// ScheduleEventOrder defines the ordering of ScheduleEvent.
+type ScheduleEventOrder struct {
+	Direction OrderDirection           `json:"direction"`
+	Field     *ScheduleEventOrderField `json:"field"`
+}
+
+// DefaultScheduleEventOrder is the default ordering of ScheduleEvent.
+var DefaultScheduleEventOrder = &ScheduleEventOrder{
+	Direction: entgql.OrderDirectionAsc,
+	Field: &ScheduleEventOrderField{
+		Value: func(_m *ScheduleEvent) (ent.Value, error) {
+			return _m.ID, nil
+		},
+		column: scheduleevent.FieldID,
+		toTerm: scheduleevent.ByID,
+		toCursor: func(_m *ScheduleEvent) Cursor {
+			return Cursor{ID: _m.ID}
+		},
+	},
+}
+
+// ToEdge converts ScheduleEvent into ScheduleEventEdge.
+func (_m *ScheduleEvent) ToEdge(order *ScheduleEventOrder) *ScheduleEventEdge {
+	if order == nil {
+		order = DefaultScheduleEventOrder
+	}
+	return &ScheduleEventEdge{
 		Node:   _m,
 		Cursor: order.Field.toCursor(_m),
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/predicate"
+	"taskgraph/ent/schedule"
 	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
 	"time"
@@ -530,6 +531,1130 @@ func (i *AuditLogWhereInput) P() (predicate.AuditLog, error) {
 	}
 }
 
+// ScheduleWhereInput represents a where input for filtering Schedule queries.
+type ScheduleWhereInput struct {
+	Predicates []predicate.Schedule  `json:"-"`
+	Not        *ScheduleWhereInput   `json:"not,omitempty"`
+	Or         []*ScheduleWhereInput `json:"or,omitempty"`
+	And        []*ScheduleWhereInput `json:"and,omitempty"`
+
+	// "id" field predicates.
+	ID      *int  `json:"id,omitempty"`
+	IDNEQ   *int  `json:"idNEQ,omitempty"`
+	IDIn    []int `json:"idIn,omitempty"`
+	IDNotIn []int `json:"idNotIn,omitempty"`
+	IDGT    *int  `json:"idGT,omitempty"`
+	IDGTE   *int  `json:"idGTE,omitempty"`
+	IDLT    *int  `json:"idLT,omitempty"`
+	IDLTE   *int  `json:"idLTE,omitempty"`
+
+	// "created_at" field predicates.
+	CreatedAt      *time.Time  `json:"createdAt,omitempty"`
+	CreatedAtNEQ   *time.Time  `json:"createdAtNEQ,omitempty"`
+	CreatedAtIn    []time.Time `json:"createdAtIn,omitempty"`
+	CreatedAtNotIn []time.Time `json:"createdAtNotIn,omitempty"`
+	CreatedAtGT    *time.Time  `json:"createdAtGT,omitempty"`
+	CreatedAtGTE   *time.Time  `json:"createdAtGTE,omitempty"`
+	CreatedAtLT    *time.Time  `json:"createdAtLT,omitempty"`
+	CreatedAtLTE   *time.Time  `json:"createdAtLTE,omitempty"`
+
+	// "name" field predicates.
+	Name             *string  `json:"name,omitempty"`
+	NameNEQ          *string  `json:"nameNEQ,omitempty"`
+	NameIn           []string `json:"nameIn,omitempty"`
+	NameNotIn        []string `json:"nameNotIn,omitempty"`
+	NameGT           *string  `json:"nameGT,omitempty"`
+	NameGTE          *string  `json:"nameGTE,omitempty"`
+	NameLT           *string  `json:"nameLT,omitempty"`
+	NameLTE          *string  `json:"nameLTE,omitempty"`
+	NameContains     *string  `json:"nameContains,omitempty"`
+	NameHasPrefix    *string  `json:"nameHasPrefix,omitempty"`
+	NameHasSuffix    *string  `json:"nameHasSuffix,omitempty"`
+	NameEqualFold    *string  `json:"nameEqualFold,omitempty"`
+	NameContainsFold *string  `json:"nameContainsFold,omitempty"`
+
+	// "owner" field predicates.
+	Owner             *string  `json:"owner,omitempty"`
+	OwnerNEQ          *string  `json:"ownerNEQ,omitempty"`
+	OwnerIn           []string `json:"ownerIn,omitempty"`
+	OwnerNotIn        []string `json:"ownerNotIn,omitempty"`
+	OwnerGT           *string  `json:"ownerGT,omitempty"`
+	OwnerGTE          *string  `json:"ownerGTE,omitempty"`
+	OwnerLT           *string  `json:"ownerLT,omitempty"`
+	OwnerLTE          *string  `json:"ownerLTE,omitempty"`
+	OwnerContains     *string  `json:"ownerContains,omitempty"`
+	OwnerHasPrefix    *string  `json:"ownerHasPrefix,omitempty"`
+	OwnerHasSuffix    *string  `json:"ownerHasSuffix,omitempty"`
+	OwnerEqualFold    *string  `json:"ownerEqualFold,omitempty"`
+	OwnerContainsFold *string  `json:"ownerContainsFold,omitempty"`
+
+	// "tenant" field predicates.
+	Tenant             *string  `json:"tenant,omitempty"`
+	TenantNEQ          *string  `json:"tenantNEQ,omitempty"`
+	TenantIn           []string `json:"tenantIn,omitempty"`
+	TenantNotIn        []string `json:"tenantNotIn,omitempty"`
+	TenantGT           *string  `json:"tenantGT,omitempty"`
+	TenantGTE          *string  `json:"tenantGTE,omitempty"`
+	TenantLT           *string  `json:"tenantLT,omitempty"`
+	TenantLTE          *string  `json:"tenantLTE,omitempty"`
+	TenantContains     *string  `json:"tenantContains,omitempty"`
+	TenantHasPrefix    *string  `json:"tenantHasPrefix,omitempty"`
+	TenantHasSuffix    *string  `json:"tenantHasSuffix,omitempty"`
+	TenantEqualFold    *string  `json:"tenantEqualFold,omitempty"`
+	TenantContainsFold *string  `json:"tenantContainsFold,omitempty"`
+
+	// "cron" field predicates.
+	Cron             *string  `json:"cron,omitempty"`
+	CronNEQ          *string  `json:"cronNEQ,omitempty"`
+	CronIn           []string `json:"cronIn,omitempty"`
+	CronNotIn        []string `json:"cronNotIn,omitempty"`
+	CronGT           *string  `json:"cronGT,omitempty"`
+	CronGTE          *string  `json:"cronGTE,omitempty"`
+	CronLT           *string  `json:"cronLT,omitempty"`
+	CronLTE          *string  `json:"cronLTE,omitempty"`
+	CronContains     *string  `json:"cronContains,omitempty"`
+	CronHasPrefix    *string  `json:"cronHasPrefix,omitempty"`
+	CronHasSuffix    *string  `json:"cronHasSuffix,omitempty"`
+	CronEqualFold    *string  `json:"cronEqualFold,omitempty"`
+	CronContainsFold *string  `json:"cronContainsFold,omitempty"`
+
+	// "interval_seconds" field predicates.
+	IntervalSeconds       *int  `json:"intervalSeconds,omitempty"`
+	IntervalSecondsNEQ    *int  `json:"intervalSecondsNEQ,omitempty"`
+	IntervalSecondsIn     []int `json:"intervalSecondsIn,omitempty"`
+	IntervalSecondsNotIn  []int `json:"intervalSecondsNotIn,omitempty"`
+	IntervalSecondsGT     *int  `json:"intervalSecondsGT,omitempty"`
+	IntervalSecondsGTE    *int  `json:"intervalSecondsGTE,omitempty"`
+	IntervalSecondsLT     *int  `json:"intervalSecondsLT,omitempty"`
+	IntervalSecondsLTE    *int  `json:"intervalSecondsLTE,omitempty"`
+	IntervalSecondsIsNil  bool  `json:"intervalSecondsIsNil,omitempty"`
+	IntervalSecondsNotNil bool  `json:"intervalSecondsNotNil,omitempty"`
+
+	// "timezone" field predicates.
+	Timezone             *string  `json:"timezone,omitempty"`
+	TimezoneNEQ          *string  `json:"timezoneNEQ,omitempty"`
+	TimezoneIn           []string `json:"timezoneIn,omitempty"`
+	TimezoneNotIn        []string `json:"timezoneNotIn,omitempty"`
+	TimezoneGT           *string  `json:"timezoneGT,omitempty"`
+	TimezoneGTE          *string  `json:"timezoneGTE,omitempty"`
+	TimezoneLT           *string  `json:"timezoneLT,omitempty"`
+	TimezoneLTE          *string  `json:"timezoneLTE,omitempty"`
+	TimezoneContains     *string  `json:"timezoneContains,omitempty"`
+	TimezoneHasPrefix    *string  `json:"timezoneHasPrefix,omitempty"`
+	TimezoneHasSuffix    *string  `json:"timezoneHasSuffix,omitempty"`
+	TimezoneEqualFold    *string  `json:"timezoneEqualFold,omitempty"`
+	TimezoneContainsFold *string  `json:"timezoneContainsFold,omitempty"`
+
+	// "task_type" field predicates.
+	TaskType             *string  `json:"taskType,omitempty"`
+	TaskTypeNEQ          *string  `json:"taskTypeNEQ,omitempty"`
+	TaskTypeIn           []string `json:"taskTypeIn,omitempty"`
+	TaskTypeNotIn        []string `json:"taskTypeNotIn,omitempty"`
+	TaskTypeGT           *string  `json:"taskTypeGT,omitempty"`
+	TaskTypeGTE          *string  `json:"taskTypeGTE,omitempty"`
+	TaskTypeLT           *string  `json:"taskTypeLT,omitempty"`
+	TaskTypeLTE          *string  `json:"taskTypeLTE,omitempty"`
+	TaskTypeContains     *string  `json:"taskTypeContains,omitempty"`
+	TaskTypeHasPrefix    *string  `json:"taskTypeHasPrefix,omitempty"`
+	TaskTypeHasSuffix    *string  `json:"taskTypeHasSuffix,omitempty"`
+	TaskTypeEqualFold    *string  `json:"taskTypeEqualFold,omitempty"`
+	TaskTypeContainsFold *string  `json:"taskTypeContainsFold,omitempty"`
+
+	// "task_title" field predicates.
+	TaskTitle             *string  `json:"taskTitle,omitempty"`
+	TaskTitleNEQ          *string  `json:"taskTitleNEQ,omitempty"`
+	TaskTitleIn           []string `json:"taskTitleIn,omitempty"`
+	TaskTitleNotIn        []string `json:"taskTitleNotIn,omitempty"`
+	TaskTitleGT           *string  `json:"taskTitleGT,omitempty"`
+	TaskTitleGTE          *string  `json:"taskTitleGTE,omitempty"`
+	TaskTitleLT           *string  `json:"taskTitleLT,omitempty"`
+	TaskTitleLTE          *string  `json:"taskTitleLTE,omitempty"`
+	TaskTitleContains     *string  `json:"taskTitleContains,omitempty"`
+	TaskTitleHasPrefix    *string  `json:"taskTitleHasPrefix,omitempty"`
+	TaskTitleHasSuffix    *string  `json:"taskTitleHasSuffix,omitempty"`
+	TaskTitleEqualFold    *string  `json:"taskTitleEqualFold,omitempty"`
+	TaskTitleContainsFold *string  `json:"taskTitleContainsFold,omitempty"`
+
+	// "task_priority" field predicates.
+	TaskPriority       *int  `json:"taskPriority,omitempty"`
+	TaskPriorityNEQ    *int  `json:"taskPriorityNEQ,omitempty"`
+	TaskPriorityIn     []int `json:"taskPriorityIn,omitempty"`
+	TaskPriorityNotIn  []int `json:"taskPriorityNotIn,omitempty"`
+	TaskPriorityGT     *int  `json:"taskPriorityGT,omitempty"`
+	TaskPriorityGTE    *int  `json:"taskPriorityGTE,omitempty"`
+	TaskPriorityLT     *int  `json:"taskPriorityLT,omitempty"`
+	TaskPriorityLTE    *int  `json:"taskPriorityLTE,omitempty"`
+	TaskPriorityIsNil  bool  `json:"taskPriorityIsNil,omitempty"`
+	TaskPriorityNotNil bool  `json:"taskPriorityNotNil,omitempty"`
+
+	// "task_timeout_seconds" field predicates.
+	TaskTimeoutSeconds       *int  `json:"taskTimeoutSeconds,omitempty"`
+	TaskTimeoutSecondsNEQ    *int  `json:"taskTimeoutSecondsNEQ,omitempty"`
+	TaskTimeoutSecondsIn     []int `json:"taskTimeoutSecondsIn,omitempty"`
+	TaskTimeoutSecondsNotIn  []int `json:"taskTimeoutSecondsNotIn,omitempty"`
+	TaskTimeoutSecondsGT     *int  `json:"taskTimeoutSecondsGT,omitempty"`
+	TaskTimeoutSecondsGTE    *int  `json:"taskTimeoutSecondsGTE,omitempty"`
+	TaskTimeoutSecondsLT     *int  `json:"taskTimeoutSecondsLT,omitempty"`
+	TaskTimeoutSecondsLTE    *int  `json:"taskTimeoutSecondsLTE,omitempty"`
+	TaskTimeoutSecondsIsNil  bool  `json:"taskTimeoutSecondsIsNil,omitempty"`
+	TaskTimeoutSecondsNotNil bool  `json:"taskTimeoutSecondsNotNil,omitempty"`
+
+	// "task_retry_policy" field predicates.
+	TaskRetryPolicy             *string  `json:"taskRetryPolicy,omitempty"`
+	TaskRetryPolicyNEQ          *string  `json:"taskRetryPolicyNEQ,omitempty"`
+	TaskRetryPolicyIn           []string `json:"taskRetryPolicyIn,omitempty"`
+	TaskRetryPolicyNotIn        []string `json:"taskRetryPolicyNotIn,omitempty"`
+	TaskRetryPolicyGT           *string  `json:"taskRetryPolicyGT,omitempty"`
+	TaskRetryPolicyGTE          *string  `json:"taskRetryPolicyGTE,omitempty"`
+	TaskRetryPolicyLT           *string  `json:"taskRetryPolicyLT,omitempty"`
+	TaskRetryPolicyLTE          *string  `json:"taskRetryPolicyLTE,omitempty"`
+	TaskRetryPolicyContains     *string  `json:"taskRetryPolicyContains,omitempty"`
+	TaskRetryPolicyHasPrefix    *string  `json:"taskRetryPolicyHasPrefix,omitempty"`
+	TaskRetryPolicyHasSuffix    *string  `json:"taskRetryPolicyHasSuffix,omitempty"`
+	TaskRetryPolicyIsNil        bool     `json:"taskRetryPolicyIsNil,omitempty"`
+	TaskRetryPolicyNotNil       bool     `json:"taskRetryPolicyNotNil,omitempty"`
+	TaskRetryPolicyEqualFold    *string  `json:"taskRetryPolicyEqualFold,omitempty"`
+	TaskRetryPolicyContainsFold *string  `json:"taskRetryPolicyContainsFold,omitempty"`
+
+	// "task_max_attempts" field predicates.
+	TaskMaxAttempts       *int  `json:"taskMaxAttempts,omitempty"`
+	TaskMaxAttemptsNEQ    *int  `json:"taskMaxAttemptsNEQ,omitempty"`
+	TaskMaxAttemptsIn     []int `json:"taskMaxAttemptsIn,omitempty"`
+	TaskMaxAttemptsNotIn  []int `json:"taskMaxAttemptsNotIn,omitempty"`
+	TaskMaxAttemptsGT     *int  `json:"taskMaxAttemptsGT,omitempty"`
+	TaskMaxAttemptsGTE    *int  `json:"taskMaxAttemptsGTE,omitempty"`
+	TaskMaxAttemptsLT     *int  `json:"taskMaxAttemptsLT,omitempty"`
+	TaskMaxAttemptsLTE    *int  `json:"taskMaxAttemptsLTE,omitempty"`
+	TaskMaxAttemptsIsNil  bool  `json:"taskMaxAttemptsIsNil,omitempty"`
+	TaskMaxAttemptsNotNil bool  `json:"taskMaxAttemptsNotNil,omitempty"`
+
+	// "paused" field predicates.
+	Paused    *bool `json:"paused,omitempty"`
+	PausedNEQ *bool `json:"pausedNEQ,omitempty"`
+
+	// "start_at" field predicates.
+	StartAt       *time.Time  `json:"startAt,omitempty"`
+	StartAtNEQ    *time.Time  `json:"startAtNEQ,omitempty"`
+	StartAtIn     []time.Time `json:"startAtIn,omitempty"`
+	StartAtNotIn  []time.Time `json:"startAtNotIn,omitempty"`
+	StartAtGT     *time.Time  `json:"startAtGT,omitempty"`
+	StartAtGTE    *time.Time  `json:"startAtGTE,omitempty"`
+	StartAtLT     *time.Time  `json:"startAtLT,omitempty"`
+	StartAtLTE    *time.Time  `json:"startAtLTE,omitempty"`
+	StartAtIsNil  bool        `json:"startAtIsNil,omitempty"`
+	StartAtNotNil bool        `json:"startAtNotNil,omitempty"`
+
+	// "end_at" field predicates.
+	EndAt       *time.Time  `json:"endAt,omitempty"`
+	EndAtNEQ    *time.Time  `json:"endAtNEQ,omitempty"`
+	EndAtIn     []time.Time `json:"endAtIn,omitempty"`
+	EndAtNotIn  []time.Time `json:"endAtNotIn,omitempty"`
+	EndAtGT     *time.Time  `json:"endAtGT,omitempty"`
+	EndAtGTE    *time.Time  `json:"endAtGTE,omitempty"`
+	EndAtLT     *time.Time  `json:"endAtLT,omitempty"`
+	EndAtLTE    *time.Time  `json:"endAtLTE,omitempty"`
+	EndAtIsNil  bool        `json:"endAtIsNil,omitempty"`
+	EndAtNotNil bool        `json:"endAtNotNil,omitempty"`
+
+	// "misfire_policy" field predicates.
+	MisfirePolicy      *schedule.MisfirePolicy  `json:"misfirePolicy,omitempty"`
+	MisfirePolicyNEQ   *schedule.MisfirePolicy  `json:"misfirePolicyNEQ,omitempty"`
+	MisfirePolicyIn    []schedule.MisfirePolicy `json:"misfirePolicyIn,omitempty"`
+	MisfirePolicyNotIn []schedule.MisfirePolicy `json:"misfirePolicyNotIn,omitempty"`
+
+	// "overlap_policy" field predicates.
+	OverlapPolicy      *schedule.OverlapPolicy  `json:"overlapPolicy,omitempty"`
+	OverlapPolicyNEQ   *schedule.OverlapPolicy  `json:"overlapPolicyNEQ,omitempty"`
+	OverlapPolicyIn    []schedule.OverlapPolicy `json:"overlapPolicyIn,omitempty"`
+	OverlapPolicyNotIn []schedule.OverlapPolicy `json:"overlapPolicyNotIn,omitempty"`
+
+	// "next_fire_at" field predicates.
+	NextFireAt       *time.Time  `json:"nextFireAt,omitempty"`
+	NextFireAtNEQ    *time.Time  `json:"nextFireAtNEQ,omitempty"`
+	NextFireAtIn     []time.Time `json:"nextFireAtIn,omitempty"`
+	NextFireAtNotIn  []time.Time `json:"nextFireAtNotIn,omitempty"`
+	NextFireAtGT     *time.Time  `json:"nextFireAtGT,omitempty"`
+	NextFireAtGTE    *time.Time  `json:"nextFireAtGTE,omitempty"`
+	NextFireAtLT     *time.Time  `json:"nextFireAtLT,omitempty"`
+	NextFireAtLTE    *time.Time  `json:"nextFireAtLTE,omitempty"`
+	NextFireAtIsNil  bool        `json:"nextFireAtIsNil,omitempty"`
+	NextFireAtNotNil bool        `json:"nextFireAtNotNil,omitempty"`
+
+	// "last_fired_at" field predicates.
+	LastFiredAt       *time.Time  `json:"lastFiredAt,omitempty"`
+	LastFiredAtNEQ    *time.Time  `json:"lastFiredAtNEQ,omitempty"`
+	LastFiredAtIn     []time.Time `json:"lastFiredAtIn,omitempty"`
+	LastFiredAtNotIn  []time.Time `json:"lastFiredAtNotIn,omitempty"`
+	LastFiredAtGT     *time.Time  `json:"lastFiredAtGT,omitempty"`
+	LastFiredAtGTE    *time.Time  `json:"lastFiredAtGTE,omitempty"`
+	LastFiredAtLT     *time.Time  `json:"lastFiredAtLT,omitempty"`
+	LastFiredAtLTE    *time.Time  `json:"lastFiredAtLTE,omitempty"`
+	LastFiredAtIsNil  bool        `json:"lastFiredAtIsNil,omitempty"`
+	LastFiredAtNotNil bool        `json:"lastFiredAtNotNil,omitempty"`
+
+	// "last_task_id" field predicates.
+	LastTaskID       *int  `json:"lastTaskID,omitempty"`
+	LastTaskIDNEQ    *int  `json:"lastTaskIDNEQ,omitempty"`
+	LastTaskIDIn     []int `json:"lastTaskIDIn,omitempty"`
+	LastTaskIDNotIn  []int `json:"lastTaskIDNotIn,omitempty"`
+	LastTaskIDGT     *int  `json:"lastTaskIDGT,omitempty"`
+	LastTaskIDGTE    *int  `json:"lastTaskIDGTE,omitempty"`
+	LastTaskIDLT     *int  `json:"lastTaskIDLT,omitempty"`
+	LastTaskIDLTE    *int  `json:"lastTaskIDLTE,omitempty"`
+	LastTaskIDIsNil  bool  `json:"lastTaskIDIsNil,omitempty"`
+	LastTaskIDNotNil bool  `json:"lastTaskIDNotNil,omitempty"`
+
+	// "queued_count" field predicates.
+	QueuedCount      *int  `json:"queuedCount,omitempty"`
+	QueuedCountNEQ   *int  `json:"queuedCountNEQ,omitempty"`
+	QueuedCountIn    []int `json:"queuedCountIn,omitempty"`
+	QueuedCountNotIn []int `json:"queuedCountNotIn,omitempty"`
+	QueuedCountGT    *int  `json:"queuedCountGT,omitempty"`
+	QueuedCountGTE   *int  `json:"queuedCountGTE,omitempty"`
+	QueuedCountLT    *int  `json:"queuedCountLT,omitempty"`
+	QueuedCountLTE   *int  `json:"queuedCountLTE,omitempty"`
+
+	// "version" field predicates.
+	Version      *int64  `json:"version,omitempty"`
+	VersionNEQ   *int64  `json:"versionNEQ,omitempty"`
+	VersionIn    []int64 `json:"versionIn,omitempty"`
+	VersionNotIn []int64 `json:"versionNotIn,omitempty"`
+	VersionGT    *int64  `json:"versionGT,omitempty"`
+	VersionGTE   *int64  `json:"versionGTE,omitempty"`
+	VersionLT    *int64  `json:"versionLT,omitempty"`
+	VersionLTE   *int64  `json:"versionLTE,omitempty"`
+
+	// "updated_at" field predicates.
+	UpdatedAt      *time.Time  `json:"updatedAt,omitempty"`
+	UpdatedAtNEQ   *time.Time  `json:"updatedAtNEQ,omitempty"`
+	UpdatedAtIn    []time.Time `json:"updatedAtIn,omitempty"`
+	UpdatedAtNotIn []time.Time `json:"updatedAtNotIn,omitempty"`
+	UpdatedAtGT    *time.Time  `json:"updatedAtGT,omitempty"`
+	UpdatedAtGTE   *time.Time  `json:"updatedAtGTE,omitempty"`
+	UpdatedAtLT    *time.Time  `json:"updatedAtLT,omitempty"`
+	UpdatedAtLTE   *time.Time  `json:"updatedAtLTE,omitempty"`
+}
+
+// AddPredicates adds custom predicates to the where input to be used during the filtering phase.
+func (i *ScheduleWhereInput) AddPredicates(predicates ...predicate.Schedule) {
+	i.Predicates = append(i.Predicates, predicates...)
+}
+
+// Filter applies the ScheduleWhereInput filter on the ScheduleQuery builder.
+func (i *ScheduleWhereInput) Filter(q *ScheduleQuery) (*ScheduleQuery, error) {
+	if i == nil {
+		return q, nil
+	}
+	p, err := i.P()
+	if err != nil {
+		if err == ErrEmptyScheduleWhereInput {
+			return q, nil
+		}
+		return nil, err
+	}
+	return q.Where(p), nil
+}
+
+// ErrEmptyScheduleWhereInput is returned in case the ScheduleWhereInput is empty.
+var ErrEmptyScheduleWhereInput = errors.New("ent: empty predicate ScheduleWhereInput")
+
+// P returns a predicate for filtering schedules.
+// An error is returned if the input is empty or invalid.
+func (i *ScheduleWhereInput) P() (predicate.Schedule, error) {
+	var predicates []predicate.Schedule
+	if i.Not != nil {
+		p, err := i.Not.P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'not'", err)
+		}
+		predicates = append(predicates, schedule.Not(p))
+	}
+	switch n := len(i.Or); {
+	case n == 1:
+		p, err := i.Or[0].P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'or'", err)
+		}
+		predicates = append(predicates, p)
+	case n > 1:
+		or := make([]predicate.Schedule, 0, n)
+		for _, w := range i.Or {
+			p, err := w.P()
+			if err != nil {
+				return nil, fmt.Errorf("%w: field 'or'", err)
+			}
+			or = append(or, p)
+		}
+		predicates = append(predicates, schedule.Or(or...))
+	}
+	switch n := len(i.And); {
+	case n == 1:
+		p, err := i.And[0].P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'and'", err)
+		}
+		predicates = append(predicates, p)
+	case n > 1:
+		and := make([]predicate.Schedule, 0, n)
+		for _, w := range i.And {
+			p, err := w.P()
+			if err != nil {
+				return nil, fmt.Errorf("%w: field 'and'", err)
+			}
+			and = append(and, p)
+		}
+		predicates = append(predicates, schedule.And(and...))
+	}
+	predicates = append(predicates, i.Predicates...)
+	if i.ID != nil {
+		predicates = append(predicates, schedule.IDEQ(*i.ID))
+	}
+	if i.IDNEQ != nil {
+		predicates = append(predicates, schedule.IDNEQ(*i.IDNEQ))
+	}
+	if len(i.IDIn) > 0 {
+		predicates = append(predicates, schedule.IDIn(i.IDIn...))
+	}
+	if len(i.IDNotIn) > 0 {
+		predicates = append(predicates, schedule.IDNotIn(i.IDNotIn...))
+	}
+	if i.IDGT != nil {
+		predicates = append(predicates, schedule.IDGT(*i.IDGT))
+	}
+	if i.IDGTE != nil {
+		predicates = append(predicates, schedule.IDGTE(*i.IDGTE))
+	}
+	if i.IDLT != nil {
+		predicates = append(predicates, schedule.IDLT(*i.IDLT))
+	}
+	if i.IDLTE != nil {
+		predicates = append(predicates, schedule.IDLTE(*i.IDLTE))
+	}
+	if i.CreatedAt != nil {
+		predicates = append(predicates, schedule.CreatedAtEQ(*i.CreatedAt))
+	}
+	if i.CreatedAtNEQ != nil {
+		predicates = append(predicates, schedule.CreatedAtNEQ(*i.CreatedAtNEQ))
+	}
+	if len(i.CreatedAtIn) > 0 {
+		predicates = append(predicates, schedule.CreatedAtIn(i.CreatedAtIn...))
+	}
+	if len(i.CreatedAtNotIn) > 0 {
+		predicates = append(predicates, schedule.CreatedAtNotIn(i.CreatedAtNotIn...))
+	}
+	if i.CreatedAtGT != nil {
+		predicates = append(predicates, schedule.CreatedAtGT(*i.CreatedAtGT))
+	}
+	if i.CreatedAtGTE != nil {
+		predicates = append(predicates, schedule.CreatedAtGTE(*i.CreatedAtGTE))
+	}
+	if i.CreatedAtLT != nil {
+		predicates = append(predicates, schedule.CreatedAtLT(*i.CreatedAtLT))
+	}
+	if i.CreatedAtLTE != nil {
+		predicates = append(predicates, schedule.CreatedAtLTE(*i.CreatedAtLTE))
+	}
+	if i.Name != nil {
+		predicates = append(predicates, schedule.NameEQ(*i.Name))
+	}
+	if i.NameNEQ != nil {
+		predicates = append(predicates, schedule.NameNEQ(*i.NameNEQ))
+	}
+	if len(i.NameIn) > 0 {
+		predicates = append(predicates, schedule.NameIn(i.NameIn...))
+	}
+	if len(i.NameNotIn) > 0 {
+		predicates = append(predicates, schedule.NameNotIn(i.NameNotIn...))
+	}
+	if i.NameGT != nil {
+		predicates = append(predicates, schedule.NameGT(*i.NameGT))
+	}
+	if i.NameGTE != nil {
+		predicates = append(predicates, schedule.NameGTE(*i.NameGTE))
+	}
+	if i.NameLT != nil {
+		predicates = append(predicates, schedule.NameLT(*i.NameLT))
+	}
+	if i.NameLTE != nil {
+		predicates = append(predicates, schedule.NameLTE(*i.NameLTE))
+	}
+	if i.NameContains != nil {
+		predicates = append(predicates, schedule.NameContains(*i.NameContains))
+	}
+	if i.NameHasPrefix != nil {
+		predicates = append(predicates, schedule.NameHasPrefix(*i.NameHasPrefix))
+	}
+	if i.NameHasSuffix != nil {
+		predicates = append(predicates, schedule.NameHasSuffix(*i.NameHasSuffix))
+	}
+	if i.NameEqualFold != nil {
+		predicates = append(predicates, schedule.NameEqualFold(*i.NameEqualFold))
+	}
+	if i.NameContainsFold != nil {
+		predicates = append(predicates, schedule.NameContainsFold(*i.NameContainsFold))
+	}
+	if i.Owner != nil {
+		predicates = append(predicates, schedule.OwnerEQ(*i.Owner))
+	}
+	if i.OwnerNEQ != nil {
+		predicates = append(predicates, schedule.OwnerNEQ(*i.OwnerNEQ))
+	}
+	if len(i.OwnerIn) > 0 {
+		predicates = append(predicates, schedule.OwnerIn(i.OwnerIn...))
+	}
+	if len(i.OwnerNotIn) > 0 {
+		predicates = append(predicates, schedule.OwnerNotIn(i.OwnerNotIn...))
+	}
+	if i.OwnerGT != nil {
+		predicates = append(predicates, schedule.OwnerGT(*i.OwnerGT))
+	}
+	if i.OwnerGTE != nil {
+		predicates = append(predicates, schedule.OwnerGTE(*i.OwnerGTE))
+	}
+	if i.OwnerLT != nil {
+		predicates = append(predicates, schedule.OwnerLT(*i.OwnerLT))
+	}
+	if i.OwnerLTE != nil {
+		predicates = append(predicates, schedule.OwnerLTE(*i.OwnerLTE))
+	}
+	if i.OwnerContains != nil {
+		predicates = append(predicates, schedule.OwnerContains(*i.OwnerContains))
+	}
+	if i.OwnerHasPrefix != nil {
+		predicates = append(predicates, schedule.OwnerHasPrefix(*i.OwnerHasPrefix))
+	}
+	if i.OwnerHasSuffix != nil {
+		predicates = append(predicates, schedule.OwnerHasSuffix(*i.OwnerHasSuffix))
+	}
+	if i.OwnerEqualFold != nil {
+		predicates = append(predicates, schedule.OwnerEqualFold(*i.OwnerEqualFold))
+	}
+	if i.OwnerContainsFold != nil {
+		predicates = append(predicates, schedule.OwnerContainsFold(*i.OwnerContainsFold))
+	}
+	if i.Tenant != nil {
+		predicates = append(predicates, schedule.TenantEQ(*i.Tenant))
+	}
+	if i.TenantNEQ != nil {
+		predicates = append(predicates, schedule.TenantNEQ(*i.TenantNEQ))
+	}
+	if len(i.TenantIn) > 0 {
+		predicates = append(predicates, schedule.TenantIn(i.TenantIn...))
+	}
+	if len(i.TenantNotIn) > 0 {
+		predicates = append(predicates, schedule.TenantNotIn(i.TenantNotIn...))
+	}
+	if i.TenantGT != nil {
+		predicates = append(predicates, schedule.TenantGT(*i.TenantGT))
+	}
+	if i.TenantGTE != nil {
+		predicates = append(predicates, schedule.TenantGTE(*i.TenantGTE))
+	}
+	if i.TenantLT != nil {
+		predicates = append(predicates, schedule.TenantLT(*i.TenantLT))
+	}
+	if i.TenantLTE != nil {
+		predicates = append(predicates, schedule.TenantLTE(*i.TenantLTE))
+	}
+	if i.TenantContains != nil {
+		predicates = append(predicates, schedule.TenantContains(*i.TenantContains))
+	}
+	if i.TenantHasPrefix != nil {
+		predicates = append(predicates, schedule.TenantHasPrefix(*i.TenantHasPrefix))
+	}
+	if i.TenantHasSuffix != nil {
+		predicates = append(predicates, schedule.TenantHasSuffix(*i.TenantHasSuffix))
+	}
+	if i.TenantEqualFold != nil {
+		predicates = append(predicates, schedule.TenantEqualFold(*i.TenantEqualFold))
+	}
+	if i.TenantContainsFold != nil {
+		predicates = append(predicates, schedule.TenantContainsFold(*i.TenantContainsFold))
+	}
+	if i.Cron != nil {
+		predicates = append(predicates, schedule.CronEQ(*i.Cron))
+	}
+	if i.CronNEQ != nil {
+		predicates = append(predicates, schedule.CronNEQ(*i.CronNEQ))
+	}
+	if len(i.CronIn) > 0 {
+		predicates = append(predicates, schedule.CronIn(i.CronIn...))
+	}
+	if len(i.CronNotIn) > 0 {
+		predicates = append(predicates, schedule.CronNotIn(i.CronNotIn...))
+	}
+	if i.CronGT != nil {
+		predicates = append(predicates, schedule.CronGT(*i.CronGT))
+	}
+	if i.CronGTE != nil {
+		predicates = append(predicates, schedule.CronGTE(*i.CronGTE))
+	}
+	if i.CronLT != nil {
+		predicates = append(predicates, schedule.CronLT(*i.CronLT))
+	}
+	if i.CronLTE != nil {
+		predicates = append(predicates, schedule.CronLTE(*i.CronLTE))
+	}
+	if i.CronContains != nil {
+		predicates = append(predicates, schedule.CronContains(*i.CronContains))
+	}
+	if i.CronHasPrefix != nil {
+		predicates = append(predicates, schedule.CronHasPrefix(*i.CronHasPrefix))
+	}
+	if i.CronHasSuffix != nil {
+		predicates = append(predicates, schedule.CronHasSuffix(*i.CronHasSuffix))
+	}
+	if i.CronEqualFold != nil {
+		predicates = append(predicates, schedule.CronEqualFold(*i.CronEqualFold))
+	}
+	if i.CronContainsFold != nil {
+		predicates = append(predicates, schedule.CronContainsFold(*i.CronContainsFold))
+	}
+	if i.IntervalSeconds != nil {
+		predicates = append(predicates, schedule.IntervalSecondsEQ(*i.IntervalSeconds))
+	}
+	if i.IntervalSecondsNEQ != nil {
+		predicates = append(predicates, schedule.IntervalSecondsNEQ(*i.IntervalSecondsNEQ))
+	}
+	if len(i.IntervalSecondsIn) > 0 {
+		predicates = append(predicates, schedule.IntervalSecondsIn(i.IntervalSecondsIn...))
+	}
+	if len(i.IntervalSecondsNotIn) > 0 {
+		predicates = append(predicates, schedule.IntervalSecondsNotIn(i.IntervalSecondsNotIn...))
+	}
+	if i.IntervalSecondsGT != nil {
+		predicates = append(predicates, schedule.IntervalSecondsGT(*i.IntervalSecondsGT))
+	}
+	if i.IntervalSecondsGTE != nil {
+		predicates = append(predicates, schedule.IntervalSecondsGTE(*i.IntervalSecondsGTE))
+	}
+	if i.IntervalSecondsLT != nil {
+		predicates = append(predicates, schedule.IntervalSecondsLT(*i.IntervalSecondsLT))
+	}
+	if i.IntervalSecondsLTE != nil {
+		predicates = append(predicates, schedule.IntervalSecondsLTE(*i.IntervalSecondsLTE))
+	}
+	if i.IntervalSecondsIsNil {
+		predicates = append(predicates, schedule.IntervalSecondsIsNil())
+	}
+	if i.IntervalSecondsNotNil {
+		predicates = append(predicates, schedule.IntervalSecondsNotNil())
+	}
+	if i.Timezone != nil {
+		predicates = append(predicates, schedule.TimezoneEQ(*i.Timezone))
+	}
+	if i.TimezoneNEQ != nil {
+		predicates = append(predicates, schedule.TimezoneNEQ(*i.TimezoneNEQ))
+	}
+	if len(i.TimezoneIn) > 0 {
+		predicates = append(predicates, schedule.TimezoneIn(i.TimezoneIn...))
+	}
+	if len(i.TimezoneNotIn) > 0 {
+		predicates = append(predicates, schedule.TimezoneNotIn(i.TimezoneNotIn...))
+	}
+	if i.TimezoneGT != nil {
+		predicates = append(predicates, schedule.TimezoneGT(*i.TimezoneGT))
+	}
+	if i.TimezoneGTE != nil {
+		predicates = append(predicates, schedule.TimezoneGTE(*i.TimezoneGTE))
+	}
+	if i.TimezoneLT != nil {
+		predicates = append(predicates, schedule.TimezoneLT(*i.TimezoneLT))
+	}
+	if i.TimezoneLTE != nil {
+		predicates = append(predicates, schedule.TimezoneLTE(*i.TimezoneLTE))
+	}
+	if i.TimezoneContains != nil {
+		predicates = append(predicates, schedule.TimezoneContains(*i.TimezoneContains))
+	}
+	if i.TimezoneHasPrefix != nil {
+		predicates = append(predicates, schedule.TimezoneHasPrefix(*i.TimezoneHasPrefix))
+	}
+	if i.TimezoneHasSuffix != nil {
+		predicates = append(predicates, schedule.TimezoneHasSuffix(*i.TimezoneHasSuffix))
+	}
+	if i.TimezoneEqualFold != nil {
+		predicates = append(predicates, schedule.TimezoneEqualFold(*i.TimezoneEqualFold))
+	}
+	if i.TimezoneContainsFold != nil {
+		predicates = append(predicates, schedule.TimezoneContainsFold(*i.TimezoneContainsFold))
+	}
+	if i.TaskType != nil {
+		predicates = append(predicates, schedule.TaskTypeEQ(*i.TaskType))
+	}
+	if i.TaskTypeNEQ != nil {
+		predicates = append(predicates, schedule.TaskTypeNEQ(*i.TaskTypeNEQ))
+	}
+	if len(i.TaskTypeIn) > 0 {
+		predicates = append(predicates, schedule.TaskTypeIn(i.TaskTypeIn...))
+	}
+	if len(i.TaskTypeNotIn) > 0 {
+		predicates = append(predicates, schedule.TaskTypeNotIn(i.TaskTypeNotIn...))
+	}
+	if i.TaskTypeGT != nil {
+		predicates = append(predicates, schedule.TaskTypeGT(*i.TaskTypeGT))
+	}
+	if i.TaskTypeGTE != nil {
+		predicates = append(predicates, schedule.TaskTypeGTE(*i.TaskTypeGTE))
+	}
+	if i.TaskTypeLT != nil {
+		predicates = append(predicates, schedule.TaskTypeLT(*i.TaskTypeLT))
+	}
+	if i.TaskTypeLTE != nil {
+		predicates = append(predicates, schedule.TaskTypeLTE(*i.TaskTypeLTE))
+	}
+	if i.TaskTypeContains != nil {
+		predicates = append(predicates, schedule.TaskTypeContains(*i.TaskTypeContains))
+	}
+	if i.TaskTypeHasPrefix != nil {
+		predicates = append(predicates, schedule.TaskTypeHasPrefix(*i.TaskTypeHasPrefix))
+	}
+	if i.TaskTypeHasSuffix != nil {
+		predicates = append(predicates, schedule.TaskTypeHasSuffix(*i.TaskTypeHasSuffix))
+	}
+	if i.TaskTypeEqualFold != nil {
+		predicates = append(predicates, schedule.TaskTypeEqualFold(*i.TaskTypeEqualFold))
+	}
+	if i.TaskTypeContainsFold != nil {
+		predicates = append(predicates, schedule.TaskTypeContainsFold(*i.TaskTypeContainsFold))
+	}
+	if i.TaskTitle != nil {
+		predicates = append(predicates, schedule.TaskTitleEQ(*i.TaskTitle))
+	}
+	if i.TaskTitleNEQ != nil {
+		predicates = append(predicates, schedule.TaskTitleNEQ(*i.TaskTitleNEQ))
+	}
+	if len(i.TaskTitleIn) > 0 {
+		predicates = append(predicates, schedule.TaskTitleIn(i.TaskTitleIn...))
+	}
+	if len(i.TaskTitleNotIn) > 0 {
+		predicates = append(predicates, schedule.TaskTitleNotIn(i.TaskTitleNotIn...))
+	}
+	if i.TaskTitleGT != nil {
+		predicates = append(predicates, schedule.TaskTitleGT(*i.TaskTitleGT))
+	}
+	if i.TaskTitleGTE != nil {
+		predicates = append(predicates, schedule.TaskTitleGTE(*i.TaskTitleGTE))
+	}
+	if i.TaskTitleLT != nil {
+		predicates = append(predicates, schedule.TaskTitleLT(*i.TaskTitleLT))
+	}
+	if i.TaskTitleLTE != nil {
+		predicates = append(predicates, schedule.TaskTitleLTE(*i.TaskTitleLTE))
+	}
+	if i.TaskTitleContains != nil {
+		predicates = append(predicates, schedule.TaskTitleContains(*i.TaskTitleContains))
+	}
+	if i.TaskTitleHasPrefix != nil {
+		predicates = append(predicates, schedule.TaskTitleHasPrefix(*i.TaskTitleHasPrefix))
+	}
+	if i.TaskTitleHasSuffix != nil {
+		predicates = append(predicates, schedule.TaskTitleHasSuffix(*i.TaskTitleHasSuffix))
+	}
+	if i.TaskTitleEqualFold != nil {
+		predicates = append(predicates, schedule.TaskTitleEqualFold(*i.TaskTitleEqualFold))
+	}
+	if i.TaskTitleContainsFold != nil {
+		predicates = append(predicates, schedule.TaskTitleContainsFold(*i.TaskTitleContainsFold))
+	}
+	if i.TaskPriority != nil {
+		predicates = append(predicates, schedule.TaskPriorityEQ(*i.TaskPriority))
+	}
+	if i.TaskPriorityNEQ != nil {
+		predicates = append(predicates, schedule.TaskPriorityNEQ(*i.TaskPriorityNEQ))
+	}
+	if len(i.TaskPriorityIn) > 0 {
+		predicates = append(predicates, schedule.TaskPriorityIn(i.TaskPriorityIn...))
+	}
+	if len(i.TaskPriorityNotIn) > 0 {
+		predicates = append(predicates, schedule.TaskPriorityNotIn(i.TaskPriorityNotIn...))
+	}
+	if i.TaskPriorityGT != nil {
+		predicates = append(predicates, schedule.TaskPriorityGT(*i.TaskPriorityGT))
+	}
+	if i.TaskPriorityGTE != nil {
+		predicates = append(predicates, schedule.TaskPriorityGTE(*i.TaskPriorityGTE))
+	}
+	if i.TaskPriorityLT != nil {
+		predicates = append(predicates, schedule.TaskPriorityLT(*i.TaskPriorityLT))
+	}
+	if i.TaskPriorityLTE != nil {
+		predicates = append(predicates, schedule.TaskPriorityLTE(*i.TaskPriorityLTE))
+	}
+	if i.TaskPriorityIsNil {
+		predicates = append(predicates, schedule.TaskPriorityIsNil())
+	}
+	if i.TaskPriorityNotNil {
+		predicates = append(predicates, schedule.TaskPriorityNotNil())
+	}
+	if i.TaskTimeoutSeconds != nil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsEQ(*i.TaskTimeoutSeconds))
+	}
+	if i.TaskTimeoutSecondsNEQ != nil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsNEQ(*i.TaskTimeoutSecondsNEQ))
+	}
+	if len(i.TaskTimeoutSecondsIn) > 0 {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsIn(i.TaskTimeoutSecondsIn...))
+	}
+	if len(i.TaskTimeoutSecondsNotIn) > 0 {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsNotIn(i.TaskTimeoutSecondsNotIn...))
+	}
+	if i.TaskTimeoutSecondsGT != nil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsGT(*i.TaskTimeoutSecondsGT))
+	}
+	if i.TaskTimeoutSecondsGTE != nil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsGTE(*i.TaskTimeoutSecondsGTE))
+	}
+	if i.TaskTimeoutSecondsLT != nil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsLT(*i.TaskTimeoutSecondsLT))
+	}
+	if i.TaskTimeoutSecondsLTE != nil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsLTE(*i.TaskTimeoutSecondsLTE))
+	}
+	if i.TaskTimeoutSecondsIsNil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsIsNil())
+	}
+	if i.TaskTimeoutSecondsNotNil {
+		predicates = append(predicates, schedule.TaskTimeoutSecondsNotNil())
+	}
+	if i.TaskRetryPolicy != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyEQ(*i.TaskRetryPolicy))
+	}
+	if i.TaskRetryPolicyNEQ != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyNEQ(*i.TaskRetryPolicyNEQ))
+	}
+	if len(i.TaskRetryPolicyIn) > 0 {
+		predicates = append(predicates, schedule.TaskRetryPolicyIn(i.TaskRetryPolicyIn...))
+	}
+	if len(i.TaskRetryPolicyNotIn) > 0 {
+		predicates = append(predicates, schedule.TaskRetryPolicyNotIn(i.TaskRetryPolicyNotIn...))
+	}
+	if i.TaskRetryPolicyGT != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyGT(*i.TaskRetryPolicyGT))
+	}
+	if i.TaskRetryPolicyGTE != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyGTE(*i.TaskRetryPolicyGTE))
+	}
+	if i.TaskRetryPolicyLT != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyLT(*i.TaskRetryPolicyLT))
+	}
+	if i.TaskRetryPolicyLTE != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyLTE(*i.TaskRetryPolicyLTE))
+	}
+	if i.TaskRetryPolicyContains != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyContains(*i.TaskRetryPolicyContains))
+	}
+	if i.TaskRetryPolicyHasPrefix != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyHasPrefix(*i.TaskRetryPolicyHasPrefix))
+	}
+	if i.TaskRetryPolicyHasSuffix != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyHasSuffix(*i.TaskRetryPolicyHasSuffix))
+	}
+	if i.TaskRetryPolicyIsNil {
+		predicates = append(predicates, schedule.TaskRetryPolicyIsNil())
+	}
+	if i.TaskRetryPolicyNotNil {
+		predicates = append(predicates, schedule.TaskRetryPolicyNotNil())
+	}
+	if i.TaskRetryPolicyEqualFold != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyEqualFold(*i.TaskRetryPolicyEqualFold))
+	}
+	if i.TaskRetryPolicyContainsFold != nil {
+		predicates = append(predicates, schedule.TaskRetryPolicyContainsFold(*i.TaskRetryPolicyContainsFold))
+	}
+	if i.TaskMaxAttempts != nil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsEQ(*i.TaskMaxAttempts))
+	}
+	if i.TaskMaxAttemptsNEQ != nil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsNEQ(*i.TaskMaxAttemptsNEQ))
+	}
+	if len(i.TaskMaxAttemptsIn) > 0 {
+		predicates = append(predicates, schedule.TaskMaxAttemptsIn(i.TaskMaxAttemptsIn...))
+	}
+	if len(i.TaskMaxAttemptsNotIn) > 0 {
+		predicates = append(predicates, schedule.TaskMaxAttemptsNotIn(i.TaskMaxAttemptsNotIn...))
+	}
+	if i.TaskMaxAttemptsGT != nil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsGT(*i.TaskMaxAttemptsGT))
+	}
+	if i.TaskMaxAttemptsGTE != nil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsGTE(*i.TaskMaxAttemptsGTE))
+	}
+	if i.TaskMaxAttemptsLT != nil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsLT(*i.TaskMaxAttemptsLT))
+	}
+	if i.TaskMaxAttemptsLTE != nil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsLTE(*i.TaskMaxAttemptsLTE))
+	}
+	if i.TaskMaxAttemptsIsNil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsIsNil())
+	}
+	if i.TaskMaxAttemptsNotNil {
+		predicates = append(predicates, schedule.TaskMaxAttemptsNotNil())
+	}
+	if i.Paused != nil {
+		predicates = append(predicates, schedule.PausedEQ(*i.Paused))
+	}
+	if i.PausedNEQ != nil {
+		predicates = append(predicates, schedule.PausedNEQ(*i.PausedNEQ))
+	}
+	if i.StartAt != nil {
+		predicates = append(predicates, schedule.StartAtEQ(*i.StartAt))
+	}
+	if i.StartAtNEQ != nil {
+		predicates = append(predicates, schedule.StartAtNEQ(*i.StartAtNEQ))
+	}
+	if len(i.StartAtIn) > 0 {
+		predicates = append(predicates, schedule.StartAtIn(i.StartAtIn...))
+	}
+	if len(i.StartAtNotIn) > 0 {
+		predicates = append(predicates, schedule.StartAtNotIn(i.StartAtNotIn...))
+	}
+	if i.StartAtGT != nil {
+		predicates = append(predicates, schedule.StartAtGT(*i.StartAtGT))
+	}
+	if i.StartAtGTE != nil {
+		predicates = append(predicates, schedule.StartAtGTE(*i.StartAtGTE))
+	}
+	if i.StartAtLT != nil {
+		predicates = append(predicates, schedule.StartAtLT(*i.StartAtLT))
+	}
+	if i.StartAtLTE != nil {
+		predicates = append(predicates, schedule.StartAtLTE(*i.StartAtLTE))
+	}
+	if i.StartAtIsNil {
+		predicates = append(predicates, schedule.StartAtIsNil())
+	}
+	if i.StartAtNotNil {
+		predicates = append(predicates, schedule.StartAtNotNil())
+	}
+	if i.EndAt != nil {
+		predicates = append(predicates, schedule.EndAtEQ(*i.EndAt))
+	}
+	if i.EndAtNEQ != nil {
+		predicates = append(predicates, schedule.EndAtNEQ(*i.EndAtNEQ))
+	}
+	if len(i.EndAtIn) > 0 {
+		predicates = append(predicates, schedule.EndAtIn(i.EndAtIn...))
+	}
+	if len(i.EndAtNotIn) > 0 {
+		predicates = append(predicates, schedule.EndAtNotIn(i.EndAtNotIn...))
+	}
+	if i.EndAtGT != nil {
+		predicates = append(predicates, schedule.EndAtGT(*i.EndAtGT))
+	}
+	if i.EndAtGTE != nil {
+		predicates = append(predicates, schedule.EndAtGTE(*i.EndAtGTE))
+	}
+	if i.EndAtLT != nil {
+		predicates = append(predicates, schedule.EndAtLT(*i.EndAtLT))
+	}
+	if i.EndAtLTE != nil {
+		predicates = append(predicates, schedule.EndAtLTE(*i.EndAtLTE))
+	}
+	if i.EndAtIsNil {
+		predicates = append(predicates, schedule.EndAtIsNil())
+	}
+	if i.EndAtNotNil {
+		predicates = append(predicates, schedule.EndAtNotNil())
+	}
+	if i.MisfirePolicy != nil {
+		predicates = append(predicates, schedule.MisfirePolicyEQ(*i.MisfirePolicy))
+	}
+	if i.MisfirePolicyNEQ != nil {
+		predicates = append(predicates, schedule.MisfirePolicyNEQ(*i.MisfirePolicyNEQ))
+	}
+	if len(i.MisfirePolicyIn) > 0 {
+		predicates = append(predicates, schedule.MisfirePolicyIn(i.MisfirePolicyIn...))
+	}
+	if len(i.MisfirePolicyNotIn) > 0 {
+		predicates = append(predicates, schedule.MisfirePolicyNotIn(i.MisfirePolicyNotIn...))
+	}
+	if i.OverlapPolicy != nil {
+		predicates = append(predicates, schedule.OverlapPolicyEQ(*i.OverlapPolicy))
+	}
+	if i.OverlapPolicyNEQ != nil {
+		predicates = append(predicates, schedule.OverlapPolicyNEQ(*i.OverlapPolicyNEQ))
+	}
+	if len(i.OverlapPolicyIn) > 0 {
+		predicates = append(predicates, schedule.OverlapPolicyIn(i.OverlapPolicyIn...))
+	}
+	if len(i.OverlapPolicyNotIn) > 0 {
+		predicates = append(predicates, schedule.OverlapPolicyNotIn(i.OverlapPolicyNotIn...))
+	}
+	if i.NextFireAt != nil {
+		predicates = append(predicates, schedule.NextFireAtEQ(*i.NextFireAt))
+	}
+	if i.NextFireAtNEQ != nil {
+		predicates = append(predicates, schedule.NextFireAtNEQ(*i.NextFireAtNEQ))
+	}
+	if len(i.NextFireAtIn) > 0 {
+		predicates = append(predicates, schedule.NextFireAtIn(i.NextFireAtIn...))
+	}
+	if len(i.NextFireAtNotIn) > 0 {
+		predicates = append(predicates, schedule.NextFireAtNotIn(i.NextFireAtNotIn...))
+	}
+	if i.NextFireAtGT != nil {
+		predicates = append(predicates, schedule.NextFireAtGT(*i.NextFireAtGT))
+	}
+	if i.NextFireAtGTE != nil {
+		predicates = append(predicates, schedule.NextFireAtGTE(*i.NextFireAtGTE))
+	}
+	if i.NextFireAtLT != nil {
+		predicates = append(predicates, schedule.NextFireAtLT(*i.NextFireAtLT))
+	}
+	if i.NextFireAtLTE != nil {
+		predicates = append(predicates, schedule.NextFireAtLTE(*i.NextFireAtLTE))
+	}
+	if i.NextFireAtIsNil {
+		predicates = append(predicates, schedule.NextFireAtIsNil())
+	}
+	if i.NextFireAtNotNil {
+		predicates = append(predicates, schedule.NextFireAtNotNil())
+	}
+	if i.LastFiredAt != nil {
+		predicates = append(predicates, schedule.LastFiredAtEQ(*i.LastFiredAt))
+	}
+	if i.LastFiredAtNEQ != nil {
+		predicates = append(predicates, schedule.LastFiredAtNEQ(*i.LastFiredAtNEQ))
+	}
+	if len(i.LastFiredAtIn) > 0 {
+		predicates = append(predicates, schedule.LastFiredAtIn(i.LastFiredAtIn...))
+	}
+	if len(i.LastFiredAtNotIn) > 0 {
+		predicates = append(predicates, schedule.LastFiredAtNotIn(i.LastFiredAtNotIn...))
+	}
+	if i.LastFiredAtGT != nil {
+		predicates = append(predicates, schedule.LastFiredAtGT(*i.LastFiredAtGT))
+	}
+	if i.LastFiredAtGTE != nil {
+		predicates = append(predicates, schedule.LastFiredAtGTE(*i.LastFiredAtGTE))
+	}
+	if i.LastFiredAtLT != nil {
+		predicates = append(predicates, schedule.LastFiredAtLT(*i.LastFiredAtLT))
+	}
+	if i.LastFiredAtLTE != nil {
+		predicates = append(predicates, schedule.LastFiredAtLTE(*i.LastFiredAtLTE))
+	}
+	if i.LastFiredAtIsNil {
+		predicates = append(predicates, schedule.LastFiredAtIsNil())
+	}
+	if i.LastFiredAtNotNil {
+		predicates = append(predicates, schedule.LastFiredAtNotNil())
+	}
+	if i.LastTaskID != nil {
+		predicates = append(predicates, schedule.LastTaskIDEQ(*i.LastTaskID))
+	}
+	if i.LastTaskIDNEQ != nil {
+		predicates = append(predicates, schedule.LastTaskIDNEQ(*i.LastTaskIDNEQ))
+	}
+	if len(i.LastTaskIDIn) > 0 {
+		predicates = append(predicates, schedule.LastTaskIDIn(i.LastTaskIDIn...))
+	}
+	if len(i.LastTaskIDNotIn) > 0 {
+		predicates = append(predicates, schedule.LastTaskIDNotIn(i.LastTaskIDNotIn...))
+	}
+	if i.LastTaskIDGT != nil {
+		predicates = append(predicates, schedule.LastTaskIDGT(*i.LastTaskIDGT))
+	}
+	if i.LastTaskIDGTE != nil {
+		predicates = append(predicates, schedule.LastTaskIDGTE(*i.LastTaskIDGTE))
+	}
+	if i.LastTaskIDLT != nil {
+		predicates = append(predicates, schedule.LastTaskIDLT(*i.LastTaskIDLT))
+	}
+	if i.LastTaskIDLTE != nil {
+		predicates = append(predicates, schedule.LastTaskIDLTE(*i.LastTaskIDLTE))
+	}
+	if i.LastTaskIDIsNil {
+		predicates = append(predicates, schedule.LastTaskIDIsNil())
+	}
+	if i.LastTaskIDNotNil {
+		predicates = append(predicates, schedule.LastTaskIDNotNil())
+	}
+	if i.QueuedCount != nil {
+		predicates = append(predicates, schedule.QueuedCountEQ(*i.QueuedCount))
+	}
+	if i.QueuedCountNEQ != nil {
+		predicates = append(predicates, schedule.QueuedCountNEQ(*i.QueuedCountNEQ))
+	}
+	if len(i.QueuedCountIn) > 0 {
+		predicates = append(predicates, schedule.QueuedCountIn(i.QueuedCountIn...))
+	}
+	if len(i.QueuedCountNotIn) > 0 {
+		predicates = append(predicates, schedule.QueuedCountNotIn(i.QueuedCountNotIn...))
+	}
+	if i.QueuedCountGT != nil {
+		predicates = append(predicates, schedule.QueuedCountGT(*i.QueuedCountGT))
+	}
+	if i.QueuedCountGTE != nil {
+		predicates = append(predicates, schedule.QueuedCountGTE(*i.QueuedCountGTE))
+	}
+	if i.QueuedCountLT != nil {
+		predicates = append(predicates, schedule.QueuedCountLT(*i.QueuedCountLT))
+	}
+	if i.QueuedCountLTE != nil {
+		predicates = append(predicates, schedule.QueuedCountLTE(*i.QueuedCountLTE))
+	}
+	if i.Version != nil {
+		predicates = append(predicates, schedule.VersionEQ(*i.Version))
+	}
+	if i.VersionNEQ != nil {
+		predicates = append(predicates, schedule.VersionNEQ(*i.VersionNEQ))
+	}
+	if len(i.VersionIn) > 0 {
+		predicates = append(predicates, schedule.VersionIn(i.VersionIn...))
+	}
+	if len(i.VersionNotIn) > 0 {
+		predicates = append(predicates, schedule.VersionNotIn(i.VersionNotIn...))
+	}
+	if i.VersionGT != nil {
+		predicates = append(predicates, schedule.VersionGT(*i.VersionGT))
+	}
+	if i.VersionGTE != nil {
+		predicates = append(predicates, schedule.VersionGTE(*i.VersionGTE))
+	}
+	if i.VersionLT != nil {
+		predicates = append(predicates, schedule.VersionLT(*i.VersionLT))
+	}
+	if i.VersionLTE != nil {
+		predicates = append(predicates, schedule.VersionLTE(*i.VersionLTE))
+	}
+	if i.UpdatedAt != nil {
+		predicates = append(predicates, schedule.UpdatedAtEQ(*i.UpdatedAt))
+	}
+	if i.UpdatedAtNEQ != nil {
+		predicates = append(predicates, schedule.UpdatedAtNEQ(*i.UpdatedAtNEQ))
+	}
+	if len(i.UpdatedAtIn) > 0 {
+		predicates = append(predicates, schedule.UpdatedAtIn(i.UpdatedAtIn...))
+	}
+	if len(i.UpdatedAtNotIn) > 0 {
+		predicates = append(predicates, schedule.UpdatedAtNotIn(i.UpdatedAtNotIn...))
+	}
+	if i.UpdatedAtGT != nil {
+		predicates = append(predicates, schedule.UpdatedAtGT(*i.UpdatedAtGT))
+	}
+	if i.UpdatedAtGTE != nil {
+		predicates = append(predicates, schedule.UpdatedAtGTE(*i.UpdatedAtGTE))
+	}
+	if i.UpdatedAtLT != nil {
+		predicates = append(predicates, schedule.UpdatedAtLT(*i.UpdatedAtLT))
+	}
+	if i.UpdatedAtLTE != nil {
+		predicates = append(predicates, schedule.UpdatedAtLTE(*i.UpdatedAtLTE))
+	}
+
+	switch len(predicates) {
+	case 0:
+		return nil, ErrEmptyScheduleWhereInput
+	case 1:
+		return predicates[0], nil
+	default:
+		return schedule.And(predicates...), nil
+	}
+}
+
 // TaskWhereInput represents a where input for filtering Task queries.
 type TaskWhereInput struct {
 	Predicates []predicate.Task  `json:"-"`
@@ -837,6 +1962,30 @@ type TaskWhereInput struct {
 	FinishedAtLTE    *time.Time  `json:"finishedAtLTE,omitempty"`
 	FinishedAtIsNil  bool        `json:"finishedAtIsNil,omitempty"`
 	FinishedAtNotNil bool        `json:"finishedAtNotNil,omitempty"`
+
+	// "schedule_id" field predicates.
+	ScheduleID       *int  `json:"scheduleID,omitempty"`
+	ScheduleIDNEQ    *int  `json:"scheduleIDNEQ,omitempty"`
+	ScheduleIDIn     []int `json:"scheduleIDIn,omitempty"`
+	ScheduleIDNotIn  []int `json:"scheduleIDNotIn,omitempty"`
+	ScheduleIDGT     *int  `json:"scheduleIDGT,omitempty"`
+	ScheduleIDGTE    *int  `json:"scheduleIDGTE,omitempty"`
+	ScheduleIDLT     *int  `json:"scheduleIDLT,omitempty"`
+	ScheduleIDLTE    *int  `json:"scheduleIDLTE,omitempty"`
+	ScheduleIDIsNil  bool  `json:"scheduleIDIsNil,omitempty"`
+	ScheduleIDNotNil bool  `json:"scheduleIDNotNil,omitempty"`
+
+	// "schedule_slot" field predicates.
+	ScheduleSlot       *time.Time  `json:"scheduleSlot,omitempty"`
+	ScheduleSlotNEQ    *time.Time  `json:"scheduleSlotNEQ,omitempty"`
+	ScheduleSlotIn     []time.Time `json:"scheduleSlotIn,omitempty"`
+	ScheduleSlotNotIn  []time.Time `json:"scheduleSlotNotIn,omitempty"`
+	ScheduleSlotGT     *time.Time  `json:"scheduleSlotGT,omitempty"`
+	ScheduleSlotGTE    *time.Time  `json:"scheduleSlotGTE,omitempty"`
+	ScheduleSlotLT     *time.Time  `json:"scheduleSlotLT,omitempty"`
+	ScheduleSlotLTE    *time.Time  `json:"scheduleSlotLTE,omitempty"`
+	ScheduleSlotIsNil  bool        `json:"scheduleSlotIsNil,omitempty"`
+	ScheduleSlotNotNil bool        `json:"scheduleSlotNotNil,omitempty"`
 }
 
 // AddPredicates adds custom predicates to the where input to be used during the filtering phase.
@@ -1662,6 +2811,66 @@ func (i *TaskWhereInput) P() (predicate.Task, error) {
 	}
 	if i.FinishedAtNotNil {
 		predicates = append(predicates, task.FinishedAtNotNil())
+	}
+	if i.ScheduleID != nil {
+		predicates = append(predicates, task.ScheduleIDEQ(*i.ScheduleID))
+	}
+	if i.ScheduleIDNEQ != nil {
+		predicates = append(predicates, task.ScheduleIDNEQ(*i.ScheduleIDNEQ))
+	}
+	if len(i.ScheduleIDIn) > 0 {
+		predicates = append(predicates, task.ScheduleIDIn(i.ScheduleIDIn...))
+	}
+	if len(i.ScheduleIDNotIn) > 0 {
+		predicates = append(predicates, task.ScheduleIDNotIn(i.ScheduleIDNotIn...))
+	}
+	if i.ScheduleIDGT != nil {
+		predicates = append(predicates, task.ScheduleIDGT(*i.ScheduleIDGT))
+	}
+	if i.ScheduleIDGTE != nil {
+		predicates = append(predicates, task.ScheduleIDGTE(*i.ScheduleIDGTE))
+	}
+	if i.ScheduleIDLT != nil {
+		predicates = append(predicates, task.ScheduleIDLT(*i.ScheduleIDLT))
+	}
+	if i.ScheduleIDLTE != nil {
+		predicates = append(predicates, task.ScheduleIDLTE(*i.ScheduleIDLTE))
+	}
+	if i.ScheduleIDIsNil {
+		predicates = append(predicates, task.ScheduleIDIsNil())
+	}
+	if i.ScheduleIDNotNil {
+		predicates = append(predicates, task.ScheduleIDNotNil())
+	}
+	if i.ScheduleSlot != nil {
+		predicates = append(predicates, task.ScheduleSlotEQ(*i.ScheduleSlot))
+	}
+	if i.ScheduleSlotNEQ != nil {
+		predicates = append(predicates, task.ScheduleSlotNEQ(*i.ScheduleSlotNEQ))
+	}
+	if len(i.ScheduleSlotIn) > 0 {
+		predicates = append(predicates, task.ScheduleSlotIn(i.ScheduleSlotIn...))
+	}
+	if len(i.ScheduleSlotNotIn) > 0 {
+		predicates = append(predicates, task.ScheduleSlotNotIn(i.ScheduleSlotNotIn...))
+	}
+	if i.ScheduleSlotGT != nil {
+		predicates = append(predicates, task.ScheduleSlotGT(*i.ScheduleSlotGT))
+	}
+	if i.ScheduleSlotGTE != nil {
+		predicates = append(predicates, task.ScheduleSlotGTE(*i.ScheduleSlotGTE))
+	}
+	if i.ScheduleSlotLT != nil {
+		predicates = append(predicates, task.ScheduleSlotLT(*i.ScheduleSlotLT))
+	}
+	if i.ScheduleSlotLTE != nil {
+		predicates = append(predicates, task.ScheduleSlotLTE(*i.ScheduleSlotLTE))
+	}
+	if i.ScheduleSlotIsNil {
+		predicates = append(predicates, task.ScheduleSlotIsNil())
+	}
+	if i.ScheduleSlotNotNil {
+		predicates = append(predicates, task.ScheduleSlotNotNil())
 	}
 
 	switch len(predicates) {

@@ -15,7 +15,11 @@ import (
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/flowstart"
 	"taskgraph/ent/predicate"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -43,6 +47,10 @@ const (
 	TypeAuditLog      = "AuditLog"
 	TypeContact       = "Contact"
 	TypeDeployment    = "Deployment"
+	TypeFlowControl   = "FlowControl"
+	TypeFlowStart     = "FlowStart"
+	TypeSchedule      = "Schedule"
+	TypeScheduleEvent = "ScheduleEvent"
 	TypeStallOverride = "StallOverride"
 	TypeTask          = "Task"
 	TypeTaskInstance  = "TaskInstance"
@@ -7239,6 +7247,4647 @@ func (m *DeploymentMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Deployment edge %s", name)
 }
 
+// FlowControlMutation represents an operation that mutates the FlowControl nodes in the graph.
+type FlowControlMutation struct {
+	config
+	op                     Op
+	typ                    string
+	id                     *int
+	task_type              *string
+	max_running            *int
+	addmax_running         *int
+	rate_limit             *int
+	addrate_limit          *int
+	rate_period_seconds    *int
+	addrate_period_seconds *int
+	paused                 *bool
+	paused_until           *time.Time
+	updated_by             *string
+	updated_at             *time.Time
+	clearedFields          map[string]struct{}
+	done                   bool
+	oldValue               func(context.Context) (*FlowControl, error)
+	predicates             []predicate.FlowControl
+}
+
+var _ ent.Mutation = (*FlowControlMutation)(nil)
+
+// flowcontrolOption allows management of the mutation configuration using functional options.
+type flowcontrolOption func(*FlowControlMutation)
+
+// newFlowControlMutation creates new mutation for the FlowControl entity.
+func newFlowControlMutation(c config, op Op, opts ...flowcontrolOption) *FlowControlMutation {
+	m := &FlowControlMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeFlowControl,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withFlowControlID sets the ID field of the mutation.
+func withFlowControlID(id int) flowcontrolOption {
+	return func(m *FlowControlMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *FlowControl
+		)
+		m.oldValue = func(ctx context.Context) (*FlowControl, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().FlowControl.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withFlowControl sets the old FlowControl of the mutation.
+func withFlowControl(node *FlowControl) flowcontrolOption {
+	return func(m *FlowControlMutation) {
+		m.oldValue = func(context.Context) (*FlowControl, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m FlowControlMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m FlowControlMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *FlowControlMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *FlowControlMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().FlowControl.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTaskType sets the "task_type" field.
+func (m *FlowControlMutation) SetTaskType(s string) {
+	m.task_type = &s
+}
+
+// TaskType returns the value of the "task_type" field in the mutation.
+func (m *FlowControlMutation) TaskType() (r string, exists bool) {
+	v := m.task_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskType returns the old "task_type" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldTaskType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskType: %w", err)
+	}
+	return oldValue.TaskType, nil
+}
+
+// ResetTaskType resets all changes to the "task_type" field.
+func (m *FlowControlMutation) ResetTaskType() {
+	m.task_type = nil
+}
+
+// SetMaxRunning sets the "max_running" field.
+func (m *FlowControlMutation) SetMaxRunning(i int) {
+	m.max_running = &i
+	m.addmax_running = nil
+}
+
+// MaxRunning returns the value of the "max_running" field in the mutation.
+func (m *FlowControlMutation) MaxRunning() (r int, exists bool) {
+	v := m.max_running
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxRunning returns the old "max_running" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldMaxRunning(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxRunning is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxRunning requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxRunning: %w", err)
+	}
+	return oldValue.MaxRunning, nil
+}
+
+// AddMaxRunning adds i to the "max_running" field.
+func (m *FlowControlMutation) AddMaxRunning(i int) {
+	if m.addmax_running != nil {
+		*m.addmax_running += i
+	} else {
+		m.addmax_running = &i
+	}
+}
+
+// AddedMaxRunning returns the value that was added to the "max_running" field in this mutation.
+func (m *FlowControlMutation) AddedMaxRunning() (r int, exists bool) {
+	v := m.addmax_running
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMaxRunning clears the value of the "max_running" field.
+func (m *FlowControlMutation) ClearMaxRunning() {
+	m.max_running = nil
+	m.addmax_running = nil
+	m.clearedFields[flowcontrol.FieldMaxRunning] = struct{}{}
+}
+
+// MaxRunningCleared returns if the "max_running" field was cleared in this mutation.
+func (m *FlowControlMutation) MaxRunningCleared() bool {
+	_, ok := m.clearedFields[flowcontrol.FieldMaxRunning]
+	return ok
+}
+
+// ResetMaxRunning resets all changes to the "max_running" field.
+func (m *FlowControlMutation) ResetMaxRunning() {
+	m.max_running = nil
+	m.addmax_running = nil
+	delete(m.clearedFields, flowcontrol.FieldMaxRunning)
+}
+
+// SetRateLimit sets the "rate_limit" field.
+func (m *FlowControlMutation) SetRateLimit(i int) {
+	m.rate_limit = &i
+	m.addrate_limit = nil
+}
+
+// RateLimit returns the value of the "rate_limit" field in the mutation.
+func (m *FlowControlMutation) RateLimit() (r int, exists bool) {
+	v := m.rate_limit
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRateLimit returns the old "rate_limit" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldRateLimit(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRateLimit is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRateLimit requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRateLimit: %w", err)
+	}
+	return oldValue.RateLimit, nil
+}
+
+// AddRateLimit adds i to the "rate_limit" field.
+func (m *FlowControlMutation) AddRateLimit(i int) {
+	if m.addrate_limit != nil {
+		*m.addrate_limit += i
+	} else {
+		m.addrate_limit = &i
+	}
+}
+
+// AddedRateLimit returns the value that was added to the "rate_limit" field in this mutation.
+func (m *FlowControlMutation) AddedRateLimit() (r int, exists bool) {
+	v := m.addrate_limit
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearRateLimit clears the value of the "rate_limit" field.
+func (m *FlowControlMutation) ClearRateLimit() {
+	m.rate_limit = nil
+	m.addrate_limit = nil
+	m.clearedFields[flowcontrol.FieldRateLimit] = struct{}{}
+}
+
+// RateLimitCleared returns if the "rate_limit" field was cleared in this mutation.
+func (m *FlowControlMutation) RateLimitCleared() bool {
+	_, ok := m.clearedFields[flowcontrol.FieldRateLimit]
+	return ok
+}
+
+// ResetRateLimit resets all changes to the "rate_limit" field.
+func (m *FlowControlMutation) ResetRateLimit() {
+	m.rate_limit = nil
+	m.addrate_limit = nil
+	delete(m.clearedFields, flowcontrol.FieldRateLimit)
+}
+
+// SetRatePeriodSeconds sets the "rate_period_seconds" field.
+func (m *FlowControlMutation) SetRatePeriodSeconds(i int) {
+	m.rate_period_seconds = &i
+	m.addrate_period_seconds = nil
+}
+
+// RatePeriodSeconds returns the value of the "rate_period_seconds" field in the mutation.
+func (m *FlowControlMutation) RatePeriodSeconds() (r int, exists bool) {
+	v := m.rate_period_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRatePeriodSeconds returns the old "rate_period_seconds" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldRatePeriodSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRatePeriodSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRatePeriodSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRatePeriodSeconds: %w", err)
+	}
+	return oldValue.RatePeriodSeconds, nil
+}
+
+// AddRatePeriodSeconds adds i to the "rate_period_seconds" field.
+func (m *FlowControlMutation) AddRatePeriodSeconds(i int) {
+	if m.addrate_period_seconds != nil {
+		*m.addrate_period_seconds += i
+	} else {
+		m.addrate_period_seconds = &i
+	}
+}
+
+// AddedRatePeriodSeconds returns the value that was added to the "rate_period_seconds" field in this mutation.
+func (m *FlowControlMutation) AddedRatePeriodSeconds() (r int, exists bool) {
+	v := m.addrate_period_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRatePeriodSeconds resets all changes to the "rate_period_seconds" field.
+func (m *FlowControlMutation) ResetRatePeriodSeconds() {
+	m.rate_period_seconds = nil
+	m.addrate_period_seconds = nil
+}
+
+// SetPaused sets the "paused" field.
+func (m *FlowControlMutation) SetPaused(b bool) {
+	m.paused = &b
+}
+
+// Paused returns the value of the "paused" field in the mutation.
+func (m *FlowControlMutation) Paused() (r bool, exists bool) {
+	v := m.paused
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPaused returns the old "paused" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldPaused(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPaused is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPaused requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPaused: %w", err)
+	}
+	return oldValue.Paused, nil
+}
+
+// ResetPaused resets all changes to the "paused" field.
+func (m *FlowControlMutation) ResetPaused() {
+	m.paused = nil
+}
+
+// SetPausedUntil sets the "paused_until" field.
+func (m *FlowControlMutation) SetPausedUntil(t time.Time) {
+	m.paused_until = &t
+}
+
+// PausedUntil returns the value of the "paused_until" field in the mutation.
+func (m *FlowControlMutation) PausedUntil() (r time.Time, exists bool) {
+	v := m.paused_until
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPausedUntil returns the old "paused_until" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldPausedUntil(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPausedUntil is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPausedUntil requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPausedUntil: %w", err)
+	}
+	return oldValue.PausedUntil, nil
+}
+
+// ClearPausedUntil clears the value of the "paused_until" field.
+func (m *FlowControlMutation) ClearPausedUntil() {
+	m.paused_until = nil
+	m.clearedFields[flowcontrol.FieldPausedUntil] = struct{}{}
+}
+
+// PausedUntilCleared returns if the "paused_until" field was cleared in this mutation.
+func (m *FlowControlMutation) PausedUntilCleared() bool {
+	_, ok := m.clearedFields[flowcontrol.FieldPausedUntil]
+	return ok
+}
+
+// ResetPausedUntil resets all changes to the "paused_until" field.
+func (m *FlowControlMutation) ResetPausedUntil() {
+	m.paused_until = nil
+	delete(m.clearedFields, flowcontrol.FieldPausedUntil)
+}
+
+// SetUpdatedBy sets the "updated_by" field.
+func (m *FlowControlMutation) SetUpdatedBy(s string) {
+	m.updated_by = &s
+}
+
+// UpdatedBy returns the value of the "updated_by" field in the mutation.
+func (m *FlowControlMutation) UpdatedBy() (r string, exists bool) {
+	v := m.updated_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedBy returns the old "updated_by" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldUpdatedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedBy: %w", err)
+	}
+	return oldValue.UpdatedBy, nil
+}
+
+// ResetUpdatedBy resets all changes to the "updated_by" field.
+func (m *FlowControlMutation) ResetUpdatedBy() {
+	m.updated_by = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *FlowControlMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *FlowControlMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *FlowControlMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the FlowControlMutation builder.
+func (m *FlowControlMutation) Where(ps ...predicate.FlowControl) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the FlowControlMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *FlowControlMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.FlowControl, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *FlowControlMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *FlowControlMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (FlowControl).
+func (m *FlowControlMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *FlowControlMutation) Fields() []string {
+	fields := make([]string, 0, 8)
+	if m.task_type != nil {
+		fields = append(fields, flowcontrol.FieldTaskType)
+	}
+	if m.max_running != nil {
+		fields = append(fields, flowcontrol.FieldMaxRunning)
+	}
+	if m.rate_limit != nil {
+		fields = append(fields, flowcontrol.FieldRateLimit)
+	}
+	if m.rate_period_seconds != nil {
+		fields = append(fields, flowcontrol.FieldRatePeriodSeconds)
+	}
+	if m.paused != nil {
+		fields = append(fields, flowcontrol.FieldPaused)
+	}
+	if m.paused_until != nil {
+		fields = append(fields, flowcontrol.FieldPausedUntil)
+	}
+	if m.updated_by != nil {
+		fields = append(fields, flowcontrol.FieldUpdatedBy)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, flowcontrol.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *FlowControlMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case flowcontrol.FieldTaskType:
+		return m.TaskType()
+	case flowcontrol.FieldMaxRunning:
+		return m.MaxRunning()
+	case flowcontrol.FieldRateLimit:
+		return m.RateLimit()
+	case flowcontrol.FieldRatePeriodSeconds:
+		return m.RatePeriodSeconds()
+	case flowcontrol.FieldPaused:
+		return m.Paused()
+	case flowcontrol.FieldPausedUntil:
+		return m.PausedUntil()
+	case flowcontrol.FieldUpdatedBy:
+		return m.UpdatedBy()
+	case flowcontrol.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *FlowControlMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case flowcontrol.FieldTaskType:
+		return m.OldTaskType(ctx)
+	case flowcontrol.FieldMaxRunning:
+		return m.OldMaxRunning(ctx)
+	case flowcontrol.FieldRateLimit:
+		return m.OldRateLimit(ctx)
+	case flowcontrol.FieldRatePeriodSeconds:
+		return m.OldRatePeriodSeconds(ctx)
+	case flowcontrol.FieldPaused:
+		return m.OldPaused(ctx)
+	case flowcontrol.FieldPausedUntil:
+		return m.OldPausedUntil(ctx)
+	case flowcontrol.FieldUpdatedBy:
+		return m.OldUpdatedBy(ctx)
+	case flowcontrol.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown FlowControl field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *FlowControlMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case flowcontrol.FieldTaskType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskType(v)
+		return nil
+	case flowcontrol.FieldMaxRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxRunning(v)
+		return nil
+	case flowcontrol.FieldRateLimit:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRateLimit(v)
+		return nil
+	case flowcontrol.FieldRatePeriodSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRatePeriodSeconds(v)
+		return nil
+	case flowcontrol.FieldPaused:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPaused(v)
+		return nil
+	case flowcontrol.FieldPausedUntil:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPausedUntil(v)
+		return nil
+	case flowcontrol.FieldUpdatedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedBy(v)
+		return nil
+	case flowcontrol.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown FlowControl field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *FlowControlMutation) AddedFields() []string {
+	var fields []string
+	if m.addmax_running != nil {
+		fields = append(fields, flowcontrol.FieldMaxRunning)
+	}
+	if m.addrate_limit != nil {
+		fields = append(fields, flowcontrol.FieldRateLimit)
+	}
+	if m.addrate_period_seconds != nil {
+		fields = append(fields, flowcontrol.FieldRatePeriodSeconds)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *FlowControlMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case flowcontrol.FieldMaxRunning:
+		return m.AddedMaxRunning()
+	case flowcontrol.FieldRateLimit:
+		return m.AddedRateLimit()
+	case flowcontrol.FieldRatePeriodSeconds:
+		return m.AddedRatePeriodSeconds()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *FlowControlMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case flowcontrol.FieldMaxRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxRunning(v)
+		return nil
+	case flowcontrol.FieldRateLimit:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRateLimit(v)
+		return nil
+	case flowcontrol.FieldRatePeriodSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRatePeriodSeconds(v)
+		return nil
+	}
+	return fmt.Errorf("unknown FlowControl numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *FlowControlMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(flowcontrol.FieldMaxRunning) {
+		fields = append(fields, flowcontrol.FieldMaxRunning)
+	}
+	if m.FieldCleared(flowcontrol.FieldRateLimit) {
+		fields = append(fields, flowcontrol.FieldRateLimit)
+	}
+	if m.FieldCleared(flowcontrol.FieldPausedUntil) {
+		fields = append(fields, flowcontrol.FieldPausedUntil)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *FlowControlMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *FlowControlMutation) ClearField(name string) error {
+	switch name {
+	case flowcontrol.FieldMaxRunning:
+		m.ClearMaxRunning()
+		return nil
+	case flowcontrol.FieldRateLimit:
+		m.ClearRateLimit()
+		return nil
+	case flowcontrol.FieldPausedUntil:
+		m.ClearPausedUntil()
+		return nil
+	}
+	return fmt.Errorf("unknown FlowControl nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *FlowControlMutation) ResetField(name string) error {
+	switch name {
+	case flowcontrol.FieldTaskType:
+		m.ResetTaskType()
+		return nil
+	case flowcontrol.FieldMaxRunning:
+		m.ResetMaxRunning()
+		return nil
+	case flowcontrol.FieldRateLimit:
+		m.ResetRateLimit()
+		return nil
+	case flowcontrol.FieldRatePeriodSeconds:
+		m.ResetRatePeriodSeconds()
+		return nil
+	case flowcontrol.FieldPaused:
+		m.ResetPaused()
+		return nil
+	case flowcontrol.FieldPausedUntil:
+		m.ResetPausedUntil()
+		return nil
+	case flowcontrol.FieldUpdatedBy:
+		m.ResetUpdatedBy()
+		return nil
+	case flowcontrol.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown FlowControl field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *FlowControlMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *FlowControlMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *FlowControlMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *FlowControlMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *FlowControlMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *FlowControlMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *FlowControlMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown FlowControl unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *FlowControlMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown FlowControl edge %s", name)
+}
+
+// FlowStartMutation represents an operation that mutates the FlowStart nodes in the graph.
+type FlowStartMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	task_type     *string
+	started_at    *time.Time
+	count         *int
+	addcount      *int
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*FlowStart, error)
+	predicates    []predicate.FlowStart
+}
+
+var _ ent.Mutation = (*FlowStartMutation)(nil)
+
+// flowstartOption allows management of the mutation configuration using functional options.
+type flowstartOption func(*FlowStartMutation)
+
+// newFlowStartMutation creates new mutation for the FlowStart entity.
+func newFlowStartMutation(c config, op Op, opts ...flowstartOption) *FlowStartMutation {
+	m := &FlowStartMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeFlowStart,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withFlowStartID sets the ID field of the mutation.
+func withFlowStartID(id int) flowstartOption {
+	return func(m *FlowStartMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *FlowStart
+		)
+		m.oldValue = func(ctx context.Context) (*FlowStart, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().FlowStart.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withFlowStart sets the old FlowStart of the mutation.
+func withFlowStart(node *FlowStart) flowstartOption {
+	return func(m *FlowStartMutation) {
+		m.oldValue = func(context.Context) (*FlowStart, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m FlowStartMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m FlowStartMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *FlowStartMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *FlowStartMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().FlowStart.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTaskType sets the "task_type" field.
+func (m *FlowStartMutation) SetTaskType(s string) {
+	m.task_type = &s
+}
+
+// TaskType returns the value of the "task_type" field in the mutation.
+func (m *FlowStartMutation) TaskType() (r string, exists bool) {
+	v := m.task_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskType returns the old "task_type" field's value of the FlowStart entity.
+// If the FlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowStartMutation) OldTaskType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskType: %w", err)
+	}
+	return oldValue.TaskType, nil
+}
+
+// ResetTaskType resets all changes to the "task_type" field.
+func (m *FlowStartMutation) ResetTaskType() {
+	m.task_type = nil
+}
+
+// SetStartedAt sets the "started_at" field.
+func (m *FlowStartMutation) SetStartedAt(t time.Time) {
+	m.started_at = &t
+}
+
+// StartedAt returns the value of the "started_at" field in the mutation.
+func (m *FlowStartMutation) StartedAt() (r time.Time, exists bool) {
+	v := m.started_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartedAt returns the old "started_at" field's value of the FlowStart entity.
+// If the FlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowStartMutation) OldStartedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartedAt: %w", err)
+	}
+	return oldValue.StartedAt, nil
+}
+
+// ResetStartedAt resets all changes to the "started_at" field.
+func (m *FlowStartMutation) ResetStartedAt() {
+	m.started_at = nil
+}
+
+// SetCount sets the "count" field.
+func (m *FlowStartMutation) SetCount(i int) {
+	m.count = &i
+	m.addcount = nil
+}
+
+// Count returns the value of the "count" field in the mutation.
+func (m *FlowStartMutation) Count() (r int, exists bool) {
+	v := m.count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCount returns the old "count" field's value of the FlowStart entity.
+// If the FlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowStartMutation) OldCount(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCount is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCount requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCount: %w", err)
+	}
+	return oldValue.Count, nil
+}
+
+// AddCount adds i to the "count" field.
+func (m *FlowStartMutation) AddCount(i int) {
+	if m.addcount != nil {
+		*m.addcount += i
+	} else {
+		m.addcount = &i
+	}
+}
+
+// AddedCount returns the value that was added to the "count" field in this mutation.
+func (m *FlowStartMutation) AddedCount() (r int, exists bool) {
+	v := m.addcount
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetCount resets all changes to the "count" field.
+func (m *FlowStartMutation) ResetCount() {
+	m.count = nil
+	m.addcount = nil
+}
+
+// Where appends a list predicates to the FlowStartMutation builder.
+func (m *FlowStartMutation) Where(ps ...predicate.FlowStart) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the FlowStartMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *FlowStartMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.FlowStart, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *FlowStartMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *FlowStartMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (FlowStart).
+func (m *FlowStartMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *FlowStartMutation) Fields() []string {
+	fields := make([]string, 0, 3)
+	if m.task_type != nil {
+		fields = append(fields, flowstart.FieldTaskType)
+	}
+	if m.started_at != nil {
+		fields = append(fields, flowstart.FieldStartedAt)
+	}
+	if m.count != nil {
+		fields = append(fields, flowstart.FieldCount)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *FlowStartMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case flowstart.FieldTaskType:
+		return m.TaskType()
+	case flowstart.FieldStartedAt:
+		return m.StartedAt()
+	case flowstart.FieldCount:
+		return m.Count()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *FlowStartMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case flowstart.FieldTaskType:
+		return m.OldTaskType(ctx)
+	case flowstart.FieldStartedAt:
+		return m.OldStartedAt(ctx)
+	case flowstart.FieldCount:
+		return m.OldCount(ctx)
+	}
+	return nil, fmt.Errorf("unknown FlowStart field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *FlowStartMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case flowstart.FieldTaskType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskType(v)
+		return nil
+	case flowstart.FieldStartedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartedAt(v)
+		return nil
+	case flowstart.FieldCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCount(v)
+		return nil
+	}
+	return fmt.Errorf("unknown FlowStart field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *FlowStartMutation) AddedFields() []string {
+	var fields []string
+	if m.addcount != nil {
+		fields = append(fields, flowstart.FieldCount)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *FlowStartMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case flowstart.FieldCount:
+		return m.AddedCount()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *FlowStartMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case flowstart.FieldCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddCount(v)
+		return nil
+	}
+	return fmt.Errorf("unknown FlowStart numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *FlowStartMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *FlowStartMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *FlowStartMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown FlowStart nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *FlowStartMutation) ResetField(name string) error {
+	switch name {
+	case flowstart.FieldTaskType:
+		m.ResetTaskType()
+		return nil
+	case flowstart.FieldStartedAt:
+		m.ResetStartedAt()
+		return nil
+	case flowstart.FieldCount:
+		m.ResetCount()
+		return nil
+	}
+	return fmt.Errorf("unknown FlowStart field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *FlowStartMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *FlowStartMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *FlowStartMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *FlowStartMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *FlowStartMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *FlowStartMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *FlowStartMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown FlowStart unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *FlowStartMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown FlowStart edge %s", name)
+}
+
+// ScheduleMutation represents an operation that mutates the Schedule nodes in the graph.
+type ScheduleMutation struct {
+	config
+	op                      Op
+	typ                     string
+	id                      *int
+	created_at              *time.Time
+	name                    *string
+	owner                   *string
+	owner_source            *string
+	owner_role              *string
+	tenant                  *string
+	cron                    *string
+	interval_seconds        *int
+	addinterval_seconds     *int
+	timezone                *string
+	task_type               *string
+	task_title              *string
+	task_input              *json.RawMessage
+	appendtask_input        json.RawMessage
+	task_input_sealed       *[]byte
+	task_priority           *int
+	addtask_priority        *int
+	task_timeout_seconds    *int
+	addtask_timeout_seconds *int
+	task_retry_policy       *string
+	task_max_attempts       *int
+	addtask_max_attempts    *int
+	paused                  *bool
+	start_at                *time.Time
+	end_at                  *time.Time
+	misfire_policy          *schedule.MisfirePolicy
+	overlap_policy          *schedule.OverlapPolicy
+	next_fire_at            *time.Time
+	last_fired_at           *time.Time
+	last_task_id            *int
+	addlast_task_id         *int
+	queued_slots            *[]string
+	appendqueued_slots      []string
+	queued_count            *int
+	addqueued_count         *int
+	version                 *int64
+	addversion              *int64
+	updated_at              *time.Time
+	clearedFields           map[string]struct{}
+	events                  map[int]struct{}
+	removedevents           map[int]struct{}
+	clearedevents           bool
+	done                    bool
+	oldValue                func(context.Context) (*Schedule, error)
+	predicates              []predicate.Schedule
+}
+
+var _ ent.Mutation = (*ScheduleMutation)(nil)
+
+// scheduleOption allows management of the mutation configuration using functional options.
+type scheduleOption func(*ScheduleMutation)
+
+// newScheduleMutation creates new mutation for the Schedule entity.
+func newScheduleMutation(c config, op Op, opts ...scheduleOption) *ScheduleMutation {
+	m := &ScheduleMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeSchedule,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withScheduleID sets the ID field of the mutation.
+func withScheduleID(id int) scheduleOption {
+	return func(m *ScheduleMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Schedule
+		)
+		m.oldValue = func(ctx context.Context) (*Schedule, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Schedule.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withSchedule sets the old Schedule of the mutation.
+func withSchedule(node *Schedule) scheduleOption {
+	return func(m *ScheduleMutation) {
+		m.oldValue = func(context.Context) (*Schedule, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ScheduleMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ScheduleMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ScheduleMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ScheduleMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Schedule.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *ScheduleMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *ScheduleMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *ScheduleMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetName sets the "name" field.
+func (m *ScheduleMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *ScheduleMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *ScheduleMutation) ResetName() {
+	m.name = nil
+}
+
+// SetOwner sets the "owner" field.
+func (m *ScheduleMutation) SetOwner(s string) {
+	m.owner = &s
+}
+
+// Owner returns the value of the "owner" field in the mutation.
+func (m *ScheduleMutation) Owner() (r string, exists bool) {
+	v := m.owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwner returns the old "owner" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwner: %w", err)
+	}
+	return oldValue.Owner, nil
+}
+
+// ResetOwner resets all changes to the "owner" field.
+func (m *ScheduleMutation) ResetOwner() {
+	m.owner = nil
+}
+
+// SetOwnerSource sets the "owner_source" field.
+func (m *ScheduleMutation) SetOwnerSource(s string) {
+	m.owner_source = &s
+}
+
+// OwnerSource returns the value of the "owner_source" field in the mutation.
+func (m *ScheduleMutation) OwnerSource() (r string, exists bool) {
+	v := m.owner_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerSource returns the old "owner_source" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldOwnerSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerSource: %w", err)
+	}
+	return oldValue.OwnerSource, nil
+}
+
+// ResetOwnerSource resets all changes to the "owner_source" field.
+func (m *ScheduleMutation) ResetOwnerSource() {
+	m.owner_source = nil
+}
+
+// SetOwnerRole sets the "owner_role" field.
+func (m *ScheduleMutation) SetOwnerRole(s string) {
+	m.owner_role = &s
+}
+
+// OwnerRole returns the value of the "owner_role" field in the mutation.
+func (m *ScheduleMutation) OwnerRole() (r string, exists bool) {
+	v := m.owner_role
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerRole returns the old "owner_role" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldOwnerRole(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerRole is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerRole requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerRole: %w", err)
+	}
+	return oldValue.OwnerRole, nil
+}
+
+// ResetOwnerRole resets all changes to the "owner_role" field.
+func (m *ScheduleMutation) ResetOwnerRole() {
+	m.owner_role = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *ScheduleMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *ScheduleMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *ScheduleMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetCron sets the "cron" field.
+func (m *ScheduleMutation) SetCron(s string) {
+	m.cron = &s
+}
+
+// Cron returns the value of the "cron" field in the mutation.
+func (m *ScheduleMutation) Cron() (r string, exists bool) {
+	v := m.cron
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCron returns the old "cron" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldCron(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCron is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCron requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCron: %w", err)
+	}
+	return oldValue.Cron, nil
+}
+
+// ResetCron resets all changes to the "cron" field.
+func (m *ScheduleMutation) ResetCron() {
+	m.cron = nil
+}
+
+// SetIntervalSeconds sets the "interval_seconds" field.
+func (m *ScheduleMutation) SetIntervalSeconds(i int) {
+	m.interval_seconds = &i
+	m.addinterval_seconds = nil
+}
+
+// IntervalSeconds returns the value of the "interval_seconds" field in the mutation.
+func (m *ScheduleMutation) IntervalSeconds() (r int, exists bool) {
+	v := m.interval_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldIntervalSeconds returns the old "interval_seconds" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldIntervalSeconds(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldIntervalSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldIntervalSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldIntervalSeconds: %w", err)
+	}
+	return oldValue.IntervalSeconds, nil
+}
+
+// AddIntervalSeconds adds i to the "interval_seconds" field.
+func (m *ScheduleMutation) AddIntervalSeconds(i int) {
+	if m.addinterval_seconds != nil {
+		*m.addinterval_seconds += i
+	} else {
+		m.addinterval_seconds = &i
+	}
+}
+
+// AddedIntervalSeconds returns the value that was added to the "interval_seconds" field in this mutation.
+func (m *ScheduleMutation) AddedIntervalSeconds() (r int, exists bool) {
+	v := m.addinterval_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearIntervalSeconds clears the value of the "interval_seconds" field.
+func (m *ScheduleMutation) ClearIntervalSeconds() {
+	m.interval_seconds = nil
+	m.addinterval_seconds = nil
+	m.clearedFields[schedule.FieldIntervalSeconds] = struct{}{}
+}
+
+// IntervalSecondsCleared returns if the "interval_seconds" field was cleared in this mutation.
+func (m *ScheduleMutation) IntervalSecondsCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldIntervalSeconds]
+	return ok
+}
+
+// ResetIntervalSeconds resets all changes to the "interval_seconds" field.
+func (m *ScheduleMutation) ResetIntervalSeconds() {
+	m.interval_seconds = nil
+	m.addinterval_seconds = nil
+	delete(m.clearedFields, schedule.FieldIntervalSeconds)
+}
+
+// SetTimezone sets the "timezone" field.
+func (m *ScheduleMutation) SetTimezone(s string) {
+	m.timezone = &s
+}
+
+// Timezone returns the value of the "timezone" field in the mutation.
+func (m *ScheduleMutation) Timezone() (r string, exists bool) {
+	v := m.timezone
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTimezone returns the old "timezone" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTimezone(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTimezone is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTimezone requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTimezone: %w", err)
+	}
+	return oldValue.Timezone, nil
+}
+
+// ResetTimezone resets all changes to the "timezone" field.
+func (m *ScheduleMutation) ResetTimezone() {
+	m.timezone = nil
+}
+
+// SetTaskType sets the "task_type" field.
+func (m *ScheduleMutation) SetTaskType(s string) {
+	m.task_type = &s
+}
+
+// TaskType returns the value of the "task_type" field in the mutation.
+func (m *ScheduleMutation) TaskType() (r string, exists bool) {
+	v := m.task_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskType returns the old "task_type" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskType: %w", err)
+	}
+	return oldValue.TaskType, nil
+}
+
+// ResetTaskType resets all changes to the "task_type" field.
+func (m *ScheduleMutation) ResetTaskType() {
+	m.task_type = nil
+}
+
+// SetTaskTitle sets the "task_title" field.
+func (m *ScheduleMutation) SetTaskTitle(s string) {
+	m.task_title = &s
+}
+
+// TaskTitle returns the value of the "task_title" field in the mutation.
+func (m *ScheduleMutation) TaskTitle() (r string, exists bool) {
+	v := m.task_title
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskTitle returns the old "task_title" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskTitle(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskTitle is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskTitle requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskTitle: %w", err)
+	}
+	return oldValue.TaskTitle, nil
+}
+
+// ResetTaskTitle resets all changes to the "task_title" field.
+func (m *ScheduleMutation) ResetTaskTitle() {
+	m.task_title = nil
+}
+
+// SetTaskInput sets the "task_input" field.
+func (m *ScheduleMutation) SetTaskInput(jm json.RawMessage) {
+	m.task_input = &jm
+	m.appendtask_input = nil
+}
+
+// TaskInput returns the value of the "task_input" field in the mutation.
+func (m *ScheduleMutation) TaskInput() (r json.RawMessage, exists bool) {
+	v := m.task_input
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskInput returns the old "task_input" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskInput(ctx context.Context) (v json.RawMessage, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskInput is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskInput requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskInput: %w", err)
+	}
+	return oldValue.TaskInput, nil
+}
+
+// AppendTaskInput adds jm to the "task_input" field.
+func (m *ScheduleMutation) AppendTaskInput(jm json.RawMessage) {
+	m.appendtask_input = append(m.appendtask_input, jm...)
+}
+
+// AppendedTaskInput returns the list of values that were appended to the "task_input" field in this mutation.
+func (m *ScheduleMutation) AppendedTaskInput() (json.RawMessage, bool) {
+	if len(m.appendtask_input) == 0 {
+		return nil, false
+	}
+	return m.appendtask_input, true
+}
+
+// ResetTaskInput resets all changes to the "task_input" field.
+func (m *ScheduleMutation) ResetTaskInput() {
+	m.task_input = nil
+	m.appendtask_input = nil
+}
+
+// SetTaskInputSealed sets the "task_input_sealed" field.
+func (m *ScheduleMutation) SetTaskInputSealed(b []byte) {
+	m.task_input_sealed = &b
+}
+
+// TaskInputSealed returns the value of the "task_input_sealed" field in the mutation.
+func (m *ScheduleMutation) TaskInputSealed() (r []byte, exists bool) {
+	v := m.task_input_sealed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskInputSealed returns the old "task_input_sealed" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskInputSealed(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskInputSealed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskInputSealed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskInputSealed: %w", err)
+	}
+	return oldValue.TaskInputSealed, nil
+}
+
+// ClearTaskInputSealed clears the value of the "task_input_sealed" field.
+func (m *ScheduleMutation) ClearTaskInputSealed() {
+	m.task_input_sealed = nil
+	m.clearedFields[schedule.FieldTaskInputSealed] = struct{}{}
+}
+
+// TaskInputSealedCleared returns if the "task_input_sealed" field was cleared in this mutation.
+func (m *ScheduleMutation) TaskInputSealedCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldTaskInputSealed]
+	return ok
+}
+
+// ResetTaskInputSealed resets all changes to the "task_input_sealed" field.
+func (m *ScheduleMutation) ResetTaskInputSealed() {
+	m.task_input_sealed = nil
+	delete(m.clearedFields, schedule.FieldTaskInputSealed)
+}
+
+// SetTaskPriority sets the "task_priority" field.
+func (m *ScheduleMutation) SetTaskPriority(i int) {
+	m.task_priority = &i
+	m.addtask_priority = nil
+}
+
+// TaskPriority returns the value of the "task_priority" field in the mutation.
+func (m *ScheduleMutation) TaskPriority() (r int, exists bool) {
+	v := m.task_priority
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskPriority returns the old "task_priority" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskPriority(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskPriority is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskPriority requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskPriority: %w", err)
+	}
+	return oldValue.TaskPriority, nil
+}
+
+// AddTaskPriority adds i to the "task_priority" field.
+func (m *ScheduleMutation) AddTaskPriority(i int) {
+	if m.addtask_priority != nil {
+		*m.addtask_priority += i
+	} else {
+		m.addtask_priority = &i
+	}
+}
+
+// AddedTaskPriority returns the value that was added to the "task_priority" field in this mutation.
+func (m *ScheduleMutation) AddedTaskPriority() (r int, exists bool) {
+	v := m.addtask_priority
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearTaskPriority clears the value of the "task_priority" field.
+func (m *ScheduleMutation) ClearTaskPriority() {
+	m.task_priority = nil
+	m.addtask_priority = nil
+	m.clearedFields[schedule.FieldTaskPriority] = struct{}{}
+}
+
+// TaskPriorityCleared returns if the "task_priority" field was cleared in this mutation.
+func (m *ScheduleMutation) TaskPriorityCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldTaskPriority]
+	return ok
+}
+
+// ResetTaskPriority resets all changes to the "task_priority" field.
+func (m *ScheduleMutation) ResetTaskPriority() {
+	m.task_priority = nil
+	m.addtask_priority = nil
+	delete(m.clearedFields, schedule.FieldTaskPriority)
+}
+
+// SetTaskTimeoutSeconds sets the "task_timeout_seconds" field.
+func (m *ScheduleMutation) SetTaskTimeoutSeconds(i int) {
+	m.task_timeout_seconds = &i
+	m.addtask_timeout_seconds = nil
+}
+
+// TaskTimeoutSeconds returns the value of the "task_timeout_seconds" field in the mutation.
+func (m *ScheduleMutation) TaskTimeoutSeconds() (r int, exists bool) {
+	v := m.task_timeout_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskTimeoutSeconds returns the old "task_timeout_seconds" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskTimeoutSeconds(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskTimeoutSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskTimeoutSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskTimeoutSeconds: %w", err)
+	}
+	return oldValue.TaskTimeoutSeconds, nil
+}
+
+// AddTaskTimeoutSeconds adds i to the "task_timeout_seconds" field.
+func (m *ScheduleMutation) AddTaskTimeoutSeconds(i int) {
+	if m.addtask_timeout_seconds != nil {
+		*m.addtask_timeout_seconds += i
+	} else {
+		m.addtask_timeout_seconds = &i
+	}
+}
+
+// AddedTaskTimeoutSeconds returns the value that was added to the "task_timeout_seconds" field in this mutation.
+func (m *ScheduleMutation) AddedTaskTimeoutSeconds() (r int, exists bool) {
+	v := m.addtask_timeout_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearTaskTimeoutSeconds clears the value of the "task_timeout_seconds" field.
+func (m *ScheduleMutation) ClearTaskTimeoutSeconds() {
+	m.task_timeout_seconds = nil
+	m.addtask_timeout_seconds = nil
+	m.clearedFields[schedule.FieldTaskTimeoutSeconds] = struct{}{}
+}
+
+// TaskTimeoutSecondsCleared returns if the "task_timeout_seconds" field was cleared in this mutation.
+func (m *ScheduleMutation) TaskTimeoutSecondsCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldTaskTimeoutSeconds]
+	return ok
+}
+
+// ResetTaskTimeoutSeconds resets all changes to the "task_timeout_seconds" field.
+func (m *ScheduleMutation) ResetTaskTimeoutSeconds() {
+	m.task_timeout_seconds = nil
+	m.addtask_timeout_seconds = nil
+	delete(m.clearedFields, schedule.FieldTaskTimeoutSeconds)
+}
+
+// SetTaskRetryPolicy sets the "task_retry_policy" field.
+func (m *ScheduleMutation) SetTaskRetryPolicy(s string) {
+	m.task_retry_policy = &s
+}
+
+// TaskRetryPolicy returns the value of the "task_retry_policy" field in the mutation.
+func (m *ScheduleMutation) TaskRetryPolicy() (r string, exists bool) {
+	v := m.task_retry_policy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskRetryPolicy returns the old "task_retry_policy" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskRetryPolicy(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskRetryPolicy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskRetryPolicy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskRetryPolicy: %w", err)
+	}
+	return oldValue.TaskRetryPolicy, nil
+}
+
+// ClearTaskRetryPolicy clears the value of the "task_retry_policy" field.
+func (m *ScheduleMutation) ClearTaskRetryPolicy() {
+	m.task_retry_policy = nil
+	m.clearedFields[schedule.FieldTaskRetryPolicy] = struct{}{}
+}
+
+// TaskRetryPolicyCleared returns if the "task_retry_policy" field was cleared in this mutation.
+func (m *ScheduleMutation) TaskRetryPolicyCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldTaskRetryPolicy]
+	return ok
+}
+
+// ResetTaskRetryPolicy resets all changes to the "task_retry_policy" field.
+func (m *ScheduleMutation) ResetTaskRetryPolicy() {
+	m.task_retry_policy = nil
+	delete(m.clearedFields, schedule.FieldTaskRetryPolicy)
+}
+
+// SetTaskMaxAttempts sets the "task_max_attempts" field.
+func (m *ScheduleMutation) SetTaskMaxAttempts(i int) {
+	m.task_max_attempts = &i
+	m.addtask_max_attempts = nil
+}
+
+// TaskMaxAttempts returns the value of the "task_max_attempts" field in the mutation.
+func (m *ScheduleMutation) TaskMaxAttempts() (r int, exists bool) {
+	v := m.task_max_attempts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskMaxAttempts returns the old "task_max_attempts" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldTaskMaxAttempts(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskMaxAttempts is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskMaxAttempts requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskMaxAttempts: %w", err)
+	}
+	return oldValue.TaskMaxAttempts, nil
+}
+
+// AddTaskMaxAttempts adds i to the "task_max_attempts" field.
+func (m *ScheduleMutation) AddTaskMaxAttempts(i int) {
+	if m.addtask_max_attempts != nil {
+		*m.addtask_max_attempts += i
+	} else {
+		m.addtask_max_attempts = &i
+	}
+}
+
+// AddedTaskMaxAttempts returns the value that was added to the "task_max_attempts" field in this mutation.
+func (m *ScheduleMutation) AddedTaskMaxAttempts() (r int, exists bool) {
+	v := m.addtask_max_attempts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearTaskMaxAttempts clears the value of the "task_max_attempts" field.
+func (m *ScheduleMutation) ClearTaskMaxAttempts() {
+	m.task_max_attempts = nil
+	m.addtask_max_attempts = nil
+	m.clearedFields[schedule.FieldTaskMaxAttempts] = struct{}{}
+}
+
+// TaskMaxAttemptsCleared returns if the "task_max_attempts" field was cleared in this mutation.
+func (m *ScheduleMutation) TaskMaxAttemptsCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldTaskMaxAttempts]
+	return ok
+}
+
+// ResetTaskMaxAttempts resets all changes to the "task_max_attempts" field.
+func (m *ScheduleMutation) ResetTaskMaxAttempts() {
+	m.task_max_attempts = nil
+	m.addtask_max_attempts = nil
+	delete(m.clearedFields, schedule.FieldTaskMaxAttempts)
+}
+
+// SetPaused sets the "paused" field.
+func (m *ScheduleMutation) SetPaused(b bool) {
+	m.paused = &b
+}
+
+// Paused returns the value of the "paused" field in the mutation.
+func (m *ScheduleMutation) Paused() (r bool, exists bool) {
+	v := m.paused
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPaused returns the old "paused" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldPaused(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPaused is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPaused requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPaused: %w", err)
+	}
+	return oldValue.Paused, nil
+}
+
+// ResetPaused resets all changes to the "paused" field.
+func (m *ScheduleMutation) ResetPaused() {
+	m.paused = nil
+}
+
+// SetStartAt sets the "start_at" field.
+func (m *ScheduleMutation) SetStartAt(t time.Time) {
+	m.start_at = &t
+}
+
+// StartAt returns the value of the "start_at" field in the mutation.
+func (m *ScheduleMutation) StartAt() (r time.Time, exists bool) {
+	v := m.start_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartAt returns the old "start_at" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldStartAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartAt: %w", err)
+	}
+	return oldValue.StartAt, nil
+}
+
+// ClearStartAt clears the value of the "start_at" field.
+func (m *ScheduleMutation) ClearStartAt() {
+	m.start_at = nil
+	m.clearedFields[schedule.FieldStartAt] = struct{}{}
+}
+
+// StartAtCleared returns if the "start_at" field was cleared in this mutation.
+func (m *ScheduleMutation) StartAtCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldStartAt]
+	return ok
+}
+
+// ResetStartAt resets all changes to the "start_at" field.
+func (m *ScheduleMutation) ResetStartAt() {
+	m.start_at = nil
+	delete(m.clearedFields, schedule.FieldStartAt)
+}
+
+// SetEndAt sets the "end_at" field.
+func (m *ScheduleMutation) SetEndAt(t time.Time) {
+	m.end_at = &t
+}
+
+// EndAt returns the value of the "end_at" field in the mutation.
+func (m *ScheduleMutation) EndAt() (r time.Time, exists bool) {
+	v := m.end_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEndAt returns the old "end_at" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldEndAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEndAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEndAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEndAt: %w", err)
+	}
+	return oldValue.EndAt, nil
+}
+
+// ClearEndAt clears the value of the "end_at" field.
+func (m *ScheduleMutation) ClearEndAt() {
+	m.end_at = nil
+	m.clearedFields[schedule.FieldEndAt] = struct{}{}
+}
+
+// EndAtCleared returns if the "end_at" field was cleared in this mutation.
+func (m *ScheduleMutation) EndAtCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldEndAt]
+	return ok
+}
+
+// ResetEndAt resets all changes to the "end_at" field.
+func (m *ScheduleMutation) ResetEndAt() {
+	m.end_at = nil
+	delete(m.clearedFields, schedule.FieldEndAt)
+}
+
+// SetMisfirePolicy sets the "misfire_policy" field.
+func (m *ScheduleMutation) SetMisfirePolicy(sp schedule.MisfirePolicy) {
+	m.misfire_policy = &sp
+}
+
+// MisfirePolicy returns the value of the "misfire_policy" field in the mutation.
+func (m *ScheduleMutation) MisfirePolicy() (r schedule.MisfirePolicy, exists bool) {
+	v := m.misfire_policy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMisfirePolicy returns the old "misfire_policy" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldMisfirePolicy(ctx context.Context) (v schedule.MisfirePolicy, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMisfirePolicy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMisfirePolicy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMisfirePolicy: %w", err)
+	}
+	return oldValue.MisfirePolicy, nil
+}
+
+// ResetMisfirePolicy resets all changes to the "misfire_policy" field.
+func (m *ScheduleMutation) ResetMisfirePolicy() {
+	m.misfire_policy = nil
+}
+
+// SetOverlapPolicy sets the "overlap_policy" field.
+func (m *ScheduleMutation) SetOverlapPolicy(sp schedule.OverlapPolicy) {
+	m.overlap_policy = &sp
+}
+
+// OverlapPolicy returns the value of the "overlap_policy" field in the mutation.
+func (m *ScheduleMutation) OverlapPolicy() (r schedule.OverlapPolicy, exists bool) {
+	v := m.overlap_policy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOverlapPolicy returns the old "overlap_policy" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldOverlapPolicy(ctx context.Context) (v schedule.OverlapPolicy, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOverlapPolicy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOverlapPolicy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOverlapPolicy: %w", err)
+	}
+	return oldValue.OverlapPolicy, nil
+}
+
+// ResetOverlapPolicy resets all changes to the "overlap_policy" field.
+func (m *ScheduleMutation) ResetOverlapPolicy() {
+	m.overlap_policy = nil
+}
+
+// SetNextFireAt sets the "next_fire_at" field.
+func (m *ScheduleMutation) SetNextFireAt(t time.Time) {
+	m.next_fire_at = &t
+}
+
+// NextFireAt returns the value of the "next_fire_at" field in the mutation.
+func (m *ScheduleMutation) NextFireAt() (r time.Time, exists bool) {
+	v := m.next_fire_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNextFireAt returns the old "next_fire_at" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldNextFireAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNextFireAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNextFireAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNextFireAt: %w", err)
+	}
+	return oldValue.NextFireAt, nil
+}
+
+// ClearNextFireAt clears the value of the "next_fire_at" field.
+func (m *ScheduleMutation) ClearNextFireAt() {
+	m.next_fire_at = nil
+	m.clearedFields[schedule.FieldNextFireAt] = struct{}{}
+}
+
+// NextFireAtCleared returns if the "next_fire_at" field was cleared in this mutation.
+func (m *ScheduleMutation) NextFireAtCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldNextFireAt]
+	return ok
+}
+
+// ResetNextFireAt resets all changes to the "next_fire_at" field.
+func (m *ScheduleMutation) ResetNextFireAt() {
+	m.next_fire_at = nil
+	delete(m.clearedFields, schedule.FieldNextFireAt)
+}
+
+// SetLastFiredAt sets the "last_fired_at" field.
+func (m *ScheduleMutation) SetLastFiredAt(t time.Time) {
+	m.last_fired_at = &t
+}
+
+// LastFiredAt returns the value of the "last_fired_at" field in the mutation.
+func (m *ScheduleMutation) LastFiredAt() (r time.Time, exists bool) {
+	v := m.last_fired_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastFiredAt returns the old "last_fired_at" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldLastFiredAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastFiredAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastFiredAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastFiredAt: %w", err)
+	}
+	return oldValue.LastFiredAt, nil
+}
+
+// ClearLastFiredAt clears the value of the "last_fired_at" field.
+func (m *ScheduleMutation) ClearLastFiredAt() {
+	m.last_fired_at = nil
+	m.clearedFields[schedule.FieldLastFiredAt] = struct{}{}
+}
+
+// LastFiredAtCleared returns if the "last_fired_at" field was cleared in this mutation.
+func (m *ScheduleMutation) LastFiredAtCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldLastFiredAt]
+	return ok
+}
+
+// ResetLastFiredAt resets all changes to the "last_fired_at" field.
+func (m *ScheduleMutation) ResetLastFiredAt() {
+	m.last_fired_at = nil
+	delete(m.clearedFields, schedule.FieldLastFiredAt)
+}
+
+// SetLastTaskID sets the "last_task_id" field.
+func (m *ScheduleMutation) SetLastTaskID(i int) {
+	m.last_task_id = &i
+	m.addlast_task_id = nil
+}
+
+// LastTaskID returns the value of the "last_task_id" field in the mutation.
+func (m *ScheduleMutation) LastTaskID() (r int, exists bool) {
+	v := m.last_task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastTaskID returns the old "last_task_id" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldLastTaskID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastTaskID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastTaskID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastTaskID: %w", err)
+	}
+	return oldValue.LastTaskID, nil
+}
+
+// AddLastTaskID adds i to the "last_task_id" field.
+func (m *ScheduleMutation) AddLastTaskID(i int) {
+	if m.addlast_task_id != nil {
+		*m.addlast_task_id += i
+	} else {
+		m.addlast_task_id = &i
+	}
+}
+
+// AddedLastTaskID returns the value that was added to the "last_task_id" field in this mutation.
+func (m *ScheduleMutation) AddedLastTaskID() (r int, exists bool) {
+	v := m.addlast_task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearLastTaskID clears the value of the "last_task_id" field.
+func (m *ScheduleMutation) ClearLastTaskID() {
+	m.last_task_id = nil
+	m.addlast_task_id = nil
+	m.clearedFields[schedule.FieldLastTaskID] = struct{}{}
+}
+
+// LastTaskIDCleared returns if the "last_task_id" field was cleared in this mutation.
+func (m *ScheduleMutation) LastTaskIDCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldLastTaskID]
+	return ok
+}
+
+// ResetLastTaskID resets all changes to the "last_task_id" field.
+func (m *ScheduleMutation) ResetLastTaskID() {
+	m.last_task_id = nil
+	m.addlast_task_id = nil
+	delete(m.clearedFields, schedule.FieldLastTaskID)
+}
+
+// SetQueuedSlots sets the "queued_slots" field.
+func (m *ScheduleMutation) SetQueuedSlots(s []string) {
+	m.queued_slots = &s
+	m.appendqueued_slots = nil
+}
+
+// QueuedSlots returns the value of the "queued_slots" field in the mutation.
+func (m *ScheduleMutation) QueuedSlots() (r []string, exists bool) {
+	v := m.queued_slots
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldQueuedSlots returns the old "queued_slots" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldQueuedSlots(ctx context.Context) (v []string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldQueuedSlots is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldQueuedSlots requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldQueuedSlots: %w", err)
+	}
+	return oldValue.QueuedSlots, nil
+}
+
+// AppendQueuedSlots adds s to the "queued_slots" field.
+func (m *ScheduleMutation) AppendQueuedSlots(s []string) {
+	m.appendqueued_slots = append(m.appendqueued_slots, s...)
+}
+
+// AppendedQueuedSlots returns the list of values that were appended to the "queued_slots" field in this mutation.
+func (m *ScheduleMutation) AppendedQueuedSlots() ([]string, bool) {
+	if len(m.appendqueued_slots) == 0 {
+		return nil, false
+	}
+	return m.appendqueued_slots, true
+}
+
+// ClearQueuedSlots clears the value of the "queued_slots" field.
+func (m *ScheduleMutation) ClearQueuedSlots() {
+	m.queued_slots = nil
+	m.appendqueued_slots = nil
+	m.clearedFields[schedule.FieldQueuedSlots] = struct{}{}
+}
+
+// QueuedSlotsCleared returns if the "queued_slots" field was cleared in this mutation.
+func (m *ScheduleMutation) QueuedSlotsCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldQueuedSlots]
+	return ok
+}
+
+// ResetQueuedSlots resets all changes to the "queued_slots" field.
+func (m *ScheduleMutation) ResetQueuedSlots() {
+	m.queued_slots = nil
+	m.appendqueued_slots = nil
+	delete(m.clearedFields, schedule.FieldQueuedSlots)
+}
+
+// SetQueuedCount sets the "queued_count" field.
+func (m *ScheduleMutation) SetQueuedCount(i int) {
+	m.queued_count = &i
+	m.addqueued_count = nil
+}
+
+// QueuedCount returns the value of the "queued_count" field in the mutation.
+func (m *ScheduleMutation) QueuedCount() (r int, exists bool) {
+	v := m.queued_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldQueuedCount returns the old "queued_count" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldQueuedCount(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldQueuedCount is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldQueuedCount requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldQueuedCount: %w", err)
+	}
+	return oldValue.QueuedCount, nil
+}
+
+// AddQueuedCount adds i to the "queued_count" field.
+func (m *ScheduleMutation) AddQueuedCount(i int) {
+	if m.addqueued_count != nil {
+		*m.addqueued_count += i
+	} else {
+		m.addqueued_count = &i
+	}
+}
+
+// AddedQueuedCount returns the value that was added to the "queued_count" field in this mutation.
+func (m *ScheduleMutation) AddedQueuedCount() (r int, exists bool) {
+	v := m.addqueued_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetQueuedCount resets all changes to the "queued_count" field.
+func (m *ScheduleMutation) ResetQueuedCount() {
+	m.queued_count = nil
+	m.addqueued_count = nil
+}
+
+// SetVersion sets the "version" field.
+func (m *ScheduleMutation) SetVersion(i int64) {
+	m.version = &i
+	m.addversion = nil
+}
+
+// Version returns the value of the "version" field in the mutation.
+func (m *ScheduleMutation) Version() (r int64, exists bool) {
+	v := m.version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVersion returns the old "version" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldVersion(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVersion: %w", err)
+	}
+	return oldValue.Version, nil
+}
+
+// AddVersion adds i to the "version" field.
+func (m *ScheduleMutation) AddVersion(i int64) {
+	if m.addversion != nil {
+		*m.addversion += i
+	} else {
+		m.addversion = &i
+	}
+}
+
+// AddedVersion returns the value that was added to the "version" field in this mutation.
+func (m *ScheduleMutation) AddedVersion() (r int64, exists bool) {
+	v := m.addversion
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetVersion resets all changes to the "version" field.
+func (m *ScheduleMutation) ResetVersion() {
+	m.version = nil
+	m.addversion = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *ScheduleMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *ScheduleMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *ScheduleMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// AddEventIDs adds the "events" edge to the ScheduleEvent entity by ids.
+func (m *ScheduleMutation) AddEventIDs(ids ...int) {
+	if m.events == nil {
+		m.events = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.events[ids[i]] = struct{}{}
+	}
+}
+
+// ClearEvents clears the "events" edge to the ScheduleEvent entity.
+func (m *ScheduleMutation) ClearEvents() {
+	m.clearedevents = true
+}
+
+// EventsCleared reports if the "events" edge to the ScheduleEvent entity was cleared.
+func (m *ScheduleMutation) EventsCleared() bool {
+	return m.clearedevents
+}
+
+// RemoveEventIDs removes the "events" edge to the ScheduleEvent entity by IDs.
+func (m *ScheduleMutation) RemoveEventIDs(ids ...int) {
+	if m.removedevents == nil {
+		m.removedevents = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.events, ids[i])
+		m.removedevents[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedEvents returns the removed IDs of the "events" edge to the ScheduleEvent entity.
+func (m *ScheduleMutation) RemovedEventsIDs() (ids []int) {
+	for id := range m.removedevents {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// EventsIDs returns the "events" edge IDs in the mutation.
+func (m *ScheduleMutation) EventsIDs() (ids []int) {
+	for id := range m.events {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetEvents resets all changes to the "events" edge.
+func (m *ScheduleMutation) ResetEvents() {
+	m.events = nil
+	m.clearedevents = false
+	m.removedevents = nil
+}
+
+// Where appends a list predicates to the ScheduleMutation builder.
+func (m *ScheduleMutation) Where(ps ...predicate.Schedule) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ScheduleMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ScheduleMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Schedule, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ScheduleMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ScheduleMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Schedule).
+func (m *ScheduleMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ScheduleMutation) Fields() []string {
+	fields := make([]string, 0, 29)
+	if m.created_at != nil {
+		fields = append(fields, schedule.FieldCreatedAt)
+	}
+	if m.name != nil {
+		fields = append(fields, schedule.FieldName)
+	}
+	if m.owner != nil {
+		fields = append(fields, schedule.FieldOwner)
+	}
+	if m.owner_source != nil {
+		fields = append(fields, schedule.FieldOwnerSource)
+	}
+	if m.owner_role != nil {
+		fields = append(fields, schedule.FieldOwnerRole)
+	}
+	if m.tenant != nil {
+		fields = append(fields, schedule.FieldTenant)
+	}
+	if m.cron != nil {
+		fields = append(fields, schedule.FieldCron)
+	}
+	if m.interval_seconds != nil {
+		fields = append(fields, schedule.FieldIntervalSeconds)
+	}
+	if m.timezone != nil {
+		fields = append(fields, schedule.FieldTimezone)
+	}
+	if m.task_type != nil {
+		fields = append(fields, schedule.FieldTaskType)
+	}
+	if m.task_title != nil {
+		fields = append(fields, schedule.FieldTaskTitle)
+	}
+	if m.task_input != nil {
+		fields = append(fields, schedule.FieldTaskInput)
+	}
+	if m.task_input_sealed != nil {
+		fields = append(fields, schedule.FieldTaskInputSealed)
+	}
+	if m.task_priority != nil {
+		fields = append(fields, schedule.FieldTaskPriority)
+	}
+	if m.task_timeout_seconds != nil {
+		fields = append(fields, schedule.FieldTaskTimeoutSeconds)
+	}
+	if m.task_retry_policy != nil {
+		fields = append(fields, schedule.FieldTaskRetryPolicy)
+	}
+	if m.task_max_attempts != nil {
+		fields = append(fields, schedule.FieldTaskMaxAttempts)
+	}
+	if m.paused != nil {
+		fields = append(fields, schedule.FieldPaused)
+	}
+	if m.start_at != nil {
+		fields = append(fields, schedule.FieldStartAt)
+	}
+	if m.end_at != nil {
+		fields = append(fields, schedule.FieldEndAt)
+	}
+	if m.misfire_policy != nil {
+		fields = append(fields, schedule.FieldMisfirePolicy)
+	}
+	if m.overlap_policy != nil {
+		fields = append(fields, schedule.FieldOverlapPolicy)
+	}
+	if m.next_fire_at != nil {
+		fields = append(fields, schedule.FieldNextFireAt)
+	}
+	if m.last_fired_at != nil {
+		fields = append(fields, schedule.FieldLastFiredAt)
+	}
+	if m.last_task_id != nil {
+		fields = append(fields, schedule.FieldLastTaskID)
+	}
+	if m.queued_slots != nil {
+		fields = append(fields, schedule.FieldQueuedSlots)
+	}
+	if m.queued_count != nil {
+		fields = append(fields, schedule.FieldQueuedCount)
+	}
+	if m.version != nil {
+		fields = append(fields, schedule.FieldVersion)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, schedule.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ScheduleMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case schedule.FieldCreatedAt:
+		return m.CreatedAt()
+	case schedule.FieldName:
+		return m.Name()
+	case schedule.FieldOwner:
+		return m.Owner()
+	case schedule.FieldOwnerSource:
+		return m.OwnerSource()
+	case schedule.FieldOwnerRole:
+		return m.OwnerRole()
+	case schedule.FieldTenant:
+		return m.Tenant()
+	case schedule.FieldCron:
+		return m.Cron()
+	case schedule.FieldIntervalSeconds:
+		return m.IntervalSeconds()
+	case schedule.FieldTimezone:
+		return m.Timezone()
+	case schedule.FieldTaskType:
+		return m.TaskType()
+	case schedule.FieldTaskTitle:
+		return m.TaskTitle()
+	case schedule.FieldTaskInput:
+		return m.TaskInput()
+	case schedule.FieldTaskInputSealed:
+		return m.TaskInputSealed()
+	case schedule.FieldTaskPriority:
+		return m.TaskPriority()
+	case schedule.FieldTaskTimeoutSeconds:
+		return m.TaskTimeoutSeconds()
+	case schedule.FieldTaskRetryPolicy:
+		return m.TaskRetryPolicy()
+	case schedule.FieldTaskMaxAttempts:
+		return m.TaskMaxAttempts()
+	case schedule.FieldPaused:
+		return m.Paused()
+	case schedule.FieldStartAt:
+		return m.StartAt()
+	case schedule.FieldEndAt:
+		return m.EndAt()
+	case schedule.FieldMisfirePolicy:
+		return m.MisfirePolicy()
+	case schedule.FieldOverlapPolicy:
+		return m.OverlapPolicy()
+	case schedule.FieldNextFireAt:
+		return m.NextFireAt()
+	case schedule.FieldLastFiredAt:
+		return m.LastFiredAt()
+	case schedule.FieldLastTaskID:
+		return m.LastTaskID()
+	case schedule.FieldQueuedSlots:
+		return m.QueuedSlots()
+	case schedule.FieldQueuedCount:
+		return m.QueuedCount()
+	case schedule.FieldVersion:
+		return m.Version()
+	case schedule.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ScheduleMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case schedule.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case schedule.FieldName:
+		return m.OldName(ctx)
+	case schedule.FieldOwner:
+		return m.OldOwner(ctx)
+	case schedule.FieldOwnerSource:
+		return m.OldOwnerSource(ctx)
+	case schedule.FieldOwnerRole:
+		return m.OldOwnerRole(ctx)
+	case schedule.FieldTenant:
+		return m.OldTenant(ctx)
+	case schedule.FieldCron:
+		return m.OldCron(ctx)
+	case schedule.FieldIntervalSeconds:
+		return m.OldIntervalSeconds(ctx)
+	case schedule.FieldTimezone:
+		return m.OldTimezone(ctx)
+	case schedule.FieldTaskType:
+		return m.OldTaskType(ctx)
+	case schedule.FieldTaskTitle:
+		return m.OldTaskTitle(ctx)
+	case schedule.FieldTaskInput:
+		return m.OldTaskInput(ctx)
+	case schedule.FieldTaskInputSealed:
+		return m.OldTaskInputSealed(ctx)
+	case schedule.FieldTaskPriority:
+		return m.OldTaskPriority(ctx)
+	case schedule.FieldTaskTimeoutSeconds:
+		return m.OldTaskTimeoutSeconds(ctx)
+	case schedule.FieldTaskRetryPolicy:
+		return m.OldTaskRetryPolicy(ctx)
+	case schedule.FieldTaskMaxAttempts:
+		return m.OldTaskMaxAttempts(ctx)
+	case schedule.FieldPaused:
+		return m.OldPaused(ctx)
+	case schedule.FieldStartAt:
+		return m.OldStartAt(ctx)
+	case schedule.FieldEndAt:
+		return m.OldEndAt(ctx)
+	case schedule.FieldMisfirePolicy:
+		return m.OldMisfirePolicy(ctx)
+	case schedule.FieldOverlapPolicy:
+		return m.OldOverlapPolicy(ctx)
+	case schedule.FieldNextFireAt:
+		return m.OldNextFireAt(ctx)
+	case schedule.FieldLastFiredAt:
+		return m.OldLastFiredAt(ctx)
+	case schedule.FieldLastTaskID:
+		return m.OldLastTaskID(ctx)
+	case schedule.FieldQueuedSlots:
+		return m.OldQueuedSlots(ctx)
+	case schedule.FieldQueuedCount:
+		return m.OldQueuedCount(ctx)
+	case schedule.FieldVersion:
+		return m.OldVersion(ctx)
+	case schedule.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown Schedule field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ScheduleMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case schedule.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case schedule.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case schedule.FieldOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwner(v)
+		return nil
+	case schedule.FieldOwnerSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerSource(v)
+		return nil
+	case schedule.FieldOwnerRole:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerRole(v)
+		return nil
+	case schedule.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case schedule.FieldCron:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCron(v)
+		return nil
+	case schedule.FieldIntervalSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetIntervalSeconds(v)
+		return nil
+	case schedule.FieldTimezone:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTimezone(v)
+		return nil
+	case schedule.FieldTaskType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskType(v)
+		return nil
+	case schedule.FieldTaskTitle:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskTitle(v)
+		return nil
+	case schedule.FieldTaskInput:
+		v, ok := value.(json.RawMessage)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskInput(v)
+		return nil
+	case schedule.FieldTaskInputSealed:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskInputSealed(v)
+		return nil
+	case schedule.FieldTaskPriority:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskPriority(v)
+		return nil
+	case schedule.FieldTaskTimeoutSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskTimeoutSeconds(v)
+		return nil
+	case schedule.FieldTaskRetryPolicy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskRetryPolicy(v)
+		return nil
+	case schedule.FieldTaskMaxAttempts:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskMaxAttempts(v)
+		return nil
+	case schedule.FieldPaused:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPaused(v)
+		return nil
+	case schedule.FieldStartAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartAt(v)
+		return nil
+	case schedule.FieldEndAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEndAt(v)
+		return nil
+	case schedule.FieldMisfirePolicy:
+		v, ok := value.(schedule.MisfirePolicy)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMisfirePolicy(v)
+		return nil
+	case schedule.FieldOverlapPolicy:
+		v, ok := value.(schedule.OverlapPolicy)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOverlapPolicy(v)
+		return nil
+	case schedule.FieldNextFireAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNextFireAt(v)
+		return nil
+	case schedule.FieldLastFiredAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastFiredAt(v)
+		return nil
+	case schedule.FieldLastTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastTaskID(v)
+		return nil
+	case schedule.FieldQueuedSlots:
+		v, ok := value.([]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetQueuedSlots(v)
+		return nil
+	case schedule.FieldQueuedCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetQueuedCount(v)
+		return nil
+	case schedule.FieldVersion:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVersion(v)
+		return nil
+	case schedule.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Schedule field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ScheduleMutation) AddedFields() []string {
+	var fields []string
+	if m.addinterval_seconds != nil {
+		fields = append(fields, schedule.FieldIntervalSeconds)
+	}
+	if m.addtask_priority != nil {
+		fields = append(fields, schedule.FieldTaskPriority)
+	}
+	if m.addtask_timeout_seconds != nil {
+		fields = append(fields, schedule.FieldTaskTimeoutSeconds)
+	}
+	if m.addtask_max_attempts != nil {
+		fields = append(fields, schedule.FieldTaskMaxAttempts)
+	}
+	if m.addlast_task_id != nil {
+		fields = append(fields, schedule.FieldLastTaskID)
+	}
+	if m.addqueued_count != nil {
+		fields = append(fields, schedule.FieldQueuedCount)
+	}
+	if m.addversion != nil {
+		fields = append(fields, schedule.FieldVersion)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ScheduleMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case schedule.FieldIntervalSeconds:
+		return m.AddedIntervalSeconds()
+	case schedule.FieldTaskPriority:
+		return m.AddedTaskPriority()
+	case schedule.FieldTaskTimeoutSeconds:
+		return m.AddedTaskTimeoutSeconds()
+	case schedule.FieldTaskMaxAttempts:
+		return m.AddedTaskMaxAttempts()
+	case schedule.FieldLastTaskID:
+		return m.AddedLastTaskID()
+	case schedule.FieldQueuedCount:
+		return m.AddedQueuedCount()
+	case schedule.FieldVersion:
+		return m.AddedVersion()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ScheduleMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case schedule.FieldIntervalSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddIntervalSeconds(v)
+		return nil
+	case schedule.FieldTaskPriority:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTaskPriority(v)
+		return nil
+	case schedule.FieldTaskTimeoutSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTaskTimeoutSeconds(v)
+		return nil
+	case schedule.FieldTaskMaxAttempts:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTaskMaxAttempts(v)
+		return nil
+	case schedule.FieldLastTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddLastTaskID(v)
+		return nil
+	case schedule.FieldQueuedCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddQueuedCount(v)
+		return nil
+	case schedule.FieldVersion:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddVersion(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Schedule numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ScheduleMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(schedule.FieldIntervalSeconds) {
+		fields = append(fields, schedule.FieldIntervalSeconds)
+	}
+	if m.FieldCleared(schedule.FieldTaskInputSealed) {
+		fields = append(fields, schedule.FieldTaskInputSealed)
+	}
+	if m.FieldCleared(schedule.FieldTaskPriority) {
+		fields = append(fields, schedule.FieldTaskPriority)
+	}
+	if m.FieldCleared(schedule.FieldTaskTimeoutSeconds) {
+		fields = append(fields, schedule.FieldTaskTimeoutSeconds)
+	}
+	if m.FieldCleared(schedule.FieldTaskRetryPolicy) {
+		fields = append(fields, schedule.FieldTaskRetryPolicy)
+	}
+	if m.FieldCleared(schedule.FieldTaskMaxAttempts) {
+		fields = append(fields, schedule.FieldTaskMaxAttempts)
+	}
+	if m.FieldCleared(schedule.FieldStartAt) {
+		fields = append(fields, schedule.FieldStartAt)
+	}
+	if m.FieldCleared(schedule.FieldEndAt) {
+		fields = append(fields, schedule.FieldEndAt)
+	}
+	if m.FieldCleared(schedule.FieldNextFireAt) {
+		fields = append(fields, schedule.FieldNextFireAt)
+	}
+	if m.FieldCleared(schedule.FieldLastFiredAt) {
+		fields = append(fields, schedule.FieldLastFiredAt)
+	}
+	if m.FieldCleared(schedule.FieldLastTaskID) {
+		fields = append(fields, schedule.FieldLastTaskID)
+	}
+	if m.FieldCleared(schedule.FieldQueuedSlots) {
+		fields = append(fields, schedule.FieldQueuedSlots)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ScheduleMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ScheduleMutation) ClearField(name string) error {
+	switch name {
+	case schedule.FieldIntervalSeconds:
+		m.ClearIntervalSeconds()
+		return nil
+	case schedule.FieldTaskInputSealed:
+		m.ClearTaskInputSealed()
+		return nil
+	case schedule.FieldTaskPriority:
+		m.ClearTaskPriority()
+		return nil
+	case schedule.FieldTaskTimeoutSeconds:
+		m.ClearTaskTimeoutSeconds()
+		return nil
+	case schedule.FieldTaskRetryPolicy:
+		m.ClearTaskRetryPolicy()
+		return nil
+	case schedule.FieldTaskMaxAttempts:
+		m.ClearTaskMaxAttempts()
+		return nil
+	case schedule.FieldStartAt:
+		m.ClearStartAt()
+		return nil
+	case schedule.FieldEndAt:
+		m.ClearEndAt()
+		return nil
+	case schedule.FieldNextFireAt:
+		m.ClearNextFireAt()
+		return nil
+	case schedule.FieldLastFiredAt:
+		m.ClearLastFiredAt()
+		return nil
+	case schedule.FieldLastTaskID:
+		m.ClearLastTaskID()
+		return nil
+	case schedule.FieldQueuedSlots:
+		m.ClearQueuedSlots()
+		return nil
+	}
+	return fmt.Errorf("unknown Schedule nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ScheduleMutation) ResetField(name string) error {
+	switch name {
+	case schedule.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case schedule.FieldName:
+		m.ResetName()
+		return nil
+	case schedule.FieldOwner:
+		m.ResetOwner()
+		return nil
+	case schedule.FieldOwnerSource:
+		m.ResetOwnerSource()
+		return nil
+	case schedule.FieldOwnerRole:
+		m.ResetOwnerRole()
+		return nil
+	case schedule.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case schedule.FieldCron:
+		m.ResetCron()
+		return nil
+	case schedule.FieldIntervalSeconds:
+		m.ResetIntervalSeconds()
+		return nil
+	case schedule.FieldTimezone:
+		m.ResetTimezone()
+		return nil
+	case schedule.FieldTaskType:
+		m.ResetTaskType()
+		return nil
+	case schedule.FieldTaskTitle:
+		m.ResetTaskTitle()
+		return nil
+	case schedule.FieldTaskInput:
+		m.ResetTaskInput()
+		return nil
+	case schedule.FieldTaskInputSealed:
+		m.ResetTaskInputSealed()
+		return nil
+	case schedule.FieldTaskPriority:
+		m.ResetTaskPriority()
+		return nil
+	case schedule.FieldTaskTimeoutSeconds:
+		m.ResetTaskTimeoutSeconds()
+		return nil
+	case schedule.FieldTaskRetryPolicy:
+		m.ResetTaskRetryPolicy()
+		return nil
+	case schedule.FieldTaskMaxAttempts:
+		m.ResetTaskMaxAttempts()
+		return nil
+	case schedule.FieldPaused:
+		m.ResetPaused()
+		return nil
+	case schedule.FieldStartAt:
+		m.ResetStartAt()
+		return nil
+	case schedule.FieldEndAt:
+		m.ResetEndAt()
+		return nil
+	case schedule.FieldMisfirePolicy:
+		m.ResetMisfirePolicy()
+		return nil
+	case schedule.FieldOverlapPolicy:
+		m.ResetOverlapPolicy()
+		return nil
+	case schedule.FieldNextFireAt:
+		m.ResetNextFireAt()
+		return nil
+	case schedule.FieldLastFiredAt:
+		m.ResetLastFiredAt()
+		return nil
+	case schedule.FieldLastTaskID:
+		m.ResetLastTaskID()
+		return nil
+	case schedule.FieldQueuedSlots:
+		m.ResetQueuedSlots()
+		return nil
+	case schedule.FieldQueuedCount:
+		m.ResetQueuedCount()
+		return nil
+	case schedule.FieldVersion:
+		m.ResetVersion()
+		return nil
+	case schedule.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown Schedule field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ScheduleMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.events != nil {
+		edges = append(edges, schedule.EdgeEvents)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ScheduleMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case schedule.EdgeEvents:
+		ids := make([]ent.Value, 0, len(m.events))
+		for id := range m.events {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ScheduleMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.removedevents != nil {
+		edges = append(edges, schedule.EdgeEvents)
+	}
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ScheduleMutation) RemovedIDs(name string) []ent.Value {
+	switch name {
+	case schedule.EdgeEvents:
+		ids := make([]ent.Value, 0, len(m.removedevents))
+		for id := range m.removedevents {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ScheduleMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearedevents {
+		edges = append(edges, schedule.EdgeEvents)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ScheduleMutation) EdgeCleared(name string) bool {
+	switch name {
+	case schedule.EdgeEvents:
+		return m.clearedevents
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ScheduleMutation) ClearEdge(name string) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Schedule unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ScheduleMutation) ResetEdge(name string) error {
+	switch name {
+	case schedule.EdgeEvents:
+		m.ResetEvents()
+		return nil
+	}
+	return fmt.Errorf("unknown Schedule edge %s", name)
+}
+
+// ScheduleEventMutation represents an operation that mutates the ScheduleEvent nodes in the graph.
+type ScheduleEventMutation struct {
+	config
+	op              Op
+	typ             string
+	id              *int
+	created_at      *time.Time
+	kind            *scheduleevent.Kind
+	slot            *time.Time
+	task_id         *int
+	addtask_id      *int
+	missed          *int
+	addmissed       *int
+	message         *string
+	node            *string
+	clearedFields   map[string]struct{}
+	schedule        *int
+	clearedschedule bool
+	done            bool
+	oldValue        func(context.Context) (*ScheduleEvent, error)
+	predicates      []predicate.ScheduleEvent
+}
+
+var _ ent.Mutation = (*ScheduleEventMutation)(nil)
+
+// scheduleeventOption allows management of the mutation configuration using functional options.
+type scheduleeventOption func(*ScheduleEventMutation)
+
+// newScheduleEventMutation creates new mutation for the ScheduleEvent entity.
+func newScheduleEventMutation(c config, op Op, opts ...scheduleeventOption) *ScheduleEventMutation {
+	m := &ScheduleEventMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeScheduleEvent,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withScheduleEventID sets the ID field of the mutation.
+func withScheduleEventID(id int) scheduleeventOption {
+	return func(m *ScheduleEventMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *ScheduleEvent
+		)
+		m.oldValue = func(ctx context.Context) (*ScheduleEvent, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().ScheduleEvent.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withScheduleEvent sets the old ScheduleEvent of the mutation.
+func withScheduleEvent(node *ScheduleEvent) scheduleeventOption {
+	return func(m *ScheduleEventMutation) {
+		m.oldValue = func(context.Context) (*ScheduleEvent, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ScheduleEventMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ScheduleEventMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ScheduleEventMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ScheduleEventMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().ScheduleEvent.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *ScheduleEventMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *ScheduleEventMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *ScheduleEventMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetScheduleID sets the "schedule_id" field.
+func (m *ScheduleEventMutation) SetScheduleID(i int) {
+	m.schedule = &i
+}
+
+// ScheduleID returns the value of the "schedule_id" field in the mutation.
+func (m *ScheduleEventMutation) ScheduleID() (r int, exists bool) {
+	v := m.schedule
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScheduleID returns the old "schedule_id" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldScheduleID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScheduleID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScheduleID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScheduleID: %w", err)
+	}
+	return oldValue.ScheduleID, nil
+}
+
+// ResetScheduleID resets all changes to the "schedule_id" field.
+func (m *ScheduleEventMutation) ResetScheduleID() {
+	m.schedule = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *ScheduleEventMutation) SetKind(s scheduleevent.Kind) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *ScheduleEventMutation) Kind() (r scheduleevent.Kind, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldKind(ctx context.Context) (v scheduleevent.Kind, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *ScheduleEventMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetSlot sets the "slot" field.
+func (m *ScheduleEventMutation) SetSlot(t time.Time) {
+	m.slot = &t
+}
+
+// Slot returns the value of the "slot" field in the mutation.
+func (m *ScheduleEventMutation) Slot() (r time.Time, exists bool) {
+	v := m.slot
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSlot returns the old "slot" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldSlot(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSlot is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSlot requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSlot: %w", err)
+	}
+	return oldValue.Slot, nil
+}
+
+// ClearSlot clears the value of the "slot" field.
+func (m *ScheduleEventMutation) ClearSlot() {
+	m.slot = nil
+	m.clearedFields[scheduleevent.FieldSlot] = struct{}{}
+}
+
+// SlotCleared returns if the "slot" field was cleared in this mutation.
+func (m *ScheduleEventMutation) SlotCleared() bool {
+	_, ok := m.clearedFields[scheduleevent.FieldSlot]
+	return ok
+}
+
+// ResetSlot resets all changes to the "slot" field.
+func (m *ScheduleEventMutation) ResetSlot() {
+	m.slot = nil
+	delete(m.clearedFields, scheduleevent.FieldSlot)
+}
+
+// SetTaskID sets the "task_id" field.
+func (m *ScheduleEventMutation) SetTaskID(i int) {
+	m.task_id = &i
+	m.addtask_id = nil
+}
+
+// TaskID returns the value of the "task_id" field in the mutation.
+func (m *ScheduleEventMutation) TaskID() (r int, exists bool) {
+	v := m.task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskID returns the old "task_id" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldTaskID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskID: %w", err)
+	}
+	return oldValue.TaskID, nil
+}
+
+// AddTaskID adds i to the "task_id" field.
+func (m *ScheduleEventMutation) AddTaskID(i int) {
+	if m.addtask_id != nil {
+		*m.addtask_id += i
+	} else {
+		m.addtask_id = &i
+	}
+}
+
+// AddedTaskID returns the value that was added to the "task_id" field in this mutation.
+func (m *ScheduleEventMutation) AddedTaskID() (r int, exists bool) {
+	v := m.addtask_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearTaskID clears the value of the "task_id" field.
+func (m *ScheduleEventMutation) ClearTaskID() {
+	m.task_id = nil
+	m.addtask_id = nil
+	m.clearedFields[scheduleevent.FieldTaskID] = struct{}{}
+}
+
+// TaskIDCleared returns if the "task_id" field was cleared in this mutation.
+func (m *ScheduleEventMutation) TaskIDCleared() bool {
+	_, ok := m.clearedFields[scheduleevent.FieldTaskID]
+	return ok
+}
+
+// ResetTaskID resets all changes to the "task_id" field.
+func (m *ScheduleEventMutation) ResetTaskID() {
+	m.task_id = nil
+	m.addtask_id = nil
+	delete(m.clearedFields, scheduleevent.FieldTaskID)
+}
+
+// SetMissed sets the "missed" field.
+func (m *ScheduleEventMutation) SetMissed(i int) {
+	m.missed = &i
+	m.addmissed = nil
+}
+
+// Missed returns the value of the "missed" field in the mutation.
+func (m *ScheduleEventMutation) Missed() (r int, exists bool) {
+	v := m.missed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMissed returns the old "missed" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldMissed(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMissed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMissed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMissed: %w", err)
+	}
+	return oldValue.Missed, nil
+}
+
+// AddMissed adds i to the "missed" field.
+func (m *ScheduleEventMutation) AddMissed(i int) {
+	if m.addmissed != nil {
+		*m.addmissed += i
+	} else {
+		m.addmissed = &i
+	}
+}
+
+// AddedMissed returns the value that was added to the "missed" field in this mutation.
+func (m *ScheduleEventMutation) AddedMissed() (r int, exists bool) {
+	v := m.addmissed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetMissed resets all changes to the "missed" field.
+func (m *ScheduleEventMutation) ResetMissed() {
+	m.missed = nil
+	m.addmissed = nil
+}
+
+// SetMessage sets the "message" field.
+func (m *ScheduleEventMutation) SetMessage(s string) {
+	m.message = &s
+}
+
+// Message returns the value of the "message" field in the mutation.
+func (m *ScheduleEventMutation) Message() (r string, exists bool) {
+	v := m.message
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMessage returns the old "message" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldMessage(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMessage is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMessage requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMessage: %w", err)
+	}
+	return oldValue.Message, nil
+}
+
+// ResetMessage resets all changes to the "message" field.
+func (m *ScheduleEventMutation) ResetMessage() {
+	m.message = nil
+}
+
+// SetNode sets the "node" field.
+func (m *ScheduleEventMutation) SetNode(s string) {
+	m.node = &s
+}
+
+// Node returns the value of the "node" field in the mutation.
+func (m *ScheduleEventMutation) Node() (r string, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNode returns the old "node" field's value of the ScheduleEvent entity.
+// If the ScheduleEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleEventMutation) OldNode(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNode: %w", err)
+	}
+	return oldValue.Node, nil
+}
+
+// ResetNode resets all changes to the "node" field.
+func (m *ScheduleEventMutation) ResetNode() {
+	m.node = nil
+}
+
+// ClearSchedule clears the "schedule" edge to the Schedule entity.
+func (m *ScheduleEventMutation) ClearSchedule() {
+	m.clearedschedule = true
+	m.clearedFields[scheduleevent.FieldScheduleID] = struct{}{}
+}
+
+// ScheduleCleared reports if the "schedule" edge to the Schedule entity was cleared.
+func (m *ScheduleEventMutation) ScheduleCleared() bool {
+	return m.clearedschedule
+}
+
+// ScheduleIDs returns the "schedule" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// ScheduleID instead. It exists only for internal usage by the builders.
+func (m *ScheduleEventMutation) ScheduleIDs() (ids []int) {
+	if id := m.schedule; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetSchedule resets all changes to the "schedule" edge.
+func (m *ScheduleEventMutation) ResetSchedule() {
+	m.schedule = nil
+	m.clearedschedule = false
+}
+
+// Where appends a list predicates to the ScheduleEventMutation builder.
+func (m *ScheduleEventMutation) Where(ps ...predicate.ScheduleEvent) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ScheduleEventMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ScheduleEventMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ScheduleEvent, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ScheduleEventMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ScheduleEventMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (ScheduleEvent).
+func (m *ScheduleEventMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ScheduleEventMutation) Fields() []string {
+	fields := make([]string, 0, 8)
+	if m.created_at != nil {
+		fields = append(fields, scheduleevent.FieldCreatedAt)
+	}
+	if m.schedule != nil {
+		fields = append(fields, scheduleevent.FieldScheduleID)
+	}
+	if m.kind != nil {
+		fields = append(fields, scheduleevent.FieldKind)
+	}
+	if m.slot != nil {
+		fields = append(fields, scheduleevent.FieldSlot)
+	}
+	if m.task_id != nil {
+		fields = append(fields, scheduleevent.FieldTaskID)
+	}
+	if m.missed != nil {
+		fields = append(fields, scheduleevent.FieldMissed)
+	}
+	if m.message != nil {
+		fields = append(fields, scheduleevent.FieldMessage)
+	}
+	if m.node != nil {
+		fields = append(fields, scheduleevent.FieldNode)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ScheduleEventMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case scheduleevent.FieldCreatedAt:
+		return m.CreatedAt()
+	case scheduleevent.FieldScheduleID:
+		return m.ScheduleID()
+	case scheduleevent.FieldKind:
+		return m.Kind()
+	case scheduleevent.FieldSlot:
+		return m.Slot()
+	case scheduleevent.FieldTaskID:
+		return m.TaskID()
+	case scheduleevent.FieldMissed:
+		return m.Missed()
+	case scheduleevent.FieldMessage:
+		return m.Message()
+	case scheduleevent.FieldNode:
+		return m.Node()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ScheduleEventMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case scheduleevent.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case scheduleevent.FieldScheduleID:
+		return m.OldScheduleID(ctx)
+	case scheduleevent.FieldKind:
+		return m.OldKind(ctx)
+	case scheduleevent.FieldSlot:
+		return m.OldSlot(ctx)
+	case scheduleevent.FieldTaskID:
+		return m.OldTaskID(ctx)
+	case scheduleevent.FieldMissed:
+		return m.OldMissed(ctx)
+	case scheduleevent.FieldMessage:
+		return m.OldMessage(ctx)
+	case scheduleevent.FieldNode:
+		return m.OldNode(ctx)
+	}
+	return nil, fmt.Errorf("unknown ScheduleEvent field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ScheduleEventMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case scheduleevent.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case scheduleevent.FieldScheduleID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScheduleID(v)
+		return nil
+	case scheduleevent.FieldKind:
+		v, ok := value.(scheduleevent.Kind)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case scheduleevent.FieldSlot:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSlot(v)
+		return nil
+	case scheduleevent.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskID(v)
+		return nil
+	case scheduleevent.FieldMissed:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMissed(v)
+		return nil
+	case scheduleevent.FieldMessage:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMessage(v)
+		return nil
+	case scheduleevent.FieldNode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNode(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduleEvent field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ScheduleEventMutation) AddedFields() []string {
+	var fields []string
+	if m.addtask_id != nil {
+		fields = append(fields, scheduleevent.FieldTaskID)
+	}
+	if m.addmissed != nil {
+		fields = append(fields, scheduleevent.FieldMissed)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ScheduleEventMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case scheduleevent.FieldTaskID:
+		return m.AddedTaskID()
+	case scheduleevent.FieldMissed:
+		return m.AddedMissed()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ScheduleEventMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case scheduleevent.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTaskID(v)
+		return nil
+	case scheduleevent.FieldMissed:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMissed(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduleEvent numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ScheduleEventMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(scheduleevent.FieldSlot) {
+		fields = append(fields, scheduleevent.FieldSlot)
+	}
+	if m.FieldCleared(scheduleevent.FieldTaskID) {
+		fields = append(fields, scheduleevent.FieldTaskID)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ScheduleEventMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ScheduleEventMutation) ClearField(name string) error {
+	switch name {
+	case scheduleevent.FieldSlot:
+		m.ClearSlot()
+		return nil
+	case scheduleevent.FieldTaskID:
+		m.ClearTaskID()
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduleEvent nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ScheduleEventMutation) ResetField(name string) error {
+	switch name {
+	case scheduleevent.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case scheduleevent.FieldScheduleID:
+		m.ResetScheduleID()
+		return nil
+	case scheduleevent.FieldKind:
+		m.ResetKind()
+		return nil
+	case scheduleevent.FieldSlot:
+		m.ResetSlot()
+		return nil
+	case scheduleevent.FieldTaskID:
+		m.ResetTaskID()
+		return nil
+	case scheduleevent.FieldMissed:
+		m.ResetMissed()
+		return nil
+	case scheduleevent.FieldMessage:
+		m.ResetMessage()
+		return nil
+	case scheduleevent.FieldNode:
+		m.ResetNode()
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduleEvent field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ScheduleEventMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.schedule != nil {
+		edges = append(edges, scheduleevent.EdgeSchedule)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ScheduleEventMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case scheduleevent.EdgeSchedule:
+		if id := m.schedule; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ScheduleEventMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ScheduleEventMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ScheduleEventMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearedschedule {
+		edges = append(edges, scheduleevent.EdgeSchedule)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ScheduleEventMutation) EdgeCleared(name string) bool {
+	switch name {
+	case scheduleevent.EdgeSchedule:
+		return m.clearedschedule
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ScheduleEventMutation) ClearEdge(name string) error {
+	switch name {
+	case scheduleevent.EdgeSchedule:
+		m.ClearSchedule()
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduleEvent unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ScheduleEventMutation) ResetEdge(name string) error {
+	switch name {
+	case scheduleevent.EdgeSchedule:
+		m.ResetSchedule()
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduleEvent edge %s", name)
+}
+
 // StallOverrideMutation represents an operation that mutates the StallOverride nodes in the graph.
 type StallOverrideMutation struct {
 	config
@@ -7733,6 +12382,9 @@ type TaskMutation struct {
 	run_at             *time.Time
 	updated_at         *time.Time
 	finished_at        *time.Time
+	schedule_id        *int
+	addschedule_id     *int
+	schedule_slot      *time.Time
 	clearedFields      map[string]struct{}
 	instances          map[int]struct{}
 	removedinstances   map[int]struct{}
@@ -9230,6 +13882,125 @@ func (m *TaskMutation) ResetFinishedAt() {
 	delete(m.clearedFields, task.FieldFinishedAt)
 }
 
+// SetScheduleID sets the "schedule_id" field.
+func (m *TaskMutation) SetScheduleID(i int) {
+	m.schedule_id = &i
+	m.addschedule_id = nil
+}
+
+// ScheduleID returns the value of the "schedule_id" field in the mutation.
+func (m *TaskMutation) ScheduleID() (r int, exists bool) {
+	v := m.schedule_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScheduleID returns the old "schedule_id" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldScheduleID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScheduleID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScheduleID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScheduleID: %w", err)
+	}
+	return oldValue.ScheduleID, nil
+}
+
+// AddScheduleID adds i to the "schedule_id" field.
+func (m *TaskMutation) AddScheduleID(i int) {
+	if m.addschedule_id != nil {
+		*m.addschedule_id += i
+	} else {
+		m.addschedule_id = &i
+	}
+}
+
+// AddedScheduleID returns the value that was added to the "schedule_id" field in this mutation.
+func (m *TaskMutation) AddedScheduleID() (r int, exists bool) {
+	v := m.addschedule_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearScheduleID clears the value of the "schedule_id" field.
+func (m *TaskMutation) ClearScheduleID() {
+	m.schedule_id = nil
+	m.addschedule_id = nil
+	m.clearedFields[task.FieldScheduleID] = struct{}{}
+}
+
+// ScheduleIDCleared returns if the "schedule_id" field was cleared in this mutation.
+func (m *TaskMutation) ScheduleIDCleared() bool {
+	_, ok := m.clearedFields[task.FieldScheduleID]
+	return ok
+}
+
+// ResetScheduleID resets all changes to the "schedule_id" field.
+func (m *TaskMutation) ResetScheduleID() {
+	m.schedule_id = nil
+	m.addschedule_id = nil
+	delete(m.clearedFields, task.FieldScheduleID)
+}
+
+// SetScheduleSlot sets the "schedule_slot" field.
+func (m *TaskMutation) SetScheduleSlot(t time.Time) {
+	m.schedule_slot = &t
+}
+
+// ScheduleSlot returns the value of the "schedule_slot" field in the mutation.
+func (m *TaskMutation) ScheduleSlot() (r time.Time, exists bool) {
+	v := m.schedule_slot
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScheduleSlot returns the old "schedule_slot" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldScheduleSlot(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScheduleSlot is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScheduleSlot requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScheduleSlot: %w", err)
+	}
+	return oldValue.ScheduleSlot, nil
+}
+
+// ClearScheduleSlot clears the value of the "schedule_slot" field.
+func (m *TaskMutation) ClearScheduleSlot() {
+	m.schedule_slot = nil
+	m.clearedFields[task.FieldScheduleSlot] = struct{}{}
+}
+
+// ScheduleSlotCleared returns if the "schedule_slot" field was cleared in this mutation.
+func (m *TaskMutation) ScheduleSlotCleared() bool {
+	_, ok := m.clearedFields[task.FieldScheduleSlot]
+	return ok
+}
+
+// ResetScheduleSlot resets all changes to the "schedule_slot" field.
+func (m *TaskMutation) ResetScheduleSlot() {
+	m.schedule_slot = nil
+	delete(m.clearedFields, task.FieldScheduleSlot)
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by ids.
 func (m *TaskMutation) AddInstanceIDs(ids ...int) {
 	if m.instances == nil {
@@ -9426,7 +14197,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 31)
+	fields := make([]string, 0, 33)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -9520,6 +14291,12 @@ func (m *TaskMutation) Fields() []string {
 	if m.finished_at != nil {
 		fields = append(fields, task.FieldFinishedAt)
 	}
+	if m.schedule_id != nil {
+		fields = append(fields, task.FieldScheduleID)
+	}
+	if m.schedule_slot != nil {
+		fields = append(fields, task.FieldScheduleSlot)
+	}
 	return fields
 }
 
@@ -9590,6 +14367,10 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.UpdatedAt()
 	case task.FieldFinishedAt:
 		return m.FinishedAt()
+	case task.FieldScheduleID:
+		return m.ScheduleID()
+	case task.FieldScheduleSlot:
+		return m.ScheduleSlot()
 	}
 	return nil, false
 }
@@ -9661,6 +14442,10 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldUpdatedAt(ctx)
 	case task.FieldFinishedAt:
 		return m.OldFinishedAt(ctx)
+	case task.FieldScheduleID:
+		return m.OldScheduleID(ctx)
+	case task.FieldScheduleSlot:
+		return m.OldScheduleSlot(ctx)
 	}
 	return nil, fmt.Errorf("unknown Task field %s", name)
 }
@@ -9887,6 +14672,20 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetFinishedAt(v)
 		return nil
+	case task.FieldScheduleID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScheduleID(v)
+		return nil
+	case task.FieldScheduleSlot:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScheduleSlot(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
 }
@@ -9913,6 +14712,9 @@ func (m *TaskMutation) AddedFields() []string {
 	if m.addversion != nil {
 		fields = append(fields, task.FieldVersion)
 	}
+	if m.addschedule_id != nil {
+		fields = append(fields, task.FieldScheduleID)
+	}
 	return fields
 }
 
@@ -9933,6 +14735,8 @@ func (m *TaskMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedProgressTotal()
 	case task.FieldVersion:
 		return m.AddedVersion()
+	case task.FieldScheduleID:
+		return m.AddedScheduleID()
 	}
 	return nil, false
 }
@@ -9984,6 +14788,13 @@ func (m *TaskMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddVersion(v)
 		return nil
+	case task.FieldScheduleID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddScheduleID(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Task numeric field %s", name)
 }
@@ -10018,6 +14829,12 @@ func (m *TaskMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(task.FieldFinishedAt) {
 		fields = append(fields, task.FieldFinishedAt)
+	}
+	if m.FieldCleared(task.FieldScheduleID) {
+		fields = append(fields, task.FieldScheduleID)
+	}
+	if m.FieldCleared(task.FieldScheduleSlot) {
+		fields = append(fields, task.FieldScheduleSlot)
 	}
 	return fields
 }
@@ -10059,6 +14876,12 @@ func (m *TaskMutation) ClearField(name string) error {
 		return nil
 	case task.FieldFinishedAt:
 		m.ClearFinishedAt()
+		return nil
+	case task.FieldScheduleID:
+		m.ClearScheduleID()
+		return nil
+	case task.FieldScheduleSlot:
+		m.ClearScheduleSlot()
 		return nil
 	}
 	return fmt.Errorf("unknown Task nullable field %s", name)
@@ -10160,6 +14983,12 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldFinishedAt:
 		m.ResetFinishedAt()
+		return nil
+	case task.FieldScheduleID:
+		m.ResetScheduleID()
+		return nil
+	case task.FieldScheduleSlot:
+		m.ResetScheduleSlot()
 		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)

@@ -238,6 +238,138 @@ func (_m *Deployment) BindTo(c *Client) *Deployment {
 	return _m
 }
 
+// ScanFlowControlRows reads every row of rows (all columns of the flow_controls
+// table, in any order) into FlowControl entities bound to c, and closes rows.
+func ScanFlowControlRows(c *Client, rows *stdsql.Rows) ([]*FlowControl, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
+	}
+	var out []*FlowControl
+	for rows.Next() {
+		node := &FlowControl{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *FlowControl) BindTo(c *Client) *FlowControl {
+	_m.config = c.config
+	return _m
+}
+
+// ScanFlowStartRows reads every row of rows (all columns of the flow_starts
+// table, in any order) into FlowStart entities bound to c, and closes rows.
+func ScanFlowStartRows(c *Client, rows *stdsql.Rows) ([]*FlowStart, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
+	}
+	var out []*FlowStart
+	for rows.Next() {
+		node := &FlowStart{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *FlowStart) BindTo(c *Client) *FlowStart {
+	_m.config = c.config
+	return _m
+}
+
+// ScanScheduleRows reads every row of rows (all columns of the schedules
+// table, in any order) into Schedule entities bound to c, and closes rows.
+func ScanScheduleRows(c *Client, rows *stdsql.Rows) ([]*Schedule, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan schedules: %w", err)
+	}
+	var out []*Schedule
+	for rows.Next() {
+		node := &Schedule{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan schedules: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan schedules: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan schedules: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *Schedule) BindTo(c *Client) *Schedule {
+	_m.config = c.config
+	return _m
+}
+
+// ScanScheduleEventRows reads every row of rows (all columns of the schedule_events
+// table, in any order) into ScheduleEvent entities bound to c, and closes rows.
+func ScanScheduleEventRows(c *Client, rows *stdsql.Rows) ([]*ScheduleEvent, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
+	}
+	var out []*ScheduleEvent
+	for rows.Next() {
+		node := &ScheduleEvent{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *ScheduleEvent) BindTo(c *Client) *ScheduleEvent {
+	_m.config = c.config
+	return _m
+}
+
 // ScanStallOverrideRows reads every row of rows (all columns of the stall_overrides
 // table, in any order) into StallOverride entities bound to c, and closes rows.
 func ScanStallOverrideRows(c *Client, rows *stdsql.Rows) ([]*StallOverride, error) {

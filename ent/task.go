@@ -81,6 +81,10 @@ type Task struct {
 	UpdatedAt time.Time `json:"updated_at,omitempty"`
 	// FinishedAt holds the value of the "finished_at" field.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// The schedule that created it, if any (it may since have been deleted).
+	ScheduleID *int `json:"schedule_id,omitempty"`
+	// The slot of its schedule it was created for (runNow: the time it was asked).
+	ScheduleSlot *time.Time `json:"schedule_slot,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the TaskQuery when eager-loading is set.
 	Edges        TaskEdges `json:"edges"`
@@ -142,11 +146,11 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case task.FieldCancelRequested:
 			values[i] = new(sql.NullBool)
-		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion:
+		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID:
 			values[i] = new(sql.NullInt64)
 		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason:
 			values[i] = new(sql.NullString)
-		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt:
+		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt, task.FieldScheduleSlot:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -364,6 +368,20 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.FinishedAt = new(time.Time)
 				*_m.FinishedAt = value.Time
 			}
+		case task.FieldScheduleID:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field schedule_id", values[i])
+			} else if value.Valid {
+				_m.ScheduleID = new(int)
+				*_m.ScheduleID = int(value.Int64)
+			}
+		case task.FieldScheduleSlot:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field schedule_slot", values[i])
+			} else if value.Valid {
+				_m.ScheduleSlot = new(time.Time)
+				*_m.ScheduleSlot = value.Time
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -514,6 +532,16 @@ func (_m *Task) String() string {
 	builder.WriteString(", ")
 	if v := _m.FinishedAt; v != nil {
 		builder.WriteString("finished_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.ScheduleID; v != nil {
+		builder.WriteString("schedule_id=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.ScheduleSlot; v != nil {
+		builder.WriteString("schedule_slot=")
 		builder.WriteString(v.Format(time.ANSIC))
 	}
 	builder.WriteByte(')')

@@ -363,6 +363,34 @@ func (_c *TaskCreate) SetNillableFinishedAt(v *time.Time) *TaskCreate {
 	return _c
 }
 
+// SetScheduleID sets the "schedule_id" field.
+func (_c *TaskCreate) SetScheduleID(v int) *TaskCreate {
+	_c.mutation.SetScheduleID(v)
+	return _c
+}
+
+// SetNillableScheduleID sets the "schedule_id" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableScheduleID(v *int) *TaskCreate {
+	if v != nil {
+		_c.SetScheduleID(*v)
+	}
+	return _c
+}
+
+// SetScheduleSlot sets the "schedule_slot" field.
+func (_c *TaskCreate) SetScheduleSlot(v time.Time) *TaskCreate {
+	_c.mutation.SetScheduleSlot(v)
+	return _c
+}
+
+// SetNillableScheduleSlot sets the "schedule_slot" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableScheduleSlot(v *time.Time) *TaskCreate {
+	if v != nil {
+		_c.SetScheduleSlot(*v)
+	}
+	return _c
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_c *TaskCreate) AddInstanceIDs(ids ...int) *TaskCreate {
 	_c.mutation.AddInstanceIDs(ids...)
@@ -734,6 +762,14 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.FinishedAt(); ok {
 		_spec.SetField(task.FieldFinishedAt, field.TypeTime, value)
 		_node.FinishedAt = &value
+	}
+	if value, ok := _c.mutation.ScheduleID(); ok {
+		_spec.SetField(task.FieldScheduleID, field.TypeInt, value)
+		_node.ScheduleID = &value
+	}
+	if value, ok := _c.mutation.ScheduleSlot(); ok {
+		_spec.SetField(task.FieldScheduleSlot, field.TypeTime, value)
+		_node.ScheduleSlot = &value
 	}
 	if nodes := _c.mutation.InstancesIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{

@@ -530,6 +530,12 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.FinishedAtCleared() {
 		_spec.ClearField(task.FieldFinishedAt, field.TypeTime)
 	}
+	if _u.mutation.ScheduleIDCleared() {
+		_spec.ClearField(task.FieldScheduleID, field.TypeInt)
+	}
+	if _u.mutation.ScheduleSlotCleared() {
+		_spec.ClearField(task.FieldScheduleSlot, field.TypeTime)
+	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.O2M,
@@ -1211,6 +1217,12 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.FinishedAtCleared() {
 		_spec.ClearField(task.FieldFinishedAt, field.TypeTime)
+	}
+	if _u.mutation.ScheduleIDCleared() {
+		_spec.ClearField(task.FieldScheduleID, field.TypeInt)
+	}
+	if _u.mutation.ScheduleSlotCleared() {
+		_spec.ClearField(task.FieldScheduleSlot, field.TypeTime)
 	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{

@@ -28,6 +28,14 @@ type Tx struct {
 	Contact *ContactClient
 	// Deployment is the client for interacting with the Deployment builders.
 	Deployment *DeploymentClient
+	// FlowControl is the client for interacting with the FlowControl builders.
+	FlowControl *FlowControlClient
+	// FlowStart is the client for interacting with the FlowStart builders.
+	FlowStart *FlowStartClient
+	// Schedule is the client for interacting with the Schedule builders.
+	Schedule *ScheduleClient
+	// ScheduleEvent is the client for interacting with the ScheduleEvent builders.
+	ScheduleEvent *ScheduleEventClient
 	// StallOverride is the client for interacting with the StallOverride builders.
 	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
@@ -174,6 +182,10 @@ func (tx *Tx) init() {
 	tx.AuditLog = NewAuditLogClient(tx.config)
 	tx.Contact = NewContactClient(tx.config)
 	tx.Deployment = NewDeploymentClient(tx.config)
+	tx.FlowControl = NewFlowControlClient(tx.config)
+	tx.FlowStart = NewFlowStartClient(tx.config)
+	tx.Schedule = NewScheduleClient(tx.config)
+	tx.ScheduleEvent = NewScheduleEventClient(tx.config)
 	tx.StallOverride = NewStallOverrideClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)

@@ -240,11 +240,10 @@ func TestAccess(t *testing.T) {
 					Artifacts    []struct{ ID, Kind string }
 				}
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for task.Task.ResultStatus == nil {
-				require.True(t, time.Now().Before(deadline), "import did not finish")
+			apptest.Eventually(t, 30*time.Second, func() (bool, string) {
 				s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { resultStatus artifacts { id kind } } }`, map[string]any{"id": up.ImportFile.ID}, &task)
-			}
+				return task.Task.ResultStatus != nil, "the import has no result yet"
+			})
 			require.NotEmpty(t, task.Task.Artifacts)
 			linkQ := `mutation($id: ID!) { artifactDownloadUrl(taskId: $id) { url } }`
 			// bob: the link, the artifact as a node, the task's artifacts.
@@ -270,11 +269,10 @@ func TestAccess(t *testing.T) {
 			var out struct{ CreateTask taskView }
 			s.QueryAs(t, s.tok["bob"], createNoop, map[string]any{"in": map[string]any{"type": "export", "input": map[string]any{"source": "tasks", "format": "csv"}}}, &out)
 			var done struct{ Task struct{ Status string } }
-			deadline := time.Now().Add(30 * time.Second)
-			for done.Task.Status != "SUCCESS" {
-				require.True(t, time.Now().Before(deadline), "export did not finish: %s", done.Task.Status)
+			apptest.Eventually(t, 30*time.Second, func() (bool, string) {
 				s.QueryAs(t, s.tok["bob"], `query($id: ID!) { task(id: $id) { status } }`, map[string]any{"id": out.CreateTask.ID}, &done)
-			}
+				return done.Task.Status == "SUCCESS", "the export is " + done.Task.Status
+			})
 			var link struct{ ArtifactDownloadURL struct{ URL string } }
 			s.QueryAs(t, s.tok["bob"], `mutation($id: ID!) { artifactDownloadUrl(taskId: $id, kind: EXPORT) { url } }`, map[string]any{"id": out.CreateTask.ID}, &link)
 			resp, err := http.Get(link.ArtifactDownloadURL.URL)

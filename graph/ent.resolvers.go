@@ -65,6 +65,22 @@ func (r *queryResolver) AuditLogs(ctx context.Context, after *entgql.Cursor[int]
 		)
 }
 
+// Schedules is the resolver for the schedules field.
+func (r *queryResolver) Schedules(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) (*ent.ScheduleConnection, error) {
+	first, last, err := pageSize(first, last)
+	if err != nil {
+		return nil, err
+	}
+	if orderBy == nil {
+		orderBy = &ent.ScheduleOrder{Field: ent.ScheduleOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}
+	}
+	return r.Client.Schedule.Query().
+		Paginate(ctx, after, first, before, last,
+			ent.WithScheduleOrder(orderBy),
+			ent.WithScheduleFilter(where.Filter),
+		)
+}
+
 // Tasks is the resolver for the tasks field.
 func (r *queryResolver) Tasks(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) (*ent.TaskConnection, error) {
 	first, last, err := pageSize(first, last)
@@ -82,6 +98,9 @@ func (r *queryResolver) Tasks(ctx context.Context, after *entgql.Cursor[int], fi
 // Query returns QueryResolver implementation.
 func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 
+// Schedule returns ScheduleResolver implementation.
+func (r *Resolver) Schedule() ScheduleResolver { return &scheduleResolver{r} }
+
 // Task returns TaskResolver implementation.
 func (r *Resolver) Task() TaskResolver { return &taskResolver{r} }
 
@@ -95,6 +114,7 @@ func (r *Resolver) TaskWhereInput() TaskWhereInputResolver { return &taskWhereIn
 
 type (
 	queryResolver              struct{ *Resolver }
+	scheduleResolver           struct{ *Resolver }
 	taskResolver               struct{ *Resolver }
 	auditLogWhereInputResolver struct{ *Resolver }
 	taskWhereInputResolver     struct{ *Resolver }

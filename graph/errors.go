@@ -94,7 +94,9 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 	case errors.Is(err, store.ErrNotFound), ent.IsNotFound(err):
 		return CodeNotFound, nil, true
 	case errors.Is(err, errPageTooLarge):
-		return CodeValidation, nil, true
+		// A limit like the others (README "Limits"): the caller may ask
+		// again for smaller pages.
+		return CodeLimitExceeded, map[string]any{"limit": "page", "max": MaxPageSize}, true
 	case hasMessage(err, "introspection disabled"): // gqlgen's, unexported
 		return CodeForbidden, nil, true
 	case errors.Is(err, errShuttingDown):

@@ -18,8 +18,11 @@ import (
 	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/ent/tasklog"
+	"taskgraph/flow"
 	"taskgraph/graph/model"
 	"taskgraph/graph/scalar"
 	"taskgraph/lifecycle"
@@ -46,6 +49,7 @@ type ResolverRoot interface {
 	AlertRule() AlertRuleResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	Schedule() ScheduleResolver
 	Subscription() SubscriptionResolver
 	Task() TaskResolver
 	AuditLogWhereInput() AuditLogWhereInputResolver
@@ -186,19 +190,28 @@ type ComplexityRoot struct {
 		CancelTasks          func(childComplexity int, ids []int, reason *string) int
 		CreateAlertChannel   func(childComplexity int, input model.AlertChannelInput) int
 		CreateAlertRule      func(childComplexity int, input model.AlertRuleInput) int
+		CreateSchedule       func(childComplexity int, input model.CreateScheduleInput) int
 		CreateTask           func(childComplexity int, input model.CreateTaskInput) int
 		CreateTasks          func(childComplexity int, inputs []*model.CreateTaskInput) int
 		DeleteAlertChannel   func(childComplexity int, id int) int
 		DeleteAlertRule      func(childComplexity int, id int) int
+		DeleteSchedule       func(childComplexity int, id int) int
 		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
+		PauseSchedule        func(childComplexity int, id int) int
+		PauseType            func(childComplexity int, typeArg string, until *time.Time) int
 		ResolveAlertIncident func(childComplexity int, id int) int
+		ResumeSchedule       func(childComplexity int, id int) int
+		ResumeType           func(childComplexity int, typeArg string) int
 		RetryTask            func(childComplexity int, id int) int
 		RetryTasks           func(childComplexity int, ids []int) int
+		RunScheduleNow       func(childComplexity int, id int) int
+		SetTypeControl       func(childComplexity int, typeArg string, input model.TypeControlInput) int
 		SilenceAlertIncident func(childComplexity int, id int, until *time.Time) int
 		SilenceAlertRule     func(childComplexity int, id int, until *time.Time) int
 		TestAlertChannel     func(childComplexity int, id int) int
 		UpdateAlertChannel   func(childComplexity int, id int, input model.AlertChannelInput) int
 		UpdateAlertRule      func(childComplexity int, id int, input model.AlertRuleInput) int
+		UpdateSchedule       func(childComplexity int, id int, input model.UpdateScheduleInput) int
 	}
 
 	PageInfo struct {
@@ -209,20 +222,25 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		AlertChannels  func(childComplexity int) int
-		AlertIncident  func(childComplexity int, id int) int
-		AlertIncidents func(childComplexity int, status *alertincident.Status, ruleID *int, first *int) int
-		AlertRules     func(childComplexity int) int
-		AuditLogs      func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
-		ImportTargets  func(childComplexity int) int
-		Node           func(childComplexity int, id int) int
-		Nodes          func(childComplexity int, ids []int) int
-		RetryPolicies  func(childComplexity int) int
-		Task           func(childComplexity int, id int) int
-		TaskByCode     func(childComplexity int, code string) int
-		TaskStats      func(childComplexity int) int
-		TaskTypes      func(childComplexity int) int
-		Tasks          func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
+		AlertChannels   func(childComplexity int) int
+		AlertIncident   func(childComplexity int, id int) int
+		AlertIncidents  func(childComplexity int, status *alertincident.Status, ruleID *int, first *int) int
+		AlertRules      func(childComplexity int) int
+		AuditLogs       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
+		ImportTargets   func(childComplexity int) int
+		Node            func(childComplexity int, id int) int
+		Nodes           func(childComplexity int, ids []int) int
+		RetryPolicies   func(childComplexity int) int
+		Schedule        func(childComplexity int, id int) int
+		SchedulePreview func(childComplexity int, input model.SchedulePreviewInput, count *int) int
+		Schedules       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) int
+		Task            func(childComplexity int, id int) int
+		TaskByCode      func(childComplexity int, code string) int
+		TaskStats       func(childComplexity int) int
+		TaskTypes       func(childComplexity int) int
+		Tasks           func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
+		TypeControl     func(childComplexity int, typeArg string) int
+		TypeControls    func(childComplexity int) int
 	}
 
 	RetryPolicy struct {
@@ -231,6 +249,76 @@ type ComplexityRoot struct {
 		Jitter         func(childComplexity int) int
 		MaxAttempts    func(childComplexity int) int
 		Name           func(childComplexity int) int
+	}
+
+	Schedule struct {
+		CreatedAt          func(childComplexity int) int
+		Cron               func(childComplexity int) int
+		EffectiveTimezone  func(childComplexity int) int
+		EndAt              func(childComplexity int) int
+		Events             func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleEventOrder) int
+		ID                 func(childComplexity int) int
+		IntervalSeconds    func(childComplexity int) int
+		LastFiredAt        func(childComplexity int) int
+		LastTaskID         func(childComplexity int) int
+		MisfirePolicy      func(childComplexity int) int
+		Name               func(childComplexity int) int
+		NextFireAt         func(childComplexity int) int
+		OverlapPolicy      func(childComplexity int) int
+		Owner              func(childComplexity int) int
+		OwnerRole          func(childComplexity int) int
+		OwnerSource        func(childComplexity int) int
+		Paused             func(childComplexity int) int
+		QueuedCount        func(childComplexity int) int
+		StartAt            func(childComplexity int) int
+		TaskInput          func(childComplexity int) int
+		TaskMaxAttempts    func(childComplexity int) int
+		TaskPriority       func(childComplexity int) int
+		TaskRetryPolicy    func(childComplexity int) int
+		TaskTimeoutSeconds func(childComplexity int) int
+		TaskTitle          func(childComplexity int) int
+		TaskType           func(childComplexity int) int
+		Tasks              func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, where *ent.TaskWhereInput) int
+		Tenant             func(childComplexity int) int
+		Timezone           func(childComplexity int) int
+		Upcoming           func(childComplexity int, count *int) int
+		UpdatedAt          func(childComplexity int) int
+		Version            func(childComplexity int) int
+	}
+
+	ScheduleConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	ScheduleEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	ScheduleEvent struct {
+		CreatedAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Kind       func(childComplexity int) int
+		Message    func(childComplexity int) int
+		Missed     func(childComplexity int) int
+		Node       func(childComplexity int) int
+		Schedule   func(childComplexity int) int
+		ScheduleID func(childComplexity int) int
+		Slot       func(childComplexity int) int
+		TaskID     func(childComplexity int) int
+	}
+
+	ScheduleEventConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	ScheduleEventEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	StatusCount struct {
@@ -270,6 +358,9 @@ type ComplexityRoot struct {
 		ResultStatus      func(childComplexity int) int
 		RetryPolicy       func(childComplexity int) int
 		RunAt             func(childComplexity int) int
+		Schedule          func(childComplexity int) int
+		ScheduleID        func(childComplexity int) int
+		ScheduleSlot      func(childComplexity int) int
 		StallAfterSeconds func(childComplexity int) int
 		StalledAt         func(childComplexity int) int
 		Status            func(childComplexity int) int
@@ -279,6 +370,7 @@ type ComplexityRoot struct {
 		Type              func(childComplexity int) int
 		UpdatedAt         func(childComplexity int) int
 		Version           func(childComplexity int) int
+		WaitingReason     func(childComplexity int) int
 	}
 
 	TaskActionResult struct {
@@ -360,10 +452,33 @@ type ComplexityRoot struct {
 		StallAfterSeconds     func(childComplexity int) int
 	}
 
+	TypeControl struct {
+		MaxRunning        func(childComplexity int) int
+		NextStartAt       func(childComplexity int) int
+		Paused            func(childComplexity int) int
+		PausedUntil       func(childComplexity int) int
+		RateLimit         func(childComplexity int) int
+		RatePeriodSeconds func(childComplexity int) int
+		Running           func(childComplexity int) int
+		StartedInWindow   func(childComplexity int) int
+		Type              func(childComplexity int) int
+		UpdatedAt         func(childComplexity int) int
+		UpdatedBy         func(childComplexity int) int
+		Waiting           func(childComplexity int) int
+	}
+
 	TypeCount struct {
 		ByStatus func(childComplexity int) int
 		Count    func(childComplexity int) int
 		Type     func(childComplexity int) int
+	}
+
+	WaitReason struct {
+		Current func(childComplexity int) int
+		Kind    func(childComplexity int) int
+		Limit   func(childComplexity int) int
+		Message func(childComplexity int) int
+		Until   func(childComplexity int) int
 	}
 }
 
@@ -403,11 +518,21 @@ type MutationResolver interface {
 	SilenceAlertIncident(ctx context.Context, id int, until *time.Time) (*ent.AlertIncident, error)
 	ResolveAlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
 	CreateTasks(ctx context.Context, inputs []*model.CreateTaskInput) ([]*model.CreateTaskResult, error)
+	SetTypeControl(ctx context.Context, typeArg string, input model.TypeControlInput) (*flow.Control, error)
+	PauseType(ctx context.Context, typeArg string, until *time.Time) (*flow.Control, error)
+	ResumeType(ctx context.Context, typeArg string) (*flow.Control, error)
+	CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*ent.Schedule, error)
+	UpdateSchedule(ctx context.Context, id int, input model.UpdateScheduleInput) (*ent.Schedule, error)
+	PauseSchedule(ctx context.Context, id int) (*ent.Schedule, error)
+	ResumeSchedule(ctx context.Context, id int) (*ent.Schedule, error)
+	DeleteSchedule(ctx context.Context, id int) (int, error)
+	RunScheduleNow(ctx context.Context, id int) (*ent.Task, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
 	Nodes(ctx context.Context, ids []int) ([]ent.Noder, error)
 	AuditLogs(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) (*ent.AuditLogConnection, error)
+	Schedules(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) (*ent.ScheduleConnection, error)
 	Tasks(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) (*ent.TaskConnection, error)
 	Task(ctx context.Context, id int) (*ent.Task, error)
 	TaskByCode(ctx context.Context, code string) (*ent.Task, error)
@@ -419,6 +544,15 @@ type QueryResolver interface {
 	AlertRules(ctx context.Context) ([]*ent.AlertRule, error)
 	AlertIncidents(ctx context.Context, status *alertincident.Status, ruleID *int, first *int) ([]*ent.AlertIncident, error)
 	AlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
+	TypeControls(ctx context.Context) ([]*flow.Control, error)
+	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
+	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
+	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
+}
+type ScheduleResolver interface {
+	EffectiveTimezone(ctx context.Context, obj *ent.Schedule) (string, error)
+	Upcoming(ctx context.Context, obj *ent.Schedule, count *int) ([]*time.Time, error)
+	Tasks(ctx context.Context, obj *ent.Schedule, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, where *ent.TaskWhereInput) (*ent.TaskConnection, error)
 }
 type SubscriptionResolver interface {
 	TaskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error)
@@ -431,6 +565,8 @@ type TaskResolver interface {
 	AvailableActions(ctx context.Context, obj *ent.Task) ([]lifecycle.Action, error)
 	StalledAt(ctx context.Context, obj *ent.Task) (*time.Time, error)
 	StallAfterSeconds(ctx context.Context, obj *ent.Task) (*int, error)
+	WaitingReason(ctx context.Context, obj *ent.Task) (*flow.Wait, error)
+	Schedule(ctx context.Context, obj *ent.Task) (*ent.Schedule, error)
 }
 
 type AuditLogWhereInputResolver interface {
@@ -1053,6 +1189,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateAlertRule(childComplexity, args["input"].(model.AlertRuleInput)), true
+	case "Mutation.createSchedule":
+		if e.ComplexityRoot.Mutation.CreateSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateSchedule(childComplexity, args["input"].(model.CreateScheduleInput)), true
 	case "Mutation.createTask":
 		if e.ComplexityRoot.Mutation.CreateTask == nil {
 			break
@@ -1097,6 +1244,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteAlertRule(childComplexity, args["id"].(int)), true
+	case "Mutation.deleteSchedule":
+		if e.ComplexityRoot.Mutation.DeleteSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSchedule(childComplexity, args["id"].(int)), true
 	case "Mutation.importFile":
 		if e.ComplexityRoot.Mutation.ImportFile == nil {
 			break
@@ -1108,6 +1266,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ImportFile(childComplexity, args["file"].(graphql.Upload), args["target"].(string), args["options"].(json.RawMessage), args["idempotencyKey"].(*string)), true
+	case "Mutation.pauseSchedule":
+		if e.ComplexityRoot.Mutation.PauseSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_pauseSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.PauseSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.pauseType":
+		if e.ComplexityRoot.Mutation.PauseType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_pauseType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.PauseType(childComplexity, args["type"].(string), args["until"].(*time.Time)), true
 	case "Mutation.resolveAlertIncident":
 		if e.ComplexityRoot.Mutation.ResolveAlertIncident == nil {
 			break
@@ -1119,6 +1299,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ResolveAlertIncident(childComplexity, args["id"].(int)), true
+	case "Mutation.resumeSchedule":
+		if e.ComplexityRoot.Mutation.ResumeSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resumeSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResumeSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.resumeType":
+		if e.ComplexityRoot.Mutation.ResumeType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resumeType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResumeType(childComplexity, args["type"].(string)), true
 	case "Mutation.retryTask":
 		if e.ComplexityRoot.Mutation.RetryTask == nil {
 			break
@@ -1141,6 +1343,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RetryTasks(childComplexity, args["ids"].([]int)), true
+	case "Mutation.runScheduleNow":
+		if e.ComplexityRoot.Mutation.RunScheduleNow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_runScheduleNow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RunScheduleNow(childComplexity, args["id"].(int)), true
+	case "Mutation.setTypeControl":
+		if e.ComplexityRoot.Mutation.SetTypeControl == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setTypeControl_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetTypeControl(childComplexity, args["type"].(string), args["input"].(model.TypeControlInput)), true
 	case "Mutation.silenceAlertIncident":
 		if e.ComplexityRoot.Mutation.SilenceAlertIncident == nil {
 			break
@@ -1196,6 +1420,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateAlertRule(childComplexity, args["id"].(int), args["input"].(model.AlertRuleInput)), true
+	case "Mutation.updateSchedule":
+		if e.ComplexityRoot.Mutation.UpdateSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateSchedule(childComplexity, args["id"].(int), args["input"].(model.UpdateScheduleInput)), true
 
 	case "PageInfo.endCursor":
 		if e.ComplexityRoot.PageInfo.EndCursor == nil {
@@ -1302,6 +1537,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.RetryPolicies(childComplexity), true
+	case "Query.schedule":
+		if e.ComplexityRoot.Query.Schedule == nil {
+			break
+		}
+
+		args, err := ec.field_Query_schedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Schedule(childComplexity, args["id"].(int)), true
+	case "Query.schedulePreview":
+		if e.ComplexityRoot.Query.SchedulePreview == nil {
+			break
+		}
+
+		args, err := ec.field_Query_schedulePreview_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.SchedulePreview(childComplexity, args["input"].(model.SchedulePreviewInput), args["count"].(*int)), true
+	case "Query.schedules":
+		if e.ComplexityRoot.Query.Schedules == nil {
+			break
+		}
+
+		args, err := ec.field_Query_schedules_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Schedules(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].(*ent.ScheduleOrder), args["where"].(*ent.ScheduleWhereInput)), true
 	case "Query.task":
 		if e.ComplexityRoot.Query.Task == nil {
 			break
@@ -1347,6 +1615,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Tasks(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].([]*ent.TaskOrder), args["where"].(*ent.TaskWhereInput)), true
+	case "Query.typeControl":
+		if e.ComplexityRoot.Query.TypeControl == nil {
+			break
+		}
+
+		args, err := ec.field_Query_typeControl_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TypeControl(childComplexity, args["type"].(string)), true
+	case "Query.typeControls":
+		if e.ComplexityRoot.Query.TypeControls == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.TypeControls(childComplexity), true
 
 	case "RetryPolicy.backoffSeconds":
 		if e.ComplexityRoot.RetryPolicy.BackoffSeconds == nil {
@@ -1378,6 +1663,339 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RetryPolicy.Name(childComplexity), true
+
+	case "Schedule.createdAt":
+		if e.ComplexityRoot.Schedule.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.CreatedAt(childComplexity), true
+	case "Schedule.cron":
+		if e.ComplexityRoot.Schedule.Cron == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Cron(childComplexity), true
+	case "Schedule.effectiveTimezone":
+		if e.ComplexityRoot.Schedule.EffectiveTimezone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.EffectiveTimezone(childComplexity), true
+	case "Schedule.endAt":
+		if e.ComplexityRoot.Schedule.EndAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.EndAt(childComplexity), true
+	case "Schedule.events":
+		if e.ComplexityRoot.Schedule.Events == nil {
+			break
+		}
+
+		args, err := ec.field_Schedule_events_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Schedule.Events(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].(*ent.ScheduleEventOrder)), true
+	case "Schedule.id":
+		if e.ComplexityRoot.Schedule.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.ID(childComplexity), true
+	case "Schedule.intervalSeconds":
+		if e.ComplexityRoot.Schedule.IntervalSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.IntervalSeconds(childComplexity), true
+	case "Schedule.lastFiredAt":
+		if e.ComplexityRoot.Schedule.LastFiredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.LastFiredAt(childComplexity), true
+	case "Schedule.lastTaskID":
+		if e.ComplexityRoot.Schedule.LastTaskID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.LastTaskID(childComplexity), true
+	case "Schedule.misfirePolicy":
+		if e.ComplexityRoot.Schedule.MisfirePolicy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.MisfirePolicy(childComplexity), true
+	case "Schedule.name":
+		if e.ComplexityRoot.Schedule.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Name(childComplexity), true
+	case "Schedule.nextFireAt":
+		if e.ComplexityRoot.Schedule.NextFireAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.NextFireAt(childComplexity), true
+	case "Schedule.overlapPolicy":
+		if e.ComplexityRoot.Schedule.OverlapPolicy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.OverlapPolicy(childComplexity), true
+	case "Schedule.owner":
+		if e.ComplexityRoot.Schedule.Owner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Owner(childComplexity), true
+	case "Schedule.ownerRole":
+		if e.ComplexityRoot.Schedule.OwnerRole == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.OwnerRole(childComplexity), true
+	case "Schedule.ownerSource":
+		if e.ComplexityRoot.Schedule.OwnerSource == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.OwnerSource(childComplexity), true
+	case "Schedule.paused":
+		if e.ComplexityRoot.Schedule.Paused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Paused(childComplexity), true
+	case "Schedule.queuedCount":
+		if e.ComplexityRoot.Schedule.QueuedCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.QueuedCount(childComplexity), true
+	case "Schedule.startAt":
+		if e.ComplexityRoot.Schedule.StartAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.StartAt(childComplexity), true
+	case "Schedule.taskInput":
+		if e.ComplexityRoot.Schedule.TaskInput == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.TaskInput(childComplexity), true
+	case "Schedule.taskMaxAttempts":
+		if e.ComplexityRoot.Schedule.TaskMaxAttempts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.TaskMaxAttempts(childComplexity), true
+	case "Schedule.taskPriority":
+		if e.ComplexityRoot.Schedule.TaskPriority == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.TaskPriority(childComplexity), true
+	case "Schedule.taskRetryPolicy":
+		if e.ComplexityRoot.Schedule.TaskRetryPolicy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.TaskRetryPolicy(childComplexity), true
+	case "Schedule.taskTimeoutSeconds":
+		if e.ComplexityRoot.Schedule.TaskTimeoutSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.TaskTimeoutSeconds(childComplexity), true
+	case "Schedule.taskTitle":
+		if e.ComplexityRoot.Schedule.TaskTitle == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.TaskTitle(childComplexity), true
+	case "Schedule.taskType":
+		if e.ComplexityRoot.Schedule.TaskType == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.TaskType(childComplexity), true
+	case "Schedule.tasks":
+		if e.ComplexityRoot.Schedule.Tasks == nil {
+			break
+		}
+
+		args, err := ec.field_Schedule_tasks_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Schedule.Tasks(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["where"].(*ent.TaskWhereInput)), true
+	case "Schedule.tenant":
+		if e.ComplexityRoot.Schedule.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Tenant(childComplexity), true
+	case "Schedule.timezone":
+		if e.ComplexityRoot.Schedule.Timezone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Timezone(childComplexity), true
+	case "Schedule.upcoming":
+		if e.ComplexityRoot.Schedule.Upcoming == nil {
+			break
+		}
+
+		args, err := ec.field_Schedule_upcoming_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Schedule.Upcoming(childComplexity, args["count"].(*int)), true
+	case "Schedule.updatedAt":
+		if e.ComplexityRoot.Schedule.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.UpdatedAt(childComplexity), true
+	case "Schedule.version":
+		if e.ComplexityRoot.Schedule.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Version(childComplexity), true
+
+	case "ScheduleConnection.edges":
+		if e.ComplexityRoot.ScheduleConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleConnection.Edges(childComplexity), true
+	case "ScheduleConnection.pageInfo":
+		if e.ComplexityRoot.ScheduleConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleConnection.PageInfo(childComplexity), true
+	case "ScheduleConnection.totalCount":
+		if e.ComplexityRoot.ScheduleConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleConnection.TotalCount(childComplexity), true
+
+	case "ScheduleEdge.cursor":
+		if e.ComplexityRoot.ScheduleEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEdge.Cursor(childComplexity), true
+	case "ScheduleEdge.node":
+		if e.ComplexityRoot.ScheduleEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEdge.Node(childComplexity), true
+
+	case "ScheduleEvent.createdAt":
+		if e.ComplexityRoot.ScheduleEvent.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.CreatedAt(childComplexity), true
+	case "ScheduleEvent.id":
+		if e.ComplexityRoot.ScheduleEvent.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.ID(childComplexity), true
+	case "ScheduleEvent.kind":
+		if e.ComplexityRoot.ScheduleEvent.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.Kind(childComplexity), true
+	case "ScheduleEvent.message":
+		if e.ComplexityRoot.ScheduleEvent.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.Message(childComplexity), true
+	case "ScheduleEvent.missed":
+		if e.ComplexityRoot.ScheduleEvent.Missed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.Missed(childComplexity), true
+	case "ScheduleEvent.node":
+		if e.ComplexityRoot.ScheduleEvent.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.Node(childComplexity), true
+	case "ScheduleEvent.schedule":
+		if e.ComplexityRoot.ScheduleEvent.Schedule == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.Schedule(childComplexity), true
+	case "ScheduleEvent.scheduleID":
+		if e.ComplexityRoot.ScheduleEvent.ScheduleID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.ScheduleID(childComplexity), true
+	case "ScheduleEvent.slot":
+		if e.ComplexityRoot.ScheduleEvent.Slot == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.Slot(childComplexity), true
+	case "ScheduleEvent.taskID":
+		if e.ComplexityRoot.ScheduleEvent.TaskID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEvent.TaskID(childComplexity), true
+
+	case "ScheduleEventConnection.edges":
+		if e.ComplexityRoot.ScheduleEventConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEventConnection.Edges(childComplexity), true
+	case "ScheduleEventConnection.pageInfo":
+		if e.ComplexityRoot.ScheduleEventConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEventConnection.PageInfo(childComplexity), true
+	case "ScheduleEventConnection.totalCount":
+		if e.ComplexityRoot.ScheduleEventConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEventConnection.TotalCount(childComplexity), true
+
+	case "ScheduleEventEdge.cursor":
+		if e.ComplexityRoot.ScheduleEventEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEventEdge.Cursor(childComplexity), true
+	case "ScheduleEventEdge.node":
+		if e.ComplexityRoot.ScheduleEventEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleEventEdge.Node(childComplexity), true
 
 	case "StatusCount.count":
 		if e.ComplexityRoot.StatusCount.Count == nil {
@@ -1576,6 +2194,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.RunAt(childComplexity), true
+	case "Task.schedule":
+		if e.ComplexityRoot.Task.Schedule == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Schedule(childComplexity), true
+	case "Task.scheduleID":
+		if e.ComplexityRoot.Task.ScheduleID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.ScheduleID(childComplexity), true
+	case "Task.scheduleSlot":
+		if e.ComplexityRoot.Task.ScheduleSlot == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.ScheduleSlot(childComplexity), true
 	case "Task.stallAfterSeconds":
 		if e.ComplexityRoot.Task.StallAfterSeconds == nil {
 			break
@@ -1630,6 +2266,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Version(childComplexity), true
+	case "Task.waitingReason":
+		if e.ComplexityRoot.Task.WaitingReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.WaitingReason(childComplexity), true
 
 	case "TaskActionResult.error":
 		if e.ComplexityRoot.TaskActionResult.Error == nil {
@@ -1952,6 +2594,79 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TaskType.StallAfterSeconds(childComplexity), true
 
+	case "TypeControl.maxRunning":
+		if e.ComplexityRoot.TypeControl.MaxRunning == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.MaxRunning(childComplexity), true
+	case "TypeControl.nextStartAt":
+		if e.ComplexityRoot.TypeControl.NextStartAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.NextStartAt(childComplexity), true
+	case "TypeControl.paused":
+		if e.ComplexityRoot.TypeControl.Paused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Paused(childComplexity), true
+	case "TypeControl.pausedUntil":
+		if e.ComplexityRoot.TypeControl.PausedUntil == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.PausedUntil(childComplexity), true
+	case "TypeControl.rateLimit":
+		if e.ComplexityRoot.TypeControl.RateLimit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.RateLimit(childComplexity), true
+	case "TypeControl.ratePeriodSeconds":
+		if e.ComplexityRoot.TypeControl.RatePeriodSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.RatePeriodSeconds(childComplexity), true
+	case "TypeControl.running":
+		if e.ComplexityRoot.TypeControl.Running == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Running(childComplexity), true
+	case "TypeControl.startedInWindow":
+		if e.ComplexityRoot.TypeControl.StartedInWindow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.StartedInWindow(childComplexity), true
+	case "TypeControl.type":
+		if e.ComplexityRoot.TypeControl.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Type(childComplexity), true
+	case "TypeControl.updatedAt":
+		if e.ComplexityRoot.TypeControl.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.UpdatedAt(childComplexity), true
+	case "TypeControl.updatedBy":
+		if e.ComplexityRoot.TypeControl.UpdatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.UpdatedBy(childComplexity), true
+	case "TypeControl.waiting":
+		if e.ComplexityRoot.TypeControl.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Waiting(childComplexity), true
+
 	case "TypeCount.byStatus":
 		if e.ComplexityRoot.TypeCount.ByStatus == nil {
 			break
@@ -1971,6 +2686,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TypeCount.Type(childComplexity), true
 
+	case "WaitReason.current":
+		if e.ComplexityRoot.WaitReason.Current == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Current(childComplexity), true
+	case "WaitReason.kind":
+		if e.ComplexityRoot.WaitReason.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Kind(childComplexity), true
+	case "WaitReason.limit":
+		if e.ComplexityRoot.WaitReason.Limit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Limit(childComplexity), true
+	case "WaitReason.message":
+		if e.ComplexityRoot.WaitReason.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Message(childComplexity), true
+	case "WaitReason.until":
+		if e.ComplexityRoot.WaitReason.Until == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Until(childComplexity), true
+
 	}
 	return 0, false
 }
@@ -1985,10 +2731,18 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("ArtifactOrder", ec.unmarshalInputArtifactOrder),
 			graphql.NewInputUnmarshaler("AuditLogOrder", ec.unmarshalInputAuditLogOrder),
 			graphql.NewInputUnmarshaler("AuditLogWhereInput", ec.unmarshalInputAuditLogWhereInput),
+			graphql.NewInputUnmarshaler("CreateScheduleInput", ec.unmarshalInputCreateScheduleInput),
 			graphql.NewInputUnmarshaler("CreateTaskInput", ec.unmarshalInputCreateTaskInput),
+			graphql.NewInputUnmarshaler("ScheduleEventOrder", ec.unmarshalInputScheduleEventOrder),
+			graphql.NewInputUnmarshaler("ScheduleOrder", ec.unmarshalInputScheduleOrder),
+			graphql.NewInputUnmarshaler("SchedulePreviewInput", ec.unmarshalInputSchedulePreviewInput),
+			graphql.NewInputUnmarshaler("ScheduleTaskInput", ec.unmarshalInputScheduleTaskInput),
+			graphql.NewInputUnmarshaler("ScheduleWhereInput", ec.unmarshalInputScheduleWhereInput),
 			graphql.NewInputUnmarshaler("TaskLogOrder", ec.unmarshalInputTaskLogOrder),
 			graphql.NewInputUnmarshaler("TaskOrder", ec.unmarshalInputTaskOrder),
 			graphql.NewInputUnmarshaler("TaskWhereInput", ec.unmarshalInputTaskWhereInput),
+			graphql.NewInputUnmarshaler("TypeControlInput", ec.unmarshalInputTypeControlInput),
+			graphql.NewInputUnmarshaler("UpdateScheduleInput", ec.unmarshalInputUpdateScheduleInput),
 		)
 	}
 	first := true
@@ -2081,7 +2835,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/flow.graphql" "schema/schedules.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -2202,6 +2956,15 @@ enum AuditLogAction @goModel(model: "taskgraph/ent/auditlog.Action") {
   CANCEL_MANY
   RETRY_MANY
   DOWNLOAD
+  SCHEDULE_CREATE
+  SCHEDULE_UPDATE
+  SCHEDULE_PAUSE
+  SCHEDULE_RESUME
+  SCHEDULE_DELETE
+  SCHEDULE_RUN_NOW
+  FLOW_CONTROL_SET
+  TYPE_PAUSE
+  TYPE_RESUME
 }
 """
 A connection to a list of items.
@@ -2522,6 +3285,37 @@ type Query {
     """
     where: AuditLogWhereInput
   ): AuditLogConnection!
+  schedules(
+    """
+    Returns the elements in the list that come after the specified cursor.
+    """
+    after: Cursor
+
+    """
+    Returns the first _n_ elements from the list.
+    """
+    first: Int
+
+    """
+    Returns the elements in the list that come before the specified cursor.
+    """
+    before: Cursor
+
+    """
+    Returns the last _n_ elements from the list.
+    """
+    last: Int
+
+    """
+    Ordering options for Schedules returned from the connection.
+    """
+    orderBy: ScheduleOrder
+
+    """
+    Filtering options for Schedules returned from the connection.
+    """
+    where: ScheduleWhereInput
+  ): ScheduleConnection!
   tasks(
     """
     Returns the elements in the list that come after the specified cursor.
@@ -2553,6 +3347,591 @@ type Query {
     """
     where: TaskWhereInput
   ): TaskConnection!
+}
+type Schedule implements Node {
+  id: ID!
+  createdAt: Time!
+  name: String!
+  """
+  Who created it: the tasks it fires are theirs.
+  """
+  owner: String!
+  """
+  Where the owner's credentials came from: with tenant and owner, the identity the tasks belong to.
+  """
+  ownerSource: String!
+  ownerRole: String!
+  tenant: String!
+  """
+  A cron expression, with an optional leading seconds field (or @hourly, @daily...); empty with an interval.
+  """
+  cron: String!
+  """
+  A fixed interval instead of cron: slots at start (or creation) + k × interval.
+  """
+  intervalSeconds: Int
+  """
+  IANA zone the cron expression is read in; empty: the server's.
+  """
+  timezone: String!
+  taskType: String!
+  taskTitle: String!
+  """
+  Input of the tasks, masked like a task's.
+  """
+  taskInput: JSON!
+  taskPriority: Int
+  taskTimeoutSeconds: Int
+  taskRetryPolicy: String
+  taskMaxAttempts: Int
+  paused: Boolean!
+  """
+  No slot before this time.
+  """
+  startAt: Time
+  """
+  No slot after this time.
+  """
+  endAt: Time
+  """
+  Slots missed while no scheduler ran: skipped, or run once for all of them.
+  """
+  misfirePolicy: ScheduleMisfirePolicy!
+  """
+  A slot that comes while the previous run is still live: skipped, queued behind it, the previous cancelled, or both allowed to run.
+  """
+  overlapPolicy: ScheduleOverlapPolicy!
+  """
+  The next slot to fire; empty once the schedule has ended.
+  """
+  nextFireAt: Time
+  """
+  The slot of the latest task it created.
+  """
+  lastFiredAt: Time
+  """
+  The latest task it created: the previous run its overlap policy looks at.
+  """
+  lastTaskID: ID
+  """
+  How many slots wait behind the previous run.
+  """
+  queuedCount: Int!
+  """
+  Bumped by every change; the scheduler's writes are conditional on it, so an edit wins over a firing computed from the old settings.
+  """
+  version: Int!
+  updatedAt: Time!
+  events(
+    """
+    Returns the elements in the list that come after the specified cursor.
+    """
+    after: Cursor
+
+    """
+    Returns the first _n_ elements from the list.
+    """
+    first: Int
+
+    """
+    Returns the elements in the list that come before the specified cursor.
+    """
+    before: Cursor
+
+    """
+    Returns the last _n_ elements from the list.
+    """
+    last: Int
+
+    """
+    Ordering options for ScheduleEvents returned from the connection.
+    """
+    orderBy: ScheduleEventOrder
+  ): ScheduleEventConnection!
+}
+"""
+A connection to a list of items.
+"""
+type ScheduleConnection {
+  """
+  A list of edges.
+  """
+  edges: [ScheduleEdge]
+  """
+  Information to aid in pagination.
+  """
+  pageInfo: PageInfo!
+  """
+  Identifies the total count of items in the connection.
+  """
+  totalCount: Int!
+}
+"""
+An edge in a connection.
+"""
+type ScheduleEdge {
+  """
+  The item at the end of the edge.
+  """
+  node: Schedule
+  """
+  A cursor for use in pagination.
+  """
+  cursor: Cursor!
+}
+type ScheduleEvent implements Node {
+  id: ID!
+  createdAt: Time!
+  scheduleID: ID!
+  kind: ScheduleEventKind!
+  """
+  The slot it is about.
+  """
+  slot: Time
+  """
+  The task created (FIRED, RUN_NOW) or cancelled (CANCELLED_PREVIOUS).
+  """
+  taskID: Int
+  """
+  MISFIRED: how many slots were missed.
+  """
+  missed: Int!
+  message: String!
+  """
+  The node that wrote it.
+  """
+  node: String!
+  schedule: Schedule!
+}
+"""
+A connection to a list of items.
+"""
+type ScheduleEventConnection {
+  """
+  A list of edges.
+  """
+  edges: [ScheduleEventEdge]
+  """
+  Information to aid in pagination.
+  """
+  pageInfo: PageInfo!
+  """
+  Identifies the total count of items in the connection.
+  """
+  totalCount: Int!
+}
+"""
+An edge in a connection.
+"""
+type ScheduleEventEdge {
+  """
+  The item at the end of the edge.
+  """
+  node: ScheduleEvent
+  """
+  A cursor for use in pagination.
+  """
+  cursor: Cursor!
+}
+"""
+ScheduleEventKind is enum for the field kind
+"""
+enum ScheduleEventKind @goModel(model: "taskgraph/ent/scheduleevent.Kind") {
+  FIRED
+  RUN_NOW
+  SKIPPED
+  MISFIRED
+  QUEUED
+  CANCELLED_PREVIOUS
+  FAILED
+  ENDED
+}
+"""
+Ordering options for ScheduleEvent connections
+"""
+input ScheduleEventOrder {
+  """
+  The ordering direction.
+  """
+  direction: OrderDirection! = ASC
+  """
+  The field by which to order ScheduleEvents.
+  """
+  field: ScheduleEventOrderField!
+}
+"""
+Properties by which ScheduleEvent connections can be ordered.
+"""
+enum ScheduleEventOrderField {
+  CREATED_AT
+}
+"""
+ScheduleMisfirePolicy is enum for the field misfire_policy
+"""
+enum ScheduleMisfirePolicy @goModel(model: "taskgraph/ent/schedule.MisfirePolicy") {
+  SKIP
+  RUN_ONCE
+}
+"""
+Ordering options for Schedule connections
+"""
+input ScheduleOrder {
+  """
+  The ordering direction.
+  """
+  direction: OrderDirection! = ASC
+  """
+  The field by which to order Schedules.
+  """
+  field: ScheduleOrderField!
+}
+"""
+Properties by which Schedule connections can be ordered.
+"""
+enum ScheduleOrderField {
+  CREATED_AT
+  NAME
+  NEXT_FIRE_AT
+  UPDATED_AT
+}
+"""
+ScheduleOverlapPolicy is enum for the field overlap_policy
+"""
+enum ScheduleOverlapPolicy @goModel(model: "taskgraph/ent/schedule.OverlapPolicy") {
+  SKIP
+  QUEUE
+  CANCEL_PREVIOUS
+  ALLOW
+}
+"""
+ScheduleWhereInput is used for filtering Schedule objects.
+Input was generated by ent.
+"""
+input ScheduleWhereInput {
+  not: ScheduleWhereInput
+  and: [ScheduleWhereInput!]
+  or: [ScheduleWhereInput!]
+  """
+  id field predicates
+  """
+  id: ID
+  idNEQ: ID
+  idIn: [ID!]
+  idNotIn: [ID!]
+  idGT: ID
+  idGTE: ID
+  idLT: ID
+  idLTE: ID
+  """
+  created_at field predicates
+  """
+  createdAt: Time
+  createdAtNEQ: Time
+  createdAtIn: [Time!]
+  createdAtNotIn: [Time!]
+  createdAtGT: Time
+  createdAtGTE: Time
+  createdAtLT: Time
+  createdAtLTE: Time
+  """
+  name field predicates
+  """
+  name: String
+  nameNEQ: String
+  nameIn: [String!]
+  nameNotIn: [String!]
+  nameGT: String
+  nameGTE: String
+  nameLT: String
+  nameLTE: String
+  nameContains: String
+  nameHasPrefix: String
+  nameHasSuffix: String
+  nameEqualFold: String
+  nameContainsFold: String
+  """
+  owner field predicates
+  """
+  owner: String
+  ownerNEQ: String
+  ownerIn: [String!]
+  ownerNotIn: [String!]
+  ownerGT: String
+  ownerGTE: String
+  ownerLT: String
+  ownerLTE: String
+  ownerContains: String
+  ownerHasPrefix: String
+  ownerHasSuffix: String
+  ownerEqualFold: String
+  ownerContainsFold: String
+  """
+  tenant field predicates
+  """
+  tenant: String
+  tenantNEQ: String
+  tenantIn: [String!]
+  tenantNotIn: [String!]
+  tenantGT: String
+  tenantGTE: String
+  tenantLT: String
+  tenantLTE: String
+  tenantContains: String
+  tenantHasPrefix: String
+  tenantHasSuffix: String
+  tenantEqualFold: String
+  tenantContainsFold: String
+  """
+  cron field predicates
+  """
+  cron: String
+  cronNEQ: String
+  cronIn: [String!]
+  cronNotIn: [String!]
+  cronGT: String
+  cronGTE: String
+  cronLT: String
+  cronLTE: String
+  cronContains: String
+  cronHasPrefix: String
+  cronHasSuffix: String
+  cronEqualFold: String
+  cronContainsFold: String
+  """
+  interval_seconds field predicates
+  """
+  intervalSeconds: Int
+  intervalSecondsNEQ: Int
+  intervalSecondsIn: [Int!]
+  intervalSecondsNotIn: [Int!]
+  intervalSecondsGT: Int
+  intervalSecondsGTE: Int
+  intervalSecondsLT: Int
+  intervalSecondsLTE: Int
+  intervalSecondsIsNil: Boolean
+  intervalSecondsNotNil: Boolean
+  """
+  timezone field predicates
+  """
+  timezone: String
+  timezoneNEQ: String
+  timezoneIn: [String!]
+  timezoneNotIn: [String!]
+  timezoneGT: String
+  timezoneGTE: String
+  timezoneLT: String
+  timezoneLTE: String
+  timezoneContains: String
+  timezoneHasPrefix: String
+  timezoneHasSuffix: String
+  timezoneEqualFold: String
+  timezoneContainsFold: String
+  """
+  task_type field predicates
+  """
+  taskType: String
+  taskTypeNEQ: String
+  taskTypeIn: [String!]
+  taskTypeNotIn: [String!]
+  taskTypeGT: String
+  taskTypeGTE: String
+  taskTypeLT: String
+  taskTypeLTE: String
+  taskTypeContains: String
+  taskTypeHasPrefix: String
+  taskTypeHasSuffix: String
+  taskTypeEqualFold: String
+  taskTypeContainsFold: String
+  """
+  task_title field predicates
+  """
+  taskTitle: String
+  taskTitleNEQ: String
+  taskTitleIn: [String!]
+  taskTitleNotIn: [String!]
+  taskTitleGT: String
+  taskTitleGTE: String
+  taskTitleLT: String
+  taskTitleLTE: String
+  taskTitleContains: String
+  taskTitleHasPrefix: String
+  taskTitleHasSuffix: String
+  taskTitleEqualFold: String
+  taskTitleContainsFold: String
+  """
+  task_priority field predicates
+  """
+  taskPriority: Int
+  taskPriorityNEQ: Int
+  taskPriorityIn: [Int!]
+  taskPriorityNotIn: [Int!]
+  taskPriorityGT: Int
+  taskPriorityGTE: Int
+  taskPriorityLT: Int
+  taskPriorityLTE: Int
+  taskPriorityIsNil: Boolean
+  taskPriorityNotNil: Boolean
+  """
+  task_timeout_seconds field predicates
+  """
+  taskTimeoutSeconds: Int
+  taskTimeoutSecondsNEQ: Int
+  taskTimeoutSecondsIn: [Int!]
+  taskTimeoutSecondsNotIn: [Int!]
+  taskTimeoutSecondsGT: Int
+  taskTimeoutSecondsGTE: Int
+  taskTimeoutSecondsLT: Int
+  taskTimeoutSecondsLTE: Int
+  taskTimeoutSecondsIsNil: Boolean
+  taskTimeoutSecondsNotNil: Boolean
+  """
+  task_retry_policy field predicates
+  """
+  taskRetryPolicy: String
+  taskRetryPolicyNEQ: String
+  taskRetryPolicyIn: [String!]
+  taskRetryPolicyNotIn: [String!]
+  taskRetryPolicyGT: String
+  taskRetryPolicyGTE: String
+  taskRetryPolicyLT: String
+  taskRetryPolicyLTE: String
+  taskRetryPolicyContains: String
+  taskRetryPolicyHasPrefix: String
+  taskRetryPolicyHasSuffix: String
+  taskRetryPolicyIsNil: Boolean
+  taskRetryPolicyNotNil: Boolean
+  taskRetryPolicyEqualFold: String
+  taskRetryPolicyContainsFold: String
+  """
+  task_max_attempts field predicates
+  """
+  taskMaxAttempts: Int
+  taskMaxAttemptsNEQ: Int
+  taskMaxAttemptsIn: [Int!]
+  taskMaxAttemptsNotIn: [Int!]
+  taskMaxAttemptsGT: Int
+  taskMaxAttemptsGTE: Int
+  taskMaxAttemptsLT: Int
+  taskMaxAttemptsLTE: Int
+  taskMaxAttemptsIsNil: Boolean
+  taskMaxAttemptsNotNil: Boolean
+  """
+  paused field predicates
+  """
+  paused: Boolean
+  pausedNEQ: Boolean
+  """
+  start_at field predicates
+  """
+  startAt: Time
+  startAtNEQ: Time
+  startAtIn: [Time!]
+  startAtNotIn: [Time!]
+  startAtGT: Time
+  startAtGTE: Time
+  startAtLT: Time
+  startAtLTE: Time
+  startAtIsNil: Boolean
+  startAtNotNil: Boolean
+  """
+  end_at field predicates
+  """
+  endAt: Time
+  endAtNEQ: Time
+  endAtIn: [Time!]
+  endAtNotIn: [Time!]
+  endAtGT: Time
+  endAtGTE: Time
+  endAtLT: Time
+  endAtLTE: Time
+  endAtIsNil: Boolean
+  endAtNotNil: Boolean
+  """
+  misfire_policy field predicates
+  """
+  misfirePolicy: ScheduleMisfirePolicy
+  misfirePolicyNEQ: ScheduleMisfirePolicy
+  misfirePolicyIn: [ScheduleMisfirePolicy!]
+  misfirePolicyNotIn: [ScheduleMisfirePolicy!]
+  """
+  overlap_policy field predicates
+  """
+  overlapPolicy: ScheduleOverlapPolicy
+  overlapPolicyNEQ: ScheduleOverlapPolicy
+  overlapPolicyIn: [ScheduleOverlapPolicy!]
+  overlapPolicyNotIn: [ScheduleOverlapPolicy!]
+  """
+  next_fire_at field predicates
+  """
+  nextFireAt: Time
+  nextFireAtNEQ: Time
+  nextFireAtIn: [Time!]
+  nextFireAtNotIn: [Time!]
+  nextFireAtGT: Time
+  nextFireAtGTE: Time
+  nextFireAtLT: Time
+  nextFireAtLTE: Time
+  nextFireAtIsNil: Boolean
+  nextFireAtNotNil: Boolean
+  """
+  last_fired_at field predicates
+  """
+  lastFiredAt: Time
+  lastFiredAtNEQ: Time
+  lastFiredAtIn: [Time!]
+  lastFiredAtNotIn: [Time!]
+  lastFiredAtGT: Time
+  lastFiredAtGTE: Time
+  lastFiredAtLT: Time
+  lastFiredAtLTE: Time
+  lastFiredAtIsNil: Boolean
+  lastFiredAtNotNil: Boolean
+  """
+  last_task_id field predicates
+  """
+  lastTaskID: ID
+  lastTaskIDNEQ: ID
+  lastTaskIDIn: [ID!]
+  lastTaskIDNotIn: [ID!]
+  lastTaskIDGT: ID
+  lastTaskIDGTE: ID
+  lastTaskIDLT: ID
+  lastTaskIDLTE: ID
+  lastTaskIDIsNil: Boolean
+  lastTaskIDNotNil: Boolean
+  """
+  queued_count field predicates
+  """
+  queuedCount: Int
+  queuedCountNEQ: Int
+  queuedCountIn: [Int!]
+  queuedCountNotIn: [Int!]
+  queuedCountGT: Int
+  queuedCountGTE: Int
+  queuedCountLT: Int
+  queuedCountLTE: Int
+  """
+  version field predicates
+  """
+  version: Int
+  versionNEQ: Int
+  versionIn: [Int!]
+  versionNotIn: [Int!]
+  versionGT: Int
+  versionGTE: Int
+  versionLT: Int
+  versionLTE: Int
+  """
+  updated_at field predicates
+  """
+  updatedAt: Time
+  updatedAtNEQ: Time
+  updatedAtIn: [Time!]
+  updatedAtNotIn: [Time!]
+  updatedAtGT: Time
+  updatedAtGTE: Time
+  updatedAtLT: Time
+  updatedAtLTE: Time
 }
 type Task implements Node {
   id: ID!
@@ -2622,6 +4001,14 @@ type Task implements Node {
   runAt: Time!
   updatedAt: Time!
   finishedAt: Time
+  """
+  The schedule that created it, if any (it may since have been deleted).
+  """
+  scheduleID: ID
+  """
+  The slot of its schedule it was created for (runNow: the time it was asked).
+  """
+  scheduleSlot: Time
   """
   Files the task read or wrote (source, error report, export, report).
   """
@@ -3149,6 +4536,32 @@ input TaskWhereInput {
   finishedAtLTE: Time
   finishedAtIsNil: Boolean
   finishedAtNotNil: Boolean
+  """
+  schedule_id field predicates
+  """
+  scheduleID: ID
+  scheduleIDNEQ: ID
+  scheduleIDIn: [ID!]
+  scheduleIDNotIn: [ID!]
+  scheduleIDGT: ID
+  scheduleIDGTE: ID
+  scheduleIDLT: ID
+  scheduleIDLTE: ID
+  scheduleIDIsNil: Boolean
+  scheduleIDNotNil: Boolean
+  """
+  schedule_slot field predicates
+  """
+  scheduleSlot: Time
+  scheduleSlotNEQ: Time
+  scheduleSlotIn: [Time!]
+  scheduleSlotNotIn: [Time!]
+  scheduleSlotGT: Time
+  scheduleSlotGTE: Time
+  scheduleSlotLT: Time
+  scheduleSlotLTE: Time
+  scheduleSlotIsNil: Boolean
+  scheduleSlotNotNil: Boolean
 }
 """
 The builtin Time type
@@ -3350,6 +4763,8 @@ extend type Query {
 `, BuiltIn: false},
 	{Name: "schema/alerts.graphql", Input: sourceData("schema/alerts.graphql"), BuiltIn: false},
 	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
+	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
+	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -3635,6 +5050,146 @@ func (ec *executionContext) childFields_RetryPolicy(ctx context.Context, field g
 	return nil, fmt.Errorf("no field named %q was found under type RetryPolicy", field.Name)
 }
 
+func (ec *executionContext) childFields_Schedule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Schedule_id(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Schedule_createdAt(ctx, field)
+	case "name":
+		return ec.fieldContext_Schedule_name(ctx, field)
+	case "owner":
+		return ec.fieldContext_Schedule_owner(ctx, field)
+	case "ownerSource":
+		return ec.fieldContext_Schedule_ownerSource(ctx, field)
+	case "ownerRole":
+		return ec.fieldContext_Schedule_ownerRole(ctx, field)
+	case "tenant":
+		return ec.fieldContext_Schedule_tenant(ctx, field)
+	case "cron":
+		return ec.fieldContext_Schedule_cron(ctx, field)
+	case "intervalSeconds":
+		return ec.fieldContext_Schedule_intervalSeconds(ctx, field)
+	case "timezone":
+		return ec.fieldContext_Schedule_timezone(ctx, field)
+	case "taskType":
+		return ec.fieldContext_Schedule_taskType(ctx, field)
+	case "taskTitle":
+		return ec.fieldContext_Schedule_taskTitle(ctx, field)
+	case "taskInput":
+		return ec.fieldContext_Schedule_taskInput(ctx, field)
+	case "taskPriority":
+		return ec.fieldContext_Schedule_taskPriority(ctx, field)
+	case "taskTimeoutSeconds":
+		return ec.fieldContext_Schedule_taskTimeoutSeconds(ctx, field)
+	case "taskRetryPolicy":
+		return ec.fieldContext_Schedule_taskRetryPolicy(ctx, field)
+	case "taskMaxAttempts":
+		return ec.fieldContext_Schedule_taskMaxAttempts(ctx, field)
+	case "paused":
+		return ec.fieldContext_Schedule_paused(ctx, field)
+	case "startAt":
+		return ec.fieldContext_Schedule_startAt(ctx, field)
+	case "endAt":
+		return ec.fieldContext_Schedule_endAt(ctx, field)
+	case "misfirePolicy":
+		return ec.fieldContext_Schedule_misfirePolicy(ctx, field)
+	case "overlapPolicy":
+		return ec.fieldContext_Schedule_overlapPolicy(ctx, field)
+	case "nextFireAt":
+		return ec.fieldContext_Schedule_nextFireAt(ctx, field)
+	case "lastFiredAt":
+		return ec.fieldContext_Schedule_lastFiredAt(ctx, field)
+	case "lastTaskID":
+		return ec.fieldContext_Schedule_lastTaskID(ctx, field)
+	case "queuedCount":
+		return ec.fieldContext_Schedule_queuedCount(ctx, field)
+	case "version":
+		return ec.fieldContext_Schedule_version(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Schedule_updatedAt(ctx, field)
+	case "events":
+		return ec.fieldContext_Schedule_events(ctx, field)
+	case "effectiveTimezone":
+		return ec.fieldContext_Schedule_effectiveTimezone(ctx, field)
+	case "upcoming":
+		return ec.fieldContext_Schedule_upcoming(ctx, field)
+	case "tasks":
+		return ec.fieldContext_Schedule_tasks(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Schedule", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ScheduleConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ScheduleConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ScheduleConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "node":
+		return ec.fieldContext_ScheduleEdge_node(ctx, field)
+	case "cursor":
+		return ec.fieldContext_ScheduleEdge_cursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleEvent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ScheduleEvent_id(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ScheduleEvent_createdAt(ctx, field)
+	case "scheduleID":
+		return ec.fieldContext_ScheduleEvent_scheduleID(ctx, field)
+	case "kind":
+		return ec.fieldContext_ScheduleEvent_kind(ctx, field)
+	case "slot":
+		return ec.fieldContext_ScheduleEvent_slot(ctx, field)
+	case "taskID":
+		return ec.fieldContext_ScheduleEvent_taskID(ctx, field)
+	case "missed":
+		return ec.fieldContext_ScheduleEvent_missed(ctx, field)
+	case "message":
+		return ec.fieldContext_ScheduleEvent_message(ctx, field)
+	case "node":
+		return ec.fieldContext_ScheduleEvent_node(ctx, field)
+	case "schedule":
+		return ec.fieldContext_ScheduleEvent_schedule(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleEvent", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleEventConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ScheduleEventConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ScheduleEventConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ScheduleEventConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleEventConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleEventEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "node":
+		return ec.fieldContext_ScheduleEventEdge_node(ctx, field)
+	case "cursor":
+		return ec.fieldContext_ScheduleEventEdge_cursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleEventEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_StatusCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "status":
@@ -3703,6 +5258,10 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_updatedAt(ctx, field)
 	case "finishedAt":
 		return ec.fieldContext_Task_finishedAt(ctx, field)
+	case "scheduleID":
+		return ec.fieldContext_Task_scheduleID(ctx, field)
+	case "scheduleSlot":
+		return ec.fieldContext_Task_scheduleSlot(ctx, field)
 	case "artifacts":
 		return ec.fieldContext_Task_artifacts(ctx, field)
 	case "instances":
@@ -3715,6 +5274,10 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_stalledAt(ctx, field)
 	case "stallAfterSeconds":
 		return ec.fieldContext_Task_stallAfterSeconds(ctx, field)
+	case "waitingReason":
+		return ec.fieldContext_Task_waitingReason(ctx, field)
+	case "schedule":
+		return ec.fieldContext_Task_schedule(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Task", field.Name)
 }
@@ -3877,6 +5440,36 @@ func (ec *executionContext) childFields_TaskType(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type TaskType", field.Name)
 }
 
+func (ec *executionContext) childFields_TypeControl(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_TypeControl_type(ctx, field)
+	case "maxRunning":
+		return ec.fieldContext_TypeControl_maxRunning(ctx, field)
+	case "rateLimit":
+		return ec.fieldContext_TypeControl_rateLimit(ctx, field)
+	case "ratePeriodSeconds":
+		return ec.fieldContext_TypeControl_ratePeriodSeconds(ctx, field)
+	case "paused":
+		return ec.fieldContext_TypeControl_paused(ctx, field)
+	case "pausedUntil":
+		return ec.fieldContext_TypeControl_pausedUntil(ctx, field)
+	case "running":
+		return ec.fieldContext_TypeControl_running(ctx, field)
+	case "waiting":
+		return ec.fieldContext_TypeControl_waiting(ctx, field)
+	case "startedInWindow":
+		return ec.fieldContext_TypeControl_startedInWindow(ctx, field)
+	case "nextStartAt":
+		return ec.fieldContext_TypeControl_nextStartAt(ctx, field)
+	case "updatedBy":
+		return ec.fieldContext_TypeControl_updatedBy(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_TypeControl_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TypeControl", field.Name)
+}
+
 func (ec *executionContext) childFields_TypeCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "type":
@@ -3887,6 +5480,22 @@ func (ec *executionContext) childFields_TypeCount(ctx context.Context, field gra
 		return ec.fieldContext_TypeCount_byStatus(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TypeCount", field.Name)
+}
+
+func (ec *executionContext) childFields_WaitReason(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "kind":
+		return ec.fieldContext_WaitReason_kind(ctx, field)
+	case "message":
+		return ec.fieldContext_WaitReason_message(ctx, field)
+	case "until":
+		return ec.fieldContext_WaitReason_until(ctx, field)
+	case "limit":
+		return ec.fieldContext_WaitReason_limit(ctx, field)
+	case "current":
+		return ec.fieldContext_WaitReason_current(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WaitReason", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4107,6 +5716,20 @@ func (ec *executionContext) field_Mutation_createAlertRule_args(ctx context.Cont
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_createSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateScheduleInput, error) {
+			return ec.unmarshalNCreateScheduleInput2taskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createTask_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4163,6 +5786,20 @@ func (ec *executionContext) field_Mutation_deleteAlertRule_args(ctx context.Cont
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_deleteSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_importFile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4201,6 +5838,42 @@ func (ec *executionContext) field_Mutation_importFile_args(ctx context.Context, 
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_pauseSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_pauseType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_resolveAlertIncident_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4212,6 +5885,34 @@ func (ec *executionContext) field_Mutation_resolveAlertIncident_args(ctx context
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_resumeSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_resumeType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
 	return args, nil
 }
 
@@ -4240,6 +5941,42 @@ func (ec *executionContext) field_Mutation_retryTasks_args(ctx context.Context, 
 		return nil, err
 	}
 	args["ids"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_runScheduleNow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_setTypeControl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.TypeControlInput, error) {
+			return ec.unmarshalNTypeControlInput2taskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
 	return args, nil
 }
 
@@ -4337,6 +6074,28 @@ func (ec *executionContext) field_Mutation_updateAlertRule_args(ctx context.Cont
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.AlertRuleInput, error) {
 			return ec.unmarshalNAlertRuleInput2taskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.UpdateScheduleInput, error) {
+			return ec.unmarshalNUpdateScheduleInput2taskgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -4485,6 +6244,96 @@ func (ec *executionContext) field_Query_nodes_args(ctx context.Context, rawArgs 
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_schedulePreview_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.SchedulePreviewInput, error) {
+			return ec.unmarshalNSchedulePreviewInput2taskgraphᚋgraphᚋmodelᚐSchedulePreviewInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "count",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["count"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_schedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_schedules_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
+		func(ctx context.Context, v any) (*ent.ScheduleOrder, error) {
+			return ec.unmarshalOScheduleOrder2ᚖtaskgraphᚋentᚐScheduleOrder(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["orderBy"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
+			return ec.unmarshalOScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg5
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_taskByCode_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4564,6 +6413,126 @@ func (ec *executionContext) field_Query_tasks_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["where"] = arg5
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_typeControl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Schedule_events_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
+		func(ctx context.Context, v any) (*ent.ScheduleEventOrder, error) {
+			return ec.unmarshalOScheduleEventOrder2ᚖtaskgraphᚋentᚐScheduleEventOrder(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["orderBy"] = arg4
+	return args, nil
+}
+
+func (ec *executionContext) field_Schedule_tasks_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
+			return ec.unmarshalOTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg4
+	return args, nil
+}
+
+func (ec *executionContext) field_Schedule_upcoming_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "count",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["count"] = arg0
 	return args, nil
 }
 
@@ -7630,6 +9599,402 @@ func (ec *executionContext) fieldContext_Mutation_createTasks(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_setTypeControl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setTypeControl(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetTypeControl(ctx, fc.Args["type"].(string), fc.Args["input"].(model.TypeControlInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setTypeControl(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setTypeControl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_pauseType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_pauseType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().PauseType(ctx, fc.Args["type"].(string), fc.Args["until"].(*time.Time))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_pauseType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_pauseType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_resumeType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_resumeType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ResumeType(ctx, fc.Args["type"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_resumeType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_resumeType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateSchedule(ctx, fc.Args["input"].(model.CreateScheduleInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateSchedule(ctx, fc.Args["id"].(int), fc.Args["input"].(model.UpdateScheduleInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_pauseSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_pauseSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().PauseSchedule(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_pauseSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_pauseSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_resumeSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_resumeSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ResumeSchedule(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_resumeSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_resumeSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteSchedule(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type ID does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_runScheduleNow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_runScheduleNow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RunScheduleNow(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_runScheduleNow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_runScheduleNow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *entgql.PageInfo[int]) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7848,6 +10213,50 @@ func (ec *executionContext) fieldContext_Query_auditLogs(ctx context.Context, fi
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_auditLogs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_schedules(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_schedules(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Schedules(ctx, fc.Args["after"].(*entgql.Cursor[int]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[int]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.ScheduleOrder), fc.Args["where"].(*ent.ScheduleWhereInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.ScheduleConnection) graphql.Marshaler {
+			return ec.marshalNScheduleConnection2ᚖtaskgraphᚋentᚐScheduleConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_schedules(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_schedules_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -8266,6 +10675,170 @@ func (ec *executionContext) fieldContext_Query_alertIncident(ctx context.Context
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_typeControls(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_typeControls(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().TypeControls(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚕᚖtaskgraphᚋflowᚐControlᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_typeControls(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_typeControl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_typeControl(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().TypeControl(ctx, fc.Args["type"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_typeControl(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_typeControl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_schedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_schedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Schedule(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_schedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_schedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_schedulePreview(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_schedulePreview(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().SchedulePreview(ctx, fc.Args["input"].(model.SchedulePreviewInput), fc.Args["count"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*time.Time) graphql.Marshaler {
+			return ec.marshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_schedulePreview(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Time does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_schedulePreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query___type(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8455,6 +11028,1328 @@ func (ec *executionContext) _RetryPolicy_jitter(ctx context.Context, field graph
 }
 func (ec *executionContext) fieldContext_RetryPolicy_jitter(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("RetryPolicy", field, false, false, "Float")
+}
+
+func (ec *executionContext) _Schedule_id(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Schedule_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Schedule_name(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_owner(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_owner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Owner, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_owner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_ownerSource(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_ownerSource(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OwnerSource, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_ownerSource(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_ownerRole(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_ownerRole(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OwnerRole, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_ownerRole(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_tenant(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_cron(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_cron(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cron, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_cron(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_intervalSeconds(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_intervalSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.IntervalSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_intervalSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Schedule_timezone(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_timezone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Timezone, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_timezone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_taskType(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_taskType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskType, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_taskType(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_taskTitle(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_taskTitle(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskTitle, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_taskTitle(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_taskInput(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_taskInput(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskInput, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalNJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_taskInput(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "JSON")
+}
+
+func (ec *executionContext) _Schedule_taskPriority(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_taskPriority(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskPriority, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_taskPriority(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Schedule_taskTimeoutSeconds(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_taskTimeoutSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskTimeoutSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_taskTimeoutSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Schedule_taskRetryPolicy(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_taskRetryPolicy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskRetryPolicy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_taskRetryPolicy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_taskMaxAttempts(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_taskMaxAttempts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskMaxAttempts, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_taskMaxAttempts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Schedule_paused(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_paused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Paused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_paused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Schedule_startAt(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_startAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_startAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Schedule_endAt(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_endAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EndAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_endAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Schedule_misfirePolicy(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_misfirePolicy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MisfirePolicy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v schedule.MisfirePolicy) graphql.Marshaler {
+			return ec.marshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_misfirePolicy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "ScheduleMisfirePolicy")
+}
+
+func (ec *executionContext) _Schedule_overlapPolicy(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_overlapPolicy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OverlapPolicy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v schedule.OverlapPolicy) graphql.Marshaler {
+			return ec.marshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_overlapPolicy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "ScheduleOverlapPolicy")
+}
+
+func (ec *executionContext) _Schedule_nextFireAt(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_nextFireAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NextFireAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_nextFireAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Schedule_lastFiredAt(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_lastFiredAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastFiredAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_lastFiredAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Schedule_lastTaskID(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_lastTaskID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastTaskID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOID2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_lastTaskID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Schedule_queuedCount(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_queuedCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.QueuedCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_queuedCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Schedule_version(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Schedule_updatedAt(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Schedule_events(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_events(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return obj.Events(ctx, fc.Args["after"].(*entgql.Cursor[int]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[int]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.ScheduleEventOrder))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.ScheduleEventConnection) graphql.Marshaler {
+			return ec.marshalNScheduleEventConnection2ᚖtaskgraphᚋentᚐScheduleEventConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_events(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Schedule",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleEventConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Schedule_events_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Schedule_effectiveTimezone(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_effectiveTimezone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Schedule().EffectiveTimezone(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_effectiveTimezone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, true, true, "String")
+}
+
+func (ec *executionContext) _Schedule_upcoming(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_upcoming(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Schedule().Upcoming(ctx, obj, fc.Args["count"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*time.Time) graphql.Marshaler {
+			return ec.marshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_upcoming(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Schedule",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Time does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Schedule_upcoming_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Schedule_tasks(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_tasks(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Schedule().Tasks(ctx, obj, fc.Args["after"].(*entgql.Cursor[int]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[int]), fc.Args["last"].(*int), fc.Args["where"].(*ent.TaskWhereInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskConnection) graphql.Marshaler {
+			return ec.marshalNTaskConnection2ᚖtaskgraphᚋentᚐTaskConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_tasks(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Schedule",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TaskConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Schedule_tasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.ScheduleEdge) graphql.Marshaler {
+			return ec.marshalOScheduleEdge2ᚕᚖtaskgraphᚋentᚐScheduleEdge(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.PageInfo[int]) graphql.Marshaler {
+			return ec.marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleConnection", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ScheduleEdge_node(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.Cursor[int]) graphql.Marshaler {
+			return ec.marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEdge", field, false, false, "Cursor")
+}
+
+func (ec *executionContext) _ScheduleEvent_id(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "ID")
+}
+
+func (ec *executionContext) _ScheduleEvent_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ScheduleEvent_scheduleID(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_scheduleID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ScheduleID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_scheduleID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "ID")
+}
+
+func (ec *executionContext) _ScheduleEvent_kind(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v scheduleevent.Kind) graphql.Marshaler {
+			return ec.marshalNScheduleEventKind2taskgraphᚋentᚋscheduleeventᚐKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "ScheduleEventKind")
+}
+
+func (ec *executionContext) _ScheduleEvent_slot(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_slot(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Slot, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_slot(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ScheduleEvent_taskID(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_taskID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_taskID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ScheduleEvent_missed(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_missed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Missed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_missed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ScheduleEvent_message(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_message(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Message, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _ScheduleEvent_node(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _ScheduleEvent_schedule(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEvent_schedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Schedule(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEvent_schedule(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleEvent",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleEventConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEventConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.ScheduleEventEdge) graphql.Marshaler {
+			return ec.marshalOScheduleEventEdge2ᚕᚖtaskgraphᚋentᚐScheduleEventEdge(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEventConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleEventConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleEventEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleEventConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEventConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.PageInfo[int]) graphql.Marshaler {
+			return ec.marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEventConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleEventConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleEventConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEventConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEventConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEventConnection", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ScheduleEventEdge_node(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEventEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEventEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.ScheduleEvent) graphql.Marshaler {
+			return ec.marshalOScheduleEvent2ᚖtaskgraphᚋentᚐScheduleEvent(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEventEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleEventEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleEvent(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleEventEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *ent.ScheduleEventEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleEventEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.Cursor[int]) graphql.Marshaler {
+			return ec.marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleEventEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleEventEdge", field, false, false, "Cursor")
 }
 
 func (ec *executionContext) _StatusCount_status(ctx context.Context, field graphql.CollectedField, obj *model.StatusCount) (ret graphql.Marshaler) {
@@ -9267,6 +13162,52 @@ func (ec *executionContext) fieldContext_Task_finishedAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
 }
 
+func (ec *executionContext) _Task_scheduleID(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_scheduleID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ScheduleID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOID2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_scheduleID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Task_scheduleSlot(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_scheduleSlot(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ScheduleSlot, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_scheduleSlot(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
+}
+
 func (ec *executionContext) _Task_artifacts(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -9442,6 +13383,70 @@ func (ec *executionContext) _Task_stallAfterSeconds(ctx context.Context, field g
 }
 func (ec *executionContext) fieldContext_Task_stallAfterSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Task", field, true, true, "Int")
+}
+
+func (ec *executionContext) _Task_waitingReason(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_waitingReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().WaitingReason(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.Wait) graphql.Marshaler {
+			return ec.marshalOWaitReason2ᚖtaskgraphᚋflowᚐWait(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_waitingReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WaitReason(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Task_schedule(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_schedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().Schedule(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+			return ec.marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_schedule(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _TaskActionResult_id(ctx context.Context, field graphql.CollectedField, obj *model.TaskActionResult) (ret graphql.Marshaler) {
@@ -10748,6 +14753,282 @@ func (ec *executionContext) fieldContext_TaskType_stallAction(_ context.Context,
 	return graphql.NewScalarFieldContext("TaskType", field, false, false, "String")
 }
 
+func (ec *executionContext) _TypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_type(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Type, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TypeControl_maxRunning(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_maxRunning(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxRunning, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_maxRunning(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_rateLimit(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_rateLimit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RateLimit, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_rateLimit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_ratePeriodSeconds(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_ratePeriodSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RatePeriodSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_ratePeriodSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_paused(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_paused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Paused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_paused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _TypeControl_pausedUntil(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_pausedUntil(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PausedUntil, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_pausedUntil(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TypeControl_running(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_running(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Running, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_running(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_waiting(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_startedInWindow(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_startedInWindow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedInWindow, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_startedInWindow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeControl_nextStartAt(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_nextStartAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NextStartAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_nextStartAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TypeControl_updatedBy(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_updatedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_updatedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TypeControl_updatedAt(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Time")
+}
+
 func (ec *executionContext) _TypeCount_type(ctx context.Context, field graphql.CollectedField, obj *model.TypeCount) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10824,6 +15105,121 @@ func (ec *executionContext) fieldContext_TypeCount_byStatus(_ context.Context, f
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _WaitReason_kind(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v flow.WaitKind) graphql.Marshaler {
+			return ec.marshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "WaitKind")
+}
+
+func (ec *executionContext) _WaitReason_message(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_message(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Message, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "String")
+}
+
+func (ec *executionContext) _WaitReason_until(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_until(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Until, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_until(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Time")
+}
+
+func (ec *executionContext) _WaitReason_limit(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_limit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Limit, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalOInt2int(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_limit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WaitReason_current(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_current(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Current, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalOInt2int(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_current(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Int")
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -12956,6 +17352,111 @@ func UnmarshalAuditLogWhereInput(ctx context.Context, raw any) (ent.AuditLogWher
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Context, obj any) (model.CreateScheduleInput, error) {
+	var it model.CreateScheduleInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "endAt", "misfirePolicy", "overlapPolicy", "paused", "task"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "cron":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cron"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Cron = data
+		case "intervalSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSeconds = data
+		case "timezone":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezone"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Timezone = data
+		case "startAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAt = data
+		case "endAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAt = data
+		case "misfirePolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicy"))
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MisfirePolicy = data
+		case "overlapPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicy"))
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OverlapPolicy = data
+		case "paused":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("paused"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Paused = data
+		case "task":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("task"))
+			data, err := ec.unmarshalNScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Task = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalCreateScheduleInput unmarshals raw into the CreateScheduleInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalCreateScheduleInput(ctx context.Context, raw any) (model.CreateScheduleInput, error) {
+	var out model.CreateScheduleInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "CreateScheduleInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, obj any) (model.CreateTaskInput, error) {
 	var it model.CreateTaskInput
 	if obj == nil {
@@ -13065,6 +17566,2044 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 func UnmarshalCreateTaskInput(ctx context.Context, raw any) (model.CreateTaskInput, error) {
 	var out model.CreateTaskInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "CreateTaskInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputScheduleEventOrder(ctx context.Context, obj any) (ent.ScheduleEventOrder, error) {
+	var it ent.ScheduleEventOrder
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["direction"]; !present {
+		asMap["direction"] = "ASC"
+	}
+
+	fieldsInOrder := [...]string{"direction", "field"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "direction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("direction"))
+			data, err := ec.unmarshalNOrderDirection2entgoᚗioᚋcontribᚋentgqlᚐOrderDirection(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Direction = data
+		case "field":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
+			data, err := ec.unmarshalNScheduleEventOrderField2ᚖtaskgraphᚋentᚐScheduleEventOrderField(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Field = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalScheduleEventOrder unmarshals raw into the ScheduleEventOrder input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalScheduleEventOrder(ctx context.Context, raw any) (ent.ScheduleEventOrder, error) {
+	var out ent.ScheduleEventOrder
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ScheduleEventOrder", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputScheduleOrder(ctx context.Context, obj any) (ent.ScheduleOrder, error) {
+	var it ent.ScheduleOrder
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["direction"]; !present {
+		asMap["direction"] = "ASC"
+	}
+
+	fieldsInOrder := [...]string{"direction", "field"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "direction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("direction"))
+			data, err := ec.unmarshalNOrderDirection2entgoᚗioᚋcontribᚋentgqlᚐOrderDirection(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Direction = data
+		case "field":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
+			data, err := ec.unmarshalNScheduleOrderField2ᚖtaskgraphᚋentᚐScheduleOrderField(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Field = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalScheduleOrder unmarshals raw into the ScheduleOrder input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalScheduleOrder(ctx context.Context, raw any) (ent.ScheduleOrder, error) {
+	var out ent.ScheduleOrder
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ScheduleOrder", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputSchedulePreviewInput(ctx context.Context, obj any) (model.SchedulePreviewInput, error) {
+	var it model.SchedulePreviewInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"cron", "intervalSeconds", "timezone", "startAt", "endAt"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "cron":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cron"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Cron = data
+		case "intervalSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSeconds = data
+		case "timezone":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezone"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Timezone = data
+		case "startAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAt = data
+		case "endAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAt = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalSchedulePreviewInput unmarshals raw into the SchedulePreviewInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalSchedulePreviewInput(ctx context.Context, raw any) (model.SchedulePreviewInput, error) {
+	var out model.SchedulePreviewInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "SchedulePreviewInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputScheduleTaskInput(ctx context.Context, obj any) (model.ScheduleTaskInput, error) {
+	var it model.ScheduleTaskInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"type", "title", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "type":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("type"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Type = data
+		case "title":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("title"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Title = data
+		case "input":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("input"))
+			data, err := ec.unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Input = data
+		case "priority":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("priority"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Priority = data
+		case "timeoutSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timeoutSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimeoutSeconds = data
+		case "retryPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("retryPolicy"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RetryPolicy = data
+		case "maxAttempts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxAttempts"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxAttempts = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalScheduleTaskInput unmarshals raw into the ScheduleTaskInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalScheduleTaskInput(ctx context.Context, raw any) (model.ScheduleTaskInput, error) {
+	var out model.ScheduleTaskInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ScheduleTaskInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputScheduleWhereInput(ctx context.Context, obj any) (ent.ScheduleWhereInput, error) {
+	var it ent.ScheduleWhereInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "name", "nameNEQ", "nameIn", "nameNotIn", "nameGT", "nameGTE", "nameLT", "nameLTE", "nameContains", "nameHasPrefix", "nameHasSuffix", "nameEqualFold", "nameContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "cron", "cronNEQ", "cronIn", "cronNotIn", "cronGT", "cronGTE", "cronLT", "cronLTE", "cronContains", "cronHasPrefix", "cronHasSuffix", "cronEqualFold", "cronContainsFold", "intervalSeconds", "intervalSecondsNEQ", "intervalSecondsIn", "intervalSecondsNotIn", "intervalSecondsGT", "intervalSecondsGTE", "intervalSecondsLT", "intervalSecondsLTE", "intervalSecondsIsNil", "intervalSecondsNotNil", "timezone", "timezoneNEQ", "timezoneIn", "timezoneNotIn", "timezoneGT", "timezoneGTE", "timezoneLT", "timezoneLTE", "timezoneContains", "timezoneHasPrefix", "timezoneHasSuffix", "timezoneEqualFold", "timezoneContainsFold", "taskType", "taskTypeNEQ", "taskTypeIn", "taskTypeNotIn", "taskTypeGT", "taskTypeGTE", "taskTypeLT", "taskTypeLTE", "taskTypeContains", "taskTypeHasPrefix", "taskTypeHasSuffix", "taskTypeEqualFold", "taskTypeContainsFold", "taskTitle", "taskTitleNEQ", "taskTitleIn", "taskTitleNotIn", "taskTitleGT", "taskTitleGTE", "taskTitleLT", "taskTitleLTE", "taskTitleContains", "taskTitleHasPrefix", "taskTitleHasSuffix", "taskTitleEqualFold", "taskTitleContainsFold", "taskPriority", "taskPriorityNEQ", "taskPriorityIn", "taskPriorityNotIn", "taskPriorityGT", "taskPriorityGTE", "taskPriorityLT", "taskPriorityLTE", "taskPriorityIsNil", "taskPriorityNotNil", "taskTimeoutSeconds", "taskTimeoutSecondsNEQ", "taskTimeoutSecondsIn", "taskTimeoutSecondsNotIn", "taskTimeoutSecondsGT", "taskTimeoutSecondsGTE", "taskTimeoutSecondsLT", "taskTimeoutSecondsLTE", "taskTimeoutSecondsIsNil", "taskTimeoutSecondsNotNil", "taskRetryPolicy", "taskRetryPolicyNEQ", "taskRetryPolicyIn", "taskRetryPolicyNotIn", "taskRetryPolicyGT", "taskRetryPolicyGTE", "taskRetryPolicyLT", "taskRetryPolicyLTE", "taskRetryPolicyContains", "taskRetryPolicyHasPrefix", "taskRetryPolicyHasSuffix", "taskRetryPolicyIsNil", "taskRetryPolicyNotNil", "taskRetryPolicyEqualFold", "taskRetryPolicyContainsFold", "taskMaxAttempts", "taskMaxAttemptsNEQ", "taskMaxAttemptsIn", "taskMaxAttemptsNotIn", "taskMaxAttemptsGT", "taskMaxAttemptsGTE", "taskMaxAttemptsLT", "taskMaxAttemptsLTE", "taskMaxAttemptsIsNil", "taskMaxAttemptsNotNil", "paused", "pausedNEQ", "startAt", "startAtNEQ", "startAtIn", "startAtNotIn", "startAtGT", "startAtGTE", "startAtLT", "startAtLTE", "startAtIsNil", "startAtNotNil", "endAt", "endAtNEQ", "endAtIn", "endAtNotIn", "endAtGT", "endAtGTE", "endAtLT", "endAtLTE", "endAtIsNil", "endAtNotNil", "misfirePolicy", "misfirePolicyNEQ", "misfirePolicyIn", "misfirePolicyNotIn", "overlapPolicy", "overlapPolicyNEQ", "overlapPolicyIn", "overlapPolicyNotIn", "nextFireAt", "nextFireAtNEQ", "nextFireAtIn", "nextFireAtNotIn", "nextFireAtGT", "nextFireAtGTE", "nextFireAtLT", "nextFireAtLTE", "nextFireAtIsNil", "nextFireAtNotNil", "lastFiredAt", "lastFiredAtNEQ", "lastFiredAtIn", "lastFiredAtNotIn", "lastFiredAtGT", "lastFiredAtGTE", "lastFiredAtLT", "lastFiredAtLTE", "lastFiredAtIsNil", "lastFiredAtNotNil", "lastTaskID", "lastTaskIDNEQ", "lastTaskIDIn", "lastTaskIDNotIn", "lastTaskIDGT", "lastTaskIDGTE", "lastTaskIDLT", "lastTaskIDLTE", "lastTaskIDIsNil", "lastTaskIDNotNil", "queuedCount", "queuedCountNEQ", "queuedCountIn", "queuedCountNotIn", "queuedCountGT", "queuedCountGTE", "queuedCountLT", "queuedCountLTE", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "not":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("not"))
+			data, err := ec.unmarshalOScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Not = data
+		case "and":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("and"))
+			data, err := ec.unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.And = data
+		case "or":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("or"))
+			data, err := ec.unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Or = data
+		case "id":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("id"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ID = data
+		case "idNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idNEQ"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDNEQ = data
+		case "idIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDIn = data
+		case "idNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idNotIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDNotIn = data
+		case "idGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idGT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDGT = data
+		case "idGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idGTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDGTE = data
+		case "idLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idLT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDLT = data
+		case "idLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idLTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDLTE = data
+		case "createdAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAt = data
+		case "createdAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtNEQ = data
+		case "createdAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtIn = data
+		case "createdAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtNotIn = data
+		case "createdAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtGT = data
+		case "createdAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtGTE = data
+		case "createdAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtLT = data
+		case "createdAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtLTE = data
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "nameNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameNEQ = data
+		case "nameIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameIn = data
+		case "nameNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameNotIn = data
+		case "nameGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameGT = data
+		case "nameGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameGTE = data
+		case "nameLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameLT = data
+		case "nameLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameLTE = data
+		case "nameContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameContains = data
+		case "nameHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameHasPrefix = data
+		case "nameHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameHasSuffix = data
+		case "nameEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameEqualFold = data
+		case "nameContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nameContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NameContainsFold = data
+		case "owner":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("owner"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Owner = data
+		case "ownerNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerNEQ = data
+		case "ownerIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerIn = data
+		case "ownerNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerNotIn = data
+		case "ownerGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerGT = data
+		case "ownerGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerGTE = data
+		case "ownerLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerLT = data
+		case "ownerLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerLTE = data
+		case "ownerContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerContains = data
+		case "ownerHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerHasPrefix = data
+		case "ownerHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerHasSuffix = data
+		case "ownerEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerEqualFold = data
+		case "ownerContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerContainsFold = data
+		case "tenant":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenant"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Tenant = data
+		case "tenantNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantNEQ = data
+		case "tenantIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantIn = data
+		case "tenantNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantNotIn = data
+		case "tenantGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantGT = data
+		case "tenantGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantGTE = data
+		case "tenantLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantLT = data
+		case "tenantLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantLTE = data
+		case "tenantContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantContains = data
+		case "tenantHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantHasPrefix = data
+		case "tenantHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantHasSuffix = data
+		case "tenantEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantEqualFold = data
+		case "tenantContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantContainsFold = data
+		case "cron":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cron"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Cron = data
+		case "cronNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronNEQ = data
+		case "cronIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronIn = data
+		case "cronNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronNotIn = data
+		case "cronGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronGT = data
+		case "cronGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronGTE = data
+		case "cronLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronLT = data
+		case "cronLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronLTE = data
+		case "cronContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronContains = data
+		case "cronHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronHasPrefix = data
+		case "cronHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronHasSuffix = data
+		case "cronEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronEqualFold = data
+		case "cronContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cronContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CronContainsFold = data
+		case "intervalSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSeconds = data
+		case "intervalSecondsNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsNEQ = data
+		case "intervalSecondsIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsIn = data
+		case "intervalSecondsNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsNotIn = data
+		case "intervalSecondsGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsGT = data
+		case "intervalSecondsGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsGTE = data
+		case "intervalSecondsLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsLT = data
+		case "intervalSecondsLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsLTE = data
+		case "intervalSecondsIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsIsNil = data
+		case "intervalSecondsNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSecondsNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSecondsNotNil = data
+		case "timezone":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezone"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Timezone = data
+		case "timezoneNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneNEQ = data
+		case "timezoneIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneIn = data
+		case "timezoneNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneNotIn = data
+		case "timezoneGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneGT = data
+		case "timezoneGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneGTE = data
+		case "timezoneLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneLT = data
+		case "timezoneLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneLTE = data
+		case "timezoneContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneContains = data
+		case "timezoneHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneHasPrefix = data
+		case "timezoneHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneHasSuffix = data
+		case "timezoneEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneEqualFold = data
+		case "timezoneContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezoneContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimezoneContainsFold = data
+		case "taskType":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskType"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskType = data
+		case "taskTypeNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeNEQ = data
+		case "taskTypeIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeIn = data
+		case "taskTypeNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeNotIn = data
+		case "taskTypeGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeGT = data
+		case "taskTypeGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeGTE = data
+		case "taskTypeLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeLT = data
+		case "taskTypeLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeLTE = data
+		case "taskTypeContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeContains = data
+		case "taskTypeHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeHasPrefix = data
+		case "taskTypeHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeHasSuffix = data
+		case "taskTypeEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeEqualFold = data
+		case "taskTypeContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTypeContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTypeContainsFold = data
+		case "taskTitle":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitle"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitle = data
+		case "taskTitleNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleNEQ = data
+		case "taskTitleIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleIn = data
+		case "taskTitleNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleNotIn = data
+		case "taskTitleGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleGT = data
+		case "taskTitleGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleGTE = data
+		case "taskTitleLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleLT = data
+		case "taskTitleLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleLTE = data
+		case "taskTitleContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleContains = data
+		case "taskTitleHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleHasPrefix = data
+		case "taskTitleHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleHasSuffix = data
+		case "taskTitleEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleEqualFold = data
+		case "taskTitleContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTitleContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTitleContainsFold = data
+		case "taskPriority":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriority"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriority = data
+		case "taskPriorityNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityNEQ = data
+		case "taskPriorityIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityIn = data
+		case "taskPriorityNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityNotIn = data
+		case "taskPriorityGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityGT = data
+		case "taskPriorityGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityGTE = data
+		case "taskPriorityLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityLT = data
+		case "taskPriorityLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityLTE = data
+		case "taskPriorityIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityIsNil = data
+		case "taskPriorityNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskPriorityNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskPriorityNotNil = data
+		case "taskTimeoutSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSeconds = data
+		case "taskTimeoutSecondsNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsNEQ = data
+		case "taskTimeoutSecondsIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsIn = data
+		case "taskTimeoutSecondsNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsNotIn = data
+		case "taskTimeoutSecondsGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsGT = data
+		case "taskTimeoutSecondsGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsGTE = data
+		case "taskTimeoutSecondsLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsLT = data
+		case "taskTimeoutSecondsLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsLTE = data
+		case "taskTimeoutSecondsIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsIsNil = data
+		case "taskTimeoutSecondsNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskTimeoutSecondsNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskTimeoutSecondsNotNil = data
+		case "taskRetryPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicy"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicy = data
+		case "taskRetryPolicyNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyNEQ = data
+		case "taskRetryPolicyIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyIn = data
+		case "taskRetryPolicyNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyNotIn = data
+		case "taskRetryPolicyGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyGT = data
+		case "taskRetryPolicyGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyGTE = data
+		case "taskRetryPolicyLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyLT = data
+		case "taskRetryPolicyLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyLTE = data
+		case "taskRetryPolicyContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyContains = data
+		case "taskRetryPolicyHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyHasPrefix = data
+		case "taskRetryPolicyHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyHasSuffix = data
+		case "taskRetryPolicyIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyIsNil = data
+		case "taskRetryPolicyNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyNotNil = data
+		case "taskRetryPolicyEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyEqualFold = data
+		case "taskRetryPolicyContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskRetryPolicyContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskRetryPolicyContainsFold = data
+		case "taskMaxAttempts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttempts"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttempts = data
+		case "taskMaxAttemptsNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsNEQ = data
+		case "taskMaxAttemptsIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsIn = data
+		case "taskMaxAttemptsNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsNotIn = data
+		case "taskMaxAttemptsGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsGT = data
+		case "taskMaxAttemptsGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsGTE = data
+		case "taskMaxAttemptsLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsLT = data
+		case "taskMaxAttemptsLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsLTE = data
+		case "taskMaxAttemptsIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsIsNil = data
+		case "taskMaxAttemptsNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskMaxAttemptsNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskMaxAttemptsNotNil = data
+		case "paused":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("paused"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Paused = data
+		case "pausedNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("pausedNEQ"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PausedNEQ = data
+		case "startAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAt = data
+		case "startAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtNEQ = data
+		case "startAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtIn = data
+		case "startAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtNotIn = data
+		case "startAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtGT = data
+		case "startAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtGTE = data
+		case "startAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtLT = data
+		case "startAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtLTE = data
+		case "startAtIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtIsNil = data
+		case "startAtNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAtNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAtNotNil = data
+		case "endAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAt = data
+		case "endAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtNEQ = data
+		case "endAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtIn = data
+		case "endAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtNotIn = data
+		case "endAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtGT = data
+		case "endAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtGTE = data
+		case "endAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtLT = data
+		case "endAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtLTE = data
+		case "endAtIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtIsNil = data
+		case "endAtNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAtNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAtNotNil = data
+		case "misfirePolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicy"))
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MisfirePolicy = data
+		case "misfirePolicyNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicyNEQ"))
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MisfirePolicyNEQ = data
+		case "misfirePolicyIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicyIn"))
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MisfirePolicyIn = data
+		case "misfirePolicyNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicyNotIn"))
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MisfirePolicyNotIn = data
+		case "overlapPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicy"))
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OverlapPolicy = data
+		case "overlapPolicyNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicyNEQ"))
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OverlapPolicyNEQ = data
+		case "overlapPolicyIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicyIn"))
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OverlapPolicyIn = data
+		case "overlapPolicyNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicyNotIn"))
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OverlapPolicyNotIn = data
+		case "nextFireAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAt = data
+		case "nextFireAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtNEQ = data
+		case "nextFireAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtIn = data
+		case "nextFireAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtNotIn = data
+		case "nextFireAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtGT = data
+		case "nextFireAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtGTE = data
+		case "nextFireAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtLT = data
+		case "nextFireAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtLTE = data
+		case "nextFireAtIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtIsNil = data
+		case "nextFireAtNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("nextFireAtNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.NextFireAtNotNil = data
+		case "lastFiredAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAt = data
+		case "lastFiredAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtNEQ = data
+		case "lastFiredAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtIn = data
+		case "lastFiredAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtNotIn = data
+		case "lastFiredAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtGT = data
+		case "lastFiredAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtGTE = data
+		case "lastFiredAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtLT = data
+		case "lastFiredAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtLTE = data
+		case "lastFiredAtIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtIsNil = data
+		case "lastFiredAtNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastFiredAtNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastFiredAtNotNil = data
+		case "lastTaskID":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskID"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskID = data
+		case "lastTaskIDNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDNEQ"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDNEQ = data
+		case "lastTaskIDIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDIn = data
+		case "lastTaskIDNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDNotIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDNotIn = data
+		case "lastTaskIDGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDGT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDGT = data
+		case "lastTaskIDGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDGTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDGTE = data
+		case "lastTaskIDLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDLT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDLT = data
+		case "lastTaskIDLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDLTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDLTE = data
+		case "lastTaskIDIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDIsNil = data
+		case "lastTaskIDNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastTaskIDNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastTaskIDNotNil = data
+		case "queuedCount":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCount"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCount = data
+		case "queuedCountNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCountNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCountNEQ = data
+		case "queuedCountIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCountIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCountIn = data
+		case "queuedCountNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCountNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCountNotIn = data
+		case "queuedCountGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCountGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCountGT = data
+		case "queuedCountGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCountGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCountGTE = data
+		case "queuedCountLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCountLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCountLT = data
+		case "queuedCountLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queuedCountLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QueuedCountLTE = data
+		case "version":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("version"))
+			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Version = data
+		case "versionNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("versionNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VersionNEQ = data
+		case "versionIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("versionIn"))
+			data, err := ec.unmarshalOInt2ᚕint64ᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VersionIn = data
+		case "versionNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("versionNotIn"))
+			data, err := ec.unmarshalOInt2ᚕint64ᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VersionNotIn = data
+		case "versionGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("versionGT"))
+			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VersionGT = data
+		case "versionGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("versionGTE"))
+			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VersionGTE = data
+		case "versionLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("versionLT"))
+			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VersionLT = data
+		case "versionLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("versionLTE"))
+			data, err := ec.unmarshalOInt2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VersionLTE = data
+		case "updatedAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAt = data
+		case "updatedAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAtNEQ = data
+		case "updatedAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAtIn = data
+		case "updatedAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAtNotIn = data
+		case "updatedAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAtGT = data
+		case "updatedAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAtGTE = data
+		case "updatedAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAtLT = data
+		case "updatedAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("updatedAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UpdatedAtLTE = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalScheduleWhereInput unmarshals raw into the ScheduleWhereInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalScheduleWhereInput(ctx context.Context, raw any) (ent.ScheduleWhereInput, error) {
+	var out ent.ScheduleWhereInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ScheduleWhereInput", raw, &out)
 	return out, err
 }
 
@@ -13185,7 +19724,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "search"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "search"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14970,6 +21509,146 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			it.FinishedAtNotNil = data
+		case "scheduleID":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleID"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleID = data
+		case "scheduleIDNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDNEQ"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDNEQ = data
+		case "scheduleIDIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDIn = data
+		case "scheduleIDNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDNotIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDNotIn = data
+		case "scheduleIDGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDGT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDGT = data
+		case "scheduleIDGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDGTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDGTE = data
+		case "scheduleIDLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDLT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDLT = data
+		case "scheduleIDLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDLTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDLTE = data
+		case "scheduleIDIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDIsNil = data
+		case "scheduleIDNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDNotNil = data
+		case "scheduleSlot":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlot"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlot = data
+		case "scheduleSlotNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotNEQ = data
+		case "scheduleSlotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotIn = data
+		case "scheduleSlotNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotNotIn = data
+		case "scheduleSlotGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotGT = data
+		case "scheduleSlotGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotGTE = data
+		case "scheduleSlotLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotLT = data
+		case "scheduleSlotLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotLTE = data
+		case "scheduleSlotIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotIsNil = data
+		case "scheduleSlotNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotNotNil = data
 		case "search":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("search"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -14996,6 +21675,174 @@ func UnmarshalTaskWhereInput(ctx context.Context, raw any) (ent.TaskWhereInput, 
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputTypeControlInput(ctx context.Context, obj any) (model.TypeControlInput, error) {
+	var it model.TypeControlInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"maxRunning", "rateLimit", "ratePeriodSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxRunning":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxRunning"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxRunning = data
+		case "rateLimit":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("rateLimit"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RateLimit = data
+		case "ratePeriodSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePeriodSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePeriodSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalTypeControlInput unmarshals raw into the TypeControlInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalTypeControlInput(ctx context.Context, raw any) (model.TypeControlInput, error) {
+	var out model.TypeControlInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "TypeControlInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Context, obj any) (model.UpdateScheduleInput, error) {
+	var it model.UpdateScheduleInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "clearStartAt", "endAt", "clearEndAt", "misfirePolicy", "overlapPolicy", "task"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "cron":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cron"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Cron = data
+		case "intervalSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("intervalSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IntervalSeconds = data
+		case "timezone":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezone"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Timezone = data
+		case "startAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("startAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StartAt = data
+		case "clearStartAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("clearStartAt"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ClearStartAt = data
+		case "endAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAt = data
+		case "clearEndAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("clearEndAt"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ClearEndAt = data
+		case "misfirePolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicy"))
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MisfirePolicy = data
+		case "overlapPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicy"))
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OverlapPolicy = data
+		case "task":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("task"))
+			data, err := ec.unmarshalOScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Task = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalUpdateScheduleInput unmarshals raw into the UpdateScheduleInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalUpdateScheduleInput(ctx context.Context, raw any) (model.UpdateScheduleInput, error) {
+	var out model.UpdateScheduleInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "UpdateScheduleInput", raw, &out)
+	return out, err
+}
+
 // endregion **************************** input.gotpl *****************************
 
 // region    ************************** interface.gotpl ***************************
@@ -15019,6 +21866,16 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._Task(ctx, sel, obj)
+	case *ent.ScheduleEvent:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._ScheduleEvent(ctx, sel, obj)
+	case *ent.Schedule:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Schedule(ctx, sel, obj)
 	case *ent.AuditLog:
 		if obj == nil {
 			return graphql.Null
@@ -15970,6 +22827,69 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "setTypeControl":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setTypeControl(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pauseType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_pauseType(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resumeType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_resumeType(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pauseSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_pauseSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resumeSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_resumeSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "runScheduleNow":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_runScheduleNow(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -16072,6 +22992,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_auditLogs(ctx, field)
 				})
+		case "schedules":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_schedules(ctx, field)
+				})
 		case "tasks":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, true,
@@ -16138,6 +23064,30 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_alertIncident(ctx, field)
 				})
+		case "typeControls":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_typeControls(ctx, field)
+				})
+		case "typeControl":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_typeControl(ctx, field)
+				})
+		case "schedule":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_schedule(ctx, field)
+				})
+		case "schedulePreview":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_schedulePreview(ctx, field)
+				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Query___type(ctx, field)
@@ -16202,6 +23152,439 @@ func (ec *executionContext) _RetryPolicy(ctx context.Context, sel ast.SelectionS
 			}
 		case "jitter":
 			out.Values[i] = ec._RetryPolicy_jitter(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var scheduleImplementors = []string{"Schedule", "Node"}
+
+func (ec *executionContext) _Schedule(ctx context.Context, sel ast.SelectionSet, obj *ent.Schedule) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Schedule")
+		case "id":
+			out.Values[i] = ec._Schedule_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._Schedule_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "name":
+			out.Values[i] = ec._Schedule_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "owner":
+			out.Values[i] = ec._Schedule_owner(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ownerSource":
+			out.Values[i] = ec._Schedule_ownerSource(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ownerRole":
+			out.Values[i] = ec._Schedule_ownerRole(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "tenant":
+			out.Values[i] = ec._Schedule_tenant(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "cron":
+			out.Values[i] = ec._Schedule_cron(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "intervalSeconds":
+			out.Values[i] = ec._Schedule_intervalSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "timezone":
+			out.Values[i] = ec._Schedule_timezone(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskType":
+			out.Values[i] = ec._Schedule_taskType(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskTitle":
+			out.Values[i] = ec._Schedule_taskTitle(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskInput":
+			out.Values[i] = ec._Schedule_taskInput(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskPriority":
+			out.Values[i] = ec._Schedule_taskPriority(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskTimeoutSeconds":
+			out.Values[i] = ec._Schedule_taskTimeoutSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskRetryPolicy":
+			out.Values[i] = ec._Schedule_taskRetryPolicy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskMaxAttempts":
+			out.Values[i] = ec._Schedule_taskMaxAttempts(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "paused":
+			out.Values[i] = ec._Schedule_paused(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "startAt":
+			out.Values[i] = ec._Schedule_startAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "endAt":
+			out.Values[i] = ec._Schedule_endAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "misfirePolicy":
+			out.Values[i] = ec._Schedule_misfirePolicy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "overlapPolicy":
+			out.Values[i] = ec._Schedule_overlapPolicy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "nextFireAt":
+			out.Values[i] = ec._Schedule_nextFireAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "lastFiredAt":
+			out.Values[i] = ec._Schedule_lastFiredAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "lastTaskID":
+			out.Values[i] = ec._Schedule_lastTaskID(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "queuedCount":
+			out.Values[i] = ec._Schedule_queuedCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "version":
+			out.Values[i] = ec._Schedule_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "updatedAt":
+			out.Values[i] = ec._Schedule_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "events":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Schedule_events(ctx, field, obj)
+				})
+		case "effectiveTimezone":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Schedule_effectiveTimezone(ctx, field, obj)
+				})
+		case "upcoming":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Schedule_upcoming(ctx, field, obj)
+				})
+		case "tasks":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Schedule_tasks(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var scheduleConnectionImplementors = []string{"ScheduleConnection"}
+
+func (ec *executionContext) _ScheduleConnection(ctx context.Context, sel ast.SelectionSet, obj *ent.ScheduleConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleConnection")
+		case "edges":
+			out.Values[i] = ec._ScheduleConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._ScheduleConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._ScheduleConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var scheduleEdgeImplementors = []string{"ScheduleEdge"}
+
+func (ec *executionContext) _ScheduleEdge(ctx context.Context, sel ast.SelectionSet, obj *ent.ScheduleEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleEdge")
+		case "node":
+			out.Values[i] = ec._ScheduleEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "cursor":
+			out.Values[i] = ec._ScheduleEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var scheduleEventImplementors = []string{"ScheduleEvent", "Node"}
+
+func (ec *executionContext) _ScheduleEvent(ctx context.Context, sel ast.SelectionSet, obj *ent.ScheduleEvent) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleEventImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleEvent")
+		case "id":
+			out.Values[i] = ec._ScheduleEvent_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._ScheduleEvent_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "scheduleID":
+			out.Values[i] = ec._ScheduleEvent_scheduleID(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "kind":
+			out.Values[i] = ec._ScheduleEvent_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "slot":
+			out.Values[i] = ec._ScheduleEvent_slot(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskID":
+			out.Values[i] = ec._ScheduleEvent_taskID(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "missed":
+			out.Values[i] = ec._ScheduleEvent_missed(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "message":
+			out.Values[i] = ec._ScheduleEvent_message(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "node":
+			out.Values[i] = ec._ScheduleEvent_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "schedule":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._ScheduleEvent_schedule(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var scheduleEventConnectionImplementors = []string{"ScheduleEventConnection"}
+
+func (ec *executionContext) _ScheduleEventConnection(ctx context.Context, sel ast.SelectionSet, obj *ent.ScheduleEventConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleEventConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleEventConnection")
+		case "edges":
+			out.Values[i] = ec._ScheduleEventConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._ScheduleEventConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._ScheduleEventConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var scheduleEventEdgeImplementors = []string{"ScheduleEventEdge"}
+
+func (ec *executionContext) _ScheduleEventEdge(ctx context.Context, sel ast.SelectionSet, obj *ent.ScheduleEventEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleEventEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleEventEdge")
+		case "node":
+			out.Values[i] = ec._ScheduleEventEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "cursor":
+			out.Values[i] = ec._ScheduleEventEdge_cursor(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -16435,6 +23818,16 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "scheduleID":
+			out.Values[i] = ec._Task_scheduleID(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "scheduleSlot":
+			out.Values[i] = ec._Task_scheduleSlot(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "artifacts":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,
@@ -16470,6 +23863,18 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Task_stallAfterSeconds(ctx, field, obj)
+				})
+		case "waitingReason":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_waitingReason(ctx, field, obj)
+				})
+		case "schedule":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_schedule(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -17002,6 +24407,94 @@ func (ec *executionContext) _TaskType(ctx context.Context, sel ast.SelectionSet,
 	return out
 }
 
+var typeControlImplementors = []string{"TypeControl"}
+
+func (ec *executionContext) _TypeControl(ctx context.Context, sel ast.SelectionSet, obj *flow.Control) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, typeControlImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TypeControl")
+		case "type":
+			out.Values[i] = ec._TypeControl_type(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "maxRunning":
+			out.Values[i] = ec._TypeControl_maxRunning(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "rateLimit":
+			out.Values[i] = ec._TypeControl_rateLimit(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "ratePeriodSeconds":
+			out.Values[i] = ec._TypeControl_ratePeriodSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "paused":
+			out.Values[i] = ec._TypeControl_paused(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pausedUntil":
+			out.Values[i] = ec._TypeControl_pausedUntil(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "running":
+			out.Values[i] = ec._TypeControl_running(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._TypeControl_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "startedInWindow":
+			out.Values[i] = ec._TypeControl_startedInWindow(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nextStartAt":
+			out.Values[i] = ec._TypeControl_nextStartAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "updatedBy":
+			out.Values[i] = ec._TypeControl_updatedBy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._TypeControl_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var typeCountImplementors = []string{"TypeCount"}
 
 func (ec *executionContext) _TypeCount(ctx context.Context, sel ast.SelectionSet, obj *model.TypeCount) graphql.Marshaler {
@@ -17026,6 +24519,59 @@ func (ec *executionContext) _TypeCount(ctx context.Context, sel ast.SelectionSet
 		case "byStatus":
 			out.Values[i] = ec._TypeCount_byStatus(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var waitReasonImplementors = []string{"WaitReason"}
+
+func (ec *executionContext) _WaitReason(ctx context.Context, sel ast.SelectionSet, obj *flow.Wait) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, waitReasonImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WaitReason")
+		case "kind":
+			out.Values[i] = ec._WaitReason_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "message":
+			out.Values[i] = ec._WaitReason_message(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "until":
+			out.Values[i] = ec._WaitReason_until(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "limit":
+			out.Values[i] = ec._WaitReason_limit(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "current":
+			out.Values[i] = ec._WaitReason_current(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -17612,6 +25158,11 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 	return res
 }
 
+func (ec *executionContext) unmarshalNCreateScheduleInput2taskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx context.Context, v any) (model.CreateScheduleInput, error) {
+	res, err := ec.unmarshalInputCreateScheduleInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCreateTaskInput2taskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (model.CreateTaskInput, error) {
 	res, err := ec.unmarshalInputCreateTaskInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -17722,13 +25273,13 @@ func (ec *executionContext) marshalNFloat2ᚕfloat64ᚄ(ctx context.Context, sel
 }
 
 func (ec *executionContext) unmarshalNID2int(ctx context.Context, v any) (int, error) {
-	res, err := graphql.UnmarshalIntID(v)
+	res, err := scalar.UnmarshalID(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNID2int(ctx context.Context, sel ast.SelectionSet, v int) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalIntID(v)
+	res := scalar.MarshalID(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "ID!")
 	}
@@ -17904,6 +25455,103 @@ func (ec *executionContext) marshalNRetryPolicy2ᚖtaskgraphᚋgraphᚋmodelᚐR
 		return graphql.Null
 	}
 	return ec._RetryPolicy(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Schedule!")
+		return graphql.Null
+	}
+	return ec._Schedule(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNScheduleConnection2ᚖtaskgraphᚋentᚐScheduleConnection(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ScheduleConnection!")
+		return graphql.Null
+	}
+	return ec._ScheduleConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNScheduleEventConnection2ᚖtaskgraphᚋentᚐScheduleEventConnection(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ScheduleEventConnection!")
+		return graphql.Null
+	}
+	return ec._ScheduleEventConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNScheduleEventKind2taskgraphᚋentᚋscheduleeventᚐKind(ctx context.Context, v any) (scheduleevent.Kind, error) {
+	var res scheduleevent.Kind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleEventKind2taskgraphᚋentᚋscheduleeventᚐKind(ctx context.Context, sel ast.SelectionSet, v scheduleevent.Kind) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) unmarshalNScheduleEventOrderField2ᚖtaskgraphᚋentᚐScheduleEventOrderField(ctx context.Context, v any) (*ent.ScheduleEventOrderField, error) {
+	var res = new(ent.ScheduleEventOrderField)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleEventOrderField2ᚖtaskgraphᚋentᚐScheduleEventOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventOrderField) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ScheduleEventOrderField!")
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, v any) (schedule.MisfirePolicy, error) {
+	var res schedule.MisfirePolicy
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, sel ast.SelectionSet, v schedule.MisfirePolicy) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) unmarshalNScheduleOrderField2ᚖtaskgraphᚋentᚐScheduleOrderField(ctx context.Context, v any) (*ent.ScheduleOrderField, error) {
+	var res = new(ent.ScheduleOrderField)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleOrderField2ᚖtaskgraphᚋentᚐScheduleOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleOrderField) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ScheduleOrderField!")
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, v any) (schedule.OverlapPolicy, error) {
+	var res schedule.OverlapPolicy
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, sel ast.SelectionSet, v schedule.OverlapPolicy) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) unmarshalNSchedulePreviewInput2taskgraphᚋgraphᚋmodelᚐSchedulePreviewInput(ctx context.Context, v any) (model.SchedulePreviewInput, error) {
+	res, err := ec.unmarshalInputSchedulePreviewInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx context.Context, v any) (*model.ScheduleTaskInput, error) {
+	res, err := ec.unmarshalInputScheduleTaskInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
+	res, err := ec.unmarshalInputScheduleWhereInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐStatusCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.StatusCount) graphql.Marshaler {
@@ -18223,6 +25871,82 @@ func (ec *executionContext) marshalNTime2timeᚐTime(ctx context.Context, sel as
 	return res
 }
 
+func (ec *executionContext) unmarshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx context.Context, v any) ([]*time.Time, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*time.Time, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNTime2ᚖtimeᚐTime(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx context.Context, sel ast.SelectionSet, v []*time.Time) graphql.Marshaler {
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNTime2ᚖtimeᚐTime(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNTime2ᚖtimeᚐTime(ctx context.Context, v any) (*time.Time, error) {
+	res, err := scalar.UnmarshalTime(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTime2ᚖtimeᚐTime(ctx context.Context, sel ast.SelectionSet, v *time.Time) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Time!")
+		return graphql.Null
+	}
+	_ = sel
+	res := scalar.MarshalTime(*v)
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "Time!")
+	}
+	return res
+}
+
+func (ec *executionContext) marshalNTypeControl2ᚕᚖtaskgraphᚋflowᚐControlᚄ(ctx context.Context, sel ast.SelectionSet, v []*flow.Control) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx context.Context, sel ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TypeControl!")
+		return graphql.Null
+	}
+	return ec._TypeControl(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNTypeControlInput2taskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx context.Context, v any) (model.TypeControlInput, error) {
+	res, err := ec.unmarshalInputTypeControlInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNTypeCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTypeCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TypeCount) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -18247,6 +25971,11 @@ func (ec *executionContext) marshalNTypeCount2ᚖtaskgraphᚋgraphᚋmodelᚐTyp
 	return ec._TypeCount(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNUpdateScheduleInput2taskgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx context.Context, v any) (model.UpdateScheduleInput, error) {
+	res, err := ec.unmarshalInputUpdateScheduleInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚐUpload(ctx context.Context, v any) (graphql.Upload, error) {
 	res, err := graphql.UnmarshalUpload(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -18257,6 +25986,21 @@ func (ec *executionContext) marshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋg
 	res := graphql.MarshalUpload(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "Upload!")
+	}
+	return res
+}
+
+func (ec *executionContext) unmarshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx context.Context, v any) (flow.WaitKind, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := flow.WaitKind(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx context.Context, sel ast.SelectionSet, v flow.WaitKind) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "WaitKind!")
 	}
 	return res
 }
@@ -18765,7 +26509,7 @@ func (ec *executionContext) unmarshalOID2ᚖint(ctx context.Context, v any) (*in
 	if v == nil {
 		return nil, nil
 	}
-	res, err := graphql.UnmarshalIntID(v)
+	res, err := scalar.UnmarshalID(v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -18775,7 +26519,19 @@ func (ec *executionContext) marshalOID2ᚖint(ctx context.Context, sel ast.Selec
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalIntID(*v)
+	res := scalar.MarshalID(*v)
+	return res
+}
+
+func (ec *executionContext) unmarshalOInt2int(ctx context.Context, v any) (int, error) {
+	res, err := graphql.UnmarshalInt(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOInt2int(ctx context.Context, sel ast.SelectionSet, v int) graphql.Marshaler {
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalInt(v)
 	return res
 }
 
@@ -18926,6 +26682,213 @@ func (ec *executionContext) marshalONode2taskgraphᚋentᚐNoder(ctx context.Con
 		return graphql.Null
 	}
 	return ec._Node(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Schedule(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOScheduleEdge2ᚕᚖtaskgraphᚋentᚐScheduleEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.ScheduleEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalOScheduleEdge2ᚖtaskgraphᚋentᚐScheduleEdge(ctx, sel, v[i])
+	})
+
+	return ret
+}
+
+func (ec *executionContext) marshalOScheduleEdge2ᚖtaskgraphᚋentᚐScheduleEdge(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ScheduleEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOScheduleEvent2ᚖtaskgraphᚋentᚐScheduleEvent(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEvent) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ScheduleEvent(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOScheduleEventEdge2ᚕᚖtaskgraphᚋentᚐScheduleEventEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.ScheduleEventEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalOScheduleEventEdge2ᚖtaskgraphᚋentᚐScheduleEventEdge(ctx, sel, v[i])
+	})
+
+	return ret
+}
+
+func (ec *executionContext) marshalOScheduleEventEdge2ᚖtaskgraphᚋentᚐScheduleEventEdge(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ScheduleEventEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOScheduleEventOrder2ᚖtaskgraphᚋentᚐScheduleEventOrder(ctx context.Context, v any) (*ent.ScheduleEventOrder, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputScheduleEventOrder(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx context.Context, v any) ([]schedule.MisfirePolicy, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]schedule.MisfirePolicy, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []schedule.MisfirePolicy) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, v any) (*schedule.MisfirePolicy, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(schedule.MisfirePolicy)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, sel ast.SelectionSet, v *schedule.MisfirePolicy) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOScheduleOrder2ᚖtaskgraphᚋentᚐScheduleOrder(ctx context.Context, v any) (*ent.ScheduleOrder, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputScheduleOrder(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx context.Context, v any) ([]schedule.OverlapPolicy, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]schedule.OverlapPolicy, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []schedule.OverlapPolicy) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, v any) (*schedule.OverlapPolicy, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(schedule.OverlapPolicy)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, sel ast.SelectionSet, v *schedule.OverlapPolicy) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx context.Context, v any) (*model.ScheduleTaskInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputScheduleTaskInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx context.Context, v any) ([]*ent.ScheduleWhereInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*ent.ScheduleWhereInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalOScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputScheduleWhereInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalOString2string(ctx context.Context, v any) (string, error) {
@@ -19244,6 +27207,13 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	_ = ctx
 	res := scalar.MarshalTime(*v)
 	return res
+}
+
+func (ec *executionContext) marshalOWaitReason2ᚖtaskgraphᚋflowᚐWait(ctx context.Context, sel ast.SelectionSet, v *flow.Wait) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._WaitReason(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.EnumValue) graphql.Marshaler {

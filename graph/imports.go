@@ -61,7 +61,7 @@ func (r *Resolver) artifactDownloadURL(ctx context.Context, taskID int, kind *ar
 		}
 	}
 	if a == nil {
-		return nil, &store.NotFoundError{Entity: "no " + string(k) + " file for task", ID: taskID}
+		return nil, &noFileError{taskID: taskID, kind: k, format: format}
 	}
 	viewer, err := auth.Require(ctx)
 	if err != nil {
@@ -72,6 +72,23 @@ func (r *Resolver) artifactDownloadURL(ctx context.Context, taskID int, kind *ar
 	// link carries a signature worth stealing.
 	return &model.DownloadLink{URL: r.PublicURL + link.Path, ExpiresAt: link.ExpiresAt}, nil
 }
+
+// noFileError is a task without the file asked for: NOT_FOUND.
+type noFileError struct {
+	taskID int
+	kind   artifact.Kind
+	format *model.FileFormat
+}
+
+func (e *noFileError) Error() string {
+	in := ""
+	if e.format != nil {
+		in = " in " + string(*e.format)
+	}
+	return fmt.Sprintf("task %d has no %s file%s (yet)", e.taskID, e.kind, in)
+}
+
+func (e *noFileError) Is(target error) bool { return target == store.ErrNotFound }
 
 func (r *Resolver) importTargets() []*model.ImportTarget {
 	if r.Importer == nil {

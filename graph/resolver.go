@@ -13,7 +13,9 @@ import (
 	"taskgraph/engine"
 	"taskgraph/ent"
 	"taskgraph/events"
+	"taskgraph/flow"
 	"taskgraph/importer"
+	"taskgraph/schedule"
 )
 
 // Resolver holds what resolvers use.
@@ -27,6 +29,12 @@ type Resolver struct {
 	Importer  *importer.Importer
 	Artifacts *artifact.Store
 	Links     *artifact.Links
+	// ScheduleService serves the schedule mutations and previews; without it
+	// they are unavailable.
+	ScheduleService *schedule.Service
+	// Flow serves flow control (caps, rates, pauses) and says why a
+	// waiting task waits; without it those are unavailable.
+	Flow *flow.Service
 
 	// streams are the running subscriptions (set by NewServer; a
 	// shutdown ends them).

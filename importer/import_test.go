@@ -72,7 +72,9 @@ func (b *bundle) wait(t *testing.T, id string, what string, ok func(*ent.Task) b
 	t.Helper()
 	want, _ := strconv.Atoi(id)
 	var seen []events.TaskChange
-	timeout := time.After(60 * time.Second)
+	// Generous: a busy machine under -race imports 10,000 rows slowly; a
+	// task that never ends still fails the test in bounded time.
+	timeout := time.After(3 * time.Minute)
 	for {
 		select {
 		case c, open := <-b.subs.C:
@@ -257,7 +259,10 @@ func TestImport(t *testing.T) {
 				// them must still write each row once.
 				Policies: []worker.RetryPolicy{{Name: worker.DefaultPolicyName, MaxAttempts: 10, Backoff: []time.Duration{10 * time.Millisecond}}, {Name: "none", MaxAttempts: 1}},
 				Pool:     worker.Config{HeartbeatInterval: time.Hour},
-				Watchdog: worker.WatchdogConfig{HeartbeatTimeout: 3 * time.Second},
+				// Every execution runs without heartbeats, so each must
+				// finish within the lease: 3 s was too short for 1,000 rows
+				// on a busy machine under -race (10 recoveries, FAILED).
+				Watchdog: worker.WatchdogConfig{HeartbeatTimeout: 10 * time.Second},
 				Import: importer.Config{
 					ChunkSize: 100,
 					ChunkHook: func(ctx context.Context, job *worker.Job, chunk int) error {

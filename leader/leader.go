@@ -1,5 +1,5 @@
 // Package leader elects one node among those sharing a PostgreSQL database
-// to run a singleton (the watchdog, the retention janitor) with a
+// to run a singleton (the watchdog, the retention janitor, the scheduler) with a
 // session-level advisory lock. The lock lives as long as the session holding
 // it: when the leader's process dies, PostgreSQL closes its connection and
 // releases the lock, and another node takes it at its next attempt.
@@ -30,6 +30,9 @@ func New(db *sql.DB, role string) *Lock { return &Lock{db: db, role: role} }
 
 // WatchdogRole is the role of the watchdog (and the retention janitor).
 const WatchdogRole = "watchdog"
+
+// SchedulerRole is the role of the scheduler, which fires schedules.
+const SchedulerRole = "scheduler"
 
 const keyQuery = `SELECT ('x' || substr(md5(current_database() || '/' || current_schema() || '/' || $1), 1, 16))::bit(64)::bigint`
 

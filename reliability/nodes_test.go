@@ -224,6 +224,21 @@ func postJSON(ctx context.Context, url, query string, vars map[string]any, out a
 }
 
 // get returns the status of GET url.
+// readyz answers /readyz's status, and its reason as the error when it is
+// not ready (so that a wait that times out says why).
+func readyz(base string) (int, error) {
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, fmt.Errorf("%d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return resp.StatusCode, nil
+}
+
 func get(url string) (int, http.Header, error) {
 	resp, err := http.Get(url)
 	if err != nil {

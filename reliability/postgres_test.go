@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"taskgraph/app"
 	"taskgraph/app/apptest"
 	"taskgraph/artifact"
 	"taskgraph/auth"
@@ -37,9 +39,12 @@ func startCluster(t *testing.T, prefix string) *cluster {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// Two nodes, each with a data directory of its own, sharing their
+	// files (as nodes on two machines share a bucket).
+	files := "file://" + filepath.Join(t.TempDir(), "files")
 	for range 2 {
 		logs := &syncBuffer{}
-		s := apptest.Start(t, c.pg.DSN, nodeOptions(c.db, logs))
+		s := apptest.Start(t, c.pg.DSN, nodeOptions(c.db, logs), func(cfg *app.Config) { cfg.BlobURL = files })
 		c.nodes, c.logs = append(c.nodes, s), append(c.logs, logs)
 	}
 	for i, s := range c.nodes {
@@ -154,7 +159,7 @@ func TestWatchersSurviveAPostgresRestart(t *testing.T) {
 
 	for _, s := range c.nodes {
 		waitFor(t, "ready again", time.Minute, func() (bool, error) {
-			status, _, err := get(s.URL + "/readyz")
+			status, err := readyz(s.URL)
 			return status == http.StatusOK, err
 		})
 	}

@@ -37,6 +37,11 @@ type NewTask struct {
 	RetryPolicy    string
 	MaxAttempts    int
 	RunAt          time.Time // zero: now
+	// ScheduleID and ScheduleSlot name the schedule slot the task is
+	// created for. CreateTask returns a task already created for the slot
+	// (by any node: a unique index) instead, with created false.
+	ScheduleID   *int
+	ScheduleSlot *time.Time
 
 	// The rest of the owner's identity, and the idempotency key's hash.
 	OwnerSource     string
@@ -58,8 +63,15 @@ type Created struct {
 // the same key (the same IdempotencyHash) is returned instead (created is
 // false); if its input hash differs, the result is a *ConflictError.
 func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created bool, err error) {
+	if t, err := s.bySlot(ctx, n); t != nil || err != nil {
+		return t, false, err
+	}
 	res, err := s.CreateTasks(ctx, []NewTask{n})
 	if err != nil {
+		// Another node created the slot's task meanwhile.
+		if t, serr := s.bySlot(ctx, n); t != nil || serr != nil {
+			return t, false, serr
+		}
 		return nil, false, err
 	}
 	return res[0].Task, res[0].Created, res[0].Err
@@ -83,6 +95,23 @@ func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error
 		}
 	}
 	return out, nil
+}
+
+// bySlot returns the task already created for n's schedule slot, if any.
+func (s *Store) bySlot(ctx context.Context, n NewTask) (*ent.Task, error) {
+	if n.ScheduleID == nil || n.ScheduleSlot == nil {
+		return nil, nil
+	}
+	t, err := s.client.Task.Query().
+		Where(task.ScheduleID(*n.ScheduleID), task.ScheduleSlot(n.ScheduleSlot.UTC().Truncate(time.Microsecond))).
+		Only(internal(ctx))
+	if ent.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up schedule slot: %w", err)
+	}
+	return t, nil
 }
 
 func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) error {
@@ -238,6 +267,18 @@ var taskInsertCols = []struct {
 	{"run_at", colTime, func(_ *NewTask, _ string, runAt, _ time.Time) any { return runAt }},
 	{"updated_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
 	{"created_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
+	{"schedule_id", colNullInt, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.ScheduleID == nil {
+			return nil
+		}
+		return int64(*n.ScheduleID)
+	}},
+	{"schedule_slot", colTime, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.ScheduleSlot == nil {
+			return nil
+		}
+		return n.ScheduleSlot.UTC().Truncate(time.Microsecond)
+	}},
 }
 
 // insertColumns are the names and types of taskInsertCols.

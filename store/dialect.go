@@ -146,6 +146,7 @@ const (
 	colJSON
 	colTime
 	colBytes
+	colNullInt // an integer or NULL
 )
 
 // insertChunk is how many rows of cols columns one insert carries: on
@@ -199,6 +200,8 @@ func (d sqlDialect) valuesTable(name string, names []string, types []colType, co
 					sel.WriteString("CAST(" + names[c] + " AS JSONB) AS " + names[c])
 				case colTime:
 					sel.WriteString("CAST(" + names[c] + " AS TIMESTAMPTZ) AS " + names[c])
+				case colNullInt:
+					sel.WriteString("CAST(" + names[c] + " AS BIGINT) AS " + names[c])
 				default:
 					sel.WriteString(names[c])
 				}

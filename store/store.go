@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,9 @@ import (
 
 // Config says which database to open and whom to tell about commits.
 type Config struct {
-	// DSN is a postgres:// (or postgresql://) URL, or a SQLite file path
-	// (optionally prefixed with sqlite:// or file:).
+	// DSN is a postgres:// (or postgresql://) URL or a key=value DSN
+	// (host=... dbname=...), or a SQLite file path (optionally prefixed
+	// with sqlite:// or file:).
 	DSN string
 	// Publisher receives committed changes. Default: discard them.
 	Publisher events.Publisher
@@ -147,12 +149,32 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// kvJIT finds a jit setting in a key=value DSN.
+var kvJIT = regexp.MustCompile(`(^|\s)jit\s*=`)
+
+// kvDSN is the start of a key=value PostgreSQL DSN ("host=db dbname=x").
+var kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
+
+// IsPostgres reports whether dsn names a PostgreSQL database: a
+// postgres:// or postgresql:// URL, or a key=value DSN (host=... dbname=...).
+// Anything else is a SQLite file.
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || kvDSN.MatchString(dsn)
+}
+
 // parseDSN returns the database/sql driver name, its DSN and the ent dialect.
 func parseDSN(raw string) (driverName, dsn, dialectName string, err error) {
 	switch {
 	case raw == "":
 		return "", "", "", errors.New("no database given")
-	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+	case IsPostgres(raw) && !strings.Contains(raw, "://"):
+		// A key=value DSN: the same jit setting as below, as a word of
+		// its own.
+		if !kvJIT.MatchString(raw) {
+			raw += " jit=off"
+		}
+		return "postgres", raw, dialect.Postgres, nil
+	case IsPostgres(raw):
 		u, err := url.Parse(raw)
 		if err != nil {
 			return "", "", "", fmt.Errorf("database URL: %w", err)

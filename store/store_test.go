@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -695,6 +696,7 @@ func TestConcurrency(t *testing.T) {
 				// the watchdog finishes the same cancel: one wins.
 				var wg sync.WaitGroup
 				errs := make([]error, 2)
+				failures := make([]error, 2) // of Finish itself; checked here, not in the goroutines
 				outcomes := []store.Outcome{
 					{Token: c.Token(), Status: lifecycle.Success},
 					{Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled, Error: "watchdog finished cancel"},
@@ -704,11 +706,13 @@ func TestConcurrency(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						e, err := s.Finish(ctx, outcomes[i:i+1])
-						require.NoError(t, err)
-						errs[i] = e[0]
+						if failures[i] = err; err == nil {
+							errs[i] = e[0]
+						}
 					}()
 				}
 				wg.Wait()
+				require.NoError(t, errors.Join(failures...))
 				won := 0
 				for _, e := range errs {
 					if e == nil {
@@ -731,20 +735,19 @@ func TestConcurrency(t *testing.T) {
 				var wg sync.WaitGroup
 				var claimed []store.Claimed
 				var cancelled *ent.Task
+				var claimErr, cancelErr error
 				wg.Add(2)
 				go func() {
 					defer wg.Done()
-					var err error
-					claimed, err = s.Claim(ctx, "w1", []string{"noop"}, 1)
-					require.NoError(t, err)
+					claimed, claimErr = s.Claim(ctx, "w1", []string{"noop"}, 1)
 				}()
 				go func() {
 					defer wg.Done()
-					var err error
-					cancelled, err = s.CancelTask(ctx, tk.ID, "race")
-					require.NoError(t, err)
+					cancelled, cancelErr = s.CancelTask(ctx, tk.ID, "race")
 				}()
 				wg.Wait()
+				require.NoError(t, claimErr)
+				require.NoError(t, cancelErr)
 				if len(claimed) == 1 {
 					require.Equal(t, lifecycle.Executing, cancelled.Status, "cancel after the claim is a request")
 					require.True(t, cancelled.CancelRequested)
@@ -811,16 +814,19 @@ func TestIdempotentCreate(t *testing.T) {
 		t.Run("ConcurrentResubmissionsCreateOneTask", func(t *testing.T) {
 			var wg sync.WaitGroup
 			ids := make([]int, 50)
+			errs := make([]error, len(ids))
 			for i := range ids {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					tk, _, err := s.CreateTask(ctx, newTaskParams(taskOpts{key: "burst", hash: "C"}))
-					require.NoError(t, err)
-					ids[i] = tk.ID
+					var tk *ent.Task
+					if tk, _, errs[i] = s.CreateTask(ctx, newTaskParams(taskOpts{key: "burst", hash: "C"})); errs[i] == nil {
+						ids[i] = tk.ID
+					}
 				}()
 			}
 			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
 			for _, id := range ids {
 				require.Equal(t, ids[0], id)
 			}
@@ -889,5 +895,69 @@ func TestLargeBatchesAreSplit(t *testing.T) {
 		done, err := s.Client().Task.Query().Where(task.StatusEQ(lifecycle.Success)).Count(auth.NewSystemContext(ctx))
 		require.NoError(t, err)
 		require.Equal(t, n, done)
+	})
+}
+
+// slowRecorder is a Publisher that takes its time with each publication,
+// as a broker fanning out to many subscribers may: it widens the window in
+// which a later commit could overtake an earlier one on its way out.
+type slowRecorder struct {
+	mu       sync.Mutex
+	versions map[int][]int64
+}
+
+func (r *slowRecorder) PublishTasks(cs []events.TaskChange) {
+	time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cs {
+		r.versions[c.Task.ID] = append(r.versions[c.Task.ID], c.Task.Version)
+	}
+}
+
+func (r *slowRecorder) PublishLogs([]*ent.TaskLog) {}
+
+// TestChangesOfOneTaskArePublishedInCommitOrder has many goroutines commit
+// changes of one task (progress of its execution, each a new version) as
+// fast as they can, through a slow publisher: every change is published,
+// in the order the commits happened (version order), never overtaken by a
+// later one committed by another goroutine.
+func TestChangesOfOneTaskArePublishedInCommitOrder(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		pub := &slowRecorder{versions: map[int][]int64{}}
+		s, err := store.Open(sysCtx, store.Config{DSN: dsn, Publisher: pub})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		tk := newTask(t, s, taskOpts{})
+		c := claimOne(t, s)
+		const goroutines, each = 8, 40
+		var wg sync.WaitGroup
+		errs := make(chan error, goroutines)
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					p := store.Progress{Token: c.Token(), TaskID: tk.ID, Done: int64(g*each + i), Total: goroutines * each}
+					if _, err := s.RecordWork(sysCtx, nil, []store.Progress{p}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		got := pub.versions[tk.ID]
+		require.Len(t, got, 2+goroutines*each, "created, claimed, and every progress change")
+		for i := 1; i < len(got); i++ {
+			require.Equal(t, got[i-1]+1, got[i], "published out of commit order: %v", got)
+		}
 	})
 }

@@ -17,8 +17,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "== npm ci"
-npm ci --no-audit --no-fund
+# npm ci starts from an empty node_modules every time; a tree this script
+# installed from the same package-lock.json is what it would install again.
+lock_sum=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ -f node_modules/.ci-lock-sha256 ] && [ "$(cat node_modules/.ci-lock-sha256)" = "$lock_sum" ]; then
+  echo "== node_modules was installed from this package-lock.json: npm ci not needed"
+else
+  echo "== npm ci"
+  npm ci --no-audit --no-fund
+  echo "$lock_sum" > node_modules/.ci-lock-sha256
+fi
 
 echo "== vitest"
 npx vitest run

@@ -186,3 +186,20 @@ func Tokens(t testing.TB, viewers ...auth.Viewer) (path string, tokens map[strin
 	}
 	return path, tokens
 }
+
+// Eventually calls cond every 10 ms until it reports done, and fails the
+// test when it has not within timeout, with cond's last word on why.
+func Eventually(t testing.TB, timeout time.Duration, cond func() (done bool, why string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		done, why := cond()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("apptest: not done within %s: %s", timeout, why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

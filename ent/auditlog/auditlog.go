@@ -86,12 +86,21 @@ type Action string
 
 // Action values.
 const (
-	ActionCREATE      Action = "CREATE"
-	ActionCANCEL      Action = "CANCEL"
-	ActionRETRY       Action = "RETRY"
-	ActionCANCEL_MANY Action = "CANCEL_MANY"
-	ActionRETRY_MANY  Action = "RETRY_MANY"
-	ActionDOWNLOAD    Action = "DOWNLOAD"
+	ActionCREATE           Action = "CREATE"
+	ActionCANCEL           Action = "CANCEL"
+	ActionRETRY            Action = "RETRY"
+	ActionCANCEL_MANY      Action = "CANCEL_MANY"
+	ActionRETRY_MANY       Action = "RETRY_MANY"
+	ActionDOWNLOAD         Action = "DOWNLOAD"
+	ActionSCHEDULE_CREATE  Action = "SCHEDULE_CREATE"
+	ActionSCHEDULE_UPDATE  Action = "SCHEDULE_UPDATE"
+	ActionSCHEDULE_PAUSE   Action = "SCHEDULE_PAUSE"
+	ActionSCHEDULE_RESUME  Action = "SCHEDULE_RESUME"
+	ActionSCHEDULE_DELETE  Action = "SCHEDULE_DELETE"
+	ActionSCHEDULE_RUN_NOW Action = "SCHEDULE_RUN_NOW"
+	ActionFLOW_CONTROL_SET Action = "FLOW_CONTROL_SET"
+	ActionTYPE_PAUSE       Action = "TYPE_PAUSE"
+	ActionTYPE_RESUME      Action = "TYPE_RESUME"
 )
 
 func (a Action) String() string {
@@ -101,7 +110,7 @@ func (a Action) String() string {
 // ActionValidator is a validator for the "action" field enum values. It is called by the builders before save.
 func ActionValidator(a Action) error {
 	switch a {
-	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionDOWNLOAD:
+	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME:
 		return nil
 	default:
 		return fmt.Errorf("auditlog: invalid enum value for action field: %q", a)

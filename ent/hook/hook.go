@@ -92,6 +92,54 @@ func (f DeploymentFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, 
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DeploymentMutation", m)
 }
 
+// The FlowControlFunc type is an adapter to allow the use of ordinary
+// function as FlowControl mutator.
+type FlowControlFunc func(context.Context, *ent.FlowControlMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f FlowControlFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.FlowControlMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.FlowControlMutation", m)
+}
+
+// The FlowStartFunc type is an adapter to allow the use of ordinary
+// function as FlowStart mutator.
+type FlowStartFunc func(context.Context, *ent.FlowStartMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f FlowStartFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.FlowStartMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.FlowStartMutation", m)
+}
+
+// The ScheduleFunc type is an adapter to allow the use of ordinary
+// function as Schedule mutator.
+type ScheduleFunc func(context.Context, *ent.ScheduleMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ScheduleFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ScheduleMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ScheduleMutation", m)
+}
+
+// The ScheduleEventFunc type is an adapter to allow the use of ordinary
+// function as ScheduleEvent mutator.
+type ScheduleEventFunc func(context.Context, *ent.ScheduleEventMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ScheduleEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ScheduleEventMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ScheduleEventMutation", m)
+}
+
 // The StallOverrideFunc type is an adapter to allow the use of ordinary
 // function as StallOverride mutator.
 type StallOverrideFunc func(context.Context, *ent.StallOverrideMutation) (ent.Value, error)

@@ -14,7 +14,11 @@ import (
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/flowstart"
 	"taskgraph/ent/predicate"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -268,6 +272,114 @@ func (f TraverseDeployment) Traverse(ctx context.Context, q ent.Query) error {
 	return fmt.Errorf("unexpected query type %T. expect *ent.DeploymentQuery", q)
 }
 
+// The FlowControlFunc type is an adapter to allow the use of ordinary function as a Querier.
+type FlowControlFunc func(context.Context, *ent.FlowControlQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f FlowControlFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.FlowControlQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.FlowControlQuery", q)
+}
+
+// The TraverseFlowControl type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseFlowControl func(context.Context, *ent.FlowControlQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseFlowControl) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseFlowControl) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.FlowControlQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.FlowControlQuery", q)
+}
+
+// The FlowStartFunc type is an adapter to allow the use of ordinary function as a Querier.
+type FlowStartFunc func(context.Context, *ent.FlowStartQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f FlowStartFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.FlowStartQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.FlowStartQuery", q)
+}
+
+// The TraverseFlowStart type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseFlowStart func(context.Context, *ent.FlowStartQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseFlowStart) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseFlowStart) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.FlowStartQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.FlowStartQuery", q)
+}
+
+// The ScheduleFunc type is an adapter to allow the use of ordinary function as a Querier.
+type ScheduleFunc func(context.Context, *ent.ScheduleQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f ScheduleFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.ScheduleQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ScheduleQuery", q)
+}
+
+// The TraverseSchedule type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseSchedule func(context.Context, *ent.ScheduleQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseSchedule) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseSchedule) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.ScheduleQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.ScheduleQuery", q)
+}
+
+// The ScheduleEventFunc type is an adapter to allow the use of ordinary function as a Querier.
+type ScheduleEventFunc func(context.Context, *ent.ScheduleEventQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f ScheduleEventFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.ScheduleEventQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ScheduleEventQuery", q)
+}
+
+// The TraverseScheduleEvent type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseScheduleEvent func(context.Context, *ent.ScheduleEventQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseScheduleEvent) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseScheduleEvent) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.ScheduleEventQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.ScheduleEventQuery", q)
+}
+
 // The StallOverrideFunc type is an adapter to allow the use of ordinary function as a Querier.
 type StallOverrideFunc func(context.Context, *ent.StallOverrideQuery) (ent.Value, error)
 
@@ -393,6 +505,14 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.ContactQuery, predicate.Contact, contact.OrderOption]{typ: ent.TypeContact, tq: q}, nil
 	case *ent.DeploymentQuery:
 		return &query[*ent.DeploymentQuery, predicate.Deployment, deployment.OrderOption]{typ: ent.TypeDeployment, tq: q}, nil
+	case *ent.FlowControlQuery:
+		return &query[*ent.FlowControlQuery, predicate.FlowControl, flowcontrol.OrderOption]{typ: ent.TypeFlowControl, tq: q}, nil
+	case *ent.FlowStartQuery:
+		return &query[*ent.FlowStartQuery, predicate.FlowStart, flowstart.OrderOption]{typ: ent.TypeFlowStart, tq: q}, nil
+	case *ent.ScheduleQuery:
+		return &query[*ent.ScheduleQuery, predicate.Schedule, schedule.OrderOption]{typ: ent.TypeSchedule, tq: q}, nil
+	case *ent.ScheduleEventQuery:
+		return &query[*ent.ScheduleEventQuery, predicate.ScheduleEvent, scheduleevent.OrderOption]{typ: ent.TypeScheduleEvent, tq: q}, nil
 	case *ent.StallOverrideQuery:
 		return &query[*ent.StallOverrideQuery, predicate.StallOverride, stalloverride.OrderOption]{typ: ent.TypeStallOverride, tq: q}, nil
 	case *ent.TaskQuery:

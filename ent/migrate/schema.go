@@ -168,7 +168,7 @@ var (
 		{Name: "role", Type: field.TypeString},
 		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
-		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD"}},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
 		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
 		{Name: "error_code", Type: field.TypeString, Default: ""},
@@ -246,6 +246,139 @@ var (
 		Columns:    DeploymentsColumns,
 		PrimaryKey: []*schema.Column{DeploymentsColumns[0]},
 	}
+	// FlowControlsColumns holds the columns for the "flow_controls" table.
+	FlowControlsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "task_type", Type: field.TypeString, Unique: true},
+		{Name: "max_running", Type: field.TypeInt, Nullable: true},
+		{Name: "rate_limit", Type: field.TypeInt, Nullable: true},
+		{Name: "rate_period_seconds", Type: field.TypeInt, Default: 1},
+		{Name: "paused", Type: field.TypeBool, Default: false},
+		{Name: "paused_until", Type: field.TypeTime, Nullable: true},
+		{Name: "updated_by", Type: field.TypeString, Default: ""},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// FlowControlsTable holds the schema information for the "flow_controls" table.
+	FlowControlsTable = &schema.Table{
+		Name:       "flow_controls",
+		Columns:    FlowControlsColumns,
+		PrimaryKey: []*schema.Column{FlowControlsColumns[0]},
+	}
+	// FlowStartsColumns holds the columns for the "flow_starts" table.
+	FlowStartsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "task_type", Type: field.TypeString},
+		{Name: "started_at", Type: field.TypeTime},
+		{Name: "count", Type: field.TypeInt},
+	}
+	// FlowStartsTable holds the schema information for the "flow_starts" table.
+	FlowStartsTable = &schema.Table{
+		Name:       "flow_starts",
+		Columns:    FlowStartsColumns,
+		PrimaryKey: []*schema.Column{FlowStartsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "flowstart_task_type_started_at",
+				Unique:  false,
+				Columns: []*schema.Column{FlowStartsColumns[1], FlowStartsColumns[2]},
+			},
+		},
+	}
+	// SchedulesColumns holds the columns for the "schedules" table.
+	SchedulesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "name", Type: field.TypeString},
+		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "owner_role", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "cron", Type: field.TypeString, Default: ""},
+		{Name: "interval_seconds", Type: field.TypeInt, Nullable: true},
+		{Name: "timezone", Type: field.TypeString, Default: ""},
+		{Name: "task_type", Type: field.TypeString},
+		{Name: "task_title", Type: field.TypeString, Default: ""},
+		{Name: "task_input", Type: field.TypeJSON},
+		{Name: "task_input_sealed", Type: field.TypeBytes, Nullable: true},
+		{Name: "task_priority", Type: field.TypeInt, Nullable: true},
+		{Name: "task_timeout_seconds", Type: field.TypeInt, Nullable: true},
+		{Name: "task_retry_policy", Type: field.TypeString, Nullable: true},
+		{Name: "task_max_attempts", Type: field.TypeInt, Nullable: true},
+		{Name: "paused", Type: field.TypeBool, Default: false},
+		{Name: "start_at", Type: field.TypeTime, Nullable: true},
+		{Name: "end_at", Type: field.TypeTime, Nullable: true},
+		{Name: "misfire_policy", Type: field.TypeEnum, Enums: []string{"SKIP", "RUN_ONCE"}, Default: "SKIP"},
+		{Name: "overlap_policy", Type: field.TypeEnum, Enums: []string{"SKIP", "QUEUE", "CANCEL_PREVIOUS", "ALLOW"}, Default: "SKIP"},
+		{Name: "next_fire_at", Type: field.TypeTime, Nullable: true},
+		{Name: "last_fired_at", Type: field.TypeTime, Nullable: true},
+		{Name: "last_task_id", Type: field.TypeInt, Nullable: true},
+		{Name: "queued_slots", Type: field.TypeJSON, Nullable: true},
+		{Name: "queued_count", Type: field.TypeInt, Default: 0},
+		{Name: "version", Type: field.TypeInt64, Default: 1},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// SchedulesTable holds the schema information for the "schedules" table.
+	SchedulesTable = &schema.Table{
+		Name:       "schedules",
+		Columns:    SchedulesColumns,
+		PrimaryKey: []*schema.Column{SchedulesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "schedule_due",
+				Unique:  false,
+				Columns: []*schema.Column{SchedulesColumns[23]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "paused = false AND next_fire_at IS NOT NULL",
+				},
+			},
+			{
+				Name:    "schedule_queued",
+				Unique:  false,
+				Columns: []*schema.Column{SchedulesColumns[27]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "queued_count > 0",
+				},
+			},
+			{
+				Name:    "schedule_owner",
+				Unique:  false,
+				Columns: []*schema.Column{SchedulesColumns[3]},
+			},
+		},
+	}
+	// ScheduleEventsColumns holds the columns for the "schedule_events" table.
+	ScheduleEventsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"FIRED", "RUN_NOW", "SKIPPED", "MISFIRED", "QUEUED", "CANCELLED_PREVIOUS", "FAILED", "ENDED"}},
+		{Name: "slot", Type: field.TypeTime, Nullable: true},
+		{Name: "task_id", Type: field.TypeInt, Nullable: true},
+		{Name: "missed", Type: field.TypeInt, Default: 0},
+		{Name: "message", Type: field.TypeString},
+		{Name: "node", Type: field.TypeString, Default: ""},
+		{Name: "schedule_id", Type: field.TypeInt},
+	}
+	// ScheduleEventsTable holds the schema information for the "schedule_events" table.
+	ScheduleEventsTable = &schema.Table{
+		Name:       "schedule_events",
+		Columns:    ScheduleEventsColumns,
+		PrimaryKey: []*schema.Column{ScheduleEventsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "schedule_events_schedules_events",
+				Columns:    []*schema.Column{ScheduleEventsColumns[8]},
+				RefColumns: []*schema.Column{SchedulesColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "scheduleevent_schedule_id_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{ScheduleEventsColumns[8], ScheduleEventsColumns[1]},
+			},
+		},
+	}
 	// StallOverridesColumns holds the columns for the "stall_overrides" table.
 	StallOverridesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -292,6 +425,8 @@ var (
 		{Name: "run_at", Type: field.TypeTime},
 		{Name: "updated_at", Type: field.TypeTime},
 		{Name: "finished_at", Type: field.TypeTime, Nullable: true},
+		{Name: "schedule_id", Type: field.TypeInt, Nullable: true},
+		{Name: "schedule_slot", Type: field.TypeTime, Nullable: true},
 	}
 	// TasksTable holds the schema information for the "tasks" table.
 	TasksTable = &schema.Table{
@@ -326,6 +461,14 @@ var (
 				Columns: []*schema.Column{TasksColumns[4]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "biz_id <> ''",
+				},
+			},
+			{
+				Name:    "task_schedule_slot",
+				Unique:  true,
+				Columns: []*schema.Column{TasksColumns[32], TasksColumns[33]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "schedule_id IS NOT NULL",
 				},
 			},
 		},
@@ -437,6 +580,10 @@ var (
 		AuditLogsTable,
 		ContactsTable,
 		DeploymentsTable,
+		FlowControlsTable,
+		FlowStartsTable,
+		SchedulesTable,
+		ScheduleEventsTable,
 		StallOverridesTable,
 		TasksTable,
 		TaskInstancesTable,
@@ -446,13 +593,13 @@ var (
 
 func init() {
 	AlertChannelsTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(30064771072),
+		IncrementStart: func(i int) *int { return &i }(47244640256),
 	}
 	AlertIncidentsTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(34359738368),
+		IncrementStart: func(i int) *int { return &i }(51539607552),
 	}
 	AlertRulesTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(38654705664),
+		IncrementStart: func(i int) *int { return &i }(55834574848),
 	}
 	ArtifactsTable.ForeignKeys[0].RefTable = TasksTable
 	ArtifactsTable.Annotation = &entsql.Annotation{
@@ -467,8 +614,21 @@ func init() {
 	DeploymentsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(25769803776),
 	}
-	StallOverridesTable.Annotation = &entsql.Annotation{
+	FlowControlsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(30064771072),
+	}
+	FlowStartsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(34359738368),
+	}
+	SchedulesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(38654705664),
+	}
+	ScheduleEventsTable.ForeignKeys[0].RefTable = SchedulesTable
+	ScheduleEventsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(42949672960),
+	}
+	StallOverridesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(60129542144),
 	}
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),

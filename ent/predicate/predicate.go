@@ -27,6 +27,18 @@ type Contact func(*sql.Selector)
 // Deployment is the predicate function for deployment builders.
 type Deployment func(*sql.Selector)
 
+// FlowControl is the predicate function for flowcontrol builders.
+type FlowControl func(*sql.Selector)
+
+// FlowStart is the predicate function for flowstart builders.
+type FlowStart func(*sql.Selector)
+
+// Schedule is the predicate function for schedule builders.
+type Schedule func(*sql.Selector)
+
+// ScheduleEvent is the predicate function for scheduleevent builders.
+type ScheduleEvent func(*sql.Selector)
+
 // StallOverride is the predicate function for stalloverride builders.
 type StallOverride func(*sql.Selector)
 

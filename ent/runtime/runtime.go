@@ -10,6 +10,9 @@ import (
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/schema"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
@@ -201,6 +204,90 @@ func init() {
 	deploymentDescCreatedAt := deploymentMixinFields0[0].Descriptor()
 	// deployment.DefaultCreatedAt holds the default value on creation for the created_at field.
 	deployment.DefaultCreatedAt = deploymentDescCreatedAt.Default.(func() time.Time)
+	flowcontrolFields := schema.FlowControl{}.Fields()
+	_ = flowcontrolFields
+	// flowcontrolDescRatePeriodSeconds is the schema descriptor for rate_period_seconds field.
+	flowcontrolDescRatePeriodSeconds := flowcontrolFields[3].Descriptor()
+	// flowcontrol.DefaultRatePeriodSeconds holds the default value on creation for the rate_period_seconds field.
+	flowcontrol.DefaultRatePeriodSeconds = flowcontrolDescRatePeriodSeconds.Default.(int)
+	// flowcontrolDescPaused is the schema descriptor for paused field.
+	flowcontrolDescPaused := flowcontrolFields[4].Descriptor()
+	// flowcontrol.DefaultPaused holds the default value on creation for the paused field.
+	flowcontrol.DefaultPaused = flowcontrolDescPaused.Default.(bool)
+	// flowcontrolDescUpdatedBy is the schema descriptor for updated_by field.
+	flowcontrolDescUpdatedBy := flowcontrolFields[6].Descriptor()
+	// flowcontrol.DefaultUpdatedBy holds the default value on creation for the updated_by field.
+	flowcontrol.DefaultUpdatedBy = flowcontrolDescUpdatedBy.Default.(string)
+	// flowcontrolDescUpdatedAt is the schema descriptor for updated_at field.
+	flowcontrolDescUpdatedAt := flowcontrolFields[7].Descriptor()
+	// flowcontrol.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	flowcontrol.DefaultUpdatedAt = flowcontrolDescUpdatedAt.Default.(func() time.Time)
+	scheduleMixin := schema.Schedule{}.Mixin()
+	scheduleMixinFields0 := scheduleMixin[0].Fields()
+	_ = scheduleMixinFields0
+	scheduleFields := schema.Schedule{}.Fields()
+	_ = scheduleFields
+	// scheduleDescCreatedAt is the schema descriptor for created_at field.
+	scheduleDescCreatedAt := scheduleMixinFields0[0].Descriptor()
+	// schedule.DefaultCreatedAt holds the default value on creation for the created_at field.
+	schedule.DefaultCreatedAt = scheduleDescCreatedAt.Default.(func() time.Time)
+	// scheduleDescOwnerSource is the schema descriptor for owner_source field.
+	scheduleDescOwnerSource := scheduleFields[2].Descriptor()
+	// schedule.DefaultOwnerSource holds the default value on creation for the owner_source field.
+	schedule.DefaultOwnerSource = scheduleDescOwnerSource.Default.(string)
+	// scheduleDescOwnerRole is the schema descriptor for owner_role field.
+	scheduleDescOwnerRole := scheduleFields[3].Descriptor()
+	// schedule.DefaultOwnerRole holds the default value on creation for the owner_role field.
+	schedule.DefaultOwnerRole = scheduleDescOwnerRole.Default.(string)
+	// scheduleDescTenant is the schema descriptor for tenant field.
+	scheduleDescTenant := scheduleFields[4].Descriptor()
+	// schedule.DefaultTenant holds the default value on creation for the tenant field.
+	schedule.DefaultTenant = scheduleDescTenant.Default.(string)
+	// scheduleDescCron is the schema descriptor for cron field.
+	scheduleDescCron := scheduleFields[5].Descriptor()
+	// schedule.DefaultCron holds the default value on creation for the cron field.
+	schedule.DefaultCron = scheduleDescCron.Default.(string)
+	// scheduleDescTimezone is the schema descriptor for timezone field.
+	scheduleDescTimezone := scheduleFields[7].Descriptor()
+	// schedule.DefaultTimezone holds the default value on creation for the timezone field.
+	schedule.DefaultTimezone = scheduleDescTimezone.Default.(string)
+	// scheduleDescTaskTitle is the schema descriptor for task_title field.
+	scheduleDescTaskTitle := scheduleFields[9].Descriptor()
+	// schedule.DefaultTaskTitle holds the default value on creation for the task_title field.
+	schedule.DefaultTaskTitle = scheduleDescTaskTitle.Default.(string)
+	// scheduleDescPaused is the schema descriptor for paused field.
+	scheduleDescPaused := scheduleFields[16].Descriptor()
+	// schedule.DefaultPaused holds the default value on creation for the paused field.
+	schedule.DefaultPaused = scheduleDescPaused.Default.(bool)
+	// scheduleDescQueuedCount is the schema descriptor for queued_count field.
+	scheduleDescQueuedCount := scheduleFields[25].Descriptor()
+	// schedule.DefaultQueuedCount holds the default value on creation for the queued_count field.
+	schedule.DefaultQueuedCount = scheduleDescQueuedCount.Default.(int)
+	// scheduleDescVersion is the schema descriptor for version field.
+	scheduleDescVersion := scheduleFields[26].Descriptor()
+	// schedule.DefaultVersion holds the default value on creation for the version field.
+	schedule.DefaultVersion = scheduleDescVersion.Default.(int64)
+	// scheduleDescUpdatedAt is the schema descriptor for updated_at field.
+	scheduleDescUpdatedAt := scheduleFields[27].Descriptor()
+	// schedule.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	schedule.DefaultUpdatedAt = scheduleDescUpdatedAt.Default.(func() time.Time)
+	scheduleeventMixin := schema.ScheduleEvent{}.Mixin()
+	scheduleeventMixinFields0 := scheduleeventMixin[0].Fields()
+	_ = scheduleeventMixinFields0
+	scheduleeventFields := schema.ScheduleEvent{}.Fields()
+	_ = scheduleeventFields
+	// scheduleeventDescCreatedAt is the schema descriptor for created_at field.
+	scheduleeventDescCreatedAt := scheduleeventMixinFields0[0].Descriptor()
+	// scheduleevent.DefaultCreatedAt holds the default value on creation for the created_at field.
+	scheduleevent.DefaultCreatedAt = scheduleeventDescCreatedAt.Default.(func() time.Time)
+	// scheduleeventDescMissed is the schema descriptor for missed field.
+	scheduleeventDescMissed := scheduleeventFields[4].Descriptor()
+	// scheduleevent.DefaultMissed holds the default value on creation for the missed field.
+	scheduleevent.DefaultMissed = scheduleeventDescMissed.Default.(int)
+	// scheduleeventDescNode is the schema descriptor for node field.
+	scheduleeventDescNode := scheduleeventFields[6].Descriptor()
+	// scheduleevent.DefaultNode holds the default value on creation for the node field.
+	scheduleevent.DefaultNode = scheduleeventDescNode.Default.(string)
 	taskMixin := schema.Task{}.Mixin()
 	taskHooks := schema.Task{}.Hooks()
 	task.Hooks[0] = taskHooks[0]

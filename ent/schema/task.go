@@ -131,6 +131,17 @@ func (Task) Fields() []ent.Field {
 			Optional().
 			Nillable().
 			Annotations(entgql.OrderField("FINISHED_AT")),
+		field.Int("schedule_id").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The schedule that created it, if any (it may since have been deleted).").
+			Annotations(entgql.Type("ID")),
+		field.Time("schedule_slot").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The slot of its schedule it was created for (runNow: the time it was asked)."),
 	}
 }
 
@@ -167,6 +178,11 @@ func (Task) Indexes() []ent.Index {
 			Annotations(entsql.IndexWhere("attention_status IS NOT NULL")),
 		index.Fields("biz_id").
 			Annotations(entsql.IndexWhere("biz_id <> ''")),
+		// Exactly one task per slot of a schedule, whichever node fires it.
+		index.Fields("schedule_id", "schedule_slot").
+			Unique().
+			StorageKey("task_schedule_slot").
+			Annotations(entsql.IndexWhere("schedule_id IS NOT NULL")),
 	}
 }
 

@@ -82,6 +82,10 @@ const (
 	FieldUpdatedAt = "updated_at"
 	// FieldFinishedAt holds the string denoting the finished_at field in the database.
 	FieldFinishedAt = "finished_at"
+	// FieldScheduleID holds the string denoting the schedule_id field in the database.
+	FieldScheduleID = "schedule_id"
+	// FieldScheduleSlot holds the string denoting the schedule_slot field in the database.
+	FieldScheduleSlot = "schedule_slot"
 	// EdgeInstances holds the string denoting the instances edge name in mutations.
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
@@ -147,6 +151,8 @@ var Columns = []string{
 	FieldRunAt,
 	FieldUpdatedAt,
 	FieldFinishedAt,
+	FieldScheduleID,
+	FieldScheduleSlot,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -382,6 +388,16 @@ func ByUpdatedAt(opts ...sql.OrderTermOption) OrderOption {
 // ByFinishedAt orders the results by the finished_at field.
 func ByFinishedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldFinishedAt, opts...).ToFunc()
+}
+
+// ByScheduleID orders the results by the schedule_id field.
+func ByScheduleID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldScheduleID, opts...).ToFunc()
+}
+
+// ByScheduleSlot orders the results by the schedule_slot field.
+func ByScheduleSlot(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldScheduleSlot, opts...).ToFunc()
 }
 
 // ByInstancesCount orders the results by instances count.

@@ -186,6 +186,16 @@ func FinishedAt(v time.Time) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldFinishedAt, v))
 }
 
+// ScheduleID applies equality check predicate on the "schedule_id" field. It's identical to ScheduleIDEQ.
+func ScheduleID(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldScheduleID, v))
+}
+
+// ScheduleSlot applies equality check predicate on the "schedule_slot" field. It's identical to ScheduleSlotEQ.
+func ScheduleSlot(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldScheduleSlot, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldCreatedAt, v))
@@ -1714,6 +1724,106 @@ func FinishedAtIsNil() predicate.Task {
 // FinishedAtNotNil applies the NotNil predicate on the "finished_at" field.
 func FinishedAtNotNil() predicate.Task {
 	return predicate.Task(sql.FieldNotNull(FieldFinishedAt))
+}
+
+// ScheduleIDEQ applies the EQ predicate on the "schedule_id" field.
+func ScheduleIDEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldScheduleID, v))
+}
+
+// ScheduleIDNEQ applies the NEQ predicate on the "schedule_id" field.
+func ScheduleIDNEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldScheduleID, v))
+}
+
+// ScheduleIDIn applies the In predicate on the "schedule_id" field.
+func ScheduleIDIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldScheduleID, vs...))
+}
+
+// ScheduleIDNotIn applies the NotIn predicate on the "schedule_id" field.
+func ScheduleIDNotIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldScheduleID, vs...))
+}
+
+// ScheduleIDGT applies the GT predicate on the "schedule_id" field.
+func ScheduleIDGT(v int) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldScheduleID, v))
+}
+
+// ScheduleIDGTE applies the GTE predicate on the "schedule_id" field.
+func ScheduleIDGTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldScheduleID, v))
+}
+
+// ScheduleIDLT applies the LT predicate on the "schedule_id" field.
+func ScheduleIDLT(v int) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldScheduleID, v))
+}
+
+// ScheduleIDLTE applies the LTE predicate on the "schedule_id" field.
+func ScheduleIDLTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldScheduleID, v))
+}
+
+// ScheduleIDIsNil applies the IsNil predicate on the "schedule_id" field.
+func ScheduleIDIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldScheduleID))
+}
+
+// ScheduleIDNotNil applies the NotNil predicate on the "schedule_id" field.
+func ScheduleIDNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldScheduleID))
+}
+
+// ScheduleSlotEQ applies the EQ predicate on the "schedule_slot" field.
+func ScheduleSlotEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotNEQ applies the NEQ predicate on the "schedule_slot" field.
+func ScheduleSlotNEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotIn applies the In predicate on the "schedule_slot" field.
+func ScheduleSlotIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldScheduleSlot, vs...))
+}
+
+// ScheduleSlotNotIn applies the NotIn predicate on the "schedule_slot" field.
+func ScheduleSlotNotIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldScheduleSlot, vs...))
+}
+
+// ScheduleSlotGT applies the GT predicate on the "schedule_slot" field.
+func ScheduleSlotGT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotGTE applies the GTE predicate on the "schedule_slot" field.
+func ScheduleSlotGTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotLT applies the LT predicate on the "schedule_slot" field.
+func ScheduleSlotLT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotLTE applies the LTE predicate on the "schedule_slot" field.
+func ScheduleSlotLTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotIsNil applies the IsNil predicate on the "schedule_slot" field.
+func ScheduleSlotIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldScheduleSlot))
+}
+
+// ScheduleSlotNotNil applies the NotNil predicate on the "schedule_slot" field.
+func ScheduleSlotNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldScheduleSlot))
 }
 
 // HasInstances applies the HasEdge predicate on the "instances" edge.

@@ -11,6 +11,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/ent/alertchannel"
 	"taskgraph/ent/alertrule"
+	"taskgraph/ent/schedule"
 	"taskgraph/lifecycle"
 	"time"
 )
@@ -41,6 +42,27 @@ type AlertRuleInput struct {
 	WindowSeconds *int                 `json:"windowSeconds,omitempty"`
 	QuietSeconds  *int                 `json:"quietSeconds,omitempty"`
 	ChannelIds    []int                `json:"channelIds,omitempty"`
+}
+
+type CreateScheduleInput struct {
+	Name string `json:"name"`
+	// A cron expression: five fields, or six with seconds first ("*/10 * * * * *"), or @hourly, @daily, @weekly, @monthly. Give this or intervalSeconds.
+	Cron *string `json:"cron,omitempty"`
+	// A fixed interval in seconds, from startAt (or the schedule's creation).
+	IntervalSeconds *int `json:"intervalSeconds,omitempty"`
+	// The IANA time zone the cron expression is read in (Asia/Shanghai, UTC...). Default: the server's.
+	Timezone *string `json:"timezone,omitempty"`
+	// No slot before this time.
+	StartAt *time.Time `json:"startAt,omitempty"`
+	// No slot after this time.
+	EndAt *time.Time `json:"endAt,omitempty"`
+	// Default SKIP.
+	MisfirePolicy *schedule.MisfirePolicy `json:"misfirePolicy,omitempty"`
+	// Default SKIP.
+	OverlapPolicy *schedule.OverlapPolicy `json:"overlapPolicy,omitempty"`
+	// Created paused. Default false.
+	Paused *bool              `json:"paused,omitempty"`
+	Task   *ScheduleTaskInput `json:"task"`
 }
 
 type CreateTaskInput struct {
@@ -112,6 +134,32 @@ type RetryPolicy struct {
 	Jitter         float64   `json:"jitter"`
 }
 
+// When a schedule would fire: for a preview before saving.
+type SchedulePreviewInput struct {
+	Cron            *string    `json:"cron,omitempty"`
+	IntervalSeconds *int       `json:"intervalSeconds,omitempty"`
+	Timezone        *string    `json:"timezone,omitempty"`
+	StartAt         *time.Time `json:"startAt,omitempty"`
+	EndAt           *time.Time `json:"endAt,omitempty"`
+}
+
+// The task a schedule creates at each slot: what createTask takes, less the idempotency key and runAt (each slot is its own key, and runs at once).
+type ScheduleTaskInput struct {
+	// A registered task type (see taskTypes).
+	Type  string  `json:"type"`
+	Title *string `json:"title,omitempty"`
+	// Input for the type, validated against its inputSchema. Sensitive values are masked before they are stored; the tasks get the unmasked input, sealed.
+	Input json.RawMessage `json:"input,omitempty"`
+	// 0..100, smaller runs first. Default 5.
+	Priority *int `json:"priority,omitempty"`
+	// Default: the type's.
+	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
+	// Default: the type's.
+	RetryPolicy *string `json:"retryPolicy,omitempty"`
+	// 1..25. Default: the policy's.
+	MaxAttempts *int `json:"maxAttempts,omitempty"`
+}
+
 type StatusCount struct {
 	Status lifecycle.Status `json:"status"`
 	Count  int              `json:"count"`
@@ -149,10 +197,36 @@ type TaskType struct {
 	StallAction string `json:"stallAction"`
 }
 
+// A type's limits; each one left out (or null) is removed.
+type TypeControlInput struct {
+	MaxRunning *int `json:"maxRunning,omitempty"`
+	RateLimit  *int `json:"rateLimit,omitempty"`
+	// The rate's window in seconds (1..86400). Default 1.
+	RatePeriodSeconds *int `json:"ratePeriodSeconds,omitempty"`
+}
+
 type TypeCount struct {
 	Type     string         `json:"type"`
 	Count    int            `json:"count"`
 	ByStatus []*StatusCount `json:"byStatus"`
+}
+
+// Changes to a schedule; what is not given stays. It takes effect from the next slot after now.
+type UpdateScheduleInput struct {
+	Name *string `json:"name,omitempty"`
+	// Setting cron clears intervalSeconds, and the other way round.
+	Cron            *string `json:"cron,omitempty"`
+	IntervalSeconds *int    `json:"intervalSeconds,omitempty"`
+	// An empty string means the server's time zone.
+	Timezone      *string                 `json:"timezone,omitempty"`
+	StartAt       *time.Time              `json:"startAt,omitempty"`
+	ClearStartAt  *bool                   `json:"clearStartAt,omitempty"`
+	EndAt         *time.Time              `json:"endAt,omitempty"`
+	ClearEndAt    *bool                   `json:"clearEndAt,omitempty"`
+	MisfirePolicy *schedule.MisfirePolicy `json:"misfirePolicy,omitempty"`
+	OverlapPolicy *schedule.OverlapPolicy `json:"overlapPolicy,omitempty"`
+	// Replaces the task as a whole.
+	Task *ScheduleTaskInput `json:"task,omitempty"`
 }
 
 // The format of a tabular file.

@@ -41,7 +41,11 @@ async function freePort() {
 }
 
 export class Server {
-  constructor() {
+  // args are added to the server's command line (--token-file ...);
+  // token, when set, is sent with gql and createTask.
+  constructor({ args = [], token = '' } = {}) {
+    this.args = args;
+    this.token = token;
     this.tmp = mkdtempSync(path.join(os.tmpdir(), 'taskgraph-e2e-'));
     this.bin = path.join(this.tmp, 'taskgraph');
     this.dataDir = path.join(this.tmp, 'data');
@@ -59,7 +63,7 @@ export class Server {
     if (!this.port) this.port = await freePort();
     this.url = `http://127.0.0.1:${this.port}`;
     const log = createWriteStream(this.logFile, { flags: 'a' });
-    this.proc = spawn(this.bin, ['--addr', `127.0.0.1:${this.port}`, '--data-dir', this.dataDir, '--shutdown-grace', '1s', '--workers', '4'], {
+    this.proc = spawn(this.bin, ['--addr', `127.0.0.1:${this.port}`, '--data-dir', this.dataDir, '--shutdown-grace', '1s', '--workers', '4', ...this.args], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.proc.stdout.pipe(log);
@@ -95,7 +99,7 @@ export class Server {
   async gql(query, variables = {}) {
     const res = await fetch(`${this.url}/query`, {
       method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
+      headers: { 'Content-Type': 'application/json', ...(this.token ? { Authorization: `Bearer ${this.token}` } : {}) },
       body: JSON.stringify({ query, variables }),
     });
     const body = await res.json();
@@ -164,7 +168,8 @@ export async function newEnv() {
       const page = await browser.context.newPage();
       if (viewport) await page.setViewportSize(viewport);
       page.on('pageerror', (e) => pageErrors.push(`${page.url()}: ${e.message}`));
-      page.setDefaultTimeout(15_000);
+      // Bounded, yet patient with a machine busy with other builds and tests.
+      page.setDefaultTimeout(30_000);
       return page;
     },
     async shot(page, name) {

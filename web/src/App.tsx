@@ -11,8 +11,11 @@ import { Dashboard } from './pages/Dashboard';
 import { ImportPage } from './pages/Import';
 import { Launch } from './pages/Launch';
 import { Login } from './pages/Login';
+import { ScheduleDetail } from './pages/ScheduleDetail';
+import { Schedules } from './pages/Schedules';
 import { TaskDetail } from './pages/TaskDetail';
 import { TaskList } from './pages/TaskList';
+import { Types } from './pages/Types';
 import { Link, useLocation } from './router';
 
 export function App() {
@@ -46,6 +49,8 @@ function Shell({ signedIn }: { signedIn: boolean }) {
     { to: '/launch', label: t('nav.launch'), id: 'launch', show: true },
     { to: '/import', label: t('nav.import'), id: 'import', show: features.importFile === 'present' },
     { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
+    { to: '/schedules', label: t('nav.schedules'), id: 'schedules', show: true },
+    { to: '/types', label: t('nav.types'), id: 'types', show: true },
   ];
   const active = (to: string) => (to === '/' ? path === '/' : path === to || path.startsWith(to + '/'));
 
@@ -103,6 +108,9 @@ function Routes({ path }: { path: string }) {
   if ((m = /^\/launch\/([^/]+)$/.exec(path))) return <Launch key={m[1]} type={decodeURIComponent(m[1])} />;
   if (path === '/import') return <ImportPage />;
   if (path === '/alerts') return <AlertsPage />;
+  if (path === '/schedules') return <Schedules />;
+  if ((m = /^\/schedules\/([^/]+)$/.exec(path))) return <ScheduleDetail key={m[1]} id={decodeURIComponent(m[1])} />;
+  if (path === '/types') return <Types />;
   return <NotFound />;
 }
 

@@ -5,7 +5,7 @@ function headChip(page) {
   return page.getByTestId('page-task').locator('.task-head [data-testid="status-chip"]');
 }
 
-async function waitStatus(page, status, timeout = 20_000) {
+async function waitStatus(page, status, timeout = 45_000) {
   await page.locator(`.task-head [data-testid="status-chip"][data-status="${status}"]`).waitFor({ timeout });
 }
 
@@ -22,7 +22,7 @@ export function register(env) {
     await actions.getByTestId('action-cancel').click();
     await page.getByTestId('cancel-reason').fill('e2e: no longer needed');
     await page.getByTestId('confirm-yes').click();
-    await waitStatus(page, 'CANCELLED', 15_000);
+    await waitStatus(page, 'CANCELLED', 45_000);
     assert.equal(await actions.locator('button').count(), 0, 'a cancelled task offers no action');
     await page.getByText('e2e: no longer needed', { exact: true }).waitFor();
     await page.getByTestId('log').getByText(/cancelled while running/).waitFor();
@@ -46,6 +46,9 @@ export function register(env) {
     await page.getByTestId('instance').nth(1).waitFor();
     await waitStatus(page, 'FAILED');
     assert.equal(await page.getByTestId('instance').count(), 2);
+    // The newest execution says that a person started it.
+    await page.getByTestId('instance').first().getByTestId('manual-retry').waitFor();
+    assert.equal(await page.getByTestId('manual-retry').count(), 1);
     await page.close();
   });
 
@@ -55,6 +58,8 @@ export function register(env) {
     await page.goto(env.url(`tasks/${task.id}`));
     await waitStatus(page, 'SUCCESS');
     assert.equal(await page.locator('.task-head [data-testid="task-actions"] button').count(), 0);
+    // noop reports no result: a success says so, not "No result yet".
+    assert.equal(await page.getByTestId('no-result').textContent(), 'Succeeded. This task type reports no result.');
     assert.equal(await headChip(page).count(), 1);
     await page.close();
   });

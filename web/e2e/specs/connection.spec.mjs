@@ -7,7 +7,7 @@ export function register(env) {
     await page.locator('[data-testid="live-indicator"][data-phase="connected"]').waitFor();
 
     await env.server.stop();
-    await page.getByTestId('connection-lost').waitFor({ timeout: 20_000 });
+    await page.getByTestId('connection-lost').waitFor({ timeout: 45_000 });
     await env.shot(page, 'connection-lost');
 
     await env.server.start();
@@ -17,7 +17,7 @@ export function register(env) {
 
     // Subscriptions are live again: a task made now shows up by itself.
     const task = await env.server.createTask({ type: 'noop', title: 'e2e after reconnect' });
-    await page.locator(`[data-testid="task-row"][data-code="${task.code}"] [data-status="SUCCESS"]`).waitFor({ timeout: 20_000 });
+    await page.locator(`[data-testid="task-row"][data-code="${task.code}"] [data-status="SUCCESS"]`).waitFor({ timeout: 45_000 });
     await page.close();
   });
 }

@@ -10,7 +10,7 @@ export function register(env) {
     const before = Number(await success.getAttribute('data-count'));
     await page.locator('[data-testid="live-indicator"][data-phase="connected"]').waitFor();
     await env.server.createTask({ type: 'noop', title: 'e2e dashboard' });
-    await page.waitForFunction((n) => Number(document.querySelector('[data-testid="count-SUCCESS"]')?.getAttribute('data-count')) > n, before, { timeout: 15_000 });
+    await page.waitForFunction((n) => Number(document.querySelector('[data-testid="count-SUCCESS"]')?.getAttribute('data-count')) > n, before, { timeout: 45_000 });
     await page.getByTestId('chart-throughput').waitFor();
     await env.shot(page, 'dashboard');
     await page.close();

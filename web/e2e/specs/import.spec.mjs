@@ -31,7 +31,9 @@ export function register(env) {
     await page.getByTestId('dropzone').dispatchEvent('dragover', { dataTransfer });
     await page.getByTestId('dropzone').dispatchEvent('drop', { dataTransfer });
     await page.getByTestId('import-file-name').getByText('contacts-e2e.xlsx').waitFor();
-    await page.getByTestId('import-target').fill('contacts');
+    // The target is picked from the server's list, not typed.
+    assert.equal(await page.getByTestId('import-target').evaluate((el) => el.tagName), 'SELECT');
+    await page.getByTestId('import-target').selectOption('contacts');
     await env.shot(page, 'import-ready');
     await page.getByTestId('import-submit').click();
 

@@ -7,6 +7,10 @@ export function register(env) {
     const page = await env.page();
     await page.goto(env.url('launch'));
     await page.getByTestId('launch-type-noop').click();
+    // An import starts from a file, on the Import page: no launch form.
+    assert.equal(await page.getByTestId('launch-type-import').count(), 0);
+    // The policy select says what the empty choice means.
+    assert.match(await page.locator('#opt-retryPolicy option').first().textContent(), /^The type's default: none \(1 attempt, no retry\)$/);
     await page.getByTestId('input-sleepMs').fill('1200');
     await page.getByTestId('input-note').fill('from the launch form');
     await page.getByTestId('opt-title').fill('e2e launch');
@@ -25,13 +29,21 @@ export function register(env) {
     const chip = (status) => page.locator(`.task-head [data-testid="status-chip"][data-status="${status}"]`);
     await chip('PENDING').waitFor();
     await env.shot(page, 'task-detail-pending');
-    await chip('EXECUTING').waitFor({ timeout: 20_000 });
-    await chip('SUCCESS').waitFor({ timeout: 20_000 });
+    await chip('EXECUTING').waitFor({ timeout: 45_000 });
+    await chip('SUCCESS').waitFor({ timeout: 45_000 });
     assert.equal(await noReload(page), true, 'the page reloaded');
     assert.equal(await page.getByRole('progressbar').first().getAttribute('aria-valuenow'), '100');
     await page.getByTestId('task-result').getByText('from the launch form').waitFor();
     assert.equal(await page.getByTestId('instance').count(), 1);
     await env.shot(page, 'task-detail-success');
+    await page.close();
+  });
+
+  test('launch: an import is launched from the Import page', async () => {
+    const page = await env.page();
+    await page.goto(env.url('launch/import'));
+    await page.getByTestId('launch-use-import').getByRole('link').click();
+    await page.getByTestId('page-import').waitFor();
     await page.close();
   });
 

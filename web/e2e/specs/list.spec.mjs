@@ -14,7 +14,7 @@ export function register(env) {
     await markNoReload(page);
     const task = await env.server.createTask({ type: 'noop', title: 'e2e list live', input: { sleepMs: 1500 } });
     await row(page, task.code).waitFor();
-    await rowStatus(page, task.code, 'SUCCESS').waitFor({ timeout: 20_000 });
+    await rowStatus(page, task.code, 'SUCCESS').waitFor({ timeout: 45_000 });
     assert.equal(await noReload(page), true);
     await env.shot(page, 'task-list');
     await page.close();

@@ -1,55 +1,63 @@
 import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { test } from 'node:test';
+import { Server } from '../env.mjs';
 
-// The server under test has no auth; the test plays a server that answers
-// UNAUTHENTICATED (route interception) until a token is given, and checks
-// that the token then travels on HTTP and in connection_init.
+// A second server, with real authentication (a token file): the console
+// meets the server's own 401s, and the token it is given must travel on
+// HTTP and in connection_init for the list and its live updates to work.
 export function register(env) {
-  test('login: UNAUTHENTICATED leads to the login screen, and the token is sent both ways', async () => {
-    const page = await env.page();
-    let requireToken = true;
-    const seenHeaders = [];
-    await page.route('**/query', async (route) => {
-      const auth = route.request().headers()['authorization'];
-      seenHeaders.push(auth ?? '');
-      if (requireToken && auth !== 'Bearer e2e-token') {
-        await route.fulfill({
-          status: 401,
-          contentType: 'application/json',
-          body: JSON.stringify({ errors: [{ message: 'missing or invalid token', extensions: { code: 'UNAUTHENTICATED' } }] }),
-        });
-        return;
-      }
-      await route.continue();
-    });
-    const initPayloads = [];
-    page.on('websocket', (ws) => {
-      ws.on('framesent', (f) => {
-        const text = typeof f.payload === 'string' ? f.payload : '';
-        if (text.includes('connection_init')) initPayloads.push(text);
+  test('login: a server with authentication asks for a token, and the token is sent both ways', async () => {
+    const token = `tg_e2e_${randomBytes(16).toString('hex')}`;
+    const secured = new Server({ token });
+    secured.bin = env.server.bin; // built once, by newEnv
+    const tokens = path.join(secured.tmp, 'tokens');
+    writeFileSync(tokens, `${createHash('sha256').update(token).digest('hex')} e2e-admin admin\n`, { mode: 0o600 });
+    secured.args = ['--token-file', tokens];
+    await secured.start();
+    try {
+      const created = await secured.createTask({ type: 'noop', title: 'e2e behind a login' });
+      const page = await env.page();
+      const statuses = [];
+      page.on('response', (r) => {
+        if (r.url().endsWith('/query')) statuses.push(r.status());
       });
-    });
+      const initPayloads = [];
+      page.on('websocket', (ws) => {
+        ws.on('framesent', (f) => {
+          const text = typeof f.payload === 'string' ? f.payload : '';
+          if (text.includes('connection_init')) initPayloads.push(text);
+        });
+      });
 
-    await page.goto(env.url('tasks'));
-    await page.getByTestId('login-form').waitFor();
-    await env.shot(page, 'login');
-    await page.getByTestId('login-token').fill('wrong');
-    await page.getByTestId('login-submit').click();
-    await page.getByTestId('login-error').waitFor();
+      await page.goto(`${secured.url}/console/tasks`);
+      await page.getByTestId('login-form').waitFor();
+      assert.ok(statuses.includes(401), `the server answered ${statuses.join(', ')}, not 401`);
+      await env.shot(page, 'login');
+      await page.getByTestId('login-token').fill('tg_wrong');
+      await page.getByTestId('login-submit').click();
+      await page.getByTestId('login-error').waitFor();
 
-    await page.getByTestId('login-token').fill('e2e-token');
-    await page.getByTestId('login-submit').click();
-    await page.getByTestId('page-tasks').waitFor();
-    await page.getByTestId('task-row').first().waitFor();
-    assert.equal(await page.evaluate(() => localStorage.getItem('taskgraph.token')), 'e2e-token');
-    assert.ok(seenHeaders.includes('Bearer e2e-token'));
-    await page.waitForFunction(() => document.querySelector('[data-testid="live-indicator"]')?.getAttribute('data-phase') === 'connected');
-    assert.ok(initPayloads.some((p) => p.includes('Bearer e2e-token')), `connection_init without the token: ${initPayloads.join(' | ')}`);
+      await page.getByTestId('login-token').fill(token);
+      await page.getByTestId('login-submit').click();
+      await page.getByTestId('page-tasks').waitFor();
+      await page.locator(`[data-testid="task-row"][data-task-id="${created.id}"]`).waitFor();
+      assert.equal(await page.evaluate(() => localStorage.getItem('taskgraph.token')), token);
+      await page.waitForFunction(() => document.querySelector('[data-testid="live-indicator"]')?.getAttribute('data-phase') === 'connected');
+      assert.ok(initPayloads.some((p) => p.includes(`Bearer ${token}`)), 'connection_init without the token');
+      // Live through the authenticated socket: a task created now appears.
+      const later = await secured.createTask({ type: 'noop', title: 'e2e created after login' });
+      await page.locator(`[data-testid="task-row"][data-task-id="${later.id}"]`).waitFor();
 
-    requireToken = false;
-    await page.getByTestId('sign-out').click();
-    await page.getByTestId('login-form').waitFor();
-    assert.equal(await page.evaluate(() => localStorage.getItem('taskgraph.token')), null);
-    await page.close();
+      await page.getByTestId('sign-out').click();
+      await page.getByTestId('login-form').waitFor();
+      assert.equal(await page.evaluate(() => localStorage.getItem('taskgraph.token')), null);
+      await page.close();
+    } finally {
+      await secured.stop();
+      secured.cleanup();
+    }
   });
 }

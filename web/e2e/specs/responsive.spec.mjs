@@ -24,6 +24,11 @@ export function register(env) {
       if (path.startsWith('tasks/')) await page.locator('.task-head [data-status="FAILED"]').waitFor();
       await page.waitForTimeout(300);
       assert.equal(await noHorizontalScroll(page), true, `${path || 'dashboard'} scrolls sideways on a phone`);
+      if (path === 'tasks') {
+        // Codes are shown whole (WEBHOO-20261130-… was cut to WEBHOO-...).
+        const cut = await page.locator('[data-testid="task-row"] .cell-code').evaluateAll((cells) => cells.filter((c) => c.scrollWidth > c.clientWidth + 1).map((c) => c.textContent));
+        assert.deepEqual(cut, [], 'task codes cut on a phone');
+      }
       await env.shot(page, shot);
     }
     await page.close();

@@ -244,3 +244,145 @@ export function dashboardQuery(buckets: number) {
     }
   `);
 }
+
+// --- Schedules and flow control (graph/schema/schedules.graphql, flow.graphql) ---
+
+export type MisfirePolicy = 'SKIP' | 'RUN_ONCE';
+export type OverlapPolicy = 'SKIP' | 'QUEUE' | 'CANCEL_PREVIOUS' | 'ALLOW';
+export const MISFIRE_POLICIES: MisfirePolicy[] = ['SKIP', 'RUN_ONCE'];
+export const OVERLAP_POLICIES: OverlapPolicy[] = ['SKIP', 'QUEUE', 'CANCEL_PREVIOUS', 'ALLOW'];
+
+export interface ScheduleRow {
+  id: string;
+  name: string;
+  owner: string;
+  cron: string;
+  intervalSeconds: number | null;
+  timezone: string;
+  effectiveTimezone: string;
+  taskType: string;
+  taskTitle: string;
+  paused: boolean;
+  misfirePolicy: MisfirePolicy;
+  overlapPolicy: OverlapPolicy;
+  nextFireAt: string | null;
+  lastFiredAt: string | null;
+  queuedCount: number;
+  startAt: string | null;
+  endAt: string | null;
+  upcoming: string[];
+}
+
+export interface ScheduleEvent {
+  id: string;
+  kind: string;
+  slot: string | null;
+  taskID: string | null;
+  missed: number;
+  message: string;
+  node: string;
+  createdAt: string;
+}
+
+const SCHEDULE_ROW = `
+  id name owner cron intervalSeconds timezone effectiveTimezone taskType taskTitle paused
+  misfirePolicy overlapPolicy nextFireAt lastFiredAt queuedCount startAt endAt upcoming(count: 3)
+`;
+
+export const SCHEDULES = gql`
+  query Schedules {
+    schedules(first: 100) { totalCount edges { node { ${SCHEDULE_ROW} } } }
+  }
+`;
+
+export const SCHEDULE = gql`
+  query Schedule($id: ID!) {
+    schedule(id: $id) {
+      ${SCHEDULE_ROW}
+      taskInput taskPriority taskTimeoutSeconds taskRetryPolicy taskMaxAttempts
+      events(last: 50) { totalCount edges { node { id kind slot taskID missed message node createdAt } } }
+      tasks(first: 20) { totalCount edges { node { ${ROW} scheduleSlot } } }
+    }
+  }
+`;
+
+export const SCHEDULE_PREVIEW = gql`
+  query SchedulePreview($input: SchedulePreviewInput!, $count: Int) {
+    schedulePreview(input: $input, count: $count)
+  }
+`;
+
+export const CREATE_SCHEDULE = gql`
+  mutation CreateSchedule($input: CreateScheduleInput!) {
+    createSchedule(input: $input) { ${SCHEDULE_ROW} }
+  }
+`;
+
+export const PAUSE_SCHEDULE = gql`
+  mutation PauseSchedule($id: ID!) { pauseSchedule(id: $id) { ${SCHEDULE_ROW} } }
+`;
+
+export const RESUME_SCHEDULE = gql`
+  mutation ResumeSchedule($id: ID!) { resumeSchedule(id: $id) { ${SCHEDULE_ROW} } }
+`;
+
+export const DELETE_SCHEDULE = gql`
+  mutation DeleteSchedule($id: ID!) { deleteSchedule(id: $id) }
+`;
+
+export const RUN_SCHEDULE_NOW = gql`
+  mutation RunScheduleNow($id: ID!) { runScheduleNow(id: $id) { ${ROW} scheduleSlot } }
+`;
+
+// The tasks of one schedule, live: a new one appears when it is fired.
+export const SCHEDULE_TASK_UPDATED = gql`
+  subscription ScheduleTaskUpdated($where: TaskWhereInput) {
+    taskUpdated(where: $where) { ${ROW} scheduleSlot }
+  }
+`;
+
+export interface TypeControl {
+  type: string;
+  maxRunning: number | null;
+  rateLimit: number | null;
+  ratePeriodSeconds: number;
+  paused: boolean;
+  pausedUntil: string | null;
+  running: number;
+  waiting: number;
+  startedInWindow: number;
+  nextStartAt: string | null;
+  updatedBy: string | null;
+  updatedAt: string | null;
+}
+
+const CONTROL = `type maxRunning rateLimit ratePeriodSeconds paused pausedUntil running waiting startedInWindow nextStartAt updatedBy updatedAt`;
+
+export const TYPE_CONTROLS = gql`
+  query TypeControls { typeControls { ${CONTROL} } }
+`;
+
+export const SET_TYPE_CONTROL = gql`
+  mutation SetTypeControl($type: String!, $input: TypeControlInput!) { setTypeControl(type: $type, input: $input) { ${CONTROL} } }
+`;
+
+export const PAUSE_TYPE = gql`
+  mutation PauseType($type: String!, $until: Time) { pauseType(type: $type, until: $until) { ${CONTROL} } }
+`;
+
+export const RESUME_TYPE = gql`
+  mutation ResumeType($type: String!) { resumeType(type: $type) { ${CONTROL} } }
+`;
+
+export interface WaitReason {
+  kind: 'NOT_DUE' | 'PAUSED' | 'AT_CAP' | 'RATE_LIMITED';
+  message: string;
+  until: string | null;
+  limit: number | null;
+  current: number | null;
+}
+
+// Why a waiting task waits: read with the task, and again when it changes.
+export const TASK_WAITING = gql`
+  query TaskWaiting($id: ID!) { task(id: $id) { id status waitingReason { kind message until limit current } } }
+`;

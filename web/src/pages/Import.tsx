@@ -1,4 +1,6 @@
 import { useRef, useState, type DragEvent, type FormEvent } from 'react';
+import { gql } from '@urql/core';
+import { useQuery } from 'urql';
 import type { ApiError } from '../api/errors';
 import { useFeatures } from '../api/features';
 import { useAuth } from '../api/session';
@@ -7,9 +9,14 @@ import { ErrorBox } from '../components/ErrorBox';
 import { useI18n } from '../i18n';
 import { navigate } from '../router';
 
-// Targets the import handler is known to accept; the field also takes any
-// other name, since the server is the judge.
+// The target offered while the server's list (importTargets) loads.
 export const KNOWN_TARGETS = ['contacts'];
+
+const IMPORT_TARGETS = gql`
+  query ImportTargets {
+    importTargets { name description }
+  }
+`;
 
 function newKey(): string {
   return typeof crypto !== 'undefined' && 'randomUUID' in crypto ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`;
@@ -36,6 +43,9 @@ export function ImportPage() {
   const [errors, setErrors] = useState<ApiError[]>([]);
   const [localError, setLocalError] = useState('');
   const inputRef = useRef<HTMLInputElement>(null);
+  // The server's targets: the import goes to one of them, picked from a list.
+  const [targetsRes] = useQuery<{ importTargets: { name: string; description: string }[] }>({ query: IMPORT_TARGETS, pause: features.importFile !== 'present' });
+  const targetList = targetsRes.data?.importTargets?.length ? targetsRes.data.importTargets : KNOWN_TARGETS.map((name) => ({ name, description: '' }));
 
   if (features.importFile === 'absent') {
     return (
@@ -140,12 +150,13 @@ export function ImportPage() {
         <div className="options-grid">
           <div className="field">
             <label htmlFor="import-target">{t('import.target')}</label>
-            <input id="import-target" list="import-targets" value={target} onChange={(e) => setTarget(e.target.value)} data-testid="import-target" required />
-            <datalist id="import-targets">
-              {KNOWN_TARGETS.map((x) => (
-                <option key={x} value={x} />
+            <select id="import-target" value={target} onChange={(e) => setTarget(e.target.value)} data-testid="import-target" required>
+              {targetList.map((x) => (
+                <option key={x.name} value={x.name}>
+                  {x.description ? `${x.name} — ${x.description}` : x.name}
+                </option>
               ))}
-            </datalist>
+            </select>
           </div>
           <div className="field grow">
             <label htmlFor="import-options">{t('import.options')}</label>

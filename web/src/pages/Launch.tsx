@@ -4,10 +4,13 @@ import { fieldProblems, fromCombined } from '../api/errors';
 import { CREATE_TASK, TASK_TYPES, type RetryPolicy, type TaskRow, type TaskType } from '../api/queries';
 import { ErrorBox } from '../components/ErrorBox';
 import { SchemaForm } from '../components/SchemaForm';
-import { useI18n } from '../i18n';
+import { useI18n, type Translate } from '../i18n';
 import { buildInput, canUseForm, emptyValues, fieldsOf, type FieldError, type FormValues } from '../lib/schemaForm';
 import { fromLocalInput } from '../lib/time';
 import { Link, navigate } from '../router';
+
+// Task types started by an upload (the Import page), not by a form.
+export const UPLOAD_ONLY = ['import'];
 
 interface TypesData {
   taskTypes: TaskType[];
@@ -17,7 +20,9 @@ interface TypesData {
 export function Launch({ type }: { type: string | null }) {
   const { t } = useI18n();
   const [res] = useQuery<TypesData>({ query: TASK_TYPES });
-  const types = res.data?.taskTypes ?? [];
+  // An import needs a file: it is launched from the Import page, not from
+  // a form asking for an uploaded file's key.
+  const types = (res.data?.taskTypes ?? []).filter((x) => !UPLOAD_ONLY.includes(x.name));
   const selected = type ? types.find((x) => x.name === type) : undefined;
 
   return (
@@ -32,7 +37,12 @@ export function Launch({ type }: { type: string | null }) {
           </Link>
         ))}
       </nav>
-      {type && res.data && !selected && <p className="error-box">{t('launch.unknownType', { type })}</p>}
+      {type && UPLOAD_ONLY.includes(type) && (
+        <p className="notice" data-testid="launch-use-import">
+          {t('launch.useImport')} <Link to="/import">{t('nav.import')}</Link>
+        </p>
+      )}
+      {type && res.data && !selected && !UPLOAD_ONLY.includes(type) && <p className="error-box">{t('launch.unknownType', { type })}</p>}
       {selected && <LaunchForm key={selected.name} type={selected} policies={res.data?.retryPolicies ?? []} />}
       {!type && res.data && <p className="muted">{t('launch.pickType')}</p>}
     </div>
@@ -51,6 +61,13 @@ interface Options {
 }
 
 const NO_OPTIONS: Options = { title: '', bizId: '', priority: '', retryPolicy: '', maxAttempts: '', timeoutSeconds: '', runAt: '', idempotencyKey: '' };
+
+// policyLabel names a retry policy with its attempts: "default (3 attempts)".
+export function policyLabel(name: string, policies: RetryPolicy[], t: Translate): string {
+  const p = policies.find((x) => x.name === name);
+  if (!p) return name;
+  return t(p.maxAttempts === 1 ? 'launch.policyOneAttempt' : 'launch.policyAttempts', { name, n: p.maxAttempts });
+}
 
 function intOrNull(s: string): number | null {
   if (s.trim() === '') return null;
@@ -174,12 +191,10 @@ function LaunchForm({ type, policies }: { type: TaskType; policies: RetryPolicy[
           <div className="field">
             <label htmlFor="opt-retryPolicy">{t('launch.retryPolicy')}</label>
             <select {...opt('retryPolicy')}>
-              <option value="">
-                {t('launch.default')}: {type.defaultRetryPolicy}
-              </option>
+              <option value="">{t('launch.policyTypeDefault', { policy: policyLabel(type.defaultRetryPolicy, policies, t) })}</option>
               {policies.map((p) => (
                 <option key={p.name} value={p.name}>
-                  {p.name} ({p.maxAttempts}×)
+                  {policyLabel(p.name, policies, t)}
                 </option>
               ))}
             </select>

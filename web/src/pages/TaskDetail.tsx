@@ -2,7 +2,7 @@ import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { useClient, useQuery, useSubscription } from 'urql';
 import { fromCombined, type ApiError } from '../api/errors';
 import { useFeatures } from '../api/features';
-import { TASK, TASK_LOG_APPENDED, TASK_LOGS, TASK_UPDATED, type ArtifactKind, type TaskFull, type TaskInstance, type TaskLogLine } from '../api/queries';
+import { TASK, TASK_LOG_APPENDED, TASK_LOGS, TASK_UPDATED, TASK_WAITING, type ArtifactKind, type TaskFull, type TaskInstance, type TaskLogLine, type WaitReason } from '../api/queries';
 import { ActionButtons } from '../components/ActionButtons';
 import { ErrorBox } from '../components/ErrorBox';
 import { JsonView } from '../components/JsonView';
@@ -70,6 +70,7 @@ export function TaskDetail({ id }: { id: string }) {
           {t('action.cancelRequested')}
         </div>
       )}
+      {(task.status === 'PENDING' || task.status === 'RETRY_PENDING') && <Waiting id={task.id} version={task.version} />}
       {sub.error && <ErrorBox error={sub.error} />}
 
       {(task.progressTotal > 0 || !['FAILED', 'CANCELLED'].includes(task.status)) && (
@@ -128,7 +129,9 @@ export function TaskDetail({ id }: { id: string }) {
           ) : task.result !== null && task.result !== undefined ? (
             <JsonView value={task.result} />
           ) : (
-            <p className="muted">{t('detail.noResult')}</p>
+            <p className="muted" data-testid="no-result">
+              {task.status === 'SUCCESS' ? t('detail.doneNoResult') : t('detail.noResult')}
+            </p>
           )}
           {task.lastError && (
             <>
@@ -161,6 +164,16 @@ function Meta({ label, value, mono = false }: { label: string; value: string; mo
   );
 }
 
+// manualRetry tells whether an execution was started by a person's retry:
+// a manual retry starts the policy's attempts again at 1, which no
+// automatic retry does (an interruption by a shutdown also keeps attempt
+// 1, so an execution after an interrupted one is not counted).
+export function manualRetry(i: Pick<TaskInstance, 'instanceNo' | 'attempt'>, all: Pick<TaskInstance, 'instanceNo' | 'errorKind'>[]): boolean {
+  if (i.instanceNo <= 1 || i.attempt !== 1) return false;
+  const before = all.find((x) => x.instanceNo === i.instanceNo - 1);
+  return !!before && before.errorKind !== 'INTERRUPTED';
+}
+
 function Timeline({ instances, now }: { instances: TaskInstance[]; now: number }) {
   const { t, locale } = useI18n();
   return (
@@ -173,6 +186,11 @@ function Timeline({ instances, now }: { instances: TaskInstance[]; now: number }
             <div className="timeline-head">
               <strong>{t('detail.instance', { n: i.instanceNo })}</strong>
               <span className="muted">{t('detail.attempt', { n: i.attempt })}</span>
+              {manualRetry(i, instances) && (
+                <span className="badge" data-testid="manual-retry">
+                  {t('detail.manualRetry')}
+                </span>
+              )}
               <StatusChip status={i.status} testId="instance-status" />
             </div>
             <dl className="meta compact">
@@ -321,5 +339,26 @@ function Logs({ taskId }: { taskId: string }) {
         )}
       </div>
     </section>
+  );
+}
+
+// Waiting says why a waiting task is held back (its type paused, at its
+// cap, rate limited, or not due yet), read again at every change of the
+// task and every few seconds while it waits: what holds it back (the
+// other tasks of its type) changes without it.
+function Waiting({ id, version }: { id: string; version: number }) {
+  const { t, locale } = useI18n();
+  const now = useNow(3000);
+  const [res, reexecute] = useQuery<{ task: { id: string; waitingReason: WaitReason | null } | null }>({ query: TASK_WAITING, variables: { id }, requestPolicy: 'network-only' });
+  useEffect(() => {
+    reexecute({ requestPolicy: 'network-only' });
+  }, [version, now, reexecute]);
+  const w = res.data?.task?.waitingReason;
+  if (!w) return null;
+  return (
+    <div className="notice" role="status" data-testid="waiting-reason" data-kind={w.kind}>
+      <strong>{t(`wait.${w.kind}` as MessageKey)}</strong> · {w.message}
+      {w.until && ` (${formatDateTime(w.until, locale)})`}
+    </div>
   );
 }

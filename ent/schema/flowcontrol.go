@@ -1,0 +1,79 @@
+package schema
+
+import (
+	"entgo.io/contrib/entgql"
+	"entgo.io/ent"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+)
+
+// FlowControl is what holds one task type back cluster-wide: a cap on its
+// running instances, a rate of starts, a pause. The claim reads it (and on
+// PostgreSQL locks it) in its own transaction, through package flow's gate.
+// A type without a row is unlimited.
+type FlowControl struct{ ent.Schema }
+
+// Fields of FlowControl.
+func (FlowControl) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("task_type").
+			Unique().
+			Immutable(),
+		field.Int("max_running").
+			Optional().
+			Nillable().
+			Comment("At most this many instances EXECUTING at once, across all nodes."),
+		field.Int("rate_limit").
+			Optional().
+			Nillable().
+			Comment("At most this many starts in any window of rate_period_seconds."),
+		field.Int("rate_period_seconds").
+			Default(1),
+		field.Bool("paused").
+			Default(false),
+		field.Time("paused_until").
+			Optional().
+			Nillable().
+			Comment("A pause ends by itself at this time; empty: until resumed."),
+		field.String("updated_by").
+			Default(""),
+		field.Time("updated_at").
+			Default(utcNow),
+	}
+}
+
+// Annotations of FlowControl.
+func (FlowControl) Annotations() []schema.Annotation {
+	return []schema.Annotation{entgql.Skip(entgql.SkipAll)}
+}
+
+// FlowStart records how many instances of a rate-limited type one claim
+// started, and when: the rate limit's sliding window is the sum over the
+// rows of its period. Rows older than the period are deleted by the claims
+// that follow.
+type FlowStart struct{ ent.Schema }
+
+// Fields of FlowStart.
+func (FlowStart) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("task_type").
+			Immutable(),
+		field.Time("started_at").
+			Immutable(),
+		field.Int("count").
+			Immutable(),
+	}
+}
+
+// Indexes of FlowStart.
+func (FlowStart) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("task_type", "started_at"),
+	}
+}
+
+// Annotations of FlowStart.
+func (FlowStart) Annotations() []schema.Annotation {
+	return []schema.Annotation{entgql.Skip(entgql.SkipAll)}
+}

@@ -1,0 +1,165 @@
+// One schedule: its settings, next fire times, the tasks it created (live:
+// a task it fires appears without a reload) and its log of firings, skips
+// and misfires.
+import { useCallback, useEffect, useState } from 'react';
+import { useMutation, useQuery, useSubscription } from 'urql';
+import { fromCombined } from '../api/errors';
+import {
+  DELETE_SCHEDULE,
+  PAUSE_SCHEDULE,
+  RESUME_SCHEDULE,
+  RUN_SCHEDULE_NOW,
+  SCHEDULE,
+  SCHEDULE_TASK_UPDATED,
+  type ScheduleEvent,
+  type ScheduleRow,
+  type TaskRow,
+} from '../api/queries';
+import { ErrorBox } from '../components/ErrorBox';
+import { JsonView } from '../components/JsonView';
+import { StatusChip } from '../components/StatusChip';
+import { useI18n, type MessageKey } from '../i18n';
+import { useOnReconnect } from '../lib/hooks';
+import { formatDateTime } from '../lib/time';
+import { Link, navigate } from '../router';
+import { describe } from './Schedules';
+
+type ScheduleTask = TaskRow & { scheduleSlot: string | null };
+
+interface ScheduleFull extends ScheduleRow {
+  taskInput: unknown;
+  events: { totalCount: number; edges: { node: ScheduleEvent }[] };
+  tasks: { totalCount: number; edges: { node: ScheduleTask }[] };
+}
+
+export function ScheduleDetail({ id }: { id: string }) {
+  const { t, locale } = useI18n();
+  const [res, reexecute] = useQuery<{ schedule: ScheduleFull | null }>({ query: SCHEDULE, variables: { id } });
+  const refetch = useCallback(() => reexecute({ requestPolicy: 'network-only' }), [reexecute]);
+  useOnReconnect(refetch);
+  const [sub] = useSubscription<{ taskUpdated: ScheduleTask }>({ query: SCHEDULE_TASK_UPDATED, variables: { where: { scheduleID: id } } });
+  const s = res.data?.schedule ?? null;
+  // A task this schedule just fired: read the list and the log again.
+  const known = new Set(s?.tasks.edges.map((e) => e.node.id) ?? []);
+  const fresh = sub.data?.taskUpdated;
+  const isNew = !!fresh && !known.has(fresh.id);
+  useEffect(() => {
+    if (isNew) refetch();
+  }, [isNew, fresh?.id, refetch]);
+
+  const [act, setAct] = useState<{ error?: ReturnType<typeof fromCombined> }>({});
+  const [, pause] = useMutation(PAUSE_SCHEDULE);
+  const [, resume] = useMutation(RESUME_SCHEDULE);
+  const [, runNow] = useMutation(RUN_SCHEDULE_NOW);
+  const [, del] = useMutation(DELETE_SCHEDULE);
+  const run = async (p: Promise<{ error?: Parameters<typeof fromCombined>[0] }>, after?: () => void) => {
+    const r = await p;
+    setAct({ error: r.error ? fromCombined(r.error) : undefined });
+    if (!r.error) {
+      refetch();
+      after?.();
+    }
+  };
+
+  if (!s) {
+    return (
+      <div className="page" data-testid="page-schedule">
+        <Link to="/schedules">← {t('sched.back')}</Link>
+        {res.error && <ErrorBox error={res.error} />}
+      </div>
+    );
+  }
+  return (
+    <div className="page" data-testid="page-schedule">
+      <Link to="/schedules">← {t('sched.back')}</Link>
+      <div className="page-head">
+        <h1 data-testid="schedule-name">{s.name}</h1>
+        <span className={`chip ${s.paused ? 'chip-muted' : ''}`} data-testid="schedule-state">
+          {s.paused ? t('sched.paused') : s.nextFireAt ? t('sched.active') : t('sched.ended')}
+        </span>
+      </div>
+      <div className="actions">
+        {s.paused ? (
+          <button type="button" className="btn" onClick={() => run(resume({ id }))} data-testid="schedule-resume">
+            {t('sched.resume')}
+          </button>
+        ) : (
+          <button type="button" className="btn" onClick={() => run(pause({ id }))} data-testid="schedule-pause">
+            {t('sched.pause')}
+          </button>
+        )}
+        <button type="button" className="btn" onClick={() => run(runNow({ id }))} data-testid="schedule-run-now">
+          {t('sched.runNow')}
+        </button>
+        <button
+          type="button"
+          className="btn btn-danger"
+          onClick={() => {
+            if (window.confirm(t('sched.confirmDelete', { name: s.name }))) void run(del({ id }), () => navigate('/schedules'));
+          }}
+          data-testid="schedule-delete"
+        >
+          {t('sched.delete')}
+        </button>
+      </div>
+      {act.error && <ErrorBox errors={act.error} />}
+      <section className="card meta-grid">
+        <div>
+          <span className="muted">{t('sched.when')}</span> <code>{describe(s, t)}</code> · {s.effectiveTimezone}
+        </div>
+        <div>
+          <span className="muted">{t('sched.task')}</span> {s.taskType} {s.taskTitle && `· ${s.taskTitle}`}
+        </div>
+        <div>
+          <span className="muted">{t('sched.misfire')}</span> {t(`sched.misfire.${s.misfirePolicy}` as MessageKey)}
+        </div>
+        <div>
+          <span className="muted">{t('sched.overlap')}</span> {t(`sched.overlap.${s.overlapPolicy}` as MessageKey)}
+          {s.queuedCount > 0 && ` · ${t('sched.queued', { n: s.queuedCount })}`}
+        </div>
+        <div>
+          <span className="muted">{t('sched.next')}</span>{' '}
+          <span data-testid="schedule-upcoming">{s.upcoming.map((at) => formatDateTime(at, locale)).join(' · ') || '—'}</span>
+        </div>
+        <JsonView value={s.taskInput} />
+      </section>
+      <section className="card">
+        <h2>
+          {t('sched.tasks')} <span className="muted">({s.tasks.totalCount})</span>
+        </h2>
+        <table className="table" data-testid="schedule-tasks">
+          <thead>
+            <tr>
+              <th>{t('sched.slot')}</th>
+              <th>{t('list.col.code')}</th>
+              <th>{t('list.col.status')}</th>
+            </tr>
+          </thead>
+          <tbody>
+            {s.tasks.edges.map(({ node: tk }) => (
+              <tr key={tk.id} data-testid="schedule-task">
+                <td>{formatDateTime(tk.scheduleSlot, locale)}</td>
+                <td>
+                  <Link to={`/tasks/${tk.id}`}>{tk.code}</Link>
+                </td>
+                <td>
+                  <StatusChip status={tk.status} />
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </section>
+      <section className="card">
+        <h2>{t('sched.log')}</h2>
+        <ol className="schedule-log" data-testid="schedule-log">
+          {[...s.events.edges].reverse().map(({ node: e }) => (
+            <li key={e.id} data-kind={e.kind}>
+              <span className="muted small">{formatDateTime(e.createdAt, locale)}</span> <strong>{e.kind}</strong> {e.message}
+            </li>
+          ))}
+        </ol>
+      </section>
+    </div>
+  );
+}
