@@ -136,6 +136,7 @@ func Install(c *ent.Client) {
 		}
 		return nil
 	}))
+	installAlerts(c)
 }
 
 func viewer(ctx context.Context) (auth.Viewer, error) {

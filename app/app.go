@@ -25,6 +25,7 @@ import (
 	"entgo.io/ent/dialect"
 
 	"taskgraph/access"
+	"taskgraph/alert"
 	"taskgraph/artifact"
 	"taskgraph/audit"
 	"taskgraph/auth"
@@ -120,6 +121,12 @@ type App struct {
 	Exporter  *exporter.Exporter
 	Janitor   *artifact.Janitor // nil without the watchdog role
 
+	// Alerts: rules, channels, incidents; the evaluator runs on nodes
+	// with the api or watchdog role, one at a time (AlertLeader).
+	Alerts        *alert.Service
+	Evaluator     *alert.Evaluator // nil without the api and watchdog roles
+	AlertLeader   *leader.Lock     // nil on SQLite
+	AlertListener *alert.Listener  // other nodes' incident changes; nil on SQLite
 	// Schedules serves the API's schedule requests; Scheduler fires them
 	// (nil without the watchdog role), led by SchedulerLeader on
 	// PostgreSQL (nil on SQLite: one node, it always leads).
@@ -205,7 +212,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	builtin.Register(registry, &builtin.Webhook{Client: outbound.NewClient(outbound.Config{Policy: policy})})
+	outboundClient := outbound.NewClient(outbound.Config{Policy: policy})
+	builtin.Register(registry, &builtin.Webhook{Client: outboundClient})
+	(&alert.Deliverer{Client: st.Client(), Sealer: sealer, HTTP: outboundClient, Now: opts.Clock}).Register(registry)
 	if opts.Register != nil {
 		opts.Register(registry)
 	}
@@ -242,6 +251,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		opts:     opts,
 	}
 	a.Artifacts, a.Links, a.Importer, a.Exporter = files.artifacts, files.links, files.importer, files.exporter
+	a.Alerts, err = alert.New(alert.Config{Store: st, Engine: eng, Sealer: sealer, Hub: alert.NewHub(), Node: node, PublicURL: cfg.PublicURL(), Logger: log})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	a.Schedules = schedule.NewService(eng, sealer, node, a.Log)
 	a.Flow = flow.NewService(eng)
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -265,7 +279,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 
 	if st.Dialect() == dialect.Postgres {
 		a.Leader = leader.New(st.DB(), leader.WatchdogRole)
-		if cfg.Has(RoleAPI) || cfg.Has(RoleWorker) {
+		// The alert evaluator (api and watchdog roles) needs other nodes'
+		// task outcomes too.
+		if cfg.Has(RoleAPI) || cfg.Has(RoleWorker) || cfg.Has(RoleWatchdog) {
 			a.Relay, err = relay.Listen(ctx, relay.Config{
 				DSN: cfg.DSN(), DB: st.DB(), Node: node, Client: st.Client(), Broker: broker, Logger: log,
 				OnResync: func() {
@@ -310,6 +326,14 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 		wc.OnAction = m.WatchdogActed
 		wc.Logger = a.Log
+		if wc.StallAfter == nil {
+			wc.StallAfter = func(typ string) time.Duration {
+				if t, ok := registry.Lookup(typ); ok {
+					return t.StallAfter
+				}
+				return 0
+			}
+		}
 		a.Watchdog, err = worker.NewWatchdog(wc, st, policies, masker)
 		if err != nil {
 			return fail(err)
@@ -345,6 +369,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 			return fail(err)
 		}
 	}
+	if err := a.newAlerts(ctx, cfg); err != nil {
+		return fail(err)
+	}
+	m.RegisterAlerts(st.Client())
 	src := metrics.Sources{Client: st.Client(), Broker: broker, Inconsistent: st.Inconsistencies}
 	if a.Relay != nil {
 		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
@@ -500,7 +528,7 @@ func (a *App) routes() http.Handler {
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
 				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(),
-				ScheduleService: a.Schedules, Flow: a.Flow},
+				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -599,6 +627,9 @@ func (a *App) Start(ctx context.Context) error {
 	if a.Scheduler != nil {
 		a.Scheduler.Start(ctx)
 	}
+	if a.Evaluator != nil {
+		a.Evaluator.Start(ctx)
+	}
 	return nil
 }
 
@@ -684,6 +715,15 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 		if a.Janitor != nil {
 			a.Janitor.Stop()
+		}
+		if a.Evaluator != nil {
+			a.Evaluator.Stop()
+		}
+		if a.AlertLeader != nil {
+			a.AlertLeader.Release(ctx)
+		}
+		if a.AlertListener != nil {
+			a.AlertListener.Close()
 		}
 		if a.Leader != nil {
 			// Another node's watchdog takes over at its next pass.

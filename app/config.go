@@ -49,6 +49,8 @@ type Config struct {
 	BlobURL string
 	// Network: public URL, metrics listener, outbound destinations.
 	Network NetworkConfig
+	// AlertInterval paces the alert evaluator's periodic checks.
+	AlertInterval time.Duration
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
@@ -184,6 +186,7 @@ func declareFlags(c *Config, getenv func(string) string) *Flags {
 	f.Size(&c.ImportUnzipLimit, "import-unzip-limit", 1<<30, 1<<20, "most an imported xlsx may unpack to")
 	f.Duration(&c.ArtifactTTL, "artifact-ttl", 7*24*time.Hour, time.Minute, 0, "how long uploaded files, error reports and exports are kept")
 	f.Duration(&c.JanitorInterval, "janitor-interval", 10*time.Minute, time.Second, 0, "how often expired artifacts are removed (watchdog role)")
+	f.Duration(&c.AlertInterval, "alert-interval", 2*time.Second, 100*time.Millisecond, time.Hour, "how often the alert evaluator checks stalls, backlogs and the watchdog's leader, and sends notices held back by a quiet period (task failures are handled as they come)")
 	Var(f, &c.BlobURL, "blob-url", "", "url", "where uploads, error reports and exports live, the same on every node: file:///srv/taskgraph/files (a directory every node mounts) or s3://bucket?endpoint=...&region=... (default: the artifacts directory in the data directory, for one node)", parseBlobURL, str)
 	Var(f, &c.Network.PublicURL, "public-url", "", "url", "scheme and host clients reach this server by (https://tasks.example.com); download links are built from it (default: http://<addr>)", parsePublicURL, str)
 	Var(f, &c.Network.MetricsAddr, "metrics-addr", "", "host:port", "serve /metrics on this address of its own, without authentication (default: on --addr, with authentication)", parseOptionalAddr, str)

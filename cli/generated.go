@@ -424,6 +424,8 @@ type CreateTaskInput struct {
 	IdempotencyKey *string `json:"idempotencyKey"`
 	// Do not run before this time.
 	RunAt *time.Time `json:"runAt"`
+	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
+	StallAfterSeconds *int `json:"stallAfterSeconds"`
 }
 
 // GetType returns CreateTaskInput.Type, and is useful for accessing the field via an interface.
@@ -455,6 +457,9 @@ func (v *CreateTaskInput) GetIdempotencyKey() *string { return v.IdempotencyKey 
 
 // GetRunAt returns CreateTaskInput.RunAt, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetRunAt() *time.Time { return v.RunAt }
+
+// GetStallAfterSeconds returns CreateTaskInput.StallAfterSeconds, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetStallAfterSeconds() *int { return v.StallAfterSeconds }
 
 // CreateTaskResponse is returned by CreateTask on success.
 type CreateTaskResponse struct {
@@ -727,6 +732,7 @@ const (
 	ErrorKind_TIMEOUT       ErrorKind = "TIMEOUT"
 	ErrorKind_CANCELLED     ErrorKind = "CANCELLED"
 	ErrorKind_INTERRUPTED   ErrorKind = "INTERRUPTED"
+	ErrorKind_STALLED       ErrorKind = "STALLED"
 )
 
 var AllErrorKind = []ErrorKind{
@@ -736,6 +742,7 @@ var AllErrorKind = []ErrorKind{
 	ErrorKind_TIMEOUT,
 	ErrorKind_CANCELLED,
 	ErrorKind_INTERRUPTED,
+	ErrorKind_STALLED,
 }
 
 // The format of a tabular file.

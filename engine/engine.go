@@ -124,6 +124,9 @@ type CreateRequest struct {
 	MaxAttempts    *int
 	IdempotencyKey *string
 	RunAt          *time.Time
+	// StallAfterSeconds replaces the type's stallAfter for this task (0:
+	// no stall detection).
+	StallAfterSeconds *int
 }
 
 // Create validates and creates a task owned by the context's viewer (its
@@ -180,7 +183,18 @@ func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (
 	if err != nil {
 		return nil, false, err
 	}
-	return e.store.CreateTask(ctx, n)
+	if sa := req.StallAfterSeconds; sa != nil && (*sa < 0 || *sa > MaxTimeoutSeconds) {
+		return nil, false, &ValidationError{Problems: []Problem{{Field: "stallAfterSeconds", Message: fmt.Sprintf("must be between 0 and %d", MaxTimeoutSeconds)}}}
+	}
+	t, created, err := e.store.CreateTask(ctx, n)
+	if err == nil && created && req.StallAfterSeconds != nil {
+		// Beside the task, not in it (the insert is the store's hot
+		// path); the watchdog reads it when the task runs.
+		if err := e.store.SetStallOverride(ctx, t.ID, time.Duration(*req.StallAfterSeconds)*time.Second); err != nil {
+			return t, created, err
+		}
+	}
+	return t, created, err
 }
 
 // Validate checks a task request as Create would, on behalf of v, and
@@ -262,8 +276,12 @@ func (e *Engine) admit(ctx context.Context, n int) (auth.Viewer, error) {
 func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, error) {
 	var v ValidationError
 	typ, ok := e.registry.Lookup(req.Type)
+	if ok && typ.Internal && viewer.Role != auth.RoleSystem {
+		// The process's own (alert deliveries): for users it does not exist.
+		ok = false
+	}
 	if !ok {
-		v.add("type", "unknown task type %q (registered: %s)", req.Type, strings.Join(e.registry.Names(), ", "))
+		v.add("type", "unknown task type %q (registered: %s)", req.Type, strings.Join(e.registry.PublicNames(), ", "))
 		return store.NewTask{}, v.err()
 	}
 	checkText(&v, "title", req.Title, MaxTitleLen)

@@ -11,6 +11,9 @@ import (
 
 	"taskgraph/ent/migrate"
 
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
@@ -19,6 +22,7 @@ import (
 	"taskgraph/ent/flowstart"
 	"taskgraph/ent/schedule"
 	"taskgraph/ent/scheduleevent"
+	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -36,6 +40,12 @@ type Client struct {
 	config
 	// Schema is the client for creating, migrating and dropping schema.
 	Schema *migrate.Schema
+	// AlertChannel is the client for interacting with the AlertChannel builders.
+	AlertChannel *AlertChannelClient
+	// AlertIncident is the client for interacting with the AlertIncident builders.
+	AlertIncident *AlertIncidentClient
+	// AlertRule is the client for interacting with the AlertRule builders.
+	AlertRule *AlertRuleClient
 	// Artifact is the client for interacting with the Artifact builders.
 	Artifact *ArtifactClient
 	// AuditLog is the client for interacting with the AuditLog builders.
@@ -52,6 +62,8 @@ type Client struct {
 	Schedule *ScheduleClient
 	// ScheduleEvent is the client for interacting with the ScheduleEvent builders.
 	ScheduleEvent *ScheduleEventClient
+	// StallOverride is the client for interacting with the StallOverride builders.
+	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
 	Task *TaskClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
@@ -69,6 +81,9 @@ func NewClient(opts ...Option) *Client {
 
 func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
+	c.AlertChannel = NewAlertChannelClient(c.config)
+	c.AlertIncident = NewAlertIncidentClient(c.config)
+	c.AlertRule = NewAlertRuleClient(c.config)
 	c.Artifact = NewArtifactClient(c.config)
 	c.AuditLog = NewAuditLogClient(c.config)
 	c.Contact = NewContactClient(c.config)
@@ -77,6 +92,7 @@ func (c *Client) init() {
 	c.FlowStart = NewFlowStartClient(c.config)
 	c.Schedule = NewScheduleClient(c.config)
 	c.ScheduleEvent = NewScheduleEventClient(c.config)
+	c.StallOverride = NewStallOverrideClient(c.config)
 	c.Task = NewTaskClient(c.config)
 	c.TaskInstance = NewTaskInstanceClient(c.config)
 	c.TaskLog = NewTaskLogClient(c.config)
@@ -172,6 +188,9 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	return &Tx{
 		ctx:           ctx,
 		config:        cfg,
+		AlertChannel:  NewAlertChannelClient(cfg),
+		AlertIncident: NewAlertIncidentClient(cfg),
+		AlertRule:     NewAlertRuleClient(cfg),
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
 		Contact:       NewContactClient(cfg),
@@ -180,6 +199,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		FlowStart:     NewFlowStartClient(cfg),
 		Schedule:      NewScheduleClient(cfg),
 		ScheduleEvent: NewScheduleEventClient(cfg),
+		StallOverride: NewStallOverrideClient(cfg),
 		Task:          NewTaskClient(cfg),
 		TaskInstance:  NewTaskInstanceClient(cfg),
 		TaskLog:       NewTaskLogClient(cfg),
@@ -202,6 +222,9 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	return &Tx{
 		ctx:           ctx,
 		config:        cfg,
+		AlertChannel:  NewAlertChannelClient(cfg),
+		AlertIncident: NewAlertIncidentClient(cfg),
+		AlertRule:     NewAlertRuleClient(cfg),
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
 		Contact:       NewContactClient(cfg),
@@ -210,6 +233,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		FlowStart:     NewFlowStartClient(cfg),
 		Schedule:      NewScheduleClient(cfg),
 		ScheduleEvent: NewScheduleEventClient(cfg),
+		StallOverride: NewStallOverrideClient(cfg),
 		Task:          NewTaskClient(cfg),
 		TaskInstance:  NewTaskInstanceClient(cfg),
 		TaskLog:       NewTaskLogClient(cfg),
@@ -219,7 +243,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 // Debug returns a new debug-client. It's used to get verbose logging on specific operations.
 //
 //	client.Debug().
-//		Artifact.
+//		AlertChannel.
 //		Query().
 //		Count(ctx)
 func (c *Client) Debug() *Client {
@@ -242,8 +266,9 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.Artifact, c.AuditLog, c.Contact, c.Deployment, c.FlowControl, c.FlowStart,
-		c.Schedule, c.ScheduleEvent, c.Task, c.TaskInstance, c.TaskLog,
+		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
+		c.Deployment, c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent,
+		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Use(hooks...)
 	}
@@ -253,8 +278,9 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.Artifact, c.AuditLog, c.Contact, c.Deployment, c.FlowControl, c.FlowStart,
-		c.Schedule, c.ScheduleEvent, c.Task, c.TaskInstance, c.TaskLog,
+		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
+		c.Deployment, c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent,
+		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -263,6 +289,12 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 // Mutate implements the ent.Mutator interface.
 func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 	switch m := m.(type) {
+	case *AlertChannelMutation:
+		return c.AlertChannel.mutate(ctx, m)
+	case *AlertIncidentMutation:
+		return c.AlertIncident.mutate(ctx, m)
+	case *AlertRuleMutation:
+		return c.AlertRule.mutate(ctx, m)
 	case *ArtifactMutation:
 		return c.Artifact.mutate(ctx, m)
 	case *AuditLogMutation:
@@ -279,6 +311,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Schedule.mutate(ctx, m)
 	case *ScheduleEventMutation:
 		return c.ScheduleEvent.mutate(ctx, m)
+	case *StallOverrideMutation:
+		return c.StallOverride.mutate(ctx, m)
 	case *TaskMutation:
 		return c.Task.mutate(ctx, m)
 	case *TaskInstanceMutation:
@@ -287,6 +321,405 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.TaskLog.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
+	}
+}
+
+// AlertChannelClient is a client for the AlertChannel schema.
+type AlertChannelClient struct {
+	config
+}
+
+// NewAlertChannelClient returns a client for the AlertChannel from the given config.
+func NewAlertChannelClient(c config) *AlertChannelClient {
+	return &AlertChannelClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `alertchannel.Hooks(f(g(h())))`.
+func (c *AlertChannelClient) Use(hooks ...Hook) {
+	c.hooks.AlertChannel = append(c.hooks.AlertChannel, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `alertchannel.Intercept(f(g(h())))`.
+func (c *AlertChannelClient) Intercept(interceptors ...Interceptor) {
+	c.inters.AlertChannel = append(c.inters.AlertChannel, interceptors...)
+}
+
+// Create returns a builder for creating a AlertChannel entity.
+func (c *AlertChannelClient) Create() *AlertChannelCreate {
+	mutation := newAlertChannelMutation(c.config, OpCreate)
+	return &AlertChannelCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of AlertChannel entities.
+func (c *AlertChannelClient) CreateBulk(builders ...*AlertChannelCreate) *AlertChannelCreateBulk {
+	return &AlertChannelCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *AlertChannelClient) MapCreateBulk(slice any, setFunc func(*AlertChannelCreate, int)) *AlertChannelCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &AlertChannelCreateBulk{err: fmt.Errorf("calling to AlertChannelClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*AlertChannelCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &AlertChannelCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for AlertChannel.
+func (c *AlertChannelClient) Update() *AlertChannelUpdate {
+	mutation := newAlertChannelMutation(c.config, OpUpdate)
+	return &AlertChannelUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *AlertChannelClient) UpdateOne(_m *AlertChannel) *AlertChannelUpdateOne {
+	mutation := newAlertChannelMutation(c.config, OpUpdateOne, withAlertChannel(_m))
+	return &AlertChannelUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *AlertChannelClient) UpdateOneID(id int) *AlertChannelUpdateOne {
+	mutation := newAlertChannelMutation(c.config, OpUpdateOne, withAlertChannelID(id))
+	return &AlertChannelUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for AlertChannel.
+func (c *AlertChannelClient) Delete() *AlertChannelDelete {
+	mutation := newAlertChannelMutation(c.config, OpDelete)
+	return &AlertChannelDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *AlertChannelClient) DeleteOne(_m *AlertChannel) *AlertChannelDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *AlertChannelClient) DeleteOneID(id int) *AlertChannelDeleteOne {
+	builder := c.Delete().Where(alertchannel.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &AlertChannelDeleteOne{builder}
+}
+
+// Query returns a query builder for AlertChannel.
+func (c *AlertChannelClient) Query() *AlertChannelQuery {
+	return &AlertChannelQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeAlertChannel},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a AlertChannel entity by its id.
+func (c *AlertChannelClient) Get(ctx context.Context, id int) (*AlertChannel, error) {
+	return c.Query().Where(alertchannel.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *AlertChannelClient) GetX(ctx context.Context, id int) *AlertChannel {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *AlertChannelClient) Hooks() []Hook {
+	return c.hooks.AlertChannel
+}
+
+// Interceptors returns the client interceptors.
+func (c *AlertChannelClient) Interceptors() []Interceptor {
+	return c.inters.AlertChannel
+}
+
+func (c *AlertChannelClient) mutate(ctx context.Context, m *AlertChannelMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&AlertChannelCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&AlertChannelUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&AlertChannelUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&AlertChannelDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown AlertChannel mutation op: %q", m.Op())
+	}
+}
+
+// AlertIncidentClient is a client for the AlertIncident schema.
+type AlertIncidentClient struct {
+	config
+}
+
+// NewAlertIncidentClient returns a client for the AlertIncident from the given config.
+func NewAlertIncidentClient(c config) *AlertIncidentClient {
+	return &AlertIncidentClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `alertincident.Hooks(f(g(h())))`.
+func (c *AlertIncidentClient) Use(hooks ...Hook) {
+	c.hooks.AlertIncident = append(c.hooks.AlertIncident, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `alertincident.Intercept(f(g(h())))`.
+func (c *AlertIncidentClient) Intercept(interceptors ...Interceptor) {
+	c.inters.AlertIncident = append(c.inters.AlertIncident, interceptors...)
+}
+
+// Create returns a builder for creating a AlertIncident entity.
+func (c *AlertIncidentClient) Create() *AlertIncidentCreate {
+	mutation := newAlertIncidentMutation(c.config, OpCreate)
+	return &AlertIncidentCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of AlertIncident entities.
+func (c *AlertIncidentClient) CreateBulk(builders ...*AlertIncidentCreate) *AlertIncidentCreateBulk {
+	return &AlertIncidentCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *AlertIncidentClient) MapCreateBulk(slice any, setFunc func(*AlertIncidentCreate, int)) *AlertIncidentCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &AlertIncidentCreateBulk{err: fmt.Errorf("calling to AlertIncidentClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*AlertIncidentCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &AlertIncidentCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for AlertIncident.
+func (c *AlertIncidentClient) Update() *AlertIncidentUpdate {
+	mutation := newAlertIncidentMutation(c.config, OpUpdate)
+	return &AlertIncidentUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *AlertIncidentClient) UpdateOne(_m *AlertIncident) *AlertIncidentUpdateOne {
+	mutation := newAlertIncidentMutation(c.config, OpUpdateOne, withAlertIncident(_m))
+	return &AlertIncidentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *AlertIncidentClient) UpdateOneID(id int) *AlertIncidentUpdateOne {
+	mutation := newAlertIncidentMutation(c.config, OpUpdateOne, withAlertIncidentID(id))
+	return &AlertIncidentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for AlertIncident.
+func (c *AlertIncidentClient) Delete() *AlertIncidentDelete {
+	mutation := newAlertIncidentMutation(c.config, OpDelete)
+	return &AlertIncidentDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *AlertIncidentClient) DeleteOne(_m *AlertIncident) *AlertIncidentDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *AlertIncidentClient) DeleteOneID(id int) *AlertIncidentDeleteOne {
+	builder := c.Delete().Where(alertincident.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &AlertIncidentDeleteOne{builder}
+}
+
+// Query returns a query builder for AlertIncident.
+func (c *AlertIncidentClient) Query() *AlertIncidentQuery {
+	return &AlertIncidentQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeAlertIncident},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a AlertIncident entity by its id.
+func (c *AlertIncidentClient) Get(ctx context.Context, id int) (*AlertIncident, error) {
+	return c.Query().Where(alertincident.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *AlertIncidentClient) GetX(ctx context.Context, id int) *AlertIncident {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *AlertIncidentClient) Hooks() []Hook {
+	return c.hooks.AlertIncident
+}
+
+// Interceptors returns the client interceptors.
+func (c *AlertIncidentClient) Interceptors() []Interceptor {
+	return c.inters.AlertIncident
+}
+
+func (c *AlertIncidentClient) mutate(ctx context.Context, m *AlertIncidentMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&AlertIncidentCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&AlertIncidentUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&AlertIncidentUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&AlertIncidentDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown AlertIncident mutation op: %q", m.Op())
+	}
+}
+
+// AlertRuleClient is a client for the AlertRule schema.
+type AlertRuleClient struct {
+	config
+}
+
+// NewAlertRuleClient returns a client for the AlertRule from the given config.
+func NewAlertRuleClient(c config) *AlertRuleClient {
+	return &AlertRuleClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `alertrule.Hooks(f(g(h())))`.
+func (c *AlertRuleClient) Use(hooks ...Hook) {
+	c.hooks.AlertRule = append(c.hooks.AlertRule, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `alertrule.Intercept(f(g(h())))`.
+func (c *AlertRuleClient) Intercept(interceptors ...Interceptor) {
+	c.inters.AlertRule = append(c.inters.AlertRule, interceptors...)
+}
+
+// Create returns a builder for creating a AlertRule entity.
+func (c *AlertRuleClient) Create() *AlertRuleCreate {
+	mutation := newAlertRuleMutation(c.config, OpCreate)
+	return &AlertRuleCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of AlertRule entities.
+func (c *AlertRuleClient) CreateBulk(builders ...*AlertRuleCreate) *AlertRuleCreateBulk {
+	return &AlertRuleCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *AlertRuleClient) MapCreateBulk(slice any, setFunc func(*AlertRuleCreate, int)) *AlertRuleCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &AlertRuleCreateBulk{err: fmt.Errorf("calling to AlertRuleClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*AlertRuleCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &AlertRuleCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for AlertRule.
+func (c *AlertRuleClient) Update() *AlertRuleUpdate {
+	mutation := newAlertRuleMutation(c.config, OpUpdate)
+	return &AlertRuleUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *AlertRuleClient) UpdateOne(_m *AlertRule) *AlertRuleUpdateOne {
+	mutation := newAlertRuleMutation(c.config, OpUpdateOne, withAlertRule(_m))
+	return &AlertRuleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *AlertRuleClient) UpdateOneID(id int) *AlertRuleUpdateOne {
+	mutation := newAlertRuleMutation(c.config, OpUpdateOne, withAlertRuleID(id))
+	return &AlertRuleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for AlertRule.
+func (c *AlertRuleClient) Delete() *AlertRuleDelete {
+	mutation := newAlertRuleMutation(c.config, OpDelete)
+	return &AlertRuleDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *AlertRuleClient) DeleteOne(_m *AlertRule) *AlertRuleDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *AlertRuleClient) DeleteOneID(id int) *AlertRuleDeleteOne {
+	builder := c.Delete().Where(alertrule.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &AlertRuleDeleteOne{builder}
+}
+
+// Query returns a query builder for AlertRule.
+func (c *AlertRuleClient) Query() *AlertRuleQuery {
+	return &AlertRuleQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeAlertRule},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a AlertRule entity by its id.
+func (c *AlertRuleClient) Get(ctx context.Context, id int) (*AlertRule, error) {
+	return c.Query().Where(alertrule.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *AlertRuleClient) GetX(ctx context.Context, id int) *AlertRule {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *AlertRuleClient) Hooks() []Hook {
+	return c.hooks.AlertRule
+}
+
+// Interceptors returns the client interceptors.
+func (c *AlertRuleClient) Interceptors() []Interceptor {
+	return c.inters.AlertRule
+}
+
+func (c *AlertRuleClient) mutate(ctx context.Context, m *AlertRuleMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&AlertRuleCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&AlertRuleUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&AlertRuleUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&AlertRuleDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown AlertRule mutation op: %q", m.Op())
 	}
 }
 
@@ -1402,6 +1835,139 @@ func (c *ScheduleEventClient) mutate(ctx context.Context, m *ScheduleEventMutati
 	}
 }
 
+// StallOverrideClient is a client for the StallOverride schema.
+type StallOverrideClient struct {
+	config
+}
+
+// NewStallOverrideClient returns a client for the StallOverride from the given config.
+func NewStallOverrideClient(c config) *StallOverrideClient {
+	return &StallOverrideClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `stalloverride.Hooks(f(g(h())))`.
+func (c *StallOverrideClient) Use(hooks ...Hook) {
+	c.hooks.StallOverride = append(c.hooks.StallOverride, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `stalloverride.Intercept(f(g(h())))`.
+func (c *StallOverrideClient) Intercept(interceptors ...Interceptor) {
+	c.inters.StallOverride = append(c.inters.StallOverride, interceptors...)
+}
+
+// Create returns a builder for creating a StallOverride entity.
+func (c *StallOverrideClient) Create() *StallOverrideCreate {
+	mutation := newStallOverrideMutation(c.config, OpCreate)
+	return &StallOverrideCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of StallOverride entities.
+func (c *StallOverrideClient) CreateBulk(builders ...*StallOverrideCreate) *StallOverrideCreateBulk {
+	return &StallOverrideCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *StallOverrideClient) MapCreateBulk(slice any, setFunc func(*StallOverrideCreate, int)) *StallOverrideCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &StallOverrideCreateBulk{err: fmt.Errorf("calling to StallOverrideClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*StallOverrideCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &StallOverrideCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for StallOverride.
+func (c *StallOverrideClient) Update() *StallOverrideUpdate {
+	mutation := newStallOverrideMutation(c.config, OpUpdate)
+	return &StallOverrideUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *StallOverrideClient) UpdateOne(_m *StallOverride) *StallOverrideUpdateOne {
+	mutation := newStallOverrideMutation(c.config, OpUpdateOne, withStallOverride(_m))
+	return &StallOverrideUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *StallOverrideClient) UpdateOneID(id int) *StallOverrideUpdateOne {
+	mutation := newStallOverrideMutation(c.config, OpUpdateOne, withStallOverrideID(id))
+	return &StallOverrideUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for StallOverride.
+func (c *StallOverrideClient) Delete() *StallOverrideDelete {
+	mutation := newStallOverrideMutation(c.config, OpDelete)
+	return &StallOverrideDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *StallOverrideClient) DeleteOne(_m *StallOverride) *StallOverrideDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *StallOverrideClient) DeleteOneID(id int) *StallOverrideDeleteOne {
+	builder := c.Delete().Where(stalloverride.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &StallOverrideDeleteOne{builder}
+}
+
+// Query returns a query builder for StallOverride.
+func (c *StallOverrideClient) Query() *StallOverrideQuery {
+	return &StallOverrideQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeStallOverride},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a StallOverride entity by its id.
+func (c *StallOverrideClient) Get(ctx context.Context, id int) (*StallOverride, error) {
+	return c.Query().Where(stalloverride.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *StallOverrideClient) GetX(ctx context.Context, id int) *StallOverride {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *StallOverrideClient) Hooks() []Hook {
+	return c.hooks.StallOverride
+}
+
+// Interceptors returns the client interceptors.
+func (c *StallOverrideClient) Interceptors() []Interceptor {
+	return c.inters.StallOverride
+}
+
+func (c *StallOverrideClient) mutate(ctx context.Context, m *StallOverrideMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&StallOverrideCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&StallOverrideUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&StallOverrideUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&StallOverrideDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown StallOverride mutation op: %q", m.Op())
+	}
+}
+
 // TaskClient is a client for the Task schema.
 type TaskClient struct {
 	config
@@ -1886,12 +2452,14 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		Artifact, AuditLog, Contact, Deployment, FlowControl, FlowStart, Schedule,
-		ScheduleEvent, Task, TaskInstance, TaskLog []ent.Hook
+		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
+		FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride, Task,
+		TaskInstance, TaskLog []ent.Hook
 	}
 	inters struct {
-		Artifact, AuditLog, Contact, Deployment, FlowControl, FlowStart, Schedule,
-		ScheduleEvent, Task, TaskInstance, TaskLog []ent.Interceptor
+		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
+		FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride, Task,
+		TaskInstance, TaskLog []ent.Interceptor
 	}
 )
 

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
@@ -16,6 +19,7 @@ import (
 	"taskgraph/ent/flowstart"
 	"taskgraph/ent/schedule"
 	"taskgraph/ent/scheduleevent"
+	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -83,6 +87,9 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
+			alertchannel.Table:  alertchannel.ValidColumn,
+			alertincident.Table: alertincident.ValidColumn,
+			alertrule.Table:     alertrule.ValidColumn,
 			artifact.Table:      artifact.ValidColumn,
 			auditlog.Table:      auditlog.ValidColumn,
 			contact.Table:       contact.ValidColumn,
@@ -91,6 +98,7 @@ func checkColumn(t, c string) error {
 			flowstart.Table:     flowstart.ValidColumn,
 			schedule.Table:      schedule.ValidColumn,
 			scheduleevent.Table: scheduleevent.ValidColumn,
+			stalloverride.Table: stalloverride.ValidColumn,
 			task.Table:          task.ValidColumn,
 			taskinstance.Table:  taskinstance.ValidColumn,
 			tasklog.Table:       tasklog.ValidColumn,

@@ -1097,6 +1097,16 @@ func (_q *TaskInstanceQuery) collectField(ctx context.Context, oneNode bool, opC
 				selectedFields = append(selectedFields, taskinstance.FieldFinishedAt)
 				fieldSeen[taskinstance.FieldFinishedAt] = struct{}{}
 			}
+		case "progressAt":
+			if _, ok := fieldSeen[taskinstance.FieldProgressAt]; !ok {
+				selectedFields = append(selectedFields, taskinstance.FieldProgressAt)
+				fieldSeen[taskinstance.FieldProgressAt] = struct{}{}
+			}
+		case "stalledAt":
+			if _, ok := fieldSeen[taskinstance.FieldStalledAt]; !ok {
+				selectedFields = append(selectedFields, taskinstance.FieldStalledAt)
+				fieldSeen[taskinstance.FieldStalledAt] = struct{}{}
+			}
 		case "errorKind":
 			if _, ok := fieldSeen[taskinstance.FieldErrorKind]; !ok {
 				selectedFields = append(selectedFields, taskinstance.FieldErrorKind)

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
@@ -17,6 +20,7 @@ import (
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/schedule"
 	"taskgraph/ent/scheduleevent"
+	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -36,6 +40,9 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
+	TypeAlertChannel  = "AlertChannel"
+	TypeAlertIncident = "AlertIncident"
+	TypeAlertRule     = "AlertRule"
 	TypeArtifact      = "Artifact"
 	TypeAuditLog      = "AuditLog"
 	TypeContact       = "Contact"
@@ -44,10 +51,3693 @@ const (
 	TypeFlowStart     = "FlowStart"
 	TypeSchedule      = "Schedule"
 	TypeScheduleEvent = "ScheduleEvent"
+	TypeStallOverride = "StallOverride"
 	TypeTask          = "Task"
 	TypeTaskInstance  = "TaskInstance"
 	TypeTaskLog       = "TaskLog"
 )
+
+// AlertChannelMutation represents an operation that mutates the AlertChannel nodes in the graph.
+type AlertChannelMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	created_at    *time.Time
+	tenant        *string
+	name          *string
+	kind          *alertchannel.Kind
+	url_sealed    *[]byte
+	url_display   *string
+	secret_sealed *[]byte
+	has_secret    *bool
+	created_by    *string
+	updated_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*AlertChannel, error)
+	predicates    []predicate.AlertChannel
+}
+
+var _ ent.Mutation = (*AlertChannelMutation)(nil)
+
+// alertchannelOption allows management of the mutation configuration using functional options.
+type alertchannelOption func(*AlertChannelMutation)
+
+// newAlertChannelMutation creates new mutation for the AlertChannel entity.
+func newAlertChannelMutation(c config, op Op, opts ...alertchannelOption) *AlertChannelMutation {
+	m := &AlertChannelMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeAlertChannel,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withAlertChannelID sets the ID field of the mutation.
+func withAlertChannelID(id int) alertchannelOption {
+	return func(m *AlertChannelMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *AlertChannel
+		)
+		m.oldValue = func(ctx context.Context) (*AlertChannel, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().AlertChannel.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withAlertChannel sets the old AlertChannel of the mutation.
+func withAlertChannel(node *AlertChannel) alertchannelOption {
+	return func(m *AlertChannelMutation) {
+		m.oldValue = func(context.Context) (*AlertChannel, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m AlertChannelMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m AlertChannelMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *AlertChannelMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *AlertChannelMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().AlertChannel.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *AlertChannelMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *AlertChannelMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *AlertChannelMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *AlertChannelMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *AlertChannelMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *AlertChannelMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetName sets the "name" field.
+func (m *AlertChannelMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *AlertChannelMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *AlertChannelMutation) ResetName() {
+	m.name = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *AlertChannelMutation) SetKind(a alertchannel.Kind) {
+	m.kind = &a
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *AlertChannelMutation) Kind() (r alertchannel.Kind, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldKind(ctx context.Context) (v alertchannel.Kind, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *AlertChannelMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetURLSealed sets the "url_sealed" field.
+func (m *AlertChannelMutation) SetURLSealed(b []byte) {
+	m.url_sealed = &b
+}
+
+// URLSealed returns the value of the "url_sealed" field in the mutation.
+func (m *AlertChannelMutation) URLSealed() (r []byte, exists bool) {
+	v := m.url_sealed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldURLSealed returns the old "url_sealed" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldURLSealed(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldURLSealed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldURLSealed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldURLSealed: %w", err)
+	}
+	return oldValue.URLSealed, nil
+}
+
+// ResetURLSealed resets all changes to the "url_sealed" field.
+func (m *AlertChannelMutation) ResetURLSealed() {
+	m.url_sealed = nil
+}
+
+// SetURLDisplay sets the "url_display" field.
+func (m *AlertChannelMutation) SetURLDisplay(s string) {
+	m.url_display = &s
+}
+
+// URLDisplay returns the value of the "url_display" field in the mutation.
+func (m *AlertChannelMutation) URLDisplay() (r string, exists bool) {
+	v := m.url_display
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldURLDisplay returns the old "url_display" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldURLDisplay(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldURLDisplay is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldURLDisplay requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldURLDisplay: %w", err)
+	}
+	return oldValue.URLDisplay, nil
+}
+
+// ResetURLDisplay resets all changes to the "url_display" field.
+func (m *AlertChannelMutation) ResetURLDisplay() {
+	m.url_display = nil
+}
+
+// SetSecretSealed sets the "secret_sealed" field.
+func (m *AlertChannelMutation) SetSecretSealed(b []byte) {
+	m.secret_sealed = &b
+}
+
+// SecretSealed returns the value of the "secret_sealed" field in the mutation.
+func (m *AlertChannelMutation) SecretSealed() (r []byte, exists bool) {
+	v := m.secret_sealed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSecretSealed returns the old "secret_sealed" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldSecretSealed(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSecretSealed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSecretSealed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSecretSealed: %w", err)
+	}
+	return oldValue.SecretSealed, nil
+}
+
+// ClearSecretSealed clears the value of the "secret_sealed" field.
+func (m *AlertChannelMutation) ClearSecretSealed() {
+	m.secret_sealed = nil
+	m.clearedFields[alertchannel.FieldSecretSealed] = struct{}{}
+}
+
+// SecretSealedCleared returns if the "secret_sealed" field was cleared in this mutation.
+func (m *AlertChannelMutation) SecretSealedCleared() bool {
+	_, ok := m.clearedFields[alertchannel.FieldSecretSealed]
+	return ok
+}
+
+// ResetSecretSealed resets all changes to the "secret_sealed" field.
+func (m *AlertChannelMutation) ResetSecretSealed() {
+	m.secret_sealed = nil
+	delete(m.clearedFields, alertchannel.FieldSecretSealed)
+}
+
+// SetHasSecret sets the "has_secret" field.
+func (m *AlertChannelMutation) SetHasSecret(b bool) {
+	m.has_secret = &b
+}
+
+// HasSecret returns the value of the "has_secret" field in the mutation.
+func (m *AlertChannelMutation) HasSecret() (r bool, exists bool) {
+	v := m.has_secret
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHasSecret returns the old "has_secret" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldHasSecret(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHasSecret is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHasSecret requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHasSecret: %w", err)
+	}
+	return oldValue.HasSecret, nil
+}
+
+// ResetHasSecret resets all changes to the "has_secret" field.
+func (m *AlertChannelMutation) ResetHasSecret() {
+	m.has_secret = nil
+}
+
+// SetCreatedBy sets the "created_by" field.
+func (m *AlertChannelMutation) SetCreatedBy(s string) {
+	m.created_by = &s
+}
+
+// CreatedBy returns the value of the "created_by" field in the mutation.
+func (m *AlertChannelMutation) CreatedBy() (r string, exists bool) {
+	v := m.created_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedBy returns the old "created_by" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldCreatedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedBy: %w", err)
+	}
+	return oldValue.CreatedBy, nil
+}
+
+// ResetCreatedBy resets all changes to the "created_by" field.
+func (m *AlertChannelMutation) ResetCreatedBy() {
+	m.created_by = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *AlertChannelMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *AlertChannelMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the AlertChannel entity.
+// If the AlertChannel object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertChannelMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *AlertChannelMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the AlertChannelMutation builder.
+func (m *AlertChannelMutation) Where(ps ...predicate.AlertChannel) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the AlertChannelMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *AlertChannelMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.AlertChannel, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *AlertChannelMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *AlertChannelMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (AlertChannel).
+func (m *AlertChannelMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *AlertChannelMutation) Fields() []string {
+	fields := make([]string, 0, 10)
+	if m.created_at != nil {
+		fields = append(fields, alertchannel.FieldCreatedAt)
+	}
+	if m.tenant != nil {
+		fields = append(fields, alertchannel.FieldTenant)
+	}
+	if m.name != nil {
+		fields = append(fields, alertchannel.FieldName)
+	}
+	if m.kind != nil {
+		fields = append(fields, alertchannel.FieldKind)
+	}
+	if m.url_sealed != nil {
+		fields = append(fields, alertchannel.FieldURLSealed)
+	}
+	if m.url_display != nil {
+		fields = append(fields, alertchannel.FieldURLDisplay)
+	}
+	if m.secret_sealed != nil {
+		fields = append(fields, alertchannel.FieldSecretSealed)
+	}
+	if m.has_secret != nil {
+		fields = append(fields, alertchannel.FieldHasSecret)
+	}
+	if m.created_by != nil {
+		fields = append(fields, alertchannel.FieldCreatedBy)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, alertchannel.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *AlertChannelMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case alertchannel.FieldCreatedAt:
+		return m.CreatedAt()
+	case alertchannel.FieldTenant:
+		return m.Tenant()
+	case alertchannel.FieldName:
+		return m.Name()
+	case alertchannel.FieldKind:
+		return m.Kind()
+	case alertchannel.FieldURLSealed:
+		return m.URLSealed()
+	case alertchannel.FieldURLDisplay:
+		return m.URLDisplay()
+	case alertchannel.FieldSecretSealed:
+		return m.SecretSealed()
+	case alertchannel.FieldHasSecret:
+		return m.HasSecret()
+	case alertchannel.FieldCreatedBy:
+		return m.CreatedBy()
+	case alertchannel.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *AlertChannelMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case alertchannel.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case alertchannel.FieldTenant:
+		return m.OldTenant(ctx)
+	case alertchannel.FieldName:
+		return m.OldName(ctx)
+	case alertchannel.FieldKind:
+		return m.OldKind(ctx)
+	case alertchannel.FieldURLSealed:
+		return m.OldURLSealed(ctx)
+	case alertchannel.FieldURLDisplay:
+		return m.OldURLDisplay(ctx)
+	case alertchannel.FieldSecretSealed:
+		return m.OldSecretSealed(ctx)
+	case alertchannel.FieldHasSecret:
+		return m.OldHasSecret(ctx)
+	case alertchannel.FieldCreatedBy:
+		return m.OldCreatedBy(ctx)
+	case alertchannel.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown AlertChannel field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AlertChannelMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case alertchannel.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case alertchannel.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case alertchannel.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case alertchannel.FieldKind:
+		v, ok := value.(alertchannel.Kind)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case alertchannel.FieldURLSealed:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetURLSealed(v)
+		return nil
+	case alertchannel.FieldURLDisplay:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetURLDisplay(v)
+		return nil
+	case alertchannel.FieldSecretSealed:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSecretSealed(v)
+		return nil
+	case alertchannel.FieldHasSecret:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHasSecret(v)
+		return nil
+	case alertchannel.FieldCreatedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedBy(v)
+		return nil
+	case alertchannel.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown AlertChannel field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *AlertChannelMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *AlertChannelMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AlertChannelMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown AlertChannel numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *AlertChannelMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(alertchannel.FieldSecretSealed) {
+		fields = append(fields, alertchannel.FieldSecretSealed)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *AlertChannelMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *AlertChannelMutation) ClearField(name string) error {
+	switch name {
+	case alertchannel.FieldSecretSealed:
+		m.ClearSecretSealed()
+		return nil
+	}
+	return fmt.Errorf("unknown AlertChannel nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *AlertChannelMutation) ResetField(name string) error {
+	switch name {
+	case alertchannel.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case alertchannel.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case alertchannel.FieldName:
+		m.ResetName()
+		return nil
+	case alertchannel.FieldKind:
+		m.ResetKind()
+		return nil
+	case alertchannel.FieldURLSealed:
+		m.ResetURLSealed()
+		return nil
+	case alertchannel.FieldURLDisplay:
+		m.ResetURLDisplay()
+		return nil
+	case alertchannel.FieldSecretSealed:
+		m.ResetSecretSealed()
+		return nil
+	case alertchannel.FieldHasSecret:
+		m.ResetHasSecret()
+		return nil
+	case alertchannel.FieldCreatedBy:
+		m.ResetCreatedBy()
+		return nil
+	case alertchannel.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown AlertChannel field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *AlertChannelMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *AlertChannelMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *AlertChannelMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *AlertChannelMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *AlertChannelMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *AlertChannelMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *AlertChannelMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown AlertChannel unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *AlertChannelMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown AlertChannel edge %s", name)
+}
+
+// AlertIncidentMutation represents an operation that mutates the AlertIncident nodes in the graph.
+type AlertIncidentMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int
+	tenant            *string
+	rule_id           *int
+	addrule_id        *int
+	rule_name         *string
+	kind              *alertincident.Kind
+	subject           *string
+	status            *alertincident.Status
+	occurrences       *int
+	addoccurrences    *int
+	summary           *string
+	first_task_id     *int
+	addfirst_task_id  *int
+	last_task_id      *int
+	addlast_task_id   *int
+	opened_at         *time.Time
+	last_seen_at      *time.Time
+	resolved_at       *time.Time
+	resolution        *alertincident.Resolution
+	resolved_by       *string
+	silenced_until    *time.Time
+	notified          *bool
+	recovery_notified *bool
+	updated_at        *time.Time
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*AlertIncident, error)
+	predicates        []predicate.AlertIncident
+}
+
+var _ ent.Mutation = (*AlertIncidentMutation)(nil)
+
+// alertincidentOption allows management of the mutation configuration using functional options.
+type alertincidentOption func(*AlertIncidentMutation)
+
+// newAlertIncidentMutation creates new mutation for the AlertIncident entity.
+func newAlertIncidentMutation(c config, op Op, opts ...alertincidentOption) *AlertIncidentMutation {
+	m := &AlertIncidentMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeAlertIncident,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withAlertIncidentID sets the ID field of the mutation.
+func withAlertIncidentID(id int) alertincidentOption {
+	return func(m *AlertIncidentMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *AlertIncident
+		)
+		m.oldValue = func(ctx context.Context) (*AlertIncident, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().AlertIncident.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withAlertIncident sets the old AlertIncident of the mutation.
+func withAlertIncident(node *AlertIncident) alertincidentOption {
+	return func(m *AlertIncidentMutation) {
+		m.oldValue = func(context.Context) (*AlertIncident, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m AlertIncidentMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m AlertIncidentMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *AlertIncidentMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *AlertIncidentMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().AlertIncident.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTenant sets the "tenant" field.
+func (m *AlertIncidentMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *AlertIncidentMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *AlertIncidentMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetRuleID sets the "rule_id" field.
+func (m *AlertIncidentMutation) SetRuleID(i int) {
+	m.rule_id = &i
+	m.addrule_id = nil
+}
+
+// RuleID returns the value of the "rule_id" field in the mutation.
+func (m *AlertIncidentMutation) RuleID() (r int, exists bool) {
+	v := m.rule_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRuleID returns the old "rule_id" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldRuleID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRuleID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRuleID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRuleID: %w", err)
+	}
+	return oldValue.RuleID, nil
+}
+
+// AddRuleID adds i to the "rule_id" field.
+func (m *AlertIncidentMutation) AddRuleID(i int) {
+	if m.addrule_id != nil {
+		*m.addrule_id += i
+	} else {
+		m.addrule_id = &i
+	}
+}
+
+// AddedRuleID returns the value that was added to the "rule_id" field in this mutation.
+func (m *AlertIncidentMutation) AddedRuleID() (r int, exists bool) {
+	v := m.addrule_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRuleID resets all changes to the "rule_id" field.
+func (m *AlertIncidentMutation) ResetRuleID() {
+	m.rule_id = nil
+	m.addrule_id = nil
+}
+
+// SetRuleName sets the "rule_name" field.
+func (m *AlertIncidentMutation) SetRuleName(s string) {
+	m.rule_name = &s
+}
+
+// RuleName returns the value of the "rule_name" field in the mutation.
+func (m *AlertIncidentMutation) RuleName() (r string, exists bool) {
+	v := m.rule_name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRuleName returns the old "rule_name" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldRuleName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRuleName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRuleName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRuleName: %w", err)
+	}
+	return oldValue.RuleName, nil
+}
+
+// ResetRuleName resets all changes to the "rule_name" field.
+func (m *AlertIncidentMutation) ResetRuleName() {
+	m.rule_name = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *AlertIncidentMutation) SetKind(a alertincident.Kind) {
+	m.kind = &a
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *AlertIncidentMutation) Kind() (r alertincident.Kind, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldKind(ctx context.Context) (v alertincident.Kind, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *AlertIncidentMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetSubject sets the "subject" field.
+func (m *AlertIncidentMutation) SetSubject(s string) {
+	m.subject = &s
+}
+
+// Subject returns the value of the "subject" field in the mutation.
+func (m *AlertIncidentMutation) Subject() (r string, exists bool) {
+	v := m.subject
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSubject returns the old "subject" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldSubject(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSubject is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSubject requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSubject: %w", err)
+	}
+	return oldValue.Subject, nil
+}
+
+// ResetSubject resets all changes to the "subject" field.
+func (m *AlertIncidentMutation) ResetSubject() {
+	m.subject = nil
+}
+
+// SetStatus sets the "status" field.
+func (m *AlertIncidentMutation) SetStatus(a alertincident.Status) {
+	m.status = &a
+}
+
+// Status returns the value of the "status" field in the mutation.
+func (m *AlertIncidentMutation) Status() (r alertincident.Status, exists bool) {
+	v := m.status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStatus returns the old "status" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldStatus(ctx context.Context) (v alertincident.Status, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStatus: %w", err)
+	}
+	return oldValue.Status, nil
+}
+
+// ResetStatus resets all changes to the "status" field.
+func (m *AlertIncidentMutation) ResetStatus() {
+	m.status = nil
+}
+
+// SetOccurrences sets the "occurrences" field.
+func (m *AlertIncidentMutation) SetOccurrences(i int) {
+	m.occurrences = &i
+	m.addoccurrences = nil
+}
+
+// Occurrences returns the value of the "occurrences" field in the mutation.
+func (m *AlertIncidentMutation) Occurrences() (r int, exists bool) {
+	v := m.occurrences
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOccurrences returns the old "occurrences" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldOccurrences(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOccurrences is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOccurrences requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOccurrences: %w", err)
+	}
+	return oldValue.Occurrences, nil
+}
+
+// AddOccurrences adds i to the "occurrences" field.
+func (m *AlertIncidentMutation) AddOccurrences(i int) {
+	if m.addoccurrences != nil {
+		*m.addoccurrences += i
+	} else {
+		m.addoccurrences = &i
+	}
+}
+
+// AddedOccurrences returns the value that was added to the "occurrences" field in this mutation.
+func (m *AlertIncidentMutation) AddedOccurrences() (r int, exists bool) {
+	v := m.addoccurrences
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetOccurrences resets all changes to the "occurrences" field.
+func (m *AlertIncidentMutation) ResetOccurrences() {
+	m.occurrences = nil
+	m.addoccurrences = nil
+}
+
+// SetSummary sets the "summary" field.
+func (m *AlertIncidentMutation) SetSummary(s string) {
+	m.summary = &s
+}
+
+// Summary returns the value of the "summary" field in the mutation.
+func (m *AlertIncidentMutation) Summary() (r string, exists bool) {
+	v := m.summary
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSummary returns the old "summary" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldSummary(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSummary is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSummary requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSummary: %w", err)
+	}
+	return oldValue.Summary, nil
+}
+
+// ResetSummary resets all changes to the "summary" field.
+func (m *AlertIncidentMutation) ResetSummary() {
+	m.summary = nil
+}
+
+// SetFirstTaskID sets the "first_task_id" field.
+func (m *AlertIncidentMutation) SetFirstTaskID(i int) {
+	m.first_task_id = &i
+	m.addfirst_task_id = nil
+}
+
+// FirstTaskID returns the value of the "first_task_id" field in the mutation.
+func (m *AlertIncidentMutation) FirstTaskID() (r int, exists bool) {
+	v := m.first_task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFirstTaskID returns the old "first_task_id" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldFirstTaskID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFirstTaskID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFirstTaskID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFirstTaskID: %w", err)
+	}
+	return oldValue.FirstTaskID, nil
+}
+
+// AddFirstTaskID adds i to the "first_task_id" field.
+func (m *AlertIncidentMutation) AddFirstTaskID(i int) {
+	if m.addfirst_task_id != nil {
+		*m.addfirst_task_id += i
+	} else {
+		m.addfirst_task_id = &i
+	}
+}
+
+// AddedFirstTaskID returns the value that was added to the "first_task_id" field in this mutation.
+func (m *AlertIncidentMutation) AddedFirstTaskID() (r int, exists bool) {
+	v := m.addfirst_task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearFirstTaskID clears the value of the "first_task_id" field.
+func (m *AlertIncidentMutation) ClearFirstTaskID() {
+	m.first_task_id = nil
+	m.addfirst_task_id = nil
+	m.clearedFields[alertincident.FieldFirstTaskID] = struct{}{}
+}
+
+// FirstTaskIDCleared returns if the "first_task_id" field was cleared in this mutation.
+func (m *AlertIncidentMutation) FirstTaskIDCleared() bool {
+	_, ok := m.clearedFields[alertincident.FieldFirstTaskID]
+	return ok
+}
+
+// ResetFirstTaskID resets all changes to the "first_task_id" field.
+func (m *AlertIncidentMutation) ResetFirstTaskID() {
+	m.first_task_id = nil
+	m.addfirst_task_id = nil
+	delete(m.clearedFields, alertincident.FieldFirstTaskID)
+}
+
+// SetLastTaskID sets the "last_task_id" field.
+func (m *AlertIncidentMutation) SetLastTaskID(i int) {
+	m.last_task_id = &i
+	m.addlast_task_id = nil
+}
+
+// LastTaskID returns the value of the "last_task_id" field in the mutation.
+func (m *AlertIncidentMutation) LastTaskID() (r int, exists bool) {
+	v := m.last_task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastTaskID returns the old "last_task_id" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldLastTaskID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastTaskID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastTaskID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastTaskID: %w", err)
+	}
+	return oldValue.LastTaskID, nil
+}
+
+// AddLastTaskID adds i to the "last_task_id" field.
+func (m *AlertIncidentMutation) AddLastTaskID(i int) {
+	if m.addlast_task_id != nil {
+		*m.addlast_task_id += i
+	} else {
+		m.addlast_task_id = &i
+	}
+}
+
+// AddedLastTaskID returns the value that was added to the "last_task_id" field in this mutation.
+func (m *AlertIncidentMutation) AddedLastTaskID() (r int, exists bool) {
+	v := m.addlast_task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearLastTaskID clears the value of the "last_task_id" field.
+func (m *AlertIncidentMutation) ClearLastTaskID() {
+	m.last_task_id = nil
+	m.addlast_task_id = nil
+	m.clearedFields[alertincident.FieldLastTaskID] = struct{}{}
+}
+
+// LastTaskIDCleared returns if the "last_task_id" field was cleared in this mutation.
+func (m *AlertIncidentMutation) LastTaskIDCleared() bool {
+	_, ok := m.clearedFields[alertincident.FieldLastTaskID]
+	return ok
+}
+
+// ResetLastTaskID resets all changes to the "last_task_id" field.
+func (m *AlertIncidentMutation) ResetLastTaskID() {
+	m.last_task_id = nil
+	m.addlast_task_id = nil
+	delete(m.clearedFields, alertincident.FieldLastTaskID)
+}
+
+// SetOpenedAt sets the "opened_at" field.
+func (m *AlertIncidentMutation) SetOpenedAt(t time.Time) {
+	m.opened_at = &t
+}
+
+// OpenedAt returns the value of the "opened_at" field in the mutation.
+func (m *AlertIncidentMutation) OpenedAt() (r time.Time, exists bool) {
+	v := m.opened_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOpenedAt returns the old "opened_at" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldOpenedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOpenedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOpenedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOpenedAt: %w", err)
+	}
+	return oldValue.OpenedAt, nil
+}
+
+// ResetOpenedAt resets all changes to the "opened_at" field.
+func (m *AlertIncidentMutation) ResetOpenedAt() {
+	m.opened_at = nil
+}
+
+// SetLastSeenAt sets the "last_seen_at" field.
+func (m *AlertIncidentMutation) SetLastSeenAt(t time.Time) {
+	m.last_seen_at = &t
+}
+
+// LastSeenAt returns the value of the "last_seen_at" field in the mutation.
+func (m *AlertIncidentMutation) LastSeenAt() (r time.Time, exists bool) {
+	v := m.last_seen_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastSeenAt returns the old "last_seen_at" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldLastSeenAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastSeenAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastSeenAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastSeenAt: %w", err)
+	}
+	return oldValue.LastSeenAt, nil
+}
+
+// ResetLastSeenAt resets all changes to the "last_seen_at" field.
+func (m *AlertIncidentMutation) ResetLastSeenAt() {
+	m.last_seen_at = nil
+}
+
+// SetResolvedAt sets the "resolved_at" field.
+func (m *AlertIncidentMutation) SetResolvedAt(t time.Time) {
+	m.resolved_at = &t
+}
+
+// ResolvedAt returns the value of the "resolved_at" field in the mutation.
+func (m *AlertIncidentMutation) ResolvedAt() (r time.Time, exists bool) {
+	v := m.resolved_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResolvedAt returns the old "resolved_at" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldResolvedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResolvedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResolvedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResolvedAt: %w", err)
+	}
+	return oldValue.ResolvedAt, nil
+}
+
+// ClearResolvedAt clears the value of the "resolved_at" field.
+func (m *AlertIncidentMutation) ClearResolvedAt() {
+	m.resolved_at = nil
+	m.clearedFields[alertincident.FieldResolvedAt] = struct{}{}
+}
+
+// ResolvedAtCleared returns if the "resolved_at" field was cleared in this mutation.
+func (m *AlertIncidentMutation) ResolvedAtCleared() bool {
+	_, ok := m.clearedFields[alertincident.FieldResolvedAt]
+	return ok
+}
+
+// ResetResolvedAt resets all changes to the "resolved_at" field.
+func (m *AlertIncidentMutation) ResetResolvedAt() {
+	m.resolved_at = nil
+	delete(m.clearedFields, alertincident.FieldResolvedAt)
+}
+
+// SetResolution sets the "resolution" field.
+func (m *AlertIncidentMutation) SetResolution(a alertincident.Resolution) {
+	m.resolution = &a
+}
+
+// Resolution returns the value of the "resolution" field in the mutation.
+func (m *AlertIncidentMutation) Resolution() (r alertincident.Resolution, exists bool) {
+	v := m.resolution
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResolution returns the old "resolution" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldResolution(ctx context.Context) (v *alertincident.Resolution, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResolution is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResolution requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResolution: %w", err)
+	}
+	return oldValue.Resolution, nil
+}
+
+// ClearResolution clears the value of the "resolution" field.
+func (m *AlertIncidentMutation) ClearResolution() {
+	m.resolution = nil
+	m.clearedFields[alertincident.FieldResolution] = struct{}{}
+}
+
+// ResolutionCleared returns if the "resolution" field was cleared in this mutation.
+func (m *AlertIncidentMutation) ResolutionCleared() bool {
+	_, ok := m.clearedFields[alertincident.FieldResolution]
+	return ok
+}
+
+// ResetResolution resets all changes to the "resolution" field.
+func (m *AlertIncidentMutation) ResetResolution() {
+	m.resolution = nil
+	delete(m.clearedFields, alertincident.FieldResolution)
+}
+
+// SetResolvedBy sets the "resolved_by" field.
+func (m *AlertIncidentMutation) SetResolvedBy(s string) {
+	m.resolved_by = &s
+}
+
+// ResolvedBy returns the value of the "resolved_by" field in the mutation.
+func (m *AlertIncidentMutation) ResolvedBy() (r string, exists bool) {
+	v := m.resolved_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResolvedBy returns the old "resolved_by" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldResolvedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResolvedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResolvedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResolvedBy: %w", err)
+	}
+	return oldValue.ResolvedBy, nil
+}
+
+// ResetResolvedBy resets all changes to the "resolved_by" field.
+func (m *AlertIncidentMutation) ResetResolvedBy() {
+	m.resolved_by = nil
+}
+
+// SetSilencedUntil sets the "silenced_until" field.
+func (m *AlertIncidentMutation) SetSilencedUntil(t time.Time) {
+	m.silenced_until = &t
+}
+
+// SilencedUntil returns the value of the "silenced_until" field in the mutation.
+func (m *AlertIncidentMutation) SilencedUntil() (r time.Time, exists bool) {
+	v := m.silenced_until
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSilencedUntil returns the old "silenced_until" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldSilencedUntil(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSilencedUntil is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSilencedUntil requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSilencedUntil: %w", err)
+	}
+	return oldValue.SilencedUntil, nil
+}
+
+// ClearSilencedUntil clears the value of the "silenced_until" field.
+func (m *AlertIncidentMutation) ClearSilencedUntil() {
+	m.silenced_until = nil
+	m.clearedFields[alertincident.FieldSilencedUntil] = struct{}{}
+}
+
+// SilencedUntilCleared returns if the "silenced_until" field was cleared in this mutation.
+func (m *AlertIncidentMutation) SilencedUntilCleared() bool {
+	_, ok := m.clearedFields[alertincident.FieldSilencedUntil]
+	return ok
+}
+
+// ResetSilencedUntil resets all changes to the "silenced_until" field.
+func (m *AlertIncidentMutation) ResetSilencedUntil() {
+	m.silenced_until = nil
+	delete(m.clearedFields, alertincident.FieldSilencedUntil)
+}
+
+// SetNotified sets the "notified" field.
+func (m *AlertIncidentMutation) SetNotified(b bool) {
+	m.notified = &b
+}
+
+// Notified returns the value of the "notified" field in the mutation.
+func (m *AlertIncidentMutation) Notified() (r bool, exists bool) {
+	v := m.notified
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNotified returns the old "notified" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldNotified(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNotified is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNotified requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNotified: %w", err)
+	}
+	return oldValue.Notified, nil
+}
+
+// ResetNotified resets all changes to the "notified" field.
+func (m *AlertIncidentMutation) ResetNotified() {
+	m.notified = nil
+}
+
+// SetRecoveryNotified sets the "recovery_notified" field.
+func (m *AlertIncidentMutation) SetRecoveryNotified(b bool) {
+	m.recovery_notified = &b
+}
+
+// RecoveryNotified returns the value of the "recovery_notified" field in the mutation.
+func (m *AlertIncidentMutation) RecoveryNotified() (r bool, exists bool) {
+	v := m.recovery_notified
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRecoveryNotified returns the old "recovery_notified" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldRecoveryNotified(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRecoveryNotified is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRecoveryNotified requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRecoveryNotified: %w", err)
+	}
+	return oldValue.RecoveryNotified, nil
+}
+
+// ResetRecoveryNotified resets all changes to the "recovery_notified" field.
+func (m *AlertIncidentMutation) ResetRecoveryNotified() {
+	m.recovery_notified = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *AlertIncidentMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *AlertIncidentMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the AlertIncident entity.
+// If the AlertIncident object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertIncidentMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *AlertIncidentMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the AlertIncidentMutation builder.
+func (m *AlertIncidentMutation) Where(ps ...predicate.AlertIncident) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the AlertIncidentMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *AlertIncidentMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.AlertIncident, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *AlertIncidentMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *AlertIncidentMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (AlertIncident).
+func (m *AlertIncidentMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *AlertIncidentMutation) Fields() []string {
+	fields := make([]string, 0, 19)
+	if m.tenant != nil {
+		fields = append(fields, alertincident.FieldTenant)
+	}
+	if m.rule_id != nil {
+		fields = append(fields, alertincident.FieldRuleID)
+	}
+	if m.rule_name != nil {
+		fields = append(fields, alertincident.FieldRuleName)
+	}
+	if m.kind != nil {
+		fields = append(fields, alertincident.FieldKind)
+	}
+	if m.subject != nil {
+		fields = append(fields, alertincident.FieldSubject)
+	}
+	if m.status != nil {
+		fields = append(fields, alertincident.FieldStatus)
+	}
+	if m.occurrences != nil {
+		fields = append(fields, alertincident.FieldOccurrences)
+	}
+	if m.summary != nil {
+		fields = append(fields, alertincident.FieldSummary)
+	}
+	if m.first_task_id != nil {
+		fields = append(fields, alertincident.FieldFirstTaskID)
+	}
+	if m.last_task_id != nil {
+		fields = append(fields, alertincident.FieldLastTaskID)
+	}
+	if m.opened_at != nil {
+		fields = append(fields, alertincident.FieldOpenedAt)
+	}
+	if m.last_seen_at != nil {
+		fields = append(fields, alertincident.FieldLastSeenAt)
+	}
+	if m.resolved_at != nil {
+		fields = append(fields, alertincident.FieldResolvedAt)
+	}
+	if m.resolution != nil {
+		fields = append(fields, alertincident.FieldResolution)
+	}
+	if m.resolved_by != nil {
+		fields = append(fields, alertincident.FieldResolvedBy)
+	}
+	if m.silenced_until != nil {
+		fields = append(fields, alertincident.FieldSilencedUntil)
+	}
+	if m.notified != nil {
+		fields = append(fields, alertincident.FieldNotified)
+	}
+	if m.recovery_notified != nil {
+		fields = append(fields, alertincident.FieldRecoveryNotified)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, alertincident.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *AlertIncidentMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case alertincident.FieldTenant:
+		return m.Tenant()
+	case alertincident.FieldRuleID:
+		return m.RuleID()
+	case alertincident.FieldRuleName:
+		return m.RuleName()
+	case alertincident.FieldKind:
+		return m.Kind()
+	case alertincident.FieldSubject:
+		return m.Subject()
+	case alertincident.FieldStatus:
+		return m.Status()
+	case alertincident.FieldOccurrences:
+		return m.Occurrences()
+	case alertincident.FieldSummary:
+		return m.Summary()
+	case alertincident.FieldFirstTaskID:
+		return m.FirstTaskID()
+	case alertincident.FieldLastTaskID:
+		return m.LastTaskID()
+	case alertincident.FieldOpenedAt:
+		return m.OpenedAt()
+	case alertincident.FieldLastSeenAt:
+		return m.LastSeenAt()
+	case alertincident.FieldResolvedAt:
+		return m.ResolvedAt()
+	case alertincident.FieldResolution:
+		return m.Resolution()
+	case alertincident.FieldResolvedBy:
+		return m.ResolvedBy()
+	case alertincident.FieldSilencedUntil:
+		return m.SilencedUntil()
+	case alertincident.FieldNotified:
+		return m.Notified()
+	case alertincident.FieldRecoveryNotified:
+		return m.RecoveryNotified()
+	case alertincident.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *AlertIncidentMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case alertincident.FieldTenant:
+		return m.OldTenant(ctx)
+	case alertincident.FieldRuleID:
+		return m.OldRuleID(ctx)
+	case alertincident.FieldRuleName:
+		return m.OldRuleName(ctx)
+	case alertincident.FieldKind:
+		return m.OldKind(ctx)
+	case alertincident.FieldSubject:
+		return m.OldSubject(ctx)
+	case alertincident.FieldStatus:
+		return m.OldStatus(ctx)
+	case alertincident.FieldOccurrences:
+		return m.OldOccurrences(ctx)
+	case alertincident.FieldSummary:
+		return m.OldSummary(ctx)
+	case alertincident.FieldFirstTaskID:
+		return m.OldFirstTaskID(ctx)
+	case alertincident.FieldLastTaskID:
+		return m.OldLastTaskID(ctx)
+	case alertincident.FieldOpenedAt:
+		return m.OldOpenedAt(ctx)
+	case alertincident.FieldLastSeenAt:
+		return m.OldLastSeenAt(ctx)
+	case alertincident.FieldResolvedAt:
+		return m.OldResolvedAt(ctx)
+	case alertincident.FieldResolution:
+		return m.OldResolution(ctx)
+	case alertincident.FieldResolvedBy:
+		return m.OldResolvedBy(ctx)
+	case alertincident.FieldSilencedUntil:
+		return m.OldSilencedUntil(ctx)
+	case alertincident.FieldNotified:
+		return m.OldNotified(ctx)
+	case alertincident.FieldRecoveryNotified:
+		return m.OldRecoveryNotified(ctx)
+	case alertincident.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown AlertIncident field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AlertIncidentMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case alertincident.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case alertincident.FieldRuleID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRuleID(v)
+		return nil
+	case alertincident.FieldRuleName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRuleName(v)
+		return nil
+	case alertincident.FieldKind:
+		v, ok := value.(alertincident.Kind)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case alertincident.FieldSubject:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSubject(v)
+		return nil
+	case alertincident.FieldStatus:
+		v, ok := value.(alertincident.Status)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStatus(v)
+		return nil
+	case alertincident.FieldOccurrences:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOccurrences(v)
+		return nil
+	case alertincident.FieldSummary:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSummary(v)
+		return nil
+	case alertincident.FieldFirstTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFirstTaskID(v)
+		return nil
+	case alertincident.FieldLastTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastTaskID(v)
+		return nil
+	case alertincident.FieldOpenedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOpenedAt(v)
+		return nil
+	case alertincident.FieldLastSeenAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastSeenAt(v)
+		return nil
+	case alertincident.FieldResolvedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResolvedAt(v)
+		return nil
+	case alertincident.FieldResolution:
+		v, ok := value.(alertincident.Resolution)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResolution(v)
+		return nil
+	case alertincident.FieldResolvedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResolvedBy(v)
+		return nil
+	case alertincident.FieldSilencedUntil:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSilencedUntil(v)
+		return nil
+	case alertincident.FieldNotified:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNotified(v)
+		return nil
+	case alertincident.FieldRecoveryNotified:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRecoveryNotified(v)
+		return nil
+	case alertincident.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown AlertIncident field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *AlertIncidentMutation) AddedFields() []string {
+	var fields []string
+	if m.addrule_id != nil {
+		fields = append(fields, alertincident.FieldRuleID)
+	}
+	if m.addoccurrences != nil {
+		fields = append(fields, alertincident.FieldOccurrences)
+	}
+	if m.addfirst_task_id != nil {
+		fields = append(fields, alertincident.FieldFirstTaskID)
+	}
+	if m.addlast_task_id != nil {
+		fields = append(fields, alertincident.FieldLastTaskID)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *AlertIncidentMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case alertincident.FieldRuleID:
+		return m.AddedRuleID()
+	case alertincident.FieldOccurrences:
+		return m.AddedOccurrences()
+	case alertincident.FieldFirstTaskID:
+		return m.AddedFirstTaskID()
+	case alertincident.FieldLastTaskID:
+		return m.AddedLastTaskID()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AlertIncidentMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case alertincident.FieldRuleID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRuleID(v)
+		return nil
+	case alertincident.FieldOccurrences:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddOccurrences(v)
+		return nil
+	case alertincident.FieldFirstTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddFirstTaskID(v)
+		return nil
+	case alertincident.FieldLastTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddLastTaskID(v)
+		return nil
+	}
+	return fmt.Errorf("unknown AlertIncident numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *AlertIncidentMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(alertincident.FieldFirstTaskID) {
+		fields = append(fields, alertincident.FieldFirstTaskID)
+	}
+	if m.FieldCleared(alertincident.FieldLastTaskID) {
+		fields = append(fields, alertincident.FieldLastTaskID)
+	}
+	if m.FieldCleared(alertincident.FieldResolvedAt) {
+		fields = append(fields, alertincident.FieldResolvedAt)
+	}
+	if m.FieldCleared(alertincident.FieldResolution) {
+		fields = append(fields, alertincident.FieldResolution)
+	}
+	if m.FieldCleared(alertincident.FieldSilencedUntil) {
+		fields = append(fields, alertincident.FieldSilencedUntil)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *AlertIncidentMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *AlertIncidentMutation) ClearField(name string) error {
+	switch name {
+	case alertincident.FieldFirstTaskID:
+		m.ClearFirstTaskID()
+		return nil
+	case alertincident.FieldLastTaskID:
+		m.ClearLastTaskID()
+		return nil
+	case alertincident.FieldResolvedAt:
+		m.ClearResolvedAt()
+		return nil
+	case alertincident.FieldResolution:
+		m.ClearResolution()
+		return nil
+	case alertincident.FieldSilencedUntil:
+		m.ClearSilencedUntil()
+		return nil
+	}
+	return fmt.Errorf("unknown AlertIncident nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *AlertIncidentMutation) ResetField(name string) error {
+	switch name {
+	case alertincident.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case alertincident.FieldRuleID:
+		m.ResetRuleID()
+		return nil
+	case alertincident.FieldRuleName:
+		m.ResetRuleName()
+		return nil
+	case alertincident.FieldKind:
+		m.ResetKind()
+		return nil
+	case alertincident.FieldSubject:
+		m.ResetSubject()
+		return nil
+	case alertincident.FieldStatus:
+		m.ResetStatus()
+		return nil
+	case alertincident.FieldOccurrences:
+		m.ResetOccurrences()
+		return nil
+	case alertincident.FieldSummary:
+		m.ResetSummary()
+		return nil
+	case alertincident.FieldFirstTaskID:
+		m.ResetFirstTaskID()
+		return nil
+	case alertincident.FieldLastTaskID:
+		m.ResetLastTaskID()
+		return nil
+	case alertincident.FieldOpenedAt:
+		m.ResetOpenedAt()
+		return nil
+	case alertincident.FieldLastSeenAt:
+		m.ResetLastSeenAt()
+		return nil
+	case alertincident.FieldResolvedAt:
+		m.ResetResolvedAt()
+		return nil
+	case alertincident.FieldResolution:
+		m.ResetResolution()
+		return nil
+	case alertincident.FieldResolvedBy:
+		m.ResetResolvedBy()
+		return nil
+	case alertincident.FieldSilencedUntil:
+		m.ResetSilencedUntil()
+		return nil
+	case alertincident.FieldNotified:
+		m.ResetNotified()
+		return nil
+	case alertincident.FieldRecoveryNotified:
+		m.ResetRecoveryNotified()
+		return nil
+	case alertincident.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown AlertIncident field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *AlertIncidentMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *AlertIncidentMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *AlertIncidentMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *AlertIncidentMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *AlertIncidentMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *AlertIncidentMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *AlertIncidentMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown AlertIncident unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *AlertIncidentMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown AlertIncident edge %s", name)
+}
+
+// AlertRuleMutation represents an operation that mutates the AlertRule nodes in the graph.
+type AlertRuleMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int
+	created_at        *time.Time
+	tenant            *string
+	name              *string
+	kind              *alertrule.Kind
+	enabled           *bool
+	task_type         *string
+	owner             *string
+	error_kind        *string
+	threshold         *int
+	addthreshold      *int
+	window_seconds    *int
+	addwindow_seconds *int
+	quiet_seconds     *int
+	addquiet_seconds  *int
+	channel_ids       *[]int
+	appendchannel_ids []int
+	silenced_until    *time.Time
+	last_notified_at  *time.Time
+	created_by        *string
+	updated_at        *time.Time
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*AlertRule, error)
+	predicates        []predicate.AlertRule
+}
+
+var _ ent.Mutation = (*AlertRuleMutation)(nil)
+
+// alertruleOption allows management of the mutation configuration using functional options.
+type alertruleOption func(*AlertRuleMutation)
+
+// newAlertRuleMutation creates new mutation for the AlertRule entity.
+func newAlertRuleMutation(c config, op Op, opts ...alertruleOption) *AlertRuleMutation {
+	m := &AlertRuleMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeAlertRule,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withAlertRuleID sets the ID field of the mutation.
+func withAlertRuleID(id int) alertruleOption {
+	return func(m *AlertRuleMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *AlertRule
+		)
+		m.oldValue = func(ctx context.Context) (*AlertRule, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().AlertRule.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withAlertRule sets the old AlertRule of the mutation.
+func withAlertRule(node *AlertRule) alertruleOption {
+	return func(m *AlertRuleMutation) {
+		m.oldValue = func(context.Context) (*AlertRule, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m AlertRuleMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m AlertRuleMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *AlertRuleMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *AlertRuleMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().AlertRule.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *AlertRuleMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *AlertRuleMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *AlertRuleMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *AlertRuleMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *AlertRuleMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *AlertRuleMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetName sets the "name" field.
+func (m *AlertRuleMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *AlertRuleMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *AlertRuleMutation) ResetName() {
+	m.name = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *AlertRuleMutation) SetKind(a alertrule.Kind) {
+	m.kind = &a
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *AlertRuleMutation) Kind() (r alertrule.Kind, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldKind(ctx context.Context) (v alertrule.Kind, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *AlertRuleMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetEnabled sets the "enabled" field.
+func (m *AlertRuleMutation) SetEnabled(b bool) {
+	m.enabled = &b
+}
+
+// Enabled returns the value of the "enabled" field in the mutation.
+func (m *AlertRuleMutation) Enabled() (r bool, exists bool) {
+	v := m.enabled
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEnabled returns the old "enabled" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldEnabled(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEnabled is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEnabled requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEnabled: %w", err)
+	}
+	return oldValue.Enabled, nil
+}
+
+// ResetEnabled resets all changes to the "enabled" field.
+func (m *AlertRuleMutation) ResetEnabled() {
+	m.enabled = nil
+}
+
+// SetTaskType sets the "task_type" field.
+func (m *AlertRuleMutation) SetTaskType(s string) {
+	m.task_type = &s
+}
+
+// TaskType returns the value of the "task_type" field in the mutation.
+func (m *AlertRuleMutation) TaskType() (r string, exists bool) {
+	v := m.task_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskType returns the old "task_type" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldTaskType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskType: %w", err)
+	}
+	return oldValue.TaskType, nil
+}
+
+// ResetTaskType resets all changes to the "task_type" field.
+func (m *AlertRuleMutation) ResetTaskType() {
+	m.task_type = nil
+}
+
+// SetOwner sets the "owner" field.
+func (m *AlertRuleMutation) SetOwner(s string) {
+	m.owner = &s
+}
+
+// Owner returns the value of the "owner" field in the mutation.
+func (m *AlertRuleMutation) Owner() (r string, exists bool) {
+	v := m.owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwner returns the old "owner" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwner: %w", err)
+	}
+	return oldValue.Owner, nil
+}
+
+// ResetOwner resets all changes to the "owner" field.
+func (m *AlertRuleMutation) ResetOwner() {
+	m.owner = nil
+}
+
+// SetErrorKind sets the "error_kind" field.
+func (m *AlertRuleMutation) SetErrorKind(s string) {
+	m.error_kind = &s
+}
+
+// ErrorKind returns the value of the "error_kind" field in the mutation.
+func (m *AlertRuleMutation) ErrorKind() (r string, exists bool) {
+	v := m.error_kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldErrorKind returns the old "error_kind" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldErrorKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldErrorKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldErrorKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldErrorKind: %w", err)
+	}
+	return oldValue.ErrorKind, nil
+}
+
+// ResetErrorKind resets all changes to the "error_kind" field.
+func (m *AlertRuleMutation) ResetErrorKind() {
+	m.error_kind = nil
+}
+
+// SetThreshold sets the "threshold" field.
+func (m *AlertRuleMutation) SetThreshold(i int) {
+	m.threshold = &i
+	m.addthreshold = nil
+}
+
+// Threshold returns the value of the "threshold" field in the mutation.
+func (m *AlertRuleMutation) Threshold() (r int, exists bool) {
+	v := m.threshold
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldThreshold returns the old "threshold" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldThreshold(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldThreshold is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldThreshold requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldThreshold: %w", err)
+	}
+	return oldValue.Threshold, nil
+}
+
+// AddThreshold adds i to the "threshold" field.
+func (m *AlertRuleMutation) AddThreshold(i int) {
+	if m.addthreshold != nil {
+		*m.addthreshold += i
+	} else {
+		m.addthreshold = &i
+	}
+}
+
+// AddedThreshold returns the value that was added to the "threshold" field in this mutation.
+func (m *AlertRuleMutation) AddedThreshold() (r int, exists bool) {
+	v := m.addthreshold
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetThreshold resets all changes to the "threshold" field.
+func (m *AlertRuleMutation) ResetThreshold() {
+	m.threshold = nil
+	m.addthreshold = nil
+}
+
+// SetWindowSeconds sets the "window_seconds" field.
+func (m *AlertRuleMutation) SetWindowSeconds(i int) {
+	m.window_seconds = &i
+	m.addwindow_seconds = nil
+}
+
+// WindowSeconds returns the value of the "window_seconds" field in the mutation.
+func (m *AlertRuleMutation) WindowSeconds() (r int, exists bool) {
+	v := m.window_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWindowSeconds returns the old "window_seconds" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldWindowSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWindowSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWindowSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWindowSeconds: %w", err)
+	}
+	return oldValue.WindowSeconds, nil
+}
+
+// AddWindowSeconds adds i to the "window_seconds" field.
+func (m *AlertRuleMutation) AddWindowSeconds(i int) {
+	if m.addwindow_seconds != nil {
+		*m.addwindow_seconds += i
+	} else {
+		m.addwindow_seconds = &i
+	}
+}
+
+// AddedWindowSeconds returns the value that was added to the "window_seconds" field in this mutation.
+func (m *AlertRuleMutation) AddedWindowSeconds() (r int, exists bool) {
+	v := m.addwindow_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWindowSeconds resets all changes to the "window_seconds" field.
+func (m *AlertRuleMutation) ResetWindowSeconds() {
+	m.window_seconds = nil
+	m.addwindow_seconds = nil
+}
+
+// SetQuietSeconds sets the "quiet_seconds" field.
+func (m *AlertRuleMutation) SetQuietSeconds(i int) {
+	m.quiet_seconds = &i
+	m.addquiet_seconds = nil
+}
+
+// QuietSeconds returns the value of the "quiet_seconds" field in the mutation.
+func (m *AlertRuleMutation) QuietSeconds() (r int, exists bool) {
+	v := m.quiet_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldQuietSeconds returns the old "quiet_seconds" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldQuietSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldQuietSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldQuietSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldQuietSeconds: %w", err)
+	}
+	return oldValue.QuietSeconds, nil
+}
+
+// AddQuietSeconds adds i to the "quiet_seconds" field.
+func (m *AlertRuleMutation) AddQuietSeconds(i int) {
+	if m.addquiet_seconds != nil {
+		*m.addquiet_seconds += i
+	} else {
+		m.addquiet_seconds = &i
+	}
+}
+
+// AddedQuietSeconds returns the value that was added to the "quiet_seconds" field in this mutation.
+func (m *AlertRuleMutation) AddedQuietSeconds() (r int, exists bool) {
+	v := m.addquiet_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetQuietSeconds resets all changes to the "quiet_seconds" field.
+func (m *AlertRuleMutation) ResetQuietSeconds() {
+	m.quiet_seconds = nil
+	m.addquiet_seconds = nil
+}
+
+// SetChannelIds sets the "channel_ids" field.
+func (m *AlertRuleMutation) SetChannelIds(i []int) {
+	m.channel_ids = &i
+	m.appendchannel_ids = nil
+}
+
+// ChannelIds returns the value of the "channel_ids" field in the mutation.
+func (m *AlertRuleMutation) ChannelIds() (r []int, exists bool) {
+	v := m.channel_ids
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldChannelIds returns the old "channel_ids" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldChannelIds(ctx context.Context) (v []int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldChannelIds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldChannelIds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldChannelIds: %w", err)
+	}
+	return oldValue.ChannelIds, nil
+}
+
+// AppendChannelIds adds i to the "channel_ids" field.
+func (m *AlertRuleMutation) AppendChannelIds(i []int) {
+	m.appendchannel_ids = append(m.appendchannel_ids, i...)
+}
+
+// AppendedChannelIds returns the list of values that were appended to the "channel_ids" field in this mutation.
+func (m *AlertRuleMutation) AppendedChannelIds() ([]int, bool) {
+	if len(m.appendchannel_ids) == 0 {
+		return nil, false
+	}
+	return m.appendchannel_ids, true
+}
+
+// ClearChannelIds clears the value of the "channel_ids" field.
+func (m *AlertRuleMutation) ClearChannelIds() {
+	m.channel_ids = nil
+	m.appendchannel_ids = nil
+	m.clearedFields[alertrule.FieldChannelIds] = struct{}{}
+}
+
+// ChannelIdsCleared returns if the "channel_ids" field was cleared in this mutation.
+func (m *AlertRuleMutation) ChannelIdsCleared() bool {
+	_, ok := m.clearedFields[alertrule.FieldChannelIds]
+	return ok
+}
+
+// ResetChannelIds resets all changes to the "channel_ids" field.
+func (m *AlertRuleMutation) ResetChannelIds() {
+	m.channel_ids = nil
+	m.appendchannel_ids = nil
+	delete(m.clearedFields, alertrule.FieldChannelIds)
+}
+
+// SetSilencedUntil sets the "silenced_until" field.
+func (m *AlertRuleMutation) SetSilencedUntil(t time.Time) {
+	m.silenced_until = &t
+}
+
+// SilencedUntil returns the value of the "silenced_until" field in the mutation.
+func (m *AlertRuleMutation) SilencedUntil() (r time.Time, exists bool) {
+	v := m.silenced_until
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSilencedUntil returns the old "silenced_until" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldSilencedUntil(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSilencedUntil is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSilencedUntil requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSilencedUntil: %w", err)
+	}
+	return oldValue.SilencedUntil, nil
+}
+
+// ClearSilencedUntil clears the value of the "silenced_until" field.
+func (m *AlertRuleMutation) ClearSilencedUntil() {
+	m.silenced_until = nil
+	m.clearedFields[alertrule.FieldSilencedUntil] = struct{}{}
+}
+
+// SilencedUntilCleared returns if the "silenced_until" field was cleared in this mutation.
+func (m *AlertRuleMutation) SilencedUntilCleared() bool {
+	_, ok := m.clearedFields[alertrule.FieldSilencedUntil]
+	return ok
+}
+
+// ResetSilencedUntil resets all changes to the "silenced_until" field.
+func (m *AlertRuleMutation) ResetSilencedUntil() {
+	m.silenced_until = nil
+	delete(m.clearedFields, alertrule.FieldSilencedUntil)
+}
+
+// SetLastNotifiedAt sets the "last_notified_at" field.
+func (m *AlertRuleMutation) SetLastNotifiedAt(t time.Time) {
+	m.last_notified_at = &t
+}
+
+// LastNotifiedAt returns the value of the "last_notified_at" field in the mutation.
+func (m *AlertRuleMutation) LastNotifiedAt() (r time.Time, exists bool) {
+	v := m.last_notified_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastNotifiedAt returns the old "last_notified_at" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldLastNotifiedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastNotifiedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastNotifiedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastNotifiedAt: %w", err)
+	}
+	return oldValue.LastNotifiedAt, nil
+}
+
+// ClearLastNotifiedAt clears the value of the "last_notified_at" field.
+func (m *AlertRuleMutation) ClearLastNotifiedAt() {
+	m.last_notified_at = nil
+	m.clearedFields[alertrule.FieldLastNotifiedAt] = struct{}{}
+}
+
+// LastNotifiedAtCleared returns if the "last_notified_at" field was cleared in this mutation.
+func (m *AlertRuleMutation) LastNotifiedAtCleared() bool {
+	_, ok := m.clearedFields[alertrule.FieldLastNotifiedAt]
+	return ok
+}
+
+// ResetLastNotifiedAt resets all changes to the "last_notified_at" field.
+func (m *AlertRuleMutation) ResetLastNotifiedAt() {
+	m.last_notified_at = nil
+	delete(m.clearedFields, alertrule.FieldLastNotifiedAt)
+}
+
+// SetCreatedBy sets the "created_by" field.
+func (m *AlertRuleMutation) SetCreatedBy(s string) {
+	m.created_by = &s
+}
+
+// CreatedBy returns the value of the "created_by" field in the mutation.
+func (m *AlertRuleMutation) CreatedBy() (r string, exists bool) {
+	v := m.created_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedBy returns the old "created_by" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldCreatedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedBy: %w", err)
+	}
+	return oldValue.CreatedBy, nil
+}
+
+// ResetCreatedBy resets all changes to the "created_by" field.
+func (m *AlertRuleMutation) ResetCreatedBy() {
+	m.created_by = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *AlertRuleMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *AlertRuleMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the AlertRule entity.
+// If the AlertRule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AlertRuleMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *AlertRuleMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the AlertRuleMutation builder.
+func (m *AlertRuleMutation) Where(ps ...predicate.AlertRule) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the AlertRuleMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *AlertRuleMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.AlertRule, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *AlertRuleMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *AlertRuleMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (AlertRule).
+func (m *AlertRuleMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *AlertRuleMutation) Fields() []string {
+	fields := make([]string, 0, 16)
+	if m.created_at != nil {
+		fields = append(fields, alertrule.FieldCreatedAt)
+	}
+	if m.tenant != nil {
+		fields = append(fields, alertrule.FieldTenant)
+	}
+	if m.name != nil {
+		fields = append(fields, alertrule.FieldName)
+	}
+	if m.kind != nil {
+		fields = append(fields, alertrule.FieldKind)
+	}
+	if m.enabled != nil {
+		fields = append(fields, alertrule.FieldEnabled)
+	}
+	if m.task_type != nil {
+		fields = append(fields, alertrule.FieldTaskType)
+	}
+	if m.owner != nil {
+		fields = append(fields, alertrule.FieldOwner)
+	}
+	if m.error_kind != nil {
+		fields = append(fields, alertrule.FieldErrorKind)
+	}
+	if m.threshold != nil {
+		fields = append(fields, alertrule.FieldThreshold)
+	}
+	if m.window_seconds != nil {
+		fields = append(fields, alertrule.FieldWindowSeconds)
+	}
+	if m.quiet_seconds != nil {
+		fields = append(fields, alertrule.FieldQuietSeconds)
+	}
+	if m.channel_ids != nil {
+		fields = append(fields, alertrule.FieldChannelIds)
+	}
+	if m.silenced_until != nil {
+		fields = append(fields, alertrule.FieldSilencedUntil)
+	}
+	if m.last_notified_at != nil {
+		fields = append(fields, alertrule.FieldLastNotifiedAt)
+	}
+	if m.created_by != nil {
+		fields = append(fields, alertrule.FieldCreatedBy)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, alertrule.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *AlertRuleMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case alertrule.FieldCreatedAt:
+		return m.CreatedAt()
+	case alertrule.FieldTenant:
+		return m.Tenant()
+	case alertrule.FieldName:
+		return m.Name()
+	case alertrule.FieldKind:
+		return m.Kind()
+	case alertrule.FieldEnabled:
+		return m.Enabled()
+	case alertrule.FieldTaskType:
+		return m.TaskType()
+	case alertrule.FieldOwner:
+		return m.Owner()
+	case alertrule.FieldErrorKind:
+		return m.ErrorKind()
+	case alertrule.FieldThreshold:
+		return m.Threshold()
+	case alertrule.FieldWindowSeconds:
+		return m.WindowSeconds()
+	case alertrule.FieldQuietSeconds:
+		return m.QuietSeconds()
+	case alertrule.FieldChannelIds:
+		return m.ChannelIds()
+	case alertrule.FieldSilencedUntil:
+		return m.SilencedUntil()
+	case alertrule.FieldLastNotifiedAt:
+		return m.LastNotifiedAt()
+	case alertrule.FieldCreatedBy:
+		return m.CreatedBy()
+	case alertrule.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *AlertRuleMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case alertrule.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case alertrule.FieldTenant:
+		return m.OldTenant(ctx)
+	case alertrule.FieldName:
+		return m.OldName(ctx)
+	case alertrule.FieldKind:
+		return m.OldKind(ctx)
+	case alertrule.FieldEnabled:
+		return m.OldEnabled(ctx)
+	case alertrule.FieldTaskType:
+		return m.OldTaskType(ctx)
+	case alertrule.FieldOwner:
+		return m.OldOwner(ctx)
+	case alertrule.FieldErrorKind:
+		return m.OldErrorKind(ctx)
+	case alertrule.FieldThreshold:
+		return m.OldThreshold(ctx)
+	case alertrule.FieldWindowSeconds:
+		return m.OldWindowSeconds(ctx)
+	case alertrule.FieldQuietSeconds:
+		return m.OldQuietSeconds(ctx)
+	case alertrule.FieldChannelIds:
+		return m.OldChannelIds(ctx)
+	case alertrule.FieldSilencedUntil:
+		return m.OldSilencedUntil(ctx)
+	case alertrule.FieldLastNotifiedAt:
+		return m.OldLastNotifiedAt(ctx)
+	case alertrule.FieldCreatedBy:
+		return m.OldCreatedBy(ctx)
+	case alertrule.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown AlertRule field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AlertRuleMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case alertrule.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case alertrule.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case alertrule.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case alertrule.FieldKind:
+		v, ok := value.(alertrule.Kind)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case alertrule.FieldEnabled:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEnabled(v)
+		return nil
+	case alertrule.FieldTaskType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskType(v)
+		return nil
+	case alertrule.FieldOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwner(v)
+		return nil
+	case alertrule.FieldErrorKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetErrorKind(v)
+		return nil
+	case alertrule.FieldThreshold:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetThreshold(v)
+		return nil
+	case alertrule.FieldWindowSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWindowSeconds(v)
+		return nil
+	case alertrule.FieldQuietSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetQuietSeconds(v)
+		return nil
+	case alertrule.FieldChannelIds:
+		v, ok := value.([]int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetChannelIds(v)
+		return nil
+	case alertrule.FieldSilencedUntil:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSilencedUntil(v)
+		return nil
+	case alertrule.FieldLastNotifiedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastNotifiedAt(v)
+		return nil
+	case alertrule.FieldCreatedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedBy(v)
+		return nil
+	case alertrule.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown AlertRule field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *AlertRuleMutation) AddedFields() []string {
+	var fields []string
+	if m.addthreshold != nil {
+		fields = append(fields, alertrule.FieldThreshold)
+	}
+	if m.addwindow_seconds != nil {
+		fields = append(fields, alertrule.FieldWindowSeconds)
+	}
+	if m.addquiet_seconds != nil {
+		fields = append(fields, alertrule.FieldQuietSeconds)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *AlertRuleMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case alertrule.FieldThreshold:
+		return m.AddedThreshold()
+	case alertrule.FieldWindowSeconds:
+		return m.AddedWindowSeconds()
+	case alertrule.FieldQuietSeconds:
+		return m.AddedQuietSeconds()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AlertRuleMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case alertrule.FieldThreshold:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddThreshold(v)
+		return nil
+	case alertrule.FieldWindowSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWindowSeconds(v)
+		return nil
+	case alertrule.FieldQuietSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddQuietSeconds(v)
+		return nil
+	}
+	return fmt.Errorf("unknown AlertRule numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *AlertRuleMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(alertrule.FieldChannelIds) {
+		fields = append(fields, alertrule.FieldChannelIds)
+	}
+	if m.FieldCleared(alertrule.FieldSilencedUntil) {
+		fields = append(fields, alertrule.FieldSilencedUntil)
+	}
+	if m.FieldCleared(alertrule.FieldLastNotifiedAt) {
+		fields = append(fields, alertrule.FieldLastNotifiedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *AlertRuleMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *AlertRuleMutation) ClearField(name string) error {
+	switch name {
+	case alertrule.FieldChannelIds:
+		m.ClearChannelIds()
+		return nil
+	case alertrule.FieldSilencedUntil:
+		m.ClearSilencedUntil()
+		return nil
+	case alertrule.FieldLastNotifiedAt:
+		m.ClearLastNotifiedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown AlertRule nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *AlertRuleMutation) ResetField(name string) error {
+	switch name {
+	case alertrule.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case alertrule.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case alertrule.FieldName:
+		m.ResetName()
+		return nil
+	case alertrule.FieldKind:
+		m.ResetKind()
+		return nil
+	case alertrule.FieldEnabled:
+		m.ResetEnabled()
+		return nil
+	case alertrule.FieldTaskType:
+		m.ResetTaskType()
+		return nil
+	case alertrule.FieldOwner:
+		m.ResetOwner()
+		return nil
+	case alertrule.FieldErrorKind:
+		m.ResetErrorKind()
+		return nil
+	case alertrule.FieldThreshold:
+		m.ResetThreshold()
+		return nil
+	case alertrule.FieldWindowSeconds:
+		m.ResetWindowSeconds()
+		return nil
+	case alertrule.FieldQuietSeconds:
+		m.ResetQuietSeconds()
+		return nil
+	case alertrule.FieldChannelIds:
+		m.ResetChannelIds()
+		return nil
+	case alertrule.FieldSilencedUntil:
+		m.ResetSilencedUntil()
+		return nil
+	case alertrule.FieldLastNotifiedAt:
+		m.ResetLastNotifiedAt()
+		return nil
+	case alertrule.FieldCreatedBy:
+		m.ResetCreatedBy()
+		return nil
+	case alertrule.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown AlertRule field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *AlertRuleMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *AlertRuleMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *AlertRuleMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *AlertRuleMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *AlertRuleMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *AlertRuleMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *AlertRuleMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown AlertRule unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *AlertRuleMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown AlertRule edge %s", name)
+}
 
 // ArtifactMutation represents an operation that mutates the Artifact nodes in the graph.
 type ArtifactMutation struct {
@@ -8198,6 +11888,455 @@ func (m *ScheduleEventMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown ScheduleEvent edge %s", name)
 }
 
+// StallOverrideMutation represents an operation that mutates the StallOverride nodes in the graph.
+type StallOverrideMutation struct {
+	config
+	op                     Op
+	typ                    string
+	id                     *int
+	task_id                *int
+	addtask_id             *int
+	stall_after_seconds    *int
+	addstall_after_seconds *int
+	clearedFields          map[string]struct{}
+	done                   bool
+	oldValue               func(context.Context) (*StallOverride, error)
+	predicates             []predicate.StallOverride
+}
+
+var _ ent.Mutation = (*StallOverrideMutation)(nil)
+
+// stalloverrideOption allows management of the mutation configuration using functional options.
+type stalloverrideOption func(*StallOverrideMutation)
+
+// newStallOverrideMutation creates new mutation for the StallOverride entity.
+func newStallOverrideMutation(c config, op Op, opts ...stalloverrideOption) *StallOverrideMutation {
+	m := &StallOverrideMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeStallOverride,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withStallOverrideID sets the ID field of the mutation.
+func withStallOverrideID(id int) stalloverrideOption {
+	return func(m *StallOverrideMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *StallOverride
+		)
+		m.oldValue = func(ctx context.Context) (*StallOverride, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().StallOverride.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withStallOverride sets the old StallOverride of the mutation.
+func withStallOverride(node *StallOverride) stalloverrideOption {
+	return func(m *StallOverrideMutation) {
+		m.oldValue = func(context.Context) (*StallOverride, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m StallOverrideMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m StallOverrideMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *StallOverrideMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *StallOverrideMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().StallOverride.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTaskID sets the "task_id" field.
+func (m *StallOverrideMutation) SetTaskID(i int) {
+	m.task_id = &i
+	m.addtask_id = nil
+}
+
+// TaskID returns the value of the "task_id" field in the mutation.
+func (m *StallOverrideMutation) TaskID() (r int, exists bool) {
+	v := m.task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskID returns the old "task_id" field's value of the StallOverride entity.
+// If the StallOverride object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *StallOverrideMutation) OldTaskID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskID: %w", err)
+	}
+	return oldValue.TaskID, nil
+}
+
+// AddTaskID adds i to the "task_id" field.
+func (m *StallOverrideMutation) AddTaskID(i int) {
+	if m.addtask_id != nil {
+		*m.addtask_id += i
+	} else {
+		m.addtask_id = &i
+	}
+}
+
+// AddedTaskID returns the value that was added to the "task_id" field in this mutation.
+func (m *StallOverrideMutation) AddedTaskID() (r int, exists bool) {
+	v := m.addtask_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetTaskID resets all changes to the "task_id" field.
+func (m *StallOverrideMutation) ResetTaskID() {
+	m.task_id = nil
+	m.addtask_id = nil
+}
+
+// SetStallAfterSeconds sets the "stall_after_seconds" field.
+func (m *StallOverrideMutation) SetStallAfterSeconds(i int) {
+	m.stall_after_seconds = &i
+	m.addstall_after_seconds = nil
+}
+
+// StallAfterSeconds returns the value of the "stall_after_seconds" field in the mutation.
+func (m *StallOverrideMutation) StallAfterSeconds() (r int, exists bool) {
+	v := m.stall_after_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStallAfterSeconds returns the old "stall_after_seconds" field's value of the StallOverride entity.
+// If the StallOverride object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *StallOverrideMutation) OldStallAfterSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStallAfterSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStallAfterSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStallAfterSeconds: %w", err)
+	}
+	return oldValue.StallAfterSeconds, nil
+}
+
+// AddStallAfterSeconds adds i to the "stall_after_seconds" field.
+func (m *StallOverrideMutation) AddStallAfterSeconds(i int) {
+	if m.addstall_after_seconds != nil {
+		*m.addstall_after_seconds += i
+	} else {
+		m.addstall_after_seconds = &i
+	}
+}
+
+// AddedStallAfterSeconds returns the value that was added to the "stall_after_seconds" field in this mutation.
+func (m *StallOverrideMutation) AddedStallAfterSeconds() (r int, exists bool) {
+	v := m.addstall_after_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetStallAfterSeconds resets all changes to the "stall_after_seconds" field.
+func (m *StallOverrideMutation) ResetStallAfterSeconds() {
+	m.stall_after_seconds = nil
+	m.addstall_after_seconds = nil
+}
+
+// Where appends a list predicates to the StallOverrideMutation builder.
+func (m *StallOverrideMutation) Where(ps ...predicate.StallOverride) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the StallOverrideMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *StallOverrideMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.StallOverride, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *StallOverrideMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *StallOverrideMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (StallOverride).
+func (m *StallOverrideMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *StallOverrideMutation) Fields() []string {
+	fields := make([]string, 0, 2)
+	if m.task_id != nil {
+		fields = append(fields, stalloverride.FieldTaskID)
+	}
+	if m.stall_after_seconds != nil {
+		fields = append(fields, stalloverride.FieldStallAfterSeconds)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *StallOverrideMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case stalloverride.FieldTaskID:
+		return m.TaskID()
+	case stalloverride.FieldStallAfterSeconds:
+		return m.StallAfterSeconds()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *StallOverrideMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case stalloverride.FieldTaskID:
+		return m.OldTaskID(ctx)
+	case stalloverride.FieldStallAfterSeconds:
+		return m.OldStallAfterSeconds(ctx)
+	}
+	return nil, fmt.Errorf("unknown StallOverride field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *StallOverrideMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case stalloverride.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskID(v)
+		return nil
+	case stalloverride.FieldStallAfterSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStallAfterSeconds(v)
+		return nil
+	}
+	return fmt.Errorf("unknown StallOverride field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *StallOverrideMutation) AddedFields() []string {
+	var fields []string
+	if m.addtask_id != nil {
+		fields = append(fields, stalloverride.FieldTaskID)
+	}
+	if m.addstall_after_seconds != nil {
+		fields = append(fields, stalloverride.FieldStallAfterSeconds)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *StallOverrideMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case stalloverride.FieldTaskID:
+		return m.AddedTaskID()
+	case stalloverride.FieldStallAfterSeconds:
+		return m.AddedStallAfterSeconds()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *StallOverrideMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case stalloverride.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTaskID(v)
+		return nil
+	case stalloverride.FieldStallAfterSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddStallAfterSeconds(v)
+		return nil
+	}
+	return fmt.Errorf("unknown StallOverride numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *StallOverrideMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *StallOverrideMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *StallOverrideMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown StallOverride nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *StallOverrideMutation) ResetField(name string) error {
+	switch name {
+	case stalloverride.FieldTaskID:
+		m.ResetTaskID()
+		return nil
+	case stalloverride.FieldStallAfterSeconds:
+		m.ResetStallAfterSeconds()
+		return nil
+	}
+	return fmt.Errorf("unknown StallOverride field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *StallOverrideMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *StallOverrideMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *StallOverrideMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *StallOverrideMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *StallOverrideMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *StallOverrideMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *StallOverrideMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown StallOverride unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *StallOverrideMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown StallOverride edge %s", name)
+}
+
 // TaskMutation represents an operation that mutates the Task nodes in the graph.
 type TaskMutation struct {
 	config
@@ -11011,6 +15150,8 @@ type TaskInstanceMutation struct {
 	started_at     *time.Time
 	heartbeat_at   *time.Time
 	finished_at    *time.Time
+	progress_at    *time.Time
+	stalled_at     *time.Time
 	error_kind     *lifecycle.ErrorKind
 	last_error     *string
 	result         *json.RawMessage
@@ -11667,6 +15808,104 @@ func (m *TaskInstanceMutation) ResetFinishedAt() {
 	delete(m.clearedFields, taskinstance.FieldFinishedAt)
 }
 
+// SetProgressAt sets the "progress_at" field.
+func (m *TaskInstanceMutation) SetProgressAt(t time.Time) {
+	m.progress_at = &t
+}
+
+// ProgressAt returns the value of the "progress_at" field in the mutation.
+func (m *TaskInstanceMutation) ProgressAt() (r time.Time, exists bool) {
+	v := m.progress_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldProgressAt returns the old "progress_at" field's value of the TaskInstance entity.
+// If the TaskInstance object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInstanceMutation) OldProgressAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldProgressAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldProgressAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldProgressAt: %w", err)
+	}
+	return oldValue.ProgressAt, nil
+}
+
+// ClearProgressAt clears the value of the "progress_at" field.
+func (m *TaskInstanceMutation) ClearProgressAt() {
+	m.progress_at = nil
+	m.clearedFields[taskinstance.FieldProgressAt] = struct{}{}
+}
+
+// ProgressAtCleared returns if the "progress_at" field was cleared in this mutation.
+func (m *TaskInstanceMutation) ProgressAtCleared() bool {
+	_, ok := m.clearedFields[taskinstance.FieldProgressAt]
+	return ok
+}
+
+// ResetProgressAt resets all changes to the "progress_at" field.
+func (m *TaskInstanceMutation) ResetProgressAt() {
+	m.progress_at = nil
+	delete(m.clearedFields, taskinstance.FieldProgressAt)
+}
+
+// SetStalledAt sets the "stalled_at" field.
+func (m *TaskInstanceMutation) SetStalledAt(t time.Time) {
+	m.stalled_at = &t
+}
+
+// StalledAt returns the value of the "stalled_at" field in the mutation.
+func (m *TaskInstanceMutation) StalledAt() (r time.Time, exists bool) {
+	v := m.stalled_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStalledAt returns the old "stalled_at" field's value of the TaskInstance entity.
+// If the TaskInstance object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInstanceMutation) OldStalledAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStalledAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStalledAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStalledAt: %w", err)
+	}
+	return oldValue.StalledAt, nil
+}
+
+// ClearStalledAt clears the value of the "stalled_at" field.
+func (m *TaskInstanceMutation) ClearStalledAt() {
+	m.stalled_at = nil
+	m.clearedFields[taskinstance.FieldStalledAt] = struct{}{}
+}
+
+// StalledAtCleared returns if the "stalled_at" field was cleared in this mutation.
+func (m *TaskInstanceMutation) StalledAtCleared() bool {
+	_, ok := m.clearedFields[taskinstance.FieldStalledAt]
+	return ok
+}
+
+// ResetStalledAt resets all changes to the "stalled_at" field.
+func (m *TaskInstanceMutation) ResetStalledAt() {
+	m.stalled_at = nil
+	delete(m.clearedFields, taskinstance.FieldStalledAt)
+}
+
 // SetErrorKind sets the "error_kind" field.
 func (m *TaskInstanceMutation) SetErrorKind(lk lifecycle.ErrorKind) {
 	m.error_kind = &lk
@@ -11947,7 +16186,7 @@ func (m *TaskInstanceMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskInstanceMutation) Fields() []string {
-	fields := make([]string, 0, 16)
+	fields := make([]string, 0, 18)
 	if m.created_at != nil {
 		fields = append(fields, taskinstance.FieldCreatedAt)
 	}
@@ -11983,6 +16222,12 @@ func (m *TaskInstanceMutation) Fields() []string {
 	}
 	if m.finished_at != nil {
 		fields = append(fields, taskinstance.FieldFinishedAt)
+	}
+	if m.progress_at != nil {
+		fields = append(fields, taskinstance.FieldProgressAt)
+	}
+	if m.stalled_at != nil {
+		fields = append(fields, taskinstance.FieldStalledAt)
 	}
 	if m.error_kind != nil {
 		fields = append(fields, taskinstance.FieldErrorKind)
@@ -12028,6 +16273,10 @@ func (m *TaskInstanceMutation) Field(name string) (ent.Value, bool) {
 		return m.HeartbeatAt()
 	case taskinstance.FieldFinishedAt:
 		return m.FinishedAt()
+	case taskinstance.FieldProgressAt:
+		return m.ProgressAt()
+	case taskinstance.FieldStalledAt:
+		return m.StalledAt()
 	case taskinstance.FieldErrorKind:
 		return m.ErrorKind()
 	case taskinstance.FieldLastError:
@@ -12069,6 +16318,10 @@ func (m *TaskInstanceMutation) OldField(ctx context.Context, name string) (ent.V
 		return m.OldHeartbeatAt(ctx)
 	case taskinstance.FieldFinishedAt:
 		return m.OldFinishedAt(ctx)
+	case taskinstance.FieldProgressAt:
+		return m.OldProgressAt(ctx)
+	case taskinstance.FieldStalledAt:
+		return m.OldStalledAt(ctx)
 	case taskinstance.FieldErrorKind:
 		return m.OldErrorKind(ctx)
 	case taskinstance.FieldLastError:
@@ -12169,6 +16422,20 @@ func (m *TaskInstanceMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetFinishedAt(v)
+		return nil
+	case taskinstance.FieldProgressAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetProgressAt(v)
+		return nil
+	case taskinstance.FieldStalledAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStalledAt(v)
 		return nil
 	case taskinstance.FieldErrorKind:
 		v, ok := value.(lifecycle.ErrorKind)
@@ -12291,6 +16558,12 @@ func (m *TaskInstanceMutation) ClearedFields() []string {
 	if m.FieldCleared(taskinstance.FieldFinishedAt) {
 		fields = append(fields, taskinstance.FieldFinishedAt)
 	}
+	if m.FieldCleared(taskinstance.FieldProgressAt) {
+		fields = append(fields, taskinstance.FieldProgressAt)
+	}
+	if m.FieldCleared(taskinstance.FieldStalledAt) {
+		fields = append(fields, taskinstance.FieldStalledAt)
+	}
 	if m.FieldCleared(taskinstance.FieldErrorKind) {
 		fields = append(fields, taskinstance.FieldErrorKind)
 	}
@@ -12325,6 +16598,12 @@ func (m *TaskInstanceMutation) ClearField(name string) error {
 		return nil
 	case taskinstance.FieldFinishedAt:
 		m.ClearFinishedAt()
+		return nil
+	case taskinstance.FieldProgressAt:
+		m.ClearProgressAt()
+		return nil
+	case taskinstance.FieldStalledAt:
+		m.ClearStalledAt()
 		return nil
 	case taskinstance.FieldErrorKind:
 		m.ClearErrorKind()
@@ -12378,6 +16657,12 @@ func (m *TaskInstanceMutation) ResetField(name string) error {
 		return nil
 	case taskinstance.FieldFinishedAt:
 		m.ResetFinishedAt()
+		return nil
+	case taskinstance.FieldProgressAt:
+		m.ResetProgressAt()
+		return nil
+	case taskinstance.FieldStalledAt:
+		m.ResetStalledAt()
 		return nil
 	case taskinstance.FieldErrorKind:
 		m.ResetErrorKind()

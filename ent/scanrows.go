@@ -7,6 +7,105 @@ import (
 	"fmt"
 )
 
+// ScanAlertChannelRows reads every row of rows (all columns of the alert_channels
+// table, in any order) into AlertChannel entities bound to c, and closes rows.
+func ScanAlertChannelRows(c *Client, rows *stdsql.Rows) ([]*AlertChannel, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
+	}
+	var out []*AlertChannel
+	for rows.Next() {
+		node := &AlertChannel{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *AlertChannel) BindTo(c *Client) *AlertChannel {
+	_m.config = c.config
+	return _m
+}
+
+// ScanAlertIncidentRows reads every row of rows (all columns of the alert_incidents
+// table, in any order) into AlertIncident entities bound to c, and closes rows.
+func ScanAlertIncidentRows(c *Client, rows *stdsql.Rows) ([]*AlertIncident, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
+	}
+	var out []*AlertIncident
+	for rows.Next() {
+		node := &AlertIncident{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *AlertIncident) BindTo(c *Client) *AlertIncident {
+	_m.config = c.config
+	return _m
+}
+
+// ScanAlertRuleRows reads every row of rows (all columns of the alert_rules
+// table, in any order) into AlertRule entities bound to c, and closes rows.
+func ScanAlertRuleRows(c *Client, rows *stdsql.Rows) ([]*AlertRule, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
+	}
+	var out []*AlertRule
+	for rows.Next() {
+		node := &AlertRule{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *AlertRule) BindTo(c *Client) *AlertRule {
+	_m.config = c.config
+	return _m
+}
+
 // ScanArtifactRows reads every row of rows (all columns of the artifacts
 // table, in any order) into Artifact entities bound to c, and closes rows.
 func ScanArtifactRows(c *Client, rows *stdsql.Rows) ([]*Artifact, error) {
@@ -267,6 +366,39 @@ func ScanScheduleEventRows(c *Client, rows *stdsql.Rows) ([]*ScheduleEvent, erro
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *ScheduleEvent) BindTo(c *Client) *ScheduleEvent {
+	_m.config = c.config
+	return _m
+}
+
+// ScanStallOverrideRows reads every row of rows (all columns of the stall_overrides
+// table, in any order) into StallOverride entities bound to c, and closes rows.
+func ScanStallOverrideRows(c *Client, rows *stdsql.Rows) ([]*StallOverride, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
+	}
+	var out []*StallOverride
+	for rows.Next() {
+		node := &StallOverride{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *StallOverride) BindTo(c *Client) *StallOverride {
 	_m.config = c.config
 	return _m
 }

@@ -44,6 +44,10 @@ type TaskInstance struct {
 	HeartbeatAt *time.Time `json:"heartbeat_at,omitempty"`
 	// FinishedAt holds the value of the "finished_at" field.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// When its handler last reported progress or wrote a log line (carried by heartbeats); empty: not since it started.
+	ProgressAt *time.Time `json:"progress_at,omitempty"`
+	// Set by the watchdog when progress and logs stopped moving for the type's stallAfter while heartbeats went on; cleared when it moves again.
+	StalledAt *time.Time `json:"stalled_at,omitempty"`
 	// ErrorKind holds the value of the "error_kind" field.
 	ErrorKind *lifecycle.ErrorKind `json:"error_kind,omitempty"`
 	// LastError holds the value of the "last_error" field.
@@ -91,7 +95,7 @@ func (*TaskInstance) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullInt64)
 		case taskinstance.FieldStatus, taskinstance.FieldTaskType, taskinstance.FieldWorkerID, taskinstance.FieldErrorKind, taskinstance.FieldLastError:
 			values[i] = new(sql.NullString)
-		case taskinstance.FieldCreatedAt, taskinstance.FieldRunAt, taskinstance.FieldStartedAt, taskinstance.FieldHeartbeatAt, taskinstance.FieldFinishedAt:
+		case taskinstance.FieldCreatedAt, taskinstance.FieldRunAt, taskinstance.FieldStartedAt, taskinstance.FieldHeartbeatAt, taskinstance.FieldFinishedAt, taskinstance.FieldProgressAt, taskinstance.FieldStalledAt:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -188,6 +192,20 @@ func (_m *TaskInstance) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.FinishedAt = new(time.Time)
 				*_m.FinishedAt = value.Time
+			}
+		case taskinstance.FieldProgressAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field progress_at", values[i])
+			} else if value.Valid {
+				_m.ProgressAt = new(time.Time)
+				*_m.ProgressAt = value.Time
+			}
+		case taskinstance.FieldStalledAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field stalled_at", values[i])
+			} else if value.Valid {
+				_m.StalledAt = new(time.Time)
+				*_m.StalledAt = value.Time
 			}
 		case taskinstance.FieldErrorKind:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -296,6 +314,16 @@ func (_m *TaskInstance) String() string {
 	builder.WriteString(", ")
 	if v := _m.FinishedAt; v != nil {
 		builder.WriteString("finished_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.ProgressAt; v != nil {
+		builder.WriteString("progress_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.StalledAt; v != nil {
+		builder.WriteString("stalled_at=")
 		builder.WriteString(v.Format(time.ANSIC))
 	}
 	builder.WriteString(", ")

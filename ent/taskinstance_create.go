@@ -135,6 +135,34 @@ func (_c *TaskInstanceCreate) SetNillableFinishedAt(v *time.Time) *TaskInstanceC
 	return _c
 }
 
+// SetProgressAt sets the "progress_at" field.
+func (_c *TaskInstanceCreate) SetProgressAt(v time.Time) *TaskInstanceCreate {
+	_c.mutation.SetProgressAt(v)
+	return _c
+}
+
+// SetNillableProgressAt sets the "progress_at" field if the given value is not nil.
+func (_c *TaskInstanceCreate) SetNillableProgressAt(v *time.Time) *TaskInstanceCreate {
+	if v != nil {
+		_c.SetProgressAt(*v)
+	}
+	return _c
+}
+
+// SetStalledAt sets the "stalled_at" field.
+func (_c *TaskInstanceCreate) SetStalledAt(v time.Time) *TaskInstanceCreate {
+	_c.mutation.SetStalledAt(v)
+	return _c
+}
+
+// SetNillableStalledAt sets the "stalled_at" field if the given value is not nil.
+func (_c *TaskInstanceCreate) SetNillableStalledAt(v *time.Time) *TaskInstanceCreate {
+	if v != nil {
+		_c.SetStalledAt(*v)
+	}
+	return _c
+}
+
 // SetErrorKind sets the "error_kind" field.
 func (_c *TaskInstanceCreate) SetErrorKind(v lifecycle.ErrorKind) *TaskInstanceCreate {
 	_c.mutation.SetErrorKind(v)
@@ -350,6 +378,14 @@ func (_c *TaskInstanceCreate) createSpec() (*TaskInstance, *sqlgraph.CreateSpec)
 	if value, ok := _c.mutation.FinishedAt(); ok {
 		_spec.SetField(taskinstance.FieldFinishedAt, field.TypeTime, value)
 		_node.FinishedAt = &value
+	}
+	if value, ok := _c.mutation.ProgressAt(); ok {
+		_spec.SetField(taskinstance.FieldProgressAt, field.TypeTime, value)
+		_node.ProgressAt = &value
+	}
+	if value, ok := _c.mutation.StalledAt(); ok {
+		_spec.SetField(taskinstance.FieldStalledAt, field.TypeTime, value)
+		_node.StalledAt = &value
 	}
 	if value, ok := _c.mutation.ErrorKind(); ok {
 		_spec.SetField(taskinstance.FieldErrorKind, field.TypeEnum, value)

@@ -126,6 +126,46 @@ func (_u *TaskInstanceUpdate) ClearFinishedAt() *TaskInstanceUpdate {
 	return _u
 }
 
+// SetProgressAt sets the "progress_at" field.
+func (_u *TaskInstanceUpdate) SetProgressAt(v time.Time) *TaskInstanceUpdate {
+	_u.mutation.SetProgressAt(v)
+	return _u
+}
+
+// SetNillableProgressAt sets the "progress_at" field if the given value is not nil.
+func (_u *TaskInstanceUpdate) SetNillableProgressAt(v *time.Time) *TaskInstanceUpdate {
+	if v != nil {
+		_u.SetProgressAt(*v)
+	}
+	return _u
+}
+
+// ClearProgressAt clears the value of the "progress_at" field.
+func (_u *TaskInstanceUpdate) ClearProgressAt() *TaskInstanceUpdate {
+	_u.mutation.ClearProgressAt()
+	return _u
+}
+
+// SetStalledAt sets the "stalled_at" field.
+func (_u *TaskInstanceUpdate) SetStalledAt(v time.Time) *TaskInstanceUpdate {
+	_u.mutation.SetStalledAt(v)
+	return _u
+}
+
+// SetNillableStalledAt sets the "stalled_at" field if the given value is not nil.
+func (_u *TaskInstanceUpdate) SetNillableStalledAt(v *time.Time) *TaskInstanceUpdate {
+	if v != nil {
+		_u.SetStalledAt(*v)
+	}
+	return _u
+}
+
+// ClearStalledAt clears the value of the "stalled_at" field.
+func (_u *TaskInstanceUpdate) ClearStalledAt() *TaskInstanceUpdate {
+	_u.mutation.ClearStalledAt()
+	return _u
+}
+
 // SetErrorKind sets the "error_kind" field.
 func (_u *TaskInstanceUpdate) SetErrorKind(v lifecycle.ErrorKind) *TaskInstanceUpdate {
 	_u.mutation.SetErrorKind(v)
@@ -300,6 +340,18 @@ func (_u *TaskInstanceUpdate) sqlSave(ctx context.Context) (_node int, err error
 	if _u.mutation.FinishedAtCleared() {
 		_spec.ClearField(taskinstance.FieldFinishedAt, field.TypeTime)
 	}
+	if value, ok := _u.mutation.ProgressAt(); ok {
+		_spec.SetField(taskinstance.FieldProgressAt, field.TypeTime, value)
+	}
+	if _u.mutation.ProgressAtCleared() {
+		_spec.ClearField(taskinstance.FieldProgressAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.StalledAt(); ok {
+		_spec.SetField(taskinstance.FieldStalledAt, field.TypeTime, value)
+	}
+	if _u.mutation.StalledAtCleared() {
+		_spec.ClearField(taskinstance.FieldStalledAt, field.TypeTime)
+	}
 	if value, ok := _u.mutation.ErrorKind(); ok {
 		_spec.SetField(taskinstance.FieldErrorKind, field.TypeEnum, value)
 	}
@@ -442,6 +494,46 @@ func (_u *TaskInstanceUpdateOne) SetNillableFinishedAt(v *time.Time) *TaskInstan
 // ClearFinishedAt clears the value of the "finished_at" field.
 func (_u *TaskInstanceUpdateOne) ClearFinishedAt() *TaskInstanceUpdateOne {
 	_u.mutation.ClearFinishedAt()
+	return _u
+}
+
+// SetProgressAt sets the "progress_at" field.
+func (_u *TaskInstanceUpdateOne) SetProgressAt(v time.Time) *TaskInstanceUpdateOne {
+	_u.mutation.SetProgressAt(v)
+	return _u
+}
+
+// SetNillableProgressAt sets the "progress_at" field if the given value is not nil.
+func (_u *TaskInstanceUpdateOne) SetNillableProgressAt(v *time.Time) *TaskInstanceUpdateOne {
+	if v != nil {
+		_u.SetProgressAt(*v)
+	}
+	return _u
+}
+
+// ClearProgressAt clears the value of the "progress_at" field.
+func (_u *TaskInstanceUpdateOne) ClearProgressAt() *TaskInstanceUpdateOne {
+	_u.mutation.ClearProgressAt()
+	return _u
+}
+
+// SetStalledAt sets the "stalled_at" field.
+func (_u *TaskInstanceUpdateOne) SetStalledAt(v time.Time) *TaskInstanceUpdateOne {
+	_u.mutation.SetStalledAt(v)
+	return _u
+}
+
+// SetNillableStalledAt sets the "stalled_at" field if the given value is not nil.
+func (_u *TaskInstanceUpdateOne) SetNillableStalledAt(v *time.Time) *TaskInstanceUpdateOne {
+	if v != nil {
+		_u.SetStalledAt(*v)
+	}
+	return _u
+}
+
+// ClearStalledAt clears the value of the "stalled_at" field.
+func (_u *TaskInstanceUpdateOne) ClearStalledAt() *TaskInstanceUpdateOne {
+	_u.mutation.ClearStalledAt()
 	return _u
 }
 
@@ -648,6 +740,18 @@ func (_u *TaskInstanceUpdateOne) sqlSave(ctx context.Context) (_node *TaskInstan
 	}
 	if _u.mutation.FinishedAtCleared() {
 		_spec.ClearField(taskinstance.FieldFinishedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.ProgressAt(); ok {
+		_spec.SetField(taskinstance.FieldProgressAt, field.TypeTime, value)
+	}
+	if _u.mutation.ProgressAtCleared() {
+		_spec.ClearField(taskinstance.FieldProgressAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.StalledAt(); ok {
+		_spec.SetField(taskinstance.FieldStalledAt, field.TypeTime, value)
+	}
+	if _u.mutation.StalledAtCleared() {
+		_spec.ClearField(taskinstance.FieldStalledAt, field.TypeTime)
 	}
 	if value, ok := _u.mutation.ErrorKind(); ok {
 		_spec.SetField(taskinstance.FieldErrorKind, field.TypeEnum, value)

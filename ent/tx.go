@@ -14,6 +14,12 @@ import (
 // Tx is a transactional client that is created by calling Client.Tx().
 type Tx struct {
 	config
+	// AlertChannel is the client for interacting with the AlertChannel builders.
+	AlertChannel *AlertChannelClient
+	// AlertIncident is the client for interacting with the AlertIncident builders.
+	AlertIncident *AlertIncidentClient
+	// AlertRule is the client for interacting with the AlertRule builders.
+	AlertRule *AlertRuleClient
 	// Artifact is the client for interacting with the Artifact builders.
 	Artifact *ArtifactClient
 	// AuditLog is the client for interacting with the AuditLog builders.
@@ -30,6 +36,8 @@ type Tx struct {
 	Schedule *ScheduleClient
 	// ScheduleEvent is the client for interacting with the ScheduleEvent builders.
 	ScheduleEvent *ScheduleEventClient
+	// StallOverride is the client for interacting with the StallOverride builders.
+	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
 	Task *TaskClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
@@ -167,6 +175,9 @@ func (tx *Tx) Client() *Client {
 }
 
 func (tx *Tx) init() {
+	tx.AlertChannel = NewAlertChannelClient(tx.config)
+	tx.AlertIncident = NewAlertIncidentClient(tx.config)
+	tx.AlertRule = NewAlertRuleClient(tx.config)
 	tx.Artifact = NewArtifactClient(tx.config)
 	tx.AuditLog = NewAuditLogClient(tx.config)
 	tx.Contact = NewContactClient(tx.config)
@@ -175,6 +186,7 @@ func (tx *Tx) init() {
 	tx.FlowStart = NewFlowStartClient(tx.config)
 	tx.Schedule = NewScheduleClient(tx.config)
 	tx.ScheduleEvent = NewScheduleEventClient(tx.config)
+	tx.StallOverride = NewStallOverrideClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)
 	tx.TaskLog = NewTaskLogClient(tx.config)
@@ -187,7 +199,7 @@ func (tx *Tx) init() {
 // of them in order to commit or rollback the transaction.
 //
 // If a closed transaction is embedded in one of the generated entities, and the entity
-// applies a query, for example: Artifact.QueryXXX(), the query will be executed
+// applies a query, for example: AlertChannel.QueryXXX(), the query will be executed
 // through the driver which created this transaction.
 //
 // Note that txDriver is not goroutine safe.

@@ -19,6 +19,10 @@ const (
 	Progressed
 	// CancelRequested is a cancel asked of a running task.
 	CancelRequested
+	// StallChanged is a running execution flagged as stalled by the
+	// watchdog, or un-flagged because it moved again (its instance's
+	// stalled_at says which).
+	StallChanged
 )
 
 func (k ChangeKind) String() string {
@@ -31,6 +35,8 @@ func (k ChangeKind) String() string {
 		return "progressed"
 	case CancelRequested:
 		return "cancel_requested"
+	case StallChanged:
+		return "stall_changed"
 	}
 	return "unknown"
 }

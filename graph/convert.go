@@ -46,16 +46,17 @@ func actionError(err error) *model.ActionError {
 // createRequest is what the engine is asked for one CreateTaskInput.
 func createRequest(input model.CreateTaskInput) engine.CreateRequest {
 	return engine.CreateRequest{
-		Type:           input.Type,
-		Title:          deref(input.Title),
-		BizID:          deref(input.BizID),
-		Input:          input.Input,
-		Priority:       input.Priority,
-		TimeoutSeconds: input.TimeoutSeconds,
-		RetryPolicy:    input.RetryPolicy,
-		MaxAttempts:    input.MaxAttempts,
-		IdempotencyKey: input.IdempotencyKey,
-		RunAt:          input.RunAt,
+		Type:              input.Type,
+		Title:             deref(input.Title),
+		BizID:             deref(input.BizID),
+		Input:             input.Input,
+		Priority:          input.Priority,
+		TimeoutSeconds:    input.TimeoutSeconds,
+		RetryPolicy:       input.RetryPolicy,
+		MaxAttempts:       input.MaxAttempts,
+		IdempotencyKey:    input.IdempotencyKey,
+		RunAt:             input.RunAt,
+		StallAfterSeconds: input.StallAfterSeconds,
 	}
 }
 

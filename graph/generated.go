@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"taskgraph/ent"
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/schedule"
@@ -42,6 +45,8 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	AlertIncident() AlertIncidentResolver
+	AlertRule() AlertRuleResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Schedule() ScheduleResolver
@@ -58,6 +63,57 @@ type ComplexityRoot struct {
 	ActionError struct {
 		Code    func(childComplexity int) int
 		Message func(childComplexity int) int
+	}
+
+	AlertChannel struct {
+		CreatedAt  func(childComplexity int) int
+		CreatedBy  func(childComplexity int) int
+		HasSecret  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Kind       func(childComplexity int) int
+		Name       func(childComplexity int) int
+		URLDisplay func(childComplexity int) int
+		UpdatedAt  func(childComplexity int) int
+	}
+
+	AlertIncident struct {
+		Deliveries    func(childComplexity int) int
+		FirstTask     func(childComplexity int) int
+		ID            func(childComplexity int) int
+		Kind          func(childComplexity int) int
+		LastSeenAt    func(childComplexity int) int
+		LastTask      func(childComplexity int) int
+		Notified      func(childComplexity int) int
+		Occurrences   func(childComplexity int) int
+		OpenedAt      func(childComplexity int) int
+		Resolution    func(childComplexity int) int
+		ResolvedAt    func(childComplexity int) int
+		ResolvedBy    func(childComplexity int) int
+		RuleID        func(childComplexity int) int
+		RuleName      func(childComplexity int) int
+		SilencedUntil func(childComplexity int) int
+		Status        func(childComplexity int) int
+		Subject       func(childComplexity int) int
+		Summary       func(childComplexity int) int
+	}
+
+	AlertRule struct {
+		Channels       func(childComplexity int) int
+		CreatedAt      func(childComplexity int) int
+		CreatedBy      func(childComplexity int) int
+		Enabled        func(childComplexity int) int
+		ErrorKind      func(childComplexity int) int
+		ID             func(childComplexity int) int
+		Kind           func(childComplexity int) int
+		LastNotifiedAt func(childComplexity int) int
+		Name           func(childComplexity int) int
+		Owner          func(childComplexity int) int
+		QuietSeconds   func(childComplexity int) int
+		SilencedUntil  func(childComplexity int) int
+		TaskType       func(childComplexity int) int
+		Threshold      func(childComplexity int) int
+		UpdatedAt      func(childComplexity int) int
+		WindowSeconds  func(childComplexity int) int
 	}
 
 	Artifact struct {
@@ -129,23 +185,33 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		ArtifactDownloadURL func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
-		CancelTask          func(childComplexity int, id int, reason *string) int
-		CancelTasks         func(childComplexity int, ids []int, reason *string) int
-		CreateSchedule      func(childComplexity int, input model.CreateScheduleInput) int
-		CreateTask          func(childComplexity int, input model.CreateTaskInput) int
-		CreateTasks         func(childComplexity int, inputs []*model.CreateTaskInput) int
-		DeleteSchedule      func(childComplexity int, id int) int
-		ImportFile          func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
-		PauseSchedule       func(childComplexity int, id int) int
-		PauseType           func(childComplexity int, typeArg string, until *time.Time) int
-		ResumeSchedule      func(childComplexity int, id int) int
-		ResumeType          func(childComplexity int, typeArg string) int
-		RetryTask           func(childComplexity int, id int) int
-		RetryTasks          func(childComplexity int, ids []int) int
-		RunScheduleNow      func(childComplexity int, id int) int
-		SetTypeControl      func(childComplexity int, typeArg string, input model.TypeControlInput) int
-		UpdateSchedule      func(childComplexity int, id int, input model.UpdateScheduleInput) int
+		ArtifactDownloadURL  func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
+		CancelTask           func(childComplexity int, id int, reason *string) int
+		CancelTasks          func(childComplexity int, ids []int, reason *string) int
+		CreateAlertChannel   func(childComplexity int, input model.AlertChannelInput) int
+		CreateAlertRule      func(childComplexity int, input model.AlertRuleInput) int
+		CreateSchedule       func(childComplexity int, input model.CreateScheduleInput) int
+		CreateTask           func(childComplexity int, input model.CreateTaskInput) int
+		CreateTasks          func(childComplexity int, inputs []*model.CreateTaskInput) int
+		DeleteAlertChannel   func(childComplexity int, id int) int
+		DeleteAlertRule      func(childComplexity int, id int) int
+		DeleteSchedule       func(childComplexity int, id int) int
+		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
+		PauseSchedule        func(childComplexity int, id int) int
+		PauseType            func(childComplexity int, typeArg string, until *time.Time) int
+		ResolveAlertIncident func(childComplexity int, id int) int
+		ResumeSchedule       func(childComplexity int, id int) int
+		ResumeType           func(childComplexity int, typeArg string) int
+		RetryTask            func(childComplexity int, id int) int
+		RetryTasks           func(childComplexity int, ids []int) int
+		RunScheduleNow       func(childComplexity int, id int) int
+		SetTypeControl       func(childComplexity int, typeArg string, input model.TypeControlInput) int
+		SilenceAlertIncident func(childComplexity int, id int, until *time.Time) int
+		SilenceAlertRule     func(childComplexity int, id int, until *time.Time) int
+		TestAlertChannel     func(childComplexity int, id int) int
+		UpdateAlertChannel   func(childComplexity int, id int, input model.AlertChannelInput) int
+		UpdateAlertRule      func(childComplexity int, id int, input model.AlertRuleInput) int
+		UpdateSchedule       func(childComplexity int, id int, input model.UpdateScheduleInput) int
 	}
 
 	PageInfo struct {
@@ -156,6 +222,10 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
+		AlertChannels   func(childComplexity int) int
+		AlertIncident   func(childComplexity int, id int) int
+		AlertIncidents  func(childComplexity int, status *alertincident.Status, ruleID *int, first *int) int
+		AlertRules      func(childComplexity int) int
 		AuditLogs       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
 		ImportTargets   func(childComplexity int) int
 		Node            func(childComplexity int, id int) int
@@ -257,47 +327,50 @@ type ComplexityRoot struct {
 	}
 
 	Subscription struct {
-		TaskLogAppended func(childComplexity int, taskID int) int
-		TaskUpdated     func(childComplexity int, id *int, where *ent.TaskWhereInput) int
+		AlertIncidentChanged func(childComplexity int) int
+		TaskLogAppended      func(childComplexity int, taskID int) int
+		TaskUpdated          func(childComplexity int, id *int, where *ent.TaskWhereInput) int
 	}
 
 	Task struct {
-		Artifacts        func(childComplexity int) int
-		AvailableActions func(childComplexity int) int
-		BizID            func(childComplexity int) int
-		CancelReason     func(childComplexity int) int
-		CancelRequested  func(childComplexity int) int
-		Code             func(childComplexity int) int
-		CreatedAt        func(childComplexity int) int
-		FinishedAt       func(childComplexity int) int
-		ID               func(childComplexity int) int
-		IdempotencyKey   func(childComplexity int) int
-		Input            func(childComplexity int) int
-		Instances        func(childComplexity int) int
-		LastError        func(childComplexity int) int
-		Logs             func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
-		MaxAttempts      func(childComplexity int) int
-		Owner            func(childComplexity int) int
-		OwnerRole        func(childComplexity int) int
-		OwnerSource      func(childComplexity int) int
-		Priority         func(childComplexity int) int
-		ProgressDone     func(childComplexity int) int
-		ProgressTotal    func(childComplexity int) int
-		Result           func(childComplexity int) int
-		ResultStatus     func(childComplexity int) int
-		RetryPolicy      func(childComplexity int) int
-		RunAt            func(childComplexity int) int
-		Schedule         func(childComplexity int) int
-		ScheduleID       func(childComplexity int) int
-		ScheduleSlot     func(childComplexity int) int
-		Status           func(childComplexity int) int
-		Tenant           func(childComplexity int) int
-		TimeoutSeconds   func(childComplexity int) int
-		Title            func(childComplexity int) int
-		Type             func(childComplexity int) int
-		UpdatedAt        func(childComplexity int) int
-		Version          func(childComplexity int) int
-		WaitingReason    func(childComplexity int) int
+		Artifacts         func(childComplexity int) int
+		AvailableActions  func(childComplexity int) int
+		BizID             func(childComplexity int) int
+		CancelReason      func(childComplexity int) int
+		CancelRequested   func(childComplexity int) int
+		Code              func(childComplexity int) int
+		CreatedAt         func(childComplexity int) int
+		FinishedAt        func(childComplexity int) int
+		ID                func(childComplexity int) int
+		IdempotencyKey    func(childComplexity int) int
+		Input             func(childComplexity int) int
+		Instances         func(childComplexity int) int
+		LastError         func(childComplexity int) int
+		Logs              func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
+		MaxAttempts       func(childComplexity int) int
+		Owner             func(childComplexity int) int
+		OwnerRole         func(childComplexity int) int
+		OwnerSource       func(childComplexity int) int
+		Priority          func(childComplexity int) int
+		ProgressDone      func(childComplexity int) int
+		ProgressTotal     func(childComplexity int) int
+		Result            func(childComplexity int) int
+		ResultStatus      func(childComplexity int) int
+		RetryPolicy       func(childComplexity int) int
+		RunAt             func(childComplexity int) int
+		Schedule          func(childComplexity int) int
+		ScheduleID        func(childComplexity int) int
+		ScheduleSlot      func(childComplexity int) int
+		StallAfterSeconds func(childComplexity int) int
+		StalledAt         func(childComplexity int) int
+		Status            func(childComplexity int) int
+		Tenant            func(childComplexity int) int
+		TimeoutSeconds    func(childComplexity int) int
+		Title             func(childComplexity int) int
+		Type              func(childComplexity int) int
+		UpdatedAt         func(childComplexity int) int
+		Version           func(childComplexity int) int
+		WaitingReason     func(childComplexity int) int
 	}
 
 	TaskActionResult struct {
@@ -328,8 +401,10 @@ type ComplexityRoot struct {
 		InstanceNo  func(childComplexity int) int
 		LastError   func(childComplexity int) int
 		Priority    func(childComplexity int) int
+		ProgressAt  func(childComplexity int) int
 		Result      func(childComplexity int) int
 		RunAt       func(childComplexity int) int
+		StalledAt   func(childComplexity int) int
 		StartedAt   func(childComplexity int) int
 		Status      func(childComplexity int) int
 		Task        func(childComplexity int) int
@@ -373,6 +448,8 @@ type ComplexityRoot struct {
 		Description           func(childComplexity int) int
 		InputSchema           func(childComplexity int) int
 		Name                  func(childComplexity int) int
+		StallAction           func(childComplexity int) int
+		StallAfterSeconds     func(childComplexity int) int
 	}
 
 	TypeControl struct {
@@ -409,6 +486,19 @@ type ComplexityRoot struct {
 
 // region    ************************** generated!.gotpl **************************
 
+type AlertIncidentResolver interface {
+	Kind(ctx context.Context, obj *ent.AlertIncident) (alertrule.Kind, error)
+
+	FirstTask(ctx context.Context, obj *ent.AlertIncident) (*ent.Task, error)
+	LastTask(ctx context.Context, obj *ent.AlertIncident) (*ent.Task, error)
+
+	Deliveries(ctx context.Context, obj *ent.AlertIncident) ([]*ent.Task, error)
+}
+type AlertRuleResolver interface {
+	ErrorKind(ctx context.Context, obj *ent.AlertRule) (*lifecycle.ErrorKind, error)
+
+	Channels(ctx context.Context, obj *ent.AlertRule) ([]*ent.AlertChannel, error)
+}
 type MutationResolver interface {
 	CreateTask(ctx context.Context, input model.CreateTaskInput) (*ent.Task, error)
 	CancelTask(ctx context.Context, id int, reason *string) (*ent.Task, error)
@@ -417,6 +507,16 @@ type MutationResolver interface {
 	RetryTasks(ctx context.Context, ids []int) ([]*model.TaskActionResult, error)
 	ImportFile(ctx context.Context, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) (*ent.Task, error)
 	ArtifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error)
+	CreateAlertChannel(ctx context.Context, input model.AlertChannelInput) (*ent.AlertChannel, error)
+	UpdateAlertChannel(ctx context.Context, id int, input model.AlertChannelInput) (*ent.AlertChannel, error)
+	DeleteAlertChannel(ctx context.Context, id int) (bool, error)
+	TestAlertChannel(ctx context.Context, id int) (*ent.Task, error)
+	CreateAlertRule(ctx context.Context, input model.AlertRuleInput) (*ent.AlertRule, error)
+	UpdateAlertRule(ctx context.Context, id int, input model.AlertRuleInput) (*ent.AlertRule, error)
+	DeleteAlertRule(ctx context.Context, id int) (bool, error)
+	SilenceAlertRule(ctx context.Context, id int, until *time.Time) (*ent.AlertRule, error)
+	SilenceAlertIncident(ctx context.Context, id int, until *time.Time) (*ent.AlertIncident, error)
+	ResolveAlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
 	CreateTasks(ctx context.Context, inputs []*model.CreateTaskInput) ([]*model.CreateTaskResult, error)
 	SetTypeControl(ctx context.Context, typeArg string, input model.TypeControlInput) (*flow.Control, error)
 	PauseType(ctx context.Context, typeArg string, until *time.Time) (*flow.Control, error)
@@ -440,6 +540,10 @@ type QueryResolver interface {
 	TaskTypes(ctx context.Context) ([]*model.TaskType, error)
 	RetryPolicies(ctx context.Context) ([]*model.RetryPolicy, error)
 	ImportTargets(ctx context.Context) ([]*model.ImportTarget, error)
+	AlertChannels(ctx context.Context) ([]*ent.AlertChannel, error)
+	AlertRules(ctx context.Context) ([]*ent.AlertRule, error)
+	AlertIncidents(ctx context.Context, status *alertincident.Status, ruleID *int, first *int) ([]*ent.AlertIncident, error)
+	AlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
 	TypeControls(ctx context.Context) ([]*flow.Control, error)
 	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
@@ -453,11 +557,14 @@ type ScheduleResolver interface {
 type SubscriptionResolver interface {
 	TaskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error)
 	TaskLogAppended(ctx context.Context, taskID int) (<-chan *ent.TaskLog, error)
+	AlertIncidentChanged(ctx context.Context) (<-chan *ent.AlertIncident, error)
 }
 type TaskResolver interface {
 	Instances(ctx context.Context, obj *ent.Task) ([]*ent.TaskInstance, error)
 	Logs(ctx context.Context, obj *ent.Task, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) (*ent.TaskLogConnection, error)
 	AvailableActions(ctx context.Context, obj *ent.Task) ([]lifecycle.Action, error)
+	StalledAt(ctx context.Context, obj *ent.Task) (*time.Time, error)
+	StallAfterSeconds(ctx context.Context, obj *ent.Task) (*int, error)
 	WaitingReason(ctx context.Context, obj *ent.Task) (*flow.Wait, error)
 	Schedule(ctx context.Context, obj *ent.Task) (*ent.Schedule, error)
 }
@@ -499,6 +606,261 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ActionError.Message(childComplexity), true
+
+	case "AlertChannel.createdAt":
+		if e.ComplexityRoot.AlertChannel.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.CreatedAt(childComplexity), true
+	case "AlertChannel.createdBy":
+		if e.ComplexityRoot.AlertChannel.CreatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.CreatedBy(childComplexity), true
+	case "AlertChannel.hasSecret":
+		if e.ComplexityRoot.AlertChannel.HasSecret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.HasSecret(childComplexity), true
+	case "AlertChannel.id":
+		if e.ComplexityRoot.AlertChannel.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.ID(childComplexity), true
+	case "AlertChannel.kind":
+		if e.ComplexityRoot.AlertChannel.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.Kind(childComplexity), true
+	case "AlertChannel.name":
+		if e.ComplexityRoot.AlertChannel.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.Name(childComplexity), true
+	case "AlertChannel.urlDisplay":
+		if e.ComplexityRoot.AlertChannel.URLDisplay == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.URLDisplay(childComplexity), true
+	case "AlertChannel.updatedAt":
+		if e.ComplexityRoot.AlertChannel.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertChannel.UpdatedAt(childComplexity), true
+
+	case "AlertIncident.deliveries":
+		if e.ComplexityRoot.AlertIncident.Deliveries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Deliveries(childComplexity), true
+	case "AlertIncident.firstTask":
+		if e.ComplexityRoot.AlertIncident.FirstTask == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.FirstTask(childComplexity), true
+	case "AlertIncident.id":
+		if e.ComplexityRoot.AlertIncident.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.ID(childComplexity), true
+	case "AlertIncident.kind":
+		if e.ComplexityRoot.AlertIncident.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Kind(childComplexity), true
+	case "AlertIncident.lastSeenAt":
+		if e.ComplexityRoot.AlertIncident.LastSeenAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.LastSeenAt(childComplexity), true
+	case "AlertIncident.lastTask":
+		if e.ComplexityRoot.AlertIncident.LastTask == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.LastTask(childComplexity), true
+	case "AlertIncident.notified":
+		if e.ComplexityRoot.AlertIncident.Notified == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Notified(childComplexity), true
+	case "AlertIncident.occurrences":
+		if e.ComplexityRoot.AlertIncident.Occurrences == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Occurrences(childComplexity), true
+	case "AlertIncident.openedAt":
+		if e.ComplexityRoot.AlertIncident.OpenedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.OpenedAt(childComplexity), true
+	case "AlertIncident.resolution":
+		if e.ComplexityRoot.AlertIncident.Resolution == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Resolution(childComplexity), true
+	case "AlertIncident.resolvedAt":
+		if e.ComplexityRoot.AlertIncident.ResolvedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.ResolvedAt(childComplexity), true
+	case "AlertIncident.resolvedBy":
+		if e.ComplexityRoot.AlertIncident.ResolvedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.ResolvedBy(childComplexity), true
+	case "AlertIncident.ruleId":
+		if e.ComplexityRoot.AlertIncident.RuleID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.RuleID(childComplexity), true
+	case "AlertIncident.ruleName":
+		if e.ComplexityRoot.AlertIncident.RuleName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.RuleName(childComplexity), true
+	case "AlertIncident.silencedUntil":
+		if e.ComplexityRoot.AlertIncident.SilencedUntil == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.SilencedUntil(childComplexity), true
+	case "AlertIncident.status":
+		if e.ComplexityRoot.AlertIncident.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Status(childComplexity), true
+	case "AlertIncident.subject":
+		if e.ComplexityRoot.AlertIncident.Subject == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Subject(childComplexity), true
+	case "AlertIncident.summary":
+		if e.ComplexityRoot.AlertIncident.Summary == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertIncident.Summary(childComplexity), true
+
+	case "AlertRule.channels":
+		if e.ComplexityRoot.AlertRule.Channels == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.Channels(childComplexity), true
+	case "AlertRule.createdAt":
+		if e.ComplexityRoot.AlertRule.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.CreatedAt(childComplexity), true
+	case "AlertRule.createdBy":
+		if e.ComplexityRoot.AlertRule.CreatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.CreatedBy(childComplexity), true
+	case "AlertRule.enabled":
+		if e.ComplexityRoot.AlertRule.Enabled == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.Enabled(childComplexity), true
+	case "AlertRule.errorKind":
+		if e.ComplexityRoot.AlertRule.ErrorKind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.ErrorKind(childComplexity), true
+	case "AlertRule.id":
+		if e.ComplexityRoot.AlertRule.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.ID(childComplexity), true
+	case "AlertRule.kind":
+		if e.ComplexityRoot.AlertRule.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.Kind(childComplexity), true
+	case "AlertRule.lastNotifiedAt":
+		if e.ComplexityRoot.AlertRule.LastNotifiedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.LastNotifiedAt(childComplexity), true
+	case "AlertRule.name":
+		if e.ComplexityRoot.AlertRule.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.Name(childComplexity), true
+	case "AlertRule.owner":
+		if e.ComplexityRoot.AlertRule.Owner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.Owner(childComplexity), true
+	case "AlertRule.quietSeconds":
+		if e.ComplexityRoot.AlertRule.QuietSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.QuietSeconds(childComplexity), true
+	case "AlertRule.silencedUntil":
+		if e.ComplexityRoot.AlertRule.SilencedUntil == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.SilencedUntil(childComplexity), true
+	case "AlertRule.taskType":
+		if e.ComplexityRoot.AlertRule.TaskType == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.TaskType(childComplexity), true
+	case "AlertRule.threshold":
+		if e.ComplexityRoot.AlertRule.Threshold == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.Threshold(childComplexity), true
+	case "AlertRule.updatedAt":
+		if e.ComplexityRoot.AlertRule.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.UpdatedAt(childComplexity), true
+	case "AlertRule.windowSeconds":
+		if e.ComplexityRoot.AlertRule.WindowSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AlertRule.WindowSeconds(childComplexity), true
 
 	case "Artifact.contentType":
 		if e.ComplexityRoot.Artifact.ContentType == nil {
@@ -805,6 +1167,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelTasks(childComplexity, args["ids"].([]int), args["reason"].(*string)), true
+	case "Mutation.createAlertChannel":
+		if e.ComplexityRoot.Mutation.CreateAlertChannel == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createAlertChannel_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateAlertChannel(childComplexity, args["input"].(model.AlertChannelInput)), true
+	case "Mutation.createAlertRule":
+		if e.ComplexityRoot.Mutation.CreateAlertRule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createAlertRule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateAlertRule(childComplexity, args["input"].(model.AlertRuleInput)), true
 	case "Mutation.createSchedule":
 		if e.ComplexityRoot.Mutation.CreateSchedule == nil {
 			break
@@ -838,6 +1222,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateTasks(childComplexity, args["inputs"].([]*model.CreateTaskInput)), true
+	case "Mutation.deleteAlertChannel":
+		if e.ComplexityRoot.Mutation.DeleteAlertChannel == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteAlertChannel_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteAlertChannel(childComplexity, args["id"].(int)), true
+	case "Mutation.deleteAlertRule":
+		if e.ComplexityRoot.Mutation.DeleteAlertRule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteAlertRule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteAlertRule(childComplexity, args["id"].(int)), true
 	case "Mutation.deleteSchedule":
 		if e.ComplexityRoot.Mutation.DeleteSchedule == nil {
 			break
@@ -882,6 +1288,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.PauseType(childComplexity, args["type"].(string), args["until"].(*time.Time)), true
+	case "Mutation.resolveAlertIncident":
+		if e.ComplexityRoot.Mutation.ResolveAlertIncident == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resolveAlertIncident_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResolveAlertIncident(childComplexity, args["id"].(int)), true
 	case "Mutation.resumeSchedule":
 		if e.ComplexityRoot.Mutation.ResumeSchedule == nil {
 			break
@@ -948,6 +1365,61 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetTypeControl(childComplexity, args["type"].(string), args["input"].(model.TypeControlInput)), true
+	case "Mutation.silenceAlertIncident":
+		if e.ComplexityRoot.Mutation.SilenceAlertIncident == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_silenceAlertIncident_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SilenceAlertIncident(childComplexity, args["id"].(int), args["until"].(*time.Time)), true
+	case "Mutation.silenceAlertRule":
+		if e.ComplexityRoot.Mutation.SilenceAlertRule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_silenceAlertRule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SilenceAlertRule(childComplexity, args["id"].(int), args["until"].(*time.Time)), true
+	case "Mutation.testAlertChannel":
+		if e.ComplexityRoot.Mutation.TestAlertChannel == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_testAlertChannel_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.TestAlertChannel(childComplexity, args["id"].(int)), true
+	case "Mutation.updateAlertChannel":
+		if e.ComplexityRoot.Mutation.UpdateAlertChannel == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateAlertChannel_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateAlertChannel(childComplexity, args["id"].(int), args["input"].(model.AlertChannelInput)), true
+	case "Mutation.updateAlertRule":
+		if e.ComplexityRoot.Mutation.UpdateAlertRule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateAlertRule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateAlertRule(childComplexity, args["id"].(int), args["input"].(model.AlertRuleInput)), true
 	case "Mutation.updateSchedule":
 		if e.ComplexityRoot.Mutation.UpdateSchedule == nil {
 			break
@@ -985,6 +1457,40 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "Query.alertChannels":
+		if e.ComplexityRoot.Query.AlertChannels == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.AlertChannels(childComplexity), true
+	case "Query.alertIncident":
+		if e.ComplexityRoot.Query.AlertIncident == nil {
+			break
+		}
+
+		args, err := ec.field_Query_alertIncident_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.AlertIncident(childComplexity, args["id"].(int)), true
+	case "Query.alertIncidents":
+		if e.ComplexityRoot.Query.AlertIncidents == nil {
+			break
+		}
+
+		args, err := ec.field_Query_alertIncidents_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.AlertIncidents(childComplexity, args["status"].(*alertincident.Status), args["ruleId"].(*int), args["first"].(*int)), true
+	case "Query.alertRules":
+		if e.ComplexityRoot.Query.AlertRules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.AlertRules(childComplexity), true
 	case "Query.auditLogs":
 		if e.ComplexityRoot.Query.AuditLogs == nil {
 			break
@@ -1504,6 +2010,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.StatusCount.Status(childComplexity), true
 
+	case "Subscription.alertIncidentChanged":
+		if e.ComplexityRoot.Subscription.AlertIncidentChanged == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscription.AlertIncidentChanged(childComplexity), true
 	case "Subscription.taskLogAppended":
 		if e.ComplexityRoot.Subscription.TaskLogAppended == nil {
 			break
@@ -1700,6 +2212,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.ScheduleSlot(childComplexity), true
+	case "Task.stallAfterSeconds":
+		if e.ComplexityRoot.Task.StallAfterSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.StallAfterSeconds(childComplexity), true
+	case "Task.stalledAt":
+		if e.ComplexityRoot.Task.StalledAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.StalledAt(childComplexity), true
 	case "Task.status":
 		if e.ComplexityRoot.Task.Status == nil {
 			break
@@ -1860,6 +2384,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskInstance.Priority(childComplexity), true
+	case "TaskInstance.progressAt":
+		if e.ComplexityRoot.TaskInstance.ProgressAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskInstance.ProgressAt(childComplexity), true
 	case "TaskInstance.result":
 		if e.ComplexityRoot.TaskInstance.Result == nil {
 			break
@@ -1872,6 +2402,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskInstance.RunAt(childComplexity), true
+	case "TaskInstance.stalledAt":
+		if e.ComplexityRoot.TaskInstance.StalledAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskInstance.StalledAt(childComplexity), true
 	case "TaskInstance.startedAt":
 		if e.ComplexityRoot.TaskInstance.StartedAt == nil {
 			break
@@ -2045,6 +2581,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskType.Name(childComplexity), true
+	case "TaskType.stallAction":
+		if e.ComplexityRoot.TaskType.StallAction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskType.StallAction(childComplexity), true
+	case "TaskType.stallAfterSeconds":
+		if e.ComplexityRoot.TaskType.StallAfterSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskType.StallAfterSeconds(childComplexity), true
 
 	case "TypeControl.maxRunning":
 		if e.ComplexityRoot.TypeControl.MaxRunning == nil {
@@ -2178,6 +2726,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("AlertChannelInput", ec.unmarshalInputAlertChannelInput),
+			graphql.NewInputUnmarshaler("AlertRuleInput", ec.unmarshalInputAlertRuleInput),
 			graphql.NewInputUnmarshaler("ArtifactOrder", ec.unmarshalInputArtifactOrder),
 			graphql.NewInputUnmarshaler("AuditLogOrder", ec.unmarshalInputAuditLogOrder),
 			graphql.NewInputUnmarshaler("AuditLogWhereInput", ec.unmarshalInputAuditLogWhereInput),
@@ -2285,7 +2835,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/bulk.graphql" "schema/flow.graphql" "schema/schedules.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/flow.graphql" "schema/schedules.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -2631,6 +3181,7 @@ enum ErrorKind @goModel(model: "taskgraph/lifecycle.ErrorKind") {
   TIMEOUT
   CANCELLED
   INTERRUPTED
+  STALLED
 }
 """
 The builtin Map type
@@ -3522,6 +4073,14 @@ type TaskInstance implements Node {
   startedAt: Time
   heartbeatAt: Time
   finishedAt: Time
+  """
+  When its handler last reported progress or wrote a log line (carried by heartbeats); empty: not since it started.
+  """
+  progressAt: Time
+  """
+  Set by the watchdog when progress and logs stopped moving for the type's stallAfter while heartbeats went on; cleared when it moves again.
+  """
+  stalledAt: Time
   errorKind: ErrorKind
   lastError: String
   result: JSON
@@ -4202,6 +4761,7 @@ extend type Query {
   importTargets: [ImportTarget!]!
 }
 `, BuiltIn: false},
+	{Name: "schema/alerts.graphql", Input: sourceData("schema/alerts.graphql"), BuiltIn: false},
 	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
@@ -4220,6 +4780,108 @@ func (ec *executionContext) childFields_ActionError(ctx context.Context, field g
 		return ec.fieldContext_ActionError_message(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ActionError", field.Name)
+}
+
+func (ec *executionContext) childFields_AlertChannel(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_AlertChannel_id(ctx, field)
+	case "name":
+		return ec.fieldContext_AlertChannel_name(ctx, field)
+	case "kind":
+		return ec.fieldContext_AlertChannel_kind(ctx, field)
+	case "urlDisplay":
+		return ec.fieldContext_AlertChannel_urlDisplay(ctx, field)
+	case "hasSecret":
+		return ec.fieldContext_AlertChannel_hasSecret(ctx, field)
+	case "createdBy":
+		return ec.fieldContext_AlertChannel_createdBy(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_AlertChannel_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_AlertChannel_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AlertChannel", field.Name)
+}
+
+func (ec *executionContext) childFields_AlertIncident(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_AlertIncident_id(ctx, field)
+	case "ruleId":
+		return ec.fieldContext_AlertIncident_ruleId(ctx, field)
+	case "ruleName":
+		return ec.fieldContext_AlertIncident_ruleName(ctx, field)
+	case "kind":
+		return ec.fieldContext_AlertIncident_kind(ctx, field)
+	case "subject":
+		return ec.fieldContext_AlertIncident_subject(ctx, field)
+	case "status":
+		return ec.fieldContext_AlertIncident_status(ctx, field)
+	case "occurrences":
+		return ec.fieldContext_AlertIncident_occurrences(ctx, field)
+	case "summary":
+		return ec.fieldContext_AlertIncident_summary(ctx, field)
+	case "firstTask":
+		return ec.fieldContext_AlertIncident_firstTask(ctx, field)
+	case "lastTask":
+		return ec.fieldContext_AlertIncident_lastTask(ctx, field)
+	case "openedAt":
+		return ec.fieldContext_AlertIncident_openedAt(ctx, field)
+	case "lastSeenAt":
+		return ec.fieldContext_AlertIncident_lastSeenAt(ctx, field)
+	case "resolvedAt":
+		return ec.fieldContext_AlertIncident_resolvedAt(ctx, field)
+	case "resolution":
+		return ec.fieldContext_AlertIncident_resolution(ctx, field)
+	case "resolvedBy":
+		return ec.fieldContext_AlertIncident_resolvedBy(ctx, field)
+	case "silencedUntil":
+		return ec.fieldContext_AlertIncident_silencedUntil(ctx, field)
+	case "notified":
+		return ec.fieldContext_AlertIncident_notified(ctx, field)
+	case "deliveries":
+		return ec.fieldContext_AlertIncident_deliveries(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AlertIncident", field.Name)
+}
+
+func (ec *executionContext) childFields_AlertRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_AlertRule_id(ctx, field)
+	case "name":
+		return ec.fieldContext_AlertRule_name(ctx, field)
+	case "kind":
+		return ec.fieldContext_AlertRule_kind(ctx, field)
+	case "enabled":
+		return ec.fieldContext_AlertRule_enabled(ctx, field)
+	case "taskType":
+		return ec.fieldContext_AlertRule_taskType(ctx, field)
+	case "owner":
+		return ec.fieldContext_AlertRule_owner(ctx, field)
+	case "errorKind":
+		return ec.fieldContext_AlertRule_errorKind(ctx, field)
+	case "threshold":
+		return ec.fieldContext_AlertRule_threshold(ctx, field)
+	case "windowSeconds":
+		return ec.fieldContext_AlertRule_windowSeconds(ctx, field)
+	case "quietSeconds":
+		return ec.fieldContext_AlertRule_quietSeconds(ctx, field)
+	case "channels":
+		return ec.fieldContext_AlertRule_channels(ctx, field)
+	case "silencedUntil":
+		return ec.fieldContext_AlertRule_silencedUntil(ctx, field)
+	case "lastNotifiedAt":
+		return ec.fieldContext_AlertRule_lastNotifiedAt(ctx, field)
+	case "createdBy":
+		return ec.fieldContext_AlertRule_createdBy(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_AlertRule_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_AlertRule_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AlertRule", field.Name)
 }
 
 func (ec *executionContext) childFields_Artifact(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4608,6 +5270,10 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_logs(ctx, field)
 	case "availableActions":
 		return ec.fieldContext_Task_availableActions(ctx, field)
+	case "stalledAt":
+		return ec.fieldContext_Task_stalledAt(ctx, field)
+	case "stallAfterSeconds":
+		return ec.fieldContext_Task_stallAfterSeconds(ctx, field)
 	case "waitingReason":
 		return ec.fieldContext_Task_waitingReason(ctx, field)
 	case "schedule":
@@ -4680,6 +5346,10 @@ func (ec *executionContext) childFields_TaskInstance(ctx context.Context, field 
 		return ec.fieldContext_TaskInstance_heartbeatAt(ctx, field)
 	case "finishedAt":
 		return ec.fieldContext_TaskInstance_finishedAt(ctx, field)
+	case "progressAt":
+		return ec.fieldContext_TaskInstance_progressAt(ctx, field)
+	case "stalledAt":
+		return ec.fieldContext_TaskInstance_stalledAt(ctx, field)
 	case "errorKind":
 		return ec.fieldContext_TaskInstance_errorKind(ctx, field)
 	case "lastError":
@@ -4762,6 +5432,10 @@ func (ec *executionContext) childFields_TaskType(ctx context.Context, field grap
 		return ec.fieldContext_TaskType_defaultTimeoutSeconds(ctx, field)
 	case "defaultRetryPolicy":
 		return ec.fieldContext_TaskType_defaultRetryPolicy(ctx, field)
+	case "stallAfterSeconds":
+		return ec.fieldContext_TaskType_stallAfterSeconds(ctx, field)
+	case "stallAction":
+		return ec.fieldContext_TaskType_stallAction(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TaskType", field.Name)
 }
@@ -5014,6 +5688,34 @@ func (ec *executionContext) field_Mutation_cancelTasks_args(ctx context.Context,
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_createAlertChannel_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.AlertChannelInput, error) {
+			return ec.unmarshalNAlertChannelInput2taskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createAlertRule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.AlertRuleInput, error) {
+			return ec.unmarshalNAlertRuleInput2taskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -5053,6 +5755,34 @@ func (ec *executionContext) field_Mutation_createTasks_args(ctx context.Context,
 		return nil, err
 	}
 	args["inputs"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteAlertChannel_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteAlertRule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -5141,6 +5871,20 @@ func (ec *executionContext) field_Mutation_pauseType_args(ctx context.Context, r
 		return nil, err
 	}
 	args["until"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_resolveAlertIncident_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -5236,6 +5980,108 @@ func (ec *executionContext) field_Mutation_setTypeControl_args(ctx context.Conte
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_silenceAlertIncident_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_silenceAlertRule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_testAlertChannel_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateAlertChannel_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.AlertChannelInput, error) {
+			return ec.unmarshalNAlertChannelInput2taskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateAlertRule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.AlertRuleInput, error) {
+			return ec.unmarshalNAlertRuleInput2taskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_updateSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -5269,6 +6115,50 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 		return nil, err
 	}
 	args["name"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_alertIncident_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_alertIncidents_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "status",
+		func(ctx context.Context, v any) (*alertincident.Status, error) {
+			return ec.unmarshalOAlertIncidentStatus2ᚖtaskgraphᚋentᚋalertincidentᚐStatus(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["status"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "ruleId",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOID2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["ruleId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg2
 	return args, nil
 }
 
@@ -5838,6 +6728,1008 @@ func (ec *executionContext) _ActionError_message(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_ActionError_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ActionError", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertChannel_id(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "ID")
+}
+
+func (ec *executionContext) _AlertChannel_name(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertChannel_kind(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v alertchannel.Kind) graphql.Marshaler {
+			return ec.marshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "AlertChannelKind")
+}
+
+func (ec *executionContext) _AlertChannel_urlDisplay(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_urlDisplay(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.URLDisplay, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_urlDisplay(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertChannel_hasSecret(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_hasSecret(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HasSecret, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_hasSecret(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _AlertChannel_createdBy(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_createdBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_createdBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertChannel_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertChannel_updatedAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertChannel) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertChannel_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertChannel_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertChannel", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertIncident_id(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "ID")
+}
+
+func (ec *executionContext) _AlertIncident_ruleId(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_ruleId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RuleID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_ruleId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "ID")
+}
+
+func (ec *executionContext) _AlertIncident_ruleName(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_ruleName(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RuleName, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_ruleName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertIncident_kind(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AlertIncident().Kind(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
+			return ec.marshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, true, true, "AlertRuleKind")
+}
+
+func (ec *executionContext) _AlertIncident_subject(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_subject(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Subject, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_subject(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertIncident_status(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v alertincident.Status) graphql.Marshaler {
+			return ec.marshalNAlertIncidentStatus2taskgraphᚋentᚋalertincidentᚐStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "AlertIncidentStatus")
+}
+
+func (ec *executionContext) _AlertIncident_occurrences(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_occurrences(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Occurrences, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_occurrences(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "Int")
+}
+
+func (ec *executionContext) _AlertIncident_summary(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_summary(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Summary, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_summary(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertIncident_firstTask(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_firstTask(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AlertIncident().FirstTask(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_firstTask(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AlertIncident",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AlertIncident_lastTask(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_lastTask(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AlertIncident().LastTask(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_lastTask(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AlertIncident",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AlertIncident_openedAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_openedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OpenedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_openedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertIncident_lastSeenAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_lastSeenAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastSeenAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_lastSeenAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertIncident_resolvedAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_resolvedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ResolvedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_resolvedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertIncident_resolution(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_resolution(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Resolution, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *alertincident.Resolution) graphql.Marshaler {
+			return ec.marshalOAlertResolution2ᚖtaskgraphᚋentᚋalertincidentᚐResolution(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_resolution(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "AlertResolution")
+}
+
+func (ec *executionContext) _AlertIncident_resolvedBy(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_resolvedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ResolvedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_resolvedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertIncident_silencedUntil(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_silencedUntil(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SilencedUntil, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_silencedUntil(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertIncident_notified(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_notified(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Notified, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_notified(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertIncident", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _AlertIncident_deliveries(ctx context.Context, field graphql.CollectedField, obj *ent.AlertIncident) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertIncident_deliveries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AlertIncident().Deliveries(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚕᚖtaskgraphᚋentᚐTaskᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertIncident_deliveries(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AlertIncident",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AlertRule_id(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "ID")
+}
+
+func (ec *executionContext) _AlertRule_name(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertRule_kind(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
+			return ec.marshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "AlertRuleKind")
+}
+
+func (ec *executionContext) _AlertRule_enabled(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_enabled(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Enabled, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_enabled(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _AlertRule_taskType(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_taskType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskType, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_taskType(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertRule_owner(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_owner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Owner, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_owner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertRule_errorKind(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_errorKind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AlertRule().ErrorKind(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
+			return ec.marshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_errorKind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, true, true, "ErrorKind")
+}
+
+func (ec *executionContext) _AlertRule_threshold(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_threshold(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Threshold, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_threshold(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _AlertRule_windowSeconds(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_windowSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WindowSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_windowSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _AlertRule_quietSeconds(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_quietSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.QuietSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_quietSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _AlertRule_channels(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_channels(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AlertRule().Channels(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertChannel) graphql.Marshaler {
+			return ec.marshalNAlertChannel2ᚕᚖtaskgraphᚋentᚐAlertChannelᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_channels(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AlertRule",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertChannel(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AlertRule_silencedUntil(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_silencedUntil(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SilencedUntil, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_silencedUntil(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertRule_lastNotifiedAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_lastNotifiedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastNotifiedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_lastNotifiedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertRule_createdBy(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_createdBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_createdBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "String")
+}
+
+func (ec *executionContext) _AlertRule_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AlertRule_updatedAt(ctx context.Context, field graphql.CollectedField, obj *ent.AlertRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AlertRule_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AlertRule_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AlertRule", field, false, false, "Time")
 }
 
 func (ec *executionContext) _Artifact_id(ctx context.Context, field graphql.CollectedField, obj *ent.Artifact) (ret graphql.Marshaler) {
@@ -7223,6 +9115,446 @@ func (ec *executionContext) fieldContext_Mutation_artifactDownloadUrl(ctx contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_createAlertChannel(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createAlertChannel(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateAlertChannel(ctx, fc.Args["input"].(model.AlertChannelInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertChannel) graphql.Marshaler {
+			return ec.marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createAlertChannel(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertChannel(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createAlertChannel_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateAlertChannel(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateAlertChannel(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateAlertChannel(ctx, fc.Args["id"].(int), fc.Args["input"].(model.AlertChannelInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertChannel) graphql.Marshaler {
+			return ec.marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateAlertChannel(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertChannel(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateAlertChannel_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteAlertChannel(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteAlertChannel(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteAlertChannel(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteAlertChannel(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Boolean does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteAlertChannel_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_testAlertChannel(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_testAlertChannel(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().TestAlertChannel(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_testAlertChannel(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_testAlertChannel_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createAlertRule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createAlertRule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateAlertRule(ctx, fc.Args["input"].(model.AlertRuleInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
+			return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createAlertRule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertRule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createAlertRule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateAlertRule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateAlertRule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateAlertRule(ctx, fc.Args["id"].(int), fc.Args["input"].(model.AlertRuleInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
+			return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateAlertRule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertRule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateAlertRule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteAlertRule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteAlertRule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteAlertRule(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteAlertRule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Boolean does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteAlertRule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_silenceAlertRule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_silenceAlertRule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SilenceAlertRule(ctx, fc.Args["id"].(int), fc.Args["until"].(*time.Time))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
+			return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_silenceAlertRule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertRule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_silenceAlertRule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_silenceAlertIncident(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_silenceAlertIncident(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SilenceAlertIncident(ctx, fc.Args["id"].(int), fc.Args["until"].(*time.Time))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+			return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_silenceAlertIncident(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertIncident(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_silenceAlertIncident_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_resolveAlertIncident(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_resolveAlertIncident(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ResolveAlertIncident(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+			return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_resolveAlertIncident(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertIncident(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_resolveAlertIncident_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createTasks(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8187,6 +10519,158 @@ func (ec *executionContext) fieldContext_Query_importTargets(_ context.Context, 
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_ImportTarget(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_alertChannels(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_alertChannels(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().AlertChannels(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertChannel) graphql.Marshaler {
+			return ec.marshalNAlertChannel2ᚕᚖtaskgraphᚋentᚐAlertChannelᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_alertChannels(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertChannel(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_alertRules(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_alertRules(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().AlertRules(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertRule) graphql.Marshaler {
+			return ec.marshalNAlertRule2ᚕᚖtaskgraphᚋentᚐAlertRuleᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_alertRules(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertRule(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_alertIncidents(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_alertIncidents(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().AlertIncidents(ctx, fc.Args["status"].(*alertincident.Status), fc.Args["ruleId"].(*int), fc.Args["first"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertIncident) graphql.Marshaler {
+			return ec.marshalNAlertIncident2ᚕᚖtaskgraphᚋentᚐAlertIncidentᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_alertIncidents(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertIncident(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_alertIncidents_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_alertIncident(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_alertIncident(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().AlertIncident(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+			return ec.marshalOAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_alertIncident(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertIncident(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_alertIncident_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -10002,6 +12486,38 @@ func (ec *executionContext) fieldContext_Subscription_taskLogAppended(ctx contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Subscription_alertIncidentChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_alertIncidentChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscription().AlertIncidentChanged(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+			return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_alertIncidentChanged(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AlertIncident(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Task_id(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10823,6 +13339,52 @@ func (ec *executionContext) fieldContext_Task_availableActions(_ context.Context
 	return graphql.NewScalarFieldContext("Task", field, true, true, "TaskAction")
 }
 
+func (ec *executionContext) _Task_stalledAt(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_stalledAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().StalledAt(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_stalledAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, true, true, "Time")
+}
+
+func (ec *executionContext) _Task_stallAfterSeconds(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_stallAfterSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().StallAfterSeconds(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_stallAfterSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, true, true, "Int")
+}
+
 func (ec *executionContext) _Task_waitingReason(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -11435,6 +13997,52 @@ func (ec *executionContext) _TaskInstance_finishedAt(ctx context.Context, field 
 	)
 }
 func (ec *executionContext) fieldContext_TaskInstance_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskInstance", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TaskInstance_progressAt(ctx context.Context, field graphql.CollectedField, obj *ent.TaskInstance) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskInstance_progressAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ProgressAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TaskInstance_progressAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskInstance", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TaskInstance_stalledAt(ctx context.Context, field graphql.CollectedField, obj *ent.TaskInstance) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskInstance_stalledAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StalledAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TaskInstance_stalledAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TaskInstance", field, false, false, "Time")
 }
 
@@ -12096,6 +14704,52 @@ func (ec *executionContext) _TaskType_defaultRetryPolicy(ctx context.Context, fi
 	)
 }
 func (ec *executionContext) fieldContext_TaskType_defaultRetryPolicy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskType", field, false, false, "String")
+}
+
+func (ec *executionContext) _TaskType_stallAfterSeconds(ctx context.Context, field graphql.CollectedField, obj *model.TaskType) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskType_stallAfterSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StallAfterSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskType_stallAfterSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskType", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TaskType_stallAction(ctx context.Context, field graphql.CollectedField, obj *model.TaskType) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskType_stallAction(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StallAction, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskType_stallAction(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TaskType", field, false, false, "String")
 }
 
@@ -13641,6 +16295,178 @@ func (ec *executionContext) fieldContext___Type_isOneOf(_ context.Context, field
 
 // region    **************************** input.gotpl *****************************
 
+func (ec *executionContext) unmarshalInputAlertChannelInput(ctx context.Context, obj any) (model.AlertChannelInput, error) {
+	var it model.AlertChannelInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "kind", "url", "secret"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "kind":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kind"))
+			data, err := ec.unmarshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Kind = data
+		case "url":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("url"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.URL = data
+		case "secret":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("secret"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Secret = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalAlertChannelInput unmarshals raw into the AlertChannelInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalAlertChannelInput(ctx context.Context, raw any) (model.AlertChannelInput, error) {
+	var out model.AlertChannelInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "AlertChannelInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputAlertRuleInput(ctx context.Context, obj any) (model.AlertRuleInput, error) {
+	var it model.AlertRuleInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["enabled"]; !present {
+		asMap["enabled"] = true
+	}
+
+	fieldsInOrder := [...]string{"name", "kind", "enabled", "taskType", "owner", "errorKind", "threshold", "windowSeconds", "quietSeconds", "channelIds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "kind":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kind"))
+			data, err := ec.unmarshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Kind = data
+		case "enabled":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("enabled"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Enabled = data
+		case "taskType":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskType"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TaskType = data
+		case "owner":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("owner"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Owner = data
+		case "errorKind":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("errorKind"))
+			data, err := ec.unmarshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ErrorKind = data
+		case "threshold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("threshold"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Threshold = data
+		case "windowSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("windowSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WindowSeconds = data
+		case "quietSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("quietSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.QuietSeconds = data
+		case "channelIds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("channelIds"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ChannelIds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalAlertRuleInput unmarshals raw into the AlertRuleInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalAlertRuleInput(ctx context.Context, raw any) (model.AlertRuleInput, error) {
+	var out model.AlertRuleInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "AlertRuleInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputArtifactOrder(ctx context.Context, obj any) (ent.ArtifactOrder, error) {
 	var it ent.ArtifactOrder
 	if obj == nil {
@@ -14642,7 +17468,7 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt"}
+	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "stallAfterSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14719,6 +17545,13 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 				return it, err
 			}
 			it.RunAt = data
+		case "stallAfterSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stallAfterSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StallAfterSeconds = data
 		}
 	}
 	return it, nil
@@ -19104,6 +21937,306 @@ func (ec *executionContext) _ActionError(ctx context.Context, sel ast.SelectionS
 	return out
 }
 
+var alertChannelImplementors = []string{"AlertChannel"}
+
+func (ec *executionContext) _AlertChannel(ctx context.Context, sel ast.SelectionSet, obj *ent.AlertChannel) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, alertChannelImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AlertChannel")
+		case "id":
+			out.Values[i] = ec._AlertChannel_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._AlertChannel_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "kind":
+			out.Values[i] = ec._AlertChannel_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "urlDisplay":
+			out.Values[i] = ec._AlertChannel_urlDisplay(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "hasSecret":
+			out.Values[i] = ec._AlertChannel_hasSecret(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdBy":
+			out.Values[i] = ec._AlertChannel_createdBy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._AlertChannel_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._AlertChannel_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var alertIncidentImplementors = []string{"AlertIncident"}
+
+func (ec *executionContext) _AlertIncident(ctx context.Context, sel ast.SelectionSet, obj *ent.AlertIncident) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, alertIncidentImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AlertIncident")
+		case "id":
+			out.Values[i] = ec._AlertIncident_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ruleId":
+			out.Values[i] = ec._AlertIncident_ruleId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ruleName":
+			out.Values[i] = ec._AlertIncident_ruleName(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "kind":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AlertIncident_kind(ctx, field, obj)
+				})
+		case "subject":
+			out.Values[i] = ec._AlertIncident_subject(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "status":
+			out.Values[i] = ec._AlertIncident_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "occurrences":
+			out.Values[i] = ec._AlertIncident_occurrences(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "summary":
+			out.Values[i] = ec._AlertIncident_summary(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "firstTask":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AlertIncident_firstTask(ctx, field, obj)
+				})
+		case "lastTask":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AlertIncident_lastTask(ctx, field, obj)
+				})
+		case "openedAt":
+			out.Values[i] = ec._AlertIncident_openedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "lastSeenAt":
+			out.Values[i] = ec._AlertIncident_lastSeenAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "resolvedAt":
+			out.Values[i] = ec._AlertIncident_resolvedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "resolution":
+			out.Values[i] = ec._AlertIncident_resolution(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "resolvedBy":
+			out.Values[i] = ec._AlertIncident_resolvedBy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "silencedUntil":
+			out.Values[i] = ec._AlertIncident_silencedUntil(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "notified":
+			out.Values[i] = ec._AlertIncident_notified(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "deliveries":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AlertIncident_deliveries(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var alertRuleImplementors = []string{"AlertRule"}
+
+func (ec *executionContext) _AlertRule(ctx context.Context, sel ast.SelectionSet, obj *ent.AlertRule) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, alertRuleImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AlertRule")
+		case "id":
+			out.Values[i] = ec._AlertRule_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "name":
+			out.Values[i] = ec._AlertRule_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "kind":
+			out.Values[i] = ec._AlertRule_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "enabled":
+			out.Values[i] = ec._AlertRule_enabled(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "taskType":
+			out.Values[i] = ec._AlertRule_taskType(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "owner":
+			out.Values[i] = ec._AlertRule_owner(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "errorKind":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AlertRule_errorKind(ctx, field, obj)
+				})
+		case "threshold":
+			out.Values[i] = ec._AlertRule_threshold(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "windowSeconds":
+			out.Values[i] = ec._AlertRule_windowSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "quietSeconds":
+			out.Values[i] = ec._AlertRule_quietSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "channels":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AlertRule_channels(ctx, field, obj)
+				})
+		case "silencedUntil":
+			out.Values[i] = ec._AlertRule_silencedUntil(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "lastNotifiedAt":
+			out.Values[i] = ec._AlertRule_lastNotifiedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdBy":
+			out.Values[i] = ec._AlertRule_createdBy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._AlertRule_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "updatedAt":
+			out.Values[i] = ec._AlertRule_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var artifactImplementors = []string{"Artifact", "Node"}
 
 func (ec *executionContext) _Artifact(ctx context.Context, sel ast.SelectionSet, obj *ent.Artifact) graphql.Marshaler {
@@ -19617,6 +22750,76 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "createAlertChannel":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createAlertChannel(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateAlertChannel":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateAlertChannel(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteAlertChannel":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteAlertChannel(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "testAlertChannel":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_testAlertChannel(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createAlertRule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createAlertRule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateAlertRule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateAlertRule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteAlertRule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteAlertRule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "silenceAlertRule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_silenceAlertRule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "silenceAlertIncident":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_silenceAlertIncident(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resolveAlertIncident":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_resolveAlertIncident(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createTasks":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createTasks(ctx, field)
@@ -19836,6 +23039,30 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_importTargets(ctx, field)
+				})
+		case "alertChannels":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_alertChannels(ctx, field)
+				})
+		case "alertRules":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_alertRules(ctx, field)
+				})
+		case "alertIncidents":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_alertIncidents(ctx, field)
+				})
+		case "alertIncident":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_alertIncident(ctx, field)
 				})
 		case "typeControls":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -20433,6 +23660,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_taskUpdated(ctx, fields[0])
 	case "taskLogAppended":
 		return ec._Subscription_taskLogAppended(ctx, fields[0])
+	case "alertIncidentChanged":
+		return ec._Subscription_alertIncidentChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
@@ -20622,6 +23851,18 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Task_availableActions(ctx, field, obj)
+				})
+		case "stalledAt":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_stalledAt(ctx, field, obj)
+				})
+		case "stallAfterSeconds":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_stallAfterSeconds(ctx, field, obj)
 				})
 		case "waitingReason":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
@@ -20854,6 +24095,16 @@ func (ec *executionContext) _TaskInstance(ctx context.Context, sel ast.Selection
 			}
 		case "finishedAt":
 			out.Values[i] = ec._TaskInstance_finishedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "progressAt":
+			out.Values[i] = ec._TaskInstance_progressAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "stalledAt":
+			out.Values[i] = ec._TaskInstance_stalledAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
@@ -21126,6 +24377,16 @@ func (ec *executionContext) _TaskType(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "defaultRetryPolicy":
 			out.Values[i] = ec._TaskType_defaultRetryPolicy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "stallAfterSeconds":
+			out.Values[i] = ec._TaskType_stallAfterSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "stallAction":
+			out.Values[i] = ec._TaskType_stallAction(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -21692,6 +24953,118 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) marshalNAlertChannel2ᚕᚖtaskgraphᚋentᚐAlertChannelᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertChannel) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx context.Context, sel ast.SelectionSet, v *ent.AlertChannel) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AlertChannel!")
+		return graphql.Null
+	}
+	return ec._AlertChannel(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNAlertChannelInput2taskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx context.Context, v any) (model.AlertChannelInput, error) {
+	res, err := ec.unmarshalInputAlertChannelInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx context.Context, v any) (alertchannel.Kind, error) {
+	var res alertchannel.Kind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx context.Context, sel ast.SelectionSet, v alertchannel.Kind) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) marshalNAlertIncident2ᚕᚖtaskgraphᚋentᚐAlertIncidentᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertIncident) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx context.Context, sel ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AlertIncident!")
+		return graphql.Null
+	}
+	return ec._AlertIncident(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNAlertIncidentStatus2taskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, v any) (alertincident.Status, error) {
+	var res alertincident.Status
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNAlertIncidentStatus2taskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, sel ast.SelectionSet, v alertincident.Status) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) marshalNAlertRule2ᚕᚖtaskgraphᚋentᚐAlertRuleᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertRule) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx context.Context, sel ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AlertRule!")
+		return graphql.Null
+	}
+	return ec._AlertRule(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNAlertRuleInput2taskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx context.Context, v any) (model.AlertRuleInput, error) {
+	res, err := ec.unmarshalInputAlertRuleInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx context.Context, v any) (alertrule.Kind, error) {
+	var res alertrule.Kind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx context.Context, sel ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx context.Context, sel ast.SelectionSet, v *ent.Artifact) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Artifact!")
@@ -22248,6 +25621,22 @@ func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel
 	return ret
 }
 
+func (ec *executionContext) marshalNTask2ᚕᚖtaskgraphᚋentᚐTaskᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx context.Context, sel ast.SelectionSet, v *ent.Task) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Task!")
@@ -22763,6 +26152,45 @@ func (ec *executionContext) marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐA
 		return graphql.Null
 	}
 	return ec._ActionError(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx context.Context, sel ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._AlertIncident(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOAlertIncidentStatus2ᚖtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, v any) (*alertincident.Status, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(alertincident.Status)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOAlertIncidentStatus2ᚖtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, sel ast.SelectionSet, v *alertincident.Status) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOAlertResolution2ᚖtaskgraphᚋentᚋalertincidentᚐResolution(ctx context.Context, v any) (*alertincident.Resolution, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(alertincident.Resolution)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOAlertResolution2ᚖtaskgraphᚋentᚋalertincidentᚐResolution(ctx context.Context, sel ast.SelectionSet, v *alertincident.Resolution) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {

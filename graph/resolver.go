@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"taskgraph/alert"
 	"taskgraph/artifact"
 	"taskgraph/engine"
 	"taskgraph/ent"
@@ -41,6 +42,9 @@ type Resolver struct {
 	// PublicURL is what download links start with (scheme, host and any
 	// path prefix); "" makes them relative (/download/...).
 	PublicURL string
+	// Alerts serves alert rules, channels and incidents; without it those
+	// fields are unavailable.
+	Alerts *alert.Service
 }
 
 // Page sizes of connections.

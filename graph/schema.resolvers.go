@@ -81,12 +81,17 @@ func (r *queryResolver) TaskStats(ctx context.Context) (*model.TaskStats, error)
 func (r *queryResolver) TaskTypes(ctx context.Context) ([]*model.TaskType, error) {
 	var out []*model.TaskType
 	for _, t := range r.Engine.Registry().Types() {
+		if t.Internal {
+			continue
+		}
 		out = append(out, &model.TaskType{
 			Name:                  t.Name,
 			Description:           t.Description,
 			InputSchema:           t.InputSchema,
 			DefaultTimeoutSeconds: int(t.Timeout / time.Second),
 			DefaultRetryPolicy:    t.RetryPolicy,
+			StallAfterSeconds:     int(t.StallAfter / time.Second),
+			StallAction:           string(t.StallAction),
 		})
 	}
 	return out, nil

@@ -121,3 +121,32 @@ func discard(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close()
 }
+
+// Held reports whether any node holds the role's lock now (this one
+// included): whether the singleton has a leader at all. It reads
+// pg_locks, where a 64-bit advisory key shows as classid (its high 32
+// bits) and objid (its low 32 bits) with objsubid 1.
+func (l *Lock) Held(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	key := l.key
+	l.mu.Unlock()
+	if key == 0 {
+		if err := l.db.QueryRowContext(ctx, keyQuery, l.role).Scan(&key); err != nil {
+			return false, fmt.Errorf("leader: %w", err)
+		}
+	}
+	var held bool
+	err := l.db.QueryRowContext(ctx, `
+SELECT EXISTS (SELECT 1 FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 1
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND objid::bigint = ($1::bigint & 4294967295))`, key).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("leader: %w", err)
+	}
+	return held, nil
+}
+
+// AlertsRole is the role of the alert evaluator. It is elected apart from
+// the watchdog so that a node can notice that no watchdog leads.
+const AlertsRole = "alerts"

@@ -139,10 +139,14 @@ const (
 	KindTimeout      ErrorKind = "TIMEOUT"
 	KindCancelled    ErrorKind = "CANCELLED"
 	KindInterrupted  ErrorKind = "INTERRUPTED"
+	// KindStalled is an execution cancelled because its progress and
+	// logs stopped moving for its type's stallAfter while its heartbeats
+	// went on (a hung loop, a lock wait), when the type asks for that.
+	KindStalled ErrorKind = "STALLED"
 )
 
 // AllErrorKinds lists every kind.
-var AllErrorKinds = []ErrorKind{KindRetryable, KindNonRetryable, KindResource, KindTimeout, KindCancelled, KindInterrupted}
+var AllErrorKinds = []ErrorKind{KindRetryable, KindNonRetryable, KindResource, KindTimeout, KindCancelled, KindInterrupted, KindStalled}
 
 // Values lets ent store ErrorKind as an enum column.
 func (ErrorKind) Values() []string {
@@ -154,10 +158,12 @@ func (ErrorKind) Values() []string {
 }
 
 // Retryable reports whether the retry policy may schedule another attempt
-// after an execution ended with this kind.
+// after an execution ended with this kind. A stalled execution is retried
+// like a timed-out one: the hang may be the moment's (a lock wait), and the
+// policy's attempts bound it.
 func (k ErrorKind) Retryable() bool {
 	switch k {
-	case KindRetryable, KindResource, KindTimeout, KindInterrupted:
+	case KindRetryable, KindResource, KindTimeout, KindInterrupted, KindStalled:
 		return true
 	}
 	return false
@@ -165,7 +171,8 @@ func (k ErrorKind) Retryable() bool {
 
 // ConsumesAttempt reports whether an execution that ended with this kind
 // counts against max attempts. An interruption (graceful shutdown) is not the
-// task's fault and does not.
+// task's fault and does not; a stall is the task's (its handler stopped
+// moving) and does, so that a handler that always hangs ends FAILED.
 func (k ErrorKind) ConsumesAttempt() bool { return k != KindInterrupted }
 
 // MarshalGQL writes the kind as a GraphQL enum value.

@@ -86,11 +86,28 @@ func TestErrorKinds(t *testing.T) {
 	t.Parallel()
 	require.False(t, lifecycle.KindNonRetryable.Retryable())
 	require.False(t, lifecycle.KindCancelled.Retryable())
-	for _, k := range []lifecycle.ErrorKind{lifecycle.KindRetryable, lifecycle.KindResource, lifecycle.KindTimeout, lifecycle.KindInterrupted} {
+	for _, k := range []lifecycle.ErrorKind{lifecycle.KindRetryable, lifecycle.KindResource, lifecycle.KindTimeout, lifecycle.KindInterrupted, lifecycle.KindStalled} {
 		require.True(t, k.Retryable(), "%s", k)
 	}
 	require.False(t, lifecycle.KindInterrupted.ConsumesAttempt())
 	require.True(t, lifecycle.KindTimeout.ConsumesAttempt())
+	require.True(t, lifecycle.KindStalled.ConsumesAttempt(), "a handler that always hangs must run out of attempts")
+	// Every kind says both, explicitly: a new kind must be placed here.
+	want := map[lifecycle.ErrorKind][2]bool{ // retryable, consumes an attempt
+		lifecycle.KindRetryable:    {true, true},
+		lifecycle.KindNonRetryable: {false, true},
+		lifecycle.KindResource:     {true, true},
+		lifecycle.KindTimeout:      {true, true},
+		lifecycle.KindCancelled:    {false, true},
+		lifecycle.KindInterrupted:  {true, false},
+		lifecycle.KindStalled:      {true, true},
+	}
+	require.Len(t, lifecycle.AllErrorKinds, len(want))
+	for _, k := range lifecycle.AllErrorKinds {
+		w, ok := want[k]
+		require.True(t, ok, "kind %s has no expectation", k)
+		require.Equal(t, w, [2]bool{k.Retryable(), k.ConsumesAttempt()}, "%s", k)
+	}
 }
 
 func TestGraphQLEnums(t *testing.T) {

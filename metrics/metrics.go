@@ -33,7 +33,8 @@ type Metrics struct {
 	timeouts   *prometheus.CounterVec
 	watchdog   *prometheus.CounterVec
 	lag        prometheus.Histogram
-	counts     *taskCounts // nil until Register is given a client
+	counts     *taskCounts            // nil until Register is given a client
+	notices    *prometheus.CounterVec // see RegisterAlerts
 }
 
 var _ worker.Recorder = (*Metrics)(nil)

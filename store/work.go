@@ -24,6 +24,9 @@ type Beat struct {
 	Lost []Token
 	// CancelRequested are the executions whose task was asked to cancel.
 	CancelRequested []CancelRequest
+	// Stalled are the executions the watchdog flagged as stalled (no
+	// progress for their stallAfter); their type decides what follows.
+	Stalled []Token
 }
 
 // CancelRequest is a cancel asked of a running execution.
@@ -32,45 +35,75 @@ type CancelRequest struct {
 	Reason string
 }
 
+// Pulse is one execution's heartbeat: it is alive, and its handler last
+// reported progress or wrote a log line at MovedAt (zero: not since it
+// started).
+type Pulse struct {
+	Token   Token
+	MovedAt time.Time
+}
+
 // Heartbeat records that the executions behind tokens are alive.
 func (s *Store) Heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
+	pulses := make([]Pulse, len(tokens))
+	for i, tok := range tokens {
+		pulses[i] = Pulse{Token: tok}
+	}
+	return s.Pulse(ctx, pulses)
+}
+
+// Pulse records that executions are alive and when each last moved
+// (progress_at, what stall detection reads; it never goes back).
+func (s *Store) Pulse(ctx context.Context, pulses []Pulse) (Beat, error) {
 	var all Beat
-	for chunk := range slices.Chunk(tokens, maxBatchRows) {
+	for chunk := range slices.Chunk(pulses, maxBatchRows) {
 		b, err := s.heartbeat(ctx, chunk)
 		if err != nil {
 			return all, err
 		}
 		all.Lost = append(all.Lost, b.Lost...)
 		all.CancelRequested = append(all.CancelRequested, b.CancelRequested...)
+		all.Stalled = append(all.Stalled, b.Stalled...)
 	}
 	return all, nil
 }
 
-func (s *Store) heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
+func (s *Store) heartbeat(ctx context.Context, pulses []Pulse) (Beat, error) {
 	ctx = internal(ctx)
 	var beat Beat
 	err := s.write(ctx, func(t *txn) error {
 		beat = Beat{}
-		args := []any{s.Now()}
-		for _, tok := range tokens {
-			args = append(args, tok.InstanceID)
+		cols := [][]any{make([]any, len(pulses)), make([]any, len(pulses))}
+		for i, p := range pulses {
+			cols[0][i] = int64(p.Token.InstanceID)
+			if !p.MovedAt.IsZero() {
+				cols[1][i] = p.MovedAt.UTC().Truncate(time.Microsecond)
+			}
 		}
-		rows, err := s.queryInts(ctx, t, 3, `
-UPDATE task_instances SET heartbeat_at = ?
-WHERE status = `+sqlExecuting+` AND id IN (`+placeholders(len(tokens))+`)
-RETURNING id, version, task_id`, args...)
+		v, vArgs := s.d.valuesTable("v", []string{"iid", "moved"}, []colType{colInt, colTime}, cols)
+		rows, err := s.queryInts(ctx, t, 4, `
+UPDATE task_instances SET heartbeat_at = `+s.d.timeParam()+`,
+	progress_at = CASE WHEN v.moved IS NOT NULL AND (task_instances.progress_at IS NULL OR v.moved > task_instances.progress_at)
+		THEN v.moved ELSE task_instances.progress_at END
+FROM `+v+`
+WHERE task_instances.id = v.iid AND task_instances.status = `+sqlExecuting+`
+RETURNING id, version, task_id, CASE WHEN stalled_at IS NULL THEN 0 ELSE 1 END`, append([]any{s.Now()}, vArgs...)...)
 		if err != nil {
 			return fmt.Errorf("heartbeat: %w", err)
 		}
 		alive := make(map[Token]int, len(rows))
 		taskIDs := make([]int, 0, len(rows))
 		for _, r := range rows {
-			alive[Token{InstanceID: int(r[0]), Version: r[1]}] = int(r[2])
+			tok := Token{InstanceID: int(r[0]), Version: r[1]}
+			alive[tok] = int(r[2])
 			taskIDs = append(taskIDs, int(r[2]))
+			if r[3] == 1 {
+				beat.Stalled = append(beat.Stalled, tok)
+			}
 		}
-		for _, tok := range tokens {
-			if _, ok := alive[tok]; !ok {
-				beat.Lost = append(beat.Lost, tok)
+		for _, p := range pulses {
+			if _, ok := alive[p.Token]; !ok {
+				beat.Lost = append(beat.Lost, p.Token)
 			}
 		}
 		if len(taskIDs) == 0 {

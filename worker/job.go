@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"taskgraph/auth"
@@ -27,6 +28,10 @@ type Job struct {
 	token store.Token
 	rec   *flusher
 	mask  *mask.Masker
+	// moved is when the handler last reported progress or wrote a log
+	// line (unix nanoseconds of the store's clock; 0: not yet). Heartbeats
+	// carry it to progress_at, which stall detection reads.
+	moved atomic.Int64
 
 	mu           sync.Mutex
 	result       json.RawMessage
@@ -58,12 +63,14 @@ func (j *Job) Attempt() int { return j.Instance.Attempt }
 // Progress reports done out of total units of work. Only the latest value
 // is written, at most a few times a second.
 func (j *Job) Progress(done, total int64) {
+	j.touch()
 	j.rec.progress(store.Progress{Token: j.token, TaskID: j.Task.ID, Done: done, Total: total})
 }
 
 // Log writes a line to the task's trace. keyvals are alternating keys and
 // values, as with log/slog. The message and values are masked.
 func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
+	j.touch()
 	var fields map[string]any
 	if len(keyvals) > 0 {
 		fields = make(map[string]any, len(keyvals)/2)
@@ -85,6 +92,29 @@ func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
 		Fields:  fields,
 		At:      time.Now(),
 	})
+}
+
+// touch records that the handler moved now.
+func (j *Job) touch() { j.moved.Store(j.rec.store.Now().UnixNano()) }
+
+// movedAt is when the handler last moved, or zero.
+func (j *Job) movedAt() time.Time {
+	if n := j.moved.Load(); n != 0 {
+		return time.Unix(0, n).UTC()
+	}
+	return time.Time{}
+}
+
+// lastMoved is when the execution last moved: its last progress or log
+// line, else its start.
+func (j *Job) lastMoved(c store.Claimed) time.Time {
+	if t := j.movedAt(); !t.IsZero() {
+		return t
+	}
+	if c.Instance.StartedAt != nil {
+		return *c.Instance.StartedAt
+	}
+	return time.Time{}
 }
 
 // Info logs at INFO level.

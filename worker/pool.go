@@ -134,6 +134,7 @@ var (
 	errTimeout         = errors.New("task timeout exceeded")
 	errShutdown        = errors.New("worker shutting down")
 	errLost            = errors.New("execution moved on by someone else (watchdog or cancel)")
+	errStalled         = errors.New("stalled: progress and logs stopped moving")
 )
 
 // Pool claims and runs tasks.
@@ -495,6 +496,9 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 	case errors.Is(cause, errTimeout):
 		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindTimeout,
 			fmt.Sprintf("timed out after %ds: %v", c.Task.TimeoutSeconds, err), ex.job.resultJSON(), now), true
+	case errors.Is(cause, errStalled):
+		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindStalled,
+			fmt.Sprintf("stalled: no progress or log line since %s; stopped by its type's stall policy", ex.job.lastMoved(c).Format(time.RFC3339)), ex.job.resultJSON(), now), true
 	case errors.Is(cause, errShutdown):
 		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindInterrupted,
 			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.job.resultJSON(), now), true
@@ -591,18 +595,18 @@ func (p *Pool) heartbeatLoop(ctx context.Context) {
 // answer: stop executions that were moved on, cancel those asked to.
 func (p *Pool) beat(ctx context.Context) {
 	p.mu.Lock()
-	tokens := make([]store.Token, 0, len(p.running))
+	pulses := make([]store.Pulse, 0, len(p.running))
 	for _, ex := range p.running {
 		if !ex.abandoned {
-			tokens = append(tokens, ex.c.Token())
+			pulses = append(pulses, store.Pulse{Token: ex.c.Token(), MovedAt: ex.job.movedAt()})
 		}
 	}
 	p.mu.Unlock()
-	if len(tokens) == 0 {
+	if len(pulses) == 0 {
 		return
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
-	beat, err := p.deps.Store.Heartbeat(callCtx, tokens)
+	beat, err := p.deps.Store.Pulse(callCtx, pulses)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil && !counted(p.deps.Outages, "heartbeat", err) {
@@ -621,6 +625,16 @@ func (p *Pool) beat(ctx context.Context) {
 		}
 		p.mu.Unlock()
 		p.cancelInstance(req.Token.InstanceID, errCancelRequested)
+	}
+	for _, tok := range beat.Stalled {
+		// The watchdog flagged it; the type says whether that stops it.
+		p.mu.Lock()
+		ex := p.running[tok.InstanceID]
+		p.mu.Unlock()
+		if ex != nil && ex.typ != nil && ex.typ.StallAction == StallCancel {
+			p.log.Warn("stopping a stalled execution", "task_id", ex.c.Task.ID, "instance_id", tok.InstanceID)
+			ex.cancel(errStalled)
+		}
 	}
 }
 

@@ -34,6 +34,17 @@ type TaskType struct {
 	// Concurrency caps the executions of this type running at once on one
 	// node (0: only the pool's concurrency applies).
 	Concurrency int
+	// StallAfter is how long an execution's progress and logs may stand
+	// still, while its heartbeats go on, before the watchdog flags it as
+	// stalled (0: never). A task may set its own.
+	StallAfter time.Duration
+	// Internal types are created by the process itself only (alert
+	// deliveries): the API neither lists them nor lets a user create one.
+	Internal bool
+	// StallAction is what follows a flag: StallFlag (the default) only
+	// flags, StallCancel also stops the execution as a STALLED error for
+	// the retry policy to decide on.
+	StallAction StallAction
 
 	schema *jsonschema.Schema
 	decode func(json.RawMessage) (any, error)
@@ -115,6 +126,29 @@ func WithTimeout(d time.Duration) TypeOption { return func(t *TaskType) { t.Time
 // WithRetryPolicy sets a type's default retry policy.
 func WithRetryPolicy(name string) TypeOption { return func(t *TaskType) { t.RetryPolicy = name } }
 
+// StallAction is what follows when an execution of a type stalls.
+type StallAction string
+
+// Stall actions.
+const (
+	// StallFlag marks the execution (stalledAt) and alerts; it runs on.
+	StallFlag StallAction = "FLAG"
+	// StallCancel marks it and stops it: its handler's context is
+	// cancelled and the execution ends FAILED with error kind STALLED;
+	// the retry policy decides what follows. The next attempt starts only
+	// once the handler has returned, so the task never runs twice at once.
+	StallCancel StallAction = "CANCEL"
+)
+
+// WithStallDetection flags executions whose progress and logs stand still
+// for after (see TaskType.StallAfter) and, with StallCancel, stops them.
+func WithStallDetection(after time.Duration, action StallAction) TypeOption {
+	return func(t *TaskType) { t.StallAfter, t.StallAction = after, action }
+}
+
+// Internal marks a type the process alone creates (see TaskType.Internal).
+func Internal() TypeOption { return func(t *TaskType) { t.Internal = true } }
+
 // WithConcurrency caps a type's parallel executions per node.
 func WithConcurrency(n int) TypeOption { return func(t *TaskType) { t.Concurrency = n } }
 
@@ -185,6 +219,9 @@ func Register[In any](r *Registry, name string, handle func(ctx context.Context,
 	for _, o := range opts {
 		o(t)
 	}
+	if t.StallAction == "" {
+		t.StallAction = StallFlag
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, dup := r.types[name]; dup {
@@ -220,6 +257,18 @@ func (r *Registry) Names() []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.Name
+	}
+	return out
+}
+
+// PublicNames returns the names of the types users may create (not
+// Internal).
+func (r *Registry) PublicNames() []string {
+	var out []string
+	for _, t := range r.Types() {
+		if !t.Internal {
+			out = append(out, t.Name)
+		}
 	}
 	return out
 }

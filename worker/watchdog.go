@@ -30,8 +30,14 @@ type WatchdogConfig struct {
 	// Leader, when set, is asked before each pass; the pass is skipped when
 	// it answers false (another node's watchdog leads). Default: always lead.
 	Leader func(ctx context.Context) (bool, error)
+	// StallAfter, when set, returns a task type's stallAfter (0: no stall
+	// detection), which a task's own override replaces. Executions whose
+	// progress and logs stood still that long while their heartbeats went
+	// on are flagged (stalled_at), and un-flagged once they move again.
+	StallAfter func(taskType string) time.Duration
 	// OnAction, when set, is told about every applied action ("stale_heartbeat",
-	// "timeout", "cancel_finished", "repair"), for metrics.
+	// "timeout", "cancel_finished", "repair", "stalled", "unstalled"), for
+	// metrics.
 	OnAction func(action string)
 	// Logger receives the watchdog's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -86,6 +92,8 @@ type PassResult struct {
 	StaleHeartbeats int
 	TimedOut        int
 	CancelsFinished int
+	Stalled         int // flagged as stalled
+	Unstalled       int // moved again, flag cleared
 	Refused         int // moved on by someone else meanwhile
 	Repaired        int // tasks and instances made to agree again (store.Repair)
 }
@@ -123,6 +131,7 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 	var outcomes []store.Outcome
 	var counters []*int // which PassResult counter each outcome adds to
 	var actions []string
+	var stallable []store.Claimed // alive, in time: stall detection looks at them
 	for _, c := range running {
 		in, tk := c.Instance, c.Task
 		hb := in.HeartbeatAt
@@ -156,7 +165,12 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 			outcomes = append(outcomes, Failure(w.policies, w.masker, c, lifecycle.KindTimeout, msg, nil, now))
 			counters = append(counters, &res.TimedOut)
 			actions = append(actions, "timeout")
+		default:
+			stallable = append(stallable, c)
 		}
+	}
+	if err := w.stalls(ctx, stallable, now, &res); err != nil {
+		return res, err
 	}
 	if len(outcomes) == 0 {
 		return res, nil
@@ -178,6 +192,68 @@ func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
 		w.log.Warn("watchdog acted", "instance_id", o.Token.InstanceID, "status", o.Status, "error", o.Error, "retry", o.Retry != nil)
 	}
 	return res, nil
+}
+
+// stalls flags the executions among running whose progress and logs stood
+// still for their stallAfter (their heartbeats are fresh: the caller left
+// out those it recovers), and clears the flag of those that moved since.
+// Whether a flagged execution is also stopped is its worker's business
+// (its type's StallAction, seen with the next heartbeat).
+func (w *Watchdog) stalls(ctx context.Context, running []store.Claimed, now time.Time, res *PassResult) error {
+	var ids []int
+	for _, c := range running {
+		ids = append(ids, c.Task.ID)
+	}
+	overrides, err := w.store.StallOverrides(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("watchdog: %w", err)
+	}
+	var marks []store.StallMark
+	for _, c := range running {
+		in := c.Instance
+		after, ok := overrides[c.Task.ID]
+		if !ok && w.cfg.StallAfter != nil {
+			after = w.cfg.StallAfter(c.Task.Type)
+		}
+		moved := in.ProgressAt
+		if moved == nil {
+			moved = in.StartedAt
+		}
+		stalled := after > 0 && moved != nil && now.Sub(*moved) >= after
+		switch {
+		case stalled && in.StalledAt == nil:
+			marks = append(marks, store.StallMark{Token: c.Token(), Stalled: true, MovedBefore: now.Add(-after),
+				Log: fmt.Sprintf("watchdog: stalled: no progress or log line since %s (stallAfter %s) while its worker %s kept sending heartbeats",
+					moved.Format(time.RFC3339), after, in.WorkerID)})
+		case !stalled && in.StalledAt != nil:
+			marks = append(marks, store.StallMark{Token: c.Token(), Stalled: false, Log: "watchdog: moving again; no longer stalled"})
+		}
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	applied, err := w.store.MarkStalled(ctx, marks)
+	if err != nil {
+		return fmt.Errorf("watchdog: %w", err)
+	}
+	for i, m := range marks {
+		if !applied[i] {
+			continue
+		}
+		action := "unstalled"
+		if m.Stalled {
+			action = "stalled"
+			res.Stalled++
+			w.log.Warn("execution stalled", "instance_id", m.Token.InstanceID)
+		} else {
+			res.Unstalled++
+			w.log.Info("execution moving again", "instance_id", m.Token.InstanceID)
+		}
+		if w.cfg.OnAction != nil {
+			w.cfg.OnAction(action)
+		}
+	}
+	return nil
 }
 
 // Start runs passes every Interval until Stop.

@@ -699,3 +699,173 @@ func TestRetryAfterIsHonouredUpToThePolicysLongestDelay(t *testing.T) {
 	delay := d.RunAt.Sub(now)
 	require.True(t, delay >= 4500*time.Millisecond && delay <= 5500*time.Millisecond, "no Retry-After: the schedule: %s", delay)
 }
+
+// eventually polls cond until it holds, for at most 20 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestStalledExecutions(t *testing.T) {
+	t.Parallel()
+	ctx := sysCtx
+	const stallAfter = time.Minute
+	const tick = time.Second // the watchdog's interval
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		instance := func(t *testing.T, b *testBundle, taskID int) *ent.TaskInstance {
+			ins := b.instances(t, taskID)
+			return ins[len(ins)-1]
+		}
+		// beatAfter waits for a heartbeat stamped at or after the clock's
+		// time: the watchdog must see the execution alive.
+		beatAfter := func(t *testing.T, b *testBundle, taskID int) {
+			now := b.clock.Now()
+			eventually(t, "a heartbeat", func() bool {
+				in := instance(t, b, taskID)
+				return in.HeartbeatAt != nil && !in.HeartbeatAt.Before(now)
+			})
+		}
+		t.Run("FlaggedWithinStallAfterAndUnflaggedWhenItMoves", func(t *testing.T) {
+			t.Parallel()
+			step := make(chan struct{})
+			moved := make(chan struct{}, 2)
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *worker.Registry) {
+				worker.Register(r, "hangs", func(ctx context.Context, job *worker.Job, _ empty) error {
+					job.Progress(1, 3)
+					moved <- struct{}{}
+					select { // heartbeats go on; progress does not
+					case <-step:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+					job.Info("unstuck")
+					moved <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				}, worker.WithStallDetection(stallAfter, worker.StallFlag))
+			}})
+			b.pool(t, worker.Config{HeartbeatInterval: 10 * time.Millisecond}, true)
+			w, err := worker.NewWatchdog(worker.WatchdogConfig{Interval: tick, StallAfter: func(typ string) time.Duration {
+				if tt, ok := b.registry.Lookup(typ); ok {
+					return tt.StallAfter
+				}
+				return 0
+			}}, b.store, b.policies, mask.Default())
+			require.NoError(t, err)
+			tk := b.create(t, "hangs", nil)
+			sub := b.broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.ID == tk.ID && c.Kind == events.StallChanged }, 16)
+			defer sub.Close()
+			<-moved
+			movedAt := b.clock.Now()
+			eventually(t, "progress_at carried by a heartbeat", func() bool {
+				in := instance(t, b, tk.ID)
+				return in.ProgressAt != nil && in.ProgressAt.Equal(movedAt)
+			})
+
+			// One tick before stallAfter has passed: not stalled.
+			b.clock.Advance(stallAfter - tick)
+			beatAfter(t, b, tk.ID)
+			res, err := w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Zero(t, res.Stalled)
+			require.Zero(t, res.StaleHeartbeats, "its heartbeats go on")
+			require.Nil(t, instance(t, b, tk.ID).StalledAt)
+
+			// The next pass, at stallAfter: flagged.
+			b.clock.Advance(tick)
+			beatAfter(t, b, tk.ID)
+			res, err = w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Stalled)
+			in := instance(t, b, tk.ID)
+			require.NotNil(t, in.StalledAt)
+			require.Equal(t, lifecycle.Executing, in.Status, "flag only: it runs on")
+			select {
+			case c := <-sub.C:
+				require.Equal(t, lifecycle.Executing, c.Task.Status)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the stall was not published")
+			}
+			res, err = w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Zero(t, res.Stalled, "flagged once")
+
+			// It moves: the next heartbeat carries it, the next pass clears it.
+			b.clock.Advance(tick)
+			close(step)
+			<-moved
+			movedAgain := b.clock.Now()
+			eventually(t, "the move carried by a heartbeat", func() bool {
+				in := instance(t, b, tk.ID)
+				return in.ProgressAt != nil && !in.ProgressAt.Before(movedAgain)
+			})
+			res, err = w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Unstalled)
+			require.Nil(t, instance(t, b, tk.ID).StalledAt)
+			select {
+			case <-sub.C:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the un-flag was not published")
+			}
+			var msgs []string
+			for _, l := range b.logs(t, tk.ID) {
+				msgs = append(msgs, l.Message)
+			}
+			require.Contains(t, fmt.Sprint(msgs), "watchdog: stalled")
+			require.Contains(t, fmt.Sprint(msgs), "no longer stalled")
+		})
+		t.Run("CancelActionStopsItAsStalledAndTheRetryRunsAfterIt", func(t *testing.T) {
+			t.Parallel()
+			var running, most atomic.Int32
+			started := make(chan int, 4)
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *worker.Registry) {
+				worker.Register(r, "hangs", func(ctx context.Context, job *worker.Job, _ empty) error {
+					n := running.Add(1)
+					defer running.Add(-1)
+					for {
+						m := most.Load()
+						if n <= m || most.CompareAndSwap(m, n) {
+							break
+						}
+					}
+					started <- job.Attempt()
+					<-ctx.Done() // hung, but it honours its context
+					time.Sleep(50 * time.Millisecond)
+					return ctx.Err()
+				}, worker.WithStallDetection(stallAfter, worker.StallCancel))
+			}})
+			p := b.pool(t, worker.Config{HeartbeatInterval: 10 * time.Millisecond}, true)
+			w, err := worker.NewWatchdog(worker.WatchdogConfig{StallAfter: func(string) time.Duration { return time.Hour }}, b.store, b.policies, mask.Default())
+			require.NoError(t, err)
+			tk := b.create(t, "hangs", nil)
+			// The task's own stallAfter replaces its type's (an hour).
+			require.NoError(t, b.store.SetStallOverride(ctx, tk.ID, stallAfter))
+			sub := b.watch(tk.ID)
+			defer sub.Close()
+			require.Equal(t, 1, <-started)
+			b.clock.Advance(stallAfter)
+			beatAfter(t, b, tk.ID)
+			res, err := w.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Stalled)
+			waitStatus(t, sub, lifecycle.RetryPending)
+			ins := b.instances(t, tk.ID)
+			require.Len(t, ins, 2)
+			require.Equal(t, lifecycle.Failed, ins[0].Status)
+			require.Equal(t, lifecycle.KindStalled, *ins[0].ErrorKind)
+			require.Contains(t, ins[0].LastError, "stalled: no progress")
+			require.Equal(t, 2, ins[1].Attempt, "a stall uses up an attempt")
+			b.clock.Advance(time.Minute) // past the backoff
+			p.Wake()
+			require.Equal(t, 2, <-started)
+			require.EqualValues(t, 1, most.Load(), "never two executions at once")
+		})
+	})
+}

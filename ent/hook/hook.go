@@ -8,6 +8,42 @@ import (
 	"taskgraph/ent"
 )
 
+// The AlertChannelFunc type is an adapter to allow the use of ordinary
+// function as AlertChannel mutator.
+type AlertChannelFunc func(context.Context, *ent.AlertChannelMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f AlertChannelFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.AlertChannelMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.AlertChannelMutation", m)
+}
+
+// The AlertIncidentFunc type is an adapter to allow the use of ordinary
+// function as AlertIncident mutator.
+type AlertIncidentFunc func(context.Context, *ent.AlertIncidentMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f AlertIncidentFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.AlertIncidentMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.AlertIncidentMutation", m)
+}
+
+// The AlertRuleFunc type is an adapter to allow the use of ordinary
+// function as AlertRule mutator.
+type AlertRuleFunc func(context.Context, *ent.AlertRuleMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f AlertRuleFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.AlertRuleMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.AlertRuleMutation", m)
+}
+
 // The ArtifactFunc type is an adapter to allow the use of ordinary
 // function as Artifact mutator.
 type ArtifactFunc func(context.Context, *ent.ArtifactMutation) (ent.Value, error)
@@ -102,6 +138,18 @@ func (f ScheduleEventFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Valu
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ScheduleEventMutation", m)
+}
+
+// The StallOverrideFunc type is an adapter to allow the use of ordinary
+// function as StallOverride mutator.
+type StallOverrideFunc func(context.Context, *ent.StallOverrideMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f StallOverrideFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.StallOverrideMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.StallOverrideMutation", m)
 }
 
 // The TaskFunc type is an adapter to allow the use of ordinary

@@ -7,6 +7,9 @@ import (
 	"fmt"
 
 	"taskgraph/ent"
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
@@ -16,6 +19,7 @@ import (
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/schedule"
 	"taskgraph/ent/scheduleevent"
+	"taskgraph/ent/stalloverride"
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/ent/tasklog"
@@ -77,6 +81,87 @@ func (f TraverseFunc) Traverse(ctx context.Context, q ent.Query) error {
 		return err
 	}
 	return f(ctx, query)
+}
+
+// The AlertChannelFunc type is an adapter to allow the use of ordinary function as a Querier.
+type AlertChannelFunc func(context.Context, *ent.AlertChannelQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f AlertChannelFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.AlertChannelQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.AlertChannelQuery", q)
+}
+
+// The TraverseAlertChannel type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseAlertChannel func(context.Context, *ent.AlertChannelQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseAlertChannel) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseAlertChannel) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.AlertChannelQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.AlertChannelQuery", q)
+}
+
+// The AlertIncidentFunc type is an adapter to allow the use of ordinary function as a Querier.
+type AlertIncidentFunc func(context.Context, *ent.AlertIncidentQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f AlertIncidentFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.AlertIncidentQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.AlertIncidentQuery", q)
+}
+
+// The TraverseAlertIncident type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseAlertIncident func(context.Context, *ent.AlertIncidentQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseAlertIncident) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseAlertIncident) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.AlertIncidentQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.AlertIncidentQuery", q)
+}
+
+// The AlertRuleFunc type is an adapter to allow the use of ordinary function as a Querier.
+type AlertRuleFunc func(context.Context, *ent.AlertRuleQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f AlertRuleFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.AlertRuleQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.AlertRuleQuery", q)
+}
+
+// The TraverseAlertRule type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseAlertRule func(context.Context, *ent.AlertRuleQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseAlertRule) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseAlertRule) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.AlertRuleQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.AlertRuleQuery", q)
 }
 
 // The ArtifactFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -295,6 +380,33 @@ func (f TraverseScheduleEvent) Traverse(ctx context.Context, q ent.Query) error 
 	return fmt.Errorf("unexpected query type %T. expect *ent.ScheduleEventQuery", q)
 }
 
+// The StallOverrideFunc type is an adapter to allow the use of ordinary function as a Querier.
+type StallOverrideFunc func(context.Context, *ent.StallOverrideQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f StallOverrideFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.StallOverrideQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.StallOverrideQuery", q)
+}
+
+// The TraverseStallOverride type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseStallOverride func(context.Context, *ent.StallOverrideQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseStallOverride) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseStallOverride) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.StallOverrideQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.StallOverrideQuery", q)
+}
+
 // The TaskFunc type is an adapter to allow the use of ordinary function as a Querier.
 type TaskFunc func(context.Context, *ent.TaskQuery) (ent.Value, error)
 
@@ -379,6 +491,12 @@ func (f TraverseTaskLog) Traverse(ctx context.Context, q ent.Query) error {
 // NewQuery returns the generic Query interface for the given typed query.
 func NewQuery(q ent.Query) (Query, error) {
 	switch q := q.(type) {
+	case *ent.AlertChannelQuery:
+		return &query[*ent.AlertChannelQuery, predicate.AlertChannel, alertchannel.OrderOption]{typ: ent.TypeAlertChannel, tq: q}, nil
+	case *ent.AlertIncidentQuery:
+		return &query[*ent.AlertIncidentQuery, predicate.AlertIncident, alertincident.OrderOption]{typ: ent.TypeAlertIncident, tq: q}, nil
+	case *ent.AlertRuleQuery:
+		return &query[*ent.AlertRuleQuery, predicate.AlertRule, alertrule.OrderOption]{typ: ent.TypeAlertRule, tq: q}, nil
 	case *ent.ArtifactQuery:
 		return &query[*ent.ArtifactQuery, predicate.Artifact, artifact.OrderOption]{typ: ent.TypeArtifact, tq: q}, nil
 	case *ent.AuditLogQuery:
@@ -395,6 +513,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.ScheduleQuery, predicate.Schedule, schedule.OrderOption]{typ: ent.TypeSchedule, tq: q}, nil
 	case *ent.ScheduleEventQuery:
 		return &query[*ent.ScheduleEventQuery, predicate.ScheduleEvent, scheduleevent.OrderOption]{typ: ent.TypeScheduleEvent, tq: q}, nil
+	case *ent.StallOverrideQuery:
+		return &query[*ent.StallOverrideQuery, predicate.StallOverride, stalloverride.OrderOption]{typ: ent.TypeStallOverride, tq: q}, nil
 	case *ent.TaskQuery:
 		return &query[*ent.TaskQuery, predicate.Task, task.OrderOption]{typ: ent.TypeTask, tq: q}, nil
 	case *ent.TaskInstanceQuery:

@@ -9,6 +9,115 @@ import (
 )
 
 var (
+	// AlertChannelsColumns holds the columns for the "alert_channels" table.
+	AlertChannelsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "name", Type: field.TypeString},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"WEBHOOK", "DINGTALK", "FEISHU", "WECOM", "SLACK"}},
+		{Name: "url_sealed", Type: field.TypeBytes},
+		{Name: "url_display", Type: field.TypeString},
+		{Name: "secret_sealed", Type: field.TypeBytes, Nullable: true},
+		{Name: "has_secret", Type: field.TypeBool, Default: false},
+		{Name: "created_by", Type: field.TypeString, Default: ""},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// AlertChannelsTable holds the schema information for the "alert_channels" table.
+	AlertChannelsTable = &schema.Table{
+		Name:       "alert_channels",
+		Columns:    AlertChannelsColumns,
+		PrimaryKey: []*schema.Column{AlertChannelsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "alertchannel_tenant_name",
+				Unique:  true,
+				Columns: []*schema.Column{AlertChannelsColumns[2], AlertChannelsColumns[3]},
+			},
+		},
+	}
+	// AlertIncidentsColumns holds the columns for the "alert_incidents" table.
+	AlertIncidentsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "rule_id", Type: field.TypeInt},
+		{Name: "rule_name", Type: field.TypeString},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE"}},
+		{Name: "subject", Type: field.TypeString},
+		{Name: "status", Type: field.TypeEnum, Enums: []string{"OPEN", "RESOLVED"}},
+		{Name: "occurrences", Type: field.TypeInt, Default: 1},
+		{Name: "summary", Type: field.TypeString, Default: ""},
+		{Name: "first_task_id", Type: field.TypeInt, Nullable: true},
+		{Name: "last_task_id", Type: field.TypeInt, Nullable: true},
+		{Name: "opened_at", Type: field.TypeTime},
+		{Name: "last_seen_at", Type: field.TypeTime},
+		{Name: "resolved_at", Type: field.TypeTime, Nullable: true},
+		{Name: "resolution", Type: field.TypeEnum, Nullable: true, Enums: []string{"RECOVERED", "MANUAL", "RULE_CHANGED"}},
+		{Name: "resolved_by", Type: field.TypeString, Default: ""},
+		{Name: "silenced_until", Type: field.TypeTime, Nullable: true},
+		{Name: "notified", Type: field.TypeBool, Default: false},
+		{Name: "recovery_notified", Type: field.TypeBool, Default: false},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// AlertIncidentsTable holds the schema information for the "alert_incidents" table.
+	AlertIncidentsTable = &schema.Table{
+		Name:       "alert_incidents",
+		Columns:    AlertIncidentsColumns,
+		PrimaryKey: []*schema.Column{AlertIncidentsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "alertincident_one_open",
+				Unique:  true,
+				Columns: []*schema.Column{AlertIncidentsColumns[2], AlertIncidentsColumns[5]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "status = 'OPEN'",
+				},
+			},
+			{
+				Name:    "alertincident_tenant_opened_at",
+				Unique:  false,
+				Columns: []*schema.Column{AlertIncidentsColumns[1], AlertIncidentsColumns[11]},
+			},
+			{
+				Name:    "alertincident_updated_at",
+				Unique:  false,
+				Columns: []*schema.Column{AlertIncidentsColumns[19]},
+			},
+		},
+	}
+	// AlertRulesColumns holds the columns for the "alert_rules" table.
+	AlertRulesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "name", Type: field.TypeString},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE"}},
+		{Name: "enabled", Type: field.TypeBool, Default: true},
+		{Name: "task_type", Type: field.TypeString, Default: ""},
+		{Name: "owner", Type: field.TypeString, Default: ""},
+		{Name: "error_kind", Type: field.TypeString, Default: ""},
+		{Name: "threshold", Type: field.TypeInt, Default: 0},
+		{Name: "window_seconds", Type: field.TypeInt, Default: 0},
+		{Name: "quiet_seconds", Type: field.TypeInt, Default: 0},
+		{Name: "channel_ids", Type: field.TypeJSON, Nullable: true},
+		{Name: "silenced_until", Type: field.TypeTime, Nullable: true},
+		{Name: "last_notified_at", Type: field.TypeTime, Nullable: true},
+		{Name: "created_by", Type: field.TypeString, Default: ""},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// AlertRulesTable holds the schema information for the "alert_rules" table.
+	AlertRulesTable = &schema.Table{
+		Name:       "alert_rules",
+		Columns:    AlertRulesColumns,
+		PrimaryKey: []*schema.Column{AlertRulesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "alertrule_tenant_name",
+				Unique:  true,
+				Columns: []*schema.Column{AlertRulesColumns[2], AlertRulesColumns[3]},
+			},
+		},
+	}
 	// ArtifactsColumns holds the columns for the "artifacts" table.
 	ArtifactsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -270,6 +379,18 @@ var (
 			},
 		},
 	}
+	// StallOverridesColumns holds the columns for the "stall_overrides" table.
+	StallOverridesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "task_id", Type: field.TypeInt, Unique: true},
+		{Name: "stall_after_seconds", Type: field.TypeInt},
+	}
+	// StallOverridesTable holds the schema information for the "stall_overrides" table.
+	StallOverridesTable = &schema.Table{
+		Name:       "stall_overrides",
+		Columns:    StallOverridesColumns,
+		PrimaryKey: []*schema.Column{StallOverridesColumns[0]},
+	}
 	// TasksColumns holds the columns for the "tasks" table.
 	TasksColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -366,7 +487,9 @@ var (
 		{Name: "started_at", Type: field.TypeTime, Nullable: true},
 		{Name: "heartbeat_at", Type: field.TypeTime, Nullable: true},
 		{Name: "finished_at", Type: field.TypeTime, Nullable: true},
-		{Name: "error_kind", Type: field.TypeEnum, Nullable: true, Enums: []string{"RETRYABLE", "NON_RETRYABLE", "RESOURCE", "TIMEOUT", "CANCELLED", "INTERRUPTED"}},
+		{Name: "progress_at", Type: field.TypeTime, Nullable: true},
+		{Name: "stalled_at", Type: field.TypeTime, Nullable: true},
+		{Name: "error_kind", Type: field.TypeEnum, Nullable: true, Enums: []string{"RETRYABLE", "NON_RETRYABLE", "RESOURCE", "TIMEOUT", "CANCELLED", "INTERRUPTED", "STALLED"}},
 		{Name: "last_error", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
@@ -380,7 +503,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "task_instances_tasks_instances",
-				Columns:    []*schema.Column{TaskInstancesColumns[16]},
+				Columns:    []*schema.Column{TaskInstancesColumns[18]},
 				RefColumns: []*schema.Column{TasksColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -389,12 +512,12 @@ var (
 			{
 				Name:    "taskinstance_task_id_instance_no",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[16], TaskInstancesColumns[2]},
+				Columns: []*schema.Column{TaskInstancesColumns[18], TaskInstancesColumns[2]},
 			},
 			{
 				Name:    "taskinstance_one_live_per_task",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[16]},
+				Columns: []*schema.Column{TaskInstancesColumns[18]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status IN ('PENDING', 'RETRY_PENDING', 'EXECUTING')",
 				},
@@ -450,6 +573,9 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
+		AlertChannelsTable,
+		AlertIncidentsTable,
+		AlertRulesTable,
 		ArtifactsTable,
 		AuditLogsTable,
 		ContactsTable,
@@ -458,6 +584,7 @@ var (
 		FlowStartsTable,
 		SchedulesTable,
 		ScheduleEventsTable,
+		StallOverridesTable,
 		TasksTable,
 		TaskInstancesTable,
 		TaskLogsTable,
@@ -465,6 +592,15 @@ var (
 )
 
 func init() {
+	AlertChannelsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(47244640256),
+	}
+	AlertIncidentsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(51539607552),
+	}
+	AlertRulesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(55834574848),
+	}
 	ArtifactsTable.ForeignKeys[0].RefTable = TasksTable
 	ArtifactsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(17179869184),
@@ -490,6 +626,9 @@ func init() {
 	ScheduleEventsTable.ForeignKeys[0].RefTable = SchedulesTable
 	ScheduleEventsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(42949672960),
+	}
+	StallOverridesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(60129542144),
 	}
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),

@@ -6,6 +6,15 @@ import (
 	"entgo.io/ent/dialect/sql"
 )
 
+// AlertChannel is the predicate function for alertchannel builders.
+type AlertChannel func(*sql.Selector)
+
+// AlertIncident is the predicate function for alertincident builders.
+type AlertIncident func(*sql.Selector)
+
+// AlertRule is the predicate function for alertrule builders.
+type AlertRule func(*sql.Selector)
+
 // Artifact is the predicate function for artifact builders.
 type Artifact func(*sql.Selector)
 
@@ -29,6 +38,9 @@ type Schedule func(*sql.Selector)
 
 // ScheduleEvent is the predicate function for scheduleevent builders.
 type ScheduleEvent func(*sql.Selector)
+
+// StallOverride is the predicate function for stalloverride builders.
+type StallOverride func(*sql.Selector)
 
 // Task is the predicate function for task builders.
 type Task func(*sql.Selector)

@@ -3,6 +3,9 @@
 package runtime
 
 import (
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
@@ -21,6 +24,106 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
+	alertchannelMixin := schema.AlertChannel{}.Mixin()
+	alertchannelMixinFields0 := alertchannelMixin[0].Fields()
+	_ = alertchannelMixinFields0
+	alertchannelFields := schema.AlertChannel{}.Fields()
+	_ = alertchannelFields
+	// alertchannelDescCreatedAt is the schema descriptor for created_at field.
+	alertchannelDescCreatedAt := alertchannelMixinFields0[0].Descriptor()
+	// alertchannel.DefaultCreatedAt holds the default value on creation for the created_at field.
+	alertchannel.DefaultCreatedAt = alertchannelDescCreatedAt.Default.(func() time.Time)
+	// alertchannelDescTenant is the schema descriptor for tenant field.
+	alertchannelDescTenant := alertchannelFields[0].Descriptor()
+	// alertchannel.DefaultTenant holds the default value on creation for the tenant field.
+	alertchannel.DefaultTenant = alertchannelDescTenant.Default.(string)
+	// alertchannelDescHasSecret is the schema descriptor for has_secret field.
+	alertchannelDescHasSecret := alertchannelFields[6].Descriptor()
+	// alertchannel.DefaultHasSecret holds the default value on creation for the has_secret field.
+	alertchannel.DefaultHasSecret = alertchannelDescHasSecret.Default.(bool)
+	// alertchannelDescCreatedBy is the schema descriptor for created_by field.
+	alertchannelDescCreatedBy := alertchannelFields[7].Descriptor()
+	// alertchannel.DefaultCreatedBy holds the default value on creation for the created_by field.
+	alertchannel.DefaultCreatedBy = alertchannelDescCreatedBy.Default.(string)
+	// alertchannelDescUpdatedAt is the schema descriptor for updated_at field.
+	alertchannelDescUpdatedAt := alertchannelFields[8].Descriptor()
+	// alertchannel.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	alertchannel.DefaultUpdatedAt = alertchannelDescUpdatedAt.Default.(func() time.Time)
+	alertincidentFields := schema.AlertIncident{}.Fields()
+	_ = alertincidentFields
+	// alertincidentDescTenant is the schema descriptor for tenant field.
+	alertincidentDescTenant := alertincidentFields[0].Descriptor()
+	// alertincident.DefaultTenant holds the default value on creation for the tenant field.
+	alertincident.DefaultTenant = alertincidentDescTenant.Default.(string)
+	// alertincidentDescOccurrences is the schema descriptor for occurrences field.
+	alertincidentDescOccurrences := alertincidentFields[6].Descriptor()
+	// alertincident.DefaultOccurrences holds the default value on creation for the occurrences field.
+	alertincident.DefaultOccurrences = alertincidentDescOccurrences.Default.(int)
+	// alertincidentDescSummary is the schema descriptor for summary field.
+	alertincidentDescSummary := alertincidentFields[7].Descriptor()
+	// alertincident.DefaultSummary holds the default value on creation for the summary field.
+	alertincident.DefaultSummary = alertincidentDescSummary.Default.(string)
+	// alertincidentDescResolvedBy is the schema descriptor for resolved_by field.
+	alertincidentDescResolvedBy := alertincidentFields[14].Descriptor()
+	// alertincident.DefaultResolvedBy holds the default value on creation for the resolved_by field.
+	alertincident.DefaultResolvedBy = alertincidentDescResolvedBy.Default.(string)
+	// alertincidentDescNotified is the schema descriptor for notified field.
+	alertincidentDescNotified := alertincidentFields[16].Descriptor()
+	// alertincident.DefaultNotified holds the default value on creation for the notified field.
+	alertincident.DefaultNotified = alertincidentDescNotified.Default.(bool)
+	// alertincidentDescRecoveryNotified is the schema descriptor for recovery_notified field.
+	alertincidentDescRecoveryNotified := alertincidentFields[17].Descriptor()
+	// alertincident.DefaultRecoveryNotified holds the default value on creation for the recovery_notified field.
+	alertincident.DefaultRecoveryNotified = alertincidentDescRecoveryNotified.Default.(bool)
+	alertruleMixin := schema.AlertRule{}.Mixin()
+	alertruleMixinFields0 := alertruleMixin[0].Fields()
+	_ = alertruleMixinFields0
+	alertruleFields := schema.AlertRule{}.Fields()
+	_ = alertruleFields
+	// alertruleDescCreatedAt is the schema descriptor for created_at field.
+	alertruleDescCreatedAt := alertruleMixinFields0[0].Descriptor()
+	// alertrule.DefaultCreatedAt holds the default value on creation for the created_at field.
+	alertrule.DefaultCreatedAt = alertruleDescCreatedAt.Default.(func() time.Time)
+	// alertruleDescTenant is the schema descriptor for tenant field.
+	alertruleDescTenant := alertruleFields[0].Descriptor()
+	// alertrule.DefaultTenant holds the default value on creation for the tenant field.
+	alertrule.DefaultTenant = alertruleDescTenant.Default.(string)
+	// alertruleDescEnabled is the schema descriptor for enabled field.
+	alertruleDescEnabled := alertruleFields[3].Descriptor()
+	// alertrule.DefaultEnabled holds the default value on creation for the enabled field.
+	alertrule.DefaultEnabled = alertruleDescEnabled.Default.(bool)
+	// alertruleDescTaskType is the schema descriptor for task_type field.
+	alertruleDescTaskType := alertruleFields[4].Descriptor()
+	// alertrule.DefaultTaskType holds the default value on creation for the task_type field.
+	alertrule.DefaultTaskType = alertruleDescTaskType.Default.(string)
+	// alertruleDescOwner is the schema descriptor for owner field.
+	alertruleDescOwner := alertruleFields[5].Descriptor()
+	// alertrule.DefaultOwner holds the default value on creation for the owner field.
+	alertrule.DefaultOwner = alertruleDescOwner.Default.(string)
+	// alertruleDescErrorKind is the schema descriptor for error_kind field.
+	alertruleDescErrorKind := alertruleFields[6].Descriptor()
+	// alertrule.DefaultErrorKind holds the default value on creation for the error_kind field.
+	alertrule.DefaultErrorKind = alertruleDescErrorKind.Default.(string)
+	// alertruleDescThreshold is the schema descriptor for threshold field.
+	alertruleDescThreshold := alertruleFields[7].Descriptor()
+	// alertrule.DefaultThreshold holds the default value on creation for the threshold field.
+	alertrule.DefaultThreshold = alertruleDescThreshold.Default.(int)
+	// alertruleDescWindowSeconds is the schema descriptor for window_seconds field.
+	alertruleDescWindowSeconds := alertruleFields[8].Descriptor()
+	// alertrule.DefaultWindowSeconds holds the default value on creation for the window_seconds field.
+	alertrule.DefaultWindowSeconds = alertruleDescWindowSeconds.Default.(int)
+	// alertruleDescQuietSeconds is the schema descriptor for quiet_seconds field.
+	alertruleDescQuietSeconds := alertruleFields[9].Descriptor()
+	// alertrule.DefaultQuietSeconds holds the default value on creation for the quiet_seconds field.
+	alertrule.DefaultQuietSeconds = alertruleDescQuietSeconds.Default.(int)
+	// alertruleDescCreatedBy is the schema descriptor for created_by field.
+	alertruleDescCreatedBy := alertruleFields[13].Descriptor()
+	// alertrule.DefaultCreatedBy holds the default value on creation for the created_by field.
+	alertrule.DefaultCreatedBy = alertruleDescCreatedBy.Default.(string)
+	// alertruleDescUpdatedAt is the schema descriptor for updated_at field.
+	alertruleDescUpdatedAt := alertruleFields[14].Descriptor()
+	// alertrule.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	alertrule.DefaultUpdatedAt = alertruleDescUpdatedAt.Default.(func() time.Time)
 	artifactMixin := schema.Artifact{}.Mixin()
 	artifactMixinFields0 := artifactMixin[0].Fields()
 	_ = artifactMixinFields0
@@ -252,7 +355,7 @@ func init() {
 	// taskinstance.DefaultCreatedAt holds the default value on creation for the created_at field.
 	taskinstance.DefaultCreatedAt = taskinstanceDescCreatedAt.Default.(func() time.Time)
 	// taskinstanceDescVersion is the schema descriptor for version field.
-	taskinstanceDescVersion := taskinstanceFields[14].Descriptor()
+	taskinstanceDescVersion := taskinstanceFields[16].Descriptor()
 	// taskinstance.DefaultVersion holds the default value on creation for the version field.
 	taskinstance.DefaultVersion = taskinstanceDescVersion.Default.(int64)
 	tasklogMixin := schema.TaskLog{}.Mixin()

@@ -55,6 +55,14 @@ func (TaskInstance) Fields() []ent.Field {
 		field.Time("finished_at").
 			Optional().
 			Nillable(),
+		field.Time("progress_at").
+			Optional().
+			Nillable().
+			Comment("When its handler last reported progress or wrote a log line (carried by heartbeats); empty: not since it started."),
+		field.Time("stalled_at").
+			Optional().
+			Nillable().
+			Comment("Set by the watchdog when progress and logs stopped moving for the type's stallAfter while heartbeats went on; cleared when it moves again."),
 		field.Enum("error_kind").
 			GoType(lifecycle.ErrorKind("")).
 			Optional().

@@ -42,6 +42,10 @@ const (
 	FieldHeartbeatAt = "heartbeat_at"
 	// FieldFinishedAt holds the string denoting the finished_at field in the database.
 	FieldFinishedAt = "finished_at"
+	// FieldProgressAt holds the string denoting the progress_at field in the database.
+	FieldProgressAt = "progress_at"
+	// FieldStalledAt holds the string denoting the stalled_at field in the database.
+	FieldStalledAt = "stalled_at"
 	// FieldErrorKind holds the string denoting the error_kind field in the database.
 	FieldErrorKind = "error_kind"
 	// FieldLastError holds the string denoting the last_error field in the database.
@@ -78,6 +82,8 @@ var Columns = []string{
 	FieldStartedAt,
 	FieldHeartbeatAt,
 	FieldFinishedAt,
+	FieldProgressAt,
+	FieldStalledAt,
 	FieldErrorKind,
 	FieldLastError,
 	FieldResult,
@@ -120,7 +126,7 @@ func StatusValidator(s lifecycle.Status) error {
 // ErrorKindValidator is a validator for the "error_kind" field enum values. It is called by the builders before save.
 func ErrorKindValidator(ek lifecycle.ErrorKind) error {
 	switch ek {
-	case "RETRYABLE", "NON_RETRYABLE", "RESOURCE", "TIMEOUT", "CANCELLED", "INTERRUPTED":
+	case "RETRYABLE", "NON_RETRYABLE", "RESOURCE", "TIMEOUT", "CANCELLED", "INTERRUPTED", "STALLED":
 		return nil
 	default:
 		return fmt.Errorf("taskinstance: invalid enum value for error_kind field: %q", ek)
@@ -193,6 +199,16 @@ func ByHeartbeatAt(opts ...sql.OrderTermOption) OrderOption {
 // ByFinishedAt orders the results by the finished_at field.
 func ByFinishedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldFinishedAt, opts...).ToFunc()
+}
+
+// ByProgressAt orders the results by the progress_at field.
+func ByProgressAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldProgressAt, opts...).ToFunc()
+}
+
+// ByStalledAt orders the results by the stalled_at field.
+func ByStalledAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldStalledAt, opts...).ToFunc()
 }
 
 // ByErrorKind orders the results by the error_kind field.

@@ -111,6 +111,16 @@ func FinishedAt(v time.Time) predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldEQ(FieldFinishedAt, v))
 }
 
+// ProgressAt applies equality check predicate on the "progress_at" field. It's identical to ProgressAtEQ.
+func ProgressAt(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldProgressAt, v))
+}
+
+// StalledAt applies equality check predicate on the "stalled_at" field. It's identical to StalledAtEQ.
+func StalledAt(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldStalledAt, v))
+}
+
 // LastError applies equality check predicate on the "last_error" field. It's identical to LastErrorEQ.
 func LastError(v string) predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldEQ(FieldLastError, v))
@@ -659,6 +669,106 @@ func FinishedAtIsNil() predicate.TaskInstance {
 // FinishedAtNotNil applies the NotNil predicate on the "finished_at" field.
 func FinishedAtNotNil() predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldNotNull(FieldFinishedAt))
+}
+
+// ProgressAtEQ applies the EQ predicate on the "progress_at" field.
+func ProgressAtEQ(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldProgressAt, v))
+}
+
+// ProgressAtNEQ applies the NEQ predicate on the "progress_at" field.
+func ProgressAtNEQ(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNEQ(FieldProgressAt, v))
+}
+
+// ProgressAtIn applies the In predicate on the "progress_at" field.
+func ProgressAtIn(vs ...time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldIn(FieldProgressAt, vs...))
+}
+
+// ProgressAtNotIn applies the NotIn predicate on the "progress_at" field.
+func ProgressAtNotIn(vs ...time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNotIn(FieldProgressAt, vs...))
+}
+
+// ProgressAtGT applies the GT predicate on the "progress_at" field.
+func ProgressAtGT(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGT(FieldProgressAt, v))
+}
+
+// ProgressAtGTE applies the GTE predicate on the "progress_at" field.
+func ProgressAtGTE(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGTE(FieldProgressAt, v))
+}
+
+// ProgressAtLT applies the LT predicate on the "progress_at" field.
+func ProgressAtLT(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLT(FieldProgressAt, v))
+}
+
+// ProgressAtLTE applies the LTE predicate on the "progress_at" field.
+func ProgressAtLTE(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLTE(FieldProgressAt, v))
+}
+
+// ProgressAtIsNil applies the IsNil predicate on the "progress_at" field.
+func ProgressAtIsNil() predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldIsNull(FieldProgressAt))
+}
+
+// ProgressAtNotNil applies the NotNil predicate on the "progress_at" field.
+func ProgressAtNotNil() predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNotNull(FieldProgressAt))
+}
+
+// StalledAtEQ applies the EQ predicate on the "stalled_at" field.
+func StalledAtEQ(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldStalledAt, v))
+}
+
+// StalledAtNEQ applies the NEQ predicate on the "stalled_at" field.
+func StalledAtNEQ(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNEQ(FieldStalledAt, v))
+}
+
+// StalledAtIn applies the In predicate on the "stalled_at" field.
+func StalledAtIn(vs ...time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldIn(FieldStalledAt, vs...))
+}
+
+// StalledAtNotIn applies the NotIn predicate on the "stalled_at" field.
+func StalledAtNotIn(vs ...time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNotIn(FieldStalledAt, vs...))
+}
+
+// StalledAtGT applies the GT predicate on the "stalled_at" field.
+func StalledAtGT(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGT(FieldStalledAt, v))
+}
+
+// StalledAtGTE applies the GTE predicate on the "stalled_at" field.
+func StalledAtGTE(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGTE(FieldStalledAt, v))
+}
+
+// StalledAtLT applies the LT predicate on the "stalled_at" field.
+func StalledAtLT(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLT(FieldStalledAt, v))
+}
+
+// StalledAtLTE applies the LTE predicate on the "stalled_at" field.
+func StalledAtLTE(v time.Time) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLTE(FieldStalledAt, v))
+}
+
+// StalledAtIsNil applies the IsNil predicate on the "stalled_at" field.
+func StalledAtIsNil() predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldIsNull(FieldStalledAt))
+}
+
+// StalledAtNotNil applies the NotNil predicate on the "stalled_at" field.
+func StalledAtNotNil() predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNotNull(FieldStalledAt))
 }
 
 // ErrorKindEQ applies the EQ predicate on the "error_kind" field.

@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"taskgraph/ent"
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertrule"
 	"taskgraph/ent/schedule"
 	"taskgraph/lifecycle"
 	"time"
@@ -18,6 +20,28 @@ type ActionError struct {
 	// NOT_FOUND, INVALID_TRANSITION, ...
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+type AlertChannelInput struct {
+	Name string            `json:"name"`
+	Kind alertchannel.Kind `json:"kind"`
+	// Required to create; on update, omitted keeps the stored one.
+	URL *string `json:"url,omitempty"`
+	// Signing secret (DingTalk's SEC..., Feishu's, or the webhook's); on update, omitted keeps it and empty removes it.
+	Secret *string `json:"secret,omitempty"`
+}
+
+type AlertRuleInput struct {
+	Name          string               `json:"name"`
+	Kind          alertrule.Kind       `json:"kind"`
+	Enabled       *bool                `json:"enabled,omitempty"`
+	TaskType      *string              `json:"taskType,omitempty"`
+	Owner         *string              `json:"owner,omitempty"`
+	ErrorKind     *lifecycle.ErrorKind `json:"errorKind,omitempty"`
+	Threshold     *int                 `json:"threshold,omitempty"`
+	WindowSeconds *int                 `json:"windowSeconds,omitempty"`
+	QuietSeconds  *int                 `json:"quietSeconds,omitempty"`
+	ChannelIds    []int                `json:"channelIds,omitempty"`
 }
 
 type CreateScheduleInput struct {
@@ -60,6 +84,8 @@ type CreateTaskInput struct {
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 	// Do not run before this time.
 	RunAt *time.Time `json:"runAt,omitempty"`
+	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
+	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 }
 
 // The answer to one item of createTasks.
@@ -165,6 +191,10 @@ type TaskType struct {
 	InputSchema           json.RawMessage `json:"inputSchema"`
 	DefaultTimeoutSeconds int             `json:"defaultTimeoutSeconds"`
 	DefaultRetryPolicy    string          `json:"defaultRetryPolicy"`
+	// How long an execution's progress and logs may stand still before it is flagged (0: never).
+	StallAfterSeconds int `json:"stallAfterSeconds"`
+	// FLAG, or CANCEL (stopped as STALLED, the retry policy decides).
+	StallAction string `json:"stallAction"`
 }
 
 // A type's limits; each one left out (or null) is removed.

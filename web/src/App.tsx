@@ -4,7 +4,9 @@ import { createApi, type Api } from './api/client';
 import { useFeatures } from './api/features';
 import { connection, signOut, useAuth, useConnection } from './api/session';
 import { ConnectionBanner } from './components/ConnectionBanner';
+import { IncidentBanner } from './components/IncidentBanner';
 import { LANGS, useI18n, type Lang } from './i18n';
+import { AlertsPage } from './pages/Alerts';
 import { Dashboard } from './pages/Dashboard';
 import { ImportPage } from './pages/Import';
 import { Launch } from './pages/Launch';
@@ -46,6 +48,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
     { to: '/tasks', label: t('nav.tasks'), id: 'tasks', show: true },
     { to: '/launch', label: t('nav.launch'), id: 'launch', show: true },
     { to: '/import', label: t('nav.import'), id: 'import', show: features.importFile === 'present' },
+    { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
     { to: '/schedules', label: t('nav.schedules'), id: 'schedules', show: true },
     { to: '/types', label: t('nav.types'), id: 'types', show: true },
   ];
@@ -88,6 +91,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
         </div>
       </header>
       <ConnectionBanner />
+      <IncidentBanner />
       <main className="main">
         <Routes path={path} />
       </main>
@@ -103,6 +107,7 @@ function Routes({ path }: { path: string }) {
   if (path === '/launch') return <Launch type={null} />;
   if ((m = /^\/launch\/([^/]+)$/.exec(path))) return <Launch key={m[1]} type={decodeURIComponent(m[1])} />;
   if (path === '/import') return <ImportPage />;
+  if (path === '/alerts') return <AlertsPage />;
   if (path === '/schedules') return <Schedules />;
   if ((m = /^\/schedules\/([^/]+)$/.exec(path))) return <ScheduleDetail key={m[1]} id={decodeURIComponent(m[1])} />;
   if (path === '/types') return <Types />;

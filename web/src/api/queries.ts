@@ -39,6 +39,7 @@ export interface TaskInstance {
   finishedAt: string | null;
   errorKind: string | null;
   lastError: string | null;
+  stalledAt: string | null;
 }
 
 export interface TaskFull extends TaskRow {
@@ -50,6 +51,7 @@ export interface TaskFull extends TaskRow {
   cancelReason: string | null;
   idempotencyKey: string | null;
   version: number;
+  stalledAt: string | null;
   instances: TaskInstance[];
 }
 
@@ -118,7 +120,8 @@ const DETAIL = `
 
 const FULL = `
   ${DETAIL}
-  instances { id instanceNo status attempt workerID runAt startedAt heartbeatAt finishedAt errorKind lastError }
+  stalledAt
+  instances { id instanceNo status attempt workerID runAt startedAt heartbeatAt finishedAt errorKind lastError stalledAt }
 `;
 
 export const TASKS = gql`

@@ -53,6 +53,11 @@ export function TaskDetail({ id }: { id: string }) {
             {task.code}
           </h1>
           {task.title && <div className="task-title">{task.title}</div>}
+          {task.stalledAt && task.status === 'EXECUTING' && (
+            <div className="notice notice-warn" role="status" data-testid="task-stalled">
+              {t('detail.stalled', { at: formatDateTime(task.stalledAt, locale) })}
+            </div>
+          )}
         </div>
         <div className="task-head-right">
           <StatusChip status={task.status} />
