@@ -20,6 +20,7 @@ import (
 	"taskgraph/ent/taskinstance"
 	"taskgraph/lifecycle"
 	"taskgraph/store"
+	"taskgraph/worker"
 )
 
 var (
@@ -277,7 +278,7 @@ func TestStartLineSaysWhatRuns(t *testing.T) {
 				_ = os.Remove(filepath.Join(wd, "tasks.db"+suffix))
 			}
 		})
-		if m["roles"] != "api,watchdog,worker" || m["workers"] != 256.0 {
+		if m["roles"] != "api,watchdog,worker" || m["workers"] != float64(worker.ConcurrencyDefault) {
 			t.Fatalf("roles %v, workers %v", m["roles"], m["workers"])
 		}
 	})
