@@ -1,7 +1,7 @@
 import { CombinedError } from '@urql/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { translator } from '../i18n';
-import { backoff, wsUrl } from './client';
+import { backoff, resubscribing, wsUrl } from './client';
 import { describe as describeError, fieldProblems, fromCombined, fromGraphQLErrors } from './errors';
 import { classifyProbe } from './features';
 import { markConnected, markLost, connection } from './session';
@@ -108,5 +108,73 @@ describe('upload', () => {
     const h = uploadHeaders('t0k');
     expect(h['Apollo-Require-Preflight']).toBe('true');
     expect(h.Authorization).toBe('Bearer t0k');
+  });
+});
+
+describe('resubscribing', () => {
+  type R = { data?: unknown; errors?: { extensions?: Record<string, unknown> }[] };
+  function fakeServer() {
+    const streams: { sink: { next(v: R): void; error(e: unknown): void; complete(): void }; closed: boolean }[] = [];
+    const subscribe = (sink: (typeof streams)[number]['sink']) => {
+      const s = { sink, closed: false };
+      streams.push(s);
+      return () => {
+        s.closed = true;
+      };
+    };
+    return { streams, subscribe };
+  }
+
+  it('subscribes again after RESYNC_REQUIRED and tells the pages to re-read', () => {
+    vi.useFakeTimers();
+    const server = fakeServer();
+    const got: R[] = [];
+    let completed = false;
+    let resyncs = 0;
+    const stop = resubscribing<R>(server.subscribe, () => resyncs++, () => 1000)({
+      next: (v) => got.push(v),
+      error: () => {},
+      complete: () => (completed = true),
+    });
+    server.streams[0].sink.next({ data: 1 });
+    server.streams[0].sink.next({ errors: [{ extensions: { code: 'RESYNC_REQUIRED' } }] });
+    server.streams[0].sink.complete();
+    expect(got).toEqual([{ data: 1 }]);
+    expect(completed).toBe(false);
+    expect(resyncs).toBe(1);
+    expect(server.streams).toHaveLength(1);
+    vi.advanceTimersByTime(1000);
+    expect(server.streams).toHaveLength(2);
+    server.streams[1].sink.next({ data: 2 });
+    expect(got).toEqual([{ data: 1 }, { data: 2 }]);
+    stop();
+    expect(server.streams[1].closed).toBe(true);
+    vi.useRealTimers();
+  });
+
+  it('passes other errors and ends through', () => {
+    const server = fakeServer();
+    const errors: unknown[] = [];
+    let completed = false;
+    resubscribing<R>(server.subscribe, () => {
+      throw new Error('no resync expected');
+    })({ next: () => {}, error: (e) => errors.push(e), complete: () => (completed = true) });
+    server.streams[0].sink.next({ errors: [{ extensions: { code: 'FORBIDDEN' } }] });
+    server.streams[0].sink.error('boom');
+    server.streams[0].sink.complete();
+    expect(errors).toEqual(['boom']);
+    expect(completed).toBe(true);
+    expect(server.streams).toHaveLength(1);
+  });
+
+  it('does not subscribe again once the page has left', () => {
+    vi.useFakeTimers();
+    const server = fakeServer();
+    const stop = resubscribing<R>(server.subscribe, () => {}, () => 1000)({ next: () => {}, error: () => {}, complete: () => {} });
+    server.streams[0].sink.next({ errors: [{ extensions: { code: 'UNAVAILABLE' } }] });
+    stop();
+    vi.advanceTimersByTime(5000);
+    expect(server.streams).toHaveLength(1);
+    vi.useRealTimers();
   });
 });

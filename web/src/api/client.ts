@@ -6,7 +6,7 @@ import { Client, fetchExchange, mapExchange, subscriptionExchange } from '@urql/
 import { cacheExchange } from '@urql/exchange-graphcache';
 import { createClient as createWsClient, type Client as WsClient } from 'graphql-ws';
 import { fromCombined } from './errors';
-import { markConnected, markLost, requireLogin } from './session';
+import { markConnected, markLost, markResync, requireLogin } from './session';
 
 export const GRAPHQL_PATH = '/query';
 
@@ -38,6 +38,72 @@ export function authHeaders(token: string): Record<string, string> {
 
 export function wsUrl(loc: Pick<Location, 'protocol' | 'host'> = window.location): string {
   return `${loc.protocol === 'https:' ? 'wss' : 'ws'}://${loc.host}${GRAPHQL_PATH}`;
+}
+
+// Codes with which the server ends a stream that the client should open
+// again: RESYNC_REQUIRED (changes were missed: re-read, then subscribe) and
+// UNAVAILABLE (the node shuts down: reconnect, to it or another).
+const RESUBSCRIBE_CODES = new Set(['RESYNC_REQUIRED', 'UNAVAILABLE']);
+
+interface Sink<T> {
+  next(value: T): void;
+  error(error: unknown): void;
+  complete(): void;
+}
+
+type Result = { errors?: ReadonlyArray<{ extensions?: Record<string, unknown> }> };
+
+// resubscribing wraps a subscribe function so that a stream the server ends
+// with RESYNC_REQUIRED or UNAVAILABLE is not ended for the page: the last
+// error is swallowed, onResync tells the pages to read again what they show
+// (what changed meanwhile was not delivered), and the same operation is
+// subscribed again after a backoff (1 s, 2 s, 4 s... reset by a delivered
+// result). Any other error or end reaches the page as before.
+export function resubscribing<T extends Result>(
+  subscribe: (sink: Sink<T>) => () => void,
+  onResync: () => void,
+  wait: (retries: number) => number = backoff,
+): (sink: Sink<T>) => () => void {
+  return (sink) => {
+    let generation = 0;
+    let retries = 0;
+    let closed = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let current: (() => void) | null = null;
+    const start = () => {
+      const mine = ++generation;
+      current = subscribe({
+        next(result) {
+          if (mine !== generation) return;
+          const codes = (result.errors ?? []).map((e) => e.extensions?.code);
+          if (codes.some((c) => typeof c === 'string' && RESUBSCRIBE_CODES.has(c))) {
+            generation++; // what this stream still says is stale
+            const stop = current;
+            current = null;
+            stop?.();
+            onResync();
+            if (!closed) timer = setTimeout(start, wait(retries++));
+            return;
+          }
+          retries = 0;
+          sink.next(result);
+        },
+        error(e) {
+          if (mine === generation) sink.error(e);
+        },
+        complete() {
+          if (mine === generation) sink.complete();
+        },
+      });
+    };
+    start();
+    return () => {
+      closed = true;
+      generation++;
+      clearTimeout(timer);
+      current?.();
+    };
+  };
 }
 
 export interface Api {
@@ -148,7 +214,7 @@ export function createApi(token: string): Api {
           const input = { ...request, query: request.query || '' };
           return {
             subscribe(sink) {
-              const unsubscribe = ws.subscribe(input, sink);
+              const unsubscribe = resubscribing((s) => ws.subscribe(input, s), markResync)(sink);
               return { unsubscribe };
             },
           };

@@ -100,6 +100,14 @@ export function markConnected() {
   });
 }
 
+// markResync bumps the epoch without a lost connection: the server ended a
+// subscription because changes were missed (RESYNC_REQUIRED) or because it
+// shuts down, so pages read again what they show (useOnReconnect).
+export function markResync() {
+  const cur = connection.get();
+  connection.set({ ...cur, epoch: cur.epoch + 1 });
+}
+
 export function markLost(retryAt: number | null) {
   const cur = connection.get();
   connection.set({ ...cur, phase: 'lost', retryAt });

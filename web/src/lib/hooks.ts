@@ -35,8 +35,9 @@ export function useThrottle(fn: () => void, waitMs: number): () => void {
   return ref.current;
 }
 
-// useOnReconnect calls fn after the websocket came back from a loss: events
-// may have been missed, so what is shown is fetched again.
+// useOnReconnect calls fn after the websocket came back from a loss, or
+// after the server ended a subscription with RESYNC_REQUIRED (markResync):
+// events may have been missed, so what is shown is fetched again.
 export function useOnReconnect(fn: () => void) {
   const { epoch } = useConnection();
   const first = useRef(epoch);
