@@ -48,11 +48,16 @@ var alice = auth.Viewer{User: "alice", Role: auth.RoleOperator}
 // setup opens a store on dsn with files at blobURL.
 func setup(t *testing.T, dsn, blobURL string) *testBundle {
 	t.Helper()
+	return setupWith(t, dsn, blobURL, artifact.BucketConfig{})
+}
+
+func setupWith(t *testing.T, dsn, blobURL string, cfg artifact.BucketConfig) *testBundle {
+	t.Helper()
 	clock := fakeclock.New(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	bucket := openBucket(t, blobURL, artifact.BucketConfig{})
+	bucket := openBucket(t, blobURL, cfg)
 	s, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: time.Hour, Clock: clock.Now, Tx: st.Tx, Node: "node-a"})
 	require.NoError(t, err)
 	b := &testBundle{store: s, blobs: bucket, clock: clock, denied: map[string]bool{}}
