@@ -335,3 +335,50 @@ func TestLogs(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Regexp(t, `(?m)^\S+ \S+ WARN +attempt 1 failed \(RETRYABLE\)`, r.stdout)
 }
+
+// logs --follow prints the lines already written, then each new one as it
+// is committed (a retry's attempt here), exactly once, until interrupted.
+func TestLogsFollow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.cmd(t, "task", "create", "webhook", "--max-attempts", "1", "--input", `{"url": "http://127.0.0.1:1/hook"}`, "--wait")
+	require.Equal(t, cli.ExitFailed, r.code)
+	id := strings.Fields(r.stdout)[1]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		env := &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Ctx: ctx, Getenv: func(k string) string { return b.env[k] }}
+		done <- cli.Main(env, []string{"task", "logs", id, "--follow"})
+	}()
+	b.srv.WaitSubscribers(t, 1)
+	// The lines written before are printed first (the stream is opened
+	// before they are paged, so the wait is for the pages).
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "attempt 1 failed") {
+		require.True(t, time.Now().Before(deadline), "--follow did not print the lines written before: %s", out.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, cli.ExitFailed, b.cmd(t, "task", "retry", id, "--wait").code)
+	deadline = time.Now().Add(30 * time.Second)
+	// A manual retry starts a new run of attempts: its line says attempt 1
+	// again.
+	for strings.Count(out.String(), "attempt 1 failed") < 2 {
+		require.True(t, time.Now().Before(deadline), "--follow did not print the retry's lines: %s", out.String())
+		select {
+		case code := <-done:
+			t.Fatalf("--follow ended (%d) on its own: %s", code, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, cli.ExitOK, code, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("--follow did not stop when interrupted")
+	}
+	require.Equal(t, 2, strings.Count(out.String(), "attempt 1 failed"), "no line twice: %s", out.String())
+	require.Equal(t, 2, strings.Count(out.String(), "request failed"), "no line twice: %s", out.String())
+}
