@@ -719,7 +719,7 @@ func TestRuleKinds(t *testing.T) {
 			require.NoError(t, err)
 			w, err := worker.NewWatchdog(worker.WatchdogConfig{}, b.store, policies, mask.Default())
 			require.NoError(t, err)
-			res, err := w.RunOnce(sysCtx)
+			res, err := w.Pass(sysCtx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.StaleHeartbeats)
 			b.eventually(t, "two incidents", func() bool { return len(open(t, b)) == 2 })
