@@ -102,12 +102,12 @@ type App struct {
 	Engine    *engine.Engine
 	Auth      *auth.Authenticator
 	Audit     *audit.Recorder
-	GraphQL   *graph.Server      // nil without the api role
-	Pool      *worker.Pool       // nil without the worker role
-	Watchdog  *worker.Watchdog   // nil without the watchdog role
-	Retention *retention.Janitor // nil without the watchdog role
-	Relay     *relay.Listener    // nil on SQLite
-	Leader    *leader.Lock       // nil on SQLite (one node: it always leads)
+	GraphQL   *graph.Server     // nil without the api role
+	Pool      *worker.Pool      // nil without the worker role
+	Watchdog  *worker.Watchdog  // nil without the watchdog role
+	Retention *retention.Purger // nil without the watchdog role
+	Relay     *relay.Listener   // nil on SQLite
+	Leader    *leader.Lock      // nil on SQLite (one node: it always leads)
 	Metrics   *metrics.Metrics
 	Handler   http.Handler
 	// Outages counts the failures of database and disk outages, logs
