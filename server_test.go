@@ -125,9 +125,9 @@ func gql(t *testing.T, addr, query string, out any) {
 }
 
 // TestSignalsShutDownGracefully runs the real server, starts a long task and
-// a short one, sends SIGTERM, and checks DESIGN §3: the short task finished
-// within the grace period, the long one was released as INTERRUPTED ->
-// RETRY_PENDING, and nothing is left EXECUTING.
+// a short one, sends SIGTERM, and checks ARCHITECTURE.md, "Shutdown": the
+// short task finished within the grace period, the long one was released as
+// INTERRUPTED -> RETRY_PENDING, and nothing is left EXECUTING.
 func TestSignalsShutDownGracefully(t *testing.T) {
 	t.Parallel()
 	bin := binary(t)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"taskgraph/mask"
 	"taskgraph/outbound"
 	"taskgraph/seal"
+	"taskgraph/service/servicetest"
 	"taskgraph/store"
 	"taskgraph/worker"
 )
@@ -130,7 +132,7 @@ func (b *bundle) eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, err := b.evaluator.RunOnce(sysCtx)
+		_, err := b.evaluator.Pass(sysCtx)
 		require.NoError(t, err)
 		if cond() {
 			return
@@ -260,13 +262,13 @@ func TestFailuresOpenOneIncidentAndOneRecoveryNotice(t *testing.T) {
 		rule, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "flaky keeps failing", Kind: alertrule.KindFAILURE_RATE, Enabled: true,
 			TaskType: "flaky", Threshold: 5, WindowSeconds: 60, ChannelIDs: []int{ch.ID}})
 		require.NoError(t, err)
-		_, err = b.evaluator.RunOnce(sysCtx) // subscribes
+		_, err = b.evaluator.Pass(sysCtx) // subscribes
 		require.NoError(t, err)
 
 		for range 4 {
 			b.waitStatus(t, b.create(t, "flaky", true).ID, lifecycle.Failed)
 		}
-		_, err = b.evaluator.RunOnce(sysCtx)
+		_, err = b.evaluator.Pass(sysCtx)
 		require.NoError(t, err)
 		require.Empty(t, b.incidents(t), "4 failures in a minute are under the threshold")
 		b.create(t, "other", false) // another type's success clears nothing
@@ -287,7 +289,7 @@ func TestFailuresOpenOneIncidentAndOneRecoveryNotice(t *testing.T) {
 			return b.incidents(t)[0].Status == alertincident.StatusRESOLVED
 		})
 		for range 3 {
-			_, err := b.evaluator.RunOnce(sysCtx)
+			_, err := b.evaluator.Pass(sysCtx)
 			require.NoError(t, err)
 		}
 		incs := b.incidents(t)
@@ -331,7 +333,7 @@ func TestQuietPeriodHolds(t *testing.T) {
 		_, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "any failure", Kind: alertrule.KindTASK_FAILED, Enabled: true,
 			QuietSeconds: 600, ChannelIDs: []int{ch.ID}})
 		require.NoError(t, err)
-		_, err = b.evaluator.RunOnce(sysCtx)
+		_, err = b.evaluator.Pass(sysCtx)
 		require.NoError(t, err)
 
 		b.fail(t, "flaky")
@@ -349,7 +351,7 @@ func TestQuietPeriodHolds(t *testing.T) {
 		require.Equal(t, "type:other", second.Subject)
 		b.clock.Advance(4 * time.Minute)
 		for range 3 {
-			_, err := b.evaluator.RunOnce(sysCtx)
+			_, err := b.evaluator.Pass(sysCtx)
 			require.NoError(t, err)
 		}
 		require.False(t, b.incidents(t)[1].Notified, "held back by the quiet period")
@@ -362,7 +364,7 @@ func TestQuietPeriodHolds(t *testing.T) {
 		// The quiet period ends: the held-back incident is announced, once.
 		b.clock.Advance(time.Minute + time.Second)
 		for range 3 {
-			_, err := b.evaluator.RunOnce(sysCtx)
+			_, err := b.evaluator.Pass(sysCtx)
 			require.NoError(t, err)
 		}
 		require.True(t, b.incidents(t)[1].Notified)
@@ -382,7 +384,7 @@ func TestSilences(t *testing.T) {
 		until := b.clock.Now().Add(time.Hour)
 		_, err = b.svc.SilenceRule(adminCtx, rule.ID, &until)
 		require.NoError(t, err)
-		_, err = b.evaluator.RunOnce(sysCtx)
+		_, err = b.evaluator.Pass(sysCtx)
 		require.NoError(t, err)
 		b.fail(t, "flaky")
 		b.eventually(t, "the incident", func() bool { return len(b.incidents(t)) == 1 })
@@ -394,13 +396,13 @@ func TestSilences(t *testing.T) {
 		require.ErrorAs(t, err, &fe)
 		_, err = b.svc.SilenceRule(auth.NewContext(context.Background(), auth.Viewer{User: "o", Role: auth.RoleOperator}), rule.ID, nil)
 		require.NoError(t, err)
-		_, err = b.evaluator.RunOnce(sysCtx)
+		_, err = b.evaluator.Pass(sysCtx)
 		require.NoError(t, err)
 		require.True(t, b.incidents(t)[0].Notified, "announced once the silence is lifted")
 		// A manual resolve sends no recovery notice.
 		_, err = b.svc.ResolveIncident(adminCtx, inc.ID)
 		require.NoError(t, err)
-		_, err = b.evaluator.RunOnce(sysCtx)
+		_, err = b.evaluator.Pass(sysCtx)
 		require.NoError(t, err)
 		require.Len(t, b.deliveries(t, inc.ID), 1)
 	})
@@ -625,7 +627,7 @@ func TestRuleKinds(t *testing.T) {
 			return out
 		}
 		pass := func(t *testing.T, b *bundle) {
-			_, err := b.evaluator.RunOnce(sysCtx)
+			_, err := b.evaluator.Pass(sysCtx)
 			require.NoError(t, err)
 		}
 		t.Run("BacklogOfAType", func(t *testing.T) {
@@ -689,7 +691,7 @@ func TestRuleKinds(t *testing.T) {
 			}}, b.svc, b.broker)
 			require.NoError(t, err)
 			run := func() {
-				_, err := ev.RunOnce(sysCtx)
+				_, err := ev.Pass(sysCtx)
 				require.NoError(t, err)
 			}
 			run()
@@ -719,7 +721,7 @@ func TestRuleKinds(t *testing.T) {
 			require.NoError(t, err)
 			w, err := worker.NewWatchdog(worker.WatchdogConfig{}, b.store, policies, mask.Default())
 			require.NoError(t, err)
-			res, err := w.RunOnce(sysCtx)
+			res, err := w.Pass(sysCtx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.StaleHeartbeats)
 			b.eventually(t, "two incidents", func() bool { return len(open(t, b)) == 2 })
@@ -736,7 +738,7 @@ func TestRulesWatchTheirTenantsTasks(t *testing.T) {
 		acme := auth.NewContext(context.Background(), auth.Viewer{User: "a", Role: auth.RoleAdmin, Tenant: "acme", Source: auth.SourceToken})
 		_, err := b.svc.CreateRule(acme, alert.RuleInput{Name: "acme failures", Kind: alertrule.KindTASK_FAILED, Enabled: true})
 		require.NoError(t, err)
-		_, err = b.evaluator.RunOnce(sysCtx)
+		_, err = b.evaluator.Pass(sysCtx)
 		require.NoError(t, err)
 		failAs := func(ctx context.Context) {
 			in, _ := json.Marshal(flakyInput{Fail: true})
@@ -752,7 +754,7 @@ func TestRulesWatchTheirTenantsTasks(t *testing.T) {
 		}
 		failAs(adminCtx) // the default tenant's task: not acme's business
 		for range 3 {
-			_, err := b.evaluator.RunOnce(sysCtx)
+			_, err := b.evaluator.Pass(sysCtx)
 			require.NoError(t, err)
 		}
 		require.Empty(t, b.incidents(t))
@@ -765,5 +767,66 @@ func TestRulesWatchTheirTenantsTasks(t *testing.T) {
 		theirs, err := b.svc.Incidents(adminCtx, alert.IncidentFilter{})
 		require.NoError(t, err)
 		require.Empty(t, theirs, "another tenant's incident is not seen")
+	})
+}
+
+func TestEvaluatorLoop(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		t.Run("OutcomesWakeIt", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), false, false)
+			_, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "failures", Kind: alertrule.KindTASK_FAILED, Enabled: true, TaskType: "flaky"})
+			require.NoError(t, err)
+			// An hour between passes: only the rule change (Wake) and the
+			// failure's outcome make passes.
+			ev, err := alert.NewEvaluator(alert.EvaluatorConfig{Interval: time.Hour, Types: b.registry.Names}, b.svc, b.broker)
+			require.NoError(t, err)
+			t.Cleanup(ev.Stop)
+			require.NoError(t, ev.Start(sysCtx))
+			ev.Wake()
+			deadline := time.Now().Add(20 * time.Second)
+			for !ev.Listening() {
+				require.True(t, time.Now().Before(deadline), "the woken pass subscribes to task outcomes")
+				time.Sleep(5 * time.Millisecond)
+			}
+			b.fail(t, "flaky")
+			for len(b.incidents(t)) == 0 {
+				require.True(t, time.Now().Before(deadline), "the failure wakes a pass that opens an incident")
+				time.Sleep(10 * time.Millisecond)
+			}
+			ev.Stop()
+			require.False(t, ev.Listening(), "a stopped evaluator receives nothing")
+		})
+		t.Run("OnlyTheLeaderEvaluatesAndListens", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), false, false)
+			_, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "failures", Kind: alertrule.KindTASK_FAILED, Enabled: true, TaskType: "flaky"})
+			require.NoError(t, err)
+			var leads atomic.Bool
+			leads.Store(true)
+			ev, err := alert.NewEvaluator(alert.EvaluatorConfig{Types: b.registry.Names, Leader: func(context.Context) (bool, error) { return leads.Load(), nil }}, b.svc, b.broker)
+			require.NoError(t, err)
+			t.Cleanup(ev.Stop)
+			require.True(t, ev.RunOnce(sysCtx))
+			require.True(t, ev.Listening())
+			leads.Store(false)
+			require.False(t, ev.RunOnce(sysCtx))
+			require.False(t, ev.Listening(), "another node leads: no subscription here")
+			b.fail(t, "flaky")
+			require.False(t, ev.RunOnce(sysCtx))
+			require.Empty(t, b.incidents(t))
+		})
+		t.Run("StartStopStress", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), false, false)
+			_, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "failures", Kind: alertrule.KindTASK_FAILED, Enabled: true})
+			require.NoError(t, err)
+			ev, err := alert.NewEvaluator(alert.EvaluatorConfig{Interval: time.Millisecond, Types: b.registry.Names}, b.svc, b.broker)
+			require.NoError(t, err)
+			servicetest.StressStartStop(t, ev)
+			require.False(t, ev.Running())
+			require.False(t, ev.Listening())
+		})
 	})
 }

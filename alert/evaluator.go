@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"entgo.io/ent/dialect"
@@ -19,6 +20,7 @@ import (
 	"taskgraph/ent/taskinstance"
 	"taskgraph/events"
 	"taskgraph/lifecycle"
+	"taskgraph/service"
 	"taskgraph/store"
 )
 
@@ -45,7 +47,10 @@ type EvaluatorConfig struct {
 	// OnNotice, when set, is told about each notice handed to delivery
 	// ("OPENED", "RECOVERED"), for metrics.
 	OnNotice func(event string)
-	Logger   *slog.Logger
+	// Quiet, when set, keeps a failed pass out of the log when it returns
+	// true (an outage the node's outage monitor counts and reports once).
+	Quiet  func(error) bool
+	Logger *slog.Logger
 }
 
 // IntervalDefault is EvaluatorConfig.Interval's default.
@@ -64,17 +69,35 @@ const noLeaderDefault = 30 * time.Second
 // evaluator subscribes only while it leads and some rule needs them);
 // stalls, backlogs and gone nodes from cheap indexed reads of the running
 // and waiting executions. It never scans the task table.
+//
+// A service.Loop makes a Pass every Interval on the leading node, and
+// sooner when task outcomes arrive (gathered for batchDelay into one pass)
+// or rules change (Wake). The first pass comes one Interval after Start:
+// it subscribes to task outcomes, which matter only once the node leads.
 type Evaluator struct {
+	*service.Loop[PassResult]
+
 	cfg    EvaluatorConfig
 	svc    *Service
 	store  *store.Store
 	broker *events.Broker
 	log    *slog.Logger
 
+	// force makes the next pass of the loop run the periodic checks (the
+	// rules changed).
+	force atomic.Bool
+
+	// inbox holds the task outcomes that inSub brought since the last pass
+	// (forward moves them there); lost says the broker ended inSub (the
+	// evaluator fell behind).
+	inMu  sync.Mutex
+	inSub *events.Subscription[events.TaskChange]
+	inbox []events.TaskChange
+	lost  bool
+
 	// Guarded by running a pass at a time (mu).
 	mu            sync.Mutex
 	sub           *events.Subscription[events.TaskChange]
-	pending       []events.TaskChange
 	lastCheck     time.Time
 	windows       map[string][]time.Time // FAILURE_RATE: failures per rule and subject
 	seen          map[int]time.Time      // failed executions already counted
@@ -83,11 +106,6 @@ type Evaluator struct {
 	rules         map[int]*ent.AlertRule
 	open          map[string]*ent.AlertIncident // by rule and subject
 	deltas        map[string]*delta
-
-	wake   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
 }
 
 // delta is what a pass adds to an incident, written once per pass.
@@ -112,20 +130,39 @@ func NewEvaluator(cfg EvaluatorConfig, svc *Service, broker *events.Broker) (*Ev
 	if cfg.Interval < 0 || cfg.HeartbeatTimeout < 0 {
 		return nil, errors.New("alert: durations must not be negative")
 	}
-	e := &Evaluator{cfg: cfg, svc: svc, store: svc.cfg.Store, broker: broker, log: cfg.Logger.With("component", "alert-evaluator"), wake: make(chan struct{}, 1)}
+	e := &Evaluator{cfg: cfg, svc: svc, store: svc.cfg.Store, broker: broker, log: cfg.Logger.With("component", "alert-evaluator")}
 	e.reset()
+	var leader func(context.Context) (bool, error)
+	if cfg.Leader != nil {
+		leader = func(ctx context.Context) (bool, error) {
+			led, err := cfg.Leader(ctx)
+			if err == nil && !led {
+				// Another node evaluates: stop receiving task outcomes.
+				e.mu.Lock()
+				e.unsubscribe()
+				e.mu.Unlock()
+			}
+			return led, err
+		}
+	}
+	var err error
+	e.Loop, err = service.New(service.Config[PassResult]{
+		Name: "alert-evaluator", Interval: cfg.Interval, Delay: cfg.Interval, Settle: batchDelay,
+		Leader: leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
+	}, func(ctx context.Context) (PassResult, error) { return e.pass(ctx, e.force.Swap(false)) })
+	if err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
 func (e *Evaluator) reset() {
 	e.windows, e.seen, e.stalled, e.deltas = map[string][]time.Time{}, map[int]time.Time{}, map[int]bool{}, map[string]*delta{}
 	e.noLeaderSince, e.lastCheck = time.Time{}, time.Time{}
-	e.pending = nil
 }
 
 // PassResult says what a pass did.
 type PassResult struct {
-	Led       bool
 	Changes   int // task changes handled
 	Opened    int // incidents opened
 	Counted   int // occurrences added to open incidents
@@ -140,29 +177,20 @@ var eventKinds = []alertrule.Kind{alertrule.KindTASK_FAILED, alertrule.KindTIMEO
 // succeeds clears.
 var recoverKinds = []alertrule.Kind{alertrule.KindTASK_FAILED, alertrule.KindTIMEOUT, alertrule.KindFAILURE_RATE}
 
-// RunOnce makes one pass: task outcomes received since the last, the
-// periodic checks when their interval has passed (always with force), and
-// the notices due.
-func (e *Evaluator) RunOnce(ctx context.Context) (PassResult, error) {
+// Pass makes one pass, as the system, whether or not this node leads (the
+// Loop asks Leader first): task outcomes received since the last, the
+// periodic checks, and the notices due.
+func (e *Evaluator) Pass(ctx context.Context) (PassResult, error) {
 	return e.pass(ctx, true)
 }
 
+// pass runs the periodic checks when their interval has passed, or always
+// with force.
 func (e *Evaluator) pass(ctx context.Context, force bool) (PassResult, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ctx = auth.NewSystemContext(ctx)
 	var res PassResult
-	if e.cfg.Leader != nil {
-		led, err := e.cfg.Leader(ctx)
-		if err != nil {
-			return res, fmt.Errorf("alert: leadership: %w", err)
-		}
-		if !led {
-			e.unsubscribe()
-			return res, nil
-		}
-	}
-	res.Led = true
 	now := e.store.Now()
 	if err := e.load(ctx); err != nil {
 		return res, err
@@ -231,9 +259,10 @@ func key(ruleID int, subject string) string { return fmt.Sprintf("%d/%s", ruleID
 // subscribe listens for task outcomes. It is a client subscription (not an
 // internal one): on PostgreSQL the relay then re-reads other nodes'
 // changes in full, on this node only, and only while it leads with rules
-// that need them.
+// that need them. forward moves what it brings to the inbox and wakes the
+// loop.
 func (e *Evaluator) subscribe() {
-	e.sub = e.broker.SubscribeTasks(func(c events.TaskChange) bool {
+	sub := e.broker.SubscribeTasks(func(c events.TaskChange) bool {
 		if c.Kind != events.Transitioned || strings.HasPrefix(c.Task.Type, "alert.") {
 			return false
 		}
@@ -243,6 +272,35 @@ func (e *Evaluator) subscribe() {
 		}
 		return false
 	}, 1<<16)
+	e.sub = sub
+	e.inMu.Lock()
+	e.inSub, e.inbox, e.lost = sub, nil, false
+	e.inMu.Unlock()
+	go e.forward(sub)
+}
+
+// forward moves sub's task outcomes to the inbox, waking the loop, until
+// sub ends: closed by unsubscribe, or by the broker when the evaluator
+// fell behind (lost).
+func (e *Evaluator) forward(sub *events.Subscription[events.TaskChange]) {
+	for c := range sub.C {
+		e.inMu.Lock()
+		current := e.inSub == sub
+		if current {
+			e.inbox = append(e.inbox, c)
+		}
+		e.inMu.Unlock()
+		if current {
+			e.Loop.Wake()
+		}
+	}
+	e.inMu.Lock()
+	lost := e.inSub == sub && sub.Err() != nil
+	e.lost = e.lost || lost
+	e.inMu.Unlock()
+	if lost {
+		e.Loop.Wake()
+	}
 }
 
 func (e *Evaluator) unsubscribe() {
@@ -250,30 +308,24 @@ func (e *Evaluator) unsubscribe() {
 		e.sub.Close()
 		e.sub = nil
 	}
+	e.inMu.Lock()
+	e.inSub, e.inbox, e.lost = nil, nil, false
+	e.inMu.Unlock()
 	e.reset()
 }
 
-// receive takes what the subscription holds now.
+// receive takes what the inbox holds now.
 func (e *Evaluator) receive() []events.TaskChange {
-	out := e.pending
-	e.pending = nil
-	if e.sub == nil {
-		return out
+	e.inMu.Lock()
+	out, lost := e.inbox, e.lost
+	e.inbox, e.lost = nil, false
+	e.inMu.Unlock()
+	if lost && e.sub != nil {
+		e.log.Warn("task outcomes were lost (the evaluator fell behind); counting again from now", "err", e.sub.Err())
+		e.sub = nil
+		e.subscribe()
 	}
-	for {
-		select {
-		case c, ok := <-e.sub.C:
-			if !ok {
-				e.log.Warn("task outcomes were lost (the evaluator fell behind); counting again from now", "err", e.sub.Err())
-				e.sub = nil
-				e.subscribe()
-				return out
-			}
-			out = append(out, c)
-		default:
-			return out
-		}
-	}
+	return out
 }
 
 // matches reports whether a rule watches a task.
@@ -860,57 +912,6 @@ func (e *Evaluator) send(ctx context.Context, r *ent.AlertRule, inc *ent.AlertIn
 	return nil
 }
 
-// Start runs passes until Stop: every Interval, and as soon as task
-// outcomes arrive.
-func (e *Evaluator) Start(ctx context.Context) {
-	ctx, e.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
-	e.done = make(chan struct{})
-	go func() {
-		defer close(e.done)
-		tick := time.NewTicker(e.cfg.Interval)
-		defer tick.Stop()
-		var last time.Time
-		for {
-			e.mu.Lock()
-			sub := e.sub
-			e.mu.Unlock()
-			var in <-chan events.TaskChange
-			if sub != nil {
-				in = sub.C
-			}
-			force := false
-			select {
-			case <-ctx.Done():
-				e.mu.Lock()
-				e.unsubscribe()
-				e.mu.Unlock()
-				return
-			case <-tick.C:
-			case <-e.wake:
-				force = true
-			case c, ok := <-in:
-				if ok {
-					e.mu.Lock()
-					e.pending = append(e.pending, c)
-					e.mu.Unlock()
-				}
-				// Let a burst of outcomes gather into one pass (one read
-				// of rules, incidents and failed executions).
-				if wait := batchDelay - time.Since(last); wait > 0 {
-					select {
-					case <-ctx.Done():
-					case <-time.After(wait):
-					}
-				}
-			}
-			last = time.Now()
-			if _, err := e.pass(ctx, force); err != nil && ctx.Err() == nil {
-				e.log.Error("alert pass failed", "err", err)
-			}
-		}
-	}()
-}
-
 // Listening reports whether the evaluator receives task outcomes now (it
 // leads, and a rule needs them).
 func (e *Evaluator) Listening() bool {
@@ -919,20 +920,18 @@ func (e *Evaluator) Listening() bool {
 	return e.sub != nil
 }
 
-// Wake makes the running loop pass now (a rule changed).
+// Wake makes the running loop pass now, with the periodic checks (a rule
+// changed).
 func (e *Evaluator) Wake() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
+	e.force.Store(true)
+	e.Loop.Wake()
 }
 
-// Stop ends the loop and waits for the current pass.
+// Stop ends the loop, waits for the pass under way and stops receiving
+// task outcomes.
 func (e *Evaluator) Stop() {
-	e.once.Do(func() {
-		if e.cancel != nil {
-			e.cancel()
-			<-e.done
-		}
-	})
+	e.Loop.Stop()
+	e.mu.Lock()
+	e.unsubscribe()
+	e.mu.Unlock()
 }

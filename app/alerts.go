@@ -9,12 +9,12 @@ import (
 	"taskgraph/leader"
 )
 
-// newAlerts builds the alert evaluator of a node with the api or the
-// watchdog role (elected apart from the watchdog, so that it can tell
+// newAlertServices builds the alert evaluator of a node with the api or
+// the watchdog role (elected apart from the watchdog, so that it can tell
 // when no watchdog leads), and on PostgreSQL the listener that brings
 // other nodes' incident changes to this node's subscribers.
-func (a *App) newAlerts(ctx context.Context, cfg Config) error {
-	st := a.Store
+func (a *App) newAlertServices(ctx context.Context, undo *cleanup) error {
+	st, cfg := a.Store, a.Config
 	if !cfg.Has(RoleAPI) && !cfg.Has(RoleWatchdog) {
 		return nil
 	}
@@ -31,6 +31,7 @@ func (a *App) newAlerts(ctx context.Context, cfg Config) error {
 			return out
 		},
 		OnNotice: a.Metrics.AlertNotice,
+		Quiet:    a.quiet("alert-evaluator"),
 		Logger:   a.Log,
 	}
 	if a.Leader != nil {
@@ -47,10 +48,12 @@ func (a *App) newAlerts(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a.Alerts.SetRulesChanged(a.Evaluator.Wake)
+	a.services = append(a.services, a.Evaluator)
 	if a.Leader != nil && cfg.Has(RoleAPI) {
 		if a.AlertListener, err = alert.Listen(ctx, cfg.DSN(), st.DB(), st.Client(), a.Alerts.Hub(), a.Node, a.Log); err != nil {
 			return fmt.Errorf("listen for other nodes' incidents: %w", err)
 		}
+		undo.push(a.AlertListener.Close)
 	}
 	return nil
 }

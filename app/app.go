@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ import (
 	"taskgraph/retention"
 	"taskgraph/schedule"
 	"taskgraph/seal"
+	"taskgraph/service"
 	"taskgraph/spreadsheet"
 	"taskgraph/store"
 	"taskgraph/web"
@@ -60,8 +62,10 @@ type Options struct {
 	Policies []worker.RetryPolicy
 	// Clock replaces time.Now in the store.
 	Clock func() time.Time
-	// Pool and Watchdog override their configurations (zero fields keep
-	// the values derived from Config).
+	// Pool and Watchdog override their configurations: each non-zero
+	// field replaces the value derived from Config (Pool.Concurrency
+	// replaces --workers, Pool.ShutdownGrace --shutdown-grace, lower or
+	// higher); zero fields keep it.
 	Pool     worker.Config
 	Watchdog worker.WatchdogConfig
 	// Websocket overrides websocket limits (zero fields keep theirs).
@@ -102,12 +106,12 @@ type App struct {
 	Engine    *engine.Engine
 	Auth      *auth.Authenticator
 	Audit     *audit.Recorder
-	GraphQL   *graph.Server      // nil without the api role
-	Pool      *worker.Pool       // nil without the worker role
-	Watchdog  *worker.Watchdog   // nil without the watchdog role
-	Retention *retention.Janitor // nil without the watchdog role
-	Relay     *relay.Listener    // nil on SQLite
-	Leader    *leader.Lock       // nil on SQLite (one node: it always leads)
+	GraphQL   *graph.Server     // nil without the api role
+	Pool      *worker.Pool      // nil without the worker role
+	Watchdog  *worker.Watchdog  // nil without the watchdog role
+	Retention *retention.Purger // nil without the watchdog role
+	Relay     *relay.Listener   // nil on SQLite
+	Leader    *leader.Lock      // nil on SQLite (one node: it always leads)
 	Metrics   *metrics.Metrics
 	Handler   http.Handler
 	// Outages counts the failures of database and disk outages, logs
@@ -138,7 +142,18 @@ type App struct {
 	Scheduler       *schedule.Scheduler
 	SchedulerLeader *leader.Lock
 
-	opts       Options
+	// services are the background loops of the roles, in the order
+	// Start starts them (Shutdown stops them in reverse).
+	services []service.Service
+
+	opts    Options
+	rootLog *slog.Logger // Log without the node attribute
+	masker  *mask.Masker
+	key     []byte // the secret key: links, sealed input
+	sealer  *seal.Sealer
+	// relayed is Relay, read by the store's writes as soon as it is set.
+	relayed atomic.Pointer[relay.Listener]
+
 	baseCtx    context.Context
 	baseCancel context.CancelFunc
 	servers    []*http.Server
@@ -147,12 +162,58 @@ type App struct {
 }
 
 // New opens the database (migrating it) and builds every part the roles
-// need. Nothing runs until Start.
-func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
+// need. Nothing runs until Start. It is made of steps, each of which
+// pushes what it opened (the database, the blob store, the listening
+// connections) on a cleanup stack: when a later step fails, New closes
+// them in reverse order and returns the error.
+func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
+	var undo cleanup
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	a, err := newApp(cfg, opts)
+	if err != nil {
+		return nil, err
 	}
+	steps := []func(context.Context, *cleanup) error{
+		a.newStore,         // the database, the gate of every claim
+		a.newEngine,        // task types, authentication, audit, the engine
+		a.newFiles,         // blob store, artifacts, importer, exporter
+		a.newAPIServices,   // alerts, schedules, flow control (the API's)
+		a.newRelay,         // other nodes' changes (PostgreSQL)
+		a.newPool,          // the worker role
+		a.newWatchdogRole,  // watchdog, retention, scheduler, artifact janitor
+		a.newAlertServices, // alert evaluator and incident listener
+	}
+	for _, step := range steps {
+		if err := step(ctx, &undo); err != nil {
+			return nil, err
+		}
+	}
+	a.registerMetrics()
+	a.Handler = a.routes()
+	return a, nil
+}
+
+// cleanup is the stack of what New opened so far.
+type cleanup []func()
+
+func (c *cleanup) push(f func()) { *c = append(*c, f) }
+
+// run closes everything pushed, the latest first.
+func (c cleanup) run() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
+}
+
+// newApp reads the parts of the configuration that open nothing: the
+// masker (also of the log), the secret key and its sealer, the retry
+// policies, the node's name, metrics, the broker and the outage monitor.
+func newApp(cfg Config, opts Options) (*App, error) {
+	log := cmp.Or(opts.Logger, slog.Default())
 	if err := checkDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
@@ -179,243 +240,103 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	node := opts.Pool.ID
-	if node == "" {
-		node = worker.DefaultWorkerID()
-	}
+	node := cmp.Or(opts.Pool.ID, worker.DefaultWorkerID())
 	m := metrics.New()
-	// Clients that fall behind (a burst, a resync after an outage) get the
-	// latest change of each task from a backlog rather than being dropped.
-	broker := events.NewBroker(events.Config{Observe: m.ObserveChange, Backlog: cmp.Or(opts.EventBacklog, events.BacklogDefault)})
-	outages := outage.NewMonitor(outage.MonitorConfig{Logger: log.With("node", node)})
-	var relayed atomic.Pointer[relay.Listener] // set below, on PostgreSQL
+	return &App{
+		Config:   cfg,
+		Node:     node,
+		Log:      log.With("node", node),
+		Policies: policies,
+		Metrics:  m,
+		// Clients that fall behind (a burst, a resync after an outage)
+		// get the latest change of each task from a backlog rather than
+		// being dropped.
+		Broker:  events.NewBroker(events.Config{Observe: m.ObserveChange, Backlog: cmp.Or(opts.EventBacklog, events.BacklogDefault)}),
+		Outages: outage.NewMonitor(outage.MonitorConfig{Logger: log.With("node", node)}),
+		opts:    opts,
+		rootLog: log,
+		masker:  masker,
+		key:     key,
+		sealer:  sealer,
+	}, nil
+}
+
+// newStore opens (and migrates) the database.
+func (a *App) newStore(ctx context.Context, undo *cleanup) error {
+	cfg := a.Config
 	onWrite := func(err error) {
-		outages.Wrote(err)
-		if l := relayed.Load(); l != nil && store.CommitUncertain(err) {
+		a.Outages.Wrote(err)
+		if l := a.relayed.Load(); l != nil && store.CommitUncertain(err) {
 			// The change may have committed unpublished: replay it.
 			l.Missed()
 		}
 	}
-	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
+	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, Logger: a.rootLog, OnWrite: onWrite}
 	// Caps, rates and pauses of task types hold in every claim.
 	storeCfg.Gate = flow.NewGate()
 	if store.IsPostgres(cfg.DSN()) {
-		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
+		storeCfg.BeforeCommit = relay.Notifier{Node: a.Node}.BeforeCommit
 	}
 	st, err := store.Open(ctx, storeCfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	registry := worker.NewRegistry()
+	undo.push(func() { _ = st.Close() })
+	a.Store = st
+	return nil
+}
+
+// newEngine registers the task types (built-in, alert deliveries, the
+// embedder's) and builds authentication, rate limits, the audit recorder
+// and the engine on them.
+func (a *App) newEngine(context.Context, *cleanup) error {
+	cfg, st := a.Config, a.Store
+	a.Registry = worker.NewRegistry()
 	policy, err := cfg.outboundPolicy()
 	if err != nil {
-		_ = st.Close()
-		return nil, err
+		return err
 	}
 	outboundClient := outbound.NewClient(outbound.Config{Policy: policy})
-	builtin.Register(registry, &builtin.Webhook{Client: outboundClient})
-	(&alert.Deliverer{Client: st.Client(), Sealer: sealer, HTTP: outboundClient, Now: opts.Clock}).Register(registry)
-	if opts.Register != nil {
-		opts.Register(registry)
+	builtin.Register(a.Registry, &builtin.Webhook{Client: outboundClient})
+	(&alert.Deliverer{Client: st.Client(), Sealer: a.sealer, HTTP: outboundClient, Now: a.opts.Clock}).Register(a.Registry)
+	if a.opts.Register != nil {
+		a.opts.Register(a.Registry)
 	}
-	authn, err := newAuthenticator(cfg.Access, log)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
+	if a.Auth, err = newAuthenticator(cfg.Access, a.rootLog); err != nil {
+		return err
 	}
 	limiter, err := newLimiter(cfg.Access)
 	if err != nil {
-		_ = st.Close()
-		return nil, err
+		return err
 	}
-	recorder := audit.New(st.Tx, masker, graph.ErrorCode, log, outages)
-	eng := engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter))
-	files, err := newFiles(ctx, cfg, opts, node, key, st, eng, registry, masker, recorder, outages, log.With("node", node))
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	a := &App{
-		Config:   cfg,
-		Node:     node,
-		Log:      log.With("node", node),
-		Store:    st,
-		Broker:   broker,
-		Registry: registry,
-		Policies: policies,
-		Engine:   eng,
-		Auth:     authn,
-		Audit:    recorder,
-		Metrics:  m,
-		Outages:  outages,
-		opts:     opts,
-	}
-	a.Artifacts, a.Links, a.Importer, a.Exporter = files.artifacts, files.links, files.importer, files.exporter
-	a.Alerts, err = alert.New(alert.Config{Store: st, Engine: eng, Sealer: sealer, Hub: alert.NewHub(), Node: node, PublicURL: cfg.PublicURL(), Logger: log})
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	a.Schedules = schedule.NewService(eng, sealer, node, a.Log)
-	a.Flow = flow.NewService(eng)
-	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
-	fail := func(err error) (*App, error) {
-		if a.Relay != nil {
-			a.Relay.Close()
-		}
-		_ = a.Artifacts.Blobs().Close()
-		_ = st.Close()
-		return nil, err
-	}
-	// Is this node's blob store the deployment's? One line in the log
-	// either way; a store that is not, or does not answer, makes the
-	// node unready rather than stopping it.
-	if err := a.Artifacts.Verify(ctx); err != nil {
-		var me *artifact.MisconfiguredError
-		if !errors.As(err, &me) && !artifact.IsStoreFailure(err) {
-			return fail(err)
-		}
-	}
-
-	if st.Dialect() == dialect.Postgres {
-		a.Leader = leader.New(st.DB(), leader.WatchdogRole)
-		// The alert evaluator (api and watchdog roles) needs other nodes'
-		// task outcomes too.
-		if cfg.Has(RoleAPI) || cfg.Has(RoleWorker) || cfg.Has(RoleWatchdog) {
-			a.Relay, err = relay.Listen(ctx, relay.Config{
-				DSN: cfg.DSN(), DB: st.DB(), Node: node, Client: st.Client(), Broker: broker, Logger: log,
-				OnResync: func() {
-					if a.Pool != nil {
-						a.Pool.Wake()
-					}
-				},
-			})
-			if err != nil {
-				return fail(fmt.Errorf("listen for other nodes' changes: %w", err))
-			}
-			relayed.Store(a.Relay)
-		}
-	}
-	var leading func(context.Context) (bool, error)
-	if a.Leader != nil {
-		leading = a.Leader.Lead
-	}
-	if cfg.Has(RoleWorker) {
-		pc := opts.Pool
-		pc.ID = node
-		pc.Concurrency = max(pc.Concurrency, cfg.Workers)
-		pc.ShutdownGrace = max(pc.ShutdownGrace, cfg.ShutdownGrace)
-		if pc.HeartbeatInterval == 0 {
-			// Several heartbeats per lease, so that one late beat does not
-			// get a live execution recovered.
-			pc.HeartbeatInterval = min(worker.HeartbeatIntervalDefault, cfg.HeartbeatTimeout/3)
-		}
-		pc.Logger = a.Log
-		a.Pool, err = worker.NewPool(pc, worker.Deps{Store: st, Registry: registry, Policies: policies, Broker: broker, Sealer: sealer, Masker: masker, Recorder: m, Outages: outages})
-		if err != nil {
-			return fail(err)
-		}
-	}
-	if cfg.Has(RoleWatchdog) {
-		wc := opts.Watchdog
-		if wc.HeartbeatTimeout == 0 {
-			wc.HeartbeatTimeout = cfg.HeartbeatTimeout
-		}
-		if wc.Leader == nil {
-			wc.Leader = leading
-		}
-		wc.OnAction = m.WatchdogActed
-		wc.Logger = a.Log
-		if wc.StallAfter == nil {
-			wc.StallAfter = func(typ string) time.Duration {
-				if t, ok := registry.Lookup(typ); ok {
-					return t.StallAfter
-				}
-				return 0
-			}
-		}
-		a.Watchdog, err = worker.NewWatchdog(wc, st, policies, masker)
-		if err != nil {
-			return fail(err)
-		}
-		a.Retention, err = retention.New(retention.Config{Age: cfg.Retention, Leader: leading, Logger: a.Log}, st)
-		if err != nil {
-			return fail(err)
-		}
-	}
-	if cfg.Has(RoleWatchdog) {
-		sc := opts.Scheduler
-		if sc.Leader == nil && a.Leader != nil {
-			// Its own lock: the scheduler and the watchdog may lead on
-			// different nodes.
-			a.SchedulerLeader = leader.New(st.DB(), leader.SchedulerRole)
-			sc.Leader = a.SchedulerLeader.Lead
-		}
-		sc.Logger = a.Log
-		if a.Scheduler, err = schedule.NewScheduler(sc, a.Schedules); err != nil {
-			return fail(err)
-		}
-	}
-	if cfg.Has(RoleWatchdog) {
-		jc := opts.Janitor
-		if jc.Interval == 0 {
-			jc.Interval = cfg.JanitorInterval
-		}
-		jc.Logger = log
-		if jc.Leader == nil {
-			jc.Leader = leading
-		}
-		if a.Janitor, err = artifact.NewJanitor(jc, a.Artifacts); err != nil {
-			return fail(err)
-		}
-	}
-	if err := a.newAlerts(ctx, cfg); err != nil {
-		return fail(err)
-	}
-	m.RegisterAlerts(st.Client())
-	src := metrics.Sources{Client: st.Client(), Broker: broker, Inconsistent: st.Inconsistencies}
-	if a.Relay != nil {
-		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
-	}
-	if a.Leader != nil && a.Watchdog != nil {
-		src.Leading = a.Leader.Leading
-	}
-	m.Register(src)
-	a.Handler = a.routes()
-	return a, nil
-}
-
-// files is what imports, exports and reports need.
-type files struct {
-	artifacts *artifact.Store
-	links     *artifact.Links
-	importer  *importer.Importer
-	exporter  *exporter.Exporter
+	a.Audit = audit.New(st.Tx, a.masker, graph.ErrorCode, a.rootLog, a.Outages)
+	a.Engine = engine.New(st, a.Registry, a.Policies, a.sealer, a.masker, engine.WithAudit(a.Audit), engine.WithRateLimit(limiter))
+	return nil
 }
 
 // newFiles opens the blob store (--blob-url, or the artifacts directory in
 // the data directory) and builds the artifact store on it, the importer
 // (with the contacts target) and the exporter, and registers the import,
-// export and report task types.
-func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, rec *audit.Recorder, outages *outage.Monitor, log *slog.Logger) (_ *files, err error) {
+// export and report task types. Whether the blob store is the
+// deployment's is said once in the log either way; one that is not, or
+// does not answer, makes the node unready rather than stopping it.
+func (a *App) newFiles(ctx context.Context, undo *cleanup) error {
+	cfg, opts, st, log := a.Config, a.opts, a.Store, a.Log
 	blobURL, err := cfg.Blobs()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	bucket, err := artifact.OpenBucket(ctx, blobURL, opts.Blob)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer func() {
-		if err != nil {
-			_ = bucket.Close()
-		}
-	}()
-	arts, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx, Node: node, Logger: log})
+	undo.push(func() { _ = bucket.Close() })
+	a.Artifacts, err = artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx, Node: a.Node, Logger: log})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	links := artifact.NewLinks(key, arts, artifact.LinksConfig{
+	rec := a.Audit
+	a.Links = artifact.NewLinks(a.key, a.Artifacts, artifact.LinksConfig{
 		// A link works while its viewer may still see the file (and its
 		// task): same identity, or an admin of the same tenant.
 		Authorize: func(ctx context.Context, a *ent.Artifact) error {
@@ -436,31 +357,192 @@ func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []
 			return rec.Record(ctx, audit.Entry{Action: audit.Download, TaskIDs: ids, Err: err,
 				Details: map[string]any{"artifact": a.ID, "kind": a.Kind, "file": a.Filename}})
 		},
-		Outages: outages,
+		Outages: a.Outages,
 		Logger:  log,
 	})
-	postgres := st.Dialect() == "postgres"
+	postgres := st.Dialect() == dialect.Postgres
 	targets := importer.NewRegistry()
 	targets.Add(importer.Contacts(st.DB(), st.Tx, postgres, st.Now))
 	ic := opts.Import
-	ic.Engine, ic.Artifacts, ic.Targets, ic.Masker, ic.Logger = eng, arts, targets, masker, log
+	ic.Engine, ic.Artifacts, ic.Targets, ic.Masker, ic.Logger = a.Engine, a.Artifacts, targets, a.masker, log
 	if ic.MaxUploadSize == 0 {
 		ic.MaxUploadSize = cfg.MaxUploadSize
 	}
 	if ic.Limits == (spreadsheet.Limits{}) {
 		ic.Limits = spreadsheet.Limits{MaxRows: cfg.ImportMaxRows, UnzipSizeLimit: cfg.ImportUnzipLimit}
 	}
-	imp, err := importer.New(ic)
-	if err != nil {
-		return nil, err
+	if a.Importer, err = importer.New(ic); err != nil {
+		return err
 	}
-	imp.Register(reg)
-	exp, err := exporter.New(exporter.Config{Client: st.Client(), Artifacts: arts, Postgres: postgres, Masker: masker, Logger: log})
+	a.Importer.Register(a.Registry)
+	a.Exporter, err = exporter.New(exporter.Config{Client: st.Client(), Artifacts: a.Artifacts, Postgres: postgres, Masker: a.masker, Logger: log})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	exp.Register(reg)
-	return &files{artifacts: arts, links: links, importer: imp, exporter: exp}, nil
+	a.Exporter.Register(a.Registry)
+	if err := a.Artifacts.Verify(ctx); err != nil {
+		var me *artifact.MisconfiguredError
+		if !errors.As(err, &me) && !artifact.IsStoreFailure(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// newAPIServices builds what the API serves besides tasks: alert rules,
+// channels and incidents, schedules, flow control; and the base context of
+// the HTTP servers.
+func (a *App) newAPIServices(ctx context.Context, undo *cleanup) error {
+	var err error
+	a.Alerts, err = alert.New(alert.Config{Store: a.Store, Engine: a.Engine, Sealer: a.sealer, Hub: alert.NewHub(), Node: a.Node, PublicURL: a.Config.PublicURL(), Logger: a.rootLog})
+	if err != nil {
+		return err
+	}
+	a.Schedules = schedule.NewService(a.Engine, a.sealer, a.Node, a.Log)
+	a.Flow = flow.NewService(a.Engine)
+	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
+	undo.push(a.baseCancel)
+	return nil
+}
+
+// newRelay, on PostgreSQL, makes the watchdog's leader lock and listens
+// for other nodes' changes (the alert evaluator of the api and watchdog
+// roles needs their task outcomes too).
+func (a *App) newRelay(ctx context.Context, undo *cleanup) error {
+	st, cfg := a.Store, a.Config
+	if st.Dialect() != dialect.Postgres {
+		return nil
+	}
+	a.Leader = leader.New(st.DB(), leader.WatchdogRole)
+	if !cfg.Has(RoleAPI) && !cfg.Has(RoleWorker) && !cfg.Has(RoleWatchdog) {
+		return nil
+	}
+	l, err := relay.Listen(ctx, relay.Config{
+		DSN: cfg.DSN(), DB: st.DB(), Node: a.Node, Client: st.Client(), Broker: a.Broker, Logger: a.rootLog,
+		OnResync: func() {
+			if a.Pool != nil {
+				a.Pool.Wake()
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("listen for other nodes' changes: %w", err)
+	}
+	undo.push(l.Close)
+	a.Relay = l
+	a.relayed.Store(l)
+	return nil
+}
+
+// newPool builds the worker pool of the worker role. Options.Pool's
+// non-zero fields override the configuration's.
+func (a *App) newPool(context.Context, *cleanup) error {
+	cfg := a.Config
+	if !cfg.Has(RoleWorker) {
+		return nil
+	}
+	pc := a.opts.Pool
+	pc.ID = a.Node
+	pc.Concurrency = cmp.Or(pc.Concurrency, cfg.Workers)
+	pc.ShutdownGrace = cmp.Or(pc.ShutdownGrace, cfg.ShutdownGrace)
+	if pc.HeartbeatInterval == 0 {
+		// Several heartbeats per lease, so that one late beat does not
+		// get a live execution recovered.
+		pc.HeartbeatInterval = min(worker.HeartbeatIntervalDefault, cfg.HeartbeatTimeout/3)
+	}
+	pc.Logger = a.Log
+	var err error
+	a.Pool, err = worker.NewPool(pc, worker.Deps{Store: a.Store, Registry: a.Registry, Policies: a.Policies, Broker: a.Broker,
+		Sealer: a.sealer, Masker: a.masker, Recorder: a.Metrics, Outages: a.Outages})
+	return err
+}
+
+// newWatchdogRole builds the services of the watchdog role, each of which
+// passes only on the node that leads: the watchdog, the retention purge
+// and the artifact janitor (led by the watchdog's lock), and the scheduler
+// (its own lock: it and the watchdog may lead on different nodes). On
+// SQLite there is one node: it always leads.
+func (a *App) newWatchdogRole(context.Context, *cleanup) error {
+	cfg, st := a.Config, a.Store
+	if !cfg.Has(RoleWatchdog) {
+		return nil
+	}
+	var leading func(context.Context) (bool, error)
+	if a.Leader != nil {
+		leading = a.Leader.Lead
+	}
+	wc := a.opts.Watchdog
+	wc.HeartbeatTimeout = cmp.Or(wc.HeartbeatTimeout, cfg.HeartbeatTimeout)
+	if wc.Leader == nil {
+		wc.Leader = leading
+	}
+	wc.OnAction = a.Metrics.WatchdogActed
+	if wc.Quiet == nil {
+		wc.Quiet = a.quiet("watchdog")
+	}
+	wc.Logger = a.Log
+	if wc.StallAfter == nil {
+		wc.StallAfter = func(typ string) time.Duration {
+			if t, ok := a.Registry.Lookup(typ); ok {
+				return t.StallAfter
+			}
+			return 0
+		}
+	}
+	var err error
+	if a.Watchdog, err = worker.NewWatchdog(wc, st, a.Policies, a.masker); err != nil {
+		return err
+	}
+	a.Retention, err = retention.New(retention.Config{Age: cfg.Retention, Leader: leading, Quiet: a.quiet("retention"), Logger: a.Log}, st)
+	if err != nil {
+		return err
+	}
+	jc := a.opts.Janitor
+	jc.Interval = cmp.Or(jc.Interval, cfg.JanitorInterval)
+	if jc.Leader == nil {
+		jc.Leader = leading
+	}
+	if jc.Quiet == nil {
+		jc.Quiet = a.quiet("janitor")
+	}
+	jc.Logger = a.rootLog
+	if a.Janitor, err = artifact.NewJanitor(jc, a.Artifacts); err != nil {
+		return err
+	}
+	sc := a.opts.Scheduler
+	if sc.Leader == nil && a.Leader != nil {
+		a.SchedulerLeader = leader.New(st.DB(), leader.SchedulerRole)
+		sc.Leader = a.SchedulerLeader.Lead
+	}
+	if sc.Quiet == nil {
+		sc.Quiet = a.quiet("scheduler")
+	}
+	sc.Logger = a.Log
+	if a.Scheduler, err = schedule.NewScheduler(sc, a.Schedules); err != nil {
+		return err
+	}
+	a.services = append(a.services, a.Watchdog, a.Retention, a.Janitor, a.Scheduler)
+	return nil
+}
+
+// quiet keeps a service's failed passes out of the log during an outage:
+// the outage monitor counts them, and reports the outage once.
+func (a *App) quiet(source string) func(error) bool {
+	return func(err error) bool { return a.Outages.Failed(source, err) != nil }
+}
+
+// registerMetrics lets the metrics read what the node counts.
+func (a *App) registerMetrics() {
+	st := a.Store
+	a.Metrics.RegisterAlerts(st.Client())
+	src := metrics.Sources{Client: st.Client(), Broker: a.Broker, Inconsistent: st.Inconsistencies}
+	if a.Relay != nil {
+		src.Relay = func() (int64, int64) { s := a.Relay.Stats(); return s.Received, s.Resyncs }
+	}
+	if a.Leader != nil && a.Watchdog != nil {
+		src.Leading = a.Leader.Leading
+	}
+	a.Metrics.Register(src)
 }
 
 func secretKey(cfg Config) ([]byte, error) {
@@ -608,27 +690,20 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 // full for /readyz (SQLite, artifacts and uploads live there).
 const minFreeBytes = 1 << 20
 
-// Start runs the worker pool and the watchdog of the roles.
+// Start runs the worker pool, then the background services of the roles
+// in their order: watchdog, retention, artifact janitor, scheduler (the
+// watchdog role), alert evaluator (the api and watchdog roles). Each is a
+// service.Loop (ARCHITECTURE.md, "Background services").
 func (a *App) Start(ctx context.Context) error {
 	if a.Pool != nil {
 		if err := a.Pool.Start(ctx); err != nil {
 			return err
 		}
 	}
-	if a.Watchdog != nil {
-		a.Watchdog.Start(ctx)
-	}
-	if a.Retention != nil {
-		a.Retention.Start(ctx)
-	}
-	if a.Janitor != nil {
-		a.Janitor.Start(ctx)
-	}
-	if a.Scheduler != nil {
-		a.Scheduler.Start(ctx)
-	}
-	if a.Evaluator != nil {
-		a.Evaluator.Start(ctx)
+	for _, s := range a.services {
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -655,16 +730,17 @@ func (a *App) serve(ln net.Listener, h http.Handler) error {
 	return nil
 }
 
-// Shutdown stops the process in order (DESIGN §3): it stops claiming work;
-// ends every subscription with a last UNAVAILABLE ("shutting down") error,
-// which ends SSE streams, and closes websockets with 1001 (going away);
-// stops taking requests and lets those running, and running task
-// handlers, finish within the shutdown grace period, then cuts off the
-// requests and releases the executions left (INTERRUPTED -> RETRY_PENDING);
-// stops every service that runs on a leading node (watchdog, retention,
-// artifact janitor, scheduler) before giving up the leader locks; and
-// closes the relay, the broker, the blob store and the database. Requests cut off at the end of the
-// grace period are logged, not an error.
+// Shutdown stops the process in order (ARCHITECTURE.md, "Shutdown"): it
+// stops claiming work; ends every subscription with a last UNAVAILABLE
+// ("shutting down") error, which ends SSE streams, and closes websockets
+// with 1001 (going away); stops taking requests and lets those running,
+// and running task handlers, finish within the shutdown grace period, then
+// cuts off the requests and releases the executions left (INTERRUPTED ->
+// RETRY_PENDING); stops the background services (in the reverse order of
+// Start), which pass only on a leading node, before giving up the leader
+// locks, so that none of them takes a lock again; and closes the relay,
+// the broker, the blob store and the database. Requests cut off at the
+// end of the grace period are logged, not an error.
 func (a *App) Shutdown(ctx context.Context) error {
 	var errs []error
 	a.stopOnce.Do(func() {
@@ -703,34 +779,19 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 		wg.Wait()
 		// Everything that runs only on the leading node stops before the
-		// lock is given up, so that none of it takes the lock again.
-		if a.Watchdog != nil {
-			a.Watchdog.Stop()
+		// locks are given up, so that none of it takes a lock again.
+		for _, s := range slices.Backward(a.services) {
+			s.Stop()
 		}
-		if a.Retention != nil {
-			a.Retention.Stop()
-		}
-		if a.Scheduler != nil {
-			a.Scheduler.Stop()
-		}
-		if a.Janitor != nil {
-			a.Janitor.Stop()
-		}
-		if a.Evaluator != nil {
-			a.Evaluator.Stop()
-		}
-		if a.AlertLeader != nil {
-			a.AlertLeader.Release(ctx)
+		// Another node's watchdog, scheduler, evaluator takes over at its
+		// next pass.
+		for _, l := range []*leader.Lock{a.AlertLeader, a.Leader, a.SchedulerLeader} {
+			if l != nil {
+				l.Release(ctx)
+			}
 		}
 		if a.AlertListener != nil {
 			a.AlertListener.Close()
-		}
-		if a.Leader != nil {
-			// Another node's watchdog takes over at its next pass.
-			a.Leader.Release(ctx)
-		}
-		if a.SchedulerLeader != nil {
-			a.SchedulerLeader.Release(ctx)
 		}
 		if a.Relay != nil {
 			a.Relay.Close()

@@ -220,10 +220,10 @@ func TestRetention(t *testing.T) {
 			require.True(t, time.Now().Before(deadline))
 			time.Sleep(10 * time.Millisecond)
 		}
-		n, err := s.App.Retention.RunOnce(ctx)
+		res, err := s.App.Retention.Pass(ctx)
 		require.NoError(t, err)
-		require.Zero(t, n, "nothing is old enough yet")
-		n, err = s.App.Store.PurgeFinished(ctx, time.Now().Add(time.Minute), 10)
+		require.Zero(t, res.Purged, "nothing is old enough yet")
+		n, err := s.App.Store.PurgeFinished(ctx, time.Now().Add(time.Minute), 10)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		_, err = s.App.Store.TaskByID(ctx, done.ID)

@@ -27,6 +27,7 @@ import (
 	"taskgraph/internal/blobtest"
 	"taskgraph/internal/dbtest"
 	"taskgraph/internal/fakeclock"
+	"taskgraph/service/servicetest"
 	"taskgraph/store"
 )
 
@@ -202,7 +203,7 @@ func artifactTests(t *testing.T, d dbtest.Driver, bk blobtest.Backend) {
 			b.clock.Advance(31 * time.Minute)
 			j, err := artifact.NewJanitor(artifact.JanitorConfig{Batch: 2}, b.store)
 			require.NoError(t, err)
-			res, err := j.RunOnce(context.Background())
+			res, err := j.Pass(context.Background())
 			require.NoError(t, err)
 			require.Equal(t, 5, res.Removed)
 			left, err := b.store.Client().Artifact.Query().All(auth.NewSystemContext(context.Background()))
@@ -210,9 +211,27 @@ func artifactTests(t *testing.T, d dbtest.Driver, bk blobtest.Backend) {
 			require.Len(t, left, 1)
 			require.Equal(t, fresh.ID, left[0].ID)
 			require.Equal(t, 1, files(t, b.blobs))
-			res, err = j.RunOnce(context.Background())
+			res, err = j.Pass(context.Background())
 			require.NoError(t, err)
 			require.Zero(t, res.Removed)
+		})
+		t.Run("JanitorLeavesExpiredArtifactsToTheLeader", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), bk.URL(t))
+			b.save(t, "old")
+			b.clock.Advance(time.Hour)
+			j, err := artifact.NewJanitor(artifact.JanitorConfig{Leader: func(context.Context) (bool, error) { return false, nil }}, b.store)
+			require.NoError(t, err)
+			require.False(t, j.RunOnce(context.Background()))
+			require.Equal(t, 1, files(t, b.blobs))
+		})
+		t.Run("JanitorStartStopStress", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), bk.URL(t))
+			j, err := artifact.NewJanitor(artifact.JanitorConfig{Interval: time.Millisecond}, b.store)
+			require.NoError(t, err)
+			servicetest.StressStartStop(t, j)
+			require.False(t, j.Running())
 		})
 		t.Run("AnExpiredArtifactIsNotServedBeforeTheJanitorRuns", func(t *testing.T) {
 			t.Parallel()

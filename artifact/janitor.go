@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"taskgraph/auth"
 	"time"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
 	entartifact "taskgraph/ent/artifact"
+	"taskgraph/service"
 )
 
 // JanitorConfig configures a Janitor.
@@ -24,6 +24,9 @@ type JanitorConfig struct {
 	// Leader, when set, is asked before each pass: with several nodes, one
 	// janitor works at a time. Default: always.
 	Leader func(ctx context.Context) (bool, error)
+	// Quiet, when set, keeps a failed pass out of the log when it returns
+	// true (an outage the node's outage monitor counts and reports once).
+	Quiet func(error) bool
 	// Logger receives the janitor's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -34,15 +37,17 @@ const (
 	JanitorBatchDefault    = 500
 )
 
-// Janitor removes expired artifacts, files and rows, in batches.
+// Janitor removes expired artifacts, files and rows, in batches: a
+// service.Loop makes a Pass every Interval on the leading node. The first
+// pass runs at Start: with passes ten minutes apart, a node restarted more
+// often than that would otherwise never clean up (an expired artifact is
+// not served meanwhile: it only takes room).
 type Janitor struct {
+	*service.Loop[JanitorResult]
+
 	cfg   JanitorConfig
 	store *Store
 	log   *slog.Logger
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
 }
 
 // NewJanitor validates cfg.
@@ -56,7 +61,16 @@ func NewJanitor(cfg JanitorConfig, s *Store) (*Janitor, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, JanitorIntervalDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, JanitorBatchDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Janitor{cfg: cfg, store: s, log: cfg.Logger.With("component", "janitor")}, nil
+	j := &Janitor{cfg: cfg, store: s, log: cfg.Logger.With("component", "janitor")}
+	var err error
+	j.Loop, err = service.New(service.Config[JanitorResult]{
+		Name: "janitor", Interval: cfg.Interval,
+		Leader: cfg.Leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
+	}, j.Pass)
+	if err != nil {
+		return nil, err
+	}
+	return j, nil
 }
 
 // JanitorResult counts what one pass did.
@@ -64,15 +78,16 @@ type JanitorResult struct {
 	Removed int
 }
 
-// RunOnce removes every artifact expired by now, a batch at a time.
-func (j *Janitor) RunOnce(ctx context.Context) (JanitorResult, error) {
-	var res JanitorResult
-	ctx = auth.NewSystemContext(ctx) // the janitor works for the whole node
-	if j.cfg.Leader != nil {
-		if led, err := j.cfg.Leader(ctx); err != nil || !led {
-			return res, err
+// Pass removes every artifact expired by now, a batch at a time, as the
+// system (the janitor works for the whole node), whether or not this node
+// leads (the Loop asks Leader first).
+func (j *Janitor) Pass(ctx context.Context) (res JanitorResult, err error) {
+	ctx = auth.NewSystemContext(ctx)
+	defer func() {
+		if res.Removed > 0 {
+			j.log.Info("expired artifacts removed", "count", res.Removed)
 		}
-	}
+	}()
 	now := j.store.Now()
 	for ctx.Err() == nil {
 		batch, err := j.store.client.Artifact.Query().
@@ -95,39 +110,4 @@ func (j *Janitor) RunOnce(ctx context.Context) (JanitorResult, error) {
 		}
 	}
 	return res, ctx.Err()
-}
-
-// Start runs passes every Interval until Stop.
-func (j *Janitor) Start(ctx context.Context) {
-	ctx, j.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	j.done = make(chan struct{})
-	go func() {
-		defer close(j.done)
-		tick := time.NewTicker(j.cfg.Interval)
-		defer tick.Stop()
-		for {
-			res, err := j.RunOnce(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				j.log.Error("janitor pass failed", "err", err)
-			case res.Removed > 0:
-				j.log.Info("expired artifacts removed", "count", res.Removed)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-}
-
-// Stop ends the loop and waits for the current pass.
-func (j *Janitor) Stop() {
-	j.once.Do(func() {
-		if j.cancel != nil {
-			j.cancel()
-			<-j.done
-		}
-	})
 }

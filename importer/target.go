@@ -23,7 +23,7 @@ type Target struct {
 	Description string
 	Columns     []Column
 	// BusinessKey names what makes a written row unique, so that a re-run
-	// import never writes it twice (DESIGN invariant 6).
+	// import never writes it twice (ARCHITECTURE.md, invariant 6).
 	BusinessKey []string
 	// Writer writes validated rows.
 	Writer Writer

@@ -21,7 +21,8 @@ import (
 // Status is the state of a task or of one of its instances.
 type Status string
 
-// The six states. See DESIGN.md §1 and the diagram in the README.
+// The six states. See ARCHITECTURE.md, "The lifecycle", and the diagram in
+// the README.
 const (
 	Pending      Status = "PENDING"
 	Executing    Status = "EXECUTING"
@@ -131,7 +132,7 @@ func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTra
 // ErrorKind classifies why an execution ended without success.
 type ErrorKind string
 
-// Error kinds; see DESIGN.md §3.
+// Error kinds; see ARCHITECTURE.md, "The lifecycle".
 const (
 	KindRetryable    ErrorKind = "RETRYABLE"
 	KindNonRetryable ErrorKind = "NON_RETRYABLE"

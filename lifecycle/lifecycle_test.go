@@ -10,7 +10,8 @@ import (
 	"taskgraph/lifecycle"
 )
 
-// The table in DESIGN.md §1, written out independently of the code.
+// The table of ARCHITECTURE.md, "The lifecycle", written out independently
+// of the code.
 var designTable = map[lifecycle.Status][]lifecycle.Status{
 	lifecycle.Pending:      {lifecycle.Executing, lifecycle.Cancelled},
 	lifecycle.Executing:    {lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending},

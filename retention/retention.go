@@ -8,13 +8,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
+	"taskgraph/auth"
+	"taskgraph/service"
 	"taskgraph/store"
 )
 
-// Config of a Janitor.
+// Config of a Purger.
 type Config struct {
 	// Age after which a finished task is purged. Zero: never.
 	Age time.Duration
@@ -24,6 +25,9 @@ type Config struct {
 	Batch int
 	// Leader, when set, is asked before each pass (one node purges).
 	Leader func(ctx context.Context) (bool, error)
+	// Quiet, when set, keeps a failed pass out of the log when it returns
+	// true (an outage the node's outage monitor counts and reports once).
+	Quiet  func(error) bool
 	Logger *slog.Logger
 }
 
@@ -33,86 +37,77 @@ const (
 	BatchDefault    = 1000
 )
 
-// Janitor deletes expired history.
-type Janitor struct {
+// Purger deletes expired history: a service.Loop makes a Pass every
+// Interval on the leading node. The first pass runs at Start: with passes
+// ten minutes apart, a node restarted more often than that would otherwise
+// never purge.
+type Purger struct {
+	*service.Loop[Result]
+
 	cfg   Config
 	store *store.Store
 	log   *slog.Logger
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
 }
 
 // New validates cfg.
-func New(cfg Config, s *store.Store) (*Janitor, error) {
+func New(cfg Config, s *store.Store) (*Purger, error) {
+	if s == nil {
+		return nil, errors.New("retention: no store")
+	}
 	if cfg.Age < 0 || cfg.Interval < 0 || cfg.Batch < 0 {
 		return nil, errors.New("retention: negative configuration")
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
-	return &Janitor{cfg: cfg, store: s, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "retention")}, nil
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	p := &Purger{cfg: cfg, store: s, log: cfg.Logger.With("component", "retention")}
+	var err error
+	p.Loop, err = service.New(service.Config[Result]{
+		Name: "retention", Interval: cfg.Interval,
+		Leader: cfg.Leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
+	}, p.Pass)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
-// RunOnce purges, batch by batch, everything that expired, and returns how
-// many tasks it deleted.
-func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
-	if j.cfg.Age == 0 {
-		return 0, nil
+// Result says what one pass did.
+type Result struct {
+	Purged int       // finished tasks deleted
+	Before time.Time // the cutoff: tasks finished before it were purged
+}
+
+// Pass purges, batch by batch, everything that expired, as the system,
+// whether or not this node leads (the Loop asks Leader first).
+func (p *Purger) Pass(ctx context.Context) (Result, error) {
+	var res Result
+	if p.cfg.Age == 0 {
+		return res, nil
 	}
-	if j.cfg.Leader != nil {
-		if led, err := j.cfg.Leader(ctx); err != nil || !led {
-			return 0, err
-		}
-	}
-	cutoff := j.store.Now().Add(-j.cfg.Age)
-	total := 0
+	ctx = auth.NewSystemContext(ctx)
+	res.Before = p.store.Now().Add(-p.cfg.Age)
 	for {
-		n, err := j.store.PurgeFinished(ctx, cutoff, j.cfg.Batch)
-		total += n
+		n, err := p.store.PurgeFinished(ctx, res.Before, p.cfg.Batch)
+		res.Purged += n
 		if err != nil {
-			return total, err
+			return res, err
 		}
-		if n < j.cfg.Batch {
+		if n < p.cfg.Batch {
 			break
 		}
 	}
-	if total > 0 {
-		j.log.Info("purged finished tasks", "count", total, "finished_before", cutoff)
+	if res.Purged > 0 {
+		p.log.Info("purged finished tasks", "count", res.Purged, "finished_before", res.Before)
 	}
-	return total, nil
+	return res, nil
 }
 
-// Start runs passes until Stop. With Age zero it does nothing.
-func (j *Janitor) Start(ctx context.Context) {
-	if j.cfg.Age == 0 {
-		return
+// Start runs passes until Stop. With Age zero (retention off) it does
+// nothing.
+func (p *Purger) Start(ctx context.Context) error {
+	if p.cfg.Age == 0 {
+		return nil
 	}
-	ctx, j.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	j.done = make(chan struct{})
-	go func() {
-		defer close(j.done)
-		tick := time.NewTicker(j.cfg.Interval)
-		defer tick.Stop()
-		for {
-			if _, err := j.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				j.log.Error("retention pass failed", "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-}
-
-// Stop ends the loop.
-func (j *Janitor) Stop() {
-	j.once.Do(func() {
-		if j.cancel != nil {
-			j.cancel()
-			<-j.done
-		}
-	})
+	return p.Loop.Start(ctx)
 }

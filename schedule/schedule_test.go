@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"taskgraph/mask"
 	"taskgraph/schedule"
 	"taskgraph/seal"
+	"taskgraph/service/servicetest"
 	"taskgraph/store"
 	"taskgraph/worker"
 )
@@ -82,7 +84,7 @@ func (b bundle) scheduler(t *testing.T, cfg schedule.SchedulerConfig) *schedule.
 // pass runs one scheduler pass at the clock's time.
 func pass(t *testing.T, s *schedule.Scheduler) schedule.PassResult {
 	t.Helper()
-	res, err := s.RunOnce(context.Background())
+	res, err := s.Pass(context.Background())
 	require.NoError(t, err)
 	return res
 }
@@ -405,7 +407,7 @@ func TestScheduler(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						res, err := s.RunOnce(context.Background())
+						res, err := s.Pass(context.Background())
 						if err != nil {
 							t.Error(err)
 						}
@@ -422,6 +424,27 @@ func TestScheduler(t *testing.T) {
 				n++
 			}
 			require.Equal(t, 10, n)
+		})
+		t.Run("OnlyTheLeaderFires", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d)
+			sch, err := b.svc.Create(adminCtx, everySecond(entschedule.OverlapPolicyALLOW, ""))
+			require.NoError(t, err)
+			var leads atomic.Bool
+			s := b.scheduler(t, schedule.SchedulerConfig{Leader: func(context.Context) (bool, error) { return leads.Load(), nil }})
+			b.clock.Advance(time.Second)
+			require.False(t, s.RunOnce(context.Background()), "another node leads")
+			require.Empty(t, b.slots(t, sch.ID))
+			leads.Store(true)
+			require.True(t, s.RunOnce(context.Background()))
+			require.Equal(t, at(1), b.slots(t, sch.ID))
+		})
+		t.Run("StartStopStress", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d)
+			s := b.scheduler(t, schedule.SchedulerConfig{Interval: time.Millisecond})
+			servicetest.StressStartStop(t, s)
+			require.False(t, s.Running())
 		})
 		t.Run("AStoppedSchedulerLeavesTheSlotToTheKey", func(t *testing.T) {
 			t.Parallel()

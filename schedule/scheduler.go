@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"taskgraph/access"
@@ -18,6 +17,7 @@ import (
 	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
+	"taskgraph/service"
 )
 
 // SchedulerConfig configures a Scheduler.
@@ -36,6 +36,9 @@ type SchedulerConfig struct {
 	// when it answers false (another node's scheduler leads). Default:
 	// always lead.
 	Leader func(ctx context.Context) (bool, error)
+	// Quiet, when set, keeps a failed pass out of the log when it returns
+	// true (an outage the node's outage monitor counts and reports once).
+	Quiet func(error) bool
 	// Logger receives the scheduler's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -56,15 +59,17 @@ const (
 
 // Scheduler fires due schedules: at every pass it reads the schedules
 // whose next slot has come (and those with runs queued), creates their
-// tasks through the engine and moves them on to their next slot.
+// tasks through the engine and moves them on to their next slot. A
+// service.Loop makes a Pass every Interval on the leading node. The first
+// pass comes one Interval (a quarter of a second) after Start, like every
+// later one: a slot found late is fired all the same, up to the misfire
+// threshold.
 type Scheduler struct {
+	*service.Loop[PassResult]
+
 	cfg SchedulerConfig
 	svc *Service
 	log *slog.Logger
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
 }
 
 // NewScheduler validates its configuration.
@@ -79,35 +84,34 @@ func NewScheduler(cfg SchedulerConfig, svc *Service) (*Scheduler, error) {
 	if cfg.Interval < 0 || cfg.MisfireThreshold < 0 || cfg.MaxQueued < 0 {
 		return nil, errors.New("scheduler: durations and limits must not be negative")
 	}
-	return &Scheduler{cfg: cfg, svc: svc, log: cfg.Logger.With("component", "scheduler")}, nil
+	s := &Scheduler{cfg: cfg, svc: svc, log: cfg.Logger.With("component", "scheduler")}
+	var err error
+	s.Loop, err = service.New(service.Config[PassResult]{
+		Name: "scheduler", Interval: cfg.Interval, Delay: cfg.Interval,
+		Leader: cfg.Leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
+	}, s.Pass)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // PassResult counts what one pass did.
 type PassResult struct {
-	Led       bool // false when another node's scheduler leads
-	Schedules int  // schedules examined
-	Fired     int  // tasks created
-	Skipped   int  // slots skipped (overlap policy SKIP, a full queue)
-	Misfired  int  // slots missed
-	Queued    int  // slots queued behind a live run
-	Failed    int  // slots whose task could not be created
-	Stale     int  // schedules changed meanwhile (their pass was discarded)
+	Schedules int // schedules examined
+	Fired     int // tasks created
+	Skipped   int // slots skipped (overlap policy SKIP, a full queue)
+	Misfired  int // slots missed
+	Queued    int // slots queued behind a live run
+	Failed    int // slots whose task could not be created
+	Stale     int // schedules changed meanwhile (their pass was discarded)
 }
 
-// RunOnce makes one pass.
-func (s *Scheduler) RunOnce(ctx context.Context) (PassResult, error) {
+// Pass makes one pass, as the system, whether or not this node leads (the
+// Loop asks Leader first).
+func (s *Scheduler) Pass(ctx context.Context) (PassResult, error) {
 	ctx = auth.NewSystemContext(ctx)
 	var res PassResult
-	if s.cfg.Leader != nil {
-		led, err := s.cfg.Leader(ctx)
-		if err != nil {
-			return res, fmt.Errorf("scheduler: leadership: %w", err)
-		}
-		if !led {
-			return res, nil
-		}
-	}
-	res.Led = true
 	st := s.svc.store
 	now := st.Now()
 	due, err := st.Client().Schedule.Query().
@@ -489,34 +493,3 @@ func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNex
 }
 
 var errStale = errors.New("schedule changed meanwhile")
-
-// Start runs passes every Interval until Stop.
-func (s *Scheduler) Start(ctx context.Context) {
-	ctx, s.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(s.cfg.Interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if _, err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("scheduler pass failed", "err", err)
-			}
-		}
-	}()
-}
-
-// Stop ends the loop and waits for the current pass.
-func (s *Scheduler) Stop() {
-	s.once.Do(func() {
-		if s.cancel != nil {
-			s.cancel()
-			<-s.done
-		}
-	})
-}

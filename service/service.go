@@ -50,7 +50,11 @@ type Config[R any] struct {
 	OnPass func(R, error)
 	// Quiet, when it returns true for a pass's error, keeps the error
 	// out of the log (an outage the node already reports once, say).
-	Quiet  func(error) bool
+	Quiet func(error) bool
+	// Settle, when set, holds a woken pass until Settle has passed since
+	// the previous pass started, so that a burst of wakes (task outcomes
+	// arriving one by one) makes one pass rather than one each.
+	Settle time.Duration
 	Logger *slog.Logger
 }
 
@@ -75,8 +79,8 @@ func New[R any](cfg Config[R], pass func(context.Context) (R, error)) (*Loop[R],
 	if cfg.Interval <= 0 {
 		return nil, fmt.Errorf("service %s: the interval must be positive, not %s", cfg.Name, cfg.Interval)
 	}
-	if cfg.Delay < 0 {
-		return nil, fmt.Errorf("service %s: negative delay %s", cfg.Name, cfg.Delay)
+	if cfg.Delay < 0 || cfg.Settle < 0 {
+		return nil, fmt.Errorf("service %s: negative delay %s or settle %s", cfg.Name, cfg.Delay, cfg.Settle)
 	}
 	if pass == nil {
 		return nil, fmt.Errorf("service %s: no pass", cfg.Name)
@@ -125,8 +129,10 @@ func (l *Loop[R]) Running() bool {
 	return l.cancel != nil
 }
 
-// Wake runs the next pass now rather than at the end of the interval (a
-// pass under way is not interrupted; wakes while it runs make one pass).
+// Wake runs the next pass now (or after Settle) rather than at the end of
+// the interval. A pass under way is not interrupted; the wakes that come
+// while it runs make one more pass, and those that come before a pass
+// starts are answered by it.
 func (l *Loop[R]) Wake() {
 	select {
 	case l.wake <- struct{}{}:
@@ -138,6 +144,7 @@ func (l *Loop[R]) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	timer := time.NewTimer(l.cfg.Delay)
 	defer timer.Stop()
+	var last time.Time // when the previous pass started
 	for {
 		select {
 		case <-ctx.Done():
@@ -145,7 +152,22 @@ func (l *Loop[R]) run(ctx context.Context, done chan struct{}) {
 		case <-timer.C:
 		case <-l.wake:
 			timer.Stop()
+			if wait := l.cfg.Settle - time.Since(last); wait > 0 {
+				settle := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					settle.Stop()
+					return
+				case <-settle.C:
+				}
+			}
 		}
+		// This pass answers every wake so far.
+		select {
+		case <-l.wake:
+		default:
+		}
+		last = time.Now()
 		l.RunOnce(ctx)
 		if ctx.Err() != nil {
 			return

@@ -32,6 +32,7 @@ func TestConfigIsValidated(t *testing.T) {
 		{Name: "x"},
 		{Name: "x", Interval: -time.Second},
 		{Name: "x", Interval: time.Second, Delay: -1},
+		{Name: "x", Interval: time.Second, Settle: -1},
 	} {
 		_, err := service.New(cfg, pass)
 		require.Error(t, err, "%+v", cfg)
@@ -63,6 +64,20 @@ func TestDelayPostponesTheFirstPass(t *testing.T) {
 	require.NoError(t, l.Start(context.Background()))
 	l.Stop()
 	require.Zero(t, n.Load())
+}
+
+func TestAWakeWithinSettleWaitsAndStopDoesNot(t *testing.T) {
+	passes := make(chan int, 10)
+	var n atomic.Int64
+	l := newLoop(t, service.Config[int]{Settle: time.Hour, OnPass: func(r int, err error) { passes <- r }}, func(context.Context) (int, error) {
+		return int(n.Add(1)), nil
+	})
+	require.NoError(t, l.Start(context.Background()))
+	require.Equal(t, 1, <-passes)
+	l.Wake()
+	l.Wake()
+	l.Stop() // returns at once: a settling wake is not a pass under way
+	require.EqualValues(t, 1, n.Load(), "the wakes wait an hour after the first pass")
 }
 
 func TestPassesRunOnlyWhileLeading(t *testing.T) {

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"taskgraph/auth"
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
+	"taskgraph/service"
 	"taskgraph/store"
 )
 
@@ -30,6 +30,9 @@ type WatchdogConfig struct {
 	// Leader, when set, is asked before each pass; the pass is skipped when
 	// it answers false (another node's watchdog leads). Default: always lead.
 	Leader func(ctx context.Context) (bool, error)
+	// Quiet, when set, keeps a failed pass out of the log when it returns
+	// true (an outage the node's outage monitor counts and reports once).
+	Quiet func(error) bool
 	// StallAfter, when set, returns a task type's stallAfter (0: no stall
 	// detection), which a task's own override replaces. Executions whose
 	// progress and logs stood still that long while their heartbeats went
@@ -53,8 +56,13 @@ const (
 // Watchdog recovers executions nobody will finish: those whose worker
 // stopped sending heartbeats, those past their task's timeout, and cancels
 // whose worker is gone. It runs independently of any worker pool, through
-// the same guarded transitions.
+// the same guarded transitions: a service.Loop makes a Pass every
+// Interval on the leading node. The first pass comes one Interval after
+// Start, like every later one: nothing a start could recover is urgent (an
+// execution is stale only a heartbeat timeout after its last beat).
 type Watchdog struct {
+	*service.Loop[PassResult]
+
 	cfg      WatchdogConfig
 	store    *store.Store
 	policies *Policies
@@ -64,10 +72,6 @@ type Watchdog struct {
 	// repairFrom is where the next pass's repair reads waiting instances
 	// from (store.Repair). Passes run one at a time.
 	repairFrom int
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
 }
 
 // NewWatchdog validates its configuration.
@@ -82,12 +86,20 @@ func NewWatchdog(cfg WatchdogConfig, s *store.Store, ps *Policies, m *mask.Maske
 	if cfg.Interval < 0 || cfg.HeartbeatTimeout < 0 || cfg.TimeoutGrace < 0 {
 		return nil, errors.New("watchdog: durations must not be negative")
 	}
-	return &Watchdog{cfg: cfg, store: s, policies: ps, masker: m, log: cfg.Logger.With("component", "watchdog")}, nil
+	w := &Watchdog{cfg: cfg, store: s, policies: ps, masker: m, log: cfg.Logger.With("component", "watchdog")}
+	var err error
+	w.Loop, err = service.New(service.Config[PassResult]{
+		Name: "watchdog", Interval: cfg.Interval, Delay: cfg.Interval,
+		Leader: cfg.Leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
+	}, w.Pass)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // PassResult counts what one pass did.
 type PassResult struct {
-	Led             bool // false when another watchdog leads
 	Examined        int
 	StaleHeartbeats int
 	TimedOut        int
@@ -98,19 +110,12 @@ type PassResult struct {
 	Repaired        int // tasks and instances made to agree again (store.Repair)
 }
 
-// RunOnce makes one pass.
-func (w *Watchdog) RunOnce(ctx context.Context) (PassResult, error) {
+// Pass makes one pass, as the system (it works for the whole node),
+// whether or not this node leads: the Loop asks Leader first. Passes run
+// one at a time.
+func (w *Watchdog) Pass(ctx context.Context) (PassResult, error) {
+	ctx = auth.NewSystemContext(ctx)
 	var res PassResult
-	if w.cfg.Leader != nil {
-		led, err := w.cfg.Leader(ctx)
-		if err != nil {
-			return res, fmt.Errorf("watchdog: leadership: %w", err)
-		}
-		if !led {
-			return res, nil
-		}
-	}
-	res.Led = true
 	rep, err := w.store.Repair(ctx, w.repairFrom)
 	if err != nil {
 		return res, fmt.Errorf("watchdog: %w", err)
@@ -254,35 +259,4 @@ func (w *Watchdog) stalls(ctx context.Context, running []store.Claimed, now time
 		}
 	}
 	return nil
-}
-
-// Start runs passes every Interval until Stop.
-func (w *Watchdog) Start(ctx context.Context) {
-	ctx, w.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
-	w.done = make(chan struct{})
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(w.cfg.Interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if _, err := w.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				w.log.Error("watchdog pass failed", "err", err)
-			}
-		}
-	}()
-}
-
-// Stop ends the loop and waits for the current pass.
-func (w *Watchdog) Stop() {
-	w.once.Do(func() {
-		if w.cancel != nil {
-			w.cancel()
-			<-w.done
-		}
-	})
 }

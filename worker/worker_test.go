@@ -23,6 +23,7 @@ import (
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
 	"taskgraph/seal"
+	"taskgraph/service/servicetest"
 	"taskgraph/store"
 	"taskgraph/worker"
 )
@@ -558,11 +559,11 @@ func TestWatchdog(t *testing.T) {
 			tk := b.create(t, "noop", nil)
 			claim(t, b, "noop")
 			w := watchdog(t, b, worker.WatchdogConfig{HeartbeatTimeout: 30 * time.Second})
-			res, err := w.RunOnce(ctx)
+			res, err := w.Pass(ctx)
 			require.NoError(t, err)
 			require.Zero(t, res.StaleHeartbeats, "a fresh execution is left alone")
 			b.clock.Advance(31 * time.Second)
-			res, err = w.RunOnce(ctx)
+			res, err = w.Pass(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.StaleHeartbeats)
 			got, err := b.store.TaskByID(ctx, tk.ID)
@@ -581,7 +582,7 @@ func TestWatchdog(t *testing.T) {
 			tk := b.create(t, "noop", func(n *store.NewTask) { n.MaxAttempts = 1 })
 			claim(t, b, "noop")
 			b.clock.Advance(time.Minute)
-			_, err := watchdog(t, b, worker.WatchdogConfig{}).RunOnce(ctx)
+			_, err := watchdog(t, b, worker.WatchdogConfig{}).Pass(ctx)
 			require.NoError(t, err)
 			got, err := b.store.TaskByID(ctx, tk.ID)
 			require.NoError(t, err)
@@ -595,7 +596,7 @@ func TestWatchdog(t *testing.T) {
 			b.clock.Advance(16 * time.Second)
 			_, err := b.store.Heartbeat(ctx, []store.Token{c.Token()}) // alive, but overrunning
 			require.NoError(t, err)
-			res, err := watchdog(t, b, worker.WatchdogConfig{TimeoutGrace: 5 * time.Second}).RunOnce(ctx)
+			res, err := watchdog(t, b, worker.WatchdogConfig{TimeoutGrace: 5 * time.Second}).Pass(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.TimedOut)
 			ins := b.instances(t, tk.ID)
@@ -609,7 +610,7 @@ func TestWatchdog(t *testing.T) {
 			_, err := b.store.CancelTask(ctx, tk.ID, "stop it")
 			require.NoError(t, err)
 			b.clock.Advance(time.Minute)
-			res, err := watchdog(t, b, worker.WatchdogConfig{}).RunOnce(ctx)
+			res, err := watchdog(t, b, worker.WatchdogConfig{}).Pass(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.CancelsFinished)
 			got, err := b.store.TaskByID(ctx, tk.ID)
@@ -619,14 +620,21 @@ func TestWatchdog(t *testing.T) {
 		t.Run("DoesNothingWhileAnotherLeads", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
-			b.create(t, "noop", nil)
+			tk := b.create(t, "noop", nil)
 			claim(t, b, "noop")
 			b.clock.Advance(time.Minute)
 			w := watchdog(t, b, worker.WatchdogConfig{Leader: func(context.Context) (bool, error) { return false, nil }})
-			res, err := w.RunOnce(ctx)
+			require.False(t, w.RunOnce(ctx), "the loop skips the pass")
+			got, err := b.store.TaskByID(ctx, tk.ID)
 			require.NoError(t, err)
-			require.False(t, res.Led)
-			require.Zero(t, res.StaleHeartbeats)
+			require.Equal(t, lifecycle.Executing, got.Status, "the stale execution is left to the leader")
+		})
+		t.Run("StartStopStress", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{})
+			w := watchdog(t, b, worker.WatchdogConfig{Interval: time.Millisecond})
+			servicetest.StressStartStop(t, w)
+			require.False(t, w.Running())
 		})
 		t.Run("AZombieWorkerCannotCompleteWhatWasRecovered", func(t *testing.T) {
 			t.Parallel()
@@ -647,7 +655,7 @@ func TestWatchdog(t *testing.T) {
 			tk := b.create(t, "hangs", nil)
 			recv(t, started, "the handler to start")
 			b.clock.Advance(31 * time.Second)
-			res, err := watchdog(t, b, worker.WatchdogConfig{}).RunOnce(ctx)
+			res, err := watchdog(t, b, worker.WatchdogConfig{}).Pass(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.StaleHeartbeats)
 			close(release)
@@ -771,7 +779,7 @@ func TestStalledExecutions(t *testing.T) {
 			// One tick before stallAfter has passed: not stalled.
 			b.clock.Advance(stallAfter - tick)
 			beatAfter(t, b, tk.ID)
-			res, err := w.RunOnce(ctx)
+			res, err := w.Pass(ctx)
 			require.NoError(t, err)
 			require.Zero(t, res.Stalled)
 			require.Zero(t, res.StaleHeartbeats, "its heartbeats go on")
@@ -780,7 +788,7 @@ func TestStalledExecutions(t *testing.T) {
 			// The next pass, at stallAfter: flagged.
 			b.clock.Advance(tick)
 			beatAfter(t, b, tk.ID)
-			res, err = w.RunOnce(ctx)
+			res, err = w.Pass(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.Stalled)
 			in := instance(t, b, tk.ID)
@@ -792,7 +800,7 @@ func TestStalledExecutions(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the stall was not published")
 			}
-			res, err = w.RunOnce(ctx)
+			res, err = w.Pass(ctx)
 			require.NoError(t, err)
 			require.Zero(t, res.Stalled, "flagged once")
 
@@ -805,7 +813,7 @@ func TestStalledExecutions(t *testing.T) {
 				in := instance(t, b, tk.ID)
 				return in.ProgressAt != nil && !in.ProgressAt.Before(movedAgain)
 			})
-			res, err = w.RunOnce(ctx)
+			res, err = w.Pass(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.Unstalled)
 			require.Nil(t, instance(t, b, tk.ID).StalledAt)
@@ -852,7 +860,7 @@ func TestStalledExecutions(t *testing.T) {
 			require.Equal(t, 1, <-started)
 			b.clock.Advance(stallAfter)
 			beatAfter(t, b, tk.ID)
-			res, err := w.RunOnce(ctx)
+			res, err := w.Pass(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.Stalled)
 			waitStatus(t, sub, lifecycle.RetryPending)

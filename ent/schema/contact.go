@@ -11,7 +11,7 @@ import (
 // Contact is a row written by the contacts import target. (task_id, row_no)
 // is its write-once key: the import that wrote it and the row of the
 // source file it came from, so that re-running an import never writes a
-// row twice (DESIGN invariant 6).
+// row twice (ARCHITECTURE.md, invariant 6).
 type Contact struct{ ent.Schema }
 
 // Mixin of Contact.

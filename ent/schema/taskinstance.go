@@ -95,7 +95,7 @@ func (TaskInstance) Edges() []ent.Edge {
 func (TaskInstance) Indexes() []ent.Index {
 	return []ent.Index{
 		index.Fields("task_id", "instance_no").Unique(),
-		// At most one live instance per task (DESIGN invariant 3).
+		// At most one live instance per task (ARCHITECTURE.md, invariant 3).
 		index.Fields("task_id").
 			Unique().
 			StorageKey("taskinstance_one_live_per_task").
