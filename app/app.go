@@ -56,6 +56,9 @@ import (
 type Options struct {
 	// Register adds task types besides the built-in ones.
 	Register func(r *worker.Registry)
+	// Engine options applied after the configured ones (tests: the page
+	// of bulk actions over a filter).
+	Engine []engine.Option
 	// Policies replaces the built-in retry policies.
 	Policies []worker.RetryPolicy
 	// Clock replaces time.Now in the store.
@@ -229,7 +232,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	recorder := audit.New(st.Tx, masker, graph.ErrorCode, log, outages)
-	eng := engine.New(st, registry, policies, sealer, masker, engine.WithAudit(recorder), engine.WithRateLimit(limiter))
+	eng := engine.New(st, registry, policies, sealer, masker, append([]engine.Option{engine.WithAudit(recorder), engine.WithRateLimit(limiter)}, opts.Engine...)...)
+	// Bulk actions over a filter decode their filters as the API does.
+	eng.SetTaskWhere(graph.TaskWhereDecoder(&graph.Resolver{Engine: eng, Client: st.Client()}))
+	eng.RegisterBulk(registry)
 	files, err := newFiles(ctx, cfg, opts, node, key, st, eng, registry, masker, recorder, outages, log.With("node", node))
 	if err != nil {
 		_ = st.Close()
