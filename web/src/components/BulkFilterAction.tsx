@@ -150,14 +150,14 @@ export function BulkFilterAction({ where }: { where: Record<string, unknown> | n
                 ))}
               </ul>
               {action === 'CANCEL' && (
-                <label>
+                <label style={{ display: 'block', marginTop: 8 }}>
                   {tx.reason}
-                  <input value={reason} onChange={(e) => setReason(e.target.value)} maxLength={500} data-testid="bulk-filter-reason" />
+                  <input style={{ display: 'block', width: '100%' }} value={reason} onChange={(e) => setReason(e.target.value)} maxLength={500} data-testid="bulk-filter-reason" />
                 </label>
               )}
-              <label>
+              <label style={{ display: 'block', marginTop: 8 }}>
                 {tx.typeToConfirm(n)}
-                <input value={typed} onChange={(e) => setTyped(e.target.value)} inputMode="numeric" data-testid="bulk-filter-typed" />
+                <input style={{ display: 'block', width: '100%' }} value={typed} onChange={(e) => setTyped(e.target.value)} inputMode="numeric" data-testid="bulk-filter-typed" />
               </label>
             </>
           )}
