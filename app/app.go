@@ -58,6 +58,9 @@ import (
 type Options struct {
 	// Register adds task types besides the built-in ones.
 	Register func(r *worker.Registry)
+	// Engine options applied after the configured ones (tests: the page
+	// of bulk actions over a filter).
+	Engine []engine.Option
 	// Policies replaces the built-in retry policies.
 	Policies []worker.RetryPolicy
 	// Clock replaces time.Now in the store.
@@ -310,7 +313,10 @@ func (a *App) newEngine(context.Context, *cleanup) error {
 		return err
 	}
 	a.Audit = audit.New(st.Tx, a.masker, graph.ErrorCode, a.rootLog, a.Outages)
-	a.Engine = engine.New(st, a.Registry, a.Policies, a.sealer, a.masker, engine.WithAudit(a.Audit), engine.WithRateLimit(limiter))
+	a.Engine = engine.New(st, a.Registry, a.Policies, a.sealer, a.masker, append([]engine.Option{engine.WithAudit(a.Audit), engine.WithRateLimit(limiter)}, a.opts.Engine...)...)
+	// Bulk actions over a filter decode their filters as the API does.
+	a.Engine.SetTaskWhere(graph.TaskWhereDecoder(&graph.Resolver{Engine: a.Engine, Client: st.Client()}))
+	a.Engine.RegisterBulk(a.Registry)
 	return nil
 }
 

@@ -35,6 +35,11 @@ const (
 	Retry      = auditlog.ActionRETRY
 	CancelMany = auditlog.ActionCANCEL_MANY
 	RetryMany  = auditlog.ActionRETRY_MANY
+	// BulkCancel and BulkRetry record a bulk action over a filter when it
+	// is submitted (its pages are recorded as CancelMany and RetryMany,
+	// naming the bulk task in their details).
+	BulkCancel = auditlog.ActionBULK_CANCEL
+	BulkRetry  = auditlog.ActionBULK_RETRY
 	Download   = auditlog.ActionDOWNLOAD
 
 	ScheduleCreate = auditlog.ActionSCHEDULE_CREATE

@@ -55,6 +55,10 @@ type Engine struct {
 	masker   *mask.Masker
 	audit    *audit.Recorder
 	limiter  *ratelimit.Limiter
+	// bulkPage and taskWhere serve bulk actions over a filter (see
+	// bulkfilter.go).
+	bulkPage  int
+	taskWhere WhereDecoder
 }
 
 // Option configures an Engine.
@@ -127,6 +131,10 @@ type CreateRequest struct {
 	// StallAfterSeconds replaces the type's stallAfter for this task (0:
 	// no stall detection).
 	StallAfterSeconds *int
+
+	// internal lets the engine itself create a task of an internal type
+	// on a user's behalf (a bulk action over a filter).
+	internal bool
 }
 
 // Create validates and creates a task owned by the context's viewer (its
@@ -276,7 +284,7 @@ func (e *Engine) admit(ctx context.Context, n int) (auth.Viewer, error) {
 func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, error) {
 	var v ValidationError
 	typ, ok := e.registry.Lookup(req.Type)
-	if ok && typ.Internal && viewer.Role != auth.RoleSystem {
+	if ok && typ.Internal && viewer.Role != auth.RoleSystem && !req.internal {
 		// The process's own (alert deliveries): for users it does not exist.
 		ok = false
 	}

@@ -71,6 +71,7 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 	var te *lifecycle.TransitionError
 	var ve *engine.ValidationError
 	var ce *store.ConflictError
+	var cc *engine.CountChangedError
 	var ue *auth.UnauthenticatedError
 	var fe *auth.ForbiddenError
 	var rl *ratelimit.Error
@@ -85,6 +86,8 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 		return CodeInvalidTransition, map[string]any{"from": te.From, "to": te.To}, true
 	case errors.As(err, &ve):
 		return CodeValidation, map[string]any{"problems": ve.Problems}, true
+	case errors.As(err, &cc):
+		return CodeConflict, map[string]any{"matched": cc.Matched, "confirmed": cc.Confirmed}, true
 	case errors.As(err, &ce):
 		ext := map[string]any{}
 		if ce.TaskID != 0 {

@@ -158,6 +158,19 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	BulkPreview struct {
+		Accepted func(childComplexity int) int
+		ByStatus func(childComplexity int) int
+		Matched  func(childComplexity int) int
+		Refused  func(childComplexity int) int
+	}
+
+	BulkStatusCount struct {
+		Accepted func(childComplexity int) int
+		Count    func(childComplexity int) int
+		Status   func(childComplexity int) int
+	}
+
 	CreateTaskResult struct {
 		Created func(childComplexity int) int
 		Error   func(childComplexity int) int
@@ -186,6 +199,7 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		ArtifactDownloadURL  func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
+		BulkTaskAction       func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) int
 		CancelTask           func(childComplexity int, id int, reason *string) int
 		CancelTasks          func(childComplexity int, ids []int, reason *string) int
 		CreateAlertChannel   func(childComplexity int, input model.AlertChannelInput) int
@@ -227,6 +241,8 @@ type ComplexityRoot struct {
 		AlertIncidents  func(childComplexity int, status *alertincident.Status, ruleID *int, first *int) int
 		AlertRules      func(childComplexity int) int
 		AuditLogs       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
+		BulkPreview     func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput) int
+		CountTasks      func(childComplexity int, where ent.TaskWhereInput) int
 		ImportTargets   func(childComplexity int) int
 		Node            func(childComplexity int, id int) int
 		Nodes           func(childComplexity int, ids []int) int
@@ -518,6 +534,7 @@ type MutationResolver interface {
 	SilenceAlertIncident(ctx context.Context, id int, until *time.Time) (*ent.AlertIncident, error)
 	ResolveAlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
 	CreateTasks(ctx context.Context, inputs []*model.CreateTaskInput) ([]*model.CreateTaskResult, error)
+	BulkTaskAction(ctx context.Context, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) (*ent.Task, error)
 	SetTypeControl(ctx context.Context, typeArg string, input model.TypeControlInput) (*flow.Control, error)
 	PauseType(ctx context.Context, typeArg string, until *time.Time) (*flow.Control, error)
 	ResumeType(ctx context.Context, typeArg string) (*flow.Control, error)
@@ -544,6 +561,8 @@ type QueryResolver interface {
 	AlertRules(ctx context.Context) ([]*ent.AlertRule, error)
 	AlertIncidents(ctx context.Context, status *alertincident.Status, ruleID *int, first *int) ([]*ent.AlertIncident, error)
 	AlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
+	CountTasks(ctx context.Context, where ent.TaskWhereInput) (int, error)
+	BulkPreview(ctx context.Context, action lifecycle.Action, where ent.TaskWhereInput) (*model.BulkPreview, error)
 	TypeControls(ctx context.Context) ([]*flow.Control, error)
 	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
@@ -1046,6 +1065,50 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AuditLogEdge.Node(childComplexity), true
 
+	case "BulkPreview.accepted":
+		if e.ComplexityRoot.BulkPreview.Accepted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BulkPreview.Accepted(childComplexity), true
+	case "BulkPreview.byStatus":
+		if e.ComplexityRoot.BulkPreview.ByStatus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BulkPreview.ByStatus(childComplexity), true
+	case "BulkPreview.matched":
+		if e.ComplexityRoot.BulkPreview.Matched == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BulkPreview.Matched(childComplexity), true
+	case "BulkPreview.refused":
+		if e.ComplexityRoot.BulkPreview.Refused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BulkPreview.Refused(childComplexity), true
+
+	case "BulkStatusCount.accepted":
+		if e.ComplexityRoot.BulkStatusCount.Accepted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BulkStatusCount.Accepted(childComplexity), true
+	case "BulkStatusCount.count":
+		if e.ComplexityRoot.BulkStatusCount.Count == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BulkStatusCount.Count(childComplexity), true
+	case "BulkStatusCount.status":
+		if e.ComplexityRoot.BulkStatusCount.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BulkStatusCount.Status(childComplexity), true
+
 	case "CreateTaskResult.created":
 		if e.ComplexityRoot.CreateTaskResult.Created == nil {
 			break
@@ -1145,6 +1208,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ArtifactDownloadURL(childComplexity, args["taskId"].(int), args["kind"].(*artifact.Kind), args["format"].(*model.FileFormat)), true
+	case "Mutation.bulkTaskAction":
+		if e.ComplexityRoot.Mutation.BulkTaskAction == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_bulkTaskAction_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.BulkTaskAction(childComplexity, args["action"].(lifecycle.Action), args["where"].(ent.TaskWhereInput), args["reason"].(*string), args["confirm"].(int), args["idempotencyKey"].(*string)), true
 	case "Mutation.cancelTask":
 		if e.ComplexityRoot.Mutation.CancelTask == nil {
 			break
@@ -1502,6 +1576,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.AuditLogs(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].(*ent.AuditLogOrder), args["where"].(*ent.AuditLogWhereInput)), true
+	case "Query.bulkPreview":
+		if e.ComplexityRoot.Query.BulkPreview == nil {
+			break
+		}
+
+		args, err := ec.field_Query_bulkPreview_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.BulkPreview(childComplexity, args["action"].(lifecycle.Action), args["where"].(ent.TaskWhereInput)), true
+	case "Query.countTasks":
+		if e.ComplexityRoot.Query.CountTasks == nil {
+			break
+		}
+
+		args, err := ec.field_Query_countTasks_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.CountTasks(childComplexity, args["where"].(ent.TaskWhereInput)), true
 	case "Query.importTargets":
 		if e.ComplexityRoot.Query.ImportTargets == nil {
 			break
@@ -2835,7 +2931,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/flow.graphql" "schema/schedules.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/schedules.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -2955,6 +3051,8 @@ enum AuditLogAction @goModel(model: "taskgraph/ent/auditlog.Action") {
   RETRY
   CANCEL_MANY
   RETRY_MANY
+  BULK_CANCEL
+  BULK_RETRY
   DOWNLOAD
   SCHEDULE_CREATE
   SCHEDULE_UPDATE
@@ -4763,6 +4861,7 @@ extend type Query {
 `, BuiltIn: false},
 	{Name: "schema/alerts.graphql", Input: sourceData("schema/alerts.graphql"), BuiltIn: false},
 	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
+	{Name: "schema/bulkfilter.graphql", Input: sourceData("schema/bulkfilter.graphql"), BuiltIn: false},
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 }
@@ -4966,6 +5065,32 @@ func (ec *executionContext) childFields_AuditLogEdge(ctx context.Context, field 
 		return ec.fieldContext_AuditLogEdge_cursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AuditLogEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_BulkPreview(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "matched":
+		return ec.fieldContext_BulkPreview_matched(ctx, field)
+	case "accepted":
+		return ec.fieldContext_BulkPreview_accepted(ctx, field)
+	case "refused":
+		return ec.fieldContext_BulkPreview_refused(ctx, field)
+	case "byStatus":
+		return ec.fieldContext_BulkPreview_byStatus(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type BulkPreview", field.Name)
+}
+
+func (ec *executionContext) childFields_BulkStatusCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "status":
+		return ec.fieldContext_BulkStatusCount_status(ctx, field)
+	case "count":
+		return ec.fieldContext_BulkStatusCount_count(ctx, field)
+	case "accepted":
+		return ec.fieldContext_BulkStatusCount_accepted(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type BulkStatusCount", field.Name)
 }
 
 func (ec *executionContext) childFields_CreateTaskResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -5644,6 +5769,52 @@ func (ec *executionContext) field_Mutation_artifactDownloadUrl_args(ctx context.
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_bulkTaskAction_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "action",
+		func(ctx context.Context, v any) (lifecycle.Action, error) {
+			return ec.unmarshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["action"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (ent.TaskWhereInput, error) {
+			return ec.unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "confirm",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["confirm"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "idempotencyKey",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["idempotencyKey"] = arg4
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_cancelTask_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -6213,6 +6384,42 @@ func (ec *executionContext) field_Query_auditLogs_args(ctx context.Context, rawA
 		return nil, err
 	}
 	args["where"] = arg5
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_bulkPreview_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "action",
+		func(ctx context.Context, v any) (lifecycle.Action, error) {
+			return ec.unmarshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["action"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (ent.TaskWhereInput, error) {
+			return ec.unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_countTasks_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (ent.TaskWhereInput, error) {
+			return ec.unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg0
 	return args, nil
 }
 
@@ -8458,6 +8665,176 @@ func (ec *executionContext) fieldContext_AuditLogEdge_cursor(_ context.Context, 
 	return graphql.NewScalarFieldContext("AuditLogEdge", field, false, false, "Cursor")
 }
 
+func (ec *executionContext) _BulkPreview_matched(ctx context.Context, field graphql.CollectedField, obj *model.BulkPreview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BulkPreview_matched(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Matched, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BulkPreview_matched(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BulkPreview", field, false, false, "Int")
+}
+
+func (ec *executionContext) _BulkPreview_accepted(ctx context.Context, field graphql.CollectedField, obj *model.BulkPreview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BulkPreview_accepted(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Accepted, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BulkPreview_accepted(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BulkPreview", field, false, false, "Int")
+}
+
+func (ec *executionContext) _BulkPreview_refused(ctx context.Context, field graphql.CollectedField, obj *model.BulkPreview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BulkPreview_refused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Refused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BulkPreview_refused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BulkPreview", field, false, false, "Int")
+}
+
+func (ec *executionContext) _BulkPreview_byStatus(ctx context.Context, field graphql.CollectedField, obj *model.BulkPreview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BulkPreview_byStatus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ByStatus, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.BulkStatusCount) graphql.Marshaler {
+			return ec.marshalNBulkStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCountᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BulkPreview_byStatus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "BulkPreview",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_BulkStatusCount(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _BulkStatusCount_status(ctx context.Context, field graphql.CollectedField, obj *model.BulkStatusCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BulkStatusCount_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
+			return ec.marshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BulkStatusCount_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BulkStatusCount", field, false, false, "TaskStatus")
+}
+
+func (ec *executionContext) _BulkStatusCount_count(ctx context.Context, field graphql.CollectedField, obj *model.BulkStatusCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BulkStatusCount_count(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Count, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BulkStatusCount_count(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BulkStatusCount", field, false, false, "Int")
+}
+
+func (ec *executionContext) _BulkStatusCount_accepted(ctx context.Context, field graphql.CollectedField, obj *model.BulkStatusCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BulkStatusCount_accepted(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Accepted, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BulkStatusCount_accepted(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BulkStatusCount", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _CreateTaskResult_index(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -9599,6 +9976,50 @@ func (ec *executionContext) fieldContext_Mutation_createTasks(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_bulkTaskAction(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_bulkTaskAction(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().BulkTaskAction(ctx, fc.Args["action"].(lifecycle.Action), fc.Args["where"].(ent.TaskWhereInput), fc.Args["reason"].(*string), fc.Args["confirm"].(int), fc.Args["idempotencyKey"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_bulkTaskAction(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_bulkTaskAction_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_setTypeControl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10669,6 +11090,94 @@ func (ec *executionContext) fieldContext_Query_alertIncident(ctx context.Context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_alertIncident_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_countTasks(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_countTasks(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().CountTasks(ctx, fc.Args["where"].(ent.TaskWhereInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_countTasks(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Int does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_countTasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_bulkPreview(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_bulkPreview(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().BulkPreview(ctx, fc.Args["action"].(lifecycle.Action), fc.Args["where"].(ent.TaskWhereInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.BulkPreview) graphql.Marshaler {
+			return ec.marshalNBulkPreview2ᚖtaskgraphᚋgraphᚋmodelᚐBulkPreview(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_bulkPreview(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_BulkPreview(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_bulkPreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -22500,6 +23009,97 @@ func (ec *executionContext) _AuditLogEdge(ctx context.Context, sel ast.Selection
 	return out
 }
 
+var bulkPreviewImplementors = []string{"BulkPreview"}
+
+func (ec *executionContext) _BulkPreview(ctx context.Context, sel ast.SelectionSet, obj *model.BulkPreview) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, bulkPreviewImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("BulkPreview")
+		case "matched":
+			out.Values[i] = ec._BulkPreview_matched(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "accepted":
+			out.Values[i] = ec._BulkPreview_accepted(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "refused":
+			out.Values[i] = ec._BulkPreview_refused(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "byStatus":
+			out.Values[i] = ec._BulkPreview_byStatus(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var bulkStatusCountImplementors = []string{"BulkStatusCount"}
+
+func (ec *executionContext) _BulkStatusCount(ctx context.Context, sel ast.SelectionSet, obj *model.BulkStatusCount) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, bulkStatusCountImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("BulkStatusCount")
+		case "status":
+			out.Values[i] = ec._BulkStatusCount_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "count":
+			out.Values[i] = ec._BulkStatusCount_count(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "accepted":
+			out.Values[i] = ec._BulkStatusCount_accepted(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var createTaskResultImplementors = []string{"CreateTaskResult"}
 
 func (ec *executionContext) _CreateTaskResult(ctx context.Context, sel ast.SelectionSet, obj *model.CreateTaskResult) graphql.Marshaler {
@@ -22827,6 +23427,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "bulkTaskAction":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_bulkTaskAction(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "setTypeControl":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_setTypeControl(ctx, field)
@@ -23063,6 +23670,18 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_alertIncident(ctx, field)
+				})
+		case "countTasks":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_countTasks(ctx, field)
+				})
+		case "bulkPreview":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_bulkPreview(ctx, field)
 				})
 		case "typeControls":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -25158,6 +25777,38 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 	return res
 }
 
+func (ec *executionContext) marshalNBulkPreview2ᚖtaskgraphᚋgraphᚋmodelᚐBulkPreview(ctx context.Context, sel ast.SelectionSet, v *model.BulkPreview) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "BulkPreview!")
+		return graphql.Null
+	}
+	return ec._BulkPreview(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNBulkStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.BulkStatusCount) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNBulkStatusCount2ᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCount(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNBulkStatusCount2ᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCount(ctx context.Context, sel ast.SelectionSet, v *model.BulkStatusCount) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "BulkStatusCount!")
+		return graphql.Null
+	}
+	return ec._BulkStatusCount(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNCreateScheduleInput2taskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx context.Context, v any) (model.CreateScheduleInput, error) {
 	res, err := ec.unmarshalInputCreateScheduleInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -25850,6 +26501,11 @@ func (ec *executionContext) marshalNTaskType2ᚖtaskgraphᚋgraphᚋmodelᚐTask
 		return graphql.Null
 	}
 	return ec._TaskType(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (ent.TaskWhereInput, error) {
+	res, err := ec.unmarshalInputTaskWhereInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (*ent.TaskWhereInput, error) {

@@ -89,39 +89,46 @@ type Each struct {
 func (s *Store) each(ctx context.Context, ids []int, fn func(t *txn, id int) (*ent.Task, error)) ([]Each, error) {
 	var out []Each
 	err := s.write(ctx, func(t *txn) error {
-		out = make([]Each, 0, len(ids))
-		for _, id := range ids {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			changes, logs := len(t.changes), len(t.logs)
-			if _, err := t.ExecContext(ctx, "SAVEPOINT each_id"); err != nil {
-				return fmt.Errorf("savepoint: %w", err)
-			}
-			tk, err := fn(t, id)
-			if err == nil {
-				if _, err := t.ExecContext(ctx, "RELEASE SAVEPOINT each_id"); err != nil {
-					return fmt.Errorf("release savepoint: %w", err)
-				}
-				out = append(out, Each{ID: id, Task: tk})
-				continue
-			}
-			if retryableDBError(err) || outage.Classify(err) != outage.None {
-				return err
-			}
-			if _, rbErr := t.ExecContext(ctx, "ROLLBACK TO SAVEPOINT each_id"); rbErr != nil {
-				return fmt.Errorf("task %d: %w (and rolling it back failed: %v)", id, err, rbErr)
-			}
-			if _, rbErr := t.ExecContext(ctx, "RELEASE SAVEPOINT each_id"); rbErr != nil {
-				return fmt.Errorf("release savepoint: %w", rbErr)
-			}
-			t.changes, t.logs = t.changes[:changes], t.logs[:logs]
-			out = append(out, Each{ID: id, Err: err})
-		}
-		t.each = out
-		return nil
+		var err error
+		out, err = s.eachIn(ctx, t, ids, fn)
+		return err
 	})
 	return out, err
+}
+
+// eachIn is each's work inside the transaction t.
+func (s *Store) eachIn(ctx context.Context, t *txn, ids []int, fn func(t *txn, id int) (*ent.Task, error)) ([]Each, error) {
+	out := make([]Each, 0, len(ids))
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		changes, logs := len(t.changes), len(t.logs)
+		if _, err := t.ExecContext(ctx, "SAVEPOINT each_id"); err != nil {
+			return nil, fmt.Errorf("savepoint: %w", err)
+		}
+		tk, err := fn(t, id)
+		if err == nil {
+			if _, err := t.ExecContext(ctx, "RELEASE SAVEPOINT each_id"); err != nil {
+				return nil, fmt.Errorf("release savepoint: %w", err)
+			}
+			out = append(out, Each{ID: id, Task: tk})
+			continue
+		}
+		if retryableDBError(err) || outage.Classify(err) != outage.None {
+			return nil, err
+		}
+		if _, rbErr := t.ExecContext(ctx, "ROLLBACK TO SAVEPOINT each_id"); rbErr != nil {
+			return nil, fmt.Errorf("task %d: %w (and rolling it back failed: %v)", id, err, rbErr)
+		}
+		if _, rbErr := t.ExecContext(ctx, "RELEASE SAVEPOINT each_id"); rbErr != nil {
+			return nil, fmt.Errorf("release savepoint: %w", rbErr)
+		}
+		t.changes, t.logs = t.changes[:changes], t.logs[:logs]
+		out = append(out, Each{ID: id, Err: err})
+	}
+	t.each = out
+	return out, nil
 }
 
 // cancelWaiting moves a waiting task and its live instance to CANCELLED.

@@ -91,6 +91,8 @@ const (
 	ActionRETRY            Action = "RETRY"
 	ActionCANCEL_MANY      Action = "CANCEL_MANY"
 	ActionRETRY_MANY       Action = "RETRY_MANY"
+	ActionBULK_CANCEL      Action = "BULK_CANCEL"
+	ActionBULK_RETRY       Action = "BULK_RETRY"
 	ActionDOWNLOAD         Action = "DOWNLOAD"
 	ActionSCHEDULE_CREATE  Action = "SCHEDULE_CREATE"
 	ActionSCHEDULE_UPDATE  Action = "SCHEDULE_UPDATE"
@@ -110,7 +112,7 @@ func (a Action) String() string {
 // ActionValidator is a validator for the "action" field enum values. It is called by the builders before save.
 func ActionValidator(a Action) error {
 	switch a {
-	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME:
+	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME:
 		return nil
 	default:
 		return fmt.Errorf("auditlog: invalid enum value for action field: %q", a)

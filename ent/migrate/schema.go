@@ -168,7 +168,7 @@ var (
 		{Name: "role", Type: field.TypeString},
 		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
-		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME"}},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
 		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
 		{Name: "error_code", Type: field.TypeString, Default: ""},

@@ -35,7 +35,7 @@ func (AuditLog) Fields() []ent.Field {
 			Default("").
 			Immutable(),
 		field.Enum("action").
-			Values("CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "DOWNLOAD",
+			Values("CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD",
 				"SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW",
 				"FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME").
 			Immutable().

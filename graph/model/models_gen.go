@@ -44,6 +44,25 @@ type AlertRuleInput struct {
 	ChannelIds    []int                `json:"channelIds,omitempty"`
 }
 
+// What a bulk action over a filter would meet now.
+type BulkPreview struct {
+	// The tasks the filter matches among those you may see: the number to confirm.
+	Matched int `json:"matched"`
+	// How many of them the action would accept by their state now.
+	Accepted int `json:"accepted"`
+	// How many of them it would refuse (counted, left alone).
+	Refused  int                `json:"refused"`
+	ByStatus []*BulkStatusCount `json:"byStatus"`
+}
+
+// How many of the matching tasks are in one state, and whether the action accepts that state.
+type BulkStatusCount struct {
+	Status lifecycle.Status `json:"status"`
+	Count  int              `json:"count"`
+	// True when the action would be applied to tasks in this state (CANCEL: PENDING, RETRY_PENDING, EXECUTING; RETRY: FAILED).
+	Accepted bool `json:"accepted"`
+}
+
 type CreateScheduleInput struct {
 	Name string `json:"name"`
 	// A cron expression: five fields, or six with seconds first ("*/10 * * * * *"), or @hourly, @daily, @weekly, @monthly. Give this or intervalSeconds.

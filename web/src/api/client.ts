@@ -196,6 +196,8 @@ export function createApi(token: string): Api {
           StatusCount: () => null,
           TypeCount: () => null,
           TaskActionResult: () => null,
+          BulkPreview: () => null,
+          BulkStatusCount: () => null,
           ActionError: () => null,
           DownloadLink: () => null,
           TaskType: (t) => String(t.name),

@@ -17,6 +17,7 @@ import {
   type TaskType,
 } from '../api/queries';
 import { ActionButtons } from '../components/ActionButtons';
+import { BulkFilterAction } from '../components/BulkFilterAction';
 import { ConfirmDialog } from '../components/ConfirmDialog';
 import { ErrorBox } from '../components/ErrorBox';
 import { ProgressBar } from '../components/ProgressBar';
@@ -163,6 +164,7 @@ export function TaskList() {
         </div>
       )}
 
+      <BulkFilterAction where={variables.where} />
       {selected.size > 0 && (
         <div className="bulk-bar" data-testid="bulk-bar">
           <span>{t('list.selected', { n: selected.size })}</span>
