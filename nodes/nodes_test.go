@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"taskgraph/auth"
 	"taskgraph/audit"
+	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/clusternode"
