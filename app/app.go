@@ -40,6 +40,7 @@ import (
 	"taskgraph/leader"
 	"taskgraph/mask"
 	"taskgraph/metrics"
+	"taskgraph/nodes"
 	"taskgraph/outage"
 	"taskgraph/outbound"
 	"taskgraph/relay"
@@ -137,6 +138,8 @@ type App struct {
 	Gate            *flow.Gate
 	Scheduler       *schedule.Scheduler
 	SchedulerLeader *leader.Lock
+	// Nodes keeps this node's row in the cluster's registry (app/nodes.go).
+	Nodes *nodes.Registry
 
 	opts       Options
 	baseCtx    context.Context
@@ -381,6 +384,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		src.Leading = a.Leader.Leading
 	}
 	m.Register(src)
+	if err := a.newNodes(cfg); err != nil {
+		return fail(err)
+	}
 	a.Handler = a.routes()
 	return a, nil
 }
@@ -528,7 +534,7 @@ func (a *App) routes() http.Handler {
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
 				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(),
-				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts},
+				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts, Nodes: a.nodesAPI()},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -630,7 +636,7 @@ func (a *App) Start(ctx context.Context) error {
 	if a.Evaluator != nil {
 		a.Evaluator.Start(ctx)
 	}
-	return nil
+	return a.startNodes(ctx)
 }
 
 // Serve answers HTTP on ln until Shutdown.
@@ -702,6 +708,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 			}
 		}
 		wg.Wait()
+		a.stopNodes(ctx)
 		// Everything that runs only on the leading node stops before the
 		// lock is given up, so that none of it takes the lock again.
 		if a.Watchdog != nil {
