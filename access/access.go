@@ -137,6 +137,7 @@ func Install(c *ent.Client) {
 		return nil
 	}))
 	installAlerts(c)
+	installNodes(c)
 }
 
 func viewer(ctx context.Context) (auth.Viewer, error) {

@@ -41,6 +41,7 @@ import (
 	"taskgraph/leader"
 	"taskgraph/mask"
 	"taskgraph/metrics"
+	"taskgraph/nodes"
 	"taskgraph/outage"
 	"taskgraph/outbound"
 	"taskgraph/relay"
@@ -144,6 +145,8 @@ type App struct {
 	Gate            *flow.Gate
 	Scheduler       *schedule.Scheduler
 	SchedulerLeader *leader.Lock
+	// Nodes keeps this node's row in the cluster's registry (app/nodes.go).
+	Nodes *nodes.Registry
 
 	// services are the background loops of the roles, in the order
 	// Start starts them (Shutdown stops them in reverse).
@@ -189,6 +192,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		a.newPool,          // the worker role
 		a.newWatchdogRole,  // watchdog, retention, scheduler, artifact janitor
 		a.newAlertServices, // alert evaluator and incident listener
+		a.newNodes,         // this node's row in the node registry
 	}
 	for _, step := range steps {
 		if err := step(ctx, &undo); err != nil {
@@ -616,7 +620,7 @@ func (a *App) routes() http.Handler {
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
 				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(),
-				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts},
+				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts, Nodes: a.nodesAPI()},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -711,7 +715,7 @@ func (a *App) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return a.startNodes(ctx)
 }
 
 // Serve answers HTTP on ln until Shutdown.
@@ -784,6 +788,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 			}
 		}
 		wg.Wait()
+		a.stopNodes(ctx)
 		// Everything that runs only on the leading node stops before the
 		// locks are given up, so that none of it takes a lock again.
 		for _, s := range slices.Backward(a.services) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"taskgraph/auth"
+	"taskgraph/nodes"
 	"taskgraph/seal"
 	"taskgraph/worker"
 )
@@ -51,6 +52,11 @@ type Config struct {
 	Network NetworkConfig
 	// AlertInterval paces the alert evaluator's periodic checks.
 	AlertInterval time.Duration
+	// NodeRefresh is how often this node refreshes its row in the
+	// cluster's registry; NodeLease how long one refresh holds (0: three
+	// refreshes) before the node shows GONE.
+	NodeRefresh time.Duration
+	NodeLease   time.Duration
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
@@ -187,6 +193,8 @@ func declareFlags(c *Config, getenv func(string) string) *Flags {
 	f.Duration(&c.ArtifactTTL, "artifact-ttl", 7*24*time.Hour, time.Minute, 0, "how long uploaded files, error reports and exports are kept")
 	f.Duration(&c.JanitorInterval, "janitor-interval", 10*time.Minute, time.Second, 0, "how often expired artifacts are removed (watchdog role)")
 	f.Duration(&c.AlertInterval, "alert-interval", 2*time.Second, 100*time.Millisecond, time.Hour, "how often the alert evaluator checks stalls, backlogs and the watchdog's leader, and sends notices held back by a quiet period (task failures are handled as they come)")
+	f.Duration(&c.NodeRefresh, "node-refresh", nodes.RefreshDefault, 100*time.Millisecond, time.Hour, "how often this node refreshes its row in the cluster's node registry (console: Nodes)")
+	f.Duration(&c.NodeLease, "node-lease", 0, 0, 0, "how long a node may go without refreshing its row before it shows GONE (default: three refreshes)")
 	Var(f, &c.BlobURL, "blob-url", "", "url", "where uploads, error reports and exports live, the same on every node: file:///srv/taskgraph/files (a directory every node mounts) or s3://bucket?endpoint=...&region=... (default: the artifacts directory in the data directory, for one node)", parseBlobURL, str)
 	Var(f, &c.Network.PublicURL, "public-url", "", "url", "scheme and host clients reach this server by (https://tasks.example.com); download links are built from it (default: http://<addr>)", parsePublicURL, str)
 	Var(f, &c.Network.MetricsAddr, "metrics-addr", "", "host:port", "serve /metrics on this address of its own, without authentication (default: on --addr, with authentication)", parseOptionalAddr, str)
@@ -204,6 +212,9 @@ func (c Config) check() error {
 	// for fails now, not mysteriously later.
 	if c.Access.Open() && !auth.LoopbackHost(host) {
 		return fmt.Errorf("--addr: %s is not a loopback address, and no authentication is configured (--token-file, --jwt-hs256-key-file or --jwt-rs256-key-file); an open server listens on 127.0.0.1 or localhost only", c.Addr)
+	}
+	if c.NodeLease != 0 && c.NodeLease <= c.NodeRefresh {
+		return fmt.Errorf("--node-lease: %s must be longer than --node-refresh (%s)", c.NodeLease, c.NodeRefresh)
 	}
 	return c.checkNetwork()
 }

@@ -51,6 +51,8 @@ const (
 	FlowControlSet = auditlog.ActionFLOW_CONTROL_SET
 	TypePause      = auditlog.ActionTYPE_PAUSE
 	TypeResume     = auditlog.ActionTYPE_RESUME
+	NodeDrain      = auditlog.ActionNODE_DRAIN
+	NodeUndrain    = auditlog.ActionNODE_UNDRAIN
 )
 
 // Entry is one action to record. The actor is the viewer of the context

@@ -16,6 +16,7 @@ import (
 	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/clusternode"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
 	"taskgraph/ent/flowcontrol"
@@ -50,6 +51,8 @@ type Client struct {
 	Artifact *ArtifactClient
 	// AuditLog is the client for interacting with the AuditLog builders.
 	AuditLog *AuditLogClient
+	// ClusterNode is the client for interacting with the ClusterNode builders.
+	ClusterNode *ClusterNodeClient
 	// Contact is the client for interacting with the Contact builders.
 	Contact *ContactClient
 	// Deployment is the client for interacting with the Deployment builders.
@@ -86,6 +89,7 @@ func (c *Client) init() {
 	c.AlertRule = NewAlertRuleClient(c.config)
 	c.Artifact = NewArtifactClient(c.config)
 	c.AuditLog = NewAuditLogClient(c.config)
+	c.ClusterNode = NewClusterNodeClient(c.config)
 	c.Contact = NewContactClient(c.config)
 	c.Deployment = NewDeploymentClient(c.config)
 	c.FlowControl = NewFlowControlClient(c.config)
@@ -193,6 +197,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		AlertRule:     NewAlertRuleClient(cfg),
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
+		ClusterNode:   NewClusterNodeClient(cfg),
 		Contact:       NewContactClient(cfg),
 		Deployment:    NewDeploymentClient(cfg),
 		FlowControl:   NewFlowControlClient(cfg),
@@ -227,6 +232,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		AlertRule:     NewAlertRuleClient(cfg),
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
+		ClusterNode:   NewClusterNodeClient(cfg),
 		Contact:       NewContactClient(cfg),
 		Deployment:    NewDeploymentClient(cfg),
 		FlowControl:   NewFlowControlClient(cfg),
@@ -266,9 +272,9 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
-		c.Deployment, c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent,
-		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
+		c.ClusterNode, c.Contact, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
+		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Use(hooks...)
 	}
@@ -278,9 +284,9 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog, c.Contact,
-		c.Deployment, c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent,
-		c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
+		c.ClusterNode, c.Contact, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
+		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -299,6 +305,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Artifact.mutate(ctx, m)
 	case *AuditLogMutation:
 		return c.AuditLog.mutate(ctx, m)
+	case *ClusterNodeMutation:
+		return c.ClusterNode.mutate(ctx, m)
 	case *ContactMutation:
 		return c.Contact.mutate(ctx, m)
 	case *DeploymentMutation:
@@ -1002,6 +1010,139 @@ func (c *AuditLogClient) mutate(ctx context.Context, m *AuditLogMutation) (Value
 		return (&AuditLogDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown AuditLog mutation op: %q", m.Op())
+	}
+}
+
+// ClusterNodeClient is a client for the ClusterNode schema.
+type ClusterNodeClient struct {
+	config
+}
+
+// NewClusterNodeClient returns a client for the ClusterNode from the given config.
+func NewClusterNodeClient(c config) *ClusterNodeClient {
+	return &ClusterNodeClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `clusternode.Hooks(f(g(h())))`.
+func (c *ClusterNodeClient) Use(hooks ...Hook) {
+	c.hooks.ClusterNode = append(c.hooks.ClusterNode, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `clusternode.Intercept(f(g(h())))`.
+func (c *ClusterNodeClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ClusterNode = append(c.inters.ClusterNode, interceptors...)
+}
+
+// Create returns a builder for creating a ClusterNode entity.
+func (c *ClusterNodeClient) Create() *ClusterNodeCreate {
+	mutation := newClusterNodeMutation(c.config, OpCreate)
+	return &ClusterNodeCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of ClusterNode entities.
+func (c *ClusterNodeClient) CreateBulk(builders ...*ClusterNodeCreate) *ClusterNodeCreateBulk {
+	return &ClusterNodeCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ClusterNodeClient) MapCreateBulk(slice any, setFunc func(*ClusterNodeCreate, int)) *ClusterNodeCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ClusterNodeCreateBulk{err: fmt.Errorf("calling to ClusterNodeClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ClusterNodeCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ClusterNodeCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for ClusterNode.
+func (c *ClusterNodeClient) Update() *ClusterNodeUpdate {
+	mutation := newClusterNodeMutation(c.config, OpUpdate)
+	return &ClusterNodeUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ClusterNodeClient) UpdateOne(_m *ClusterNode) *ClusterNodeUpdateOne {
+	mutation := newClusterNodeMutation(c.config, OpUpdateOne, withClusterNode(_m))
+	return &ClusterNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ClusterNodeClient) UpdateOneID(id int) *ClusterNodeUpdateOne {
+	mutation := newClusterNodeMutation(c.config, OpUpdateOne, withClusterNodeID(id))
+	return &ClusterNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for ClusterNode.
+func (c *ClusterNodeClient) Delete() *ClusterNodeDelete {
+	mutation := newClusterNodeMutation(c.config, OpDelete)
+	return &ClusterNodeDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ClusterNodeClient) DeleteOne(_m *ClusterNode) *ClusterNodeDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ClusterNodeClient) DeleteOneID(id int) *ClusterNodeDeleteOne {
+	builder := c.Delete().Where(clusternode.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ClusterNodeDeleteOne{builder}
+}
+
+// Query returns a query builder for ClusterNode.
+func (c *ClusterNodeClient) Query() *ClusterNodeQuery {
+	return &ClusterNodeQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeClusterNode},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a ClusterNode entity by its id.
+func (c *ClusterNodeClient) Get(ctx context.Context, id int) (*ClusterNode, error) {
+	return c.Query().Where(clusternode.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ClusterNodeClient) GetX(ctx context.Context, id int) *ClusterNode {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ClusterNodeClient) Hooks() []Hook {
+	return c.hooks.ClusterNode
+}
+
+// Interceptors returns the client interceptors.
+func (c *ClusterNodeClient) Interceptors() []Interceptor {
+	return c.inters.ClusterNode
+}
+
+func (c *ClusterNodeClient) mutate(ctx context.Context, m *ClusterNodeMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ClusterNodeCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ClusterNodeUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ClusterNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ClusterNodeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown ClusterNode mutation op: %q", m.Op())
 	}
 }
 
@@ -2452,14 +2593,14 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
-		FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride, Task,
-		TaskInstance, TaskLog []ent.Hook
+		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
+		Contact, Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent,
+		StallOverride, Task, TaskInstance, TaskLog []ent.Hook
 	}
 	inters struct {
-		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, Contact, Deployment,
-		FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride, Task,
-		TaskInstance, TaskLog []ent.Interceptor
+		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
+		Contact, Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent,
+		StallOverride, Task, TaskInstance, TaskLog []ent.Interceptor
 	}
 )
 

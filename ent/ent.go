@@ -13,6 +13,7 @@ import (
 	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/clusternode"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
 	"taskgraph/ent/flowcontrol"
@@ -92,6 +93,7 @@ func checkColumn(t, c string) error {
 			alertrule.Table:     alertrule.ValidColumn,
 			artifact.Table:      artifact.ValidColumn,
 			auditlog.Table:      auditlog.ValidColumn,
+			clusternode.Table:   clusternode.ValidColumn,
 			contact.Table:       contact.ValidColumn,
 			deployment.Table:    deployment.ValidColumn,
 			flowcontrol.Table:   flowcontrol.ValidColumn,

@@ -13,6 +13,7 @@ import (
 	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/clusternode"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
 	"taskgraph/ent/flowcontrol"
@@ -45,6 +46,7 @@ const (
 	TypeAlertRule     = "AlertRule"
 	TypeArtifact      = "Artifact"
 	TypeAuditLog      = "AuditLog"
+	TypeClusterNode   = "ClusterNode"
 	TypeContact       = "Contact"
 	TypeDeployment    = "Deployment"
 	TypeFlowControl   = "FlowControl"
@@ -5693,6 +5695,1174 @@ func (m *AuditLogMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *AuditLogMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown AuditLog edge %s", name)
+}
+
+// ClusterNodeMutation represents an operation that mutates the ClusterNode nodes in the graph.
+type ClusterNodeMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	name          *string
+	host          *string
+	pid           *int
+	addpid        *int
+	version       *string
+	roles         *[]string
+	appendroles   []string
+	started_at    *time.Time
+	last_seen_at  *time.Time
+	expires_at    *time.Time
+	stopped_at    *time.Time
+	busy          *int
+	addbusy       *int
+	total         *int
+	addtotal      *int
+	leading       *bool
+	files         *string
+	draining      *bool
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*ClusterNode, error)
+	predicates    []predicate.ClusterNode
+}
+
+var _ ent.Mutation = (*ClusterNodeMutation)(nil)
+
+// clusternodeOption allows management of the mutation configuration using functional options.
+type clusternodeOption func(*ClusterNodeMutation)
+
+// newClusterNodeMutation creates new mutation for the ClusterNode entity.
+func newClusterNodeMutation(c config, op Op, opts ...clusternodeOption) *ClusterNodeMutation {
+	m := &ClusterNodeMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeClusterNode,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withClusterNodeID sets the ID field of the mutation.
+func withClusterNodeID(id int) clusternodeOption {
+	return func(m *ClusterNodeMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *ClusterNode
+		)
+		m.oldValue = func(ctx context.Context) (*ClusterNode, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().ClusterNode.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withClusterNode sets the old ClusterNode of the mutation.
+func withClusterNode(node *ClusterNode) clusternodeOption {
+	return func(m *ClusterNodeMutation) {
+		m.oldValue = func(context.Context) (*ClusterNode, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ClusterNodeMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ClusterNodeMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ClusterNodeMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ClusterNodeMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().ClusterNode.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetName sets the "name" field.
+func (m *ClusterNodeMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *ClusterNodeMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *ClusterNodeMutation) ResetName() {
+	m.name = nil
+}
+
+// SetHost sets the "host" field.
+func (m *ClusterNodeMutation) SetHost(s string) {
+	m.host = &s
+}
+
+// Host returns the value of the "host" field in the mutation.
+func (m *ClusterNodeMutation) Host() (r string, exists bool) {
+	v := m.host
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHost returns the old "host" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldHost(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHost is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHost requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHost: %w", err)
+	}
+	return oldValue.Host, nil
+}
+
+// ResetHost resets all changes to the "host" field.
+func (m *ClusterNodeMutation) ResetHost() {
+	m.host = nil
+}
+
+// SetPid sets the "pid" field.
+func (m *ClusterNodeMutation) SetPid(i int) {
+	m.pid = &i
+	m.addpid = nil
+}
+
+// Pid returns the value of the "pid" field in the mutation.
+func (m *ClusterNodeMutation) Pid() (r int, exists bool) {
+	v := m.pid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPid returns the old "pid" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldPid(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPid is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPid requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPid: %w", err)
+	}
+	return oldValue.Pid, nil
+}
+
+// AddPid adds i to the "pid" field.
+func (m *ClusterNodeMutation) AddPid(i int) {
+	if m.addpid != nil {
+		*m.addpid += i
+	} else {
+		m.addpid = &i
+	}
+}
+
+// AddedPid returns the value that was added to the "pid" field in this mutation.
+func (m *ClusterNodeMutation) AddedPid() (r int, exists bool) {
+	v := m.addpid
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetPid resets all changes to the "pid" field.
+func (m *ClusterNodeMutation) ResetPid() {
+	m.pid = nil
+	m.addpid = nil
+}
+
+// SetVersion sets the "version" field.
+func (m *ClusterNodeMutation) SetVersion(s string) {
+	m.version = &s
+}
+
+// Version returns the value of the "version" field in the mutation.
+func (m *ClusterNodeMutation) Version() (r string, exists bool) {
+	v := m.version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVersion returns the old "version" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldVersion(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVersion: %w", err)
+	}
+	return oldValue.Version, nil
+}
+
+// ResetVersion resets all changes to the "version" field.
+func (m *ClusterNodeMutation) ResetVersion() {
+	m.version = nil
+}
+
+// SetRoles sets the "roles" field.
+func (m *ClusterNodeMutation) SetRoles(s []string) {
+	m.roles = &s
+	m.appendroles = nil
+}
+
+// Roles returns the value of the "roles" field in the mutation.
+func (m *ClusterNodeMutation) Roles() (r []string, exists bool) {
+	v := m.roles
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRoles returns the old "roles" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldRoles(ctx context.Context) (v []string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRoles is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRoles requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRoles: %w", err)
+	}
+	return oldValue.Roles, nil
+}
+
+// AppendRoles adds s to the "roles" field.
+func (m *ClusterNodeMutation) AppendRoles(s []string) {
+	m.appendroles = append(m.appendroles, s...)
+}
+
+// AppendedRoles returns the list of values that were appended to the "roles" field in this mutation.
+func (m *ClusterNodeMutation) AppendedRoles() ([]string, bool) {
+	if len(m.appendroles) == 0 {
+		return nil, false
+	}
+	return m.appendroles, true
+}
+
+// ResetRoles resets all changes to the "roles" field.
+func (m *ClusterNodeMutation) ResetRoles() {
+	m.roles = nil
+	m.appendroles = nil
+}
+
+// SetStartedAt sets the "started_at" field.
+func (m *ClusterNodeMutation) SetStartedAt(t time.Time) {
+	m.started_at = &t
+}
+
+// StartedAt returns the value of the "started_at" field in the mutation.
+func (m *ClusterNodeMutation) StartedAt() (r time.Time, exists bool) {
+	v := m.started_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartedAt returns the old "started_at" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldStartedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartedAt: %w", err)
+	}
+	return oldValue.StartedAt, nil
+}
+
+// ResetStartedAt resets all changes to the "started_at" field.
+func (m *ClusterNodeMutation) ResetStartedAt() {
+	m.started_at = nil
+}
+
+// SetLastSeenAt sets the "last_seen_at" field.
+func (m *ClusterNodeMutation) SetLastSeenAt(t time.Time) {
+	m.last_seen_at = &t
+}
+
+// LastSeenAt returns the value of the "last_seen_at" field in the mutation.
+func (m *ClusterNodeMutation) LastSeenAt() (r time.Time, exists bool) {
+	v := m.last_seen_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastSeenAt returns the old "last_seen_at" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldLastSeenAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastSeenAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastSeenAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastSeenAt: %w", err)
+	}
+	return oldValue.LastSeenAt, nil
+}
+
+// ResetLastSeenAt resets all changes to the "last_seen_at" field.
+func (m *ClusterNodeMutation) ResetLastSeenAt() {
+	m.last_seen_at = nil
+}
+
+// SetExpiresAt sets the "expires_at" field.
+func (m *ClusterNodeMutation) SetExpiresAt(t time.Time) {
+	m.expires_at = &t
+}
+
+// ExpiresAt returns the value of the "expires_at" field in the mutation.
+func (m *ClusterNodeMutation) ExpiresAt() (r time.Time, exists bool) {
+	v := m.expires_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExpiresAt returns the old "expires_at" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldExpiresAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExpiresAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExpiresAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExpiresAt: %w", err)
+	}
+	return oldValue.ExpiresAt, nil
+}
+
+// ResetExpiresAt resets all changes to the "expires_at" field.
+func (m *ClusterNodeMutation) ResetExpiresAt() {
+	m.expires_at = nil
+}
+
+// SetStoppedAt sets the "stopped_at" field.
+func (m *ClusterNodeMutation) SetStoppedAt(t time.Time) {
+	m.stopped_at = &t
+}
+
+// StoppedAt returns the value of the "stopped_at" field in the mutation.
+func (m *ClusterNodeMutation) StoppedAt() (r time.Time, exists bool) {
+	v := m.stopped_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStoppedAt returns the old "stopped_at" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldStoppedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStoppedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStoppedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStoppedAt: %w", err)
+	}
+	return oldValue.StoppedAt, nil
+}
+
+// ClearStoppedAt clears the value of the "stopped_at" field.
+func (m *ClusterNodeMutation) ClearStoppedAt() {
+	m.stopped_at = nil
+	m.clearedFields[clusternode.FieldStoppedAt] = struct{}{}
+}
+
+// StoppedAtCleared returns if the "stopped_at" field was cleared in this mutation.
+func (m *ClusterNodeMutation) StoppedAtCleared() bool {
+	_, ok := m.clearedFields[clusternode.FieldStoppedAt]
+	return ok
+}
+
+// ResetStoppedAt resets all changes to the "stopped_at" field.
+func (m *ClusterNodeMutation) ResetStoppedAt() {
+	m.stopped_at = nil
+	delete(m.clearedFields, clusternode.FieldStoppedAt)
+}
+
+// SetBusy sets the "busy" field.
+func (m *ClusterNodeMutation) SetBusy(i int) {
+	m.busy = &i
+	m.addbusy = nil
+}
+
+// Busy returns the value of the "busy" field in the mutation.
+func (m *ClusterNodeMutation) Busy() (r int, exists bool) {
+	v := m.busy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBusy returns the old "busy" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldBusy(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBusy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBusy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBusy: %w", err)
+	}
+	return oldValue.Busy, nil
+}
+
+// AddBusy adds i to the "busy" field.
+func (m *ClusterNodeMutation) AddBusy(i int) {
+	if m.addbusy != nil {
+		*m.addbusy += i
+	} else {
+		m.addbusy = &i
+	}
+}
+
+// AddedBusy returns the value that was added to the "busy" field in this mutation.
+func (m *ClusterNodeMutation) AddedBusy() (r int, exists bool) {
+	v := m.addbusy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetBusy resets all changes to the "busy" field.
+func (m *ClusterNodeMutation) ResetBusy() {
+	m.busy = nil
+	m.addbusy = nil
+}
+
+// SetTotal sets the "total" field.
+func (m *ClusterNodeMutation) SetTotal(i int) {
+	m.total = &i
+	m.addtotal = nil
+}
+
+// Total returns the value of the "total" field in the mutation.
+func (m *ClusterNodeMutation) Total() (r int, exists bool) {
+	v := m.total
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTotal returns the old "total" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldTotal(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTotal is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTotal requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTotal: %w", err)
+	}
+	return oldValue.Total, nil
+}
+
+// AddTotal adds i to the "total" field.
+func (m *ClusterNodeMutation) AddTotal(i int) {
+	if m.addtotal != nil {
+		*m.addtotal += i
+	} else {
+		m.addtotal = &i
+	}
+}
+
+// AddedTotal returns the value that was added to the "total" field in this mutation.
+func (m *ClusterNodeMutation) AddedTotal() (r int, exists bool) {
+	v := m.addtotal
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetTotal resets all changes to the "total" field.
+func (m *ClusterNodeMutation) ResetTotal() {
+	m.total = nil
+	m.addtotal = nil
+}
+
+// SetLeading sets the "leading" field.
+func (m *ClusterNodeMutation) SetLeading(b bool) {
+	m.leading = &b
+}
+
+// Leading returns the value of the "leading" field in the mutation.
+func (m *ClusterNodeMutation) Leading() (r bool, exists bool) {
+	v := m.leading
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLeading returns the old "leading" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldLeading(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLeading is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLeading requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLeading: %w", err)
+	}
+	return oldValue.Leading, nil
+}
+
+// ResetLeading resets all changes to the "leading" field.
+func (m *ClusterNodeMutation) ResetLeading() {
+	m.leading = nil
+}
+
+// SetFiles sets the "files" field.
+func (m *ClusterNodeMutation) SetFiles(s string) {
+	m.files = &s
+}
+
+// Files returns the value of the "files" field in the mutation.
+func (m *ClusterNodeMutation) Files() (r string, exists bool) {
+	v := m.files
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFiles returns the old "files" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldFiles(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFiles is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFiles requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFiles: %w", err)
+	}
+	return oldValue.Files, nil
+}
+
+// ResetFiles resets all changes to the "files" field.
+func (m *ClusterNodeMutation) ResetFiles() {
+	m.files = nil
+}
+
+// SetDraining sets the "draining" field.
+func (m *ClusterNodeMutation) SetDraining(b bool) {
+	m.draining = &b
+}
+
+// Draining returns the value of the "draining" field in the mutation.
+func (m *ClusterNodeMutation) Draining() (r bool, exists bool) {
+	v := m.draining
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDraining returns the old "draining" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldDraining(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDraining is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDraining requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDraining: %w", err)
+	}
+	return oldValue.Draining, nil
+}
+
+// ResetDraining resets all changes to the "draining" field.
+func (m *ClusterNodeMutation) ResetDraining() {
+	m.draining = nil
+}
+
+// Where appends a list predicates to the ClusterNodeMutation builder.
+func (m *ClusterNodeMutation) Where(ps ...predicate.ClusterNode) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ClusterNodeMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ClusterNodeMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ClusterNode, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ClusterNodeMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ClusterNodeMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (ClusterNode).
+func (m *ClusterNodeMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ClusterNodeMutation) Fields() []string {
+	fields := make([]string, 0, 14)
+	if m.name != nil {
+		fields = append(fields, clusternode.FieldName)
+	}
+	if m.host != nil {
+		fields = append(fields, clusternode.FieldHost)
+	}
+	if m.pid != nil {
+		fields = append(fields, clusternode.FieldPid)
+	}
+	if m.version != nil {
+		fields = append(fields, clusternode.FieldVersion)
+	}
+	if m.roles != nil {
+		fields = append(fields, clusternode.FieldRoles)
+	}
+	if m.started_at != nil {
+		fields = append(fields, clusternode.FieldStartedAt)
+	}
+	if m.last_seen_at != nil {
+		fields = append(fields, clusternode.FieldLastSeenAt)
+	}
+	if m.expires_at != nil {
+		fields = append(fields, clusternode.FieldExpiresAt)
+	}
+	if m.stopped_at != nil {
+		fields = append(fields, clusternode.FieldStoppedAt)
+	}
+	if m.busy != nil {
+		fields = append(fields, clusternode.FieldBusy)
+	}
+	if m.total != nil {
+		fields = append(fields, clusternode.FieldTotal)
+	}
+	if m.leading != nil {
+		fields = append(fields, clusternode.FieldLeading)
+	}
+	if m.files != nil {
+		fields = append(fields, clusternode.FieldFiles)
+	}
+	if m.draining != nil {
+		fields = append(fields, clusternode.FieldDraining)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ClusterNodeMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case clusternode.FieldName:
+		return m.Name()
+	case clusternode.FieldHost:
+		return m.Host()
+	case clusternode.FieldPid:
+		return m.Pid()
+	case clusternode.FieldVersion:
+		return m.Version()
+	case clusternode.FieldRoles:
+		return m.Roles()
+	case clusternode.FieldStartedAt:
+		return m.StartedAt()
+	case clusternode.FieldLastSeenAt:
+		return m.LastSeenAt()
+	case clusternode.FieldExpiresAt:
+		return m.ExpiresAt()
+	case clusternode.FieldStoppedAt:
+		return m.StoppedAt()
+	case clusternode.FieldBusy:
+		return m.Busy()
+	case clusternode.FieldTotal:
+		return m.Total()
+	case clusternode.FieldLeading:
+		return m.Leading()
+	case clusternode.FieldFiles:
+		return m.Files()
+	case clusternode.FieldDraining:
+		return m.Draining()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ClusterNodeMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case clusternode.FieldName:
+		return m.OldName(ctx)
+	case clusternode.FieldHost:
+		return m.OldHost(ctx)
+	case clusternode.FieldPid:
+		return m.OldPid(ctx)
+	case clusternode.FieldVersion:
+		return m.OldVersion(ctx)
+	case clusternode.FieldRoles:
+		return m.OldRoles(ctx)
+	case clusternode.FieldStartedAt:
+		return m.OldStartedAt(ctx)
+	case clusternode.FieldLastSeenAt:
+		return m.OldLastSeenAt(ctx)
+	case clusternode.FieldExpiresAt:
+		return m.OldExpiresAt(ctx)
+	case clusternode.FieldStoppedAt:
+		return m.OldStoppedAt(ctx)
+	case clusternode.FieldBusy:
+		return m.OldBusy(ctx)
+	case clusternode.FieldTotal:
+		return m.OldTotal(ctx)
+	case clusternode.FieldLeading:
+		return m.OldLeading(ctx)
+	case clusternode.FieldFiles:
+		return m.OldFiles(ctx)
+	case clusternode.FieldDraining:
+		return m.OldDraining(ctx)
+	}
+	return nil, fmt.Errorf("unknown ClusterNode field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ClusterNodeMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case clusternode.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case clusternode.FieldHost:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHost(v)
+		return nil
+	case clusternode.FieldPid:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPid(v)
+		return nil
+	case clusternode.FieldVersion:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVersion(v)
+		return nil
+	case clusternode.FieldRoles:
+		v, ok := value.([]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRoles(v)
+		return nil
+	case clusternode.FieldStartedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartedAt(v)
+		return nil
+	case clusternode.FieldLastSeenAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastSeenAt(v)
+		return nil
+	case clusternode.FieldExpiresAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExpiresAt(v)
+		return nil
+	case clusternode.FieldStoppedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStoppedAt(v)
+		return nil
+	case clusternode.FieldBusy:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBusy(v)
+		return nil
+	case clusternode.FieldTotal:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTotal(v)
+		return nil
+	case clusternode.FieldLeading:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLeading(v)
+		return nil
+	case clusternode.FieldFiles:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFiles(v)
+		return nil
+	case clusternode.FieldDraining:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDraining(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ClusterNode field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ClusterNodeMutation) AddedFields() []string {
+	var fields []string
+	if m.addpid != nil {
+		fields = append(fields, clusternode.FieldPid)
+	}
+	if m.addbusy != nil {
+		fields = append(fields, clusternode.FieldBusy)
+	}
+	if m.addtotal != nil {
+		fields = append(fields, clusternode.FieldTotal)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ClusterNodeMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case clusternode.FieldPid:
+		return m.AddedPid()
+	case clusternode.FieldBusy:
+		return m.AddedBusy()
+	case clusternode.FieldTotal:
+		return m.AddedTotal()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ClusterNodeMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case clusternode.FieldPid:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddPid(v)
+		return nil
+	case clusternode.FieldBusy:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddBusy(v)
+		return nil
+	case clusternode.FieldTotal:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTotal(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ClusterNode numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ClusterNodeMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(clusternode.FieldStoppedAt) {
+		fields = append(fields, clusternode.FieldStoppedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ClusterNodeMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ClusterNodeMutation) ClearField(name string) error {
+	switch name {
+	case clusternode.FieldStoppedAt:
+		m.ClearStoppedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown ClusterNode nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ClusterNodeMutation) ResetField(name string) error {
+	switch name {
+	case clusternode.FieldName:
+		m.ResetName()
+		return nil
+	case clusternode.FieldHost:
+		m.ResetHost()
+		return nil
+	case clusternode.FieldPid:
+		m.ResetPid()
+		return nil
+	case clusternode.FieldVersion:
+		m.ResetVersion()
+		return nil
+	case clusternode.FieldRoles:
+		m.ResetRoles()
+		return nil
+	case clusternode.FieldStartedAt:
+		m.ResetStartedAt()
+		return nil
+	case clusternode.FieldLastSeenAt:
+		m.ResetLastSeenAt()
+		return nil
+	case clusternode.FieldExpiresAt:
+		m.ResetExpiresAt()
+		return nil
+	case clusternode.FieldStoppedAt:
+		m.ResetStoppedAt()
+		return nil
+	case clusternode.FieldBusy:
+		m.ResetBusy()
+		return nil
+	case clusternode.FieldTotal:
+		m.ResetTotal()
+		return nil
+	case clusternode.FieldLeading:
+		m.ResetLeading()
+		return nil
+	case clusternode.FieldFiles:
+		m.ResetFiles()
+		return nil
+	case clusternode.FieldDraining:
+		m.ResetDraining()
+		return nil
+	}
+	return fmt.Errorf("unknown ClusterNode field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ClusterNodeMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ClusterNodeMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ClusterNodeMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ClusterNodeMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ClusterNodeMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ClusterNodeMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ClusterNodeMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown ClusterNode unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ClusterNodeMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown ClusterNode edge %s", name)
 }
 
 // ContactMutation represents an operation that mutates the Contact nodes in the graph.

@@ -172,6 +172,39 @@ func (_m *AuditLog) BindTo(c *Client) *AuditLog {
 	return _m
 }
 
+// ScanClusterNodeRows reads every row of rows (all columns of the cluster_nodes
+// table, in any order) into ClusterNode entities bound to c, and closes rows.
+func ScanClusterNodeRows(c *Client, rows *stdsql.Rows) ([]*ClusterNode, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
+	}
+	var out []*ClusterNode
+	for rows.Next() {
+		node := &ClusterNode{config: c.config}
+		values, err := node.scanValues(columns)
+		if err != nil {
+			return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *ClusterNode) BindTo(c *Client) *ClusterNode {
+	_m.config = c.config
+	return _m
+}
+
 // ScanContactRows reads every row of rows (all columns of the contacts
 // table, in any order) into Contact entities bound to c, and closes rows.
 func ScanContactRows(c *Client, rows *stdsql.Rows) ([]*Contact, error) {

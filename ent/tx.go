@@ -24,6 +24,8 @@ type Tx struct {
 	Artifact *ArtifactClient
 	// AuditLog is the client for interacting with the AuditLog builders.
 	AuditLog *AuditLogClient
+	// ClusterNode is the client for interacting with the ClusterNode builders.
+	ClusterNode *ClusterNodeClient
 	// Contact is the client for interacting with the Contact builders.
 	Contact *ContactClient
 	// Deployment is the client for interacting with the Deployment builders.
@@ -180,6 +182,7 @@ func (tx *Tx) init() {
 	tx.AlertRule = NewAlertRuleClient(tx.config)
 	tx.Artifact = NewArtifactClient(tx.config)
 	tx.AuditLog = NewAuditLogClient(tx.config)
+	tx.ClusterNode = NewClusterNodeClient(tx.config)
 	tx.Contact = NewContactClient(tx.config)
 	tx.Deployment = NewDeploymentClient(tx.config)
 	tx.FlowControl = NewFlowControlClient(tx.config)

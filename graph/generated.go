@@ -26,6 +26,7 @@ import (
 	"taskgraph/graph/model"
 	"taskgraph/graph/scalar"
 	"taskgraph/lifecycle"
+	"taskgraph/nodes"
 	"time"
 
 	"entgo.io/contrib/entgql"
@@ -171,6 +172,34 @@ type ComplexityRoot struct {
 		Status   func(childComplexity int) int
 	}
 
+	ClusterNode struct {
+		Busy       func(childComplexity int) int
+		Draining   func(childComplexity int) int
+		ExpiresAt  func(childComplexity int) int
+		Files      func(childComplexity int) int
+		Host       func(childComplexity int) int
+		LastSeenAt func(childComplexity int) int
+		Leading    func(childComplexity int) int
+		Name       func(childComplexity int) int
+		Pid        func(childComplexity int) int
+		Roles      func(childComplexity int) int
+		Running    func(childComplexity int) int
+		StartedAt  func(childComplexity int) int
+		State      func(childComplexity int) int
+		StoppedAt  func(childComplexity int) int
+		Total      func(childComplexity int) int
+		Version    func(childComplexity int) int
+	}
+
+	ClusterSummary struct {
+		Busy     func(childComplexity int) int
+		Draining func(childComplexity int) int
+		Gone     func(childComplexity int) int
+		Live     func(childComplexity int) int
+		Stopped  func(childComplexity int) int
+		Total    func(childComplexity int) int
+	}
+
 	CreateTaskResult struct {
 		Created func(childComplexity int) int
 		Error   func(childComplexity int) int
@@ -210,6 +239,7 @@ type ComplexityRoot struct {
 		DeleteAlertChannel   func(childComplexity int, id int) int
 		DeleteAlertRule      func(childComplexity int, id int) int
 		DeleteSchedule       func(childComplexity int, id int) int
+		DrainClusterNode     func(childComplexity int, id string, drain bool) int
 		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
 		PauseSchedule        func(childComplexity int, id int) int
 		PauseType            func(childComplexity int, typeArg string, until *time.Time) int
@@ -228,6 +258,13 @@ type ComplexityRoot struct {
 		UpdateSchedule       func(childComplexity int, id int, input model.UpdateScheduleInput) int
 	}
 
+	NodeExecution struct {
+		InstanceID func(childComplexity int) int
+		StartedAt  func(childComplexity int) int
+		TaskID     func(childComplexity int) int
+		TaskType   func(childComplexity int) int
+	}
+
 	PageInfo struct {
 		EndCursor       func(childComplexity int) int
 		HasNextPage     func(childComplexity int) int
@@ -242,6 +279,8 @@ type ComplexityRoot struct {
 		AlertRules      func(childComplexity int) int
 		AuditLogs       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
 		BulkPreview     func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput) int
+		ClusterNodes    func(childComplexity int) int
+		ClusterSummary  func(childComplexity int) int
 		CountTasks      func(childComplexity int, where ent.TaskWhereInput) int
 		ImportTargets   func(childComplexity int) int
 		Node            func(childComplexity int, id int) int
@@ -343,9 +382,11 @@ type ComplexityRoot struct {
 	}
 
 	Subscription struct {
-		AlertIncidentChanged func(childComplexity int) int
-		TaskLogAppended      func(childComplexity int, taskID int) int
-		TaskUpdated          func(childComplexity int, id *int, where *ent.TaskWhereInput) int
+		AlertIncidentChanged  func(childComplexity int) int
+		ClusterNodesChanged   func(childComplexity int) int
+		ClusterSummaryChanged func(childComplexity int) int
+		TaskLogAppended       func(childComplexity int, taskID int) int
+		TaskUpdated           func(childComplexity int, id *int, where *ent.TaskWhereInput) int
 	}
 
 	Task struct {
@@ -538,6 +579,7 @@ type MutationResolver interface {
 	SetTypeControl(ctx context.Context, typeArg string, input model.TypeControlInput) (*flow.Control, error)
 	PauseType(ctx context.Context, typeArg string, until *time.Time) (*flow.Control, error)
 	ResumeType(ctx context.Context, typeArg string) (*flow.Control, error)
+	DrainClusterNode(ctx context.Context, id string, drain bool) (*nodes.View, error)
 	CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*ent.Schedule, error)
 	UpdateSchedule(ctx context.Context, id int, input model.UpdateScheduleInput) (*ent.Schedule, error)
 	PauseSchedule(ctx context.Context, id int) (*ent.Schedule, error)
@@ -565,6 +607,8 @@ type QueryResolver interface {
 	BulkPreview(ctx context.Context, action lifecycle.Action, where ent.TaskWhereInput) (*model.BulkPreview, error)
 	TypeControls(ctx context.Context) ([]*flow.Control, error)
 	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
+	ClusterNodes(ctx context.Context) ([]*nodes.View, error)
+	ClusterSummary(ctx context.Context) (*nodes.Summary, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
 }
@@ -577,6 +621,8 @@ type SubscriptionResolver interface {
 	TaskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error)
 	TaskLogAppended(ctx context.Context, taskID int) (<-chan *ent.TaskLog, error)
 	AlertIncidentChanged(ctx context.Context) (<-chan *ent.AlertIncident, error)
+	ClusterNodesChanged(ctx context.Context) (<-chan []*nodes.View, error)
+	ClusterSummaryChanged(ctx context.Context) (<-chan *nodes.Summary, error)
 }
 type TaskResolver interface {
 	Instances(ctx context.Context, obj *ent.Task) ([]*ent.TaskInstance, error)
@@ -1109,6 +1155,140 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.BulkStatusCount.Status(childComplexity), true
 
+	case "ClusterNode.busy":
+		if e.ComplexityRoot.ClusterNode.Busy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Busy(childComplexity), true
+	case "ClusterNode.draining":
+		if e.ComplexityRoot.ClusterNode.Draining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Draining(childComplexity), true
+	case "ClusterNode.expiresAt":
+		if e.ComplexityRoot.ClusterNode.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.ExpiresAt(childComplexity), true
+	case "ClusterNode.files":
+		if e.ComplexityRoot.ClusterNode.Files == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Files(childComplexity), true
+	case "ClusterNode.host":
+		if e.ComplexityRoot.ClusterNode.Host == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Host(childComplexity), true
+	case "ClusterNode.lastSeenAt":
+		if e.ComplexityRoot.ClusterNode.LastSeenAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.LastSeenAt(childComplexity), true
+	case "ClusterNode.leading":
+		if e.ComplexityRoot.ClusterNode.Leading == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Leading(childComplexity), true
+	case "ClusterNode.id":
+		if e.ComplexityRoot.ClusterNode.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Name(childComplexity), true
+	case "ClusterNode.pid":
+		if e.ComplexityRoot.ClusterNode.Pid == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Pid(childComplexity), true
+	case "ClusterNode.roles":
+		if e.ComplexityRoot.ClusterNode.Roles == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Roles(childComplexity), true
+	case "ClusterNode.runningExecutions":
+		if e.ComplexityRoot.ClusterNode.Running == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Running(childComplexity), true
+	case "ClusterNode.startedAt":
+		if e.ComplexityRoot.ClusterNode.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.StartedAt(childComplexity), true
+	case "ClusterNode.state":
+		if e.ComplexityRoot.ClusterNode.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.State(childComplexity), true
+	case "ClusterNode.stoppedAt":
+		if e.ComplexityRoot.ClusterNode.StoppedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.StoppedAt(childComplexity), true
+	case "ClusterNode.total":
+		if e.ComplexityRoot.ClusterNode.Total == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Total(childComplexity), true
+	case "ClusterNode.version":
+		if e.ComplexityRoot.ClusterNode.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Version(childComplexity), true
+
+	case "ClusterSummary.busy":
+		if e.ComplexityRoot.ClusterSummary.Busy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterSummary.Busy(childComplexity), true
+	case "ClusterSummary.draining":
+		if e.ComplexityRoot.ClusterSummary.Draining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterSummary.Draining(childComplexity), true
+	case "ClusterSummary.gone":
+		if e.ComplexityRoot.ClusterSummary.Gone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterSummary.Gone(childComplexity), true
+	case "ClusterSummary.live":
+		if e.ComplexityRoot.ClusterSummary.Live == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterSummary.Live(childComplexity), true
+	case "ClusterSummary.stopped":
+		if e.ComplexityRoot.ClusterSummary.Stopped == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterSummary.Stopped(childComplexity), true
+	case "ClusterSummary.total":
+		if e.ComplexityRoot.ClusterSummary.Total == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterSummary.Total(childComplexity), true
+
 	case "CreateTaskResult.created":
 		if e.ComplexityRoot.CreateTaskResult.Created == nil {
 			break
@@ -1329,6 +1509,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.drainClusterNode":
+		if e.ComplexityRoot.Mutation.DrainClusterNode == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_drainClusterNode_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DrainClusterNode(childComplexity, args["id"].(string), args["drain"].(bool)), true
 	case "Mutation.importFile":
 		if e.ComplexityRoot.Mutation.ImportFile == nil {
 			break
@@ -1506,6 +1697,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Mutation.UpdateSchedule(childComplexity, args["id"].(int), args["input"].(model.UpdateScheduleInput)), true
 
+	case "NodeExecution.instanceId":
+		if e.ComplexityRoot.NodeExecution.InstanceID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeExecution.InstanceID(childComplexity), true
+	case "NodeExecution.startedAt":
+		if e.ComplexityRoot.NodeExecution.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeExecution.StartedAt(childComplexity), true
+	case "NodeExecution.taskId":
+		if e.ComplexityRoot.NodeExecution.TaskID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeExecution.TaskID(childComplexity), true
+	case "NodeExecution.taskType":
+		if e.ComplexityRoot.NodeExecution.TaskType == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeExecution.TaskType(childComplexity), true
+
 	case "PageInfo.endCursor":
 		if e.ComplexityRoot.PageInfo.EndCursor == nil {
 			break
@@ -1587,6 +1803,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.BulkPreview(childComplexity, args["action"].(lifecycle.Action), args["where"].(ent.TaskWhereInput)), true
+	case "Query.clusterNodes":
+		if e.ComplexityRoot.Query.ClusterNodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ClusterNodes(childComplexity), true
+	case "Query.clusterSummary":
+		if e.ComplexityRoot.Query.ClusterSummary == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ClusterSummary(childComplexity), true
 	case "Query.countTasks":
 		if e.ComplexityRoot.Query.CountTasks == nil {
 			break
@@ -2112,6 +2340,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.AlertIncidentChanged(childComplexity), true
+	case "Subscription.clusterNodesChanged":
+		if e.ComplexityRoot.Subscription.ClusterNodesChanged == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscription.ClusterNodesChanged(childComplexity), true
+	case "Subscription.clusterSummaryChanged":
+		if e.ComplexityRoot.Subscription.ClusterSummaryChanged == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscription.ClusterSummaryChanged(childComplexity), true
 	case "Subscription.taskLogAppended":
 		if e.ComplexityRoot.Subscription.TaskLogAppended == nil {
 			break
@@ -2931,7 +3171,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/schedules.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/schedules.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -3063,6 +3303,8 @@ enum AuditLogAction @goModel(model: "taskgraph/ent/auditlog.Action") {
   FLOW_CONTROL_SET
   TYPE_PAUSE
   TYPE_RESUME
+  NODE_DRAIN
+  NODE_UNDRAIN
 }
 """
 A connection to a list of items.
@@ -4863,6 +5105,7 @@ extend type Query {
 	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
 	{Name: "schema/bulkfilter.graphql", Input: sourceData("schema/bulkfilter.graphql"), BuiltIn: false},
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
+	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -5093,6 +5336,62 @@ func (ec *executionContext) childFields_BulkStatusCount(ctx context.Context, fie
 	return nil, fmt.Errorf("no field named %q was found under type BulkStatusCount", field.Name)
 }
 
+func (ec *executionContext) childFields_ClusterNode(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ClusterNode_id(ctx, field)
+	case "state":
+		return ec.fieldContext_ClusterNode_state(ctx, field)
+	case "host":
+		return ec.fieldContext_ClusterNode_host(ctx, field)
+	case "pid":
+		return ec.fieldContext_ClusterNode_pid(ctx, field)
+	case "version":
+		return ec.fieldContext_ClusterNode_version(ctx, field)
+	case "roles":
+		return ec.fieldContext_ClusterNode_roles(ctx, field)
+	case "startedAt":
+		return ec.fieldContext_ClusterNode_startedAt(ctx, field)
+	case "lastSeenAt":
+		return ec.fieldContext_ClusterNode_lastSeenAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ClusterNode_expiresAt(ctx, field)
+	case "stoppedAt":
+		return ec.fieldContext_ClusterNode_stoppedAt(ctx, field)
+	case "busy":
+		return ec.fieldContext_ClusterNode_busy(ctx, field)
+	case "total":
+		return ec.fieldContext_ClusterNode_total(ctx, field)
+	case "leading":
+		return ec.fieldContext_ClusterNode_leading(ctx, field)
+	case "files":
+		return ec.fieldContext_ClusterNode_files(ctx, field)
+	case "draining":
+		return ec.fieldContext_ClusterNode_draining(ctx, field)
+	case "runningExecutions":
+		return ec.fieldContext_ClusterNode_runningExecutions(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ClusterNode", field.Name)
+}
+
+func (ec *executionContext) childFields_ClusterSummary(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "live":
+		return ec.fieldContext_ClusterSummary_live(ctx, field)
+	case "draining":
+		return ec.fieldContext_ClusterSummary_draining(ctx, field)
+	case "gone":
+		return ec.fieldContext_ClusterSummary_gone(ctx, field)
+	case "stopped":
+		return ec.fieldContext_ClusterSummary_stopped(ctx, field)
+	case "busy":
+		return ec.fieldContext_ClusterSummary_busy(ctx, field)
+	case "total":
+		return ec.fieldContext_ClusterSummary_total(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ClusterSummary", field.Name)
+}
+
 func (ec *executionContext) childFields_CreateTaskResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "index":
@@ -5143,6 +5442,20 @@ func (ec *executionContext) childFields_ImportTarget(ctx context.Context, field 
 		return ec.fieldContext_ImportTarget_businessKey(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ImportTarget", field.Name)
+}
+
+func (ec *executionContext) childFields_NodeExecution(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "instanceId":
+		return ec.fieldContext_NodeExecution_instanceId(ctx, field)
+	case "taskId":
+		return ec.fieldContext_NodeExecution_taskId(ctx, field)
+	case "taskType":
+		return ec.fieldContext_NodeExecution_taskType(ctx, field)
+	case "startedAt":
+		return ec.fieldContext_NodeExecution_startedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NodeExecution", field.Name)
 }
 
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -5968,6 +6281,28 @@ func (ec *executionContext) field_Mutation_deleteSchedule_args(ctx context.Conte
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_drainClusterNode_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "drain",
+		func(ctx context.Context, v any) (bool, error) {
+			return ec.unmarshalNBoolean2bool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["drain"] = arg1
 	return args, nil
 }
 
@@ -8835,6 +9170,521 @@ func (ec *executionContext) fieldContext_BulkStatusCount_accepted(_ context.Cont
 	return graphql.NewScalarFieldContext("BulkStatusCount", field, false, false, "Boolean")
 }
 
+func (ec *executionContext) _ClusterNode_id(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "String")
+}
+
+func (ec *executionContext) _ClusterNode_state(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_state(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.State, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v nodes.State) graphql.Marshaler {
+			return ec.marshalNClusterNodeState2taskgraphᚋnodesᚐState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "ClusterNodeState")
+}
+
+func (ec *executionContext) _ClusterNode_host(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_host(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Host, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_host(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "String")
+}
+
+func (ec *executionContext) _ClusterNode_pid(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_pid(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Pid, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_pid(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterNode_version(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "String")
+}
+
+func (ec *executionContext) _ClusterNode_roles(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_roles(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Roles, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_roles(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "String")
+}
+
+func (ec *executionContext) _ClusterNode_startedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_startedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_startedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ClusterNode_lastSeenAt(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_lastSeenAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastSeenAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_lastSeenAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ClusterNode_expiresAt(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ClusterNode_stoppedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_stoppedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StoppedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_stoppedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ClusterNode_busy(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_busy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Busy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_busy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterNode_total(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_total(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Total, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_total(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterNode_leading(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_leading(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Leading, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_leading(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ClusterNode_files(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_files(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Files, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_files(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "String")
+}
+
+func (ec *executionContext) _ClusterNode_draining(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_draining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Draining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_draining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ClusterNode_runningExecutions(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_runningExecutions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Running, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []nodes.Execution) graphql.Marshaler {
+			return ec.marshalNNodeExecution2ᚕtaskgraphᚋnodesᚐExecutionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_runningExecutions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ClusterNode",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_NodeExecution(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ClusterSummary_live(ctx context.Context, field graphql.CollectedField, obj *nodes.Summary) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterSummary_live(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Live, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterSummary_live(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterSummary", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterSummary_draining(ctx context.Context, field graphql.CollectedField, obj *nodes.Summary) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterSummary_draining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Draining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterSummary_draining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterSummary", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterSummary_gone(ctx context.Context, field graphql.CollectedField, obj *nodes.Summary) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterSummary_gone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Gone, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterSummary_gone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterSummary", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterSummary_stopped(ctx context.Context, field graphql.CollectedField, obj *nodes.Summary) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterSummary_stopped(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Stopped, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterSummary_stopped(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterSummary", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterSummary_busy(ctx context.Context, field graphql.CollectedField, obj *nodes.Summary) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterSummary_busy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Busy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterSummary_busy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterSummary", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterSummary_total(ctx context.Context, field graphql.CollectedField, obj *nodes.Summary) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterSummary_total(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Total, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterSummary_total(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterSummary", field, false, false, "Int")
+}
+
 func (ec *executionContext) _CreateTaskResult_index(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10152,6 +11002,50 @@ func (ec *executionContext) fieldContext_Mutation_resumeType(ctx context.Context
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_drainClusterNode(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_drainClusterNode(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DrainClusterNode(ctx, fc.Args["id"].(string), fc.Args["drain"].(bool))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.View) graphql.Marshaler {
+			return ec.marshalNClusterNode2ᚖtaskgraphᚋnodesᚐView(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_drainClusterNode(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ClusterNode(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_drainClusterNode_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10414,6 +11308,98 @@ func (ec *executionContext) fieldContext_Mutation_runScheduleNow(ctx context.Con
 		return fc, err
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _NodeExecution_instanceId(ctx context.Context, field graphql.CollectedField, obj *nodes.Execution) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_NodeExecution_instanceId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InstanceID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_NodeExecution_instanceId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("NodeExecution", field, false, false, "ID")
+}
+
+func (ec *executionContext) _NodeExecution_taskId(ctx context.Context, field graphql.CollectedField, obj *nodes.Execution) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_NodeExecution_taskId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_NodeExecution_taskId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("NodeExecution", field, false, false, "ID")
+}
+
+func (ec *executionContext) _NodeExecution_taskType(ctx context.Context, field graphql.CollectedField, obj *nodes.Execution) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_NodeExecution_taskType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TaskType, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_NodeExecution_taskType(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("NodeExecution", field, false, false, "String")
+}
+
+func (ec *executionContext) _NodeExecution_startedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.Execution) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_NodeExecution_startedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_NodeExecution_startedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("NodeExecution", field, false, false, "Time")
 }
 
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *entgql.PageInfo[int]) (ret graphql.Marshaler) {
@@ -11256,6 +12242,70 @@ func (ec *executionContext) fieldContext_Query_typeControl(ctx context.Context, 
 	if fc.Args, err = ec.field_Query_typeControl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_clusterNodes(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_clusterNodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ClusterNodes(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.View) graphql.Marshaler {
+			return ec.marshalNClusterNode2ᚕᚖtaskgraphᚋnodesᚐViewᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_clusterNodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ClusterNode(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_clusterSummary(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_clusterSummary(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ClusterSummary(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.Summary) graphql.Marshaler {
+			return ec.marshalNClusterSummary2ᚖtaskgraphᚋnodesᚐSummary(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_clusterSummary(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ClusterSummary(ctx, field)
+		},
 	}
 	return fc, nil
 }
@@ -13022,6 +14072,70 @@ func (ec *executionContext) fieldContext_Subscription_alertIncidentChanged(_ con
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_AlertIncident(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_clusterNodesChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_clusterNodesChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscription().ClusterNodesChanged(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.View) graphql.Marshaler {
+			return ec.marshalNClusterNode2ᚕᚖtaskgraphᚋnodesᚐViewᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_clusterNodesChanged(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ClusterNode(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_clusterSummaryChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_clusterSummaryChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscription().ClusterSummaryChanged(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.Summary) graphql.Marshaler {
+			return ec.marshalNClusterSummary2ᚖtaskgraphᚋnodesᚐSummary(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_clusterSummaryChanged(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ClusterSummary(ctx, field)
 		},
 	}
 	return fc, nil
@@ -23100,6 +24214,172 @@ func (ec *executionContext) _BulkStatusCount(ctx context.Context, sel ast.Select
 	return out
 }
 
+var clusterNodeImplementors = []string{"ClusterNode"}
+
+func (ec *executionContext) _ClusterNode(ctx context.Context, sel ast.SelectionSet, obj *nodes.View) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, clusterNodeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ClusterNode")
+		case "id":
+			out.Values[i] = ec._ClusterNode_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "state":
+			out.Values[i] = ec._ClusterNode_state(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "host":
+			out.Values[i] = ec._ClusterNode_host(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pid":
+			out.Values[i] = ec._ClusterNode_pid(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "version":
+			out.Values[i] = ec._ClusterNode_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "roles":
+			out.Values[i] = ec._ClusterNode_roles(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "startedAt":
+			out.Values[i] = ec._ClusterNode_startedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "lastSeenAt":
+			out.Values[i] = ec._ClusterNode_lastSeenAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._ClusterNode_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "stoppedAt":
+			out.Values[i] = ec._ClusterNode_stoppedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "busy":
+			out.Values[i] = ec._ClusterNode_busy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "total":
+			out.Values[i] = ec._ClusterNode_total(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "leading":
+			out.Values[i] = ec._ClusterNode_leading(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "files":
+			out.Values[i] = ec._ClusterNode_files(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "draining":
+			out.Values[i] = ec._ClusterNode_draining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "runningExecutions":
+			out.Values[i] = ec._ClusterNode_runningExecutions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var clusterSummaryImplementors = []string{"ClusterSummary"}
+
+func (ec *executionContext) _ClusterSummary(ctx context.Context, sel ast.SelectionSet, obj *nodes.Summary) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, clusterSummaryImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ClusterSummary")
+		case "live":
+			out.Values[i] = ec._ClusterSummary_live(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "draining":
+			out.Values[i] = ec._ClusterSummary_draining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "gone":
+			out.Values[i] = ec._ClusterSummary_gone(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "stopped":
+			out.Values[i] = ec._ClusterSummary_stopped(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "busy":
+			out.Values[i] = ec._ClusterSummary_busy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "total":
+			out.Values[i] = ec._ClusterSummary_total(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var createTaskResultImplementors = []string{"CreateTaskResult"}
 
 func (ec *executionContext) _CreateTaskResult(ctx context.Context, sel ast.SelectionSet, obj *model.CreateTaskResult) graphql.Marshaler {
@@ -23455,6 +24735,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "drainClusterNode":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_drainClusterNode(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createSchedule":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createSchedule(ctx, field)
@@ -23495,6 +24782,54 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 				return ec._Mutation_runScheduleNow(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var nodeExecutionImplementors = []string{"NodeExecution"}
+
+func (ec *executionContext) _NodeExecution(ctx context.Context, sel ast.SelectionSet, obj *nodes.Execution) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, nodeExecutionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("NodeExecution")
+		case "instanceId":
+			out.Values[i] = ec._NodeExecution_instanceId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "taskId":
+			out.Values[i] = ec._NodeExecution_taskId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "taskType":
+			out.Values[i] = ec._NodeExecution_taskType(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "startedAt":
+			out.Values[i] = ec._NodeExecution_startedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -23694,6 +25029,18 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_typeControl(ctx, field)
+				})
+		case "clusterNodes":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_clusterNodes(ctx, field)
+				})
+		case "clusterSummary":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_clusterSummary(ctx, field)
 				})
 		case "schedule":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -24281,6 +25628,10 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_taskLogAppended(ctx, fields[0])
 	case "alertIncidentChanged":
 		return ec._Subscription_alertIncidentChanged(ctx, fields[0])
+	case "clusterNodesChanged":
+		return ec._Subscription_clusterNodesChanged(ctx, fields[0])
+	case "clusterSummaryChanged":
+		return ec._Subscription_clusterSummaryChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
@@ -25809,6 +27160,53 @@ func (ec *executionContext) marshalNBulkStatusCount2ᚖtaskgraphᚋgraphᚋmodel
 	return ec._BulkStatusCount(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNClusterNode2ᚕᚖtaskgraphᚋnodesᚐViewᚄ(ctx context.Context, sel ast.SelectionSet, v []*nodes.View) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNClusterNode2ᚖtaskgraphᚋnodesᚐView(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNClusterNode2ᚖtaskgraphᚋnodesᚐView(ctx context.Context, sel ast.SelectionSet, v *nodes.View) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ClusterNode!")
+		return graphql.Null
+	}
+	return ec._ClusterNode(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNClusterNodeState2taskgraphᚋnodesᚐState(ctx context.Context, v any) (nodes.State, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := nodes.State(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNClusterNodeState2taskgraphᚋnodesᚐState(ctx context.Context, sel ast.SelectionSet, v nodes.State) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "ClusterNodeState!")
+	}
+	return res
+}
+
+func (ec *executionContext) marshalNClusterSummary2ᚖtaskgraphᚋnodesᚐSummary(ctx context.Context, sel ast.SelectionSet, v *nodes.Summary) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ClusterSummary!")
+		return graphql.Null
+	}
+	return ec._ClusterSummary(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNCreateScheduleInput2taskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx context.Context, v any) (model.CreateScheduleInput, error) {
 	res, err := ec.unmarshalInputCreateScheduleInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -26066,6 +27464,26 @@ func (ec *executionContext) marshalNNode2ᚕtaskgraphᚋentᚐNoder(ctx context.
 		fc.Result = &v[i]
 		return ec.marshalONode2taskgraphᚋentᚐNoder(ctx, sel, v[i])
 	})
+
+	return ret
+}
+
+func (ec *executionContext) marshalNNodeExecution2taskgraphᚋnodesᚐExecution(ctx context.Context, sel ast.SelectionSet, v nodes.Execution) graphql.Marshaler {
+	return ec._NodeExecution(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNNodeExecution2ᚕtaskgraphᚋnodesᚐExecutionᚄ(ctx context.Context, sel ast.SelectionSet, v []nodes.Execution) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNNodeExecution2taskgraphᚋnodesᚐExecution(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
 
 	return ret
 }

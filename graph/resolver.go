@@ -15,6 +15,7 @@ import (
 	"taskgraph/events"
 	"taskgraph/flow"
 	"taskgraph/importer"
+	"taskgraph/nodes"
 	"taskgraph/schedule"
 )
 
@@ -45,6 +46,9 @@ type Resolver struct {
 	// Alerts serves alert rules, channels and incidents; without it those
 	// fields are unavailable.
 	Alerts *alert.Service
+	// Nodes reads and drains the cluster's nodes; without it those
+	// fields are unavailable.
+	Nodes *nodes.Service
 }
 
 // Page sizes of connections.

@@ -153,6 +153,7 @@ type Pool struct {
 	perType  map[string]int
 	started  bool
 	stopping bool
+	paused   bool // PauseClaiming: a drained node claims nothing
 
 	execCtx     context.Context
 	execCancel  context.CancelCauseFunc
@@ -266,6 +267,26 @@ func (p *Pool) Wake() {
 	}
 }
 
+// Load returns how many handlers run and how many may run at once.
+func (p *Pool) Load() (busy, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.running), p.cfg.Concurrency
+}
+
+// PauseClaiming stops (true) or resumes (false) claiming work, for a
+// node an admin drains: running handlers go on, nothing new starts (a
+// claim under way still starts what it got). Unlike StopClaiming it can
+// be undone; a pool shutting down stays stopped.
+func (p *Pool) PauseClaiming(pause bool) {
+	p.mu.Lock()
+	p.paused = pause
+	p.mu.Unlock()
+	if !pause {
+		p.Wake()
+	}
+}
+
 // Running returns how many handlers are running.
 func (p *Pool) Running() int {
 	p.mu.Lock()
@@ -370,7 +391,7 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 func (p *Pool) capacity() (free int, open []string, capped map[string]int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopping {
+	if p.stopping || p.paused {
 		return 0, nil, nil
 	}
 	free = p.cfg.Concurrency - len(p.running)

@@ -103,6 +103,8 @@ const (
 	ActionFLOW_CONTROL_SET Action = "FLOW_CONTROL_SET"
 	ActionTYPE_PAUSE       Action = "TYPE_PAUSE"
 	ActionTYPE_RESUME      Action = "TYPE_RESUME"
+	ActionNODE_DRAIN       Action = "NODE_DRAIN"
+	ActionNODE_UNDRAIN     Action = "NODE_UNDRAIN"
 )
 
 func (a Action) String() string {
@@ -112,7 +114,7 @@ func (a Action) String() string {
 // ActionValidator is a validator for the "action" field enum values. It is called by the builders before save.
 func ActionValidator(a Action) error {
 	switch a {
-	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME:
+	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME, ActionNODE_DRAIN, ActionNODE_UNDRAIN:
 		return nil
 	default:
 		return fmt.Errorf("auditlog: invalid enum value for action field: %q", a)

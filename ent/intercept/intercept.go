@@ -12,6 +12,7 @@ import (
 	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/clusternode"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
 	"taskgraph/ent/flowcontrol"
@@ -216,6 +217,33 @@ func (f TraverseAuditLog) Traverse(ctx context.Context, q ent.Query) error {
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.AuditLogQuery", q)
+}
+
+// The ClusterNodeFunc type is an adapter to allow the use of ordinary function as a Querier.
+type ClusterNodeFunc func(context.Context, *ent.ClusterNodeQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f ClusterNodeFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.ClusterNodeQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ClusterNodeQuery", q)
+}
+
+// The TraverseClusterNode type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseClusterNode func(context.Context, *ent.ClusterNodeQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseClusterNode) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseClusterNode) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.ClusterNodeQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.ClusterNodeQuery", q)
 }
 
 // The ContactFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -501,6 +529,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.ArtifactQuery, predicate.Artifact, artifact.OrderOption]{typ: ent.TypeArtifact, tq: q}, nil
 	case *ent.AuditLogQuery:
 		return &query[*ent.AuditLogQuery, predicate.AuditLog, auditlog.OrderOption]{typ: ent.TypeAuditLog, tq: q}, nil
+	case *ent.ClusterNodeQuery:
+		return &query[*ent.ClusterNodeQuery, predicate.ClusterNode, clusternode.OrderOption]{typ: ent.TypeClusterNode, tq: q}, nil
 	case *ent.ContactQuery:
 		return &query[*ent.ContactQuery, predicate.Contact, contact.OrderOption]{typ: ent.TypeContact, tq: q}, nil
 	case *ent.DeploymentQuery:

@@ -168,7 +168,7 @@ var (
 		{Name: "role", Type: field.TypeString},
 		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
-		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME"}},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
 		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
 		{Name: "error_code", Type: field.TypeString, Default: ""},
@@ -192,6 +192,30 @@ var (
 				Columns: []*schema.Column{AuditLogsColumns[2], AuditLogsColumns[1]},
 			},
 		},
+	}
+	// ClusterNodesColumns holds the columns for the "cluster_nodes" table.
+	ClusterNodesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "name", Type: field.TypeString, Unique: true},
+		{Name: "host", Type: field.TypeString},
+		{Name: "pid", Type: field.TypeInt},
+		{Name: "version", Type: field.TypeString},
+		{Name: "roles", Type: field.TypeJSON},
+		{Name: "started_at", Type: field.TypeTime},
+		{Name: "last_seen_at", Type: field.TypeTime},
+		{Name: "expires_at", Type: field.TypeTime},
+		{Name: "stopped_at", Type: field.TypeTime, Nullable: true},
+		{Name: "busy", Type: field.TypeInt, Default: 0},
+		{Name: "total", Type: field.TypeInt, Default: 0},
+		{Name: "leading", Type: field.TypeBool, Default: false},
+		{Name: "files", Type: field.TypeString, Default: ""},
+		{Name: "draining", Type: field.TypeBool, Default: false},
+	}
+	// ClusterNodesTable holds the schema information for the "cluster_nodes" table.
+	ClusterNodesTable = &schema.Table{
+		Name:       "cluster_nodes",
+		Columns:    ClusterNodesColumns,
+		PrimaryKey: []*schema.Column{ClusterNodesColumns[0]},
 	}
 	// ContactsColumns holds the columns for the "contacts" table.
 	ContactsColumns = []*schema.Column{
@@ -578,6 +602,7 @@ var (
 		AlertRulesTable,
 		ArtifactsTable,
 		AuditLogsTable,
+		ClusterNodesTable,
 		ContactsTable,
 		DeploymentsTable,
 		FlowControlsTable,
@@ -607,6 +632,9 @@ func init() {
 	}
 	AuditLogsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(12884901888),
+	}
+	ClusterNodesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(64424509440),
 	}
 	ContactsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(21474836480),

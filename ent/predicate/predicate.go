@@ -21,6 +21,9 @@ type Artifact func(*sql.Selector)
 // AuditLog is the predicate function for auditlog builders.
 type AuditLog func(*sql.Selector)
 
+// ClusterNode is the predicate function for clusternode builders.
+type ClusterNode func(*sql.Selector)
+
 // Contact is the predicate function for contact builders.
 type Contact func(*sql.Selector)
 

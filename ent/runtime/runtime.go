@@ -8,6 +8,7 @@ import (
 	"taskgraph/ent/alertrule"
 	"taskgraph/ent/artifact"
 	"taskgraph/ent/auditlog"
+	"taskgraph/ent/clusternode"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/deployment"
 	"taskgraph/ent/flowcontrol"
@@ -166,6 +167,28 @@ func init() {
 	auditlogDescRemoteAddr := auditlogFields[8].Descriptor()
 	// auditlog.DefaultRemoteAddr holds the default value on creation for the remote_addr field.
 	auditlog.DefaultRemoteAddr = auditlogDescRemoteAddr.Default.(string)
+	clusternodeFields := schema.ClusterNode{}.Fields()
+	_ = clusternodeFields
+	// clusternodeDescBusy is the schema descriptor for busy field.
+	clusternodeDescBusy := clusternodeFields[9].Descriptor()
+	// clusternode.DefaultBusy holds the default value on creation for the busy field.
+	clusternode.DefaultBusy = clusternodeDescBusy.Default.(int)
+	// clusternodeDescTotal is the schema descriptor for total field.
+	clusternodeDescTotal := clusternodeFields[10].Descriptor()
+	// clusternode.DefaultTotal holds the default value on creation for the total field.
+	clusternode.DefaultTotal = clusternodeDescTotal.Default.(int)
+	// clusternodeDescLeading is the schema descriptor for leading field.
+	clusternodeDescLeading := clusternodeFields[11].Descriptor()
+	// clusternode.DefaultLeading holds the default value on creation for the leading field.
+	clusternode.DefaultLeading = clusternodeDescLeading.Default.(bool)
+	// clusternodeDescFiles is the schema descriptor for files field.
+	clusternodeDescFiles := clusternodeFields[12].Descriptor()
+	// clusternode.DefaultFiles holds the default value on creation for the files field.
+	clusternode.DefaultFiles = clusternodeDescFiles.Default.(string)
+	// clusternodeDescDraining is the schema descriptor for draining field.
+	clusternodeDescDraining := clusternodeFields[13].Descriptor()
+	// clusternode.DefaultDraining holds the default value on creation for the draining field.
+	clusternode.DefaultDraining = clusternodeDescDraining.Default.(bool)
 	contactMixin := schema.Contact{}.Mixin()
 	contactMixinFields0 := contactMixin[0].Fields()
 	_ = contactMixinFields0

@@ -37,7 +37,8 @@ func (AuditLog) Fields() []ent.Field {
 		field.Enum("action").
 			Values("CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD",
 				"SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW",
-				"FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME").
+				"FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME",
+				"NODE_DRAIN", "NODE_UNDRAIN").
 			Immutable().
 			Annotations(entgql.OrderField("ACTION")),
 		field.JSON("task_ids", []int{}).

@@ -10,6 +10,7 @@ import { AlertsPage } from './pages/Alerts';
 import { Dashboard } from './pages/Dashboard';
 import { ImportPage } from './pages/Import';
 import { Launch } from './pages/Launch';
+import { Nodes } from './pages/Nodes';
 import { Login } from './pages/Login';
 import { ScheduleDetail } from './pages/ScheduleDetail';
 import { Schedules } from './pages/Schedules';
@@ -51,6 +52,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
     { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
     { to: '/schedules', label: t('nav.schedules'), id: 'schedules', show: true },
     { to: '/types', label: t('nav.types'), id: 'types', show: true },
+    { to: '/nodes', label: t('nav.nodes'), id: 'nodes', show: true },
   ];
   const active = (to: string) => (to === '/' ? path === '/' : path === to || path.startsWith(to + '/'));
 
@@ -111,6 +113,7 @@ function Routes({ path }: { path: string }) {
   if (path === '/schedules') return <Schedules />;
   if ((m = /^\/schedules\/([^/]+)$/.exec(path))) return <ScheduleDetail key={m[1]} id={decodeURIComponent(m[1])} />;
   if (path === '/types') return <Types />;
+  if (path === '/nodes') return <Nodes />;
   return <NotFound />;
 }
 
