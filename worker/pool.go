@@ -99,6 +99,9 @@ const (
 	// noRetryAfter is the retryAfter of an error that did not say when to
 	// try again (FailureAfter): the retry policy's backoff applies.
 	noRetryAfter = time.Duration(-1)
+	// workerIDRandomBytes ends a default worker id (6 hex digits): two
+	// processes with one host name and pid (containers) still differ.
+	workerIDRandomBytes = 3
 )
 
 // Deps are what a Pool works with.
@@ -225,7 +228,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 func DefaultWorkerID() string {
 	host, _ := os.Hostname()
 	host = strings.SplitN(host, ".", 2)[0]
-	var b [3]byte
+	var b [workerIDRandomBytes]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), hex.EncodeToString(b[:]))
 }
