@@ -9,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/events"
+	"taskgraph/mask"
+	"taskgraph/seal"
 	"taskgraph/store"
 )
 
@@ -216,4 +219,24 @@ func TestStopClaimingEndsTheFetchLoop(t *testing.T) {
 	require.Zero(t, free, "a stopping pool has no room")
 	require.Empty(t, open)
 	require.Empty(t, capped)
+}
+
+func TestNewPoolTakesNilPointersInItsInterfacesForNothing(t *testing.T) {
+	t.Parallel()
+	policies, err := NewPolicies(DefaultPolicies()...)
+	require.NoError(t, err)
+	sealer, err := seal.New(make([]byte, seal.KeySize))
+	require.NoError(t, err)
+	deps := Deps{Registry: noopRegistry(), Policies: policies, Sealer: sealer, Masker: mask.Default()}
+
+	var noStore *store.Store
+	deps.Store = noStore
+	_, err = NewPool(Config{}, deps)
+	require.ErrorContains(t, err, "no store")
+
+	var noBroker *events.Broker
+	deps.Store, deps.Broker = newFakeStore(), noBroker
+	p, err := NewPool(Config{}, deps)
+	require.NoError(t, err)
+	require.Nil(t, p.deps.Broker, "a nil *events.Broker is no broker (polling), not a broker to call")
 }

@@ -113,8 +113,8 @@ type Deps struct {
 	Policies *Policies
 	// Broker, when set, wakes the pool on new work and delivers cancel
 	// requests at once; without it the pool relies on polling and
-	// heartbeats.
-	Broker *events.Broker
+	// heartbeats. An *events.Broker.
+	Broker ChangeFeed
 	Sealer *seal.Sealer
 	Masker *mask.Masker
 	// Recorder, when set, is told about claims and executions (metrics).
@@ -194,6 +194,9 @@ type Pool struct {
 func NewPool(cfg Config, deps Deps) (*Pool, error) {
 	if err := deps.validate(); err != nil {
 		return nil, err
+	}
+	if isNil(deps.Broker) {
+		deps.Broker = nil // a nil *events.Broker: no broker
 	}
 	if cfg.Concurrency < 0 || cfg.ClaimBatch < 0 {
 		return nil, errors.New("worker: concurrency and claim batch must not be negative")

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"time"
 
+	"taskgraph/events"
 	"taskgraph/store"
 )
 
@@ -47,6 +48,18 @@ type Clock interface {
 	Now() time.Time
 }
 
+// ChangeFeed delivers committed changes to the pool as they happen: new
+// work to claim, cancels to pass on to running handlers. *events.Broker is
+// one.
+type ChangeFeed interface {
+	// SubscribeInternal subscribes the process's own machinery to the
+	// changes match selects; a subscriber buffer changes behind is dropped
+	// (its subscription ends) and must catch up by other means.
+	SubscribeInternal(match func(events.TaskChange) bool, buffer int) *events.Subscription[events.TaskChange]
+}
+
+var _ ChangeFeed = (*events.Broker)(nil)
+
 // Store is all a Pool needs of the database.
 type Store interface {
 	Claimer
@@ -58,7 +71,8 @@ type Store interface {
 var _ Store = (*store.Store)(nil)
 
 // isNil reports whether v is nil, or an interface holding a nil pointer
-// (a nil *store.Store given as a Store).
+// (a nil *store.Store given as a Store, a nil *events.Broker as a
+// ChangeFeed).
 func isNil(v any) bool {
 	if v == nil {
 		return true
