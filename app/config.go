@@ -162,8 +162,8 @@ func declareFlags(c *Config, getenv func(string) string) *Flags {
 	f.Secret(&c.SecretKey, "secret-key", "64 hex characters encrypting sensitive input (default: a key file in the data directory; nodes sharing a database must share it)", checkSecretKey)
 	Var(f, &c.LogLevel, "log-level", slog.LevelInfo, "level", "debug, info, warn or error", parseLevel, showLevel)
 	Var(f, &c.LogFormat, "log-format", "text", "format", "text or json", parseLogFormat, str)
-	f.Duration(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, 0, 0, "how long running tasks may finish at shutdown before they are interrupted")
-	f.Duration(&c.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, 3*time.Second, 0, "how long an execution may go without a heartbeat before the watchdog recovers it")
+	f.Duration(&c.ShutdownGrace, "shutdown-grace", worker.ShutdownGraceDefault, 0, 0, "how long running tasks may finish at shutdown before they are interrupted")
+	f.Duration(&c.HeartbeatTimeout, "heartbeat-timeout", worker.HeartbeatTimeoutDefault, 3*time.Second, 0, "how long an execution may go without a heartbeat before the watchdog recovers it")
 	f.Bool(&c.Playground, "playground", false, "serve GraphiQL at /playground and allow introspection")
 	f.Duration(&c.Retention, "retention", 0, 0, 0, "purge finished tasks older than this, e.g. 30d or 720h (0: keep forever)")
 	ac := &c.Access

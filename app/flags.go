@@ -19,7 +19,7 @@ import (
 //
 // A new flag is one line in ParseFlags:
 //
-//	f.Int(&c.Workers, "workers", 16, 1, 10000, "handlers running at once in this process")
+//	f.Int(&c.Workers, "workers", worker.ConcurrencyDefault, 1, 10000, "handlers running at once in this process")
 type Flags struct {
 	fs      *flag.FlagSet
 	getenv  func(string) string

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"taskgraph/mask"
@@ -152,5 +151,3 @@ func (s *spool) writeReport(format spreadsheet.Format, header []string, w io.Wri
 	}
 	return out.Close()
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

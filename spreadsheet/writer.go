@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/xuri/excelize/v2"
@@ -166,6 +165,3 @@ func (x *xlsxWriter) Close() error {
 	}
 	return x.f.Write(x.out)
 }
-
-// Clean trims a cell: spaces, including the ideographic space.
-func Clean(s string) string { return strings.Trim(s, " \t\r\n\u3000\u00a0\ufeff") }

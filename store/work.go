@@ -17,6 +17,13 @@ import (
 	"taskgraph/lifecycle"
 )
 
+// maxLogRowsPerTxn bounds the log lines one transaction writes. Their
+// parameters (6 a row) would allow maxBatchRows; half of it because a log
+// line carries text (a message, fields) where the other batches carry a few
+// numbers, so that a transaction of them, and the events it publishes,
+// stays as small as theirs.
+const maxLogRowsPerTxn = maxBatchRows / 2
+
 // Beat is the answer to a heartbeat.
 type Beat struct {
 	// Lost are the executions that are no longer theirs to run (the watchdog
@@ -81,7 +88,8 @@ func (s *Store) heartbeat(ctx context.Context, pulses []Pulse) (Beat, error) {
 			}
 		}
 		v, vArgs := s.d.valuesTable("v", []string{"iid", "moved"}, []colType{colInt, colTime}, cols)
-		rows, err := s.queryInts(ctx, t, 4, `
+		const returned = 4 // id, version, task_id, stalled: the RETURNING list
+		rows, err := s.queryInts(ctx, t, returned, `
 UPDATE task_instances SET heartbeat_at = `+s.d.timeParam()+`,
 	progress_at = CASE WHEN v.moved IS NOT NULL AND (task_instances.progress_at IS NULL OR v.moved > task_instances.progress_at)
 		THEN v.moved ELSE task_instances.progress_at END
@@ -148,7 +156,8 @@ type Progress struct {
 }
 
 // RecordWork writes log lines and progress of running executions, in
-// transactions of at most maxBatchRows rows. Writes of executions that are no
+// transactions of at most maxLogRowsPerTxn log lines or maxBatchRows
+// progress rows. Writes of executions that are no
 // longer EXECUTING with the token's version are dropped; their tokens are
 // returned.
 func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progress) ([]Token, error) {
@@ -160,7 +169,7 @@ func (s *Store) RecordWork(ctx context.Context, logs []LogLine, progress []Progr
 		}
 		return err
 	}
-	for chunk := range slices.Chunk(logs, maxBatchRows/2) {
+	for chunk := range slices.Chunk(logs, maxLogRowsPerTxn) {
 		if err := record(chunk, nil); err != nil {
 			return nil, err
 		}
@@ -257,7 +266,8 @@ func (s *Store) recordWork(ctx context.Context, logs []LogLine, progress []Progr
 		}
 		now := s.Now()
 		row := s.d.intParam() + ", " + s.d.intParam() + ", " + s.d.intParam()
-		args := make([]any, 0, len(accepted)*3+1)
+		const perRow = 3 // id, done, total: the columns of row
+		args := make([]any, 0, len(accepted)*perRow+1)
 		for _, p := range accepted {
 			args = append(args, p.TaskID, p.Done, p.Total)
 		}

@@ -11,17 +11,47 @@ import (
 	"taskgraph/store"
 )
 
+// Limits of a flusher.
+const (
+	// progressFlushInterval: progress is written at most this often (a
+	// bar moves smoothly; a handler reporting in a tight loop costs one
+	// row per interval), except with its execution's outcome.
+	progressFlushInterval = 250 * time.Millisecond
+	// maxQueuedLogLines bounds the log lines held while the database lags
+	// or is down; lines beyond are dropped and counted, memory stays bounded.
+	maxQueuedLogLines = 10000
+	// outcomesQueuedPerSlot: the queue of outcomes holds this many per
+	// worker slot, so that one batch is written while the next gathers.
+	outcomesQueuedPerSlot = 2
+	// earlyFlushDivisor: once 1/earlyFlushDivisor of the queue of outcomes
+	// waits, they are written without waiting for the tick (the batch is
+	// worth a statement, and the rest of the queue keeps handlers going).
+	earlyFlushDivisor = 2
+	// flushBackoffMin and flushBackoffMax bound the wait before a failed
+	// write is tried again (doubling from the first to the second): soon
+	// enough after a blip, rare enough not to hammer a database that is down.
+	flushBackoffMin = 100 * time.Millisecond
+	flushBackoffMax = 5 * time.Second
+	// finalFlushTimeout bounds the last write when the pool stops: what is
+	// not written by then is left to the watchdog (the instances' heartbeats
+	// stop), and a shutdown does not hang on a database that is down.
+	finalFlushTimeout = 15 * time.Second
+	// finalFlushRetryPause is the wait between two tries of the last write.
+	finalFlushRetryPause = 200 * time.Millisecond
+)
+
 // flusher batches what executions write — log lines, progress and their
 // final outcomes — and writes them together: log lines and progress first,
 // then outcomes, so that an execution's last lines are stored while it is
-// still EXECUTING. It is the pool's "completer": batching is what makes
-// thousands of short tasks a second possible.
+// still EXECUTING. Batching is what makes thousands of short tasks a
+// second possible.
 type flusher struct {
-	store            *store.Store
+	out              Completer
 	log              *slog.Logger
 	interval         time.Duration
 	progressInterval time.Duration
 	maxLogs          int
+	finalTimeout     time.Duration
 
 	// space bounds the outcomes waiting to be written: a handler that
 	// finishes while it is full waits, and keeps its worker slot, so that
@@ -46,16 +76,22 @@ type flusher struct {
 	// flusher logging each retry.
 	outages *outage.Monitor
 
+	// waitingForSpace is signalled when finish waits for room (tests).
+	waitingForSpace testSignal
+
 	done chan struct{}
 }
 
-func newFlusher(s *store.Store, log *slog.Logger, interval time.Duration, capacity int) *flusher {
+// newFlusher returns a flusher writing to out at most every interval,
+// holding at most capacity outcomes; run starts it.
+func newFlusher(out Completer, log *slog.Logger, interval time.Duration, capacity int) *flusher {
 	return &flusher{
-		store:            s,
+		out:              out,
 		log:              log,
 		interval:         interval,
-		progressInterval: 250 * time.Millisecond,
-		maxLogs:          10000,
+		progressInterval: progressFlushInterval,
+		maxLogs:          maxQueuedLogLines,
+		finalTimeout:     finalFlushTimeout,
 		space:            make(chan struct{}, capacity),
 		kick:             make(chan struct{}, 1),
 		prog:             make(map[store.Token]store.Progress),
@@ -87,15 +123,21 @@ func (f *flusher) progress(p store.Progress) {
 	}
 }
 
-// finish queues an outcome, waiting while the queue is full. It returns
-// false if the flusher closed first.
+// finish queues an outcome, waiting while the queue is full (the caller,
+// a handler's goroutine, keeps its worker slot meanwhile: backpressure on
+// claims). It returns false if ctx ended or the flusher closed first.
 func (f *flusher) finish(ctx context.Context, o store.Outcome) bool {
 	select {
 	case f.space <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	case <-f.done:
-		return false
+	default:
+		f.waitingForSpace.signal()
+		select {
+		case f.space <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		case <-f.done:
+			return false
+		}
 	}
 	f.mu.Lock()
 	if f.closed {
@@ -104,7 +146,7 @@ func (f *flusher) finish(ctx context.Context, o store.Outcome) bool {
 		return false
 	}
 	f.outcomes = append(f.outcomes, o)
-	full := len(f.outcomes) >= cap(f.space)/2
+	full := len(f.outcomes) >= cap(f.space)/earlyFlushDivisor
 	f.mu.Unlock()
 	if full {
 		f.nudge()
@@ -142,7 +184,7 @@ func (f *flusher) run(ctx context.Context) {
 			}
 		}
 		if err := f.flush(ctx, false); err != nil {
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			backoff = min(max(2*backoff, flushBackoffMin), flushBackoffMax)
 			if !errors.Is(err, context.Canceled) && !counted(f.outages, "flush", err) {
 				f.log.Error("writing executions' work failed; will retry", "err", err, "retry_in", backoff)
 			}
@@ -154,14 +196,17 @@ func (f *flusher) run(ctx context.Context) {
 
 // final writes what is left, with a bounded wait, when the pool stops.
 func (f *flusher) final() {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), f.finalTimeout)
 	defer cancel()
 	for ctx.Err() == nil {
 		if err := f.flush(ctx, true); err == nil {
 			break
 		} else {
 			f.log.Error("final write of executions' work failed", "err", err)
-			time.Sleep(200 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(finalFlushRetryPause):
+			}
 		}
 	}
 	f.mu.Lock()
@@ -215,7 +260,7 @@ func (f *flusher) flush(ctx context.Context, all bool) error {
 
 	if len(logs) > 0 || len(prog) > 0 {
 		callCtx, cancel := context.WithTimeout(ctx, flushCallTimeout)
-		rejected, err := f.store.RecordWork(callCtx, logs, prog)
+		rejected, err := f.out.RecordWork(callCtx, logs, prog)
 		cancel()
 		switch {
 		case err == nil:
@@ -261,7 +306,7 @@ const flushCallTimeout = 30 * time.Second
 // the watchdog recovers its instance when its heartbeats stop.
 func (f *flusher) write(ctx context.Context, outcomes []store.Outcome) (errs []error, done int, err error) {
 	callCtx, cancel := context.WithTimeout(ctx, flushCallTimeout)
-	errs, err = f.store.Finish(callCtx, outcomes)
+	errs, err = f.out.Finish(callCtx, outcomes)
 	cancel()
 	switch {
 	case err == nil:

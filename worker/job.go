@@ -26,7 +26,10 @@ type Job struct {
 	Instance *ent.TaskInstance
 
 	token store.Token
-	rec   *flusher
+	// writes batches the execution's log lines and progress.
+	writes *flusher
+	// clock is the store's: moved is read against the instance's times.
+	clock Clock
 	mask  *mask.Masker
 	// moved is when the handler last reported progress or wrote a log
 	// line (unix nanoseconds of the store's clock; 0: not yet). Heartbeats
@@ -64,7 +67,7 @@ func (j *Job) Attempt() int { return j.Instance.Attempt }
 // is written, at most a few times a second.
 func (j *Job) Progress(done, total int64) {
 	j.touch()
-	j.rec.progress(store.Progress{Token: j.token, TaskID: j.Task.ID, Done: done, Total: total})
+	j.writes.progress(store.Progress{Token: j.token, TaskID: j.Task.ID, Done: done, Total: total})
 }
 
 // Log writes a line to the task's trace. keyvals are alternating keys and
@@ -84,7 +87,7 @@ func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
 		}
 		fields = j.mask.Fields(fields)
 	}
-	j.rec.logLine(store.LogLine{
+	j.writes.logLine(store.LogLine{
 		Token:   j.token,
 		TaskID:  j.Task.ID,
 		Level:   level,
@@ -95,7 +98,7 @@ func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
 }
 
 // touch records that the handler moved now.
-func (j *Job) touch() { j.moved.Store(j.rec.store.Now().UnixNano()) }
+func (j *Job) touch() { j.moved.Store(j.clock.Now().UnixNano()) }
 
 // movedAt is when the handler last moved, or zero.
 func (j *Job) movedAt() time.Time {

@@ -85,17 +85,36 @@ const (
 	// heartbeat is bounded by the heartbeat interval, a flush by
 	// flushCallTimeout.
 	claimTimeout = 10 * time.Second
+	// claimWorthDivisor: a freed slot claims at once, cooldown or not,
+	// when 1/claimWorthDivisor of a claim batch is free: that many slots
+	// are worth a claim of their own.
+	claimWorthDivisor = 2
+	// changesBuffer is how many changes the event loop may fall behind by
+	// before the broker drops it; it then catches up the slow way (a claim
+	// and a heartbeat) and subscribes again.
+	changesBuffer = 4096
+	// stackLines is how much of a panicking handler's stack goes into
+	// last_error: enough to find the bug, not a page of runtime internals.
+	stackLines = 24
+	// noRetryAfter is the retryAfter of an error that did not say when to
+	// try again (FailureAfter): the retry policy's backoff applies.
+	noRetryAfter = time.Duration(-1)
+	// workerIDRandomBytes ends a default worker id (6 hex digits): two
+	// processes with one host name and pid (containers) still differ.
+	workerIDRandomBytes = 3
 )
 
 // Deps are what a Pool works with.
 type Deps struct {
-	Store    *store.Store
+	// Store claims, heartbeats and writes executions' work (a
+	// *store.Store; tests give fakes).
+	Store    Store
 	Registry *Registry
 	Policies *Policies
 	// Broker, when set, wakes the pool on new work and delivers cancel
 	// requests at once; without it the pool relies on polling and
-	// heartbeats.
-	Broker *events.Broker
+	// heartbeats. An *events.Broker.
+	Broker ChangeFeed
 	Sealer *seal.Sealer
 	Masker *mask.Masker
 	// Recorder, when set, is told about claims and executions (metrics).
@@ -114,7 +133,7 @@ type Recorder interface {
 
 func (d Deps) validate() error {
 	switch {
-	case d.Store == nil:
+	case isNil(d.Store):
 		return errors.New("worker: no store")
 	case d.Registry == nil:
 		return errors.New("worker: no registry")
@@ -142,15 +161,16 @@ type Pool struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
-	rec  *flusher
+	// writes batches executions' log lines, progress and outcomes.
+	writes *flusher
+	// running is what runs now (it has its own lock).
+	running *runningSet
 
 	wake chan struct{}
 	slot chan struct{}
 
+	// mu guards started, stopping and paused.
 	mu       sync.Mutex
-	running  map[int]*execution // by instance id
-	byTask   map[int]*execution
-	perType  map[string]int
 	started  bool
 	stopping bool
 	paused   bool // PauseClaiming: a drained node claims nothing
@@ -165,23 +185,19 @@ type Pool struct {
 	handlers    sync.WaitGroup
 	stopOnce    sync.Once
 	stopErr     error
-}
 
-type execution struct {
-	c      store.Claimed
-	job    *Job
-	typ    *TaskType
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	// Guarded by Pool.mu:
-	abandoned    bool
-	cancelReason string
+	// fetchIdle is signalled each time the fetch loop waits for a wake-up,
+	// a poll, a freed slot or the end of a cooldown (tests).
+	fetchIdle testSignal
 }
 
 // NewPool validates its configuration and returns a stopped pool.
 func NewPool(cfg Config, deps Deps) (*Pool, error) {
 	if err := deps.validate(); err != nil {
 		return nil, err
+	}
+	if isNil(deps.Broker) {
+		deps.Broker = nil // a nil *events.Broker: no broker
 	}
 	if cfg.Concurrency < 0 || cfg.ClaimBatch < 0 {
 		return nil, errors.New("worker: concurrency and claim batch must not be negative")
@@ -203,14 +219,12 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 		log:     cfg.Logger.With("worker_id", cfg.ID),
 		wake:    make(chan struct{}, 1),
 		slot:    make(chan struct{}, 1),
-		running: make(map[int]*execution),
-		byTask:  make(map[int]*execution),
-		perType: make(map[string]int),
+		running: newRunningSet(),
 	}
-	p.rec = newFlusher(deps.Store, p.log, cfg.FlushInterval, 2*cfg.Concurrency)
-	p.rec.outages = deps.Outages
-	p.rec.onLost = func(tok store.Token) { p.cancelInstance(tok.InstanceID, errLost) }
-	p.rec.onFinished = p.finished
+	p.writes = newFlusher(deps.Store, p.log, cfg.FlushInterval, outcomesQueuedPerSlot*cfg.Concurrency)
+	p.writes.outages = deps.Outages
+	p.writes.onLost = func(tok store.Token) { p.running.cancel(tok.InstanceID, errLost) }
+	p.writes.onFinished = p.finished
 	return p, nil
 }
 
@@ -218,7 +232,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 func DefaultWorkerID() string {
 	host, _ := os.Hostname()
 	host = strings.SplitN(host, ".", 2)[0]
-	var b [3]byte
+	var b [workerIDRandomBytes]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), hex.EncodeToString(b[:]))
 }
@@ -254,7 +268,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.loops.Add(1)
 		go func() { defer p.loops.Done(); p.eventLoop(loopCtx, sub) }()
 	}
-	go p.rec.run(flushCtx)
+	go p.writes.run(flushCtx)
 	p.Wake()
 	return nil
 }
@@ -268,11 +282,7 @@ func (p *Pool) Wake() {
 }
 
 // Load returns how many handlers run and how many may run at once.
-func (p *Pool) Load() (busy, total int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.running), p.cfg.Concurrency
-}
+func (p *Pool) Load() (busy, total int) { return p.running.count(), p.cfg.Concurrency }
 
 // PauseClaiming stops (true) or resumes (false) claiming work, for a
 // node an admin drains: running handlers go on, nothing new starts (a
@@ -287,20 +297,20 @@ func (p *Pool) PauseClaiming(pause bool) {
 	}
 }
 
-// Running returns how many handlers are running.
-func (p *Pool) Running() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.running)
-}
+// Running returns how many handlers are running (busy slots).
+func (p *Pool) Running() int { return p.running.count() }
+
+// Concurrency returns how many handlers may run at once (all slots).
+func (p *Pool) Concurrency() int { return p.cfg.Concurrency }
 
 func (p *Pool) fetchLoop(ctx context.Context) {
 	tick := time.NewTicker(p.cfg.PollInterval)
 	defer tick.Stop()
-	cooldown := time.NewTimer(time.Hour)
+	cooldown := time.NewTimer(time.Hour) // stopped at once: armed by Reset only
 	cooldown.Stop()
 	var lastFetch time.Time
 	for {
+		p.fetchIdle.signal()
 		select {
 		case <-ctx.Done():
 			return
@@ -309,7 +319,7 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 		case <-cooldown.C:
 		case <-p.slot:
 			wait := p.cfg.FetchCooldown - time.Since(lastFetch)
-			if wait > 0 && p.freeSlots() < p.cfg.ClaimBatch/2 {
+			if wait > 0 && p.freeSlots() < p.cfg.ClaimBatch/claimWorthDivisor {
 				cooldown.Reset(wait)
 				continue
 			}
@@ -338,16 +348,12 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 	}
 }
 
-func (p *Pool) freeSlots() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cfg.Concurrency - len(p.running)
-}
+func (p *Pool) freeSlots() int { return p.cfg.Concurrency - p.running.count() }
 
 // fetchOnce claims as much as the free slots allow and starts it. It
 // reports whether every claim came back full (more may be waiting).
 func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
-	free, open, capped := p.capacity()
+	free, open, capped := p.room()
 	if free == 0 {
 		return false, nil
 	}
@@ -386,22 +392,24 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 	return more && free > 0, nil
 }
 
-// capacity returns the free slots, the types without a cap, and the room
+// room returns the free slots, the types without a cap, and the room
 // left under each capped type's cap.
-func (p *Pool) capacity() (free int, open []string, capped map[string]int) {
+func (p *Pool) room() (free int, open []string, capped map[string]int) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopping || p.paused {
+	stopping := p.stopping || p.paused
+	p.mu.Unlock()
+	if stopping {
 		return 0, nil, nil
 	}
-	free = p.cfg.Concurrency - len(p.running)
+	running, perType := p.running.usage()
+	free = p.cfg.Concurrency - running
 	capped = make(map[string]int)
 	for _, t := range p.deps.Registry.Types() {
 		if t.Concurrency <= 0 {
 			open = append(open, t.Name)
 			continue
 		}
-		if room := t.Concurrency - p.perType[t.Name]; room > 0 {
+		if room := t.Concurrency - perType[t.Name]; room > 0 {
 			capped[t.Name] = room
 		}
 	}
@@ -411,15 +419,11 @@ func (p *Pool) capacity() (free int, open []string, capped map[string]int) {
 // start runs one claimed execution in its own goroutine.
 func (p *Pool) start(c store.Claimed) {
 	typ, ok := p.deps.Registry.Lookup(c.Task.Type)
-	job := &Job{Task: c.Task, Instance: c.Instance, token: c.Token(), rec: p.rec, mask: p.deps.Masker}
+	job := &Job{Task: c.Task, Instance: c.Instance, token: c.Token(), writes: p.writes, clock: p.deps.Store, mask: p.deps.Masker}
 	ctx, cancel := context.WithCancelCause(p.execCtx)
 	ex := &execution{c: c, job: job, typ: typ, cancel: cancel, done: make(chan struct{})}
 
-	p.mu.Lock()
-	p.running[c.Instance.ID] = ex
-	p.byTask[c.Task.ID] = ex
-	p.perType[c.Task.Type]++
-	p.mu.Unlock()
+	p.running.add(ex)
 	if c.Task.CancelRequested {
 		cancel(errCancelRequested)
 	}
@@ -447,7 +451,7 @@ func (p *Pool) start(c store.Claimed) {
 			p.deps.Recorder.Executed(c.Task.Type, o, time.Since(began))
 		}
 		if write {
-			if !p.rec.finish(context.Background(), o) {
+			if !p.writes.finish(context.Background(), o) {
 				p.log.Error("outcome not written: the pool stopped", "task_id", c.Task.ID, "instance_id", c.Instance.ID)
 			}
 		}
@@ -487,8 +491,8 @@ func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
 // not a page of runtime internals in last_error.
 func trimStack(stack []byte) string {
 	lines := strings.Split(string(stack), "\n")
-	if len(lines) > 24 {
-		lines = append(lines[:24], "...")
+	if len(lines) > stackLines {
+		lines = append(lines[:stackLines], "...")
 	}
 	return strings.Join(lines, "\n")
 }
@@ -496,9 +500,8 @@ func trimStack(stack []byte) string {
 // outcome decides how an execution ended. write is false when there is
 // nothing of ours to write (someone else moved the instance on).
 func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, write bool) {
-	p.mu.Lock()
-	abandoned, reason := ex.abandoned, cmp.Or(ex.cancelReason, ex.c.Task.CancelReason)
-	p.mu.Unlock()
+	abandoned, reason := ex.ending()
+	reason = cmp.Or(reason, ex.c.Task.CancelReason)
 	if abandoned || errors.Is(cause, errLost) {
 		return o, false
 	}
@@ -525,7 +528,7 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.job.resultJSON(), now), true
 	default:
 		// An error may say when to try again (a server's Retry-After).
-		after := time.Duration(-1)
+		after := noRetryAfter
 		if d, ok := RetryAfterOf(err); ok {
 			after = d
 		}
@@ -536,7 +539,7 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 // Failure builds the outcome of a failed execution: FAILED, with a new
 // instance scheduled when the retry policy allows one.
 func Failure(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, now time.Time) store.Outcome {
-	return FailureAfter(ps, m, c, kind, msg, result, -1, now)
+	return FailureAfter(ps, m, c, kind, msg, result, noRetryAfter, now)
 }
 
 // FailureAfter is Failure for an error that asked the next attempt to wait
@@ -569,15 +572,7 @@ func firstLine(s string) string {
 
 // release frees an execution's slot.
 func (p *Pool) release(ex *execution) {
-	p.mu.Lock()
-	if p.running[ex.c.Instance.ID] == ex {
-		delete(p.running, ex.c.Instance.ID)
-		if p.byTask[ex.c.Task.ID] == ex {
-			delete(p.byTask, ex.c.Task.ID)
-		}
-		p.perType[ex.c.Task.Type]--
-	}
-	p.mu.Unlock()
+	p.running.remove(ex)
 	select {
 	case p.slot <- struct{}{}:
 	default:
@@ -587,15 +582,6 @@ func (p *Pool) release(ex *execution) {
 func (p *Pool) finished(o store.Outcome, err error) {
 	if err != nil {
 		p.log.Warn("outcome refused: the execution had been moved on", "instance_id", o.Token.InstanceID, "status", o.Status, "err", err)
-	}
-}
-
-func (p *Pool) cancelInstance(instanceID int, cause error) {
-	p.mu.Lock()
-	ex := p.running[instanceID]
-	p.mu.Unlock()
-	if ex != nil {
-		ex.cancel(cause)
 	}
 }
 
@@ -615,16 +601,13 @@ func (p *Pool) heartbeatLoop(ctx context.Context) {
 // beat sends one heartbeat for every running execution and acts on the
 // answer: stop executions that were moved on, cancel those asked to.
 func (p *Pool) beat(ctx context.Context) {
-	p.mu.Lock()
-	pulses := make([]store.Pulse, 0, len(p.running))
-	for _, ex := range p.running {
-		if !ex.abandoned {
-			pulses = append(pulses, store.Pulse{Token: ex.c.Token(), MovedAt: ex.job.movedAt()})
-		}
-	}
-	p.mu.Unlock()
-	if len(pulses) == 0 {
+	running := p.running.snapshot()
+	if len(running) == 0 {
 		return
+	}
+	pulses := make([]store.Pulse, len(running))
+	for i, ex := range running {
+		pulses[i] = store.Pulse{Token: ex.c.Token(), MovedAt: ex.job.movedAt()}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
 	beat, err := p.deps.Store.Pulse(callCtx, pulses)
@@ -637,24 +620,19 @@ func (p *Pool) beat(ctx context.Context) {
 	}
 	for _, tok := range beat.Lost {
 		p.log.Warn("execution lost its instance; stopping its handler", "instance_id", tok.InstanceID)
-		p.cancelInstance(tok.InstanceID, errLost)
+		p.running.cancel(tok.InstanceID, errLost)
 	}
 	for _, req := range beat.CancelRequested {
-		p.mu.Lock()
-		if ex := p.running[req.Token.InstanceID]; ex != nil {
-			ex.cancelReason = req.Reason
+		if ex := p.running.instance(req.Token.InstanceID); ex != nil {
+			ex.requestCancel(req.Reason)
 		}
-		p.mu.Unlock()
-		p.cancelInstance(req.Token.InstanceID, errCancelRequested)
 	}
 	for _, tok := range beat.Stalled {
 		// The watchdog flagged it; the type says whether that stops it.
-		p.mu.Lock()
-		ex := p.running[tok.InstanceID]
-		p.mu.Unlock()
+		ex := p.running.instance(tok.InstanceID)
 		if ex != nil && ex.typ != nil && ex.typ.StallAction == StallCancel {
 			p.log.Warn("stopping a stalled execution", "task_id", ex.c.Task.ID, "instance_id", tok.InstanceID)
-			ex.cancel(errStalled)
+			ex.stop(errStalled)
 		}
 	}
 }
@@ -669,7 +647,7 @@ func (p *Pool) subscribe() *events.Subscription[events.TaskChange] {
 			return c.Task.Status == lifecycle.RetryPending
 		}
 		return false
-	}, 4096)
+	}, changesBuffer)
 }
 
 // eventLoop listens to the broker: new work wakes the pool, and a cancel
@@ -698,14 +676,8 @@ func (p *Pool) consume(ctx context.Context, sub *events.Subscription[events.Task
 				return
 			}
 			if c.Kind == events.CancelRequested {
-				p.mu.Lock()
-				ex := p.byTask[c.Task.ID]
-				if ex != nil {
-					ex.cancelReason = c.Task.CancelReason
-				}
-				p.mu.Unlock()
-				if ex != nil {
-					ex.cancel(errCancelRequested)
+				if ex := p.running.task(c.Task.ID); ex != nil {
+					ex.requestCancel(c.Task.CancelReason)
 				}
 				continue
 			}
@@ -761,7 +733,7 @@ func (p *Pool) stop(ctx context.Context) error {
 	p.loopCancel()
 	p.loops.Wait()
 	p.flushStop()
-	<-p.rec.done
+	<-p.writes.done
 	p.execCancel(errShutdown)
 	return nil
 }
@@ -781,18 +753,12 @@ func (p *Pool) waitHandlers(ctx context.Context) bool {
 // context: their outcome is written now, as an interruption, and whatever
 // they return later is ignored.
 func (p *Pool) abandonRunning() {
-	p.mu.Lock()
-	var left []*execution
-	for _, ex := range p.running {
-		ex.abandoned = true
-		left = append(left, ex)
-	}
-	p.mu.Unlock()
+	left := p.running.abandonAll()
 	now := p.deps.Store.Now()
 	for _, ex := range left {
 		o := Failure(p.deps.Policies, p.deps.Masker, ex.c, lifecycle.KindInterrupted,
 			fmt.Sprintf("interrupted: worker %s shut down and its handler did not return", p.cfg.ID), nil, now)
-		p.rec.finish(context.Background(), o)
+		p.writes.finish(context.Background(), o)
 		p.log.Warn("abandoned a handler that ignored its context", "task_id", ex.c.Task.ID, "instance_id", ex.c.Instance.ID)
 	}
 }
