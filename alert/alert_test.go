@@ -767,3 +767,40 @@ func TestRulesWatchTheirTenantsTasks(t *testing.T) {
 		require.Empty(t, theirs, "another tenant's incident is not seen")
 	})
 }
+
+// TestAFailingDeliveryOpensNoIncident: a rule on every type's failures, and
+// a channel whose endpoint always answers 500. The delivery of the notice
+// fails for good, and that failure opens no incident of its own (which
+// would send a notice through the same channel, which would fail, ...).
+func TestAFailingDeliveryOpensNoIncident(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		b := setup(t, dsn, false, true)
+		rc := newReceiver(t, []int{http.StatusInternalServerError}, "", nil)
+		ch := b.channel(t, "down", alertchannel.KindWEBHOOK, rc.URL+"/hook", "")
+		_, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "any failure", Kind: alertrule.KindTASK_FAILED, Enabled: true, ChannelIDs: []int{ch.ID}})
+		require.NoError(t, err)
+		_, err = b.evaluator.RunOnce(sysCtx) // subscribes
+		require.NoError(t, err)
+
+		b.waitStatus(t, b.create(t, "flaky", true).ID, lifecycle.Failed)
+		b.eventually(t, "the incident and its delivery", func() bool {
+			incs := b.incidents(t)
+			return len(incs) == 1 && len(b.deliveries(t, incs[0].ID)) == 1
+		})
+		inc := b.incidents(t)[0]
+		delivery := b.deliveries(t, inc.ID)[0]
+		require.Equal(t, alert.DeliverType, delivery.Type)
+		b.waitStatus(t, delivery.ID, lifecycle.Failed)
+		require.Len(t, rc.got(), 5, "every attempt of the patient policy was answered 500")
+
+		// Another failure of the watched type after the delivery's: once
+		// it is counted, the delivery's failure has been seen too.
+		b.waitStatus(t, b.create(t, "flaky", true).ID, lifecycle.Failed)
+		b.eventually(t, "the second occurrence", func() bool { return b.incidents(t)[0].Occurrences == 2 })
+		incs := b.incidents(t)
+		require.Len(t, incs, 1, "no incident for the failed delivery")
+		require.Equal(t, "type:flaky", incs[0].Subject)
+		require.Len(t, b.deliveries(t, inc.ID), 1, "and no second notice")
+	})
+}
