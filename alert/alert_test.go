@@ -804,3 +804,60 @@ func TestAFailingDeliveryOpensNoIncident(t *testing.T) {
 		require.Len(t, b.deliveries(t, inc.ID), 1, "and no second notice")
 	})
 }
+
+// failAs makes a task of ctx's viewer fail for good with kind, as a worker
+// would: claimed, then finished FAILED.
+func (b *bundle) failAs(t *testing.T, ctx context.Context, kind lifecycle.ErrorKind) *ent.Task {
+	t.Helper()
+	in, _ := json.Marshal(flakyInput{Fail: true})
+	tk, err := b.engine.Create(ctx, engine.CreateRequest{Type: "flaky", Input: in})
+	require.NoError(t, err)
+	cl, err := b.store.Claim(sysCtx, "w1", []string{"flaky"}, 1)
+	require.NoError(t, err)
+	require.Len(t, cl, 1)
+	require.Equal(t, tk.ID, cl[0].Task.ID)
+	errs, err := b.store.Finish(sysCtx, []store.Outcome{{Token: cl[0].Token(), Status: lifecycle.Failed, Kind: kind, Error: "boom", Task: cl[0].Task}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	return tk
+}
+
+// TestRuleFilters: a TASK_FAILED rule with an owner or an error kind
+// watches only the failures that match it. The failure that does not match
+// comes first: when the matching one has been counted, it has been seen.
+func TestRuleFilters(t *testing.T) {
+	t.Parallel()
+	bob := auth.NewContext(context.Background(), auth.Viewer{User: "bob", Role: auth.RoleOperator})
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		watch := func(t *testing.T, b *bundle, in alert.RuleInput) {
+			in.Kind, in.Enabled = alertrule.KindTASK_FAILED, true
+			_, err := b.svc.CreateRule(adminCtx, in)
+			require.NoError(t, err)
+			_, err = b.evaluator.RunOnce(sysCtx) // subscribes
+			require.NoError(t, err)
+		}
+		only := func(t *testing.T, b *bundle, tk *ent.Task) {
+			b.eventually(t, "an incident", func() bool { return len(b.incidents(t)) > 0 })
+			incs := b.incidents(t)
+			require.Len(t, incs, 1)
+			require.Equal(t, 1, incs[0].Occurrences, "the failure that does not match is not counted")
+			require.Contains(t, incs[0].Summary, tk.Code)
+		}
+		t.Run("ByOwner", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			watch(t, b, alert.RuleInput{Name: "bob's failures", Owner: "bob"})
+			b.failAs(t, adminCtx, lifecycle.KindNonRetryable) // ada's
+			only(t, b, b.failAs(t, bob, lifecycle.KindNonRetryable))
+		})
+		t.Run("ByErrorKind", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			watch(t, b, alert.RuleInput{Name: "timeouts that end a task", ErrorKind: string(lifecycle.KindTimeout)})
+			b.failAs(t, adminCtx, lifecycle.KindNonRetryable)
+			tk := b.failAs(t, adminCtx, lifecycle.KindTimeout)
+			only(t, b, tk)
+			require.Contains(t, b.incidents(t)[0].Summary, string(lifecycle.KindTimeout))
+		})
+	})
+}
