@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -829,4 +830,163 @@ func TestEvaluatorLoop(t *testing.T) {
 			require.False(t, ev.Listening())
 		})
 	})
+}
+
+// TestAFailingDeliveryOpensNoIncident: a rule on every type's failures, and
+// a channel whose endpoint always answers 500. The delivery of the notice
+// fails for good, and that failure opens no incident of its own (which
+// would send a notice through the same channel, which would fail, ...).
+func TestAFailingDeliveryOpensNoIncident(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		b := setup(t, dsn, false, true)
+		rc := newReceiver(t, []int{http.StatusInternalServerError}, "", nil)
+		ch := b.channel(t, "down", alertchannel.KindWEBHOOK, rc.URL+"/hook", "")
+		_, err := b.svc.CreateRule(adminCtx, alert.RuleInput{Name: "any failure", Kind: alertrule.KindTASK_FAILED, Enabled: true, ChannelIDs: []int{ch.ID}})
+		require.NoError(t, err)
+		_, err = b.evaluator.Pass(sysCtx) // subscribes
+		require.NoError(t, err)
+
+		b.waitStatus(t, b.create(t, "flaky", true).ID, lifecycle.Failed)
+		b.eventually(t, "the incident and its delivery", func() bool {
+			incs := b.incidents(t)
+			return len(incs) == 1 && len(b.deliveries(t, incs[0].ID)) == 1
+		})
+		inc := b.incidents(t)[0]
+		delivery := b.deliveries(t, inc.ID)[0]
+		require.Equal(t, alert.DeliverType, delivery.Type)
+		b.waitStatus(t, delivery.ID, lifecycle.Failed)
+		require.Len(t, rc.got(), 5, "every attempt of the patient policy was answered 500")
+
+		// Another failure of the watched type after the delivery's: once
+		// it is counted, the delivery's failure has been seen too.
+		b.waitStatus(t, b.create(t, "flaky", true).ID, lifecycle.Failed)
+		b.eventually(t, "the second occurrence", func() bool { return b.incidents(t)[0].Occurrences == 2 })
+		incs := b.incidents(t)
+		require.Len(t, incs, 1, "no incident for the failed delivery")
+		require.Equal(t, "type:flaky", incs[0].Subject)
+		require.Len(t, b.deliveries(t, inc.ID), 1, "and no second notice")
+	})
+}
+
+// failAs makes a task of ctx's viewer fail for good with kind, as a worker
+// would: claimed, then finished FAILED.
+func (b *bundle) failAs(t *testing.T, ctx context.Context, kind lifecycle.ErrorKind) *ent.Task {
+	t.Helper()
+	in, _ := json.Marshal(flakyInput{Fail: true})
+	tk, err := b.engine.Create(ctx, engine.CreateRequest{Type: "flaky", Input: in})
+	require.NoError(t, err)
+	cl, err := b.store.Claim(sysCtx, "w1", []string{"flaky"}, 1)
+	require.NoError(t, err)
+	require.Len(t, cl, 1)
+	require.Equal(t, tk.ID, cl[0].Task.ID)
+	errs, err := b.store.Finish(sysCtx, []store.Outcome{{Token: cl[0].Token(), Status: lifecycle.Failed, Kind: kind, Error: "boom", Task: cl[0].Task}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	return tk
+}
+
+// TestRuleFilters: a TASK_FAILED rule with an owner or an error kind
+// watches only the failures that match it. The failure that does not match
+// comes first: when the matching one has been counted, it has been seen.
+func TestRuleFilters(t *testing.T) {
+	t.Parallel()
+	bob := auth.NewContext(context.Background(), auth.Viewer{User: "bob", Role: auth.RoleOperator})
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		watch := func(t *testing.T, b *bundle, in alert.RuleInput) {
+			in.Kind, in.Enabled = alertrule.KindTASK_FAILED, true
+			_, err := b.svc.CreateRule(adminCtx, in)
+			require.NoError(t, err)
+			_, err = b.evaluator.Pass(sysCtx) // subscribes
+			require.NoError(t, err)
+		}
+		only := func(t *testing.T, b *bundle, tk *ent.Task) {
+			b.eventually(t, "an incident", func() bool { return len(b.incidents(t)) > 0 })
+			incs := b.incidents(t)
+			require.Len(t, incs, 1)
+			require.Equal(t, 1, incs[0].Occurrences, "the failure that does not match is not counted")
+			require.Contains(t, incs[0].Summary, tk.Code)
+		}
+		t.Run("ByOwner", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			watch(t, b, alert.RuleInput{Name: "bob's failures", Owner: "bob"})
+			b.failAs(t, adminCtx, lifecycle.KindNonRetryable) // ada's
+			only(t, b, b.failAs(t, bob, lifecycle.KindNonRetryable))
+		})
+		t.Run("ByErrorKind", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			watch(t, b, alert.RuleInput{Name: "timeouts that end a task", ErrorKind: string(lifecycle.KindTimeout)})
+			b.failAs(t, adminCtx, lifecycle.KindNonRetryable)
+			tk := b.failAs(t, adminCtx, lifecycle.KindTimeout)
+			only(t, b, tk)
+			require.Contains(t, b.incidents(t)[0].Summary, string(lifecycle.KindTimeout))
+		})
+	})
+}
+
+// TestOldestWaitingProbeReadsTheIndex: the BACKLOG rule's probe (the
+// evaluator's own statement) reads the waiting executions' index on
+// PostgreSQL, never the table: a few thousand instances of two types, three
+// priorities, a quarter of them done. No enable_seqscan = off anywhere.
+//
+// Right after the bulk load, before any ANALYZE, the plan has no Seq Scan
+// but its first probe (MIN(priority)) is planned as an aggregate over the
+// type's whole range of the index (2,250 entries here), not as a one-entry
+// LIMIT: "never the backlog itself" holds once the table has statistics
+// (autovacuum's ANALYZE), which is what the second plan asserts — each
+// index scan then reads at most one entry per loop. (SQLite's plans are the
+// store's plan tests' business.)
+func TestOldestWaitingProbeReadsTheIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dbtest.PostgresOnly(t), true, false)
+	ctx := context.Background()
+	now := b.store.Now()
+	tx, err := b.store.DB().BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	for _, typ := range []string{"flaky", "other"} {
+		_, err = tx.ExecContext(ctx, `INSERT INTO tasks (code, type, biz_id, title, status, priority, owner, owner_role, input, input_hash,
+	timeout_seconds, retry_policy, max_attempts, progress_done, progress_total, version, cancel_requested, run_at, updated_at, created_at)
+	SELECT $1 || '-' || n, $1, '', '', CASE WHEN n % 4 = 0 THEN 'SUCCESS' ELSE 'PENDING' END, (n % 3) * 10, 'alice', '', '{}', 'h', 60, 'default', 3, 0, 0, 1, false,
+		$2::timestamptz + n * interval '1 second', $2, $2
+	FROM generate_series(1, 3000) AS g(n)`, typ, now)
+		require.NoError(t, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO task_instances (task_id, instance_no, status, attempt, task_type, priority, run_at, version, created_at)
+	SELECT id, 1, status, 1, type, priority, run_at, 1, created_at FROM tasks`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+
+	explain := func() string {
+		rows, err := b.store.DB().QueryContext(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+alert.OldestWaitingQuery(true), "flaky", "flaky", "flaky")
+		require.NoError(t, err)
+		defer rows.Close()
+		var lines []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			lines = append(lines, l)
+		}
+		require.NoError(t, rows.Err())
+		return strings.Join(lines, "\n")
+	}
+	scans := regexp.MustCompile(`Index (?:Only )?Scan using (\S+) .*rows=(\d+) loops`)
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			_, err = b.store.DB().ExecContext(ctx, "ANALYZE tasks, task_instances")
+			require.NoError(t, err)
+		}
+		plan := explain()
+		require.NotContains(t, plan, "Seq Scan", plan)
+		found := scans.FindAllStringSubmatch(plan, -1)
+		require.Len(t, found, 3, "one index scan per probe:\n%s", plan)
+		for _, m := range found {
+			require.Equal(t, "taskinstance_claimable", m[1], plan)
+			if analyzed {
+				require.Equal(t, "1", m[2], "each probe reads one entry:\n%s", plan)
+			}
+		}
+	}
 }

@@ -653,19 +653,7 @@ func stalledSince(in *ent.TaskInstance) time.Time {
 // priority, run_at) of waiting executions: the first entry of each
 // priority, one probe per priority in use, never the backlog itself.
 func (e *Evaluator) oldestWaiting(ctx context.Context, typ string) (*time.Time, error) {
-	waiting := "status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")"
-	q := `
-WITH RECURSIVE p(pr) AS (
-	SELECT MIN(priority) FROM task_instances WHERE task_type = ? AND ` + waiting + `
-	UNION ALL
-	SELECT (SELECT MIN(priority) FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority > p.pr)
-	FROM p WHERE p.pr IS NOT NULL
-)
-SELECT (SELECT MIN(run_at) FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority = p.pr) FROM p WHERE p.pr IS NOT NULL`
-	if e.store.Dialect() == dialect.Postgres {
-		q = strings.Replace(strings.Replace(strings.Replace(q, "?", "$1", 1), "?", "$2", 1), "?", "$3", 1)
-	}
-	rows, err := e.store.DB().QueryContext(ctx, q, typ, typ, typ)
+	rows, err := e.store.DB().QueryContext(ctx, oldestWaitingQuery(e.store.Dialect() == dialect.Postgres), typ, typ, typ)
 	if err != nil {
 		return nil, fmt.Errorf("alert: oldest waiting %s: %w", typ, err)
 	}
@@ -682,6 +670,24 @@ SELECT (SELECT MIN(run_at) FROM task_instances WHERE task_type = ? AND ` + waiti
 		}
 	}
 	return oldest, rows.Err()
+}
+
+// oldestWaitingQuery is oldestWaiting's statement; its three parameters
+// are the task type.
+func oldestWaitingQuery(postgres bool) string {
+	waiting := "status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")"
+	q := `
+WITH RECURSIVE p(pr) AS (
+	SELECT MIN(priority) FROM task_instances WHERE task_type = ? AND ` + waiting + `
+	UNION ALL
+	SELECT (SELECT MIN(priority) FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority > p.pr)
+	FROM p WHERE p.pr IS NOT NULL
+)
+SELECT (SELECT MIN(run_at) FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority = p.pr) FROM p WHERE p.pr IS NOT NULL`
+	if postgres {
+		q = strings.Replace(strings.Replace(strings.Replace(q, "?", "$1", 1), "?", "$2", 1), "?", "$3", 1)
+	}
+	return q
 }
 
 // asTime reads a timestamp as either driver returns it from an expression

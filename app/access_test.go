@@ -175,9 +175,10 @@ func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
 
 		for _, id := range ids {
 			var st struct{ Task struct{ Status string } }
-			for st.Task.Status != "FAILED" {
+			apptest.Eventually(t, 30*time.Second, func() (bool, string) {
 				s.Query(t, `query($id: ID!) { task(id: $id) { status } }`, map[string]any{"id": id}, &st)
-			}
+				return st.Task.Status == "FAILED", "task " + id + " is " + st.Task.Status
+			})
 			r := s.Do(t, `query($id: ID!) { task(id: $id) { title bizID input result lastError instances { lastError result }
 				logs { edges { node { message fields } } } } }`, map[string]any{"id": id})
 			require.Empty(t, r.Errors)

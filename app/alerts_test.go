@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"taskgraph/app"
 	"taskgraph/app/apptest"
 	"taskgraph/internal/dbtest"
+	"taskgraph/worker"
 )
 
 // The alert API end to end: a channel and a rule made through GraphQL, a
@@ -104,5 +106,55 @@ func TestAlertsThroughTheAPI(t *testing.T) {
 		defer mu.Unlock()
 		require.Len(t, got, 1)
 		require.Equal(t, "OPENED", got[0]["event"])
+	})
+}
+
+// A stalled task's stalledAt through the API: a type whose executions stall
+// after 200 ms, a watchdog passing every 50 ms, a handler that hangs (and
+// heartbeats). stalledAt is set while it runs, and null again once it no
+// longer runs.
+func TestStalledAtThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s := apptest.Start(t, dsn, app.Options{
+			Register: func(r *worker.Registry) {
+				worker.Register(r, "hangs", func(ctx context.Context, _ *worker.Job, _ struct{}) error {
+					<-ctx.Done()
+					return ctx.Err()
+				}, worker.WithStallDetection(200*time.Millisecond, worker.StallFlag))
+			},
+			Watchdog: worker.WatchdogConfig{Interval: 50 * time.Millisecond},
+		})
+		var created struct {
+			CreateTask struct {
+				ID        string
+				CreatedAt time.Time
+			} `json:"createTask"`
+		}
+		s.Query(t, `mutation { createTask(input: {type: "hangs"}) { id createdAt } }`, nil, &created)
+		id := created.CreateTask.ID
+		var q struct {
+			Task struct {
+				Status    string
+				StalledAt *time.Time
+			}
+		}
+		read := func() {
+			s.Query(t, `query($id: ID!) { task(id: $id) { status stalledAt } }`, map[string]any{"id": id}, &q)
+		}
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+			read()
+			return q.Task.StalledAt != nil, "task is " + q.Task.Status + ", not flagged"
+		})
+		require.Equal(t, "EXECUTING", q.Task.Status, "flagged, and running on (FLAG)")
+		require.False(t, q.Task.StalledAt.Before(created.CreateTask.CreatedAt.Add(200*time.Millisecond)),
+			"flagged no sooner than stallAfter after it was created: created %s, stalled %s", created.CreateTask.CreatedAt, q.Task.StalledAt)
+
+		s.Query(t, `mutation($id: ID!) { cancelTask(id: $id, reason: "test") { id } }`, map[string]any{"id": id}, nil)
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+			read()
+			return q.Task.Status == "CANCELLED", "task is " + q.Task.Status
+		})
+		require.Nil(t, q.Task.StalledAt, "a task that does not run is not stalled")
 	})
 }

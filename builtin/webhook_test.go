@@ -406,3 +406,91 @@ func TestOutboundPolicy(t *testing.T) {
 		require.Equal(t, lifecycle.Failed, tk.Status)
 	})
 }
+
+// TestWebhookRetryAfterEndToEnd: a receiver's Retry-After (seconds, or an
+// HTTP-date read against its Date) sets when the next attempt runs — the
+// next instance's RunAt is the previous one's FinishedAt plus the header,
+// plus at most the policy's 10% jitter — and a longer one is capped at the
+// policy's longest delay, as worker.Policies.NextAfter does.
+func TestWebhookRetryAfterEndToEnd(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		s := apptest.Start(t, d.DSN(t), app.Options{})
+		policy, ok := s.App.Policies.Get("default")
+		require.True(t, ok)
+		// push answers the first request with status and header (computed
+		// when the request arrives), any later one with 200, and returns
+		// the task's first two instances once the second is planned.
+		push := func(t *testing.T, status int, header func() http.Header) (first, second *ent.TaskInstance) {
+			t.Helper()
+			var n atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if n.Add(1) == 1 {
+					for k, v := range header() {
+						w.Header()[k] = v
+					}
+					w.WriteHeader(status)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			}))
+			t.Cleanup(srv.Close)
+			tk := waitTerminalOrRetry(t, s, createWebhook(t, s, map[string]any{"url": srv.URL + "/hook"}).ID)
+			require.Equal(t, lifecycle.RetryPending, tk.Status)
+			ins, err := s.App.Store.Client().TaskInstance.Query().Where(taskinstance.TaskID(tk.ID)).
+				Order(ent.Asc(taskinstance.FieldInstanceNo)).All(auth.NewSystemContext(context.Background()))
+			require.NoError(t, err)
+			require.Len(t, ins, 2, "the next attempt is planned")
+			require.NotNil(t, ins[0].FinishedAt)
+			return ins[0], ins[1]
+		}
+		// within: the worker plans RunAt at the attempt's outcome, between
+		// the instance's StartedAt and its FinishedAt (stamped when the
+		// outcome is written, later): so RunAt - StartedAt is at least
+		// want, and RunAt - FinishedAt at most want plus the policy's 10%
+		// jitter. A few ms either way for the databases' timestamps.
+		within := func(t *testing.T, first, second *ent.TaskInstance, want, jitter time.Duration) {
+			t.Helper()
+			require.NotNil(t, first.StartedAt)
+			const slack = 5 * time.Millisecond
+			fromStart, fromFinish := second.RunAt.Sub(*first.StartedAt), second.RunAt.Sub(*first.FinishedAt)
+			require.True(t, fromStart >= want-slack, "Retry-After %s: the next attempt runs %s after the previous one started", want, fromStart)
+			require.True(t, fromFinish <= want+jitter+slack, "Retry-After %s: the next attempt runs %s after the previous one finished", want, fromFinish)
+		}
+		seconds := func(v string) func() http.Header {
+			return func() http.Header { return http.Header{"Retry-After": {v}} }
+		}
+		t.Run("TooManyRequestsWithSeconds", func(t *testing.T) {
+			t.Parallel()
+			first, second := push(t, http.StatusTooManyRequests, seconds("2"))
+			require.Equal(t, lifecycle.KindResource, *first.ErrorKind)
+			require.Contains(t, first.LastError, "Retry-After 2s")
+			within(t, first, second, 2*time.Second, 200*time.Millisecond) // not the 1 min resource backoff
+		})
+		t.Run("ServiceUnavailableWithSeconds", func(t *testing.T) {
+			t.Parallel()
+			first, second := push(t, http.StatusServiceUnavailable, seconds("2"))
+			require.Equal(t, lifecycle.KindRetryable, *first.ErrorKind)
+			within(t, first, second, 2*time.Second, 200*time.Millisecond) // not the 5 s backoff
+		})
+		t.Run("ServiceUnavailableWithAnHTTPDate", func(t *testing.T) {
+			t.Parallel()
+			// The receiver's clock is an hour off: the date is read
+			// against its own Date, not against ours.
+			first, second := push(t, http.StatusServiceUnavailable, func() http.Header {
+				now := time.Now().Add(time.Hour)
+				return http.Header{
+					"Date":        {now.UTC().Format(http.TimeFormat)},
+					"Retry-After": {now.Add(3 * time.Second).UTC().Format(http.TimeFormat)},
+				}
+			})
+			within(t, first, second, 3*time.Second, 300*time.Millisecond)
+		})
+		t.Run("ALongerOneIsCappedByThePolicy", func(t *testing.T) {
+			t.Parallel()
+			first, second := push(t, http.StatusTooManyRequests, seconds("86400"))
+			require.Equal(t, 15*time.Minute, policy.MaxDelay())
+			within(t, first, second, policy.MaxDelay(), 0) // capped: no jitter on top
+		})
+	})
+}

@@ -114,9 +114,10 @@ func TestAccess(t *testing.T) {
 				}
 			}
 		}
-		for full.Task.Status != "FAILED" || len(full.Task.Logs.Edges) == 0 {
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
 			s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { status instances { id } logs { edges { node { id } } } } }`, map[string]any{"id": aliceTask.ID}, &full)
-		}
+			return full.Task.Status == "FAILED" && len(full.Task.Logs.Edges) > 0, fmt.Sprintf("alice's task is %s with %d log lines", full.Task.Status, len(full.Task.Logs.Edges))
+		})
 		instID, logID := full.Task.Instances[0].ID, full.Task.Logs.Edges[0].Node.ID
 		bobTask := s.create(t, "bob", map[string]any{"type": "noop", "runAt": time.Now().Add(time.Hour).Format(time.RFC3339)})
 		const unknown = "987654"

@@ -210,9 +210,10 @@ func TestAPIErrors(t *testing.T) {
 		}
 		done := create(t, s, map[string]any{"type": "noop"})
 		var waited struct{ Task taskView }
-		for waited.Task.Status != "SUCCESS" {
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
 			s.Query(t, `query($id: ID!) { task(id: $id) { status } }`, map[string]any{"id": done.ID}, &waited)
-		}
+			return waited.Task.Status == "SUCCESS", "the noop task is " + waited.Task.Status
+		})
 		before := countTasks()
 
 		cases := []struct {

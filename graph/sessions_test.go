@@ -259,6 +259,16 @@ func TestSessions(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		readsUntilEnd(t, resp)
 	})
+	t.Run("AnExpiredJWTClosesItsWebsocket", func(t *testing.T) {
+		t.Parallel()
+		// A user of its own: jwt-user's connections are the SSE test's.
+		tok := signJWT(t, jwt.MapClaims{"sub": "jwt-ws-user", "role": "operator", "exp": time.Now().Add(2 * time.Second).Unix()})
+		c := dialAs(t, s, tok)
+		c.Subscribe("1", `subscription { taskUpdated { id } }`, nil)
+		code, reason := wsCloseCode(t, c)
+		require.Equal(t, 4403, code, "the socket is closed when its JWT expires (reason %q)", reason)
+		require.Contains(t, reason, "expired")
+	})
 	t.Run("SSEStreamsCountAgainstTheUsersConnections", func(t *testing.T) {
 		t.Parallel()
 		// gina may hold 2 connections: a websocket and an SSE stream.

@@ -602,6 +602,38 @@ func TestService(t *testing.T) {
 				require.Contains(t, actions, want)
 			}
 		})
+		t.Run("AnotherTenantsScheduleDoesNotExist", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d)
+			acmeOp := auth.NewContext(context.Background(), auth.Viewer{User: "olga", Role: auth.RoleOperator, Tenant: "acme", Source: auth.SourceToken})
+			// The same user name and source in both tenants: only the
+			// tenant tells them apart.
+			acmeViewer := auth.NewContext(context.Background(), auth.Viewer{User: "olga", Role: auth.RoleViewer, Tenant: "acme", Source: auth.SourceToken})
+			globexViewer := auth.NewContext(context.Background(), auth.Viewer{User: "olga", Role: auth.RoleViewer, Tenant: "globex", Source: auth.SourceToken})
+			acmeAdmin := auth.NewContext(context.Background(), auth.Viewer{User: "ada", Role: auth.RoleAdmin, Tenant: "acme", Source: auth.SourceToken})
+			globexAdmin := auth.NewContext(context.Background(), auth.Viewer{User: "gus", Role: auth.RoleAdmin, Tenant: "globex", Source: auth.SourceToken})
+			sch, err := b.svc.Create(acmeOp, everySecond(entschedule.OverlapPolicyALLOW, ""))
+			require.NoError(t, err)
+			require.Equal(t, "acme", sch.Tenant)
+			got, err := b.store.Client().Schedule.Get(acmeViewer, sch.ID)
+			require.NoError(t, err, "its owner, as a viewer of its tenant, reads it")
+			require.Equal(t, sch.ID, got.ID)
+			_, err = b.store.Client().Schedule.Get(acmeAdmin, sch.ID)
+			require.NoError(t, err, "so does an admin of its tenant")
+			_, err = b.store.Client().Schedule.Get(globexViewer, sch.ID)
+			require.True(t, ent.IsNotFound(err), "a viewer of another tenant does not: %v", err)
+			n, err := b.store.Client().Schedule.Query().Count(globexViewer)
+			require.NoError(t, err)
+			require.Zero(t, n, "nor lists it")
+			// Nor does an admin of another tenant manage it.
+			_, err = b.svc.Pause(globexAdmin, sch.ID)
+			require.ErrorIs(t, err, store.ErrNotFound)
+			_, err = b.svc.RunNow(globexAdmin, sch.ID)
+			require.ErrorIs(t, err, store.ErrNotFound)
+			_, err = b.svc.Delete(globexAdmin, sch.ID)
+			require.ErrorIs(t, err, store.ErrNotFound)
+			require.False(t, mustGet(t, b, sch.ID).Paused, "untouched")
+		})
 		t.Run("PreviewsWithoutSaving", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, d)

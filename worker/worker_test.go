@@ -769,7 +769,7 @@ func TestStalledExecutions(t *testing.T) {
 			tk := b.create(t, "hangs", nil)
 			sub := b.broker.SubscribeTasks(func(c events.TaskChange) bool { return c.Task.ID == tk.ID && c.Kind == events.StallChanged }, 16)
 			defer sub.Close()
-			<-moved
+			receive(t, moved, "the handler to move")
 			movedAt := b.clock.Now()
 			eventually(t, "progress_at carried by a heartbeat", func() bool {
 				in := instance(t, b, tk.ID)
@@ -807,7 +807,7 @@ func TestStalledExecutions(t *testing.T) {
 			// It moves: the next heartbeat carries it, the next pass clears it.
 			b.clock.Advance(tick)
 			close(step)
-			<-moved
+			receive(t, moved, "the handler to move")
 			movedAgain := b.clock.Now()
 			eventually(t, "the move carried by a heartbeat", func() bool {
 				in := instance(t, b, tk.ID)
@@ -857,7 +857,7 @@ func TestStalledExecutions(t *testing.T) {
 			require.NoError(t, b.store.SetStallOverride(ctx, tk.ID, stallAfter))
 			sub := b.watch(tk.ID)
 			defer sub.Close()
-			require.Equal(t, 1, <-started)
+			require.Equal(t, 1, receive(t, started, "the first attempt to start"))
 			b.clock.Advance(stallAfter)
 			beatAfter(t, b, tk.ID)
 			res, err := w.Pass(ctx)
@@ -872,8 +872,21 @@ func TestStalledExecutions(t *testing.T) {
 			require.Equal(t, 2, ins[1].Attempt, "a stall uses up an attempt")
 			b.clock.Advance(time.Minute) // past the backoff
 			p.Wake()
-			require.Equal(t, 2, <-started)
+			require.Equal(t, 2, receive(t, started, "the retry to start"))
 			require.EqualValues(t, 1, most.Load(), "never two executions at once")
 		})
 	})
+}
+
+// receive takes the next value from ch, failing the test when none comes
+// within 20 s.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
 }

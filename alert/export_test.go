@@ -1,0 +1,4 @@
+package alert
+
+// OldestWaitingQuery is the evaluator's backlog probe, for plan tests.
+var OldestWaitingQuery = oldestWaitingQuery
