@@ -40,7 +40,9 @@ func TestAuditExport(t *testing.T) {
 			return out.CreateTask.ID
 		}
 		finished := func(who, id string) (status, lastError string) {
-			var out struct{ Task struct{ Status, LastError string } }
+			var out struct {
+				Task struct{ Status, LastError string }
+			}
 			apptest.Eventually(t, 60*time.Second, func() (bool, string) {
 				s.QueryAs(t, tok[who], `query($id: ID!) { task(id: $id) { status lastError } }`, map[string]any{"id": id}, &out)
 				return out.Task.Status == "SUCCESS" || out.Task.Status == "FAILED", out.Task.Status
