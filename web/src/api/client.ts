@@ -140,6 +140,8 @@ export function createApi(token: string): Api {
           ScheduleEventEdge: () => null,
           TypeControl: (c) => String(c.type),
           WaitReason: () => null,
+          AuditLogConnection: () => null,
+          AuditLogEdge: () => null,
         },
       }),
       fetchExchange,
