@@ -126,6 +126,32 @@ func TestSearchInPayloads(t *testing.T) {
 			})
 		}
 
+		t.Run("Subscription", func(t *testing.T) {
+			// A subscription's payload conditions are confirmed by the
+			// database (where_match leaves custom predicates to it): the
+			// changes of the matching task only arrive.
+			c := s.DialWS(t, nil)
+			defer c.Conn.Close()
+			c.Subscribe("p", `subscription($w: TaskWhereInput) { taskUpdated(where: $w) { id code status } }`,
+				map[string]any{"w": in(map[string]any{"path": "customer.city", "eq": "Lhasa"})})
+			s.WaitSubscribers(t, 1)
+			mkID := func(ref, city string) string {
+				var out struct{ CreateTask struct{ ID string } }
+				s.Query(t, `mutation($in: CreateTaskInput!) { createTask(input: $in) { id } }`,
+					map[string]any{"in": map[string]any{"type": "order", "input": map[string]any{"ref": ref, "customer": map[string]any{"city": city}}}}, &out)
+				return out.CreateTask.ID
+			}
+			mkID("D-1", "Nyingchi")
+			want := mkID("E-1", "Lhasa")
+			for {
+				tk := c.NextTask()
+				require.Equal(t, want, tk.ID)
+				if tk.Status == "SUCCESS" {
+					break
+				}
+			}
+		})
+
 		t.Run("StoredPhoneIsMasked", func(t *testing.T) {
 			var out struct {
 				Tasks struct {
