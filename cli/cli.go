@@ -75,7 +75,7 @@ type Command struct {
 var Commands = []Command{
 	{"task", "create, get, list, cancel, retry, watch tasks and read their logs (taskgraph task -h)", runTask},
 	{"import", "upload a spreadsheet (xlsx or CSV) into an import target, and follow it", runImport},
-	{"export", "export contacts or tasks to xlsx or CSV, and download the file", runExport},
+	{"export", "export contacts, tasks or the audit trail to xlsx or CSV, and download the file", runExport},
 	{"download", "download a task's file (error report, export, report, source)", runDownload},
 	{"watch", "print a task's changes as they are committed (like task watch)", runWatch},
 	{"token", "make a bearer token and its token file line", runToken},

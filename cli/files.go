@@ -167,10 +167,10 @@ func (c *counting) Read(p []byte) (int, error) {
 }
 
 func runExport(env *Env, args []string) int {
-	c := newCmd(env, "export", "", "Creates an export task (contacts or tasks, xlsx or CSV, with a filter), waits for it and downloads the file into the current directory (or --output); with --no-wait, only prints the task.")
-	source := c.fs.String("source", "contacts", "what to export: contacts or tasks")
+	c := newCmd(env, "export", "", "Creates an export task (contacts, tasks or, for admins, the audit trail; xlsx or CSV, with a filter), waits for it and downloads the file into the current directory (or --output); with --no-wait, only prints the task.")
+	source := c.fs.String("source", "contacts", "what to export: contacts, tasks or audit (admins only)")
 	format := c.fs.String("format", "xlsx", "xlsx or csv")
-	filter := c.fs.String("filter", "", `a filter as JSON: for contacts {"city": "上海", "importTaskId": 1}; for tasks {"type": "noop", "status": ["FAILED"]}`)
+	filter := c.fs.String("filter", "", `a filter as JSON: for contacts {"city": "上海", "importTaskId": 1}; for tasks {"type": "noop", "status": ["FAILED"]}; for audit {"actor": "alice", "action": ["CANCEL"], "outcome": "OK", "taskId": 7}`)
 	output := c.fs.String("output", "", "where to write the file (- for stdout; default: the server's file name in the current directory)")
 	noWait := c.fs.Bool("no-wait", false, "print the task and return at once")
 	return c.finish(func() error {

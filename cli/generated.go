@@ -1196,6 +1196,31 @@ type ImportFileResponse struct {
 // GetImportFile returns ImportFileResponse.ImportFile, and is useful for accessing the field via an interface.
 func (v *ImportFileResponse) GetImportFile() ImportFileImportFileTask { return v.ImportFile }
 
+// A condition on the value at a path of a task's input or result. Give exactly
+// one of eq, prefix and exists.
+type JSONPathPredicate struct {
+	// Object keys separated by dots, e.g. customer.city: letters, digits, _ and -, each key starting with a letter or _; at most 8 keys and 200 characters.
+	Path string `json:"path"`
+	// The value at path equals this string, number or boolean (not null, an object or an array).
+	Eq *json.RawMessage `json:"eq"`
+	// The value at path is a string starting with this text (case sensitive).
+	Prefix *string `json:"prefix"`
+	// true: the path is present (even with a null value); false: it is absent.
+	Exists *bool `json:"exists"`
+}
+
+// GetPath returns JSONPathPredicate.Path, and is useful for accessing the field via an interface.
+func (v *JSONPathPredicate) GetPath() string { return v.Path }
+
+// GetEq returns JSONPathPredicate.Eq, and is useful for accessing the field via an interface.
+func (v *JSONPathPredicate) GetEq() *json.RawMessage { return v.Eq }
+
+// GetPrefix returns JSONPathPredicate.Prefix, and is useful for accessing the field via an interface.
+func (v *JSONPathPredicate) GetPrefix() *string { return v.Prefix }
+
+// GetExists returns JSONPathPredicate.Exists, and is useful for accessing the field via an interface.
+func (v *JSONPathPredicate) GetExists() *bool { return v.Exists }
+
 // ListTasksResponse is returned by ListTasks on success.
 type ListTasksResponse struct {
 	Tasks ListTasksTasksTaskConnection `json:"tasks"`
@@ -2465,6 +2490,10 @@ type TaskWhereInput struct {
 	ScheduleSlotNotNil *bool       `json:"scheduleSlotNotNil"`
 	// Case-insensitive text in code, title or biz id.
 	Search *string `json:"search"`
+	// Every condition holds on the task's input (as stored, masked). Equality is served by an index on PostgreSQL.
+	Input []JSONPathPredicate `json:"input"`
+	// Every condition holds on the task's result.
+	Result []JSONPathPredicate `json:"result"`
 }
 
 // GetNot returns TaskWhereInput.Not, and is useful for accessing the field via an interface.
@@ -3291,6 +3320,12 @@ func (v *TaskWhereInput) GetScheduleSlotNotNil() *bool { return v.ScheduleSlotNo
 
 // GetSearch returns TaskWhereInput.Search, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetSearch() *string { return v.Search }
+
+// GetInput returns TaskWhereInput.Input, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInput() []JSONPathPredicate { return v.Input }
+
+// GetResult returns TaskWhereInput.Result, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetResult() []JSONPathPredicate { return v.Result }
 
 // __ArtifactDownloadUrlInput is used internally by genqlient
 type __ArtifactDownloadUrlInput struct {

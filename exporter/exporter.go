@@ -1,12 +1,13 @@
 // Package exporter runs the export and report task types: an export pages
-// through a filtered query over an import target (contacts) or over the
-// tasks themselves and streams it into an xlsx or CSV artifact, escaping
+// through a filtered query over an import target (contacts), over the
+// tasks themselves or over the audit trail (admins only) and streams it into an xlsx or CSV artifact, escaping
 // cells against formula injection; a report aggregates (task outcomes per
 // type and day, contacts per city) into an xlsx with a summary sheet.
 package exporter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"taskgraph/artifact"
 	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/ent/auditlog"
 	"taskgraph/ent/contact"
 	"taskgraph/ent/predicate"
 	"taskgraph/ent/task"
@@ -24,6 +26,9 @@ import (
 	"taskgraph/mask"
 	"taskgraph/spreadsheet"
 	"taskgraph/worker"
+
+	"entgo.io/ent/dialect/sql"
+	"entgo.io/ent/dialect/sql/sqljson"
 )
 
 // Task type names.
@@ -74,7 +79,7 @@ func New(cfg Config) (*Exporter, error) {
 // Register adds the export and report task types to r.
 func (e *Exporter) Register(r *worker.Registry) {
 	worker.Register(r, ExportType, storeFailuresWait(e.export),
-		worker.WithDescription("Exports contacts or tasks matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
+		worker.WithDescription("Exports contacts, tasks or (admins) the audit trail matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
 		worker.WithTimeout(time.Hour),
 		worker.WithConcurrency(4))
 	worker.Register(r, ReportType, storeFailuresWait(e.report),
@@ -93,8 +98,9 @@ func storeFailuresWait[I any](h func(context.Context, *worker.Job, I) error) fun
 
 // ExportInput is the input of an export task.
 type ExportInput struct {
-	// Source is what to export: an import target (contacts) or tasks.
-	Source string       `json:"source" jsonschema:"enum=contacts,enum=tasks"`
+	// Source is what to export: an import target (contacts), tasks, or
+	// the audit trail (admins only: the rule of the auditLogs query).
+	Source string       `json:"source" jsonschema:"enum=contacts,enum=tasks,enum=audit"`
 	Format string       `json:"format,omitempty" jsonschema:"enum=xlsx,enum=csv,description=Default xlsx"`
 	Filter ExportFilter `json:"filter,omitempty"`
 }
@@ -109,7 +115,12 @@ type ExportFilter struct {
 	Type         string   `json:"type,omitempty" jsonschema:"maxLength=64"`
 	Status       []string `json:"status,omitempty" jsonschema:"maxItems=6"`
 	ResultStatus string   `json:"resultStatus,omitempty" jsonschema:"enum=SUCCESS,enum=PARTIAL_SUCCESS,enum=FAILED"`
-	// Both: created_at in [createdAfter, createdBefore).
+	// Audit: the actor, any of the actions, the outcome, a task acted on.
+	Actor   string   `json:"actor,omitempty" jsonschema:"maxLength=200"`
+	Action  []string `json:"action,omitempty" jsonschema:"maxItems=20"`
+	Outcome string   `json:"outcome,omitempty" jsonschema:"enum=OK,enum=PARTIAL,enum=FAILED"`
+	TaskID  int      `json:"taskId,omitempty" jsonschema:"minimum=1"`
+	// All: created_at in [createdAfter, createdBefore).
 	CreatedAfter  *time.Time `json:"createdAfter,omitempty"`
 	CreatedBefore *time.Time `json:"createdBefore,omitempty"`
 }
@@ -117,14 +128,26 @@ type ExportFilter struct {
 // Validate checks what the schema cannot.
 func (in *ExportInput) Validate() error {
 	f := in.Filter
+	contacts := f.City != "" || f.ImportTaskID != 0
+	tasks := f.Type != "" || len(f.Status) > 0 || f.ResultStatus != ""
+	audit := f.Actor != "" || len(f.Action) > 0 || f.Outcome != "" || f.TaskID != 0
 	switch in.Source {
 	case "contacts":
-		if f.Type != "" || len(f.Status) > 0 || f.ResultStatus != "" {
-			return errors.New("filter: type, status and resultStatus apply to tasks, not contacts")
+		if tasks || audit {
+			return errors.New("filter: only city, importTaskId, createdAfter and createdBefore apply to contacts")
+		}
+	case "audit":
+		if contacts || tasks {
+			return errors.New("filter: only actor, action, outcome, taskId, createdAfter and createdBefore apply to the audit trail")
+		}
+		for _, a := range f.Action {
+			if auditlog.ActionValidator(auditlog.Action(a)) != nil {
+				return fmt.Errorf("filter: unknown action %q", a)
+			}
 		}
 	case "tasks":
-		if f.City != "" || f.ImportTaskID != 0 {
-			return errors.New("filter: city and importTaskId apply to contacts, not tasks")
+		if contacts || audit {
+			return errors.New("filter: only type, status, resultStatus, createdAfter and createdBefore apply to tasks")
 		}
 		for _, s := range f.Status {
 			if !lifecycle.Status(s).Valid() {
@@ -166,6 +189,8 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 			rows, err = e.exportContacts(asOwner, job, out, in.Filter)
 		case "tasks":
 			rows, err = e.exportTasks(asOwner, job, out, in.Filter)
+		case "audit":
+			rows, err = e.exportAudit(asOwner, job, out, in.Filter)
 		default:
 			err = worker.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
 		}
@@ -304,6 +329,80 @@ func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreads
 	})
 	if err != nil {
 		return n, fmt.Errorf("export tasks: %w", err)
+	}
+	return n, nil
+}
+
+// exportAudit pages through the audit trail, oldest first. Only admins
+// read it, their tenant's records (a platform administrator every
+// tenant's): the rule of the auditLogs query, which package access applies
+// to the owner's reads.
+func (e *Exporter) exportAudit(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+	if v := job.Owner(); !v.IsAdmin() {
+		return 0, worker.NonRetryable(&auth.ForbiddenError{Role: v.Role, Action: "read the audit log"})
+	}
+	preds := []predicate.AuditLog{}
+	if f.Actor != "" {
+		preds = append(preds, auditlog.Actor(f.Actor))
+	}
+	if len(f.Action) > 0 {
+		as := make([]auditlog.Action, len(f.Action))
+		for i, a := range f.Action {
+			as[i] = auditlog.Action(a)
+		}
+		preds = append(preds, auditlog.ActionIn(as...))
+	}
+	if f.Outcome != "" {
+		preds = append(preds, auditlog.OutcomeEQ(auditlog.Outcome(f.Outcome)))
+	}
+	if f.TaskID != 0 {
+		preds = append(preds, func(s *sql.Selector) { s.Where(sqljson.ValueContains(auditlog.FieldTaskIds, f.TaskID)) })
+	}
+	if f.CreatedAfter != nil {
+		preds = append(preds, auditlog.CreatedAtGTE(*f.CreatedAfter))
+	}
+	if f.CreatedBefore != nil {
+		preds = append(preds, auditlog.CreatedAtLT(*f.CreatedBefore))
+	}
+	total, err := e.cfg.Client.AuditLog.Query().Where(preds...).Count(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count audit records: %w", err)
+	}
+	if err := out.Row("ID", "Time", "Actor", "Role", "Source", "Tenant", "Action", "Outcome", "Error code", "Tasks", "Address", "Details"); err != nil {
+		return 0, err
+	}
+	n := 0
+	err = pages(ctx, e.cfg.PageSize, func(ctx context.Context, after int) ([]*ent.AuditLog, error) {
+		return e.cfg.Client.AuditLog.Query().
+			Where(append(preds, auditlog.IDGT(after))...).
+			Order(ent.Asc(auditlog.FieldID)).
+			Limit(e.cfg.PageSize).
+			All(ctx)
+	}, func(a *ent.AuditLog) int { return a.ID }, func(page []*ent.AuditLog) error {
+		for _, a := range page {
+			ids := make([]string, len(a.TaskIds))
+			for i, id := range a.TaskIds {
+				ids[i] = fmt.Sprint(id)
+			}
+			details := ""
+			if len(a.Details) > 0 {
+				b, err := json.Marshal(a.Details)
+				if err != nil {
+					return err
+				}
+				details = string(b)
+			}
+			if err := out.Row(a.ID, a.CreatedAt, a.Actor, string(a.Role), a.Source, a.Tenant, string(a.Action), string(a.Outcome), a.ErrorCode,
+				strings.Join(ids, ","), a.RemoteAddr, details); err != nil {
+				return err
+			}
+		}
+		n += len(page)
+		job.Progress(int64(n), int64(max(total, n)))
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("export audit trail: %w", err)
 	}
 	return n, nil
 }

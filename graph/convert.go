@@ -1,16 +1,20 @@
 package graph
 
 import (
+	"errors"
+	"fmt"
 	"sort"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqljson"
 
 	"taskgraph/engine"
+	"taskgraph/ent"
 	"taskgraph/ent/auditlog"
 	"taskgraph/ent/predicate"
 	"taskgraph/graph/model"
 	"taskgraph/lifecycle"
+	"taskgraph/store"
 )
 
 func deref[T any](p *T) T {
@@ -101,4 +105,32 @@ func auditLogNamesTask(id int) predicate.AuditLog {
 	return func(s *sql.Selector) {
 		s.Where(sqljson.ValueContains(auditlog.FieldTaskIds, id))
 	}
+}
+
+// maxPathConditions bounds the conditions of one payload filter.
+const maxPathConditions = 10
+
+// addPayloadWhere adds to w the conditions on a task's JSON column (see
+// store.PayloadWhere); a bad condition is a VALIDATION error naming it.
+func addPayloadWhere(w *ent.TaskWhereInput, field, column string, data []*model.JSONPathPredicate) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if len(data) > maxPathConditions {
+		return &engine.ValidationError{Problems: []engine.Problem{{Field: "where." + field, Message: fmt.Sprintf("at most %d conditions", maxPathConditions)}}}
+	}
+	conds := make([]store.PathCondition, len(data))
+	for i, d := range data {
+		conds[i] = store.PathCondition{Path: d.Path, Eq: d.Eq, Prefix: d.Prefix, Exists: d.Exists}
+	}
+	p, err := store.PayloadWhere(column, conds)
+	var pe *store.PathError
+	if errors.As(err, &pe) {
+		return &engine.ValidationError{Problems: []engine.Problem{{Field: fmt.Sprintf("where.%s[%d].%s", field, pe.Index, pe.Field), Message: pe.Msg}}}
+	}
+	if err != nil {
+		return err
+	}
+	w.AddPredicates(p)
+	return nil
 }

@@ -639,6 +639,8 @@ type AuditLogWhereInputResolver interface {
 }
 type TaskWhereInputResolver interface {
 	Search(ctx context.Context, obj *ent.TaskWhereInput, data *string) error
+	Input(ctx context.Context, obj *ent.TaskWhereInput, data []*model.JSONPathPredicate) error
+	Result(ctx context.Context, obj *ent.TaskWhereInput, data []*model.JSONPathPredicate) error
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -3069,6 +3071,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("AuditLogWhereInput", ec.unmarshalInputAuditLogWhereInput),
 			graphql.NewInputUnmarshaler("CreateScheduleInput", ec.unmarshalInputCreateScheduleInput),
 			graphql.NewInputUnmarshaler("CreateTaskInput", ec.unmarshalInputCreateTaskInput),
+			graphql.NewInputUnmarshaler("JSONPathPredicate", ec.unmarshalInputJSONPathPredicate),
 			graphql.NewInputUnmarshaler("ScheduleEventOrder", ec.unmarshalInputScheduleEventOrder),
 			graphql.NewInputUnmarshaler("ScheduleOrder", ec.unmarshalInputScheduleOrder),
 			graphql.NewInputUnmarshaler("SchedulePreviewInput", ec.unmarshalInputSchedulePreviewInput),
@@ -3171,7 +3174,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/schedules.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -5106,6 +5109,7 @@ extend type Query {
 	{Name: "schema/bulkfilter.graphql", Input: sourceData("schema/bulkfilter.graphql"), BuiltIn: false},
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
 	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
+	{Name: "schema/payload.graphql", Input: sourceData("schema/payload.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -19192,6 +19196,69 @@ func UnmarshalCreateTaskInput(ctx context.Context, raw any) (model.CreateTaskInp
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputJSONPathPredicate(ctx context.Context, obj any) (model.JSONPathPredicate, error) {
+	var it model.JSONPathPredicate
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"path", "eq", "prefix", "exists"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "path":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("path"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Path = data
+		case "eq":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("eq"))
+			data, err := ec.unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Eq = data
+		case "prefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("prefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Prefix = data
+		case "exists":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("exists"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Exists = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalJSONPathPredicate unmarshals raw into the JSONPathPredicate input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalJSONPathPredicate(ctx context.Context, raw any) (model.JSONPathPredicate, error) {
+	var out model.JSONPathPredicate
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "JSONPathPredicate", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputScheduleEventOrder(ctx context.Context, obj any) (ent.ScheduleEventOrder, error) {
 	var it ent.ScheduleEventOrder
 	if obj == nil {
@@ -21347,7 +21414,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "search"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "search", "input", "result"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -23279,6 +23346,24 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			if err = ec.Resolvers.TaskWhereInput().Search(ctx, &it, data); err != nil {
+				return it, err
+			}
+		case "input":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("input"))
+			data, err := ec.unmarshalOJSONPathPredicate2ᚕᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			if err = ec.Resolvers.TaskWhereInput().Input(ctx, &it, data); err != nil {
+				return it, err
+			}
+		case "result":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("result"))
+			data, err := ec.unmarshalOJSONPathPredicate2ᚕᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			if err = ec.Resolvers.TaskWhereInput().Result(ctx, &it, data); err != nil {
 				return it, err
 			}
 		}
@@ -27458,6 +27543,11 @@ func (ec *executionContext) marshalNJSON2encodingᚋjsonᚐRawMessage(ctx contex
 	return res
 }
 
+func (ec *executionContext) unmarshalNJSONPathPredicate2ᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicate(ctx context.Context, v any) (*model.JSONPathPredicate, error) {
+	res, err := ec.unmarshalInputJSONPathPredicate(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNNode2ᚕtaskgraphᚋentᚐNoder(ctx context.Context, sel ast.SelectionSet, v []ent.Noder) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -28731,6 +28821,23 @@ func (ec *executionContext) marshalOJSON2encodingᚋjsonᚐRawMessage(ctx contex
 	_ = ctx
 	res := scalar.MarshalJSON(v)
 	return res
+}
+
+func (ec *executionContext) unmarshalOJSONPathPredicate2ᚕᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx context.Context, v any) ([]*model.JSONPathPredicate, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.JSONPathPredicate, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNJSONPathPredicate2ᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicate(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 func (ec *executionContext) unmarshalOMap2map(ctx context.Context, v any) (map[string]any, error) {

@@ -246,7 +246,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	// schema no longer declares are dropped, so that an upgraded database
 	// loses, for example, an old index on tasks.status that kept its
 	// updates from being HOT.
-	opts := []schema.MigrateOption{migrate.WithForeignKeys(false), migrate.WithDropIndex(true), schema.WithDiffHook(keepPredicates)}
+	opts := []schema.MigrateOption{migrate.WithForeignKeys(false), migrate.WithDropIndex(true), schema.WithDiffHook(keepPredicates), schema.WithDiffHook(s.postgresOnlyIndexes)}
 	err := s.client.Schema.Create(ctx, opts...)
 	if err != nil && !s.d.postgres() {
 		// Another connection to the same SQLite file migrated first;
@@ -283,6 +283,48 @@ func keepPredicates(next schema.Differ) schema.Differ {
 					kept = append(kept, tc)
 				}
 				mt.Changes = kept
+				if len(kept) == 0 {
+					continue
+				}
+			}
+			out = append(out, c)
+		}
+		return out, nil
+	})
+}
+
+// pgOnlyIndexes are the indexes of the schema that only PostgreSQL has: a
+// GIN index on SQLite would be a b-tree over whole JSON texts, which no
+// query uses.
+var pgOnlyIndexes = map[string]bool{"task_input_path": true}
+
+// postgresOnlyIndexes leaves pgOnlyIndexes out of a SQLite migration.
+func (s *Store) postgresOnlyIndexes(next schema.Differ) schema.Differ {
+	return schema.DiffFunc(func(current, desired *atlas.Schema) ([]atlas.Change, error) {
+		changes, err := next.Diff(current, desired)
+		if err != nil || s.d.postgres() {
+			return changes, err
+		}
+		out := changes[:0]
+		for _, c := range changes {
+			switch c := c.(type) {
+			case *atlas.AddTable:
+				kept := make([]*atlas.Index, 0, len(c.T.Indexes))
+				for _, idx := range c.T.Indexes {
+					if !pgOnlyIndexes[idx.Name] {
+						kept = append(kept, idx)
+					}
+				}
+				c.T.Indexes = kept
+			case *atlas.ModifyTable:
+				kept := c.Changes[:0]
+				for _, tc := range c.Changes {
+					if ai, ok := tc.(*atlas.AddIndex); ok && pgOnlyIndexes[ai.I.Name] {
+						continue
+					}
+					kept = append(kept, tc)
+				}
+				c.Changes = kept
 				if len(kept) == 0 {
 					continue
 				}

@@ -488,6 +488,17 @@ var (
 				},
 			},
 			{
+				Name:    "task_input_path",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[14]},
+				Annotation: &entsql.IndexAnnotation{
+					OpClass: "jsonb_path_ops",
+					Types: map[string]string{
+						"postgres": "GIN",
+					},
+				},
+			},
+			{
 				Name:    "task_schedule_slot",
 				Unique:  true,
 				Columns: []*schema.Column{TasksColumns[32], TasksColumns[33]},

@@ -5,6 +5,7 @@ import (
 
 	"entgo.io/contrib/entgql"
 	"entgo.io/ent"
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/entsql"
 	"entgo.io/ent/schema"
 	"entgo.io/ent/schema/edge"
@@ -178,6 +179,18 @@ func (Task) Indexes() []ent.Index {
 			Annotations(entsql.IndexWhere("attention_status IS NOT NULL")),
 		index.Fields("biz_id").
 			Annotations(entsql.IndexWhere("biz_id <> ''")),
+		// Searches in the (masked) input: equality of a value at a path is
+		// a containment (input @> '{"a":{"b":"x"}}') that this GIN index
+		// serves on PostgreSQL (store/payload.go). input is immutable, so
+		// the index costs the insert only; result is not indexed, as a
+		// finish writes it. SQLite gets no index: the store's migration
+		// leaves it out there (store.keepPredicates).
+		index.Fields("input").
+			StorageKey("task_input_path").
+			Annotations(
+				entsql.IndexTypes(map[string]string{dialect.Postgres: "GIN"}),
+				entsql.OpClass("jsonb_path_ops"),
+			),
 		// Exactly one task per slot of a schedule, whichever node fires it.
 		index.Fields("schedule_id", "schedule_slot").
 			Unique().

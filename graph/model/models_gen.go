@@ -144,6 +144,19 @@ type ImportTarget struct {
 	BusinessKey []string `json:"businessKey"`
 }
 
+// A condition on the value at a path of a task's input or result. Give exactly
+// one of eq, prefix and exists.
+type JSONPathPredicate struct {
+	// Object keys separated by dots, e.g. customer.city: letters, digits, _ and -, each key starting with a letter or _; at most 8 keys and 200 characters.
+	Path string `json:"path"`
+	// The value at path equals this string, number or boolean (not null, an object or an array).
+	Eq json.RawMessage `json:"eq,omitempty"`
+	// The value at path is a string starting with this text (case sensitive).
+	Prefix *string `json:"prefix,omitempty"`
+	// true: the path is present (even with a null value); false: it is absent.
+	Exists *bool `json:"exists,omitempty"`
+}
+
 type RetryPolicy struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`

@@ -7,6 +7,7 @@ import { ConnectionBanner } from './components/ConnectionBanner';
 import { IncidentBanner } from './components/IncidentBanner';
 import { LANGS, useI18n, type Lang } from './i18n';
 import { AlertsPage } from './pages/Alerts';
+import { Audit } from './pages/Audit';
 import { Dashboard } from './pages/Dashboard';
 import { ImportPage } from './pages/Import';
 import { Launch } from './pages/Launch';
@@ -53,6 +54,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
     { to: '/schedules', label: t('nav.schedules'), id: 'schedules', show: true },
     { to: '/types', label: t('nav.types'), id: 'types', show: true },
     { to: '/nodes', label: t('nav.nodes'), id: 'nodes', show: true },
+    { to: '/audit', label: t('nav.audit'), id: 'audit', show: true },
   ];
   const active = (to: string) => (to === '/' ? path === '/' : path === to || path.startsWith(to + '/'));
 
@@ -114,6 +116,7 @@ function Routes({ path }: { path: string }) {
   if ((m = /^\/schedules\/([^/]+)$/.exec(path))) return <ScheduleDetail key={m[1]} id={decodeURIComponent(m[1])} />;
   if (path === '/types') return <Types />;
   if (path === '/nodes') return <Nodes />;
+  if (path === '/audit') return <Audit />;
   return <NotFound />;
 }
 

@@ -208,6 +208,8 @@ export function createApi(token: string): Api {
           ScheduleEventEdge: () => null,
           TypeControl: (c) => String(c.type),
           WaitReason: () => null,
+          AuditLogConnection: () => null,
+          AuditLogEdge: () => null,
         },
       }),
       fetchExchange,

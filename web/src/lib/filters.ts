@@ -1,6 +1,7 @@
 // The task list's filters live in the URL (so that a filtered view can be
 // bookmarked and shared) and become the tasks query's variables here.
 import { STATUSES, type TaskStatus } from '../api/queries';
+import { decodePayload, encodePayload, payloadWhere } from './payload';
 
 export const SORT_FIELDS = ['CREATED_AT', 'UPDATED_AT', 'FINISHED_AT', 'STATUS', 'TYPE', 'PRIORITY', 'OWNER'] as const;
 export type SortField = (typeof SORT_FIELDS)[number];
@@ -18,6 +19,8 @@ export interface ListFilter {
   range: RangePreset | 'custom' | '';
   from: string; // ISO or ''
   to: string; // ISO or ''
+  // payload: conditions on the tasks' input or result (lib/payload), encoded.
+  payload: string;
   sort: SortField;
   dir: Direction;
   size: number;
@@ -36,6 +39,7 @@ export const DEFAULT_FILTER: ListFilter = {
   range: '',
   from: '',
   to: '',
+  payload: '',
   sort: 'CREATED_AT',
   dir: 'DESC',
   size: 20,
@@ -60,6 +64,7 @@ export function parseFilter(p: URLSearchParams): ListFilter {
     range: (RANGES as readonly string[]).includes(range) || range === 'custom' ? (range as ListFilter['range']) : '',
     from: p.get('from') ?? '',
     to: p.get('to') ?? '',
+    payload: encodePayload(decodePayload(p.get('payload'))),
     sort,
     dir,
     size: (PAGE_SIZES as readonly number[]).includes(size) ? size : DEFAULT_FILTER.size,
@@ -78,6 +83,7 @@ export function filterToSearch(f: ListFilter): string {
   if (f.range) p.set('range', f.range);
   if (f.from) p.set('from', f.from);
   if (f.to) p.set('to', f.to);
+  if (f.payload) p.set('payload', f.payload);
   if (f.sort !== DEFAULT_FILTER.sort) p.set('sort', f.sort);
   if (f.dir !== DEFAULT_FILTER.dir) p.set('dir', f.dir);
   if (f.size !== DEFAULT_FILTER.size) p.set('size', String(f.size));
@@ -107,6 +113,7 @@ export function toWhere(f: ListFilter): Where {
   if (f.q.trim()) w.search = f.q.trim();
   if (f.from) w.createdAtGTE = f.from;
   if (f.to) w.createdAtLTE = f.to;
+  Object.assign(w, payloadWhere(decodePayload(f.payload)));
   return w;
 }
 

@@ -20,6 +20,7 @@ import { ActionButtons } from '../components/ActionButtons';
 import { BulkFilterAction } from '../components/BulkFilterAction';
 import { ConfirmDialog } from '../components/ConfirmDialog';
 import { ErrorBox } from '../components/ErrorBox';
+import { PayloadFilter } from '../components/PayloadFilter';
 import { ProgressBar } from '../components/ProgressBar';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
@@ -38,6 +39,7 @@ import {
   type SortField,
 } from '../lib/filters';
 import { useNow, useOnReconnect, useThrottle } from '../lib/hooks';
+import { decodePayload, encodePayload } from '../lib/payload';
 import { formatDateTime, fromLocalInput, relative, toLocalInput } from '../lib/time';
 import { Link, navigate, useLocation } from '../router';
 
@@ -154,6 +156,11 @@ export function TaskList() {
       </div>
 
       <Filters f={f} update={update} types={types.data?.taskTypes ?? []} />
+      <PayloadFilter
+        value={decodePayload(f.payload)}
+        onChange={(conds) => update({ payload: encodePayload(conds) })}
+        inputSchema={types.data?.taskTypes.find((ty) => ty.name === f.type)?.inputSchema}
+      />
 
       {newArrivals && (
         <div className="notice" role="status">
@@ -406,7 +413,7 @@ function Filters({ f, update, types }: { f: ListFilter; update: (p: Partial<List
           <option value="ASC">{t('list.dir.ASC')}</option>
         </select>
       </label>
-      <button type="button" className="btn btn-ghost" onClick={() => update({ statuses: [], type: '', owner: '', q: '', range: '', from: '', to: '' })} data-testid="filter-clear">
+      <button type="button" className="btn btn-ghost" onClick={() => update({ statuses: [], type: '', owner: '', q: '', range: '', from: '', to: '', payload: '' })} data-testid="filter-clear">
         {t('common.clear')}
       </button>
     </form>
