@@ -48,6 +48,7 @@ import (
 	"taskgraph/seal"
 	"taskgraph/spreadsheet"
 	"taskgraph/store"
+	"taskgraph/tasktype"
 	"taskgraph/web"
 	"taskgraph/worker"
 )
@@ -55,9 +56,9 @@ import (
 // Options are what tests and embedders add to a Config.
 type Options struct {
 	// Register adds task types besides the built-in ones.
-	Register func(r *worker.Registry)
+	Register func(r *tasktype.Registry)
 	// Policies replaces the built-in retry policies.
-	Policies []worker.RetryPolicy
+	Policies []tasktype.RetryPolicy
 	// Clock replaces time.Now in the store.
 	Clock func() time.Time
 	// Pool and Watchdog override their configurations (zero fields keep
@@ -97,8 +98,8 @@ type App struct {
 	Log       *slog.Logger
 	Store     *store.Store
 	Broker    *events.Broker
-	Registry  *worker.Registry
-	Policies  *worker.Policies
+	Registry  *tasktype.Registry
+	Policies  *tasktype.Policies
 	Engine    *engine.Engine
 	Auth      *auth.Authenticator
 	Audit     *audit.Recorder
@@ -173,9 +174,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	}
 	ps := opts.Policies
 	if ps == nil {
-		ps = worker.DefaultPolicies()
+		ps = tasktype.DefaultPolicies()
 	}
-	policies, err := worker.NewPolicies(ps...)
+	policies, err := tasktype.NewPolicies(ps...)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +207,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	registry := worker.NewRegistry()
+	registry := tasktype.NewRegistry()
 	policy, err := cfg.outboundPolicy()
 	if err != nil {
 		_ = st.Close()
@@ -397,7 +398,7 @@ type files struct {
 // the data directory) and builds the artifact store on it, the importer
 // (with the contacts target) and the exporter, and registers the import,
 // export and report task types.
-func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []byte, st *store.Store, eng *engine.Engine, reg *worker.Registry, masker *mask.Masker, rec *audit.Recorder, outages *outage.Monitor, log *slog.Logger) (_ *files, err error) {
+func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []byte, st *store.Store, eng *engine.Engine, reg *tasktype.Registry, masker *mask.Masker, rec *audit.Recorder, outages *outage.Monitor, log *slog.Logger) (_ *files, err error) {
 	blobURL, err := cfg.Blobs()
 	if err != nil {
 		return nil, err

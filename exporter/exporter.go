@@ -23,7 +23,7 @@ import (
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
 	"taskgraph/spreadsheet"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // Task type names.
@@ -72,21 +72,21 @@ func New(cfg Config) (*Exporter, error) {
 }
 
 // Register adds the export and report task types to r.
-func (e *Exporter) Register(r *worker.Registry) {
-	worker.Register(r, ExportType, storeFailuresWait(e.export),
-		worker.WithDescription("Exports contacts or tasks matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
-		worker.WithTimeout(time.Hour),
-		worker.WithConcurrency(4))
-	worker.Register(r, ReportType, storeFailuresWait(e.report),
-		worker.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
-		worker.WithTimeout(30*time.Minute),
-		worker.WithConcurrency(2))
+func (e *Exporter) Register(r *tasktype.Registry) {
+	tasktype.Register(r, ExportType, storeFailuresWait(e.export),
+		tasktype.WithDescription("Exports contacts or tasks matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
+		tasktype.WithTimeout(time.Hour),
+		tasktype.WithConcurrency(4))
+	tasktype.Register(r, ReportType, storeFailuresWait(e.report),
+		tasktype.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
+		tasktype.WithTimeout(30*time.Minute),
+		tasktype.WithConcurrency(2))
 }
 
 // storeFailuresWait makes a failure of the blob store a resource error of
 // the execution that met it: retried later, with the longer backoff.
-func storeFailuresWait[I any](h func(context.Context, *worker.Job, I) error) func(context.Context, *worker.Job, I) error {
-	return func(ctx context.Context, job *worker.Job, in I) error {
+func storeFailuresWait[I any](h func(context.Context, *tasktype.Job, I) error) func(context.Context, *tasktype.Job, I) error {
+	return func(ctx context.Context, job *tasktype.Job, in I) error {
 		return artifact.AsResource(h(ctx, job, in))
 	}
 }
@@ -142,7 +142,7 @@ type ExportResult struct {
 	Format string `json:"format"`
 }
 
-func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) error {
+func (e *Exporter) export(ctx context.Context, job *tasktype.Job, in ExportInput) error {
 	format := spreadsheet.XLSX
 	if in.Format == "csv" {
 		format = spreadsheet.CSV
@@ -167,7 +167,7 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 		case "tasks":
 			rows, err = e.exportTasks(asOwner, job, out, in.Filter)
 		default:
-			err = worker.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
+			err = tasktype.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
 		}
 		if err != nil {
 			return err
@@ -186,7 +186,7 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 }
 
 // exportContacts pages through contacts (never the whole table in memory).
-func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+func (e *Exporter) exportContacts(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
 	preds := []predicate.Contact{}
 	if f.City != "" {
 		preds = append(preds, contact.City(f.City))
@@ -246,7 +246,7 @@ func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spre
 	return n, nil
 }
 
-func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+func (e *Exporter) exportTasks(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
 	preds := []predicate.Task{}
 	if f.Type != "" {
 		preds = append(preds, task.Type(f.Type))

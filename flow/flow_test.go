@@ -27,7 +27,7 @@ import (
 	"taskgraph/mask"
 	"taskgraph/seal"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,10 +54,10 @@ func setup(t testing.TB, dsn string) bundle {
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now, Gate: gate})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	reg := worker.NewRegistry()
+	reg := tasktype.NewRegistry()
 	builtin.Register(reg, &builtin.Webhook{})
-	worker.Register(reg, "import", func(context.Context, *worker.Job, struct{}) error { return nil })
-	ps, err := worker.NewPolicies(worker.DefaultPolicies()...)
+	tasktype.Register(reg, "import", func(context.Context, *tasktype.Job, struct{}) error { return nil })
+	ps, err := tasktype.NewPolicies(tasktype.DefaultPolicies()...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)

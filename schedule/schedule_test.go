@@ -26,7 +26,7 @@ import (
 	"taskgraph/schedule"
 	"taskgraph/seal"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -55,9 +55,9 @@ func open(t *testing.T, dsn string, clock *fakeclock.Clock) bundle {
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	reg := worker.NewRegistry()
+	reg := tasktype.NewRegistry()
 	builtin.Register(reg, &builtin.Webhook{})
-	ps, err := worker.NewPolicies(worker.DefaultPolicies()...)
+	ps, err := tasktype.NewPolicies(tasktype.DefaultPolicies()...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
 	"taskgraph/store"
+	"taskgraph/tasktype"
 )
 
 // WatchdogConfig configures a Watchdog.
@@ -57,7 +58,7 @@ const (
 type Watchdog struct {
 	cfg      WatchdogConfig
 	store    *store.Store
-	policies *Policies
+	policies *tasktype.Policies
 	masker   *mask.Masker
 	log      *slog.Logger
 
@@ -71,7 +72,7 @@ type Watchdog struct {
 }
 
 // NewWatchdog validates its configuration.
-func NewWatchdog(cfg WatchdogConfig, s *store.Store, ps *Policies, m *mask.Masker) (*Watchdog, error) {
+func NewWatchdog(cfg WatchdogConfig, s *store.Store, ps *tasktype.Policies, m *mask.Masker) (*Watchdog, error) {
 	if s == nil || ps == nil || m == nil {
 		return nil, errors.New("watchdog: store, policies and masker are required")
 	}
