@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/alert"
 	"taskgraph/auth"
 	"taskgraph/engine"
@@ -78,6 +79,7 @@ func setup(t *testing.T, dsn string, fake bool, withPool bool) *bundle {
 	}
 	s, err := store.Open(sysCtx, cfg)
 	require.NoError(t, err)
+	access.Install(s.Client())
 	b.store = s
 	policies, err := tasktype.NewPolicies(testPolicies...)
 	require.NoError(t, err)

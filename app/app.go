@@ -207,6 +207,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every read through the store's client (and its transactions) sees
+	// only what the viewer of its context may see; one without a viewer
+	// reads nothing.
+	access.Install(st.Client())
 	registry := tasktype.NewRegistry()
 	policy, err := cfg.outboundPolicy()
 	if err != nil {

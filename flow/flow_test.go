@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/audit"
 	"taskgraph/auth"
 	"taskgraph/builtin"
@@ -53,6 +54,7 @@ func setup(t testing.TB, dsn string) bundle {
 	gate := flow.NewGate()
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now, Gate: gate})
 	require.NoError(t, err)
+	access.Install(st.Client())
 	t.Cleanup(func() { _ = st.Close() })
 	reg := tasktype.NewRegistry()
 	builtin.Register(reg, &builtin.Webhook{})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
@@ -209,6 +210,7 @@ func setupWhereMatch(t *testing.T, ctx context.Context, dsn string) (*store.Stor
 	}
 	s, err := store.Open(ctx, cfg)
 	require.NoError(t, err)
+	access.Install(s.Client())
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	if sqlite {
 		// SQLite's LIKE ignores ASCII case, PostgreSQL's does not, and ent

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/audit"
 	"taskgraph/auth"
 	"taskgraph/builtin"
@@ -54,6 +55,7 @@ func open(t *testing.T, dsn string, clock *fakeclock.Clock) bundle {
 	t.Helper()
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now})
 	require.NoError(t, err)
+	access.Install(st.Client())
 	t.Cleanup(func() { _ = st.Close() })
 	reg := tasktype.NewRegistry()
 	builtin.Register(reg, &builtin.Webhook{})

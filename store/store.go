@@ -34,7 +34,6 @@ import (
 	"github.com/lib/pq"
 	_ "modernc.org/sqlite" // the embedded default database
 
-	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/migrate"
@@ -146,9 +145,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	// Every read through the client (and its transactions) sees only what
-	// the viewer of its context may see; internal work runs as auth.System.
-	access.Install(s.client)
+	// What a read through the client sees is the assembly's to decide: it
+	// installs the access filter (access.Install(s.Client())). The store's
+	// own work runs as auth.System (internal), which sees everything.
 	return s, nil
 }
 
@@ -331,8 +330,10 @@ func (s *Store) tuneTables(ctx context.Context) error {
 }
 
 // Client is the ent client, for reads. Writes go through Store's methods.
-// Its queries see what the viewer of their context may see (package
-// access); a context without a viewer reads nothing.
+// Once the assembly has installed package access's filter on it (app.New
+// does, and so does every test that opens a store), its queries see what
+// the viewer of their context may see; a context without a viewer reads
+// nothing.
 func (s *Store) Client() *ent.Client { return s.client }
 
 // DB is the underlying connection pool.

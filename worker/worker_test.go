@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/taskinstance"
@@ -64,6 +65,7 @@ func setup(t *testing.T, dsn string, o setupOpts) *testBundle {
 	}
 	s, err := store.Open(sysCtx, cfg)
 	require.NoError(t, err)
+	access.Install(s.Client())
 	b.store = s
 	b.policies, err = tasktype.NewPolicies(testPolicies...)
 	require.NoError(t, err)
