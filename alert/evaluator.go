@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"entgo.io/ent/dialect"
-
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/alertincident"
@@ -610,7 +608,7 @@ WITH RECURSIVE p(pr) AS (
 	FROM p WHERE p.pr IS NOT NULL
 )
 SELECT (SELECT MIN(run_at) FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority = p.pr) FROM p WHERE p.pr IS NOT NULL`
-	if e.store.Dialect() == dialect.Postgres {
+	if e.store.Postgres() {
 		q = strings.Replace(strings.Replace(strings.Replace(q, "?", "$1", 1), "?", "$2", 1), "?", "$3", 1)
 	}
 	rows, err := e.store.DB().QueryContext(ctx, q, typ, typ, typ)

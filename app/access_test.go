@@ -46,11 +46,11 @@ func (s *syncBuffer) String() string {
 }
 
 // dumpDatabase renders every row of every table as text.
-func dumpDatabase(t *testing.T, db *sql.DB, dialect string) string {
+func dumpDatabase(t *testing.T, db *sql.DB, postgres bool) string {
 	t.Helper()
 	ctx := context.Background()
 	q := `SELECT name FROM sqlite_master WHERE type = 'table'`
-	if dialect == "postgres" {
+	if postgres {
 		q = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()`
 	}
 	rows, err := db.QueryContext(ctx, q)
@@ -199,7 +199,7 @@ func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
 			evs.Write(b)
 		}
 
-		dump := dumpDatabase(t, s.App.Store.DB(), s.App.Store.Dialect())
+		dump := dumpDatabase(t, s.App.Store.DB(), s.App.Store.Postgres())
 		require.Contains(t, dump, "139****5678", "the dump holds the masked task")
 		require.Contains(t, evs.String(), "139****5678", "events were captured")
 		require.Contains(t, logs.String(), "handler panicked", "the log was captured")

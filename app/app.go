@@ -22,8 +22,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql/playground"
 
-	"entgo.io/ent/dialect"
-
 	"taskgraph/access"
 	"taskgraph/alert"
 	"taskgraph/artifact"
@@ -200,7 +198,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: broker, Clock: opts.Clock, Logger: log, OnWrite: onWrite}
 	// Caps, rates and pauses of task types hold in every claim.
 	storeCfg.Gate = flow.NewGate()
-	if store.IsPostgres(cfg.DSN()) {
+	if store.IsPostgres(cfg.DSN()) { // the store is not open yet: ask its DSN
 		storeCfg.BeforeCommit = relay.Notifier{Node: node}.BeforeCommit
 	}
 	st, err := store.Open(ctx, storeCfg)
@@ -282,7 +280,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*App, error) {
 		}
 	}
 
-	if st.Dialect() == dialect.Postgres {
+	if st.Postgres() {
 		a.Leader = leader.New(st.DB(), leader.WatchdogRole)
 		// The alert evaluator (api and watchdog roles) needs other nodes'
 		// task outcomes too.
@@ -444,7 +442,7 @@ func newFiles(ctx context.Context, cfg Config, opts Options, node string, key []
 		Outages: outages,
 		Logger:  log,
 	})
-	postgres := st.Dialect() == "postgres"
+	postgres := st.Postgres()
 	targets := importer.NewRegistry()
 	targets.Add(importer.Contacts(st.DB(), st.Tx, postgres, st.Now))
 	ic := opts.Import

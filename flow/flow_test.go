@@ -114,7 +114,7 @@ func (b bundle) inTx(t testing.TB, fn func(q flow.Querier) error) {
 	t.Helper()
 	tx, err := b.store.DB().BeginTx(context.Background(), nil)
 	require.NoError(t, err)
-	if err := fn(txQuerier{tx: tx, postgres: b.store.Dialect() == "postgres"}); err != nil {
+	if err := fn(txQuerier{tx: tx, postgres: b.store.Postgres()}); err != nil {
 		_ = tx.Rollback()
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func (b bundle) backlog(t testing.TB, typ string, n int) {
 	tx, err := b.store.DB().BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	q := txQuerier{tx: tx, postgres: b.store.Dialect() == "postgres"}
+	q := txQuerier{tx: tx, postgres: b.store.Postgres()}
 	series := `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?) `
 	if q.postgres {
 		series = `WITH g(n) AS (SELECT generate_series(1, CAST(? AS INTEGER))) `
@@ -290,7 +290,7 @@ func TestGateWithABacklog(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		b := setup(t, dsn)
 		n := 200_000
-		if raceEnabled && b.store.Dialect() != "postgres" {
+		if raceEnabled && !b.store.Postgres() {
 			n = 20_000
 		}
 		b.backlog(t, "import", n)
@@ -331,7 +331,7 @@ func BenchmarkAdmit(b *testing.B) {
 				tx, err := fx.store.DB().BeginTx(context.Background(), nil)
 				require.NoError(bb, err)
 				defer func() { _ = tx.Rollback() }()
-				q := txQuerier{tx: tx, postgres: fx.store.Dialect() == "postgres"}
+				q := txQuerier{tx: tx, postgres: fx.store.Postgres()}
 				bb.ResetTimer()
 				for range bb.N {
 					got, err := fx.gate.Admit(context.Background(), q, []string{"import", "noop"}, fx.store.Now())
@@ -347,7 +347,7 @@ func BenchmarkAdmit(b *testing.B) {
 func (b bundle) explain(t testing.TB, query string) string {
 	t.Helper()
 	prefix := "EXPLAIN QUERY PLAN "
-	if b.store.Dialect() == "postgres" {
+	if b.store.Postgres() {
 		prefix = "EXPLAIN (ANALYZE, COSTS OFF) "
 	}
 	rows, err := b.store.DB().Query(prefix + query)

@@ -256,7 +256,7 @@ func TestStatusFiltersUseAnIndex(t *testing.T) {
 			return out
 		}(), 4)
 
-		if s.Dialect() != "postgres" {
+		if !s.Postgres() {
 			return
 		}
 		// Among 200,000 finished tasks, never analyzed, the statement ent

@@ -159,7 +159,8 @@ var kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 
 // IsPostgres reports whether dsn names a PostgreSQL database: a
 // postgres:// or postgresql:// URL, or a key=value DSN (host=... dbname=...).
-// Anything else is a SQLite file.
+// Anything else is a SQLite file. It is for a DSN before a store is open;
+// once one is, ask it (Store.Postgres).
 func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || kvDSN.MatchString(dsn)
 }
@@ -339,8 +340,15 @@ func (s *Store) Client() *ent.Client { return s.client }
 // DB is the underlying connection pool.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Dialect is "postgres" or "sqlite3".
+// Dialect is "postgres" or "sqlite3", for messages. To ask which database
+// the store is on, use Postgres.
 func (s *Store) Dialect() string { return s.d.name }
+
+// Postgres reports whether the store is on PostgreSQL (else SQLite). It is
+// the one way to ask once a store is open; IsPostgres answers for a DSN
+// before there is a store (parsing and checking configuration, choosing
+// the store's own Config).
+func (s *Store) Postgres() bool { return s.d.postgres() }
 
 // Now is the store's clock, in UTC, at the precision both databases keep.
 func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
