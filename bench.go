@@ -42,7 +42,7 @@ func benchDB(db string) (dir, dsn string, cleanup func(), err error) {
 	if db == "" {
 		return dir, filepath.Join(dir, "bench.db"), rmDir, nil
 	}
-	if !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://") {
+	if !store.IsPostgres(db) {
 		return dir, db, rmDir, nil
 	}
 	conn, err := sql.Open("postgres", db)
@@ -58,16 +58,20 @@ func benchDB(db string) (dir, dsn string, cleanup func(), err error) {
 		rmDir()
 		return "", "", nil, fmt.Errorf("create a schema to bench in: %w", err)
 	}
-	u, err := url.Parse(db)
-	if err != nil {
-		_ = conn.Close()
-		rmDir()
-		return "", "", nil, err
+	inSchema := db + " search_path=" + schema // a key=value DSN
+	if strings.Contains(db, "://") {
+		u, err := url.Parse(db)
+		if err != nil {
+			_ = conn.Close()
+			rmDir()
+			return "", "", nil, err
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		inSchema = u.String()
 	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return dir, u.String(), func() {
+	return dir, inSchema, func() {
 		if _, err := conn.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: drop schema:", err)
 		}
@@ -246,14 +250,13 @@ func runBench(args []string) int {
 	first := float64(tenth) / marks[1].Sub(marks[0]).Seconds()
 	lastTenth := float64(tenth) / marks[10].Sub(marks[9]).Seconds()
 	marksMu.Unlock()
-	dialect := a.Store.Dialect()
 	fmt.Printf("total: %d tasks SUCCESS (%d failed) in %s = %.0f tasks/s end to end on %s\n",
-		done.Load(), failed.Load(), el.Round(time.Millisecond), float64(*n)/el.Seconds(), dialect)
+		done.Load(), failed.Load(), el.Round(time.Millisecond), float64(*n)/el.Seconds(), a.Store.Dialect())
 	fmt.Printf("first 10%%: %.0f tasks/s, last 10%%: %.0f tasks/s (first/last %.2f)\n", first, lastTenth, first/lastTenth)
 	if failed.Load() > 0 {
 		return 1
 	}
-	if dialect == "postgres" {
+	if a.Store.Postgres() {
 		// Table statistics are flushed by each backend as it ends.
 		shutdown()
 		if err := printWrites(dsn, int64(*n), int64(*backlog)); err != nil {

@@ -195,7 +195,7 @@ func addContacts(ctx context.Context, a *app.App, id, from, to int) error {
 	q := `WITH RECURSIVE n(i) AS (SELECT $1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
 INSERT INTO contacts (task_id, row_no, name, phone, email, company, city, tags, gender, birthday, created_at)
 SELECT $3, i, '用户' || i, '13' || substr('000000000' || i, -9), 'user' || i || '@example.com', '某某科技有限公司', '上海', '["vip","new"]', '男', '1990-01-02', $4 FROM n`
-	if a.Store.Dialect() == "postgres" {
+	if a.Store.Postgres() {
 		q = `INSERT INTO contacts (task_id, row_no, name, phone, email, company, city, tags, gender, birthday, created_at)
 SELECT $3, i, '用户' || i, '13' || lpad(i::text, 9, '0'), 'user' || i || '@example.com', '某某科技有限公司', '上海', '["vip","new"]', '男', '1990-01-02', $4
 FROM generate_series($1::bigint, $2::bigint) AS i`

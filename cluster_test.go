@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/access"
 	"taskgraph/internal/blobtest"
 	"taskgraph/internal/dbtest"
 	"taskgraph/store"
@@ -97,6 +98,7 @@ func TestThreeNodesOneKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	access.Install(s.Client())
 	defer s.Close()
 	// Enough for every node to be busy when one is killed (a quarter is
 	// done by then); more only makes the test longer.

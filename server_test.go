@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/lifecycle"
@@ -179,6 +180,7 @@ func TestSignalsShutDownGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	access.Install(s.Client())
 	defer s.Close()
 	ctx := auth.NewSystemContext(context.Background())
 	n, err := s.Client().TaskInstance.Query().Where(taskinstance.StatusEQ(lifecycle.Executing)).Count(ctx)

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/alert"
 	"taskgraph/auth"
 	"taskgraph/engine"
@@ -38,6 +39,7 @@ import (
 	"taskgraph/seal"
 	"taskgraph/service/servicetest"
 	"taskgraph/store"
+	"taskgraph/tasktype"
 	"taskgraph/worker"
 )
 
@@ -50,8 +52,8 @@ var (
 )
 
 // Quick policies: deliveries retry after 50 ms.
-var testPolicies = []worker.RetryPolicy{
-	{Name: worker.DefaultPolicyName, MaxAttempts: 3, Backoff: []time.Duration{50 * time.Millisecond}},
+var testPolicies = []tasktype.RetryPolicy{
+	{Name: tasktype.DefaultPolicyName, MaxAttempts: 3, Backoff: []time.Duration{50 * time.Millisecond}},
 	{Name: "none", MaxAttempts: 1},
 	{Name: "patient", MaxAttempts: 5, Backoff: []time.Duration{50 * time.Millisecond}},
 }
@@ -59,7 +61,7 @@ var testPolicies = []worker.RetryPolicy{
 type bundle struct {
 	store     *store.Store
 	broker    *events.Broker
-	registry  *worker.Registry
+	registry  *tasktype.Registry
 	engine    *engine.Engine
 	svc       *alert.Service
 	evaluator *alert.Evaluator
@@ -72,7 +74,7 @@ type flakyInput struct {
 
 func setup(t *testing.T, dsn string, fake bool, withPool bool) *bundle {
 	t.Helper()
-	b := &bundle{broker: events.NewBroker(events.Config{}), registry: worker.NewRegistry()}
+	b := &bundle{broker: events.NewBroker(events.Config{}), registry: tasktype.NewRegistry()}
 	cfg := store.Config{DSN: dsn, Publisher: b.broker}
 	if fake {
 		b.clock = fakeclock.New(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
@@ -80,18 +82,19 @@ func setup(t *testing.T, dsn string, fake bool, withPool bool) *bundle {
 	}
 	s, err := store.Open(sysCtx, cfg)
 	require.NoError(t, err)
+	access.Install(s.Client())
 	b.store = s
-	policies, err := worker.NewPolicies(testPolicies...)
+	policies, err := tasktype.NewPolicies(testPolicies...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)
-	worker.Register(b.registry, "flaky", func(ctx context.Context, job *worker.Job, in flakyInput) error {
+	tasktype.Register(b.registry, "flaky", func(ctx context.Context, job *tasktype.Job, in flakyInput) error {
 		if in.Fail {
-			return worker.NonRetryable(errors.New("the flaky thing failed"))
+			return tasktype.NonRetryable(errors.New("the flaky thing failed"))
 		}
 		return nil
 	})
-	worker.Register(b.registry, "other", func(context.Context, *worker.Job, flakyInput) error { return nil })
+	tasktype.Register(b.registry, "other", func(context.Context, *tasktype.Job, flakyInput) error { return nil })
 	d := &alert.Deliverer{Client: s.Client(), Sealer: sealer,
 		HTTP: outbound.NewClient(outbound.Config{Policy: outbound.MustParsePolicy(outbound.RuleLoopback)})}
 	d.Register(b.registry)
@@ -718,7 +721,7 @@ func TestRuleKinds(t *testing.T) {
 			_, err := b.store.Claim(sysCtx, "node-7", []string{"flaky"}, 1)
 			require.NoError(t, err)
 			b.clock.Advance(time.Minute) // no heartbeat: the node died
-			policies, err := worker.NewPolicies(testPolicies...)
+			policies, err := tasktype.NewPolicies(testPolicies...)
 			require.NoError(t, err)
 			w, err := worker.NewWatchdog(worker.WatchdogConfig{}, b.store, policies, mask.Default())
 			require.NoError(t, err)

@@ -13,7 +13,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/outbound"
 	"taskgraph/seal"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // DeliverType is the task type of notices: each notice to each channel is
@@ -40,14 +40,14 @@ type Deliverer struct {
 }
 
 // Register adds the alert.deliver task type to r.
-func (d *Deliverer) Register(r *worker.Registry) {
-	worker.Register(r, DeliverType, d.Handle,
-		worker.WithDescription("Delivers an alert notice to a channel (webhook, DingTalk, Feishu/Lark, WeCom, Slack). Created by the alert evaluator; retried like any task."),
-		worker.WithRetryPolicy("patient"),
-		worker.WithTimeout(time.Minute),
+func (d *Deliverer) Register(r *tasktype.Registry) {
+	tasktype.Register(r, DeliverType, d.Handle,
+		tasktype.WithDescription("Delivers an alert notice to a channel (webhook, DingTalk, Feishu/Lark, WeCom, Slack). Created by the alert evaluator; retried like any task."),
+		tasktype.WithRetryPolicy("patient"),
+		tasktype.WithTimeout(time.Minute),
 		// Only the evaluator creates deliveries: a user who could would
 		// send any text through any tenant's channel.
-		worker.Internal())
+		tasktype.Internal())
 }
 
 // Handle sends one notice to one channel. 2xx (with the platform's own
@@ -55,23 +55,23 @@ func (d *Deliverer) Register(r *worker.Registry) {
 // 408, timeouts and connection errors are retried; 429 and the platforms'
 // rate-limit codes wait longer; other answers fail at once (a bad token or
 // signature will not get better by itself).
-func (d *Deliverer) Handle(ctx context.Context, job *worker.Job, in DeliverInput) error {
+func (d *Deliverer) Handle(ctx context.Context, job *tasktype.Job, in DeliverInput) error {
 	sys := auth.NewSystemContext(ctx)
 	ch, err := d.Client.AlertChannel.Get(sys, in.Channel)
 	if ent.IsNotFound(err) {
-		return worker.NonRetryable(fmt.Errorf("alert channel %d no longer exists", in.Channel))
+		return tasktype.NonRetryable(fmt.Errorf("alert channel %d no longer exists", in.Channel))
 	}
 	if err != nil {
 		return fmt.Errorf("read alert channel %d: %w", in.Channel, err)
 	}
 	rawURL, err := d.Sealer.Open(ch.URLSealed)
 	if err != nil {
-		return worker.NonRetryable(fmt.Errorf("alert channel %d: open its url: %w", ch.ID, err))
+		return tasktype.NonRetryable(fmt.Errorf("alert channel %d: open its url: %w", ch.ID, err))
 	}
 	var secret []byte
 	if len(ch.SecretSealed) > 0 {
 		if secret, err = d.Sealer.Open(ch.SecretSealed); err != nil {
-			return worker.NonRetryable(fmt.Errorf("alert channel %d: open its secret: %w", ch.ID, err))
+			return tasktype.NonRetryable(fmt.Errorf("alert channel %d: open its secret: %w", ch.ID, err))
 		}
 	}
 	now := time.Now()
@@ -80,7 +80,7 @@ func (d *Deliverer) Handle(ctx context.Context, job *worker.Job, in DeliverInput
 	}
 	req, err := request(ch.Kind, string(rawURL), string(secret), in.Notice, now, job.Task.Code)
 	if err != nil {
-		return worker.NonRetryable(err)
+		return tasktype.NonRetryable(err)
 	}
 	reqCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -96,9 +96,9 @@ func (d *Deliverer) Handle(ctx context.Context, job *worker.Job, in DeliverInput
 			return context.Cause(ctx)
 		}
 		if outbound.IsDenied(err) {
-			return worker.NonRetryable(fmt.Errorf("%s: %w", target, err))
+			return tasktype.NonRetryable(fmt.Errorf("%s: %w", target, err))
 		}
-		return worker.Retryable(fmt.Errorf("%s: %w", target, stripURL(err)))
+		return tasktype.Retryable(fmt.Errorf("%s: %w", target, stripURL(err)))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -110,17 +110,17 @@ func (d *Deliverer) Handle(ctx context.Context, job *worker.Job, in DeliverInput
 		if pc, msg := platformError(ch.Kind, body); pc != 0 {
 			err := fmt.Errorf("%s refused the notice: code %d: %s", target, pc, msg)
 			if rateLimited[ch.Kind][pc] {
-				return worker.Resource(err)
+				return tasktype.Resource(err)
 			}
-			return worker.NonRetryable(err)
+			return tasktype.NonRetryable(err)
 		}
 		return nil
 	case code == http.StatusTooManyRequests:
-		return worker.Resource(failed)
+		return tasktype.Resource(failed)
 	case code == http.StatusRequestTimeout || code >= 500:
-		return worker.Retryable(failed)
+		return tasktype.Retryable(failed)
 	default:
-		return worker.NonRetryable(failed)
+		return tasktype.NonRetryable(failed)
 	}
 }
 

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"entgo.io/ent/dialect"
-
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/alertincident"
@@ -653,7 +651,7 @@ func stalledSince(in *ent.TaskInstance) time.Time {
 // priority, run_at) of waiting executions: the first entry of each
 // priority, one probe per priority in use, never the backlog itself.
 func (e *Evaluator) oldestWaiting(ctx context.Context, typ string) (*time.Time, error) {
-	rows, err := e.store.DB().QueryContext(ctx, oldestWaitingQuery(e.store.Dialect() == dialect.Postgres), typ, typ, typ)
+	rows, err := e.store.DB().QueryContext(ctx, oldestWaitingQuery(e.store.Postgres()), typ, typ, typ)
 	if err != nil {
 		return nil, fmt.Errorf("alert: oldest waiting %s: %w", typ, err)
 	}

@@ -32,8 +32,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"entgo.io/ent/dialect"
-
 	"taskgraph/auth"
 	"taskgraph/engine"
 	"taskgraph/ent"
@@ -653,7 +651,7 @@ func (s *Service) Deliveries(ctx context.Context, incidentID int) ([]*ent.Task, 
 // notifyTx tells other nodes, if and only if tx commits, that an incident
 // changed (PostgreSQL; SQLite has one process).
 func (s *Service) notifyTx(ctx context.Context, tx *ent.Tx, id int) error {
-	if s.cfg.Store.Dialect() != dialect.Postgres {
+	if !s.cfg.Store.Postgres() {
 		return nil
 	}
 	return notifyIncident(ctx, tx, s.cfg.Node, id)

@@ -24,7 +24,7 @@ import (
 	"taskgraph/auth"
 	"taskgraph/events"
 	"taskgraph/internal/dbtest"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // syncBuffer is a log destination written by many goroutines.
@@ -46,11 +46,11 @@ func (s *syncBuffer) String() string {
 }
 
 // dumpDatabase renders every row of every table as text.
-func dumpDatabase(t *testing.T, db *sql.DB, dialect string) string {
+func dumpDatabase(t *testing.T, db *sql.DB, postgres bool) string {
 	t.Helper()
 	ctx := context.Background()
 	q := `SELECT name FROM sqlite_master WHERE type = 'table'`
-	if dialect == "postgres" {
+	if postgres {
 		q = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()`
 	}
 	rows, err := db.QueryContext(ctx, q)
@@ -130,15 +130,15 @@ func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
 		require.NoError(t, os.WriteFile(rules, []byte(`{"patterns": [{"name": "employee", "regexp": "\\bEMP-\\d{6}\\b", "keepHead": 4}]}`), 0o600))
 		s := apptest.Start(t, dsn, app.Options{
 			Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Register: func(r *worker.Registry) {
-				worker.Register(r, "leaky", func(ctx context.Context, job *worker.Job, in leakyIn) error {
+			Register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "leaky", func(ctx context.Context, job *tasktype.Job, in leakyIn) error {
 					job.Info("calling "+in.Phone+" about "+in.IDNo, "phone", in.Phone, "idNo", in.IDNo, "note", in.Note, "ref", in.EmployeeRef)
 					job.Info("connecting to "+in.DSN, "body", in.Body, "oldId", in.OldID)
 					job.SetResult(map[string]any{"reached": in.Phone, "note": in.Note})
-					return worker.NonRetryable(fmt.Errorf("customer %s (id %s, %s, %s) refused; %s; body %s; old id %s",
+					return tasktype.NonRetryable(fmt.Errorf("customer %s (id %s, %s, %s) refused; %s; body %s; old id %s",
 						in.Phone, in.IDNo, in.Note, in.EmployeeRef, in.DSN, in.Body, in.OldID))
 				})
-				worker.Register(r, "panicky", func(ctx context.Context, job *worker.Job, in leakyIn) error {
+				tasktype.Register(r, "panicky", func(ctx context.Context, job *tasktype.Job, in leakyIn) error {
 					panic("cannot reach " + in.Phone + " " + in.IDNo)
 				})
 			},
@@ -200,7 +200,7 @@ func TestSensitiveInputNeverShowsInPlaintext(t *testing.T) {
 			evs.Write(b)
 		}
 
-		dump := dumpDatabase(t, s.App.Store.DB(), s.App.Store.Dialect())
+		dump := dumpDatabase(t, s.App.Store.DB(), s.App.Store.Postgres())
 		require.Contains(t, dump, "139****5678", "the dump holds the masked task")
 		require.Contains(t, evs.String(), "139****5678", "events were captured")
 		require.Contains(t, logs.String(), "handler panicked", "the log was captured")
@@ -253,9 +253,9 @@ func TestEveryAuditedActionLeavesExactlyOneRecord(t *testing.T) {
 			auth.Viewer{User: "alice", Role: auth.RoleOperator, Tenant: "acme"},
 			auth.Viewer{User: "vera", Role: auth.RoleViewer},
 		)
-		s := apptest.Start(t, dsn, app.Options{Register: func(r *worker.Registry) {
-			worker.Register(r, "fails", func(ctx context.Context, job *worker.Job, _ struct{}) error {
-				return worker.NonRetryable(fmt.Errorf("no"))
+		s := apptest.Start(t, dsn, app.Options{Register: func(r *tasktype.Registry) {
+			tasktype.Register(r, "fails", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
+				return tasktype.NonRetryable(fmt.Errorf("no"))
 			})
 		}}, func(c *app.Config) {
 			c.Access.TokenFile = path

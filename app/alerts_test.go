@@ -15,6 +15,7 @@ import (
 	"taskgraph/app"
 	"taskgraph/app/apptest"
 	"taskgraph/internal/dbtest"
+	"taskgraph/tasktype"
 	"taskgraph/worker"
 )
 
@@ -117,11 +118,11 @@ func TestStalledAtThroughTheAPI(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		s := apptest.Start(t, dsn, app.Options{
-			Register: func(r *worker.Registry) {
-				worker.Register(r, "hangs", func(ctx context.Context, _ *worker.Job, _ struct{}) error {
+			Register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "hangs", func(ctx context.Context, _ *tasktype.Job, _ struct{}) error {
 					<-ctx.Done()
 					return ctx.Err()
-				}, worker.WithStallDetection(200*time.Millisecond, worker.StallFlag))
+				}, tasktype.WithStallDetection(200*time.Millisecond, tasktype.StallFlag))
 			},
 			Watchdog: worker.WatchdogConfig{Interval: 50 * time.Millisecond},
 		})

@@ -23,8 +23,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql/playground"
 
-	"entgo.io/ent/dialect"
-
 	"taskgraph/access"
 	"taskgraph/alert"
 	"taskgraph/artifact"
@@ -51,6 +49,7 @@ import (
 	"taskgraph/service"
 	"taskgraph/spreadsheet"
 	"taskgraph/store"
+	"taskgraph/tasktype"
 	"taskgraph/web"
 	"taskgraph/worker"
 )
@@ -58,12 +57,12 @@ import (
 // Options are what tests and embedders add to a Config.
 type Options struct {
 	// Register adds task types besides the built-in ones.
-	Register func(r *worker.Registry)
+	Register func(r *tasktype.Registry)
 	// Engine options applied after the configured ones (tests: the page
 	// of bulk actions over a filter).
 	Engine []engine.Option
 	// Policies replaces the built-in retry policies.
-	Policies []worker.RetryPolicy
+	Policies []tasktype.RetryPolicy
 	// Clock replaces time.Now in the store.
 	Clock func() time.Time
 	// Pool and Watchdog override their configurations: each non-zero
@@ -105,8 +104,8 @@ type App struct {
 	Log       *slog.Logger
 	Store     *store.Store
 	Broker    *events.Broker
-	Registry  *worker.Registry
-	Policies  *worker.Policies
+	Registry  *tasktype.Registry
+	Policies  *tasktype.Policies
 	Engine    *engine.Engine
 	Auth      *auth.Authenticator
 	Audit     *audit.Recorder
@@ -241,9 +240,9 @@ func newApp(cfg Config, opts Options) (*App, error) {
 	}
 	ps := opts.Policies
 	if ps == nil {
-		ps = worker.DefaultPolicies()
+		ps = tasktype.DefaultPolicies()
 	}
-	policies, err := worker.NewPolicies(ps...)
+	policies, err := tasktype.NewPolicies(ps...)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +280,7 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, Logger: a.rootLog, OnWrite: onWrite}
 	// Caps, rates and pauses of task types hold in every claim.
 	storeCfg.Gate = flow.NewGate()
-	if store.IsPostgres(cfg.DSN()) {
+	if store.IsPostgres(cfg.DSN()) { // the store is not open yet: ask its DSN
 		storeCfg.BeforeCommit = relay.Notifier{Node: a.Node}.BeforeCommit
 	}
 	st, err := store.Open(ctx, storeCfg)
@@ -289,6 +288,10 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 		return err
 	}
 	undo.push(func() { _ = st.Close() })
+	// Every read through the store's client (and its transactions) sees
+	// only what the viewer of its context may see; one without a viewer
+	// reads nothing.
+	access.Install(st.Client())
 	a.Store = st
 	return nil
 }
@@ -298,7 +301,7 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 // and the engine on them.
 func (a *App) newEngine(context.Context, *cleanup) error {
 	cfg, st := a.Config, a.Store
-	a.Registry = worker.NewRegistry()
+	a.Registry = tasktype.NewRegistry()
 	policy, err := cfg.outboundPolicy()
 	if err != nil {
 		return err
@@ -370,7 +373,7 @@ func (a *App) newFiles(ctx context.Context, undo *cleanup) error {
 		Outages: a.Outages,
 		Logger:  log,
 	})
-	postgres := st.Dialect() == dialect.Postgres
+	postgres := st.Postgres()
 	targets := importer.NewRegistry()
 	targets.Add(importer.Contacts(st.DB(), st.Tx, postgres, st.Now))
 	ic := opts.Import
@@ -420,7 +423,7 @@ func (a *App) newAPIServices(ctx context.Context, undo *cleanup) error {
 // roles needs their task outcomes too).
 func (a *App) newRelay(ctx context.Context, undo *cleanup) error {
 	st, cfg := a.Store, a.Config
-	if st.Dialect() != dialect.Postgres {
+	if !st.Postgres() {
 		return nil
 	}
 	a.Leader = leader.New(st.DB(), leader.WatchdogRole)

@@ -17,7 +17,7 @@ import (
 	"taskgraph/internal/blobtest"
 	"taskgraph/internal/dbtest"
 	"taskgraph/internal/importtest"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // sharedKey is the secret key of every node of a test deployment (each has
@@ -32,7 +32,7 @@ func node(roles []app.Role, blobURL string) func(*app.Config) {
 	}
 }
 
-var quick = []worker.RetryPolicy{{Name: worker.DefaultPolicyName, MaxAttempts: 2, Backoff: []time.Duration{10 * time.Millisecond}}}
+var quick = []tasktype.RetryPolicy{{Name: tasktype.DefaultPolicyName, MaxAttempts: 2, Backoff: []time.Duration{10 * time.Millisecond}}}
 
 type fileTask struct {
 	ID, Status, ResultStatus, LastError string

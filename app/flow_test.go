@@ -18,7 +18,7 @@ import (
 	"taskgraph/flow"
 	"taskgraph/internal/dbtest"
 	"taskgraph/lifecycle"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // runs records, for every execution of the "paced" task type, when its
@@ -34,8 +34,8 @@ type pacedInput struct {
 	SleepMs int `json:"sleepMs,omitempty"`
 }
 
-func (r *runs) register(reg *worker.Registry) {
-	worker.Register(reg, "paced", func(ctx context.Context, job *worker.Job, in pacedInput) error {
+func (r *runs) register(reg *tasktype.Registry) {
+	tasktype.Register(reg, "paced", func(ctx context.Context, job *tasktype.Job, in pacedInput) error {
 		start := time.Now()
 		select {
 		case <-time.After(time.Duration(in.SleepMs) * time.Millisecond):

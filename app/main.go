@@ -17,8 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"taskgraph/store"
 )
 
 // Exit codes of Main and of every taskgraph command.
@@ -124,7 +122,7 @@ func Main(args []string, opts Options, stderr io.Writer) int {
 // worker role, how many handlers run at once.
 func startAttrs(cfg Config, a *App, bound net.Addr) []any {
 	attrs := []any{"addr", "http://" + listenAddr(cfg.Addr, bound), "db", a.Store.Dialect()}
-	if store.IsPostgres(cfg.DSN()) {
+	if a.Store.Postgres() {
 		attrs = append(attrs, "database", redactDSN(cfg.DSN()))
 	} else {
 		attrs = append(attrs, "file", sqlitePath(cfg.DSN()))

@@ -14,7 +14,7 @@ import (
 	"taskgraph/ent/clusternode"
 	"taskgraph/internal/dbtest"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 type clusterNode struct {
@@ -46,8 +46,8 @@ func TestClusterNodes(t *testing.T) {
 			auth.Viewer{User: "vera", Role: auth.RoleViewer},
 		)
 		release := make(chan struct{})
-		opts := app.Options{Register: func(r *worker.Registry) {
-			worker.Register(r, "block", func(ctx context.Context, _ *worker.Job, _ struct{}) error {
+		opts := app.Options{Register: func(r *tasktype.Registry) {
+			tasktype.Register(r, "block", func(ctx context.Context, _ *tasktype.Job, _ struct{}) error {
 				select {
 				case <-release:
 					return nil

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/artifact"
 	"taskgraph/auth"
 	"taskgraph/ent"
@@ -57,6 +58,7 @@ func setupWith(t *testing.T, dsn, blobURL string, cfg artifact.BucketConfig) *te
 	clock := fakeclock.New(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now})
 	require.NoError(t, err)
+	access.Install(st.Client())
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	bucket := openBucket(t, blobURL, cfg)
 	s, err := artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: time.Hour, Clock: clock.Now, Tx: st.Tx, Node: "node-a"})

@@ -8,7 +8,7 @@ import (
 	"regexp"
 
 	"taskgraph/lifecycle"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // Blobs is where artifact files live: one store every node reaches (a
@@ -113,8 +113,8 @@ func IsStoreFailure(err error) bool {
 // returned as they are.
 func AsResource(err error) error {
 	var me *MisconfiguredError
-	if (IsStoreFailure(err) || errors.As(err, &me)) && worker.Classify(err) == lifecycle.KindRetryable {
-		return worker.Resource(err)
+	if (IsStoreFailure(err) || errors.As(err, &me)) && tasktype.Classify(err) == lifecycle.KindRetryable {
+		return tasktype.Resource(err)
 	}
 	return err
 }

@@ -2,16 +2,14 @@
 // webhook (message push) and noop (benchmarks and smoke tests).
 package builtin
 
-import (
-	"taskgraph/worker"
-)
+import "taskgraph/tasktype"
 
 // Register adds the built-in task types to r.
-func Register(r *worker.Registry, w *Webhook) {
-	worker.Register(r, "noop", Noop,
-		worker.WithDescription("Does nothing (optionally for a while). For smoke tests and benchmarks."),
-		worker.WithRetryPolicy("none"))
-	worker.Register(r, "webhook", w.Handle,
-		worker.WithDescription("POSTs a JSON body to a URL. 2xx succeeds; 5xx, 408, timeouts and connection errors are retried; 429 waits longer; other 4xx fail at once."),
-		worker.WithRetryPolicy(worker.DefaultPolicyName))
+func Register(r *tasktype.Registry, w *Webhook) {
+	tasktype.Register(r, "noop", Noop,
+		tasktype.WithDescription("Does nothing (optionally for a while). For smoke tests and benchmarks."),
+		tasktype.WithRetryPolicy("none"))
+	tasktype.Register(r, "webhook", w.Handle,
+		tasktype.WithDescription("POSTs a JSON body to a URL. 2xx succeeds; 5xx, 408, timeouts and connection errors are retried; 429 waits longer; other 4xx fail at once."),
+		tasktype.WithRetryPolicy(tasktype.DefaultPolicyName))
 }

@@ -2,9 +2,8 @@ package builtin
 
 import (
 	"context"
+	"taskgraph/tasktype"
 	"time"
-
-	"taskgraph/worker"
 )
 
 // NoopInput is the input of a noop task.
@@ -17,7 +16,7 @@ type NoopInput struct {
 }
 
 // Noop does nothing, optionally for SleepMs.
-func Noop(ctx context.Context, job *worker.Job, in NoopInput) error {
+func Noop(ctx context.Context, job *tasktype.Job, in NoopInput) error {
 	if in.SleepMs > 0 {
 		total := int64(in.SleepMs)
 		deadline := time.Now().Add(time.Duration(in.SleepMs) * time.Millisecond)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"taskgraph/lifecycle"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -38,10 +38,10 @@ func TestRetryAfter(t *testing.T) {
 		require.Equal(t, c.want, d, c.value)
 	}
 	resp := &http.Response{Header: http.Header{"Retry-After": {"2"}}}
-	err := withRetryAfter(worker.Resource(errors.New("POST x answered 429 Too Many Requests")), resp)
-	d, ok := worker.RetryAfterOf(err)
+	err := withRetryAfter(tasktype.Resource(errors.New("POST x answered 429 Too Many Requests")), resp)
+	d, ok := tasktype.RetryAfterOf(err)
 	require.True(t, ok)
 	require.Equal(t, 2*time.Second, d)
-	require.Equal(t, lifecycle.KindResource, worker.Classify(err))
+	require.Equal(t, lifecycle.KindResource, tasktype.Classify(err))
 	require.Contains(t, err.Error(), "Retry-After 2s")
 }

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"taskgraph/outbound"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // WebhookInput is the input of a webhook task.
@@ -85,7 +85,7 @@ var defaultClient = outbound.NewClient(outbound.Config{})
 // Idempotency-Key, the same on every attempt, so that they can drop
 // duplicates of a retried push. Within one attempt a request is sent once:
 // the outbound client never re-sends it by itself (see outbound.NewClient).
-func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) error {
+func (w *Webhook) Handle(ctx context.Context, job *tasktype.Job, in WebhookInput) error {
 	client := w.Client
 	if client == nil {
 		client = defaultClient
@@ -107,7 +107,7 @@ func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) 
 	defer cancel()
 	req, err := http.NewRequestWithContext(reqCtx, method, in.URL, bytes.NewReader(body))
 	if err != nil {
-		return worker.NonRetryable(fmt.Errorf("build request: %w", err))
+		return tasktype.NonRetryable(fmt.Errorf("build request: %w", err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "taskgraph-webhook/1")
@@ -125,17 +125,17 @@ func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) 
 		}
 		if outbound.IsDenied(err) {
 			// Asking again reaches the same address: final.
-			return worker.NonRetryable(fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err)))
+			return tasktype.NonRetryable(fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err)))
 		}
 		job.Warn("request failed", "method", method, "latencyMs", latency.Milliseconds(), "err", err)
-		return worker.Retryable(fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err)))
+		return tasktype.Retryable(fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err)))
 	}
 	defer resp.Body.Close()
 	reply, readErr := readReply(resp.Body)
 	res := WebhookResult{Status: resp.StatusCode, LatencyMs: latency.Milliseconds(), ResponseBytes: reply.n,
 		Response: reply.value(), ResponseTruncated: reply.truncated}
 	if err := job.SetResult(res); err != nil {
-		return worker.NonRetryable(err)
+		return tasktype.NonRetryable(err)
 	}
 	if readErr != nil {
 		if ctx.Err() != nil {
@@ -148,7 +148,7 @@ func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) 
 			msg = fmt.Errorf("%s %s answered %s but the reply was cut short after %d of %d bytes: %w", method, target, resp.Status, reply.n, resp.ContentLength, readErr)
 		}
 		job.Warn("reply cut short", "method", method, "status", resp.StatusCode, "bytes", reply.n, "err", readErr)
-		return worker.Retryable(msg)
+		return tasktype.Retryable(msg)
 	}
 	job.Info(fmt.Sprintf("%s %s answered %d in %d ms", method, target, resp.StatusCode, res.LatencyMs))
 	err = fmt.Errorf("%s %s answered %s", method, target, resp.Status)
@@ -156,15 +156,15 @@ func (w *Webhook) Handle(ctx context.Context, job *worker.Job, in WebhookInput) 
 	case code >= 200 && code < 300:
 		return nil
 	case code >= 300 && code < 400:
-		return worker.NonRetryable(fmt.Errorf("%w (redirects are not followed)", err))
+		return tasktype.NonRetryable(fmt.Errorf("%w (redirects are not followed)", err))
 	case code == http.StatusTooManyRequests:
-		return withRetryAfter(worker.Resource(err), resp)
+		return withRetryAfter(tasktype.Resource(err), resp)
 	case code == http.StatusServiceUnavailable:
-		return withRetryAfter(worker.Retryable(err), resp)
+		return withRetryAfter(tasktype.Retryable(err), resp)
 	case code == http.StatusRequestTimeout || code >= 500:
-		return worker.Retryable(err)
+		return tasktype.Retryable(err)
 	default:
-		return worker.NonRetryable(err)
+		return tasktype.NonRetryable(err)
 	}
 }
 
@@ -234,7 +234,7 @@ func (r reply) value() any {
 // read against the reply's own Date) to the retry policy.
 func withRetryAfter(err error, resp *http.Response) error {
 	if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), time.Now()); ok {
-		return worker.RetryAfter(fmt.Errorf("%w (Retry-After %s)", err, d.Round(time.Second)), d)
+		return tasktype.RetryAfter(fmt.Errorf("%w (Retry-After %s)", err, d.Round(time.Second)), d)
 	}
 	return err
 }

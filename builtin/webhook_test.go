@@ -411,7 +411,7 @@ func TestOutboundPolicy(t *testing.T) {
 // HTTP-date read against its Date) sets when the next attempt runs — the
 // next instance's RunAt is the previous one's FinishedAt plus the header,
 // plus at most the policy's 10% jitter — and a longer one is capped at the
-// policy's longest delay, as worker.Policies.NextAfter does.
+// policy's longest delay, as tasktype.Policies.NextAfter does.
 func TestWebhookRetryAfterEndToEnd(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {

@@ -21,7 +21,7 @@ import (
 	"taskgraph/events"
 	"taskgraph/lifecycle"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // BulkType is the task type of a bulk action over a filter. It is
@@ -328,8 +328,8 @@ func (e *Engine) submitBulk(ctx context.Context, v auth.Viewer, req BulkRequest,
 }
 
 // RegisterBulk adds the bulk.action task type to r.
-func (e *Engine) RegisterBulk(r *worker.Registry) {
-	worker.Register(r, BulkType, func(ctx context.Context, job *worker.Job, in BulkInput) error {
+func (e *Engine) RegisterBulk(r *tasktype.Registry) {
+	tasktype.Register(r, BulkType, func(ctx context.Context, job *tasktype.Job, in BulkInput) error {
 		res, err := e.RunBulk(ctx, BulkRun{
 			TaskID: job.Task.ID, Code: job.Task.Code, Owner: job.Owner(), Token: job.Token(), Input: in,
 			Progress: job.Progress,
@@ -340,11 +340,11 @@ func (e *Engine) RegisterBulk(r *worker.Registry) {
 		}
 		return err
 	},
-		worker.WithDescription("Cancels or retries every task a filter matched when it was submitted, page by page, as the user who submitted it (bulkTaskAction)."),
-		worker.WithTimeout(6*time.Hour),
+		tasktype.WithDescription("Cancels or retries every task a filter matched when it was submitted, page by page, as the user who submitted it (bulkTaskAction)."),
+		tasktype.WithTimeout(6*time.Hour),
 		// One per node: pages are large transactions.
-		worker.WithConcurrency(1),
-		worker.Internal())
+		tasktype.WithConcurrency(1),
+		tasktype.Internal())
 }
 
 // BulkRun is one execution of a bulk action.
@@ -425,23 +425,23 @@ func outcomeOf(fields map[string]any) (BulkOutcome, error) {
 func (e *Engine) RunBulk(ctx context.Context, run BulkRun) (*BulkOutcome, error) {
 	action := lifecycle.Action(run.Input.Action)
 	if err := checkAction(action); err != nil {
-		return nil, worker.NonRetryable(err)
+		return nil, tasktype.NonRetryable(err)
 	}
 	if e.taskWhere == nil {
-		return nil, worker.NonRetryable(errors.New("bulk action: no filter decoder configured"))
+		return nil, tasktype.NonRetryable(errors.New("bulk action: no filter decoder configured"))
 	}
 	owner := run.Owner
 	if err := owner.AllowMutate(actionVerb(action) + " tasks"); err != nil {
-		return nil, worker.NonRetryable(err)
+		return nil, tasktype.NonRetryable(err)
 	}
 	asOwner := auth.NewContext(ctx, owner)
 	w, err := e.taskWhere(asOwner, run.Input.Where)
 	if err != nil {
-		return nil, worker.NonRetryable(fmt.Errorf("bulk action: filter: %w", err))
+		return nil, tasktype.NonRetryable(fmt.Errorf("bulk action: filter: %w", err))
 	}
 	preds, err := wherePreds(w)
 	if err != nil {
-		return nil, worker.NonRetryable(err)
+		return nil, tasktype.NonRetryable(err)
 	}
 	cp, err := e.store.LastCheckpoint(auth.NewSystemContext(ctx), run.TaskID)
 	if err != nil {
@@ -450,7 +450,7 @@ func (e *Engine) RunBulk(ctx context.Context, run BulkRun) (*BulkOutcome, error)
 	out := BulkOutcome{Matched: run.Input.Matched, Refused: map[string]int{}}
 	if cp != nil {
 		if out, err = outcomeOf(cp); err != nil {
-			return nil, worker.NonRetryable(fmt.Errorf("bulk action: read checkpoint: %w", err))
+			return nil, tasktype.NonRetryable(fmt.Errorf("bulk action: read checkpoint: %w", err))
 		}
 		if out.Refused == nil {
 			out.Refused = map[string]int{}
@@ -505,7 +505,7 @@ func (e *Engine) RunBulk(ctx context.Context, run BulkRun) (*BulkOutcome, error)
 		_ = rec.End(err)
 		if err != nil {
 			if errors.Is(err, store.ErrStaleToken) {
-				return &out, worker.NonRetryable(err)
+				return &out, tasktype.NonRetryable(err)
 			}
 			if ctx.Err() != nil {
 				return &out, context.Cause(ctx)

@@ -24,7 +24,7 @@ import (
 	"taskgraph/ratelimit"
 	"taskgraph/seal"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // Limits on what a request may ask.
@@ -49,8 +49,8 @@ const (
 // task it may not see is NOT_FOUND.
 type Engine struct {
 	store    *store.Store
-	registry *worker.Registry
-	policies *worker.Policies
+	registry *tasktype.Registry
+	policies *tasktype.Policies
 	sealer   *seal.Sealer
 	masker   *mask.Masker
 	audit    *audit.Recorder
@@ -71,7 +71,7 @@ func WithAudit(r *audit.Recorder) Option { return func(e *Engine) { e.audit = r 
 func WithRateLimit(l *ratelimit.Limiter) Option { return func(e *Engine) { e.limiter = l } }
 
 // New returns an Engine.
-func New(s *store.Store, r *worker.Registry, ps *worker.Policies, sl *seal.Sealer, m *mask.Masker, opts ...Option) *Engine {
+func New(s *store.Store, r *tasktype.Registry, ps *tasktype.Policies, sl *seal.Sealer, m *mask.Masker, opts ...Option) *Engine {
 	e := &Engine{store: s, registry: r, policies: ps, sealer: sl, masker: m}
 	for _, o := range opts {
 		o(e)
@@ -329,8 +329,8 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 	maxAttempts := policy.MaxAttempts
 	if req.MaxAttempts != nil {
 		maxAttempts = *req.MaxAttempts
-		if maxAttempts < 1 || maxAttempts > worker.MaxAttemptsLimit {
-			v.add("maxAttempts", "must be between 1 and %d", worker.MaxAttemptsLimit)
+		if maxAttempts < 1 || maxAttempts > tasktype.MaxAttemptsLimit {
+			v.add("maxAttempts", "must be between 1 and %d", tasktype.MaxAttemptsLimit)
 		}
 	}
 	now := e.store.Now()
@@ -351,7 +351,7 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 	if len(input) > MaxInputBytes {
 		v.add("input", "is %d bytes; the limit is %d", len(input), MaxInputBytes)
 	} else if err := typ.Validate(input); err != nil {
-		var inErr *worker.InputError
+		var inErr *tasktype.InputError
 		// Problems may quote the input: they are masked like it.
 		if errors.As(err, &inErr) {
 			for _, p := range inErr.Problems {
@@ -602,7 +602,7 @@ func (e *Engine) Stats(ctx context.Context) ([]Count, error) {
 }
 
 // Registry returns the task types.
-func (e *Engine) Registry() *worker.Registry { return e.registry }
+func (e *Engine) Registry() *tasktype.Registry { return e.registry }
 
 // Policies returns the retry policies.
-func (e *Engine) Policies() *worker.Policies { return e.policies }
+func (e *Engine) Policies() *tasktype.Policies { return e.policies }

@@ -3,13 +3,13 @@ package engine
 import (
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"taskgraph/tasktype"
 
-	"taskgraph/worker"
+	"github.com/stretchr/testify/require"
 )
 
 func TestBulkInputSchemaTakesAnyFilter(t *testing.T) {
-	r := worker.NewRegistry()
+	r := tasktype.NewRegistry()
 	(&Engine{}).RegisterBulk(r)
 	typ, ok := r.Lookup(BulkType)
 	require.True(t, ok)

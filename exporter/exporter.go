@@ -25,7 +25,7 @@ import (
 	"taskgraph/lifecycle"
 	"taskgraph/mask"
 	"taskgraph/spreadsheet"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqljson"
@@ -77,21 +77,21 @@ func New(cfg Config) (*Exporter, error) {
 }
 
 // Register adds the export and report task types to r.
-func (e *Exporter) Register(r *worker.Registry) {
-	worker.Register(r, ExportType, storeFailuresWait(e.export),
-		worker.WithDescription("Exports contacts, tasks or (admins) the audit trail matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
-		worker.WithTimeout(time.Hour),
-		worker.WithConcurrency(4))
-	worker.Register(r, ReportType, storeFailuresWait(e.report),
-		worker.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
-		worker.WithTimeout(30*time.Minute),
-		worker.WithConcurrency(2))
+func (e *Exporter) Register(r *tasktype.Registry) {
+	tasktype.Register(r, ExportType, storeFailuresWait(e.export),
+		tasktype.WithDescription("Exports contacts, tasks or (admins) the audit trail matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
+		tasktype.WithTimeout(time.Hour),
+		tasktype.WithConcurrency(4))
+	tasktype.Register(r, ReportType, storeFailuresWait(e.report),
+		tasktype.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
+		tasktype.WithTimeout(30*time.Minute),
+		tasktype.WithConcurrency(2))
 }
 
 // storeFailuresWait makes a failure of the blob store a resource error of
 // the execution that met it: retried later, with the longer backoff.
-func storeFailuresWait[I any](h func(context.Context, *worker.Job, I) error) func(context.Context, *worker.Job, I) error {
-	return func(ctx context.Context, job *worker.Job, in I) error {
+func storeFailuresWait[I any](h func(context.Context, *tasktype.Job, I) error) func(context.Context, *tasktype.Job, I) error {
+	return func(ctx context.Context, job *tasktype.Job, in I) error {
 		return artifact.AsResource(h(ctx, job, in))
 	}
 }
@@ -165,7 +165,7 @@ type ExportResult struct {
 	Format string `json:"format"`
 }
 
-func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) error {
+func (e *Exporter) export(ctx context.Context, job *tasktype.Job, in ExportInput) error {
 	format := spreadsheet.XLSX
 	if in.Format == "csv" {
 		format = spreadsheet.CSV
@@ -192,7 +192,7 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 		case "audit":
 			rows, err = e.exportAudit(asOwner, job, out, in.Filter)
 		default:
-			err = worker.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
+			err = tasktype.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
 		}
 		if err != nil {
 			return err
@@ -211,7 +211,7 @@ func (e *Exporter) export(ctx context.Context, job *worker.Job, in ExportInput) 
 }
 
 // exportContacts pages through contacts (never the whole table in memory).
-func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+func (e *Exporter) exportContacts(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
 	preds := []predicate.Contact{}
 	if f.City != "" {
 		preds = append(preds, contact.City(f.City))
@@ -271,7 +271,7 @@ func (e *Exporter) exportContacts(ctx context.Context, job *worker.Job, out spre
 	return n, nil
 }
 
-func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+func (e *Exporter) exportTasks(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
 	preds := []predicate.Task{}
 	if f.Type != "" {
 		preds = append(preds, task.Type(f.Type))
@@ -337,9 +337,9 @@ func (e *Exporter) exportTasks(ctx context.Context, job *worker.Job, out spreads
 // read it, their tenant's records (a platform administrator every
 // tenant's): the rule of the auditLogs query, which package access applies
 // to the owner's reads.
-func (e *Exporter) exportAudit(ctx context.Context, job *worker.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
+func (e *Exporter) exportAudit(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
 	if v := job.Owner(); !v.IsAdmin() {
-		return 0, worker.NonRetryable(&auth.ForbiddenError{Role: v.Role, Action: "read the audit log"})
+		return 0, tasktype.NonRetryable(&auth.ForbiddenError{Role: v.Role, Action: "read the audit log"})
 	}
 	preds := []predicate.AuditLog{}
 	if f.Actor != "" {

@@ -17,7 +17,7 @@ import (
 	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
 	"taskgraph/spreadsheet"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // ReportInput is the input of a report task: the period of tasks counted
@@ -44,7 +44,7 @@ type dayRow struct {
 // statusColumns are the states shown per day and type.
 var statusColumns = []lifecycle.Status{lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.Executing, lifecycle.Pending, lifecycle.RetryPending}
 
-func (e *Exporter) report(ctx context.Context, job *worker.Job, in ReportInput) error {
+func (e *Exporter) report(ctx context.Context, job *tasktype.Job, in ReportInput) error {
 	// Aggregates are read as the task's owner, like exports: through the
 	// ent client, so that package access scopes them (an operator's
 	// report counts its own tasks and contacts, an admin's its tenant's).

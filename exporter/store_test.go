@@ -20,7 +20,7 @@ import (
 	"taskgraph/internal/blobtest"
 	"taskgraph/internal/dbtest"
 	"taskgraph/lifecycle"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // An export whose S3 server is down fails as a resource error naming the
@@ -29,7 +29,7 @@ func TestAnExportWaitsForItsStore(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		srv := blobtest.StartServer(t)
-		s := apptest.Start(t, d.DSN(t), app.Options{Policies: []worker.RetryPolicy{{Name: worker.DefaultPolicyName, MaxAttempts: 10,
+		s := apptest.Start(t, d.DSN(t), app.Options{Policies: []tasktype.RetryPolicy{{Name: tasktype.DefaultPolicyName, MaxAttempts: 10,
 			Backoff: []time.Duration{10 * time.Millisecond}, ResourceBackoff: []time.Duration{100 * time.Millisecond}}}},
 			func(c *app.Config) { c.BlobURL = srv.Bucket(t) })
 		all := s.App.Broker.SubscribeTasks(func(events.TaskChange) bool { return true }, 1<<14)

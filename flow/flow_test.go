@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/audit"
 	"taskgraph/auth"
 	"taskgraph/builtin"
@@ -27,7 +28,7 @@ import (
 	"taskgraph/mask"
 	"taskgraph/seal"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -53,11 +54,12 @@ func setup(t testing.TB, dsn string) bundle {
 	gate := flow.NewGate()
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now, Gate: gate})
 	require.NoError(t, err)
+	access.Install(st.Client())
 	t.Cleanup(func() { _ = st.Close() })
-	reg := worker.NewRegistry()
+	reg := tasktype.NewRegistry()
 	builtin.Register(reg, &builtin.Webhook{})
-	worker.Register(reg, "import", func(context.Context, *worker.Job, struct{}) error { return nil })
-	ps, err := worker.NewPolicies(worker.DefaultPolicies()...)
+	tasktype.Register(reg, "import", func(context.Context, *tasktype.Job, struct{}) error { return nil })
+	ps, err := tasktype.NewPolicies(tasktype.DefaultPolicies()...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)
@@ -112,7 +114,7 @@ func (b bundle) inTx(t testing.TB, fn func(q flow.Querier) error) {
 	t.Helper()
 	tx, err := b.store.DB().BeginTx(context.Background(), nil)
 	require.NoError(t, err)
-	if err := fn(txQuerier{tx: tx, postgres: b.store.Dialect() == "postgres"}); err != nil {
+	if err := fn(txQuerier{tx: tx, postgres: b.store.Postgres()}); err != nil {
 		_ = tx.Rollback()
 		t.Fatal(err)
 	}
@@ -256,7 +258,7 @@ func (b bundle) backlog(t testing.TB, typ string, n int) {
 	tx, err := b.store.DB().BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	q := txQuerier{tx: tx, postgres: b.store.Dialect() == "postgres"}
+	q := txQuerier{tx: tx, postgres: b.store.Postgres()}
 	series := `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?) `
 	if q.postgres {
 		series = `WITH g(n) AS (SELECT generate_series(1, CAST(? AS INTEGER))) `
@@ -288,7 +290,7 @@ func TestGateWithABacklog(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		b := setup(t, dsn)
 		n := 200_000
-		if raceEnabled && b.store.Dialect() != "postgres" {
+		if raceEnabled && !b.store.Postgres() {
 			n = 20_000
 		}
 		b.backlog(t, "import", n)
@@ -329,7 +331,7 @@ func BenchmarkAdmit(b *testing.B) {
 				tx, err := fx.store.DB().BeginTx(context.Background(), nil)
 				require.NoError(bb, err)
 				defer func() { _ = tx.Rollback() }()
-				q := txQuerier{tx: tx, postgres: fx.store.Dialect() == "postgres"}
+				q := txQuerier{tx: tx, postgres: fx.store.Postgres()}
 				bb.ResetTimer()
 				for range bb.N {
 					got, err := fx.gate.Admit(context.Background(), q, []string{"import", "noop"}, fx.store.Now())
@@ -345,7 +347,7 @@ func BenchmarkAdmit(b *testing.B) {
 func (b bundle) explain(t testing.TB, query string) string {
 	t.Helper()
 	prefix := "EXPLAIN QUERY PLAN "
-	if b.store.Dialect() == "postgres" {
+	if b.store.Postgres() {
 		prefix = "EXPLAIN (ANALYZE, COSTS OFF) "
 	}
 	rows, err := b.store.DB().Query(prefix + query)

@@ -21,7 +21,7 @@ import (
 	"taskgraph/auth"
 	"taskgraph/internal/dbtest"
 	"taskgraph/internal/importtest"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // jwtSecret signs the test's JWTs (HS256).
@@ -94,10 +94,10 @@ func dialAs(t *testing.T, s *apptest.Server, token string) *apptest.WS {
 func TestAccess(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
-		s := startSecured(t, dsn, app.Options{Register: func(r *worker.Registry) {
-			worker.Register(r, "chatty", func(ctx context.Context, job *worker.Job, _ struct{}) error {
+		s := startSecured(t, dsn, app.Options{Register: func(r *tasktype.Registry) {
+			tasktype.Register(r, "chatty", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
 				job.Info("working")
-				return worker.NonRetryable(fmt.Errorf("nope"))
+				return tasktype.NonRetryable(fmt.Errorf("nope"))
 			})
 		}})
 		// alice's task, FAILED (retryable by a person), with an instance

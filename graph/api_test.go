@@ -17,7 +17,7 @@ import (
 	"taskgraph/app"
 	"taskgraph/app/apptest"
 	"taskgraph/internal/dbtest"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 type taskView struct {
@@ -164,8 +164,8 @@ func TestSubscriptions(t *testing.T) {
 		t.Run("LogTail", func(t *testing.T) {
 			t.Parallel()
 			release := make(chan struct{})
-			s := apptest.Start(t, d.DSN(t), app.Options{Register: func(r *worker.Registry) {
-				worker.Register(r, "chatty", func(ctx context.Context, job *worker.Job, _ struct{}) error {
+			s := apptest.Start(t, d.DSN(t), app.Options{Register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "chatty", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
 					<-release
 					job.Info("line one")
 					job.Warn("line two", "n", 2)

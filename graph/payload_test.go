@@ -16,7 +16,7 @@ import (
 	"taskgraph/ent/task"
 	"taskgraph/internal/dbtest"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 type orderInput struct {
@@ -33,8 +33,8 @@ type orderInput struct {
 // startOrders starts a server with an "order" type whose result repeats
 // the customer's city under shipment.city.
 func startOrders(t *testing.T, dsn string) *apptest.Server {
-	return apptest.Start(t, dsn, app.Options{Register: func(r *worker.Registry) {
-		worker.Register(r, "order", func(ctx context.Context, job *worker.Job, in orderInput) error {
+	return apptest.Start(t, dsn, app.Options{Register: func(r *tasktype.Registry) {
+		tasktype.Register(r, "order", func(ctx context.Context, job *tasktype.Job, in orderInput) error {
 			return job.SetResult(map[string]any{"shipment": map[string]any{"city": in.Customer.City, "ref": in.Ref}})
 		})
 	}})

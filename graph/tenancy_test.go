@@ -30,7 +30,7 @@ import (
 	"taskgraph/exporter"
 	"taskgraph/internal/dbtest"
 	"taskgraph/internal/importtest"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // tenants is a server with two tenants, A and B, and users whose names
@@ -193,10 +193,10 @@ func column(rows [][]string, i int) []string {
 func TestTenants(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
-		s := startTenants(t, dsn, app.Options{Register: func(r *worker.Registry) {
-			worker.Register(r, "chatty", func(ctx context.Context, job *worker.Job, _ struct{}) error {
+		s := startTenants(t, dsn, app.Options{Register: func(r *tasktype.Registry) {
+			tasktype.Register(r, "chatty", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
 				job.Info("working")
-				return worker.NonRetryable(fmt.Errorf("nope"))
+				return tasktype.NonRetryable(fmt.Errorf("nope"))
 			})
 		}})
 		later := time.Now().Add(time.Hour).Format(time.RFC3339)
@@ -541,8 +541,8 @@ func TestTenants(t *testing.T) {
 func TestTenantSubscriptions(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
-		s := startTenants(t, dsn, app.Options{Register: func(r *worker.Registry) {
-			worker.Register(r, "chatty", func(ctx context.Context, job *worker.Job, _ struct{}) error {
+		s := startTenants(t, dsn, app.Options{Register: func(r *tasktype.Registry) {
+			tasktype.Register(r, "chatty", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
 				job.Info("working")
 				return nil
 			})

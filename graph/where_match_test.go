@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
@@ -203,12 +204,13 @@ func whereRef[T any](v T) *T { return &v }
 func setupWhereMatch(t *testing.T, ctx context.Context, dsn string) (*store.Store, []*ent.Task) {
 	t.Helper()
 	cfg := store.Config{DSN: dsn}
-	sqlite := !strings.HasPrefix(dsn, "postgres")
+	sqlite := !store.IsPostgres(dsn) // before the store is open
 	if sqlite {
 		cfg.MaxOpenConns = 1 // so that the PRAGMA below holds for every query
 	}
 	s, err := store.Open(ctx, cfg)
 	require.NoError(t, err)
+	access.Install(s.Client())
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	if sqlite {
 		// SQLite's LIKE ignores ASCII case, PostgreSQL's does not, and ent
@@ -260,7 +262,7 @@ func setupWhereMatch(t *testing.T, ctx context.Context, dsn string) (*store.Stor
 	// any combination of values, not only on those the engine produces.
 	raw := func(q string, args ...any) {
 		t.Helper()
-		for n := 1; s.Dialect() == "postgres" && strings.Contains(q, "?"); n++ {
+		for n := 1; s.Postgres() && strings.Contains(q, "?"); n++ {
 			q = strings.Replace(q, "?", fmt.Sprintf("$%d", n), 1)
 		}
 		_, err := s.DB().ExecContext(ctx, q, args...)

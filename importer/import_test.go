@@ -34,6 +34,7 @@ import (
 	"taskgraph/internal/importtest"
 	"taskgraph/lifecycle"
 	"taskgraph/spreadsheet"
+	"taskgraph/tasktype"
 	"taskgraph/worker"
 )
 
@@ -44,8 +45,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var sysCtx = auth.NewSystemContext(context.Background())
 
 // quickPolicies retry at once, so that retries are tested without waiting.
-var quickPolicies = []worker.RetryPolicy{
-	{Name: worker.DefaultPolicyName, MaxAttempts: 3, Backoff: []time.Duration{10 * time.Millisecond}},
+var quickPolicies = []tasktype.RetryPolicy{
+	{Name: tasktype.DefaultPolicyName, MaxAttempts: 3, Backoff: []time.Duration{10 * time.Millisecond}},
 	{Name: "none", MaxAttempts: 1},
 }
 
@@ -227,7 +228,7 @@ func TestImport(t *testing.T) {
 			t.Parallel()
 			b := start(t, d.DSN(t), app.Options{Import: importer.Config{
 				ChunkSize: 100,
-				ChunkHook: func(ctx context.Context, job *worker.Job, chunk int) error {
+				ChunkHook: func(ctx context.Context, job *tasktype.Job, chunk int) error {
 					if job.Attempt() == 1 && chunk == 6 {
 						return errors.New("simulated crash after 5 chunks")
 					}
@@ -257,7 +258,7 @@ func TestImport(t *testing.T) {
 				// Without heartbeats, a slow (race-detector) machine may see
 				// the watchdog recover later executions too: any number of
 				// them must still write each row once.
-				Policies: []worker.RetryPolicy{{Name: worker.DefaultPolicyName, MaxAttempts: 10, Backoff: []time.Duration{10 * time.Millisecond}}, {Name: "none", MaxAttempts: 1}},
+				Policies: []tasktype.RetryPolicy{{Name: tasktype.DefaultPolicyName, MaxAttempts: 10, Backoff: []time.Duration{10 * time.Millisecond}}, {Name: "none", MaxAttempts: 1}},
 				Pool:     worker.Config{HeartbeatInterval: time.Hour},
 				// Every execution runs without heartbeats, so each must
 				// finish within the lease: 3 s was too short for 1,000 rows
@@ -265,7 +266,7 @@ func TestImport(t *testing.T) {
 				Watchdog: worker.WatchdogConfig{HeartbeatTimeout: 10 * time.Second},
 				Import: importer.Config{
 					ChunkSize: 100,
-					ChunkHook: func(ctx context.Context, job *worker.Job, chunk int) error {
+					ChunkHook: func(ctx context.Context, job *tasktype.Job, chunk int) error {
 						if job.Attempt() == 1 && chunk == 4 {
 							// Deaf to its context, as a stalled worker is.
 							select {
@@ -303,7 +304,7 @@ func TestImport(t *testing.T) {
 			reached := make(chan int, 1)
 			b := start(t, d.DSN(t), app.Options{Import: importer.Config{
 				ChunkSize: 100,
-				ChunkHook: func(ctx context.Context, job *worker.Job, chunk int) error {
+				ChunkHook: func(ctx context.Context, job *tasktype.Job, chunk int) error {
 					if chunk == 3 {
 						select {
 						case reached <- job.Task.ID:

@@ -20,7 +20,7 @@ import (
 	entartifact "taskgraph/ent/artifact"
 	"taskgraph/mask"
 	"taskgraph/spreadsheet"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // TaskType is the name of the import task type.
@@ -42,7 +42,7 @@ type Config struct {
 	// ChunkHook, when set, is called before each chunk is written, with
 	// the chunk's number (from 1). An error fails the execution there, as a
 	// crash would: tests use it to stop imports half-way.
-	ChunkHook func(ctx context.Context, job *worker.Job, chunk int) error
+	ChunkHook func(ctx context.Context, job *tasktype.Job, chunk int) error
 	Logger    *slog.Logger
 }
 
@@ -130,14 +130,14 @@ const (
 )
 
 // Register adds the import task type to r.
-func (im *Importer) Register(r *worker.Registry) {
-	worker.Register(r, TaskType, im.handle,
-		worker.WithDescription("Imports an uploaded xlsx or CSV file into a target (created by the importFile mutation): validates every row, writes the good ones once, and reports the bad ones in an error report."),
-		worker.WithTimeout(2*time.Hour),
-		worker.WithConcurrency(4))
+func (im *Importer) Register(r *tasktype.Registry) {
+	tasktype.Register(r, TaskType, im.handle,
+		tasktype.WithDescription("Imports an uploaded xlsx or CSV file into a target (created by the importFile mutation): validates every row, writes the good ones once, and reports the bad ones in an error report."),
+		tasktype.WithTimeout(2*time.Hour),
+		tasktype.WithConcurrency(4))
 }
 
-func (im *Importer) handle(ctx context.Context, job *worker.Job, in Input) error {
+func (im *Importer) handle(ctx context.Context, job *tasktype.Job, in Input) error {
 	sum, err := im.run(ctx, job, in)
 	err = artifact.AsResource(err)
 	if sum != nil {
@@ -153,11 +153,11 @@ func (im *Importer) handle(ctx context.Context, job *worker.Job, in Input) error
 // rows an earlier execution wrote are skipped by the target's write-once
 // key, and the counts come from the table, so that a retried, recovered or
 // twice-delivered import ends with each good row exactly once.
-func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summary, error) {
+func (im *Importer) run(ctx context.Context, job *tasktype.Job, in Input) (*Summary, error) {
 	taskID := job.Task.ID
 	target, ok := im.cfg.Targets.Get(in.Target)
 	if !ok {
-		return nil, worker.NonRetryable(fmt.Errorf("unknown import target %q (registered: %s)", in.Target, strings.Join(im.cfg.Targets.Names(), ", ")))
+		return nil, tasktype.NonRetryable(fmt.Errorf("unknown import target %q (registered: %s)", in.Target, strings.Join(im.cfg.Targets.Names(), ", ")))
 	}
 	summary := &Summary{Status: StatusFailed, Target: target.Name, DryRun: in.Options.DryRun}
 	src, err := im.source(ctx, job.Task, in.File.SHA256)
@@ -173,9 +173,9 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 	// the store's failure is the truth, and worth another attempt.
 	fileErr := func(err error) error {
 		if serr := blob.Err(); serr != nil {
-			return worker.Resource(fmt.Errorf("read the uploaded file: %w", serr))
+			return tasktype.Resource(fmt.Errorf("read the uploaded file: %w", serr))
 		}
-		return worker.NonRetryable(err)
+		return tasktype.NonRetryable(err)
 	}
 	s := spreadsheet.Source{ReaderAt: blob, Size: blob.Size()}
 	info := spreadsheet.Info{Format: spreadsheet.Format(in.File.Format), Encoding: spreadsheet.Encoding(in.File.Encoding), Sheet: in.File.Sheet, Rows: in.File.Rows}
@@ -189,12 +189,12 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 		if err := rows.Err(); err != nil {
 			return summary, fileErr(err)
 		}
-		return summary, worker.NonRetryable(errors.New("the file is empty: no header row"))
+		return summary, tasktype.NonRetryable(errors.New("the file is empty: no header row"))
 	}
 	header := append([]string(nil), rows.Row()...)
 	m, err := target.MapHeader(header)
 	if err != nil {
-		return summary, worker.NonRetryable(err)
+		return summary, tasktype.NonRetryable(err)
 	}
 	if len(m.Ignored) > 0 {
 		job.Warn("columns not used by the target were ignored", "columns", strings.Join(m.Ignored, ", "))
@@ -232,14 +232,14 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 	}
 	switch {
 	case total == 0:
-		return summary, worker.NonRetryable(errors.New("the file has no data rows"))
+		return summary, tasktype.NonRetryable(errors.New("the file has no data rows"))
 	case sp.rows == 0:
 		summary.Status = StatusSuccess
 	case sp.rows < total:
 		summary.Status = StatusPartialSuccess
 	default:
 		summary.Status = StatusFailed
-		return summary, worker.NonRetryable(fmt.Errorf("all %d rows were refused; see the error report", total))
+		return summary, tasktype.NonRetryable(fmt.Errorf("all %d rows were refused; see the error report", total))
 	}
 	job.Info("import finished", "status", summary.Status, "total", total, "written", summary.SuccessCount, "failed", summary.FailedCount)
 	return summary, nil
@@ -252,10 +252,10 @@ func (im *Importer) run(ctx context.Context, job *worker.Job, in Input) (*Summar
 func (im *Importer) openError(src *ent.Artifact, err error) error {
 	switch {
 	case errors.Is(err, artifact.ErrNoBlob) && !im.cfg.Artifacts.Now().Before(src.ExpiresAt):
-		return worker.NonRetryable(fmt.Errorf("the uploaded file %q expired at %s and was removed: upload it again",
+		return tasktype.NonRetryable(fmt.Errorf("the uploaded file %q expired at %s and was removed: upload it again",
 			src.Filename, src.ExpiresAt.UTC().Format(time.RFC3339)))
 	case errors.Is(err, artifact.ErrNoBlob):
-		return worker.NonRetryable(fmt.Errorf("the uploaded file %q was %w", src.Filename, err))
+		return tasktype.NonRetryable(fmt.Errorf("the uploaded file %q was %w", src.Filename, err))
 	}
 	return artifact.AsResource(fmt.Errorf("open the uploaded file: %w", err))
 }
@@ -268,7 +268,7 @@ type chunk struct {
 // stream reads and validates rows in one goroutine and writes them, a
 // chunk per statement, in this one: parsing and the database work overlap.
 // Cancel is honoured between chunks.
-func (im *Importer) stream(ctx context.Context, job *worker.Job, rows spreadsheet.Rows, m *Mapping, target *Target, sp *spool, in Input) (int, error) {
+func (im *Importer) stream(ctx context.Context, job *tasktype.Job, rows spreadsheet.Rows, m *Mapping, target *Target, sp *spool, in Input) (int, error) {
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	chunks := make(chan chunk, 2)
@@ -301,7 +301,7 @@ func (im *Importer) stream(ctx context.Context, job *worker.Job, rows spreadshee
 			}
 		}
 		if readErr = rows.Err(); readErr != nil {
-			readErr = worker.NonRetryable(readErr)
+			readErr = tasktype.NonRetryable(readErr)
 			return
 		}
 		select {
@@ -378,10 +378,10 @@ func (im *Importer) source(ctx context.Context, t *ent.Task, sha string) (*ent.A
 	}
 	if a == nil {
 		if ttl := im.cfg.Artifacts.TTL(); t.CreatedAt.Before(im.cfg.Artifacts.Now().Add(-ttl)) {
-			return nil, worker.NonRetryable(fmt.Errorf("the uploaded file was removed: uploads are kept for %s (--artifact-ttl) and this import was created at %s: upload it again",
+			return nil, tasktype.NonRetryable(fmt.Errorf("the uploaded file was removed: uploads are kept for %s (--artifact-ttl) and this import was created at %s: upload it again",
 				ttl, t.CreatedAt.UTC().Format(time.RFC3339)))
 		}
-		return nil, worker.NonRetryable(errors.New("no uploaded file for this import: import tasks are created by the importFile mutation"))
+		return nil, tasktype.NonRetryable(errors.New("no uploaded file for this import: import tasks are created by the importFile mutation"))
 	}
 	if a.TaskID == nil {
 		if err := im.cfg.Artifacts.Link(ctx, a.ID, t.ID); err != nil {
@@ -393,7 +393,7 @@ func (im *Importer) source(ctx context.Context, t *ent.Task, sha string) (*ent.A
 
 // saveReports writes the error report as xlsx and CSV artifacts,
 // replacing those of an earlier execution, and returns the xlsx's name.
-func (im *Importer) saveReports(ctx context.Context, job *worker.Job, sp *spool, header []string) (string, error) {
+func (im *Importer) saveReports(ctx context.Context, job *tasktype.Job, sp *spool, header []string) (string, error) {
 	var keep []int
 	var name string
 	for _, f := range []spreadsheet.Format{spreadsheet.XLSX, spreadsheet.CSV} {

@@ -20,7 +20,7 @@ import (
 	"taskgraph/internal/dbtest"
 	"taskgraph/internal/importtest"
 	"taskgraph/lifecycle"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // startOn runs a process on dsn with its files at blobURL.
@@ -48,14 +48,14 @@ func TestImportSurvivesTheStoreStoppingMidImport(t *testing.T) {
 		var once sync.Once
 		stopped := make(chan struct{})
 		b := startOn(t, d.DSN(t), srv.Bucket(t), app.Options{
-			Policies: []worker.RetryPolicy{{Name: worker.DefaultPolicyName, MaxAttempts: 10,
+			Policies: []tasktype.RetryPolicy{{Name: tasktype.DefaultPolicyName, MaxAttempts: 10,
 				Backoff: []time.Duration{10 * time.Millisecond}, ResourceBackoff: []time.Duration{100 * time.Millisecond}}},
 			// Small blocks: the reader fetches the file as it goes, so
 			// that the outage is met half-way through it.
 			Blob: artifact.BucketConfig{ReadBlockSize: 8 << 10, ReadBlocks: 2},
 			Import: importer.Config{
 				ChunkSize: 100,
-				ChunkHook: func(ctx context.Context, job *worker.Job, chunk int) error {
+				ChunkHook: func(ctx context.Context, job *tasktype.Job, chunk int) error {
 					if job.Attempt() == 1 && chunk == 5 {
 						once.Do(func() {
 							srv.Stop(t)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/access"
 	"taskgraph/events"
 	"taskgraph/internal/dbtest"
 	"taskgraph/store"
@@ -28,6 +29,7 @@ func setupResync(t *testing.T, n int, cfg Config) resyncBundle {
 	ctx := context.Background()
 	st, err := store.Open(ctx, store.Config{DSN: dsn})
 	require.NoError(t, err)
+	access.Install(st.Client())
 	t.Cleanup(func() { _ = st.Close() })
 	tasks := make([]store.NewTask, n)
 	for i := range tasks {

@@ -16,7 +16,7 @@ import (
 	"taskgraph/app/apptest"
 	"taskgraph/auth"
 	"taskgraph/ent/auditlog"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // smallDisk mounts a size-limited tmpfs on a new temporary directory and
@@ -80,9 +80,9 @@ func TestDiskFull(t *testing.T) {
 	release := make(chan struct{})
 	spilled := make(chan error, 1) // the first attempt's write
 	opts := app.Options{
-		Register: func(r *worker.Registry) {
+		Register: func(r *tasktype.Registry) {
 			// spill writes a file next to the database, once released.
-			worker.Register(r, "spill", func(ctx context.Context, job *worker.Job, _ struct{}) error {
+			tasktype.Register(r, "spill", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
 				select {
 				case <-release:
 				case <-ctx.Done():
@@ -95,7 +95,7 @@ func TestDiskFull(t *testing.T) {
 				return err
 			})
 		},
-		Policies: append(worker.DefaultPolicies(), reliablePolicy),
+		Policies: append(tasktype.DefaultPolicies(), reliablePolicy),
 		Logger:   nodeOptions(nil, logs).Logger,
 	}
 	s := apptest.Start(t, filepath.Join(dir, "taskgraph.db"), opts, func(c *app.Config) { c.DataDir = dir })

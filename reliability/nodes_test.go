@@ -17,7 +17,7 @@ import (
 	"taskgraph/app"
 	"taskgraph/app/apptest"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // syncBuffer collects a node's log lines.
@@ -50,14 +50,14 @@ type recordInput struct {
 // record_executions (instance_id is its primary key) when it starts and
 // marks when it finished, so that a test can tell which tasks ran, whether
 // an instance ran twice, and whether two executions of a task overlapped.
-func recordType(db *sql.DB) func(r *worker.Registry) {
-	return func(r *worker.Registry) {
-		worker.Register(r, "record", func(ctx context.Context, job *worker.Job, in recordInput) error {
+func recordType(db *sql.DB) func(r *tasktype.Registry) {
+	return func(r *tasktype.Registry) {
+		tasktype.Register(r, "record", func(ctx context.Context, job *tasktype.Job, in recordInput) error {
 			if _, err := db.ExecContext(ctx,
 				`INSERT INTO record_executions (instance_id, task_id, worker, started_at) VALUES ($1, $2, $3, clock_timestamp())`,
 				job.Instance.ID, job.Task.ID, job.Instance.WorkerID); err != nil {
 				if strings.Contains(err.Error(), "duplicate key") {
-					return worker.NonRetryable(fmt.Errorf("record start: instance ran twice: %w", err))
+					return tasktype.NonRetryable(fmt.Errorf("record start: instance ran twice: %w", err))
 				}
 				return fmt.Errorf("record start: %w", err)
 			}
@@ -76,14 +76,14 @@ const recordTable = `CREATE TABLE record_executions (instance_id BIGINT PRIMARY 
 
 // reliablePolicy retries quickly and often: an execution failed by the
 // outage a test causes is retried soon after it, within the test's time.
-var reliablePolicy = worker.RetryPolicy{Name: "reliable", MaxAttempts: 20, Backoff: []time.Duration{200 * time.Millisecond}, ResourceBackoff: []time.Duration{time.Second}}
+var reliablePolicy = tasktype.RetryPolicy{Name: "reliable", MaxAttempts: 20, Backoff: []time.Duration{200 * time.Millisecond}, ResourceBackoff: []time.Duration{time.Second}}
 
 // nodeOptions are the options of a node running record tasks, logging
 // into logs.
 func nodeOptions(db *sql.DB, logs *syncBuffer) app.Options {
 	return app.Options{
 		Register: recordType(db),
-		Policies: append(worker.DefaultPolicies(), reliablePolicy),
+		Policies: append(tasktype.DefaultPolicies(), reliablePolicy),
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/audit"
 	"taskgraph/auth"
 	"taskgraph/builtin"
@@ -28,7 +29,7 @@ import (
 	"taskgraph/seal"
 	"taskgraph/service/servicetest"
 	"taskgraph/store"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -56,10 +57,11 @@ func open(t *testing.T, dsn string, clock *fakeclock.Clock) bundle {
 	t.Helper()
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now})
 	require.NoError(t, err)
+	access.Install(st.Client())
 	t.Cleanup(func() { _ = st.Close() })
-	reg := worker.NewRegistry()
+	reg := tasktype.NewRegistry()
 	builtin.Register(reg, &builtin.Webhook{})
-	ps, err := worker.NewPolicies(worker.DefaultPolicies()...)
+	ps, err := tasktype.NewPolicies(tasktype.DefaultPolicies()...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)

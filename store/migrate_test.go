@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/access"
 	"taskgraph/internal/dbtest"
 	"taskgraph/store"
 )
@@ -18,6 +19,7 @@ func TestAStartRebuildsNoIndex(t *testing.T) {
 	oids := func() map[string]int64 {
 		s, err := store.Open(sysCtx, store.Config{DSN: dsn})
 		require.NoError(t, err)
+		access.Install(s.Client())
 		defer s.Close()
 		rows, err := s.DB().Query(`SELECT c.relname, c.oid::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'i'`)
 		require.NoError(t, err)

@@ -4,15 +4,17 @@ import (
 	"context"
 
 	"encoding/json"
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/access"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
 	"taskgraph/internal/dbtest"
@@ -172,6 +174,7 @@ func TestGateLimitsTheClaim(t *testing.T) {
 		g := &testGate{room: map[string]int{"noop": 2, "export": store.Unlimited}, claimed: map[string]int{}}
 		s, err := store.Open(sysCtx, store.Config{DSN: dsn, Gate: g})
 		require.NoError(t, err)
+		access.Install(s.Client())
 		t.Cleanup(func() { _ = s.Close() })
 		var batch []store.NewTask
 		for _, ty := range []string{"noop", "webhook", "export"} {
@@ -253,7 +256,7 @@ func TestStatusFiltersUseAnIndex(t *testing.T) {
 			return out
 		}(), 4)
 
-		if s.Dialect() != "postgres" {
+		if !s.Postgres() {
 			return
 		}
 		// Among 200,000 finished tasks, never analyzed, the statement ent

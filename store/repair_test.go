@@ -21,7 +21,7 @@ func TestOneBadRowIsOneBadRow(t *testing.T) {
 		s, _ := setup(t, dsn)
 		raw := func(q string, args ...any) {
 			t.Helper()
-			for n := 1; s.Dialect() == "postgres" && strings.Contains(q, "?"); n++ {
+			for n := 1; s.Postgres() && strings.Contains(q, "?"); n++ {
 				q = strings.Replace(q, "?", fmt.Sprintf("$%d", n), 1)
 			}
 			_, err := s.DB().ExecContext(sysCtx, q, args...)

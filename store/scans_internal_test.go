@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/internal/dbtest"
 )
@@ -21,6 +22,7 @@ func TestBackgroundScansDoNotReadTheBacklog(t *testing.T) {
 	ctx := auth.NewSystemContext(context.Background())
 	s, err := Open(ctx, Config{DSN: dbtest.PostgresOnly(t)})
 	require.NoError(t, err)
+	access.Install(s.Client())
 	t.Cleanup(func() { _ = s.Close() })
 	old := s.Now().Add(-60 * 24 * time.Hour)
 	for _, q := range []string{

@@ -34,7 +34,6 @@ import (
 	"github.com/lib/pq"
 	_ "modernc.org/sqlite" // the embedded default database
 
-	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/migrate"
@@ -146,9 +145,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	// Every read through the client (and its transactions) sees only what
-	// the viewer of its context may see; internal work runs as auth.System.
-	access.Install(s.client)
+	// What a read through the client sees is the assembly's to decide: it
+	// installs the access filter (access.Install(s.Client())). The store's
+	// own work runs as auth.System (internal), which sees everything.
 	return s, nil
 }
 
@@ -160,7 +159,8 @@ var kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 
 // IsPostgres reports whether dsn names a PostgreSQL database: a
 // postgres:// or postgresql:// URL, or a key=value DSN (host=... dbname=...).
-// Anything else is a SQLite file.
+// Anything else is a SQLite file. It is for a DSN before a store is open;
+// once one is, ask it (Store.Postgres).
 func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || kvDSN.MatchString(dsn)
 }
@@ -373,15 +373,24 @@ func (s *Store) tuneTables(ctx context.Context) error {
 }
 
 // Client is the ent client, for reads. Writes go through Store's methods.
-// Its queries see what the viewer of their context may see (package
-// access); a context without a viewer reads nothing.
+// Once the assembly has installed package access's filter on it (app.New
+// does, and so does every test that opens a store), its queries see what
+// the viewer of their context may see; a context without a viewer reads
+// nothing.
 func (s *Store) Client() *ent.Client { return s.client }
 
 // DB is the underlying connection pool.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Dialect is "postgres" or "sqlite3".
+// Dialect is "postgres" or "sqlite3", for messages. To ask which database
+// the store is on, use Postgres.
 func (s *Store) Dialect() string { return s.d.name }
+
+// Postgres reports whether the store is on PostgreSQL (else SQLite). It is
+// the one way to ask once a store is open; IsPostgres answers for a DSN
+// before there is a store (parsing and checking configuration, choosing
+// the store's own Config).
+func (s *Store) Postgres() bool { return s.d.postgres() }
 
 // Now is the store's clock, in UTC, at the precision both databases keep.
 func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/task"
@@ -94,6 +95,7 @@ func setup(t *testing.T, dsn string) (*store.Store, *testBundle) {
 	}}
 	s, err := store.Open(sysCtx, store.Config{DSN: dsn, Publisher: b.pub, Clock: b.clock.Now})
 	require.NoError(t, err)
+	access.Install(s.Client())
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s, b
 }
@@ -928,6 +930,7 @@ func TestChangesOfOneTaskArePublishedInCommitOrder(t *testing.T) {
 		pub := &slowRecorder{versions: map[int][]int64{}}
 		s, err := store.Open(sysCtx, store.Config{DSN: dsn, Publisher: pub})
 		require.NoError(t, err)
+		access.Install(s.Client())
 		t.Cleanup(func() { _ = s.Close() })
 		tk := newTask(t, s, taskOpts{})
 		c := claimOne(t, s)

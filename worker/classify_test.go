@@ -15,7 +15,7 @@ import (
 
 	"taskgraph/internal/dbtest"
 	"taskgraph/lifecycle"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 // TestLockContentionIsResource: a handler's error that is lock contention
@@ -31,15 +31,15 @@ func TestLockContentionIsResource(t *testing.T) {
 		fmt.Errorf("claim: %w", &pq.Error{Code: "40P01"}),
 		errors.New("database is locked (5) (SQLITE_BUSY)"),
 	} {
-		require.Equal(t, lifecycle.KindResource, worker.Classify(err), "%v", err)
+		require.Equal(t, lifecycle.KindResource, tasktype.Classify(err), "%v", err)
 	}
 	for _, err := range []error{
 		&pq.Error{Code: "23505", Message: "duplicate key value violates unique constraint"},
 		errors.New("lock the door"),
 	} {
-		require.Equal(t, lifecycle.KindRetryable, worker.Classify(err), "%v", err)
+		require.Equal(t, lifecycle.KindRetryable, tasktype.Classify(err), "%v", err)
 	}
-	require.Equal(t, lifecycle.KindNonRetryable, worker.Classify(worker.NonRetryable(&pq.Error{Code: "55P03"})), "the handler's kind wins")
+	require.Equal(t, lifecycle.KindNonRetryable, tasktype.Classify(tasktype.NonRetryable(&pq.Error{Code: "55P03"})), "the handler's kind wins")
 
 	t.Run("SQLiteBusy", func(t *testing.T) {
 		t.Parallel()
@@ -62,7 +62,7 @@ func TestLockContentionIsResource(t *testing.T) {
 		t.Cleanup(func() { other.Close() })
 		_, err = other.Exec(`INSERT INTO t VALUES (2)`)
 		require.Error(t, err)
-		require.Equal(t, lifecycle.KindResource, worker.Classify(fmt.Errorf("write: %w", err)), "%v", err)
+		require.Equal(t, lifecycle.KindResource, tasktype.Classify(fmt.Errorf("write: %w", err)), "%v", err)
 	})
 	t.Run("PostgresLockNotAvailable", func(t *testing.T) {
 		t.Parallel()
@@ -84,6 +84,6 @@ func TestLockContentionIsResource(t *testing.T) {
 		var pqErr *pq.Error
 		require.ErrorAs(t, err, &pqErr)
 		require.Equal(t, pq.ErrorCode("55P03"), pqErr.Code)
-		require.Equal(t, lifecycle.KindResource, worker.Classify(err), "%v", err)
+		require.Equal(t, lifecycle.KindResource, tasktype.Classify(err), "%v", err)
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/tasktype"
+
 	"github.com/stretchr/testify/require"
 
 	"taskgraph/ent"
@@ -148,7 +150,7 @@ func (s *fakeStore) Now() time.Time { return time.Now().UTC() }
 func claimed(id int, typ string) store.Claimed {
 	return store.Claimed{
 		Task: &ent.Task{ID: id + 1000, Type: typ, Input: json.RawMessage(`{}`), TimeoutSeconds: 60,
-			RetryPolicy: DefaultPolicyName, MaxAttempts: 1, Status: lifecycle.Executing},
+			RetryPolicy: tasktype.DefaultPolicyName, MaxAttempts: 1, Status: lifecycle.Executing},
 		Instance: &ent.TaskInstance{ID: id, TaskID: id + 1000, Attempt: 1, Version: 1, Status: lifecycle.Executing},
 	}
 }
@@ -161,9 +163,9 @@ func success(id int) store.Outcome {
 
 // fakePool starts a pool on s that polls only once an hour (so that every
 // claim in a test has a cause the test chose) and stops it at cleanup.
-func fakePool(t *testing.T, s *fakeStore, cfg Config, reg *Registry) *Pool {
+func fakePool(t *testing.T, s *fakeStore, cfg Config, reg *tasktype.Registry) *Pool {
 	t.Helper()
-	policies, err := NewPolicies(DefaultPolicies()...)
+	policies, err := tasktype.NewPolicies(tasktype.DefaultPolicies()...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)

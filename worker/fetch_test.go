@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/tasktype"
+
 	"github.com/stretchr/testify/require"
 
 	"taskgraph/events"
@@ -25,9 +27,9 @@ func idle(t *testing.T, p *Pool) {
 	await(t, p.fetchIdle, "the fetch loop to wait")
 }
 
-func noopRegistry() *Registry {
-	r := NewRegistry()
-	Register(r, "noop", func(context.Context, *Job, struct{}) error { return nil })
+func noopRegistry() *tasktype.Registry {
+	r := tasktype.NewRegistry()
+	tasktype.Register(r, "noop", func(context.Context, *tasktype.Job, struct{}) error { return nil })
 	return r
 }
 
@@ -65,9 +67,9 @@ func (g *gates) openAll(last int) {
 
 // registry registers "noop", whose handlers run until their instance's
 // gate is opened.
-func (g *gates) registry() *Registry {
-	r := NewRegistry()
-	Register(r, "noop", func(ctx context.Context, job *Job, _ struct{}) error {
+func (g *gates) registry() *tasktype.Registry {
+	r := tasktype.NewRegistry()
+	tasktype.Register(r, "noop", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
 		select {
 		case <-g.gate(job.Instance.ID):
 		case <-ctx.Done():
@@ -223,7 +225,7 @@ func TestStopClaimingEndsTheFetchLoop(t *testing.T) {
 
 func TestNewPoolTakesNilPointersInItsInterfacesForNothing(t *testing.T) {
 	t.Parallel()
-	policies, err := NewPolicies(DefaultPolicies()...)
+	policies, err := tasktype.NewPolicies(tasktype.DefaultPolicies()...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/internal/dbtest"
 	"taskgraph/lifecycle"
@@ -30,6 +31,7 @@ func TestABatchThatTheDatabaseRefusesFailsOnlyItsBadOutcome(t *testing.T) {
 	ctx := auth.NewSystemContext(context.Background())
 	s, err := store.Open(ctx, store.Config{DSN: dbtest.PostgresOnly(t)})
 	require.NoError(t, err)
+	access.Install(s.Client())
 	t.Cleanup(func() { _ = s.Close() })
 	batch := make([]store.NewTask, 7)
 	for i := range batch {

@@ -28,6 +28,7 @@ import (
 	"taskgraph/outage"
 	"taskgraph/seal"
 	"taskgraph/store"
+	"taskgraph/tasktype"
 )
 
 // Config of a Pool.
@@ -69,7 +70,7 @@ const (
 	// flight: with short tasks, throughput is in-flight work over the
 	// round trips of a claim and a flush (1,000 gave 1.4x the noop
 	// burn-down of 256 on PostgreSQL). Types that must not run that wide
-	// set their own cap (worker.WithConcurrency; imports 4).
+	// set their own cap (tasktype.WithConcurrency; imports 4).
 	ConcurrencyDefault       = 1000
 	PollIntervalDefault      = time.Second
 	HeartbeatIntervalDefault = 5 * time.Second
@@ -109,8 +110,8 @@ type Deps struct {
 	// Store claims, heartbeats and writes executions' work (a
 	// *store.Store; tests give fakes).
 	Store    Store
-	Registry *Registry
-	Policies *Policies
+	Registry *tasktype.Registry
+	Policies *tasktype.Policies
 	// Broker, when set, wakes the pool on new work and delivers cancel
 	// requests at once; without it the pool relies on polling and
 	// heartbeats. An *events.Broker.
@@ -419,9 +420,9 @@ func (p *Pool) room() (free int, open []string, capped map[string]int) {
 // start runs one claimed execution in its own goroutine.
 func (p *Pool) start(c store.Claimed) {
 	typ, ok := p.deps.Registry.Lookup(c.Task.Type)
-	job := &Job{Task: c.Task, Instance: c.Instance, token: c.Token(), writes: p.writes, clock: p.deps.Store, mask: p.deps.Masker}
+	job, ctl := tasktype.NewJob(c.Task, c.Instance, c.Token(), jobWriter{writes: p.writes, clock: p.deps.Store}, p.deps.Masker)
 	ctx, cancel := context.WithCancelCause(p.execCtx)
-	ex := &execution{c: c, job: job, typ: typ, cancel: cancel, done: make(chan struct{})}
+	ex := &execution{c: c, job: job, ctl: ctl, typ: typ, cancel: cancel, done: make(chan struct{})}
 
 	p.running.add(ex)
 	if c.Task.CancelRequested {
@@ -439,12 +440,12 @@ func (p *Pool) start(c store.Claimed) {
 		runCtx, stopTimer := context.WithTimeoutCause(ctx, timeout, errTimeout)
 		var err error
 		if !ok {
-			err = NonRetryable(fmt.Errorf("task type %q is not registered on worker %s", c.Task.Type, p.cfg.ID))
+			err = tasktype.NonRetryable(fmt.Errorf("task type %q is not registered on worker %s", c.Task.Type, p.cfg.ID))
 		} else {
 			err = p.run(runCtx, ex)
 		}
 		o, write := p.outcome(ex, err, context.Cause(runCtx))
-		o.ResultStatus = job.resultStatusValue()
+		o.ResultStatus = ctl.ResultStatus()
 		stopTimer()
 		cancel(nil)
 		if write && p.deps.Recorder != nil {
@@ -467,24 +468,24 @@ func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
 	if len(c.Task.InputSealed) > 0 {
 		plain, err := p.deps.Sealer.Open(c.Task.InputSealed)
 		if err != nil {
-			return NonRetryable(err)
+			return tasktype.NonRetryable(err)
 		}
 		input = plain
 		// Values masked by their key in the input stay masked when the
 		// handler repeats them elsewhere (a log line, an error).
-		ex.job.mask = p.deps.Masker.WithValuesOf(plain)
+		ex.ctl.SetMasker(p.deps.Masker.WithValuesOf(plain))
 	}
-	in, err := ex.typ.decodeInput(input)
+	in, err := ex.typ.Decode(input)
 	if err != nil {
-		return NonRetryable(err)
+		return tasktype.NonRetryable(err)
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, trimStack(debug.Stack()))
-			p.log.Error("handler panicked", "task_id", c.Task.ID, "instance_id", c.Instance.ID, "panic", ex.job.mask.String(fmt.Sprint(r)))
+			p.log.Error("handler panicked", "task_id", c.Task.ID, "instance_id", c.Instance.ID, "panic", ex.ctl.Masker().String(fmt.Sprint(r)))
 		}
 	}()
-	return ex.typ.handle(ctx, ex.job, in)
+	return ex.typ.Handle(ctx, ex.job, in)
 }
 
 // trimStack keeps the first frames of a stack: enough to find the bug,
@@ -509,43 +510,43 @@ func (p *Pool) outcome(ex *execution, err error, cause error) (o store.Outcome, 
 	now := p.deps.Store.Now()
 	switch {
 	case err == nil:
-		return store.Outcome{Token: c.Token(), Status: lifecycle.Success, Result: ex.job.resultJSON(), Task: c.Task}, true
+		return store.Outcome{Token: c.Token(), Status: lifecycle.Success, Result: ex.ctl.Result(), Task: c.Task}, true
 	case errors.Is(cause, errCancelRequested):
 		msg := "cancelled while running"
 		if reason != "" {
 			msg += ": " + reason
 		}
 		return store.Outcome{Token: c.Token(), Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled,
-			Error: ex.job.mask.String(msg), Result: ex.job.resultJSON(), Log: msg, Task: c.Task}, true
+			Error: ex.ctl.Masker().String(msg), Result: ex.ctl.Result(), Log: msg, Task: c.Task}, true
 	case errors.Is(cause, errTimeout):
-		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindTimeout,
-			fmt.Sprintf("timed out after %ds: %v", c.Task.TimeoutSeconds, err), ex.job.resultJSON(), now), true
+		return Failure(p.deps.Policies, ex.ctl.Masker(), c, lifecycle.KindTimeout,
+			fmt.Sprintf("timed out after %ds: %v", c.Task.TimeoutSeconds, err), ex.ctl.Result(), now), true
 	case errors.Is(cause, errStalled):
-		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindStalled,
-			fmt.Sprintf("stalled: no progress or log line since %s; stopped by its type's stall policy", ex.job.lastMoved(c).Format(time.RFC3339)), ex.job.resultJSON(), now), true
+		return Failure(p.deps.Policies, ex.ctl.Masker(), c, lifecycle.KindStalled,
+			fmt.Sprintf("stalled: no progress or log line since %s; stopped by its type's stall policy", ex.ctl.LastMoved().Format(time.RFC3339)), ex.ctl.Result(), now), true
 	case errors.Is(cause, errShutdown):
-		return Failure(p.deps.Policies, ex.job.mask, c, lifecycle.KindInterrupted,
-			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.job.resultJSON(), now), true
+		return Failure(p.deps.Policies, ex.ctl.Masker(), c, lifecycle.KindInterrupted,
+			fmt.Sprintf("interrupted: worker %s shut down", p.cfg.ID), ex.ctl.Result(), now), true
 	default:
 		// An error may say when to try again (a server's Retry-After).
 		after := noRetryAfter
-		if d, ok := RetryAfterOf(err); ok {
+		if d, ok := tasktype.RetryAfterOf(err); ok {
 			after = d
 		}
-		return FailureAfter(p.deps.Policies, ex.job.mask, c, Classify(err), err.Error(), ex.job.resultJSON(), after, now), true
+		return FailureAfter(p.deps.Policies, ex.ctl.Masker(), c, tasktype.Classify(err), err.Error(), ex.ctl.Result(), after, now), true
 	}
 }
 
 // Failure builds the outcome of a failed execution: FAILED, with a new
 // instance scheduled when the retry policy allows one.
-func Failure(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, now time.Time) store.Outcome {
+func Failure(ps *tasktype.Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, now time.Time) store.Outcome {
 	return FailureAfter(ps, m, c, kind, msg, result, noRetryAfter, now)
 }
 
 // FailureAfter is Failure for an error that asked the next attempt to wait
 // retryAfter (negative: it did not): that delay replaces the policy's
 // backoff, up to the policy's longest delay (Policies.NextAfter).
-func FailureAfter(ps *Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, retryAfter time.Duration, now time.Time) store.Outcome {
+func FailureAfter(ps *tasktype.Policies, m *mask.Masker, c store.Claimed, kind lifecycle.ErrorKind, msg string, result json.RawMessage, retryAfter time.Duration, now time.Time) store.Outcome {
 	msg = dbText(m.String(msg))
 	d := ps.NextAfter(c.Task.RetryPolicy, c.Task.MaxAttempts, c.Instance.Attempt, kind, retryAfter, now)
 	o := store.Outcome{
@@ -607,7 +608,7 @@ func (p *Pool) beat(ctx context.Context) {
 	}
 	pulses := make([]store.Pulse, len(running))
 	for i, ex := range running {
-		pulses[i] = store.Pulse{Token: ex.c.Token(), MovedAt: ex.job.movedAt()}
+		pulses[i] = store.Pulse{Token: ex.c.Token(), MovedAt: ex.ctl.MovedAt()}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
 	beat, err := p.deps.Store.Pulse(callCtx, pulses)
@@ -630,7 +631,7 @@ func (p *Pool) beat(ctx context.Context) {
 	for _, tok := range beat.Stalled {
 		// The watchdog flagged it; the type says whether that stops it.
 		ex := p.running.instance(tok.InstanceID)
-		if ex != nil && ex.typ != nil && ex.typ.StallAction == StallCancel {
+		if ex != nil && ex.typ != nil && ex.typ.StallAction == tasktype.StallCancel {
 			p.log.Warn("stopping a stalled execution", "task_id", ex.c.Task.ID, "instance_id", tok.InstanceID)
 			ex.stop(errStalled)
 		}

@@ -5,13 +5,15 @@ import (
 	"sync"
 
 	"taskgraph/store"
+	"taskgraph/tasktype"
 )
 
 // execution is one claimed instance being run by a pool's handler.
 type execution struct {
 	c      store.Claimed
-	job    *Job
-	typ    *TaskType // nil: the type is not registered here
+	job    *tasktype.Job
+	ctl    tasktype.JobControl
+	typ    *tasktype.Type // nil: the type is not registered here
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 

@@ -13,6 +13,7 @@ import (
 	"taskgraph/mask"
 	"taskgraph/service"
 	"taskgraph/store"
+	"taskgraph/tasktype"
 )
 
 // WatchdogConfig configures a Watchdog.
@@ -65,7 +66,7 @@ type Watchdog struct {
 
 	cfg      WatchdogConfig
 	store    *store.Store
-	policies *Policies
+	policies *tasktype.Policies
 	masker   *mask.Masker
 	log      *slog.Logger
 
@@ -75,7 +76,7 @@ type Watchdog struct {
 }
 
 // NewWatchdog validates its configuration.
-func NewWatchdog(cfg WatchdogConfig, s *store.Store, ps *Policies, m *mask.Masker) (*Watchdog, error) {
+func NewWatchdog(cfg WatchdogConfig, s *store.Store, ps *tasktype.Policies, m *mask.Masker) (*Watchdog, error) {
 	if s == nil || ps == nil || m == nil {
 		return nil, errors.New("watchdog: store, policies and masker are required")
 	}

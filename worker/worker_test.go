@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/auth"
 	"taskgraph/ent"
 	"taskgraph/ent/taskinstance"
@@ -25,6 +26,7 @@ import (
 	"taskgraph/seal"
 	"taskgraph/service/servicetest"
 	"taskgraph/store"
+	"taskgraph/tasktype"
 	"taskgraph/worker"
 )
 
@@ -37,26 +39,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type testBundle struct {
 	store    *store.Store
 	broker   *events.Broker
-	registry *worker.Registry
-	policies *worker.Policies
+	registry *tasktype.Registry
+	policies *tasktype.Policies
 	sealer   *seal.Sealer
 	clock    *fakeclock.Clock // nil: real time
 }
 
 // testPolicies: quick to reason about, 10% jitter.
-var testPolicies = []worker.RetryPolicy{
-	{Name: worker.DefaultPolicyName, MaxAttempts: 3, Backoff: []time.Duration{5 * time.Second, 30 * time.Second}, ResourceBackoff: []time.Duration{time.Minute}, Jitter: 0.1},
+var testPolicies = []tasktype.RetryPolicy{
+	{Name: tasktype.DefaultPolicyName, MaxAttempts: 3, Backoff: []time.Duration{5 * time.Second, 30 * time.Second}, ResourceBackoff: []time.Duration{time.Minute}, Jitter: 0.1},
 	{Name: "none", MaxAttempts: 1},
 }
 
 type setupOpts struct {
 	fakeClock bool
-	register  func(r *worker.Registry)
+	register  func(r *tasktype.Registry)
 }
 
 func setup(t *testing.T, dsn string, o setupOpts) *testBundle {
 	t.Helper()
-	b := &testBundle{broker: events.NewBroker(events.Config{}), registry: worker.NewRegistry()}
+	b := &testBundle{broker: events.NewBroker(events.Config{}), registry: tasktype.NewRegistry()}
 	cfg := store.Config{DSN: dsn, Publisher: b.broker}
 	if o.fakeClock {
 		b.clock = fakeclock.New(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
@@ -64,8 +66,9 @@ func setup(t *testing.T, dsn string, o setupOpts) *testBundle {
 	}
 	s, err := store.Open(sysCtx, cfg)
 	require.NoError(t, err)
+	access.Install(s.Client())
 	b.store = s
-	b.policies, err = worker.NewPolicies(testPolicies...)
+	b.policies, err = tasktype.NewPolicies(testPolicies...)
 	require.NoError(t, err)
 	b.sealer, err = seal.New(make([]byte, seal.KeySize))
 	require.NoError(t, err)
@@ -105,7 +108,7 @@ func (b *testBundle) pool(t *testing.T, cfg worker.Config, withBroker bool) *wor
 func (b *testBundle) create(t *testing.T, typ string, mod func(*store.NewTask)) *ent.Task {
 	t.Helper()
 	n := store.NewTask{Type: typ, Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h",
-		TimeoutSeconds: 60, RetryPolicy: worker.DefaultPolicyName, MaxAttempts: 3}
+		TimeoutSeconds: 60, RetryPolicy: tasktype.DefaultPolicyName, MaxAttempts: 3}
 	if mod != nil {
 		mod(&n)
 	}
@@ -181,8 +184,8 @@ func TestEightWorkersExecuteEveryTaskExactlyOnce(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		var runs sync.Map // task id -> *atomic.Int32
-		b := setup(t, dsn, setupOpts{register: func(r *worker.Registry) {
-			worker.Register(r, "count", func(ctx context.Context, job *worker.Job, _ empty) error {
+		b := setup(t, dsn, setupOpts{register: func(r *tasktype.Registry) {
+			tasktype.Register(r, "count", func(ctx context.Context, job *tasktype.Job, _ empty) error {
 				n, _ := runs.LoadOrStore(job.Task.ID, new(atomic.Int32))
 				n.(*atomic.Int32).Add(1)
 				return nil
@@ -234,26 +237,26 @@ func TestEightWorkersExecuteEveryTaskExactlyOnce(t *testing.T) {
 func TestRetryPolicy(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
-		failWith := func(kind string) func(context.Context, *worker.Job, empty) error {
-			return func(context.Context, *worker.Job, empty) error {
+		failWith := func(kind string) func(context.Context, *tasktype.Job, empty) error {
+			return func(context.Context, *tasktype.Job, empty) error {
 				err := errors.New(kind + " trouble")
 				switch kind {
 				case "retryable":
-					return worker.Retryable(err)
+					return tasktype.Retryable(err)
 				case "final":
-					return worker.NonRetryable(err)
+					return tasktype.NonRetryable(err)
 				case "resource":
-					return worker.Resource(err)
+					return tasktype.Resource(err)
 				case "throttled":
 					// A server said 429, Retry-After: 2.
-					return worker.RetryAfter(worker.Resource(err), 2*time.Second)
+					return tasktype.RetryAfter(tasktype.Resource(err), 2*time.Second)
 				}
 				return err
 			}
 		}
-		register := func(r *worker.Registry) {
+		register := func(r *tasktype.Registry) {
 			for _, k := range []string{"retryable", "final", "resource", "throttled"} {
-				worker.Register(r, k, failWith(k))
+				tasktype.Register(r, k, failWith(k))
 			}
 		}
 
@@ -328,38 +331,14 @@ func TestRetryPolicy(t *testing.T) {
 	})
 }
 
-func TestPolicies(t *testing.T) {
-	t.Parallel()
-	ps, err := worker.NewPolicies(testPolicies...)
-	require.NoError(t, err)
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	d := ps.Next("default", 3, 1, lifecycle.KindInterrupted, now)
-	require.True(t, d.Retry)
-	require.Equal(t, 1, d.Attempt, "an interruption does not use up an attempt")
-	require.Equal(t, now, d.RunAt)
-	d = ps.Next("default", 3, 3, lifecycle.KindTimeout, now)
-	require.False(t, d.Retry)
-	d = ps.Next("default", 5, 3, lifecycle.KindTimeout, now)
-	require.True(t, d.Retry, "the task's max attempts wins over the policy's")
-	require.Equal(t, 4, d.Attempt)
-	d = ps.Next("default", 3, 1, lifecycle.KindNonRetryable, now)
-	require.False(t, d.Retry)
-	_, err = worker.NewPolicies(worker.RetryPolicy{Name: "default", MaxAttempts: 0})
-	require.Error(t, err)
-	_, err = worker.NewPolicies(worker.RetryPolicy{Name: "default", MaxAttempts: 3})
-	require.Error(t, err, "retries without a backoff")
-	_, err = worker.NewPolicies(worker.RetryPolicy{Name: "x", MaxAttempts: 1})
-	require.Error(t, err, "no default policy")
-}
-
 func TestExecution(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		t.Run("PanicIsAnErrorNotACrash", func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
-				worker.Register(r, "panics", func(context.Context, *worker.Job, empty) error { panic("nil map somewhere") })
-				worker.Register(r, "fine", func(context.Context, *worker.Job, empty) error { return nil })
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "panics", func(context.Context, *tasktype.Job, empty) error { panic("nil map somewhere") })
+				tasktype.Register(r, "fine", func(context.Context, *tasktype.Job, empty) error { return nil })
 			}})
 			b.pool(t, worker.Config{}, true)
 			bad := b.create(t, "panics", func(n *store.NewTask) { n.RetryPolicy, n.MaxAttempts = "none", 1 })
@@ -376,8 +355,8 @@ func TestExecution(t *testing.T) {
 			t.Parallel()
 			for _, viaBroker := range []bool{true, false} {
 				started := make(chan struct{}, 1)
-				b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
-					worker.Register(r, "blocks", func(ctx context.Context, _ *worker.Job, _ empty) error {
+				b := setup(t, d.DSN(t), setupOpts{register: func(r *tasktype.Registry) {
+					tasktype.Register(r, "blocks", func(ctx context.Context, _ *tasktype.Job, _ empty) error {
 						started <- struct{}{}
 						<-ctx.Done()
 						return ctx.Err()
@@ -403,8 +382,8 @@ func TestExecution(t *testing.T) {
 		})
 		t.Run("TimeoutFailsTheExecution", func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
-				worker.Register(r, "slow", func(ctx context.Context, _ *worker.Job, _ empty) error {
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "slow", func(ctx context.Context, _ *tasktype.Job, _ empty) error {
 					<-ctx.Done()
 					return ctx.Err()
 				})
@@ -419,8 +398,8 @@ func TestExecution(t *testing.T) {
 		})
 		t.Run("ProgressLogsAndResultAreRecorded", func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
-				worker.Register(r, "steps", func(ctx context.Context, job *worker.Job, _ empty) error {
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "steps", func(ctx context.Context, job *tasktype.Job, _ empty) error {
 					for i := int64(1); i <= 3; i++ {
 						job.Info(fmt.Sprintf("step %d", i), "phone", "13812345678")
 						job.Progress(i, 3)
@@ -448,11 +427,11 @@ func TestExecution(t *testing.T) {
 		t.Run("SealedInputReachesTheHandlerUnmasked", func(t *testing.T) {
 			t.Parallel()
 			got := make(chan string, 1)
-			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *tasktype.Registry) {
 				type in struct {
 					Phone string `json:"phone"`
 				}
-				worker.Register(r, "sms", func(ctx context.Context, job *worker.Job, v in) error {
+				tasktype.Register(r, "sms", func(ctx context.Context, job *tasktype.Job, v in) error {
 					got <- v.Phone
 					return nil
 				})
@@ -478,8 +457,8 @@ func TestShutdown(t *testing.T) {
 		t.Run("RunningHandlersFinishWithinTheGrace", func(t *testing.T) {
 			t.Parallel()
 			started := make(chan struct{}, 1)
-			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
-				worker.Register(r, "short", func(ctx context.Context, _ *worker.Job, _ empty) error {
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "short", func(ctx context.Context, _ *tasktype.Job, _ empty) error {
 					started <- struct{}{}
 					time.Sleep(300 * time.Millisecond) // the work itself
 					return nil
@@ -501,13 +480,13 @@ func TestShutdown(t *testing.T) {
 			t.Parallel()
 			started := make(chan struct{}, 2)
 			release := make(chan struct{})
-			b := setup(t, d.DSN(t), setupOpts{register: func(r *worker.Registry) {
-				worker.Register(r, "cooperative", func(ctx context.Context, _ *worker.Job, _ empty) error {
+			b := setup(t, d.DSN(t), setupOpts{register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "cooperative", func(ctx context.Context, _ *tasktype.Job, _ empty) error {
 					started <- struct{}{}
 					<-ctx.Done()
 					return ctx.Err()
 				})
-				worker.Register(r, "stubborn", func(ctx context.Context, _ *worker.Job, _ empty) error {
+				tasktype.Register(r, "stubborn", func(ctx context.Context, _ *tasktype.Job, _ empty) error {
 					started <- struct{}{}
 					<-release // ignores its context
 					return nil
@@ -640,8 +619,8 @@ func TestWatchdog(t *testing.T) {
 			t.Parallel()
 			started := make(chan struct{}, 1)
 			release := make(chan struct{})
-			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *worker.Registry) {
-				worker.Register(r, "hangs", func(ctx context.Context, job *worker.Job, _ empty) error {
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "hangs", func(ctx context.Context, job *tasktype.Job, _ empty) error {
 					started <- struct{}{}
 					<-release // stuck, ignoring everything, then "succeeds"
 					job.Info("finished late")
@@ -671,41 +650,6 @@ func TestWatchdog(t *testing.T) {
 			}
 		})
 	})
-}
-
-func TestRetryAfterIsHonouredUpToThePolicysLongestDelay(t *testing.T) {
-	t.Parallel()
-	ps, err := worker.NewPolicies(worker.DefaultPolicies()...)
-	require.NoError(t, err)
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	policy, _ := ps.Get("default")
-	require.Equal(t, 15*time.Minute, policy.MaxDelay())
-
-	err = worker.RetryAfter(worker.Resource(errors.New("429 Too Many Requests")), 2*time.Second)
-	require.Equal(t, lifecycle.KindResource, worker.Classify(err), "the kind survives the wrapping")
-	ra, ok := worker.RetryAfterOf(fmt.Errorf("push: %w", err))
-	require.True(t, ok)
-	require.Equal(t, 2*time.Second, ra)
-	_, ok = worker.RetryAfterOf(worker.Resource(errors.New("x")))
-	require.False(t, ok)
-
-	for range 50 { // jitter only adds, by at most 10%
-		d := ps.NextAfter("default", 3, 1, lifecycle.KindResource, ra, now)
-		require.True(t, d.Retry)
-		delay := d.RunAt.Sub(now)
-		require.True(t, delay >= 2*time.Second && delay <= 2200*time.Millisecond, "a 429's Retry-After: 2 waits 2 s, not the 1 min resource backoff: %s", delay)
-	}
-	d := ps.NextAfter("default", 3, 1, lifecycle.KindRetryable, 24*time.Hour, now)
-	require.Equal(t, 15*time.Minute, d.RunAt.Sub(now), "capped at the policy's longest delay")
-	d = ps.NextAfter("default", 3, 1, lifecycle.KindRetryable, 0, now)
-	require.Equal(t, now, d.RunAt, "Retry-After: 0 means now")
-	d = ps.NextAfter("default", 3, 3, lifecycle.KindResource, time.Second, now)
-	require.False(t, d.Retry, "it never adds an attempt")
-	d = ps.NextAfter("default", 3, 1, lifecycle.KindNonRetryable, time.Second, now)
-	require.False(t, d.Retry)
-	d = ps.NextAfter("default", 3, 1, lifecycle.KindRetryable, -1, now)
-	delay := d.RunAt.Sub(now)
-	require.True(t, delay >= 4500*time.Millisecond && delay <= 5500*time.Millisecond, "no Retry-After: the schedule: %s", delay)
 }
 
 // eventually polls cond until it holds, for at most 20 s.
@@ -743,8 +687,8 @@ func TestStalledExecutions(t *testing.T) {
 			t.Parallel()
 			step := make(chan struct{})
 			moved := make(chan struct{}, 2)
-			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *worker.Registry) {
-				worker.Register(r, "hangs", func(ctx context.Context, job *worker.Job, _ empty) error {
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "hangs", func(ctx context.Context, job *tasktype.Job, _ empty) error {
 					job.Progress(1, 3)
 					moved <- struct{}{}
 					select { // heartbeats go on; progress does not
@@ -756,7 +700,7 @@ func TestStalledExecutions(t *testing.T) {
 					moved <- struct{}{}
 					<-ctx.Done()
 					return ctx.Err()
-				}, worker.WithStallDetection(stallAfter, worker.StallFlag))
+				}, tasktype.WithStallDetection(stallAfter, tasktype.StallFlag))
 			}})
 			b.pool(t, worker.Config{HeartbeatInterval: 10 * time.Millisecond}, true)
 			w, err := worker.NewWatchdog(worker.WatchdogConfig{Interval: tick, StallAfter: func(typ string) time.Duration {
@@ -833,8 +777,8 @@ func TestStalledExecutions(t *testing.T) {
 			t.Parallel()
 			var running, most atomic.Int32
 			started := make(chan int, 4)
-			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *worker.Registry) {
-				worker.Register(r, "hangs", func(ctx context.Context, job *worker.Job, _ empty) error {
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true, register: func(r *tasktype.Registry) {
+				tasktype.Register(r, "hangs", func(ctx context.Context, job *tasktype.Job, _ empty) error {
 					n := running.Add(1)
 					defer running.Add(-1)
 					for {
@@ -847,7 +791,7 @@ func TestStalledExecutions(t *testing.T) {
 					<-ctx.Done() // hung, but it honours its context
 					time.Sleep(50 * time.Millisecond)
 					return ctx.Err()
-				}, worker.WithStallDetection(stallAfter, worker.StallCancel))
+				}, tasktype.WithStallDetection(stallAfter, tasktype.StallCancel))
 			}})
 			p := b.pool(t, worker.Config{HeartbeatInterval: 10 * time.Millisecond}, true)
 			w, err := worker.NewWatchdog(worker.WatchdogConfig{StallAfter: func(string) time.Duration { return time.Hour }}, b.store, b.policies, mask.Default())

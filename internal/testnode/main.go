@@ -15,7 +15,7 @@ import (
 	_ "github.com/lib/pq"
 
 	"taskgraph/app"
-	"taskgraph/worker"
+	"taskgraph/tasktype"
 )
 
 type recordInput struct {
@@ -28,11 +28,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "testnode:", err)
 		os.Exit(1)
 	}
-	record := func(ctx context.Context, job *worker.Job, in recordInput) error {
+	record := func(ctx context.Context, job *tasktype.Job, in recordInput) error {
 		if _, err := db.ExecContext(ctx,
 			`INSERT INTO record_executions (instance_id, task_id, worker, started_at) VALUES ($1, $2, $3, clock_timestamp())`,
 			job.Instance.ID, job.Task.ID, job.Instance.WorkerID); err != nil {
-			return worker.NonRetryable(fmt.Errorf("record start: %w", err))
+			return tasktype.NonRetryable(fmt.Errorf("record start: %w", err))
 		}
 		select {
 		case <-time.After(time.Duration(in.SleepMs) * time.Millisecond):
@@ -42,7 +42,7 @@ func main() {
 		_, err := db.ExecContext(ctx, `UPDATE record_executions SET finished_at = clock_timestamp() WHERE instance_id = $1`, job.Instance.ID)
 		return err
 	}
-	os.Exit(app.Main(os.Args[1:], app.Options{Register: func(r *worker.Registry) {
-		worker.Register(r, "record", record)
+	os.Exit(app.Main(os.Args[1:], app.Options{Register: func(r *tasktype.Registry) {
+		tasktype.Register(r, "record", record)
 	}}, os.Stderr))
 }

@@ -1,4 +1,4 @@
-package worker
+package tasktype
 
 import (
 	"fmt"

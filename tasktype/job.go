@@ -1,4 +1,4 @@
-package worker
+package tasktype
 
 import (
 	"encoding/json"
@@ -26,10 +26,7 @@ type Job struct {
 	Instance *ent.TaskInstance
 
 	token store.Token
-	// writes batches the execution's log lines and progress.
-	writes *flusher
-	// clock is the store's: moved is read against the instance's times.
-	clock Clock
+	w     JobWriter
 	mask  *mask.Masker
 	// moved is when the handler last reported progress or wrote a log
 	// line (unix nanoseconds of the store's clock; 0: not yet). Heartbeats
@@ -39,6 +36,27 @@ type Job struct {
 	mu           sync.Mutex
 	result       json.RawMessage
 	resultStatus string
+}
+
+// JobWriter is where a Job's progress and log lines go: the worker pool
+// batches them and writes them fenced by the token they carry.
+type JobWriter interface {
+	// Progress queues an execution's progress; only the latest per token
+	// need be written.
+	Progress(store.Progress)
+	// Log queues a log line, already masked; the writer makes its text
+	// storable.
+	Log(store.LogLine)
+	// Now is the store's clock.
+	Now() time.Time
+}
+
+// NewJob returns the Job of a claimed execution, whose writes go to w and
+// are masked by m, and the JobControl through which the pool reads what
+// the handler left.
+func NewJob(task *ent.Task, instance *ent.TaskInstance, token store.Token, w JobWriter, m *mask.Masker) (*Job, JobControl) {
+	j := &Job{Task: task, Instance: instance, token: token, w: w, mask: m}
+	return j, JobControl{j: j}
 }
 
 // Owner is the viewer who created the task — its identity (source, tenant,
@@ -67,7 +85,7 @@ func (j *Job) Attempt() int { return j.Instance.Attempt }
 // is written, at most a few times a second.
 func (j *Job) Progress(done, total int64) {
 	j.touch()
-	j.writes.progress(store.Progress{Token: j.token, TaskID: j.Task.ID, Done: done, Total: total})
+	j.w.Progress(store.Progress{Token: j.token, TaskID: j.Task.ID, Done: done, Total: total})
 }
 
 // Log writes a line to the task's trace. keyvals are alternating keys and
@@ -87,38 +105,18 @@ func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
 		}
 		fields = j.mask.Fields(fields)
 	}
-	j.writes.logLine(store.LogLine{
+	j.w.Log(store.LogLine{
 		Token:   j.token,
 		TaskID:  j.Task.ID,
 		Level:   level,
-		Message: dbText(j.mask.String(msg)),
+		Message: j.mask.String(msg),
 		Fields:  fields,
 		At:      time.Now(),
 	})
 }
 
 // touch records that the handler moved now.
-func (j *Job) touch() { j.moved.Store(j.clock.Now().UnixNano()) }
-
-// movedAt is when the handler last moved, or zero.
-func (j *Job) movedAt() time.Time {
-	if n := j.moved.Load(); n != 0 {
-		return time.Unix(0, n).UTC()
-	}
-	return time.Time{}
-}
-
-// lastMoved is when the execution last moved: its last progress or log
-// line, else its start.
-func (j *Job) lastMoved(c store.Claimed) time.Time {
-	if t := j.movedAt(); !t.IsZero() {
-		return t
-	}
-	if c.Instance.StartedAt != nil {
-		return *c.Instance.StartedAt
-	}
-	return time.Time{}
-}
+func (j *Job) touch() { j.moved.Store(j.w.Now().UnixNano()) }
 
 // Info logs at INFO level.
 func (j *Job) Info(msg string, keyvals ...any) { j.Log(tasklog.LevelINFO, msg, keyvals...) }
@@ -156,16 +154,52 @@ func (j *Job) SetResultStatus(s string) {
 	j.mu.Unlock()
 }
 
-func (j *Job) resultStatusValue() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.resultStatus
+// JobControl is the pool's side of a Job: the masker its writes go
+// through, and what the handler left — its result, its verdict, when it
+// last moved. Handlers never see it.
+type JobControl struct{ j *Job }
+
+// Masker is the masker of the job's writes.
+func (c JobControl) Masker() *mask.Masker { return c.j.mask }
+
+// SetMasker replaces the masker of the job's writes (with one that also
+// masks the values of the unsealed input, say). Call it before the handler
+// runs.
+func (c JobControl) SetMasker(m *mask.Masker) { c.j.mask = m }
+
+// Result is the result the handler set (masked), or nil.
+func (c JobControl) Result() json.RawMessage {
+	c.j.mu.Lock()
+	defer c.j.mu.Unlock()
+	return c.j.result
 }
 
-func (j *Job) resultJSON() json.RawMessage {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.result
+// ResultStatus is the verdict the handler set with SetResultStatus, or "".
+func (c JobControl) ResultStatus() string {
+	c.j.mu.Lock()
+	defer c.j.mu.Unlock()
+	return c.j.resultStatus
+}
+
+// MovedAt is when the handler last reported progress or wrote a log line
+// (the store's clock), or zero.
+func (c JobControl) MovedAt() time.Time {
+	if n := c.j.moved.Load(); n != 0 {
+		return time.Unix(0, n).UTC()
+	}
+	return time.Time{}
+}
+
+// LastMoved is when the execution last moved: its last progress or log
+// line, else its start (zero if neither is known).
+func (c JobControl) LastMoved() time.Time {
+	if t := c.MovedAt(); !t.IsZero() {
+		return t
+	}
+	if c.j.Instance.StartedAt != nil {
+		return *c.j.Instance.StartedAt
+	}
+	return time.Time{}
 }
 
 // jsonValue keeps values that encode to JSON and turns the rest (errors,

@@ -1,8 +1,7 @@
-package worker
+package tasktype
 
 import (
 	"errors"
-	"strings"
 	"time"
 
 	"taskgraph/lifecycle"
@@ -50,13 +49,6 @@ func Classify(err error) lifecycle.ErrorKind {
 	// Everything else (connection errors, timeouts of a dependency, errors
 	// nobody classified) is worth another bounded attempt.
 	return lifecycle.KindRetryable
-}
-
-// dbText makes text from a handler storable in both databases: valid UTF-8
-// without NUL bytes (PostgreSQL refuses both in text columns, and one such
-// line would otherwise fail the whole batch it is written with).
-func dbText(s string) string {
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // delayed is an error whose next attempt should wait a given time.

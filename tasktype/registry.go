@@ -1,4 +1,4 @@
-package worker
+package tasktype
 
 import (
 	"bytes"
@@ -19,9 +19,9 @@ import (
 	"golang.org/x/text/message"
 )
 
-// TaskType is a registered kind of task: its name, the schema of its input,
+// Type is a registered kind of task: its name, the schema of its input,
 // its defaults, and the handler that runs it.
-type TaskType struct {
+type Type struct {
 	Name        string
 	Description string
 	// InputSchema is the JSON Schema of the input, generated from the Go
@@ -54,12 +54,14 @@ type TaskType struct {
 // Validate checks an input against the type's schema and its Go type
 // (including the type's own Validate method, if any). The error is a
 // *InputError listing what is wrong.
-func (t *TaskType) Validate(input json.RawMessage) error {
-	_, err := t.decodeInput(input)
+func (t *Type) Validate(input json.RawMessage) error {
+	_, err := t.Decode(input)
 	return err
 }
 
-func (t *TaskType) decodeInput(input json.RawMessage) (any, error) {
+// Decode validates an input as Validate does and returns it as the Go
+// value the handler takes, for Handle.
+func (t *Type) Decode(input json.RawMessage) (any, error) {
 	if len(bytes.TrimSpace(input)) == 0 {
 		input = json.RawMessage(`{}`)
 	}
@@ -79,6 +81,11 @@ func (t *TaskType) decodeInput(input json.RawMessage) (any, error) {
 		return nil, &InputError{Type: t.Name, Problems: []string{err.Error()}}
 	}
 	return v, nil
+}
+
+// Handle runs the type's handler on in, a value Decode returned.
+func (t *Type) Handle(ctx context.Context, job *Job, in any) error {
+	return t.handle(ctx, job, in)
 }
 
 // InputError is an input that a task type refuses.
@@ -114,17 +121,17 @@ var englishPrinter = message.NewPrinter(language.English)
 // Validator is implemented by inputs that check more than their schema says.
 type Validator interface{ Validate() error }
 
-// TypeOption configures a registered type.
-type TypeOption func(*TaskType)
+// Option configures a registered type.
+type Option func(*Type)
 
 // WithDescription sets a type's description.
-func WithDescription(d string) TypeOption { return func(t *TaskType) { t.Description = d } }
+func WithDescription(d string) Option { return func(t *Type) { t.Description = d } }
 
 // WithTimeout sets a type's default timeout.
-func WithTimeout(d time.Duration) TypeOption { return func(t *TaskType) { t.Timeout = d } }
+func WithTimeout(d time.Duration) Option { return func(t *Type) { t.Timeout = d } }
 
 // WithRetryPolicy sets a type's default retry policy.
-func WithRetryPolicy(name string) TypeOption { return func(t *TaskType) { t.RetryPolicy = name } }
+func WithRetryPolicy(name string) Option { return func(t *Type) { t.RetryPolicy = name } }
 
 // StallAction is what follows when an execution of a type stalls.
 type StallAction string
@@ -141,25 +148,25 @@ const (
 )
 
 // WithStallDetection flags executions whose progress and logs stand still
-// for after (see TaskType.StallAfter) and, with StallCancel, stops them.
-func WithStallDetection(after time.Duration, action StallAction) TypeOption {
-	return func(t *TaskType) { t.StallAfter, t.StallAction = after, action }
+// for after (see Type.StallAfter) and, with StallCancel, stops them.
+func WithStallDetection(after time.Duration, action StallAction) Option {
+	return func(t *Type) { t.StallAfter, t.StallAction = after, action }
 }
 
-// Internal marks a type the process alone creates (see TaskType.Internal).
-func Internal() TypeOption { return func(t *TaskType) { t.Internal = true } }
+// Internal marks a type the process alone creates (see Type.Internal).
+func Internal() Option { return func(t *Type) { t.Internal = true } }
 
 // WithConcurrency caps a type's parallel executions per node.
-func WithConcurrency(n int) TypeOption { return func(t *TaskType) { t.Concurrency = n } }
+func WithConcurrency(n int) Option { return func(t *Type) { t.Concurrency = n } }
 
 // Registry holds the registered task types.
 type Registry struct {
 	mu    sync.RWMutex
-	types map[string]*TaskType
+	types map[string]*Type
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{types: make(map[string]*TaskType)} }
+func NewRegistry() *Registry { return &Registry{types: make(map[string]*Type)} }
 
 var typeName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,62}$`)
 
@@ -167,9 +174,9 @@ var typeName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,62}$`)
 // from the task's JSON input (unknown fields are refused) and validated
 // against the schema generated from In. It panics on a bad or duplicate
 // name, like http.Handle: registration is program structure.
-func Register[In any](r *Registry, name string, handle func(ctx context.Context, job *Job, in In) error, opts ...TypeOption) *TaskType {
+func Register[In any](r *Registry, name string, handle func(ctx context.Context, job *Job, in In) error, opts ...Option) *Type {
 	if !typeName.MatchString(name) {
-		panic(fmt.Sprintf("worker: task type name %q must match %s", name, typeName))
+		panic(fmt.Sprintf("tasktype: task type name %q must match %s", name, typeName))
 	}
 	ref := invjs.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
 	var zero In
@@ -177,22 +184,22 @@ func Register[In any](r *Registry, name string, handle func(ctx context.Context,
 	sch.Version = ""
 	raw, err := json.Marshal(sch)
 	if err != nil {
-		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
 	}
 	c := jsonschema.NewCompiler()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
 	}
 	url := "mem://taskgraph/" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
-		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
 	}
 	compiled, err := c.Compile(url)
 	if err != nil {
-		panic(fmt.Sprintf("worker: schema of %q: %v", name, err))
+		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
 	}
-	t := &TaskType{
+	t := &Type{
 		Name:        name,
 		InputSchema: raw,
 		Timeout:     5 * time.Minute,
@@ -225,14 +232,14 @@ func Register[In any](r *Registry, name string, handle func(ctx context.Context,
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, dup := r.types[name]; dup {
-		panic(fmt.Sprintf("worker: task type %q registered twice", name))
+		panic(fmt.Sprintf("tasktype: task type %q registered twice", name))
 	}
 	r.types[name] = t
 	return t
 }
 
 // Lookup returns a registered type.
-func (r *Registry) Lookup(name string) (*TaskType, bool) {
+func (r *Registry) Lookup(name string) (*Type, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	t, ok := r.types[name]
@@ -240,10 +247,10 @@ func (r *Registry) Lookup(name string) (*TaskType, bool) {
 }
 
 // Types returns every registered type, by name.
-func (r *Registry) Types() []*TaskType {
+func (r *Registry) Types() []*Type {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]*TaskType, 0, len(r.types))
+	out := make([]*Type, 0, len(r.types))
 	for _, t := range r.types {
 		out = append(out, t)
 	}
