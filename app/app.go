@@ -686,6 +686,12 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 		unready(err.Error())
 		return
 	}
+	if a.Nodes != nil && a.Nodes.Draining() {
+		// An admin drained it (console: Nodes): it claims nothing, and a
+		// load balancer should send its traffic elsewhere too.
+		unready("draining: an admin took this node out of service (drainClusterNode)")
+		return
+	}
 	if free, err := freeBytes(a.Config.DataDir); err == nil && free < minFreeBytes {
 		unready(fmt.Sprintf("disk full: %d bytes free in %s", free, a.Config.DataDir))
 		return

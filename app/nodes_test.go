@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -115,6 +117,16 @@ func TestClusterNodes(t *testing.T) {
 		s.QueryAs(t, admin, drain, map[string]any{"id": s.App.Node, "d": true}, &drained)
 		require.Equal(t, "DRAINING", drained.DrainClusterNode.State)
 		apptest.Eventually(t, 10*time.Second, func() (bool, string) { return s.App.Nodes.Draining(), "node not drained yet" })
+		readyz := func() (int, string) {
+			resp, err := http.Get(s.URL + "/readyz")
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		code, body := readyz()
+		require.Equal(t, http.StatusServiceUnavailable, code, "a drained node says so on /readyz")
+		require.Contains(t, body, "draining")
 
 		var noop struct{ CreateTask struct{ ID string } }
 		s.QueryAs(t, tokens["otto"], `mutation { createTask(input: {type: "noop"}) { id } }`, nil, &noop)
@@ -134,6 +146,8 @@ func TestClusterNodes(t *testing.T) {
 			st := status()
 			return st == "SUCCESS", "undrained node has not run the task: " + st
 		})
+		code, body = readyz()
+		require.Equal(t, http.StatusOK, code, body)
 
 		var audit struct {
 			AuditLogs struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"taskgraph/access"
 	"taskgraph/audit"
 	"taskgraph/auth"
 	"taskgraph/ent"
@@ -63,6 +64,7 @@ func setup(t *testing.T, dsn string) bundle {
 	st, err := store.Open(context.Background(), store.Config{DSN: dsn, Clock: clock.Now})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
+	access.Install(st.Client()) // as app.New does
 	rec := audit.New(st.Tx, mask.Default(), func(err error) string {
 		var fe *auth.ForbiddenError
 		if errors.As(err, &fe) {
@@ -301,6 +303,13 @@ func TestOnlyAdminsSeeDetails(t *testing.T) {
 		require.Equal(t, "node-a", list[0].Name)
 		require.Len(t, list[0].Running, 1)
 		require.Equal(t, created[0].Task.ID, list[0].Running[0].TaskID)
+		// But it may not take out of service a node that runs every
+		// tenant's tasks; a platform admin may.
+		_, err = b.svc.Drain(t1Admin, "node-a", true)
+		var fe *auth.ForbiddenError
+		require.ErrorAs(t, err, &fe)
+		_, err = b.svc.Drain(platform, "node-a", true)
+		require.NoError(t, err)
 	})
 }
 

@@ -166,8 +166,11 @@ func (s *Service) Drain(ctx context.Context, name string, drain bool) (*View, er
 	}
 	p := s.audit.Begin(ctx, audit.Entry{Action: action, Details: map[string]any{"node": name}})
 	err = func() error {
-		if !v.IsAdmin() {
-			return &auth.ForbiddenError{Role: v.Role, Action: "drain a node"}
+		// A node runs every tenant's tasks: only an admin of the whole
+		// deployment (a platform admin, or an admin without a tenant
+		// where there are none) may take it out of service.
+		if !v.IsAdmin() || (v.Tenant != "" && !v.SeesEveryTenant()) {
+			return &auth.ForbiddenError{Role: v.Role, Action: "drain a node (it runs every tenant's tasks: platform admins only)"}
 		}
 		return s.store.Tx(p.Context(), func(tx *ent.Tx) error {
 			n, err := tx.ClusterNode.Update().Where(clusternode.Name(name)).SetDraining(drain).Save(p.Context())

@@ -1,5 +1,6 @@
 // Turning API errors into sentences an operator can act on. The server puts
-// a machine-readable code in extensions.code (DESIGN §4); the console maps
+// a machine-readable code in extensions.code (ARCHITECTURE.md, "API and
+// clients"; graph/errors.go); the console maps
 // each code to a translated message and keeps the server's own message as
 // the detail.
 import type { CombinedError } from '@urql/core';
