@@ -63,18 +63,14 @@ func operator(user string) auth.Viewer {
 	return auth.Viewer{User: user, Role: auth.RoleOperator, Source: auth.SourceToken}
 }
 
-// TestBulkActionOverAFilter: a cancel over 100,000 matching tasks on
-// PostgreSQL (5,000 on SQLite, whose single writer under -race makes the
-// larger count slow), paged, interrupted and resumed, counted.
+// TestBulkActionOverAFilter: a cancel over 100,000 matching tasks, paged,
+// interrupted and resumed, counted, on both databases.
 func TestBulkActionOverAFilter(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
 		t.Run("LargeCancelIsPagedResumableAndCountsAddUp", func(t *testing.T) {
 			t.Parallel()
-			n, page := 5000, 500
-			if d.Name == "Postgres" {
-				n, page = 100_000, 2000
-			}
+			n, page := 100_000, 2000
 			// No worker: the test runs the bulk task's executions itself.
 			s := startSecured(t, d.DSN(t), app.Options{Engine: []engine.Option{engine.WithBulkPageSize(page)}},
 				func(c *app.Config) { c.Roles = []app.Role{app.RoleAPI} })

@@ -7,7 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"taskgraph/auth"
 	"taskgraph/ent"
+	"taskgraph/events"
 	"taskgraph/internal/dbtest"
 	"taskgraph/lifecycle"
 	"taskgraph/store"
@@ -71,5 +73,71 @@ func TestBulkActions(t *testing.T) {
 		tk, err := s.TaskByID(sysCtx, c.ID)
 		require.NoError(t, err)
 		require.Equal(t, lifecycle.Pending, tk.Status)
+	})
+}
+
+// A page of a bulk cancel moves its waiting tasks together and the others
+// one by one: each id ends as CancelTasks would end it, in the page's
+// order, and only what the bulk task's owner may see is touched.
+func TestActPageCancel(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, b := setup(t, dsn)
+		newTask(t, s, taskOpts{})
+		bulk := claimOne(t, s)
+		running := newTask(t, s, taskOpts{})
+		claimOne(t, s)
+		finished := newTask(t, s, taskOpts{})
+		require.NoError(t, finish(t, s, store.Outcome{Token: claimOne(t, s).Token(), Status: lifecycle.Success}))
+		w1, w2 := newTask(t, s, taskOpts{}), newTask(t, s, taskOpts{})
+		bobs := newTask(t, s, taskOpts{owner: "bob"})
+		published := len(b.pub.changes)
+
+		alice := auth.NewContext(context.Background(), auth.Viewer{User: "alice", Role: auth.RoleOperator})
+		ids := []int{w1.ID, bobs.ID, running.ID, finished.ID, 999999, w2.ID}
+		res, err := s.ActPage(alice, store.Page{Token: bulk.Token(), TaskID: bulk.Task.ID, Action: lifecycle.ActionCancel, IDs: ids, Reason: "sweep",
+			Checkpoint: func([]store.Each) (string, map[string]any) { return "page", nil }})
+		require.NoError(t, err)
+		require.Len(t, res, len(ids))
+		for i, id := range ids {
+			require.Equal(t, id, res[i].ID, "outcomes in the page's order")
+		}
+		var nf *store.NotFoundError
+		require.NoError(t, res[0].Err)
+		require.Equal(t, lifecycle.Cancelled, res[0].Task.Status)
+		require.ErrorAs(t, res[1].Err, &nf, "another user's task is not the owner's to cancel")
+		require.NoError(t, res[2].Err)
+		require.True(t, res[2].Task.CancelRequested, "a running task is asked to stop")
+		requireTransitionError(t, res[3].Err, lifecycle.Success, lifecycle.Cancelled)
+		require.ErrorAs(t, res[4].Err, &nf)
+		require.NoError(t, res[5].Err)
+
+		for id, want := range map[int]lifecycle.Status{w1.ID: lifecycle.Cancelled, w2.ID: lifecycle.Cancelled, bobs.ID: lifecycle.Pending, running.ID: lifecycle.Executing, finished.ID: lifecycle.Success} {
+			tk, err := s.TaskByID(sysCtx, id)
+			require.NoError(t, err)
+			require.Equal(t, want, tk.Status, "task %d", id)
+			if want == lifecycle.Cancelled {
+				require.Equal(t, "sweep", tk.CancelReason)
+				insts := instances(t, s, id)
+				require.Len(t, insts, 1)
+				require.Equal(t, lifecycle.Cancelled, insts[0].Status, "the instance moved with its task")
+			}
+		}
+		b.pub.mu.Lock()
+		changes := b.pub.changes[published:]
+		b.pub.mu.Unlock()
+		got := map[int]events.ChangeKind{}
+		for _, c := range changes {
+			got[c.Task.ID] = c.Kind
+			if c.Task.ID == w1.ID || c.Task.ID == w2.ID {
+				require.Equal(t, lifecycle.Cancelled, c.Task.Status, "published as written")
+			}
+		}
+		require.Equal(t, map[int]events.ChangeKind{w1.ID: events.Transitioned, w2.ID: events.Transitioned, running.ID: events.CancelRequested}, got)
+
+		// A stale token applies nothing.
+		_, err = s.ActPage(alice, store.Page{Token: store.Token{InstanceID: bulk.Instance.ID, Version: bulk.Instance.Version + 7}, TaskID: bulk.Task.ID,
+			Action: lifecycle.ActionCancel, IDs: []int{bobs.ID}, Checkpoint: func([]store.Each) (string, map[string]any) { return "page", nil }})
+		require.ErrorIs(t, err, store.ErrStaleToken)
 	})
 }

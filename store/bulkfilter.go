@@ -64,7 +64,14 @@ WHERE id = ? AND version = ? AND status = `+sqlExecuting, p.Token.InstanceID, p.
 		if n != 1 {
 			return ErrStaleToken
 		}
-		if out, err = s.eachIn(ctx, t, p.IDs, act); err != nil {
+		if p.Action == lifecycle.ActionCancel {
+			// The waiting tasks of the page (most of a large cancel) move
+			// together; the others one by one, as act would.
+			out, err = s.cancelAll(ctx, t, p.IDs, p.Reason)
+		} else {
+			out, err = s.eachIn(ctx, t, p.IDs, act)
+		}
+		if err != nil {
 			return err
 		}
 		msg, fields := p.Checkpoint(out)

@@ -131,6 +131,108 @@ func (s *Store) eachIn(ctx context.Context, t *txn, ids []int, fn func(t *txn, i
 	return out, nil
 }
 
+// cancelWaitingAll moves the waiting tasks among ids, with their live
+// instances, to CANCELLED as cancelWaiting does one by one, with one
+// statement for all the instances and one for all the tasks (instances
+// first, then tasks: the lock order every writer keeps). Each UPDATE is
+// conditional on the waiting states, which lifecycle's table lets move to
+// CANCELLED (checked here). It returns the tasks it cancelled, as written;
+// ids it did not move (running, finished, unknown, or claimed meanwhile)
+// are left to the caller.
+func (s *Store) cancelWaitingAll(ctx context.Context, t *txn, ids []int, reason string) ([]*ent.Task, error) {
+	for _, from := range lifecycle.WaitingStatuses {
+		if err := lifecycle.Check("task", 0, from, lifecycle.Cancelled); err != nil {
+			return nil, err
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	waiting := lifecycle.QuotedList(lifecycle.WaitingStatuses...)
+	now := s.Now()
+	msg := "cancelled before it ran"
+	if reason != "" {
+		msg += ": " + reason
+	}
+	in, args := s.d.inInts("task_id", intsTo64(ids))
+	moved, err := s.queryInts(ctx, t, 1, `
+UPDATE task_instances SET status = `+sqlCancelled+`, error_kind = `+sqlKindCancelled+`, last_error = ?, finished_at = ?, version = version + 1
+WHERE `+in+` AND status IN (`+waiting+`)
+RETURNING task_id`, append([]any{msg, now}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("cancel: update instances: %w", err)
+	}
+	if len(moved) == 0 {
+		return nil, nil
+	}
+	taskIDs := make([]int64, len(moved))
+	for i, r := range moved {
+		taskIDs[i] = r[0]
+	}
+	in, args = s.d.inInts("id", taskIDs)
+	rows, err := t.QueryContext(ctx, s.d.rebind(`
+UPDATE tasks SET status = `+sqlCancelled+`, attention_status = `+sqlCancelled+`, cancel_reason = NULLIF(?, ''), finished_at = ?, updated_at = ?, version = version + 1
+WHERE `+in+` AND status IN (`+waiting+`)
+RETURNING `+changingColumns("tasks")), append([]any{reason, now, now}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("cancel: update tasks: %w", err)
+	}
+	tasks, err := s.scanChanged(ctx, t, rows, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cancel: update tasks: %w", err)
+	}
+	if len(tasks) != len(taskIDs) {
+		// A task moves only with its live instance, which this
+		// transaction now holds: a task that did not follow it is an
+		// inconsistency, and the page is not applied.
+		return nil, fmt.Errorf("cancel: %d waiting instances but %d of their tasks were waiting", len(taskIDs), len(tasks))
+	}
+	t.changed(events.Transitioned, tasks...)
+	return tasks, nil
+}
+
+// cancelAll cancels ids (distinct) in t as cancelIn does each: the waiting
+// ones together (cancelWaitingAll), the others id by id, each in its own
+// savepoint (eachIn). The outcomes are in the order of ids.
+func (s *Store) cancelAll(ctx context.Context, t *txn, ids []int, reason string) ([]Each, error) {
+	// The statements of cancelWaitingAll are not read through ent: only
+	// the ids the viewer may see go there (one read through the access
+	// filter); the others meet cancelIn's NotFound.
+	visible, err := t.Task.Query().Where(task.IDIn(ids...)).IDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cancel: read tasks: %w", err)
+	}
+	cancelled, err := s.cancelWaitingAll(ctx, t, visible, reason)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[int]*ent.Task, len(cancelled))
+	for _, tk := range cancelled {
+		done[tk.ID] = tk
+	}
+	rest := make([]int, 0, len(ids)-len(done))
+	for _, id := range ids {
+		if done[id] == nil {
+			rest = append(rest, id)
+		}
+	}
+	others, err := s.eachIn(ctx, t, rest, func(t *txn, id int) (*ent.Task, error) { return s.cancelIn(ctx, t, id, reason) })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Each, 0, len(ids))
+	for _, id := range ids {
+		if tk := done[id]; tk != nil {
+			out = append(out, Each{ID: id, Task: tk})
+			continue
+		}
+		out = append(out, others[0])
+		others = others[1:]
+	}
+	t.each = out
+	return out, nil
+}
+
 // cancelWaiting moves a waiting task and its live instance to CANCELLED.
 // It reports false when the instance was claimed meanwhile.
 func (s *Store) cancelWaiting(ctx context.Context, t *txn, tk *ent.Task, reason string) (bool, error) {

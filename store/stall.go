@@ -100,6 +100,15 @@ RETURNING `+changingColumns("tasks")), append([]any{now}, intsToAny(changed)...)
 	return applied, nil
 }
 
+// intsTo64 converts ids for inInts.
+func intsTo64(ids []int) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
 func intsToAny(ids []int) []any {
 	out := make([]any, len(ids))
 	for i, id := range ids {
