@@ -2490,7 +2490,7 @@ type TaskWhereInput struct {
 	ScheduleSlotNotNil *bool       `json:"scheduleSlotNotNil"`
 	// Case-insensitive text in code, title or biz id.
 	Search *string `json:"search"`
-	// Every condition holds on the task's input (as stored, masked). Equality is served by an index on PostgreSQL.
+	// Every condition holds on the task's input (as stored, masked). Equality is served by an index on PostgreSQL (JSONPathPredicate: graph/schema/payload.graphql).
 	Input []JSONPathPredicate `json:"input"`
 	// Every condition holds on the task's result.
 	Result []JSONPathPredicate `json:"result"`

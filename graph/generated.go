@@ -4935,6 +4935,10 @@ extend type Task {
 extend input TaskWhereInput {
   "Case-insensitive text in code, title or biz id."
   search: String
+  "Every condition holds on the task's input (as stored, masked). Equality is served by an index on PostgreSQL (JSONPathPredicate: graph/schema/payload.graphql)."
+  input: [JSONPathPredicate!]
+  "Every condition holds on the task's result."
+  result: [JSONPathPredicate!]
 }
 
 extend input AuditLogWhereInput {

@@ -172,6 +172,16 @@ func (r *taskWhereInputResolver) Search(ctx context.Context, obj *ent.TaskWhereI
 	return nil
 }
 
+// Input is the resolver for the input field.
+func (r *taskWhereInputResolver) Input(ctx context.Context, obj *ent.TaskWhereInput, data []*model.JSONPathPredicate) error {
+	return addPayloadWhere(obj, "input", task.FieldInput, data)
+}
+
+// Result is the resolver for the result field.
+func (r *taskWhereInputResolver) Result(ctx context.Context, obj *ent.TaskWhereInput, data []*model.JSONPathPredicate) error {
+	return addPayloadWhere(obj, "result", task.FieldResult, data)
+}
+
 // Mutation returns MutationResolver implementation.
 func (r *Resolver) Mutation() MutationResolver { return &mutationResolver{r} }
 
