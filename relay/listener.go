@@ -19,6 +19,7 @@ import (
 	"taskgraph/ent/tasklog"
 	"taskgraph/events"
 	"taskgraph/lifecycle"
+	"taskgraph/service"
 )
 
 // Config of a Listener.
@@ -77,7 +78,9 @@ type Listener struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
-	kick   chan struct{} // Missed: resync now
+	// resyncer re-reads what may have been missed (resync), woken when
+	// changes may have been missed, retried with a backoff until it works.
+	resyncer *service.Loop[int]
 
 	// Counters for metrics.
 	received, resyncs, resyncFailures, resyncsRequired int64
@@ -95,7 +98,26 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	cfg.ResyncLimit = cmp.Or(cfg.ResyncLimit, ResyncLimitDefault)
 	cfg.ResyncPage = cmp.Or(cfg.ResyncPage, ResyncPageDefault)
 	cfg.PingInterval = cmp.Or(cfg.PingInterval, PingIntervalDefault)
-	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{}), kick: make(chan struct{}, 1)}
+	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{})}
+	resyncer, err := service.New(service.Config[int]{
+		Name: "relay resync",
+		// Woken when changes may have been missed; the interval only
+		// catches a wake-up lost to a race.
+		Interval: retryMax,
+		Retry:    resyncBackoff,
+		OnPass: func(_ int, err error) {
+			if err != nil {
+				l.mu.Lock()
+				l.resyncFailures++
+				l.mu.Unlock()
+			}
+		},
+		Logger: cmp.Or(cfg.Logger, slog.Default()),
+	}, l.resync)
+	if err != nil {
+		return nil, err
+	}
+	l.resyncer = resyncer
 	l.pql = pq.NewListener(withAppName(cfg.DSN, "taskgraph-relay-"+cfg.Node), 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventDisconnected:
@@ -119,6 +141,10 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	// The relay re-reads for the whole node; subscribers' own visibility is
 	// applied when the broker hands changes to them.
 	ctx, l.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
+	if err := l.resyncer.Start(ctx); err != nil {
+		_ = l.pql.Close()
+		return nil, err
+	}
 	go l.loop(ctx)
 	return l, nil
 }
@@ -141,6 +167,7 @@ func withAppName(dsn, name string) string {
 func (l *Listener) Close() {
 	l.cancel()
 	<-l.done
+	l.resyncer.Stop()
 	_ = l.pql.Close()
 }
 
@@ -152,10 +179,7 @@ func (l *Listener) Missed() {
 	l.mu.Lock()
 	l.missLocked(time.Now())
 	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
+	l.resyncer.Wake()
 }
 
 // resyncMargin covers clock differences between nodes and commits that were
@@ -167,6 +191,16 @@ const (
 	retryFirst = 100 * time.Millisecond
 	retryMax   = 5 * time.Second
 )
+
+// resyncBackoff is the wait after the n-th failed resync in a row:
+// retryFirst, doubling, at most retryMax.
+func resyncBackoff(n int) time.Duration {
+	d := retryFirst
+	for i := 1; i < n && d < retryMax; i++ {
+		d *= 2
+	}
+	return min(d, retryMax)
+}
 
 func (l *Listener) alive() {
 	l.mu.Lock()
@@ -203,24 +237,6 @@ func (l *Listener) loop(ctx context.Context) {
 	defer close(l.done)
 	ping := time.NewTicker(l.cfg.PingInterval)
 	defer ping.Stop()
-	// retry fires when a failed resync is due again; nil while none waits.
-	var retry <-chan time.Time
-	backoff := retryFirst
-	resync := func() {
-		if err := l.resync(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			l.mu.Lock()
-			l.resyncFailures++
-			l.mu.Unlock()
-			l.log.Warn("resync failed; retrying", "err", err, "in", backoff)
-			retry = time.After(backoff)
-			backoff = min(2*backoff, retryMax)
-			return
-		}
-		retry, backoff = nil, retryFirst
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,18 +246,11 @@ func (l *Listener) loop(ctx context.Context) {
 			if l.pql.Ping() == nil {
 				l.alive()
 			}
-		case <-retry:
-			resync()
-		case <-l.kick:
-			if retry == nil {
-				resync()
-			} // else the pending retry covers it
-
 		case n := <-l.pql.Notify:
 			if n == nil {
 				// pq says notifications may have been lost.
 				l.lost()
-				resync()
+				l.resyncer.Wake()
 				continue
 			}
 			batch := []*pq.Notification{n}
@@ -260,14 +269,14 @@ func (l *Listener) loop(ctx context.Context) {
 					break drain
 				}
 			}
-			if !l.deliver(ctx, batch) && retry == nil {
-				// Re-reading failed: re-read what changed since instead,
-				// until it works.
-				retry = time.After(backoff)
+			if !l.deliver(ctx, batch) {
+				// Re-reading failed (the changes are marked missed):
+				// re-read what changed since instead, until it works.
+				l.resyncer.Wake()
 			}
 			if reconnected {
 				l.lost()
-				resync()
+				l.resyncer.Wake()
 			}
 		}
 	}
@@ -393,21 +402,22 @@ func wakesWorkers(kind events.ChangeKind, status lifecycle.Status) bool {
 // and the log lines of the tasks whose logs are watched. When more changed
 // than ResyncLimit, clients are told to re-read and subscribe again
 // instead. An error leaves the missed interval in place for the next try.
-func (l *Listener) resync(ctx context.Context) error {
+func (l *Listener) resync(ctx context.Context) (int, error) {
 	l.mu.Lock()
 	missed := l.missedSince
 	l.mu.Unlock()
 	if missed.IsZero() {
-		return nil
+		return 0, nil
 	}
 	since := missed.Add(-resyncMargin)
 	if l.cfg.OnResync != nil {
 		l.cfg.OnResync()
 	}
+	n := 0
 	if l.cfg.Broker.WantsFullChanges() {
-		n, err := l.replay(ctx, since)
-		if err != nil {
-			return err
+		var err error
+		if n, err = l.replay(ctx, since); err != nil {
+			return 0, err
 		}
 		l.log.Info("resynced after changes may have been missed", "since", since, "tasks", n)
 	}
@@ -417,7 +427,7 @@ func (l *Listener) resync(ctx context.Context) error {
 	if l.missedSince.Equal(missed) {
 		l.missedSince = time.Time{}
 	}
-	return nil
+	return n, nil
 }
 
 // replay re-publishes what changed since, and returns how many tasks.

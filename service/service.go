@@ -45,6 +45,10 @@ type Config[R any] struct {
 	// the node that leads (one watchdog, one purger in a cluster). A
 	// failure to ask is logged like a failed pass.
 	Leader func(ctx context.Context) (bool, error)
+	// Retry, when set, is the wait after the n-th failed pass in a row
+	// (n from 1) instead of Interval: a pass that must succeed soon (a
+	// resync) is tried again with a backoff.
+	Retry func(n int) time.Duration
 	// OnPass, when set, is told each pass's result (metrics, tests).
 	// Passes skipped for not leading are not told.
 	OnPass func(R, error)
@@ -145,6 +149,7 @@ func (l *Loop[R]) run(ctx context.Context, done chan struct{}) {
 	timer := time.NewTimer(l.cfg.Delay)
 	defer timer.Stop()
 	var last time.Time // when the previous pass started
+	failures := 0      // failed passes in a row
 	for {
 		select {
 		case <-ctx.Done():
@@ -168,11 +173,20 @@ func (l *Loop[R]) run(ctx context.Context, done chan struct{}) {
 		default:
 		}
 		last = time.Now()
-		l.RunOnce(ctx)
+		failed := l.runOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		timer.Reset(l.cfg.Interval)
+		next := l.cfg.Interval
+		if failed {
+			failures++
+			if l.cfg.Retry != nil {
+				next = l.cfg.Retry(failures)
+			}
+		} else {
+			failures = 0
+		}
+		timer.Reset(next)
 	}
 }
 
@@ -190,6 +204,28 @@ func (l *Loop[R]) RunOnce(ctx context.Context) (ran bool) {
 			return false
 		}
 	}
+	l.pass1(ctx)
+	return true
+}
+
+// runOnce is RunOnce for the loop: it says whether the pass failed (not
+// leading, or failing to ask, is no failure to retry sooner).
+func (l *Loop[R]) runOnce(ctx context.Context) (failed bool) {
+	if l.cfg.Leader != nil {
+		led, err := l.cfg.Leader(ctx)
+		if err != nil {
+			l.failed(ctx, fmt.Errorf("ask whether this node leads: %w", err))
+			return false
+		}
+		if !led {
+			return false
+		}
+	}
+	return l.pass1(ctx) != nil
+}
+
+// pass1 runs one pass, logs its failure and tells OnPass.
+func (l *Loop[R]) pass1(ctx context.Context) error {
 	res, err := l.safePass(ctx)
 	if err != nil {
 		l.failed(ctx, err)
@@ -197,7 +233,7 @@ func (l *Loop[R]) RunOnce(ctx context.Context) (ran bool) {
 	if l.cfg.OnPass != nil {
 		l.cfg.OnPass(res, err)
 	}
-	return true
+	return err
 }
 
 // safePass runs the pass, turning a panic into an error: a loop that died

@@ -130,3 +130,23 @@ func TestStartStopStress(t *testing.T) {
 	servicetest.StressStartStop(t, l)
 	require.False(t, l.Running())
 }
+
+func TestAFailedPassIsRetriedWithTheBackoff(t *testing.T) {
+	var n atomic.Int64
+	retries := make(chan int, 10)
+	ok := make(chan struct{})
+	l := newLoop(t, service.Config[int]{Retry: func(i int) time.Duration { retries <- i; return time.Millisecond }}, func(context.Context) (int, error) {
+		if n.Add(1) <= 3 {
+			return 0, errors.New("not yet")
+		}
+		close(ok)
+		return 0, nil
+	})
+	require.NoError(t, l.Start(context.Background()))
+	select {
+	case <-ok:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the failed pass was not tried again before the hour-long interval")
+	}
+	require.Equal(t, []int{1, 2, 3}, []int{<-retries, <-retries, <-retries}, "the n-th failure in a row")
+}
