@@ -113,17 +113,6 @@ func invalid(field, format string, args ...any) error {
 	return &engine.ValidationError{Problems: []engine.Problem{{Field: field, Message: fmt.Sprintf(format, args...)}}}
 }
 
-func requireAdmin(ctx context.Context, action string) (auth.Viewer, error) {
-	v, err := auth.Require(ctx)
-	if err != nil {
-		return v, err
-	}
-	if !v.IsAdmin() {
-		return v, &auth.ForbiddenError{Role: v.Role, Action: action}
-	}
-	return v, nil
-}
-
 func requireOperator(ctx context.Context, action string) (auth.Viewer, error) {
 	v, err := auth.Require(ctx)
 	if err != nil {
@@ -155,7 +144,7 @@ func (s *Service) Channels(ctx context.Context) ([]*ent.AlertChannel, error) {
 
 // CreateChannel adds a channel (admins).
 func (s *Service) CreateChannel(ctx context.Context, in ChannelInput) (*ent.AlertChannel, error) {
-	v, err := requireAdmin(ctx, "manage alert channels")
+	v, err := auth.RequireAdmin(ctx, "manage alert channels")
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +172,7 @@ func (s *Service) CreateChannel(ctx context.Context, in ChannelInput) (*ent.Aler
 
 // UpdateChannel changes a channel (admins).
 func (s *Service) UpdateChannel(ctx context.Context, id int, in ChannelInput) (*ent.AlertChannel, error) {
-	if _, err := requireAdmin(ctx, "manage alert channels"); err != nil {
+	if _, err := auth.RequireAdmin(ctx, "manage alert channels"); err != nil {
 		return nil, err
 	}
 	var out *ent.AlertChannel
@@ -258,7 +247,7 @@ func (s *Service) fillChannel(in ChannelInput, m channelFields) error {
 
 // DeleteChannel removes a channel no rule uses (admins).
 func (s *Service) DeleteChannel(ctx context.Context, id int) error {
-	if _, err := requireAdmin(ctx, "manage alert channels"); err != nil {
+	if _, err := auth.RequireAdmin(ctx, "manage alert channels"); err != nil {
 		return err
 	}
 	return s.cfg.Store.Tx(ctx, func(tx *ent.Tx) error {
@@ -282,7 +271,7 @@ func (s *Service) DeleteChannel(ctx context.Context, id int) error {
 // TestChannel sends a test notice through a channel (admins) and returns
 // its delivery task.
 func (s *Service) TestChannel(ctx context.Context, id int) (*ent.Task, error) {
-	v, err := requireAdmin(ctx, "test alert channels")
+	v, err := auth.RequireAdmin(ctx, "test alert channels")
 	if err != nil {
 		return nil, err
 	}
@@ -395,7 +384,7 @@ func (s *Service) Rules(ctx context.Context) ([]*ent.AlertRule, error) {
 
 // CreateRule adds a rule (admins).
 func (s *Service) CreateRule(ctx context.Context, in RuleInput) (*ent.AlertRule, error) {
-	v, err := requireAdmin(ctx, "manage alert rules")
+	v, err := auth.RequireAdmin(ctx, "manage alert rules")
 	if err != nil {
 		return nil, err
 	}
@@ -426,7 +415,7 @@ func (s *Service) CreateRule(ctx context.Context, in RuleInput) (*ent.AlertRule,
 // its open incidents (RULE_CHANGED, without a recovery notice): they were
 // about the old condition.
 func (s *Service) UpdateRule(ctx context.Context, id int, in RuleInput) (*ent.AlertRule, error) {
-	v, err := requireAdmin(ctx, "manage alert rules")
+	v, err := auth.RequireAdmin(ctx, "manage alert rules")
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +460,7 @@ func (s *Service) UpdateRule(ctx context.Context, id int, in RuleInput) (*ent.Al
 
 // DeleteRule removes a rule (admins) and resolves its open incidents.
 func (s *Service) DeleteRule(ctx context.Context, id int) error {
-	v, err := requireAdmin(ctx, "manage alert rules")
+	v, err := auth.RequireAdmin(ctx, "manage alert rules")
 	if err != nil {
 		return err
 	}

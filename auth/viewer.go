@@ -161,6 +161,20 @@ func Require(ctx context.Context) (Viewer, error) {
 	return v, nil
 }
 
+// RequireAdmin returns the viewer of ctx if it administers (a tenant's
+// admin, a platform administrator); a *ForbiddenError naming action
+// otherwise.
+func RequireAdmin(ctx context.Context, action string) (Viewer, error) {
+	v, err := Require(ctx)
+	if err != nil {
+		return v, err
+	}
+	if !v.IsAdmin() {
+		return v, &ForbiddenError{Role: v.Role, Action: action}
+	}
+	return v, nil
+}
+
 // UnauthenticatedError is a request without valid credentials: none, a
 // token the server does not know, a bad signature, an expired JWT.
 type UnauthenticatedError struct {

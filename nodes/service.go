@@ -63,23 +63,10 @@ func NewService(st *store.Store, rec *audit.Recorder, admit func(ctx context.Con
 	return &Service{store: st, audit: rec, admit: admit, Refresh: refresh}
 }
 
-// requireAdmin returns the viewer of ctx if it administers (a tenant's
-// admin, a platform administrator).
-func requireAdmin(ctx context.Context, action string) (auth.Viewer, error) {
-	v, err := auth.Require(ctx)
-	if err != nil {
-		return v, err
-	}
-	if !v.IsAdmin() {
-		return v, &auth.ForbiddenError{Role: v.Role, Action: action}
-	}
-	return v, nil
-}
-
 // List returns every node, ordered by name, with its running executions
 // (those of tasks the viewer may see). Admins only: others read Summarize.
 func (s *Service) List(ctx context.Context) ([]View, error) {
-	if _, err := requireAdmin(ctx, "see the cluster's nodes"); err != nil {
+	if _, err := auth.RequireAdmin(ctx, "see the cluster's nodes"); err != nil {
 		return nil, err
 	}
 	rows, err := s.store.Client().ClusterNode.Query().Order(ent.Asc(clusternode.FieldName)).All(ctx)

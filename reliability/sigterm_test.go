@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,36 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"taskgraph/internal/serverbin"
+
 	"github.com/gorilla/websocket"
 
 	"taskgraph/app/apptest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds the taskgraph server once per test run.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "taskgraph-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "taskgraph")
-		if out, err := exec.Command("go", "build", "-o", binPath, "taskgraph").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("%v: %s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build: %v", buildErr)
-	}
-	return binPath
-}
+// binary is the server, built once per test run.
+func binary(t *testing.T) string { return serverbin.Build(t) }
 
 // process is a taskgraph server running as a process of its own.
 type process struct {

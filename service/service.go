@@ -173,7 +173,7 @@ func (l *Loop[R]) run(ctx context.Context, done chan struct{}) {
 		default:
 		}
 		last = time.Now()
-		failed := l.runOnce(ctx)
+		_, failed := l.runOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -194,34 +194,24 @@ func (l *Loop[R]) run(ctx context.Context, done chan struct{}) {
 // failure (or a panic) logged rather than returned. It says whether the
 // pass ran. Tests of a service call its pass directly instead.
 func (l *Loop[R]) RunOnce(ctx context.Context) (ran bool) {
-	if l.cfg.Leader != nil {
-		led, err := l.cfg.Leader(ctx)
-		if err != nil {
-			l.failed(ctx, fmt.Errorf("ask whether this node leads: %w", err))
-			return false
-		}
-		if !led {
-			return false
-		}
-	}
-	l.pass1(ctx)
-	return true
+	ran, _ = l.runOnce(ctx)
+	return ran
 }
 
-// runOnce is RunOnce for the loop: it says whether the pass failed (not
-// leading, or failing to ask, is no failure to retry sooner).
-func (l *Loop[R]) runOnce(ctx context.Context) (failed bool) {
+// runOnce is RunOnce, which also says whether the pass failed (not leading,
+// or failing to ask, is no failure to retry sooner).
+func (l *Loop[R]) runOnce(ctx context.Context) (ran, failed bool) {
 	if l.cfg.Leader != nil {
 		led, err := l.cfg.Leader(ctx)
 		if err != nil {
 			l.failed(ctx, fmt.Errorf("ask whether this node leads: %w", err))
-			return false
+			return false, false
 		}
 		if !led {
-			return false
+			return false, false
 		}
 	}
-	return l.pass1(ctx) != nil
+	return true, l.pass1(ctx) != nil
 }
 
 // pass1 runs one pass, logs its failure and tells OnPass.
