@@ -7,8 +7,8 @@ import { DEFAULT_FILTER, filterToSearch, liveWhere, parseFilter, toVariables, to
 import { buildInput, canUseForm, emptyValues, fieldsOf } from './schemaForm';
 import { artifactKinds, importResult } from './artifacts';
 import { formatDuration } from './time';
-import { mergeLogs } from '../pages/TaskDetail';
-import type { TaskLogLine } from '../api/queries';
+import { mergeLogs, newestTask } from '../pages/TaskDetail';
+import type { TaskFull, TaskLogLine } from '../api/queries';
 
 // The input schemas the server reports for its built-in types.
 const NOOP = {
@@ -180,5 +180,19 @@ describe('time', () => {
     expect(formatDuration(12_300)).toBe('12.3 s');
     expect(formatDuration(245_000)).toBe('4 min 05 s');
     expect(formatDuration(-1)).toBe('—');
+  });
+});
+
+describe('task detail', () => {
+  const at = (version: number, status: string, id = '7') => ({ id, version, status }) as unknown as TaskFull;
+  it('shows the newer of the query answer and the subscription message', () => {
+    // The query answered late, with the state read before the task finished.
+    expect(newestTask(at(1, 'PENDING'), at(4, 'SUCCESS'), '7')?.status).toBe('SUCCESS');
+    expect(newestTask(at(4, 'SUCCESS'), at(3, 'EXECUTING'), '7')?.status).toBe('SUCCESS');
+    expect(newestTask(null, at(2, 'EXECUTING'), '7')?.status).toBe('EXECUTING');
+    expect(newestTask(at(2, 'EXECUTING'), null, '7')?.status).toBe('EXECUTING');
+    // A message of the task shown before (the page moved to another id).
+    expect(newestTask(at(1, 'PENDING', '8'), at(9, 'SUCCESS'), '8')?.id).toBe('8');
+    expect(newestTask(null, at(9, 'SUCCESS'), '8')).toBeNull();
   });
 });

@@ -25,7 +25,13 @@ export function TaskDetail({ id }: { id: string }) {
   // between the query and the subscription is never missed. Each event
   // carries the task with its executions, merged into the cache by id.
   const [sub] = useSubscription<{ taskUpdated: TaskFull }>({ query: TASK_UPDATED, variables: { id } });
-  const task = res.data?.task ?? null;
+  const task = newestTask(res.data?.task ?? null, sub.data?.taskUpdated ?? null, id);
+  // A query answer older than what the subscription said left the cache
+  // behind: read it again (the answer is then at least as new).
+  const stale = task !== null && task !== (res.data?.task ?? null);
+  useEffect(() => {
+    if (stale) refetch();
+  }, [stale, refetch]);
   useOnReconnect(refetch);
 
   if (!task) {
@@ -361,4 +367,16 @@ function Waiting({ id, version }: { id: string; version: number }) {
       {w.until && ` (${formatDateTime(w.until, locale)})`}
     </div>
   );
+}
+
+// newestTask is the task the page shows: the newer, by version, of the
+// query's answer and the subscription's last message. The two race: the
+// query goes over HTTP and the subscription's first message (the current
+// state) over the websocket, and an answer read before the task moved can
+// arrive after the state that followed it. A task that finished at once
+// (an import of a few rows) would otherwise stay PENDING on the page.
+export function newestTask(fromQuery: TaskFull | null, fromSub: TaskFull | null, id: string): TaskFull | null {
+  if (!fromSub || fromSub.id !== id) return fromQuery;
+  if (!fromQuery || fromSub.version > fromQuery.version) return fromSub;
+  return fromQuery;
 }
