@@ -74,12 +74,19 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 	var out []Claimed
 	err := s.write(ctx, func(t *txn) error {
 		out = nil
+		q := txQuerier{s: s, t: t}
+		if l, ok := s.gate.(gateLocker); ok {
+			if err := l.Lock(ctx, q, types); err != nil {
+				return fmt.Errorf("claim: gate: %w", err)
+			}
+		}
+		// The claim's time, read once the gate's locks are held: a claim
+		// that waited for another's commit counts from after it.
 		now := s.Now()
 		limits := make([]int, len(types))
 		for i := range limits {
 			limits[i] = limit
 		}
-		q := txQuerier{s: s, t: t}
 		if s.gate != nil {
 			admitted, err := s.gate.Admit(ctx, q, types, now)
 			if err != nil {
@@ -172,6 +179,13 @@ type Gate interface {
 	// Claimed reports, in the same transaction, how many were claimed per
 	// type (a rate limit counts them here).
 	Claimed(ctx context.Context, q Querier, claimed map[string]int, now time.Time) error
+}
+
+// gateLocker is a Gate that takes locks before the claim reads its clock
+// (flow.Gate: on PostgreSQL, the control rows of the limited types), so
+// that the claims of a type get their times in the order they commit.
+type gateLocker interface {
+	Lock(ctx context.Context, q Querier, types []string) error
 }
 
 // NextAdmission returns, and forgets, the earliest time the gate said a
