@@ -44,9 +44,8 @@ func createSchedule(t *testing.T, s *apptest.Server, in map[string]any) string {
 // TestSchedulesAcrossNodes: a schedule every second for ten seconds, three
 // nodes sharing one database, each with a scheduler: exactly ten tasks,
 // one per slot. On PostgreSQL one scheduler leads; on SQLite all three
-// fire and the (schedule, slot) key decides. (One node runs the workers:
-// three worker pools polling one SQLite file every 50 ms would starve
-// every other writer of its lock, which is no deployment SQLite is for.)
+// fire and the (schedule, slot) key decides. (One node runs the workers,
+// the others schedule only.)
 func TestSchedulesAcrossNodes(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
