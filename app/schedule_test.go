@@ -13,6 +13,7 @@ import (
 	"taskgraph/app/apptest"
 	"taskgraph/auth"
 	"taskgraph/internal/dbtest"
+	"taskgraph/schedule"
 )
 
 type scheduleTasks struct {
@@ -44,9 +45,8 @@ func createSchedule(t *testing.T, s *apptest.Server, in map[string]any) string {
 // TestSchedulesAcrossNodes: a schedule every second for ten seconds, three
 // nodes sharing one database, each with a scheduler: exactly ten tasks,
 // one per slot. On PostgreSQL one scheduler leads; on SQLite all three
-// fire and the (schedule, slot) key decides. (One node runs the workers:
-// three worker pools polling one SQLite file every 50 ms would starve
-// every other writer of its lock, which is no deployment SQLite is for.)
+// fire and the (schedule, slot) key decides. (One node runs the workers,
+// the others schedule only.)
 func TestSchedulesAcrossNodes(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
@@ -259,4 +259,150 @@ func TestScheduleAPI(t *testing.T) {
 			require.True(t, seen[want], "audit %s in %v", want, seen)
 		}
 	})
+}
+
+// scheduleLog is a schedule's tasks and log lines, as the API gives them.
+type scheduleLog struct {
+	Schedule struct {
+		Tasks struct {
+			Edges []struct {
+				Node struct{ ScheduleSlot time.Time }
+			}
+		}
+		Events struct {
+			Edges []struct {
+				Node struct {
+					Kind   string
+					Slot   *time.Time
+					Missed int
+					Node   string
+				}
+			}
+		}
+	}
+}
+
+const scheduleLogQuery = `query($id: ID!) { schedule(id: $id) { tasks(first: 100) { edges { node { scheduleSlot } } } events(first: 200) { edges { node { kind slot missed node } } } } }`
+
+// slots returns the schedule's task slots, ascending (a slot twice fails
+// the test).
+func (l scheduleLog) slots(t *testing.T) []time.Time {
+	t.Helper()
+	var out []time.Time
+	seen := map[time.Time]bool{}
+	for _, e := range l.Schedule.Tasks.Edges {
+		s := e.Node.ScheduleSlot.UTC()
+		require.False(t, seen[s], "two tasks for slot %s", s)
+		seen[s] = true
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// TestMisfireAfterANodeWasDown: a schedule fires every second on a node;
+// the node stops; more than five slots pass with no node up; a new node
+// on the same database catches up by the schedule's misfire policy —
+// SKIP: no task for the missed slots, one MISFIRED line for them, and
+// firing goes on from the next slot; RUN_ONCE: one task for them all (as
+// their last slot), then firing goes on. (Slots found less than the
+// misfire threshold late, 1 s here, are fired late as usual.)
+func TestMisfireAfterANodeWasDown(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"SKIP", "RUN_ONCE"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+				dsn := d.DSN(t)
+				opts := app.Options{Scheduler: schedule.SchedulerConfig{MisfireThreshold: time.Second}}
+				first := apptest.Start(t, dsn, opts)
+				id := createSchedule(t, first, map[string]any{
+					"name": "every second", "cron": "* * * * * *", "misfirePolicy": policy, "overlapPolicy": "ALLOW",
+					"task": map[string]any{"type": "noop"},
+				})
+				read := func(s *apptest.Server) scheduleLog {
+					var l scheduleLog
+					s.Query(t, scheduleLogQuery, map[string]any{"id": id}, &l)
+					return l
+				}
+				// It fires a couple of slots, then its node stops.
+				for deadline := time.Now().Add(30 * time.Second); len(read(first).Schedule.Tasks.Edges) < 2; {
+					require.True(t, time.Now().Before(deadline), "the first node fired nothing")
+					time.Sleep(100 * time.Millisecond)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				stopped := time.Now()
+				require.NoError(t, first.App.Shutdown(ctx))
+				// No node for seven seconds: the six whole seconds after
+				// the stop are five or more slots, each found more than
+				// the threshold late.
+				time.Sleep(time.Until(stopped.Add(7 * time.Second)))
+
+				second := apptest.Start(t, dsn, opts)
+				var l scheduleLog
+				var missed []int
+				for deadline := time.Now().Add(60 * time.Second); ; {
+					l = read(second)
+					missed = nil
+					for i, e := range l.Schedule.Events.Edges {
+						if e.Node.Kind == "MISFIRED" {
+							missed = append(missed, i)
+						}
+					}
+					fired := 0
+					for _, e := range l.Schedule.Events.Edges {
+						if e.Node.Kind == "FIRED" && e.Node.Node == second.App.Node {
+							fired++
+						}
+					}
+					if len(missed) > 0 && fired >= 3 {
+						break
+					}
+					require.True(t, time.Now().Before(deadline), "the second node has not caught up: %+v", l)
+					time.Sleep(100 * time.Millisecond)
+				}
+				require.Len(t, missed, 1, "one MISFIRED line for the slots missed while no node ran: %+v", l.Schedule.Events)
+				miss := l.Schedule.Events.Edges[missed[0]].Node
+				require.Equal(t, second.App.Node, miss.Node)
+				require.GreaterOrEqual(t, miss.Missed, 5, "the node was down for five slots or more")
+
+				// The slots each node fired.
+				byNode := map[time.Time]string{}
+				for _, e := range l.Schedule.Events.Edges {
+					if e.Node.Kind == "FIRED" {
+						byNode[e.Node.Slot.UTC()] = e.Node.Node
+					}
+				}
+				slots := l.slots(t)
+				var before, after []time.Time
+				for _, s := range slots {
+					switch byNode[s] {
+					case first.App.Node:
+						before = append(before, s)
+					case second.App.Node:
+						after = append(after, s)
+					default:
+						t.Fatalf("slot %s: no FIRED line of either node", s)
+					}
+				}
+				require.NotEmpty(t, before)
+				last := before[len(before)-1]
+				firstMissed := miss.Slot.UTC()
+				lastMissed := firstMissed.Add(time.Duration(miss.Missed-1) * time.Second)
+				require.Equal(t, last.Add(time.Second), firstMissed, "the misses start right after the last slot fired")
+				var want []time.Time
+				if policy == "RUN_ONCE" {
+					want = append(want, lastMissed) // one task for all of them
+				}
+				for s := lastMissed.Add(time.Second); !s.After(after[len(after)-1]); s = s.Add(time.Second) {
+					want = append(want, s) // then every slot, from the next one
+				}
+				require.Equal(t, want, after, "the second node's tasks (missed %s to %s)", firstMissed, lastMissed)
+				for _, s := range before[1:] {
+					require.True(t, s.Before(firstMissed))
+				}
+			})
+		})
+	}
 }

@@ -19,8 +19,10 @@ type FlowStart struct {
 	ID int `json:"id,omitempty"`
 	// TaskType holds the value of the "task_type" field.
 	TaskType string `json:"task_type,omitempty"`
-	// StartedAt holds the value of the "started_at" field.
+	// When the claim started them.
 	StartedAt time.Time `json:"started_at,omitempty"`
+	// Their admission stamp, which the rate counts (empty in rows written before stamps: started_at).
+	AdmittedAt *time.Time `json:"admitted_at,omitempty"`
 	// Count holds the value of the "count" field.
 	Count        int `json:"count,omitempty"`
 	selectValues sql.SelectValues
@@ -35,7 +37,7 @@ func (*FlowStart) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullInt64)
 		case flowstart.FieldTaskType:
 			values[i] = new(sql.NullString)
-		case flowstart.FieldStartedAt:
+		case flowstart.FieldStartedAt, flowstart.FieldAdmittedAt:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -69,6 +71,13 @@ func (_m *FlowStart) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field started_at", values[i])
 			} else if value.Valid {
 				_m.StartedAt = value.Time
+			}
+		case flowstart.FieldAdmittedAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field admitted_at", values[i])
+			} else if value.Valid {
+				_m.AdmittedAt = new(time.Time)
+				*_m.AdmittedAt = value.Time
 			}
 		case flowstart.FieldCount:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
@@ -117,6 +126,11 @@ func (_m *FlowStart) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("started_at=")
 	builder.WriteString(_m.StartedAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	if v := _m.AdmittedAt; v != nil {
+		builder.WriteString("admitted_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
 	builder.WriteString(", ")
 	builder.WriteString("count=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Count))

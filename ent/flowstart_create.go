@@ -32,6 +32,20 @@ func (_c *FlowStartCreate) SetStartedAt(v time.Time) *FlowStartCreate {
 	return _c
 }
 
+// SetAdmittedAt sets the "admitted_at" field.
+func (_c *FlowStartCreate) SetAdmittedAt(v time.Time) *FlowStartCreate {
+	_c.mutation.SetAdmittedAt(v)
+	return _c
+}
+
+// SetNillableAdmittedAt sets the "admitted_at" field if the given value is not nil.
+func (_c *FlowStartCreate) SetNillableAdmittedAt(v *time.Time) *FlowStartCreate {
+	if v != nil {
+		_c.SetAdmittedAt(*v)
+	}
+	return _c
+}
+
 // SetCount sets the "count" field.
 func (_c *FlowStartCreate) SetCount(v int) *FlowStartCreate {
 	_c.mutation.SetCount(v)
@@ -114,6 +128,10 @@ func (_c *FlowStartCreate) createSpec() (*FlowStart, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.StartedAt(); ok {
 		_spec.SetField(flowstart.FieldStartedAt, field.TypeTime, value)
 		_node.StartedAt = value
+	}
+	if value, ok := _c.mutation.AdmittedAt(); ok {
+		_spec.SetField(flowstart.FieldAdmittedAt, field.TypeTime, value)
+		_node.AdmittedAt = &value
 	}
 	if value, ok := _c.mutation.Count(); ok {
 		_spec.SetField(flowstart.FieldCount, field.TypeInt, value)

@@ -75,6 +75,9 @@ func (_u *FlowStartUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			}
 		}
 	}
+	if _u.mutation.AdmittedAtCleared() {
+		_spec.ClearField(flowstart.FieldAdmittedAt, field.TypeTime)
+	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -173,6 +176,9 @@ func (_u *FlowStartUpdateOne) sqlSave(ctx context.Context) (_node *FlowStart, er
 				ps[i](selector)
 			}
 		}
+	}
+	if _u.mutation.AdmittedAtCleared() {
+		_spec.ClearField(flowstart.FieldAdmittedAt, field.TypeTime)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &FlowStart{config: _u.config}

@@ -9293,6 +9293,7 @@ type FlowStartMutation struct {
 	id            *int
 	task_type     *string
 	started_at    *time.Time
+	admitted_at   *time.Time
 	count         *int
 	addcount      *int
 	clearedFields map[string]struct{}
@@ -9471,6 +9472,55 @@ func (m *FlowStartMutation) ResetStartedAt() {
 	m.started_at = nil
 }
 
+// SetAdmittedAt sets the "admitted_at" field.
+func (m *FlowStartMutation) SetAdmittedAt(t time.Time) {
+	m.admitted_at = &t
+}
+
+// AdmittedAt returns the value of the "admitted_at" field in the mutation.
+func (m *FlowStartMutation) AdmittedAt() (r time.Time, exists bool) {
+	v := m.admitted_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAdmittedAt returns the old "admitted_at" field's value of the FlowStart entity.
+// If the FlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowStartMutation) OldAdmittedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAdmittedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAdmittedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAdmittedAt: %w", err)
+	}
+	return oldValue.AdmittedAt, nil
+}
+
+// ClearAdmittedAt clears the value of the "admitted_at" field.
+func (m *FlowStartMutation) ClearAdmittedAt() {
+	m.admitted_at = nil
+	m.clearedFields[flowstart.FieldAdmittedAt] = struct{}{}
+}
+
+// AdmittedAtCleared returns if the "admitted_at" field was cleared in this mutation.
+func (m *FlowStartMutation) AdmittedAtCleared() bool {
+	_, ok := m.clearedFields[flowstart.FieldAdmittedAt]
+	return ok
+}
+
+// ResetAdmittedAt resets all changes to the "admitted_at" field.
+func (m *FlowStartMutation) ResetAdmittedAt() {
+	m.admitted_at = nil
+	delete(m.clearedFields, flowstart.FieldAdmittedAt)
+}
+
 // SetCount sets the "count" field.
 func (m *FlowStartMutation) SetCount(i int) {
 	m.count = &i
@@ -9561,12 +9611,15 @@ func (m *FlowStartMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *FlowStartMutation) Fields() []string {
-	fields := make([]string, 0, 3)
+	fields := make([]string, 0, 4)
 	if m.task_type != nil {
 		fields = append(fields, flowstart.FieldTaskType)
 	}
 	if m.started_at != nil {
 		fields = append(fields, flowstart.FieldStartedAt)
+	}
+	if m.admitted_at != nil {
+		fields = append(fields, flowstart.FieldAdmittedAt)
 	}
 	if m.count != nil {
 		fields = append(fields, flowstart.FieldCount)
@@ -9583,6 +9636,8 @@ func (m *FlowStartMutation) Field(name string) (ent.Value, bool) {
 		return m.TaskType()
 	case flowstart.FieldStartedAt:
 		return m.StartedAt()
+	case flowstart.FieldAdmittedAt:
+		return m.AdmittedAt()
 	case flowstart.FieldCount:
 		return m.Count()
 	}
@@ -9598,6 +9653,8 @@ func (m *FlowStartMutation) OldField(ctx context.Context, name string) (ent.Valu
 		return m.OldTaskType(ctx)
 	case flowstart.FieldStartedAt:
 		return m.OldStartedAt(ctx)
+	case flowstart.FieldAdmittedAt:
+		return m.OldAdmittedAt(ctx)
 	case flowstart.FieldCount:
 		return m.OldCount(ctx)
 	}
@@ -9622,6 +9679,13 @@ func (m *FlowStartMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetStartedAt(v)
+		return nil
+	case flowstart.FieldAdmittedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAdmittedAt(v)
 		return nil
 	case flowstart.FieldCount:
 		v, ok := value.(int)
@@ -9674,7 +9738,11 @@ func (m *FlowStartMutation) AddField(name string, value ent.Value) error {
 // ClearedFields returns all nullable fields that were cleared during this
 // mutation.
 func (m *FlowStartMutation) ClearedFields() []string {
-	return nil
+	var fields []string
+	if m.FieldCleared(flowstart.FieldAdmittedAt) {
+		fields = append(fields, flowstart.FieldAdmittedAt)
+	}
+	return fields
 }
 
 // FieldCleared returns a boolean indicating if a field with the given name was
@@ -9687,6 +9755,11 @@ func (m *FlowStartMutation) FieldCleared(name string) bool {
 // ClearField clears the value of the field with the given name. It returns an
 // error if the field is not defined in the schema.
 func (m *FlowStartMutation) ClearField(name string) error {
+	switch name {
+	case flowstart.FieldAdmittedAt:
+		m.ClearAdmittedAt()
+		return nil
+	}
 	return fmt.Errorf("unknown FlowStart nullable field %s", name)
 }
 
@@ -9699,6 +9772,9 @@ func (m *FlowStartMutation) ResetField(name string) error {
 		return nil
 	case flowstart.FieldStartedAt:
 		m.ResetStartedAt()
+		return nil
+	case flowstart.FieldAdmittedAt:
+		m.ResetAdmittedAt()
 		return nil
 	case flowstart.FieldCount:
 		m.ResetCount()

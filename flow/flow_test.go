@@ -20,6 +20,7 @@ import (
 	"taskgraph/builtin"
 	"taskgraph/engine"
 	"taskgraph/ent"
+	"taskgraph/ent/flowstart"
 	"taskgraph/ent/task"
 	"taskgraph/flow"
 	"taskgraph/internal/dbtest"
@@ -186,12 +187,46 @@ func TestGate(t *testing.T) {
 			b.clock.Advance(time.Second) // the first 3 leave the window
 			require.Equal(t, 3, b.admit(t, "noop")["noop"])
 			b.claimed(t, map[string]int{"noop": 1})
-			n, err := b.store.Client().FlowStart.Query().Count(sysCtx)
-			require.NoError(t, err)
-			require.Equal(t, 2, n, "starts out of their window are forgotten")
 			c, err := b.svc.Get(adminCtx, "noop")
 			require.NoError(t, err)
 			require.Equal(t, 3, c.StartedInWindow)
+			b.clock.Advance(2 * time.Second)
+			b.claimed(t, map[string]int{"noop": 1})
+			rows, err := b.store.Client().FlowStart.Query().Order(ent.Asc(flowstart.FieldStartedAt), ent.Asc(flowstart.FieldAdmittedAt)).All(sysCtx)
+			require.NoError(t, err)
+			var claims []time.Time
+			for _, r := range rows {
+				claims = append(claims, r.StartedAt.UTC())
+				require.Equal(t, r.StartedAt.UTC(), r.AdmittedAt.UTC(), "never held back: stamped when claimed")
+			}
+			require.Equal(t, []time.Time{epoch.Add(time.Second), epoch.Add(2 * time.Second), epoch.Add(4 * time.Second)}, claims,
+				"rows claimed two periods ago or more are forgotten")
+		})
+		t.Run("ALateClaimIsStampedWhenItsSlotFreed", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t))
+			_, err := b.svc.Set(adminCtx, "noop", flow.Limits{RateLimit: ptr(5), RatePeriodSeconds: ptr(1)})
+			require.NoError(t, err)
+			b.claimed(t, map[string]int{"noop": 5})
+			require.NotContains(t, b.admit(t, "noop"), "noop")
+			require.Equal(t, epoch.Add(time.Second), b.gate.NextAdmission().UTC(), "the window frees at 1 s")
+			b.clock.Advance(time.Second + 150*time.Millisecond)
+			require.Equal(t, 5, b.admit(t, "noop")["noop"])
+			b.claimed(t, map[string]int{"noop": 5})
+			rows, err := b.store.Client().FlowStart.Query().Order(ent.Asc(flowstart.FieldStartedAt), ent.Asc(flowstart.FieldAdmittedAt)).All(sysCtx)
+			require.NoError(t, err)
+			require.Len(t, rows, 3, "one row per stamp")
+			late := epoch.Add(time.Second + 150*time.Millisecond)
+			for _, r := range rows[1:] {
+				require.Equal(t, late, r.StartedAt.UTC())
+			}
+			require.Equal(t, epoch.Add(time.Second), rows[1].AdmittedAt.UTC(), "the first stamped when its slot freed, 150 ms before the claim")
+			require.Equal(t, 1, rows[1].Count)
+			require.Equal(t, late, rows[2].AdmittedAt.UTC(), "the others no earlier than the first one's claim")
+			require.Equal(t, 4, rows[2].Count)
+			c, err := b.svc.Get(adminCtx, "noop")
+			require.NoError(t, err)
+			require.Equal(t, epoch.Add(2*time.Second), c.NextStartAt.UTC(), "one period after the stamps, not after the claim")
 		})
 		t.Run("APauseEndsByItself", func(t *testing.T) {
 			t.Parallel()
@@ -302,7 +337,7 @@ func TestGateWithABacklog(t *testing.T) {
 		require.Equal(t, map[string]int{"noop": flow.Unlimited}, b.admit(t, "import", "noop"))
 
 		running := b.explain(t, `SELECT COUNT(*) FROM task_instances WHERE status = 'EXECUTING' AND task_type = 'import'`)
-		starts := b.explain(t, `SELECT COALESCE(SUM(count), 0) FROM flow_starts WHERE task_type = 'import' AND started_at > '2026-01-01'`)
+		starts := b.explain(t, `SELECT started_at, admitted_at, count FROM flow_starts WHERE task_type = 'import' AND started_at > '2026-01-01'`)
 		require.Contains(t, running, "taskinstance_running", "running instances are counted through their partial index:\n%s", running)
 		require.Contains(t, starts, "flowstart_task_type_started_at", starts)
 		for _, plan := range []string{running, starts} {

@@ -6,12 +6,18 @@
 // own transaction, so that no number of nodes claiming at once can exceed
 // them. Service also says why a waiting task is held back.
 //
+// A rate counts admission stamps (rate.go): each start is stamped with the
+// time its slot in the window freed, at most one emission interval P/N
+// before its claim, so that the claims' reaction times do not add up: a
+// saturated type starts N per P, the stamps never more than N in any
+// window of P, the actual starts never more than N+1.
+//
 // What a claim costs does not grow with the backlog: the gate reads the
 // control rows of the types asked for (a unique index), counts the running
 // instances of a capped type (the partial index on EXECUTING instances: as
-// many rows as run, never the waiting ones), and sums the starts of a
-// rate-limited type in its window (flow_starts, one row per claim, kept
-// for one period).
+// many rows as run, never the waiting ones), and reads the recent starts
+// of a rate-limited type (flow_starts, a row per claim and stamp, kept for
+// two periods, read through the (task_type, started_at) index).
 package flow
 
 import (
@@ -88,6 +94,20 @@ func (c control) pausedAt(now time.Time) bool {
 	return c.paused && (!c.pausedUntil.Valid || c.pausedUntil.Time.After(now))
 }
 
+// Lock takes, on PostgreSQL, the locks of the claim's transaction (the
+// control rows of the limited types among types) before the claim reads
+// its clock: claims of a type that wait for each other then read it in
+// the order they commit, and a rate's claim times never go backwards.
+func (g *Gate) Lock(ctx context.Context, q Querier, types []string) error {
+	if !q.Postgres() || len(types) == 0 {
+		return nil
+	}
+	if _, err := g.controls(ctx, q, types, false); err != nil {
+		return fmt.Errorf("flow gate: %w", err)
+	}
+	return nil
+}
+
 // Admit returns how many instances of each type the claim may take now;
 // a type absent from the map may not be claimed at all (paused, at its
 // cap, out of starts); Unlimited means no limit beyond the claim's own.
@@ -120,17 +140,16 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, now time.Ti
 			allowed = max(0, int(c.maxRunning.Int64)-running)
 		}
 		if c.rateLimit.Valid {
-			started, err := countInt(ctx, q, `SELECT COALESCE(SUM(count), 0) FROM flow_starts WHERE task_type = ? AND started_at > ?`,
-				c.typ, windowStart(now, c.ratePeriod))
+			w, err := g.window(ctx, q, c, now)
 			if err != nil {
-				return nil, fmt.Errorf("flow gate: count starts of %s: %w", c.typ, err)
+				return nil, err
 			}
-			left := max(0, int(c.rateLimit.Int64)-started)
-			if left == 0 {
-				// Out of starts: the window frees one when its oldest
-				// start leaves it.
-				if err := g.noteWindow(ctx, q, c, now); err != nil {
-					return nil, err
+			left := len(w.take(maxRoom))
+			if left < maxRoom {
+				// The rate holds the type back after these: say when
+				// the next one may start, to claim it then.
+				if at := w.next(); at.After(now) {
+					g.admitAt(at)
 				}
 			}
 			if allowed == Unlimited || left < allowed {
@@ -147,7 +166,8 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, now time.Ti
 }
 
 // Claimed records, in the claim's transaction, the starts of rate-limited
-// types, and forgets those out of their window.
+// types with their admission stamps (rate.go), and forgets the rows no
+// longer of use.
 func (g *Gate) Claimed(ctx context.Context, q Querier, claimed map[string]int, now time.Time) error {
 	var types []string
 	for t, n := range claimed {
@@ -163,47 +183,85 @@ func (g *Gate) Claimed(ctx context.Context, q Querier, claimed map[string]int, n
 		return fmt.Errorf("flow gate: %w", err)
 	}
 	for _, c := range controls {
-		if _, err := q.Exec(ctx, `INSERT INTO flow_starts (task_type, started_at, count) VALUES (?, ?, ?)`, c.typ, now.UTC(), claimed[c.typ]); err != nil {
-			return fmt.Errorf("flow gate: record starts of %s: %w", c.typ, err)
+		w, err := g.window(ctx, q, c, now)
+		if err != nil {
+			return err
 		}
-		if _, err := q.Exec(ctx, `DELETE FROM flow_starts WHERE task_type = ? AND started_at <= ?`, c.typ, windowStart(now, c.ratePeriod)); err != nil {
+		stamps := w.take(claimed[c.typ])
+		if len(stamps) != claimed[c.typ] {
+			// Admit allowed them in this transaction, from the same rows.
+			return fmt.Errorf("flow gate: %d starts of %s claimed, %d admitted", claimed[c.typ], c.typ, len(stamps))
+		}
+		// One row per distinct stamp (they come in order).
+		for i := 0; i < len(stamps); {
+			j := i
+			for j < len(stamps) && stamps[j].Equal(stamps[i]) {
+				j++
+			}
+			if _, err := q.Exec(ctx, `INSERT INTO flow_starts (task_type, started_at, admitted_at, count) VALUES (?, ?, ?, ?)`,
+				c.typ, now.UTC(), stamps[i].UTC(), j-i); err != nil {
+				return fmt.Errorf("flow gate: record starts of %s: %w", c.typ, err)
+			}
+			i = j
+		}
+		if _, err := q.Exec(ctx, `DELETE FROM flow_starts WHERE task_type = ? AND started_at <= ?`, c.typ, horizon(now, c.period()).UTC()); err != nil {
 			return fmt.Errorf("flow gate: forget old starts of %s: %w", c.typ, err)
 		}
 	}
 	return nil
 }
 
-// noteWindow notes when c's rate window, full at now, frees a start.
-func (g *Gate) noteWindow(ctx context.Context, q Querier, c control, now time.Time) error {
-	rows, err := q.Query(ctx, `SELECT MIN(started_at) FROM flow_starts WHERE task_type = ? AND started_at > ?`, c.typ, windowStart(now, c.ratePeriod))
+// maxRoom is the most starts of a rate-limited type one claim is told it
+// may take (more than the store claims at once).
+const maxRoom = 10_000
+
+func (c control) period() time.Duration {
+	return time.Duration(max(c.ratePeriod, 1)) * time.Second
+}
+
+// window reads c's rate window at now: its starts claimed in the last two
+// periods, through the (task_type, started_at) index.
+func (g *Gate) window(ctx context.Context, q Querier, c control, now time.Time) (*rateWindow, error) {
+	starts, err := readStarts(ctx, q, c.typ, horizon(now, c.period()))
 	if err != nil {
-		return fmt.Errorf("flow gate: oldest start of %s: %w", c.typ, err)
+		return nil, fmt.Errorf("flow gate: read starts of %s: %w", c.typ, err)
+	}
+	return newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts), nil
+}
+
+// readStarts reads a type's flow_starts rows claimed after from.
+func readStarts(ctx context.Context, q Querier, typ string, from time.Time) ([]startRow, error) {
+	rows, err := q.Query(ctx, `SELECT started_at, admitted_at, count FROM flow_starts WHERE task_type = ? AND started_at > ?`, typ, from.UTC())
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
-	var oldest any
+	var out []startRow
 	for rows.Next() {
-		if err := rows.Scan(&oldest); err != nil {
-			return fmt.Errorf("flow gate: oldest start of %s: %w", c.typ, err)
+		var claimed, stamp any
+		var r startRow
+		if err := rows.Scan(&claimed, &stamp, &r.count); err != nil {
+			return nil, err
 		}
+		ct, err := scanTime(claimed)
+		if err != nil {
+			return nil, err
+		}
+		st, err := scanTime(stamp)
+		if err != nil {
+			return nil, err
+		}
+		r.claimed, r.stamp = ct.Time, ct.Time
+		if st.Valid { // rows written before stamps: their claim's time
+			r.stamp = st.Time
+		}
+		out = append(out, r)
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	t, err := scanTime(oldest)
-	if err != nil || !t.Valid {
-		return err
-	}
-	g.admitAt(t.Time.Add(time.Duration(max(c.ratePeriod, 1)) * time.Second))
-	return nil
+	return out, rows.Err()
 }
 
 // sqlExecuting is the running status, as the store writes it.
 var sqlExecuting = lifecycle.QuotedList(lifecycle.Executing)
-
-// windowStart is the exclusive start of the rate window ending at now.
-func windowStart(now time.Time, periodSeconds int64) time.Time {
-	return now.UTC().Add(-time.Duration(max(periodSeconds, 1)) * time.Second)
-}
 
 // controls reads the control rows of types that have one, in type order
 // (the order locks are taken in, so that two claims never wait on each

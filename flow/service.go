@@ -40,7 +40,8 @@ type Control struct {
 	Paused      bool
 	PausedUntil *time.Time
 	// Running and Waiting count its instances now; StartedInWindow its
-	// starts in the current rate window.
+	// starts stamped in the current rate window (the window of the
+	// period ending now).
 	Running, Waiting, StartedInWindow int
 	// NextStartAt is when the rate limit lets the next instance start,
 	// while it holds the type back.
@@ -185,21 +186,24 @@ func (s *Service) control(ctx context.Context, typ string, row *ent.FlowControl,
 	}
 	c.UpdatedBy, c.UpdatedAt = row.UpdatedBy, &row.UpdatedAt
 	if row.RateLimit != nil {
-		from := windowStart(now, int64(row.RatePeriodSeconds))
-		starts, err := s.store.Client().FlowStart.Query().
-			Where(flowstart.TaskType(typ), flowstart.StartedAtGT(from)).
-			Order(ent.Asc(flowstart.FieldStartedAt)).
+		period := time.Duration(max(row.RatePeriodSeconds, 1)) * time.Second
+		rows, err := s.store.Client().FlowStart.Query().
+			Where(flowstart.TaskType(typ), flowstart.StartedAtGT(horizon(now, period))).
 			All(auth.NewSystemContext(ctx))
 		if err != nil {
 			return c, fmt.Errorf("read starts of %s: %w", typ, err)
 		}
-		for _, st := range starts {
-			c.StartedInWindow += st.Count
+		starts := make([]startRow, len(rows))
+		for i, r := range rows {
+			starts[i] = startRow{claimed: r.StartedAt, stamp: r.StartedAt, count: r.Count}
+			if r.AdmittedAt != nil {
+				starts[i].stamp = *r.AdmittedAt
+			}
 		}
-		if c.StartedInWindow >= *row.RateLimit && len(starts) > 0 {
-			// The window frees its first starts when they leave it.
-			next := starts[0].StartedAt.Add(time.Duration(row.RatePeriodSeconds) * time.Second)
-			c.NextStartAt = &next
+		w := newRateWindow(*row.RateLimit, period, now, starts)
+		c.StartedInWindow = w.inWindow()
+		if at := w.next(); at.After(now) {
+			c.NextStartAt = &at
 		}
 	}
 	return c, nil
@@ -408,7 +412,7 @@ func (s *Service) WaitReason(ctx context.Context, tk *ent.Task) (*Wait, error) {
 		return &Wait{Kind: Paused, Message: fmt.Sprintf("%s is paused", tk.Type)}, nil
 	case c.MaxRunning != nil && c.Running >= *c.MaxRunning:
 		return &Wait{Kind: AtCap, Message: fmt.Sprintf("waiting: %s at its cap %d/%d", tk.Type, c.Running, *c.MaxRunning), Limit: *c.MaxRunning, Current: c.Running}, nil
-	case c.RateLimit != nil && c.StartedInWindow >= *c.RateLimit:
+	case c.RateLimit != nil && c.NextStartAt != nil:
 		msg := fmt.Sprintf("rate limited: %s started %d of %d per %ds", tk.Type, c.StartedInWindow, *c.RateLimit, c.RatePeriodSeconds)
 		if c.NextStartAt != nil {
 			msg += ", next start at " + c.NextStartAt.UTC().Format(time.RFC3339)

@@ -71,29 +71,33 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 		return nil, nil
 	}
 	limit = min(limit, maxBatchRows)
+	if !s.d.postgres() {
+		// SQLite: a claim that would take nothing (nothing waits, or the
+		// gate admits none of it) takes no write lock, which every node
+		// sharing the file would wait for; a poll finds out by reading.
+		ok, err := s.anyClaimable(ctx, types, limit)
+		if err != nil || !ok {
+			return nil, err
+		}
+	}
 	var out []Claimed
 	err := s.write(ctx, func(t *txn) error {
 		out = nil
+		q := txQuerier{s: s, t: t}
+		if l, ok := s.gate.(gateLocker); ok {
+			if err := l.Lock(ctx, q, types); err != nil {
+				return fmt.Errorf("claim: gate: %w", err)
+			}
+		}
+		// The claim's time, read once the gate's locks are held: a claim
+		// that waited for another's commit counts from after it.
 		now := s.Now()
 		limits := make([]int, len(types))
 		for i := range limits {
 			limits[i] = limit
 		}
-		q := txQuerier{s: s, t: t}
-		if s.gate != nil {
-			admitted, err := s.gate.Admit(ctx, q, types, now)
-			if err != nil {
-				return fmt.Errorf("claim: gate: %w", err)
-			}
-			for i, ty := range types {
-				room, ok := admitted[ty]
-				switch {
-				case !ok:
-					limits[i] = 0
-				case room != Unlimited:
-					limits[i] = min(max(room, 0), limit)
-				}
-			}
+		if err := s.admit(ctx, q, types, limits, now); err != nil {
+			return err
 		}
 		// 1. The tasks of the picked instances. The instances are locked
 		// first (FOR UPDATE in the pick), then their tasks: the lock order
@@ -172,6 +176,77 @@ type Gate interface {
 	// Claimed reports, in the same transaction, how many were claimed per
 	// type (a rate limit counts them here).
 	Claimed(ctx context.Context, q Querier, claimed map[string]int, now time.Time) error
+}
+
+// admit lowers limits (one per type) to what the gate admits at now.
+func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []int, now time.Time) error {
+	if s.gate == nil {
+		return nil
+	}
+	admitted, err := s.gate.Admit(ctx, q, types, now)
+	if err != nil {
+		return fmt.Errorf("claim: gate: %w", err)
+	}
+	for i, ty := range types {
+		room, ok := admitted[ty]
+		switch {
+		case !ok:
+			limits[i] = 0
+		case room != Unlimited:
+			limits[i] = min(max(room, 0), limits[i])
+		}
+	}
+	return nil
+}
+
+// anyClaimable reports whether a claim of types would find anything to
+// take now, by reading only (the gate's reads, then the claim's pick of
+// one instance, each a statement of its own): a hint, which the claim's
+// transaction checks again.
+func (s *Store) anyClaimable(ctx context.Context, types []string, limit int) (bool, error) {
+	now := s.Now()
+	limits := make([]int, len(types))
+	for i := range limits {
+		limits[i] = limit
+	}
+	if err := s.admit(ctx, dbQuerier{s}, types, limits, now); err != nil {
+		return false, err
+	}
+	if !slices.ContainsFunc(limits, func(l int) bool { return l > 0 }) {
+		return false, nil
+	}
+	pick, args := s.d.claimQuery(types, limits, now, 1)
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(pick), args...)
+	if err != nil {
+		return false, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	found := rows.Next()
+	return found, rows.Err()
+}
+
+// dbQuerier is a Querier outside any transaction (reads only).
+type dbQuerier struct{ s *Store }
+
+func (q dbQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.s.db.ExecContext(ctx, q.s.d.rebind(query), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q dbQuerier) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.s.db.QueryContext(ctx, q.s.d.rebind(query), args...)
+}
+
+func (q dbQuerier) Postgres() bool { return q.s.d.postgres() }
+
+// gateLocker is a Gate that takes locks before the claim reads its clock
+// (flow.Gate: on PostgreSQL, the control rows of the limited types), so
+// that the claims of a type get their times in the order they commit.
+type gateLocker interface {
+	Lock(ctx context.Context, q Querier, types []string) error
 }
 
 // NextAdmission returns, and forgets, the earliest time the gate said a

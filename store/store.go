@@ -83,6 +83,7 @@ type Store struct {
 	clock   func() time.Time
 	log     *slog.Logger
 	writeMu chan struct{} // SQLite only: one writing transaction at a time
+	writers *writers      // SQLite only: the processes sharing the file take turns (writers.go)
 	before  BeforeCommitFunc
 	onWrite func(error)
 	order   publishOrder
@@ -124,6 +125,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	maxConns := cfg.MaxOpenConns
 	if dialectName == dialect.SQLite {
 		s.writeMu = make(chan struct{}, 1)
+		path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "file:"), "?")
+		if s.writers, err = openWriters(path); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 		if maxConns == 0 {
 			maxConns = 8
 		}
@@ -396,7 +402,13 @@ func (s *Store) Postgres() bool { return s.d.postgres() }
 func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return s.client.Close() }
+func (s *Store) Close() error {
+	err := s.client.Close()
+	if werr := s.writers.close(); err == nil {
+		err = werr
+	}
+	return err
+}
 
 // internal marks the context of the store's methods that only the process
 // itself calls (claims, heartbeats, work records, outcomes, the watchdog's
@@ -445,10 +457,23 @@ func (s *Store) writeLocked(ctx context.Context, fn func(t *txn) error) (*txn, e
 	if s.writeMu != nil {
 		select {
 		case s.writeMu <- struct{}{}:
-			defer func() { <-s.writeMu }()
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		unlock := func() { <-s.writeMu }
+		if s.writers != nil {
+			if err := s.writers.acquire(ctx, unlock); err != nil {
+				return nil, err // unlock is called by acquire
+			}
+			unlockMu := unlock
+			unlock = func() {
+				if err := s.writers.release(); err != nil {
+					s.log.Error("letting the writers' lock go failed", "err", err)
+				}
+				unlockMu()
+			}
+		}
+		defer unlock()
 	}
 	const attempts = 5
 	for i := 1; ; i++ {

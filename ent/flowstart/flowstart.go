@@ -15,6 +15,8 @@ const (
 	FieldTaskType = "task_type"
 	// FieldStartedAt holds the string denoting the started_at field in the database.
 	FieldStartedAt = "started_at"
+	// FieldAdmittedAt holds the string denoting the admitted_at field in the database.
+	FieldAdmittedAt = "admitted_at"
 	// FieldCount holds the string denoting the count field in the database.
 	FieldCount = "count"
 	// Table holds the table name of the flowstart in the database.
@@ -26,6 +28,7 @@ var Columns = []string{
 	FieldID,
 	FieldTaskType,
 	FieldStartedAt,
+	FieldAdmittedAt,
 	FieldCount,
 }
 
@@ -55,6 +58,11 @@ func ByTaskType(opts ...sql.OrderTermOption) OrderOption {
 // ByStartedAt orders the results by the started_at field.
 func ByStartedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStartedAt, opts...).ToFunc()
+}
+
+// ByAdmittedAt orders the results by the admitted_at field.
+func ByAdmittedAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAdmittedAt, opts...).ToFunc()
 }
 
 // ByCount orders the results by the count field.

@@ -64,6 +64,11 @@ func StartedAt(v time.Time) predicate.FlowStart {
 	return predicate.FlowStart(sql.FieldEQ(FieldStartedAt, v))
 }
 
+// AdmittedAt applies equality check predicate on the "admitted_at" field. It's identical to AdmittedAtEQ.
+func AdmittedAt(v time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldEQ(FieldAdmittedAt, v))
+}
+
 // Count applies equality check predicate on the "count" field. It's identical to CountEQ.
 func Count(v int) predicate.FlowStart {
 	return predicate.FlowStart(sql.FieldEQ(FieldCount, v))
@@ -172,6 +177,56 @@ func StartedAtLT(v time.Time) predicate.FlowStart {
 // StartedAtLTE applies the LTE predicate on the "started_at" field.
 func StartedAtLTE(v time.Time) predicate.FlowStart {
 	return predicate.FlowStart(sql.FieldLTE(FieldStartedAt, v))
+}
+
+// AdmittedAtEQ applies the EQ predicate on the "admitted_at" field.
+func AdmittedAtEQ(v time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldEQ(FieldAdmittedAt, v))
+}
+
+// AdmittedAtNEQ applies the NEQ predicate on the "admitted_at" field.
+func AdmittedAtNEQ(v time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldNEQ(FieldAdmittedAt, v))
+}
+
+// AdmittedAtIn applies the In predicate on the "admitted_at" field.
+func AdmittedAtIn(vs ...time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldIn(FieldAdmittedAt, vs...))
+}
+
+// AdmittedAtNotIn applies the NotIn predicate on the "admitted_at" field.
+func AdmittedAtNotIn(vs ...time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldNotIn(FieldAdmittedAt, vs...))
+}
+
+// AdmittedAtGT applies the GT predicate on the "admitted_at" field.
+func AdmittedAtGT(v time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldGT(FieldAdmittedAt, v))
+}
+
+// AdmittedAtGTE applies the GTE predicate on the "admitted_at" field.
+func AdmittedAtGTE(v time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldGTE(FieldAdmittedAt, v))
+}
+
+// AdmittedAtLT applies the LT predicate on the "admitted_at" field.
+func AdmittedAtLT(v time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldLT(FieldAdmittedAt, v))
+}
+
+// AdmittedAtLTE applies the LTE predicate on the "admitted_at" field.
+func AdmittedAtLTE(v time.Time) predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldLTE(FieldAdmittedAt, v))
+}
+
+// AdmittedAtIsNil applies the IsNil predicate on the "admitted_at" field.
+func AdmittedAtIsNil() predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldIsNull(FieldAdmittedAt))
+}
+
+// AdmittedAtNotNil applies the NotNil predicate on the "admitted_at" field.
+func AdmittedAtNotNil() predicate.FlowStart {
+	return predicate.FlowStart(sql.FieldNotNull(FieldAdmittedAt))
 }
 
 // CountEQ applies the EQ predicate on the "count" field.

@@ -293,6 +293,7 @@ var (
 		{Name: "id", Type: field.TypeInt, Increment: true},
 		{Name: "task_type", Type: field.TypeString},
 		{Name: "started_at", Type: field.TypeTime},
+		{Name: "admitted_at", Type: field.TypeTime, Nullable: true},
 		{Name: "count", Type: field.TypeInt},
 	}
 	// FlowStartsTable holds the schema information for the "flow_starts" table.

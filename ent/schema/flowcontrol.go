@@ -48,10 +48,14 @@ func (FlowControl) Annotations() []schema.Annotation {
 	return []schema.Annotation{entgql.Skip(entgql.SkipAll)}
 }
 
-// FlowStart records how many instances of a rate-limited type one claim
-// started, and when: the rate limit's sliding window is the sum over the
-// rows of its period. Rows older than the period are deleted by the claims
-// that follow.
+// FlowStart records starts of a rate-limited type: count instances one
+// claim started at started_at (the claim's time), admitted under the rate
+// at admitted_at (their admission stamp: the time their slot in the
+// window freed, at most one emission interval before the claim; see
+// package flow). The rate limit counts stamps: at most rate_limit in any
+// window of rate_period_seconds. A claim writes one row per distinct stamp;
+// rows claimed more than two periods ago are deleted by the claims that
+// follow.
 type FlowStart struct{ ent.Schema }
 
 // Fields of FlowStart.
@@ -60,7 +64,13 @@ func (FlowStart) Fields() []ent.Field {
 		field.String("task_type").
 			Immutable(),
 		field.Time("started_at").
-			Immutable(),
+			Immutable().
+			Comment("When the claim started them."),
+		field.Time("admitted_at").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("Their admission stamp, which the rate counts (empty in rows written before stamps: started_at)."),
 		field.Int("count").
 			Immutable(),
 	}
