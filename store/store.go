@@ -403,8 +403,16 @@ func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microseco
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
+	var werr error
+	if s.writers != nil {
+		// Once the transaction under way, if any, has ended (and an
+		// acquire given up on has let its locks go).
+		s.writeMu <- struct{}{}
+		werr = s.writers.close()
+		<-s.writeMu
+	}
 	err := s.client.Close()
-	if werr := s.writers.close(); err == nil {
+	if err == nil {
 		err = werr
 	}
 	return err

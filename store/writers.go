@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"sync"
 )
 
 // writers makes the processes sharing one SQLite file take turns at
@@ -28,7 +28,7 @@ import (
 // is nil and SQLite's own lock alone serializes writes.
 type writers struct {
 	queue, write *os.File
-	closed       sync.Once
+	closed       bool // by close; both read and written under the store's writeMu
 }
 
 // openWriters opens (creating them) the lock files of the SQLite database
@@ -57,6 +57,10 @@ func openWriters(path string) (*writers, error) {
 // (the caller's writeMu must stay held until then, or another transaction
 // of this store would take a lock this one then lets go).
 func (w *writers) acquire(ctx context.Context, failed func()) error {
+	if w.closed {
+		failed()
+		return errors.New("writers' lock: the store is closed")
+	}
 	got := make(chan error, 1)
 	go func() {
 		if err := flock(w.queue, true); err != nil {
@@ -91,17 +95,17 @@ func (w *writers) acquire(ctx context.Context, failed func()) error {
 // release lets the write lock go.
 func (w *writers) release() error { return flock(w.write, false) }
 
-// close closes the lock files; again, it does nothing.
+// close closes the lock files; again, it does nothing. The caller holds
+// the store's writeMu: no transaction, nor an acquire given up on, uses
+// them meanwhile.
 func (w *writers) close() error {
-	if w == nil {
+	if w == nil || w.closed {
 		return nil
 	}
-	var err error
-	w.closed.Do(func() {
-		err = w.queue.Close()
-		if werr := w.write.Close(); err == nil {
-			err = werr
-		}
-	})
+	w.closed = true
+	err := w.queue.Close()
+	if werr := w.write.Close(); err == nil {
+		err = werr
+	}
 	return err
 }
