@@ -253,7 +253,7 @@ func TestStartLineSaysWhatRuns(t *testing.T) {
 			t.Fatalf("file %v, want %s", m["file"], filepath.Join(wd, "tasks.db"))
 		}
 		t.Cleanup(func() {
-			for _, suffix := range []string{"", "-wal", "-shm"} {
+			for _, suffix := range []string{"", "-wal", "-shm", "-queue.lock", "-write.lock"} {
 				_ = os.Remove(filepath.Join(wd, "tasks.db"+suffix))
 			}
 		})
