@@ -388,9 +388,14 @@ func TestMisfireAfterANodeWasDown(t *testing.T) {
 				}
 				require.NotEmpty(t, before)
 				last := before[len(before)-1]
-				firstMissed := miss.Slot.UTC()
+				firstMissed := last.Add(time.Second)
+				// The misses start right after the last slot fired — or at
+				// it, when the stopping node created that slot's task but
+				// stopped before it moved the schedule on: the next node
+				// then finds that slot among the missed ones, taken, and
+				// counts it out (scheduler.commit).
+				require.Contains(t, []time.Time{firstMissed, last}, miss.Slot.UTC(), "the misses start right after the last slot fired")
 				lastMissed := firstMissed.Add(time.Duration(miss.Missed-1) * time.Second)
-				require.Equal(t, last.Add(time.Second), firstMissed, "the misses start right after the last slot fired")
 				var want []time.Time
 				if policy == "RUN_ONCE" {
 					want = append(want, lastMissed) // one task for all of them
