@@ -208,9 +208,11 @@ func TestRateLimitAcrossNodes(t *testing.T) {
 		if d.Name == "SQLite" && raceEnabled {
 			// Two processes' writes alternate on one file, each several
 			// times slower under the race detector: with the rest of the
-			// suite running beside it (CI), a claim came more than P/N
-			// late and 46 of 50 were measured. Alone, 50.
-			want = 45
+			// suite running beside it (CI), claims came more than P/N
+			// late and 46 of 50 were measured (alone, 50). The bound
+			// leaves room for a busier machine; the ceilings above are
+			// exact whatever the load.
+			want = 40
 		}
 		require.GreaterOrEqual(t, n, want, "5 a second, give or take one, over the first 10 s")
 		require.LessOrEqual(t, n, 51, "5 a second, give or take one, over the first 10 s")
