@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -83,25 +82,7 @@ func TestBulkCancelOfAHundredThousandSurvivesAKill(t *testing.T) {
 		}
 		as := func(user, query string, vars map[string]any, out any) {
 			t.Helper()
-			body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/query", bytes.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+tokens[user])
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var r struct {
-				Data   json.RawMessage
-				Errors []any
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || len(r.Errors) > 0 {
-				t.Fatalf("%s: %v %v", query, err, r.Errors)
-			}
-			if err := json.Unmarshal(r.Data, out); err != nil {
-				t.Fatal(err)
-			}
+			gqlAs(t, addr, tokens[user], query, vars, out)
 		}
 		later := time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)
 		// create makes count waiting "sweep" tasks of user's, due in a day
@@ -139,7 +120,9 @@ func TestBulkCancelOfAHundredThousandSurvivesAKill(t *testing.T) {
 		}
 		access.Install(st.Client())
 		defer st.Close()
-		count := func(what string, q interface{ Count(context.Context) (int, error) }) int {
+		count := func(what string, q interface {
+			Count(context.Context) (int, error)
+		}) int {
 			t.Helper()
 			c, err := q.Count(sys)
 			if err != nil {
@@ -211,7 +194,9 @@ func TestBulkCancelOfAHundredThousandSurvivesAKill(t *testing.T) {
 		waitFor(t, 180*time.Second, func() bool {
 			as("alice", `query($id: ID!) { task(id: $id) { status result } }`, map[string]any{"id": sub.BulkTaskAction.ID}, &res)
 			return lifecycle.Status(res.Task.Status).Terminal()
-		}, func() string { return "the bulk task did not finish after the restart: " + res.Task.Status + "\n" + stderr.String() })
+		}, func() string {
+			return "the bulk task did not finish after the restart: " + res.Task.Status + "\n" + stderr.String()
+		})
 		r := res.Task.Result
 		if res.Task.Status != string(lifecycle.Success) || r.Matched != n || r.Processed != n || r.Done != n-5 ||
 			r.NotFound+r.Failed != 0 || r.Pages != n/page || len(r.Refused) != 1 || r.Refused["CANCELLED"] != 5 {

@@ -82,10 +82,19 @@ func TestStartupFailsFastWithOneLine(t *testing.T) {
 	}
 }
 
-func gql(t *testing.T, addr, query string, out any) {
+func gql(t *testing.T, addr, query string, out any) { gqlAs(t, addr, "", query, nil, out) }
+
+// gqlAs runs query with vars on the server at addr, as the bearer of token
+// (none: ""), and fails t on any error.
+func gqlAs(t *testing.T, addr, token, query string, vars map[string]any, out any) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query})
-	resp, err := http.Post("http://"+addr+"/query", "application/json", bytes.NewReader(body))
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
