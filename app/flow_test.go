@@ -205,6 +205,12 @@ func TestRateLimitAcrossNodes(t *testing.T) {
 		t.Logf("%d starts in the first 10 s; by node %v", n, workers)
 
 		want := 49
+		if raceEnabled {
+			// Under the race detector with the rest of the suite beside
+			// it (CI), PostgreSQL's claims too came more than P/N late
+			// now and then: 48 of 50 measured.
+			want = 45
+		}
 		if d.Name == "SQLite" && raceEnabled {
 			// Two processes' writes alternate on one file, each several
 			// times slower under the race detector: with the rest of the
