@@ -216,8 +216,11 @@ func (e *Engine) Validate(v auth.Viewer, req CreateRequest) (store.NewTask, erro
 // the schedule's owner (the viewer of ctx), validated, masked and audited
 // like Create. It is not rate limited: the schedule was, when it was made.
 // A task already created for the slot (by this node or another) is
-// returned with created false.
-func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, scheduleID int, slot time.Time) (_ *ent.Task, created bool, err error) {
+// returned with created false. With a version, the task is created only if
+// the schedule is still at it, and moves it on (store.NewTask's
+// ScheduleVersion); store.ErrScheduleMoved otherwise, unaudited: nothing
+// was done, and the firing that read the schedule stale is dropped.
+func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, scheduleID int, slot time.Time, version *int64) (_ *ent.Task, created bool, err error) {
 	v, err := auth.Require(ctx)
 	if err != nil {
 		return nil, false, err
@@ -240,9 +243,12 @@ func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, schedul
 	if err = v.AllowMutate("create tasks"); err == nil {
 		var n store.NewTask
 		if n, err = e.prepare(v, req); err == nil {
-			n.ScheduleID, n.ScheduleSlot = &scheduleID, &slot
+			n.ScheduleID, n.ScheduleSlot, n.ScheduleVersion = &scheduleID, &slot, version
 			t, created, err = e.store.CreateTask(rec.Context(), n)
 		}
+	}
+	if errors.Is(err, store.ErrScheduleMoved) {
+		return nil, false, err
 	}
 	if t != nil {
 		rec.Entry.TaskIDs = []int{t.ID}

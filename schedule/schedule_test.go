@@ -18,6 +18,7 @@ import (
 	"taskgraph/builtin"
 	"taskgraph/engine"
 	"taskgraph/ent"
+	"taskgraph/ent/auditlog"
 	entschedule "taskgraph/ent/schedule"
 	"taskgraph/ent/scheduleevent"
 	"taskgraph/ent/task"
@@ -456,10 +457,10 @@ func TestScheduler(t *testing.T) {
 			// A node created slot 1's task and died before moving the
 			// schedule on: the next pass finds the task, not an overlap.
 			req := engine.CreateRequest{Type: "noop", Title: "tick"}
-			_, created, err := b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(time.Second))
+			_, created, err := b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(time.Second), nil)
 			require.NoError(t, err)
 			require.True(t, created)
-			_, created, err = b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(time.Second))
+			_, created, err = b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(time.Second), nil)
 			require.NoError(t, err)
 			require.False(t, created, "one task per slot")
 			b.clock.Advance(time.Second)
@@ -470,6 +471,41 @@ func TestScheduler(t *testing.T) {
 			got, err := b.store.Client().Schedule.Get(sysCtx, sch.ID)
 			require.NoError(t, err)
 			require.Equal(t, epoch.Add(2*time.Second), got.NextFireAt.UTC())
+		})
+		t.Run("AFiringThatReadTheScheduleStaleCreatesNothing", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d)
+			sch, err := b.svc.Create(adminCtx, everySecond(entschedule.OverlapPolicyALLOW, ""))
+			require.NoError(t, err)
+			read := sch.Version
+			// Another node moved the schedule on (or it was edited) after
+			// this pass read it: the pass's firing is refused, whole.
+			_, err = b.svc.Update(adminCtx, sch.ID, func(in *schedule.Input) { in.Name = "edited" })
+			require.NoError(t, err)
+			req := engine.CreateRequest{Type: "noop", Title: "tick"}
+			_, _, err = b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(time.Second), &read)
+			require.ErrorIs(t, err, store.ErrScheduleMoved)
+			require.Empty(t, b.slots(t, sch.ID))
+			n, err := b.store.Client().AuditLog.Query().Where(auditlog.ActionEQ(audit.Create)).Count(sysCtx)
+			require.NoError(t, err)
+			require.Zero(t, n, "nothing was done: nothing to audit")
+			// At the version it is at, the firing creates the task and
+			// moves the version on with it.
+			now, err := b.store.Client().Schedule.Get(sysCtx, sch.ID)
+			require.NoError(t, err)
+			require.Equal(t, read+1, now.Version)
+			_, created, err := b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(time.Second), &now.Version)
+			require.NoError(t, err)
+			require.True(t, created)
+			require.Equal(t, at(1), b.slots(t, sch.ID))
+			after, err := b.store.Client().Schedule.Get(sysCtx, sch.ID)
+			require.NoError(t, err)
+			require.Equal(t, read+2, after.Version)
+			// A pass that read it before that firing fires nothing and
+			// writes nothing: the slot is the other firing's.
+			_, _, err = b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(2*time.Second), &now.Version)
+			require.ErrorIs(t, err, store.ErrScheduleMoved)
+			require.Equal(t, at(1), b.slots(t, sch.ID))
 		})
 		t.Run("SchedulesSurviveARestart", func(t *testing.T) {
 			t.Parallel()

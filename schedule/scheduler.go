@@ -18,6 +18,7 @@ import (
 	"taskgraph/ent/task"
 	"taskgraph/lifecycle"
 	"taskgraph/service"
+	"taskgraph/store"
 )
 
 // SchedulerConfig configures a Scheduler.
@@ -137,7 +138,10 @@ func (s *Scheduler) Pass(ctx context.Context) (PassResult, error) {
 	var errs []error
 	for _, sch := range due {
 		res.Schedules++
-		if err := s.pass(ctx, sch, now, &res); err != nil {
+		if err := s.pass(ctx, sch, now, &res); errors.Is(err, errStale) {
+			res.Stale++
+			s.log.Debug("schedule changed during its pass; pass discarded", "schedule_id", sch.ID)
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("schedule %d: %w", sch.ID, err))
 		}
 	}
@@ -296,12 +300,20 @@ func (s *Scheduler) create(ctx context.Context, r *run, slot time.Time, kind sch
 	if err == nil {
 		var tk *ent.Task
 		var created bool
-		tk, created, err = s.svc.engine.CreateScheduled(auth.NewContext(ctx, ownerOf(r.sch)), req, r.sch.ID, slot)
+		// Fired on condition that the schedule is as this pass read it
+		// (or as its own firings left it): a node that read it before
+		// another moved it on fires nothing.
+		version := r.sch.Version
+		tk, created, err = s.svc.engine.CreateScheduled(auth.NewContext(ctx, ownerOf(r.sch)), req, r.sch.ID, slot, &version)
+		if errors.Is(err, store.ErrScheduleMoved) {
+			return errStale
+		}
 		if err == nil {
 			r.lastTask, r.looked, r.fired, r.firedAt = tk, true, tk, slot
 			if !created {
 				return nil
 			}
+			r.sch.Version++ // moved on with the task
 			r.created = append(r.created, tk.ID)
 			res.Fired++
 			msg := "task " + tk.Code
@@ -481,12 +493,7 @@ func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNex
 		}
 		return nil
 	})
-	if errors.Is(err, errStale) {
-		res.Stale++
-		s.log.Debug("schedule changed during its pass; pass discarded", "schedule_id", r.sch.ID)
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errStale) {
 		return fmt.Errorf("move schedule on: %w", err)
 	}
 	return nil

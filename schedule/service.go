@@ -462,7 +462,7 @@ func (s *Service) RunNow(ctx context.Context, id int) (*ent.Task, error) {
 			return nil, err
 		}
 		slot := s.store.Now()
-		tk, _, err = s.engine.CreateScheduled(auth.NewContext(ctx, ownerOf(sch)), req, id, slot)
+		tk, _, err = s.engine.CreateScheduled(auth.NewContext(ctx, ownerOf(sch)), req, id, slot, nil)
 		if err != nil {
 			return sch, err
 		}

@@ -42,6 +42,12 @@ type NewTask struct {
 	// (by any node: a unique index) instead, with created false.
 	ScheduleID   *int
 	ScheduleSlot *time.Time
+	// ScheduleVersion, when set, makes the creation conditional on the
+	// schedule being at this version, which it moves on by one in the same
+	// transaction; otherwise the result is ErrScheduleMoved. A scheduler's
+	// pass thus fires nothing once another node has moved the schedule on
+	// (it read it stale).
+	ScheduleVersion *int64
 
 	// The rest of the owner's identity, and the idempotency key's hash.
 	OwnerSource     string
@@ -67,6 +73,9 @@ func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created
 		return t, false, err
 	}
 	res, err := s.CreateTasks(ctx, []NewTask{n})
+	if errors.Is(err, ErrScheduleMoved) {
+		return nil, false, err
+	}
 	if err != nil {
 		// Another node created the slot's task meanwhile.
 		if t, serr := s.bySlot(ctx, n); t != nil || serr != nil {
@@ -95,6 +104,22 @@ func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error
 		}
 	}
 	return out, nil
+}
+
+// moveSchedule moves n's schedule on by one version if it is at
+// n.ScheduleVersion, in the transaction that creates n's task.
+func (s *Store) moveSchedule(ctx context.Context, t *txn, n NewTask) error {
+	if n.ScheduleVersion == nil || n.ScheduleID == nil {
+		return nil
+	}
+	moved, err := s.exec(ctx, t, `UPDATE schedules SET version = version + 1 WHERE id = ? AND version = ?`, *n.ScheduleID, *n.ScheduleVersion)
+	if err != nil {
+		return fmt.Errorf("move schedule %d on: %w", *n.ScheduleID, err)
+	}
+	if moved == 0 {
+		return ErrScheduleMoved
+	}
+	return nil
 }
 
 // bySlot returns the task already created for n's schedule slot, if any.
@@ -158,6 +183,9 @@ func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) er
 		err := s.write(ctx, func(t *txn) error {
 			for _, i := range pending {
 				out[i] = Created{}
+				if err := s.moveSchedule(ctx, t, ns[i]); err != nil {
+					return err
+				}
 			}
 			return s.insertTasks(ctx, t, ns, pending, out)
 		})
