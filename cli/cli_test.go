@@ -220,9 +220,16 @@ func TestWaitingExitsWithTheOutcome(t *testing.T) {
 			done <- cli.Main(env, []string{"task", "watch", ft.ID, "--follow"})
 		}()
 		b.srv.WaitSubscribers(t, 1)
+		// The watch has shown where the task is (it reads that once
+		// subscribed) before the retry moves it on.
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(out.String(), " FAILED") {
+			require.True(t, time.Now().Before(deadline), "--follow did not show the task: %s", out.String())
+			time.Sleep(20 * time.Millisecond)
+		}
 		// After FAILED, a retry runs it again: --follow sees it.
 		require.Equal(t, cli.ExitFailed, b.cmd(t, "task", "retry", ft.ID, "--wait").code)
-		deadline := time.Now().Add(30 * time.Second)
+		deadline = time.Now().Add(30 * time.Second)
 		for strings.Count(out.String(), " FAILED") < 2 {
 			require.True(t, time.Now().Before(deadline), "--follow did not show the retry: %s", out.String())
 			select {
