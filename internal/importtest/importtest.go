@@ -9,6 +9,7 @@ import (
 	"compress/flate"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -129,18 +130,54 @@ func ZipBomb(t testing.TB, size int64) []byte {
 	add("[Content_Types].xml", `<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="xml" ContentType="application/xml"/></Types>`)
 	add("xl/workbook.xml", `<?xml version="1.0" encoding="UTF-8"?><workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets><sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>`)
 	add("xl/_rels/workbook.xml.rels", `<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/></Relationships>`)
-	w, err := zw.Create("xl/worksheets/sheet1.xml")
+	// The sheet's one giant cell is written compressed: deflate segments
+	// of a fresh compressor each, flushed to a byte boundary, follow one
+	// another in one stream; the 1 MiB chunk is compressed once and
+	// repeated, so a bomb of any size costs milliseconds.
+	segment := func(body []byte, final bool) []byte {
+		var b bytes.Buffer
+		fw, err := flate.NewWriter(&b, flate.BestCompression)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fw.Write(body); err != nil {
+			t.Fatal(err)
+		}
+		if final {
+			err = fw.Close()
+		} else {
+			err = fw.Flush()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	head := []byte(`<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData><row r="1"><c r="A1" t="inlineStr"><is><t>`)
+	tail := []byte(`</t></is></c></row></sheetData></worksheet>`)
+	chunk := bytes.Repeat([]byte("A"), 1<<20)
+	packed := segment(chunk, false)
+	var body bytes.Buffer
+	body.Write(segment(head, false))
+	crc := crc32.Update(0, crc32.IEEETable, head)
+	n := int64(len(head))
+	for ; n-int64(len(head)) < size; n += int64(len(chunk)) {
+		body.Write(packed)
+		crc = crc32.Update(crc, crc32.IEEETable, chunk)
+	}
+	body.Write(segment(tail, true))
+	crc = crc32.Update(crc, crc32.IEEETable, tail)
+	n += int64(len(tail))
+	w, err := zw.CreateRaw(&zip.FileHeader{
+		Name: "xl/worksheets/sheet1.xml", Method: zip.Deflate, CRC32: crc,
+		CompressedSize64: uint64(body.Len()), UncompressedSize64: uint64(n),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData><row r="1"><c r="A1" t="inlineStr"><is><t>`)
-	chunk := bytes.Repeat([]byte("A"), 1<<20)
-	for written := int64(0); written < size; written += int64(len(chunk)) {
-		if _, err := w.Write(chunk); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := w.Write(body.Bytes()); err != nil {
+		t.Fatal(err)
 	}
-	_, _ = io.WriteString(w, `</t></is></c></row></sheetData></worksheet>`)
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
