@@ -1,3 +1,5 @@
+//go:build long
+
 package main
 
 import (
@@ -15,10 +17,6 @@ import (
 // committed: whoever changes a schema must run `go generate ./...`.
 func TestGeneratedCodeIsFresh(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Log("regenerating code takes a while; run without -short to check it")
-		return
-	}
 	src, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@
 // test asserts that every task ends in one state, that no task ran twice at
 // the same time, that every watcher — over websockets and SSE — saw every
 // task's final state without a duplicate, and that clients were told what
-// happened in typed errors. It holds tests only; `go test ./reliability/`
-// runs them, as part of `go test -race ./...`.
+// happened in typed errors. It holds tests only, in the long tier (the
+// build tag long): `go test -race -tags long ./reliability/` runs them, and
+// so does CI's long step.
 package reliability

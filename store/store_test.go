@@ -856,50 +856,6 @@ func TestMigrationDropsTheOldIdempotencyIndex(t *testing.T) {
 	})
 }
 
-func TestLargeBatchesAreSplit(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	dbtest.Run(t, func(t *testing.T, dsn string) {
-		s, _ := setup(t, dsn)
-		const n = 4500 // more than two statements' worth
-		batch := make([]store.NewTask, n)
-		for i := range batch {
-			batch[i] = newTaskParams(taskOpts{})
-		}
-		createAll(t, s, batch)
-		var claimed []store.Claimed
-		for len(claimed) < n {
-			cl, err := s.Claim(ctx, "w1", []string{"noop"}, n)
-			require.NoError(t, err)
-			require.NotEmpty(t, cl)
-			claimed = append(claimed, cl...)
-		}
-		tokens := make([]store.Token, n)
-		logs := make([]store.LogLine, 0, n)
-		outcomes := make([]store.Outcome, n)
-		for i, c := range claimed {
-			tokens[i] = c.Token()
-			logs = append(logs, store.LogLine{Token: c.Token(), TaskID: c.Task.ID, Level: tasklog.LevelINFO, Message: "x"})
-			outcomes[i] = store.Outcome{Token: c.Token(), Status: lifecycle.Success}
-		}
-		beat, err := s.Heartbeat(ctx, tokens)
-		require.NoError(t, err)
-		require.Empty(t, beat.Lost)
-		rejected, err := s.RecordWork(ctx, logs, nil)
-		require.NoError(t, err)
-		require.Empty(t, rejected)
-		errs, err := s.Finish(ctx, outcomes)
-		require.NoError(t, err)
-		require.Len(t, errs, n)
-		for _, e := range errs {
-			require.NoError(t, e)
-		}
-		done, err := s.Client().Task.Query().Where(task.StatusEQ(lifecycle.Success)).Count(auth.NewSystemContext(ctx))
-		require.NoError(t, err)
-		require.Equal(t, n, done)
-	})
-}
-
 // slowRecorder is a Publisher that takes its time with each publication,
 // as a broker fanning out to many subscribers may: it widens the window in
 // which a later commit could overtake an earlier one on its way out.

@@ -1,3 +1,5 @@
+//go:build long
+
 package web
 
 import (
@@ -9,15 +11,11 @@ import (
 // TestConsoleSuite runs the console's own suite (web/ci.sh): npm ci, the
 // Vitest unit and component tests, the check that the committed bundle is
 // the one the sources build, and the end-to-end tests in headless Chromium
-// against the real server. It is part of `go test ./...` so that one
-// command tests everything; it needs Node.js and Debian's chromium (.ci/run
-// installs what is missing). TASKGRAPH_TEST_WEB=off leaves it out on a
+// against the real server. It is in the long tier (`go test -tags long
+// ./...` and CI's long step); it needs Node.js and Debian's chromium
+// (.ci/run installs what is missing). TASKGRAPH_TEST_WEB=off leaves it out on a
 // machine without them; CI never sets it.
 func TestConsoleSuite(t *testing.T) {
-	if testing.Short() {
-		t.Log("the console suite takes a minute; run without -short to include it")
-		return
-	}
 	if os.Getenv("TASKGRAPH_TEST_WEB") == "off" {
 		t.Log("TASKGRAPH_TEST_WEB=off: console suite not run")
 		return
