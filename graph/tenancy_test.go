@@ -215,7 +215,8 @@ func TestTenants(t *testing.T) {
 				}
 			}
 		}
-		for len(full.Task.Logs.Edges) == 0 {
+		for deadline := time.Now().Add(30 * time.Second); len(full.Task.Logs.Edges) == 0; time.Sleep(10 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "opA's failed task has no log line")
 			s.QueryAs(t, s.tok["opA"], `query($id: ID!) { task(id: $id) { instances { id } logs { edges { node { id } } } } }`, map[string]any{"id": failedA.ID}, &full)
 		}
 		instA, logA := full.Task.Instances[0].ID, full.Task.Logs.Edges[0].Node.ID
