@@ -506,6 +506,12 @@ func TestScheduler(t *testing.T) {
 			_, _, err = b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(2*time.Second), &now.Version)
 			require.ErrorIs(t, err, store.ErrScheduleMoved)
 			require.Equal(t, at(1), b.slots(t, sch.ID))
+			// Run now moves it on too: a pass that read it before would
+			// take the run now's place as the latest run.
+			_, err = b.svc.RunNow(adminCtx, sch.ID)
+			require.NoError(t, err)
+			_, _, err = b.engine.CreateScheduled(adminCtx, req, sch.ID, epoch.Add(2*time.Second), &after.Version)
+			require.ErrorIs(t, err, store.ErrScheduleMoved)
 		})
 		t.Run("SchedulesSurviveARestart", func(t *testing.T) {
 			t.Parallel()

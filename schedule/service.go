@@ -473,8 +473,11 @@ func (s *Service) RunNow(ctx context.Context, id int) (*ent.Task, error) {
 				SetNode(s.node).SetCreatedAt(slot).Exec(ctx); err != nil {
 				return err
 			}
-			// The overlap policy looks at the latest run, this one too.
-			return tx.Schedule.UpdateOneID(id).SetLastTaskID(tk.ID).Exec(ctx)
+			// The overlap policy looks at the latest run, this one too; the
+			// version moves on, so a pass that read the schedule before
+			// (and would write its own latest run over this one) is
+			// discarded.
+			return tx.Schedule.UpdateOneID(id).SetLastTaskID(tk.ID).AddVersion(1).Exec(ctx)
 		})
 		if err != nil {
 			return sch, fmt.Errorf("run schedule %d now: %w", id, err)
