@@ -78,6 +78,26 @@ func TestRegister(t *testing.T) {
 		require.Equal(t, lifecycle.KindNonRetryable, tasktype.Classify(err), "bad input is not retried")
 	}
 
+	// At run, an input accepted at create is decoded into the handler's
+	// type again, without the schema: unknown and retyped fields are still
+	// refused, the type's Validate is still called.
+	in, err = typ.DecodeAccepted(json.RawMessage(`{"name":"Ada"}`))
+	require.NoError(t, err)
+	require.Equal(t, greeting{Name: "Ada"}, in)
+	in, err = typ.DecodeAccepted(nil)
+	require.NoError(t, err, "an empty input is the empty object")
+	require.Equal(t, greeting{}, in)
+	for input, want := range map[string]string{
+		`{"name":"Ada","colour":"red"}`: "colour",
+		`{"name":1}`:                    "name",
+		`{"name":"Ada","times":-1}`:     "times must not be negative",
+	} {
+		_, err := typ.DecodeAccepted(json.RawMessage(input))
+		var inErr *tasktype.InputError
+		require.ErrorAs(t, err, &inErr, input)
+		require.Contains(t, err.Error(), want, input)
+	}
+
 	require.PanicsWithValue(t, `tasktype: task type "greet" registered twice`, func() {
 		tasktype.Register(r, "greet", func(context.Context, *tasktype.Job, greeting) error { return nil })
 	})

@@ -475,7 +475,7 @@ func (p *Pool) run(ctx context.Context, ex *execution) (err error) {
 		// handler repeats them elsewhere (a log line, an error).
 		ex.ctl.SetMasker(p.deps.Masker.WithValuesOf(plain))
 	}
-	in, err := ex.typ.Decode(input)
+	in, err := ex.typ.DecodeAccepted(input)
 	if err != nil {
 		return tasktype.NonRetryable(err)
 	}
