@@ -5,6 +5,22 @@ package ent
 import (
 	stdsql "database/sql"
 	"fmt"
+	"taskgraph/ent/alertchannel"
+	"taskgraph/ent/alertincident"
+	"taskgraph/ent/alertrule"
+	"taskgraph/ent/artifact"
+	"taskgraph/ent/auditlog"
+	"taskgraph/ent/clusternode"
+	"taskgraph/ent/contact"
+	"taskgraph/ent/deployment"
+	"taskgraph/ent/flowcontrol"
+	"taskgraph/ent/flowstart"
+	"taskgraph/ent/schedule"
+	"taskgraph/ent/scheduleevent"
+	"taskgraph/ent/stalloverride"
+	"taskgraph/ent/task"
+	"taskgraph/ent/taskinstance"
+	"taskgraph/ent/tasklog"
 )
 
 // ScanAlertChannelRows reads every row of rows (all columns of the alert_channels
@@ -15,12 +31,21 @@ func ScanAlertChannelRows(c *Client, rows *stdsql.Rows) ([]*AlertChannel, error)
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && alertchannel.ValidColumn(col)
+	}
+	var values []any
 	var out []*AlertChannel
 	for rows.Next() {
 		node := &AlertChannel{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan alert_channels: %w", err)
@@ -48,12 +73,21 @@ func ScanAlertIncidentRows(c *Client, rows *stdsql.Rows) ([]*AlertIncident, erro
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && alertincident.ValidColumn(col)
+	}
+	var values []any
 	var out []*AlertIncident
 	for rows.Next() {
 		node := &AlertIncident{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan alert_incidents: %w", err)
@@ -81,12 +115,21 @@ func ScanAlertRuleRows(c *Client, rows *stdsql.Rows) ([]*AlertRule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && alertrule.ValidColumn(col)
+	}
+	var values []any
 	var out []*AlertRule
 	for rows.Next() {
 		node := &AlertRule{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan alert_rules: %w", err)
@@ -114,12 +157,21 @@ func ScanArtifactRows(c *Client, rows *stdsql.Rows) ([]*Artifact, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan artifacts: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && artifact.ValidColumn(col)
+	}
+	var values []any
 	var out []*Artifact
 	for rows.Next() {
 		node := &Artifact{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan artifacts: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan artifacts: %w", err)
@@ -147,12 +199,21 @@ func ScanAuditLogRows(c *Client, rows *stdsql.Rows) ([]*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && auditlog.ValidColumn(col)
+	}
+	var values []any
 	var out []*AuditLog
 	for rows.Next() {
 		node := &AuditLog{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan audit_logs: %w", err)
@@ -180,12 +241,21 @@ func ScanClusterNodeRows(c *Client, rows *stdsql.Rows) ([]*ClusterNode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && clusternode.ValidColumn(col)
+	}
+	var values []any
 	var out []*ClusterNode
 	for rows.Next() {
 		node := &ClusterNode{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan cluster_nodes: %w", err)
@@ -213,12 +283,21 @@ func ScanContactRows(c *Client, rows *stdsql.Rows) ([]*Contact, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan contacts: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && contact.ValidColumn(col)
+	}
+	var values []any
 	var out []*Contact
 	for rows.Next() {
 		node := &Contact{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan contacts: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan contacts: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan contacts: %w", err)
@@ -246,12 +325,21 @@ func ScanDeploymentRows(c *Client, rows *stdsql.Rows) ([]*Deployment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan deployments: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && deployment.ValidColumn(col)
+	}
+	var values []any
 	var out []*Deployment
 	for rows.Next() {
 		node := &Deployment{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan deployments: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan deployments: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan deployments: %w", err)
@@ -279,12 +367,21 @@ func ScanFlowControlRows(c *Client, rows *stdsql.Rows) ([]*FlowControl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && flowcontrol.ValidColumn(col)
+	}
+	var values []any
 	var out []*FlowControl
 	for rows.Next() {
 		node := &FlowControl{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan flow_controls: %w", err)
@@ -312,12 +409,21 @@ func ScanFlowStartRows(c *Client, rows *stdsql.Rows) ([]*FlowStart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && flowstart.ValidColumn(col)
+	}
+	var values []any
 	var out []*FlowStart
 	for rows.Next() {
 		node := &FlowStart{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan flow_starts: %w", err)
@@ -345,12 +451,21 @@ func ScanScheduleRows(c *Client, rows *stdsql.Rows) ([]*Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan schedules: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && schedule.ValidColumn(col)
+	}
+	var values []any
 	var out []*Schedule
 	for rows.Next() {
 		node := &Schedule{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan schedules: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan schedules: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan schedules: %w", err)
@@ -378,12 +493,21 @@ func ScanScheduleEventRows(c *Client, rows *stdsql.Rows) ([]*ScheduleEvent, erro
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && scheduleevent.ValidColumn(col)
+	}
+	var values []any
 	var out []*ScheduleEvent
 	for rows.Next() {
 		node := &ScheduleEvent{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan schedule_events: %w", err)
@@ -411,12 +535,21 @@ func ScanStallOverrideRows(c *Client, rows *stdsql.Rows) ([]*StallOverride, erro
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && stalloverride.ValidColumn(col)
+	}
+	var values []any
 	var out []*StallOverride
 	for rows.Next() {
 		node := &StallOverride{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan stall_overrides: %w", err)
@@ -444,12 +577,21 @@ func ScanTaskRows(c *Client, rows *stdsql.Rows) ([]*Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan tasks: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && task.ValidColumn(col)
+	}
+	var values []any
 	var out []*Task
 	for rows.Next() {
 		node := &Task{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan tasks: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan tasks: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan tasks: %w", err)
@@ -477,12 +619,21 @@ func ScanTaskInstanceRows(c *Client, rows *stdsql.Rows) ([]*TaskInstance, error)
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan task_instances: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && taskinstance.ValidColumn(col)
+	}
+	var values []any
 	var out []*TaskInstance
 	for rows.Next() {
 		node := &TaskInstance{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan task_instances: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan task_instances: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan task_instances: %w", err)
@@ -510,12 +661,21 @@ func ScanTaskLogRows(c *Client, rows *stdsql.Rows) ([]*TaskLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ent: scan task_logs: %w", err)
 	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && tasklog.ValidColumn(col)
+	}
+	var values []any
 	var out []*TaskLog
 	for rows.Next() {
 		node := &TaskLog{config: c.config}
-		values, err := node.scanValues(columns)
-		if err != nil {
-			return nil, fmt.Errorf("ent: scan task_logs: %w", err)
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan task_logs: %w", err)
+			}
 		}
 		if err := rows.Scan(values...); err != nil {
 			return nil, fmt.Errorf("ent: scan task_logs: %w", err)
