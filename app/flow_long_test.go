@@ -53,12 +53,15 @@ func TestConcurrencyCapAcrossNodes(t *testing.T) {
 // tells the pool when the next slot frees (Store.NextAdmission), so a
 // saturated type runs at its rate, not a poll interval under it.
 //
-// Not parallel with the package's other tests (its two databases run
-// together): a claim may make up at most P/N (200 ms) of its lateness, and
-// four nodes under the race detector next to the package's hundred other
-// tests on a two-core machine claim later than that now and then.
+// Not parallel with the package's other tests, and its two databases run
+// one after the other: a claim may make up at most P/N (200 ms) of its
+// lateness, and four nodes under the race detector next to the package's
+// hundred other tests on a two-core machine claimed later than that now
+// and then (31 of 50 once, with the generators' check compiling beside
+// it). Alone, under the race detector, with two CPU hogs beside it: 50 of
+// 50 on both databases in every run measured.
 func TestRateLimitAcrossNodes(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+	eachInTurn(t, func(t *testing.T, d dbtest.Driver) {
 		rec := &runs{}
 		nodes := startNodes(t, d, app.Options{Register: rec.register})
 		a := nodes[0]
@@ -99,23 +102,15 @@ func TestRateLimitAcrossNodes(t *testing.T) {
 		}
 		t.Logf("%d starts in the first 10 s; by node %v", n, workers)
 
-		want := 49
-		if raceEnabled {
-			// Under the race detector with the rest of the suite beside
-			// it (CI), PostgreSQL's claims too came more than P/N late
-			// now and then: 48 of 50 measured.
-			want = 45
-		}
-		if d.Name == "SQLite" && raceEnabled {
-			// Two processes' writes alternate on one file, each several
-			// times slower under the race detector: with the rest of the
-			// suite running beside it (CI), claims came more than P/N
-			// late and 46 of 50 were measured (alone, 50). The bound
-			// leaves room for a busier machine; the ceilings above are
-			// exact whatever the load.
-			want = 40
-		}
-		require.GreaterOrEqual(t, n, want, "5 a second, give or take one, over the first 10 s")
+		require.GreaterOrEqual(t, n, 49, "5 a second, give or take one, over the first 10 s")
 		require.LessOrEqual(t, n, 51, "5 a second, give or take one, over the first 10 s")
 	})
+}
+
+// eachInTurn runs fn on each database, one after the other.
+func eachInTurn(t *testing.T, fn func(t *testing.T, d dbtest.Driver)) {
+	t.Helper()
+	for _, d := range dbtest.Drivers() {
+		t.Run(d.Name, func(t *testing.T) { fn(t, d) })
+	}
 }
