@@ -489,6 +489,23 @@ func TestScheduler(t *testing.T) {
 			n, err := b.store.Client().AuditLog.Query().Where(auditlog.ActionEQ(audit.Create)).Count(sysCtx)
 			require.NoError(t, err)
 			require.Zero(t, n, "nothing was done: nothing to audit")
+			// Nor does it cancel the previous run (overlap policy
+			// CANCEL_PREVIOUS): at the version it read, nothing; at the
+			// schedule's own, the cancel is done.
+			prev, err := b.engine.Create(adminCtx, req)
+			require.NoError(t, err)
+			_, err = b.store.CancelTaskForSchedule(sysCtx, prev.ID, "superseded", sch.ID, read)
+			require.ErrorIs(t, err, store.ErrScheduleMoved)
+			got, err := b.store.Client().Task.Get(sysCtx, prev.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.Pending, got.Status, "a stale pass cancels nothing")
+			current, err := b.store.Client().Schedule.Get(sysCtx, sch.ID)
+			require.NoError(t, err)
+			_, err = b.store.CancelTaskForSchedule(sysCtx, prev.ID, "superseded", sch.ID, current.Version)
+			require.NoError(t, err)
+			got, err = b.store.Client().Task.Get(sysCtx, prev.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.Cancelled, got.Status)
 			// At the version it is at, the firing creates the task and
 			// moves the version on with it.
 			now, err := b.store.Client().Schedule.Get(sysCtx, sch.ID)

@@ -281,7 +281,13 @@ func (s *Scheduler) fire(ctx context.Context, r *run, slot, now time.Time, res *
 			return nil
 		case entschedule.OverlapPolicyCANCEL_PREVIOUS:
 			reason := fmt.Sprintf("superseded by slot %s of schedule %d", slot.Format(time.RFC3339), r.sch.ID)
-			if _, err := s.svc.store.CancelTask(ctx, prev.ID, reason); err != nil && !errors.Is(err, lifecycle.ErrInvalidTransition) {
+			// On condition that the schedule is as this pass read it: a
+			// stale pass cancels nothing, as it fires nothing.
+			_, err := s.svc.store.CancelTaskForSchedule(ctx, prev.ID, reason, r.sch.ID, r.sch.Version)
+			if errors.Is(err, store.ErrScheduleMoved) {
+				return errStale
+			}
+			if err != nil && !errors.Is(err, lifecycle.ErrInvalidTransition) {
 				// (A run that ended meanwhile has nothing left to cancel.)
 				return fmt.Errorf("cancel previous run %d: %w", prev.ID, err)
 			}

@@ -29,6 +29,34 @@ func (s *Store) CancelTask(ctx context.Context, id int, reason string) (*ent.Tas
 	return out, err
 }
 
+// CancelTaskForSchedule cancels a task as CancelTask does, on condition
+// that schedule scheduleID is still at version: a scheduler's pass that
+// read the schedule before another node moved it on, or before an edit,
+// cancels nothing (the overlap policy CANCEL_PREVIOUS) and gets
+// ErrScheduleMoved. On PostgreSQL the schedule's row is locked for the
+// transaction, so the version cannot move between the check and the
+// cancel; SQLite has one writer at a time.
+func (s *Store) CancelTaskForSchedule(ctx context.Context, id int, reason string, scheduleID int, version int64) (*ent.Task, error) {
+	ctx = lifecycle.Guarded(ctx)
+	var out *ent.Task
+	err := s.write(ctx, func(t *txn) error {
+		lock := ""
+		if s.d.postgres() {
+			lock = " FOR UPDATE"
+		}
+		got, err := s.queryInts(ctx, t, 1, `SELECT version FROM schedules WHERE id = ?`+lock, scheduleID)
+		if err != nil {
+			return fmt.Errorf("cancel for schedule %d: %w", scheduleID, err)
+		}
+		if len(got) == 0 || got[0][0] != version {
+			return ErrScheduleMoved
+		}
+		out, err = s.cancelIn(ctx, t, id, reason)
+		return err
+	})
+	return out, err
+}
+
 // CancelTasks cancels each task as CancelTask does, all in one transaction:
 // what fails for one id (not found, finished) is that id's error and
 // leaves the others alone; an error of the database fails them all.

@@ -35,8 +35,9 @@ func (e *ConflictError) Error() string { return e.Message }
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// ErrScheduleMoved is the error of a task created for a schedule slot on
+// ErrScheduleMoved is the error of a task created for a schedule slot, or
+// of a previous run cancelled for one (CancelTaskForSchedule), on
 // condition that the schedule is still at the version its firing read
 // (NewTask.ScheduleVersion), when it is not: another node fired the slot
-// or moved the schedule on, or it was edited. Nothing was created.
+// or moved the schedule on, or it was edited. Nothing was done.
 var ErrScheduleMoved = errors.New("the schedule changed since its firing read it")
