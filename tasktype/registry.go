@@ -106,7 +106,8 @@ func (t *Type) DecodeAccepted(input json.RawMessage) (any, error) {
 	return v, nil
 }
 
-// Handle runs the type's handler on in, a value Decode returned.
+// Handle runs the type's handler on in, a value Decode or DecodeAccepted
+// returned.
 func (t *Type) Handle(ctx context.Context, job *Job, in any) error {
 	return t.handle(ctx, job, in)
 }
