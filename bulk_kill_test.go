@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"taskgraph/ent/task"
 	"taskgraph/ent/taskinstance"
 	"taskgraph/internal/dbtest"
+	"taskgraph/internal/serverbin"
 	"taskgraph/lifecycle"
 	"taskgraph/store"
 )
@@ -73,14 +73,7 @@ func TestBulkCancelOfAHundredThousandSurvivesAKill(t *testing.T) {
 					_ = cmd.Wait()
 				}
 			})
-			waitFor(t, 60*time.Second, func() bool {
-				resp, err := http.Get("http://" + addr + "/readyz")
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == http.StatusOK
-			}, func() string { return "server not ready: " + stderr.String() })
+			serverbin.WaitReady(t, addr, 60*time.Second, stderr.String)
 		}
 		as := func(user, query string, vars map[string]any, out any) {
 			t.Helper()

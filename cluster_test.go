@@ -8,7 +8,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"taskgraph/access"
 	"taskgraph/internal/blobtest"
 	"taskgraph/internal/dbtest"
+	"taskgraph/internal/serverbin"
 	"taskgraph/store"
 )
 
@@ -59,20 +59,8 @@ func startNode(t *testing.T, bin, dsn, blobURL string) *node {
 			_ = n.cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + n.addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return n
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node not ready: %s", n.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	serverbin.WaitReady(t, n.addr, 30*time.Second, n.stderr.String)
+	return n
 }
 
 // TestThreeNodesOneKilled: three server processes share one PostgreSQL

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"taskgraph/ent"
 	"taskgraph/ent/clusternode"
 	"taskgraph/internal/dbtest"
+	"taskgraph/internal/serverbin"
 	"taskgraph/nodes"
 	"taskgraph/store"
 )
@@ -40,14 +40,7 @@ func TestKilledNodeShowsGone(t *testing.T) {
 				_ = cmd.Wait()
 			}
 		})
-		waitFor(t, 30*time.Second, func() bool {
-			resp, err := http.Get("http://" + addr + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}, func() string { return "node not ready: " + stderr.String() })
+		serverbin.WaitReady(t, addr, 30*time.Second, stderr.String)
 
 		st, err := store.Open(ctx, store.Config{DSN: dsn})
 		if err != nil {

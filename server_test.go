@@ -127,20 +127,8 @@ func TestSignalsShutDownGracefully(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill() //nolint:errcheck // already exited on success
+	serverbin.WaitReady(t, addr, 20*time.Second, stderr.String)
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not ready: %s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	var long, short struct{ CreateTask struct{ ID string } }
 	gql(t, addr, `mutation { createTask(input: {type: "noop", input: {sleepMs: 600000}}) { id } }`, &long)
 	gql(t, addr, `mutation { createTask(input: {type: "noop", input: {sleepMs: 500}}) { id } }`, &short)

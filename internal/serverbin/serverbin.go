@@ -4,11 +4,13 @@ package serverbin
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 var (
@@ -35,4 +37,24 @@ func Build(t testing.TB) string {
 		t.Fatalf("build the server: %v", err)
 	}
 	return path
+}
+
+// WaitReady waits until the server at addr answers /readyz with 200, and
+// fails t with why (its log, say) if it has not within timeout.
+func WaitReady(t testing.TB, addr string, timeout time.Duration, why func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server at %s not ready after %s: %s", addr, timeout, why())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
