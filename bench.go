@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"taskgraph/app"
@@ -111,7 +113,10 @@ func runBench(args []string) int {
 		return 1
 	}
 	defer cleanup()
-	ctx := context.Background()
+	// An interrupt ends the run through its defers (the nodes shut down,
+	// then the bench's schema or file is removed), not where it stands.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var apps []*app.App
 	shutdown := func() {
@@ -164,8 +169,7 @@ func runBench(args []string) int {
 	}
 	start := time.Now()
 	if err := insert(*backlog, time.Now().Add(24*time.Hour)); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", app.OneLine(err))
-		return 1
+		return benchFailed(ctx, err)
 	}
 	if *backlog > 0 {
 		el := time.Since(start)
@@ -173,8 +177,7 @@ func runBench(args []string) int {
 	}
 	start = time.Now()
 	if err := insert(*n, time.Time{}); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", app.OneLine(err))
-		return 1
+		return benchFailed(ctx, err)
 	}
 	ins := time.Since(start)
 	fmt.Printf("inserted %d tasks in %s (%.0f tasks/s)\n", *n, ins.Round(time.Millisecond), float64(*n)/ins.Seconds())
@@ -257,6 +260,8 @@ func runBench(args []string) int {
 	last, lastAt := int64(0), start
 	for waiting := true; waiting; {
 		select {
+		case <-ctx.Done():
+			return benchFailed(ctx, ctx.Err())
 		case <-finished:
 			waiting = false
 		case now := <-tick:
@@ -345,4 +350,15 @@ FROM pg_stat_user_tables s WHERE s.schemaname = current_schema() AND s.relname I
 	}
 	fmt.Printf("all tables      per task: %.2f row versions, <= %.2f index entries\n", versions, entries)
 	return nil
+}
+
+// benchFailed reports why the run stops and returns its exit code: 130
+// when it was interrupted (its defers then remove what it made).
+func benchFailed(ctx context.Context, err error) int {
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench: interrupted; removing what it made")
+		return 130
+	}
+	fmt.Fprintln(os.Stderr, "bench:", app.OneLine(err))
+	return 1
 }
