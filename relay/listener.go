@@ -75,6 +75,13 @@ type Listener struct {
 	// have been missed and are not yet re-read: a lost connection, a
 	// re-read that failed.
 	missedSince time.Time
+	// lostAt is the last sign of life before the listening connection was
+	// lost, kept until it is re-established: whatever committed since may
+	// not have been received, however late the reconnection comes, and
+	// whatever a resync re-read meanwhile (it could not see the commits
+	// that came after it), and however late the notifications received
+	// before the loss are delivered (each delivery is a sign of life).
+	lostAt time.Time
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -121,7 +128,7 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	l.pql = pq.NewListener(withAppName(cfg.DSN, "taskgraph-relay-"+cfg.Node), 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventDisconnected:
-			l.lost()
+			l.disconnected()
 			l.log.Warn("listening connection lost; reconnecting", "err", err)
 		case pq.ListenerEventReconnected:
 			l.log.Info("listening connection re-established")
@@ -208,12 +215,29 @@ func (l *Listener) alive() {
 	l.mu.Unlock()
 }
 
-// lost records that what was committed since the last sign of life may
-// not have been received.
+// disconnected records that the listening connection was lost: what was
+// committed since the last sign of life may not be received.
+func (l *Listener) disconnected() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostAt.IsZero() || l.healthy.Before(l.lostAt) {
+		l.lostAt = l.healthy
+	}
+	l.missLocked(l.healthy)
+}
+
+// lost records that what was committed since the last sign of life, or
+// since the connection was lost if it was, may not have been received
+// (pq says so when the connection is back).
 func (l *Listener) lost() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.missLocked(l.healthy)
+	since := l.healthy
+	if !l.lostAt.IsZero() && l.lostAt.Before(since) {
+		since = l.lostAt
+	}
+	l.lostAt = time.Time{}
+	l.missLocked(since)
 }
 
 func (l *Listener) missLocked(since time.Time) {
@@ -269,13 +293,14 @@ func (l *Listener) loop(ctx context.Context) {
 					break drain
 				}
 			}
+			if reconnected {
+				// Before the batch is delivered, which is a sign of life.
+				l.lost()
+				l.resyncer.Wake()
+			}
 			if !l.deliver(ctx, batch) {
 				// Re-reading failed (the changes are marked missed):
 				// re-read what changed since instead, until it works.
-				l.resyncer.Wake()
-			}
-			if reconnected {
-				l.lost()
 				l.resyncer.Wake()
 			}
 		}

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"taskgraph/access"
+	"taskgraph/auth"
 	"taskgraph/events"
 	"taskgraph/internal/dbtest"
 	"taskgraph/store"
@@ -104,6 +106,46 @@ func TestResync(t *testing.T) {
 		for range b.sub.C {
 		}
 		require.ErrorIs(t, b.sub.Err(), events.ErrResyncRequired)
+	})
+	t.Run("AReconnectionReplaysFromWhenTheConnectionWasLost", func(t *testing.T) {
+		t.Parallel()
+		// The connection is lost a minute ago; a resync runs while it is
+		// still down (its re-read cannot see what commits after it). Then
+		// tasks change (12 s ago, while the node was deaf), and the
+		// connection comes back behind a notification received before
+		// the loss, whose late delivery is a sign of life: the resync
+		// the reconnection asks for re-reads from the loss, not from
+		// that delivery.
+		b := setupResync(t, 3, Config{PingInterval: time.Hour})
+		ctx := auth.NewSystemContext(context.Background())
+		b.l.mu.Lock()
+		b.l.healthy = time.Now().Add(-time.Minute)
+		b.l.mu.Unlock()
+		b.l.disconnected()
+		_, err := b.l.resync(ctx)
+		require.NoError(t, err)
+		require.Len(t, drain(b.sub), 3)
+		_, err = b.store.DB().Exec(`UPDATE tasks SET version = version + 1, updated_at = now() - interval '12 seconds'`)
+		require.NoError(t, err)
+		tasks, err := b.store.Client().Task.Query().All(ctx)
+		require.NoError(t, err)
+		before := b.l.Stats().Resyncs
+		for _, p := range encode("b", []events.TaskChange{{Kind: events.Transitioned, Task: tasks[0]}}, nil) {
+			b.l.pql.Notify <- &pq.Notification{Extra: p}
+		}
+		b.l.pql.Notify <- nil // pq: reconnected, notifications may have been lost
+		waitStats(t, b.l, func(s Stats) bool { return s.Resyncs > before })
+		latest := map[int]int64{}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(latest) < 3 || latest[tasks[1].ID] < tasks[1].Version || latest[tasks[2].ID] < tasks[2].Version {
+			select {
+			case c := <-b.sub.C:
+				latest[c.Task.ID] = max(latest[c.Task.ID], c.Task.Version)
+			case <-time.After(time.Until(deadline)):
+				t.Fatalf("changes made while the connection was lost were not replayed: latest versions seen %v, want %d, %d and %d",
+					latest, tasks[0].Version, tasks[1].Version, tasks[2].Version)
+			}
+		}
 	})
 	t.Run("AFailedResyncIsRetriedUntilItWorks", func(t *testing.T) {
 		t.Parallel()
