@@ -251,8 +251,10 @@ func (l *Listener) replayFloor() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f := l.healthy
-	if !l.missedSince.IsZero() && l.missedSince.Before(f) {
-		f = l.missedSince
+	for _, t := range []time.Time{l.missedSince, l.lostAt} {
+		if !t.IsZero() && t.Before(f) {
+			f = t
+		}
 	}
 	return f.Add(-resyncMargin)
 }
