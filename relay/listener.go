@@ -76,11 +76,11 @@ type Listener struct {
 	// re-read that failed.
 	missedSince time.Time
 	// lostAt is the last sign of life before the listening connection was
-	// lost, kept until it is re-established: whatever committed since may
-	// not have been received, however late the reconnection comes, and
-	// whatever a resync re-read meanwhile (it could not see the commits
-	// that came after it), and however late the notifications received
-	// before the loss are delivered (each delivery is a sign of life).
+	// lost, kept until it is back: the resync the reconnection asks for
+	// re-reads from there. Not from healthy, which a notification received
+	// before the loss but delivered after it moves on; nor from
+	// missedSince, which a resync that ran while the connection was down
+	// cleared (it could not see what committed after it).
 	lostAt time.Time
 
 	cancel context.CancelFunc
@@ -220,9 +220,7 @@ func (l *Listener) alive() {
 func (l *Listener) disconnected() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lostAt.IsZero() || l.healthy.Before(l.lostAt) {
-		l.lostAt = l.healthy
-	}
+	l.lostAt = earliest(l.lostAt, l.healthy)
 	l.missLocked(l.healthy)
 }
 
@@ -232,31 +230,31 @@ func (l *Listener) disconnected() {
 func (l *Listener) lost() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	since := l.healthy
-	if !l.lostAt.IsZero() && l.lostAt.Before(since) {
-		since = l.lostAt
-	}
+	since := earliest(l.healthy, l.lostAt)
 	l.lostAt = time.Time{}
 	l.missLocked(since)
 }
 
 func (l *Listener) missLocked(since time.Time) {
-	if l.missedSince.IsZero() || since.Before(l.missedSince) {
-		l.missedSince = since
+	l.missedSince = earliest(l.missedSince, since)
+}
+
+// earliest returns the earliest of ts that is set (zero: none is).
+func earliest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (out.IsZero() || t.Before(out)) {
+			out = t
+		}
 	}
+	return out
 }
 
 // replayFloor is the oldest delivery a resync may repeat.
 func (l *Listener) replayFloor() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := l.healthy
-	for _, t := range []time.Time{l.missedSince, l.lostAt} {
-		if !t.IsZero() && t.Before(f) {
-			f = t
-		}
-	}
-	return f.Add(-resyncMargin)
+	return earliest(l.healthy, l.missedSince, l.lostAt).Add(-resyncMargin)
 }
 
 func (l *Listener) loop(ctx context.Context) {
