@@ -126,7 +126,8 @@ func TestDiskFull(t *testing.T) {
 	defer db.Close()
 	cnt := counter{t, db}
 	waitFor(t, "the spill task running", 30*time.Second, func() (bool, error) {
-		return cnt.n(`SELECT count(*) FROM tasks WHERE title = 'df-spill' AND status = 'EXECUTING'`) == 1, nil
+		n, err := cnt.try(`SELECT count(*) FROM tasks WHERE title = 'df-spill' AND status = 'EXECUTING'`)
+		return err == nil && n == 1, err
 	})
 
 	fill(t, filepath.Join(dir, "filler"))
@@ -174,7 +175,8 @@ func TestDiskFull(t *testing.T) {
 		}
 	}
 	waitFor(t, "every task finished", 2*time.Minute, func() (bool, error) {
-		return cnt.n(`SELECT count(*) FROM tasks WHERE status NOT IN ('SUCCESS', 'FAILED', 'CANCELLED')`) == 0, nil
+		n, err := cnt.try(`SELECT count(*) FROM tasks WHERE status NOT IN ('SUCCESS', 'FAILED', 'CANCELLED')`)
+		return err == nil && n == 0, err
 	})
 	if n := cnt.n(`SELECT count(*) FROM tasks WHERE status <> 'SUCCESS'`); n != 0 {
 		t.Errorf("%d tasks did not succeed", n)

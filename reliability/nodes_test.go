@@ -118,11 +118,22 @@ type counter struct {
 
 func (c counter) n(q string, args ...any) int {
 	c.t.Helper()
-	var n int
-	if err := c.db.QueryRow(q, args...).Scan(&n); err != nil {
-		c.t.Fatalf("%s: %v", q, err)
+	n, err := c.try(q, args...)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	return n
+}
+
+// try is n for a condition of waitFor: a pooled connection the database
+// dropped (a restart, a terminated backend) fails one query, and the pool
+// replaces it for the next.
+func (c counter) try(q string, args ...any) (int, error) {
+	var n int
+	if err := c.db.QueryRow(q, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("%s: %w", q, err)
+	}
+	return n, nil
 }
 
 // waitFor polls cond (which may fail while the database is down) until it

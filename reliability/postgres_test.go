@@ -70,9 +70,14 @@ func (c *cluster) finish(t *testing.T, prefix string, total int) {
 	t.Helper()
 	cnt := counter{t, c.db}
 	waitFor(t, "every task finished", 3*time.Minute, func() (bool, error) {
-		return cnt.n(`SELECT count(*) FROM tasks WHERE status NOT IN ('SUCCESS', 'FAILED', 'CANCELLED')`) == 0, nil
+		n, err := cnt.try(`SELECT count(*) FROM tasks WHERE status NOT IN ('SUCCESS', 'FAILED', 'CANCELLED')`)
+		return err == nil && n == 0, err
 	})
 	t.Log("every task finished")
+	// Idle connections of the pool a kill or a restart broke would fail
+	// the checks below once each: close them.
+	c.db.SetMaxIdleConns(0)
+	c.db.SetMaxIdleConns(2)
 	checkRecordRun(t, c.db, prefix, total)
 	final := finalStates(t, c.db, prefix)
 	if len(final) != total {
@@ -124,7 +129,8 @@ func TestWatchersSurviveAPostgresRestart(t *testing.T) {
 
 	cnt := counter{t, c.db}
 	waitFor(t, "a quarter of the tasks done", 2*time.Minute, func() (bool, error) {
-		return cnt.n(`SELECT count(*) FROM tasks WHERE status = 'SUCCESS'`) >= total/4, nil
+		n, err := cnt.try(`SELECT count(*) FROM tasks WHERE status = 'SUCCESS'`)
+		return err == nil && n >= total/4, err
 	})
 	t.Log("stopping PostgreSQL")
 	c.pg.Stop(t)

@@ -285,7 +285,8 @@ func TestSIGTERMWithSubscribers(t *testing.T) {
 	defer db.Close()
 	cnt = counter{t, db}
 	waitFor(t, "every task finished", time.Minute, func() (bool, error) {
-		return cnt.n(`SELECT count(*) FROM tasks WHERE status NOT IN ('SUCCESS', 'FAILED', 'CANCELLED')`) == 0, nil
+		n, err := cnt.try(`SELECT count(*) FROM tasks WHERE status NOT IN ('SUCCESS', 'FAILED', 'CANCELLED')`)
+		return err == nil && n == 0, err
 	})
 	if n := cnt.n(`SELECT count(*) FROM tasks WHERE title LIKE 'st-%' AND title <> 'st-long' AND status = 'SUCCESS'`); n != 30 {
 		t.Errorf("%d of 30 tasks SUCCESS", n)
