@@ -101,6 +101,11 @@ func TestClaimPlanDoesNotDependOnTheBacklog(t *testing.T) {
 		{[]string{"noop"}, 256},
 		{[]string{"noop", "webhook", "import", "export", "report"}, 256},
 		{[]string{"noop"}, 1},
+		// Batches of 1,000 and 2,000 (the pool's default and the most a
+		// statement carries): the sizes at which the second statement once
+		// read the whole claimable index, the backlog, in a bitmap scan.
+		{[]string{"noop"}, 1000},
+		{[]string{"noop", "webhook"}, 2000},
 	} {
 		t.Run(fmt.Sprintf("%dTypesLimit%d", len(tc.types), tc.limit), func(t *testing.T) {
 			outs, err := s.ExplainClaim(sysCtx, tc.types, tc.limit)
