@@ -109,7 +109,7 @@ func TestParseFlags(t *testing.T) {
 		_, err := app.ParseFlags([]string{"-h"}, env(nil), &out)
 		require.ErrorIs(t, err, flag.ErrHelp)
 		for _, want := range []string{"--workers int\n", "--playground\n", "--shutdown-grace duration\n", "--max-upload-size size\n",
-			"(default 1000) [$TASKGRAPH_WORKERS]", "(default 50MiB)", "(default 7d)", "(default 10m) [$TASKGRAPH_JANITOR_INTERVAL]", "(default all)",
+			"(default 2000) [$TASKGRAPH_WORKERS]", "(default 50MiB)", "(default 7d)", "(default 10m) [$TASKGRAPH_JANITOR_INTERVAL]", "(default all)",
 			"--token-file string\n"} {
 			require.Contains(t, out.String(), strings.ReplaceAll(want, "\\n", "\n"))
 		}
