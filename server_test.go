@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -186,7 +187,16 @@ func TestSignalsShutDownGracefully(t *testing.T) {
 // JSON), then stops it and returns that line.
 func startLine(t *testing.T, args ...string) map[string]any {
 	t.Helper()
+	return startLineEnv(t, nil, args...)
+}
+
+// startLineEnv is startLine with the environment's GOGC replaced by env's
+// variables (nil: GOGC unset).
+func startLineEnv(t *testing.T, env []string, args ...string) map[string]any {
+	t.Helper()
 	cmd := exec.Command(binary(t), append(args, "--log-format", "json", "--data-dir", t.TempDir())...)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, "GOGC=") })
+	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +266,17 @@ func TestStartLineSaysWhatRuns(t *testing.T) {
 		})
 		if m["roles"] != "api,watchdog,worker" || m["workers"] != float64(worker.ConcurrencyDefault) {
 			t.Fatalf("roles %v, workers %v", m["roles"], m["workers"])
+		}
+		if m["gogc"] != float64(gcPercentDefault) {
+			t.Fatalf("gogc %v, want the server's default %d", m["gogc"], gcPercentDefault)
+		}
+	})
+	t.Run("GOGCFromTheEnvironmentWins", func(t *testing.T) {
+		t.Parallel()
+		for env, want := range map[string]float64{"GOGC=50": 50, "GOGC=off": -1} {
+			if m := startLineEnv(t, []string{env}, "--addr", "127.0.0.1:0"); m["gogc"] != want {
+				t.Errorf("%s: gogc %v, want %v", env, m["gogc"], want)
+			}
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -135,7 +136,17 @@ func startAttrs(cfg Config, a *App, bound net.Addr) []any {
 	if cfg.Has(RoleWorker) {
 		attrs = append(attrs, "workers", cfg.Workers)
 	}
-	return attrs
+	return append(attrs, "gogc", gcPercent())
+}
+
+// gcPercent is the garbage collector's target in effect (GOGC; -1: off).
+func gcPercent() int64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return -1
+	}
+	return int64(s[0].Value.Uint64()) // off reads as the largest uint64: -1
 }
 
 // listenAddr is addr as given, with the port the listener got when addr
