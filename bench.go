@@ -107,16 +107,18 @@ func runBench(args []string) int {
 		fmt.Fprintln(os.Stderr, "bench: -n must be at least 10; -workers, -backlog must not be negative; -nodes at least 1")
 		return 2
 	}
+	// An interrupt ends the run through its defers (the nodes shut down,
+	// then the bench's schema or file is removed), not where it stands; so
+	// does a closed output (SIGPIPE: `taskgraph bench | head -3`), whose
+	// writes then fail instead of killing the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
+	defer stop()
 	dir, dsn, cleanup, err := benchDB(*db)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
 	defer cleanup()
-	// An interrupt ends the run through its defers (the nodes shut down,
-	// then the bench's schema or file is removed), not where it stands.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var apps []*app.App
 	shutdown := func() {
