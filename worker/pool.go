@@ -69,10 +69,10 @@ const (
 	// only while it runs, and the claim and the flush batch what is in
 	// flight: with short tasks, throughput is in-flight work over the
 	// round trips of a claim and a flush (1,000 gave 1.4x the noop
-	// burn-down of 256 on PostgreSQL, 2,000 another 3-5%: a claim and a
-	// flush of 2,000 rows, the most a statement carries, cost fewer
-	// commits per task). Types that must not run that wide set their own
-	// cap (tasktype.WithConcurrency; imports 4).
+	// burn-down of 256 on PostgreSQL; 2,000, the River peer's setting,
+	// about 5% more again: claims and flushes may then carry up to 2,000
+	// rows, the most a statement does). Types that must not run that wide
+	// set their own cap (tasktype.WithConcurrency; imports 4).
 	ConcurrencyDefault       = 2000
 	PollIntervalDefault      = time.Second
 	HeartbeatIntervalDefault = 5 * time.Second
