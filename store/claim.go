@@ -74,16 +74,40 @@ var (
 // it (the task is not waiting) is left alone, for the watchdog's repair; it
 // never fails the claim of the others.
 func (s *Store) Claim(ctx context.Context, workerID string, types []string, limit int) ([]Claimed, error) {
+	return s.ClaimEach(ctx, workerID, types, nil, limit)
+}
+
+// ClaimEach is Claim with a cap per type: at most caps[i] instances of
+// types[i] (a worker's room under the type's concurrency cap), and limit
+// in all, taken in claim order across the types. With caps nil, each type
+// may have up to limit. One claim of every type a worker runs, rather than
+// one per capped type, keeps priority across the types: a capped type's
+// task is not held back behind another type's backlog.
+func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, caps []int, limit int) ([]Claimed, error) {
 	ctx = internal(ctx)
+	if caps != nil && len(caps) != len(types) {
+		return nil, fmt.Errorf("claim: %d caps for %d types", len(caps), len(types))
+	}
+	limit = min(limit, maxBatchRows)
 	if limit <= 0 || len(types) == 0 {
 		return nil, nil
 	}
-	limit = min(limit, maxBatchRows)
+	// The limits per type, lowered by the gate in each attempt.
+	wanted := make([]int, len(types))
+	for i := range wanted {
+		wanted[i] = limit
+		if caps != nil {
+			wanted[i] = min(max(caps[i], 0), limit)
+		}
+	}
+	if !slices.ContainsFunc(wanted, func(l int) bool { return l > 0 }) {
+		return nil, nil
+	}
 	if !s.d.postgres() {
 		// SQLite: a claim that would take nothing (nothing waits, or the
 		// gate admits none of it) takes no write lock, which every node
 		// sharing the file would wait for; a poll finds out by reading.
-		ok, err := s.anyClaimable(ctx, types, limit)
+		ok, err := s.anyClaimable(ctx, types, wanted)
 		if err != nil || !ok {
 			return nil, err
 		}
@@ -100,10 +124,7 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 		// The claim's time, read once the gate's locks are held: a claim
 		// that waited for another's commit counts from after it.
 		now := s.Now()
-		limits := make([]int, len(types))
-		for i := range limits {
-			limits[i] = limit
-		}
+		limits := slices.Clone(wanted)
 		if err := s.admit(ctx, q, types, limits, now); err != nil {
 			return err
 		}
@@ -207,16 +228,13 @@ func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []i
 	return nil
 }
 
-// anyClaimable reports whether a claim of types would find anything to
-// take now, by reading only (the gate's reads, then the claim's pick of
-// one instance, each a statement of its own): a hint, which the claim's
-// transaction checks again.
-func (s *Store) anyClaimable(ctx context.Context, types []string, limit int) (bool, error) {
+// anyClaimable reports whether a claim of types, at most wanted[i] of
+// types[i], would find anything to take now, by reading only (the gate's
+// reads, then the claim's pick of one instance, each a statement of its
+// own): a hint, which the claim's transaction checks again.
+func (s *Store) anyClaimable(ctx context.Context, types []string, wanted []int) (bool, error) {
 	now := s.Now()
-	limits := make([]int, len(types))
-	for i := range limits {
-		limits[i] = limit
-	}
+	limits := slices.Clone(wanted)
 	if err := s.admit(ctx, dbQuerier{s}, types, limits, now); err != nil {
 		return false, err
 	}

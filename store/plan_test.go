@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 
 	"strings"
 	"testing"
@@ -118,6 +119,47 @@ func TestGateLimitsTheClaim(t *testing.T) {
 			per[c.Task.Type]++
 		}
 		require.Equal(t, map[string]int{"noop": 4, "export": 5}, per, "noop: 2 a claim; webhook: none")
+	})
+}
+
+// TestClaimEachCapsEveryTypeAndKeepsPriorityAcrossThem: one claim of
+// several types takes at most each type's cap, and limit in all, in claim
+// order across the types: a capped type's urgent task is taken ahead of
+// another type's backlog, not after it.
+func TestClaimEachCapsEveryTypeAndKeepsPriorityAcrossThem(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, _ := setup(t, dsn)
+		var batch []store.NewTask
+		for range 10 {
+			batch = append(batch, newTaskParams(taskOpts{typ: "noop"}))
+		}
+		for i := range 4 {
+			n := newTaskParams(taskOpts{typ: "import"})
+			n.Priority = -i // more urgent than every noop (priority 0)
+			batch = append(batch, n)
+		}
+		createAll(t, s, batch)
+
+		cl, err := s.ClaimEach(sysCtx, "w", []string{"noop", "import"}, []int{10, 2}, 5)
+		require.NoError(t, err)
+		var got []string
+		for _, c := range cl {
+			got = append(got, fmt.Sprintf("%s/%d", c.Task.Type, c.Task.Priority))
+		}
+		require.Equal(t, []string{"import/-3", "import/-2", "noop/0", "noop/0", "noop/0"}, got,
+			"the import's cap of 2, taken first by priority; the rest of the limit from noop")
+
+		cl, err = s.ClaimEach(sysCtx, "w", []string{"noop", "import"}, []int{0, 5}, 5)
+		require.NoError(t, err)
+		got = got[:0]
+		for _, c := range cl {
+			got = append(got, fmt.Sprintf("%s/%d", c.Task.Type, c.Task.Priority))
+		}
+		require.Equal(t, []string{"import/-1", "import/0"}, got, "a cap of 0 takes none of that type")
+
+		_, err = s.ClaimEach(sysCtx, "w", []string{"noop", "import"}, []int{1}, 5)
+		require.ErrorContains(t, err, "1 caps for 2 types")
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -103,6 +104,7 @@ type fakeStore struct {
 	fakeCompleter
 	claim  func(n int, types []string, limit int) ([]store.Claimed, error)
 	claims chan int // the number of each Claim call
+	asked  []claimCall
 
 	claimMu    sync.Mutex
 	calls      int
@@ -111,16 +113,34 @@ type fakeStore struct {
 
 func newFakeStore() *fakeStore { return &fakeStore{claims: make(chan int, 1024)} }
 
-func (s *fakeStore) Claim(_ context.Context, _ string, types []string, limit int) ([]store.Claimed, error) {
+// claimCall is what one claim asked for.
+type claimCall struct {
+	types []string
+	caps  []int
+	limit int
+}
+
+func (s *fakeStore) ClaimEach(_ context.Context, _ string, types []string, caps []int, limit int) ([]store.Claimed, error) {
+	if len(caps) != len(types) {
+		panic("fakeStore: a cap per type")
+	}
 	s.claimMu.Lock()
 	s.calls++
 	n := s.calls
+	s.asked = append(s.asked, claimCall{types: slices.Clone(types), caps: slices.Clone(caps), limit: limit})
 	s.claimMu.Unlock()
 	s.claims <- n
 	if s.claim == nil {
 		return nil, nil
 	}
 	return s.claim(n, types, limit)
+}
+
+// claimsAsked returns what each claim so far asked for.
+func (s *fakeStore) claimsAsked() []claimCall {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	return slices.Clone(s.asked)
 }
 
 func (s *fakeStore) claimCount() int {

@@ -79,6 +79,20 @@ func (g *gates) registry() *tasktype.Registry {
 	return r
 }
 
+// registryWithCap registers "noop" like registry, and "import", held the
+// same way, with a cap of capped running at once per worker.
+func (g *gates) registryWithCap(capped int) *tasktype.Registry {
+	r := g.registry()
+	tasktype.Register(r, "import", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
+		select {
+		case <-g.gate(job.Instance.ID):
+		case <-ctx.Done():
+		}
+		return nil
+	}, tasktype.WithConcurrency(capped))
+	return r
+}
+
 // full answers a claim with as many executions as it may take, numbered
 // from *next.
 func full(next *int) func(int, []string, int) ([]store.Claimed, error) {
@@ -142,6 +156,70 @@ func TestFetchLoopClaimsAgainAtOnceWhileClaimsComeBackFull(t *testing.T) {
 	require.Equal(t, 2, s.claimCount(), "the first claim came back full: a second one followed at once")
 	require.Equal(t, 2, p.Running())
 	require.Equal(t, 4, p.Concurrency())
+}
+
+// TestOneClaimTakesEveryTypeACappedOneUpToItsRoom: a type with a cap per
+// worker is claimed with the others, in the same claim, up to its room
+// under the cap; a claim per capped type after the others' would find no
+// free slot left whenever the others have a backlog, and the capped type
+// would wait behind it whatever its priority.
+func TestOneClaimTakesEveryTypeACappedOneUpToItsRoom(t *testing.T) {
+	t.Parallel()
+	var g gates
+	defer g.openAll(4)
+	s := newFakeStore()
+	next := 0
+	s.claim = func(n int, types []string, limit int) ([]store.Claimed, error) {
+		if n <= 2 {
+			next++
+			return []store.Claimed{claimed(next, "import")}, nil
+		}
+		return nil, nil
+	}
+	p := fakePool(t, s, Config{Concurrency: 4}, g.registryWithCap(2))
+	idle(t, p)
+	p.Wake()
+	idle(t, p)
+	p.Wake()
+	idle(t, p)
+	require.Equal(t, []claimCall{
+		{types: []string{"import", "noop"}, caps: []int{2, 4}, limit: 4},
+		{types: []string{"import", "noop"}, caps: []int{1, 3}, limit: 3},
+		{types: []string{"noop"}, caps: []int{2}, limit: 2}, // import at its cap
+	}, s.claimsAsked())
+}
+
+// TestClaimsRampUpAfterTheQueueDrained: after a claim that found less
+// than it asked for (and at the start), the next takes an eighth of a
+// batch, and each claim that comes back full doubles that, up to the batch.
+func TestClaimsRampUpAfterTheQueueDrained(t *testing.T) {
+	t.Parallel()
+	const slots = 2048
+	var g gates
+	defer g.openAll(slots)
+	s := newFakeStore()
+	next := 0
+	fill := full(&next)
+	s.claim = func(n int, types []string, limit int) ([]store.Claimed, error) {
+		switch n {
+		case 1, 2:
+			return fill(n, types, limit)
+		case 3:
+			return fill(n, types, limit/2)
+		}
+		return nil, nil
+	}
+	p := fakePool(t, s, Config{Concurrency: slots}, g.registry())
+	idle(t, p)
+	p.Wake()
+	idle(t, p)
+	var limits []int
+	for _, c := range s.claimsAsked() {
+		limits = append(limits, c.limit)
+	}
+	require.Equal(t, []int{256, 512, 1024, 256}, limits,
+		"an eighth of the batch, doubled while claims come back full; an eighth again after one came back short")
+	require.Equal(t, 256+512+512, p.Running())
 }
 
 func TestFetchLoopStopsClaimingWhenEverySlotIsBusy(t *testing.T) {

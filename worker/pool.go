@@ -92,6 +92,11 @@ const (
 	// when 1/claimWorthDivisor of a claim batch is free: that many slots
 	// are worth a claim of their own.
 	claimWorthDivisor = 2
+	// claimRampDivisor and claimRampMin: after the pool found nothing more
+	// to claim, its next claim takes 1/claimRampDivisor of a batch, but at
+	// least claimRampMin (rampStart).
+	claimRampDivisor = 8
+	claimRampMin     = 64
 	// changesBuffer is how many changes the event loop may fall behind by
 	// before the broker drops it; it then catches up the slow way (a claim
 	// and a heartbeat) and subscribes again.
@@ -171,6 +176,9 @@ type Pool struct {
 
 	wake chan struct{}
 	slot chan struct{}
+	// ramp is the most the next claim takes (rampStart); only the fetch
+	// loop uses it.
+	ramp int
 
 	// mu guards started, stopping and paused.
 	mu       sync.Mutex
@@ -224,6 +232,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 		slot:    make(chan struct{}, 1),
 		running: newRunningSet(),
 	}
+	p.ramp = p.rampStart()
 	p.writes = newFlusher(deps.Store, p.log, cfg.FlushInterval, outcomesQueuedPerSlot*cfg.Concurrency)
 	p.writes.outages = deps.Outages
 	p.writes.onLost = func(tok store.Token) { p.running.cancel(tok.InstanceID, errLost) }
@@ -353,51 +362,50 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 
 func (p *Pool) freeSlots() int { return p.cfg.Concurrency - p.running.count() }
 
-// fetchOnce claims as much as the free slots allow and starts it. It
-// reports whether every claim came back full (more may be waiting).
+// fetchOnce claims as much as the free slots allow, in one claim of every
+// type (a capped type up to its room under the cap), and starts it. It
+// reports whether the claim came back full (more may be waiting).
 func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
-	free, open, capped := p.room()
-	if free == 0 {
+	free, types, caps := p.room()
+	limit := min(free, p.cfg.ClaimBatch, p.ramp)
+	if limit == 0 || len(types) == 0 {
 		return false, nil
 	}
-	more = true
-	claim := func(types []string, limit int) error {
-		limit = min(limit, p.cfg.ClaimBatch)
-		if limit <= 0 || len(types) == 0 {
-			return nil
-		}
-		callCtx, cancel := context.WithTimeout(ctx, claimTimeout)
-		claimed, err := p.deps.Store.Claim(callCtx, p.cfg.ID, types, limit)
-		cancel()
-		if err != nil {
-			return err
-		}
-		if p.deps.Recorder != nil && len(claimed) > 0 {
-			p.deps.Recorder.Claimed(len(claimed))
-		}
-		for _, c := range claimed {
-			p.start(c)
-		}
-		free -= len(claimed)
-		if len(claimed) < limit {
-			more = false
-		}
-		return nil
-	}
-	if err := claim(open, free); err != nil {
+	callCtx, cancel := context.WithTimeout(ctx, claimTimeout)
+	claimed, err := p.deps.Store.ClaimEach(callCtx, p.cfg.ID, types, caps, limit)
+	cancel()
+	if err != nil {
 		return false, err
 	}
-	for name, room := range capped {
-		if err := claim([]string{name}, min(room, free)); err != nil {
-			return false, err
-		}
+	if p.deps.Recorder != nil && len(claimed) > 0 {
+		p.deps.Recorder.Claimed(len(claimed))
 	}
-	return more && free > 0, nil
+	for _, c := range claimed {
+		p.start(c)
+	}
+	if len(claimed) < limit {
+		// Drained (or held back by caps and flow control): the next burst
+		// starts small again.
+		p.ramp = p.rampStart()
+		return false, nil
+	}
+	p.ramp = min(2*p.ramp, p.cfg.ClaimBatch)
+	return free > len(claimed), nil
 }
 
-// room returns the free slots, the types without a cap, and the room
-// left under each capped type's cap.
-func (p *Pool) room() (free int, open []string, capped map[string]int) {
+// rampStart is the first claim's size after the pool found nothing more
+// to claim: an eighth of a batch (at least claimRampMin), doubled at each
+// claim that comes back full. The first executions of a burst then end,
+// and are written, while the larger claims that follow are under way,
+// instead of all waiting for one claim, then one flush, of a whole batch.
+func (p *Pool) rampStart() int {
+	return min(max(p.cfg.ClaimBatch/claimRampDivisor, claimRampMin), p.cfg.ClaimBatch)
+}
+
+// room returns the free slots, the types this pool runs and, per type,
+// the most of it the claim may take: the free slots, or a capped type's
+// room under its cap if that is less.
+func (p *Pool) room() (free int, types []string, caps []int) {
 	p.mu.Lock()
 	stopping := p.stopping || p.paused
 	p.mu.Unlock()
@@ -405,18 +413,18 @@ func (p *Pool) room() (free int, open []string, capped map[string]int) {
 		return 0, nil, nil
 	}
 	running, perType := p.running.usage()
-	free = p.cfg.Concurrency - running
-	capped = make(map[string]int)
+	free = max(p.cfg.Concurrency-running, 0)
 	for _, t := range p.deps.Registry.Types() {
-		if t.Concurrency <= 0 {
-			open = append(open, t.Name)
-			continue
+		room := free
+		if t.Concurrency > 0 {
+			room = min(max(t.Concurrency-perType[t.Name], 0), free)
 		}
-		if room := t.Concurrency - perType[t.Name]; room > 0 {
-			capped[t.Name] = room
+		if room > 0 {
+			types = append(types, t.Name)
+			caps = append(caps, room)
 		}
 	}
-	return max(free, 0), open, capped
+	return free, types, caps
 }
 
 // start runs one claimed execution in its own goroutine.

@@ -15,9 +15,10 @@ import (
 
 // Claimer hands out waiting executions: the pool's fetch loop uses it.
 type Claimer interface {
-	// Claim moves up to limit waiting instances of types to EXECUTING for
-	// workerID and returns them with their tasks and fencing tokens.
-	Claim(ctx context.Context, workerID string, types []string, limit int) ([]store.Claimed, error)
+	// ClaimEach moves up to limit waiting instances of types, at most
+	// caps[i] of types[i], to EXECUTING for workerID and returns them
+	// with their tasks and fencing tokens.
+	ClaimEach(ctx context.Context, workerID string, types []string, caps []int, limit int) ([]store.Claimed, error)
 	// NextAdmission returns, and forgets, the earliest time flow control
 	// admits again a type it refused (zero: none), so that the pool claims
 	// then rather than at its next poll.

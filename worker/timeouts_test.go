@@ -37,9 +37,9 @@ func (s *limitStore) record(ctx context.Context, call string) {
 	}
 }
 
-func (s *limitStore) Claim(ctx context.Context, node string, types []string, limit int) ([]store.Claimed, error) {
+func (s *limitStore) ClaimEach(ctx context.Context, node string, types []string, caps []int, limit int) ([]store.Claimed, error) {
 	s.record(ctx, "claim")
-	return s.fakeStore.Claim(ctx, node, types, limit)
+	return s.fakeStore.ClaimEach(ctx, node, types, caps, limit)
 }
 
 func (s *limitStore) Pulse(ctx context.Context, p []store.Pulse) (store.Beat, error) {
