@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,6 +89,8 @@ type Listener struct {
 	// resyncer re-reads what may have been missed (resync), woken when
 	// changes may have been missed, retried with a backoff until it works.
 	resyncer *service.Loop[int]
+	// own is how this node's notifications begin (nodePrefix).
+	own string
 
 	// Counters for metrics.
 	received, resyncs, resyncFailures, resyncsRequired int64
@@ -105,7 +108,7 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	cfg.ResyncLimit = cmp.Or(cfg.ResyncLimit, ResyncLimitDefault)
 	cfg.ResyncPage = cmp.Or(cfg.ResyncPage, ResyncPageDefault)
 	cfg.PingInterval = cmp.Or(cfg.PingInterval, PingIntervalDefault)
-	l := &Listener{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{})}
+	l := &Listener{cfg: cfg, own: nodePrefix(cfg.Node), log: cmp.Or(cfg.Logger, slog.Default()).With("component", "relay"), done: make(chan struct{})}
 	resyncer, err := service.New(service.Config[int]{
 		Name: "relay resync",
 		// Woken when changes may have been missed; the interval only
@@ -316,6 +319,9 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) bool {
 	var ts [][4]int64
 	var ls [][2]int64
 	for _, n := range batch {
+		if strings.HasPrefix(n.Extra, l.own) {
+			continue // this node's own (from)
+		}
 		m, err := decode(n.Extra)
 		if err != nil {
 			l.log.Warn("ignoring a notification", "err", err)

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,6 +27,9 @@ func TestEncodeSplitsUnderTheNotificationLimit(t *testing.T) {
 		m, err := decode(p)
 		require.NoError(t, err)
 		require.Equal(t, "node-a", m.Node)
+		require.True(t, strings.HasPrefix(p, nodePrefix("node-a")), "a node knows its own payloads undecoded")
+		require.False(t, strings.HasPrefix(p, nodePrefix("node-")), "nor mistakes another's whose name begins like its own")
+		require.False(t, strings.HasPrefix(p, nodePrefix("node-b")))
 		for _, x := range m.T {
 			c := changes[gotT]
 			require.Equal(t, [4]int64{int64(c.Task.ID), c.Task.Version, int64(events.Transitioned), int64(statusIndex(lifecycle.Executing))}, x, "in order")
@@ -39,6 +43,16 @@ func TestEncodeSplitsUnderTheNotificationLimit(t *testing.T) {
 	require.Equal(t, len(changes), gotT)
 	require.Equal(t, len(logs), gotL)
 	require.Empty(t, encode("node-a", nil, nil))
+}
+
+func TestOwnPayloadsAreKnownByTheWholeNameWhateverItHolds(t *testing.T) {
+	t.Parallel()
+	change := []events.TaskChange{{Kind: events.Transitioned, Task: &ent.Task{ID: 1, Version: 1, Status: lifecycle.Pending}}}
+	for _, node := range []string{`a"b`, `a\b`, "é<>&", "a,b"} {
+		p := encode(node, change, nil)[0]
+		require.True(t, strings.HasPrefix(p, nodePrefix(node)), p)
+		require.False(t, strings.HasPrefix(p, nodePrefix(node[:len(node)-1])), p)
+	}
 }
 
 func TestDecodeRefusesGarbage(t *testing.T) {
