@@ -102,7 +102,7 @@ func TestBench(t *testing.T) {
 				`(?m)^bench: \w+, 2000 noop tasks \(\+0 waiting behind\), 1 node\(s\) x 2000 workers`,
 				`(?m)^inserted 2000 tasks in \S+ \(\d+ tasks/s\)$`,
 				`(?m)^total: 2000 tasks SUCCESS \(0 failed\) in \S+ = \d+ tasks/s end to end`,
-				`(?m)^first 10%: \d+ tasks/s, last 10%: \d+ tasks/s \(first/last [0-9.]+\)$`,
+				`(?m)^first 10%: \d+ tasks/s, last 10%: \d+ tasks/s \(first/last [0-9.]+\); the first task was done \d+(\.\d+)?m?s after the start$`,
 			}
 			if tg.name == "Postgres" {
 				want = append(want, `(?m)^all tables +per task: [0-9.]+ row versions, <= [0-9.]+ index entries$`)
