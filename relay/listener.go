@@ -320,7 +320,7 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) bool {
 	var ls [][2]int64
 	for _, n := range batch {
 		if strings.HasPrefix(n.Extra, l.own) {
-			continue // this node's own (from)
+			continue // this node's own (nodePrefix)
 		}
 		m, err := decode(n.Extra)
 		if err != nil {

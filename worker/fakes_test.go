@@ -103,11 +103,11 @@ func (c *fakeCompleter) finishCalls() int {
 type fakeStore struct {
 	fakeCompleter
 	claim  func(n int, types []string, limit int) ([]store.Claimed, error)
-	claims chan int // the number of each Claim call
-	asked  []claimCall
+	claims chan int // the number of each claim
 
 	claimMu    sync.Mutex
 	calls      int
+	asked      []claimCall
 	admissions []time.Time // what NextAdmission answers, in turn; then zero
 }
 
