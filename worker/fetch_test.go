@@ -65,31 +65,27 @@ func (g *gates) openAll(last int) {
 	}
 }
 
-// registry registers "noop", whose handlers run until their instance's
-// gate is opened.
+// hold is a handler that runs until its instance's gate is opened.
+func (g *gates) hold(ctx context.Context, job *tasktype.Job, _ struct{}) error {
+	select {
+	case <-g.gate(job.Instance.ID):
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// registry registers "noop", whose handlers hold.
 func (g *gates) registry() *tasktype.Registry {
 	r := tasktype.NewRegistry()
-	tasktype.Register(r, "noop", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
-		select {
-		case <-g.gate(job.Instance.ID):
-		case <-ctx.Done():
-		}
-		return nil
-	})
+	tasktype.Register(r, "noop", g.hold)
 	return r
 }
 
-// registryWithCap registers "noop" like registry, and "import", held the
-// same way, with a cap of capped running at once per worker.
+// registryWithCap registers "noop" like registry, and "import", whose
+// handlers hold too, with a cap of capped running at once per worker.
 func (g *gates) registryWithCap(capped int) *tasktype.Registry {
 	r := g.registry()
-	tasktype.Register(r, "import", func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
-		select {
-		case <-g.gate(job.Instance.ID):
-		case <-ctx.Done():
-		}
-		return nil
-	}, tasktype.WithConcurrency(capped))
+	tasktype.Register(r, "import", g.hold, tasktype.WithConcurrency(capped))
 	return r
 }
 
