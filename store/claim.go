@@ -92,7 +92,8 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 	if limit <= 0 || len(types) == 0 {
 		return nil, nil
 	}
-	// The limits per type, lowered by the gate in each attempt.
+	// What the claim asks of each type; each attempt lowers a copy of it
+	// to what the gate admits.
 	wanted := make([]int, len(types))
 	for i := range wanted {
 		wanted[i] = limit
