@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,17 +127,29 @@ func (b bundle) inTx(t testing.TB, fn func(q flow.Querier) error) {
 
 func (b bundle) admit(t testing.TB, types ...string) map[string]int {
 	t.Helper()
-	var out map[string]int
+	var out store.Admission
 	b.inTx(t, func(q flow.Querier) (err error) {
-		out, err = b.gate.Admit(context.Background(), q, types, b.store.Now())
+		out, err = b.gate.Admit(context.Background(), q, types, b.store.Now)
 		return err
 	})
-	return out
+	require.Equal(t, b.store.Now(), out.Now, "the claim's time is the clock's")
+	return out.Room
 }
 
+// claimed admits a claim of the types of claimed and records that it
+// claimed that many, in one transaction, as a claim does.
 func (b bundle) claimed(t testing.TB, claimed map[string]int) {
 	t.Helper()
-	b.inTx(t, func(q flow.Querier) error { return b.gate.Claimed(context.Background(), q, claimed, b.store.Now()) })
+	b.inTx(t, func(q flow.Querier) error {
+		adm, err := b.gate.Admit(context.Background(), q, slices.Sorted(maps.Keys(claimed)), b.store.Now)
+		if err != nil {
+			return err
+		}
+		if adm.Record == nil {
+			return errors.New("the admission records no start")
+		}
+		return adm.Record(context.Background(), q, claimed)
+	})
 }
 
 // create makes n waiting tasks of a type.
@@ -172,6 +187,28 @@ func TestGate(t *testing.T) {
 			_, err = b.svc.Set(adminCtx, "import", flow.Limits{MaxRunning: ptr(10)})
 			require.NoError(t, err)
 			require.Equal(t, 7, b.admit(t, "import")["import"])
+		})
+		t.Run("OnlyAnAdmittedRateHasStartsToRecord", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t))
+			records := func(types ...string) bool {
+				var adm store.Admission
+				b.inTx(t, func(q flow.Querier) (err error) {
+					adm, err = b.gate.Admit(context.Background(), q, types, b.store.Now)
+					return err
+				})
+				return adm.Record != nil
+			}
+			require.False(t, records("import", "noop"), "no control: the claim makes no call")
+			_, err := b.svc.Set(adminCtx, "import", flow.Limits{MaxRunning: ptr(3)})
+			require.NoError(t, err)
+			require.False(t, records("import", "noop"), "a cap counts what runs, not starts")
+			_, err = b.svc.Set(adminCtx, "noop", flow.Limits{RateLimit: ptr(5), RatePeriodSeconds: ptr(2)})
+			require.NoError(t, err)
+			require.True(t, records("import", "noop"))
+			require.False(t, records("import"), "the rate-limited type is not asked for")
+			b.claimed(t, map[string]int{"noop": 5})
+			require.False(t, records("import", "noop"), "out of starts: not admitted, nothing to record")
 		})
 		t.Run("RateLimitIsASlidingWindow", func(t *testing.T) {
 			t.Parallel()
@@ -369,8 +406,8 @@ func BenchmarkAdmit(b *testing.B) {
 				q := txQuerier{tx: tx, postgres: fx.store.Postgres()}
 				bb.ResetTimer()
 				for range bb.N {
-					got, err := fx.gate.Admit(context.Background(), q, []string{"import", "noop"}, fx.store.Now())
-					if err != nil || got["noop"] != flow.Unlimited {
+					got, err := fx.gate.Admit(context.Background(), q, []string{"import", "noop"}, fx.store.Now)
+					if err != nil || got.Room["noop"] != flow.Unlimited {
 						bb.Fatal(got, err)
 					}
 				}

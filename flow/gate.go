@@ -94,56 +94,48 @@ func (c control) pausedAt(now time.Time) bool {
 	return c.paused && (!c.pausedUntil.Valid || c.pausedUntil.Time.After(now))
 }
 
-// Lock takes, on PostgreSQL, the locks of the claim's transaction (the
-// control rows of the limited types among types) before the claim reads
-// its clock: claims of a type that wait for each other then read it in
-// the order they commit, and a rate's claim times never go backwards.
-func (g *Gate) Lock(ctx context.Context, q Querier, types []string) error {
-	if !q.Postgres() || len(types) == 0 {
-		return nil
-	}
-	if _, err := g.controls(ctx, q, types, false); err != nil {
-		return fmt.Errorf("flow gate: %w", err)
-	}
-	return nil
-}
-
-// Admit returns how many instances of each type the claim may take now;
-// a type absent from the map may not be claimed at all (paused, at its
-// cap, out of starts); Unlimited means no limit beyond the claim's own.
-func (g *Gate) Admit(ctx context.Context, q Querier, types []string, now time.Time) (map[string]int, error) {
-	out := make(map[string]int, len(types))
-	for _, t := range types {
-		out[t] = Unlimited
-	}
-	if len(types) == 0 {
-		return out, nil
-	}
-	controls, err := g.controls(ctx, q, types, false)
+// Admit reads the control rows of types, locking them on PostgreSQL, then
+// reads the claim's time with clock: claims of a type that wait for each
+// other then read it in the order they commit, and a rate's claim times
+// never go backwards. It returns how many instances of each type the claim
+// may take now; a type absent from Room may not be claimed at all (paused,
+// at its cap, out of starts). Only a claim that may take a rate-limited
+// type has starts to record (Record); the others' claims make no call.
+func (g *Gate) Admit(ctx context.Context, q Querier, types []string, clock func() time.Time) (store.Admission, error) {
+	controls, err := g.controls(ctx, q, types)
 	if err != nil {
-		return nil, fmt.Errorf("flow gate: %w", err)
+		return store.Admission{}, fmt.Errorf("flow gate: %w", err)
 	}
+	now := clock()
+	room := make(map[string]int, len(types))
+	for _, t := range types {
+		room[t] = Unlimited
+	}
+	// The rate windows of the rate-limited types admitted, as read: their
+	// control rows are locked, and the claim writes no start before Record.
+	windows := map[string]*rateWindow{}
 	for _, c := range controls {
 		if c.pausedAt(now) {
 			if c.pausedUntil.Valid {
 				g.admitAt(c.pausedUntil.Time)
 			}
-			delete(out, c.typ)
+			delete(room, c.typ)
 			continue
 		}
 		allowed := Unlimited
 		if c.maxRunning.Valid {
 			running, err := countInt(ctx, q, `SELECT COUNT(*) FROM task_instances WHERE status = `+sqlExecuting+` AND task_type = ?`, c.typ)
 			if err != nil {
-				return nil, fmt.Errorf("flow gate: count running %s: %w", c.typ, err)
+				return store.Admission{}, fmt.Errorf("flow gate: count running %s: %w", c.typ, err)
 			}
 			allowed = max(0, int(c.maxRunning.Int64)-running)
 		}
 		if c.rateLimit.Valid {
-			w, err := g.window(ctx, q, c, now)
+			starts, err := g.starts(ctx, q, c, now)
 			if err != nil {
-				return nil, err
+				return store.Admission{}, err
 			}
+			w := newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts)
 			left := len(w.take(maxRoom))
 			if left < maxRoom {
 				// The rate holds the type back after these: say when
@@ -155,42 +147,43 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, now time.Ti
 			if allowed == Unlimited || left < allowed {
 				allowed = left
 			}
+			if allowed > 0 {
+				// take gave w's stamps away: Record takes from a fresh one.
+				windows[c.typ] = newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts)
+			}
 		}
 		if allowed == 0 {
-			delete(out, c.typ)
+			delete(room, c.typ)
 			continue
 		}
-		out[c.typ] = allowed
+		room[c.typ] = allowed
 	}
-	return out, nil
+	adm := store.Admission{Now: now, Room: room}
+	if len(windows) > 0 {
+		adm.Record = func(ctx context.Context, q Querier, claimed map[string]int) error {
+			return record(ctx, q, windows, claimed, now)
+		}
+	}
+	return adm, nil
 }
 
-// Claimed records, in the claim's transaction, the starts of rate-limited
-// types with their admission stamps (rate.go), and forgets the rows no
-// longer of use.
-func (g *Gate) Claimed(ctx context.Context, q Querier, claimed map[string]int, now time.Time) error {
-	var types []string
-	for t, n := range claimed {
-		if n > 0 {
+// record writes, in the claim's transaction, the starts of rate-limited
+// types with their admission stamps (rate.go), given by the windows Admit
+// read, and forgets the rows no longer of use.
+func record(ctx context.Context, q Querier, windows map[string]*rateWindow, claimed map[string]int, now time.Time) error {
+	types := make([]string, 0, len(windows))
+	for t := range windows {
+		if claimed[t] > 0 {
 			types = append(types, t)
 		}
 	}
-	if len(types) == 0 {
-		return nil
-	}
-	controls, err := g.controls(ctx, q, types, true)
-	if err != nil {
-		return fmt.Errorf("flow gate: %w", err)
-	}
-	for _, c := range controls {
-		w, err := g.window(ctx, q, c, now)
-		if err != nil {
-			return err
-		}
-		stamps := w.take(claimed[c.typ])
-		if len(stamps) != claimed[c.typ] {
+	sort.Strings(types)
+	for _, typ := range types {
+		w := windows[typ]
+		stamps := w.take(claimed[typ])
+		if len(stamps) != claimed[typ] {
 			// Admit allowed them in this transaction, from the same rows.
-			return fmt.Errorf("flow gate: %d starts of %s claimed, %d admitted", claimed[c.typ], c.typ, len(stamps))
+			return fmt.Errorf("flow gate: %d starts of %s claimed, %d admitted", claimed[typ], typ, len(stamps))
 		}
 		// One row per distinct stamp (they come in order).
 		for i := 0; i < len(stamps); {
@@ -199,13 +192,13 @@ func (g *Gate) Claimed(ctx context.Context, q Querier, claimed map[string]int, n
 				j++
 			}
 			if _, err := q.Exec(ctx, `INSERT INTO flow_starts (task_type, started_at, admitted_at, count) VALUES (?, ?, ?, ?)`,
-				c.typ, now.UTC(), stamps[i].UTC(), j-i); err != nil {
-				return fmt.Errorf("flow gate: record starts of %s: %w", c.typ, err)
+				typ, now.UTC(), stamps[i].UTC(), j-i); err != nil {
+				return fmt.Errorf("flow gate: record starts of %s: %w", typ, err)
 			}
 			i = j
 		}
-		if _, err := q.Exec(ctx, `DELETE FROM flow_starts WHERE task_type = ? AND started_at <= ?`, c.typ, horizon(now, c.period()).UTC()); err != nil {
-			return fmt.Errorf("flow gate: forget old starts of %s: %w", c.typ, err)
+		if _, err := q.Exec(ctx, `DELETE FROM flow_starts WHERE task_type = ? AND started_at <= ?`, typ, horizon(now, w.period).UTC()); err != nil {
+			return fmt.Errorf("flow gate: forget old starts of %s: %w", typ, err)
 		}
 	}
 	return nil
@@ -219,14 +212,14 @@ func (c control) period() time.Duration {
 	return time.Duration(max(c.ratePeriod, 1)) * time.Second
 }
 
-// window reads c's rate window at now: its starts claimed in the last two
-// periods, through the (task_type, started_at) index.
-func (g *Gate) window(ctx context.Context, q Querier, c control, now time.Time) (*rateWindow, error) {
+// starts reads c's starts claimed in the last two periods before now,
+// through the (task_type, started_at) index.
+func (g *Gate) starts(ctx context.Context, q Querier, c control, now time.Time) ([]startRow, error) {
 	starts, err := readStarts(ctx, q, c.typ, horizon(now, c.period()))
 	if err != nil {
 		return nil, fmt.Errorf("flow gate: read starts of %s: %w", c.typ, err)
 	}
-	return newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts), nil
+	return starts, nil
 }
 
 // readStarts reads a type's flow_starts rows claimed after from.
@@ -265,9 +258,12 @@ var sqlExecuting = lifecycle.QuotedList(lifecycle.Executing)
 
 // controls reads the control rows of types that have one, in type order
 // (the order locks are taken in, so that two claims never wait on each
-// other's), locking those that limit on PostgreSQL. rateOnly reads only
-// rate-limited types.
-func (g *Gate) controls(ctx context.Context, q Querier, types []string, rateOnly bool) ([]control, error) {
+// other's), locking them on PostgreSQL. Only the types a control limits
+// have a row here.
+func (g *Gate) controls(ctx context.Context, q Querier, types []string) ([]control, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
 	types = append([]string(nil), types...)
 	sort.Strings(types)
 	args := make([]any, len(types))
@@ -276,11 +272,7 @@ func (g *Gate) controls(ctx context.Context, q Querier, types []string, rateOnly
 	}
 	query := `SELECT task_type, max_running, rate_limit, rate_period_seconds, paused, paused_until FROM flow_controls WHERE task_type IN (` +
 		strings.TrimSuffix(strings.Repeat("?, ", len(types)), ", ") + `)`
-	if rateOnly {
-		query += ` AND rate_limit IS NOT NULL`
-	} else {
-		query += ` AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR paused)`
-	}
+	query += ` AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR paused)`
 	query += ` ORDER BY task_type`
 	if q.Postgres() {
 		query += ` FOR UPDATE`

@@ -117,18 +117,12 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 	err := s.write(ctx, func(t *txn) error {
 		out = nil
 		q := txQuerier{s: s, t: t}
-		if l, ok := s.gate.(gateLocker); ok {
-			if err := l.Lock(ctx, q, types); err != nil {
-				return fmt.Errorf("claim: gate: %w", err)
-			}
-		}
-		// The claim's time, read once the gate's locks are held: a claim
-		// that waited for another's commit counts from after it.
-		now := s.Now()
 		limits := slices.Clone(wanted)
-		if err := s.admit(ctx, q, types, limits, now); err != nil {
+		adm, err := s.admit(ctx, q, types, limits)
+		if err != nil {
 			return err
 		}
+		now := adm.Now
 		// 1. The tasks of the picked instances. The instances are locked
 		// first (FOR UPDATE in the pick), then their tasks: the lock order
 		// every writer keeps.
@@ -175,12 +169,12 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 			out[i] = Claimed{Task: byID[in.TaskID], Instance: in}
 		}
 		t.changed(events.Transitioned, tasks...)
-		if s.gate != nil {
+		if adm.Record != nil {
 			counts := make(map[string]int, len(types))
 			for _, tk := range tasks {
 				counts[tk.Type]++
 			}
-			if err := s.gate.Claimed(ctx, q, counts, now); err != nil {
+			if err := adm.Record(ctx, q, counts); err != nil {
 				return fmt.Errorf("claim: gate: %w", err)
 			}
 		}
@@ -198,27 +192,41 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 // type's control row) serialize concurrent claims of that type across
 // nodes until the claim commits.
 type Gate interface {
-	// Admit returns how many instances of each of types the claim may take
-	// now: a type absent from the map may not be claimed at all; Unlimited
-	// means no limit beyond the claim's own. Its cost must not depend on how
-	// many instances wait.
-	Admit(ctx context.Context, q Querier, types []string, now time.Time) (map[string]int, error)
-	// Claimed reports, in the same transaction, how many were claimed per
-	// type (a rate limit counts them here).
-	Claimed(ctx context.Context, q Querier, claimed map[string]int, now time.Time) error
+	// Admit says how many instances of each of types the claim may take.
+	// It is the first thing the claim's transaction does: it takes its
+	// locks, then reads the claim's time with clock, so that a claim that
+	// waited for another's commit counts from after it (a rate's claim
+	// times never go backwards). Its cost must not depend on how many
+	// instances wait.
+	Admit(ctx context.Context, q Querier, types []string, clock func() time.Time) (Admission, error)
 }
 
-// admit lowers limits (one per type) to what the gate admits at now.
-func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []int, now time.Time) error {
+// Admission is a gate's answer to a claim.
+type Admission struct {
+	// Now is the claim's time, read once the gate's locks were held.
+	Now time.Time
+	// Room is how many instances of each type the claim may take: a type
+	// absent from it may not be claimed at all; Unlimited means no limit
+	// beyond the claim's own.
+	Room map[string]int
+	// Record, when not nil, is told in the same transaction how many were
+	// claimed per type (a rate limit counts them). A gate that limits
+	// nothing it must count leaves it nil, and the claim makes no call.
+	Record func(ctx context.Context, q Querier, claimed map[string]int) error
+}
+
+// admit lowers limits (one per type) to what the gate admits, and returns
+// its admission (with the claim's time; without a gate, the clock's).
+func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []int) (Admission, error) {
 	if s.gate == nil {
-		return nil
+		return Admission{Now: s.Now()}, nil
 	}
-	admitted, err := s.gate.Admit(ctx, q, types, now)
+	adm, err := s.gate.Admit(ctx, q, types, s.Now)
 	if err != nil {
-		return fmt.Errorf("claim: gate: %w", err)
+		return Admission{}, fmt.Errorf("claim: gate: %w", err)
 	}
 	for i, ty := range types {
-		room, ok := admitted[ty]
+		room, ok := adm.Room[ty]
 		switch {
 		case !ok:
 			limits[i] = 0
@@ -226,7 +234,7 @@ func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []i
 			limits[i] = min(max(room, 0), limits[i])
 		}
 	}
-	return nil
+	return adm, nil
 }
 
 // anyClaimable reports whether a claim of types, at most wanted[i] of
@@ -234,15 +242,15 @@ func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []i
 // reads, then the claim's pick of one instance, each a statement of its
 // own): a hint, which the claim's transaction checks again.
 func (s *Store) anyClaimable(ctx context.Context, types []string, wanted []int) (bool, error) {
-	now := s.Now()
 	limits := slices.Clone(wanted)
-	if err := s.admit(ctx, dbQuerier{s}, types, limits, now); err != nil {
+	adm, err := s.admit(ctx, dbQuerier{s}, types, limits)
+	if err != nil {
 		return false, err
 	}
 	if !slices.ContainsFunc(limits, func(l int) bool { return l > 0 }) {
 		return false, nil
 	}
-	pick, args := s.d.claimQuery(types, limits, now, 1)
+	pick, args := s.d.claimQuery(types, limits, adm.Now, 1)
 	rows, err := s.db.QueryContext(ctx, s.d.rebind(pick), args...)
 	if err != nil {
 		return false, fmt.Errorf("claim: %w", err)
@@ -268,13 +276,6 @@ func (q dbQuerier) Query(ctx context.Context, query string, args ...any) (*sql.R
 }
 
 func (q dbQuerier) Postgres() bool { return q.s.d.postgres() }
-
-// gateLocker is a Gate that takes locks before the claim reads its clock
-// (flow.Gate: on PostgreSQL, the control rows of the limited types), so
-// that the claims of a type get their times in the order they commit.
-type gateLocker interface {
-	Lock(ctx context.Context, q Querier, types []string) error
-}
 
 // NextAdmission returns, and forgets, the earliest time the gate said a
 // type it refused will be admitted again (zero: none, or a gate that does

@@ -62,27 +62,26 @@ type testGate struct {
 	claimed map[string]int
 }
 
-func (g *testGate) Admit(ctx context.Context, q store.Querier, types []string, now time.Time) (map[string]int, error) {
+func (g *testGate) Admit(ctx context.Context, q store.Querier, types []string, clock func() time.Time) (store.Admission, error) {
 	// The gate runs in the claim's transaction: it can read.
 	var one int
 	rows, err := q.Query(ctx, "SELECT 1")
 	if err != nil {
-		return nil, err
+		return store.Admission{}, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		if err := rows.Scan(&one); err != nil {
-			return nil, err
+			return store.Admission{}, err
 		}
 	}
-	return g.room, rows.Err()
-}
-
-func (g *testGate) Claimed(ctx context.Context, q store.Querier, claimed map[string]int, now time.Time) error {
-	for k, v := range claimed {
-		g.claimed[k] += v
+	record := func(ctx context.Context, q store.Querier, claimed map[string]int) error {
+		for k, v := range claimed {
+			g.claimed[k] += v
+		}
+		return nil
 	}
-	return nil
+	return store.Admission{Now: clock(), Room: g.room, Record: record}, rows.Err()
 }
 
 // TestGateLimitsTheClaim: a type absent from the gate's answer is not
