@@ -35,6 +35,11 @@ import (
 // PostgreSQL database, a new schema in it (its search_path is set in the
 // returned DSN). cleanup removes both. Every run starts from an empty,
 // never-analyzed schema, as a user's first burst would.
+//
+// On PostgreSQL a bench holds an advisory lock on its schema's name for as
+// long as it runs. A bench schema whose lock nobody holds was left by a
+// bench that could not clean up (killed, or its machine lost): the next
+// bench on the database drops it.
 func benchDB(db string) (dir, dsn string, cleanup func(), err error) {
 	dir, err = os.MkdirTemp("", "taskgraph-bench-")
 	if err != nil {
@@ -52,21 +57,38 @@ func benchDB(db string) (dir, dsn string, cleanup func(), err error) {
 		rmDir()
 		return "", "", nil, err
 	}
+	ctx := context.Background()
+	// The session whose advisory lock says the schema is in use.
+	held, err := conn.Conn(ctx)
+	if err != nil {
+		_ = conn.Close()
+		rmDir()
+		return "", "", nil, fmt.Errorf("connect to bench: %w", err)
+	}
+	fail := func(err error) (string, string, func(), error) {
+		_ = held.Close()
+		_ = conn.Close()
+		rmDir()
+		return "", "", nil, err
+	}
+	if err := dropAbandonedBenchSchemas(ctx, held); err != nil {
+		return fail(err)
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "bench_" + hex.EncodeToString(b[:])
+	// Locked before it exists: no other bench can take it for abandoned.
+	if _, err := held.ExecContext(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, benchLockClass, schema); err != nil {
+		return fail(fmt.Errorf("lock the bench's schema: %w", err))
+	}
 	if _, err := conn.Exec("CREATE SCHEMA " + schema); err != nil {
-		_ = conn.Close()
-		rmDir()
-		return "", "", nil, fmt.Errorf("create a schema to bench in: %w", err)
+		return fail(fmt.Errorf("create a schema to bench in: %w", err))
 	}
 	inSchema := db + " search_path=" + schema // a key=value DSN
 	if strings.Contains(db, "://") {
 		u, err := url.Parse(db)
 		if err != nil {
-			_ = conn.Close()
-			rmDir()
-			return "", "", nil, err
+			return fail(err)
 		}
 		q := u.Query()
 		q.Set("search_path", schema)
@@ -77,9 +99,57 @@ func benchDB(db string) (dir, dsn string, cleanup func(), err error) {
 		if _, err := conn.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: drop schema:", err)
 		}
-		_ = conn.Close()
+		_ = held.Close()
+		_ = conn.Close() // closes the session, and its lock with it
 		rmDir()
 	}, nil
+}
+
+// benchLockClass is the first key of the advisory locks benches hold on
+// their schemas' names (the second is the name's hashtext).
+const benchLockClass = 0x7467 // "tg"
+
+// dropAbandonedBenchSchemas drops the bench schemas whose lock no session
+// holds, on held (a session of its own: it takes and lets go each lock).
+func dropAbandonedBenchSchemas(ctx context.Context, held *sql.Conn) error {
+	rows, err := held.QueryContext(ctx, `SELECT nspname FROM pg_namespace WHERE nspname ~ '^bench_[0-9a-f]{12}$'`)
+	if err != nil {
+		return fmt.Errorf("list bench schemas: %w", err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return fmt.Errorf("list bench schemas: %w", err)
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list bench schemas: %w", err)
+	}
+	for _, n := range names {
+		var free bool
+		if err := held.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, benchLockClass, n).Scan(&free); err != nil {
+			return fmt.Errorf("lock bench schema %s: %w", n, err)
+		}
+		if !free {
+			continue // a bench runs in it
+		}
+		// The name matched the pattern above: it needs no quoting.
+		_, err := held.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+n+" CASCADE")
+		if err == nil {
+			fmt.Fprintf(os.Stderr, "bench: dropped schema %s, left by a bench that did not end\n", n)
+		}
+		if _, uerr := held.ExecContext(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, benchLockClass, n); uerr != nil && err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return fmt.Errorf("drop abandoned bench schema %s: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // runBench inserts n noop tasks in bulk (and, with -backlog, more that are

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"taskgraph/internal/dbtest"
 )
 
@@ -149,6 +151,73 @@ func TestBench(t *testing.T) {
 				t.Errorf("the interrupted run left %v", left)
 			}
 		})
+		if tg.name == "Postgres" {
+			t.Run("Postgres/AKilledRunsSchemaIsDroppedByTheNextRunNotALiveOnes", func(t *testing.T) {
+				// start starts a long run and returns it with its schema,
+				// once it printed its header (the schema exists by then),
+				// and what it wrote to stderr so far (a file the process
+				// writes itself, read while it runs).
+				start := func() (*exec.Cmd, func() string, string) {
+					before := schemas(t)
+					cmd, tmp := bench(t, append([]string{"-n", "1000000"}, tg.args...)...)
+					stdout, err := cmd.StdoutPipe()
+					if err != nil {
+						t.Fatal(err)
+					}
+					errFile, err := os.Create(filepath.Join(tmp, "stderr"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer errFile.Close()
+					cmd.Stderr = errFile
+					stderr := func() string {
+						b, _ := os.ReadFile(errFile.Name())
+						return string(b)
+					}
+					if err := cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+					if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+						t.Fatalf("no header: %v; %s", err, stderr())
+					}
+					var made []string
+					for _, s := range schemas(t) {
+						if !slices.Contains(before, s) {
+							made = append(made, s)
+						}
+					}
+					if len(made) != 1 {
+						t.Fatalf("the run made the schemas %v, want one", made)
+					}
+					return cmd, stderr, made[0]
+				}
+				killed, _, dead := start()
+				if err := killed.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				_ = killed.Wait()
+				require.Contains(t, schemas(t), dead, "a killed run cannot drop its schema")
+				live, liveErr, alive := start()
+				require.Contains(t, liveErr(), "bench: dropped schema "+dead+", left by a bench that did not end")
+				require.NotContains(t, schemas(t), dead)
+
+				cmd, _ := bench(t, append([]string{"-n", "200"}, tg.args...)...)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				require.NotContains(t, string(out), "dropped schema "+alive)
+				require.Contains(t, schemas(t), alive, "a running bench's schema is not taken for abandoned")
+
+				if err := live.Process.Signal(os.Interrupt); err != nil {
+					t.Fatal(err)
+				}
+				_ = live.Wait()
+				require.Equal(t, 130, live.ProcessState.ExitCode(), liveErr())
+				require.NotContains(t, schemas(t), alive)
+			})
+		}
 		t.Run(tg.name+"/ARunWhoseOutputIsClosed", func(t *testing.T) {
 			before := schemas(t)
 			cmd, tmp := bench(t, append([]string{"-n", "20000"}, tg.args...)...)
