@@ -83,6 +83,12 @@ type Listener struct {
 	// missedSince, which a resync that ran while the connection was down
 	// cleared (it could not see what committed after it).
 	lostAt time.Time
+	// misses counts what set missedSince: a resync clears it only if
+	// nothing was missed while it ran. Comparing the time instead is not
+	// enough: a reconnection sets it again to the very time a resync under
+	// way read (lostAt), and that resync may not have seen what committed
+	// since.
+	misses uint64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -240,6 +246,7 @@ func (l *Listener) lost() {
 
 func (l *Listener) missLocked(since time.Time) {
 	l.missedSince = earliest(l.missedSince, since)
+	l.misses++
 }
 
 // earliest returns the earliest of ts that is set (zero: none is).
@@ -435,7 +442,7 @@ func wakesWorkers(kind events.ChangeKind, status lifecycle.Status) bool {
 // instead. An error leaves the missed interval in place for the next try.
 func (l *Listener) resync(ctx context.Context) (int, error) {
 	l.mu.Lock()
-	missed := l.missedSince
+	missed, misses := l.missedSince, l.misses
 	l.mu.Unlock()
 	if missed.IsZero() {
 		return 0, nil
@@ -455,7 +462,7 @@ func (l *Listener) resync(ctx context.Context) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.resyncs++
-	if l.missedSince.Equal(missed) {
+	if l.misses == misses {
 		l.missedSince = time.Time{}
 	}
 	return n, nil

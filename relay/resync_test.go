@@ -147,6 +147,33 @@ func TestResync(t *testing.T) {
 			}
 		}
 	})
+	t.Run("AReconnectionDuringAResyncIsNotClearedByIt", func(t *testing.T) {
+		t.Parallel()
+		// The connection is lost; a resync starts while it is down, and
+		// the connection comes back before the resync ends. The
+		// reconnection asks for a re-read from the very time the resync
+		// read (the loss), but the resync may not have seen what
+		// committed since it read: its end must not clear that request.
+		var reconnect func()
+		b := setupResync(t, 1, Config{PingInterval: time.Hour, OnResync: func() {
+			if reconnect != nil {
+				reconnect()
+				reconnect = nil
+			}
+		}})
+		b.l.resyncer.Stop() // the test runs the resyncs itself
+		b.l.mu.Lock()
+		b.l.healthy = time.Now().Add(-time.Minute)
+		b.l.mu.Unlock()
+		b.l.disconnected()
+		reconnect = b.l.lost
+		_, err := b.l.resync(auth.NewSystemContext(context.Background()))
+		require.NoError(t, err)
+		b.l.mu.Lock()
+		missed := b.l.missedSince
+		b.l.mu.Unlock()
+		require.False(t, missed.IsZero(), "the reconnection's re-read is still to do")
+	})
 	t.Run("AFailedResyncIsRetriedUntilItWorks", func(t *testing.T) {
 		t.Parallel()
 		b := setupResync(t, 3, Config{})
