@@ -322,6 +322,8 @@ func runBench(args []string) int {
 			}
 		}()
 	}
+	meter := newCPUMeter(a.Store.Postgres(), dsn)
+	cpuStart := meter.read()
 	start = time.Now()
 	marks[0] = start
 	for _, a := range apps {
@@ -351,6 +353,7 @@ func runBench(args []string) int {
 		}
 	}
 	el := time.Since(start)
+	cpuEnd := meter.read()
 	marksMu.Lock()
 	first := float64(tenth) / marks[1].Sub(marks[0]).Seconds()
 	lastTenth := float64(tenth) / marks[10].Sub(marks[9]).Seconds()
@@ -360,6 +363,7 @@ func runBench(args []string) int {
 		done.Load(), failed.Load(), el.Round(time.Millisecond), float64(*n)/el.Seconds(), a.Store.Dialect())
 	fmt.Printf("first 10%%: %.0f tasks/s, last 10%%: %.0f tasks/s (first/last %.2f); the first task was done %s after the start\n",
 		first, lastTenth, first/lastTenth, toFirst)
+	fmt.Println(meter.report(cpuStart, cpuEnd, *n))
 	if failed.Load() > 0 {
 		return 1
 	}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuMeter reads what the burn-down costs in CPU: this process's (getrusage)
+// and, when the database is a PostgreSQL server on this machine, its
+// server's: every process named postgres, those still running and, through
+// the postmaster's counters of its ended children, those that ended (an
+// autovacuum worker, a backend that closed). A job system on 2 cores shares
+// them with its database: a rate tells what a run got, its CPU per task
+// tells where the cores went, and varies much less with what else runs.
+type cpuMeter struct {
+	pg bool // the server is on this machine and /proc tells its CPU
+}
+
+// cpuSample is what the CPU clocks read at one instant.
+type cpuSample struct {
+	at       time.Time
+	self, pg time.Duration
+}
+
+// newCPUMeter returns a meter; pg is whether the database is a PostgreSQL
+// server this machine's /proc can see.
+func newCPUMeter(postgres bool, dsn string) cpuMeter {
+	m := cpuMeter{}
+	if postgres && runtime.GOOS == "linux" && localDSN(dsn) {
+		_, ok := postgresCPU()
+		m.pg = ok
+	}
+	return m
+}
+
+func (m cpuMeter) read() cpuSample {
+	s := cpuSample{at: time.Now()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if m.pg {
+		s.pg, _ = postgresCPU()
+	}
+	return s
+}
+
+// report is the line the bench prints for the CPU spent from a to b on
+// tasks tasks.
+func (m cpuMeter) report(a, b cpuSample, tasks int) string {
+	per := func(d time.Duration) string {
+		return fmt.Sprintf("%.1f µs", float64(d.Nanoseconds())/1e3/float64(tasks))
+	}
+	wall := b.at.Sub(a.at)
+	used := b.self - a.self
+	line := "cpu per task: taskgraph " + per(used)
+	if m.pg {
+		line += ", postgres " + per(b.pg-a.pg) + " (its processes on this machine)"
+		used += b.pg - a.pg
+	}
+	return line + fmt.Sprintf("; %.2f of %d cores busy with them", used.Seconds()/wall.Seconds(), runtime.NumCPU())
+}
+
+// localDSN reports whether a PostgreSQL URL or key=value DSN names a server
+// on this machine: a loopback address, localhost, or a Unix socket.
+func localDSN(dsn string) bool {
+	host := ""
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		host = u.Hostname()
+		if h := u.Query().Get("host"); h != "" {
+			host = h
+		}
+	} else {
+		for _, kv := range strings.Fields(dsn) {
+			if v, ok := strings.CutPrefix(kv, "host="); ok {
+				host = v
+			}
+		}
+	}
+	switch {
+	case host == "" || strings.HasPrefix(host, "/") || host == "localhost":
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// postgresCPU sums the CPU time of this machine's processes named postgres,
+// and that of the ended children their postmasters waited for. It reports
+// false when there is none to read.
+func postgresCPU() (time.Duration, bool) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	pids := map[string]bool{}
+	type proc struct {
+		ppid             string
+		ticks, reapTicks int64
+	}
+	procs := map[string]proc{}
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // ended since the listing
+		}
+		s := string(b)
+		lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if lp < 0 || rp < lp || s[lp+1:rp] != "postgres" {
+			continue
+		}
+		// After the command: state ppid ... utime(14) stime(15)
+		// cutime(16) cstime(17), counting fields from 1 at the pid.
+		f := strings.Fields(s[rp+1:])
+		if len(f) < 15 {
+			continue
+		}
+		num := func(i int) int64 { v, _ := strconv.ParseInt(f[i-3], 10, 64); return v }
+		pid := filepath.Base(filepath.Dir(path))
+		pids[pid] = true
+		procs[pid] = proc{ppid: f[1], ticks: num(14) + num(15), reapTicks: num(16) + num(17)}
+	}
+	if len(procs) == 0 {
+		return 0, false
+	}
+	var ticks int64
+	for _, p := range procs {
+		ticks += p.ticks
+		if !pids[p.ppid] {
+			// A postmaster: its children that ended are counted here.
+			ticks += p.reapTicks
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, true
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
+// architecture Go runs on.
+const clockTicks = 100
