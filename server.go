@@ -7,7 +7,6 @@ package main
 
 import (
 	"os"
-	"runtime/debug"
 
 	"taskgraph/app"
 	"taskgraph/cli"
@@ -49,18 +48,8 @@ func helpIsNoError(run func([]string) int) func([]string) int {
 	}
 }
 
-// gcPercentDefault is the garbage collector's target (GOGC) the process
-// runs with when the environment does not set GOGC: twice Go's own default
-// heap growth between collections. At thousands of short tasks a second the
-// collector took about a quarter of the process's CPU, on machines where the
-// database needs it more; 200 gave 5-10% more noop burn-down on PostgreSQL
-// for about a quarter more peak memory (138 MB against 111 MB, 200k tasks).
-const gcPercentDefault = 200
-
 func main() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercentDefault)
-	}
+	tuneGC()
 	list := make([]app.Command, len(commands))
 	for i, c := range commands {
 		list[i] = app.Command{Name: c.name, Summary: c.summary}

@@ -190,12 +190,12 @@ func startLine(t *testing.T, args ...string) map[string]any {
 	return startLineEnv(t, nil, args...)
 }
 
-// startLineEnv is startLine with the environment's GOGC replaced by env's
-// variables (nil: GOGC unset).
+// startLineEnv is startLine with the environment's GOGC and GOMEMLIMIT
+// replaced by env's variables (nil: both unset).
 func startLineEnv(t *testing.T, env []string, args ...string) map[string]any {
 	t.Helper()
 	cmd := exec.Command(binary(t), append(args, "--log-format", "json", "--data-dir", t.TempDir())...)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, "GOGC=") })
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, "GOGC=") || strings.HasPrefix(v, "GOMEMLIMIT=") })
 	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -270,12 +270,21 @@ func TestStartLineSaysWhatRuns(t *testing.T) {
 		if m["gogc"] != float64(gcPercentDefault) {
 			t.Fatalf("gogc %v, want the server's default %d", m["gogc"], gcPercentDefault)
 		}
+		if want := gcMemoryLimit(os.ReadFile); m["gomemlimit"] != float64(want) || want <= 0 {
+			t.Fatalf("gomemlimit %v, want %d (a share of this machine's memory)", m["gomemlimit"], want)
+		}
 	})
-	t.Run("GOGCFromTheEnvironmentWins", func(t *testing.T) {
+	t.Run("GOGCAndGOMEMLIMITFromTheEnvironmentWin", func(t *testing.T) {
 		t.Parallel()
-		for env, want := range map[string]float64{"GOGC=50": 50, "GOGC=off": -1} {
-			if m := startLineEnv(t, []string{env}, "--addr", "127.0.0.1:0"); m["gogc"] != want {
-				t.Errorf("%s: gogc %v, want %v", env, m["gogc"], want)
+		for env, want := range map[string][2]float64{
+			"GOGC=50":         {50, float64(gcMemoryLimit(os.ReadFile))},
+			"GOGC=off":        {-1, float64(gcMemoryLimit(os.ReadFile))},
+			"GOMEMLIMIT=1GiB": {gcPercentDefault, 1 << 30},
+			"GOMEMLIMIT=off":  {gcPercentDefault, -1},
+		} {
+			m := startLineEnv(t, []string{env}, "--addr", "127.0.0.1:0")
+			if m["gogc"] != want[0] || m["gomemlimit"] != want[1] {
+				t.Errorf("%s: gogc %v and gomemlimit %v, want %v and %v", env, m["gogc"], m["gomemlimit"], want[0], want[1])
 			}
 		}
 	})

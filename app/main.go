@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -136,7 +138,16 @@ func startAttrs(cfg Config, a *App, bound net.Addr) []any {
 	if cfg.Has(RoleWorker) {
 		attrs = append(attrs, "workers", cfg.Workers)
 	}
-	return append(attrs, "gogc", gcPercent())
+	return append(attrs, "gogc", gcPercent(), "gomemlimit", gcMemoryLimit())
+}
+
+// gcMemoryLimit is the collector's soft memory limit in effect (GOMEMLIMIT)
+// in bytes; -1: none.
+func gcMemoryLimit() int64 {
+	if limit := debug.SetMemoryLimit(-1); limit != math.MaxInt64 {
+		return limit
+	}
+	return -1
 }
 
 // gcPercent is the garbage collector's target in effect (GOGC; -1: off).
