@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,8 +27,8 @@ type cpuMeter struct {
 
 // cpuSample is what the CPU clocks read at one instant.
 type cpuSample struct {
-	at       time.Time
-	self, pg time.Duration
+	at           time.Time
+	self, gc, pg time.Duration
 }
 
 // newCPUMeter returns a meter; pg is whether the database is a PostgreSQL
@@ -47,6 +48,10 @@ func (m cpuMeter) read() cpuSample {
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
+	gc := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	if metrics.Read(gc); gc[0].Value.Kind() == metrics.KindFloat64 {
+		s.gc = time.Duration(gc[0].Value.Float64() * float64(time.Second))
+	}
 	if m.pg {
 		s.pg, _ = postgresCPU()
 	}
@@ -61,7 +66,7 @@ func (m cpuMeter) report(a, b cpuSample, tasks int) string {
 	}
 	wall := b.at.Sub(a.at)
 	used := b.self - a.self
-	line := "cpu per task: taskgraph " + per(used)
+	line := "cpu per task: taskgraph " + per(used) + " (garbage collection " + per(b.gc-a.gc) + ")"
 	if m.pg {
 		line += ", postgres " + per(b.pg-a.pg) + " (its processes on this machine)"
 		used += b.pg - a.pg

@@ -110,9 +110,9 @@ func TestBench(t *testing.T) {
 				want = append(want, `(?m)^all tables +per task: [0-9.]+ row versions, <= [0-9.]+ index entries$`)
 			}
 			// The CPU per task: the server's too when it is on this machine.
-			cpu := `(?m)^cpu per task: taskgraph [0-9.]+ µs; [0-9.]+ of \d+ cores busy with them$`
+			cpu := `(?m)^cpu per task: taskgraph [0-9.]+ µs \(garbage collection [0-9.]+ µs\); [0-9.]+ of \d+ cores busy with them$`
 			if tg.name == "Postgres" && localDSN(pg) {
-				cpu = `(?m)^cpu per task: taskgraph [0-9.]+ µs, postgres [0-9.]+ µs \(its processes on this machine\); [0-9.]+ of \d+ cores busy with them$`
+				cpu = `(?m)^cpu per task: taskgraph [0-9.]+ µs \(garbage collection [0-9.]+ µs\), postgres [0-9.]+ µs \(its processes on this machine\); [0-9.]+ of \d+ cores busy with them$`
 			}
 			want = append(want, cpu)
 			for _, re := range want {
