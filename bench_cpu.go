@@ -14,13 +14,15 @@ import (
 	"time"
 )
 
-// cpuMeter reads what the burn-down costs in CPU: this process's (getrusage)
-// and, when the database is a PostgreSQL server on this machine, its
-// server's: every process named postgres, those still running and, through
-// the postmaster's counters of its ended children, those that ended (an
-// autovacuum worker, a backend that closed). A job system on 2 cores shares
-// them with its database: a rate tells what a run got, its CPU per task
-// tells where the cores went, and varies much less with what else runs.
+// cpuMeter reads what the burn-down costs in CPU: this process's (getrusage,
+// and the collector's share of it from runtime/metrics) and, when the
+// database is a PostgreSQL server on this machine, PostgreSQL's: every
+// process named postgres (another cluster's on the machine too), those still
+// running and, through the postmasters' counters of their ended children,
+// those that ended (an autovacuum worker, a backend that closed). A job
+// system on 2 cores shares them with its database: a rate tells what a run
+// got from a shared machine, the CPU per task where the cores went, and
+// varies less with what else runs.
 type cpuMeter struct {
 	pg bool // the server is on this machine and /proc tells its CPU
 }
@@ -68,7 +70,7 @@ func (m cpuMeter) report(a, b cpuSample, tasks int) string {
 	used := b.self - a.self
 	line := "cpu per task: taskgraph " + per(used) + " (garbage collection " + per(b.gc-a.gc) + ")"
 	if m.pg {
-		line += ", postgres " + per(b.pg-a.pg) + " (its processes on this machine)"
+		line += ", postgres " + per(b.pg-a.pg) + " (every postgres process on this machine)"
 		used += b.pg - a.pg
 	}
 	return line + fmt.Sprintf("; %.2f of %d cores busy with them", used.Seconds()/wall.Seconds(), runtime.NumCPU())

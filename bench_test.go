@@ -112,7 +112,7 @@ func TestBench(t *testing.T) {
 			// The CPU per task: the server's too when it is on this machine.
 			cpu := `(?m)^cpu per task: taskgraph [0-9.]+ µs \(garbage collection [0-9.]+ µs\); [0-9.]+ of \d+ cores busy with them$`
 			if tg.name == "Postgres" && localDSN(pg) {
-				cpu = `(?m)^cpu per task: taskgraph [0-9.]+ µs \(garbage collection [0-9.]+ µs\), postgres [0-9.]+ µs \(its processes on this machine\); [0-9.]+ of \d+ cores busy with them$`
+				cpu = `(?m)^cpu per task: taskgraph [0-9.]+ µs \(garbage collection [0-9.]+ µs\), postgres [0-9.]+ µs \(every postgres process on this machine\); [0-9.]+ of \d+ cores busy with them$`
 			}
 			want = append(want, cpu)
 			for _, re := range want {
