@@ -109,9 +109,10 @@ func TestBench(t *testing.T) {
 			if tg.name == "Postgres" {
 				want = append(want, `(?m)^all tables +per task: [0-9.]+ row versions, <= [0-9.]+ index entries$`)
 			}
-			// The CPU per task: the server's too when it is on this machine.
+			// The CPU per task: PostgreSQL's too when it runs on this
+			// machine and /proc shows its processes.
 			cpu := `(?m)^cpu per task: taskgraph [0-9.]+ µs \(garbage collection [0-9.]+ µs\); [0-9.]+ of \d+ cores busy with them$`
-			if tg.name == "Postgres" && localDSN(pg) {
+			if tg.name == "Postgres" && newCPUMeter(true, pg).pg {
 				cpu = `(?m)^cpu per task: taskgraph [0-9.]+ µs \(garbage collection [0-9.]+ µs\), postgres [0-9.]+ µs \(every postgres process on this machine\); [0-9.]+ of \d+ cores busy with them$`
 			}
 			want = append(want, cpu)
