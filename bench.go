@@ -363,7 +363,9 @@ func runBench(args []string) int {
 		done.Load(), failed.Load(), el.Round(time.Millisecond), float64(*n)/el.Seconds(), a.Store.Dialect())
 	fmt.Printf("first 10%%: %.0f tasks/s, last 10%%: %.0f tasks/s (first/last %.2f); the first task was done %s after the start\n",
 		first, lastTenth, first/lastTenth, toFirst)
-	fmt.Println(meter.report(cpuStart, cpuEnd, *n))
+	if line := meter.report(cpuStart, cpuEnd, *n); line != "" {
+		fmt.Println(line)
+	}
 	if failed.Load() > 0 {
 		return 1
 	}

@@ -10,7 +10,6 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -24,7 +23,8 @@ import (
 // got from a shared machine, the CPU per task where the cores went, and
 // varies less with what else runs.
 type cpuMeter struct {
-	pg bool // the server is on this machine and /proc tells its CPU
+	self bool // the system tells this process's CPU time
+	pg   bool // the server is on this machine and /proc tells its CPU
 }
 
 // cpuSample is what the CPU clocks read at one instant.
@@ -36,7 +36,8 @@ type cpuSample struct {
 // newCPUMeter returns a meter; pg is whether the database is a PostgreSQL
 // server this machine's /proc can see.
 func newCPUMeter(postgres bool, dsn string) cpuMeter {
-	m := cpuMeter{}
+	_, self := processCPU()
+	m := cpuMeter{self: self}
 	if postgres && runtime.GOOS == "linux" && localDSN(dsn) {
 		_, ok := postgresCPU()
 		m.pg = ok
@@ -46,10 +47,7 @@ func newCPUMeter(postgres bool, dsn string) cpuMeter {
 
 func (m cpuMeter) read() cpuSample {
 	s := cpuSample{at: time.Now()}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	s.self, _ = processCPU()
 	gc := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
 	if metrics.Read(gc); gc[0].Value.Kind() == metrics.KindFloat64 {
 		s.gc = time.Duration(gc[0].Value.Float64() * float64(time.Second))
@@ -61,8 +59,11 @@ func (m cpuMeter) read() cpuSample {
 }
 
 // report is the line the bench prints for the CPU spent from a to b on
-// tasks tasks.
+// tasks tasks, empty where the system does not tell the process's.
 func (m cpuMeter) report(a, b cpuSample, tasks int) string {
+	if !m.self {
+		return ""
+	}
 	per := func(d time.Duration) string {
 		return fmt.Sprintf("%.1f µs", float64(d.Nanoseconds())/1e3/float64(tasks))
 	}
