@@ -173,7 +173,8 @@ func TestOneClaimTakesEveryTypeACappedOneUpToItsRoom(t *testing.T) {
 		return nil, nil
 	}
 	p := fakePool(t, s, Config{Concurrency: 4}, g.registryWithCap(2))
-	idle(t, p)
+	idle(t, p) // before Start's wake-up
+	idle(t, p) // after the claim it caused
 	p.Wake()
 	idle(t, p)
 	p.Wake()
@@ -192,7 +193,6 @@ func TestClaimsRampUpAfterTheQueueDrained(t *testing.T) {
 	t.Parallel()
 	const slots = 2048
 	var g gates
-	defer g.openAll(slots)
 	s := newFakeStore()
 	next := 0
 	fill := full(&next)
@@ -206,7 +206,13 @@ func TestClaimsRampUpAfterTheQueueDrained(t *testing.T) {
 		return nil, nil
 	}
 	p := fakePool(t, s, Config{Concurrency: slots}, g.registry())
-	idle(t, p)
+	// Before the pool stops (cleanups run last first): the loop stops
+	// claiming, then the held handlers end. The other way round, each of
+	// the 1,280 freed slots could wake the loop, which would signal more
+	// idle waits than the test reads.
+	t.Cleanup(func() { p.StopClaiming(); g.openAll(slots) })
+	idle(t, p) // before Start's wake-up
+	idle(t, p) // after the claims it caused
 	p.Wake()
 	idle(t, p)
 	var limits []int
