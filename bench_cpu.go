@@ -93,8 +93,7 @@ func localDSN(dsn string) bool {
 			}
 		}
 	}
-	switch {
-	case host == "" || strings.HasPrefix(host, "/") || host == "localhost":
+	if host == "" || strings.HasPrefix(host, "/") || host == "localhost" {
 		return true
 	}
 	ip := net.ParseIP(host)
@@ -106,7 +105,6 @@ func localDSN(dsn string) bool {
 // false when there is none to read.
 func postgresCPU() (time.Duration, bool) {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	pids := map[string]bool{}
 	type proc struct {
 		ppid             string
 		ticks, reapTicks int64
@@ -129,9 +127,7 @@ func postgresCPU() (time.Duration, bool) {
 			continue
 		}
 		num := func(i int) int64 { v, _ := strconv.ParseInt(f[i-3], 10, 64); return v }
-		pid := filepath.Base(filepath.Dir(path))
-		pids[pid] = true
-		procs[pid] = proc{ppid: f[1], ticks: num(14) + num(15), reapTicks: num(16) + num(17)}
+		procs[filepath.Base(filepath.Dir(path))] = proc{ppid: f[1], ticks: num(14) + num(15), reapTicks: num(16) + num(17)}
 	}
 	if len(procs) == 0 {
 		return 0, false
@@ -139,7 +135,7 @@ func postgresCPU() (time.Duration, bool) {
 	var ticks int64
 	for _, p := range procs {
 		ticks += p.ticks
-		if !pids[p.ppid] {
+		if _, child := procs[p.ppid]; !child {
 			// A postmaster: its children that ended are counted here.
 			ticks += p.reapTicks
 		}
