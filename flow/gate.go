@@ -131,9 +131,11 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, clock func(
 			allowed = max(0, int(c.maxRunning.Int64)-running)
 		}
 		if c.rateLimit.Valid {
-			starts, err := g.starts(ctx, q, c, now)
+			// The starts of the last two periods, through the
+			// (task_type, started_at) index.
+			starts, err := readStarts(ctx, q, c.typ, horizon(now, c.period()))
 			if err != nil {
-				return store.Admission{}, err
+				return store.Admission{}, fmt.Errorf("flow gate: read starts of %s: %w", c.typ, err)
 			}
 			w := newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts)
 			left := len(w.take(maxRoom))
@@ -212,16 +214,6 @@ func (c control) period() time.Duration {
 	return time.Duration(max(c.ratePeriod, 1)) * time.Second
 }
 
-// starts reads c's starts claimed in the last two periods before now,
-// through the (task_type, started_at) index.
-func (g *Gate) starts(ctx context.Context, q Querier, c control, now time.Time) ([]startRow, error) {
-	starts, err := readStarts(ctx, q, c.typ, horizon(now, c.period()))
-	if err != nil {
-		return nil, fmt.Errorf("flow gate: read starts of %s: %w", c.typ, err)
-	}
-	return starts, nil
-}
-
 // readStarts reads a type's flow_starts rows claimed after from.
 func readStarts(ctx context.Context, q Querier, typ string, from time.Time) ([]startRow, error) {
 	rows, err := q.Query(ctx, `SELECT started_at, admitted_at, count FROM flow_starts WHERE task_type = ? AND started_at > ?`, typ, from.UTC())
@@ -271,9 +263,7 @@ func (g *Gate) controls(ctx context.Context, q Querier, types []string) ([]contr
 		args[i] = t
 	}
 	query := `SELECT task_type, max_running, rate_limit, rate_period_seconds, paused, paused_until FROM flow_controls WHERE task_type IN (` +
-		strings.TrimSuffix(strings.Repeat("?, ", len(types)), ", ") + `)`
-	query += ` AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR paused)`
-	query += ` ORDER BY task_type`
+		strings.TrimSuffix(strings.Repeat("?, ", len(types)), ", ") + `) AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR paused) ORDER BY task_type`
 	if q.Postgres() {
 		query += ` FOR UPDATE`
 	}
