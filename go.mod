@@ -1,4 +1,4 @@
-module taskgraph
+module github.com/taskgraph/taskgraph
 
 go 1.26.8
 
@@ -116,4 +116,9 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
+)
+
+tool (
+	github.com/99designs/gqlgen
+	github.com/Khan/genqlient
 )

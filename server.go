@@ -1,15 +1,16 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
-// a PostgreSQL database. Its other commands (package cli, and the benches)
-// are listed in commands below and by taskgraph -h; this file only
-// dispatches to them.
+// a PostgreSQL database. Its other commands (the client, internal/cli, and
+// the benches, internal/bench) are listed in commands below and by
+// taskgraph -h; this file only dispatches to them.
 package main
 
 import (
 	"os"
 
-	"taskgraph/app"
-	"taskgraph/cli"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/bench"
+	"github.com/taskgraph/taskgraph/internal/cli"
 )
 
 // command is a subcommand: run gets the arguments after its name and
@@ -30,9 +31,9 @@ var commands = func() []command {
 		}})
 	}
 	return append(cs,
-		command{"bench", "measure throughput: tasks per second from PENDING to SUCCESS", helpIsNoError(runBench)},
-		command{"bench-latency", "measure the delay from a commit to its subscribers", helpIsNoError(runBenchLatency)},
-		command{"bench-import", "measure imports and exports: rows per second, peak memory", helpIsNoError(runBenchImport)},
+		command{"bench", "measure throughput: tasks per second from PENDING to SUCCESS", helpIsNoError(bench.Run)},
+		command{"bench-latency", "measure the delay from a commit to its subscribers", helpIsNoError(bench.RunLatency)},
+		command{"bench-import", "measure imports and exports: rows per second, peak memory", helpIsNoError(bench.RunImport)},
 	)
 }()
 
@@ -49,7 +50,7 @@ func helpIsNoError(run func([]string) int) func([]string) int {
 }
 
 func main() {
-	tuneGC()
+	app.TuneGC()
 	list := make([]app.Command, len(commands))
 	for i, c := range commands {
 		list[i] = app.Command{Name: c.name, Summary: c.summary}

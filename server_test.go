@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,28 +14,21 @@ import (
 	"testing"
 	"time"
 
-	"taskgraph/internal/serverbin"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/serverbin"
 
-	"taskgraph/access"
-	"taskgraph/auth"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/lifecycle"
-	"taskgraph/store"
-	"taskgraph/worker"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/internal/access"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/worker"
 )
 
 // binary is the server, built once per test run.
 func binary(t *testing.T) string { return serverbin.Build(t) }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return serverbin.FreeAddr(t) }
 
 func TestStartupFailsFastWithOneLine(t *testing.T) {
 	t.Parallel()
@@ -83,34 +74,7 @@ func TestStartupFailsFastWithOneLine(t *testing.T) {
 	}
 }
 
-func gql(t *testing.T, addr, query string, out any) { gqlAs(t, addr, "", query, nil, out) }
-
-// gqlAs runs query with vars on the server at addr, as the bearer of token
-// (none: ""), and fails t on any error.
-func gqlAs(t *testing.T, addr, token, query string, vars map[string]any, out any) {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/query", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Data   json.RawMessage
-		Errors []any
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || len(r.Errors) > 0 {
-		t.Fatalf("query %q: %v %v", query, err, r.Errors)
-	}
-	if err := json.Unmarshal(r.Data, out); err != nil {
-		t.Fatal(err)
-	}
-}
+func gql(t *testing.T, addr, query string, out any) { serverbin.Query(t, addr, "", query, nil, out) }
 
 // TestSignalsShutDownGracefully runs the real server, starts a long task and
 // a short one, sends SIGTERM, and checks ARCHITECTURE.md, "Shutdown": the
@@ -267,20 +231,20 @@ func TestStartLineSaysWhatRuns(t *testing.T) {
 		if m["roles"] != "api,watchdog,worker" || m["workers"] != float64(worker.ConcurrencyDefault) {
 			t.Fatalf("roles %v, workers %v", m["roles"], m["workers"])
 		}
-		if m["gogc"] != float64(gcPercentDefault) {
-			t.Fatalf("gogc %v, want the server's default %d", m["gogc"], gcPercentDefault)
+		if m["gogc"] != float64(app.GCPercentDefault) {
+			t.Fatalf("gogc %v, want the server's default %d", m["gogc"], app.GCPercentDefault)
 		}
-		if want := gcMemoryLimit(os.ReadFile); m["gomemlimit"] != float64(want) || want <= 0 {
+		if want := app.GCMemoryLimit(os.ReadFile); m["gomemlimit"] != float64(want) || want <= 0 {
 			t.Fatalf("gomemlimit %v, want %d (a share of this machine's memory)", m["gomemlimit"], want)
 		}
 	})
 	t.Run("GOGCAndGOMEMLIMITFromTheEnvironmentWin", func(t *testing.T) {
 		t.Parallel()
 		for env, want := range map[string][2]float64{
-			"GOGC=50":         {50, float64(gcMemoryLimit(os.ReadFile))},
-			"GOGC=off":        {-1, float64(gcMemoryLimit(os.ReadFile))},
-			"GOMEMLIMIT=1GiB": {gcPercentDefault, 1 << 30},
-			"GOMEMLIMIT=off":  {gcPercentDefault, -1},
+			"GOGC=50":         {50, float64(app.GCMemoryLimit(os.ReadFile))},
+			"GOGC=off":        {-1, float64(app.GCMemoryLimit(os.ReadFile))},
+			"GOMEMLIMIT=1GiB": {app.GCPercentDefault, 1 << 30},
+			"GOMEMLIMIT=off":  {app.GCPercentDefault, -1},
 		} {
 			m := startLineEnv(t, []string{env}, "--addr", "127.0.0.1:0")
 			if m["gogc"] != want[0] || m["gomemlimit"] != want[1] {

@@ -5,11 +5,11 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/alertchannel"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/alertchannel"
 )
 
 // AlertChannel is the model entity for the AlertChannel schema.

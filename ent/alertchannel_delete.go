@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/alertchannel"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertchannel"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AlertChannelDelete is the builder for deleting a AlertChannel entity.

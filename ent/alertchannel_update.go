@@ -6,13 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/alertchannel"
-	"taskgraph/ent/predicate"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertchannel"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AlertChannelUpdate is the builder for updating AlertChannel entities.

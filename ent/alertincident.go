@@ -5,11 +5,11 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/alertincident"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/alertincident"
 )
 
 // AlertIncident is the model entity for the AlertIncident schema.

@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/alertincident"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertincident"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AlertIncidentDelete is the builder for deleting a AlertIncident entity.

@@ -6,14 +6,14 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"taskgraph/ent/alertincident"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertincident"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AlertIncidentQuery is the builder for querying AlertIncident entities.

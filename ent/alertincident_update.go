@@ -6,13 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/alertincident"
-	"taskgraph/ent/predicate"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertincident"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AlertIncidentUpdate is the builder for updating AlertIncident entities.

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"taskgraph/ent/alertrule"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
 )
 
 // AlertRule is the model entity for the AlertRule schema.

@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/alertrule"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
 )
 
 // AlertRuleCreate is the builder for creating a AlertRule entity.

@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/alertrule"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AlertRuleDelete is the builder for deleting a AlertRule entity.

@@ -6,14 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/alertrule"
-	"taskgraph/ent/predicate"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AlertRuleUpdate is the builder for updating AlertRule entities.

@@ -5,12 +5,12 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/task"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/task"
 )
 
 // Artifact is the model entity for the Artifact schema.

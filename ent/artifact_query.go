@@ -6,15 +6,15 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/task"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/task"
 )
 
 // ArtifactQuery is the builder for querying Artifact entities.

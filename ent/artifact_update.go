@@ -6,14 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/task"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/task"
 )
 
 // ArtifactUpdate is the builder for updating Artifact entities.

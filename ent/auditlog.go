@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"taskgraph/ent/auditlog"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
 )
 
 // AuditLog is the model entity for the AuditLog schema.

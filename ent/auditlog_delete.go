@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AuditLogDelete is the builder for deleting a AuditLog entity.

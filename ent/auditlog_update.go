@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // AuditLogUpdate is the builder for updating AuditLog entities.

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"taskgraph/ent/clusternode"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/clusternode"
 )
 
 // ClusterNode is the model entity for the ClusterNode schema.

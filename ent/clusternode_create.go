@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/clusternode"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/clusternode"
 )
 
 // ClusterNodeCreate is the builder for creating a ClusterNode entity.

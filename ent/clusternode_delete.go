@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/clusternode"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/clusternode"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // ClusterNodeDelete is the builder for deleting a ClusterNode entity.

@@ -6,14 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/clusternode"
-	"taskgraph/ent/predicate"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/clusternode"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // ClusterNodeUpdate is the builder for updating ClusterNode entities.

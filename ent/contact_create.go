@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/contact"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/contact"
 )
 
 // ContactCreate is the builder for creating a Contact entity.

@@ -6,13 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/contact"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/contact"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // ContactUpdate is the builder for updating Contact entities.

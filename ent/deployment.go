@@ -5,11 +5,11 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/deployment"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/deployment"
 )
 
 // Deployment is the model entity for the Deployment schema.

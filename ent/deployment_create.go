@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/deployment"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/deployment"
 )
 
 // DeploymentCreate is the builder for creating a Deployment entity.

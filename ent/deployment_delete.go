@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/deployment"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // DeploymentDelete is the builder for deleting a Deployment entity.

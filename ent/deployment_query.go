@@ -6,14 +6,14 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"taskgraph/ent/deployment"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // DeploymentQuery is the builder for querying Deployment entities.

@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/deployment"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // DeploymentUpdate is the builder for updating Deployment entities.

@@ -5,11 +5,11 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/flowcontrol"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 )
 
 // FlowControl is the model entity for the FlowControl schema.

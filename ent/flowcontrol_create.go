@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/flowcontrol"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 )
 
 // FlowControlCreate is the builder for creating a FlowControl entity.

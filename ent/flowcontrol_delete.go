@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/flowcontrol"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/flowcontrol"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // FlowControlDelete is the builder for deleting a FlowControl entity.

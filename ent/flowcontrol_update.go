@@ -6,13 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/flowcontrol"
-	"taskgraph/ent/predicate"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/flowcontrol"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // FlowControlUpdate is the builder for updating FlowControl entities.

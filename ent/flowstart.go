@@ -5,11 +5,11 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/flowstart"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/flowstart"
 )
 
 // FlowStart is the model entity for the FlowStart schema.

@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/flowstart"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/flowstart"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // FlowStartDelete is the builder for deleting a FlowStart entity.

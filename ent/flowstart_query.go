@@ -6,14 +6,14 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"taskgraph/ent/flowstart"
-	"taskgraph/ent/predicate"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/flowstart"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // FlowStartQuery is the builder for querying FlowStart entities.

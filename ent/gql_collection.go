@@ -6,17 +6,17 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/scheduleevent"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/ent/tasklog"
 
 	"entgo.io/contrib/entgql"
 	"entgo.io/ent/dialect/sql"
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
 )
 
 // CollectFields tells the query-builder to eagerly load connected nodes by resolver context.

@@ -6,18 +6,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/internal"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/scheduleevent"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/ent/tasklog"
 
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/hashicorp/go-multierror"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/internal"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
 )
 
 // Noder wraps the basic Node method.

@@ -5,12 +5,13 @@ package ent
 import (
 	"errors"
 	"fmt"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/task"
-	"taskgraph/lifecycle"
 	"time"
+
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // AuditLogWhereInput represents a where input for filtering AuditLog queries.

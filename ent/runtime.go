@@ -2,4 +2,4 @@
 
 package ent
 
-// The schema-stitching logic is generated in taskgraph/ent/runtime/runtime.go
+// The schema-stitching logic is generated in github.com/taskgraph/taskgraph/ent/runtime/runtime.go

@@ -4,12 +4,12 @@ package ent
 
 import (
 	"context"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/schedule"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schedule"
 )
 
 // ScheduleDelete is the builder for deleting a Schedule entity.

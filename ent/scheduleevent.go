@@ -5,12 +5,12 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/scheduleevent"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 )
 
 // ScheduleEvent is the model entity for the ScheduleEvent schema.

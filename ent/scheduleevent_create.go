@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/scheduleevent"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 )
 
 // ScheduleEventCreate is the builder for creating a ScheduleEvent entity.

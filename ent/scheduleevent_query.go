@@ -6,15 +6,15 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/scheduleevent"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 )
 
 // ScheduleEventQuery is the builder for querying ScheduleEvent entities.

@@ -5,10 +5,10 @@ package ent
 import (
 	"fmt"
 	"strings"
-	"taskgraph/ent/stalloverride"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/stalloverride"
 )
 
 // StallOverride is the model entity for the StallOverride schema.

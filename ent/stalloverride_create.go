@@ -6,10 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/stalloverride"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/stalloverride"
 )
 
 // StallOverrideCreate is the builder for creating a StallOverride entity.

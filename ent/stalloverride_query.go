@@ -6,14 +6,14 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/stalloverride"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/stalloverride"
 )
 
 // StallOverrideQuery is the builder for querying StallOverride entities.

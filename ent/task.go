@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"taskgraph/ent/task"
-	"taskgraph/lifecycle"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // Task is the model entity for the Task schema.

@@ -7,17 +7,17 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"math"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/ent/tasklog"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
 )
 
 // TaskQuery is the builder for querying Task entities.

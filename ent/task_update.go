@@ -7,18 +7,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/ent/tasklog"
-	"taskgraph/lifecycle"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TaskUpdate is the builder for updating Task entities.

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/lifecycle"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TaskInstance is the model entity for the TaskInstance schema.

@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/lifecycle"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TaskInstanceCreate is the builder for creating a TaskInstance entity.

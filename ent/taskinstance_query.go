@@ -6,15 +6,15 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
 )
 
 // TaskInstanceQuery is the builder for querying TaskInstance entities.

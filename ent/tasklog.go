@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"taskgraph/ent/task"
-	"taskgraph/ent/tasklog"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
 )
 
 // TaskLog is the model entity for the TaskLog schema.

@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/task"
-	"taskgraph/ent/tasklog"
 	"time"
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
 )
 
 // TaskLogCreate is the builder for creating a TaskLog entity.

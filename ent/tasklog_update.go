@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"taskgraph/ent/predicate"
-	"taskgraph/ent/tasklog"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
 )
 
 // TaskLogUpdate is the builder for updating TaskLog entities.

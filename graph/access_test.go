@@ -16,12 +16,12 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/auth"
-	"taskgraph/internal/dbtest"
-	"taskgraph/internal/importtest"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/importtest"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // jwtSecret signs the test's JWTs (HS256).

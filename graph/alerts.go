@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 
-	"taskgraph/alert"
-	"taskgraph/auth"
-	"taskgraph/ent"
-	"taskgraph/ent/alertchannel"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/graph/model"
-	"taskgraph/lifecycle"
 	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/alertchannel"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/alert"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 var errNoAlerts = errors.New("alerts are not available on this server")

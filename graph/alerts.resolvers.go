@@ -8,13 +8,14 @@ package graph
 import (
 	"context"
 	"fmt"
-	"taskgraph/alert"
-	"taskgraph/ent"
-	"taskgraph/ent/alertincident"
-	"taskgraph/ent/alertrule"
-	"taskgraph/graph/model"
-	"taskgraph/lifecycle"
 	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/alertincident"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/alert"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // Kind is the resolver for the kind field.

@@ -14,10 +14,10 @@ import (
 	"github.com/99designs/gqlgen/client"
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/internal/dbtest"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 type taskView struct {

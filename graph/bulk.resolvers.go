@@ -7,8 +7,9 @@ package graph
 
 import (
 	"context"
-	"taskgraph/engine"
-	"taskgraph/graph/model"
+
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/engine"
 )
 
 // CreateTasks is the resolver for the createTasks field.

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"taskgraph/engine"
-	"taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/engine"
 )
 
 // whereJSON is the where argument of the field being resolved, as the

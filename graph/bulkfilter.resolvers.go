@@ -7,10 +7,11 @@ package graph
 
 import (
 	"context"
-	"taskgraph/engine"
-	"taskgraph/ent"
-	"taskgraph/graph/model"
-	"taskgraph/lifecycle"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // BulkTaskAction is the resolver for the bulkTaskAction field.

@@ -11,16 +11,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/auth"
-	"taskgraph/engine"
-	"taskgraph/ent"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/internal/dbtest"
-	"taskgraph/lifecycle"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 const (

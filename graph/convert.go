@@ -8,13 +8,13 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqljson"
 
-	"taskgraph/engine"
-	"taskgraph/ent"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/predicate"
-	"taskgraph/graph/model"
-	"taskgraph/lifecycle"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 func deref[T any](p *T) T {

@@ -8,12 +8,12 @@ package graph
 import (
 	"context"
 	"fmt"
-	"taskgraph/auth"
-	"taskgraph/ent"
-	"taskgraph/store"
 
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // Node is the resolver for the node field.

@@ -13,14 +13,14 @@ import (
 	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
-	"taskgraph/access"
-	"taskgraph/auth"
-	"taskgraph/engine"
-	"taskgraph/ent"
-	"taskgraph/lifecycle"
-	"taskgraph/outage"
-	"taskgraph/ratelimit"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/access"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/outage"
+	"github.com/taskgraph/taskgraph/internal/ratelimit"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // Error codes carried in extensions.code.

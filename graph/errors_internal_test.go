@@ -15,8 +15,8 @@ import (
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/events"
-	"taskgraph/outage"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/outage"
 )
 
 func TestOutagesAreUnavailable(t *testing.T) {

@@ -7,10 +7,11 @@ package graph
 
 import (
 	"context"
-	"taskgraph/ent"
-	"taskgraph/flow"
-	"taskgraph/graph/model"
 	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/flow"
 )
 
 // SetTypeControl is the resolver for the setTypeControl field.

@@ -7,9 +7,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
 )
 
 // FuzzGraphQL sends random documents and random bodies to the real /query

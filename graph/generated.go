@@ -12,26 +12,26 @@ import (
 	"math"
 	"strconv"
 	"sync/atomic"
-	"taskgraph/ent"
-	"taskgraph/ent/alertchannel"
-	"taskgraph/ent/alertincident"
-	"taskgraph/ent/alertrule"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/scheduleevent"
-	"taskgraph/ent/task"
-	"taskgraph/ent/tasklog"
-	"taskgraph/flow"
-	"taskgraph/graph/model"
-	"taskgraph/graph/scalar"
-	"taskgraph/lifecycle"
-	"taskgraph/nodes"
 	"time"
 
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/alertchannel"
+	"github.com/taskgraph/taskgraph/ent/alertincident"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/graph/scalar"
+	"github.com/taskgraph/taskgraph/internal/flow"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/nodes"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -3186,7 +3186,7 @@ func sourceData(filename string) string {
 }
 
 var sources = []*ast.Source{
-	{Name: "../ent.graphql", Input: `directive @goField(forceResolver: Boolean, name: String, omittable: Boolean) on FIELD_DEFINITION | INPUT_FIELD_DEFINITION
+	{Name: "../ent/ent.graphql", Input: `directive @goField(forceResolver: Boolean, name: String, omittable: Boolean) on FIELD_DEFINITION | INPUT_FIELD_DEFINITION
 directive @goModel(model: String, models: [String!], forceGenerate: Boolean) on OBJECT | INPUT_OBJECT | SCALAR | ENUM | INTERFACE | UNION
 type Artifact implements Node {
   id: ID!
@@ -3224,7 +3224,7 @@ type Artifact implements Node {
 """
 ArtifactKind is enum for the field kind
 """
-enum ArtifactKind @goModel(model: "taskgraph/ent/artifact.Kind") {
+enum ArtifactKind @goModel(model: "github.com/taskgraph/taskgraph/ent/artifact.Kind") {
   SOURCE
   ERROR_REPORT
   EXPORT
@@ -3288,7 +3288,7 @@ type AuditLog implements Node {
 """
 AuditLogAction is enum for the field action
 """
-enum AuditLogAction @goModel(model: "taskgraph/ent/auditlog.Action") {
+enum AuditLogAction @goModel(model: "github.com/taskgraph/taskgraph/ent/auditlog.Action") {
   CREATE
   CANCEL
   RETRY
@@ -3363,7 +3363,7 @@ enum AuditLogOrderField {
 """
 AuditLogOutcome is enum for the field outcome
 """
-enum AuditLogOutcome @goModel(model: "taskgraph/ent/auditlog.Outcome") {
+enum AuditLogOutcome @goModel(model: "github.com/taskgraph/taskgraph/ent/auditlog.Outcome") {
   OK
   PARTIAL
   FAILED
@@ -3517,7 +3517,7 @@ scalar Cursor
 """
 ErrorKind is enum for the field error_kind
 """
-enum ErrorKind @goModel(model: "taskgraph/lifecycle.ErrorKind") {
+enum ErrorKind @goModel(model: "github.com/taskgraph/taskgraph/internal/lifecycle.ErrorKind") {
   RETRYABLE
   NON_RETRYABLE
   RESOURCE
@@ -3534,7 +3534,7 @@ scalar Map
 An object with an ID.
 Follows the [Relay Global Object Identification Specification](https://relay.dev/graphql/objectidentification.htm)
 """
-interface Node @goModel(model: "taskgraph/ent.Noder") {
+interface Node @goModel(model: "github.com/taskgraph/taskgraph/ent.Noder") {
   """
   The id of the object.
   """
@@ -3879,7 +3879,7 @@ type ScheduleEventEdge {
 """
 ScheduleEventKind is enum for the field kind
 """
-enum ScheduleEventKind @goModel(model: "taskgraph/ent/scheduleevent.Kind") {
+enum ScheduleEventKind @goModel(model: "github.com/taskgraph/taskgraph/ent/scheduleevent.Kind") {
   FIRED
   RUN_NOW
   SKIPPED
@@ -3911,7 +3911,7 @@ enum ScheduleEventOrderField {
 """
 ScheduleMisfirePolicy is enum for the field misfire_policy
 """
-enum ScheduleMisfirePolicy @goModel(model: "taskgraph/ent/schedule.MisfirePolicy") {
+enum ScheduleMisfirePolicy @goModel(model: "github.com/taskgraph/taskgraph/ent/schedule.MisfirePolicy") {
   SKIP
   RUN_ONCE
 }
@@ -3940,7 +3940,7 @@ enum ScheduleOrderField {
 """
 ScheduleOverlapPolicy is enum for the field overlap_policy
 """
-enum ScheduleOverlapPolicy @goModel(model: "taskgraph/ent/schedule.OverlapPolicy") {
+enum ScheduleOverlapPolicy @goModel(model: "github.com/taskgraph/taskgraph/ent/schedule.OverlapPolicy") {
   SKIP
   QUEUE
   CANCEL_PREVIOUS
@@ -4476,7 +4476,7 @@ type TaskLogEdge {
 """
 TaskLogLevel is enum for the field level
 """
-enum TaskLogLevel @goModel(model: "taskgraph/ent/tasklog.Level") {
+enum TaskLogLevel @goModel(model: "github.com/taskgraph/taskgraph/ent/tasklog.Level") {
   DEBUG
   INFO
   WARN
@@ -4529,7 +4529,7 @@ enum TaskOrderField {
 """
 TaskResultStatus is enum for the field result_status
 """
-enum TaskResultStatus @goModel(model: "taskgraph/ent/task.ResultStatus") {
+enum TaskResultStatus @goModel(model: "github.com/taskgraph/taskgraph/ent/task.ResultStatus") {
   SUCCESS
   PARTIAL_SUCCESS
   FAILED
@@ -4537,7 +4537,7 @@ enum TaskResultStatus @goModel(model: "taskgraph/ent/task.ResultStatus") {
 """
 TaskStatus is enum for the field status
 """
-enum TaskStatus @goModel(model: "taskgraph/lifecycle.Status") {
+enum TaskStatus @goModel(model: "github.com/taskgraph/taskgraph/internal/lifecycle.Status") {
   PENDING
   EXECUTING
   SUCCESS
@@ -6073,7 +6073,7 @@ func (ec *executionContext) field_Mutation_artifactDownloadUrl_args(ctx context.
 	args["taskId"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "kind",
 		func(ctx context.Context, v any) (*artifact.Kind, error) {
-			return ec.unmarshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx, v)
+			return ec.unmarshalOArtifactKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋartifactᚐKind(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6081,7 +6081,7 @@ func (ec *executionContext) field_Mutation_artifactDownloadUrl_args(ctx context.
 	args["kind"] = arg1
 	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "format",
 		func(ctx context.Context, v any) (*model.FileFormat, error) {
-			return ec.unmarshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx, v)
+			return ec.unmarshalOFileFormat2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6095,7 +6095,7 @@ func (ec *executionContext) field_Mutation_bulkTaskAction_args(ctx context.Conte
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "action",
 		func(ctx context.Context, v any) (lifecycle.Action, error) {
-			return ec.unmarshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx, v)
+			return ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6103,7 +6103,7 @@ func (ec *executionContext) field_Mutation_bulkTaskAction_args(ctx context.Conte
 	args["action"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (ent.TaskWhereInput, error) {
-			return ec.unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx, v)
+			return ec.unmarshalNTaskWhereInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6185,7 +6185,7 @@ func (ec *executionContext) field_Mutation_createAlertChannel_args(ctx context.C
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.AlertChannelInput, error) {
-			return ec.unmarshalNAlertChannelInput2taskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx, v)
+			return ec.unmarshalNAlertChannelInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6199,7 +6199,7 @@ func (ec *executionContext) field_Mutation_createAlertRule_args(ctx context.Cont
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.AlertRuleInput, error) {
-			return ec.unmarshalNAlertRuleInput2taskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx, v)
+			return ec.unmarshalNAlertRuleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6213,7 +6213,7 @@ func (ec *executionContext) field_Mutation_createSchedule_args(ctx context.Conte
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateScheduleInput, error) {
-			return ec.unmarshalNCreateScheduleInput2taskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx, v)
+			return ec.unmarshalNCreateScheduleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6227,7 +6227,7 @@ func (ec *executionContext) field_Mutation_createTask_args(ctx context.Context, 
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateTaskInput, error) {
-			return ec.unmarshalNCreateTaskInput2taskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx, v)
+			return ec.unmarshalNCreateTaskInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6241,7 +6241,7 @@ func (ec *executionContext) field_Mutation_createTasks_args(ctx context.Context,
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "inputs",
 		func(ctx context.Context, v any) ([]*model.CreateTaskInput, error) {
-			return ec.unmarshalNCreateTaskInput2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx, v)
+			return ec.unmarshalNCreateTaskInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6485,7 +6485,7 @@ func (ec *executionContext) field_Mutation_setTypeControl_args(ctx context.Conte
 	args["type"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.TypeControlInput, error) {
-			return ec.unmarshalNTypeControlInput2taskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx, v)
+			return ec.unmarshalNTypeControlInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6565,7 +6565,7 @@ func (ec *executionContext) field_Mutation_updateAlertChannel_args(ctx context.C
 	args["id"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.AlertChannelInput, error) {
-			return ec.unmarshalNAlertChannelInput2taskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx, v)
+			return ec.unmarshalNAlertChannelInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6587,7 +6587,7 @@ func (ec *executionContext) field_Mutation_updateAlertRule_args(ctx context.Cont
 	args["id"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.AlertRuleInput, error) {
-			return ec.unmarshalNAlertRuleInput2taskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx, v)
+			return ec.unmarshalNAlertRuleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6609,7 +6609,7 @@ func (ec *executionContext) field_Mutation_updateSchedule_args(ctx context.Conte
 	args["id"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.UpdateScheduleInput, error) {
-			return ec.unmarshalNUpdateScheduleInput2taskgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx, v)
+			return ec.unmarshalNUpdateScheduleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6651,7 +6651,7 @@ func (ec *executionContext) field_Query_alertIncidents_args(ctx context.Context,
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "status",
 		func(ctx context.Context, v any) (*alertincident.Status, error) {
-			return ec.unmarshalOAlertIncidentStatus2ᚖtaskgraphᚋentᚋalertincidentᚐStatus(ctx, v)
+			return ec.unmarshalOAlertIncidentStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐStatus(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6713,7 +6713,7 @@ func (ec *executionContext) field_Query_auditLogs_args(ctx context.Context, rawA
 	args["last"] = arg3
 	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
 		func(ctx context.Context, v any) (*ent.AuditLogOrder, error) {
-			return ec.unmarshalOAuditLogOrder2ᚖtaskgraphᚋentᚐAuditLogOrder(ctx, v)
+			return ec.unmarshalOAuditLogOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogOrder(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6721,7 +6721,7 @@ func (ec *executionContext) field_Query_auditLogs_args(ctx context.Context, rawA
 	args["orderBy"] = arg4
 	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (*ent.AuditLogWhereInput, error) {
-			return ec.unmarshalOAuditLogWhereInput2ᚖtaskgraphᚋentᚐAuditLogWhereInput(ctx, v)
+			return ec.unmarshalOAuditLogWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6735,7 +6735,7 @@ func (ec *executionContext) field_Query_bulkPreview_args(ctx context.Context, ra
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "action",
 		func(ctx context.Context, v any) (lifecycle.Action, error) {
-			return ec.unmarshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx, v)
+			return ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6743,7 +6743,7 @@ func (ec *executionContext) field_Query_bulkPreview_args(ctx context.Context, ra
 	args["action"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (ent.TaskWhereInput, error) {
-			return ec.unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx, v)
+			return ec.unmarshalNTaskWhereInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6757,7 +6757,7 @@ func (ec *executionContext) field_Query_countTasks_args(ctx context.Context, raw
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (ent.TaskWhereInput, error) {
-			return ec.unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx, v)
+			return ec.unmarshalNTaskWhereInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6799,7 +6799,7 @@ func (ec *executionContext) field_Query_schedulePreview_args(ctx context.Context
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.SchedulePreviewInput, error) {
-			return ec.unmarshalNSchedulePreviewInput2taskgraphᚋgraphᚋmodelᚐSchedulePreviewInput(ctx, v)
+			return ec.unmarshalNSchedulePreviewInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐSchedulePreviewInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6867,7 +6867,7 @@ func (ec *executionContext) field_Query_schedules_args(ctx context.Context, rawA
 	args["last"] = arg3
 	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
 		func(ctx context.Context, v any) (*ent.ScheduleOrder, error) {
-			return ec.unmarshalOScheduleOrder2ᚖtaskgraphᚋentᚐScheduleOrder(ctx, v)
+			return ec.unmarshalOScheduleOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleOrder(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6875,7 +6875,7 @@ func (ec *executionContext) field_Query_schedules_args(ctx context.Context, rawA
 	args["orderBy"] = arg4
 	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
-			return ec.unmarshalOScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx, v)
+			return ec.unmarshalOScheduleWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6949,7 +6949,7 @@ func (ec *executionContext) field_Query_tasks_args(ctx context.Context, rawArgs 
 	args["last"] = arg3
 	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
 		func(ctx context.Context, v any) ([]*ent.TaskOrder, error) {
-			return ec.unmarshalOTaskOrder2ᚕᚖtaskgraphᚋentᚐTaskOrderᚄ(ctx, v)
+			return ec.unmarshalOTaskOrder2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskOrderᚄ(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6957,7 +6957,7 @@ func (ec *executionContext) field_Query_tasks_args(ctx context.Context, rawArgs 
 	args["orderBy"] = arg4
 	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
-			return ec.unmarshalOTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx, v)
+			return ec.unmarshalOTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -7017,7 +7017,7 @@ func (ec *executionContext) field_Schedule_events_args(ctx context.Context, rawA
 	args["last"] = arg3
 	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
 		func(ctx context.Context, v any) (*ent.ScheduleEventOrder, error) {
-			return ec.unmarshalOScheduleEventOrder2ᚖtaskgraphᚋentᚐScheduleEventOrder(ctx, v)
+			return ec.unmarshalOScheduleEventOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventOrder(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -7063,7 +7063,7 @@ func (ec *executionContext) field_Schedule_tasks_args(ctx context.Context, rawAr
 	args["last"] = arg3
 	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
-			return ec.unmarshalOTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx, v)
+			return ec.unmarshalOTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -7113,7 +7113,7 @@ func (ec *executionContext) field_Subscription_taskUpdated_args(ctx context.Cont
 	args["id"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "where",
 		func(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
-			return ec.unmarshalOTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx, v)
+			return ec.unmarshalOTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -7339,7 +7339,7 @@ func (ec *executionContext) _AlertChannel_kind(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v alertchannel.Kind) graphql.Marshaler {
-			return ec.marshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx, selections, v)
+			return ec.marshalNAlertChannelKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertchannelᚐKind(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7546,7 +7546,7 @@ func (ec *executionContext) _AlertIncident_kind(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
-			return ec.marshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx, selections, v)
+			return ec.marshalNAlertRuleKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertruleᚐKind(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7592,7 +7592,7 @@ func (ec *executionContext) _AlertIncident_status(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v alertincident.Status) graphql.Marshaler {
-			return ec.marshalNAlertIncidentStatus2taskgraphᚋentᚋalertincidentᚐStatus(ctx, selections, v)
+			return ec.marshalNAlertIncidentStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7661,7 +7661,7 @@ func (ec *executionContext) _AlertIncident_firstTask(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7693,7 +7693,7 @@ func (ec *executionContext) _AlertIncident_lastTask(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7794,7 +7794,7 @@ func (ec *executionContext) _AlertIncident_resolution(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *alertincident.Resolution) graphql.Marshaler {
-			return ec.marshalOAlertResolution2ᚖtaskgraphᚋentᚋalertincidentᚐResolution(ctx, selections, v)
+			return ec.marshalOAlertResolution2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐResolution(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7886,7 +7886,7 @@ func (ec *executionContext) _AlertIncident_deliveries(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚕᚖtaskgraphᚋentᚐTaskᚄ(ctx, selections, v)
+			return ec.marshalNTask2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7964,7 +7964,7 @@ func (ec *executionContext) _AlertRule_kind(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
-			return ec.marshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx, selections, v)
+			return ec.marshalNAlertRuleKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertruleᚐKind(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8056,7 +8056,7 @@ func (ec *executionContext) _AlertRule_errorKind(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
-			return ec.marshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx, selections, v)
+			return ec.marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx, selections, v)
 		},
 		true,
 		false,
@@ -8148,7 +8148,7 @@ func (ec *executionContext) _AlertRule_channels(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertChannel) graphql.Marshaler {
-			return ec.marshalNAlertChannel2ᚕᚖtaskgraphᚋentᚐAlertChannelᚄ(ctx, selections, v)
+			return ec.marshalNAlertChannel2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertChannelᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8433,7 +8433,7 @@ func (ec *executionContext) _Artifact_kind(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v artifact.Kind) graphql.Marshaler {
-			return ec.marshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx, selections, v)
+			return ec.marshalNArtifactKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋartifactᚐKind(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8571,7 +8571,7 @@ func (ec *executionContext) _Artifact_task(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -8741,7 +8741,7 @@ func (ec *executionContext) _AuditLog_action(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v auditlog.Action) graphql.Marshaler {
-			return ec.marshalNAuditLogAction2taskgraphᚋentᚋauditlogᚐAction(ctx, selections, v)
+			return ec.marshalNAuditLogAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8787,7 +8787,7 @@ func (ec *executionContext) _AuditLog_outcome(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v auditlog.Outcome) graphql.Marshaler {
-			return ec.marshalNAuditLogOutcome2taskgraphᚋentᚋauditlogᚐOutcome(ctx, selections, v)
+			return ec.marshalNAuditLogOutcome2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8879,7 +8879,7 @@ func (ec *executionContext) _AuditLogConnection_edges(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AuditLogEdge) graphql.Marshaler {
-			return ec.marshalOAuditLogEdge2ᚕᚖtaskgraphᚋentᚐAuditLogEdge(ctx, selections, v)
+			return ec.marshalOAuditLogEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogEdge(ctx, selections, v)
 		},
 		true,
 		false,
@@ -8966,7 +8966,7 @@ func (ec *executionContext) _AuditLogEdge_node(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AuditLog) graphql.Marshaler {
-			return ec.marshalOAuditLog2ᚖtaskgraphᚋentᚐAuditLog(ctx, selections, v)
+			return ec.marshalOAuditLog2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLog(ctx, selections, v)
 		},
 		true,
 		false,
@@ -9090,7 +9090,7 @@ func (ec *executionContext) _BulkPreview_byStatus(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.BulkStatusCount) graphql.Marshaler {
-			return ec.marshalNBulkStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCountᚄ(ctx, selections, v)
+			return ec.marshalNBulkStatusCount2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐBulkStatusCountᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -9122,7 +9122,7 @@ func (ec *executionContext) _BulkStatusCount_status(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -9214,7 +9214,7 @@ func (ec *executionContext) _ClusterNode_state(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v nodes.State) graphql.Marshaler {
-			return ec.marshalNClusterNodeState2taskgraphᚋnodesᚐState(ctx, selections, v)
+			return ec.marshalNClusterNodeState2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐState(ctx, selections, v)
 		},
 		true,
 		true,
@@ -9536,7 +9536,7 @@ func (ec *executionContext) _ClusterNode_runningExecutions(ctx context.Context, 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []nodes.Execution) graphql.Marshaler {
-			return ec.marshalNNodeExecution2ᚕtaskgraphᚋnodesᚐExecutionᚄ(ctx, selections, v)
+			return ec.marshalNNodeExecution2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐExecutionᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -9729,7 +9729,7 @@ func (ec *executionContext) _CreateTaskResult_task(ctx context.Context, field gr
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -9784,7 +9784,7 @@ func (ec *executionContext) _CreateTaskResult_error(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.ActionError) graphql.Marshaler {
-			return ec.marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐActionError(ctx, selections, v)
+			return ec.marshalOActionError2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐActionError(ctx, selections, v)
 		},
 		true,
 		false,
@@ -10000,7 +10000,7 @@ func (ec *executionContext) _ImportTarget_columns(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.ImportColumn) graphql.Marshaler {
-			return ec.marshalNImportColumn2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx, selections, v)
+			return ec.marshalNImportColumn2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10056,7 +10056,7 @@ func (ec *executionContext) _Mutation_createTask(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10100,7 +10100,7 @@ func (ec *executionContext) _Mutation_cancelTask(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10144,7 +10144,7 @@ func (ec *executionContext) _Mutation_retryTask(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10188,7 +10188,7 @@ func (ec *executionContext) _Mutation_cancelTasks(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.TaskActionResult) graphql.Marshaler {
-			return ec.marshalNTaskActionResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx, selections, v)
+			return ec.marshalNTaskActionResult2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10232,7 +10232,7 @@ func (ec *executionContext) _Mutation_retryTasks(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.TaskActionResult) graphql.Marshaler {
-			return ec.marshalNTaskActionResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx, selections, v)
+			return ec.marshalNTaskActionResult2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10276,7 +10276,7 @@ func (ec *executionContext) _Mutation_importFile(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10320,7 +10320,7 @@ func (ec *executionContext) _Mutation_artifactDownloadUrl(ctx context.Context, f
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
-			return ec.marshalNDownloadLink2ᚖtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx, selections, v)
+			return ec.marshalNDownloadLink2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10364,7 +10364,7 @@ func (ec *executionContext) _Mutation_createAlertChannel(ctx context.Context, fi
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertChannel) graphql.Marshaler {
-			return ec.marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx, selections, v)
+			return ec.marshalNAlertChannel2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertChannel(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10408,7 +10408,7 @@ func (ec *executionContext) _Mutation_updateAlertChannel(ctx context.Context, fi
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertChannel) graphql.Marshaler {
-			return ec.marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx, selections, v)
+			return ec.marshalNAlertChannel2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertChannel(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10496,7 +10496,7 @@ func (ec *executionContext) _Mutation_testAlertChannel(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10540,7 +10540,7 @@ func (ec *executionContext) _Mutation_createAlertRule(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
-			return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, selections, v)
+			return ec.marshalNAlertRule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertRule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10584,7 +10584,7 @@ func (ec *executionContext) _Mutation_updateAlertRule(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
-			return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, selections, v)
+			return ec.marshalNAlertRule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertRule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10672,7 +10672,7 @@ func (ec *executionContext) _Mutation_silenceAlertRule(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
-			return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, selections, v)
+			return ec.marshalNAlertRule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertRule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10716,7 +10716,7 @@ func (ec *executionContext) _Mutation_silenceAlertIncident(ctx context.Context, 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
-			return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+			return ec.marshalNAlertIncident2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10760,7 +10760,7 @@ func (ec *executionContext) _Mutation_resolveAlertIncident(ctx context.Context, 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
-			return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+			return ec.marshalNAlertIncident2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10804,7 +10804,7 @@ func (ec *executionContext) _Mutation_createTasks(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.CreateTaskResult) graphql.Marshaler {
-			return ec.marshalNCreateTaskResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx, selections, v)
+			return ec.marshalNCreateTaskResult2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10848,7 +10848,7 @@ func (ec *executionContext) _Mutation_bulkTaskAction(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10892,7 +10892,7 @@ func (ec *executionContext) _Mutation_setTypeControl(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
-			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+			return ec.marshalNTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControl(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10936,7 +10936,7 @@ func (ec *executionContext) _Mutation_pauseType(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
-			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+			return ec.marshalNTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControl(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10980,7 +10980,7 @@ func (ec *executionContext) _Mutation_resumeType(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
-			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+			return ec.marshalNTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControl(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11024,7 +11024,7 @@ func (ec *executionContext) _Mutation_drainClusterNode(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *nodes.View) graphql.Marshaler {
-			return ec.marshalNClusterNode2ᚖtaskgraphᚋnodesᚐView(ctx, selections, v)
+			return ec.marshalNClusterNode2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐView(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11068,7 +11068,7 @@ func (ec *executionContext) _Mutation_createSchedule(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalNSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11112,7 +11112,7 @@ func (ec *executionContext) _Mutation_updateSchedule(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalNSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11156,7 +11156,7 @@ func (ec *executionContext) _Mutation_pauseSchedule(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalNSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11200,7 +11200,7 @@ func (ec *executionContext) _Mutation_resumeSchedule(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalNSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11288,7 +11288,7 @@ func (ec *executionContext) _Mutation_runScheduleNow(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11516,7 +11516,7 @@ func (ec *executionContext) _Query_node(ctx context.Context, field graphql.Colle
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v ent.Noder) graphql.Marshaler {
-			return ec.marshalONode2taskgraphᚋentᚐNoder(ctx, selections, v)
+			return ec.marshalONode2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐNoder(ctx, selections, v)
 		},
 		true,
 		false,
@@ -11560,7 +11560,7 @@ func (ec *executionContext) _Query_nodes(ctx context.Context, field graphql.Coll
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []ent.Noder) graphql.Marshaler {
-			return ec.marshalNNode2ᚕtaskgraphᚋentᚐNoder(ctx, selections, v)
+			return ec.marshalNNode2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐNoder(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11604,7 +11604,7 @@ func (ec *executionContext) _Query_auditLogs(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AuditLogConnection) graphql.Marshaler {
-			return ec.marshalNAuditLogConnection2ᚖtaskgraphᚋentᚐAuditLogConnection(ctx, selections, v)
+			return ec.marshalNAuditLogConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11648,7 +11648,7 @@ func (ec *executionContext) _Query_schedules(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.ScheduleConnection) graphql.Marshaler {
-			return ec.marshalNScheduleConnection2ᚖtaskgraphᚋentᚐScheduleConnection(ctx, selections, v)
+			return ec.marshalNScheduleConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11692,7 +11692,7 @@ func (ec *executionContext) _Query_tasks(ctx context.Context, field graphql.Coll
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskConnection) graphql.Marshaler {
-			return ec.marshalNTaskConnection2ᚖtaskgraphᚋentᚐTaskConnection(ctx, selections, v)
+			return ec.marshalNTaskConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11736,7 +11736,7 @@ func (ec *executionContext) _Query_task(ctx context.Context, field graphql.Colle
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -11780,7 +11780,7 @@ func (ec *executionContext) _Query_taskByCode(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -11823,7 +11823,7 @@ func (ec *executionContext) _Query_taskStats(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.TaskStats) graphql.Marshaler {
-			return ec.marshalNTaskStats2ᚖtaskgraphᚋgraphᚋmodelᚐTaskStats(ctx, selections, v)
+			return ec.marshalNTaskStats2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskStats(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11855,7 +11855,7 @@ func (ec *executionContext) _Query_taskTypes(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.TaskType) graphql.Marshaler {
-			return ec.marshalNTaskType2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTaskTypeᚄ(ctx, selections, v)
+			return ec.marshalNTaskType2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskTypeᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11887,7 +11887,7 @@ func (ec *executionContext) _Query_retryPolicies(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.RetryPolicy) graphql.Marshaler {
-			return ec.marshalNRetryPolicy2ᚕᚖtaskgraphᚋgraphᚋmodelᚐRetryPolicyᚄ(ctx, selections, v)
+			return ec.marshalNRetryPolicy2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐRetryPolicyᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11919,7 +11919,7 @@ func (ec *executionContext) _Query_importTargets(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.ImportTarget) graphql.Marshaler {
-			return ec.marshalNImportTarget2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx, selections, v)
+			return ec.marshalNImportTarget2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11951,7 +11951,7 @@ func (ec *executionContext) _Query_alertChannels(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertChannel) graphql.Marshaler {
-			return ec.marshalNAlertChannel2ᚕᚖtaskgraphᚋentᚐAlertChannelᚄ(ctx, selections, v)
+			return ec.marshalNAlertChannel2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertChannelᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11983,7 +11983,7 @@ func (ec *executionContext) _Query_alertRules(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertRule) graphql.Marshaler {
-			return ec.marshalNAlertRule2ᚕᚖtaskgraphᚋentᚐAlertRuleᚄ(ctx, selections, v)
+			return ec.marshalNAlertRule2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertRuleᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12016,7 +12016,7 @@ func (ec *executionContext) _Query_alertIncidents(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.AlertIncident) graphql.Marshaler {
-			return ec.marshalNAlertIncident2ᚕᚖtaskgraphᚋentᚐAlertIncidentᚄ(ctx, selections, v)
+			return ec.marshalNAlertIncident2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncidentᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12060,7 +12060,7 @@ func (ec *executionContext) _Query_alertIncident(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
-			return ec.marshalOAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+			return ec.marshalOAlertIncident2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
 		},
 		true,
 		false,
@@ -12148,7 +12148,7 @@ func (ec *executionContext) _Query_bulkPreview(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.BulkPreview) graphql.Marshaler {
-			return ec.marshalNBulkPreview2ᚖtaskgraphᚋgraphᚋmodelᚐBulkPreview(ctx, selections, v)
+			return ec.marshalNBulkPreview2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐBulkPreview(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12191,7 +12191,7 @@ func (ec *executionContext) _Query_typeControls(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*flow.Control) graphql.Marshaler {
-			return ec.marshalNTypeControl2ᚕᚖtaskgraphᚋflowᚐControlᚄ(ctx, selections, v)
+			return ec.marshalNTypeControl2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControlᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12224,7 +12224,7 @@ func (ec *executionContext) _Query_typeControl(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *flow.Control) graphql.Marshaler {
-			return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, selections, v)
+			return ec.marshalNTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControl(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12267,7 +12267,7 @@ func (ec *executionContext) _Query_clusterNodes(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.View) graphql.Marshaler {
-			return ec.marshalNClusterNode2ᚕᚖtaskgraphᚋnodesᚐViewᚄ(ctx, selections, v)
+			return ec.marshalNClusterNode2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐViewᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12299,7 +12299,7 @@ func (ec *executionContext) _Query_clusterSummary(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *nodes.Summary) graphql.Marshaler {
-			return ec.marshalNClusterSummary2ᚖtaskgraphᚋnodesᚐSummary(ctx, selections, v)
+			return ec.marshalNClusterSummary2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐSummary(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12332,7 +12332,7 @@ func (ec *executionContext) _Query_schedule(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalOSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		false,
@@ -13070,7 +13070,7 @@ func (ec *executionContext) _Schedule_misfirePolicy(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v schedule.MisfirePolicy) graphql.Marshaler {
-			return ec.marshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, selections, v)
+			return ec.marshalNScheduleMisfirePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13093,7 +13093,7 @@ func (ec *executionContext) _Schedule_overlapPolicy(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v schedule.OverlapPolicy) graphql.Marshaler {
-			return ec.marshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, selections, v)
+			return ec.marshalNScheduleOverlapPolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13255,7 +13255,7 @@ func (ec *executionContext) _Schedule_events(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.ScheduleEventConnection) graphql.Marshaler {
-			return ec.marshalNScheduleEventConnection2ᚖtaskgraphᚋentᚐScheduleEventConnection(ctx, selections, v)
+			return ec.marshalNScheduleEventConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13366,7 +13366,7 @@ func (ec *executionContext) _Schedule_tasks(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskConnection) graphql.Marshaler {
-			return ec.marshalNTaskConnection2ᚖtaskgraphᚋentᚐTaskConnection(ctx, selections, v)
+			return ec.marshalNTaskConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13409,7 +13409,7 @@ func (ec *executionContext) _ScheduleConnection_edges(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.ScheduleEdge) graphql.Marshaler {
-			return ec.marshalOScheduleEdge2ᚕᚖtaskgraphᚋentᚐScheduleEdge(ctx, selections, v)
+			return ec.marshalOScheduleEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEdge(ctx, selections, v)
 		},
 		true,
 		false,
@@ -13496,7 +13496,7 @@ func (ec *executionContext) _ScheduleEdge_node(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalOSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		false,
@@ -13620,7 +13620,7 @@ func (ec *executionContext) _ScheduleEvent_kind(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v scheduleevent.Kind) graphql.Marshaler {
-			return ec.marshalNScheduleEventKind2taskgraphᚋentᚋscheduleeventᚐKind(ctx, selections, v)
+			return ec.marshalNScheduleEventKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleeventᚐKind(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13758,7 +13758,7 @@ func (ec *executionContext) _ScheduleEvent_schedule(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalNSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13790,7 +13790,7 @@ func (ec *executionContext) _ScheduleEventConnection_edges(ctx context.Context, 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.ScheduleEventEdge) graphql.Marshaler {
-			return ec.marshalOScheduleEventEdge2ᚕᚖtaskgraphᚋentᚐScheduleEventEdge(ctx, selections, v)
+			return ec.marshalOScheduleEventEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventEdge(ctx, selections, v)
 		},
 		true,
 		false,
@@ -13877,7 +13877,7 @@ func (ec *executionContext) _ScheduleEventEdge_node(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.ScheduleEvent) graphql.Marshaler {
-			return ec.marshalOScheduleEvent2ᚖtaskgraphᚋentᚐScheduleEvent(ctx, selections, v)
+			return ec.marshalOScheduleEvent2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEvent(ctx, selections, v)
 		},
 		true,
 		false,
@@ -13932,7 +13932,7 @@ func (ec *executionContext) _StatusCount_status(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13979,7 +13979,7 @@ func (ec *executionContext) _Subscription_taskUpdated(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14023,7 +14023,7 @@ func (ec *executionContext) _Subscription_taskLogAppended(ctx context.Context, f
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskLog) graphql.Marshaler {
-			return ec.marshalNTaskLog2ᚖtaskgraphᚋentᚐTaskLog(ctx, selections, v)
+			return ec.marshalNTaskLog2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLog(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14066,7 +14066,7 @@ func (ec *executionContext) _Subscription_alertIncidentChanged(ctx context.Conte
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
-			return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
+			return ec.marshalNAlertIncident2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncident(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14098,7 +14098,7 @@ func (ec *executionContext) _Subscription_clusterNodesChanged(ctx context.Contex
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.View) graphql.Marshaler {
-			return ec.marshalNClusterNode2ᚕᚖtaskgraphᚋnodesᚐViewᚄ(ctx, selections, v)
+			return ec.marshalNClusterNode2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐViewᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14130,7 +14130,7 @@ func (ec *executionContext) _Subscription_clusterSummaryChanged(ctx context.Cont
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *nodes.Summary) graphql.Marshaler {
-			return ec.marshalNClusterSummary2ᚖtaskgraphᚋnodesᚐSummary(ctx, selections, v)
+			return ec.marshalNClusterSummary2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐSummary(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14323,7 +14323,7 @@ func (ec *executionContext) _Task_status(ctx context.Context, field graphql.Coll
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14645,7 +14645,7 @@ func (ec *executionContext) _Task_resultStatus(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
-			return ec.marshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, selections, v)
+			return ec.marshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx, selections, v)
 		},
 		true,
 		false,
@@ -14852,7 +14852,7 @@ func (ec *executionContext) _Task_artifacts(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
-			return ec.marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ(ctx, selections, v)
+			return ec.marshalOArtifact2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifactᚄ(ctx, selections, v)
 		},
 		true,
 		false,
@@ -14884,7 +14884,7 @@ func (ec *executionContext) _Task_instances(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.TaskInstance) graphql.Marshaler {
-			return ec.marshalNTaskInstance2ᚕᚖtaskgraphᚋentᚐTaskInstanceᚄ(ctx, selections, v)
+			return ec.marshalNTaskInstance2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskInstanceᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14917,7 +14917,7 @@ func (ec *executionContext) _Task_logs(ctx context.Context, field graphql.Collec
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskLogConnection) graphql.Marshaler {
-			return ec.marshalNTaskLogConnection2ᚖtaskgraphᚋentᚐTaskLogConnection(ctx, selections, v)
+			return ec.marshalNTaskLogConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14960,7 +14960,7 @@ func (ec *executionContext) _Task_availableActions(ctx context.Context, field gr
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
-			return ec.marshalNTaskAction2ᚕtaskgraphᚋlifecycleᚐActionᚄ(ctx, selections, v)
+			return ec.marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐActionᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -15029,7 +15029,7 @@ func (ec *executionContext) _Task_waitingReason(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *flow.Wait) graphql.Marshaler {
-			return ec.marshalOWaitReason2ᚖtaskgraphᚋflowᚐWait(ctx, selections, v)
+			return ec.marshalOWaitReason2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐWait(ctx, selections, v)
 		},
 		true,
 		false,
@@ -15061,7 +15061,7 @@ func (ec *executionContext) _Task_schedule(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
-			return ec.marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx, selections, v)
+			return ec.marshalOSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx, selections, v)
 		},
 		true,
 		false,
@@ -15139,7 +15139,7 @@ func (ec *executionContext) _TaskActionResult_task(ctx context.Context, field gr
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -15171,7 +15171,7 @@ func (ec *executionContext) _TaskActionResult_error(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.ActionError) graphql.Marshaler {
-			return ec.marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐActionError(ctx, selections, v)
+			return ec.marshalOActionError2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐActionError(ctx, selections, v)
 		},
 		true,
 		false,
@@ -15203,7 +15203,7 @@ func (ec *executionContext) _TaskConnection_edges(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.TaskEdge) graphql.Marshaler {
-			return ec.marshalOTaskEdge2ᚕᚖtaskgraphᚋentᚐTaskEdge(ctx, selections, v)
+			return ec.marshalOTaskEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskEdge(ctx, selections, v)
 		},
 		true,
 		false,
@@ -15290,7 +15290,7 @@ func (ec *executionContext) _TaskEdge_node(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		false,
@@ -15437,7 +15437,7 @@ func (ec *executionContext) _TaskInstance_status(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -15690,7 +15690,7 @@ func (ec *executionContext) _TaskInstance_errorKind(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
-			return ec.marshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx, selections, v)
+			return ec.marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx, selections, v)
 		},
 		true,
 		false,
@@ -15782,7 +15782,7 @@ func (ec *executionContext) _TaskInstance_task(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -15906,7 +15906,7 @@ func (ec *executionContext) _TaskLog_level(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v tasklog.Level) graphql.Marshaler {
-			return ec.marshalNTaskLogLevel2taskgraphᚋentᚋtasklogᚐLevel(ctx, selections, v)
+			return ec.marshalNTaskLogLevel2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtasklogᚐLevel(ctx, selections, v)
 		},
 		true,
 		true,
@@ -15975,7 +15975,7 @@ func (ec *executionContext) _TaskLog_task(ctx context.Context, field graphql.Col
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
-			return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, selections, v)
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
 		},
 		true,
 		true,
@@ -16007,7 +16007,7 @@ func (ec *executionContext) _TaskLogConnection_edges(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*ent.TaskLogEdge) graphql.Marshaler {
-			return ec.marshalOTaskLogEdge2ᚕᚖtaskgraphᚋentᚐTaskLogEdge(ctx, selections, v)
+			return ec.marshalOTaskLogEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogEdge(ctx, selections, v)
 		},
 		true,
 		false,
@@ -16094,7 +16094,7 @@ func (ec *executionContext) _TaskLogEdge_node(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskLog) graphql.Marshaler {
-			return ec.marshalOTaskLog2ᚖtaskgraphᚋentᚐTaskLog(ctx, selections, v)
+			return ec.marshalOTaskLog2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLog(ctx, selections, v)
 		},
 		true,
 		false,
@@ -16172,7 +16172,7 @@ func (ec *executionContext) _TaskStats_byStatus(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.StatusCount) graphql.Marshaler {
-			return ec.marshalNStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐStatusCountᚄ(ctx, selections, v)
+			return ec.marshalNStatusCount2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐStatusCountᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -16204,7 +16204,7 @@ func (ec *executionContext) _TaskStats_byType(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.TypeCount) graphql.Marshaler {
-			return ec.marshalNTypeCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTypeCountᚄ(ctx, selections, v)
+			return ec.marshalNTypeCount2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTypeCountᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -16719,7 +16719,7 @@ func (ec *executionContext) _TypeCount_byStatus(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.StatusCount) graphql.Marshaler {
-			return ec.marshalNStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐStatusCountᚄ(ctx, selections, v)
+			return ec.marshalNStatusCount2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐStatusCountᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -16751,7 +16751,7 @@ func (ec *executionContext) _WaitReason_kind(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v flow.WaitKind) graphql.Marshaler {
-			return ec.marshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx, selections, v)
+			return ec.marshalNWaitKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐWaitKind(ctx, selections, v)
 		},
 		true,
 		true,
@@ -17953,7 +17953,7 @@ func (ec *executionContext) unmarshalInputAlertChannelInput(ctx context.Context,
 			it.Name = data
 		case "kind":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kind"))
-			data, err := ec.unmarshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx, v)
+			data, err := ec.unmarshalNAlertChannelKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertchannelᚐKind(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -18020,7 +18020,7 @@ func (ec *executionContext) unmarshalInputAlertRuleInput(ctx context.Context, ob
 			it.Name = data
 		case "kind":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kind"))
-			data, err := ec.unmarshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx, v)
+			data, err := ec.unmarshalNAlertRuleKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertruleᚐKind(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -18048,7 +18048,7 @@ func (ec *executionContext) unmarshalInputAlertRuleInput(ctx context.Context, ob
 			it.Owner = data
 		case "errorKind":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("errorKind"))
-			data, err := ec.unmarshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx, v)
+			data, err := ec.unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -18129,7 +18129,7 @@ func (ec *executionContext) unmarshalInputArtifactOrder(ctx context.Context, obj
 			it.Direction = data
 		case "field":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
-			data, err := ec.unmarshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx, v)
+			data, err := ec.unmarshalNArtifactOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifactOrderField(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -18182,7 +18182,7 @@ func (ec *executionContext) unmarshalInputAuditLogOrder(ctx context.Context, obj
 			it.Direction = data
 		case "field":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
-			data, err := ec.unmarshalNAuditLogOrderField2ᚖtaskgraphᚋentᚐAuditLogOrderField(ctx, v)
+			data, err := ec.unmarshalNAuditLogOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogOrderField(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -18224,21 +18224,21 @@ func (ec *executionContext) unmarshalInputAuditLogWhereInput(ctx context.Context
 		switch k {
 		case "not":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("not"))
-			data, err := ec.unmarshalOAuditLogWhereInput2ᚖtaskgraphᚋentᚐAuditLogWhereInput(ctx, v)
+			data, err := ec.unmarshalOAuditLogWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInput(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Not = data
 		case "and":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("and"))
-			data, err := ec.unmarshalOAuditLogWhereInput2ᚕᚖtaskgraphᚋentᚐAuditLogWhereInputᚄ(ctx, v)
+			data, err := ec.unmarshalOAuditLogWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInputᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.And = data
 		case "or":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("or"))
-			data, err := ec.unmarshalOAuditLogWhereInput2ᚕᚖtaskgraphᚋentᚐAuditLogWhereInputᚄ(ctx, v)
+			data, err := ec.unmarshalOAuditLogWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInputᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -18721,56 +18721,56 @@ func (ec *executionContext) unmarshalInputAuditLogWhereInput(ctx context.Context
 			it.TenantContainsFold = data
 		case "action":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("action"))
-			data, err := ec.unmarshalOAuditLogAction2ᚖtaskgraphᚋentᚋauditlogᚐAction(ctx, v)
+			data, err := ec.unmarshalOAuditLogAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Action = data
 		case "actionNEQ":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("actionNEQ"))
-			data, err := ec.unmarshalOAuditLogAction2ᚖtaskgraphᚋentᚋauditlogᚐAction(ctx, v)
+			data, err := ec.unmarshalOAuditLogAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.ActionNEQ = data
 		case "actionIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("actionIn"))
-			data, err := ec.unmarshalOAuditLogAction2ᚕtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx, v)
+			data, err := ec.unmarshalOAuditLogAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.ActionIn = data
 		case "actionNotIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("actionNotIn"))
-			data, err := ec.unmarshalOAuditLogAction2ᚕtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx, v)
+			data, err := ec.unmarshalOAuditLogAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.ActionNotIn = data
 		case "outcome":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("outcome"))
-			data, err := ec.unmarshalOAuditLogOutcome2ᚖtaskgraphᚋentᚋauditlogᚐOutcome(ctx, v)
+			data, err := ec.unmarshalOAuditLogOutcome2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Outcome = data
 		case "outcomeNEQ":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("outcomeNEQ"))
-			data, err := ec.unmarshalOAuditLogOutcome2ᚖtaskgraphᚋentᚋauditlogᚐOutcome(ctx, v)
+			data, err := ec.unmarshalOAuditLogOutcome2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.OutcomeNEQ = data
 		case "outcomeIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("outcomeIn"))
-			data, err := ec.unmarshalOAuditLogOutcome2ᚕtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx, v)
+			data, err := ec.unmarshalOAuditLogOutcome2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.OutcomeIn = data
 		case "outcomeNotIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("outcomeNotIn"))
-			data, err := ec.unmarshalOAuditLogOutcome2ᚕtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx, v)
+			data, err := ec.unmarshalOAuditLogOutcome2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -19045,14 +19045,14 @@ func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Contex
 			it.EndAt = data
 		case "misfirePolicy":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicy"))
-			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.MisfirePolicy = data
 		case "overlapPolicy":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicy"))
-			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -19066,7 +19066,7 @@ func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Contex
 			it.Paused = data
 		case "task":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("task"))
-			data, err := ec.unmarshalNScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
+			data, err := ec.unmarshalNScheduleTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -19294,7 +19294,7 @@ func (ec *executionContext) unmarshalInputScheduleEventOrder(ctx context.Context
 			it.Direction = data
 		case "field":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
-			data, err := ec.unmarshalNScheduleEventOrderField2ᚖtaskgraphᚋentᚐScheduleEventOrderField(ctx, v)
+			data, err := ec.unmarshalNScheduleEventOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventOrderField(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -19347,7 +19347,7 @@ func (ec *executionContext) unmarshalInputScheduleOrder(ctx context.Context, obj
 			it.Direction = data
 		case "field":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
-			data, err := ec.unmarshalNScheduleOrderField2ᚖtaskgraphᚋentᚐScheduleOrderField(ctx, v)
+			data, err := ec.unmarshalNScheduleOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleOrderField(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -19543,21 +19543,21 @@ func (ec *executionContext) unmarshalInputScheduleWhereInput(ctx context.Context
 		switch k {
 		case "not":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("not"))
-			data, err := ec.unmarshalOScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx, v)
+			data, err := ec.unmarshalOScheduleWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInput(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Not = data
 		case "and":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("and"))
-			data, err := ec.unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx, v)
+			data, err := ec.unmarshalOScheduleWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.And = data
 		case "or":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("or"))
-			data, err := ec.unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx, v)
+			data, err := ec.unmarshalOScheduleWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -20852,56 +20852,56 @@ func (ec *executionContext) unmarshalInputScheduleWhereInput(ctx context.Context
 			it.EndAtNotNil = data
 		case "misfirePolicy":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicy"))
-			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.MisfirePolicy = data
 		case "misfirePolicyNEQ":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicyNEQ"))
-			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.MisfirePolicyNEQ = data
 		case "misfirePolicyIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicyIn"))
-			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx, v)
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.MisfirePolicyIn = data
 		case "misfirePolicyNotIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicyNotIn"))
-			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx, v)
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.MisfirePolicyNotIn = data
 		case "overlapPolicy":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicy"))
-			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.OverlapPolicy = data
 		case "overlapPolicyNEQ":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicyNEQ"))
-			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.OverlapPolicyNEQ = data
 		case "overlapPolicyIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicyIn"))
-			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx, v)
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.OverlapPolicyIn = data
 		case "overlapPolicyNotIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicyNotIn"))
-			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx, v)
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -21332,7 +21332,7 @@ func (ec *executionContext) unmarshalInputTaskLogOrder(ctx context.Context, obj 
 			it.Direction = data
 		case "field":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
-			data, err := ec.unmarshalNTaskLogOrderField2ᚖtaskgraphᚋentᚐTaskLogOrderField(ctx, v)
+			data, err := ec.unmarshalNTaskLogOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogOrderField(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -21385,7 +21385,7 @@ func (ec *executionContext) unmarshalInputTaskOrder(ctx context.Context, obj any
 			it.Direction = data
 		case "field":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
-			data, err := ec.unmarshalNTaskOrderField2ᚖtaskgraphᚋentᚐTaskOrderField(ctx, v)
+			data, err := ec.unmarshalNTaskOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskOrderField(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -21427,21 +21427,21 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		switch k {
 		case "not":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("not"))
-			data, err := ec.unmarshalOTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx, v)
+			data, err := ec.unmarshalOTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Not = data
 		case "and":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("and"))
-			data, err := ec.unmarshalOTaskWhereInput2ᚕᚖtaskgraphᚋentᚐTaskWhereInputᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInputᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.And = data
 		case "or":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("or"))
-			data, err := ec.unmarshalOTaskWhereInput2ᚕᚖtaskgraphᚋentᚐTaskWhereInputᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInputᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -22029,28 +22029,28 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 			it.TitleContainsFold = data
 		case "status":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("status"))
-			data, err := ec.unmarshalOTaskStatus2ᚖtaskgraphᚋlifecycleᚐStatus(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Status = data
 		case "statusNEQ":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statusNEQ"))
-			data, err := ec.unmarshalOTaskStatus2ᚖtaskgraphᚋlifecycleᚐStatus(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.StatusNEQ = data
 		case "statusIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statusIn"))
-			data, err := ec.unmarshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStatusᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.StatusIn = data
 		case "statusNotIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statusNotIn"))
-			data, err := ec.unmarshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStatusᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -22806,28 +22806,28 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 			it.LastErrorContainsFold = data
 		case "resultStatus":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatus"))
-			data, err := ec.unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
+			data, err := ec.unmarshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.ResultStatus = data
 		case "resultStatusNEQ":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNEQ"))
-			data, err := ec.unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
+			data, err := ec.unmarshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.ResultStatusNEQ = data
 		case "resultStatusIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusIn"))
-			data, err := ec.unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskResultStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.ResultStatusIn = data
 		case "resultStatusNotIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("resultStatusNotIn"))
-			data, err := ec.unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskResultStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -23354,7 +23354,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 			}
 		case "input":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("input"))
-			data, err := ec.unmarshalOJSONPathPredicate2ᚕᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx, v)
+			data, err := ec.unmarshalOJSONPathPredicate2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -23363,7 +23363,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 			}
 		case "result":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("result"))
-			data, err := ec.unmarshalOJSONPathPredicate2ᚕᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx, v)
+			data, err := ec.unmarshalOJSONPathPredicate2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -23519,21 +23519,21 @@ func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Contex
 			it.ClearEndAt = data
 		case "misfirePolicy":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("misfirePolicy"))
-			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleMisfirePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.MisfirePolicy = data
 		case "overlapPolicy":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlapPolicy"))
-			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
+			data, err := ec.unmarshalOScheduleOverlapPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.OverlapPolicy = data
 		case "task":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("task"))
-			data, err := ec.unmarshalOScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
+			data, err := ec.unmarshalOScheduleTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -27012,11 +27012,11 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNAlertChannel2ᚕᚖtaskgraphᚋentᚐAlertChannelᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertChannel) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertChannel2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertChannelᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertChannel) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx, sel, v[i])
+		return ec.marshalNAlertChannel2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertChannel(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27028,7 +27028,7 @@ func (ec *executionContext) marshalNAlertChannel2ᚕᚖtaskgraphᚋentᚐAlertCh
 	return ret
 }
 
-func (ec *executionContext) marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChannel(ctx context.Context, sel ast.SelectionSet, v *ent.AlertChannel) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertChannel2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertChannel(ctx context.Context, sel ast.SelectionSet, v *ent.AlertChannel) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "AlertChannel!")
 		return graphql.Null
@@ -27036,26 +27036,26 @@ func (ec *executionContext) marshalNAlertChannel2ᚖtaskgraphᚋentᚐAlertChann
 	return ec._AlertChannel(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNAlertChannelInput2taskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx context.Context, v any) (model.AlertChannelInput, error) {
+func (ec *executionContext) unmarshalNAlertChannelInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐAlertChannelInput(ctx context.Context, v any) (model.AlertChannelInput, error) {
 	res, err := ec.unmarshalInputAlertChannelInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx context.Context, v any) (alertchannel.Kind, error) {
+func (ec *executionContext) unmarshalNAlertChannelKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertchannelᚐKind(ctx context.Context, v any) (alertchannel.Kind, error) {
 	var res alertchannel.Kind
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAlertChannelKind2taskgraphᚋentᚋalertchannelᚐKind(ctx context.Context, sel ast.SelectionSet, v alertchannel.Kind) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertChannelKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertchannelᚐKind(ctx context.Context, sel ast.SelectionSet, v alertchannel.Kind) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNAlertIncident2ᚕᚖtaskgraphᚋentᚐAlertIncidentᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertIncident) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertIncident2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncidentᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertIncident) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx, sel, v[i])
+		return ec.marshalNAlertIncident2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncident(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27067,7 +27067,7 @@ func (ec *executionContext) marshalNAlertIncident2ᚕᚖtaskgraphᚋentᚐAlertI
 	return ret
 }
 
-func (ec *executionContext) marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx context.Context, sel ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertIncident2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncident(ctx context.Context, sel ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "AlertIncident!")
 		return graphql.Null
@@ -27075,21 +27075,21 @@ func (ec *executionContext) marshalNAlertIncident2ᚖtaskgraphᚋentᚐAlertInci
 	return ec._AlertIncident(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNAlertIncidentStatus2taskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, v any) (alertincident.Status, error) {
+func (ec *executionContext) unmarshalNAlertIncidentStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, v any) (alertincident.Status, error) {
 	var res alertincident.Status
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAlertIncidentStatus2taskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, sel ast.SelectionSet, v alertincident.Status) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertIncidentStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, sel ast.SelectionSet, v alertincident.Status) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNAlertRule2ᚕᚖtaskgraphᚋentᚐAlertRuleᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertRule) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertRule2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertRuleᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.AlertRule) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx, sel, v[i])
+		return ec.marshalNAlertRule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertRule(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27101,7 +27101,7 @@ func (ec *executionContext) marshalNAlertRule2ᚕᚖtaskgraphᚋentᚐAlertRule�
 	return ret
 }
 
-func (ec *executionContext) marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx context.Context, sel ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertRule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertRule(ctx context.Context, sel ast.SelectionSet, v *ent.AlertRule) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "AlertRule!")
 		return graphql.Null
@@ -27109,22 +27109,22 @@ func (ec *executionContext) marshalNAlertRule2ᚖtaskgraphᚋentᚐAlertRule(ctx
 	return ec._AlertRule(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNAlertRuleInput2taskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx context.Context, v any) (model.AlertRuleInput, error) {
+func (ec *executionContext) unmarshalNAlertRuleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐAlertRuleInput(ctx context.Context, v any) (model.AlertRuleInput, error) {
 	res, err := ec.unmarshalInputAlertRuleInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx context.Context, v any) (alertrule.Kind, error) {
+func (ec *executionContext) unmarshalNAlertRuleKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertruleᚐKind(ctx context.Context, v any) (alertrule.Kind, error) {
 	var res alertrule.Kind
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAlertRuleKind2taskgraphᚋentᚋalertruleᚐKind(ctx context.Context, sel ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
+func (ec *executionContext) marshalNAlertRuleKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertruleᚐKind(ctx context.Context, sel ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx context.Context, sel ast.SelectionSet, v *ent.Artifact) graphql.Marshaler {
+func (ec *executionContext) marshalNArtifact2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifact(ctx context.Context, sel ast.SelectionSet, v *ent.Artifact) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Artifact!")
 		return graphql.Null
@@ -27132,23 +27132,23 @@ func (ec *executionContext) marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx c
 	return ec._Artifact(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (artifact.Kind, error) {
+func (ec *executionContext) unmarshalNArtifactKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (artifact.Kind, error) {
 	var res artifact.Kind
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNArtifactKind2taskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v artifact.Kind) graphql.Marshaler {
+func (ec *executionContext) marshalNArtifactKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v artifact.Kind) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, v any) (*ent.ArtifactOrderField, error) {
+func (ec *executionContext) unmarshalNArtifactOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, v any) (*ent.ArtifactOrderField, error) {
 	var res = new(ent.ArtifactOrderField)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ArtifactOrderField) graphql.Marshaler {
+func (ec *executionContext) marshalNArtifactOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifactOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ArtifactOrderField) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ArtifactOrderField!")
 		return graphql.Null
@@ -27156,17 +27156,17 @@ func (ec *executionContext) marshalNArtifactOrderField2ᚖtaskgraphᚋentᚐArti
 	return v
 }
 
-func (ec *executionContext) unmarshalNAuditLogAction2taskgraphᚋentᚋauditlogᚐAction(ctx context.Context, v any) (auditlog.Action, error) {
+func (ec *executionContext) unmarshalNAuditLogAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx context.Context, v any) (auditlog.Action, error) {
 	var res auditlog.Action
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAuditLogAction2taskgraphᚋentᚋauditlogᚐAction(ctx context.Context, sel ast.SelectionSet, v auditlog.Action) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditLogAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx context.Context, sel ast.SelectionSet, v auditlog.Action) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNAuditLogConnection2ᚖtaskgraphᚋentᚐAuditLogConnection(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLogConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditLogConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogConnection(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLogConnection) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "AuditLogConnection!")
 		return graphql.Null
@@ -27174,13 +27174,13 @@ func (ec *executionContext) marshalNAuditLogConnection2ᚖtaskgraphᚋentᚐAudi
 	return ec._AuditLogConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNAuditLogOrderField2ᚖtaskgraphᚋentᚐAuditLogOrderField(ctx context.Context, v any) (*ent.AuditLogOrderField, error) {
+func (ec *executionContext) unmarshalNAuditLogOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogOrderField(ctx context.Context, v any) (*ent.AuditLogOrderField, error) {
 	var res = new(ent.AuditLogOrderField)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAuditLogOrderField2ᚖtaskgraphᚋentᚐAuditLogOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLogOrderField) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditLogOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLogOrderField) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "AuditLogOrderField!")
 		return graphql.Null
@@ -27188,17 +27188,17 @@ func (ec *executionContext) marshalNAuditLogOrderField2ᚖtaskgraphᚋentᚐAudi
 	return v
 }
 
-func (ec *executionContext) unmarshalNAuditLogOutcome2taskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, v any) (auditlog.Outcome, error) {
+func (ec *executionContext) unmarshalNAuditLogOutcome2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, v any) (auditlog.Outcome, error) {
 	var res auditlog.Outcome
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAuditLogOutcome2taskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, sel ast.SelectionSet, v auditlog.Outcome) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditLogOutcome2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, sel ast.SelectionSet, v auditlog.Outcome) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNAuditLogWhereInput2ᚖtaskgraphᚋentᚐAuditLogWhereInput(ctx context.Context, v any) (*ent.AuditLogWhereInput, error) {
+func (ec *executionContext) unmarshalNAuditLogWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInput(ctx context.Context, v any) (*ent.AuditLogWhereInput, error) {
 	res, err := ec.unmarshalInputAuditLogWhereInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
@@ -27217,7 +27217,7 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 	return res
 }
 
-func (ec *executionContext) marshalNBulkPreview2ᚖtaskgraphᚋgraphᚋmodelᚐBulkPreview(ctx context.Context, sel ast.SelectionSet, v *model.BulkPreview) graphql.Marshaler {
+func (ec *executionContext) marshalNBulkPreview2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐBulkPreview(ctx context.Context, sel ast.SelectionSet, v *model.BulkPreview) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "BulkPreview!")
 		return graphql.Null
@@ -27225,11 +27225,11 @@ func (ec *executionContext) marshalNBulkPreview2ᚖtaskgraphᚋgraphᚋmodelᚐB
 	return ec._BulkPreview(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNBulkStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.BulkStatusCount) graphql.Marshaler {
+func (ec *executionContext) marshalNBulkStatusCount2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐBulkStatusCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.BulkStatusCount) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNBulkStatusCount2ᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCount(ctx, sel, v[i])
+		return ec.marshalNBulkStatusCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐBulkStatusCount(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27241,7 +27241,7 @@ func (ec *executionContext) marshalNBulkStatusCount2ᚕᚖtaskgraphᚋgraphᚋmo
 	return ret
 }
 
-func (ec *executionContext) marshalNBulkStatusCount2ᚖtaskgraphᚋgraphᚋmodelᚐBulkStatusCount(ctx context.Context, sel ast.SelectionSet, v *model.BulkStatusCount) graphql.Marshaler {
+func (ec *executionContext) marshalNBulkStatusCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐBulkStatusCount(ctx context.Context, sel ast.SelectionSet, v *model.BulkStatusCount) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "BulkStatusCount!")
 		return graphql.Null
@@ -27249,11 +27249,11 @@ func (ec *executionContext) marshalNBulkStatusCount2ᚖtaskgraphᚋgraphᚋmodel
 	return ec._BulkStatusCount(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNClusterNode2ᚕᚖtaskgraphᚋnodesᚐViewᚄ(ctx context.Context, sel ast.SelectionSet, v []*nodes.View) graphql.Marshaler {
+func (ec *executionContext) marshalNClusterNode2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐViewᚄ(ctx context.Context, sel ast.SelectionSet, v []*nodes.View) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNClusterNode2ᚖtaskgraphᚋnodesᚐView(ctx, sel, v[i])
+		return ec.marshalNClusterNode2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐView(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27265,7 +27265,7 @@ func (ec *executionContext) marshalNClusterNode2ᚕᚖtaskgraphᚋnodesᚐView�
 	return ret
 }
 
-func (ec *executionContext) marshalNClusterNode2ᚖtaskgraphᚋnodesᚐView(ctx context.Context, sel ast.SelectionSet, v *nodes.View) graphql.Marshaler {
+func (ec *executionContext) marshalNClusterNode2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐView(ctx context.Context, sel ast.SelectionSet, v *nodes.View) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ClusterNode!")
 		return graphql.Null
@@ -27273,13 +27273,13 @@ func (ec *executionContext) marshalNClusterNode2ᚖtaskgraphᚋnodesᚐView(ctx 
 	return ec._ClusterNode(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNClusterNodeState2taskgraphᚋnodesᚐState(ctx context.Context, v any) (nodes.State, error) {
+func (ec *executionContext) unmarshalNClusterNodeState2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐState(ctx context.Context, v any) (nodes.State, error) {
 	tmp, err := graphql.UnmarshalString(v)
 	res := nodes.State(tmp)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNClusterNodeState2taskgraphᚋnodesᚐState(ctx context.Context, sel ast.SelectionSet, v nodes.State) graphql.Marshaler {
+func (ec *executionContext) marshalNClusterNodeState2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐState(ctx context.Context, sel ast.SelectionSet, v nodes.State) graphql.Marshaler {
 	_ = sel
 	res := graphql.MarshalString(string(v))
 	if res == graphql.Null {
@@ -27288,7 +27288,7 @@ func (ec *executionContext) marshalNClusterNodeState2taskgraphᚋnodesᚐState(c
 	return res
 }
 
-func (ec *executionContext) marshalNClusterSummary2ᚖtaskgraphᚋnodesᚐSummary(ctx context.Context, sel ast.SelectionSet, v *nodes.Summary) graphql.Marshaler {
+func (ec *executionContext) marshalNClusterSummary2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐSummary(ctx context.Context, sel ast.SelectionSet, v *nodes.Summary) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ClusterSummary!")
 		return graphql.Null
@@ -27296,23 +27296,23 @@ func (ec *executionContext) marshalNClusterSummary2ᚖtaskgraphᚋnodesᚐSummar
 	return ec._ClusterSummary(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNCreateScheduleInput2taskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx context.Context, v any) (model.CreateScheduleInput, error) {
+func (ec *executionContext) unmarshalNCreateScheduleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx context.Context, v any) (model.CreateScheduleInput, error) {
 	res, err := ec.unmarshalInputCreateScheduleInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNCreateTaskInput2taskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (model.CreateTaskInput, error) {
+func (ec *executionContext) unmarshalNCreateTaskInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (model.CreateTaskInput, error) {
 	res, err := ec.unmarshalInputCreateTaskInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNCreateTaskInput2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx context.Context, v any) ([]*model.CreateTaskInput, error) {
+func (ec *executionContext) unmarshalNCreateTaskInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskInputᚄ(ctx context.Context, v any) ([]*model.CreateTaskInput, error) {
 	vSlice := graphql.CoerceList(v)
 	var err error
 	res := make([]*model.CreateTaskInput, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNCreateTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNCreateTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -27320,16 +27320,16 @@ func (ec *executionContext) unmarshalNCreateTaskInput2ᚕᚖtaskgraphᚋgraphᚋ
 	return res, nil
 }
 
-func (ec *executionContext) unmarshalNCreateTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (*model.CreateTaskInput, error) {
+func (ec *executionContext) unmarshalNCreateTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskInput(ctx context.Context, v any) (*model.CreateTaskInput, error) {
 	res, err := ec.unmarshalInputCreateTaskInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateTaskResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.CreateTaskResult) graphql.Marshaler {
+func (ec *executionContext) marshalNCreateTaskResult2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskResultᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.CreateTaskResult) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNCreateTaskResult2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx, sel, v[i])
+		return ec.marshalNCreateTaskResult2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27341,7 +27341,7 @@ func (ec *executionContext) marshalNCreateTaskResult2ᚕᚖtaskgraphᚋgraphᚋm
 	return ret
 }
 
-func (ec *executionContext) marshalNCreateTaskResult2ᚖtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx context.Context, sel ast.SelectionSet, v *model.CreateTaskResult) graphql.Marshaler {
+func (ec *executionContext) marshalNCreateTaskResult2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateTaskResult(ctx context.Context, sel ast.SelectionSet, v *model.CreateTaskResult) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "CreateTaskResult!")
 		return graphql.Null
@@ -27359,7 +27359,7 @@ func (ec *executionContext) marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCurso
 	return v
 }
 
-func (ec *executionContext) marshalNDownloadLink2ᚖtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx context.Context, sel ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
+func (ec *executionContext) marshalNDownloadLink2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx context.Context, sel ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "DownloadLink!")
 		return graphql.Null
@@ -27453,11 +27453,11 @@ func (ec *executionContext) marshalNID2ᚕintᚄ(ctx context.Context, sel ast.Se
 	return ret
 }
 
-func (ec *executionContext) marshalNImportColumn2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportColumn) graphql.Marshaler {
+func (ec *executionContext) marshalNImportColumn2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportColumnᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportColumn) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNImportColumn2ᚖtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx, sel, v[i])
+		return ec.marshalNImportColumn2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27469,7 +27469,7 @@ func (ec *executionContext) marshalNImportColumn2ᚕᚖtaskgraphᚋgraphᚋmodel
 	return ret
 }
 
-func (ec *executionContext) marshalNImportColumn2ᚖtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx context.Context, sel ast.SelectionSet, v *model.ImportColumn) graphql.Marshaler {
+func (ec *executionContext) marshalNImportColumn2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportColumn(ctx context.Context, sel ast.SelectionSet, v *model.ImportColumn) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ImportColumn!")
 		return graphql.Null
@@ -27477,11 +27477,11 @@ func (ec *executionContext) marshalNImportColumn2ᚖtaskgraphᚋgraphᚋmodelᚐ
 	return ec._ImportColumn(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNImportTarget2ᚕᚖtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportTarget) graphql.Marshaler {
+func (ec *executionContext) marshalNImportTarget2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportTargetᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ImportTarget) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNImportTarget2ᚖtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx, sel, v[i])
+		return ec.marshalNImportTarget2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27493,7 +27493,7 @@ func (ec *executionContext) marshalNImportTarget2ᚕᚖtaskgraphᚋgraphᚋmodel
 	return ret
 }
 
-func (ec *executionContext) marshalNImportTarget2ᚖtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx context.Context, sel ast.SelectionSet, v *model.ImportTarget) graphql.Marshaler {
+func (ec *executionContext) marshalNImportTarget2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐImportTarget(ctx context.Context, sel ast.SelectionSet, v *model.ImportTarget) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ImportTarget!")
 		return graphql.Null
@@ -27547,30 +27547,30 @@ func (ec *executionContext) marshalNJSON2encodingᚋjsonᚐRawMessage(ctx contex
 	return res
 }
 
-func (ec *executionContext) unmarshalNJSONPathPredicate2ᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicate(ctx context.Context, v any) (*model.JSONPathPredicate, error) {
+func (ec *executionContext) unmarshalNJSONPathPredicate2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐJSONPathPredicate(ctx context.Context, v any) (*model.JSONPathPredicate, error) {
 	res, err := ec.unmarshalInputJSONPathPredicate(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNNode2ᚕtaskgraphᚋentᚐNoder(ctx context.Context, sel ast.SelectionSet, v []ent.Noder) graphql.Marshaler {
+func (ec *executionContext) marshalNNode2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐNoder(ctx context.Context, sel ast.SelectionSet, v []ent.Noder) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalONode2taskgraphᚋentᚐNoder(ctx, sel, v[i])
+		return ec.marshalONode2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐNoder(ctx, sel, v[i])
 	})
 
 	return ret
 }
 
-func (ec *executionContext) marshalNNodeExecution2taskgraphᚋnodesᚐExecution(ctx context.Context, sel ast.SelectionSet, v nodes.Execution) graphql.Marshaler {
+func (ec *executionContext) marshalNNodeExecution2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐExecution(ctx context.Context, sel ast.SelectionSet, v nodes.Execution) graphql.Marshaler {
 	return ec._NodeExecution(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNNodeExecution2ᚕtaskgraphᚋnodesᚐExecutionᚄ(ctx context.Context, sel ast.SelectionSet, v []nodes.Execution) graphql.Marshaler {
+func (ec *executionContext) marshalNNodeExecution2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐExecutionᚄ(ctx context.Context, sel ast.SelectionSet, v []nodes.Execution) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNNodeExecution2taskgraphᚋnodesᚐExecution(ctx, sel, v[i])
+		return ec.marshalNNodeExecution2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐExecution(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27596,11 +27596,11 @@ func (ec *executionContext) marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPag
 	return ec._PageInfo(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNRetryPolicy2ᚕᚖtaskgraphᚋgraphᚋmodelᚐRetryPolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.RetryPolicy) graphql.Marshaler {
+func (ec *executionContext) marshalNRetryPolicy2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐRetryPolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.RetryPolicy) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNRetryPolicy2ᚖtaskgraphᚋgraphᚋmodelᚐRetryPolicy(ctx, sel, v[i])
+		return ec.marshalNRetryPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐRetryPolicy(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27612,7 +27612,7 @@ func (ec *executionContext) marshalNRetryPolicy2ᚕᚖtaskgraphᚋgraphᚋmodel�
 	return ret
 }
 
-func (ec *executionContext) marshalNRetryPolicy2ᚖtaskgraphᚋgraphᚋmodelᚐRetryPolicy(ctx context.Context, sel ast.SelectionSet, v *model.RetryPolicy) graphql.Marshaler {
+func (ec *executionContext) marshalNRetryPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐRetryPolicy(ctx context.Context, sel ast.SelectionSet, v *model.RetryPolicy) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "RetryPolicy!")
 		return graphql.Null
@@ -27620,7 +27620,7 @@ func (ec *executionContext) marshalNRetryPolicy2ᚖtaskgraphᚋgraphᚋmodelᚐR
 	return ec._RetryPolicy(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+func (ec *executionContext) marshalNSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Schedule!")
 		return graphql.Null
@@ -27628,7 +27628,7 @@ func (ec *executionContext) marshalNSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx c
 	return ec._Schedule(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNScheduleConnection2ᚖtaskgraphᚋentᚐScheduleConnection(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNScheduleConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleConnection(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleConnection) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ScheduleConnection!")
 		return graphql.Null
@@ -27636,7 +27636,7 @@ func (ec *executionContext) marshalNScheduleConnection2ᚖtaskgraphᚋentᚐSche
 	return ec._ScheduleConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNScheduleEventConnection2ᚖtaskgraphᚋentᚐScheduleEventConnection(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNScheduleEventConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventConnection(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventConnection) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ScheduleEventConnection!")
 		return graphql.Null
@@ -27644,23 +27644,23 @@ func (ec *executionContext) marshalNScheduleEventConnection2ᚖtaskgraphᚋent�
 	return ec._ScheduleEventConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNScheduleEventKind2taskgraphᚋentᚋscheduleeventᚐKind(ctx context.Context, v any) (scheduleevent.Kind, error) {
+func (ec *executionContext) unmarshalNScheduleEventKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleeventᚐKind(ctx context.Context, v any) (scheduleevent.Kind, error) {
 	var res scheduleevent.Kind
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNScheduleEventKind2taskgraphᚋentᚋscheduleeventᚐKind(ctx context.Context, sel ast.SelectionSet, v scheduleevent.Kind) graphql.Marshaler {
+func (ec *executionContext) marshalNScheduleEventKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleeventᚐKind(ctx context.Context, sel ast.SelectionSet, v scheduleevent.Kind) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNScheduleEventOrderField2ᚖtaskgraphᚋentᚐScheduleEventOrderField(ctx context.Context, v any) (*ent.ScheduleEventOrderField, error) {
+func (ec *executionContext) unmarshalNScheduleEventOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventOrderField(ctx context.Context, v any) (*ent.ScheduleEventOrderField, error) {
 	var res = new(ent.ScheduleEventOrderField)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNScheduleEventOrderField2ᚖtaskgraphᚋentᚐScheduleEventOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventOrderField) graphql.Marshaler {
+func (ec *executionContext) marshalNScheduleEventOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventOrderField) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ScheduleEventOrderField!")
 		return graphql.Null
@@ -27668,23 +27668,23 @@ func (ec *executionContext) marshalNScheduleEventOrderField2ᚖtaskgraphᚋent�
 	return v
 }
 
-func (ec *executionContext) unmarshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, v any) (schedule.MisfirePolicy, error) {
+func (ec *executionContext) unmarshalNScheduleMisfirePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, v any) (schedule.MisfirePolicy, error) {
 	var res schedule.MisfirePolicy
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, sel ast.SelectionSet, v schedule.MisfirePolicy) graphql.Marshaler {
+func (ec *executionContext) marshalNScheduleMisfirePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, sel ast.SelectionSet, v schedule.MisfirePolicy) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNScheduleOrderField2ᚖtaskgraphᚋentᚐScheduleOrderField(ctx context.Context, v any) (*ent.ScheduleOrderField, error) {
+func (ec *executionContext) unmarshalNScheduleOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleOrderField(ctx context.Context, v any) (*ent.ScheduleOrderField, error) {
 	var res = new(ent.ScheduleOrderField)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNScheduleOrderField2ᚖtaskgraphᚋentᚐScheduleOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleOrderField) graphql.Marshaler {
+func (ec *executionContext) marshalNScheduleOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleOrderField) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ScheduleOrderField!")
 		return graphql.Null
@@ -27692,36 +27692,36 @@ func (ec *executionContext) marshalNScheduleOrderField2ᚖtaskgraphᚋentᚐSche
 	return v
 }
 
-func (ec *executionContext) unmarshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, v any) (schedule.OverlapPolicy, error) {
+func (ec *executionContext) unmarshalNScheduleOverlapPolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, v any) (schedule.OverlapPolicy, error) {
 	var res schedule.OverlapPolicy
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, sel ast.SelectionSet, v schedule.OverlapPolicy) graphql.Marshaler {
+func (ec *executionContext) marshalNScheduleOverlapPolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, sel ast.SelectionSet, v schedule.OverlapPolicy) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNSchedulePreviewInput2taskgraphᚋgraphᚋmodelᚐSchedulePreviewInput(ctx context.Context, v any) (model.SchedulePreviewInput, error) {
+func (ec *executionContext) unmarshalNSchedulePreviewInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐSchedulePreviewInput(ctx context.Context, v any) (model.SchedulePreviewInput, error) {
 	res, err := ec.unmarshalInputSchedulePreviewInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx context.Context, v any) (*model.ScheduleTaskInput, error) {
+func (ec *executionContext) unmarshalNScheduleTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx context.Context, v any) (*model.ScheduleTaskInput, error) {
 	res, err := ec.unmarshalInputScheduleTaskInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
+func (ec *executionContext) unmarshalNScheduleWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInput(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
 	res, err := ec.unmarshalInputScheduleWhereInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐStatusCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.StatusCount) graphql.Marshaler {
+func (ec *executionContext) marshalNStatusCount2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐStatusCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.StatusCount) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNStatusCount2ᚖtaskgraphᚋgraphᚋmodelᚐStatusCount(ctx, sel, v[i])
+		return ec.marshalNStatusCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐStatusCount(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27733,7 +27733,7 @@ func (ec *executionContext) marshalNStatusCount2ᚕᚖtaskgraphᚋgraphᚋmodel�
 	return ret
 }
 
-func (ec *executionContext) marshalNStatusCount2ᚖtaskgraphᚋgraphᚋmodelᚐStatusCount(ctx context.Context, sel ast.SelectionSet, v *model.StatusCount) graphql.Marshaler {
+func (ec *executionContext) marshalNStatusCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐStatusCount(ctx context.Context, sel ast.SelectionSet, v *model.StatusCount) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "StatusCount!")
 		return graphql.Null
@@ -27784,11 +27784,11 @@ func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel
 	return ret
 }
 
-func (ec *executionContext) marshalNTask2ᚕᚖtaskgraphᚋentᚐTaskᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
+func (ec *executionContext) marshalNTask2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx, sel, v[i])
+		return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27800,7 +27800,7 @@ func (ec *executionContext) marshalNTask2ᚕᚖtaskgraphᚋentᚐTaskᚄ(ctx con
 	return ret
 }
 
-func (ec *executionContext) marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx context.Context, sel ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+func (ec *executionContext) marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx context.Context, sel ast.SelectionSet, v *ent.Task) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Task!")
 		return graphql.Null
@@ -27808,23 +27808,23 @@ func (ec *executionContext) marshalNTask2ᚖtaskgraphᚋentᚐTask(ctx context.C
 	return ec._Task(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx context.Context, v any) (lifecycle.Action, error) {
+func (ec *executionContext) unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx context.Context, v any) (lifecycle.Action, error) {
 	var res lifecycle.Action
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx context.Context, sel ast.SelectionSet, v lifecycle.Action) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx context.Context, sel ast.SelectionSet, v lifecycle.Action) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNTaskAction2ᚕtaskgraphᚋlifecycleᚐActionᚄ(ctx context.Context, v any) ([]lifecycle.Action, error) {
+func (ec *executionContext) unmarshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐActionᚄ(ctx context.Context, v any) ([]lifecycle.Action, error) {
 	vSlice := graphql.CoerceList(v)
 	var err error
 	res := make([]lifecycle.Action, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -27832,11 +27832,11 @@ func (ec *executionContext) unmarshalNTaskAction2ᚕtaskgraphᚋlifecycleᚐActi
 	return res, nil
 }
 
-func (ec *executionContext) marshalNTaskAction2ᚕtaskgraphᚋlifecycleᚐActionᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐActionᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskAction2taskgraphᚋlifecycleᚐAction(ctx, sel, v[i])
+		return ec.marshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27848,11 +27848,11 @@ func (ec *executionContext) marshalNTaskAction2ᚕtaskgraphᚋlifecycleᚐAction
 	return ret
 }
 
-func (ec *executionContext) marshalNTaskActionResult2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TaskActionResult) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskActionResult2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TaskActionResult) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskActionResult2ᚖtaskgraphᚋgraphᚋmodelᚐTaskActionResult(ctx, sel, v[i])
+		return ec.marshalNTaskActionResult2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskActionResult(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27864,7 +27864,7 @@ func (ec *executionContext) marshalNTaskActionResult2ᚕᚖtaskgraphᚋgraphᚋm
 	return ret
 }
 
-func (ec *executionContext) marshalNTaskActionResult2ᚖtaskgraphᚋgraphᚋmodelᚐTaskActionResult(ctx context.Context, sel ast.SelectionSet, v *model.TaskActionResult) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskActionResult2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskActionResult(ctx context.Context, sel ast.SelectionSet, v *model.TaskActionResult) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskActionResult!")
 		return graphql.Null
@@ -27872,7 +27872,7 @@ func (ec *executionContext) marshalNTaskActionResult2ᚖtaskgraphᚋgraphᚋmode
 	return ec._TaskActionResult(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNTaskConnection2ᚖtaskgraphᚋentᚐTaskConnection(ctx context.Context, sel ast.SelectionSet, v *ent.TaskConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskConnection(ctx context.Context, sel ast.SelectionSet, v *ent.TaskConnection) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskConnection!")
 		return graphql.Null
@@ -27880,11 +27880,11 @@ func (ec *executionContext) marshalNTaskConnection2ᚖtaskgraphᚋentᚐTaskConn
 	return ec._TaskConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNTaskInstance2ᚕᚖtaskgraphᚋentᚐTaskInstanceᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskInstance) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskInstance2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskInstanceᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskInstance) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskInstance2ᚖtaskgraphᚋentᚐTaskInstance(ctx, sel, v[i])
+		return ec.marshalNTaskInstance2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskInstance(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27896,7 +27896,7 @@ func (ec *executionContext) marshalNTaskInstance2ᚕᚖtaskgraphᚋentᚐTaskIns
 	return ret
 }
 
-func (ec *executionContext) marshalNTaskInstance2ᚖtaskgraphᚋentᚐTaskInstance(ctx context.Context, sel ast.SelectionSet, v *ent.TaskInstance) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskInstance2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskInstance(ctx context.Context, sel ast.SelectionSet, v *ent.TaskInstance) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskInstance!")
 		return graphql.Null
@@ -27904,7 +27904,7 @@ func (ec *executionContext) marshalNTaskInstance2ᚖtaskgraphᚋentᚐTaskInstan
 	return ec._TaskInstance(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNTaskLog2ᚖtaskgraphᚋentᚐTaskLog(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLog) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskLog2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLog(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLog) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskLog!")
 		return graphql.Null
@@ -27912,7 +27912,7 @@ func (ec *executionContext) marshalNTaskLog2ᚖtaskgraphᚋentᚐTaskLog(ctx con
 	return ec._TaskLog(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNTaskLogConnection2ᚖtaskgraphᚋentᚐTaskLogConnection(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLogConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskLogConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogConnection(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLogConnection) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskLogConnection!")
 		return graphql.Null
@@ -27920,23 +27920,23 @@ func (ec *executionContext) marshalNTaskLogConnection2ᚖtaskgraphᚋentᚐTaskL
 	return ec._TaskLogConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNTaskLogLevel2taskgraphᚋentᚋtasklogᚐLevel(ctx context.Context, v any) (tasklog.Level, error) {
+func (ec *executionContext) unmarshalNTaskLogLevel2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtasklogᚐLevel(ctx context.Context, v any) (tasklog.Level, error) {
 	var res tasklog.Level
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskLogLevel2taskgraphᚋentᚋtasklogᚐLevel(ctx context.Context, sel ast.SelectionSet, v tasklog.Level) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskLogLevel2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtasklogᚐLevel(ctx context.Context, sel ast.SelectionSet, v tasklog.Level) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNTaskLogOrderField2ᚖtaskgraphᚋentᚐTaskLogOrderField(ctx context.Context, v any) (*ent.TaskLogOrderField, error) {
+func (ec *executionContext) unmarshalNTaskLogOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogOrderField(ctx context.Context, v any) (*ent.TaskLogOrderField, error) {
 	var res = new(ent.TaskLogOrderField)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskLogOrderField2ᚖtaskgraphᚋentᚐTaskLogOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLogOrderField) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskLogOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLogOrderField) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskLogOrderField!")
 		return graphql.Null
@@ -27944,18 +27944,18 @@ func (ec *executionContext) marshalNTaskLogOrderField2ᚖtaskgraphᚋentᚐTaskL
 	return v
 }
 
-func (ec *executionContext) unmarshalNTaskOrder2ᚖtaskgraphᚋentᚐTaskOrder(ctx context.Context, v any) (*ent.TaskOrder, error) {
+func (ec *executionContext) unmarshalNTaskOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskOrder(ctx context.Context, v any) (*ent.TaskOrder, error) {
 	res, err := ec.unmarshalInputTaskOrder(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNTaskOrderField2ᚖtaskgraphᚋentᚐTaskOrderField(ctx context.Context, v any) (*ent.TaskOrderField, error) {
+func (ec *executionContext) unmarshalNTaskOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskOrderField(ctx context.Context, v any) (*ent.TaskOrderField, error) {
 	var res = new(ent.TaskOrderField)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskOrderField2ᚖtaskgraphᚋentᚐTaskOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.TaskOrderField) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.TaskOrderField) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskOrderField!")
 		return graphql.Null
@@ -27963,17 +27963,17 @@ func (ec *executionContext) marshalNTaskOrderField2ᚖtaskgraphᚋentᚐTaskOrde
 	return v
 }
 
-func (ec *executionContext) unmarshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (task.ResultStatus, error) {
+func (ec *executionContext) unmarshalNTaskResultStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (task.ResultStatus, error) {
 	var res task.ResultStatus
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v task.ResultStatus) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskResultStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v task.ResultStatus) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNTaskStats2ᚖtaskgraphᚋgraphᚋmodelᚐTaskStats(ctx context.Context, sel ast.SelectionSet, v *model.TaskStats) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskStats2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskStats(ctx context.Context, sel ast.SelectionSet, v *model.TaskStats) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskStats!")
 		return graphql.Null
@@ -27981,21 +27981,21 @@ func (ec *executionContext) marshalNTaskStats2ᚖtaskgraphᚋgraphᚋmodelᚐTas
 	return ec._TaskStats(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx context.Context, v any) (lifecycle.Status, error) {
+func (ec *executionContext) unmarshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, v any) (lifecycle.Status, error) {
 	var res lifecycle.Status
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNTaskType2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTaskTypeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TaskType) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskType2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskTypeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TaskType) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskType2ᚖtaskgraphᚋgraphᚋmodelᚐTaskType(ctx, sel, v[i])
+		return ec.marshalNTaskType2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskType(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -28007,7 +28007,7 @@ func (ec *executionContext) marshalNTaskType2ᚕᚖtaskgraphᚋgraphᚋmodelᚐT
 	return ret
 }
 
-func (ec *executionContext) marshalNTaskType2ᚖtaskgraphᚋgraphᚋmodelᚐTaskType(ctx context.Context, sel ast.SelectionSet, v *model.TaskType) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskType2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskType(ctx context.Context, sel ast.SelectionSet, v *model.TaskType) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TaskType!")
 		return graphql.Null
@@ -28015,12 +28015,12 @@ func (ec *executionContext) marshalNTaskType2ᚖtaskgraphᚋgraphᚋmodelᚐTask
 	return ec._TaskType(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNTaskWhereInput2taskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (ent.TaskWhereInput, error) {
+func (ec *executionContext) unmarshalNTaskWhereInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (ent.TaskWhereInput, error) {
 	res, err := ec.unmarshalInputTaskWhereInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
+func (ec *executionContext) unmarshalNTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
 	res, err := ec.unmarshalInputTaskWhereInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
@@ -28086,11 +28086,11 @@ func (ec *executionContext) marshalNTime2ᚖtimeᚐTime(ctx context.Context, sel
 	return res
 }
 
-func (ec *executionContext) marshalNTypeControl2ᚕᚖtaskgraphᚋflowᚐControlᚄ(ctx context.Context, sel ast.SelectionSet, v []*flow.Control) graphql.Marshaler {
+func (ec *executionContext) marshalNTypeControl2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControlᚄ(ctx context.Context, sel ast.SelectionSet, v []*flow.Control) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx, sel, v[i])
+		return ec.marshalNTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControl(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -28102,7 +28102,7 @@ func (ec *executionContext) marshalNTypeControl2ᚕᚖtaskgraphᚋflowᚐControl
 	return ret
 }
 
-func (ec *executionContext) marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ctx context.Context, sel ast.SelectionSet, v *flow.Control) graphql.Marshaler {
+func (ec *executionContext) marshalNTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐControl(ctx context.Context, sel ast.SelectionSet, v *flow.Control) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TypeControl!")
 		return graphql.Null
@@ -28110,16 +28110,16 @@ func (ec *executionContext) marshalNTypeControl2ᚖtaskgraphᚋflowᚐControl(ct
 	return ec._TypeControl(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNTypeControlInput2taskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx context.Context, v any) (model.TypeControlInput, error) {
+func (ec *executionContext) unmarshalNTypeControlInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTypeControlInput(ctx context.Context, v any) (model.TypeControlInput, error) {
 	res, err := ec.unmarshalInputTypeControlInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTypeCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐTypeCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TypeCount) graphql.Marshaler {
+func (ec *executionContext) marshalNTypeCount2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTypeCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TypeCount) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTypeCount2ᚖtaskgraphᚋgraphᚋmodelᚐTypeCount(ctx, sel, v[i])
+		return ec.marshalNTypeCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTypeCount(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -28131,7 +28131,7 @@ func (ec *executionContext) marshalNTypeCount2ᚕᚖtaskgraphᚋgraphᚋmodelᚐ
 	return ret
 }
 
-func (ec *executionContext) marshalNTypeCount2ᚖtaskgraphᚋgraphᚋmodelᚐTypeCount(ctx context.Context, sel ast.SelectionSet, v *model.TypeCount) graphql.Marshaler {
+func (ec *executionContext) marshalNTypeCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTypeCount(ctx context.Context, sel ast.SelectionSet, v *model.TypeCount) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "TypeCount!")
 		return graphql.Null
@@ -28139,7 +28139,7 @@ func (ec *executionContext) marshalNTypeCount2ᚖtaskgraphᚋgraphᚋmodelᚐTyp
 	return ec._TypeCount(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNUpdateScheduleInput2taskgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx context.Context, v any) (model.UpdateScheduleInput, error) {
+func (ec *executionContext) unmarshalNUpdateScheduleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx context.Context, v any) (model.UpdateScheduleInput, error) {
 	res, err := ec.unmarshalInputUpdateScheduleInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
@@ -28158,13 +28158,13 @@ func (ec *executionContext) marshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋg
 	return res
 }
 
-func (ec *executionContext) unmarshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx context.Context, v any) (flow.WaitKind, error) {
+func (ec *executionContext) unmarshalNWaitKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐWaitKind(ctx context.Context, v any) (flow.WaitKind, error) {
 	tmp, err := graphql.UnmarshalString(v)
 	res := flow.WaitKind(tmp)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNWaitKind2taskgraphᚋflowᚐWaitKind(ctx context.Context, sel ast.SelectionSet, v flow.WaitKind) graphql.Marshaler {
+func (ec *executionContext) marshalNWaitKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐWaitKind(ctx context.Context, sel ast.SelectionSet, v flow.WaitKind) graphql.Marshaler {
 	_ = sel
 	res := graphql.MarshalString(string(v))
 	if res == graphql.Null {
@@ -28315,21 +28315,21 @@ func (ec *executionContext) marshalN__TypeKind2string(ctx context.Context, sel a
 	return res
 }
 
-func (ec *executionContext) marshalOActionError2ᚖtaskgraphᚋgraphᚋmodelᚐActionError(ctx context.Context, sel ast.SelectionSet, v *model.ActionError) graphql.Marshaler {
+func (ec *executionContext) marshalOActionError2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐActionError(ctx context.Context, sel ast.SelectionSet, v *model.ActionError) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._ActionError(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOAlertIncident2ᚖtaskgraphᚋentᚐAlertIncident(ctx context.Context, sel ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
+func (ec *executionContext) marshalOAlertIncident2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAlertIncident(ctx context.Context, sel ast.SelectionSet, v *ent.AlertIncident) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._AlertIncident(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOAlertIncidentStatus2ᚖtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, v any) (*alertincident.Status, error) {
+func (ec *executionContext) unmarshalOAlertIncidentStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, v any) (*alertincident.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28338,14 +28338,14 @@ func (ec *executionContext) unmarshalOAlertIncidentStatus2ᚖtaskgraphᚋentᚋa
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOAlertIncidentStatus2ᚖtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, sel ast.SelectionSet, v *alertincident.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOAlertIncidentStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐStatus(ctx context.Context, sel ast.SelectionSet, v *alertincident.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOAlertResolution2ᚖtaskgraphᚋentᚋalertincidentᚐResolution(ctx context.Context, v any) (*alertincident.Resolution, error) {
+func (ec *executionContext) unmarshalOAlertResolution2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐResolution(ctx context.Context, v any) (*alertincident.Resolution, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28354,21 +28354,21 @@ func (ec *executionContext) unmarshalOAlertResolution2ᚖtaskgraphᚋentᚋalert
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOAlertResolution2ᚖtaskgraphᚋentᚋalertincidentᚐResolution(ctx context.Context, sel ast.SelectionSet, v *alertincident.Resolution) graphql.Marshaler {
+func (ec *executionContext) marshalOAlertResolution2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertincidentᚐResolution(ctx context.Context, sel ast.SelectionSet, v *alertincident.Resolution) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
+func (ec *executionContext) marshalOArtifact2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifactᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNArtifact2ᚖtaskgraphᚋentᚐArtifact(ctx, sel, v[i])
+		return ec.marshalNArtifact2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifact(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -28380,7 +28380,7 @@ func (ec *executionContext) marshalOArtifact2ᚕᚖtaskgraphᚋentᚐArtifactᚄ
 	return ret
 }
 
-func (ec *executionContext) unmarshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (*artifact.Kind, error) {
+func (ec *executionContext) unmarshalOArtifactKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, v any) (*artifact.Kind, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28389,21 +28389,21 @@ func (ec *executionContext) unmarshalOArtifactKind2ᚖtaskgraphᚋentᚋartifact
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOArtifactKind2ᚖtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v *artifact.Kind) graphql.Marshaler {
+func (ec *executionContext) marshalOArtifactKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋartifactᚐKind(ctx context.Context, sel ast.SelectionSet, v *artifact.Kind) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) marshalOAuditLog2ᚖtaskgraphᚋentᚐAuditLog(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLog) graphql.Marshaler {
+func (ec *executionContext) marshalOAuditLog2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLog(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLog) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._AuditLog(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOAuditLogAction2ᚕtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx context.Context, v any) ([]auditlog.Action, error) {
+func (ec *executionContext) unmarshalOAuditLogAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx context.Context, v any) ([]auditlog.Action, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28412,7 +28412,7 @@ func (ec *executionContext) unmarshalOAuditLogAction2ᚕtaskgraphᚋentᚋauditl
 	res := make([]auditlog.Action, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNAuditLogAction2taskgraphᚋentᚋauditlogᚐAction(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNAuditLogAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -28420,14 +28420,14 @@ func (ec *executionContext) unmarshalOAuditLogAction2ᚕtaskgraphᚋentᚋauditl
 	return res, nil
 }
 
-func (ec *executionContext) marshalOAuditLogAction2ᚕtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx context.Context, sel ast.SelectionSet, v []auditlog.Action) graphql.Marshaler {
+func (ec *executionContext) marshalOAuditLogAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐActionᚄ(ctx context.Context, sel ast.SelectionSet, v []auditlog.Action) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAuditLogAction2taskgraphᚋentᚋauditlogᚐAction(ctx, sel, v[i])
+		return ec.marshalNAuditLogAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -28439,7 +28439,7 @@ func (ec *executionContext) marshalOAuditLogAction2ᚕtaskgraphᚋentᚋauditlog
 	return ret
 }
 
-func (ec *executionContext) unmarshalOAuditLogAction2ᚖtaskgraphᚋentᚋauditlogᚐAction(ctx context.Context, v any) (*auditlog.Action, error) {
+func (ec *executionContext) unmarshalOAuditLogAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx context.Context, v any) (*auditlog.Action, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28448,34 +28448,34 @@ func (ec *executionContext) unmarshalOAuditLogAction2ᚖtaskgraphᚋentᚋauditl
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOAuditLogAction2ᚖtaskgraphᚋentᚋauditlogᚐAction(ctx context.Context, sel ast.SelectionSet, v *auditlog.Action) graphql.Marshaler {
+func (ec *executionContext) marshalOAuditLogAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐAction(ctx context.Context, sel ast.SelectionSet, v *auditlog.Action) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) marshalOAuditLogEdge2ᚕᚖtaskgraphᚋentᚐAuditLogEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.AuditLogEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOAuditLogEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.AuditLogEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalOAuditLogEdge2ᚖtaskgraphᚋentᚐAuditLogEdge(ctx, sel, v[i])
+		return ec.marshalOAuditLogEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogEdge(ctx, sel, v[i])
 	})
 
 	return ret
 }
 
-func (ec *executionContext) marshalOAuditLogEdge2ᚖtaskgraphᚋentᚐAuditLogEdge(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLogEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOAuditLogEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogEdge(ctx context.Context, sel ast.SelectionSet, v *ent.AuditLogEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._AuditLogEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOAuditLogOrder2ᚖtaskgraphᚋentᚐAuditLogOrder(ctx context.Context, v any) (*ent.AuditLogOrder, error) {
+func (ec *executionContext) unmarshalOAuditLogOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogOrder(ctx context.Context, v any) (*ent.AuditLogOrder, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28483,7 +28483,7 @@ func (ec *executionContext) unmarshalOAuditLogOrder2ᚖtaskgraphᚋentᚐAuditLo
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalOAuditLogOutcome2ᚕtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx context.Context, v any) ([]auditlog.Outcome, error) {
+func (ec *executionContext) unmarshalOAuditLogOutcome2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx context.Context, v any) ([]auditlog.Outcome, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28492,7 +28492,7 @@ func (ec *executionContext) unmarshalOAuditLogOutcome2ᚕtaskgraphᚋentᚋaudit
 	res := make([]auditlog.Outcome, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNAuditLogOutcome2taskgraphᚋentᚋauditlogᚐOutcome(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNAuditLogOutcome2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -28500,14 +28500,14 @@ func (ec *executionContext) unmarshalOAuditLogOutcome2ᚕtaskgraphᚋentᚋaudit
 	return res, nil
 }
 
-func (ec *executionContext) marshalOAuditLogOutcome2ᚕtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx context.Context, sel ast.SelectionSet, v []auditlog.Outcome) graphql.Marshaler {
+func (ec *executionContext) marshalOAuditLogOutcome2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcomeᚄ(ctx context.Context, sel ast.SelectionSet, v []auditlog.Outcome) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAuditLogOutcome2taskgraphᚋentᚋauditlogᚐOutcome(ctx, sel, v[i])
+		return ec.marshalNAuditLogOutcome2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -28519,7 +28519,7 @@ func (ec *executionContext) marshalOAuditLogOutcome2ᚕtaskgraphᚋentᚋauditlo
 	return ret
 }
 
-func (ec *executionContext) unmarshalOAuditLogOutcome2ᚖtaskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, v any) (*auditlog.Outcome, error) {
+func (ec *executionContext) unmarshalOAuditLogOutcome2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, v any) (*auditlog.Outcome, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28528,14 +28528,14 @@ func (ec *executionContext) unmarshalOAuditLogOutcome2ᚖtaskgraphᚋentᚋaudit
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOAuditLogOutcome2ᚖtaskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, sel ast.SelectionSet, v *auditlog.Outcome) graphql.Marshaler {
+func (ec *executionContext) marshalOAuditLogOutcome2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋauditlogᚐOutcome(ctx context.Context, sel ast.SelectionSet, v *auditlog.Outcome) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOAuditLogWhereInput2ᚕᚖtaskgraphᚋentᚐAuditLogWhereInputᚄ(ctx context.Context, v any) ([]*ent.AuditLogWhereInput, error) {
+func (ec *executionContext) unmarshalOAuditLogWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInputᚄ(ctx context.Context, v any) ([]*ent.AuditLogWhereInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28544,7 +28544,7 @@ func (ec *executionContext) unmarshalOAuditLogWhereInput2ᚕᚖtaskgraphᚋent�
 	res := make([]*ent.AuditLogWhereInput, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNAuditLogWhereInput2ᚖtaskgraphᚋentᚐAuditLogWhereInput(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNAuditLogWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInput(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -28552,7 +28552,7 @@ func (ec *executionContext) unmarshalOAuditLogWhereInput2ᚕᚖtaskgraphᚋent�
 	return res, nil
 }
 
-func (ec *executionContext) unmarshalOAuditLogWhereInput2ᚖtaskgraphᚋentᚐAuditLogWhereInput(ctx context.Context, v any) (*ent.AuditLogWhereInput, error) {
+func (ec *executionContext) unmarshalOAuditLogWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐAuditLogWhereInput(ctx context.Context, v any) (*ent.AuditLogWhereInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28606,7 +28606,7 @@ func (ec *executionContext) marshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCu
 	return v
 }
 
-func (ec *executionContext) unmarshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx context.Context, v any) (*lifecycle.ErrorKind, error) {
+func (ec *executionContext) unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx context.Context, v any) (*lifecycle.ErrorKind, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28615,14 +28615,14 @@ func (ec *executionContext) unmarshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐError
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOErrorKind2ᚖtaskgraphᚋlifecycleᚐErrorKind(ctx context.Context, sel ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
+func (ec *executionContext) marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx context.Context, sel ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, v any) (*model.FileFormat, error) {
+func (ec *executionContext) unmarshalOFileFormat2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, v any) (*model.FileFormat, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28631,7 +28631,7 @@ func (ec *executionContext) unmarshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐ
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOFileFormat2ᚖtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, sel ast.SelectionSet, v *model.FileFormat) graphql.Marshaler {
+func (ec *executionContext) marshalOFileFormat2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFileFormat(ctx context.Context, sel ast.SelectionSet, v *model.FileFormat) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -28827,7 +28827,7 @@ func (ec *executionContext) marshalOJSON2encodingᚋjsonᚐRawMessage(ctx contex
 	return res
 }
 
-func (ec *executionContext) unmarshalOJSONPathPredicate2ᚕᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx context.Context, v any) ([]*model.JSONPathPredicate, error) {
+func (ec *executionContext) unmarshalOJSONPathPredicate2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐJSONPathPredicateᚄ(ctx context.Context, v any) ([]*model.JSONPathPredicate, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28836,7 +28836,7 @@ func (ec *executionContext) unmarshalOJSONPathPredicate2ᚕᚖtaskgraphᚋgraph�
 	res := make([]*model.JSONPathPredicate, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNJSONPathPredicate2ᚖtaskgraphᚋgraphᚋmodelᚐJSONPathPredicate(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNJSONPathPredicate2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐJSONPathPredicate(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -28862,68 +28862,68 @@ func (ec *executionContext) marshalOMap2map(ctx context.Context, sel ast.Selecti
 	return res
 }
 
-func (ec *executionContext) marshalONode2taskgraphᚋentᚐNoder(ctx context.Context, sel ast.SelectionSet, v ent.Noder) graphql.Marshaler {
+func (ec *executionContext) marshalONode2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐNoder(ctx context.Context, sel ast.SelectionSet, v ent.Noder) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._Node(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOSchedule2ᚖtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
+func (ec *executionContext) marshalOSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._Schedule(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOScheduleEdge2ᚕᚖtaskgraphᚋentᚐScheduleEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.ScheduleEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.ScheduleEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalOScheduleEdge2ᚖtaskgraphᚋentᚐScheduleEdge(ctx, sel, v[i])
+		return ec.marshalOScheduleEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEdge(ctx, sel, v[i])
 	})
 
 	return ret
 }
 
-func (ec *executionContext) marshalOScheduleEdge2ᚖtaskgraphᚋentᚐScheduleEdge(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEdge(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._ScheduleEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOScheduleEvent2ᚖtaskgraphᚋentᚐScheduleEvent(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEvent) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleEvent2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEvent(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEvent) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._ScheduleEvent(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOScheduleEventEdge2ᚕᚖtaskgraphᚋentᚐScheduleEventEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.ScheduleEventEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleEventEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.ScheduleEventEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalOScheduleEventEdge2ᚖtaskgraphᚋentᚐScheduleEventEdge(ctx, sel, v[i])
+		return ec.marshalOScheduleEventEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventEdge(ctx, sel, v[i])
 	})
 
 	return ret
 }
 
-func (ec *executionContext) marshalOScheduleEventEdge2ᚖtaskgraphᚋentᚐScheduleEventEdge(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleEventEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventEdge(ctx context.Context, sel ast.SelectionSet, v *ent.ScheduleEventEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._ScheduleEventEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOScheduleEventOrder2ᚖtaskgraphᚋentᚐScheduleEventOrder(ctx context.Context, v any) (*ent.ScheduleEventOrder, error) {
+func (ec *executionContext) unmarshalOScheduleEventOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleEventOrder(ctx context.Context, v any) (*ent.ScheduleEventOrder, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28931,7 +28931,7 @@ func (ec *executionContext) unmarshalOScheduleEventOrder2ᚖtaskgraphᚋentᚐSc
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx context.Context, v any) ([]schedule.MisfirePolicy, error) {
+func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx context.Context, v any) ([]schedule.MisfirePolicy, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28940,7 +28940,7 @@ func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋent�
 	res := make([]schedule.MisfirePolicy, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNScheduleMisfirePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -28948,14 +28948,14 @@ func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚕtaskgraphᚋent�
 	return res, nil
 }
 
-func (ec *executionContext) marshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []schedule.MisfirePolicy) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleMisfirePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []schedule.MisfirePolicy) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNScheduleMisfirePolicy2taskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, sel, v[i])
+		return ec.marshalNScheduleMisfirePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -28967,7 +28967,7 @@ func (ec *executionContext) marshalOScheduleMisfirePolicy2ᚕtaskgraphᚋentᚋs
 	return ret
 }
 
-func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, v any) (*schedule.MisfirePolicy, error) {
+func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, v any) (*schedule.MisfirePolicy, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28976,14 +28976,14 @@ func (ec *executionContext) unmarshalOScheduleMisfirePolicy2ᚖtaskgraphᚋent�
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOScheduleMisfirePolicy2ᚖtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, sel ast.SelectionSet, v *schedule.MisfirePolicy) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleMisfirePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐMisfirePolicy(ctx context.Context, sel ast.SelectionSet, v *schedule.MisfirePolicy) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOScheduleOrder2ᚖtaskgraphᚋentᚐScheduleOrder(ctx context.Context, v any) (*ent.ScheduleOrder, error) {
+func (ec *executionContext) unmarshalOScheduleOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleOrder(ctx context.Context, v any) (*ent.ScheduleOrder, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28991,7 +28991,7 @@ func (ec *executionContext) unmarshalOScheduleOrder2ᚖtaskgraphᚋentᚐSchedul
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx context.Context, v any) ([]schedule.OverlapPolicy, error) {
+func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx context.Context, v any) ([]schedule.OverlapPolicy, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29000,7 +29000,7 @@ func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋent�
 	res := make([]schedule.OverlapPolicy, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNScheduleOverlapPolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -29008,14 +29008,14 @@ func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚕtaskgraphᚋent�
 	return res, nil
 }
 
-func (ec *executionContext) marshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []schedule.OverlapPolicy) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleOverlapPolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []schedule.OverlapPolicy) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNScheduleOverlapPolicy2taskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, sel, v[i])
+		return ec.marshalNScheduleOverlapPolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -29027,7 +29027,7 @@ func (ec *executionContext) marshalOScheduleOverlapPolicy2ᚕtaskgraphᚋentᚋs
 	return ret
 }
 
-func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, v any) (*schedule.OverlapPolicy, error) {
+func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, v any) (*schedule.OverlapPolicy, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29036,14 +29036,14 @@ func (ec *executionContext) unmarshalOScheduleOverlapPolicy2ᚖtaskgraphᚋent�
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOScheduleOverlapPolicy2ᚖtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, sel ast.SelectionSet, v *schedule.OverlapPolicy) graphql.Marshaler {
+func (ec *executionContext) marshalOScheduleOverlapPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋscheduleᚐOverlapPolicy(ctx context.Context, sel ast.SelectionSet, v *schedule.OverlapPolicy) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOScheduleTaskInput2ᚖtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx context.Context, v any) (*model.ScheduleTaskInput, error) {
+func (ec *executionContext) unmarshalOScheduleTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx context.Context, v any) (*model.ScheduleTaskInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29051,7 +29051,7 @@ func (ec *executionContext) unmarshalOScheduleTaskInput2ᚖtaskgraphᚋgraphᚋm
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx context.Context, v any) ([]*ent.ScheduleWhereInput, error) {
+func (ec *executionContext) unmarshalOScheduleWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInputᚄ(ctx context.Context, v any) ([]*ent.ScheduleWhereInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29060,7 +29060,7 @@ func (ec *executionContext) unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋent�
 	res := make([]*ent.ScheduleWhereInput, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNScheduleWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInput(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -29068,7 +29068,7 @@ func (ec *executionContext) unmarshalOScheduleWhereInput2ᚕᚖtaskgraphᚋent�
 	return res, nil
 }
 
-func (ec *executionContext) unmarshalOScheduleWhereInput2ᚖtaskgraphᚋentᚐScheduleWhereInput(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
+func (ec *executionContext) unmarshalOScheduleWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInput(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29141,61 +29141,61 @@ func (ec *executionContext) marshalOString2ᚖstring(ctx context.Context, sel as
 	return res
 }
 
-func (ec *executionContext) marshalOTask2ᚖtaskgraphᚋentᚐTask(ctx context.Context, sel ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+func (ec *executionContext) marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx context.Context, sel ast.SelectionSet, v *ent.Task) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._Task(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOTaskEdge2ᚕᚖtaskgraphᚋentᚐTaskEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalOTaskEdge2ᚖtaskgraphᚋentᚐTaskEdge(ctx, sel, v[i])
+		return ec.marshalOTaskEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskEdge(ctx, sel, v[i])
 	})
 
 	return ret
 }
 
-func (ec *executionContext) marshalOTaskEdge2ᚖtaskgraphᚋentᚐTaskEdge(ctx context.Context, sel ast.SelectionSet, v *ent.TaskEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskEdge(ctx context.Context, sel ast.SelectionSet, v *ent.TaskEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._TaskEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOTaskLog2ᚖtaskgraphᚋentᚐTaskLog(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLog) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskLog2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLog(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLog) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._TaskLog(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOTaskLogEdge2ᚕᚖtaskgraphᚋentᚐTaskLogEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskLogEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskLogEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskLogEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalOTaskLogEdge2ᚖtaskgraphᚋentᚐTaskLogEdge(ctx, sel, v[i])
+		return ec.marshalOTaskLogEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogEdge(ctx, sel, v[i])
 	})
 
 	return ret
 }
 
-func (ec *executionContext) marshalOTaskLogEdge2ᚖtaskgraphᚋentᚐTaskLogEdge(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLogEdge) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskLogEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskLogEdge(ctx context.Context, sel ast.SelectionSet, v *ent.TaskLogEdge) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._TaskLogEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOTaskOrder2ᚕᚖtaskgraphᚋentᚐTaskOrderᚄ(ctx context.Context, v any) ([]*ent.TaskOrder, error) {
+func (ec *executionContext) unmarshalOTaskOrder2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskOrderᚄ(ctx context.Context, v any) ([]*ent.TaskOrder, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29204,7 +29204,7 @@ func (ec *executionContext) unmarshalOTaskOrder2ᚕᚖtaskgraphᚋentᚐTaskOrde
 	res := make([]*ent.TaskOrder, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNTaskOrder2ᚖtaskgraphᚋentᚐTaskOrder(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNTaskOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskOrder(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -29212,7 +29212,7 @@ func (ec *executionContext) unmarshalOTaskOrder2ᚕᚖtaskgraphᚋentᚐTaskOrde
 	return res, nil
 }
 
-func (ec *executionContext) unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, v any) ([]task.ResultStatus, error) {
+func (ec *executionContext) unmarshalOTaskResultStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, v any) ([]task.ResultStatus, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29221,7 +29221,7 @@ func (ec *executionContext) unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtask
 	res := make([]task.ResultStatus, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNTaskResultStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -29229,14 +29229,14 @@ func (ec *executionContext) unmarshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtask
 	return res, nil
 }
 
-func (ec *executionContext) marshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []task.ResultStatus) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskResultStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []task.ResultStatus) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskResultStatus2taskgraphᚋentᚋtaskᚐResultStatus(ctx, sel, v[i])
+		return ec.marshalNTaskResultStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -29248,7 +29248,7 @@ func (ec *executionContext) marshalOTaskResultStatus2ᚕtaskgraphᚋentᚋtask�
 	return ret
 }
 
-func (ec *executionContext) unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (*task.ResultStatus, error) {
+func (ec *executionContext) unmarshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, v any) (*task.ResultStatus, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29257,14 +29257,14 @@ func (ec *executionContext) unmarshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtask
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOTaskResultStatus2ᚖtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStatusᚄ(ctx context.Context, v any) ([]lifecycle.Status, error) {
+func (ec *executionContext) unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx context.Context, v any) ([]lifecycle.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29273,7 +29273,7 @@ func (ec *executionContext) unmarshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStat
 	res := make([]lifecycle.Status, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -29281,14 +29281,14 @@ func (ec *executionContext) unmarshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStat
 	return res, nil
 }
 
-func (ec *executionContext) marshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskStatus2taskgraphᚋlifecycleᚐStatus(ctx, sel, v[i])
+		return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -29300,7 +29300,7 @@ func (ec *executionContext) marshalOTaskStatus2ᚕtaskgraphᚋlifecycleᚐStatus
 	return ret
 }
 
-func (ec *executionContext) unmarshalOTaskStatus2ᚖtaskgraphᚋlifecycleᚐStatus(ctx context.Context, v any) (*lifecycle.Status, error) {
+func (ec *executionContext) unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, v any) (*lifecycle.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29309,14 +29309,14 @@ func (ec *executionContext) unmarshalOTaskStatus2ᚖtaskgraphᚋlifecycleᚐStat
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOTaskStatus2ᚖtaskgraphᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v *lifecycle.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v *lifecycle.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOTaskWhereInput2ᚕᚖtaskgraphᚋentᚐTaskWhereInputᚄ(ctx context.Context, v any) ([]*ent.TaskWhereInput, error) {
+func (ec *executionContext) unmarshalOTaskWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInputᚄ(ctx context.Context, v any) ([]*ent.TaskWhereInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29325,7 +29325,7 @@ func (ec *executionContext) unmarshalOTaskWhereInput2ᚕᚖtaskgraphᚋentᚐTas
 	res := make([]*ent.TaskWhereInput, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -29333,7 +29333,7 @@ func (ec *executionContext) unmarshalOTaskWhereInput2ᚕᚖtaskgraphᚋentᚐTas
 	return res, nil
 }
 
-func (ec *executionContext) unmarshalOTaskWhereInput2ᚖtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
+func (ec *executionContext) unmarshalOTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29394,7 +29394,7 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	return res
 }
 
-func (ec *executionContext) marshalOWaitReason2ᚖtaskgraphᚋflowᚐWait(ctx context.Context, sel ast.SelectionSet, v *flow.Wait) graphql.Marshaler {
+func (ec *executionContext) marshalOWaitReason2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐWait(ctx context.Context, sel ast.SelectionSet, v *flow.Wait) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

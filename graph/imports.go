@@ -13,13 +13,13 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 
-	"taskgraph/artifact"
-	"taskgraph/auth"
-	"taskgraph/ent"
-	entartifact "taskgraph/ent/artifact"
-	"taskgraph/graph/model"
-	"taskgraph/importer"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/ent"
+	entartifact "github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/artifact"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/importer"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 var errUnavailable = errors.New("imports and downloads are not served by this process")

@@ -10,8 +10,8 @@ import (
 
 	"entgo.io/contrib/entgql"
 
-	"taskgraph/ent"
-	"taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/graph/model"
 )
 
 // Defaults of the limits on a request's shape (ServerConfig).

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"taskgraph/auth"
-	"taskgraph/graph"
+	"github.com/taskgraph/taskgraph/graph"
+	"github.com/taskgraph/taskgraph/internal/auth"
 )
 
 // hostileDocuments are documents built to make parsing and validation

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/internal/dbtest"
-	"taskgraph/internal/importtest"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/importtest"
 )
 
 // multipartBody is an importFile request with the given operations part,

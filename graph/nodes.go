@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"taskgraph/nodes"
+	"github.com/taskgraph/taskgraph/internal/nodes"
 )
 
 var errNoNodes = errors.New("the node registry is not available on this server")

@@ -7,7 +7,8 @@ package graph
 
 import (
 	"context"
-	"taskgraph/nodes"
+
+	"github.com/taskgraph/taskgraph/internal/nodes"
 )
 
 // DrainClusterNode is the resolver for the drainClusterNode field.

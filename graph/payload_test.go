@@ -11,12 +11,12 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/ent/task"
-	"taskgraph/internal/dbtest"
-	"taskgraph/store"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 type orderInput struct {

@@ -8,15 +8,15 @@ import (
 	"fmt"
 	"log/slog"
 
-	"taskgraph/alert"
-	"taskgraph/artifact"
-	"taskgraph/engine"
-	"taskgraph/ent"
-	"taskgraph/events"
-	"taskgraph/flow"
-	"taskgraph/importer"
-	"taskgraph/nodes"
-	"taskgraph/schedule"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/alert"
+	"github.com/taskgraph/taskgraph/internal/artifact"
+	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/flow"
+	"github.com/taskgraph/taskgraph/internal/importer"
+	"github.com/taskgraph/taskgraph/internal/nodes"
+	"github.com/taskgraph/taskgraph/internal/schedule"
 )
 
 // Resolver holds what resolvers use.

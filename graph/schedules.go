@@ -4,10 +4,10 @@ import (
 	"errors"
 	"time"
 
-	"taskgraph/engine"
-	"taskgraph/flow"
-	"taskgraph/graph/model"
-	"taskgraph/schedule"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/flow"
+	"github.com/taskgraph/taskgraph/internal/schedule"
 )
 
 var errNoSchedules = errors.New("schedules are not available on this server")

@@ -8,14 +8,14 @@ package graph
 import (
 	"context"
 	"fmt"
-	"taskgraph/ent"
-	"taskgraph/ent/task"
-	"taskgraph/graph/model"
-	"taskgraph/schedule"
-	"taskgraph/store"
 	"time"
 
 	"entgo.io/contrib/entgql"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/schedule"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // CreateSchedule is the resolver for the createSchedule field.

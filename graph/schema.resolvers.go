@@ -8,17 +8,17 @@ package graph
 import (
 	"context"
 	"encoding/json"
-	"taskgraph/ent"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/ent/tasklog"
-	"taskgraph/graph/model"
-	"taskgraph/lifecycle"
 	"time"
 
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // CreateTask is the resolver for the createTask field.

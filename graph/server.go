@@ -23,9 +23,9 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
-	"taskgraph/auth"
-	"taskgraph/graph/wsgorilla"
-	"taskgraph/outage"
+	"github.com/taskgraph/taskgraph/graph/wsgorilla"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/outage"
 )
 
 // ServerConfig configures the GraphQL handler. Zero limits take their

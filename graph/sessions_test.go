@@ -15,11 +15,11 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/auth"
-	"taskgraph/graph"
-	"taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/graph"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
 )
 
 // tokenFile is a token file a test rewrites while the server runs.

@@ -11,12 +11,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/ent"
-	"taskgraph/events"
-	"taskgraph/internal/dbtest"
-	"taskgraph/lifecycle"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TestASubscriberThatMissedChangesIsToldToResync: when the changes a

@@ -11,12 +11,12 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
-	"taskgraph/access"
-	"taskgraph/auth"
-	"taskgraph/ent"
-	"taskgraph/ent/task"
-	"taskgraph/events"
-	"taskgraph/outage"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/internal/access"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/outage"
 )
 
 // whereQueries counts the changes a subscription had to confirm with a

@@ -24,13 +24,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/xuri/excelize/v2"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/auth"
-	"taskgraph/exporter"
-	"taskgraph/internal/dbtest"
-	"taskgraph/internal/importtest"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/exporter"
+	"github.com/taskgraph/taskgraph/internal/importtest"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // tenants is a server with two tenants, A and B, and users whose names

@@ -12,8 +12,8 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
-	"taskgraph/auth"
-	"taskgraph/graph/wsgorilla"
+	"github.com/taskgraph/taskgraph/graph/wsgorilla"
+	"github.com/taskgraph/taskgraph/internal/auth"
 )
 
 // Close codes of graphql-transport-ws used when a connection is refused.

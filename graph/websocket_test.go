@@ -12,11 +12,11 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/app"
-	"taskgraph/app/apptest"
-	"taskgraph/auth"
-	"taskgraph/graph"
-	"taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/graph"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
 )
 
 func dialRaw(t *testing.T, s *apptest.Server, h http.Header) (*websocket.Conn, *http.Response, error) {

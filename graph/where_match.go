@@ -10,7 +10,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 
-	"taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent"
 )
 
 // matchTask evaluates a TaskWhereInput against a task in memory, as the

@@ -15,13 +15,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/access"
-	"taskgraph/auth"
-	"taskgraph/ent"
-	"taskgraph/ent/task"
-	"taskgraph/internal/dbtest"
-	"taskgraph/lifecycle"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/internal/access"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // whereMatchSeed fixes the random where-inputs; a failure prints it.

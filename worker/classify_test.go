@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 
-	"taskgraph/internal/dbtest"
-	"taskgraph/lifecycle"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // TestLockContentionIsResource: a handler's error that is lock contention

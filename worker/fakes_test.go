@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/ent"
-	"taskgraph/lifecycle"
-	"taskgraph/mask"
-	"taskgraph/seal"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/seal"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // Fakes of the seams (seams.go), for tests of the pool's and the

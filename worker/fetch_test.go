@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/events"
-	"taskgraph/mask"
-	"taskgraph/seal"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/seal"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // The fetch loop, driven by a fake Claimer. The pool polls once an hour

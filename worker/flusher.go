@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"taskgraph/outage"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/internal/outage"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // Limits of a flusher.

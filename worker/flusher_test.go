@@ -15,11 +15,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/access"
-	"taskgraph/auth"
-	"taskgraph/internal/dbtest"
-	"taskgraph/lifecycle"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/internal/access"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // TestABatchThatTheDatabaseRefusesFailsOnlyItsBadOutcome gives the flusher

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"time"
 
-	"taskgraph/store"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // jobWriter is the pool's tasktype.JobWriter: a handler's progress and log

@@ -21,14 +21,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
-	"taskgraph/auth"
-	"taskgraph/events"
-	"taskgraph/lifecycle"
-	"taskgraph/mask"
-	"taskgraph/outage"
-	"taskgraph/seal"
-	"taskgraph/store"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/outage"
+	"github.com/taskgraph/taskgraph/internal/seal"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // Config of a Pool.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"sync"
 
-	"taskgraph/store"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // execution is one claimed instance being run by a pool's handler.

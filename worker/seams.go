@@ -5,8 +5,8 @@ import (
 	"reflect"
 	"time"
 
-	"taskgraph/events"
-	"taskgraph/store"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // The pool and its flusher reach the database through these interfaces,

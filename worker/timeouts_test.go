@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"taskgraph/mask"
-	"taskgraph/seal"
-	"taskgraph/store"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/seal"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // limitStore records how long each hot-path call was given: a call without

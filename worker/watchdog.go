@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"time"
 
-	"taskgraph/auth"
-	"taskgraph/lifecycle"
-	"taskgraph/mask"
-	"taskgraph/service"
-	"taskgraph/store"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/service"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // WatchdogConfig configures a Watchdog.

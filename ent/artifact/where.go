@@ -3,11 +3,11 @@
 package artifact
 
 import (
-	"taskgraph/ent/predicate"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // ID filters vertices based on their ID field.

@@ -27,7 +27,7 @@ func Config(gqlgenPath, schemaPath, target, templateDir string) (*gen.Config, []
 	}
 	cfg := &gen.Config{
 		Target:  target,
-		Package: "taskgraph/ent",
+		Package: "github.com/taskgraph/taskgraph/ent",
 		Features: []gen.Feature{
 			gen.FeatureGlobalID,
 			gen.FeatureExecQuery,

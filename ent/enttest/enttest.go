@@ -5,13 +5,12 @@ package enttest
 import (
 	"context"
 
-	"taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent"
 	// required by schema hooks.
-	_ "taskgraph/ent/runtime"
-
-	"taskgraph/ent/migrate"
+	_ "github.com/taskgraph/taskgraph/ent/runtime"
 
 	"entgo.io/ent/dialect/sql/schema"
+	"github.com/taskgraph/taskgraph/ent/migrate"
 )
 
 type (

@@ -3,10 +3,10 @@
 package flowcontrol
 
 import (
-	"taskgraph/ent/predicate"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // ID filters vertices based on their ID field.

@@ -5,7 +5,8 @@ package hook
 import (
 	"context"
 	"fmt"
-	"taskgraph/ent"
+
+	"github.com/taskgraph/taskgraph/ent"
 )
 
 // The AlertChannelFunc type is an adapter to allow the use of ordinary

@@ -3,22 +3,23 @@
 package runtime
 
 import (
-	"taskgraph/ent/alertchannel"
-	"taskgraph/ent/alertincident"
-	"taskgraph/ent/alertrule"
-	"taskgraph/ent/artifact"
-	"taskgraph/ent/auditlog"
-	"taskgraph/ent/clusternode"
-	"taskgraph/ent/contact"
-	"taskgraph/ent/deployment"
-	"taskgraph/ent/flowcontrol"
-	"taskgraph/ent/schedule"
-	"taskgraph/ent/scheduleevent"
-	"taskgraph/ent/schema"
-	"taskgraph/ent/task"
-	"taskgraph/ent/taskinstance"
-	"taskgraph/ent/tasklog"
 	"time"
+
+	"github.com/taskgraph/taskgraph/ent/alertchannel"
+	"github.com/taskgraph/taskgraph/ent/alertincident"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/clusternode"
+	"github.com/taskgraph/taskgraph/ent/contact"
+	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/flowcontrol"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/schema"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
 )
 
 // The init function reads all schema descriptors with runtime code

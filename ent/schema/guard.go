@@ -6,7 +6,7 @@ import (
 
 	"entgo.io/ent"
 
-	"taskgraph/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // statusGuard refuses a status change made through ent unless the store

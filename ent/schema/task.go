@@ -12,7 +12,7 @@ import (
 	"entgo.io/ent/schema/field"
 	"entgo.io/ent/schema/index"
 
-	"taskgraph/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // Task holds the intent: what to run, for whom, with which policy. Its status

@@ -3,9 +3,8 @@
 package stalloverride
 
 import (
-	"taskgraph/ent/predicate"
-
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 )
 
 // ID filters vertices based on their ID field.

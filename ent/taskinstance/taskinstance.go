@@ -4,13 +4,13 @@ package taskinstance
 
 import (
 	"fmt"
-	"taskgraph/lifecycle"
 	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 const (
@@ -104,7 +104,7 @@ func ValidColumn(column string) bool {
 // package on the initialization of the application. Therefore,
 // it should be imported in the main as follows:
 //
-//	import _ "taskgraph/ent/runtime"
+//	import _ "github.com/taskgraph/taskgraph/ent/runtime"
 var (
 	Hooks [1]ent.Hook
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.

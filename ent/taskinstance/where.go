@@ -3,12 +3,12 @@
 package taskinstance
 
 import (
-	"taskgraph/ent/predicate"
-	"taskgraph/lifecycle"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // ID filters vertices based on their ID field.

@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"taskgraph/ent"
-	"taskgraph/ent/alertchannel"
-	"taskgraph/ent/alertrule"
-	"taskgraph/ent/schedule"
-	"taskgraph/lifecycle"
 	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/alertchannel"
+	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 type ActionError struct {

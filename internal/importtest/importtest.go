@@ -19,7 +19,7 @@ import (
 	"github.com/xuri/excelize/v2"
 	"golang.org/x/text/encoding/simplifiedchinese"
 
-	"taskgraph/app/apptest"
+	"github.com/taskgraph/taskgraph/internal/apptest"
 )
 
 // ContactsHeader is a header row of the contacts target, in Chinese.

@@ -3,7 +3,10 @@
 package serverbin
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,7 +32,7 @@ func Build(t testing.TB) string {
 			return
 		}
 		path = filepath.Join(dir, "taskgraph")
-		if out, buildErr := exec.Command("go", "build", "-o", path, "taskgraph").CombinedOutput(); buildErr != nil {
+		if out, buildErr := exec.Command("go", "build", "-o", path, "github.com/taskgraph/taskgraph").CombinedOutput(); buildErr != nil {
 			err = fmt.Errorf("%v: %s", buildErr, out)
 		}
 	})
@@ -56,5 +59,45 @@ func WaitReady(t testing.TB, addr string, timeout time.Duration, why func() stri
 			t.Fatalf("server at %s not ready after %s: %s", addr, timeout, why())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// FreeAddr returns a loopback address with a port free at the time of the
+// call, for a server process to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Query runs a GraphQL query with vars on the server at addr, as the
+// bearer of token (none: ""), decodes its data into out, and fails t on
+// any error.
+func Query(t testing.TB, addr, token, query string, vars map[string]any, out any) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data   json.RawMessage
+		Errors []any
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || len(r.Errors) > 0 {
+		t.Fatalf("query %q: %v %v", query, err, r.Errors)
+	}
+	if err := json.Unmarshal(r.Data, out); err != nil {
+		t.Fatal(err)
 	}
 }

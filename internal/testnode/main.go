@@ -14,8 +14,8 @@ import (
 
 	_ "github.com/lib/pq"
 
-	"taskgraph/app"
-	"taskgraph/tasktype"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 type recordInput struct {

@@ -1,0 +1,232 @@
+// Package access decides what a viewer may see. Install puts a filter on
+// every query of an ent client, so that whatever reads tasks, instances,
+// logs, artifacts, imported contacts or audit records — a resolver,
+// node/nodes, a connection and its totalCount, an aggregate, the store
+// inside a cancel or a retry, an export or a report read as its owner —
+// reads only what the viewer of its context may see.
+//
+// A viewer is an identity (source, tenant, user) with a role, and tenants
+// isolate:
+//
+//   - the process itself (auth.System) and platform administrators
+//     (auth.RolePlatform, named by --platform-admins): everything, in
+//     every tenant;
+//   - admin: every task of its own tenant, and the audit records of its
+//     tenant's users;
+//   - operator and viewer: the tasks it owns — same source, same tenant,
+//     same user — and the instances, logs, files and imported contacts of
+//     those tasks, and the schedules it owns with their logs; no audit
+//     records;
+//   - no viewer at all: nothing (the query fails with ErrNoViewer).
+//
+// A task that exists but is not visible is indistinguishable from one that
+// does not exist: reads find nothing and say NOT_FOUND. What a viewer may
+// *do* (its role) is checked by the engine; this package only narrows
+// reads, and actions read through it.
+package access
+
+import (
+	"context"
+	"errors"
+
+	"entgo.io/ent/dialect/sql"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/contact"
+	"github.com/taskgraph/taskgraph/ent/intercept"
+	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/internal/auth"
+)
+
+// ErrNoViewer fails a query made with a context that carries no viewer: a
+// request that skipped authentication, or internal work that forgot to use
+// auth.NewSystemContext. Nothing is read for nobody.
+var ErrNoViewer = errors.New("access: no viewer in context")
+
+// Install adds the read filter to every entity of c (and of transactions
+// opened from it). The store installs it on the client it opens; it is the
+// one place where visibility is decided.
+func Install(c *ent.Client) {
+	c.Task.Intercept(intercept.TraverseTask(func(ctx context.Context, q *ent.TaskQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(p)
+		}
+		return err
+	}))
+	c.TaskInstance.Intercept(intercept.TraverseTaskInstance(func(ctx context.Context, q *ent.TaskInstanceQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(taskinstance.HasTaskWith(p))
+		}
+		return err
+	}))
+	c.TaskLog.Intercept(intercept.TraverseTaskLog(func(ctx context.Context, q *ent.TaskLogQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(tasklog.HasTaskWith(p))
+		}
+		return err
+	}))
+	c.Artifact.Intercept(intercept.TraverseArtifact(func(ctx context.Context, q *ent.ArtifactQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case v.SeesEveryTenant():
+		case v.IsAdmin():
+			q.Where(artifact.Tenant(v.Tenant))
+		default:
+			q.Where(artifact.Tenant(v.Tenant), artifact.OwnerSource(v.Source), artifact.Owner(v.User))
+		}
+		return nil
+	}))
+	c.Contact.Intercept(intercept.TraverseContact(func(ctx context.Context, q *ent.ContactQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			// The rows the imports the viewer may see wrote.
+			q.Where(func(s *sql.Selector) {
+				t := sql.Table(task.Table)
+				sub := sql.Select(t.C(task.FieldID)).From(t)
+				p(sub)
+				s.Where(sql.In(s.C(contact.FieldTaskID), sub))
+			})
+		}
+		return err
+	}))
+	c.Schedule.Intercept(intercept.TraverseSchedule(func(ctx context.Context, q *ent.ScheduleQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if p := schedulePredicate(v); p != nil {
+			q.Where(p)
+		}
+		return nil
+	}))
+	c.ScheduleEvent.Intercept(intercept.TraverseScheduleEvent(func(ctx context.Context, q *ent.ScheduleEventQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if p := schedulePredicate(v); p != nil {
+			q.Where(scheduleevent.HasScheduleWith(p))
+		}
+		return nil
+	}))
+	c.AuditLog.Intercept(intercept.TraverseAuditLog(func(ctx context.Context, q *ent.AuditLogQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case v.SeesEveryTenant():
+		case v.IsAdmin():
+			q.Where(auditlog.Tenant(v.Tenant))
+		default:
+			q.Where(func(s *sql.Selector) { s.Where(sql.False()) })
+		}
+		return nil
+	}))
+	installAlerts(c)
+	installNodes(c)
+}
+
+func viewer(ctx context.Context) (auth.Viewer, error) {
+	v, ok := auth.FromContext(ctx)
+	if !ok || v.User == "" || v.Role == "" {
+		return auth.Viewer{}, ErrNoViewer
+	}
+	return v, nil
+}
+
+// taskRule is the predicate on tasks the viewer of ctx may see; nil when
+// it sees every task (or has no viewer: then the error).
+func taskRule(ctx context.Context) (predicate.Task, error) {
+	v, err := viewer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return taskPredicate(v), nil
+}
+
+// taskPredicate is the rule as an ent predicate on tasks: nil when v sees
+// every task.
+func taskPredicate(v auth.Viewer) predicate.Task {
+	switch {
+	case v.SeesEveryTenant():
+		return nil
+	case v.IsAdmin():
+		return task.Tenant(v.Tenant)
+	default:
+		return task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User))
+	}
+}
+
+// schedulePredicate is the rule on schedules, the tasks' rule: nil when v
+// sees every schedule.
+func schedulePredicate(v auth.Viewer) predicate.Schedule {
+	switch {
+	case v.SeesEveryTenant():
+		return nil
+	case v.IsAdmin():
+		return schedule.Tenant(v.Tenant)
+	default:
+		return schedule.And(schedule.Tenant(v.Tenant), schedule.OwnerSource(v.Source), schedule.Owner(v.User))
+	}
+}
+
+// CanSee reports whether v sees task t. It is the rule the filters above
+// apply in SQL, for data that does not come from a query (events fanned
+// out to subscribers). t must carry its owner, owner source and tenant.
+func CanSee(v auth.Viewer, t *ent.Task) bool {
+	switch {
+	case v.User == "" || v.Role == "":
+		return false
+	case v.SeesEveryTenant():
+		return true
+	case v.Tenant != t.Tenant:
+		return false
+	case v.IsAdmin():
+		return true
+	}
+	return v.Source == t.OwnerSource && v.User == t.Owner
+}
+
+// Owner is the identity that owns task t.
+func Owner(t *ent.Task) auth.Identity {
+	return auth.Identity{Source: t.OwnerSource, Tenant: t.Tenant, User: t.Owner}
+}
+
+// Task returns task id as v sees it, or an *ent.NotFoundError when it does
+// not exist or v may not see it. A download handler calls it with the
+// viewer the download link was issued to, at the time of the download:
+// a link stops working for a user who can no longer see the task.
+func Task(ctx context.Context, c *ent.Client, v auth.Viewer, id int) (*ent.Task, error) {
+	return c.Task.Get(auth.NewContext(ctx, v), id)
+}
+
+// Artifact returns artifact id as v sees it now, or an *ent.NotFoundError:
+// it must be visible to v itself and, when it belongs to a task, so must
+// the task.
+func Artifact(ctx context.Context, c *ent.Client, v auth.Viewer, id int) (*ent.Artifact, error) {
+	ctx = auth.NewContext(ctx, v)
+	a, err := c.Artifact.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.TaskID != nil {
+		if _, err := c.Task.Get(ctx, *a.TaskID); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}

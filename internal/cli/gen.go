@@ -1,0 +1,3 @@
+package cli
+
+//go:generate go tool genqlient genqlient.yaml

@@ -1,0 +1,614 @@
+// Package engine is what the API does with tasks: it validates a request
+// against the task type's schema and the engine's limits, masks and seals
+// the input, enforces idempotency, and calls the store's guarded transitions.
+// Resolvers call it and nothing else that writes.
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/internal/audit"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/ratelimit"
+	"github.com/taskgraph/taskgraph/internal/seal"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
+)
+
+// Limits on what a request may ask.
+const (
+	MaxInputBytes     = 256 << 10
+	MaxTitleLen       = 200
+	MaxBizIDLen       = 128
+	MaxKeyLen         = 128
+	MaxReasonLen      = 500
+	MinPriority       = 0
+	MaxPriority       = 100
+	DefaultPriority   = 5
+	MaxTimeoutSeconds = 7 * 24 * 3600
+	MaxRunAtAhead     = 366 * 24 * time.Hour
+	MaxBulk           = 1000
+)
+
+// Engine carries out task requests on behalf of the viewer of their
+// context (package auth): it checks the viewer's role and rate limit,
+// and records every create, cancel, retry and bulk action in the audit log.
+// Which tasks a viewer may act on is what it may read (package access): a
+// task it may not see is NOT_FOUND.
+type Engine struct {
+	store    *store.Store
+	registry *tasktype.Registry
+	policies *tasktype.Policies
+	sealer   *seal.Sealer
+	masker   *mask.Masker
+	audit    *audit.Recorder
+	limiter  *ratelimit.Limiter
+	// bulkPage and taskWhere serve bulk actions over a filter (see
+	// bulkfilter.go).
+	bulkPage  int
+	taskWhere WhereDecoder
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithAudit records actions with r.
+func WithAudit(r *audit.Recorder) Option { return func(e *Engine) { e.audit = r } }
+
+// WithRateLimit limits each user's mutations with l.
+func WithRateLimit(l *ratelimit.Limiter) Option { return func(e *Engine) { e.limiter = l } }
+
+// New returns an Engine.
+func New(s *store.Store, r *tasktype.Registry, ps *tasktype.Policies, sl *seal.Sealer, m *mask.Masker, opts ...Option) *Engine {
+	e := &Engine{store: s, registry: r, policies: ps, sealer: sl, masker: m}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+// ErrValidation is matched by errors.Is for every *ValidationError.
+var ErrValidation = errors.New("validation failed")
+
+// ValidationError lists what is wrong with a request. Nothing was changed.
+type ValidationError struct {
+	Problems []Problem
+}
+
+// Problem is one wrong field.
+type Problem struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.Field + ": " + p.Message
+	}
+	return "invalid request: " + strings.Join(parts, "; ")
+}
+
+// Is makes errors.Is(err, ErrValidation) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrValidation }
+
+func (e *ValidationError) add(field, format string, args ...any) {
+	e.Problems = append(e.Problems, Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func (e *ValidationError) err() error {
+	if len(e.Problems) == 0 {
+		return nil
+	}
+	return e
+}
+
+// CreateRequest is a task to create. Nil fields take the type's or the
+// policy's defaults.
+type CreateRequest struct {
+	Type           string
+	Title          string
+	BizID          string
+	Input          json.RawMessage
+	Priority       *int
+	TimeoutSeconds *int
+	RetryPolicy    *string
+	MaxAttempts    *int
+	IdempotencyKey *string
+	RunAt          *time.Time
+	// StallAfterSeconds replaces the type's stallAfter for this task (0:
+	// no stall detection).
+	StallAfterSeconds *int
+
+	// internal lets the engine itself create a task of an internal type
+	// on a user's behalf (a bulk action over a filter).
+	internal bool
+}
+
+// Create validates and creates a task owned by the context's viewer (its
+// identity: source, tenant and user). With an idempotency key already used
+// by that identity, it returns the existing task (or a *store.ConflictError
+// when the payload differs); the same key of another identity is another
+// task.
+func (e *Engine) Create(ctx context.Context, req CreateRequest) (*ent.Task, error) {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	details := map[string]any{"type": req.Type, "title": req.Title, "bizId": req.BizID}
+	if req.IdempotencyKey != nil {
+		details["idempotencyKey"] = *req.IdempotencyKey
+	}
+	// The record commits with the task (or the create fails); a create
+	// that failed or found its idempotency key used is recorded on its own.
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: details})
+	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
+		for _, c := range cm.Changes {
+			if c.Kind == events.Created {
+				entry.TaskIDs = []int{c.Task.ID}
+				entry.Details = withCode(details, c.Task.Code, false)
+				return true
+			}
+		}
+		return false // its key was taken meanwhile: recorded by End
+	}
+	t, created, err := e.create(rec.Context(), v, req)
+	if t != nil {
+		rec.Entry.TaskIDs = []int{t.ID}
+		rec.Entry.Details = withCode(details, t.Code, !created)
+	}
+	_ = rec.End(err) // a failure is logged (or counted) by the recorder
+	return t, err
+}
+
+// withCode is a create's details with the task it made or found.
+func withCode(details map[string]any, code string, existing bool) map[string]any {
+	out := make(map[string]any, len(details)+2)
+	for k, v := range details {
+		out[k] = v
+	}
+	out["code"], out["existing"] = code, existing
+	return out
+}
+
+func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (*ent.Task, bool, error) {
+	if err := v.AllowMutate("create tasks"); err != nil {
+		return nil, false, err
+	}
+	n, err := e.prepare(v, req)
+	if err != nil {
+		return nil, false, err
+	}
+	if sa := req.StallAfterSeconds; sa != nil && (*sa < 0 || *sa > MaxTimeoutSeconds) {
+		return nil, false, &ValidationError{Problems: []Problem{{Field: "stallAfterSeconds", Message: fmt.Sprintf("must be between 0 and %d", MaxTimeoutSeconds)}}}
+	}
+	t, created, err := e.store.CreateTask(ctx, n)
+	if err == nil && created && req.StallAfterSeconds != nil {
+		// Beside the task, not in it (the insert is the store's hot
+		// path); the watchdog reads it when the task runs.
+		if err := e.store.SetStallOverride(ctx, t.ID, time.Duration(*req.StallAfterSeconds)*time.Second); err != nil {
+			return t, created, err
+		}
+	}
+	return t, created, err
+}
+
+// Validate checks a task request as Create would, on behalf of v, and
+// returns the task it would create (input masked, the unmasked input
+// sealed), creating nothing: a schedule stores it as the task it fires.
+func (e *Engine) Validate(v auth.Viewer, req CreateRequest) (store.NewTask, error) {
+	return e.prepare(v, req)
+}
+
+// CreateScheduled creates the task of one slot of a schedule, on behalf of
+// the schedule's owner (the viewer of ctx), validated, masked and audited
+// like Create. It is not rate limited: the schedule was, when it was made.
+// A task already created for the slot (by this node or another) is
+// returned with created false. With a version, the task is created only if
+// the schedule is still at it, and moves it on (store.NewTask's
+// ScheduleVersion); store.ErrScheduleMoved otherwise, unaudited: nothing
+// was done, and the firing that read the schedule stale is dropped.
+func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, scheduleID int, slot time.Time, version *int64) (_ *ent.Task, created bool, err error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	details := map[string]any{"type": req.Type, "title": req.Title, "schedule": scheduleID, "slot": slot.UTC().Format(time.RFC3339Nano)}
+	// As Create: the record commits with the task; a slot found taken, or
+	// a refused request, is recorded on its own.
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: details})
+	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
+		for _, c := range cm.Changes {
+			if c.Kind == events.Created {
+				entry.TaskIDs = []int{c.Task.ID}
+				entry.Details = withCode(details, c.Task.Code, false)
+				return true
+			}
+		}
+		return false
+	}
+	var t *ent.Task
+	if err = v.AllowMutate("create tasks"); err == nil {
+		var n store.NewTask
+		if n, err = e.prepare(v, req); err == nil {
+			n.ScheduleID, n.ScheduleSlot, n.ScheduleVersion = &scheduleID, &slot, version
+			t, created, err = e.store.CreateTask(rec.Context(), n)
+		}
+	}
+	if errors.Is(err, store.ErrScheduleMoved) {
+		return nil, false, err
+	}
+	if t != nil {
+		rec.Entry.TaskIDs = []int{t.ID}
+		rec.Entry.Details = withCode(details, t.Code, !created)
+	}
+	_ = rec.End(err)
+	return t, created, err
+}
+
+// Admit returns the viewer of ctx if it may act now, counting n actions
+// against its rate limit (see admit): for the API's other mutations
+// (schedules, flow control), which the engine does not carry out itself.
+func (e *Engine) Admit(ctx context.Context, n int) (auth.Viewer, error) { return e.admit(ctx, n) }
+
+// Record writes an audit record of an action the API carried out outside
+// the engine (schedules, flow control).
+func (e *Engine) Record(ctx context.Context, entry audit.Entry) { _ = e.audit.Record(ctx, entry) }
+
+// Store returns the store the engine writes through.
+func (e *Engine) Store() *store.Store { return e.store }
+
+// admit returns the viewer of ctx if it may act now: an
+// *auth.UnauthenticatedError without one, a *ratelimit.Error when it acted
+// too often (n actions asked: a bulk action counts one per id). Neither is
+// audited: there is no one to record, or recording would let a flood write.
+func (e *Engine) admit(ctx context.Context, n int) (auth.Viewer, error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return v, err
+	}
+	if v.Role == auth.RoleSystem {
+		return v, nil
+	}
+	// One bucket per identity: a user of one tenant cannot spend another
+	// tenant's user's budget by sharing its name.
+	return v, e.limiter.Allow(v.Identity().Key(), n)
+}
+
+func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, error) {
+	var v ValidationError
+	typ, ok := e.registry.Lookup(req.Type)
+	if ok && typ.Internal && viewer.Role != auth.RoleSystem && !req.internal {
+		// The process's own (alert deliveries): for users it does not exist.
+		ok = false
+	}
+	if !ok {
+		v.add("type", "unknown task type %q (registered: %s)", req.Type, strings.Join(e.registry.PublicNames(), ", "))
+		return store.NewTask{}, v.err()
+	}
+	checkText(&v, "title", req.Title, MaxTitleLen)
+	checkText(&v, "bizId", req.BizID, MaxBizIDLen)
+	if k := req.IdempotencyKey; k != nil {
+		if *k == "" {
+			v.add("idempotencyKey", "must not be empty when given")
+		}
+		checkText(&v, "idempotencyKey", *k, MaxKeyLen)
+	}
+	priority := DefaultPriority
+	if req.Priority != nil {
+		priority = *req.Priority
+		if priority < MinPriority || priority > MaxPriority {
+			v.add("priority", "must be between %d and %d (smaller runs first)", MinPriority, MaxPriority)
+		}
+	}
+	timeout := int(typ.Timeout / time.Second)
+	if req.TimeoutSeconds != nil {
+		timeout = *req.TimeoutSeconds
+		if timeout < 1 || timeout > MaxTimeoutSeconds {
+			v.add("timeoutSeconds", "must be between 1 and %d", MaxTimeoutSeconds)
+		}
+	}
+	policyName := typ.RetryPolicy
+	if req.RetryPolicy != nil {
+		policyName = *req.RetryPolicy
+	}
+	policy, ok := e.policies.Get(policyName)
+	if !ok {
+		var names []string
+		for _, p := range e.policies.All() {
+			names = append(names, p.Name)
+		}
+		v.add("retryPolicy", "unknown retry policy %q (defined: %s)", policyName, strings.Join(names, ", "))
+	}
+	maxAttempts := policy.MaxAttempts
+	if req.MaxAttempts != nil {
+		maxAttempts = *req.MaxAttempts
+		if maxAttempts < 1 || maxAttempts > tasktype.MaxAttemptsLimit {
+			v.add("maxAttempts", "must be between 1 and %d", tasktype.MaxAttemptsLimit)
+		}
+	}
+	now := e.store.Now()
+	var runAt time.Time
+	if req.RunAt != nil {
+		runAt = req.RunAt.UTC()
+		if runAt.After(now.Add(MaxRunAtAhead)) {
+			v.add("runAt", "must be within a year from now")
+		}
+		if runAt.Before(now) {
+			runAt = now
+		}
+	}
+	input := req.Input
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage(`{}`)
+	}
+	if len(input) > MaxInputBytes {
+		v.add("input", "is %d bytes; the limit is %d", len(input), MaxInputBytes)
+	} else if err := typ.Validate(input); err != nil {
+		var inErr *tasktype.InputError
+		// Problems may quote the input: they are masked like it.
+		if errors.As(err, &inErr) {
+			for _, p := range inErr.Problems {
+				v.add("input", "%s", e.masker.String(p))
+			}
+		} else {
+			v.add("input", "%s", e.masker.String(err.Error()))
+		}
+	}
+	if err := v.err(); err != nil {
+		return store.NewTask{}, err
+	}
+
+	canonical, err := canonicalJSON(input)
+	if err != nil {
+		return store.NewTask{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
+	}
+	masked, changed, err := e.masker.JSON(canonical)
+	if err != nil {
+		return store.NewTask{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
+	}
+	var sealed []byte
+	if changed {
+		sealed = e.sealer.Seal(canonical)
+	}
+	var shownKey, keyHash *string
+	if k := req.IdempotencyKey; k != nil {
+		// The key is shown masked, like every text a caller sends; its
+		// uniqueness is the raw key's, per owner identity, through a
+		// keyed hash (unkeyed, a masked phone number in a key would be
+		// four digits from its hash).
+		shown := e.masker.String(*k)
+		id := viewer.Identity()
+		h := e.sealer.Hash([]byte("idempotency key"), []byte(id.Source), []byte(id.Tenant), []byte(id.User), []byte(*k))
+		shownKey, keyHash = &shown, &h
+	}
+	return store.NewTask{
+		Type:            typ.Name,
+		Title:           e.masker.String(req.Title),
+		BizID:           e.masker.String(req.BizID),
+		Owner:           viewer.User,
+		OwnerSource:     viewer.Source,
+		Tenant:          viewer.Tenant,
+		OwnerRole:       string(viewer.Role),
+		IdempotencyKey:  shownKey,
+		IdempotencyHash: keyHash,
+		Input:           masked,
+		InputSealed:     sealed,
+		InputHash:       e.sealer.Hash([]byte(typ.Name), []byte(req.BizID), canonical),
+		Priority:        priority,
+		TimeoutSeconds:  timeout,
+		RetryPolicy:     policyName,
+		MaxAttempts:     maxAttempts,
+		RunAt:           runAt,
+	}, nil
+}
+
+func checkText(v *ValidationError, field, s string, limit int) {
+	if !utf8.ValidString(s) {
+		v.add(field, "is not valid UTF-8")
+	} else if n := utf8.RuneCountInString(s); n > limit {
+		v.add(field, "is %d characters; the limit is %d", n, limit)
+	}
+}
+
+// canonicalJSON re-encodes a document with sorted keys and no spaces, so
+// that equal payloads hash equal however they were written.
+func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("input is not valid JSON: %w", err)
+	}
+	return json.Marshal(v)
+}
+
+// Cancel cancels (or asks to cancel) a task.
+func (e *Engine) Cancel(ctx context.Context, id int, reason string) (*ent.Task, error) {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Cancel, TaskIDs: []int{id}, Details: reasonDetails(reason)})
+	t, err := e.cancel(rec.Context(), v, id, reason)
+	_ = rec.End(err)
+	return t, err
+}
+
+func reasonDetails(reason string) map[string]any {
+	if reason == "" {
+		return nil
+	}
+	return map[string]any{"reason": reason}
+}
+
+func (e *Engine) cancel(ctx context.Context, v auth.Viewer, id int, reason string) (*ent.Task, error) {
+	if err := checkCancel(v, reason); err != nil {
+		return nil, err
+	}
+	return e.store.CancelTask(ctx, id, e.masker.String(reason))
+}
+
+func checkCancel(v auth.Viewer, reason string) error {
+	if err := v.AllowMutate("cancel tasks"); err != nil {
+		return err
+	}
+	var ve ValidationError
+	checkText(&ve, "reason", reason, MaxReasonLen)
+	return ve.err()
+}
+
+// Task reads one task; an unknown id, or one the viewer may not see, is a
+// *store.NotFoundError.
+func (e *Engine) Task(ctx context.Context, id int) (*ent.Task, error) {
+	return e.store.TaskByID(ctx, id)
+}
+
+// Retry retries a FAILED task.
+func (e *Engine) Retry(ctx context.Context, id int) (*ent.Task, error) {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Retry, TaskIDs: []int{id}})
+	t, err := e.retry(rec.Context(), v, id)
+	_ = rec.End(err)
+	return t, err
+}
+
+func (e *Engine) retry(ctx context.Context, v auth.Viewer, id int) (*ent.Task, error) {
+	if err := v.AllowMutate("retry tasks"); err != nil {
+		return nil, err
+	}
+	return e.store.RetryTask(ctx, id)
+}
+
+// BulkResult is the outcome of one id of a bulk action.
+type BulkResult = store.Each
+
+// CancelMany cancels each task independently, in one transaction: an id
+// that cannot be cancelled fails alone. The call is one audit record
+// listing every id, with each id's outcome in its details, committed with
+// the cancels.
+func (e *Engine) CancelMany(ctx context.Context, ids []int, reason string) ([]BulkResult, error) {
+	return e.bulk(ctx, audit.CancelMany, ids, reasonDetails(reason), func(ctx context.Context, v auth.Viewer) ([]BulkResult, error) {
+		if err := checkCancel(v, reason); err != nil {
+			return nil, err
+		}
+		return e.store.CancelTasks(ctx, ids, e.masker.String(reason))
+	})
+}
+
+// RetryMany retries each task independently, audited as CancelMany is.
+func (e *Engine) RetryMany(ctx context.Context, ids []int) ([]BulkResult, error) {
+	return e.bulk(ctx, audit.RetryMany, ids, nil, func(ctx context.Context, v auth.Viewer) ([]BulkResult, error) {
+		if err := v.AllowMutate("retry tasks"); err != nil {
+			return nil, err
+		}
+		return e.store.RetryTasks(ctx, ids)
+	})
+}
+
+func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, details map[string]any, do func(context.Context, auth.Viewer) ([]BulkResult, error)) ([]BulkResult, error) {
+	v, err := e.admit(ctx, len(ids))
+	if err != nil {
+		return nil, err
+	}
+	if details == nil {
+		details = map[string]any{}
+	}
+	rec := e.audit.Begin(ctx, audit.Entry{Action: action, TaskIDs: ids, Details: details})
+	// The per-id outcomes are known when the transaction is about to
+	// commit: the record is completed then, from them.
+	rec.Fill = func(entry *audit.Entry, c store.Committing) bool { e.bulkEntry(entry, c.Each, nil); return true }
+	out, err := e.each(rec.Context(), v, ids, func(ctx context.Context) ([]BulkResult, error) { return do(ctx, v) })
+	if err != nil {
+		out = nil
+	}
+	e.bulkEntry(&rec.Entry, out, err)
+	_ = rec.End(err)
+	return out, err
+}
+
+// bulkEntry completes a bulk action's record from its per-id outcomes.
+func (e *Engine) bulkEntry(entry *audit.Entry, out []BulkResult, err error) {
+	details := make(map[string]any, len(entry.Details)+1)
+	for k, v := range entry.Details {
+		details[k] = v
+	}
+	results := make([]map[string]any, len(out))
+	failed := 0
+	for i, r := range out {
+		results[i] = map[string]any{"id": r.ID, "ok": r.Err == nil}
+		if r.Err != nil {
+			failed++
+			results[i]["error"] = e.audit.Code(r.Err)
+		}
+	}
+	if len(out) > 0 {
+		details["results"] = results
+	}
+	entry.Details, entry.Err, entry.Partial = details, err, false
+	switch {
+	case err != nil:
+	case failed == len(out) && failed > 0:
+		entry.Err = out[0].Err
+	case failed > 0:
+		entry.Partial = true
+	}
+}
+
+func (e *Engine) each(ctx context.Context, v auth.Viewer, ids []int, do func(context.Context) ([]BulkResult, error)) ([]BulkResult, error) {
+	if err := v.AllowMutate("act on tasks"); err != nil {
+		return nil, err
+	}
+	if len(ids) > MaxBulk {
+		return nil, &ValidationError{Problems: []Problem{{Field: "ids", Message: fmt.Sprintf("%d ids; the limit is %d", len(ids), MaxBulk)}}}
+	}
+	return do(ctx)
+}
+
+// Count is a number of tasks in one state or of one type.
+type Count struct {
+	Status lifecycle.Status
+	Type   string
+	Count  int
+}
+
+// Stats counts tasks by type and status.
+func (e *Engine) Stats(ctx context.Context) ([]Count, error) {
+	var rows []struct {
+		Type   string           `json:"type"`
+		Status lifecycle.Status `json:"status"`
+		Count  int              `json:"count"`
+	}
+	if err := e.store.Client().Task.Query().
+		GroupBy(task.FieldType, task.FieldStatus).
+		Aggregate(ent.Count()).
+		Scan(ctx, &rows); err != nil {
+		return nil, fmt.Errorf("task stats: %w", err)
+	}
+	out := make([]Count, len(rows))
+	for i, r := range rows {
+		out[i] = Count{Type: r.Type, Status: r.Status, Count: r.Count}
+	}
+	return out, nil
+}
+
+// Registry returns the task types.
+func (e *Engine) Registry() *tasktype.Registry { return e.registry }
+
+// Policies returns the retry policies.
+func (e *Engine) Policies() *tasktype.Policies { return e.policies }

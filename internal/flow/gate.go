@@ -1,0 +1,328 @@
+// Package flow holds task types back cluster-wide: a cap on a type's
+// running instances across all nodes, a rate of starts ("at most N starts
+// in any window of P"), and a pause, optionally until a time. Settings live
+// in the flow_controls table, are changed live through Service (audited,
+// operators and admins only), and are enforced by Gate inside the claim's
+// own transaction, so that no number of nodes claiming at once can exceed
+// them. Service also says why a waiting task is held back.
+//
+// A rate counts admission stamps (rate.go): each start is stamped with the
+// time its slot in the window freed, at most one emission interval P/N
+// before its claim, so that the claims' reaction times do not add up: a
+// saturated type starts N per P, the stamps never more than N in any
+// window of P, the actual starts never more than N+1.
+//
+// What a claim costs does not grow with the backlog: the gate reads the
+// control rows of the types asked for (a unique index), counts the running
+// instances of a capped type (the partial index on EXECUTING instances: as
+// many rows as run, never the waiting ones), and reads the recent starts
+// of a rate-limited type (flow_starts, a row per claim and stamp, kept for
+// two periods, read through the (task_type, started_at) index).
+package flow
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/store"
+)
+
+// Unlimited is an admission without a limit of the gate's own.
+const Unlimited = store.Unlimited
+
+// Querier runs statements with ? placeholders inside the claim's
+// transaction.
+type Querier = store.Querier
+
+// Gate limits, per task type, what one claim may take (store.Config.Gate).
+// It keeps no state of its own: everything is read and written in the
+// claim's transaction. On PostgreSQL it locks a limited type's control row
+// for that transaction, which serializes concurrent claims of the type
+// across nodes until the claim commits; SQLite has a single writer and
+// needs no lock.
+//
+// It remembers one thing between claims: the earliest time a type it
+// refused will be admitted again (a rate window that frees up, a pause
+// that ends), which the pool asks for (NextAdmission) to claim then rather
+// than at its next poll.
+type Gate struct {
+	mu   sync.Mutex
+	next time.Time
+}
+
+// NewGate returns the gate.
+func NewGate() *Gate { return &Gate{} }
+
+// NextAdmission returns, and forgets, the earliest time a type refused by
+// the claims since the last call will be admitted again (zero: none).
+func (g *Gate) NextAdmission() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.next
+	g.next = time.Time{}
+	return t
+}
+
+// admitAt notes that a refused type will be admitted again at t.
+func (g *Gate) admitAt(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.next.IsZero() || t.Before(g.next) {
+		g.next = t
+	}
+}
+
+var _ store.Gate = (*Gate)(nil)
+
+// control is a type's row of flow_controls.
+type control struct {
+	typ         string
+	maxRunning  sql.NullInt64
+	rateLimit   sql.NullInt64
+	ratePeriod  int64
+	paused      bool
+	pausedUntil sql.NullTime
+}
+
+func (c control) pausedAt(now time.Time) bool {
+	return c.paused && (!c.pausedUntil.Valid || c.pausedUntil.Time.After(now))
+}
+
+// Admit reads the control rows of types, locking them on PostgreSQL, then
+// reads the claim's time with clock: claims of a type that wait for each
+// other then read it in the order they commit, and a rate's claim times
+// never go backwards. It returns how many instances of each type the claim
+// may take now; a type absent from Room may not be claimed at all (paused,
+// at its cap, out of starts). Only a claim that may take a rate-limited
+// type has starts to record (Record); the others' claims make no call.
+func (g *Gate) Admit(ctx context.Context, q Querier, types []string, clock func() time.Time) (store.Admission, error) {
+	controls, err := g.controls(ctx, q, types)
+	if err != nil {
+		return store.Admission{}, fmt.Errorf("flow gate: %w", err)
+	}
+	now := clock()
+	room := make(map[string]int, len(types))
+	for _, t := range types {
+		room[t] = Unlimited
+	}
+	// The rate windows of the rate-limited types admitted, as read: their
+	// control rows are locked, and the claim writes no start before Record.
+	windows := map[string]*rateWindow{}
+	for _, c := range controls {
+		if c.pausedAt(now) {
+			if c.pausedUntil.Valid {
+				g.admitAt(c.pausedUntil.Time)
+			}
+			delete(room, c.typ)
+			continue
+		}
+		allowed := Unlimited
+		if c.maxRunning.Valid {
+			running, err := countInt(ctx, q, `SELECT COUNT(*) FROM task_instances WHERE status = `+sqlExecuting+` AND task_type = ?`, c.typ)
+			if err != nil {
+				return store.Admission{}, fmt.Errorf("flow gate: count running %s: %w", c.typ, err)
+			}
+			allowed = max(0, int(c.maxRunning.Int64)-running)
+		}
+		if c.rateLimit.Valid {
+			// The starts of the last two periods, through the
+			// (task_type, started_at) index.
+			starts, err := readStarts(ctx, q, c.typ, horizon(now, c.period()))
+			if err != nil {
+				return store.Admission{}, fmt.Errorf("flow gate: read starts of %s: %w", c.typ, err)
+			}
+			w := newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts)
+			left := len(w.take(maxRoom))
+			if left < maxRoom {
+				// The rate holds the type back after these: say when
+				// the next one may start, to claim it then.
+				if at := w.next(); at.After(now) {
+					g.admitAt(at)
+				}
+			}
+			if allowed == Unlimited || left < allowed {
+				allowed = left
+			}
+			if allowed > 0 {
+				// take gave w's stamps away: Record takes from a fresh one.
+				windows[c.typ] = newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts)
+			}
+		}
+		if allowed == 0 {
+			delete(room, c.typ)
+			continue
+		}
+		room[c.typ] = allowed
+	}
+	adm := store.Admission{Now: now, Room: room}
+	if len(windows) > 0 {
+		adm.Record = func(ctx context.Context, q Querier, claimed map[string]int) error {
+			return record(ctx, q, windows, claimed, now)
+		}
+	}
+	return adm, nil
+}
+
+// record writes, in the claim's transaction, the starts of rate-limited
+// types with their admission stamps (rate.go), given by the windows Admit
+// read, and forgets the rows no longer of use.
+func record(ctx context.Context, q Querier, windows map[string]*rateWindow, claimed map[string]int, now time.Time) error {
+	types := make([]string, 0, len(windows))
+	for t := range windows {
+		if claimed[t] > 0 {
+			types = append(types, t)
+		}
+	}
+	sort.Strings(types)
+	for _, typ := range types {
+		w := windows[typ]
+		stamps := w.take(claimed[typ])
+		if len(stamps) != claimed[typ] {
+			// Admit allowed them in this transaction, from the same rows.
+			return fmt.Errorf("flow gate: %d starts of %s claimed, %d admitted", claimed[typ], typ, len(stamps))
+		}
+		// One row per distinct stamp (they come in order).
+		for i := 0; i < len(stamps); {
+			j := i
+			for j < len(stamps) && stamps[j].Equal(stamps[i]) {
+				j++
+			}
+			if _, err := q.Exec(ctx, `INSERT INTO flow_starts (task_type, started_at, admitted_at, count) VALUES (?, ?, ?, ?)`,
+				typ, now.UTC(), stamps[i].UTC(), j-i); err != nil {
+				return fmt.Errorf("flow gate: record starts of %s: %w", typ, err)
+			}
+			i = j
+		}
+		if _, err := q.Exec(ctx, `DELETE FROM flow_starts WHERE task_type = ? AND started_at <= ?`, typ, horizon(now, w.period).UTC()); err != nil {
+			return fmt.Errorf("flow gate: forget old starts of %s: %w", typ, err)
+		}
+	}
+	return nil
+}
+
+// maxRoom is the most starts of a rate-limited type one claim is told it
+// may take (more than the store claims at once).
+const maxRoom = 10_000
+
+func (c control) period() time.Duration {
+	return time.Duration(max(c.ratePeriod, 1)) * time.Second
+}
+
+// readStarts reads a type's flow_starts rows claimed after from.
+func readStarts(ctx context.Context, q Querier, typ string, from time.Time) ([]startRow, error) {
+	rows, err := q.Query(ctx, `SELECT started_at, admitted_at, count FROM flow_starts WHERE task_type = ? AND started_at > ?`, typ, from.UTC())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []startRow
+	for rows.Next() {
+		var claimed, stamp any
+		var r startRow
+		if err := rows.Scan(&claimed, &stamp, &r.count); err != nil {
+			return nil, err
+		}
+		ct, err := scanTime(claimed)
+		if err != nil {
+			return nil, err
+		}
+		st, err := scanTime(stamp)
+		if err != nil {
+			return nil, err
+		}
+		r.claimed, r.stamp = ct.Time, ct.Time
+		if st.Valid { // rows written before stamps: their claim's time
+			r.stamp = st.Time
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// sqlExecuting is the running status, as the store writes it.
+var sqlExecuting = lifecycle.QuotedList(lifecycle.Executing)
+
+// controls reads the control rows of types that have one, in type order
+// (the order locks are taken in, so that two claims never wait on each
+// other's), locking them on PostgreSQL. Only the types a control limits
+// have a row here.
+func (g *Gate) controls(ctx context.Context, q Querier, types []string) ([]control, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	types = append([]string(nil), types...)
+	sort.Strings(types)
+	args := make([]any, len(types))
+	for i, t := range types {
+		args[i] = t
+	}
+	query := `SELECT task_type, max_running, rate_limit, rate_period_seconds, paused, paused_until FROM flow_controls WHERE task_type IN (` +
+		strings.TrimSuffix(strings.Repeat("?, ", len(types)), ", ") + `) AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR paused) ORDER BY task_type`
+	if q.Postgres() {
+		query += ` FOR UPDATE`
+	}
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read flow controls: %w", err)
+	}
+	defer rows.Close()
+	var out []control
+	for rows.Next() {
+		var c control
+		var until any
+		if err := rows.Scan(&c.typ, &c.maxRunning, &c.rateLimit, &c.ratePeriod, &c.paused, &until); err != nil {
+			return nil, fmt.Errorf("read flow controls: %w", err)
+		}
+		if c.pausedUntil, err = scanTime(until); err != nil {
+			return nil, fmt.Errorf("read flow controls: paused_until: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// scanTime reads a nullable timestamp as PostgreSQL (time.Time) or SQLite
+// (text, as the driver wrote it) returns it.
+func scanTime(v any) (sql.NullTime, error) {
+	switch t := v.(type) {
+	case nil:
+		return sql.NullTime{}, nil
+	case time.Time:
+		return sql.NullTime{Time: t, Valid: true}, nil
+	case string:
+		return parseSQLiteTime(t)
+	case []byte:
+		return parseSQLiteTime(string(t))
+	}
+	return sql.NullTime{}, fmt.Errorf("unexpected %T", v)
+}
+
+func parseSQLiteTime(s string) (sql.NullTime, error) {
+	for _, layout := range []string{"2006-01-02 15:04:05.999999999-07:00", time.RFC3339Nano, "2006-01-02 15:04:05.999999999"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return sql.NullTime{Time: t, Valid: true}, nil
+		}
+	}
+	return sql.NullTime{}, fmt.Errorf("cannot read time %q", s)
+}
+
+func countInt(ctx context.Context, q Querier, query string, args ...any) (int, error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+	}
+	return n, rows.Err()
+}

@@ -1,0 +1,513 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+)
+
+// Token fences the writes of one execution: the instance it runs and the
+// instance's version when it was claimed. Once the instance has moved on
+// (completed, timed out, cancelled), writes carrying the token are refused.
+type Token struct {
+	InstanceID int
+	Version    int64
+}
+
+// Claimed is an execution a worker now holds: the task as committed by the
+// claim and the instance (whose ID and Version make the token).
+type Claimed struct {
+	Task     *ent.Task
+	Instance *ent.TaskInstance
+}
+
+// Token returns the fencing token of the execution.
+func (c Claimed) Token() Token {
+	return Token{InstanceID: c.Instance.ID, Version: c.Instance.Version}
+}
+
+func init() {
+	for _, from := range lifecycle.WaitingStatuses {
+		if !lifecycle.CanMove(from, lifecycle.Executing) {
+			panic("lifecycle: claim needs " + string(from) + " -> EXECUTING")
+		}
+	}
+	// claimInstances selects the waiting instances as the live ones but
+	// EXECUTING.
+	waiting := slices.DeleteFunc(slices.Clone(lifecycle.LiveStatuses), func(s lifecycle.Status) bool { return s == lifecycle.Executing })
+	slices.Sort(waiting)
+	if !slices.Equal(waiting, slices.Sorted(slices.Values(lifecycle.WaitingStatuses))) {
+		panic("lifecycle: the waiting states must be the live ones but EXECUTING")
+	}
+}
+
+// Status lists for the hand-written statements, built from the transition
+// table's own lists.
+var (
+	sqlWaiting   = lifecycle.QuotedList(lifecycle.WaitingStatuses...)
+	sqlExecuting = lifecycle.QuotedList(lifecycle.Executing)
+	sqlLive      = lifecycle.QuotedList(lifecycle.LiveStatuses...)
+	sqlTerminal  = lifecycle.QuotedList(lifecycle.TerminalStatuses...)
+	sqlCancelled = lifecycle.QuotedList(lifecycle.Cancelled)
+	// sqlKindCancelled is the error kind of a cancelled execution.
+	sqlKindCancelled = "'" + string(lifecycle.KindCancelled) + "'"
+)
+
+// Claim moves up to limit waiting instances whose run_at has passed, of the
+// given task types, to EXECUTING for workerID, smallest priority first, and
+// their tasks with them. On PostgreSQL the instances are picked with FOR
+// UPDATE SKIP LOCKED, so concurrent claimers never block on or share a row.
+//
+// The cost of a claim does not depend on how many instances wait: the
+// candidates are read per task type from the claimable index, which holds
+// only waiting instances already in claim order, and at most limit of them
+// per type are read (claimQuery). An instance whose task does not mirror
+// it (the task is not waiting) is left alone, for the watchdog's repair; it
+// never fails the claim of the others.
+func (s *Store) Claim(ctx context.Context, workerID string, types []string, limit int) ([]Claimed, error) {
+	return s.ClaimEach(ctx, workerID, types, nil, limit)
+}
+
+// ClaimEach is Claim with a cap per type: at most caps[i] instances of
+// types[i] (a worker's room under the type's concurrency cap), and limit
+// in all, taken in claim order across the types. With caps nil, each type
+// may have up to limit. One claim of every type a worker runs, rather than
+// one per capped type, keeps priority across the types: a capped type's
+// task is not held back behind another type's backlog.
+func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, caps []int, limit int) ([]Claimed, error) {
+	ctx = internal(ctx)
+	if caps != nil && len(caps) != len(types) {
+		return nil, fmt.Errorf("claim: %d caps for %d types", len(caps), len(types))
+	}
+	limit = min(limit, maxBatchRows)
+	if limit <= 0 || len(types) == 0 {
+		return nil, nil
+	}
+	// What the claim asks of each type; each attempt lowers a copy of it
+	// to what the gate admits.
+	wanted := make([]int, len(types))
+	for i := range wanted {
+		wanted[i] = limit
+		if caps != nil {
+			wanted[i] = min(max(caps[i], 0), limit)
+		}
+	}
+	if !slices.ContainsFunc(wanted, func(l int) bool { return l > 0 }) {
+		return nil, nil
+	}
+	if !s.d.postgres() {
+		// SQLite: a claim that would take nothing (nothing waits, or the
+		// gate admits none of it) takes no write lock, which every node
+		// sharing the file would wait for; a poll finds out by reading.
+		ok, err := s.anyClaimable(ctx, types, wanted)
+		if err != nil || !ok {
+			return nil, err
+		}
+	}
+	var out []Claimed
+	err := s.write(ctx, func(t *txn) error {
+		out = nil
+		q := txQuerier{s: s, t: t}
+		limits := slices.Clone(wanted)
+		adm, err := s.admit(ctx, q, types, limits)
+		if err != nil {
+			return err
+		}
+		now := adm.Now
+		// 1. The tasks of the picked instances. The instances are locked
+		// first (FOR UPDATE in the pick), then their tasks: the lock order
+		// every writer keeps.
+		pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
+		args := append([]any{now}, pickArgs...)
+		rows, err := s.query(ctx, t, claimTasks(pick), args...)
+		if err != nil {
+			return fmt.Errorf("claim tasks: %w", err)
+		}
+		tasks, err := ent.ScanTaskRows(s.client, rows)
+		if err != nil {
+			return fmt.Errorf("claim tasks: %w", err)
+		}
+		if len(tasks) == 0 {
+			return nil
+		}
+		// 2. Their live instances, found by task through the one-live index.
+		ids := make([]int64, len(tasks))
+		for i, tk := range tasks {
+			ids[i] = int64(tk.ID)
+		}
+		stmt, stmtArgs := s.d.claimInstances(workerID, now, ids)
+		rows, err = s.query(ctx, t, stmt, stmtArgs...)
+		if err != nil {
+			return fmt.Errorf("claim instances: %w", err)
+		}
+		insts, err := scanClaimedInstances(s.client, rows, workerID, now)
+		if err != nil {
+			return fmt.Errorf("claim instances: %w", err)
+		}
+		if len(insts) != len(tasks) {
+			// Every picked task had a waiting instance locked by the pick
+			// in this transaction; a difference is a broken invariant.
+			return fmt.Errorf("claim: %d tasks but %d instances moved", len(tasks), len(insts))
+		}
+		byID := make(map[int]*ent.Task, len(tasks))
+		for _, tk := range tasks {
+			byID[tk.ID] = tk
+		}
+		// Hand out work in claim order.
+		slices.SortFunc(insts, cmpClaimOrder)
+		out = make([]Claimed, len(insts))
+		for i, in := range insts {
+			out[i] = Claimed{Task: byID[in.TaskID], Instance: in}
+		}
+		t.changed(events.Transitioned, tasks...)
+		if adm.Record != nil {
+			counts := make(map[string]int, len(types))
+			for _, tk := range tasks {
+				counts[tk.Type]++
+			}
+			if err := adm.Record(ctx, q, counts); err != nil {
+				return fmt.Errorf("claim: gate: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Gate limits, per task type, what one claim may take (cluster-wide
+// concurrency caps, rate limits, pauses). It runs inside the claim's
+// transaction, so row locks it takes (e.g. SELECT ... FOR UPDATE on a
+// type's control row) serialize concurrent claims of that type across
+// nodes until the claim commits.
+type Gate interface {
+	// Admit says how many instances of each of types the claim may take.
+	// It is the first thing the claim's transaction does: it takes its
+	// locks, then reads the claim's time with clock, so that a claim that
+	// waited for another's commit counts from after it (a rate's claim
+	// times never go backwards). Its cost must not depend on how many
+	// instances wait.
+	Admit(ctx context.Context, q Querier, types []string, clock func() time.Time) (Admission, error)
+}
+
+// Admission is a gate's answer to a claim.
+type Admission struct {
+	// Now is the claim's time, read once the gate's locks were held.
+	Now time.Time
+	// Room is how many instances of each type the claim may take: a type
+	// absent from it may not be claimed at all; Unlimited means no limit
+	// beyond the claim's own.
+	Room map[string]int
+	// Record, when not nil, is told in the same transaction how many were
+	// claimed per type (a rate limit counts them). A gate that limits
+	// nothing it must count leaves it nil, and the claim makes no call.
+	Record func(ctx context.Context, q Querier, claimed map[string]int) error
+}
+
+// admit lowers limits (one per type) to what the gate admits, and returns
+// its admission (with the claim's time; without a gate, the clock's).
+func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []int) (Admission, error) {
+	if s.gate == nil {
+		return Admission{Now: s.Now()}, nil
+	}
+	adm, err := s.gate.Admit(ctx, q, types, s.Now)
+	if err != nil {
+		return Admission{}, fmt.Errorf("claim: gate: %w", err)
+	}
+	for i, ty := range types {
+		room, ok := adm.Room[ty]
+		switch {
+		case !ok:
+			limits[i] = 0
+		case room != Unlimited:
+			limits[i] = min(max(room, 0), limits[i])
+		}
+	}
+	return adm, nil
+}
+
+// anyClaimable reports whether a claim of types, at most wanted[i] of
+// types[i], would find anything to take now, by reading only (the gate's
+// reads, then the claim's pick of one instance, each a statement of its
+// own): a hint, which the claim's transaction checks again.
+func (s *Store) anyClaimable(ctx context.Context, types []string, wanted []int) (bool, error) {
+	limits := slices.Clone(wanted)
+	adm, err := s.admit(ctx, dbQuerier{s}, types, limits)
+	if err != nil {
+		return false, err
+	}
+	if !slices.ContainsFunc(limits, func(l int) bool { return l > 0 }) {
+		return false, nil
+	}
+	pick, args := s.d.claimQuery(types, limits, adm.Now, 1)
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(pick), args...)
+	if err != nil {
+		return false, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	found := rows.Next()
+	return found, rows.Err()
+}
+
+// dbQuerier is a Querier outside any transaction (reads only).
+type dbQuerier struct{ s *Store }
+
+func (q dbQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.s.db.ExecContext(ctx, q.s.d.rebind(query), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q dbQuerier) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.s.db.QueryContext(ctx, q.s.d.rebind(query), args...)
+}
+
+func (q dbQuerier) Postgres() bool { return q.s.d.postgres() }
+
+// NextAdmission returns, and forgets, the earliest time the gate said a
+// type it refused will be admitted again (zero: none, or a gate that does
+// not say), so that a pool claims then rather than at its next poll.
+func (s *Store) NextAdmission() time.Time {
+	if g, ok := s.gate.(interface{ NextAdmission() time.Time }); ok {
+		return g.NextAdmission()
+	}
+	return time.Time{}
+}
+
+// Unlimited is the room Gate.Admit gives a type it does not limit.
+const Unlimited = -1
+
+// Querier runs statements with ? placeholders inside the claim's
+// transaction.
+type Querier interface {
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	Query(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	// Postgres reports which database it is (the SQL may differ).
+	Postgres() bool
+}
+
+// txQuerier is the Querier of a store transaction.
+type txQuerier struct {
+	s *Store
+	t *txn
+}
+
+// A gate's statements run on every claim: they are prepared like the
+// claim's own (prepared.go).
+func (q txQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.s.execute(ctx, q.t, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q txQuerier) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.s.query(ctx, q.t, query, args...)
+}
+
+func (q txQuerier) Postgres() bool { return q.s.d.postgres() }
+
+// claimTasks is the claim's first statement: it moves to EXECUTING the
+// tasks of the instances pick selects (and locks).
+func claimTasks(pick string) string {
+	return `UPDATE tasks SET status = ` + sqlExecuting + `, attention_status = NULL, version = version + 1, updated_at = ?
+WHERE status IN (` + sqlWaiting + `) AND id IN (SELECT task_id FROM (` + pick + `) picked)
+RETURNING ` + taskColumns("tasks")
+}
+
+// claimInstances is the claim's second statement: it moves the waiting
+// instances of the claimed tasks to EXECUTING.
+//
+// It finds them by task through the one-live index: its condition on
+// status is that index's own (live), narrowed to the waiting ones by
+// excluding EXECUTING. Written as status IN (waiting), the condition would
+// also match the claimable index's, and on tables never analyzed
+// PostgreSQL read that whole index (every waiting instance: the backlog)
+// in a bitmap scan once a claim took more than a few hundred.
+func (d sqlDialect) claimInstances(workerID string, now any, taskIDs []int64) (string, []any) {
+	in, args := d.inInts("task_id", taskIDs)
+	return `UPDATE task_instances SET status = ` + sqlExecuting + `, version = version + 1, worker_id = ?, started_at = ?, heartbeat_at = ?
+WHERE ` + in + ` AND status IN (` + sqlLive + `) AND status <> ` + sqlExecuting + `
+RETURNING ` + claimedInstanceColumns, append([]any{workerID, now, now}, args...)
+}
+
+// claimedInstanceColumns are what a claim reads back of the instances it
+// moved; the rest it set itself (status, worker, start and heartbeat time)
+// or is empty until the execution ends.
+const claimedInstanceColumns = "id, task_id, instance_no, attempt, task_type, priority, run_at, version, created_at"
+
+// scanClaimedInstances reads rows of claimedInstanceColumns into the
+// instances a claim by workerID at now made EXECUTING, bound to c, and
+// closes rows.
+func scanClaimedInstances(c *ent.Client, rows *sql.Rows, workerID string, now time.Time) ([]*ent.TaskInstance, error) {
+	defer rows.Close()
+	var out []*ent.TaskInstance
+	for rows.Next() {
+		in := &ent.TaskInstance{Status: lifecycle.Executing, WorkerID: workerID}
+		if err := rows.Scan(&in.ID, &in.TaskID, &in.InstanceNo, &in.Attempt, &in.TaskType, &in.Priority, &in.RunAt, &in.Version, &in.CreatedAt); err != nil {
+			return nil, err
+		}
+		started, beat := now, now
+		in.StartedAt, in.HeartbeatAt = &started, &beat
+		out = append(out, in.BindTo(c))
+	}
+	return out, rows.Err()
+}
+
+// claimQuery returns a SELECT of (task_id, priority, run_at, id) of the
+// waiting instances to claim, and its arguments: for each task type, at
+// most limit of them, read in claim order from the claimable index, then
+// the first limit of all types by (priority, run_at, id). Reading type by
+// type keeps the read on the index's order (one type is one contiguous,
+// ordered range of it), so the plan never scans the backlog nor sorts it;
+// the final sort is of at most len(types) * limit rows.
+func (d sqlDialect) claimQuery(types []string, limits []int, now any, limit int) (string, []any) {
+	cols := `task_id, priority, run_at, id FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = %s AND run_at <= ? ORDER BY priority, run_at, id LIMIT %s`
+	if d.postgres() {
+		// PostgreSQL: a LATERAL read per type (FOR UPDATE is not allowed
+		// in the arms of a UNION).
+		lims := make(pq.Int64Array, len(limits))
+		for i, l := range limits {
+			lims[i] = int64(l)
+		}
+		return `SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) ty(name, lim),
+	LATERAL (SELECT ` + fmt.Sprintf(cols, "ty.name", "ty.lim") + ` FOR UPDATE SKIP LOCKED) c
+	ORDER BY c.priority, c.run_at, c.id LIMIT ?`, []any{stringArray(types), lims, now, limit}
+	}
+	// SQLite has a single writer and needs no row locks; each arm is a
+	// subquery so that it may have its own ORDER BY and LIMIT.
+	var arms []string
+	args := make([]any, 0, 3*len(types)+1)
+	for i, ty := range types {
+		if limits[i] <= 0 {
+			continue
+		}
+		arms = append(arms, `SELECT * FROM (SELECT `+fmt.Sprintf(cols, "?", "?")+`)`)
+		args = append(args, ty, now, limits[i])
+	}
+	if len(arms) == 0 {
+		return `SELECT task_id, priority, run_at, id FROM task_instances WHERE 0`, nil
+	}
+	args = append(args, limit)
+	return `SELECT * FROM (` + strings.Join(arms, " UNION ALL ") + `) ORDER BY priority, run_at, id LIMIT ?`, args
+}
+
+func cmpClaimOrder(a, b *ent.TaskInstance) int {
+	if a.Priority != b.Priority {
+		return a.Priority - b.Priority
+	}
+	if c := a.RunAt.Compare(b.RunAt); c != 0 {
+		return c
+	}
+	return a.ID - b.ID
+}
+
+// ExplainClaim returns the plans of the claim's two statements for types
+// and limit, run with EXPLAIN ANALYZE in a transaction that is rolled back:
+// on PostgreSQL JSON plans, on SQLite the rows of EXPLAIN QUERY PLAN. It is
+// for tests and diagnostics; it claims nothing.
+func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]string, error) {
+	ctx = internal(ctx)
+	tx, err := s.client.Tx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	now := s.Now()
+	limits := make([]int, len(types))
+	for i := range limits {
+		limits[i] = limit
+	}
+	pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
+	first, firstArgs := s.d.rebind(claimTasks(pick)), append([]any{now}, pickArgs...)
+	prefix := "EXPLAIN QUERY PLAN "
+	if s.d.postgres() {
+		prefix = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+	}
+	explain := func(q string, args ...any) (string, error) {
+		rows, err := tx.QueryContext(ctx, prefix+q, args...)
+		if err != nil {
+			return "", err
+		}
+		defer rows.Close()
+		cols, err := rows.Columns()
+		if err != nil {
+			return "", err
+		}
+		var b strings.Builder
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return "", err
+			}
+			for i, v := range vals {
+				if i > 0 {
+					b.WriteByte(' ')
+				}
+				if bs, ok := v.([]byte); ok {
+					v = string(bs)
+				}
+				fmt.Fprint(&b, v)
+			}
+			b.WriteByte('\n')
+		}
+		return b.String(), rows.Err()
+	}
+	var plans []string
+	// The first statement's plan, undone; then the statement itself, for
+	// the ids the second one takes.
+	if s.d.postgres() {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT explain"); err != nil {
+			return nil, err
+		}
+	}
+	p, err := explain(first, firstArgs...)
+	if err != nil {
+		return nil, err
+	}
+	plans = append(plans, p)
+	if s.d.postgres() {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT explain"); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, first, firstArgs...)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := ent.ScanTaskRows(s.client, rows)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(tasks))
+	for i, tk := range tasks {
+		ids[i] = int64(tk.ID)
+	}
+	if len(ids) == 0 {
+		ids = []int64{0}
+	}
+	q, qArgs := s.d.claimInstances("explain", now, ids)
+	p, err = explain(s.d.rebind(q), qArgs...)
+	if err != nil {
+		return nil, err
+	}
+	return append(plans, p), nil
+}

@@ -1,0 +1,339 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/lifecycle"
+)
+
+// Outcome is how one execution ended, as decided by its worker or by the
+// watchdog.
+type Outcome struct {
+	Token Token
+	// Status is the instance's new state: SUCCESS, FAILED or CANCELLED.
+	Status lifecycle.Status
+	// Kind classifies a FAILED or CANCELLED execution.
+	Kind lifecycle.ErrorKind
+	// Error is the execution's error, already masked.
+	Error  string
+	Result json.RawMessage
+	// ResultStatus is the handler's own verdict on its work (SUCCESS,
+	// PARTIAL_SUCCESS, FAILED), written to the task; empty writes NULL.
+	ResultStatus string
+	// Retry, with Status FAILED, schedules another instance: the task goes
+	// to RETRY_PENDING instead of FAILED. It is dropped when a cancel was
+	// requested meanwhile (the task then ends CANCELLED).
+	Retry *Retry
+	// StaleBefore, when set, applies the outcome only if the instance's last
+	// heartbeat is older: the watchdog's guard against declaring dead a
+	// worker that has just shown a sign of life.
+	StaleBefore time.Time
+	// Log, when set, is written as a WARN line of the task's trace together
+	// with the transition (e.g. why the watchdog acted).
+	Log string
+	// Task, when set, is the task as its execution was claimed. The finish
+	// then reads back only the columns a transition can change and takes
+	// the others (input, owner, ...: immutable) from it for the published
+	// change, instead of decoding whole rows again.
+	Task *ent.Task
+}
+
+// Retry is the next instance a failed execution leads to.
+type Retry struct {
+	RunAt   time.Time
+	Attempt int
+}
+
+func init() {
+	// Finish moves instances from EXECUTING to the outcome's status and
+	// tasks from EXECUTING to that, to RETRY_PENDING or to CANCELLED.
+	for _, to := range []lifecycle.Status{lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending} {
+		if !lifecycle.CanMove(lifecycle.Executing, to) {
+			panic("lifecycle: finish needs EXECUTING -> " + string(to))
+		}
+	}
+}
+
+// Finish applies outcomes in one transaction and returns, per outcome, nil
+// when it was applied or a *lifecycle.TransitionError when the execution had
+// already been moved on (its token is stale): a zombie worker never
+// overwrites a newer outcome. The error result is for the batch as a whole.
+func (s *Store) Finish(ctx context.Context, outcomes []Outcome) ([]error, error) {
+	ctx = internal(ctx)
+	if len(outcomes) == 0 {
+		return nil, nil
+	}
+	var perOutcome []error
+	err := s.write(ctx, func(t *txn) error {
+		perOutcome = perOutcome[:0]
+		for chunk := range slices.Chunk(outcomes, maxBatchRows) {
+			errs, err := s.finish(ctx, t, chunk)
+			if err != nil {
+				return err
+			}
+			perOutcome = append(perOutcome, errs...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return perOutcome, nil
+}
+
+func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error, error) {
+	now := s.Now()
+	errs := make([]error, len(outcomes))
+	var batch []int // indexes of outcomes sent to the database
+	seen := make(map[int]bool, len(outcomes))
+	for i, o := range outcomes {
+		switch {
+		case o.Status != lifecycle.Success && o.Status != lifecycle.Failed && o.Status != lifecycle.Cancelled:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "an execution ends SUCCESS, FAILED or CANCELLED"}
+		case seen[o.Token.InstanceID]:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "two outcomes for one execution"}
+		default:
+			seen[o.Token.InstanceID] = true
+			batch = append(batch, i)
+		}
+	}
+	if len(batch) == 0 {
+		return errs, nil
+	}
+
+	// 1. The instances: a conditional UPDATE per the fencing token (and
+	// the watchdog's heartbeat guard), of executions whose task mirrors
+	// them (EXECUTING). Rows not returned were moved on, or their pair is
+	// inconsistent (explainRefusals says which); either way that outcome
+	// alone is refused. The instance rows are locked first, then the task
+	// rows: the lock order every writer keeps. No writer moves a task's
+	// status without holding its live instance, so the task read here is
+	// still EXECUTING when step 2 updates it.
+	cols := [][]any{
+		make([]any, 0, len(batch)), // id
+		make([]any, 0, len(batch)), // version
+		make([]any, 0, len(batch)), // status
+		make([]any, 0, len(batch)), // error_kind
+		make([]any, 0, len(batch)), // last_error
+		make([]any, 0, len(batch)), // result
+		make([]any, 0, len(batch)), // stale_before
+	}
+	for _, i := range batch {
+		o := outcomes[i]
+		var kind, lastErr, result, staleBefore any
+		if o.Status != lifecycle.Success {
+			kind, lastErr = string(o.Kind), o.Error
+		}
+		if len(o.Result) > 0 {
+			result = string(o.Result)
+		}
+		if !o.StaleBefore.IsZero() {
+			staleBefore = o.StaleBefore.UTC()
+		}
+		for c, v := range []any{int64(o.Token.InstanceID), o.Token.Version, string(o.Status), kind, lastErr, result, staleBefore} {
+			cols[c] = append(cols[c], v)
+		}
+	}
+	v, vArgs := s.d.valuesTable("v", finishInstanceCols, finishInstanceTypes, cols)
+	rows, err := s.query(ctx, t, s.d.finishInstancesSQL(v), append([]any{now}, vArgs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("finish: update instances: %w", err)
+	}
+	moved, err := scanInts(rows, 3)
+	if err != nil {
+		return nil, fmt.Errorf("finish: update instances: %w", err)
+	}
+	applied := make(map[int]*ent.TaskInstance, len(moved))
+	for _, r := range moved {
+		applied[int(r[0])] = &ent.TaskInstance{ID: int(r[0]), TaskID: int(r[1]), InstanceNo: int(r[2])}
+	}
+	if len(applied) < len(batch) {
+		if err := s.explainRefusals(ctx, t, outcomes, batch, applied, errs); err != nil {
+			return nil, err
+		}
+	}
+	if len(applied) == 0 {
+		return errs, nil
+	}
+
+	// 2. Their tasks. A retryable failure of a task whose cancel was
+	// requested ends the task CANCELLED instead of scheduling a retry.
+	for c := range cols[:5] {
+		cols[c] = cols[c][:0]
+	}
+	for _, i := range batch {
+		o := outcomes[i]
+		in := applied[o.Token.InstanceID]
+		if in == nil {
+			continue
+		}
+		to := o.Status
+		if o.Status == lifecycle.Failed && o.Retry != nil {
+			to = lifecycle.RetryPending
+		}
+		var lastErr, result, resultStatus any
+		if o.Error != "" {
+			lastErr = o.Error
+		}
+		if len(o.Result) > 0 {
+			result = string(o.Result)
+		}
+		if o.ResultStatus != "" {
+			resultStatus = o.ResultStatus
+		}
+		for c, v := range []any{int64(in.TaskID), string(to), lastErr, result, resultStatus} {
+			cols[c] = append(cols[c], v)
+		}
+	}
+	n := len(cols[0])
+	v, vArgs = s.d.valuesTable("v", finishTaskCols, finishTaskTypes, cols[:5])
+	snapshots := make(map[int]*ent.Task, n)
+	for _, i := range batch {
+		if in := applied[outcomes[i].Token.InstanceID]; in != nil && outcomes[i].Task != nil && outcomes[i].Task.ID == in.TaskID {
+			snapshots[in.TaskID] = outcomes[i].Task
+		}
+	}
+	rows, err = s.query(ctx, t, s.d.finishTasksSQL(v), append([]any{now, now}, vArgs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("finish: update tasks: %w", err)
+	}
+	tasks, err := s.scanChanged(ctx, t, rows, snapshots)
+	if err != nil {
+		return nil, fmt.Errorf("finish: update tasks: %w", err)
+	}
+	if len(tasks) != n {
+		// Step 1 only moved executions whose task was EXECUTING, and no
+		// one can move such a task while its instance is held.
+		return nil, fmt.Errorf("finish: %d executions ended but %d of their tasks were EXECUTING", n, len(tasks))
+	}
+
+	// 3. What follows: retry instances, and the lines explaining it.
+	taskByID := make(map[int]*ent.Task, len(tasks))
+	for _, tk := range tasks {
+		taskByID[tk.ID] = tk
+	}
+	var retries []*ent.TaskInstanceCreate
+	var logs []*ent.TaskLogCreate
+	for _, i := range batch {
+		o := outcomes[i]
+		in := applied[o.Token.InstanceID]
+		if in == nil {
+			continue
+		}
+		tk := taskByID[in.TaskID]
+		if tk.Status == lifecycle.RetryPending {
+			retries = append(retries, t.TaskInstance.Create().
+				SetTaskID(tk.ID).
+				SetInstanceNo(in.InstanceNo+1).
+				SetAttempt(o.Retry.Attempt).
+				SetStatus(lifecycle.RetryPending).
+				SetTaskType(tk.Type).
+				SetPriority(tk.Priority).
+				SetRunAt(o.Retry.RunAt.UTC().Truncate(time.Microsecond)).
+				SetCreatedAt(now))
+		}
+		if o.Log != "" {
+			logs = append(logs, t.TaskLog.Create().
+				SetTaskID(tk.ID).
+				SetInstanceID(in.ID).
+				SetLevel(tasklog.LevelWARN).
+				SetMessage(o.Log).
+				SetCreatedAt(now))
+		}
+	}
+	if len(retries) > 0 {
+		if err := t.TaskInstance.CreateBulk(retries...).Exec(ctx); err != nil {
+			return nil, fmt.Errorf("finish: schedule retries: %w", err)
+		}
+	}
+	if len(logs) > 0 {
+		created, err := t.TaskLog.CreateBulk(logs...).Save(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("finish: write logs: %w", err)
+		}
+		t.logged(created...)
+	}
+	t.changed(events.Transitioned, tasks...)
+	return errs, nil
+}
+
+// explainRefusals fills errs for the outcomes whose instance was not
+// updated, saying what state it was found in.
+func (s *Store) explainRefusals(ctx context.Context, t *txn, outcomes []Outcome, batch []int, applied map[int]*ent.TaskInstance, errs []error) error {
+	var ids []int
+	for _, i := range batch {
+		if applied[outcomes[i].Token.InstanceID] == nil {
+			ids = append(ids, outcomes[i].Token.InstanceID)
+		}
+	}
+	found, err := t.TaskInstance.Query().Where(taskinstance.IDIn(ids...)).All(ctx)
+	if err != nil {
+		return fmt.Errorf("finish: read refused instances: %w", err)
+	}
+	byID := make(map[int]*ent.TaskInstance, len(found))
+	for _, in := range found {
+		byID[in.ID] = in
+	}
+	for _, i := range batch {
+		o := outcomes[i]
+		if applied[o.Token.InstanceID] != nil {
+			continue
+		}
+		in := byID[o.Token.InstanceID]
+		switch {
+		case in == nil:
+			errs[i] = &NotFoundError{Entity: "task instance", ID: o.Token.InstanceID}
+		case in.Status != lifecycle.Executing:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the execution was already moved on"}
+		case in.Version != o.Token.Version:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "stale fencing token"}
+		case !o.StaleBefore.IsZero() && in.HeartbeatAt != nil && !in.HeartbeatAt.Before(o.StaleBefore):
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: in.ID, From: in.Status, To: o.Status, Reason: "the worker sent a heartbeat meanwhile"}
+		default:
+			errs[i] = s.inconsistent(ctx, t, in)
+		}
+	}
+	return nil
+}
+
+// The derived tables of the finish's two statements.
+var (
+	finishInstanceCols  = []string{"id", "version", "status", "error_kind", "last_error", "result", "stale_before"}
+	finishInstanceTypes = []colType{colInt, colInt, colText, colText, colText, colJSON, colTime}
+	finishTaskCols      = []string{"id", "status", "last_error", "result", "result_status"}
+	finishTaskTypes     = []colType{colInt, colText, colText, colJSON, colText}
+)
+
+// finishInstancesSQL is the finish's first statement over the derived
+// table v of outcomes: the executions end, fenced by their token (and the
+// watchdog's heartbeat guard), where their task mirrors them.
+func (d sqlDialect) finishInstancesSQL(v string) string {
+	return `UPDATE task_instances SET status = v.status, error_kind = v.error_kind, last_error = v.last_error, result = v.result,
+	finished_at = ` + d.timeParam() + `, version = task_instances.version + 1
+FROM ` + v + `, tasks
+WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = ` + sqlExecuting + `
+	AND (v.stale_before IS NULL OR task_instances.heartbeat_at < v.stale_before)
+	AND tasks.id = task_instances.task_id AND tasks.status = ` + sqlExecuting + `
+RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`
+}
+
+// finishTasksSQL is the finish's second statement over the derived table v
+// of the tasks whose execution ended: a failure of a task whose cancel was
+// requested ends it CANCELLED instead of scheduling a retry.
+func (d sqlDialect) finishTasksSQL(v string) string {
+	final := `CASE WHEN v.status <> ` + lifecycle.QuotedList(lifecycle.Success) + ` AND tasks.cancel_requested THEN ` + lifecycle.QuotedList(lifecycle.Cancelled) + ` ELSE v.status END`
+	return `UPDATE tasks SET status = ` + final + `, attention_status = ` + attentionCase(final) + `, last_error = v.last_error, result = v.result, result_status = v.result_status,
+	finished_at = CASE WHEN ` + final + ` IN (` + sqlTerminal + `) THEN ` + d.timeParam() + ` ELSE NULL END,
+	updated_at = ` + d.timeParam() + `, version = tasks.version + 1
+FROM ` + v + `
+WHERE tasks.id = v.id AND tasks.status = ` + sqlExecuting + `
+RETURNING ` + changingColumns("tasks")
+}

@@ -1,0 +1,220 @@
+package tasktype
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/store"
+)
+
+// Job is what a handler is given: the task and execution it runs, and the
+// means to report progress, write log lines and set its result. Every write
+// carries the execution's fencing token: once the execution has been moved
+// on (timed out, cancelled), its writes are dropped.
+type Job struct {
+	// Task is the task as committed by the claim. Task.Input is masked;
+	// the handler's typed input is the unmasked one.
+	Task *ent.Task
+	// Instance is this execution.
+	Instance *ent.TaskInstance
+
+	token store.Token
+	w     JobWriter
+	mask  *mask.Masker
+	// moved is when the handler last reported progress or wrote a log
+	// line (unix nanoseconds of the store's clock; 0: not yet). Heartbeats
+	// carry it to progress_at, which stall detection reads.
+	moved atomic.Int64
+
+	mu           sync.Mutex
+	result       json.RawMessage
+	resultStatus string
+}
+
+// JobWriter is where a Job's progress and log lines go: the worker pool
+// batches them and writes them fenced by the token they carry.
+type JobWriter interface {
+	// Progress queues an execution's progress; only the latest per token
+	// need be written.
+	Progress(store.Progress)
+	// Log queues a log line, already masked; the writer makes its text
+	// storable.
+	Log(store.LogLine)
+	// Now is the store's clock.
+	Now() time.Time
+}
+
+// NewJob returns the Job of a claimed execution, whose writes go to w and
+// are masked by m, and the JobControl through which the pool reads what
+// the handler left.
+func NewJob(task *ent.Task, instance *ent.TaskInstance, token store.Token, w JobWriter, m *mask.Masker) (*Job, JobControl) {
+	j := &Job{Task: task, Instance: instance, token: token, w: w, mask: m}
+	return j, JobControl{j: j}
+}
+
+// Owner is the viewer who created the task — its identity (source, tenant,
+// user) and the role it had then. A handler runs as the process itself;
+// one that reads data on the owner's behalf (an export, a report) reads as
+// Owner, so that it shows the owner no more than the API would: an
+// operator its own tasks, an admin its tenant's.
+func (j *Job) Owner() auth.Viewer {
+	role := auth.Role(j.Task.OwnerRole)
+	switch role {
+	case auth.RoleAdmin, auth.RolePlatform, auth.RoleOperator, auth.RoleViewer:
+	default:
+		// Unknown, empty, or the process's own: no more than an operator.
+		role = auth.RoleOperator
+	}
+	return auth.Viewer{User: j.Task.Owner, Role: role, Source: j.Task.OwnerSource, Tenant: j.Task.Tenant}
+}
+
+// Token is the execution's fencing token.
+func (j *Job) Token() store.Token { return j.token }
+
+// Attempt is the attempt number of this execution (1 for the first).
+func (j *Job) Attempt() int { return j.Instance.Attempt }
+
+// Progress reports done out of total units of work. Only the latest value
+// is written, at most a few times a second.
+func (j *Job) Progress(done, total int64) {
+	j.touch()
+	j.w.Progress(store.Progress{Token: j.token, TaskID: j.Task.ID, Done: done, Total: total})
+}
+
+// Log writes a line to the task's trace. keyvals are alternating keys and
+// values, as with log/slog. The message and values are masked.
+func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
+	j.touch()
+	var fields map[string]any
+	if len(keyvals) > 0 {
+		fields = make(map[string]any, len(keyvals)/2)
+		for i := 0; i < len(keyvals); i += 2 {
+			key := fmt.Sprint(keyvals[i])
+			var val any = "(missing)"
+			if i+1 < len(keyvals) {
+				val = keyvals[i+1]
+			}
+			fields[key] = jsonValue(val)
+		}
+		fields = j.mask.Fields(fields)
+	}
+	j.w.Log(store.LogLine{
+		Token:   j.token,
+		TaskID:  j.Task.ID,
+		Level:   level,
+		Message: j.mask.String(msg),
+		Fields:  fields,
+		At:      time.Now(),
+	})
+}
+
+// touch records that the handler moved now.
+func (j *Job) touch() { j.moved.Store(j.w.Now().UnixNano()) }
+
+// Info logs at INFO level.
+func (j *Job) Info(msg string, keyvals ...any) { j.Log(tasklog.LevelINFO, msg, keyvals...) }
+
+// Warn logs at WARN level.
+func (j *Job) Warn(msg string, keyvals ...any) { j.Log(tasklog.LevelWARN, msg, keyvals...) }
+
+// Error logs at ERROR level.
+func (j *Job) Error(msg string, keyvals ...any) { j.Log(tasklog.LevelERROR, msg, keyvals...) }
+
+// SetResult records the execution's result (any JSON-encodable value). It is
+// stored, masked, with the execution's outcome, whether success or failure.
+func (j *Job) SetResult(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	masked, _, err := j.mask.JSON(b)
+	if err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	j.mu.Lock()
+	j.result = masked
+	j.mu.Unlock()
+	return nil
+}
+
+// SetResultStatus records the handler's verdict on its work — SUCCESS,
+// PARTIAL_SUCCESS or FAILED — written to the task's result_status with the
+// execution's outcome (so that, say, imports with bad rows can be listed),
+// whether the execution succeeded or failed.
+func (j *Job) SetResultStatus(s string) {
+	j.mu.Lock()
+	j.resultStatus = s
+	j.mu.Unlock()
+}
+
+// JobControl is the pool's side of a Job: the masker its writes go
+// through, and what the handler left — its result, its verdict, when it
+// last moved. Handlers never see it.
+type JobControl struct{ j *Job }
+
+// Masker is the masker of the job's writes.
+func (c JobControl) Masker() *mask.Masker { return c.j.mask }
+
+// SetMasker replaces the masker of the job's writes (with one that also
+// masks the values of the unsealed input, say). Call it before the handler
+// runs.
+func (c JobControl) SetMasker(m *mask.Masker) { c.j.mask = m }
+
+// Result is the result the handler set (masked), or nil.
+func (c JobControl) Result() json.RawMessage {
+	c.j.mu.Lock()
+	defer c.j.mu.Unlock()
+	return c.j.result
+}
+
+// ResultStatus is the verdict the handler set with SetResultStatus, or "".
+func (c JobControl) ResultStatus() string {
+	c.j.mu.Lock()
+	defer c.j.mu.Unlock()
+	return c.j.resultStatus
+}
+
+// MovedAt is when the handler last reported progress or wrote a log line
+// (the store's clock), or zero.
+func (c JobControl) MovedAt() time.Time {
+	if n := c.j.moved.Load(); n != 0 {
+		return time.Unix(0, n).UTC()
+	}
+	return time.Time{}
+}
+
+// LastMoved is when the execution last moved: its last progress or log
+// line, else its start (zero if neither is known).
+func (c JobControl) LastMoved() time.Time {
+	if t := c.MovedAt(); !t.IsZero() {
+		return t
+	}
+	if c.j.Instance.StartedAt != nil {
+		return *c.j.Instance.StartedAt
+	}
+	return time.Time{}
+}
+
+// jsonValue keeps values that encode to JSON and turns the rest (errors,
+// durations...) into their text.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case nil, bool, string, int, int32, int64, uint, uint32, uint64, float32, float64:
+		return x
+	case error:
+		return x.Error()
+	case fmt.Stringer:
+		return x.String()
+	}
+	if _, err := json.Marshal(v); err != nil {
+		return fmt.Sprint(v)
+	}
+	return v
+}
