@@ -7,10 +7,10 @@
 // tenant's, a platform administrator everyone's.
 //
 // A record is never lost: the record of an action that changes something
-// commits in the transaction that makes the change (Begin attaches it to
-// the store's write through a store.TxHook), so that the action fails if
-// its record cannot be written; the record of an action that failed, or
-// changed nothing, is written on its own (Record, End). Every write goes
+// commits in the transaction that makes the change (the caller passes it
+// to Insert), so that the action fails if its record cannot be written;
+// the record of an action that failed, or changed nothing, is written on
+// its own (Record). Every write goes
 // through the store's writer, which on SQLite is the process's one writer,
 // retried when the database is busy.
 package audit
@@ -25,7 +25,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/outage"
-	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // Actions recorded.
@@ -101,11 +100,11 @@ func (r *Recorder) Record(ctx context.Context, e Entry) error {
 		return nil
 	}
 	// Written even when the request was cancelled meanwhile: the action
-	// may have happened. Not through a hook of the action's: on its own.
-	ctx = store.WithTxHook(context.WithoutCancel(ctx), nil)
+	// may have happened.
+	ctx = context.WithoutCancel(ctx)
 	err := r.write(ctx, func(tx *ent.Tx) error { return r.insert(ctx, tx, e) })
 	if err != nil {
-		r.lost(ctx, e, err)
+		r.Lost(ctx, e, err)
 		return fmt.Errorf("audit: %w", err)
 	}
 	return nil
@@ -139,8 +138,12 @@ func (r *Recorder) outcome(e Entry) (auditlog.Outcome, string) {
 	return auditlog.OutcomeOK, ""
 }
 
-// lost reports a record that could not be written.
-func (r *Recorder) lost(ctx context.Context, e Entry, err error) {
+// Lost reports a record that could not be written: logged with everything
+// it would have held (counted instead during an outage).
+func (r *Recorder) Lost(ctx context.Context, e Entry, err error) {
+	if r == nil {
+		return
+	}
 	if r.outages.Failed("audit", err) != nil {
 		return // counted with the outage, which is logged once
 	}
@@ -159,90 +162,15 @@ func (r *Recorder) Code(err error) string {
 	return r.code(err)
 }
 
-// Pending is the record of an action under way. The action's store calls
-// take Context(): the first write transaction that commits through it
-// commits the record too (as Entry says at that moment, completed by Fill),
-// and if the record cannot be inserted the transaction, and so the action,
-// fails. End writes the record on its own when no transaction carried it.
-type Pending struct {
-	r   *Recorder
-	ctx context.Context
-	// Entry is what will be recorded; the action sets its fields as it
-	// learns them (each transaction of the action records it as it is
-	// when that transaction commits).
-	Entry Entry
-	// Fill, when set, completes the entry from what a transaction of the
-	// action is about to commit (a created task's id and code, a bulk
-	// action's per-id outcomes), and reports whether that transaction
-	// carries the record: false for one that did not do the action (a
-	// create that found its idempotency key taken meanwhile), whose record
-	// then waits for another transaction or for End.
-	Fill func(e *Entry, c store.Committing) bool
-
-	committed bool
-	written   Entry
-}
-
-// Begin starts the record of an action done on behalf of ctx's viewer.
-func (r *Recorder) Begin(ctx context.Context, e Entry) *Pending {
-	p := &Pending{r: r, Entry: e}
+// Insert adds e's record to tx, the transaction that performs the action
+// (store.Tx.Ent), so that the action and its record commit together or not
+// at all. Its actor is the viewer of ctx.
+func (r *Recorder) Insert(ctx context.Context, tx *ent.Tx, e Entry) error {
 	if r == nil {
-		p.ctx = ctx
-		return p
-	}
-	var tentative Entry
-	carried := false // by the transaction about to commit
-	p.ctx = store.WithTxHook(ctx, &store.TxHook{
-		BeforeCommit: func(txCtx context.Context, tx *ent.Tx, c store.Committing) error {
-			carried = false
-			if p.committed {
-				return nil // recorded with an earlier transaction of this action
-			}
-			tentative = p.Entry
-			if p.Fill != nil && !p.Fill(&tentative, c) {
-				return nil
-			}
-			// The record's actor is the action's viewer, whatever context
-			// the store writes with (its own reads run as the system).
-			if err := r.insert(context.WithoutCancel(ctx), tx, tentative); err != nil {
-				return fmt.Errorf("audit: record %s with it: %w", tentative.Action, err)
-			}
-			carried = true
-			return nil
-		},
-		Committed: func() {
-			if carried && !p.committed {
-				p.committed, p.written = true, tentative
-			}
-		},
-	})
-	return p
-}
-
-// Context is the context the action's store calls take.
-func (p *Pending) Context() context.Context { return p.ctx }
-
-// Committed reports whether the record committed with the action.
-func (p *Pending) Committed() bool { return p.committed }
-
-// End finishes the record: err is the action's outcome. When no
-// transaction of the action committed the record (the action failed, or
-// wrote nothing), it is written now, on its own.
-func (p *Pending) End(err error) error {
-	if p.r == nil {
 		return nil
 	}
-	if err != nil && p.Entry.Err == nil {
-		p.Entry.Err = err
+	if err := r.insert(context.WithoutCancel(ctx), tx, e); err != nil {
+		return fmt.Errorf("audit: record %s with it: %w", e.Action, err)
 	}
-	if p.committed {
-		if p.Entry.Err != nil && p.written.Err == nil {
-			// The action's change committed (with its record) and then
-			// something else failed: the record stands, the rest is logged.
-			p.r.log.Warn("action failed after its change and audit record committed", "action", p.Entry.Action,
-				"task_ids", fmt.Sprint(p.written.TaskIDs), "err", p.Entry.Err)
-		}
-		return nil
-	}
-	return p.r.Record(p.ctx, p.Entry)
+	return nil
 }

@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/internal/audit"
-	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
 
@@ -19,26 +19,37 @@ type CreateResult struct {
 }
 
 // CreateMany validates, masks and creates up to MaxBulk tasks owned by the
-// context's viewer, in a few multi-row statements. Each item is treated as
-// Create treats one (validation, masking, sealing, idempotency) and answered
-// on its own: a refused item does not stop the others. The call is one
-// audit record, committed with the tasks it creates, listing them and every
-// item's outcome. The error result is for the call as a whole (not allowed,
-// too many items, rate limited, the database failed).
+// context's viewer, in a few multi-row statements of one transaction. Each
+// item is treated as Create treats one (validation, masking, sealing,
+// idempotency) and answered on its own: a refused item does not stop the
+// others. The call is one audit record, committed with the tasks it
+// creates, listing them and every item's outcome. The error result is for
+// the call as a whole (not allowed, too many items, rate limited, the
+// database failed).
 func (e *Engine) CreateMany(ctx context.Context, reqs []CreateRequest) ([]CreateResult, error) {
+	return e.createMany(ctx, reqs, e.store.Write, false)
+}
+
+// CreateManyTx creates tasks as CreateMany does, in sqlTx, a transaction
+// of the caller's (see CreateTx).
+func (e *Engine) CreateManyTx(ctx context.Context, sqlTx *sql.Tx, reqs []CreateRequest) ([]CreateResult, error) {
+	return e.createMany(ctx, reqs, e.in(sqlTx), true)
+}
+
+func (e *Engine) createMany(ctx context.Context, reqs []CreateRequest, write writer, foreign bool) ([]CreateResult, error) {
 	v, err := e.admit(ctx, len(reqs))
 	if err != nil {
 		return nil, err
 	}
-	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: map[string]any{"items": len(reqs)}})
-	if err := v.AllowMutate("create tasks"); err != nil {
-		_ = rec.End(err)
+	refuse := func(err error) ([]CreateResult, error) {
+		e.record(ctx, write, foreign, audit.Entry{Action: audit.Create, Details: map[string]any{"items": len(reqs)}, Err: err})
 		return nil, err
 	}
+	if err := v.AllowMutate("create tasks"); err != nil {
+		return refuse(err)
+	}
 	if len(reqs) > MaxBulk {
-		err := &ValidationError{Problems: []Problem{{Field: "inputs", Message: fmt.Sprintf("%d items; the limit is %d", len(reqs), MaxBulk)}}}
-		_ = rec.End(err)
-		return nil, err
+		return refuse(&ValidationError{Problems: []Problem{{Field: "inputs", Message: fmt.Sprintf("%d items; the limit is %d", len(reqs), MaxBulk)}}})
 	}
 	out := make([]CreateResult, len(reqs))
 	news := make([]store.NewTask, 0, len(reqs))
@@ -52,27 +63,22 @@ func (e *Engine) CreateMany(ctx context.Context, reqs []CreateRequest) ([]Create
 		news = append(news, n)
 		idx = append(idx, i)
 	}
-	rec.Entry = e.createManyEntry(reqs, out)
-	rec.Fill = func(entry *audit.Entry, c store.Committing) bool {
-		for _, ch := range c.Changes {
-			if ch.Kind == events.Created {
-				entry.TaskIDs = append(entry.TaskIDs, ch.Task.ID)
+	// The tasks and the record of every item's outcome: one commit.
+	err = write(ctx, func(tx *store.Tx) error {
+		if len(news) > 0 {
+			created, err := tx.CreateTasks(ctx, news)
+			if err != nil {
+				return err
+			}
+			for j, c := range created {
+				out[idx[j]] = CreateResult{Task: c.Task, Created: c.Created, Err: c.Err}
 			}
 		}
-		return len(entry.TaskIDs) > 0
+		return e.audit.Insert(ctx, tx.Ent(), e.createManyEntry(reqs, out))
+	})
+	if err != nil {
+		return refuse(err)
 	}
-	if len(news) > 0 {
-		created, err := e.store.CreateTasks(rec.Context(), news)
-		if err != nil {
-			_ = rec.End(err)
-			return nil, err
-		}
-		for j, c := range created {
-			out[idx[j]] = CreateResult{Task: c.Task, Created: c.Created, Err: c.Err}
-		}
-	}
-	rec.Entry = e.createManyEntry(reqs, out)
-	_ = rec.End(nil) // a failure is logged (or counted) by the recorder
 	return out, nil
 }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
@@ -227,24 +226,38 @@ func (e *Engine) SubmitBulk(ctx context.Context, req BulkRequest) (*ent.Task, er
 	if req.IdempotencyKey != nil {
 		details["idempotencyKey"] = *req.IdempotencyKey
 	}
-	rec := e.audit.Begin(ctx, audit.Entry{Action: action, Details: details})
-	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
-		for _, c := range cm.Changes {
-			if c.Kind == events.Created {
-				entry.TaskIDs = []int{c.Task.ID}
-				entry.Details = withCode(details, c.Task.Code, false)
-				return true
+	entry := audit.Entry{Action: action, Details: details}
+	var t *ent.Task
+	n, existing, err := e.submitBulk(ctx, v, req, preds, where)
+	switch {
+	case err == nil && existing != nil:
+		t = existing
+		entry.TaskIDs, entry.Details = []int{t.ID}, withCode(details, t.Code, true)
+		err = e.audit.Record(ctx, entry)
+	case err == nil:
+		// The bulk task and its record: one commit.
+		err = e.store.Write(ctx, func(tx *store.Tx) error {
+			var created bool
+			var err error
+			if t, created, err = tx.CreateTask(ctx, n); err != nil {
+				return err
 			}
+			recorded := entry
+			recorded.TaskIDs, recorded.Details = []int{t.ID}, withCode(details, t.Code, !created)
+			return e.audit.Insert(ctx, tx.Ent(), recorded)
+		})
+		if err != nil {
+			entry.Err = err
+			_ = e.audit.Record(ctx, entry)
 		}
-		return false
+	default:
+		entry.Err = err
+		_ = e.audit.Record(ctx, entry)
 	}
-	t, created, err := e.submitBulk(rec.Context(), v, req, preds, where)
-	if t != nil {
-		rec.Entry.TaskIDs = []int{t.ID}
-		rec.Entry.Details = withCode(details, t.Code, !created)
+	if err != nil {
+		return nil, err
 	}
-	_ = rec.End(err)
-	return t, err
+	return t, nil
 }
 
 func orEmpty(raw json.RawMessage) json.RawMessage {
@@ -261,17 +274,20 @@ func actionVerb(a lifecycle.Action) string {
 	return "cancel"
 }
 
-func (e *Engine) submitBulk(ctx context.Context, v auth.Viewer, req BulkRequest, preds []predicate.Task, where json.RawMessage) (*ent.Task, bool, error) {
+// submitBulk checks a bulk action over a filter and returns the bulk task
+// to create, or the task an earlier submission with its idempotency key
+// created.
+func (e *Engine) submitBulk(ctx context.Context, v auth.Viewer, req BulkRequest, preds []predicate.Task, where json.RawMessage) (store.NewTask, *ent.Task, error) {
 	in := BulkInput{Action: string(req.Action), Where: where, Reason: req.Reason, Ceiling: 1}
 	raw, err := json.Marshal(in)
 	if err != nil {
-		return nil, false, err
+		return store.NewTask{}, nil, err
 	}
 	cr := CreateRequest{Type: BulkType, Title: fmt.Sprintf("%s %d matching tasks", actionVerb(req.Action), req.Confirm),
 		Input: raw, IdempotencyKey: req.IdempotencyKey, internal: true}
 	n, err := e.prepare(v, cr)
 	if err != nil {
-		return nil, false, err
+		return store.NewTask{}, nil, err
 	}
 	// A resubmission is the same action, filter and reason: not the same
 	// count or ceiling, which the first submission may have changed.
@@ -282,12 +298,12 @@ func (e *Engine) submitBulk(ctx context.Context, v auth.Viewer, req BulkRequest,
 		switch {
 		case ent.IsNotFound(err):
 		case err != nil:
-			return nil, false, fmt.Errorf("look up idempotency key: %w", err)
+			return store.NewTask{}, nil, fmt.Errorf("look up idempotency key: %w", err)
 		case first.InputHash != inputHash:
-			return nil, false, &store.ConflictError{TaskID: first.ID,
+			return store.NewTask{}, nil, &store.ConflictError{TaskID: first.ID,
 				Message: fmt.Sprintf("idempotency key %q was already used for task %s with a different action, filter or reason", *n.IdempotencyKey, first.Code)}
 		default:
-			return first, false, nil
+			return store.NewTask{}, first, nil
 		}
 	}
 	// The ceiling is the largest matching id, the count that of the
@@ -297,7 +313,7 @@ func (e *Engine) submitBulk(ctx context.Context, v auth.Viewer, req BulkRequest,
 		Max sql.NullInt64 `json:"max"`
 	}
 	if err := q.Clone().Aggregate(ent.Max(task.FieldID)).Scan(ctx, &top); err != nil {
-		return nil, false, fmt.Errorf("bulk action: read matching tasks: %w", err)
+		return store.NewTask{}, nil, fmt.Errorf("bulk action: read matching tasks: %w", err)
 	}
 	ceiling := 0
 	if len(top) == 1 && top[0].Max.Valid {
@@ -306,25 +322,25 @@ func (e *Engine) submitBulk(ctx context.Context, v auth.Viewer, req BulkRequest,
 	matched := 0
 	if ceiling > 0 {
 		if matched, err = q.Clone().Where(task.IDLTE(ceiling)).Count(ctx); err != nil {
-			return nil, false, fmt.Errorf("bulk action: count matching tasks: %w", err)
+			return store.NewTask{}, nil, fmt.Errorf("bulk action: count matching tasks: %w", err)
 		}
 	}
 	if matched != req.Confirm {
-		return nil, false, &CountChangedError{Confirmed: req.Confirm, Matched: matched}
+		return store.NewTask{}, nil, &CountChangedError{Confirmed: req.Confirm, Matched: matched}
 	}
 	if matched == 0 {
-		return nil, false, &ValidationError{Problems: []Problem{{Field: "where", Message: "no task matches: there is nothing to do"}}}
+		return store.NewTask{}, nil, &ValidationError{Problems: []Problem{{Field: "where", Message: "no task matches: there is nothing to do"}}}
 	}
 	in.Ceiling, in.Matched = ceiling, matched
 	if raw, err = json.Marshal(in); err != nil {
-		return nil, false, err
+		return store.NewTask{}, nil, err
 	}
 	cr.Input = raw
 	if n, err = e.prepare(v, cr); err != nil {
-		return nil, false, err
+		return store.NewTask{}, nil, err
 	}
 	n.InputHash = inputHash
-	return e.store.CreateTask(ctx, n)
+	return n, nil, nil
 }
 
 // RegisterBulk adds the bulk.action task type to r.
@@ -490,19 +506,30 @@ func (e *Engine) RunBulk(ctx context.Context, run BulkRun) (*BulkOutcome, error)
 		if run.Input.Reason != "" {
 			details["reason"] = run.Input.Reason
 		}
-		rec := e.audit.Begin(asOwner, audit.Entry{Action: auditAction, TaskIDs: ids, Details: details})
-		rec.Fill = func(entry *audit.Entry, c store.Committing) bool { e.bulkEntry(entry, c.Each, nil); return true }
+		entry := audit.Entry{Action: auditAction, TaskIDs: ids, Details: details}
 		var next BulkOutcome
-		res, err := e.store.ActPage(rec.Context(), store.Page{
+		page := store.Page{
 			Token: run.Token, TaskID: run.TaskID, Action: action, IDs: ids, Reason: e.masker.String(run.Input.Reason),
 			Checkpoint: func(each []store.Each) (string, map[string]any) {
 				next = out.add(each, ids[len(ids)-1])
 				return fmt.Sprintf("page %d: %d of %d tasks acted on, %d done, %d refused, %d not found, %d failed (last id %d)",
 					next.Pages, next.Processed, next.Matched, next.Done, next.refusedTotal(), next.NotFound, next.Failed, next.Cursor), next.fields()
 			},
+		}
+		// The page, its checkpoint and its record: one commit.
+		err = e.store.Write(asOwner, func(tx *store.Tx) error {
+			res, err := tx.ActPage(asOwner, page)
+			if err != nil {
+				return err
+			}
+			recorded := entry
+			e.bulkEntry(&recorded, res, nil)
+			return e.audit.Insert(asOwner, tx.Ent(), recorded)
 		})
-		e.bulkEntry(&rec.Entry, res, err)
-		_ = rec.End(err)
+		if err != nil {
+			e.bulkEntry(&entry, nil, err)
+			_ = e.audit.Record(asOwner, entry)
+		}
 		if err != nil {
 			if errors.Is(err, store.ErrStaleToken) {
 				return &out, tasktype.NonRetryable(err)

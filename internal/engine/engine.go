@@ -6,6 +6,7 @@ package engine
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/ratelimit"
@@ -138,11 +138,49 @@ type CreateRequest struct {
 }
 
 // Create validates and creates a task owned by the context's viewer (its
-// identity: source, tenant and user). With an idempotency key already used
-// by that identity, it returns the existing task (or a *store.ConflictError
-// when the payload differs); the same key of another identity is another
-// task.
+// identity: source, tenant and user), in a transaction of its own with its
+// audit record (and its stall override). With an idempotency key already
+// used by that identity, it returns the existing task (or a
+// *store.ConflictError when the payload differs); the same key of another
+// identity is another task.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (*ent.Task, error) {
+	return e.createOne(ctx, req, e.store.Write, false)
+}
+
+// CreateTx creates a task as Create does, in sqlTx, a transaction of the
+// caller's on the store's database (store.Store.In): the task, its first
+// instance, its stall override and its audit record exist only if the
+// caller commits sqlTx, and only then can it run and is it published. A
+// request refused before anything was written is recorded in sqlTx too:
+// with a rollback, nothing is left of the call.
+func (e *Engine) CreateTx(ctx context.Context, sqlTx *sql.Tx, req CreateRequest) (*ent.Task, error) {
+	return e.createOne(ctx, req, e.in(sqlTx), true)
+}
+
+// writer runs fn in a write transaction: the store's own (Store.Write),
+// or the caller's (in).
+type writer func(ctx context.Context, fn func(tx *store.Tx) error) error
+
+// in is the writer of the caller's transaction sqlTx.
+func (e *Engine) in(sqlTx *sql.Tx) writer {
+	return func(ctx context.Context, fn func(tx *store.Tx) error) error { return e.store.In(ctx, sqlTx, fn) }
+}
+
+// record writes the record of an action that did not commit one with its
+// change: on its own, or, in a transaction of the caller's (foreign), in
+// that transaction, since the action's own writes would wait for the
+// caller's (SQLite's one writer) and a rollback must leave nothing.
+func (e *Engine) record(ctx context.Context, write writer, foreign bool, entry audit.Entry) {
+	if !foreign {
+		_ = e.audit.Record(ctx, entry) // a failure is logged (or counted) by the recorder
+		return
+	}
+	if err := write(ctx, func(tx *store.Tx) error { return e.audit.Insert(ctx, tx.Ent(), entry) }); err != nil {
+		e.audit.Lost(ctx, entry, err)
+	}
+}
+
+func (e *Engine) createOne(ctx context.Context, req CreateRequest, write writer, foreign bool) (*ent.Task, error) {
 	v, err := e.admit(ctx, 1)
 	if err != nil {
 		return nil, err
@@ -151,26 +189,44 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (*ent.Task, erro
 	if req.IdempotencyKey != nil {
 		details["idempotencyKey"] = *req.IdempotencyKey
 	}
-	// The record commits with the task (or the create fails); a create
-	// that failed or found its idempotency key used is recorded on its own.
-	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: details})
-	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
-		for _, c := range cm.Changes {
-			if c.Kind == events.Created {
-				entry.TaskIDs = []int{c.Task.ID}
-				entry.Details = withCode(details, c.Task.Code, false)
-				return true
-			}
+	entry := audit.Entry{Action: audit.Create, Details: details}
+	var t *ent.Task
+	var created bool
+	err = func() error {
+		if err := v.AllowMutate("create tasks"); err != nil {
+			return err
 		}
-		return false // its key was taken meanwhile: recorded by End
+		n, err := e.prepare(v, req)
+		if err != nil {
+			return err
+		}
+		if sa := req.StallAfterSeconds; sa != nil && (*sa < 0 || *sa > MaxTimeoutSeconds) {
+			return &ValidationError{Problems: []Problem{{Field: "stallAfterSeconds", Message: fmt.Sprintf("must be between 0 and %d", MaxTimeoutSeconds)}}}
+		}
+		// The task, its stall override and its record: one commit.
+		return write(ctx, func(tx *store.Tx) error {
+			var err error
+			if t, created, err = tx.CreateTask(ctx, n); err != nil {
+				return err
+			}
+			if created && req.StallAfterSeconds != nil {
+				// Beside the task, not in it (the insert is the store's
+				// hot path); the watchdog reads it when the task runs.
+				if err := tx.SetStallOverride(ctx, t.ID, time.Duration(*req.StallAfterSeconds)*time.Second); err != nil {
+					return err
+				}
+			}
+			recorded := entry
+			recorded.TaskIDs, recorded.Details = []int{t.ID}, withCode(details, t.Code, !created)
+			return e.audit.Insert(ctx, tx.Ent(), recorded)
+		})
+	}()
+	if err != nil {
+		entry.Err = err
+		e.record(ctx, write, foreign, entry)
+		return nil, err
 	}
-	t, created, err := e.create(rec.Context(), v, req)
-	if t != nil {
-		rec.Entry.TaskIDs = []int{t.ID}
-		rec.Entry.Details = withCode(details, t.Code, !created)
-	}
-	_ = rec.End(err) // a failure is logged (or counted) by the recorder
-	return t, err
+	return t, nil
 }
 
 // withCode is a create's details with the task it made or found.
@@ -181,28 +237,6 @@ func withCode(details map[string]any, code string, existing bool) map[string]any
 	}
 	out["code"], out["existing"] = code, existing
 	return out
-}
-
-func (e *Engine) create(ctx context.Context, v auth.Viewer, req CreateRequest) (*ent.Task, bool, error) {
-	if err := v.AllowMutate("create tasks"); err != nil {
-		return nil, false, err
-	}
-	n, err := e.prepare(v, req)
-	if err != nil {
-		return nil, false, err
-	}
-	if sa := req.StallAfterSeconds; sa != nil && (*sa < 0 || *sa > MaxTimeoutSeconds) {
-		return nil, false, &ValidationError{Problems: []Problem{{Field: "stallAfterSeconds", Message: fmt.Sprintf("must be between 0 and %d", MaxTimeoutSeconds)}}}
-	}
-	t, created, err := e.store.CreateTask(ctx, n)
-	if err == nil && created && req.StallAfterSeconds != nil {
-		// Beside the task, not in it (the insert is the store's hot
-		// path); the watchdog reads it when the task runs.
-		if err := e.store.SetStallOverride(ctx, t.ID, time.Duration(*req.StallAfterSeconds)*time.Second); err != nil {
-			return t, created, err
-		}
-	}
-	return t, created, err
 }
 
 // Validate checks a task request as Create would, on behalf of v, and
@@ -226,36 +260,37 @@ func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, schedul
 		return nil, false, err
 	}
 	details := map[string]any{"type": req.Type, "title": req.Title, "schedule": scheduleID, "slot": slot.UTC().Format(time.RFC3339Nano)}
-	// As Create: the record commits with the task; a slot found taken, or
-	// a refused request, is recorded on its own.
-	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Create, Details: details})
-	rec.Fill = func(entry *audit.Entry, cm store.Committing) bool {
-		for _, c := range cm.Changes {
-			if c.Kind == events.Created {
-				entry.TaskIDs = []int{c.Task.ID}
-				entry.Details = withCode(details, c.Task.Code, false)
-				return true
-			}
-		}
-		return false
-	}
+	entry := audit.Entry{Action: audit.Create, Details: details}
 	var t *ent.Task
-	if err = v.AllowMutate("create tasks"); err == nil {
-		var n store.NewTask
-		if n, err = e.prepare(v, req); err == nil {
-			n.ScheduleID, n.ScheduleSlot, n.ScheduleVersion = &scheduleID, &slot, version
-			t, created, err = e.store.CreateTask(rec.Context(), n)
+	err = func() error {
+		if err := v.AllowMutate("create tasks"); err != nil {
+			return err
 		}
-	}
+		n, err := e.prepare(v, req)
+		if err != nil {
+			return err
+		}
+		n.ScheduleID, n.ScheduleSlot, n.ScheduleVersion = &scheduleID, &slot, version
+		// As Create: the record commits with the task.
+		return e.store.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			if t, created, err = tx.CreateTask(ctx, n); err != nil {
+				return err
+			}
+			recorded := entry
+			recorded.TaskIDs, recorded.Details = []int{t.ID}, withCode(details, t.Code, !created)
+			return e.audit.Insert(ctx, tx.Ent(), recorded)
+		})
+	}()
 	if errors.Is(err, store.ErrScheduleMoved) {
 		return nil, false, err
 	}
-	if t != nil {
-		rec.Entry.TaskIDs = []int{t.ID}
-		rec.Entry.Details = withCode(details, t.Code, !created)
+	if err != nil {
+		entry.Err = err
+		_ = e.audit.Record(ctx, entry) // a failure is logged (or counted) by the recorder
+		return nil, false, err
 	}
-	_ = rec.End(err)
-	return t, created, err
+	return t, created, nil
 }
 
 // Admit returns the viewer of ctx if it may act now, counting n actions
@@ -441,10 +476,31 @@ func (e *Engine) Cancel(ctx context.Context, id int, reason string) (*ent.Task, 
 	if err != nil {
 		return nil, err
 	}
-	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Cancel, TaskIDs: []int{id}, Details: reasonDetails(reason)})
-	t, err := e.cancel(rec.Context(), v, id, reason)
-	_ = rec.End(err)
-	return t, err
+	return e.act(ctx, audit.Entry{Action: audit.Cancel, TaskIDs: []int{id}, Details: reasonDetails(reason)}, func(tx *store.Tx) (*ent.Task, error) {
+		if err := checkCancel(v, reason); err != nil {
+			return nil, err
+		}
+		return tx.CancelTask(ctx, id, e.masker.String(reason))
+	})
+}
+
+// act runs do in a transaction with the record of its action; an action
+// that fails is recorded on its own.
+func (e *Engine) act(ctx context.Context, entry audit.Entry, do func(tx *store.Tx) (*ent.Task, error)) (*ent.Task, error) {
+	var t *ent.Task
+	err := e.store.Write(ctx, func(tx *store.Tx) error {
+		var err error
+		if t, err = do(tx); err != nil {
+			return err
+		}
+		return e.audit.Insert(ctx, tx.Ent(), entry)
+	})
+	if err != nil {
+		entry.Err = err
+		_ = e.audit.Record(ctx, entry)
+		return nil, err
+	}
+	return t, nil
 }
 
 func reasonDetails(reason string) map[string]any {
@@ -452,13 +508,6 @@ func reasonDetails(reason string) map[string]any {
 		return nil
 	}
 	return map[string]any{"reason": reason}
-}
-
-func (e *Engine) cancel(ctx context.Context, v auth.Viewer, id int, reason string) (*ent.Task, error) {
-	if err := checkCancel(v, reason); err != nil {
-		return nil, err
-	}
-	return e.store.CancelTask(ctx, id, e.masker.String(reason))
 }
 
 func checkCancel(v auth.Viewer, reason string) error {
@@ -482,17 +531,12 @@ func (e *Engine) Retry(ctx context.Context, id int) (*ent.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := e.audit.Begin(ctx, audit.Entry{Action: audit.Retry, TaskIDs: []int{id}})
-	t, err := e.retry(rec.Context(), v, id)
-	_ = rec.End(err)
-	return t, err
-}
-
-func (e *Engine) retry(ctx context.Context, v auth.Viewer, id int) (*ent.Task, error) {
-	if err := v.AllowMutate("retry tasks"); err != nil {
-		return nil, err
-	}
-	return e.store.RetryTask(ctx, id)
+	return e.act(ctx, audit.Entry{Action: audit.Retry, TaskIDs: []int{id}}, func(tx *store.Tx) (*ent.Task, error) {
+		if err := v.AllowMutate("retry tasks"); err != nil {
+			return nil, err
+		}
+		return tx.RetryTask(ctx, id)
+	})
 }
 
 // BulkResult is the outcome of one id of a bulk action.
@@ -503,25 +547,25 @@ type BulkResult = store.Each
 // listing every id, with each id's outcome in its details, committed with
 // the cancels.
 func (e *Engine) CancelMany(ctx context.Context, ids []int, reason string) ([]BulkResult, error) {
-	return e.bulk(ctx, audit.CancelMany, ids, reasonDetails(reason), func(ctx context.Context, v auth.Viewer) ([]BulkResult, error) {
+	return e.bulk(ctx, audit.CancelMany, ids, reasonDetails(reason), func(tx *store.Tx, v auth.Viewer) ([]BulkResult, error) {
 		if err := checkCancel(v, reason); err != nil {
 			return nil, err
 		}
-		return e.store.CancelTasks(ctx, ids, e.masker.String(reason))
+		return tx.CancelTasks(ctx, ids, e.masker.String(reason))
 	})
 }
 
 // RetryMany retries each task independently, audited as CancelMany is.
 func (e *Engine) RetryMany(ctx context.Context, ids []int) ([]BulkResult, error) {
-	return e.bulk(ctx, audit.RetryMany, ids, nil, func(ctx context.Context, v auth.Viewer) ([]BulkResult, error) {
+	return e.bulk(ctx, audit.RetryMany, ids, nil, func(tx *store.Tx, v auth.Viewer) ([]BulkResult, error) {
 		if err := v.AllowMutate("retry tasks"); err != nil {
 			return nil, err
 		}
-		return e.store.RetryTasks(ctx, ids)
+		return tx.RetryTasks(ctx, ids)
 	})
 }
 
-func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, details map[string]any, do func(context.Context, auth.Viewer) ([]BulkResult, error)) ([]BulkResult, error) {
+func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, details map[string]any, do func(*store.Tx, auth.Viewer) ([]BulkResult, error)) ([]BulkResult, error) {
 	v, err := e.admit(ctx, len(ids))
 	if err != nil {
 		return nil, err
@@ -529,17 +573,28 @@ func (e *Engine) bulk(ctx context.Context, action auditlog.Action, ids []int, de
 	if details == nil {
 		details = map[string]any{}
 	}
-	rec := e.audit.Begin(ctx, audit.Entry{Action: action, TaskIDs: ids, Details: details})
-	// The per-id outcomes are known when the transaction is about to
-	// commit: the record is completed then, from them.
-	rec.Fill = func(entry *audit.Entry, c store.Committing) bool { e.bulkEntry(entry, c.Each, nil); return true }
-	out, err := e.each(rec.Context(), v, ids, func(ctx context.Context) ([]BulkResult, error) { return do(ctx, v) })
-	if err != nil {
-		out = nil
+	entry := audit.Entry{Action: action, TaskIDs: ids, Details: details}
+	var out []BulkResult
+	err = e.each(v, ids)
+	if err == nil {
+		// The per-id outcomes are known before the transaction commits:
+		// the record is completed from them, and commits with them.
+		err = e.store.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			if out, err = do(tx, v); err != nil {
+				return err
+			}
+			recorded := entry
+			e.bulkEntry(&recorded, out, nil)
+			return e.audit.Insert(ctx, tx.Ent(), recorded)
+		})
 	}
-	e.bulkEntry(&rec.Entry, out, err)
-	_ = rec.End(err)
-	return out, err
+	if err != nil {
+		e.bulkEntry(&entry, nil, err)
+		_ = e.audit.Record(ctx, entry)
+		return nil, err
+	}
+	return out, nil
 }
 
 // bulkEntry completes a bulk action's record from its per-id outcomes.
@@ -570,14 +625,15 @@ func (e *Engine) bulkEntry(entry *audit.Entry, out []BulkResult, err error) {
 	}
 }
 
-func (e *Engine) each(ctx context.Context, v auth.Viewer, ids []int, do func(context.Context) ([]BulkResult, error)) ([]BulkResult, error) {
+// each checks a bulk action over ids before it runs.
+func (e *Engine) each(v auth.Viewer, ids []int) error {
 	if err := v.AllowMutate("act on tasks"); err != nil {
-		return nil, err
+		return err
 	}
 	if len(ids) > MaxBulk {
-		return nil, &ValidationError{Problems: []Problem{{Field: "ids", Message: fmt.Sprintf("%d ids; the limit is %d", len(ids), MaxBulk)}}}
+		return &ValidationError{Problems: []Problem{{Field: "ids", Message: fmt.Sprintf("%d ids; the limit is %d", len(ids), MaxBulk)}}}
 	}
-	return do(ctx)
+	return nil
 }
 
 // Count is a number of tasks in one state or of one type.

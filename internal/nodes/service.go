@@ -151,7 +151,7 @@ func (s *Service) Drain(ctx context.Context, name string, drain bool) (*View, er
 	if !drain {
 		action = audit.NodeUndrain
 	}
-	p := s.audit.Begin(ctx, audit.Entry{Action: action, Details: map[string]any{"node": name}})
+	entry := audit.Entry{Action: action, Details: map[string]any{"node": name}}
 	err = func() error {
 		// A node runs every tenant's tasks: only an admin of the whole
 		// deployment (a platform admin, or an admin without a tenant
@@ -159,19 +159,21 @@ func (s *Service) Drain(ctx context.Context, name string, drain bool) (*View, er
 		if !v.IsAdmin() || (v.Tenant != "" && !v.SeesEveryTenant()) {
 			return &auth.ForbiddenError{Role: v.Role, Action: "drain a node (it runs every tenant's tasks: platform admins only)"}
 		}
-		return s.store.Tx(p.Context(), func(tx *ent.Tx) error {
-			n, err := tx.ClusterNode.Update().Where(clusternode.Name(name)).SetDraining(drain).Save(p.Context())
+		// The flag and its record: one commit.
+		return s.store.Tx(ctx, func(tx *ent.Tx) error {
+			n, err := tx.ClusterNode.Update().Where(clusternode.Name(name)).SetDraining(drain).Save(ctx)
 			if err != nil {
 				return err
 			}
 			if n == 0 {
 				return fmt.Errorf("node %q: %w", name, store.ErrNotFound)
 			}
-			return nil
+			return s.audit.Insert(ctx, tx, entry)
 		})
 	}()
-	_ = p.End(err)
 	if err != nil {
+		entry.Err = err
+		_ = s.audit.Record(ctx, entry)
 		return nil, err
 	}
 	list, err := s.List(ctx)

@@ -105,9 +105,16 @@ type Notifier struct {
 	Node string
 }
 
-// BeforeCommit sends one pg_notify per payload in a single statement.
-func (n Notifier) BeforeCommit(ctx context.Context, exec func(ctx context.Context, query string, args ...any) error, changes []events.TaskChange, logs []*ent.TaskLog) error {
-	payloads := encode(n.Node, changes, logs)
+// BeforeCommit sends one pg_notify per payload in a single statement. The
+// notifications of a foreign transaction (one the store's caller commits,
+// store.Store.In) name no node: every node publishes them, this one too,
+// since it cannot publish them itself after a commit it does not see.
+func (n Notifier) BeforeCommit(ctx context.Context, exec func(ctx context.Context, query string, args ...any) error, changes []events.TaskChange, logs []*ent.TaskLog, foreign bool) error {
+	node := n.Node
+	if foreign {
+		node = ""
+	}
+	payloads := encode(node, changes, logs)
 	if len(payloads) == 0 {
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/events"
@@ -29,24 +29,31 @@ func TestBulkActions(t *testing.T) {
 		a, bb := newTask(t, s, taskOpts{}), newTask(t, s, taskOpts{})
 		published := len(b.pub.changes)
 
-		// One transaction; each id fails alone.
-		var seen store.Committing
-		committed := 0
-		ctx := store.WithTxHook(sysCtx, &store.TxHook{
-			BeforeCommit: func(_ context.Context, _ *ent.Tx, c store.Committing) error { seen = c; return nil },
-			Committed:    func() { committed++ },
+		// One transaction, with a write of the caller's; each id fails
+		// alone.
+		var res []store.Each
+		runs := 0
+		err := s.Write(sysCtx, func(tx *store.Tx) error {
+			runs++
+			var err error
+			if res, err = tx.CancelTasks(sysCtx, []int{a.ID, 999999, done.ID, bb.ID}, "bulk"); err != nil {
+				return err
+			}
+			_, err = tx.Ent().AuditLog.Create().SetActor("test").SetRole("system").SetAction(auditlog.ActionCANCEL_MANY).
+				SetTaskIds([]int{a.ID, bb.ID}).SetOutcome(auditlog.OutcomePARTIAL).Save(sysCtx)
+			return err
 		})
-		res, err := s.CancelTasks(ctx, []int{a.ID, 999999, done.ID, bb.ID}, "bulk")
 		require.NoError(t, err)
+		require.Equal(t, 1, runs, "one transaction")
 		require.Len(t, res, 4)
 		require.NoError(t, res[0].Err)
 		var nf *store.NotFoundError
 		require.ErrorAs(t, res[1].Err, &nf)
 		require.Error(t, res[2].Err)
 		require.NoError(t, res[3].Err)
-		require.Equal(t, 1, committed, "one transaction")
-		require.Equal(t, res, seen.Each, "the hook sees the per-id outcomes")
-		require.Len(t, seen.Changes, 2)
+		n, err := s.Client().AuditLog.Query().Count(sysCtx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the caller's write committed with the cancels")
 		for _, id := range []int{a.ID, bb.ID} {
 			tk, err := s.TaskByID(sysCtx, id)
 			require.NoError(t, err)
@@ -63,13 +70,20 @@ func TestBulkActions(t *testing.T) {
 		requireTransitionError(t, res[1].Err, lifecycle.Cancelled, lifecycle.RetryPending)
 		require.Len(t, instances(t, s, failed.ID), 2)
 
-		// A hook that fails fails the whole bulk action: nothing changes.
+		// A write of the caller's that fails fails the whole bulk action:
+		// nothing changes, nothing is published.
 		c := newTask(t, s, taskOpts{})
-		broken := store.WithTxHook(sysCtx, &store.TxHook{BeforeCommit: func(context.Context, *ent.Tx, store.Committing) error {
+		published = len(b.pub.changes)
+		err = s.Write(sysCtx, func(tx *store.Tx) error {
+			if _, err := tx.CancelTasks(sysCtx, []int{c.ID}, ""); err != nil {
+				return err
+			}
 			return errors.New("audit table gone")
-		}})
-		_, err = s.CancelTasks(broken, []int{c.ID}, "")
+		})
 		require.ErrorContains(t, err, "audit table gone")
+		b.pub.mu.Lock()
+		require.Len(t, b.pub.changes, published, "a rolled-back cancel is not published")
+		b.pub.mu.Unlock()
 		tk, err := s.TaskByID(sysCtx, c.ID)
 		require.NoError(t, err)
 		require.Equal(t, lifecycle.Pending, tk.Status)

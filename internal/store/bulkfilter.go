@@ -42,7 +42,20 @@ type Page struct {
 // checkpoint line in the bulk task's trace. The page and its checkpoint
 // commit together or not at all: an execution resumed from the last
 // checkpoint neither skips nor repeats a page.
-func (s *Store) ActPage(ctx context.Context, p Page) ([]Each, error) {
+func (s *Store) ActPage(ctx context.Context, p Page) (out []Each, err error) {
+	err = s.Write(ctx, func(tx *Tx) error {
+		out, err = tx.ActPage(ctx, p)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ActPage acts on a page as Store.ActPage does, in tx.
+func (tx *Tx) ActPage(ctx context.Context, p Page) ([]Each, error) {
+	s, t := tx.s, tx.t
 	ctx = lifecycle.Guarded(ctx)
 	var act func(t *txn, id int) (*ent.Task, error)
 	switch p.Action {
@@ -53,45 +66,39 @@ func (s *Store) ActPage(ctx context.Context, p Page) ([]Each, error) {
 	default:
 		return nil, fmt.Errorf("act page: unknown action %q", p.Action)
 	}
-	var out []Each
-	err := s.write(ctx, func(t *txn) error {
-		n, err := s.exec(ctx, t, `
+	n, err := s.exec(ctx, t, `
 UPDATE task_instances SET version = version
 WHERE id = ? AND version = ? AND status = `+sqlExecuting, p.Token.InstanceID, p.Token.Version)
-		if err != nil {
-			return fmt.Errorf("act page: check token: %w", err)
-		}
-		if n != 1 {
-			return ErrStaleToken
-		}
-		if p.Action == lifecycle.ActionCancel {
-			// The waiting tasks of the page (most of a large cancel) move
-			// together; the others one by one, as act would.
-			out, err = s.cancelAll(ctx, t, p.IDs, p.Reason)
-		} else {
-			out, err = s.eachIn(ctx, t, p.IDs, act)
-		}
-		if err != nil {
-			return err
-		}
-		msg, fields := p.Checkpoint(out)
-		lg, err := t.TaskLog.Create().
-			SetTaskID(p.TaskID).
-			SetInstanceID(p.Token.InstanceID).
-			SetLevel(tasklog.LevelINFO).
-			SetMessage(CheckpointPrefix + msg).
-			SetFields(fields).
-			SetCreatedAt(s.Now()).
-			Save(ctx)
-		if err != nil {
-			return fmt.Errorf("act page: write checkpoint: %w", err)
-		}
-		t.logged(lg)
-		return nil
-	})
+	if err != nil {
+		return nil, fmt.Errorf("act page: check token: %w", err)
+	}
+	if n != 1 {
+		return nil, ErrStaleToken
+	}
+	var out []Each
+	if p.Action == lifecycle.ActionCancel {
+		// The waiting tasks of the page (most of a large cancel) move
+		// together; the others one by one, as act would.
+		out, err = s.cancelAll(ctx, t, p.IDs, p.Reason)
+	} else {
+		out, err = s.eachIn(ctx, t, p.IDs, act)
+	}
 	if err != nil {
 		return nil, err
 	}
+	msg, fields := p.Checkpoint(out)
+	lg, err := t.TaskLog.Create().
+		SetTaskID(p.TaskID).
+		SetInstanceID(p.Token.InstanceID).
+		SetLevel(tasklog.LevelINFO).
+		SetMessage(CheckpointPrefix + msg).
+		SetFields(fields).
+		SetCreatedAt(s.Now()).
+		Save(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("act page: write checkpoint: %w", err)
+	}
+	t.logged(lg)
 	return out, nil
 }
 

@@ -18,15 +18,17 @@ import (
 // through its context and the instance becomes CANCELLED when it returns.
 // Asking again while a request is pending changes nothing. A finished task
 // yields a *lifecycle.TransitionError.
-func (s *Store) CancelTask(ctx context.Context, id int, reason string) (*ent.Task, error) {
-	ctx = lifecycle.Guarded(ctx)
-	var out *ent.Task
-	err := s.write(ctx, func(t *txn) error {
-		var err error
-		out, err = s.cancelIn(ctx, t, id, reason)
+func (s *Store) CancelTask(ctx context.Context, id int, reason string) (out *ent.Task, err error) {
+	err = s.Write(ctx, func(tx *Tx) error {
+		out, err = tx.CancelTask(ctx, id, reason)
 		return err
 	})
 	return out, err
+}
+
+// CancelTask cancels a task as Store.CancelTask does, in tx.
+func (tx *Tx) CancelTask(ctx context.Context, id int, reason string) (*ent.Task, error) {
+	return tx.s.cancelIn(lifecycle.Guarded(ctx), tx.t, id, reason)
 }
 
 // CancelTaskForSchedule cancels a task as CancelTask does, on condition
@@ -60,9 +62,18 @@ func (s *Store) CancelTaskForSchedule(ctx context.Context, id int, reason string
 // CancelTasks cancels each task as CancelTask does, all in one transaction:
 // what fails for one id (not found, finished) is that id's error and
 // leaves the others alone; an error of the database fails them all.
-func (s *Store) CancelTasks(ctx context.Context, ids []int, reason string) ([]Each, error) {
+func (s *Store) CancelTasks(ctx context.Context, ids []int, reason string) (out []Each, err error) {
+	err = s.Write(ctx, func(tx *Tx) error {
+		out, err = tx.CancelTasks(ctx, ids, reason)
+		return err
+	})
+	return out, err
+}
+
+// CancelTasks cancels each task as Store.CancelTasks does, in tx.
+func (tx *Tx) CancelTasks(ctx context.Context, ids []int, reason string) ([]Each, error) {
 	ctx = lifecycle.Guarded(ctx)
-	return s.each(ctx, ids, func(t *txn, id int) (*ent.Task, error) { return s.cancelIn(ctx, t, id, reason) })
+	return tx.s.eachIn(ctx, tx.t, ids, func(t *txn, id int) (*ent.Task, error) { return tx.s.cancelIn(ctx, t, id, reason) })
 }
 
 func (s *Store) cancelIn(ctx context.Context, t *txn, id int, reason string) (*ent.Task, error) {
@@ -110,21 +121,10 @@ type Each struct {
 	Err  error
 }
 
-// each runs fn for every id in one transaction, each id in a savepoint of
-// its own: an id whose fn fails is rolled back alone (its changes are not
-// published) and reported in its Each, unless the failure is the
-// database's, which fails the transaction.
-func (s *Store) each(ctx context.Context, ids []int, fn func(t *txn, id int) (*ent.Task, error)) ([]Each, error) {
-	var out []Each
-	err := s.write(ctx, func(t *txn) error {
-		var err error
-		out, err = s.eachIn(ctx, t, ids, fn)
-		return err
-	})
-	return out, err
-}
-
-// eachIn is each's work inside the transaction t.
+// eachIn runs fn for every id in the transaction t, each id in a
+// savepoint of its own: an id whose fn fails is rolled back alone (its
+// changes are not published) and reported in its Each, unless the failure
+// is the database's, which fails the transaction.
 func (s *Store) eachIn(ctx context.Context, t *txn, ids []int, fn func(t *txn, id int) (*ent.Task, error)) ([]Each, error) {
 	out := make([]Each, 0, len(ids))
 	for _, id := range ids {
@@ -155,7 +155,6 @@ func (s *Store) eachIn(ctx context.Context, t *txn, ids []int, fn func(t *txn, i
 		t.changes, t.logs = t.changes[:changes], t.logs[:logs]
 		out = append(out, Each{ID: id, Err: err})
 	}
-	t.each = out
 	return out, nil
 }
 
@@ -257,7 +256,6 @@ func (s *Store) cancelAll(ctx context.Context, t *txn, ids []int, reason string)
 		out = append(out, others[0])
 		others = others[1:]
 	}
-	t.each = out
 	return out, nil
 }
 
@@ -323,22 +321,33 @@ WHERE id = ? AND status = `+sqlExecuting+` AND version = ?`, true, reason, now, 
 // starts the retry policy's attempts again. Any other state yields a
 // *lifecycle.TransitionError; of many concurrent retries of one task, exactly
 // one succeeds.
-func (s *Store) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
-	ctx = lifecycle.Guarded(ctx)
-	var out *ent.Task
-	err := s.write(ctx, func(t *txn) error {
-		var err error
-		out, err = s.retryIn(ctx, t, id)
+func (s *Store) RetryTask(ctx context.Context, id int) (out *ent.Task, err error) {
+	err = s.Write(ctx, func(tx *Tx) error {
+		out, err = tx.RetryTask(ctx, id)
 		return err
 	})
 	return out, err
 }
 
+// RetryTask retries a task as Store.RetryTask does, in tx.
+func (tx *Tx) RetryTask(ctx context.Context, id int) (*ent.Task, error) {
+	return tx.s.retryIn(lifecycle.Guarded(ctx), tx.t, id)
+}
+
 // RetryTasks retries each task as RetryTask does, in one transaction, with
 // the per-id failures of CancelTasks.
-func (s *Store) RetryTasks(ctx context.Context, ids []int) ([]Each, error) {
+func (s *Store) RetryTasks(ctx context.Context, ids []int) (out []Each, err error) {
+	err = s.Write(ctx, func(tx *Tx) error {
+		out, err = tx.RetryTasks(ctx, ids)
+		return err
+	})
+	return out, err
+}
+
+// RetryTasks retries each task as Store.RetryTasks does, in tx.
+func (tx *Tx) RetryTasks(ctx context.Context, ids []int) ([]Each, error) {
 	ctx = lifecycle.Guarded(ctx)
-	return s.each(ctx, ids, func(t *txn, id int) (*ent.Task, error) { return s.retryIn(ctx, t, id) })
+	return tx.s.eachIn(ctx, tx.t, ids, func(t *txn, id int) (*ent.Task, error) { return tx.s.retryIn(ctx, t, id) })
 }
 
 func (s *Store) retryIn(ctx context.Context, t *txn, id int) (out *ent.Task, _ error) {

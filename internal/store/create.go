@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lib/pq"
-
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/events"
@@ -64,42 +62,56 @@ type Created struct {
 	Err     error
 }
 
-// CreateTask inserts a PENDING task with its first instance. With an
-// idempotency key, a task already created by the same owner identity with
-// the same key (the same IdempotencyHash) is returned instead (created is
-// false); if its input hash differs, the result is a *ConflictError.
-func (s *Store) CreateTask(ctx context.Context, n NewTask) (_ *ent.Task, created bool, err error) {
-	if t, err := s.bySlot(ctx, n); t != nil || err != nil {
-		return t, false, err
-	}
-	res, err := s.CreateTasks(ctx, []NewTask{n})
-	if errors.Is(err, ErrScheduleMoved) {
-		return nil, false, err
-	}
+// CreateTask inserts a PENDING task with its first instance, in a
+// transaction of its own, as Tx.CreateTasks does one.
+func (s *Store) CreateTask(ctx context.Context, n NewTask) (t *ent.Task, created bool, err error) {
+	err = s.Write(ctx, func(tx *Tx) error {
+		t, created, err = tx.CreateTask(ctx, n)
+		return err
+	})
+	return t, created, err
+}
+
+// CreateTasks inserts PENDING tasks with their first instances, in a
+// transaction of its own, as Tx.CreateTasks does.
+func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) (out []Created, err error) {
+	err = s.Write(ctx, func(tx *Tx) error {
+		out, err = tx.CreateTasks(ctx, ns)
+		return err
+	})
+	return out, err
+}
+
+// CreateTask inserts one task as CreateTasks does, and returns its own
+// error (a *ConflictError) as the error.
+func (tx *Tx) CreateTask(ctx context.Context, n NewTask) (*ent.Task, bool, error) {
+	res, err := tx.CreateTasks(ctx, []NewTask{n})
 	if err != nil {
-		// Another node created the slot's task meanwhile.
-		if t, serr := s.bySlot(ctx, n); t != nil || serr != nil {
-			return t, false, serr
-		}
 		return nil, false, err
 	}
 	return res[0].Task, res[0].Created, res[0].Err
 }
 
-// CreateTasks inserts PENDING tasks with their first instances, in
+// CreateTasks inserts PENDING tasks with their first instances in tx, in
 // statements of many rows, and answers each item on its own, in order. Items
 // with an idempotency key are created once per key hash (the owner
 // identity and the raw key): an existing task is returned (Created false),
 // or a *ConflictError when its input hash differs; two items of one call
-// with the same hash are one task.
+// with the same hash are one task. An item naming a schedule slot whose
+// task exists (made by any node: a unique index) is answered with that
+// task, Created false; with a ScheduleVersion the schedule no longer has,
+// the call fails with ErrScheduleMoved.
 // The error result is for the call as a whole (the database failed).
-func (s *Store) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) {
+func (tx *Tx) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) {
 	ctx = lifecycle.Guarded(ctx)
 	out := make([]Created, len(ns))
-	chunk := s.d.insertChunk(len(taskInsertCols))
+	chunk := tx.s.d.insertChunk(len(taskInsertCols))
 	for start := 0; start < len(ns); start += chunk {
 		end := min(start+chunk, len(ns))
-		if err := s.createChunk(ctx, ns[start:end], out[start:end]); err != nil {
+		if err := tx.s.createChunk(ctx, tx.t, ns[start:end], out[start:end]); err != nil {
+			if errors.Is(err, ErrScheduleMoved) {
+				return nil, err
+			}
 			return nil, fmt.Errorf("create tasks: %w", err)
 		}
 	}
@@ -122,24 +134,15 @@ func (s *Store) moveSchedule(ctx context.Context, t *txn, n NewTask) error {
 	return nil
 }
 
-// bySlot returns the task already created for n's schedule slot, if any.
-func (s *Store) bySlot(ctx context.Context, n NewTask) (*ent.Task, error) {
-	if n.ScheduleID == nil || n.ScheduleSlot == nil {
-		return nil, nil
-	}
-	t, err := s.client.Task.Query().
-		Where(task.ScheduleID(*n.ScheduleID), task.ScheduleSlot(n.ScheduleSlot.UTC().Truncate(time.Microsecond))).
-		Only(internal(ctx))
-	if ent.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("look up schedule slot: %w", err)
-	}
-	return t, nil
-}
-
-func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) error {
+// createChunk answers the items of ns in out, in the transaction t. An
+// item whose idempotency key or schedule slot another transaction took
+// (committed meanwhile: the insert waits for it) is skipped by the insert
+// and answered by the next look-up; a code may collide (40 random bits a
+// type and day), and such an item is inserted again with a new code. The
+// look-ups read in t, so that an item of an earlier call in t is found
+// too; nothing here fails a statement, so that the caller's transaction
+// (In) stays usable.
+func (s *Store) createChunk(ctx context.Context, t *txn, ns []NewTask, out []Created) error {
 	// Items to insert, and items answered by another item of the call.
 	var todo []int
 	first := map[string]int{}
@@ -160,12 +163,8 @@ func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) er
 		first[k] = i
 		todo = append(todo, i)
 	}
-	// An item whose key another transaction took between the look-up and
-	// the insert is skipped by the insert and answered by the next look-up;
-	// a code may collide (40 random bits a type and day), and such a chunk
-	// is tried again with new codes.
 	for attempt := 0; ; attempt++ {
-		if err := s.resolveKeys(ctx, ns, todo, out); err != nil {
+		if err := s.resolveKeys(ctx, t, ns, todo, out); err != nil {
 			return err
 		}
 		var pending []int
@@ -180,16 +179,14 @@ func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) er
 		if attempt == 3 {
 			return fmt.Errorf("%d tasks could not be inserted after %d attempts", len(pending), attempt)
 		}
-		err := s.write(ctx, func(t *txn) error {
+		if attempt == 0 {
 			for _, i := range pending {
-				out[i] = Created{}
 				if err := s.moveSchedule(ctx, t, ns[i]); err != nil {
 					return err
 				}
 			}
-			return s.insertTasks(ctx, t, ns, pending, out)
-		})
-		if err != nil && !isUniqueViolation(err) {
+		}
+		if err := s.insertTasks(ctx, t, ns, pending, out); err != nil {
 			return err
 		}
 	}
@@ -204,28 +201,45 @@ func (s *Store) createChunk(ctx context.Context, ns []NewTask, out []Created) er
 }
 
 // resolveKeys answers the items of todo whose idempotency key was already
-// used, from the tasks created with it.
-func (s *Store) resolveKeys(ctx context.Context, ns []NewTask, todo []int, out []Created) error {
+// used, from the tasks created with it, and those whose schedule slot has
+// its task, reading in t.
+func (s *Store) resolveKeys(ctx context.Context, t *txn, ns []NewTask, todo []int, out []Created) error {
 	var hashes []string
 	for _, i := range todo {
-		if n := ns[i]; n.IdempotencyHash != nil && out[i].Task == nil && out[i].Err == nil {
+		n := ns[i]
+		if out[i].Task != nil || out[i].Err != nil {
+			continue
+		}
+		if n.IdempotencyHash != nil {
 			hashes = append(hashes, *n.IdempotencyHash)
+		}
+		if n.ScheduleID != nil && n.ScheduleSlot != nil {
+			tk, err := t.Task.Query().
+				Where(task.ScheduleID(*n.ScheduleID), task.ScheduleSlot(n.ScheduleSlot.UTC().Truncate(time.Microsecond))).
+				Only(internal(ctx))
+			switch {
+			case ent.IsNotFound(err):
+			case err != nil:
+				return fmt.Errorf("look up schedule slot: %w", err)
+			default:
+				out[i] = Created{Task: tk.BindTo(s.client)}
+			}
 		}
 	}
 	if len(hashes) == 0 {
 		return nil
 	}
-	ts, err := s.client.Task.Query().Where(task.IdempotencyHashIn(hashes...)).All(internal(ctx))
+	ts, err := t.Task.Query().Where(task.IdempotencyHashIn(hashes...)).All(internal(ctx))
 	if err != nil {
 		return fmt.Errorf("look up idempotency keys: %w", err)
 	}
 	found := make(map[string]*ent.Task, len(ts))
 	for _, t := range ts {
-		found[*t.IdempotencyHash] = t
+		found[*t.IdempotencyHash] = t.BindTo(s.client)
 	}
 	for _, i := range todo {
 		n := ns[i]
-		if n.IdempotencyHash == nil {
+		if n.IdempotencyHash == nil || out[i].Task != nil {
 			continue
 		}
 		t := found[*n.IdempotencyHash]
@@ -326,8 +340,10 @@ var (
 )
 
 // insertTasks inserts the items idx of ns with their first instances, in two
-// statements, and fills out for them. An item whose idempotency key another
-// transaction took meanwhile is left unanswered (the caller looks it up).
+// statements, and fills out for them. An item whose row conflicts with one
+// of another transaction (its idempotency key or schedule slot taken, its
+// code drawn twice) is left unanswered: the caller looks it up, or tries
+// it again with another code.
 func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int, out []Created) error {
 	now := s.Now()
 	names, types := insertColumns()
@@ -373,16 +389,6 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int
 	return nil
 }
 
-// isUniqueViolation reports a unique constraint violation (a code that
-// collided) raised by a hand-written statement.
-func isUniqueViolation(err error) bool {
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) {
-		return pqErr.Code == "23505"
-	}
-	return strings.Contains(err.Error(), "UNIQUE constraint failed")
-}
-
 // crockford is Crockford's base32 alphabet: no I, L, O, U to misread.
 const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -414,12 +420,14 @@ func newCode(taskType string, now time.Time) string {
 }
 
 // insertTasksSQL inserts the rows of the derived table v (of the columns
-// names) into tasks. An item whose idempotency key was taken meanwhile is
-// skipped (and answered by a look-up).
+// names) into tasks. A row that conflicts with one of another transaction
+// on any unique index (the idempotency hash, the schedule slot, the code)
+// is skipped, not an error: the statement never fails a transaction that
+// is not the store's own to run again.
 func insertTasksSQL(names []string, v string) string {
 	return `INSERT INTO tasks (` + strings.Join(names, ", ") + `)
 SELECT ` + strings.Join(names, ", ") + ` FROM ` + v + ` WHERE true
-ON CONFLICT (idempotency_hash) WHERE idempotency_hash IS NOT NULL DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING ` + taskColumns("tasks")
 }
 

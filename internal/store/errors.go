@@ -41,3 +41,12 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 // (NewTask.ScheduleVersion), when it is not: another node fired the slot
 // or moved the schedule on, or it was edited. Nothing was done.
 var ErrScheduleMoved = errors.New("the schedule changed since its firing read it")
+
+// CommitUncertain reports whether err is a failed COMMIT: the transaction
+// may have committed all the same (the connection died waiting for the
+// answer), and then its changes were not published here. A node that
+// learns of one re-reads what changed (relay.Listener.Missed).
+func CommitUncertain(err error) bool {
+	var ce *commitError
+	return errors.As(err, &ce)
+}

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
-
 	"github.com/taskgraph/taskgraph/ent/task"
 )
 
@@ -67,29 +64,6 @@ func (s *Store) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
 	}
 	s.stmts.byText[q] = st
 	return st, nil
-}
-
-// sqlTxSlot receives, through the context of Client.Tx, the *sql.Tx of the
-// transaction ent begins (txCapturing).
-type sqlTxSlot struct{ tx *sql.Tx }
-
-// txCapturing is ent's SQL driver, handing the *sql.Tx of each transaction
-// it begins to the sqlTxSlot of the context, if any: the store runs its
-// prepared statements in the same transaction as its ent calls.
-type txCapturing struct{ *entsql.Driver }
-
-// Tx begins a transaction.
-func (d txCapturing) Tx(ctx context.Context) (dialect.Tx, error) {
-	tx, err := d.Driver.Tx(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if slot, ok := ctx.Value(sqlTxSlot{}).(*sqlTxSlot); ok {
-		if t, ok := tx.(*entsql.Tx); ok {
-			slot.tx, _ = t.Tx.(*sql.Tx)
-		}
-	}
-	return tx, nil
 }
 
 // taskColumns is every column of tasks this binary knows, qualified by

@@ -121,24 +121,44 @@ func intsToAny(ids []int) []any {
 // for it). The first value recorded for a task stays: a resubmission with an
 // idempotency key does not change the task it returns.
 func (s *Store) SetStallOverride(ctx context.Context, taskID int, after time.Duration) error {
+	return s.Write(ctx, func(tx *Tx) error { return tx.SetStallOverride(ctx, taskID, after) })
+}
+
+// SetStallOverride records a task's own stallAfter as
+// Store.SetStallOverride does, in tx: with the task's creation, say.
+func (tx *Tx) SetStallOverride(ctx context.Context, taskID int, after time.Duration) error {
 	ctx = internal(ctx)
-	return s.write(ctx, func(t *txn) error {
-		n, err := t.StallOverride.Query().Where(stalloverride.TaskID(taskID)).Count(ctx)
-		if err != nil {
-			return fmt.Errorf("set stall override of task %d: %w", taskID, err)
-		}
-		if n > 0 {
-			return nil
-		}
-		err = t.StallOverride.Create().
-			SetTaskID(taskID).
-			SetStallAfterSeconds(int(after / time.Second)).
-			Exec(ctx)
-		if err != nil && !ent.IsConstraintError(err) {
-			return fmt.Errorf("set stall override of task %d: %w", taskID, err)
-		}
+	n, err := tx.t.StallOverride.Query().Where(stalloverride.TaskID(taskID)).Count(ctx)
+	if err != nil {
+		return fmt.Errorf("set stall override of task %d: %w", taskID, err)
+	}
+	if n > 0 {
 		return nil
-	})
+	}
+	// Inserted only after the count found none: the insert conflicts only
+	// with a transaction of another node doing the same, and then the
+	// first value stays (in a savepoint: a failed statement would end a
+	// PostgreSQL transaction that is not the store's own to retry).
+	if _, err := tx.t.ExecContext(ctx, "SAVEPOINT stall_override"); err != nil {
+		return fmt.Errorf("set stall override of task %d: %w", taskID, err)
+	}
+	err = tx.t.StallOverride.Create().
+		SetTaskID(taskID).
+		SetStallAfterSeconds(int(after / time.Second)).
+		Exec(ctx)
+	if err != nil && ent.IsConstraintError(err) {
+		if _, rbErr := tx.t.ExecContext(ctx, "ROLLBACK TO SAVEPOINT stall_override"); rbErr != nil {
+			return fmt.Errorf("set stall override of task %d: %w", taskID, rbErr)
+		}
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("set stall override of task %d: %w", taskID, err)
+	}
+	if _, err := tx.t.ExecContext(ctx, "RELEASE SAVEPOINT stall_override"); err != nil {
+		return fmt.Errorf("set stall override of task %d: %w", taskID, err)
+	}
+	return nil
 }
 
 // StallOverrides returns the tasks' own stallAfter, for those that have one.

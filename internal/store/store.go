@@ -63,7 +63,9 @@ type Config struct {
 	// BeforeCommit, when set, runs in every writing transaction that
 	// recorded changes, just before COMMIT, with a way to execute statements
 	// in it: the relay sends its notifications there, so that they are
-	// delivered if and only if the transaction commits.
+	// delivered if and only if the transaction commits. foreign marks a
+	// transaction of the store's caller (In), whose changes this process
+	// does not publish itself: every node must hear them, this one too.
 	BeforeCommit BeforeCommitFunc
 	// OnWrite, when set, is told the outcome of every write (nil: it
 	// committed), after the store's own retries: the outage monitor counts
@@ -72,7 +74,7 @@ type Config struct {
 }
 
 // BeforeCommitFunc is Config.BeforeCommit.
-type BeforeCommitFunc func(ctx context.Context, exec func(ctx context.Context, query string, args ...any) error, changes []events.TaskChange, logs []*ent.TaskLog) error
+type BeforeCommitFunc func(ctx context.Context, exec func(ctx context.Context, query string, args ...any) error, changes []events.TaskChange, logs []*ent.TaskLog, foreign bool) error
 
 // Store reads and writes tasks, instances and logs.
 type Store struct {
@@ -89,6 +91,9 @@ type Store struct {
 	order   publishOrder
 	gate    Gate
 	stmts   statements // the hot statements, prepared on PostgreSQL
+	// foreignCommits publishes, on SQLite, the tasks created in callers'
+	// transactions (In) once they committed.
+	foreignCommits foreignCommits
 
 	inconsistencies atomic.Int64
 }
@@ -113,6 +118,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		gate:   cfg.Gate,
 	}
 	s.onWrite = cfg.OnWrite
+	s.foreignCommits.s = s
 	if s.pub == nil {
 		s.pub = events.Discard{}
 	}
@@ -146,7 +152,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
-	s.client = ent.NewClient(ent.Driver(txCapturing{entsql.OpenDB(dialectName, db)}))
+	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -403,6 +409,7 @@ func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microseco
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
+	s.foreignCommits.close()
 	var werr error
 	if s.writers != nil {
 		// Once the transaction under way, if any, has ended (and an
@@ -432,7 +439,6 @@ type txn struct {
 	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
-	each    []Each // a bulk action's per-id outcomes (TxHook)
 }
 
 // changed records committed-to-be changes. The tasks are bound to the
@@ -448,6 +454,78 @@ func (t *txn) logged(logs ...*ent.TaskLog) {
 	for _, l := range logs {
 		t.logs = append(t.logs, l.BindTo(t.client))
 	}
+}
+
+// begin wraps sqlTx, a transaction of the store's database, for the
+// store's ent calls and prepared statements alike.
+func (s *Store) begin(ctx context.Context, sqlTx *sql.Tx) *txn {
+	tx := s.client.TxOn(ctx, &entsql.Tx{Conn: entsql.Conn{ExecQuerier: sqlTx}, Tx: sqlTx})
+	return &txn{Tx: tx, sqlTx: sqlTx, client: s.client}
+}
+
+// Tx is a write transaction in which a caller does several of the store's
+// writes, and writes of its own, so that they commit together or not at
+// all: a task with its audit record and its stall override, an action
+// with its record. It is the store's own (Write) or its caller's (In).
+// What the store changes in it is published once it commits, in commit
+// order; a change rolled back is never published.
+type Tx struct {
+	s *Store
+	t *txn
+}
+
+// Ent is the transaction for the caller's own writes (an audit record, a
+// row of an import target). The status of a task or an instance is the
+// store's alone to change (ARCHITECTURE.md, invariant 1).
+func (tx *Tx) Ent() *ent.Tx { return tx.t.Tx }
+
+// SQL is the transaction for the caller's own statements.
+func (tx *Tx) SQL() *sql.Tx { return tx.t.sqlTx }
+
+// Write runs fn in a transaction of the store's own, and publishes what
+// the store changed in it once it committed. fn is run again, in a new
+// transaction, after a serialization failure or a deadlock: it must do
+// all of its writes through tx and keep nothing of a failed run.
+func (s *Store) Write(ctx context.Context, fn func(tx *Tx) error) error {
+	return s.write(ctx, func(t *txn) error { return fn(&Tx{s: s, t: t}) })
+}
+
+// In runs fn in sqlTx, a transaction of the caller's on the store's
+// database (on SQLite, one begun on DB(); on PostgreSQL, on any
+// connection to the same database and schema), which the caller commits
+// or rolls back once In returned. What the store writes in it exists only
+// if sqlTx commits: workers can claim its tasks, and every node — this
+// one too — publishes its changes to subscribers, only after that commit
+// (on PostgreSQL through the relay's notifications, sent in sqlTx; on
+// SQLite, see Config.Foreign). An error of fn is returned as it is; the
+// caller should roll sqlTx back (a PostgreSQL transaction that failed a
+// statement accepts no other). Nothing is retried: a serialization
+// failure or deadlock is the caller's to retry, with its whole
+// transaction.
+func (s *Store) In(ctx context.Context, sqlTx *sql.Tx, fn func(tx *Tx) error) error {
+	if sqlTx == nil {
+		return errors.New("store: no transaction given")
+	}
+	t := s.begin(ctx, sqlTx)
+	if err := fn(&Tx{s: s, t: t}); err != nil {
+		return err
+	}
+	if len(t.changes)+len(t.logs) == 0 {
+		return nil
+	}
+	if s.before != nil {
+		exec := func(ctx context.Context, query string, args ...any) error {
+			_, err := sqlTx.ExecContext(ctx, query, args...)
+			return err
+		}
+		if err := s.before(ctx, exec, t.changes, t.logs, true); err != nil {
+			return err
+		}
+	}
+	if !s.d.postgres() {
+		s.foreignCommits.add(t.changes)
+	}
+	return nil
 }
 
 // write runs fn in a transaction, retrying it when the database reports a
@@ -499,48 +577,38 @@ func (s *Store) writeLocked(ctx context.Context, fn func(t *txn) error) (*txn, e
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, error) {
-	var raw sqlTxSlot
-	tx, err := s.client.Tx(context.WithValue(ctx, sqlTxSlot{}, &raw))
+	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &txn{Tx: tx, sqlTx: raw.tx, client: s.client}
+	t := s.begin(ctx, sqlTx)
 	if err := fn(t); err != nil {
-		_ = tx.Rollback()
+		_ = sqlTx.Rollback()
 		return nil, err
-	}
-	hook := txHookFrom(ctx)
-	if hook != nil {
-		if err := hook.BeforeCommit(ctx, tx, Committing{Changes: t.changes, Each: t.each}); err != nil {
-			_ = tx.Rollback()
-			return nil, err
-		}
 	}
 	if s.before != nil && len(t.changes)+len(t.logs) > 0 {
 		exec := func(ctx context.Context, query string, args ...any) error {
-			_, err := t.ExecContext(ctx, query, args...)
+			_, err := sqlTx.ExecContext(ctx, query, args...)
 			return err
 		}
-		if err := s.before(ctx, exec, t.changes, t.logs); err != nil {
-			_ = tx.Rollback()
+		if err := s.before(ctx, exec, t.changes, t.logs, false); err != nil {
+			_ = sqlTx.Rollback()
 			return nil, err
 		}
 	}
 	if len(t.changes)+len(t.logs) == 0 {
-		if err := tx.Commit(); err != nil {
+		if err := sqlTx.Commit(); err != nil {
 			return nil, &commitError{err}
 		}
-		hook.committed()
 		return t, nil
 	}
 	ticket := s.order.take()
-	if err := tx.Commit(); err != nil {
+	if err := sqlTx.Commit(); err != nil {
 		s.order.done(ticket, nil)
 		// The outcome of a failed COMMIT is unknown: never run the
 		// transaction again on top of it.
 		return nil, &commitError{err}
 	}
-	hook.committed()
 	s.order.done(ticket, func() {
 		if len(t.changes) > 0 {
 			s.pub.PublishTasks(t.changes)
