@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/lifecycle"
@@ -430,7 +431,7 @@ func (p *Pool) room() (free int, types []string, caps []int) {
 // start runs one claimed execution in its own goroutine.
 func (p *Pool) start(c store.Claimed) {
 	typ, ok := p.deps.Registry.Lookup(c.Task.Type)
-	job, ctl := tasktype.NewJob(c.Task, c.Instance, c.Token(), jobWriter{writes: p.writes, clock: p.deps.Store}, p.deps.Masker)
+	job, ctl := tasktype.NewJob(jobTask(c.Task), jobInstance(c.Instance, time.Duration(c.Task.TimeoutSeconds)*time.Second), c.Token(), jobWriter{writes: p.writes, clock: p.deps.Store}, p.deps.Masker)
 	ctx, cancel := context.WithCancelCause(p.execCtx)
 	ex := &execution{c: c, job: job, ctl: ctl, typ: typ, cancel: cancel, done: make(chan struct{})}
 
@@ -778,4 +779,22 @@ func (p *Pool) abandonRunning() {
 // outage, logged once by it); otherwise the caller logs err itself.
 func counted(m *outage.Monitor, source string, err error) bool {
 	return m != nil && m.Failed(source, err) != nil
+}
+
+// jobTask is what a handler is told of its task.
+func jobTask(t *ent.Task) tasktype.JobTask {
+	return tasktype.JobTask{
+		ID: t.ID, Code: t.Code, Type: t.Type, Title: t.Title, BizID: t.BizID, Input: t.Input, Priority: t.Priority,
+		Owner: t.Owner, OwnerSource: t.OwnerSource, OwnerRole: t.OwnerRole, Tenant: t.Tenant, CreatedAt: t.CreatedAt,
+	}
+}
+
+// jobInstance is what a handler is told of its execution.
+func jobInstance(in *ent.TaskInstance, timeout time.Duration) tasktype.JobInstance {
+	ji := tasktype.JobInstance{ID: in.ID, No: in.InstanceNo, Attempt: in.Attempt, WorkerID: in.WorkerID}
+	if in.StartedAt != nil {
+		ji.StartedAt = *in.StartedAt
+		ji.Deadline = in.StartedAt.Add(timeout)
+	}
+	return ji
 }

@@ -357,7 +357,7 @@ func blank(cells []string) bool {
 // with the file's checksum that belongs to the task, or else the owner's
 // not yet linked upload with that checksum (the task may run before the
 // upload request has linked it), which it then links.
-func (im *Importer) source(ctx context.Context, t *ent.Task, sha string) (*ent.Artifact, error) {
+func (im *Importer) source(ctx context.Context, t tasktype.JobTask, sha string) (*ent.Artifact, error) {
 	// One statement, so one snapshot: read as two queries, the upload
 	// request linking the file in between would hide it from both.
 	found, err := im.cfg.Artifacts.Client().Artifact.Query().

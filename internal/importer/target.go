@@ -2,12 +2,14 @@ package importer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/mail"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -90,6 +92,7 @@ func (c Column) Label() string {
 
 // Registry holds the import targets.
 type Registry struct {
+	mu      sync.RWMutex
 	targets map[string]*Target
 }
 
@@ -99,33 +102,51 @@ func NewRegistry() *Registry { return &Registry{targets: map[string]*Target{}} }
 // Add registers a target. It panics on a duplicate or malformed target:
 // registration is program structure.
 func (r *Registry) Add(t *Target) {
-	if t.Name == "" || t.Writer == nil || len(t.Columns) == 0 {
-		panic("importer: a target needs a name, columns and a writer")
+	if err := r.TryAdd(t); err != nil {
+		panic(err.Error())
 	}
+}
+
+// TryAdd registers a target, or says what is wrong with it: no name,
+// columns or writer, a name taken, a header naming two columns.
+func (r *Registry) TryAdd(t *Target) error {
+	if t.Name == "" || t.Writer == nil || len(t.Columns) == 0 {
+		return errors.New("importer: a target needs a name, columns and a writer")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if _, dup := r.targets[t.Name]; dup {
-		panic("importer: target " + t.Name + " registered twice")
+		return fmt.Errorf("importer: target %s registered twice", t.Name)
 	}
 	seen := map[string]string{}
 	for _, c := range t.Columns {
+		if c.Key == "" {
+			return fmt.Errorf("importer: target %s: a column has no key", t.Name)
+		}
 		for _, h := range append([]string{c.Key}, c.Headers...) {
 			n := normalizeHeader(h)
 			if other, ok := seen[n]; ok && other != c.Key {
-				panic(fmt.Sprintf("importer: target %s: header %q names both %s and %s", t.Name, h, other, c.Key))
+				return fmt.Errorf("importer: target %s: header %q names both %s and %s", t.Name, h, other, c.Key)
 			}
 			seen[n] = c.Key
 		}
 	}
 	r.targets[t.Name] = t
+	return nil
 }
 
 // Get returns a target.
 func (r *Registry) Get(name string) (*Target, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	t, ok := r.targets[name]
 	return t, ok
 }
 
 // Names lists the targets.
 func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	out := make([]string, 0, len(r.targets))
 	for n := range r.targets {
 		out = append(out, n)

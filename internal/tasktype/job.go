@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/mask"
@@ -19,11 +18,11 @@ import (
 // carries the execution's fencing token: once the execution has been moved
 // on (timed out, cancelled), its writes are dropped.
 type Job struct {
-	// Task is the task as committed by the claim. Task.Input is masked;
+	// Task is the task as committed by the claim. Its input is masked;
 	// the handler's typed input is the unmasked one.
-	Task *ent.Task
+	Task JobTask
 	// Instance is this execution.
-	Instance *ent.TaskInstance
+	Instance JobInstance
 
 	token store.Token
 	w     JobWriter
@@ -51,10 +50,39 @@ type JobWriter interface {
 	Now() time.Time
 }
 
+// JobTask is what a handler knows of its task: a copy of the task as the
+// claim committed it.
+type JobTask struct {
+	ID    int
+	Code  string
+	Type  string
+	Title string
+	BizID string
+	// Input is masked.
+	Input    json.RawMessage
+	Priority int
+	// The owner's identity (OwnerSource, Tenant, Owner) and the role it
+	// had when it created the task.
+	Owner, OwnerSource, OwnerRole, Tenant string
+	CreatedAt                             time.Time
+}
+
+// JobInstance is what a handler knows of its execution.
+type JobInstance struct {
+	ID int
+	// No is its number among the task's executions, Attempt its attempt
+	// of the retry policy.
+	No, Attempt int
+	WorkerID    string
+	StartedAt   time.Time
+	// Deadline is when its timeout ends it.
+	Deadline time.Time
+}
+
 // NewJob returns the Job of a claimed execution, whose writes go to w and
 // are masked by m, and the JobControl through which the pool reads what
 // the handler left.
-func NewJob(task *ent.Task, instance *ent.TaskInstance, token store.Token, w JobWriter, m *mask.Masker) (*Job, JobControl) {
+func NewJob(task JobTask, instance JobInstance, token store.Token, w JobWriter, m *mask.Masker) (*Job, JobControl) {
 	j := &Job{Task: task, Instance: instance, token: token, w: w, mask: m}
 	return j, JobControl{j: j}
 }
@@ -117,6 +145,10 @@ func (j *Job) Log(level tasklog.Level, msg string, keyvals ...any) {
 
 // touch records that the handler moved now.
 func (j *Job) touch() { j.moved.Store(j.w.Now().UnixNano()) }
+
+// Touch records that the handler moves, for stall detection, without a
+// log line or progress.
+func (j *Job) Touch() { j.touch() }
 
 // Info logs at INFO level.
 func (j *Job) Info(msg string, keyvals ...any) { j.Log(tasklog.LevelINFO, msg, keyvals...) }
@@ -196,10 +228,7 @@ func (c JobControl) LastMoved() time.Time {
 	if t := c.MovedAt(); !t.IsZero() {
 		return t
 	}
-	if c.j.Instance.StartedAt != nil {
-		return *c.j.Instance.StartedAt
-	}
-	return time.Time{}
+	return c.j.Instance.StartedAt
 }
 
 // jsonValue keeps values that encode to JSON and turns the rest (errors,

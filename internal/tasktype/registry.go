@@ -199,8 +199,21 @@ var typeName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,62}$`)
 // against the schema generated from In. It panics on a bad or duplicate
 // name, like http.Handle: registration is program structure.
 func Register[In any](r *Registry, name string, handle func(ctx context.Context, job *Job, in In) error, opts ...Option) *Type {
+	t, err := New(name, handle, opts...)
+	if err == nil {
+		err = r.Add(t)
+	}
+	if err != nil {
+		panic(err.Error())
+	}
+	return t
+}
+
+// New returns a task type as Register registers it, or an error naming
+// what is wrong with its name or its input type's schema.
+func New[In any](name string, handle func(ctx context.Context, job *Job, in In) error, opts ...Option) (*Type, error) {
 	if !typeName.MatchString(name) {
-		panic(fmt.Sprintf("tasktype: task type name %q must match %s", name, typeName))
+		return nil, fmt.Errorf("tasktype: task type name %q must match %s", name, typeName)
 	}
 	ref := invjs.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
 	var zero In
@@ -208,20 +221,20 @@ func Register[In any](r *Registry, name string, handle func(ctx context.Context,
 	sch.Version = ""
 	raw, err := json.Marshal(sch)
 	if err != nil {
-		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
 	}
 	c := jsonschema.NewCompiler()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
 	}
 	url := "mem://taskgraph/" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
-		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
 	}
 	compiled, err := c.Compile(url)
 	if err != nil {
-		panic(fmt.Sprintf("tasktype: schema of %q: %v", name, err))
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
 	}
 	t := &Type{
 		Name:        name,
@@ -253,13 +266,22 @@ func Register[In any](r *Registry, name string, handle func(ctx context.Context,
 	if t.StallAction == "" {
 		t.StallAction = StallFlag
 	}
+	return t, nil
+}
+
+// ErrDuplicate is matched by errors.Is for the error of Add when a type
+// of the same name is registered already.
+var ErrDuplicate = errors.New("registered twice")
+
+// Add registers t, unless a type of its name is registered already.
+func (r *Registry) Add(t *Type) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, dup := r.types[name]; dup {
-		panic(fmt.Sprintf("tasktype: task type %q registered twice", name))
+	if _, dup := r.types[t.Name]; dup {
+		return fmt.Errorf("tasktype: task type %q %w", t.Name, ErrDuplicate)
 	}
-	r.types[name] = t
-	return t
+	r.types[t.Name] = t
+	return nil
 }
 
 // Lookup returns a registered type.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
@@ -137,8 +136,8 @@ func TestJobWritesThroughItsWriterMaskedAndFenced(t *testing.T) {
 	m, err := mask.New(mask.Rules{})
 	require.NoError(t, err)
 	started := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	task := &ent.Task{ID: 7, Owner: "ada", OwnerRole: "operator", OwnerSource: "token", Tenant: "acme"}
-	inst := &ent.TaskInstance{ID: 70, Attempt: 2, StartedAt: &started}
+	task := tasktype.JobTask{ID: 7, Owner: "ada", OwnerRole: "operator", OwnerSource: "token", Tenant: "acme"}
+	inst := tasktype.JobInstance{ID: 70, Attempt: 2, StartedAt: started}
 	tok := store.Token{InstanceID: 70, Version: 3}
 	w := &writer{now: started.Add(time.Minute)}
 	job, ctl := tasktype.NewJob(task, inst, tok, w, m)
