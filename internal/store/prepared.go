@@ -26,7 +26,7 @@ type statements struct {
 // query runs the hot statement q (with ? placeholders) in the transaction:
 // prepared on PostgreSQL, as text on SQLite.
 func (s *Store) query(ctx context.Context, t *txn, q string, args ...any) (*sql.Rows, error) {
-	if !s.d.postgres() || t.sqlTx == nil {
+	if !s.d.postgres() || t.foreign {
 		return t.QueryContext(ctx, s.d.rebind(q), args...)
 	}
 	st, err := s.prepared(ctx, q)
@@ -38,7 +38,7 @@ func (s *Store) query(ctx context.Context, t *txn, q string, args ...any) (*sql.
 
 // execute is query for a statement that returns no rows.
 func (s *Store) execute(ctx context.Context, t *txn, q string, args ...any) (sql.Result, error) {
-	if !s.d.postgres() || t.sqlTx == nil {
+	if !s.d.postgres() || t.foreign {
 		return t.ExecContext(ctx, s.d.rebind(q), args...)
 	}
 	st, err := s.prepared(ctx, q)

@@ -439,6 +439,11 @@ type txn struct {
 	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
+	// foreign marks a transaction of the store's caller (In): it holds one
+	// of the pool's connections or one of its own, and a statement
+	// prepared on the pool would wait for another, which a caller's many
+	// transactions may all hold (hot statements run as text in it).
+	foreign bool
 }
 
 // changed records committed-to-be changes. The tasks are bound to the
@@ -507,6 +512,7 @@ func (s *Store) In(ctx context.Context, sqlTx *sql.Tx, fn func(tx *Tx) error) er
 		return errors.New("store: no transaction given")
 	}
 	t := s.begin(ctx, sqlTx)
+	t.foreign = true
 	if err := fn(&Tx{s: s, t: t}); err != nil {
 		return err
 	}
