@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -137,6 +138,53 @@ type Command struct {
 // writes the usage to usage and returns flag.ErrHelp.
 func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
 	return parseFlags(args, getenv, usage, nil)
+}
+
+// ParseSettings reads server settings by flag name, without the dashes
+// ("retention": "720h"), as the command line gives them, on top of the
+// environment (getenv; nil reads none): the server's defaults for the
+// rest, every value checked as the server checks its flags. It is how an
+// embedding program configures a node like the server.
+func ParseSettings(settings map[string]string, getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	names := make([]string, 0, len(settings))
+	for name := range settings {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	args := make([]string, len(names))
+	for i, name := range names {
+		if strings.HasPrefix(name, "-") {
+			return Config{}, fmt.Errorf("setting %q: name it without dashes (%s)", name, strings.TrimLeft(name, "-"))
+		}
+		args[i] = "--" + name + "=" + settings[name]
+	}
+	return parseFlags(args, getenv, io.Discard, nil)
+}
+
+// GivenSettings reads the command line and the environment as ParseFlags
+// does, and returns what they set, by flag name: the settings
+// ParseSettings turns into the same Config.
+func GivenSettings(args []string, getenv func(string) string) (map[string]string, error) {
+	var c Config
+	f := declareFlags(&c, getenv)
+	if err := f.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	given := map[string]string{}
+	for _, o := range f.options {
+		if set[o.name] || getenv(EnvName(o.name)) != "" {
+			given[o.name] = o.raw
+		}
+	}
+	return given, nil
 }
 
 func parseFlags(args []string, getenv func(string) string, usage io.Writer, commands []Command) (Config, error) {

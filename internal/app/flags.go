@@ -37,6 +37,8 @@ type option struct {
 	value  flag.Value
 	err    error // the last Set's error, phrased for the user
 	from   string
+	// raw is the text it was last set from (GivenSettings).
+	raw string
 }
 
 // NewFlags starts a set of flags for the program name, reading
@@ -118,6 +120,7 @@ func (r recording) Set(s string) error {
 	if err != nil {
 		r.o.err = r.o.fail(r.o.from, s, err)
 	}
+	r.o.raw = s
 	return err
 }
 
@@ -275,7 +278,7 @@ func (f *Flags) Parse(args []string) error {
 		if given[o.name] || f.getenv(env) == "" {
 			continue
 		}
-		o.from = env
+		o.from, o.raw = env, f.getenv(env)
 		if err := o.value.Set(f.getenv(env)); err != nil {
 			return o.fail(env, f.getenv(env), err)
 		}

@@ -1,0 +1,7 @@
+//go:build long
+
+package tg_test
+
+// createTxLoad is how many transactions TestCreateTxUnderLoad makes in
+// the long tier.
+const createTxLoad = 10000
