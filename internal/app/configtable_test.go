@@ -9,21 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestREADMEConfigurationTable holds the README's configuration table to
-// the flags declareFlags declares: every flag has its row, with its
+// TestConfigurationTable holds the flag table of docs/configuration.md
+// to the flags declareFlags declares: every flag has its row, with its
 // environment variable and its default, and the table has no row for a
 // flag that does not exist.
-func TestREADMEConfigurationTable(t *testing.T) {
+func TestConfigurationTable(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../README.md")
+	const page = "docs/configuration.md"
+	b, err := os.ReadFile("../../" + page)
 	require.NoError(t, err)
-	readme := string(b)
-	start := strings.Index(readme, "\n## Configuration\n")
-	require.GreaterOrEqual(t, start, 0, "README has a Configuration section")
-	section := readme[start+1:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
+	section := string(b)
 	row := regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)` \\| `([A-Z0-9_]+)` \\| *([^|]*?) *\\|")
 	rows := map[string][]string{}
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
@@ -37,7 +32,7 @@ func TestREADMEConfigurationTable(t *testing.T) {
 		declared[o.name] = true
 		r, ok := rows[o.name]
 		if !ok {
-			t.Errorf("README: the configuration table has no row for --%s", o.name)
+			t.Errorf("%s: the configuration table has no row for --%s", page, o.name)
 			continue
 		}
 		require.Equal(t, EnvName(o.name), r[0], "--%s's variable", o.name)
@@ -46,14 +41,14 @@ func TestREADMEConfigurationTable(t *testing.T) {
 		case o.def == "false":
 			require.Equal(t, "off", cell, "--%s's default", o.name)
 		case o.def == "":
-			require.NotRegexp(t, "^`", cell, "--%s has no default value, yet the README shows one", o.name)
+			require.NotRegexp(t, "^`", cell, "--%s has no default value, yet %s shows one", o.name, page)
 		default:
 			m := value.FindStringSubmatch(cell)
-			require.NotNil(t, m, "--%s's default (%s) is missing from the README", o.name, o.def)
+			require.NotNil(t, m, "--%s's default (%s) is missing from %s", o.name, o.def, page)
 			require.Equal(t, o.def, m[1], "--%s's default", o.name)
 		}
 	}
 	for name := range rows {
-		require.True(t, declared[name], "README: --%s is in the configuration table but no such flag exists", name)
+		require.True(t, declared[name], "%s: --%s is in the configuration table but no such flag exists", page, name)
 	}
 }
