@@ -97,7 +97,7 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 	case errors.Is(err, store.ErrNotFound), ent.IsNotFound(err):
 		return CodeNotFound, nil, true
 	case errors.Is(err, errPageTooLarge):
-		// A limit like the others (README "Limits"): the caller may ask
+		// A limit like the others (docs/access.md, "Limits"): the caller may ask
 		// again for smaller pages.
 		return CodeLimitExceeded, map[string]any{"limit": "page", "max": MaxPageSize}, true
 	case hasMessage(err, "introspection disabled"): // gqlgen's, unexported

@@ -61,7 +61,7 @@ type Config struct {
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
-// (README "Access"). With no TokenFile and no JWT key the server is open:
+// (docs/access.md). With no TokenFile and no JWT key the server is open:
 // it listens on loopback only and everyone who reaches it is admin.
 type AccessConfig struct {
 	TokenFile       string
@@ -234,7 +234,7 @@ func declareFlags(c *Config, getenv func(string) string) *Flags {
 	f.Float(&ac.RateLimit, "rate-limit", 10, 0, 1e6, "mutations per second each user may sustain (a bulk action counts one per id); 0 turns the limit off")
 	f.Int(&ac.RateBurst, "rate-burst", 100, 1, 1_000_000, "mutations a user may make at once before --rate-limit applies")
 	f.List(&ac.MaskKeys, "mask-keys", "comma list of extra JSON key names (case-insensitive substrings) whose values are masked", nil)
-	f.String(&ac.MaskFile, "mask-file", "", "JSON file of extra masking rules by key and by pattern (README)")
+	f.String(&ac.MaskFile, "mask-file", "", "JSON file of extra masking rules by key and by pattern (docs/access.md)")
 	f.Size(&c.MaxUploadSize, "max-upload-size", 50<<20, 1, "largest file importFile accepts")
 	f.Int(&c.ImportMaxRows, "import-max-rows", 1_000_000, 1, 1<<31-1, "most data rows an imported file may have")
 	f.Size(&c.ImportUnzipLimit, "import-unzip-limit", 1<<30, 1<<20, "most an imported xlsx may unpack to")

@@ -21,7 +21,7 @@ import (
 )
 
 // TestBench runs `taskgraph bench` as a user does: on the embedded default
-// and on PostgreSQL it prints what the README says (the insert rate, the
+// and on PostgreSQL it prints what docs/benchmarks.md says (the insert rate, the
 // burn-down, the first and last tenth, and on PostgreSQL the row versions
 // per task) and leaves nothing behind: not its SQLite directory, not its
 // PostgreSQL schema, whether it ends, is interrupted, or finds its output

@@ -22,7 +22,7 @@ import (
 type Status string
 
 // The six states. See ARCHITECTURE.md, "The lifecycle", and the diagram in
-// the README.
+// docs/work.md.
 const (
 	Pending      Status = "PENDING"
 	Executing    Status = "EXECUTING"
