@@ -170,9 +170,10 @@ func (Task) Indexes() []ent.Index {
 		// No index may include a column that a transition changes (status,
 		// version, progress, result, finished_at...): then the claim's and
 		// the finish's updates of a task are HOT (heap-only: no index entry
-		// written; the table keeps free room on each page for them, see
-		// store.tuneTables). Filters on status are served by the instances'
-		// indexes and by attention_status (store/hints.go).
+		// written; the table keeps free room on each page for them: its
+		// fillfactor, in internal/migrate/postgres). Filters on status are
+		// served by the instances' indexes and by attention_status
+		// (store/hints.go).
 		index.Fields("created_at"),
 		// Filters on the rare statuses (store.StatusHints).
 		index.Fields("attention_status", "created_at").
@@ -183,8 +184,8 @@ func (Task) Indexes() []ent.Index {
 		// a containment (input @> '{"a":{"b":"x"}}') that this GIN index
 		// serves on PostgreSQL (store/payload.go). input is immutable, so
 		// the index costs the insert only; result is not indexed, as a
-		// finish writes it. SQLite gets no index: the store's migration
-		// leaves it out there (store.keepPredicates).
+		// finish writes it. SQLite gets no index: its migrations leave it
+		// out (internal/migrate/sqlite).
 		index.Fields("input").
 			StorageKey("task_input_path").
 			Annotations(

@@ -27,19 +27,16 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
-	"entgo.io/ent/dialect/sql/schema"
 
-	"ariga.io/atlas/sql/postgres"
-	atlas "ariga.io/atlas/sql/schema"
 	"github.com/lib/pq"
 	_ "modernc.org/sqlite" // the embedded default database
 
 	"github.com/taskgraph/taskgraph/ent"
-	"github.com/taskgraph/taskgraph/ent/migrate"
 	_ "github.com/taskgraph/taskgraph/ent/runtime" // defaults and the status guard hooks
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/migrate"
 )
 
 // Config says which database to open and whom to tell about commits.
@@ -71,6 +68,10 @@ type Config struct {
 	// committed), after the store's own retries: the outage monitor counts
 	// failures and readiness from it.
 	OnWrite func(err error)
+	// Migrate applies the schema's pending migrations at Open (--migrate);
+	// without it, Open refuses a database that needs them (an empty one
+	// is initialised either way).
+	Migrate bool
 }
 
 // BeforeCommitFunc is Config.BeforeCommit.
@@ -98,7 +99,9 @@ type Store struct {
 	inconsistencies atomic.Int64
 }
 
-// Open connects, checks the connection and migrates the schema.
+// Open connects, checks the connection and the schema's version (see
+// prepareSchema): an empty database is initialised, one that needs
+// migrations is refused unless cfg.Migrate.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	driverName, dsn, dialectName, err := parseDSN(cfg.DSN)
 	if err != nil {
@@ -153,7 +156,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
 	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
-	if err := s.migrate(ctx); err != nil {
+	if err := s.prepareSchema(ctx, cfg.Migrate); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -228,160 +231,63 @@ func parseDSN(raw string) (driverName, dsn, dialectName string, err error) {
 	return "sqlite", "file:" + path + "?" + q.Encode(), dialect.SQLite, nil
 }
 
-// migrateLockKey is the PostgreSQL advisory lock held while migrating, so
-// that nodes starting together do not migrate concurrently.
-const migrateLockKey = 0x7461736b67726170 // "taskgrap"
-
-// migrateMu serializes migrations within the process: ent's migration
-// writes to package-level table descriptors.
-var migrateMu sync.Mutex
-
-func (s *Store) migrate(ctx context.Context) error {
-	migrateMu.Lock()
-	defer migrateMu.Unlock()
+// migrateDialect is the store's database as package migrate names it.
+func (s *Store) migrateDialect() migrate.Dialect {
 	if s.d.postgres() {
-		conn, err := s.db.Conn(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		defer conn.Close()
-		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(migrateLockKey)); err != nil {
-			return fmt.Errorf("migrate: take lock: %w", err)
-		}
-		defer func() {
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
-		}()
+		return migrate.Postgres
 	}
-	// No foreign keys: the store is the only writer of tasks, instances and
-	// logs and deletes them together (purge); a key check on every instance
-	// and log insert would lock the task row for nothing. Indexes that the
-	// schema no longer declares are dropped, so that an upgraded database
-	// loses, for example, an old index on tasks.status that kept its
-	// updates from being HOT.
-	opts := []schema.MigrateOption{migrate.WithForeignKeys(false), migrate.WithDropIndex(true), schema.WithDiffHook(keepPredicates), schema.WithDiffHook(s.postgresOnlyIndexes)}
-	err := s.client.Schema.Create(ctx, opts...)
-	if err != nil && !s.d.postgres() {
-		// Another connection to the same SQLite file migrated first;
-		// a second pass finds the schema in place.
-		err = s.client.Schema.Create(ctx, opts...)
+	return migrate.SQLite
+}
+
+// prepareSchema checks the schema's version (internal/migrate): a database
+// at the latest version opens; an empty one (no taskgraph table at all) is
+// given every migration, so that a fresh database needs no step of its
+// own; an older one is migrated only when Config.Migrate says so, and
+// refused otherwise (a *migrate.VersionError); a newer one is always
+// refused. Nothing else is compared or changed at a start: no diff of the
+// schema, no index dropped.
+func (s *Store) prepareSchema(ctx context.Context, apply bool) error {
+	d := s.migrateDialect()
+	st, err := migrate.ReadStatus(ctx, s.db, d)
+	if err != nil {
+		return fmt.Errorf("database schema: %w", err)
+	}
+	switch {
+	case st.Current():
+		return nil
+	case st.Newer(), !st.Empty && !apply:
+		return st.Check()
+	}
+	steps, err := migrate.Up(ctx, s.db, d, migrate.Options{Clock: s.clock})
+	level := slog.LevelInfo
+	if st.Empty {
+		level = slog.LevelDebug // every fresh database: nothing to tell
+	}
+	for _, step := range steps {
+		s.log.Log(ctx, level, "database schema migrated", "migration", step.String(), "recorded_only", step.Recorded, "took", step.Took.Round(time.Millisecond))
 	}
 	if err != nil {
-		return fmt.Errorf("migrate schema: %w", err)
-	}
-	return s.tuneTables(ctx)
-}
-
-// keepPredicates drops from a migration the changes of a partial index's
-// predicate alone. PostgreSQL keeps a predicate in its own words
-// ("((status)::text = ANY ((ARRAY['PENDING'::character varying, ...])"),
-// which never equal the schema's, so that every start would otherwise
-// rebuild every partial index (the claim's among them, a table scan under
-// an exclusive lock on a large table, and a deadlock with a node at work).
-// An index whose predicate really changes is given a new name.
-func keepPredicates(next schema.Differ) schema.Differ {
-	return schema.DiffFunc(func(current, desired *atlas.Schema) ([]atlas.Change, error) {
-		changes, err := next.Diff(current, desired)
-		if err != nil {
-			return nil, err
-		}
-		out := changes[:0]
-		for _, c := range changes {
-			if mt, ok := c.(*atlas.ModifyTable); ok {
-				kept := mt.Changes[:0]
-				for _, tc := range mt.Changes {
-					if mi, ok := tc.(*atlas.ModifyIndex); ok && mi.Change == atlas.ChangeAttr && hasPredicate(mi.From) && hasPredicate(mi.To) {
-						continue
-					}
-					kept = append(kept, tc)
-				}
-				mt.Changes = kept
-				if len(kept) == 0 {
-					continue
-				}
-			}
-			out = append(out, c)
-		}
-		return out, nil
-	})
-}
-
-// pgOnlyIndexes are the indexes of the schema that only PostgreSQL has: a
-// GIN index on SQLite would be a b-tree over whole JSON texts, which no
-// query uses.
-var pgOnlyIndexes = map[string]bool{"task_input_path": true}
-
-// postgresOnlyIndexes leaves pgOnlyIndexes out of a SQLite migration.
-func (s *Store) postgresOnlyIndexes(next schema.Differ) schema.Differ {
-	return schema.DiffFunc(func(current, desired *atlas.Schema) ([]atlas.Change, error) {
-		changes, err := next.Diff(current, desired)
-		if err != nil || s.d.postgres() {
-			return changes, err
-		}
-		out := changes[:0]
-		for _, c := range changes {
-			switch c := c.(type) {
-			case *atlas.AddTable:
-				kept := make([]*atlas.Index, 0, len(c.T.Indexes))
-				for _, idx := range c.T.Indexes {
-					if !pgOnlyIndexes[idx.Name] {
-						kept = append(kept, idx)
-					}
-				}
-				c.T.Indexes = kept
-			case *atlas.ModifyTable:
-				kept := c.Changes[:0]
-				for _, tc := range c.Changes {
-					if ai, ok := tc.(*atlas.AddIndex); ok && pgOnlyIndexes[ai.I.Name] {
-						continue
-					}
-					kept = append(kept, tc)
-				}
-				c.Changes = kept
-				if len(kept) == 0 {
-					continue
-				}
-			}
-			out = append(out, c)
-		}
-		return out, nil
-	})
-}
-
-func hasPredicate(idx *atlas.Index) bool {
-	for _, a := range idx.Attrs {
-		if _, ok := a.(*postgres.IndexPredicate); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// tasksFillFactor leaves half of each page of tasks free, so that the two
-// updates of an execution (claim, finish) find room for the row's new
-// version on its own page and are HOT: no index entry is written. Measured
-// on PostgreSQL 15 with the noop burn-down: 97% of task updates HOT at 50,
-// 62% at 70, 27% at 85 (the default 100 allows almost none).
-const tasksFillFactor = 50
-
-// tuneTables sets the per-table storage parameters of the schema (on
-// PostgreSQL; SQLite has none). It changes nothing when they are set.
-func (s *Store) tuneTables(ctx context.Context) error {
-	if !s.d.postgres() {
-		return nil
-	}
-	want := fmt.Sprintf("fillfactor=%d", tasksFillFactor)
-	var has bool
-	err := s.db.QueryRowContext(ctx, `SELECT COALESCE($1 = ANY(reloptions), false) FROM pg_class WHERE oid = to_regclass('tasks')`, want).Scan(&has)
-	if err != nil {
-		return fmt.Errorf("migrate: read storage parameters: %w", err)
-	}
-	if has {
-		return nil
-	}
-	if _, err := s.db.ExecContext(ctx, `ALTER TABLE tasks SET (`+want+`)`); err != nil {
-		return fmt.Errorf("migrate: set storage parameters: %w", err)
+		return fmt.Errorf("database schema: %w", err)
 	}
 	return nil
+}
+
+// OpenDB opens the connection pool of a DSN (Config.DSN) the way Open does
+// — the same driver and settings — without checking its schema: for the
+// migrate command, which reads and changes the schema's version itself.
+func OpenDB(dsn string) (*sql.DB, migrate.Dialect, error) {
+	driverName, dsn, dialectName, err := parseDSN(dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	db, err := sql.Open(driverName, dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("open database: %w", err)
+	}
+	if dialectName == dialect.Postgres {
+		return db, migrate.Postgres, nil
+	}
+	return db, migrate.SQLite, nil
 }
 
 // Client is the ent client, for reads. Writes go through Store's methods.

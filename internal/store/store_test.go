@@ -836,26 +836,6 @@ func TestIdempotentCreate(t *testing.T) {
 	})
 }
 
-func TestMigrationDropsTheOldIdempotencyIndex(t *testing.T) {
-	t.Parallel()
-	dbtest.Run(t, func(t *testing.T, dsn string) {
-		s, _ := setup(t, dsn)
-		// What an earlier version left: keys unique per (owner, key).
-		_, err := s.DB().ExecContext(sysCtx, `CREATE UNIQUE INDEX task_owner_idempotency_key ON tasks (owner, idempotency_key) WHERE idempotency_key IS NOT NULL`)
-		require.NoError(t, err)
-		require.NoError(t, s.Close())
-		s, _ = setup(t, dsn)
-		shown := "k-****"
-		for _, h := range []string{"h1", "h2"} {
-			n := newTaskParams(taskOpts{})
-			n.IdempotencyKey, n.IdempotencyHash = &shown, &h
-			_, created, err := s.CreateTask(sysCtx, n)
-			require.NoError(t, err)
-			require.True(t, created, "one shown key, two raw keys: two tasks")
-		}
-	})
-}
-
 // slowRecorder is a Publisher that takes its time with each publication,
 // as a broker fanning out to many subscribers may: it widens the window in
 // which a later commit could overtake an earlier one on its way out.
