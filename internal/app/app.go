@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/leader"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/metrics"
+	"github.com/taskgraph/taskgraph/internal/migrate"
 	"github.com/taskgraph/taskgraph/internal/nodes"
 	"github.com/taskgraph/taskgraph/internal/outage"
 	"github.com/taskgraph/taskgraph/internal/outbound"
@@ -267,7 +269,8 @@ func newApp(cfg Config, opts Options) (*App, error) {
 	}, nil
 }
 
-// newStore opens (and migrates) the database.
+// newStore opens the database (initialising an empty one, migrating an
+// older one with --migrate; see store.Open).
 func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 	cfg := a.Config
 	onWrite := func(err error) {
@@ -277,7 +280,7 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 			l.Missed()
 		}
 	}
-	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, Logger: a.rootLog, OnWrite: onWrite}
+	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, Logger: a.rootLog, OnWrite: onWrite, Migrate: cfg.Migrate}
 	// Caps, rates and pauses of task types hold in every claim.
 	storeCfg.Gate = flow.NewGate()
 	if store.IsPostgres(cfg.DSN()) { // the store is not open yet: ask its DSN
@@ -285,7 +288,7 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 	}
 	st, err := store.Open(ctx, storeCfg)
 	if err != nil {
-		return err
+		return schemaHint(err, cfg)
 	}
 	undo.push(func() { _ = st.Close() })
 	// Every read through the store's client (and its transactions) sees
@@ -294,6 +297,31 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 	access.Install(st.Client())
 	a.Store = st
 	return nil
+}
+
+// schemaHint adds to a refusal of the database's schema version
+// (migrate.VersionError) what to run about it.
+func schemaHint(err error, cfg Config) error {
+	var ve *migrate.VersionError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	where := "--data-dir " + shellWord(cfg.DataDir)
+	if cfg.DB != "" {
+		where = "--db " + shellWord(redactDSN(cfg.DB))
+	}
+	if ve.Newer() {
+		return fmt.Errorf("%w; run that taskgraph (or with it: taskgraph migrate down --to %d %s)", err, ve.Latest, where)
+	}
+	return fmt.Errorf("%w; run `taskgraph migrate up %s` (taskgraph migrate status says what it applies), or start the node with --migrate", err, where)
+}
+
+// shellWord quotes s for a shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:@%+=,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // newEngine registers the task types (built-in, alert deliveries, the

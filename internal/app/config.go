@@ -29,6 +29,7 @@ type Config struct {
 	Addr             string
 	DB               string
 	DataDir          string
+	Migrate          bool // apply the database's pending schema migrations at start
 	Workers          int
 	Roles            []Role
 	SecretKey        string
@@ -203,8 +204,8 @@ func parseFlags(args []string, getenv func(string) string, usage io.Writer, comm
 func declareFlags(c *Config, getenv func(string) string) *Flags {
 	f := NewFlags("taskgraph", getenv)
 	Var(f, &c.Addr, "addr", "127.0.0.1:8080", "host:port", "address to listen on", parseAddr, str)
-	Var(f, &c.DB, "db", "", "database", "a PostgreSQL URL (postgres://user@host:5432/name) or key=value DSN (host=... dbname=...), or a SQLite file path or file: URL (default: taskgraph.db in the data directory)", parseDB, str)
-	f.String(&c.DataDir, "data-dir", "./data", "directory for the SQLite file, the secret key and artifacts")
+	DatabaseFlags(f, c)
+	f.Bool(&c.Migrate, "migrate", false, "apply the database's pending schema migrations at start (without it, a node refuses a database that needs them: taskgraph migrate up applies them)")
 	f.Int(&c.Workers, "workers", worker.ConcurrencyDefault, 1, 10000, "handlers running at once in this process (worker role)")
 	Var(f, &c.Roles, "role", allRoles, "roles", "what this process does: all, or a comma list of api, worker, watchdog", parseRoles, showRoles)
 	f.Secret(&c.SecretKey, "secret-key", "64 hex characters encrypting sensitive input (default: a key file in the data directory; nodes sharing a database must share it)", checkSecretKey)
@@ -248,6 +249,15 @@ func declareFlags(c *Config, getenv func(string) string) *Flags {
 	Var(f, &c.Network.MetricsAddr, "metrics-addr", "", "host:port", "serve /metrics on this address of its own, without authentication (default: on --addr, with authentication)", parseOptionalAddr, str)
 	f.List(&c.Network.OutboundAllow, "outbound-allow", "comma list of non-public destinations webhooks may call: loopback, private, link-local..., addresses, CIDRs, host names, *.example.com (default: public addresses only; loopback too on an open server)", checkOutboundRule)
 	return f
+}
+
+// DatabaseFlags declares --db and --data-dir into c as the server declares
+// them (the same checks, defaults and environment twins), for commands that
+// open the server's database (taskgraph migrate): c.DSN() is then the
+// database the server would open.
+func DatabaseFlags(f *Flags, c *Config) {
+	Var(f, &c.DB, "db", "", "database", "a PostgreSQL URL (postgres://user@host:5432/name) or key=value DSN (host=... dbname=...), or a SQLite file path or file: URL (default: taskgraph.db in the data directory)", parseDB, str)
+	f.String(&c.DataDir, "data-dir", "./data", "directory for the SQLite file, the secret key and artifacts")
 }
 
 // check validates what no single flag can: combinations.
