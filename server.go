@@ -1,8 +1,9 @@
 // Command taskgraph serves the task engine: GraphQL at /query, workers and
 // the watchdog in one process, on an embedded SQLite file unless --db names
-// a PostgreSQL database. Its other commands (the client, internal/cli, and
-// the benches, internal/bench) are listed in commands below and by
-// taskgraph -h; this file only dispatches to them.
+// a PostgreSQL database. Its other commands (the client, internal/cli; the
+// schema's migrations, internal/migratecmd; the benches, internal/bench) are
+// listed in commands below and by taskgraph -h; this file only dispatches
+// to them.
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/bench"
 	"github.com/taskgraph/taskgraph/internal/cli"
+	"github.com/taskgraph/taskgraph/internal/migratecmd"
 )
 
 // command is a subcommand: run gets the arguments after its name and
@@ -31,6 +33,9 @@ var commands = func() []command {
 		}})
 	}
 	return append(cs,
+		command{"migrate", migratecmd.Summary, func(args []string) int {
+			return migratecmd.Run(args, os.Stdout, os.Stderr, os.Getenv)
+		}},
 		command{"bench", "measure throughput: tasks per second from PENDING to SUCCESS", helpIsNoError(bench.Run)},
 		command{"bench-latency", "measure the delay from a commit to its subscribers", helpIsNoError(bench.RunLatency)},
 		command{"bench-import", "measure imports and exports: rows per second, peak memory", helpIsNoError(bench.RunImport)},
