@@ -21,7 +21,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
@@ -52,8 +51,6 @@ type Client struct {
 	AuditLog *AuditLogClient
 	// ClusterNode is the client for interacting with the ClusterNode builders.
 	ClusterNode *ClusterNodeClient
-	// Contact is the client for interacting with the Contact builders.
-	Contact *ContactClient
 	// Deployment is the client for interacting with the Deployment builders.
 	Deployment *DeploymentClient
 	// FlowControl is the client for interacting with the FlowControl builders.
@@ -89,7 +86,6 @@ func (c *Client) init() {
 	c.Artifact = NewArtifactClient(c.config)
 	c.AuditLog = NewAuditLogClient(c.config)
 	c.ClusterNode = NewClusterNodeClient(c.config)
-	c.Contact = NewContactClient(c.config)
 	c.Deployment = NewDeploymentClient(c.config)
 	c.FlowControl = NewFlowControlClient(c.config)
 	c.FlowStart = NewFlowStartClient(c.config)
@@ -197,7 +193,6 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
 		ClusterNode:   NewClusterNodeClient(cfg),
-		Contact:       NewContactClient(cfg),
 		Deployment:    NewDeploymentClient(cfg),
 		FlowControl:   NewFlowControlClient(cfg),
 		FlowStart:     NewFlowStartClient(cfg),
@@ -232,7 +227,6 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
 		ClusterNode:   NewClusterNodeClient(cfg),
-		Contact:       NewContactClient(cfg),
 		Deployment:    NewDeploymentClient(cfg),
 		FlowControl:   NewFlowControlClient(cfg),
 		FlowStart:     NewFlowStartClient(cfg),
@@ -272,7 +266,7 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Contact, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
+		c.ClusterNode, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
 		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Use(hooks...)
@@ -284,7 +278,7 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Contact, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
+		c.ClusterNode, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
 		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
 	} {
 		n.Intercept(interceptors...)
@@ -306,8 +300,6 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.AuditLog.mutate(ctx, m)
 	case *ClusterNodeMutation:
 		return c.ClusterNode.mutate(ctx, m)
-	case *ContactMutation:
-		return c.Contact.mutate(ctx, m)
 	case *DeploymentMutation:
 		return c.Deployment.mutate(ctx, m)
 	case *FlowControlMutation:
@@ -1142,139 +1134,6 @@ func (c *ClusterNodeClient) mutate(ctx context.Context, m *ClusterNodeMutation) 
 		return (&ClusterNodeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown ClusterNode mutation op: %q", m.Op())
-	}
-}
-
-// ContactClient is a client for the Contact schema.
-type ContactClient struct {
-	config
-}
-
-// NewContactClient returns a client for the Contact from the given config.
-func NewContactClient(c config) *ContactClient {
-	return &ContactClient{config: c}
-}
-
-// Use adds a list of mutation hooks to the hooks stack.
-// A call to `Use(f, g, h)` equals to `contact.Hooks(f(g(h())))`.
-func (c *ContactClient) Use(hooks ...Hook) {
-	c.hooks.Contact = append(c.hooks.Contact, hooks...)
-}
-
-// Intercept adds a list of query interceptors to the interceptors stack.
-// A call to `Intercept(f, g, h)` equals to `contact.Intercept(f(g(h())))`.
-func (c *ContactClient) Intercept(interceptors ...Interceptor) {
-	c.inters.Contact = append(c.inters.Contact, interceptors...)
-}
-
-// Create returns a builder for creating a Contact entity.
-func (c *ContactClient) Create() *ContactCreate {
-	mutation := newContactMutation(c.config, OpCreate)
-	return &ContactCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// CreateBulk returns a builder for creating a bulk of Contact entities.
-func (c *ContactClient) CreateBulk(builders ...*ContactCreate) *ContactCreateBulk {
-	return &ContactCreateBulk{config: c.config, builders: builders}
-}
-
-// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
-// a builder and applies setFunc on it.
-func (c *ContactClient) MapCreateBulk(slice any, setFunc func(*ContactCreate, int)) *ContactCreateBulk {
-	rv := reflect.ValueOf(slice)
-	if rv.Kind() != reflect.Slice {
-		return &ContactCreateBulk{err: fmt.Errorf("calling to ContactClient.MapCreateBulk with wrong type %T, need slice", slice)}
-	}
-	builders := make([]*ContactCreate, rv.Len())
-	for i := 0; i < rv.Len(); i++ {
-		builders[i] = c.Create()
-		setFunc(builders[i], i)
-	}
-	return &ContactCreateBulk{config: c.config, builders: builders}
-}
-
-// Update returns an update builder for Contact.
-func (c *ContactClient) Update() *ContactUpdate {
-	mutation := newContactMutation(c.config, OpUpdate)
-	return &ContactUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOne returns an update builder for the given entity.
-func (c *ContactClient) UpdateOne(_m *Contact) *ContactUpdateOne {
-	mutation := newContactMutation(c.config, OpUpdateOne, withContact(_m))
-	return &ContactUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOneID returns an update builder for the given id.
-func (c *ContactClient) UpdateOneID(id int) *ContactUpdateOne {
-	mutation := newContactMutation(c.config, OpUpdateOne, withContactID(id))
-	return &ContactUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// Delete returns a delete builder for Contact.
-func (c *ContactClient) Delete() *ContactDelete {
-	mutation := newContactMutation(c.config, OpDelete)
-	return &ContactDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// DeleteOne returns a builder for deleting the given entity.
-func (c *ContactClient) DeleteOne(_m *Contact) *ContactDeleteOne {
-	return c.DeleteOneID(_m.ID)
-}
-
-// DeleteOneID returns a builder for deleting the given entity by its id.
-func (c *ContactClient) DeleteOneID(id int) *ContactDeleteOne {
-	builder := c.Delete().Where(contact.ID(id))
-	builder.mutation.id = &id
-	builder.mutation.op = OpDeleteOne
-	return &ContactDeleteOne{builder}
-}
-
-// Query returns a query builder for Contact.
-func (c *ContactClient) Query() *ContactQuery {
-	return &ContactQuery{
-		config: c.config,
-		ctx:    &QueryContext{Type: TypeContact},
-		inters: c.Interceptors(),
-	}
-}
-
-// Get returns a Contact entity by its id.
-func (c *ContactClient) Get(ctx context.Context, id int) (*Contact, error) {
-	return c.Query().Where(contact.ID(id)).Only(ctx)
-}
-
-// GetX is like Get, but panics if an error occurs.
-func (c *ContactClient) GetX(ctx context.Context, id int) *Contact {
-	obj, err := c.Get(ctx, id)
-	if err != nil {
-		panic(err)
-	}
-	return obj
-}
-
-// Hooks returns the client hooks.
-func (c *ContactClient) Hooks() []Hook {
-	return c.hooks.Contact
-}
-
-// Interceptors returns the client interceptors.
-func (c *ContactClient) Interceptors() []Interceptor {
-	return c.inters.Contact
-}
-
-func (c *ContactClient) mutate(ctx context.Context, m *ContactMutation) (Value, error) {
-	switch m.Op() {
-	case OpCreate:
-		return (&ContactCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdate:
-		return (&ContactUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdateOne:
-		return (&ContactUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpDelete, OpDeleteOne:
-		return (&ContactDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
-	default:
-		return nil, fmt.Errorf("ent: unknown Contact mutation op: %q", m.Op())
 	}
 }
 
@@ -2593,13 +2452,13 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Contact, Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent,
-		StallOverride, Task, TaskInstance, TaskLog []ent.Hook
+		Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride,
+		Task, TaskInstance, TaskLog []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Contact, Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent,
-		StallOverride, Task, TaskInstance, TaskLog []ent.Interceptor
+		Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride,
+		Task, TaskInstance, TaskLog []ent.Interceptor
 	}
 )
 

@@ -18,7 +18,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
@@ -94,7 +93,6 @@ func checkColumn(t, c string) error {
 			artifact.Table:      artifact.ValidColumn,
 			auditlog.Table:      auditlog.ValidColumn,
 			clusternode.Table:   clusternode.ValidColumn,
-			contact.Table:       contact.ValidColumn,
 			deployment.Table:    deployment.ValidColumn,
 			flowcontrol.Table:   flowcontrol.ValidColumn,
 			flowstart.Table:     flowstart.ValidColumn,

@@ -12,7 +12,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
@@ -272,48 +271,6 @@ func ScanClusterNodeRows(c *Client, rows *stdsql.Rows) ([]*ClusterNode, error) {
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *ClusterNode) BindTo(c *Client) *ClusterNode {
-	_m.config = c.config
-	return _m
-}
-
-// ScanContactRows reads every row of rows (all columns of the contacts
-// table, in any order) into Contact entities bound to c, and closes rows.
-func ScanContactRows(c *Client, rows *stdsql.Rows) ([]*Contact, error) {
-	defer rows.Close()
-	columns, err := rows.Columns()
-	if err != nil {
-		return nil, fmt.Errorf("ent: scan contacts: %w", err)
-	}
-	// The scan targets are allocated once and reused for every row: each
-	// row's values are copied out of them (assignValues), unless a column
-	// is not the schema's (kept as it was scanned, so new targets per row).
-	reuse := true
-	for _, col := range columns {
-		reuse = reuse && contact.ValidColumn(col)
-	}
-	var values []any
-	var out []*Contact
-	for rows.Next() {
-		node := &Contact{config: c.config}
-		if values == nil || !reuse {
-			if values, err = node.scanValues(columns); err != nil {
-				return nil, fmt.Errorf("ent: scan contacts: %w", err)
-			}
-		}
-		if err := rows.Scan(values...); err != nil {
-			return nil, fmt.Errorf("ent: scan contacts: %w", err)
-		}
-		if err := node.assignValues(columns, values); err != nil {
-			return nil, fmt.Errorf("ent: scan contacts: %w", err)
-		}
-		out = append(out, node)
-	}
-	return out, rows.Err()
-}
-
-// BindTo makes later queries of the entity's edges go through c, for an
-// entity read or written in a transaction that has since ended.
-func (_m *Contact) BindTo(c *Client) *Contact {
 	_m.config = c.config
 	return _m
 }

@@ -26,8 +26,6 @@ type Tx struct {
 	AuditLog *AuditLogClient
 	// ClusterNode is the client for interacting with the ClusterNode builders.
 	ClusterNode *ClusterNodeClient
-	// Contact is the client for interacting with the Contact builders.
-	Contact *ContactClient
 	// Deployment is the client for interacting with the Deployment builders.
 	Deployment *DeploymentClient
 	// FlowControl is the client for interacting with the FlowControl builders.
@@ -183,7 +181,6 @@ func (tx *Tx) init() {
 	tx.Artifact = NewArtifactClient(tx.config)
 	tx.AuditLog = NewAuditLogClient(tx.config)
 	tx.ClusterNode = NewClusterNodeClient(tx.config)
-	tx.Contact = NewContactClient(tx.config)
 	tx.Deployment = NewDeploymentClient(tx.config)
 	tx.FlowControl = NewFlowControlClient(tx.config)
 	tx.FlowStart = NewFlowStartClient(tx.config)

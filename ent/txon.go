@@ -25,7 +25,6 @@ func (c *Client) TxOn(ctx context.Context, tx dialect.Tx) *Tx {
 		Artifact:      NewArtifactClient(cfg),
 		AuditLog:      NewAuditLogClient(cfg),
 		ClusterNode:   NewClusterNodeClient(cfg),
-		Contact:       NewContactClient(cfg),
 		Deployment:    NewDeploymentClient(cfg),
 		FlowControl:   NewFlowControlClient(cfg),
 		FlowStart:     NewFlowStartClient(cfg),

@@ -81,18 +81,6 @@ func (f ClusterNodeFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value,
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ClusterNodeMutation", m)
 }
 
-// The ContactFunc type is an adapter to allow the use of ordinary
-// function as Contact mutator.
-type ContactFunc func(context.Context, *ent.ContactMutation) (ent.Value, error)
-
-// Mutate calls f(ctx, m).
-func (f ContactFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
-	if mv, ok := m.(*ent.ContactMutation); ok {
-		return f(ctx, mv)
-	}
-	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ContactMutation", m)
-}
-
 // The DeploymentFunc type is an adapter to allow the use of ordinary
 // function as Deployment mutator.
 type DeploymentFunc func(context.Context, *ent.DeploymentMutation) (ent.Value, error)

@@ -14,7 +14,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
@@ -243,33 +242,6 @@ func (f TraverseClusterNode) Traverse(ctx context.Context, q ent.Query) error {
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.ClusterNodeQuery", q)
-}
-
-// The ContactFunc type is an adapter to allow the use of ordinary function as a Querier.
-type ContactFunc func(context.Context, *ent.ContactQuery) (ent.Value, error)
-
-// Query calls f(ctx, q).
-func (f ContactFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
-	if q, ok := q.(*ent.ContactQuery); ok {
-		return f(ctx, q)
-	}
-	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ContactQuery", q)
-}
-
-// The TraverseContact type is an adapter to allow the use of ordinary function as Traverser.
-type TraverseContact func(context.Context, *ent.ContactQuery) error
-
-// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
-func (f TraverseContact) Intercept(next ent.Querier) ent.Querier {
-	return next
-}
-
-// Traverse calls f(ctx, q).
-func (f TraverseContact) Traverse(ctx context.Context, q ent.Query) error {
-	if q, ok := q.(*ent.ContactQuery); ok {
-		return f(ctx, q)
-	}
-	return fmt.Errorf("unexpected query type %T. expect *ent.ContactQuery", q)
 }
 
 // The DeploymentFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -530,8 +502,6 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.AuditLogQuery, predicate.AuditLog, auditlog.OrderOption]{typ: ent.TypeAuditLog, tq: q}, nil
 	case *ent.ClusterNodeQuery:
 		return &query[*ent.ClusterNodeQuery, predicate.ClusterNode, clusternode.OrderOption]{typ: ent.TypeClusterNode, tq: q}, nil
-	case *ent.ContactQuery:
-		return &query[*ent.ContactQuery, predicate.Contact, contact.OrderOption]{typ: ent.TypeContact, tq: q}, nil
 	case *ent.DeploymentQuery:
 		return &query[*ent.DeploymentQuery, predicate.Deployment, deployment.OrderOption]{typ: ent.TypeDeployment, tq: q}, nil
 	case *ent.FlowControlQuery:

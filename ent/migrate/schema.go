@@ -217,44 +217,6 @@ var (
 		Columns:    ClusterNodesColumns,
 		PrimaryKey: []*schema.Column{ClusterNodesColumns[0]},
 	}
-	// ContactsColumns holds the columns for the "contacts" table.
-	ContactsColumns = []*schema.Column{
-		{Name: "id", Type: field.TypeInt, Increment: true},
-		{Name: "created_at", Type: field.TypeTime},
-		{Name: "task_id", Type: field.TypeInt},
-		{Name: "row_no", Type: field.TypeInt},
-		{Name: "name", Type: field.TypeString},
-		{Name: "phone", Type: field.TypeString},
-		{Name: "email", Type: field.TypeString, Default: ""},
-		{Name: "company", Type: field.TypeString, Default: ""},
-		{Name: "city", Type: field.TypeString, Default: ""},
-		{Name: "tags", Type: field.TypeJSON, Nullable: true},
-		{Name: "gender", Type: field.TypeString, Default: ""},
-		{Name: "birthday", Type: field.TypeString, Default: ""},
-	}
-	// ContactsTable holds the schema information for the "contacts" table.
-	ContactsTable = &schema.Table{
-		Name:       "contacts",
-		Columns:    ContactsColumns,
-		PrimaryKey: []*schema.Column{ContactsColumns[0]},
-		Indexes: []*schema.Index{
-			{
-				Name:    "contact_task_id_row_no",
-				Unique:  true,
-				Columns: []*schema.Column{ContactsColumns[2], ContactsColumns[3]},
-			},
-			{
-				Name:    "contact_phone",
-				Unique:  false,
-				Columns: []*schema.Column{ContactsColumns[5]},
-			},
-			{
-				Name:    "contact_city",
-				Unique:  false,
-				Columns: []*schema.Column{ContactsColumns[8]},
-			},
-		},
-	}
 	// DeploymentsColumns holds the columns for the "deployments" table.
 	DeploymentsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -615,7 +577,6 @@ var (
 		ArtifactsTable,
 		AuditLogsTable,
 		ClusterNodesTable,
-		ContactsTable,
 		DeploymentsTable,
 		FlowControlsTable,
 		FlowStartsTable,
@@ -647,9 +608,6 @@ func init() {
 	}
 	ClusterNodesTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(64424509440),
-	}
-	ContactsTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(21474836480),
 	}
 	DeploymentsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(25769803776),

@@ -24,9 +24,6 @@ type AuditLog func(*sql.Selector)
 // ClusterNode is the predicate function for clusternode builders.
 type ClusterNode func(*sql.Selector)
 
-// Contact is the predicate function for contact builders.
-type Contact func(*sql.Selector)
-
 // Deployment is the predicate function for deployment builders.
 type Deployment func(*sql.Selector)
 

@@ -11,7 +11,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -190,35 +189,6 @@ func init() {
 	clusternodeDescDraining := clusternodeFields[13].Descriptor()
 	// clusternode.DefaultDraining holds the default value on creation for the draining field.
 	clusternode.DefaultDraining = clusternodeDescDraining.Default.(bool)
-	contactMixin := schema.Contact{}.Mixin()
-	contactMixinFields0 := contactMixin[0].Fields()
-	_ = contactMixinFields0
-	contactFields := schema.Contact{}.Fields()
-	_ = contactFields
-	// contactDescCreatedAt is the schema descriptor for created_at field.
-	contactDescCreatedAt := contactMixinFields0[0].Descriptor()
-	// contact.DefaultCreatedAt holds the default value on creation for the created_at field.
-	contact.DefaultCreatedAt = contactDescCreatedAt.Default.(func() time.Time)
-	// contactDescEmail is the schema descriptor for email field.
-	contactDescEmail := contactFields[4].Descriptor()
-	// contact.DefaultEmail holds the default value on creation for the email field.
-	contact.DefaultEmail = contactDescEmail.Default.(string)
-	// contactDescCompany is the schema descriptor for company field.
-	contactDescCompany := contactFields[5].Descriptor()
-	// contact.DefaultCompany holds the default value on creation for the company field.
-	contact.DefaultCompany = contactDescCompany.Default.(string)
-	// contactDescCity is the schema descriptor for city field.
-	contactDescCity := contactFields[6].Descriptor()
-	// contact.DefaultCity holds the default value on creation for the city field.
-	contact.DefaultCity = contactDescCity.Default.(string)
-	// contactDescGender is the schema descriptor for gender field.
-	contactDescGender := contactFields[8].Descriptor()
-	// contact.DefaultGender holds the default value on creation for the gender field.
-	contact.DefaultGender = contactDescGender.Default.(string)
-	// contactDescBirthday is the schema descriptor for birthday field.
-	contactDescBirthday := contactFields[9].Descriptor()
-	// contact.DefaultBirthday holds the default value on creation for the birthday field.
-	contact.DefaultBirthday = contactDescBirthday.Default.(string)
 	deploymentMixin := schema.Deployment{}.Mixin()
 	deploymentMixinFields0 := deploymentMixin[0].Fields()
 	_ = deploymentMixinFields0

@@ -1,9 +1,11 @@
 // Package access decides what a viewer may see. Install puts a filter on
 // every query of an ent client, so that whatever reads tasks, instances,
-// logs, artifacts, imported contacts or audit records — a resolver,
-// node/nodes, a connection and its totalCount, an aggregate, the store
-// inside a cancel or a retry, an export or a report read as its owner —
-// reads only what the viewer of its context may see.
+// logs, artifacts or audit records — a resolver, node/nodes, a connection
+// and its totalCount, an aggregate, the store inside a cancel or a retry,
+// an export or a report read as its owner — reads only what the viewer of
+// its context may see. The imported contacts, a table of the importer's
+// outside the ent schema, are read with SQL filtered by TaskRule, the same
+// rule (importer.ContactReader).
 //
 // A viewer is an identity (source, tenant, user) with a role, and tenants
 // isolate:
@@ -34,7 +36,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/intercept"
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -89,19 +90,6 @@ func Install(c *ent.Client) {
 		}
 		return nil
 	}))
-	c.Contact.Intercept(intercept.TraverseContact(func(ctx context.Context, q *ent.ContactQuery) error {
-		p, err := taskRule(ctx)
-		if p != nil {
-			// The rows the imports the viewer may see wrote.
-			q.Where(func(s *sql.Selector) {
-				t := sql.Table(task.Table)
-				sub := sql.Select(t.C(task.FieldID)).From(t)
-				p(sub)
-				s.Where(sql.In(s.C(contact.FieldTaskID), sub))
-			})
-		}
-		return err
-	}))
 	c.Schedule.Intercept(intercept.TraverseSchedule(func(ctx context.Context, q *ent.ScheduleQuery) error {
 		v, err := viewer(ctx)
 		if err != nil {
@@ -147,6 +135,14 @@ func viewer(ctx context.Context) (auth.Viewer, error) {
 	}
 	return v, nil
 }
+
+// TaskRule is the rule on tasks for reads that do not go through an ent
+// client's queries: the rows of the contacts table (package importer),
+// which the viewer sees when it sees the import task that wrote them.
+// Apply it to a selector over the tasks table (sql.Select(id) from
+// tasks, used as a subquery); nil when the viewer of ctx sees every task;
+// ErrNoViewer when ctx has no viewer.
+func TaskRule(ctx context.Context) (predicate.Task, error) { return taskRule(ctx) }
 
 // taskRule is the predicate on tasks the viewer of ctx may see; nil when
 // it sees every task (or has no viewer: then the error).

@@ -17,11 +17,11 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/artifact"
 	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/importer"
 	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/spreadsheet"
@@ -210,24 +210,15 @@ func (e *Exporter) export(ctx context.Context, job *tasktype.Job, in ExportInput
 	return job.SetResult(ExportResult{Rows: rows, File: name, Format: string(format)})
 }
 
-// exportContacts pages through contacts (never the whole table in memory).
+// exportContacts pages through contacts (never the whole table in memory),
+// with the contacts target's own SQL (the table is not in the ent schema),
+// as the viewer of ctx may see them.
 func (e *Exporter) exportContacts(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {
-	preds := []predicate.Contact{}
-	if f.City != "" {
-		preds = append(preds, contact.City(f.City))
-	}
-	if f.ImportTaskID != 0 {
-		preds = append(preds, contact.TaskID(f.ImportTaskID))
-	}
-	if f.CreatedAfter != nil {
-		preds = append(preds, contact.CreatedAtGTE(*f.CreatedAfter))
-	}
-	if f.CreatedBefore != nil {
-		preds = append(preds, contact.CreatedAtLT(*f.CreatedBefore))
-	}
-	total, err := e.cfg.Client.Contact.Query().Where(preds...).Count(ctx)
+	r := e.contacts()
+	filter := importer.ContactFilter{City: f.City, ImportTaskID: f.ImportTaskID, CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore}
+	total, err := r.Count(ctx, filter)
 	if err != nil {
-		return 0, fmt.Errorf("count contacts: %w", err)
+		return 0, err
 	}
 	if err := out.Row("ID", "姓名 Name", "手机 Phone", "邮箱 E-mail", "公司 Company", "城市 City", "标签 Tags", "性别 Gender", "生日 Birthday", "导入任务 Import task", "行号 Row", "创建时间 Created at"); err != nil {
 		return 0, err
@@ -237,25 +228,13 @@ func (e *Exporter) exportContacts(ctx context.Context, job *tasktype.Job, out sp
 	// import by source row (the unique (task_id, row_no) index), others
 	// by id. Either way a page costs one index range, not a sort of all
 	// that is left.
-	fetch := func(ctx context.Context, after int) ([]*ent.Contact, error) {
-		return e.cfg.Client.Contact.Query().
-			Where(append(preds, contact.IDGT(after))...).
-			Order(ent.Asc(contact.FieldID)).
-			Limit(e.cfg.PageSize).
-			All(ctx)
-	}
-	key := func(c *ent.Contact) int { return c.ID }
+	key := func(c importer.Contact) int { return c.ID }
 	if f.ImportTaskID != 0 {
-		fetch = func(ctx context.Context, after int) ([]*ent.Contact, error) {
-			return e.cfg.Client.Contact.Query().
-				Where(append(preds, contact.RowNoGT(after))...).
-				Order(ent.Asc(contact.FieldRowNo)).
-				Limit(e.cfg.PageSize).
-				All(ctx)
-		}
-		key = func(c *ent.Contact) int { return c.RowNo }
+		key = func(c importer.Contact) int { return c.RowNo }
 	}
-	err = pages(ctx, e.cfg.PageSize, fetch, key, func(page []*ent.Contact) error {
+	err = pages(ctx, e.cfg.PageSize, func(ctx context.Context, after int) ([]importer.Contact, error) {
+		return r.Page(ctx, filter, after, e.cfg.PageSize)
+	}, key, func(page []importer.Contact) error {
 		for _, c := range page {
 			if err := out.Row(c.ID, c.Name, c.Phone, c.Email, c.Company, c.City, strings.Join(c.Tags, ","), c.Gender, c.Birthday, c.TaskID, c.RowNo, c.CreatedAt); err != nil {
 				return err
@@ -269,6 +248,11 @@ func (e *Exporter) exportContacts(ctx context.Context, job *tasktype.Job, out sp
 		return n, fmt.Errorf("export contacts: %w", err)
 	}
 	return n, nil
+}
+
+// contacts reads the contacts table through the client's connections.
+func (e *Exporter) contacts() importer.ContactReader {
+	return importer.ContactReader{DB: e.cfg.Client, Postgres: e.cfg.Postgres}
 }
 
 func (e *Exporter) exportTasks(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, f ExportFilter) (int, error) {

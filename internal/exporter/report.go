@@ -9,8 +9,6 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 
-	"github.com/taskgraph/taskgraph/ent"
-	"github.com/taskgraph/taskgraph/ent/contact"
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/artifact"
@@ -45,9 +43,10 @@ type dayRow struct {
 var statusColumns = []lifecycle.Status{lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.Executing, lifecycle.Pending, lifecycle.RetryPending}
 
 func (e *Exporter) report(ctx context.Context, job *tasktype.Job, in ReportInput) error {
-	// Aggregates are read as the task's owner, like exports: through the
-	// ent client, so that package access scopes them (an operator's
-	// report counts its own tasks and contacts, an admin's its tenant's).
+	// Aggregates are read as the task's owner, like exports, so that
+	// package access scopes them (through the ent client for tasks, its
+	// TaskRule for contacts): an operator's report counts its own tasks
+	// and contacts, an admin's its tenant's.
 	asOwner := auth.NewContext(ctx, job.Owner())
 	days, err := e.taskOutcomes(asOwner, in)
 	if err != nil {
@@ -226,12 +225,9 @@ type cityCount struct {
 // contactsByCity counts the contacts the viewer of ctx may see per city,
 // most first.
 func (e *Exporter) contactsByCity(ctx context.Context) ([]cityCount, error) {
-	var counts []struct {
-		City  string `json:"city"`
-		Count int    `json:"count"`
-	}
-	if err := e.cfg.Client.Contact.Query().GroupBy(contact.FieldCity).Aggregate(ent.Count()).Scan(ctx, &counts); err != nil {
-		return nil, fmt.Errorf("report: contacts by city: %w", err)
+	counts, err := e.contacts().CountByCity(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	out := make([]cityCount, len(counts))
 	for i, c := range counts {

@@ -8,14 +8,19 @@ import (
 	"strings"
 	"time"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/lib/pq"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/internal/access"
 )
 
 // Contacts is the contacts target: people with a name and a mobile number,
-// written to the contacts table. Its write-once key is (task_id, row_no):
-// the import and the source row a contact came from.
+// written to the contacts table, the target's own (created by the
+// migrations of internal/migrate, outside the ent schema; read with
+// ContactReader). Its write-once key is (task_id, row_no): the import and
+// the source row a contact came from.
 //
 // tx runs a write transaction (store.Store.Tx, serialized with the
 // store's own writes); db reads.
@@ -128,4 +133,184 @@ func (w *contactsWriter) Written(ctx context.Context, taskID int) (int, error) {
 		return 0, fmt.Errorf("contacts: count rows of import %d: %w", taskID, err)
 	}
 	return n, nil
+}
+
+// Contact is a row of the contacts table.
+type Contact struct {
+	ID        int
+	CreatedAt time.Time
+	TaskID    int // the import that wrote it
+	RowNo     int // its row in the source file (the header is row 1)
+	Name      string
+	Phone     string
+	Email     string
+	Company   string
+	City      string
+	Tags      []string
+	Gender    string
+	Birthday  string // YYYY-MM-DD, or empty
+}
+
+// ContactFilter selects contacts: each field set narrows.
+type ContactFilter struct {
+	City         string
+	ImportTaskID int
+	// created_at in [CreatedAfter, CreatedBefore).
+	CreatedAfter, CreatedBefore *time.Time
+}
+
+// Querier runs a query: a *sql.DB, or an ent client (through its driver).
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// ContactReader reads the contacts table, which is the contacts target's
+// own (internal/migrate creates it; it is not in the ent schema), with SQL,
+// as the viewer in each call's context may see it: the rows written by the
+// imports whose tasks the viewer may see (access.TaskRule, the rule of
+// every read of tasks). A context without a viewer reads nothing
+// (access.ErrNoViewer).
+type ContactReader struct {
+	DB       Querier
+	Postgres bool
+}
+
+var contactFields = []string{"id", "created_at", "task_id", "row_no", "name", "phone", "email", "company", "city", "tags", "gender", "birthday"}
+
+// selectContacts starts a query over the contacts the viewer of ctx may
+// see, matching f.
+func (r ContactReader) selectContacts(ctx context.Context, f ContactFilter, columns ...string) (*entsql.Selector, error) {
+	rule, err := access.TaskRule(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := dialect.SQLite
+	if r.Postgres {
+		d = dialect.Postgres
+	}
+	c := entsql.Table("contacts")
+	s := entsql.Dialect(d).Select().From(c)
+	if len(columns) > 0 {
+		s.Select(columns...)
+	}
+	if rule != nil {
+		t := entsql.Table("tasks")
+		visible := entsql.Select(t.C("id")).From(t)
+		rule(visible)
+		s.Where(entsql.In(c.C("task_id"), visible))
+	}
+	if f.City != "" {
+		s.Where(entsql.EQ(c.C("city"), f.City))
+	}
+	if f.ImportTaskID != 0 {
+		s.Where(entsql.EQ(c.C("task_id"), f.ImportTaskID))
+	}
+	if f.CreatedAfter != nil {
+		s.Where(entsql.GTE(c.C("created_at"), f.CreatedAfter.UTC()))
+	}
+	if f.CreatedBefore != nil {
+		s.Where(entsql.LT(c.C("created_at"), f.CreatedBefore.UTC()))
+	}
+	return s, nil
+}
+
+// Count counts the contacts matching f.
+func (r ContactReader) Count(ctx context.Context, f ContactFilter) (int, error) {
+	s, err := r.selectContacts(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	s.Select(entsql.Count("*"))
+	query, args := s.Query()
+	var n int
+	if err := r.queryRows(ctx, query, args, func(rows *sql.Rows) error { return rows.Scan(&n) }); err != nil {
+		return 0, fmt.Errorf("count contacts: %w", err)
+	}
+	return n, nil
+}
+
+// Page reads up to limit contacts matching f after the key after, in key
+// order: by source row for one import (f.ImportTaskID, the unique
+// (task_id, row_no) index), by id otherwise. Either way a page is one
+// index range (keyset pagination: pass the last row's key, 0 first).
+func (r ContactReader) Page(ctx context.Context, f ContactFilter, after, limit int) ([]Contact, error) {
+	s, err := r.selectContacts(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	c := entsql.Table("contacts")
+	cols := make([]string, len(contactFields))
+	for i, name := range contactFields {
+		cols[i] = c.C(name)
+	}
+	s.Select(cols...)
+	key := "id"
+	if f.ImportTaskID != 0 {
+		key = "row_no"
+	}
+	s.Where(entsql.GT(c.C(key), after)).OrderBy(c.C(key)).Limit(limit)
+	query, args := s.Query()
+	var out []Contact
+	err = r.queryRows(ctx, query, args, func(rows *sql.Rows) error {
+		var ct Contact
+		var tags []byte
+		if err := rows.Scan(&ct.ID, &ct.CreatedAt, &ct.TaskID, &ct.RowNo, &ct.Name, &ct.Phone, &ct.Email, &ct.Company, &ct.City, &tags, &ct.Gender, &ct.Birthday); err != nil {
+			return err
+		}
+		if len(tags) > 0 {
+			if err := json.Unmarshal(tags, &ct.Tags); err != nil {
+				return fmt.Errorf("tags of contact %d: %w", ct.ID, err)
+			}
+		}
+		out = append(out, ct)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read contacts: %w", err)
+	}
+	return out, nil
+}
+
+// CityCount is how many contacts name a city ("" for none).
+type CityCount struct {
+	City  string
+	Count int
+}
+
+// CountByCity counts the contacts per city, in no order.
+func (r ContactReader) CountByCity(ctx context.Context) ([]CityCount, error) {
+	s, err := r.selectContacts(ctx, ContactFilter{})
+	if err != nil {
+		return nil, err
+	}
+	c := entsql.Table("contacts")
+	s.Select(c.C("city"), entsql.Count("*")).GroupBy(c.C("city"))
+	query, args := s.Query()
+	var out []CityCount
+	err = r.queryRows(ctx, query, args, func(rows *sql.Rows) error {
+		var cc CityCount
+		if err := rows.Scan(&cc.City, &cc.Count); err != nil {
+			return err
+		}
+		out = append(out, cc)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count contacts by city: %w", err)
+	}
+	return out, nil
+}
+
+func (r ContactReader) queryRows(ctx context.Context, query string, args []any, row func(*sql.Rows) error) error {
+	rows, err := r.DB.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }

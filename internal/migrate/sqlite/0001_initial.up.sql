@@ -128,8 +128,10 @@ CREATE TABLE cluster_nodes (
 );
 CREATE UNIQUE INDEX cluster_nodes_name_key ON cluster_nodes (name);
 
--- contacts is the contacts import target's table (internal/importer/contacts.go);
--- (task_id, row_no) is its write-once key.
+-- contacts is the contacts import target's own table, outside ent/schema:
+-- internal/importer/contacts.go writes and reads it with its own SQL, and
+-- a change to it is a migration of this set like any other. (task_id,
+-- row_no) is its write-once key.
 CREATE TABLE contacts (
     id integer NOT NULL PRIMARY KEY AUTOINCREMENT,
     created_at datetime NOT NULL,
