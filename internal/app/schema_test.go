@@ -67,7 +67,7 @@ func TestANodeChecksTheSchemaVersion(t *testing.T) {
 			c := config(t, dsn)
 			err = start(t, c)
 			require.ErrorContains(t, err, "the database schema is unversioned")
-			require.ErrorContains(t, err, fmt.Sprintf("this taskgraph needs version %d", migrate.Latest()))
+			require.ErrorContains(t, err, fmt.Sprintf("this taskgraph runs on version %d, recorded", migrate.Latest()))
 			require.ErrorContains(t, err, "run `taskgraph migrate up --db ")
 			require.ErrorContains(t, err, "or start the node with --migrate")
 			st, err := migrate.ReadStatus(ctx, db, d)

@@ -262,9 +262,9 @@ func (e *VersionError) Error() string {
 	case e.Newer():
 		return fmt.Sprintf("the database schema is at version %d, newer than this taskgraph knows (%d): a newer taskgraph migrated it", e.Version, e.Latest)
 	case e.Unversioned:
-		return fmt.Sprintf("the database schema is unversioned (made before versioned migrations: version 1), and this taskgraph needs version %d", e.Latest)
+		return fmt.Sprintf("the database schema is unversioned (made by a taskgraph before versioned migrations), and this taskgraph runs on version %d, recorded", e.Latest)
 	}
-	return fmt.Sprintf("the database schema is at version %d, and this taskgraph needs version %d", e.Version, e.Latest)
+	return fmt.Sprintf("the database schema is at version %d, and this taskgraph runs on version %d", e.Version, e.Latest)
 }
 
 // Check returns nil when s is current, else a *VersionError.
