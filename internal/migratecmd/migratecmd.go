@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,10 +140,10 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		return fail(app.ExitFailure, "%v", err)
 	}
 	defer db.Close()
+	fmt.Fprintf(stdout, "database %s %s\n", d, shown(dsn, d))
 	if err := db.PingContext(ctx); err != nil {
 		return fail(app.ExitFailure, "connect to the %s database: %v", d, err)
 	}
-	fmt.Fprintf(stdout, "database %s %s\n", d, shown(dsn, d))
 	var steps []migrate.Step
 	switch sub {
 	case "up":
@@ -291,8 +292,11 @@ func shown(dsn string, d migrate.Dialect) string {
 	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
 		return u.Redacted()
 	}
-	return "(a key=value DSN)"
+	return password.ReplaceAllString(dsn, "password=xxxxx")
 }
+
+// password is a key=value DSN's password.
+var password = regexp.MustCompile(`password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
 
 // sqliteFile is the path of a SQLite DSN's file.
 func sqliteFile(dsn string) string {

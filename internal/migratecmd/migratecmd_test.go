@@ -156,3 +156,19 @@ func TestStatusOfAMissingSQLiteFile(t *testing.T) {
 	require.Equal(t, app.ExitFailure, code)
 	require.Contains(t, errOut, "no SQLite database at")
 }
+
+// TestTheDatabaseIsShownWithoutItsPassword: the status's first line names
+// the database, never its password.
+func TestTheDatabaseIsShownWithoutItsPassword(t *testing.T) {
+	t.Parallel()
+	for dsn, want := range map[string]string{
+		"postgres://tg:s3cret@127.0.0.1:1/none?connect_timeout=1":                     "database postgres postgres://tg:xxxxx@127.0.0.1:1/none?connect_timeout=1",
+		"host=127.0.0.1 port=1 user=tg password=s3cret dbname=none connect_timeout=1": "database postgres host=127.0.0.1 port=1 user=tg password=xxxxx dbname=none connect_timeout=1",
+	} {
+		code, out, errOut := run(t, "status", "--db", dsn)
+		require.Equal(t, app.ExitFailure, code, "nothing listens on port 1")
+		require.Contains(t, errOut, "connect to the postgres database")
+		require.Contains(t, out, want)
+		require.NotContains(t, out+errOut, "s3cret")
+	}
+}
