@@ -3,13 +3,15 @@
 // its own on a real S3 server (s3://), versitygw in its posix mode — not an
 // in-process fake, so that what the tests see is what S3 clients see.
 //
-// The S3 server is TASKGRAPH_TEST_S3 (http://ACCESS:SECRET@host:port, as
-// .ci/run exports it). Unset, each test process starts a versitygw of its
-// own on a free loopback port, if the binary can be found (TASKGRAPH_VERSITYGW,
-// PATH, or the tool directory .ci/run installs it into). S3 is not
-// optional: without a server the test fails, saying how to get one.
-// TASKGRAPH_TEST_S3=off runs the directory half alone, for a laptop without
-// versitygw; CI never sets it.
+// The S3 server is TASKGRAPH_TEST_S3 (http://ACCESS:SECRET@host:port), if
+// set. Unset, each test process starts a versitygw of its own on a free
+// loopback port: TASKGRAPH_VERSITYGW names the binary, else the one in
+// PATH, else the version internal/tools pins, which the first test process
+// that needs it builds with `go build` (build.go: once per machine, into
+// the user's cache directory), so that `go test ./...` needs nothing
+// installed but Go. S3 is not optional: without a server the test fails,
+// saying why. TASKGRAPH_TEST_S3=off runs the directory half alone (on a
+// laptop that should not build versitygw, say); CI refuses it.
 //
 // Tests that stop the server (an outage mid-import) start a Server of
 // their own.
@@ -149,7 +151,7 @@ func shared(t testing.TB) *Server {
 		}
 	})
 	if sharedErr != nil {
-		t.Fatalf("blobtest: no S3 server: %v. Run .ci/run once (it installs and starts versitygw), set %s=http://ACCESS:SECRET@host:port, or set %s=off to run only the directory half.", sharedErr, Env, Env)
+		t.Fatalf("blobtest: no S3 server: %v. Set %s=http://ACCESS:SECRET@host:port to use a server of your own, or %s=off to run only the directory half.", sharedErr, Env, Env)
 	}
 	return sharedServer
 }
@@ -178,8 +180,8 @@ func (s *Server) setCredentials() error {
 	return err
 }
 
-// Binary finds versitygw: TASKGRAPH_VERSITYGW, PATH, or the tool directory
-// .ci/run installs it into.
+// Binary finds versitygw: TASKGRAPH_VERSITYGW, else PATH, else the
+// version internal/tools pins, built the first time (build.go).
 func Binary() (string, error) {
 	if p := os.Getenv("TASKGRAPH_VERSITYGW"); p != "" {
 		return p, nil
@@ -187,14 +189,9 @@ func Binary() (string, error) {
 	if p, err := exec.LookPath("versitygw"); err == nil {
 		return p, nil
 	}
-	tools := os.Getenv("TASKGRAPH_TOOLS")
-	if tools == "" {
-		home, _ := os.UserHomeDir()
-		tools = filepath.Join(home, ".cache", "taskgraph")
-	}
-	p := filepath.Join(tools, "bin", "versitygw")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("versitygw is not installed (not in PATH nor %s; TASKGRAPH_VERSITYGW unset)", p)
+	p, err := builtVersitygw()
+	if err != nil {
+		return "", fmt.Errorf("versitygw is neither in TASKGRAPH_VERSITYGW nor in PATH, and building it failed: %w", err)
 	}
 	return p, nil
 }
