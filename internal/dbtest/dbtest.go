@@ -1,10 +1,16 @@
 // Package dbtest gives tests a fresh database of every supported kind:
 // a SQLite file in the test's temporary directory, and a PostgreSQL schema of
-// its own (dropped afterwards) in the database named by TASKGRAPH_TEST_PG.
+// its own (dropped afterwards).
 //
-// PostgreSQL is not optional: when it cannot be reached the test fails,
-// saying how to point it at a server. TASKGRAPH_TEST_PG=off runs the SQLite
-// half alone, for a laptop without PostgreSQL; CI never sets it.
+// The PostgreSQL server is TASKGRAPH_TEST_PG, if set. Unset, it is the
+// default (DefaultPostgres) if that answers within a few seconds, else a
+// throwaway cluster of the test process's own (internal/pgcluster's
+// Shared: initdb and postgres on a free loopback port, one for every test
+// of the process, gone with it), so that `go test ./...` needs nothing but
+// PostgreSQL's server programs installed. PostgreSQL is not optional: when
+// there is no server the test fails, saying what to install or set.
+// TASKGRAPH_TEST_PG=off runs the SQLite half alone, for a laptop without
+// PostgreSQL; CI never sets it.
 package dbtest
 
 import (
@@ -12,16 +18,21 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	_ "github.com/lib/pq" // PostgreSQL driver
+
+	"github.com/taskgraph/taskgraph/internal/pgcluster"
 )
 
-// DefaultPostgres is used when TASKGRAPH_TEST_PG is unset.
+// DefaultPostgres is used when TASKGRAPH_TEST_PG is unset, if it answers.
 const DefaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // Driver is one kind of database.
@@ -79,19 +90,78 @@ func SQLite(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "taskgraph.db")
 }
 
-// PostgresBase is the server tests use.
+// PostgresBase is the server tests use (see the package's comment): the
+// process's own cluster is started at the first call that needs it. When
+// there is no server at all it returns DefaultPostgres, to which
+// connections then fail; Postgres(t) says why.
 func PostgresBase() string {
-	if v := os.Getenv("TASKGRAPH_TEST_PG"); v != "" && v != "off" {
-		return v
+	b, err := postgresBase()
+	if err != nil {
+		return DefaultPostgres
 	}
-	return DefaultPostgres
+	return b
+}
+
+var (
+	baseOnce sync.Once
+	base     string
+	baseErr  error
+)
+
+func postgresBase() (string, error) {
+	if v := os.Getenv("TASKGRAPH_TEST_PG"); v != "" && v != "off" {
+		return v, nil
+	}
+	baseOnce.Do(func() { base, baseErr = defaultOrOwn(DefaultPostgres) })
+	return base, baseErr
+}
+
+// answerTimeout is how long the default server has to answer: a server on
+// this machine answers in milliseconds.
+const answerTimeout = 3 * time.Second
+
+// defaultOrOwn returns def if a PostgreSQL there accepts a session within
+// answerTimeout (not just a connection: a stock server that wants a
+// password, or has no database "test", is no use to the tests either),
+// else the DSN of the process's own cluster.
+func defaultOrOwn(def string) (string, error) {
+	db, err := sql.Open("postgres", def)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
+	err = db.PingContext(ctx)
+	cancel()
+	_ = db.Close()
+	if err == nil {
+		return def, nil
+	}
+	c, cerr := pgcluster.Shared()
+	if cerr != nil {
+		or := ""
+		if errors.Is(cerr, pgcluster.ErrNotInstalled) {
+			or = ", or point TASKGRAPH_TEST_PG at a server (TASKGRAPH_TEST_PG=off runs only the SQLite half)"
+		}
+		return "", fmt.Errorf("no PostgreSQL answers at %s (%v), and the test process cannot start one of its own: %v%s", hostOf(def), err, cerr, or)
+	}
+	return c.DSN, nil
+}
+
+func hostOf(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return dsn
 }
 
 // Postgres creates a schema of its own and returns a DSN whose search_path
 // points at it. The schema is dropped when the test ends.
 func Postgres(t testing.TB) string {
 	t.Helper()
-	base := PostgresBase()
+	base, err := postgresBase()
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
 	db, err := sql.Open("postgres", base)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
