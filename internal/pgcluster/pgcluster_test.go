@@ -79,8 +79,25 @@ func TestStartStopStart(t *testing.T) {
 		if n, err := query(c.DSN, "SELECT count(*)::text FROM kept"); err != nil || n != "0" {
 			t.Fatalf("after a restart: %q %v", n, err)
 		}
-		if n := c.TerminateBackends(t, "%"); n != 0 {
-			t.Errorf("terminated %d backends of nobody", n)
+		// A session of the application "victim" is ended, others not.
+		victim, err := sql.Open("postgres", c.DSN+"&application_name=victim")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer victim.Close()
+		conn, err := victim.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := conn.PingContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.TerminateBackends(t, "victim"); n != 1 {
+			t.Errorf("terminated %d backends, want the victim's", n)
+		}
+		if err := conn.PingContext(context.Background()); err == nil {
+			t.Error("the victim's session survived")
 		}
 	})
 	if _, err := os.Stat(c.dir); !errors.Is(err, os.ErrNotExist) {
