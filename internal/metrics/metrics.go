@@ -20,7 +20,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/store"
-	"github.com/taskgraph/taskgraph/worker"
 )
 
 // Metrics holds a node's collectors.
@@ -36,8 +35,6 @@ type Metrics struct {
 	counts     *taskCounts            // nil until Register is given a client
 	notices    *prometheus.CounterVec // see RegisterAlerts
 }
-
-var _ worker.Recorder = (*Metrics)(nil)
 
 // Sources are what the gauges read at scrape time. Nil fields are skipped.
 type Sources struct {
