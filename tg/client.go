@@ -218,7 +218,7 @@ func (c *Client) Stop(ctx context.Context) error {
 }
 
 // Handler is the node's HTTP face, to mount in the program's own mux:
-// GraphQL at /query (with its subscriptions), the console under /ui/ (and
+// GraphQL at /query (with its subscriptions), the console under /console/ (and
 // / leading there), downloads at /download/, and /healthz, /readyz and
 // /metrics. It authenticates as the server does (the settings token-file
 // and jwt-*): without either, whoever reaches it is an admin, so mount it
