@@ -129,6 +129,13 @@ func (c Config) settings() map[string]string {
 			s[name] = v
 		}
 	}
+	// The Client listens on nothing of its own (Handler is mounted by the
+	// program): without the setting public-url, links it hands out
+	// (downloads) are relative to the address a client asked, not to the
+	// server's default address.
+	if _, ok := s["addr"]; !ok {
+		s["addr"] = "127.0.0.1:0"
+	}
 	set("db", c.Database)
 	set("data-dir", c.DataDir)
 	set("secret-key", c.SecretKey)
@@ -224,13 +231,27 @@ func (c *Client) Stop(ctx context.Context) error {
 // and jwt-*): without either, whoever reaches it is an admin, so mount it
 // on a loopback address or behind the program's own authentication.
 // Without RoleAPI only the health, readiness and metrics endpoints are
-// served.
+// served. Download links are relative (/download/...) unless the setting
+// public-url says where clients reach the program.
 func (c *Client) Handler() http.Handler { return c.app.Handler }
 
 // DB is the Client's connection pool. A transaction for CreateTx and
 // CreateManyTx is begun on it (on PostgreSQL, one on any connection to the
 // same database and schema does too).
 func (c *Client) DB() *sql.DB { return c.app.Store.DB() }
+
+// Tx runs fn in a transaction of the Client's database and commits it
+// when fn returns nil (rolls it back, and returns fn's error, otherwise):
+// a transaction for the program's own writes and CreateTx, that takes
+// turns with the node's own writes. On SQLite, which has one writer at a
+// time, prefer it to beginning one on DB(): many concurrent transactions
+// begun there wait for each other in SQLite's busy handler, and one may
+// give up with SQLITE_BUSY. fn runs again, in a new transaction, after a
+// serialization failure, a deadlock or a busy database: it must do all of
+// its writes through tx.
+func (c *Client) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return c.app.Store.SQL(ctx, fn)
+}
 
 // beforeStart runs f while the Client has not started (registrations).
 func (c *Client) beforeStart(f func() error) error {

@@ -2,7 +2,9 @@ package tg_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -288,8 +290,11 @@ func TestCreateTxCommitsOrLeavesNothing(t *testing.T) {
 	})
 }
 
+// errRolledBack rolls a transaction of Client.Tx back.
+var errRolledBack = errors.New("rolled back")
+
 // TestCreateTxUnderLoad: goroutines each commit or roll back, at random,
-// transactions that save an order and create its task. Every committed
+// transactions of Client.Tx that save an order and create its task. Every committed
 // task runs exactly once; no rolled-back one is ever run, read or
 // published. (createTxLoad transactions: 10,000 in the long tier.)
 func TestCreateTxUnderLoad(t *testing.T) {
@@ -311,24 +316,23 @@ func TestCreateTxUnderLoad(t *testing.T) {
 						return
 					}
 					commit := rand.IntN(2) == 0
-					task, err := func() (*tgtype.Task, error) {
-						tx, err := s.c.DB().BeginTx(ctx, nil)
-						if err != nil {
-							return nil, err
-						}
-						defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+					var task *tgtype.Task
+					err := s.c.Tx(ctx, func(tx *sql.Tx) error {
 						if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO orders (id, item) VALUES (?, ?)`), id, "x"); err != nil {
-							return nil, err
+							return err
 						}
-						task, err := s.confirm.CreateTx(ctx, tx, Order{ID: id, Item: "x"})
-						if err != nil {
-							return nil, err
+						var err error
+						if task, err = s.confirm.CreateTx(ctx, tx, Order{ID: id, Item: "x"}); err != nil {
+							return err
 						}
-						if commit {
-							return task, tx.Commit()
+						if !commit {
+							return errRolledBack
 						}
-						return task, tx.Rollback()
-					}()
+						return nil
+					})
+					if errors.Is(err, errRolledBack) {
+						err = nil
+					}
 					if err != nil {
 						t.Errorf("order %d: %v", id, err)
 						return

@@ -12,7 +12,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
@@ -57,6 +60,102 @@ type Config struct {
 // Exporter runs exports and reports.
 type Exporter struct {
 	cfg Config
+
+	mu       sync.RWMutex
+	sources  map[string]Source // of the program's own (AddSource)
+	registry *tasktype.Registry
+}
+
+// builtinSources are what an export reads without a Source of its own.
+var builtinSources = []string{"contacts", "tasks", "audit"}
+
+// Source is an export source of the program's own: a table of its, say.
+type Source struct {
+	Name        string
+	Description string
+	// Columns is the header row.
+	Columns []string
+	// Rows writes the rows q selects through row, one call a row, page by
+	// page: what the export's owner (q.Owner) may see, created in
+	// [q.CreatedAfter, q.CreatedBefore) when they are given. Text cells
+	// are masked and escaped against formula injection by the exporter.
+	Rows func(ctx context.Context, q SourceQuery, row func(cells ...any) error) error
+}
+
+// SourceQuery is what an export asks of a Source.
+type SourceQuery struct {
+	// Owner is the export task's owner, as whom it reads.
+	Owner                       auth.Viewer
+	CreatedAfter, CreatedBefore *time.Time
+	// Params are the export's filter's params, the source's to read.
+	Params map[string]string
+}
+
+var sourceName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,62}$`)
+
+// AddSource adds an export source: exports may name it from now on (the
+// export type's schema lists it).
+func (e *Exporter) AddSource(src Source) error {
+	switch {
+	case !sourceName.MatchString(src.Name):
+		return fmt.Errorf("exporter: source name %q must match %s", src.Name, sourceName)
+	case slices.Contains(builtinSources, src.Name):
+		return fmt.Errorf("exporter: source %s is built in", src.Name)
+	case src.Rows == nil || len(src.Columns) == 0:
+		return fmt.Errorf("exporter: source %s needs columns and rows", src.Name)
+	}
+	e.mu.Lock()
+	if _, dup := e.sources[src.Name]; dup {
+		e.mu.Unlock()
+		return fmt.Errorf("exporter: source %s registered twice", src.Name)
+	}
+	if e.sources == nil {
+		e.sources = map[string]Source{}
+	}
+	e.sources[src.Name] = src
+	r := e.registry
+	e.mu.Unlock()
+	if r != nil {
+		t, err := e.exportType()
+		if err != nil {
+			return err
+		}
+		r.Replace(t)
+	}
+	return nil
+}
+
+// sourceNames are every source an export may name.
+func (e *Exporter) sourceNames() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	names := slices.Clone(builtinSources)
+	for n := range e.sources {
+		names = append(names, n)
+	}
+	slices.Sort(names[len(builtinSources):])
+	return names
+}
+
+// exportType is the export task type, its input's source one of the
+// sources registered now.
+func (e *Exporter) exportType() (*tasktype.Type, error) {
+	names := e.sourceNames()
+	return tasktype.New(ExportType, storeFailuresWait(e.export),
+		tasktype.WithDescription("Exports contacts, tasks, (admins) the audit trail, or a source of the program's own, matching a filter, to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
+		tasktype.WithTimeout(time.Hour),
+		tasktype.WithConcurrency(4),
+		tasktype.WithSchemaPatch(func(s map[string]any) {
+			if props, ok := s["properties"].(map[string]any); ok {
+				if src, ok := props["source"].(map[string]any); ok {
+					enum := make([]any, len(names))
+					for i, n := range names {
+						enum[i] = n
+					}
+					src["enum"] = enum
+				}
+			}
+		}))
 }
 
 // New validates cfg.
@@ -76,12 +175,19 @@ func New(cfg Config) (*Exporter, error) {
 	return &Exporter{cfg: cfg}, nil
 }
 
-// Register adds the export and report task types to r.
+// Register adds the export and report task types to r; a source added
+// later replaces the export type with one whose schema lists it.
 func (e *Exporter) Register(r *tasktype.Registry) {
-	tasktype.Register(r, ExportType, storeFailuresWait(e.export),
-		tasktype.WithDescription("Exports contacts, tasks or (admins) the audit trail matching a filter to an xlsx or CSV file (download it with artifactDownloadUrl, kind EXPORT)."),
-		tasktype.WithTimeout(time.Hour),
-		tasktype.WithConcurrency(4))
+	t, err := e.exportType()
+	if err != nil {
+		panic(err.Error()) // the built-in schema: program structure
+	}
+	if err := r.Add(t); err != nil {
+		panic(err.Error())
+	}
+	e.mu.Lock()
+	e.registry = r
+	e.mu.Unlock()
 	tasktype.Register(r, ReportType, storeFailuresWait(e.report),
 		tasktype.WithDescription("Writes an aggregate report (task outcomes per type and day, contacts per city) as xlsx with a summary sheet (kind REPORT)."),
 		tasktype.WithTimeout(30*time.Minute),
@@ -98,8 +204,9 @@ func storeFailuresWait[I any](h func(context.Context, *tasktype.Job, I) error) f
 
 // ExportInput is the input of an export task.
 type ExportInput struct {
-	// Source is what to export: an import target (contacts), tasks, or
-	// the audit trail (admins only: the rule of the auditLogs query).
+	// Source is what to export: an import target (contacts), tasks, the
+	// audit trail (admins only: the rule of the auditLogs query), or a
+	// source of the program's own (the schema lists those registered).
 	Source string       `json:"source" jsonschema:"enum=contacts,enum=tasks,enum=audit"`
 	Format string       `json:"format,omitempty" jsonschema:"enum=xlsx,enum=csv,description=Default xlsx"`
 	Filter ExportFilter `json:"filter,omitempty"`
@@ -123,6 +230,8 @@ type ExportFilter struct {
 	// All: created_at in [createdAfter, createdBefore).
 	CreatedAfter  *time.Time `json:"createdAfter,omitempty"`
 	CreatedBefore *time.Time `json:"createdBefore,omitempty"`
+	// A source of the program's own: what it takes, by name.
+	Params map[string]string `json:"params,omitempty" jsonschema:"maxProperties=20"`
 }
 
 // Validate checks what the schema cannot.
@@ -131,6 +240,9 @@ func (in *ExportInput) Validate() error {
 	contacts := f.City != "" || f.ImportTaskID != 0
 	tasks := f.Type != "" || len(f.Status) > 0 || f.ResultStatus != ""
 	audit := f.Actor != "" || len(f.Action) > 0 || f.Outcome != "" || f.TaskID != 0
+	if len(f.Params) > 0 && slices.Contains(builtinSources, in.Source) {
+		return fmt.Errorf("filter: params apply to a source of the program's own, not to %s", in.Source)
+	}
 	switch in.Source {
 	case "contacts":
 		if tasks || audit {
@@ -153,6 +265,10 @@ func (in *ExportInput) Validate() error {
 			if !lifecycle.Status(s).Valid() {
 				return fmt.Errorf("filter: unknown status %q", s)
 			}
+		}
+	default: // a source of the program's own
+		if contacts || tasks || audit {
+			return fmt.Errorf("filter: only createdAfter, createdBefore and params apply to %s", in.Source)
 		}
 	}
 	return nil
@@ -192,7 +308,7 @@ func (e *Exporter) export(ctx context.Context, job *tasktype.Job, in ExportInput
 		case "audit":
 			rows, err = e.exportAudit(asOwner, job, out, in.Filter)
 		default:
-			err = tasktype.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
+			rows, err = e.exportSource(asOwner, job, out, in)
 		}
 		if err != nil {
 			return err
@@ -208,6 +324,41 @@ func (e *Exporter) export(ctx context.Context, job *tasktype.Job, in ExportInput
 	job.Info("export written", "rows", rows, "file", name)
 	job.SetResultStatus("SUCCESS")
 	return job.SetResult(ExportResult{Rows: rows, File: name, Format: string(format)})
+}
+
+// exportSource writes a source of the program's own.
+func (e *Exporter) exportSource(ctx context.Context, job *tasktype.Job, out spreadsheet.Writer, in ExportInput) (int, error) {
+	e.mu.RLock()
+	src, ok := e.sources[in.Source]
+	e.mu.RUnlock()
+	if !ok {
+		return 0, tasktype.NonRetryable(fmt.Errorf("unknown export source %q", in.Source))
+	}
+	f := in.Filter
+	header := make([]any, len(src.Columns))
+	for i, c := range src.Columns {
+		header[i] = c
+	}
+	if err := out.Row(header...); err != nil {
+		return 0, err
+	}
+	v, _ := auth.FromContext(ctx)
+	n := 0
+	err := src.Rows(ctx, SourceQuery{Owner: v, CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, Params: f.Params}, func(cells ...any) error {
+		if err := out.Row(cells...); err != nil {
+			return err
+		}
+		n++
+		if n%e.cfg.PageSize == 0 {
+			job.Progress(int64(n), int64(n))
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		return n, fmt.Errorf("export %s: %w", src.Name, err)
+	}
+	job.Progress(int64(n), int64(n))
+	return n, nil
 }
 
 // exportContacts pages through contacts (never the whole table in memory),

@@ -440,6 +440,19 @@ func (s *Store) In(ctx context.Context, sqlTx *sql.Tx, fn func(tx *Tx) error) er
 	return nil
 }
 
+// SQL runs fn in a transaction of the store's database that takes turns
+// with the store's own writes — on SQLite one writing transaction at a
+// time in the process (and in turn with the other processes on the file),
+// so that a caller's many concurrent transactions do not starve each other
+// or the store in SQLite's busy handler — and commits it when fn returns
+// nil, rolls it back otherwise and returns fn's error. fn is run again, in
+// a new transaction, after a serialization failure, a deadlock or a busy
+// database: it must do all of its writes through tx. The store's writes in
+// it (Store.In, on tx) are published once it committed.
+func (s *Store) SQL(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.write(ctx, func(t *txn) error { return fn(t.sqlTx) })
+}
+
 // write runs fn in a transaction, retrying it when the database reports a
 // serialization failure or deadlock, and publishes what fn recorded after the
 // commit succeeded, in commit order (see publishOrder).

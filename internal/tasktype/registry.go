@@ -46,9 +46,10 @@ type Type struct {
 	// the retry policy to decide on.
 	StallAction StallAction
 
-	schema *jsonschema.Schema
-	decode func(json.RawMessage) (any, error)
-	handle func(ctx context.Context, job *Job, in any) error
+	schema      *jsonschema.Schema
+	schemaPatch func(map[string]any)
+	decode      func(json.RawMessage) (any, error)
+	handle      func(ctx context.Context, job *Job, in any) error
 }
 
 // Validate checks an input against the type's schema and its Go type
@@ -215,33 +216,10 @@ func New[In any](name string, handle func(ctx context.Context, job *Job, in In) 
 	if !typeName.MatchString(name) {
 		return nil, fmt.Errorf("tasktype: task type name %q must match %s", name, typeName)
 	}
-	ref := invjs.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
-	var zero In
-	sch := ref.ReflectFromType(reflect.TypeOf(zero))
-	sch.Version = ""
-	raw, err := json.Marshal(sch)
-	if err != nil {
-		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
-	}
-	c := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
-	}
-	url := "mem://taskgraph/" + name + ".json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
-	}
-	compiled, err := c.Compile(url)
-	if err != nil {
-		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
-	}
 	t := &Type{
 		Name:        name,
-		InputSchema: raw,
 		Timeout:     5 * time.Minute,
 		RetryPolicy: DefaultPolicyName,
-		schema:      compiled,
 		decode: func(input json.RawMessage) (any, error) {
 			var in In
 			dec := json.NewDecoder(bytes.NewReader(input))
@@ -266,7 +244,45 @@ func New[In any](name string, handle func(ctx context.Context, job *Job, in In) 
 	if t.StallAction == "" {
 		t.StallAction = StallFlag
 	}
+	ref := invjs.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
+	var zero In
+	sch := ref.ReflectFromType(reflect.TypeOf(zero))
+	sch.Version = ""
+	raw, err := json.Marshal(sch)
+	if err != nil {
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
+	}
+	if t.schemaPatch != nil {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
+		}
+		t.schemaPatch(m)
+		if raw, err = json.Marshal(m); err != nil {
+			return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
+		}
+	}
+	c := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
+	}
+	url := "mem://taskgraph/" + name + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
+	}
+	if t.schema, err = c.Compile(url); err != nil {
+		return nil, fmt.Errorf("tasktype: schema of %q: %v", name, err)
+	}
+	t.InputSchema = raw
 	return t, nil
+}
+
+// WithSchemaPatch changes the JSON Schema reflected from a type's input
+// before it is compiled: an enum of names known only at run time (the
+// export's sources), say. patch gets the schema as decoded JSON.
+func WithSchemaPatch(patch func(schema map[string]any)) Option {
+	return func(t *Type) { t.schemaPatch = patch }
 }
 
 // ErrDuplicate is matched by errors.Is for the error of Add when a type
@@ -282,6 +298,14 @@ func (r *Registry) Add(t *Type) error {
 	}
 	r.types[t.Name] = t
 	return nil
+}
+
+// Replace registers t in the place of the type of its name, registered or
+// not (a type whose schema changed: the export's, when a source is added).
+func (r *Registry) Replace(t *Type) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.types[t.Name] = t
 }
 
 // Lookup returns a registered type.
