@@ -59,10 +59,13 @@ type flusher struct {
 	space chan struct{}
 	kick  chan struct{}
 
-	mu            sync.Mutex
-	logs          []store.LogLine
-	prog          map[store.Token]store.Progress
-	outcomes      []store.Outcome
+	mu       sync.Mutex
+	logs     []store.LogLine
+	prog     map[store.Token]store.Progress
+	outcomes []store.Outcome
+	// writing are the outcomes being written now (by flush), out of
+	// outcomes and not yet answered.
+	writing       []store.Outcome
 	droppedLogs   int
 	lastProgFlush time.Time
 	closed        bool
@@ -154,6 +157,32 @@ func (f *flusher) finish(ctx context.Context, o store.Outcome) bool {
 	return true
 }
 
+// unwritten returns the tokens of the outcomes queued or being written:
+// their handlers have returned, and until an outcome is written its
+// execution is still this node's, kept alive by its heartbeats.
+func (f *flusher) unwritten() []store.Token {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]store.Token, 0, len(f.outcomes)+len(f.writing))
+	for _, o := range f.writing {
+		out = append(out, o.Token)
+	}
+	for _, o := range f.outcomes {
+		out = append(out, o.Token)
+	}
+	return out
+}
+
+// holds reports whether an outcome of instance id waits to be written.
+func (f *flusher) holds(id int) bool {
+	for _, tok := range f.unwritten() {
+		if tok.InstanceID == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *flusher) nudge() {
 	select {
 	case f.kick <- struct{}{}:
@@ -239,6 +268,7 @@ func (f *flusher) flush(ctx context.Context, all bool) error {
 		f.lastProgFlush = now
 	}
 	f.logs, f.outcomes = nil, nil
+	f.writing = outcomes
 	dropped := f.droppedLogs
 	f.droppedLogs = 0
 	f.mu.Unlock()
@@ -246,6 +276,11 @@ func (f *flusher) flush(ctx context.Context, all bool) error {
 	if dropped > 0 {
 		f.log.Warn("log lines dropped: the database did not keep up", "count", dropped)
 	}
+	defer func() {
+		f.mu.Lock()
+		f.writing = nil
+		f.mu.Unlock()
+	}()
 	putBack := func() {
 		f.mu.Lock()
 		f.logs = append(logs, f.logs...)

@@ -310,3 +310,44 @@ func TestFlusherTellsTheOwnerOfWritesRefusedAsMovedOn(t *testing.T) {
 	require.NoError(t, f.flush(context.Background(), false))
 	require.Equal(t, []store.Token{moved}, lost)
 }
+
+// TestFlusherSaysWhatItHasNotWrittenYet: an outcome queued, or being
+// written, is unwritten (the pool keeps its execution's heartbeats going),
+// until its write answered; a failed write puts it back, still unwritten.
+func TestFlusherSaysWhatItHasNotWrittenYet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	writing, release := make(chan struct{}), make(chan struct{})
+	fail := true
+	c := &fakeCompleter{
+		finish: func(batch []store.Outcome) ([]error, error) {
+			writing <- struct{}{}
+			<-release
+			if fail {
+				return nil, fmt.Errorf("finish: %w", errOutage)
+			}
+			return make([]error, len(batch)), nil
+		},
+	}
+	f := queue(c, 4)
+	require.Empty(t, f.unwritten())
+	require.True(t, f.finish(ctx, success(1)))
+	require.Equal(t, []store.Token{success(1).Token}, f.unwritten(), "queued")
+	done := make(chan error, 1)
+	go func() { done <- f.flush(ctx, true) }()
+	<-writing
+	require.True(t, f.finish(ctx, success(2)))
+	require.ElementsMatch(t, []store.Token{success(1).Token, success(2).Token}, f.unwritten(), "being written, and queued")
+	require.True(t, f.holds(1))
+	require.False(t, f.holds(3))
+	release <- struct{}{}
+	require.ErrorIs(t, <-done, errOutage)
+	require.ElementsMatch(t, []store.Token{success(1).Token, success(2).Token}, f.unwritten(), "put back after a failed write")
+	fail = false
+	go func() { done <- f.flush(ctx, true) }()
+	<-writing
+	release <- struct{}{}
+	require.NoError(t, <-done)
+	require.Empty(t, f.unwritten(), "written")
+	require.False(t, f.holds(1))
+}

@@ -582,6 +582,15 @@ func firstLine(s string) string {
 	return s
 }
 
+// Holds reports whether this pool runs the execution of instance id, or
+// holds its outcome to write: the execution's worker is alive, whatever
+// its heartbeats say (they may wait behind the node's own writes). The
+// watchdog of the same node asks it before it takes an execution for dead
+// (WatchdogConfig.Holds).
+func (p *Pool) Holds(instanceID int) bool {
+	return p.running.instance(instanceID) != nil || p.writes.holds(instanceID)
+}
+
 // release frees an execution's slot.
 func (p *Pool) release(ex *execution) {
 	p.running.remove(ex)
@@ -610,16 +619,24 @@ func (p *Pool) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// beat sends one heartbeat for every running execution and acts on the
-// answer: stop executions that were moved on, cancel those asked to.
+// beat sends one heartbeat for every running execution, and for every one
+// whose handler returned but whose outcome waits to be written (a write
+// that waits long — behind a burst of other writes, a database that lags
+// — must not get a finished execution recovered and run again), and acts
+// on the answer: stop executions that were moved on, cancel those asked
+// to.
 func (p *Pool) beat(ctx context.Context) {
 	running := p.running.snapshot()
-	if len(running) == 0 {
+	unwritten := p.writes.unwritten()
+	if len(running)+len(unwritten) == 0 {
 		return
 	}
-	pulses := make([]store.Pulse, len(running))
-	for i, ex := range running {
-		pulses[i] = store.Pulse{Token: ex.c.Token(), MovedAt: ex.ctl.MovedAt()}
+	pulses := make([]store.Pulse, 0, len(running)+len(unwritten))
+	for _, ex := range running {
+		pulses = append(pulses, store.Pulse{Token: ex.c.Token(), MovedAt: ex.ctl.MovedAt()})
+	}
+	for _, tok := range unwritten {
+		pulses = append(pulses, store.Pulse{Token: tok})
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatInterval)
 	beat, err := p.deps.Store.Pulse(callCtx, pulses)

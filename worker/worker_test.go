@@ -555,6 +555,26 @@ func TestWatchdog(t *testing.T) {
 			require.Len(t, logs, 1)
 			require.Contains(t, logs[0].Message, "watchdog")
 		})
+		t.Run("LeavesWhatItsOwnNodesPoolHoldsToThePool", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
+			tk := b.create(t, "noop", nil)
+			c := claim(t, b, "noop")
+			held := func(id int) bool { return id == c.Instance.ID }
+			w := watchdog(t, b, worker.WatchdogConfig{HeartbeatTimeout: 30 * time.Second, Holds: held})
+			b.clock.Advance(31 * time.Second)
+			res, err := w.Pass(ctx)
+			require.NoError(t, err)
+			require.Zero(t, res.StaleHeartbeats, "its worker is this node: alive, whatever its heartbeats say")
+			got, err := b.store.TaskByID(ctx, tk.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.Executing, got.Status)
+			// Its timeout still ends it.
+			b.clock.Advance(time.Minute)
+			res, err = w.Pass(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.TimedOut)
+		})
 		t.Run("FailsWhenNoAttemptIsLeft", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})

@@ -522,6 +522,11 @@ func (a *App) newWatchdogRole(context.Context, *cleanup) error {
 		wc.Quiet = a.quiet("watchdog")
 	}
 	wc.Logger = a.Log
+	if a.Pool != nil && wc.Holds == nil {
+		// What this node's own pool runs, or holds the outcome of, is
+		// alive: only other nodes' executions are judged by heartbeats.
+		wc.Holds = a.Pool.Holds
+	}
 	if wc.StallAfter == nil {
 		wc.StallAfter = func(typ string) time.Duration {
 			if t, ok := a.Registry.Lookup(typ); ok {
