@@ -17,10 +17,10 @@ import (
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/serverbin"
 
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/internal/access"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/worker"
 )

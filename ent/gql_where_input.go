@@ -10,8 +10,8 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // AuditLogWhereInput represents a where input for filtering AuditLog queries.

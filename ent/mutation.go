@@ -24,11 +24,11 @@ import (
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // Task is the model entity for the Task schema.

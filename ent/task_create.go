@@ -12,10 +12,10 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TaskCreate is the builder for creating a Task entity.

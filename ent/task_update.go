@@ -15,10 +15,10 @@ import (
 	"entgo.io/ent/schema/field"
 	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TaskUpdate is the builder for updating Task entities.

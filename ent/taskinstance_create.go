@@ -11,9 +11,9 @@ import (
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TaskInstanceCreate is the builder for creating a TaskInstance entity.

@@ -14,8 +14,8 @@ import (
 	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
 	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // TaskInstanceUpdate is the builder for updating TaskInstance entities.

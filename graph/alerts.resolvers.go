@@ -13,9 +13,9 @@ import (
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/alertincident"
 	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/internal/alert"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // Kind is the resolver for the kind field.

@@ -9,9 +9,9 @@ import (
 	"context"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/internal/engine"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // BulkTaskAction is the resolver for the bulkTaskAction field.

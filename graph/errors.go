@@ -14,10 +14,10 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/access"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/outage"
 	"github.com/taskgraph/taskgraph/internal/ratelimit"
 	"github.com/taskgraph/taskgraph/internal/store"

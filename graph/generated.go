@@ -25,12 +25,12 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/graph/scalar"
 	"github.com/taskgraph/taskgraph/internal/flow"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/nodes"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -3517,7 +3517,7 @@ scalar Cursor
 """
 ErrorKind is enum for the field error_kind
 """
-enum ErrorKind @goModel(model: "github.com/taskgraph/taskgraph/internal/lifecycle.ErrorKind") {
+enum ErrorKind @goModel(model: "github.com/taskgraph/taskgraph/ent/schema/lifecycle.ErrorKind") {
   RETRYABLE
   NON_RETRYABLE
   RESOURCE
@@ -4537,7 +4537,7 @@ enum TaskResultStatus @goModel(model: "github.com/taskgraph/taskgraph/ent/task.R
 """
 TaskStatus is enum for the field status
 """
-enum TaskStatus @goModel(model: "github.com/taskgraph/taskgraph/internal/lifecycle.Status") {
+enum TaskStatus @goModel(model: "github.com/taskgraph/taskgraph/ent/schema/lifecycle.Status") {
   PENDING
   EXECUTING
   SUCCESS
@@ -6095,7 +6095,7 @@ func (ec *executionContext) field_Mutation_bulkTaskAction_args(ctx context.Conte
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "action",
 		func(ctx context.Context, v any) (lifecycle.Action, error) {
-			return ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, v)
+			return ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐAction(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -6735,7 +6735,7 @@ func (ec *executionContext) field_Query_bulkPreview_args(ctx context.Context, ra
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "action",
 		func(ctx context.Context, v any) (lifecycle.Action, error) {
-			return ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, v)
+			return ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐAction(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -8056,7 +8056,7 @@ func (ec *executionContext) _AlertRule_errorKind(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
-			return ec.marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx, selections, v)
+			return ec.marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐErrorKind(ctx, selections, v)
 		},
 		true,
 		false,
@@ -9122,7 +9122,7 @@ func (ec *executionContext) _BulkStatusCount_status(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13932,7 +13932,7 @@ func (ec *executionContext) _StatusCount_status(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14323,7 +14323,7 @@ func (ec *executionContext) _Task_status(ctx context.Context, field graphql.Coll
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -14960,7 +14960,7 @@ func (ec *executionContext) _Task_availableActions(ctx context.Context, field gr
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
-			return ec.marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐActionᚄ(ctx, selections, v)
+			return ec.marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐActionᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -15437,7 +15437,7 @@ func (ec *executionContext) _TaskInstance_status(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
-			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, selections, v)
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -15690,7 +15690,7 @@ func (ec *executionContext) _TaskInstance_errorKind(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
-			return ec.marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx, selections, v)
+			return ec.marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐErrorKind(ctx, selections, v)
 		},
 		true,
 		false,
@@ -18048,7 +18048,7 @@ func (ec *executionContext) unmarshalInputAlertRuleInput(ctx context.Context, ob
 			it.Owner = data
 		case "errorKind":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("errorKind"))
-			data, err := ec.unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx, v)
+			data, err := ec.unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐErrorKind(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -22029,28 +22029,28 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 			it.TitleContainsFold = data
 		case "status":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("status"))
-			data, err := ec.unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Status = data
 		case "statusNEQ":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statusNEQ"))
-			data, err := ec.unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.StatusNEQ = data
 		case "statusIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statusIn"))
-			data, err := ec.unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatusᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.StatusIn = data
 		case "statusNotIn":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statusNotIn"))
-			data, err := ec.unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx, v)
+			data, err := ec.unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatusᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -27808,23 +27808,23 @@ func (ec *executionContext) marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraph
 	return ec._Task(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx context.Context, v any) (lifecycle.Action, error) {
+func (ec *executionContext) unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐAction(ctx context.Context, v any) (lifecycle.Action, error) {
 	var res lifecycle.Action
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx context.Context, sel ast.SelectionSet, v lifecycle.Action) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐAction(ctx context.Context, sel ast.SelectionSet, v lifecycle.Action) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐActionᚄ(ctx context.Context, v any) ([]lifecycle.Action, error) {
+func (ec *executionContext) unmarshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐActionᚄ(ctx context.Context, v any) ([]lifecycle.Action, error) {
 	vSlice := graphql.CoerceList(v)
 	var err error
 	res := make([]lifecycle.Action, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐAction(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -27832,11 +27832,11 @@ func (ec *executionContext) unmarshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋt
 	return res, nil
 }
 
-func (ec *executionContext) marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐActionᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐActionᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐAction(ctx, sel, v[i])
+		return ec.marshalNTaskAction2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐAction(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -27981,13 +27981,13 @@ func (ec *executionContext) marshalNTaskStats2ᚖgithubᚗcomᚋtaskgraphᚋtask
 	return ec._TaskStats(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, v any) (lifecycle.Status, error) {
+func (ec *executionContext) unmarshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx context.Context, v any) (lifecycle.Status, error) {
 	var res lifecycle.Status
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
+func (ec *executionContext) marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
 	return v
 }
 
@@ -28606,7 +28606,7 @@ func (ec *executionContext) marshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCu
 	return v
 }
 
-func (ec *executionContext) unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx context.Context, v any) (*lifecycle.ErrorKind, error) {
+func (ec *executionContext) unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐErrorKind(ctx context.Context, v any) (*lifecycle.ErrorKind, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -28615,7 +28615,7 @@ func (ec *executionContext) unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋta
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐErrorKind(ctx context.Context, sel ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
+func (ec *executionContext) marshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐErrorKind(ctx context.Context, sel ast.SelectionSet, v *lifecycle.ErrorKind) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -29264,7 +29264,7 @@ func (ec *executionContext) marshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgraph
 	return v
 }
 
-func (ec *executionContext) unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx context.Context, v any) ([]lifecycle.Status, error) {
+func (ec *executionContext) unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatusᚄ(ctx context.Context, v any) ([]lifecycle.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29273,7 +29273,7 @@ func (ec *executionContext) unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋt
 	res := make([]lifecycle.Status, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}
@@ -29281,14 +29281,14 @@ func (ec *executionContext) unmarshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋt
 	return res, nil
 }
 
-func (ec *executionContext) marshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []lifecycle.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx, sel, v[i])
+		return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -29300,7 +29300,7 @@ func (ec *executionContext) marshalOTaskStatus2ᚕgithubᚗcomᚋtaskgraphᚋtas
 	return ret
 }
 
-func (ec *executionContext) unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, v any) (*lifecycle.Status, error) {
+func (ec *executionContext) unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx context.Context, v any) (*lifecycle.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -29309,7 +29309,7 @@ func (ec *executionContext) unmarshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋt
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v *lifecycle.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOTaskStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx context.Context, sel ast.SelectionSet, v *lifecycle.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

@@ -14,11 +14,11 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/graph/model"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // CreateTask is the resolver for the createTask field.

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/ratelimit"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"

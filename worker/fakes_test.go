@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskgraph/taskgraph/ent"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/store"

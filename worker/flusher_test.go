@@ -15,10 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/access"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
 

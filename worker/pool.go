@@ -22,9 +22,9 @@ import (
 	"encoding/json"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/outage"
 	"github.com/taskgraph/taskgraph/internal/seal"

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/service"
 	"github.com/taskgraph/taskgraph/internal/store"

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/access"
@@ -21,7 +22,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/fakeclock"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/servicetest"

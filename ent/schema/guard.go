@@ -6,7 +6,7 @@ import (
 
 	"entgo.io/ent"
 
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 )
 
 // statusGuard refuses a status change made through ent unless the store

@@ -11,7 +11,7 @@ import (
 	"entgo.io/ent/schema/field"
 	"entgo.io/ent/schema/index"
 
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 )
 
 // TaskInstance is one execution of a task. A retry creates a new instance and

@@ -8,7 +8,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/taskgraph/taskgraph/ent/predicate"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 )
 
 // ID filters vertices based on their ID field.

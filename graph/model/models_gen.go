@@ -14,7 +14,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/alertchannel"
 	"github.com/taskgraph/taskgraph/ent/alertrule"
 	"github.com/taskgraph/taskgraph/ent/schedule"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 )
 
 type ActionError struct {

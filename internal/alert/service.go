@@ -36,10 +36,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/alertchannel"
 	"github.com/taskgraph/taskgraph/ent/alertincident"
 	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/store"
 )

@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
@@ -18,7 +19,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/flow"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 

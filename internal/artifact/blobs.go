@@ -7,7 +7,7 @@ import (
 	"io"
 	"regexp"
 
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 

@@ -24,9 +24,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
 

@@ -23,6 +23,7 @@ import (
 	"github.com/xuri/excelize/v2"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/artifact"
 	"github.com/taskgraph/taskgraph/internal/auth"
@@ -30,7 +31,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/exporter"
 	"github.com/taskgraph/taskgraph/internal/importer"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // RunImport measures an import end to end — the multipart upload to

@@ -15,10 +15,10 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )

@@ -16,10 +16,10 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/ratelimit"
 	"github.com/taskgraph/taskgraph/internal/seal"

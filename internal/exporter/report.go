@@ -10,10 +10,10 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/artifact"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/spreadsheet"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )

@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	entartifact "github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
@@ -19,7 +20,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/blobtest"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/access"
 	"github.com/taskgraph/taskgraph/internal/audit"
@@ -28,7 +29,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/fakeclock"
 	"github.com/taskgraph/taskgraph/internal/flow"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/store"

@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
 

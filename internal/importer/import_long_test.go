@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/importer"
 	"github.com/taskgraph/taskgraph/internal/importtest"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/spreadsheet"
 )
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	entartifact "github.com/taskgraph/taskgraph/ent/artifact"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
@@ -30,7 +31,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/fakeclock"
 	"github.com/taskgraph/taskgraph/internal/importer"
 	"github.com/taskgraph/taskgraph/internal/importtest"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/spreadsheet"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 	"github.com/taskgraph/taskgraph/worker"

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
@@ -19,7 +20,6 @@ import (
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/importer"
 	"github.com/taskgraph/taskgraph/internal/importtest"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/alertincident"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/internal/auth"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // alertGauges reads, at most every 5 s, the executions flagged as stalled

@@ -10,10 +10,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/fakeclock"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/retention"
 	"github.com/taskgraph/taskgraph/internal/servicetest"
 	"github.com/taskgraph/taskgraph/internal/store"

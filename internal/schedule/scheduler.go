@@ -12,11 +12,11 @@ import (
 	"github.com/taskgraph/taskgraph/ent"
 	entschedule "github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/access"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/service"
 	"github.com/taskgraph/taskgraph/internal/store"
 )

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // ErrStaleToken is the error of a write fenced by an execution's token

@@ -11,8 +11,8 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // Token fences the writes of one execution: the instance it runs and the

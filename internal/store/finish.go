@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // Outcome is how one execution ended, as decided by its worker or by the

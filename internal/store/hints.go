@@ -7,8 +7,8 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // attentionStatuses are the states kept in tasks.attention_status as well

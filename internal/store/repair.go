@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // ErrInconsistent is matched by errors.Is for every *InconsistentError.

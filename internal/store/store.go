@@ -33,9 +33,9 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	_ "github.com/taskgraph/taskgraph/ent/runtime" // defaults and the status guard hooks
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/migrate"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // changingTaskColumns are the columns of tasks that may change after the

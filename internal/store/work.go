@@ -10,11 +10,11 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/events"
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
 )
 
 // maxLogRowsPerTxn bounds the log lines one transaction writes. Their

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/outage"
 )
 

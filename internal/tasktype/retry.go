@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/taskgraph/taskgraph/internal/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 )
 
 // RetryPolicy says how often and how late a failed task is tried again.
