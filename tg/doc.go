@@ -26,10 +26,17 @@
 // caller's (CreateTx), beside the business record it is about: it exists,
 // runs and is published to subscribers only if that transaction commits.
 //
-//	tx, _ := c.DB().BeginTx(ctx, nil)
-//	tx.ExecContext(ctx, `INSERT INTO orders ...`)
-//	reconcile.CreateTx(ctx, tx, Ledger{Day: today}, tg.IdempotencyKey("ledger-"+today))
-//	tx.Commit()
+//	err := c.Tx(ctx, func(tx *sql.Tx) error {
+//		if _, err := tx.ExecContext(ctx, `INSERT INTO orders ...`); err != nil {
+//			return err
+//		}
+//		_, err := reconcile.CreateTx(ctx, tx, Ledger{Day: today}, tg.IdempotencyKey("ledger-"+today))
+//		return err
+//	})
+//
+// Client.Tx takes turns with the node's own writes, as SQLite's one writer
+// asks; on PostgreSQL a transaction begun on DB(), or on any connection to
+// the database, serves as well.
 //
 // Every state change is checked against one transition table, every write
 // of a running handler is fenced by its execution's token, sensitive
