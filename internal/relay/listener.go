@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lib/pq"
@@ -92,6 +93,11 @@ type Listener struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// pings are the pings under way (at most one), outside the loop: pq's
+	// Ping waits for its answer on the connection whose notifications the
+	// loop must keep draining meanwhile, or both wait for ever.
+	pings   sync.WaitGroup
+	pinging atomic.Bool
 	// resyncer re-reads what may have been missed (resync), woken when
 	// changes may have been missed, retried with a backoff until it works.
 	resyncer *service.Loop[int]
@@ -184,7 +190,8 @@ func (l *Listener) Close() {
 	l.cancel()
 	<-l.done
 	l.resyncer.Stop()
-	_ = l.pql.Close()
+	_ = l.pql.Close() // a ping under way returns
+	l.pings.Wait()
 }
 
 // Missed tells the listener that changes committed from about now may not
@@ -276,9 +283,16 @@ func (l *Listener) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ping.C:
-			// Finds a dead connection that TCP has not reported yet.
-			if l.pql.Ping() == nil {
-				l.alive()
+			// Finds a dead connection that TCP has not reported yet. Not
+			// in this goroutine: pq delivers the ping's answer after the
+			// notifications received before it, which this loop drains.
+			if l.pinging.CompareAndSwap(false, true) {
+				l.pings.Go(func() {
+					defer l.pinging.Store(false)
+					if l.pql.Ping() == nil {
+						l.alive()
+					}
+				})
 			}
 		case n := <-l.pql.Notify:
 			if n == nil {
