@@ -265,8 +265,8 @@ func (c *Client) beforeStart(f func() error) error {
 
 // Owner is a user of the API on whose behalf the Client creates and reads
 // tasks (OnBehalfOf): the source of their credentials ("token" for the
-// token file, "jwt" for JWTs), their tenant ("" without tenants) and
-// their name. They then see those tasks in the console and the API as
+// token file, "jwt" for JWTs, "local" for everyone on a server without
+// authentication), their tenant ("" without tenants) and their name. They then see those tasks in the console and the API as
 // their own.
 type Owner struct {
 	Source string
@@ -292,8 +292,17 @@ func viewer(ctx context.Context) (context.Context, error) {
 	if !ok {
 		return auth.NewSystemContext(ctx), nil
 	}
+	var v ValidationError
 	if o.User == "" {
-		return nil, &ValidationError{Problems: []Problem{{Field: "owner", Message: "names no user"}}}
+		v.Problems = append(v.Problems, Problem{Field: "owner.User", Message: "names no user"})
+	}
+	switch o.Source {
+	case auth.SourceToken, auth.SourceJWT, auth.SourceLocal:
+	default:
+		v.Problems = append(v.Problems, Problem{Field: "owner.Source", Message: fmt.Sprintf("%q is not token, jwt or local (where the user's credentials come from)", o.Source)})
+	}
+	if len(v.Problems) > 0 {
+		return nil, &v
 	}
 	return auth.NewContext(ctx, auth.Viewer{User: o.User, Tenant: o.Tenant, Source: o.Source, Role: auth.RoleOperator}), nil
 }
