@@ -582,13 +582,15 @@ func firstLine(s string) string {
 	return s
 }
 
-// Holds reports whether this pool runs the execution of instance id, or
-// holds its outcome to write: the execution's worker is alive, whatever
-// its heartbeats say (they may wait behind the node's own writes). The
-// watchdog of the same node asks it before it takes an execution for dead
-// (WatchdogConfig.Holds).
+// Holds reports whether this pool holds the outcome of instance id's
+// execution to write: its handler has returned and the node is alive,
+// whatever the execution's heartbeats say (they may wait behind the node's
+// own writes). The watchdog of the same node asks it before it takes an
+// execution for dead (WatchdogConfig.Holds). An execution still running
+// is judged by its heartbeats as any other: a handler the pool stopped
+// beating for is recovered on this node as on any other.
 func (p *Pool) Holds(instanceID int) bool {
-	return p.running.instance(instanceID) != nil || p.writes.holds(instanceID)
+	return p.writes.holds(instanceID)
 }
 
 // release frees an execution's slot.

@@ -39,11 +39,11 @@ type WatchdogConfig struct {
 	// progress and logs stood still that long while their heartbeats went
 	// on are flagged (stalled_at), and un-flagged once they move again.
 	StallAfter func(taskType string) time.Duration
-	// Holds, when set, reports whether this node's own pool runs an
-	// execution (by instance id) or holds its outcome to write
-	// (Pool.Holds): such an execution is not recovered for its heartbeats,
-	// which may only wait behind the node's own writes — its worker is
-	// this node, alive. Its timeout still ends it.
+	// Holds, when set, reports whether this node's own pool holds an
+	// execution's outcome to write (by instance id; Pool.Holds): such an
+	// execution is not recovered for its heartbeats, which may only wait
+	// behind the node's own writes — its handler has returned on this
+	// node, alive. Its timeout still ends it.
 	Holds func(instanceID int) bool
 	// OnAction, when set, is told about every applied action ("stale_heartbeat",
 	// "timeout", "cancel_finished", "repair", "stalled", "unstalled"), for

@@ -523,8 +523,8 @@ func (a *App) newWatchdogRole(context.Context, *cleanup) error {
 	}
 	wc.Logger = a.Log
 	if a.Pool != nil && wc.Holds == nil {
-		// What this node's own pool runs, or holds the outcome of, is
-		// alive: only other nodes' executions are judged by heartbeats.
+		// What this node's own pool holds the outcome of is finished on
+		// a live node: it is not judged by its heartbeats.
 		wc.Holds = a.Pool.Holds
 	}
 	if wc.StallAfter == nil {
