@@ -12655,6 +12655,7 @@ type TaskMutation struct {
 	schedule_id        *int
 	addschedule_id     *int
 	schedule_slot      *time.Time
+	trace_parent       *string
 	clearedFields      map[string]struct{}
 	instances          map[int]struct{}
 	removedinstances   map[int]struct{}
@@ -14271,6 +14272,55 @@ func (m *TaskMutation) ResetScheduleSlot() {
 	delete(m.clearedFields, task.FieldScheduleSlot)
 }
 
+// SetTraceParent sets the "trace_parent" field.
+func (m *TaskMutation) SetTraceParent(s string) {
+	m.trace_parent = &s
+}
+
+// TraceParent returns the value of the "trace_parent" field in the mutation.
+func (m *TaskMutation) TraceParent() (r string, exists bool) {
+	v := m.trace_parent
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTraceParent returns the old "trace_parent" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldTraceParent(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTraceParent is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTraceParent requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTraceParent: %w", err)
+	}
+	return oldValue.TraceParent, nil
+}
+
+// ClearTraceParent clears the value of the "trace_parent" field.
+func (m *TaskMutation) ClearTraceParent() {
+	m.trace_parent = nil
+	m.clearedFields[task.FieldTraceParent] = struct{}{}
+}
+
+// TraceParentCleared returns if the "trace_parent" field was cleared in this mutation.
+func (m *TaskMutation) TraceParentCleared() bool {
+	_, ok := m.clearedFields[task.FieldTraceParent]
+	return ok
+}
+
+// ResetTraceParent resets all changes to the "trace_parent" field.
+func (m *TaskMutation) ResetTraceParent() {
+	m.trace_parent = nil
+	delete(m.clearedFields, task.FieldTraceParent)
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by ids.
 func (m *TaskMutation) AddInstanceIDs(ids ...int) {
 	if m.instances == nil {
@@ -14467,7 +14517,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 33)
+	fields := make([]string, 0, 34)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -14567,6 +14617,9 @@ func (m *TaskMutation) Fields() []string {
 	if m.schedule_slot != nil {
 		fields = append(fields, task.FieldScheduleSlot)
 	}
+	if m.trace_parent != nil {
+		fields = append(fields, task.FieldTraceParent)
+	}
 	return fields
 }
 
@@ -14641,6 +14694,8 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.ScheduleID()
 	case task.FieldScheduleSlot:
 		return m.ScheduleSlot()
+	case task.FieldTraceParent:
+		return m.TraceParent()
 	}
 	return nil, false
 }
@@ -14716,6 +14771,8 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldScheduleID(ctx)
 	case task.FieldScheduleSlot:
 		return m.OldScheduleSlot(ctx)
+	case task.FieldTraceParent:
+		return m.OldTraceParent(ctx)
 	}
 	return nil, fmt.Errorf("unknown Task field %s", name)
 }
@@ -14956,6 +15013,13 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetScheduleSlot(v)
 		return nil
+	case task.FieldTraceParent:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTraceParent(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
 }
@@ -15106,6 +15170,9 @@ func (m *TaskMutation) ClearedFields() []string {
 	if m.FieldCleared(task.FieldScheduleSlot) {
 		fields = append(fields, task.FieldScheduleSlot)
 	}
+	if m.FieldCleared(task.FieldTraceParent) {
+		fields = append(fields, task.FieldTraceParent)
+	}
 	return fields
 }
 
@@ -15152,6 +15219,9 @@ func (m *TaskMutation) ClearField(name string) error {
 		return nil
 	case task.FieldScheduleSlot:
 		m.ClearScheduleSlot()
+		return nil
+	case task.FieldTraceParent:
+		m.ClearTraceParent()
 		return nil
 	}
 	return fmt.Errorf("unknown Task nullable field %s", name)
@@ -15259,6 +15329,9 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldScheduleSlot:
 		m.ResetScheduleSlot()
+		return nil
+	case task.FieldTraceParent:
+		m.ResetTraceParent()
 		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)

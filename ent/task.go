@@ -85,6 +85,8 @@ type Task struct {
 	ScheduleID *int `json:"schedule_id,omitempty"`
 	// The slot of its schedule it was created for (runNow: the time it was asked).
 	ScheduleSlot *time.Time `json:"schedule_slot,omitempty"`
+	// The W3C traceparent of the span that created it, when tracing was on: its executions' spans continue that trace, on whichever node runs them.
+	TraceParent *string `json:"trace_parent,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the TaskQuery when eager-loading is set.
 	Edges        TaskEdges `json:"edges"`
@@ -148,7 +150,7 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID:
 			values[i] = new(sql.NullInt64)
-		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason:
+		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldTraceParent:
 			values[i] = new(sql.NullString)
 		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt, task.FieldScheduleSlot:
 			values[i] = new(sql.NullTime)
@@ -382,6 +384,13 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.ScheduleSlot = new(time.Time)
 				*_m.ScheduleSlot = value.Time
 			}
+		case task.FieldTraceParent:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field trace_parent", values[i])
+			} else if value.Valid {
+				_m.TraceParent = new(string)
+				*_m.TraceParent = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -543,6 +552,11 @@ func (_m *Task) String() string {
 	if v := _m.ScheduleSlot; v != nil {
 		builder.WriteString("schedule_slot=")
 		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.TraceParent; v != nil {
+		builder.WriteString("trace_parent=")
+		builder.WriteString(*v)
 	}
 	builder.WriteByte(')')
 	return builder.String()

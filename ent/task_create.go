@@ -391,6 +391,20 @@ func (_c *TaskCreate) SetNillableScheduleSlot(v *time.Time) *TaskCreate {
 	return _c
 }
 
+// SetTraceParent sets the "trace_parent" field.
+func (_c *TaskCreate) SetTraceParent(v string) *TaskCreate {
+	_c.mutation.SetTraceParent(v)
+	return _c
+}
+
+// SetNillableTraceParent sets the "trace_parent" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableTraceParent(v *string) *TaskCreate {
+	if v != nil {
+		_c.SetTraceParent(*v)
+	}
+	return _c
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_c *TaskCreate) AddInstanceIDs(ids ...int) *TaskCreate {
 	_c.mutation.AddInstanceIDs(ids...)
@@ -770,6 +784,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ScheduleSlot(); ok {
 		_spec.SetField(task.FieldScheduleSlot, field.TypeTime, value)
 		_node.ScheduleSlot = &value
+	}
+	if value, ok := _c.mutation.TraceParent(); ok {
+		_spec.SetField(task.FieldTraceParent, field.TypeString, value)
+		_node.TraceParent = &value
 	}
 	if nodes := _c.mutation.InstancesIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{

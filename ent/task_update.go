@@ -536,6 +536,9 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.ScheduleSlotCleared() {
 		_spec.ClearField(task.FieldScheduleSlot, field.TypeTime)
 	}
+	if _u.mutation.TraceParentCleared() {
+		_spec.ClearField(task.FieldTraceParent, field.TypeString)
+	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.O2M,
@@ -1223,6 +1226,9 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.ScheduleSlotCleared() {
 		_spec.ClearField(task.FieldScheduleSlot, field.TypeTime)
+	}
+	if _u.mutation.TraceParentCleared() {
+		_spec.ClearField(task.FieldTraceParent, field.TypeString)
 	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{

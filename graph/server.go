@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -22,16 +23,23 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskgraph/taskgraph/graph/wsgorilla"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/outage"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // ServerConfig configures the GraphQL handler. Zero limits take their
 // defaults.
 type ServerConfig struct {
 	Resolver *Resolver
+	// Tracer, when set, traces each operation (a span named by its type
+	// and name, the parent of what it does: a create's span, whose trace
+	// the task keeps).
+	Tracer trace.Tracer
 	// Auth authenticates the connection_init payload of websockets. HTTP
 	// requests are authenticated before they reach the handler (see
 	// auth.Authenticator.Middleware); nil means an open server.
@@ -314,6 +322,9 @@ func NewServer(cfg ServerConfig) *Server {
 		introspection: cfg.Introspection,
 	})
 	srv.Use(extension.FixedComplexityLimit(cmp.Or(cfg.ComplexityLimit, ComplexityLimitDefault)))
+	if cfg.Tracer != nil {
+		srv.AroundOperations(traceOperations(cfg.Tracer))
+	}
 	srv.AroundOperations(wsRecheck)
 	srv.AroundOperations(onlyStreamsSubscribe)
 	srv.AroundOperations(streamEnds)
@@ -321,4 +332,38 @@ func NewServer(cfg ServerConfig) *Server {
 	srv.SetErrorPresenter(ErrorPresenter(log, cfg.Outages))
 	srv.SetRecoverFunc(RecoverFunc(log))
 	return &Server{Server: srv, conns: conns, sockets: sockets, streams: cfg.Resolver.streams, auth: cfg.Auth}
+}
+
+// traceOperations starts a span for each operation, a child of the trace
+// its request carried (telemetry.Incoming), named "query Name",
+// "mutation Name" or "subscription Name". A query's or mutation's span
+// ends with its response, marked failed when it has errors; a
+// subscription's covers its start (its events are the tasks' own spans).
+func traceOperations(t trace.Tracer) graphql.OperationMiddleware {
+	return func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		oc := graphql.GetOperationContext(ctx)
+		typ, name := "operation", oc.OperationName
+		if oc.Operation != nil {
+			typ = string(oc.Operation.Operation)
+			name = cmp.Or(name, oc.Operation.Name)
+		}
+		ctx, span := t.Start(ctx, strings.TrimSpace(typ+" "+name), trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(telemetry.AttrOpType.String(typ), telemetry.AttrOperation.String(name)))
+		handler := next(ctx)
+		if typ == string(ast.Subscription) {
+			span.End()
+			return handler
+		}
+		var once sync.Once
+		return func(ctx context.Context) *graphql.Response {
+			resp := handler(ctx)
+			once.Do(func() {
+				if resp != nil && len(resp.Errors) > 0 {
+					span.SetStatus(codes.Error, resp.Errors[0].Message)
+				}
+				span.End()
+			})
+			return resp
+		}
+	}
 }

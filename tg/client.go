@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/auth"
 )
@@ -61,6 +63,14 @@ type Config struct {
 	// Logger receives the Client's log, masked like everything it stores.
 	// Default: slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, is the OpenTelemetry provider the Client
+	// traces with (its operations, creates, claims, executions): the
+	// program's own, so that one trace goes from the program's request to
+	// the handler, whose context carries the execution's span. The Client
+	// does not shut it down. Nil: the provider the environment configures
+	// (OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_ variables; off when
+	// no endpoint is set).
+	TracerProvider trace.TracerProvider
 	// Settings are the server's other settings by flag name, without the
 	// dashes, as its command line takes them: {"retention": "720h",
 	// "token-file": "/etc/taskgraph/tokens", "blob-url": "s3://..."}.
@@ -178,7 +188,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, &ConfigError{Err: err}
 	}
-	a, err := app.New(ctx, ac, app.Options{Logger: cfg.Logger})
+	a, err := app.New(ctx, ac, app.Options{Logger: cfg.Logger, TracerProvider: cfg.TracerProvider})
 	if err != nil {
 		return nil, fmt.Errorf("taskgraph: %w", err)
 	}

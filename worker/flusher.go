@@ -7,8 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/taskgraph/taskgraph/internal/outage"
 	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // Limits of a flusher.
@@ -58,6 +62,8 @@ type flusher struct {
 	// the pool cannot claim faster than it completes.
 	space chan struct{}
 	kick  chan struct{}
+	// tracer, when set, traces each flush that writes something.
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	logs     []store.LogLine
@@ -248,7 +254,7 @@ func (f *flusher) final() {
 }
 
 // flush writes one batch. On error the batch is put back to be retried.
-func (f *flusher) flush(ctx context.Context, all bool) error {
+func (f *flusher) flush(ctx context.Context, all bool) (err error) {
 	f.mu.Lock()
 	logs, outcomes := f.logs, f.outcomes
 	var prog []store.Progress
@@ -275,6 +281,15 @@ func (f *flusher) flush(ctx context.Context, all bool) error {
 
 	if dropped > 0 {
 		f.log.Warn("log lines dropped: the database did not keep up", "count", dropped)
+	}
+	if len(logs)+len(prog)+len(outcomes) > 0 && f.tracer != nil {
+		var span trace.Span
+		ctx, span = f.tracer.Start(ctx, telemetry.SpanFlush, trace.WithAttributes(
+			attribute.Int("taskgraph.flush.outcomes", len(outcomes)),
+			attribute.Int("taskgraph.flush.logs", len(logs)),
+			attribute.Int("taskgraph.flush.progress", len(prog)),
+		))
+		defer func() { telemetry.End(span, err) }()
 	}
 	defer func() {
 		f.mu.Lock()

@@ -21,6 +21,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
@@ -30,6 +33,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // Config of a Pool.
@@ -132,6 +136,10 @@ type Deps struct {
 	// during an outage (logged once by the monitor) instead of the pool
 	// logging each.
 	Outages *outage.Monitor
+	// Tracer, when set (nil: tracing off), traces claims, executions and flushes: each
+	// execution's span continues the trace that created its task (its
+	// traceparent) and is in the context its handler is given.
+	Tracer trace.Tracer
 }
 
 // Recorder receives what a pool does, for metrics.
@@ -236,6 +244,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 	p.ramp = p.rampStart()
 	p.writes = newFlusher(deps.Store, p.log, cfg.FlushInterval, outcomesQueuedPerSlot*cfg.Concurrency)
 	p.writes.outages = deps.Outages
+	p.writes.tracer = p.deps.Tracer
 	p.writes.onLost = func(tok store.Token) { p.running.cancel(tok.InstanceID, errLost) }
 	p.writes.onFinished = p.finished
 	return p, nil
@@ -373,8 +382,18 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, claimTimeout)
+	var span trace.Span
+	if p.deps.Tracer != nil {
+		callCtx, span = p.deps.Tracer.Start(callCtx, telemetry.SpanClaim, trace.WithAttributes(telemetry.AttrWorker.String(p.cfg.ID)))
+	}
 	claimed, err := p.deps.Store.ClaimEach(callCtx, p.cfg.ID, types, caps, limit)
 	cancel()
+	var claim trace.SpanContext
+	if span != nil {
+		span.SetAttributes(telemetry.AttrCount.Int(len(claimed)))
+		telemetry.End(span, err)
+		claim = span.SpanContext()
+	}
 	if err != nil {
 		return false, err
 	}
@@ -382,7 +401,7 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 		p.deps.Recorder.Claimed(len(claimed))
 	}
 	for _, c := range claimed {
-		p.start(c)
+		p.start(c, claim)
 	}
 	if len(claimed) < limit {
 		// Drained (or held back by caps and flow control): the next burst
@@ -428,11 +447,13 @@ func (p *Pool) room() (free int, types []string, caps []int) {
 	return free, types, caps
 }
 
-// start runs one claimed execution in its own goroutine.
-func (p *Pool) start(c store.Claimed) {
+// start runs one claimed execution in its own goroutine, in a span of
+// its own that continues its task's trace, linked to the claim's.
+func (p *Pool) start(c store.Claimed, claim trace.SpanContext) {
 	typ, ok := p.deps.Registry.Lookup(c.Task.Type)
 	job, ctl := tasktype.NewJob(jobTask(c.Task), jobInstance(c.Instance, time.Duration(c.Task.TimeoutSeconds)*time.Second), c.Token(), jobWriter{writes: p.writes, clock: p.deps.Store}, p.deps.Masker)
-	ctx, cancel := context.WithCancelCause(p.execCtx)
+	spanCtx, span := p.startSpan(c, claim)
+	ctx, cancel := context.WithCancelCause(spanCtx)
 	ex := &execution{c: c, job: job, ctl: ctl, typ: typ, cancel: cancel, done: make(chan struct{})}
 
 	p.running.add(ex)
@@ -459,6 +480,7 @@ func (p *Pool) start(c store.Claimed) {
 		o.ResultStatus = ctl.ResultStatus()
 		stopTimer()
 		cancel(nil)
+		endExecution(span, o, write)
 		if write && p.deps.Recorder != nil {
 			p.deps.Recorder.Executed(c.Task.Type, o, time.Since(began))
 		}
@@ -469,6 +491,57 @@ func (p *Pool) start(c store.Claimed) {
 		}
 		p.release(ex)
 	}()
+}
+
+// startSpan starts the span of c's execution: a child of the span that
+// created its task (the traceparent it keeps, from whichever node), or a
+// root when it has none, linked to the claim that took it. With tracing
+// off it returns the pool's context and no span.
+func (p *Pool) startSpan(c store.Claimed, claim trace.SpanContext) (context.Context, trace.Span) {
+	ctx := p.execCtx
+	if p.deps.Tracer == nil {
+		return ctx, nil
+	}
+	if c.Task.TraceParent != nil {
+		ctx = telemetry.ContextWithParent(ctx, *c.Task.TraceParent)
+	}
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			telemetry.AttrTaskID.Int(c.Task.ID),
+			telemetry.AttrTaskCode.String(c.Task.Code),
+			telemetry.AttrTaskType.String(c.Task.Type),
+			telemetry.AttrInstanceID.Int(c.Instance.ID),
+			telemetry.AttrAttempt.Int(c.Instance.Attempt),
+			telemetry.AttrWorker.String(p.cfg.ID),
+		),
+	}
+	if claim.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: claim}))
+	}
+	return p.deps.Tracer.Start(ctx, telemetry.SpanExecute, opts...)
+}
+
+// endExecution ends an execution's span (nil: tracing is off) with its
+// outcome (write false: another took the execution over, and nothing of
+// it is written).
+func endExecution(span trace.Span, o store.Outcome, write bool) {
+	if span == nil {
+		return
+	}
+	if !write {
+		span.SetAttributes(telemetry.AttrOutcome.String("ABANDONED"))
+		span.End()
+		return
+	}
+	span.SetAttributes(telemetry.AttrOutcome.String(string(o.Status)))
+	if o.Kind != "" {
+		span.SetAttributes(telemetry.AttrErrorKind.String(string(o.Kind)))
+	}
+	if o.Status != lifecycle.Success {
+		span.SetStatus(codes.Error, o.Error)
+	}
+	span.End()
 }
 
 // run decodes the input and calls the handler, turning a panic into an

@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/mask"
 	"github.com/taskgraph/taskgraph/internal/service"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // WatchdogConfig configures a Watchdog.
@@ -45,6 +48,9 @@ type WatchdogConfig struct {
 	// behind the node's own writes — its handler has returned on this
 	// node, alive. Its timeout still ends it.
 	Holds func(instanceID int) bool
+	// Tracer, when set, records each recovery as a span of the recovered
+	// task's trace.
+	Tracer trace.Tracer
 	// OnAction, when set, is told about every applied action ("stale_heartbeat",
 	// "timeout", "cancel_finished", "repair", "stalled", "unstalled"), for
 	// metrics.
@@ -143,6 +149,7 @@ func (w *Watchdog) Pass(ctx context.Context) (PassResult, error) {
 	var outcomes []store.Outcome
 	var counters []*int // which PassResult counter each outcome adds to
 	var actions []string
+	var acted []store.Claimed     // the execution each outcome ends
 	var stallable []store.Claimed // alive, in time: stall detection looks at them
 	for _, c := range running {
 		in, tk := c.Instance, c.Task
@@ -164,6 +171,7 @@ func (w *Watchdog) Pass(ctx context.Context) (PassResult, error) {
 				Error: msg, StaleBefore: staleBefore, Log: msg, Task: tk,
 			})
 			counters = append(counters, &res.CancelsFinished)
+			acted = append(acted, c)
 			actions = append(actions, "cancel_finished")
 		case stale:
 			msg := fmt.Sprintf("watchdog: worker %s stopped sending heartbeats at %s (lease of %s expired)", in.WorkerID, hb.Format(time.RFC3339), w.cfg.HeartbeatTimeout)
@@ -171,11 +179,13 @@ func (w *Watchdog) Pass(ctx context.Context) (PassResult, error) {
 			o.StaleBefore = staleBefore
 			outcomes = append(outcomes, o)
 			counters = append(counters, &res.StaleHeartbeats)
+			acted = append(acted, c)
 			actions = append(actions, "stale_heartbeat")
 		case !started.IsZero() && now.After(deadline):
 			msg := fmt.Sprintf("watchdog: exceeded the timeout of %ds (started %s on worker %s, which did not stop it)", tk.TimeoutSeconds, started.Format(time.RFC3339), in.WorkerID)
 			outcomes = append(outcomes, Failure(w.policies, w.masker, c, lifecycle.KindTimeout, msg, nil, now))
 			counters = append(counters, &res.TimedOut)
+			acted = append(acted, c)
 			actions = append(actions, "timeout")
 		default:
 			stallable = append(stallable, c)
@@ -201,9 +211,33 @@ func (w *Watchdog) Pass(ctx context.Context) (PassResult, error) {
 		if w.cfg.OnAction != nil {
 			w.cfg.OnAction(actions[i])
 		}
+		w.traceRecovery(ctx, acted[i], actions[i], o)
 		w.log.Warn("watchdog acted", "instance_id", o.Token.InstanceID, "status", o.Status, "error", o.Error, "retry", o.Retry != nil)
 	}
 	return res, nil
+}
+
+// traceRecovery records what the watchdog did to c's execution as a span
+// of its task's trace (the trace that created it), if tracing is on.
+func (w *Watchdog) traceRecovery(ctx context.Context, c store.Claimed, action string, o store.Outcome) {
+	if w.cfg.Tracer == nil {
+		return
+	}
+	if c.Task.TraceParent != nil {
+		ctx = telemetry.ContextWithParent(ctx, *c.Task.TraceParent)
+	}
+	_, span := w.cfg.Tracer.Start(ctx, telemetry.SpanRecover, trace.WithAttributes(
+		telemetry.AttrTaskID.Int(c.Task.ID),
+		telemetry.AttrTaskCode.String(c.Task.Code),
+		telemetry.AttrTaskType.String(c.Task.Type),
+		telemetry.AttrInstanceID.Int(c.Instance.ID),
+		telemetry.AttrAttempt.Int(c.Instance.Attempt),
+		telemetry.AttrWorker.String(c.Instance.WorkerID),
+		telemetry.AttrAction.String(action),
+		telemetry.AttrOutcome.String(string(o.Status)),
+		telemetry.AttrErrorKind.String(string(o.Kind)),
+	))
+	span.End()
 }
 
 // stalls flags the executions among running whose progress and logs stood

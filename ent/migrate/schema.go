@@ -414,6 +414,7 @@ var (
 		{Name: "finished_at", Type: field.TypeTime, Nullable: true},
 		{Name: "schedule_id", Type: field.TypeInt, Nullable: true},
 		{Name: "schedule_slot", Type: field.TypeTime, Nullable: true},
+		{Name: "trace_parent", Type: field.TypeString, Nullable: true},
 	}
 	// TasksTable holds the schema information for the "tasks" table.
 	TasksTable = &schema.Table{

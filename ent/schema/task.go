@@ -143,6 +143,12 @@ func (Task) Fields() []ent.Field {
 			Nillable().
 			Immutable().
 			Comment("The slot of its schedule it was created for (runNow: the time it was asked)."),
+		field.String("trace_parent").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The W3C traceparent of the span that created it, when tracing was on: its executions' spans continue that trace, on whichever node runs them.").
+			Annotations(entgql.Skip()),
 	}
 }
 

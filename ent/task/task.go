@@ -86,6 +86,8 @@ const (
 	FieldScheduleID = "schedule_id"
 	// FieldScheduleSlot holds the string denoting the schedule_slot field in the database.
 	FieldScheduleSlot = "schedule_slot"
+	// FieldTraceParent holds the string denoting the trace_parent field in the database.
+	FieldTraceParent = "trace_parent"
 	// EdgeInstances holds the string denoting the instances edge name in mutations.
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
@@ -153,6 +155,7 @@ var Columns = []string{
 	FieldFinishedAt,
 	FieldScheduleID,
 	FieldScheduleSlot,
+	FieldTraceParent,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -398,6 +401,11 @@ func ByScheduleID(opts ...sql.OrderTermOption) OrderOption {
 // ByScheduleSlot orders the results by the schedule_slot field.
 func ByScheduleSlot(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldScheduleSlot, opts...).ToFunc()
+}
+
+// ByTraceParent orders the results by the trace_parent field.
+func ByTraceParent(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTraceParent, opts...).ToFunc()
 }
 
 // ByInstancesCount orders the results by instances count.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/playground"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/graph"
@@ -52,6 +53,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/spreadsheet"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 	"github.com/taskgraph/taskgraph/web"
 	"github.com/taskgraph/taskgraph/worker"
 )
@@ -95,6 +97,11 @@ type Options struct {
 	Blob artifact.BucketConfig
 	// Commands are the program's other commands, listed by Main's -h.
 	Commands []Command
+	// TracerProvider, when set, is what the process traces with instead of
+	// the provider the environment configures (telemetry.FromEnv: OTLP
+	// when OTEL_EXPORTER_OTLP_ENDPOINT is set). The process does not shut
+	// it down: its owner does.
+	TracerProvider trace.TracerProvider
 }
 
 // App is one taskgraph process.
@@ -155,9 +162,14 @@ type App struct {
 
 	opts    Options
 	rootLog *slog.Logger // Log without the node attribute
-	masker  *mask.Masker
-	key     []byte // the secret key: links, sealed input
-	sealer  *seal.Sealer
+	// tracer traces operations, creates, claims, executions, flushes and
+	// recoveries; stopTracing flushes and stops the provider the process
+	// made from the environment (nothing for one of Options').
+	tracer      trace.Tracer
+	stopTracing func(context.Context) error
+	masker      *mask.Masker
+	key         []byte // the secret key: links, sealed input
+	sealer      *seal.Sealer
 	// relayed is Relay, read by the store's writes as soon as it is set.
 	relayed atomic.Pointer[relay.Listener]
 
@@ -185,6 +197,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	steps := []func(context.Context, *cleanup) error{
+		a.newTracing,       // OpenTelemetry: the environment's, or Options'
 		a.newStore,         // the database, the gate of every claim
 		a.newEngine,        // task types, authentication, audit, the engine
 		a.newFiles,         // blob store, artifacts, importer, exporter
@@ -203,6 +216,22 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	a.registerMetrics()
 	a.Handler = a.routes()
 	return a, nil
+}
+
+// newTracing sets up tracing: Options.TracerProvider, or the one the
+// environment configures (off unless an OTLP endpoint is set).
+func (a *App) newTracing(ctx context.Context, undo *cleanup) error {
+	tp := a.opts.TracerProvider
+	a.stopTracing = func(context.Context) error { return nil }
+	if tp == nil {
+		var err error
+		if tp, a.stopTracing, err = telemetry.FromEnv(ctx); err != nil {
+			return fmt.Errorf("tracing: %w", err)
+		}
+		undo.push(func() { _ = a.stopTracing(context.Background()) })
+	}
+	a.tracer = telemetry.Tracer(tp)
+	return nil
 }
 
 // cleanup is the stack of what New opened so far.
@@ -348,7 +377,7 @@ func (a *App) newEngine(context.Context, *cleanup) error {
 		return err
 	}
 	a.Audit = audit.New(st.Tx, a.masker, graph.ErrorCode, a.rootLog, a.Outages)
-	a.Engine = engine.New(st, a.Registry, a.Policies, a.sealer, a.masker, append([]engine.Option{engine.WithAudit(a.Audit), engine.WithRateLimit(limiter)}, a.opts.Engine...)...)
+	a.Engine = engine.New(st, a.Registry, a.Policies, a.sealer, a.masker, append([]engine.Option{engine.WithAudit(a.Audit), engine.WithRateLimit(limiter), engine.WithTracer(a.tracer)}, a.opts.Engine...)...)
 	// Bulk actions over a filter decode their filters as the API does.
 	a.Engine.SetTaskWhere(graph.TaskWhereDecoder(&graph.Resolver{Engine: a.Engine, Client: st.Client()}))
 	a.Engine.RegisterBulk(a.Registry)
@@ -494,7 +523,7 @@ func (a *App) newPool(context.Context, *cleanup) error {
 	pc.Logger = a.Log
 	var err error
 	a.Pool, err = worker.NewPool(pc, worker.Deps{Store: a.Store, Registry: a.Registry, Policies: a.Policies, Broker: a.Broker,
-		Sealer: a.sealer, Masker: a.masker, Recorder: a.Metrics, Outages: a.Outages})
+		Sealer: a.sealer, Masker: a.masker, Recorder: a.Metrics, Outages: a.Outages, Tracer: a.tracer})
 	return err
 }
 
@@ -522,6 +551,9 @@ func (a *App) newWatchdogRole(context.Context, *cleanup) error {
 		wc.Quiet = a.quiet("watchdog")
 	}
 	wc.Logger = a.Log
+	if wc.Tracer == nil {
+		wc.Tracer = a.tracer
+	}
 	if a.Pool != nil && wc.Holds == nil {
 		// What this node's own pool holds the outcome of is finished on
 		// a live node: it is not judged by its heartbeats.
@@ -654,6 +686,7 @@ func (a *App) routes() http.Handler {
 	if a.Config.Has(RoleAPI) {
 		ac := a.Config.Access
 		a.GraphQL = graph.NewServer(graph.ServerConfig{
+			Tracer: a.tracer,
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
 				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(),
 				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts, Nodes: a.nodesAPI()},
@@ -679,7 +712,8 @@ func (a *App) routes() http.Handler {
 			http.Redirect(w, r, web.Base, http.StatusFound)
 		})
 	}
-	return readDeadlines(mux, a.opts.BodyGrace, a.opts.MinBodyRate)
+	// A request's trace context (traceparent) is its operation's parent.
+	return readDeadlines(telemetry.Incoming(mux), a.opts.BodyGrace, a.opts.MinBodyRate)
 }
 
 // MetricsHandler serves /metrics, /healthz and /readyz without
@@ -858,6 +892,10 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 		if err := a.Store.Close(); err != nil {
 			errs = append(errs, err)
+		}
+		// Last: the spans of everything above go out.
+		if err := a.stopTracing(ctx); err != nil {
+			a.Log.Warn("spans not exported at shutdown", "err", err)
 		}
 	})
 	return errors.Join(errs...)

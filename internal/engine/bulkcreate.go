@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // CreateResult is the answer to one item of CreateMany: the task (created
@@ -37,6 +40,16 @@ func (e *Engine) CreateManyTx(ctx context.Context, sqlTx *sql.Tx, reqs []CreateR
 }
 
 func (e *Engine) createMany(ctx context.Context, reqs []CreateRequest, write writer, foreign bool) ([]CreateResult, error) {
+	if e.tracer == nil {
+		return e.createManyTraced(ctx, reqs, write, foreign)
+	}
+	ctx, span := e.tracer.Start(ctx, telemetry.SpanCreate, trace.WithAttributes(telemetry.AttrCount.Int(len(reqs))))
+	out, err := e.createManyTraced(ctx, reqs, write, foreign)
+	telemetry.End(span, err)
+	return out, err
+}
+
+func (e *Engine) createManyTraced(ctx context.Context, reqs []CreateRequest, write writer, foreign bool) ([]CreateResult, error) {
 	v, err := e.admit(ctx, len(reqs))
 	if err != nil {
 		return nil, err

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
@@ -25,6 +27,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // Limits on what a request may ask.
@@ -59,6 +62,7 @@ type Engine struct {
 	// bulkfilter.go).
 	bulkPage  int
 	taskWhere WhereDecoder
+	tracer    trace.Tracer
 }
 
 // Option configures an Engine.
@@ -69,6 +73,10 @@ func WithAudit(r *audit.Recorder) Option { return func(e *Engine) { e.audit = r 
 
 // WithRateLimit limits each user's mutations with l.
 func WithRateLimit(l *ratelimit.Limiter) Option { return func(e *Engine) { e.limiter = l } }
+
+// WithTracer traces creates with t (a span each, whose trace the tasks
+// remember). Default, or nil: none.
+func WithTracer(t trace.Tracer) Option { return func(e *Engine) { e.tracer = t } }
 
 // New returns an Engine.
 func New(s *store.Store, r *tasktype.Registry, ps *tasktype.Policies, sl *seal.Sealer, m *mask.Masker, opts ...Option) *Engine {
@@ -181,6 +189,19 @@ func (e *Engine) record(ctx context.Context, write writer, foreign bool, entry a
 }
 
 func (e *Engine) createOne(ctx context.Context, req CreateRequest, write writer, foreign bool) (*ent.Task, error) {
+	if e.tracer == nil {
+		return e.createTraced(ctx, req, write, foreign)
+	}
+	ctx, span := e.tracer.Start(ctx, telemetry.SpanCreate, trace.WithAttributes(telemetry.AttrTaskType.String(req.Type), telemetry.AttrCount.Int(1)))
+	t, err := e.createTraced(ctx, req, write, foreign)
+	if t != nil {
+		span.SetAttributes(telemetry.AttrTaskID.Int(t.ID), telemetry.AttrTaskCode.String(t.Code))
+	}
+	telemetry.End(span, err)
+	return t, err
+}
+
+func (e *Engine) createTraced(ctx context.Context, req CreateRequest, write writer, foreign bool) (*ent.Task, error) {
 	v, err := e.admit(ctx, 1)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,10 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // Config configures a client.
@@ -24,7 +28,7 @@ type Config struct {
 }
 
 // NewClient returns the HTTP client for requests made on a task's behalf:
-// every connection it makes is checked against cfg.Policy on the resolved
+// it sends the trace context of each request's context (traceparent), every connection it makes is checked against cfg.Policy on the resolved
 // address, it follows at most cfg.MaxRedirects redirects, it ignores
 // HTTP_PROXY and friends, and it never re-sends a request by itself.
 //
@@ -76,13 +80,39 @@ func NewClient(cfg Config) *http.Client {
 		MaxResponseHeaderBytes: 64 << 10,
 	}
 	return &http.Client{
-		Transport: noReplay{tr},
+		Transport: traced{noReplay{tr}},
 		CheckRedirect: func(_ *http.Request, via []*http.Request) error {
 			if len(via) > cfg.MaxRedirects {
 				return http.ErrUseLastResponse
 			}
 			return nil
 		},
+	}
+}
+
+// traced sends the trace context of a request's context with it
+// (traceparent, tracestate, baggage; telemetry.Inject): the receiver's
+// spans join the trace of the execution that called it.
+type traced struct{ next http.RoundTripper }
+
+func (t traced) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !trace.SpanContextFromContext(req.Context()).IsValid() {
+		return t.next.RoundTrip(req)
+	}
+	r := *req // a RoundTripper must not change the request it is given
+	r.Header = req.Header.Clone()
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+	telemetry.Inject(req.Context(), r.Header)
+	return t.next.RoundTrip(&r)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// transport.
+func (t traced) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
 	}
 }
 

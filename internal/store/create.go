@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 )
 
 // NewTask is a task to create. Input must already be masked; InputSealed
@@ -51,6 +53,11 @@ type NewTask struct {
 	OwnerSource     string
 	Tenant          string
 	IdempotencyHash *string
+
+	// TraceParent is the W3C traceparent its executions' spans continue.
+	// Empty: CreateTasks takes the span of its context's, if any
+	// (telemetry.TraceParent).
+	TraceParent string
 }
 
 // Created is the answer to one NewTask of CreateTasks: the task, and whether
@@ -104,6 +111,16 @@ func (tx *Tx) CreateTask(ctx context.Context, n NewTask) (*ent.Task, bool, error
 // The error result is for the call as a whole (the database failed).
 func (tx *Tx) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) {
 	ctx = lifecycle.Guarded(ctx)
+	if tp := telemetry.TraceParent(ctx); tp != "" {
+		// Each task remembers the trace that created it (a copy: the
+		// caller's items are its own).
+		ns = slices.Clone(ns)
+		for i := range ns {
+			if ns[i].TraceParent == "" {
+				ns[i].TraceParent = tp
+			}
+		}
+	}
 	out := make([]Created, len(ns))
 	chunk := tx.s.d.insertChunk(len(taskInsertCols))
 	for start := 0; start < len(ns); start += chunk {
@@ -320,6 +337,12 @@ var taskInsertCols = []struct {
 			return nil
 		}
 		return n.ScheduleSlot.UTC().Truncate(time.Microsecond)
+	}},
+	{"trace_parent", colText, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.TraceParent == "" {
+			return nil
+		}
+		return n.TraceParent
 	}},
 }
 
