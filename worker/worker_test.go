@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
 	"github.com/taskgraph/taskgraph/ent"
@@ -27,6 +30,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/servicetest"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
+	"github.com/taskgraph/taskgraph/internal/telemetry"
 	"github.com/taskgraph/taskgraph/worker"
 )
 
@@ -554,6 +558,33 @@ func TestWatchdog(t *testing.T) {
 			logs := b.logs(t, tk.ID)
 			require.Len(t, logs, 1)
 			require.Contains(t, logs[0].Message, "watchdog")
+		})
+		t.Run("TracesARecoveryInTheTraceThatCreatedTheTask", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), setupOpts{fakeClock: true})
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			creator := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+			tk := b.create(t, "noop", func(n *store.NewTask) { n.TraceParent = creator })
+			claim(t, b, "noop")
+			w := watchdog(t, b, worker.WatchdogConfig{HeartbeatTimeout: 30 * time.Second, Tracer: telemetry.Tracer(tp)})
+			b.clock.Advance(31 * time.Second)
+			res, err := w.Pass(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.StaleHeartbeats)
+			spans := rec.Ended()
+			require.Len(t, spans, 1)
+			s := spans[0]
+			require.Equal(t, telemetry.SpanRecover, s.Name())
+			require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", s.SpanContext().TraceID().String())
+			require.Equal(t, "00f067aa0ba902b7", s.Parent().SpanID().String(), "a child of the span that created the task")
+			got := map[string]string{}
+			for _, kv := range s.Attributes() {
+				got[string(kv.Key)] = kv.Value.Emit()
+			}
+			require.Equal(t, strconv.Itoa(tk.ID), got[string(telemetry.AttrTaskID)])
+			require.Equal(t, "stale_heartbeat", got[string(telemetry.AttrAction)])
+			require.Equal(t, "TIMEOUT", got[string(telemetry.AttrErrorKind)])
 		})
 		t.Run("LeavesWhatItsOwnNodesPoolHoldsToThePool", func(t *testing.T) {
 			t.Parallel()
