@@ -38,6 +38,24 @@ func newClient(server, token string) (*client, error) {
 	return c, nil
 }
 
+// resolve makes a link the server handed out whole: a relative one
+// (/download/..., from a server that does not know the address it is
+// reached by: --addr 0.0.0.0 without --public-url) is on the server asked,
+// under --server's path as /query is.
+func (c *client) resolve(link string) (string, error) {
+	u, err := url.Parse(link)
+	if err != nil {
+		return "", fmt.Errorf("the server answered a link that is not a URL (%q): %w", link, err)
+	}
+	if u.IsAbs() {
+		return link, nil
+	}
+	if !strings.HasPrefix(link, "/") {
+		link = "/" + link
+	}
+	return c.server + link, nil
+}
+
 type doerFunc func(*http.Request) (*http.Response, error)
 
 func (f doerFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }

@@ -243,7 +243,11 @@ func (c *cmd) download(cl *client, taskID string, kind ArtifactKind, format *Fil
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(c.env.Ctx, http.MethodGet, link.ArtifactDownloadUrl.Url, nil)
+	where, err := cl.resolve(link.ArtifactDownloadUrl.Url)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(c.env.Ctx, http.MethodGet, where, nil)
 	if err != nil {
 		return err
 	}
