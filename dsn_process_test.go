@@ -109,3 +109,21 @@ func TestSIGTERMStopsAServerWhoseDatabaseNeverAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestClientFlagsBeforeTheCommand: the binary hands a client command the
+// flags written before its name (they went to the server's flags, which
+// have no --server).
+func TestClientFlagsBeforeTheCommand(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(binary(t), "--server", "http://127.0.0.1:1", "--json", "task", "list")
+	stderr := &serverbin.Output{}
+	cmd.Stderr = stderr
+	err := cmd.Run()
+	exit, ok := err.(*exec.ExitError)
+	if !ok || exit.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1 (the server cannot be reached); stderr: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "cannot reach the server at http://127.0.0.1:1") {
+		t.Fatalf("the command did not use --server: %s", stderr.String())
+	}
+}

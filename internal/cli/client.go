@@ -238,3 +238,21 @@ func readEvents(r io.Reader, next func([]byte) error) error {
 	}
 	return errors.New("the server ended the event stream")
 }
+
+// taskRef is the id of the task ref names: an id (digits) as it is, or a
+// task's code as the console shows it (NOOP-20261202-AB12CD34), in any
+// case, looked up.
+func (c *cmd) taskRef(cl *client, ref string) (string, error) {
+	if ref == "" || strings.Trim(ref, "0123456789") == "" {
+		return ref, nil
+	}
+	resp, err := TaskIdByCode(c.env.Ctx, cl.gql, strings.ToUpper(ref))
+	var ae *apiError
+	if err != nil && (!errors.As(explain(err), &ae) || ae.Code != "NOT_FOUND") {
+		return "", err
+	}
+	if err != nil || resp.TaskByCode == nil {
+		return "", &apiError{Code: "NOT_FOUND", Message: "task " + ref + " not found (neither an id nor a task's code)"}
+	}
+	return resp.TaskByCode.Id, nil
+}

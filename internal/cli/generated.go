@@ -1785,6 +1785,23 @@ func (v *TaskFields) GetFinishedAt() *time.Time { return v.FinishedAt }
 // GetResult returns TaskFields.Result, and is useful for accessing the field via an interface.
 func (v *TaskFields) GetResult() *json.RawMessage { return v.Result }
 
+// TaskIdByCodeResponse is returned by TaskIdByCode on success.
+type TaskIdByCodeResponse struct {
+	// A task by its readable code.
+	TaskByCode *TaskIdByCodeTaskByCodeTask `json:"taskByCode"`
+}
+
+// GetTaskByCode returns TaskIdByCodeResponse.TaskByCode, and is useful for accessing the field via an interface.
+func (v *TaskIdByCodeResponse) GetTaskByCode() *TaskIdByCodeTaskByCodeTask { return v.TaskByCode }
+
+// TaskIdByCodeTaskByCodeTask includes the requested fields of the GraphQL type Task.
+type TaskIdByCodeTaskByCodeTask struct {
+	Id string `json:"id"`
+}
+
+// GetId returns TaskIdByCodeTaskByCodeTask.Id, and is useful for accessing the field via an interface.
+func (v *TaskIdByCodeTaskByCodeTask) GetId() string { return v.Id }
+
 // TaskLogAppendedResponse is returned by TaskLogAppended on success.
 type TaskLogAppendedResponse struct {
 	// Log lines appended to a task, as they are committed.
@@ -1798,10 +1815,11 @@ func (v *TaskLogAppendedResponse) GetTaskLogAppended() TaskLogAppendedTaskLogApp
 
 // TaskLogAppendedTaskLogAppendedTaskLog includes the requested fields of the GraphQL type TaskLog.
 type TaskLogAppendedTaskLogAppendedTaskLog struct {
-	Id        string       `json:"id"`
-	CreatedAt time.Time    `json:"createdAt"`
-	Level     TaskLogLevel `json:"level"`
-	Message   string       `json:"message"`
+	Id        string          `json:"id"`
+	CreatedAt time.Time       `json:"createdAt"`
+	Level     TaskLogLevel    `json:"level"`
+	Message   string          `json:"message"`
+	Fields    *map[string]any `json:"fields"`
 }
 
 // GetId returns TaskLogAppendedTaskLogAppendedTaskLog.Id, and is useful for accessing the field via an interface.
@@ -1815,6 +1833,9 @@ func (v *TaskLogAppendedTaskLogAppendedTaskLog) GetLevel() TaskLogLevel { return
 
 // GetMessage returns TaskLogAppendedTaskLogAppendedTaskLog.Message, and is useful for accessing the field via an interface.
 func (v *TaskLogAppendedTaskLogAppendedTaskLog) GetMessage() string { return v.Message }
+
+// GetFields returns TaskLogAppendedTaskLogAppendedTaskLog.Fields, and is useful for accessing the field via an interface.
+func (v *TaskLogAppendedTaskLogAppendedTaskLog) GetFields() *map[string]any { return v.Fields }
 
 // TaskLogLevel is enum for the field level
 type TaskLogLevel string
@@ -1888,10 +1909,11 @@ func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdge) GetNode() *TaskLogsT
 
 // TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog includes the requested fields of the GraphQL type TaskLog.
 type TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog struct {
-	Id        string       `json:"id"`
-	CreatedAt time.Time    `json:"createdAt"`
-	Level     TaskLogLevel `json:"level"`
-	Message   string       `json:"message"`
+	Id        string          `json:"id"`
+	CreatedAt time.Time       `json:"createdAt"`
+	Level     TaskLogLevel    `json:"level"`
+	Message   string          `json:"message"`
+	Fields    *map[string]any `json:"fields"`
 }
 
 // GetId returns TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog.Id, and is useful for accessing the field via an interface.
@@ -1910,6 +1932,11 @@ func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog) GetLevel(
 // GetMessage returns TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog.Message, and is useful for accessing the field via an interface.
 func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog) GetMessage() string {
 	return v.Message
+}
+
+// GetFields returns TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog.Fields, and is useful for accessing the field via an interface.
+func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog) GetFields() *map[string]any {
+	return v.Fields
 }
 
 // TaskLogsTaskLogsTaskLogConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
@@ -3499,6 +3526,14 @@ type __RetryTaskInput struct {
 // GetId returns __RetryTaskInput.Id, and is useful for accessing the field via an interface.
 func (v *__RetryTaskInput) GetId() string { return v.Id }
 
+// __TaskIdByCodeInput is used internally by genqlient
+type __TaskIdByCodeInput struct {
+	Code string `json:"code"`
+}
+
+// GetCode returns __TaskIdByCodeInput.Code, and is useful for accessing the field via an interface.
+func (v *__TaskIdByCodeInput) GetCode() string { return v.Code }
+
 // __TaskLogAppendedInput is used internally by genqlient
 type __TaskLogAppendedInput struct {
 	TaskId string `json:"taskId"`
@@ -4013,6 +4048,40 @@ func RetryTask(
 	return data_, err_
 }
 
+// The query executed by TaskIdByCode.
+const TaskIdByCode_Operation = `
+query TaskIdByCode ($code: String!) {
+	taskByCode(code: $code) {
+		id
+	}
+}
+`
+
+func TaskIdByCode(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	code string,
+) (data_ *TaskIdByCodeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "TaskIdByCode",
+		Query:  TaskIdByCode_Operation,
+		Variables: &__TaskIdByCodeInput{
+			Code: code,
+		},
+	}
+
+	data_ = &TaskIdByCodeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The subscription executed by TaskLogAppended.
 const TaskLogAppended_Operation = `
 subscription TaskLogAppended ($taskId: ID!) {
@@ -4021,6 +4090,7 @@ subscription TaskLogAppended ($taskId: ID!) {
 		createdAt
 		level
 		message
+		fields
 	}
 }
 `
@@ -4081,6 +4151,7 @@ query TaskLogs ($id: ID!, $first: Int, $after: Cursor) {
 					createdAt
 					level
 					message
+					fields
 				}
 			}
 			pageInfo {
