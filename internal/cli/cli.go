@@ -79,6 +79,8 @@ var Commands = []Command{
 	{"download", "download a task's file (error report, export, report, source)", runDownload},
 	{"watch", "print a task's changes as they are committed (like task watch)", runWatch},
 	{"token", "make a bearer token and its token file line", runToken},
+	{"schedule", "list, create, pause, resume, delete schedules (taskgraph schedule -h)", runSchedule},
+	{"node", "list the cluster's nodes, drain one (taskgraph node -h)", runNode},
 }
 
 // usageError is a wrong command line: exit code 2.

@@ -237,6 +237,329 @@ type CancelTaskResponse struct {
 // GetCancelTask returns CancelTaskResponse.CancelTask, and is useful for accessing the field via an interface.
 func (v *CancelTaskResponse) GetCancelTask() CancelTaskCancelTask { return v.CancelTask }
 
+// Where a node stands.
+type ClusterNodeState string
+
+const (
+	// Refreshing its row within its lease.
+	ClusterNodeState_LIVE ClusterNodeState = "LIVE"
+	// Live, and drained by an admin: it claims no work; what runs goes on.
+	ClusterNodeState_DRAINING ClusterNodeState = "DRAINING"
+	// Its lease ran out: killed, hung or cut off from the database. Its executions are recovered by the watchdog.
+	ClusterNodeState_GONE ClusterNodeState = "GONE"
+	// Shut down cleanly.
+	ClusterNodeState_STOPPED ClusterNodeState = "STOPPED"
+)
+
+var AllClusterNodeState = []ClusterNodeState{
+	ClusterNodeState_LIVE,
+	ClusterNodeState_DRAINING,
+	ClusterNodeState_GONE,
+	ClusterNodeState_STOPPED,
+}
+
+// ClusterNodesClusterNodesClusterNode includes the requested fields of the GraphQL type ClusterNode.
+// The GraphQL type's documentation follows.
+//
+// One process sharing the database. Admins only.
+type ClusterNodesClusterNodesClusterNode struct {
+	NodeFields `json:"-"`
+}
+
+// GetId returns ClusterNodesClusterNodesClusterNode.Id, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetId() string { return v.NodeFields.Id }
+
+// GetState returns ClusterNodesClusterNodesClusterNode.State, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetState() ClusterNodeState { return v.NodeFields.State }
+
+// GetHost returns ClusterNodesClusterNodesClusterNode.Host, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetHost() string { return v.NodeFields.Host }
+
+// GetPid returns ClusterNodesClusterNodesClusterNode.Pid, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetPid() int { return v.NodeFields.Pid }
+
+// GetVersion returns ClusterNodesClusterNodesClusterNode.Version, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetVersion() string { return v.NodeFields.Version }
+
+// GetRoles returns ClusterNodesClusterNodesClusterNode.Roles, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetRoles() []string { return v.NodeFields.Roles }
+
+// GetBusy returns ClusterNodesClusterNodesClusterNode.Busy, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetBusy() int { return v.NodeFields.Busy }
+
+// GetTotal returns ClusterNodesClusterNodesClusterNode.Total, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetTotal() int { return v.NodeFields.Total }
+
+// GetLeading returns ClusterNodesClusterNodesClusterNode.Leading, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetLeading() bool { return v.NodeFields.Leading }
+
+// GetDraining returns ClusterNodesClusterNodesClusterNode.Draining, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetDraining() bool { return v.NodeFields.Draining }
+
+// GetLastSeenAt returns ClusterNodesClusterNodesClusterNode.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetLastSeenAt() time.Time {
+	return v.NodeFields.LastSeenAt
+}
+
+func (v *ClusterNodesClusterNodesClusterNode) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ClusterNodesClusterNodesClusterNode
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ClusterNodesClusterNodesClusterNode = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodeFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalClusterNodesClusterNodesClusterNode struct {
+	Id string `json:"id"`
+
+	State ClusterNodeState `json:"state"`
+
+	Host string `json:"host"`
+
+	Pid int `json:"pid"`
+
+	Version string `json:"version"`
+
+	Roles []string `json:"roles"`
+
+	Busy int `json:"busy"`
+
+	Total int `json:"total"`
+
+	Leading bool `json:"leading"`
+
+	Draining bool `json:"draining"`
+
+	LastSeenAt time.Time `json:"lastSeenAt"`
+}
+
+func (v *ClusterNodesClusterNodesClusterNode) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ClusterNodesClusterNodesClusterNode) __premarshalJSON() (*__premarshalClusterNodesClusterNodesClusterNode, error) {
+	var retval __premarshalClusterNodesClusterNodesClusterNode
+
+	retval.Id = v.NodeFields.Id
+	retval.State = v.NodeFields.State
+	retval.Host = v.NodeFields.Host
+	retval.Pid = v.NodeFields.Pid
+	retval.Version = v.NodeFields.Version
+	retval.Roles = v.NodeFields.Roles
+	retval.Busy = v.NodeFields.Busy
+	retval.Total = v.NodeFields.Total
+	retval.Leading = v.NodeFields.Leading
+	retval.Draining = v.NodeFields.Draining
+	retval.LastSeenAt = v.NodeFields.LastSeenAt
+	return &retval, nil
+}
+
+// ClusterNodesResponse is returned by ClusterNodes on success.
+type ClusterNodesResponse struct {
+	// Every node, by name. Admins (and platform administrators) only: others read clusterSummary.
+	ClusterNodes []ClusterNodesClusterNodesClusterNode `json:"clusterNodes"`
+}
+
+// GetClusterNodes returns ClusterNodesResponse.ClusterNodes, and is useful for accessing the field via an interface.
+func (v *ClusterNodesResponse) GetClusterNodes() []ClusterNodesClusterNodesClusterNode {
+	return v.ClusterNodes
+}
+
+// CreateScheduleCreateSchedule includes the requested fields of the GraphQL type Schedule.
+type CreateScheduleCreateSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns CreateScheduleCreateSchedule.Id, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetId() string { return v.ScheduleFields.Id }
+
+// GetName returns CreateScheduleCreateSchedule.Name, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetName() string { return v.ScheduleFields.Name }
+
+// GetCron returns CreateScheduleCreateSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetCron() string { return v.ScheduleFields.Cron }
+
+// GetIntervalSeconds returns CreateScheduleCreateSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns CreateScheduleCreateSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns CreateScheduleCreateSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetTaskType() string { return v.ScheduleFields.TaskType }
+
+// GetPaused returns CreateScheduleCreateSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetPaused() bool { return v.ScheduleFields.Paused }
+
+// GetNextFireAt returns CreateScheduleCreateSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetNextFireAt() *time.Time { return v.ScheduleFields.NextFireAt }
+
+// GetLastFiredAt returns CreateScheduleCreateSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetLastFiredAt() *time.Time {
+	return v.ScheduleFields.LastFiredAt
+}
+
+// GetOwner returns CreateScheduleCreateSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetOwner() string { return v.ScheduleFields.Owner }
+
+func (v *CreateScheduleCreateSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateScheduleCreateSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateScheduleCreateSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateScheduleCreateSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *CreateScheduleCreateSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateScheduleCreateSchedule) __premarshalJSON() (*__premarshalCreateScheduleCreateSchedule, error) {
+	var retval __premarshalCreateScheduleCreateSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+type CreateScheduleInput struct {
+	Name string `json:"name"`
+	// A cron expression: five fields, or six with seconds first ("*/10 * * * * *"), or @hourly, @daily, @weekly, @monthly. Give this or intervalSeconds.
+	Cron *string `json:"cron"`
+	// A fixed interval in seconds, from startAt (or the schedule's creation).
+	IntervalSeconds *int `json:"intervalSeconds"`
+	// The IANA time zone the cron expression is read in (Asia/Shanghai, UTC...). Default: the server's.
+	Timezone *string `json:"timezone"`
+	// No slot before this time.
+	StartAt *time.Time `json:"startAt"`
+	// No slot after this time.
+	EndAt *time.Time `json:"endAt"`
+	// Default SKIP.
+	MisfirePolicy *ScheduleMisfirePolicy `json:"misfirePolicy"`
+	// Default SKIP.
+	OverlapPolicy *ScheduleOverlapPolicy `json:"overlapPolicy"`
+	// Created paused. Default false.
+	Paused *bool             `json:"paused"`
+	Task   ScheduleTaskInput `json:"task"`
+}
+
+// GetName returns CreateScheduleInput.Name, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetName() string { return v.Name }
+
+// GetCron returns CreateScheduleInput.Cron, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetCron() *string { return v.Cron }
+
+// GetIntervalSeconds returns CreateScheduleInput.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetIntervalSeconds() *int { return v.IntervalSeconds }
+
+// GetTimezone returns CreateScheduleInput.Timezone, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetTimezone() *string { return v.Timezone }
+
+// GetStartAt returns CreateScheduleInput.StartAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetStartAt() *time.Time { return v.StartAt }
+
+// GetEndAt returns CreateScheduleInput.EndAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetEndAt() *time.Time { return v.EndAt }
+
+// GetMisfirePolicy returns CreateScheduleInput.MisfirePolicy, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetMisfirePolicy() *ScheduleMisfirePolicy { return v.MisfirePolicy }
+
+// GetOverlapPolicy returns CreateScheduleInput.OverlapPolicy, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetOverlapPolicy() *ScheduleOverlapPolicy { return v.OverlapPolicy }
+
+// GetPaused returns CreateScheduleInput.Paused, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetPaused() *bool { return v.Paused }
+
+// GetTask returns CreateScheduleInput.Task, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetTask() ScheduleTaskInput { return v.Task }
+
+// CreateScheduleResponse is returned by CreateSchedule on success.
+type CreateScheduleResponse struct {
+	// Operators and admins. The tasks it fires are the creator's.
+	CreateSchedule CreateScheduleCreateSchedule `json:"createSchedule"`
+}
+
+// GetCreateSchedule returns CreateScheduleResponse.CreateSchedule, and is useful for accessing the field via an interface.
+func (v *CreateScheduleResponse) GetCreateSchedule() CreateScheduleCreateSchedule {
+	return v.CreateSchedule
+}
+
 // CreateTaskCreateTask includes the requested fields of the GraphQL type Task.
 type CreateTaskCreateTask struct {
 	TaskFields `json:"-"`
@@ -720,6 +1043,141 @@ type CreateTasksResponse struct {
 // GetCreateTasks returns CreateTasksResponse.CreateTasks, and is useful for accessing the field via an interface.
 func (v *CreateTasksResponse) GetCreateTasks() []CreateTasksCreateTasksCreateTaskResult {
 	return v.CreateTasks
+}
+
+// DeleteScheduleResponse is returned by DeleteSchedule on success.
+type DeleteScheduleResponse struct {
+	// Deletes the schedule and its log; its tasks stay. Returns its id.
+	DeleteSchedule string `json:"deleteSchedule"`
+}
+
+// GetDeleteSchedule returns DeleteScheduleResponse.DeleteSchedule, and is useful for accessing the field via an interface.
+func (v *DeleteScheduleResponse) GetDeleteSchedule() string { return v.DeleteSchedule }
+
+// DrainClusterNodeDrainClusterNode includes the requested fields of the GraphQL type ClusterNode.
+// The GraphQL type's documentation follows.
+//
+// One process sharing the database. Admins only.
+type DrainClusterNodeDrainClusterNode struct {
+	NodeFields `json:"-"`
+}
+
+// GetId returns DrainClusterNodeDrainClusterNode.Id, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetId() string { return v.NodeFields.Id }
+
+// GetState returns DrainClusterNodeDrainClusterNode.State, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetState() ClusterNodeState { return v.NodeFields.State }
+
+// GetHost returns DrainClusterNodeDrainClusterNode.Host, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetHost() string { return v.NodeFields.Host }
+
+// GetPid returns DrainClusterNodeDrainClusterNode.Pid, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetPid() int { return v.NodeFields.Pid }
+
+// GetVersion returns DrainClusterNodeDrainClusterNode.Version, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetVersion() string { return v.NodeFields.Version }
+
+// GetRoles returns DrainClusterNodeDrainClusterNode.Roles, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetRoles() []string { return v.NodeFields.Roles }
+
+// GetBusy returns DrainClusterNodeDrainClusterNode.Busy, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetBusy() int { return v.NodeFields.Busy }
+
+// GetTotal returns DrainClusterNodeDrainClusterNode.Total, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetTotal() int { return v.NodeFields.Total }
+
+// GetLeading returns DrainClusterNodeDrainClusterNode.Leading, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetLeading() bool { return v.NodeFields.Leading }
+
+// GetDraining returns DrainClusterNodeDrainClusterNode.Draining, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetDraining() bool { return v.NodeFields.Draining }
+
+// GetLastSeenAt returns DrainClusterNodeDrainClusterNode.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetLastSeenAt() time.Time { return v.NodeFields.LastSeenAt }
+
+func (v *DrainClusterNodeDrainClusterNode) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*DrainClusterNodeDrainClusterNode
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.DrainClusterNodeDrainClusterNode = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodeFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalDrainClusterNodeDrainClusterNode struct {
+	Id string `json:"id"`
+
+	State ClusterNodeState `json:"state"`
+
+	Host string `json:"host"`
+
+	Pid int `json:"pid"`
+
+	Version string `json:"version"`
+
+	Roles []string `json:"roles"`
+
+	Busy int `json:"busy"`
+
+	Total int `json:"total"`
+
+	Leading bool `json:"leading"`
+
+	Draining bool `json:"draining"`
+
+	LastSeenAt time.Time `json:"lastSeenAt"`
+}
+
+func (v *DrainClusterNodeDrainClusterNode) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *DrainClusterNodeDrainClusterNode) __premarshalJSON() (*__premarshalDrainClusterNodeDrainClusterNode, error) {
+	var retval __premarshalDrainClusterNodeDrainClusterNode
+
+	retval.Id = v.NodeFields.Id
+	retval.State = v.NodeFields.State
+	retval.Host = v.NodeFields.Host
+	retval.Pid = v.NodeFields.Pid
+	retval.Version = v.NodeFields.Version
+	retval.Roles = v.NodeFields.Roles
+	retval.Busy = v.NodeFields.Busy
+	retval.Total = v.NodeFields.Total
+	retval.Leading = v.NodeFields.Leading
+	retval.Draining = v.NodeFields.Draining
+	retval.LastSeenAt = v.NodeFields.LastSeenAt
+	return &retval, nil
+}
+
+// DrainClusterNodeResponse is returned by DrainClusterNode on success.
+type DrainClusterNodeResponse struct {
+	// Drains a node (drain: true: it stops claiming work at its next refresh; running executions go on) or undrains it. Admins only; audited.
+	DrainClusterNode DrainClusterNodeDrainClusterNode `json:"drainClusterNode"`
+}
+
+// GetDrainClusterNode returns DrainClusterNodeResponse.DrainClusterNode, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeResponse) GetDrainClusterNode() DrainClusterNodeDrainClusterNode {
+	return v.DrainClusterNode
 }
 
 // ErrorKind is enum for the field error_kind
@@ -1491,6 +1949,65 @@ func (v *ListTasksTasksTaskConnectionPageInfo) GetHasNextPage() bool { return v.
 // GetEndCursor returns ListTasksTasksTaskConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
 func (v *ListTasksTasksTaskConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
 
+// NodeFields includes the GraphQL fields of ClusterNode requested by the fragment NodeFields.
+// The GraphQL type's documentation follows.
+//
+// One process sharing the database. Admins only.
+type NodeFields struct {
+	// The node's name, also the worker id of the executions it runs.
+	Id    string           `json:"id"`
+	State ClusterNodeState `json:"state"`
+	Host  string           `json:"host"`
+	Pid   int              `json:"pid"`
+	// The build it runs.
+	Version string `json:"version"`
+	// api, worker, watchdog.
+	Roles []string `json:"roles"`
+	// Handlers running at its last refresh.
+	Busy int `json:"busy"`
+	// Handlers it may run at once (0 without the worker role).
+	Total int `json:"total"`
+	// Whether it leads the watchdog.
+	Leading bool `json:"leading"`
+	// Drained by an admin (the node stops claiming at its next refresh).
+	Draining bool `json:"draining"`
+	// Its last refresh.
+	LastSeenAt time.Time `json:"lastSeenAt"`
+}
+
+// GetId returns NodeFields.Id, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetId() string { return v.Id }
+
+// GetState returns NodeFields.State, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetState() ClusterNodeState { return v.State }
+
+// GetHost returns NodeFields.Host, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetHost() string { return v.Host }
+
+// GetPid returns NodeFields.Pid, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetPid() int { return v.Pid }
+
+// GetVersion returns NodeFields.Version, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetVersion() string { return v.Version }
+
+// GetRoles returns NodeFields.Roles, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetRoles() []string { return v.Roles }
+
+// GetBusy returns NodeFields.Busy, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetBusy() int { return v.Busy }
+
+// GetTotal returns NodeFields.Total, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetTotal() int { return v.Total }
+
+// GetLeading returns NodeFields.Leading, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetLeading() bool { return v.Leading }
+
+// GetDraining returns NodeFields.Draining, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetDraining() bool { return v.Draining }
+
+// GetLastSeenAt returns NodeFields.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetLastSeenAt() time.Time { return v.LastSeenAt }
+
 // Possible directions in which to order a list of items when provided an `orderBy` argument.
 type OrderDirection string
 
@@ -1504,6 +2021,248 @@ const (
 var AllOrderDirection = []OrderDirection{
 	OrderDirection_ASC,
 	OrderDirection_DESC,
+}
+
+// PauseSchedulePauseSchedule includes the requested fields of the GraphQL type Schedule.
+type PauseSchedulePauseSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns PauseSchedulePauseSchedule.Id, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetId() string { return v.ScheduleFields.Id }
+
+// GetName returns PauseSchedulePauseSchedule.Name, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetName() string { return v.ScheduleFields.Name }
+
+// GetCron returns PauseSchedulePauseSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetCron() string { return v.ScheduleFields.Cron }
+
+// GetIntervalSeconds returns PauseSchedulePauseSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns PauseSchedulePauseSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns PauseSchedulePauseSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetTaskType() string { return v.ScheduleFields.TaskType }
+
+// GetPaused returns PauseSchedulePauseSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetPaused() bool { return v.ScheduleFields.Paused }
+
+// GetNextFireAt returns PauseSchedulePauseSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetNextFireAt() *time.Time { return v.ScheduleFields.NextFireAt }
+
+// GetLastFiredAt returns PauseSchedulePauseSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetLastFiredAt() *time.Time { return v.ScheduleFields.LastFiredAt }
+
+// GetOwner returns PauseSchedulePauseSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetOwner() string { return v.ScheduleFields.Owner }
+
+func (v *PauseSchedulePauseSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*PauseSchedulePauseSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.PauseSchedulePauseSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalPauseSchedulePauseSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *PauseSchedulePauseSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *PauseSchedulePauseSchedule) __premarshalJSON() (*__premarshalPauseSchedulePauseSchedule, error) {
+	var retval __premarshalPauseSchedulePauseSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+// PauseScheduleResponse is returned by PauseSchedule on success.
+type PauseScheduleResponse struct {
+	// Stops firing; slots that pass while paused are not fired later.
+	PauseSchedule PauseSchedulePauseSchedule `json:"pauseSchedule"`
+}
+
+// GetPauseSchedule returns PauseScheduleResponse.PauseSchedule, and is useful for accessing the field via an interface.
+func (v *PauseScheduleResponse) GetPauseSchedule() PauseSchedulePauseSchedule { return v.PauseSchedule }
+
+// ResumeScheduleResponse is returned by ResumeSchedule on success.
+type ResumeScheduleResponse struct {
+	// Fires again from the next slot after now.
+	ResumeSchedule ResumeScheduleResumeSchedule `json:"resumeSchedule"`
+}
+
+// GetResumeSchedule returns ResumeScheduleResponse.ResumeSchedule, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResponse) GetResumeSchedule() ResumeScheduleResumeSchedule {
+	return v.ResumeSchedule
+}
+
+// ResumeScheduleResumeSchedule includes the requested fields of the GraphQL type Schedule.
+type ResumeScheduleResumeSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns ResumeScheduleResumeSchedule.Id, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetId() string { return v.ScheduleFields.Id }
+
+// GetName returns ResumeScheduleResumeSchedule.Name, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetName() string { return v.ScheduleFields.Name }
+
+// GetCron returns ResumeScheduleResumeSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetCron() string { return v.ScheduleFields.Cron }
+
+// GetIntervalSeconds returns ResumeScheduleResumeSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns ResumeScheduleResumeSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns ResumeScheduleResumeSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetTaskType() string { return v.ScheduleFields.TaskType }
+
+// GetPaused returns ResumeScheduleResumeSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetPaused() bool { return v.ScheduleFields.Paused }
+
+// GetNextFireAt returns ResumeScheduleResumeSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetNextFireAt() *time.Time { return v.ScheduleFields.NextFireAt }
+
+// GetLastFiredAt returns ResumeScheduleResumeSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetLastFiredAt() *time.Time {
+	return v.ScheduleFields.LastFiredAt
+}
+
+// GetOwner returns ResumeScheduleResumeSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetOwner() string { return v.ScheduleFields.Owner }
+
+func (v *ResumeScheduleResumeSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ResumeScheduleResumeSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ResumeScheduleResumeSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalResumeScheduleResumeSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *ResumeScheduleResumeSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ResumeScheduleResumeSchedule) __premarshalJSON() (*__premarshalResumeScheduleResumeSchedule, error) {
+	var retval __premarshalResumeScheduleResumeSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
 }
 
 // RetryTaskResponse is returned by RetryTask on success.
@@ -1680,6 +2439,311 @@ func (v *RetryTaskRetryTask) __premarshalJSON() (*__premarshalRetryTaskRetryTask
 	retval.Result = v.TaskFields.Result
 	return &retval, nil
 }
+
+// ScheduleFields includes the GraphQL fields of Schedule requested by the fragment ScheduleFields.
+type ScheduleFields struct {
+	Id   string `json:"id"`
+	Name string `json:"name"`
+	// A cron expression, with an optional leading seconds field (or @hourly, @daily...); empty with an interval.
+	Cron string `json:"cron"`
+	// A fixed interval instead of cron: slots at start (or creation) + k × interval.
+	IntervalSeconds *int `json:"intervalSeconds"`
+	// The zone the cron expression is read in: timezone, or the server's.
+	EffectiveTimezone string `json:"effectiveTimezone"`
+	TaskType          string `json:"taskType"`
+	Paused            bool   `json:"paused"`
+	// The next slot to fire; empty once the schedule has ended.
+	NextFireAt *time.Time `json:"nextFireAt"`
+	// The slot of the latest task it created.
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+	// Who created it: the tasks it fires are theirs.
+	Owner string `json:"owner"`
+}
+
+// GetId returns ScheduleFields.Id, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetId() string { return v.Id }
+
+// GetName returns ScheduleFields.Name, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetName() string { return v.Name }
+
+// GetCron returns ScheduleFields.Cron, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetCron() string { return v.Cron }
+
+// GetIntervalSeconds returns ScheduleFields.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetIntervalSeconds() *int { return v.IntervalSeconds }
+
+// GetEffectiveTimezone returns ScheduleFields.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetEffectiveTimezone() string { return v.EffectiveTimezone }
+
+// GetTaskType returns ScheduleFields.TaskType, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetTaskType() string { return v.TaskType }
+
+// GetPaused returns ScheduleFields.Paused, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetPaused() bool { return v.Paused }
+
+// GetNextFireAt returns ScheduleFields.NextFireAt, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetNextFireAt() *time.Time { return v.NextFireAt }
+
+// GetLastFiredAt returns ScheduleFields.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetLastFiredAt() *time.Time { return v.LastFiredAt }
+
+// GetOwner returns ScheduleFields.Owner, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetOwner() string { return v.Owner }
+
+// ScheduleMisfirePolicy is enum for the field misfire_policy
+type ScheduleMisfirePolicy string
+
+const (
+	ScheduleMisfirePolicy_SKIP     ScheduleMisfirePolicy = "SKIP"
+	ScheduleMisfirePolicy_RUN_ONCE ScheduleMisfirePolicy = "RUN_ONCE"
+)
+
+var AllScheduleMisfirePolicy = []ScheduleMisfirePolicy{
+	ScheduleMisfirePolicy_SKIP,
+	ScheduleMisfirePolicy_RUN_ONCE,
+}
+
+// ScheduleOverlapPolicy is enum for the field overlap_policy
+type ScheduleOverlapPolicy string
+
+const (
+	ScheduleOverlapPolicy_SKIP            ScheduleOverlapPolicy = "SKIP"
+	ScheduleOverlapPolicy_QUEUE           ScheduleOverlapPolicy = "QUEUE"
+	ScheduleOverlapPolicy_CANCEL_PREVIOUS ScheduleOverlapPolicy = "CANCEL_PREVIOUS"
+	ScheduleOverlapPolicy_ALLOW           ScheduleOverlapPolicy = "ALLOW"
+)
+
+var AllScheduleOverlapPolicy = []ScheduleOverlapPolicy{
+	ScheduleOverlapPolicy_SKIP,
+	ScheduleOverlapPolicy_QUEUE,
+	ScheduleOverlapPolicy_CANCEL_PREVIOUS,
+	ScheduleOverlapPolicy_ALLOW,
+}
+
+// The task a schedule creates at each slot: what createTask takes, less the idempotency key and runAt (each slot is its own key, and runs at once).
+type ScheduleTaskInput struct {
+	// A registered task type (see taskTypes).
+	Type  string  `json:"type"`
+	Title *string `json:"title"`
+	// Input for the type, validated against its inputSchema. Sensitive values are masked before they are stored; the tasks get the unmasked input, sealed.
+	Input *json.RawMessage `json:"input"`
+	// 0..100, smaller runs first. Default 5.
+	Priority *int `json:"priority"`
+	// Default: the type's.
+	TimeoutSeconds *int `json:"timeoutSeconds"`
+	// Default: the type's.
+	RetryPolicy *string `json:"retryPolicy"`
+	// 1..25. Default: the policy's.
+	MaxAttempts *int `json:"maxAttempts"`
+}
+
+// GetType returns ScheduleTaskInput.Type, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetType() string { return v.Type }
+
+// GetTitle returns ScheduleTaskInput.Title, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetTitle() *string { return v.Title }
+
+// GetInput returns ScheduleTaskInput.Input, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetInput() *json.RawMessage { return v.Input }
+
+// GetPriority returns ScheduleTaskInput.Priority, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetPriority() *int { return v.Priority }
+
+// GetTimeoutSeconds returns ScheduleTaskInput.TimeoutSeconds, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetTimeoutSeconds() *int { return v.TimeoutSeconds }
+
+// GetRetryPolicy returns ScheduleTaskInput.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetRetryPolicy() *string { return v.RetryPolicy }
+
+// GetMaxAttempts returns ScheduleTaskInput.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetMaxAttempts() *int { return v.MaxAttempts }
+
+// SchedulesResponse is returned by Schedules on success.
+type SchedulesResponse struct {
+	Schedules SchedulesSchedulesScheduleConnection `json:"schedules"`
+}
+
+// GetSchedules returns SchedulesResponse.Schedules, and is useful for accessing the field via an interface.
+func (v *SchedulesResponse) GetSchedules() SchedulesSchedulesScheduleConnection { return v.Schedules }
+
+// SchedulesSchedulesScheduleConnection includes the requested fields of the GraphQL type ScheduleConnection.
+// The GraphQL type's documentation follows.
+//
+// A connection to a list of items.
+type SchedulesSchedulesScheduleConnection struct {
+	// A list of edges.
+	Edges []*SchedulesSchedulesScheduleConnectionEdgesScheduleEdge `json:"edges"`
+	// Information to aid in pagination.
+	PageInfo SchedulesSchedulesScheduleConnectionPageInfo `json:"pageInfo"`
+}
+
+// GetEdges returns SchedulesSchedulesScheduleConnection.Edges, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnection) GetEdges() []*SchedulesSchedulesScheduleConnectionEdgesScheduleEdge {
+	return v.Edges
+}
+
+// GetPageInfo returns SchedulesSchedulesScheduleConnection.PageInfo, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnection) GetPageInfo() SchedulesSchedulesScheduleConnectionPageInfo {
+	return v.PageInfo
+}
+
+// SchedulesSchedulesScheduleConnectionEdgesScheduleEdge includes the requested fields of the GraphQL type ScheduleEdge.
+// The GraphQL type's documentation follows.
+//
+// An edge in a connection.
+type SchedulesSchedulesScheduleConnectionEdgesScheduleEdge struct {
+	// The item at the end of the edge.
+	Node *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule `json:"node"`
+}
+
+// GetNode returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdge.Node, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdge) GetNode() *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule {
+	return v.Node
+}
+
+// SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule includes the requested fields of the GraphQL type Schedule.
+type SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Id, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetId() string {
+	return v.ScheduleFields.Id
+}
+
+// GetName returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Name, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetName() string {
+	return v.ScheduleFields.Name
+}
+
+// GetCron returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetCron() string {
+	return v.ScheduleFields.Cron
+}
+
+// GetIntervalSeconds returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetTaskType() string {
+	return v.ScheduleFields.TaskType
+}
+
+// GetPaused returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetPaused() bool {
+	return v.ScheduleFields.Paused
+}
+
+// GetNextFireAt returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetNextFireAt() *time.Time {
+	return v.ScheduleFields.NextFireAt
+}
+
+// GetLastFiredAt returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetLastFiredAt() *time.Time {
+	return v.ScheduleFields.LastFiredAt
+}
+
+// GetOwner returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetOwner() string {
+	return v.ScheduleFields.Owner
+}
+
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalSchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) __premarshalJSON() (*__premarshalSchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule, error) {
+	var retval __premarshalSchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+// SchedulesSchedulesScheduleConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
+// The GraphQL type's documentation follows.
+//
+// Information about pagination in a connection.
+// https://relay.dev/graphql/connections.htm#sec-undefined.PageInfo
+type SchedulesSchedulesScheduleConnectionPageInfo struct {
+	// When paginating forwards, are there more items?
+	HasNextPage bool `json:"hasNextPage"`
+	// When paginating forwards, the cursor to continue.
+	EndCursor *string `json:"endCursor"`
+}
+
+// GetHasNextPage returns SchedulesSchedulesScheduleConnectionPageInfo.HasNextPage, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionPageInfo) GetHasNextPage() bool { return v.HasNextPage }
+
+// GetEndCursor returns SchedulesSchedulesScheduleConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
 
 // What a user may do to a task now. The console shows a button for each action the state machine allows, and no other.
 type TaskAction string
@@ -3382,6 +4446,14 @@ func (v *__CancelTaskInput) GetId() string { return v.Id }
 // GetReason returns __CancelTaskInput.Reason, and is useful for accessing the field via an interface.
 func (v *__CancelTaskInput) GetReason() *string { return v.Reason }
 
+// __CreateScheduleInput is used internally by genqlient
+type __CreateScheduleInput struct {
+	Input CreateScheduleInput `json:"input"`
+}
+
+// GetInput returns __CreateScheduleInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateScheduleInput) GetInput() CreateScheduleInput { return v.Input }
+
 // __CreateTaskInput is used internally by genqlient
 type __CreateTaskInput struct {
 	Input CreateTaskInput `json:"input"`
@@ -3397,6 +4469,26 @@ type __CreateTasksInput struct {
 
 // GetInputs returns __CreateTasksInput.Inputs, and is useful for accessing the field via an interface.
 func (v *__CreateTasksInput) GetInputs() []CreateTaskInput { return v.Inputs }
+
+// __DeleteScheduleInput is used internally by genqlient
+type __DeleteScheduleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteScheduleInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteScheduleInput) GetId() string { return v.Id }
+
+// __DrainClusterNodeInput is used internally by genqlient
+type __DrainClusterNodeInput struct {
+	Id    string `json:"id"`
+	Drain bool   `json:"drain"`
+}
+
+// GetId returns __DrainClusterNodeInput.Id, and is useful for accessing the field via an interface.
+func (v *__DrainClusterNodeInput) GetId() string { return v.Id }
+
+// GetDrain returns __DrainClusterNodeInput.Drain, and is useful for accessing the field via an interface.
+func (v *__DrainClusterNodeInput) GetDrain() bool { return v.Drain }
 
 // __GetTaskInput is used internally by genqlient
 type __GetTaskInput struct {
@@ -3518,6 +4610,22 @@ func (v *__ListTasksInput) GetWhere() *TaskWhereInput { return v.Where }
 // GetOrderBy returns __ListTasksInput.OrderBy, and is useful for accessing the field via an interface.
 func (v *__ListTasksInput) GetOrderBy() []TaskOrder { return v.OrderBy }
 
+// __PauseScheduleInput is used internally by genqlient
+type __PauseScheduleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __PauseScheduleInput.Id, and is useful for accessing the field via an interface.
+func (v *__PauseScheduleInput) GetId() string { return v.Id }
+
+// __ResumeScheduleInput is used internally by genqlient
+type __ResumeScheduleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __ResumeScheduleInput.Id, and is useful for accessing the field via an interface.
+func (v *__ResumeScheduleInput) GetId() string { return v.Id }
+
 // __RetryTaskInput is used internally by genqlient
 type __RetryTaskInput struct {
 	Id string `json:"id"`
@@ -3525,6 +4633,18 @@ type __RetryTaskInput struct {
 
 // GetId returns __RetryTaskInput.Id, and is useful for accessing the field via an interface.
 func (v *__RetryTaskInput) GetId() string { return v.Id }
+
+// __SchedulesInput is used internally by genqlient
+type __SchedulesInput struct {
+	First *int    `json:"first"`
+	After *string `json:"after"`
+}
+
+// GetFirst returns __SchedulesInput.First, and is useful for accessing the field via an interface.
+func (v *__SchedulesInput) GetFirst() *int { return v.First }
+
+// GetAfter returns __SchedulesInput.After, and is useful for accessing the field via an interface.
+func (v *__SchedulesInput) GetAfter() *string { return v.After }
 
 // __TaskIdByCodeInput is used internally by genqlient
 type __TaskIdByCodeInput struct {
@@ -3667,6 +4787,95 @@ func CancelTask(
 	return data_, err_
 }
 
+// The query executed by ClusterNodes.
+const ClusterNodes_Operation = `
+query ClusterNodes {
+	clusterNodes {
+		... NodeFields
+	}
+}
+fragment NodeFields on ClusterNode {
+	id
+	state
+	host
+	pid
+	version
+	roles
+	busy
+	total
+	leading
+	draining
+	lastSeenAt
+}
+`
+
+func ClusterNodes(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *ClusterNodesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ClusterNodes",
+		Query:  ClusterNodes_Operation,
+	}
+
+	data_ = &ClusterNodesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateSchedule.
+const CreateSchedule_Operation = `
+mutation CreateSchedule ($input: CreateScheduleInput!) {
+	createSchedule(input: $input) {
+		... ScheduleFields
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func CreateSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateScheduleInput,
+) (data_ *CreateScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateSchedule",
+		Query:  CreateSchedule_Operation,
+		Variables: &__CreateScheduleInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by CreateTask.
 const CreateTask_Operation = `
 mutation CreateTask ($input: CreateTaskInput!) {
@@ -3776,6 +4985,87 @@ func CreateTasks(
 	}
 
 	data_ = &CreateTasksResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteSchedule.
+const DeleteSchedule_Operation = `
+mutation DeleteSchedule ($id: ID!) {
+	deleteSchedule(id: $id)
+}
+`
+
+func DeleteSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteSchedule",
+		Query:  DeleteSchedule_Operation,
+		Variables: &__DeleteScheduleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DrainClusterNode.
+const DrainClusterNode_Operation = `
+mutation DrainClusterNode ($id: String!, $drain: Boolean!) {
+	drainClusterNode(id: $id, drain: $drain) {
+		... NodeFields
+	}
+}
+fragment NodeFields on ClusterNode {
+	id
+	state
+	host
+	pid
+	version
+	roles
+	busy
+	total
+	leading
+	draining
+	lastSeenAt
+}
+`
+
+func DrainClusterNode(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	drain bool,
+) (data_ *DrainClusterNodeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DrainClusterNode",
+		Query:  DrainClusterNode_Operation,
+		Variables: &__DrainClusterNodeInput{
+			Id:    id,
+			Drain: drain,
+		},
+	}
+
+	data_ = &DrainClusterNodeResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -3992,6 +5282,98 @@ func ListTasks(
 	return data_, err_
 }
 
+// The mutation executed by PauseSchedule.
+const PauseSchedule_Operation = `
+mutation PauseSchedule ($id: ID!) {
+	pauseSchedule(id: $id) {
+		... ScheduleFields
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func PauseSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *PauseScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "PauseSchedule",
+		Query:  PauseSchedule_Operation,
+		Variables: &__PauseScheduleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &PauseScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ResumeSchedule.
+const ResumeSchedule_Operation = `
+mutation ResumeSchedule ($id: ID!) {
+	resumeSchedule(id: $id) {
+		... ScheduleFields
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func ResumeSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *ResumeScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ResumeSchedule",
+		Query:  ResumeSchedule_Operation,
+		Variables: &__ResumeScheduleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &ResumeScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by RetryTask.
 const RetryTask_Operation = `
 mutation RetryTask ($id: ID!) {
@@ -4037,6 +5419,62 @@ func RetryTask(
 	}
 
 	data_ = &RetryTaskResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by Schedules.
+const Schedules_Operation = `
+query Schedules ($first: Int, $after: Cursor) {
+	schedules(first: $first, after: $after) {
+		edges {
+			node {
+				... ScheduleFields
+			}
+		}
+		pageInfo {
+			hasNextPage
+			endCursor
+		}
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func Schedules(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	first *int,
+	after *string,
+) (data_ *SchedulesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "Schedules",
+		Query:  Schedules_Operation,
+		Variables: &__SchedulesInput{
+			First: first,
+			After: after,
+		},
+	}
+
+	data_ = &SchedulesResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -1,0 +1,96 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/cli"
+)
+
+type schedule struct {
+	ID              string `json:"id"`
+	Name            string `json:"name"`
+	Cron            string `json:"cron"`
+	IntervalSeconds *int   `json:"intervalSeconds"`
+	Paused          bool   `json:"paused"`
+	TaskType        string `json:"taskType"`
+}
+
+// TestScheduleCommands: what the console's Schedules page does, from the
+// command line, with exit codes.
+func TestScheduleCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.cmd(t, "schedule", "create", "nightly", "noop", "--cron", "0 3 * * *", "--timezone", "UTC", "--input", `{}`, "--json")
+	s := jsonOf[schedule](t, r)
+	require.Equal(t, "nightly", s.Name)
+	require.Equal(t, "0 3 * * *", s.Cron)
+	require.False(t, s.Paused)
+
+	r = b.cmd(t, "schedule", "create", "often", "noop", "--every", "3600", "--paused", "-q")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	often := strings.TrimSpace(r.stdout)
+
+	r = b.cmd(t, "schedule", "list")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^`+s.ID+` +nightly +0 3 \* \* \* \(UTC\) +noop +active +\S+`, r.stdout)
+	require.Regexp(t, `(?m)^`+often+` +often +every 3600s +noop +paused`, r.stdout)
+
+	require.True(t, jsonOf[schedule](t, b.cmd(t, "schedule", "pause", s.ID, "--json")).Paused)
+	require.False(t, jsonOf[schedule](t, b.cmd(t, "schedule", "resume", s.ID, "--json")).Paused)
+	r = b.cmd(t, "schedule", "delete", often)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, "schedule "+often+" deleted\n", r.stdout)
+	r = b.cmd(t, "schedule", "list", "-q")
+	require.Equal(t, s.ID+"\n", r.stdout)
+
+	r = b.cmd(t, "schedule", "create", "bad", "noop")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, "give --cron or --every")
+	r = b.cmd(t, "schedule", "create", "bad", "noop", "--cron", "every tuesday")
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "(VALIDATION)")
+	r = b.cmd(t, "schedule", "pause", "999999")
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "NOT_FOUND")
+	r = b.cmd(t, "schedule", "frobnicate")
+	require.Equal(t, cli.ExitUsage, r.code)
+}
+
+type node struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Draining bool   `json:"draining"`
+	Leading  bool   `json:"leading"`
+}
+
+// TestNodeCommands: the nodes and a drain, from the command line.
+func TestNodeCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *app.Config) { c.NodeRefresh, c.NodeLease = 50*time.Millisecond, time.Minute })
+	// The node's row is written by its registry's first refresh.
+	deadline := time.Now().Add(30 * time.Second)
+	r := b.cmd(t, "node", "list", "--json")
+	for r.code == cli.ExitOK && r.stdout == "" && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		r = b.cmd(t, "node", "list", "--json")
+	}
+	n := jsonOf[node](t, r)
+	require.Equal(t, "LIVE", n.State)
+	r = b.cmd(t, "node", "list")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^ID +STATE +HOST`, r.stdout)
+	require.Contains(t, r.stdout, n.ID)
+
+	require.True(t, jsonOf[node](t, b.cmd(t, "node", "drain", n.ID, "--json")).Draining)
+	require.False(t, jsonOf[node](t, b.cmd(t, "node", "drain", n.ID, "--undo", "--json")).Draining)
+	r = b.cmd(t, "node", "drain", "no-such-node")
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "NOT_FOUND")
+	r = b.cmd(t, "node", "drain")
+	require.Equal(t, cli.ExitUsage, r.code)
+}
