@@ -81,6 +81,7 @@ var Commands = []Command{
 	{"token", "make a bearer token and its token file line", runToken},
 	{"schedule", "list, create, pause, resume, delete schedules (taskgraph schedule -h)", runSchedule},
 	{"node", "list the cluster's nodes, drain one (taskgraph node -h)", runNode},
+	{"type", "task types' flow control: list, pause, resume, cap, rate (taskgraph type -h)", runType},
 }
 
 // usageError is a wrong command line: exit code 2.

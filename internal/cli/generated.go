@@ -2142,6 +2142,132 @@ type PauseScheduleResponse struct {
 // GetPauseSchedule returns PauseScheduleResponse.PauseSchedule, and is useful for accessing the field via an interface.
 func (v *PauseScheduleResponse) GetPauseSchedule() PauseSchedulePauseSchedule { return v.PauseSchedule }
 
+// PauseTypePauseTypeTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type PauseTypePauseTypeTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns PauseTypePauseTypeTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns PauseTypePauseTypeTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns PauseTypePauseTypeTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns PauseTypePauseTypeTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns PauseTypePauseTypeTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns PauseTypePauseTypeTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns PauseTypePauseTypeTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns PauseTypePauseTypeTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns PauseTypePauseTypeTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns PauseTypePauseTypeTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *PauseTypePauseTypeTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*PauseTypePauseTypeTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.PauseTypePauseTypeTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalPauseTypePauseTypeTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *PauseTypePauseTypeTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *PauseTypePauseTypeTypeControl) __premarshalJSON() (*__premarshalPauseTypePauseTypeTypeControl, error) {
+	var retval __premarshalPauseTypePauseTypeTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
+// PauseTypeResponse is returned by PauseType on success.
+type PauseTypeResponse struct {
+	// Stops every node starting the type, until resumeType or until the given time. Running instances go on.
+	PauseType PauseTypePauseTypeTypeControl `json:"pauseType"`
+}
+
+// GetPauseType returns PauseTypeResponse.PauseType, and is useful for accessing the field via an interface.
+func (v *PauseTypeResponse) GetPauseType() PauseTypePauseTypeTypeControl { return v.PauseType }
+
 // ResumeScheduleResponse is returned by ResumeSchedule on success.
 type ResumeScheduleResponse struct {
 	// Fires again from the next slot after now.
@@ -2262,6 +2388,131 @@ func (v *ResumeScheduleResumeSchedule) __premarshalJSON() (*__premarshalResumeSc
 	retval.NextFireAt = v.ScheduleFields.NextFireAt
 	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
 	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+// ResumeTypeResponse is returned by ResumeType on success.
+type ResumeTypeResponse struct {
+	ResumeType ResumeTypeResumeTypeTypeControl `json:"resumeType"`
+}
+
+// GetResumeType returns ResumeTypeResponse.ResumeType, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResponse) GetResumeType() ResumeTypeResumeTypeTypeControl { return v.ResumeType }
+
+// ResumeTypeResumeTypeTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type ResumeTypeResumeTypeTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns ResumeTypeResumeTypeTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns ResumeTypeResumeTypeTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns ResumeTypeResumeTypeTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns ResumeTypeResumeTypeTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns ResumeTypeResumeTypeTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns ResumeTypeResumeTypeTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns ResumeTypeResumeTypeTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns ResumeTypeResumeTypeTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns ResumeTypeResumeTypeTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns ResumeTypeResumeTypeTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *ResumeTypeResumeTypeTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ResumeTypeResumeTypeTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ResumeTypeResumeTypeTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalResumeTypeResumeTypeTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *ResumeTypeResumeTypeTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ResumeTypeResumeTypeTypeControl) __premarshalJSON() (*__premarshalResumeTypeResumeTypeTypeControl, error) {
+	var retval __premarshalResumeTypeResumeTypeTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
 	return &retval, nil
 }
 
@@ -2744,6 +2995,134 @@ func (v *SchedulesSchedulesScheduleConnectionPageInfo) GetHasNextPage() bool { r
 
 // GetEndCursor returns SchedulesSchedulesScheduleConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
 func (v *SchedulesSchedulesScheduleConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
+
+// SetTypeControlResponse is returned by SetTypeControl on success.
+type SetTypeControlResponse struct {
+	// Sets a type's cap and rate limit (operators and admins); the next claim on every node obeys them.
+	SetTypeControl SetTypeControlSetTypeControl `json:"setTypeControl"`
+}
+
+// GetSetTypeControl returns SetTypeControlResponse.SetTypeControl, and is useful for accessing the field via an interface.
+func (v *SetTypeControlResponse) GetSetTypeControl() SetTypeControlSetTypeControl {
+	return v.SetTypeControl
+}
+
+// SetTypeControlSetTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type SetTypeControlSetTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns SetTypeControlSetTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns SetTypeControlSetTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns SetTypeControlSetTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns SetTypeControlSetTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns SetTypeControlSetTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns SetTypeControlSetTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns SetTypeControlSetTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns SetTypeControlSetTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns SetTypeControlSetTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns SetTypeControlSetTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *SetTypeControlSetTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*SetTypeControlSetTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.SetTypeControlSetTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalSetTypeControlSetTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *SetTypeControlSetTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *SetTypeControlSetTypeControl) __premarshalJSON() (*__premarshalSetTypeControlSetTypeControl, error) {
+	var retval __premarshalSetTypeControlSetTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
 
 // What a user may do to a task now. The console shows a button for each action the state machine allows, and no other.
 type TaskAction string
@@ -4418,6 +4797,329 @@ func (v *TaskWhereInput) GetInput() []JSONPathPredicate { return v.Input }
 // GetResult returns TaskWhereInput.Result, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetResult() []JSONPathPredicate { return v.Result }
 
+// TypeControlFields includes the GraphQL fields of TypeControl requested by the fragment TypeControlFields.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type TypeControlFields struct {
+	Type string `json:"type"`
+	// At most this many instances EXECUTING at once across all nodes; null: no cap.
+	MaxRunning *int `json:"maxRunning"`
+	// At most this many starts in any window of ratePeriodSeconds; null: no rate limit.
+	RateLimit         *int `json:"rateLimit"`
+	RatePeriodSeconds int  `json:"ratePeriodSeconds"`
+	// Paused now (a pause whose time has passed is over).
+	Paused bool `json:"paused"`
+	// The pause ends by itself at this time; null: until resumed.
+	PausedUntil *time.Time `json:"pausedUntil"`
+	// Instances EXECUTING now.
+	Running int `json:"running"`
+	// Instances waiting (PENDING, RETRY_PENDING).
+	Waiting int `json:"waiting"`
+	// Starts in the current rate window.
+	StartedInWindow int `json:"startedInWindow"`
+	// When the rate limit lets the next instance start, while it holds the type back.
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+// GetType returns TypeControlFields.Type, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetType() string { return v.Type }
+
+// GetMaxRunning returns TypeControlFields.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetMaxRunning() *int { return v.MaxRunning }
+
+// GetRateLimit returns TypeControlFields.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetRateLimit() *int { return v.RateLimit }
+
+// GetRatePeriodSeconds returns TypeControlFields.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetRatePeriodSeconds() int { return v.RatePeriodSeconds }
+
+// GetPaused returns TypeControlFields.Paused, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetPaused() bool { return v.Paused }
+
+// GetPausedUntil returns TypeControlFields.PausedUntil, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetPausedUntil() *time.Time { return v.PausedUntil }
+
+// GetRunning returns TypeControlFields.Running, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetRunning() int { return v.Running }
+
+// GetWaiting returns TypeControlFields.Waiting, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetWaiting() int { return v.Waiting }
+
+// GetStartedInWindow returns TypeControlFields.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetStartedInWindow() int { return v.StartedInWindow }
+
+// GetNextStartAt returns TypeControlFields.NextStartAt, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetNextStartAt() *time.Time { return v.NextStartAt }
+
+// A type's limits; each one left out (or null) is removed.
+type TypeControlInput struct {
+	MaxRunning *int `json:"maxRunning"`
+	RateLimit  *int `json:"rateLimit"`
+	// The rate's window in seconds (1..86400). Default 1.
+	RatePeriodSeconds *int `json:"ratePeriodSeconds"`
+}
+
+// GetMaxRunning returns TypeControlInput.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlInput) GetMaxRunning() *int { return v.MaxRunning }
+
+// GetRateLimit returns TypeControlInput.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlInput) GetRateLimit() *int { return v.RateLimit }
+
+// GetRatePeriodSeconds returns TypeControlInput.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlInput) GetRatePeriodSeconds() *int { return v.RatePeriodSeconds }
+
+// TypeControlResponse is returned by TypeControl on success.
+type TypeControlResponse struct {
+	TypeControl TypeControlTypeControl `json:"typeControl"`
+}
+
+// GetTypeControl returns TypeControlResponse.TypeControl, and is useful for accessing the field via an interface.
+func (v *TypeControlResponse) GetTypeControl() TypeControlTypeControl { return v.TypeControl }
+
+// TypeControlTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type TypeControlTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns TypeControlTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns TypeControlTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns TypeControlTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns TypeControlTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns TypeControlTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns TypeControlTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetPausedUntil() *time.Time { return v.TypeControlFields.PausedUntil }
+
+// GetRunning returns TypeControlTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns TypeControlTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns TypeControlTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetStartedInWindow() int { return v.TypeControlFields.StartedInWindow }
+
+// GetNextStartAt returns TypeControlTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetNextStartAt() *time.Time { return v.TypeControlFields.NextStartAt }
+
+func (v *TypeControlTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*TypeControlTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.TypeControlTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalTypeControlTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *TypeControlTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *TypeControlTypeControl) __premarshalJSON() (*__premarshalTypeControlTypeControl, error) {
+	var retval __premarshalTypeControlTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
+// TypeControlsResponse is returned by TypeControls on success.
+type TypeControlsResponse struct {
+	// Every task type's flow settings. Any signed-in user reads them.
+	TypeControls []TypeControlsTypeControlsTypeControl `json:"typeControls"`
+}
+
+// GetTypeControls returns TypeControlsResponse.TypeControls, and is useful for accessing the field via an interface.
+func (v *TypeControlsResponse) GetTypeControls() []TypeControlsTypeControlsTypeControl {
+	return v.TypeControls
+}
+
+// TypeControlsTypeControlsTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type TypeControlsTypeControlsTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns TypeControlsTypeControlsTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns TypeControlsTypeControlsTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetMaxRunning() *int {
+	return v.TypeControlFields.MaxRunning
+}
+
+// GetRateLimit returns TypeControlsTypeControlsTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetRateLimit() *int {
+	return v.TypeControlFields.RateLimit
+}
+
+// GetRatePeriodSeconds returns TypeControlsTypeControlsTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns TypeControlsTypeControlsTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns TypeControlsTypeControlsTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns TypeControlsTypeControlsTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns TypeControlsTypeControlsTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns TypeControlsTypeControlsTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns TypeControlsTypeControlsTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *TypeControlsTypeControlsTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*TypeControlsTypeControlsTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.TypeControlsTypeControlsTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalTypeControlsTypeControlsTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *TypeControlsTypeControlsTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *TypeControlsTypeControlsTypeControl) __premarshalJSON() (*__premarshalTypeControlsTypeControlsTypeControl, error) {
+	var retval __premarshalTypeControlsTypeControlsTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
 // __ArtifactDownloadUrlInput is used internally by genqlient
 type __ArtifactDownloadUrlInput struct {
 	TaskId string        `json:"taskId"`
@@ -4618,6 +5320,18 @@ type __PauseScheduleInput struct {
 // GetId returns __PauseScheduleInput.Id, and is useful for accessing the field via an interface.
 func (v *__PauseScheduleInput) GetId() string { return v.Id }
 
+// __PauseTypeInput is used internally by genqlient
+type __PauseTypeInput struct {
+	TypeName string     `json:"typeName"`
+	Until    *time.Time `json:"until"`
+}
+
+// GetTypeName returns __PauseTypeInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__PauseTypeInput) GetTypeName() string { return v.TypeName }
+
+// GetUntil returns __PauseTypeInput.Until, and is useful for accessing the field via an interface.
+func (v *__PauseTypeInput) GetUntil() *time.Time { return v.Until }
+
 // __ResumeScheduleInput is used internally by genqlient
 type __ResumeScheduleInput struct {
 	Id string `json:"id"`
@@ -4625,6 +5339,14 @@ type __ResumeScheduleInput struct {
 
 // GetId returns __ResumeScheduleInput.Id, and is useful for accessing the field via an interface.
 func (v *__ResumeScheduleInput) GetId() string { return v.Id }
+
+// __ResumeTypeInput is used internally by genqlient
+type __ResumeTypeInput struct {
+	TypeName string `json:"typeName"`
+}
+
+// GetTypeName returns __ResumeTypeInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__ResumeTypeInput) GetTypeName() string { return v.TypeName }
 
 // __RetryTaskInput is used internally by genqlient
 type __RetryTaskInput struct {
@@ -4645,6 +5367,18 @@ func (v *__SchedulesInput) GetFirst() *int { return v.First }
 
 // GetAfter returns __SchedulesInput.After, and is useful for accessing the field via an interface.
 func (v *__SchedulesInput) GetAfter() *string { return v.After }
+
+// __SetTypeControlInput is used internally by genqlient
+type __SetTypeControlInput struct {
+	TypeName string           `json:"typeName"`
+	Input    TypeControlInput `json:"input"`
+}
+
+// GetTypeName returns __SetTypeControlInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__SetTypeControlInput) GetTypeName() string { return v.TypeName }
+
+// GetInput returns __SetTypeControlInput.Input, and is useful for accessing the field via an interface.
+func (v *__SetTypeControlInput) GetInput() TypeControlInput { return v.Input }
 
 // __TaskIdByCodeInput is used internally by genqlient
 type __TaskIdByCodeInput struct {
@@ -4689,6 +5423,14 @@ func (v *__TaskUpdatedInput) GetId() *string { return v.Id }
 
 // GetWhere returns __TaskUpdatedInput.Where, and is useful for accessing the field via an interface.
 func (v *__TaskUpdatedInput) GetWhere() *TaskWhereInput { return v.Where }
+
+// __TypeControlInput is used internally by genqlient
+type __TypeControlInput struct {
+	TypeName string `json:"typeName"`
+}
+
+// GetTypeName returns __TypeControlInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__TypeControlInput) GetTypeName() string { return v.TypeName }
 
 // The mutation executed by ArtifactDownloadUrl.
 const ArtifactDownloadUrl_Operation = `
@@ -5328,6 +6070,54 @@ func PauseSchedule(
 	return data_, err_
 }
 
+// The mutation executed by PauseType.
+const PauseType_Operation = `
+mutation PauseType ($typeName: String!, $until: Time) {
+	pauseType(type: $typeName, until: $until) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func PauseType(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+	until *time.Time,
+) (data_ *PauseTypeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "PauseType",
+		Query:  PauseType_Operation,
+		Variables: &__PauseTypeInput{
+			TypeName: typeName,
+			Until:    until,
+		},
+	}
+
+	data_ = &PauseTypeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by ResumeSchedule.
 const ResumeSchedule_Operation = `
 mutation ResumeSchedule ($id: ID!) {
@@ -5363,6 +6153,52 @@ func ResumeSchedule(
 	}
 
 	data_ = &ResumeScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ResumeType.
+const ResumeType_Operation = `
+mutation ResumeType ($typeName: String!) {
+	resumeType(type: $typeName) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func ResumeType(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+) (data_ *ResumeTypeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ResumeType",
+		Query:  ResumeType_Operation,
+		Variables: &__ResumeTypeInput{
+			TypeName: typeName,
+		},
+	}
+
+	data_ = &ResumeTypeResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -5475,6 +6311,54 @@ func Schedules(
 	}
 
 	data_ = &SchedulesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by SetTypeControl.
+const SetTypeControl_Operation = `
+mutation SetTypeControl ($typeName: String!, $input: TypeControlInput!) {
+	setTypeControl(type: $typeName, input: $input) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func SetTypeControl(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+	input TypeControlInput,
+) (data_ *SetTypeControlResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "SetTypeControl",
+		Query:  SetTypeControl_Operation,
+		Variables: &__SetTypeControlInput{
+			TypeName: typeName,
+			Input:    input,
+		},
+	}
+
+	data_ = &SetTypeControlResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -5706,4 +6590,92 @@ func TaskUpdatedForwardData(interfaceChan interface{}, jsonRawMsg json.RawMessag
 	}
 	dataChan_ <- wsResp
 	return nil
+}
+
+// The query executed by TypeControl.
+const TypeControl_Operation = `
+query TypeControl ($typeName: String!) {
+	typeControl(type: $typeName) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func TypeControl(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+) (data_ *TypeControlResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "TypeControl",
+		Query:  TypeControl_Operation,
+		Variables: &__TypeControlInput{
+			TypeName: typeName,
+		},
+	}
+
+	data_ = &TypeControlResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by TypeControls.
+const TypeControls_Operation = `
+query TypeControls {
+	typeControls {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func TypeControls(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *TypeControlsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "TypeControls",
+		Query:  TypeControls_Operation,
+	}
+
+	data_ = &TypeControlsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
 }

@@ -94,3 +94,46 @@ func TestNodeCommands(t *testing.T) {
 	r = b.cmd(t, "node", "drain")
 	require.Equal(t, cli.ExitUsage, r.code)
 }
+
+type typeControl struct {
+	Type              string `json:"type"`
+	MaxRunning        *int   `json:"maxRunning"`
+	RateLimit         *int   `json:"rateLimit"`
+	RatePeriodSeconds int    `json:"ratePeriodSeconds"`
+	Paused            bool   `json:"paused"`
+}
+
+// TestTypeCommands: the console's Types page from the command line; a cap
+// and a rate set one after the other both hold.
+func TestTypeCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.cmd(t, "type", "list")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^TYPE +STATE +CAP +RATE`, r.stdout)
+	require.Regexp(t, `(?m)^noop +running +- +- +0 +0$`, r.stdout)
+
+	tc := jsonOf[typeControl](t, b.cmd(t, "type", "cap", "noop", "3", "--json"))
+	require.Equal(t, 3, *tc.MaxRunning)
+	tc = jsonOf[typeControl](t, b.cmd(t, "type", "rate", "noop", "10", "--per", "60", "--json"))
+	require.Equal(t, 10, *tc.RateLimit)
+	require.Equal(t, 60, tc.RatePeriodSeconds)
+	require.NotNil(t, tc.MaxRunning, "the cap stays")
+	require.Equal(t, 3, *tc.MaxRunning)
+	tc = jsonOf[typeControl](t, b.cmd(t, "type", "cap", "noop", "none", "--json"))
+	require.Nil(t, tc.MaxRunning)
+	require.NotNil(t, tc.RateLimit, "the rate stays")
+
+	require.True(t, jsonOf[typeControl](t, b.cmd(t, "type", "pause", "noop", "--json")).Paused)
+	r = b.cmd(t, "type", "list")
+	require.Regexp(t, `(?m)^noop +paused +- +10 per 60s`, r.stdout)
+	require.False(t, jsonOf[typeControl](t, b.cmd(t, "type", "resume", "noop", "--json")).Paused)
+
+	r = b.cmd(t, "type", "cap", "noop", "lots")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `"lots" is neither a whole number nor none`)
+	r = b.cmd(t, "type", "pause", "rocket")
+	require.Equal(t, cli.ExitFailure, r.code, r.stdout)
+	r = b.cmd(t, "type", "pause", "noop", "--until", "tomorrow")
+	require.Equal(t, cli.ExitUsage, r.code)
+}
