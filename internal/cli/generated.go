@@ -12,6 +12,431 @@ import (
 	"github.com/Khan/genqlient/graphql"
 )
 
+// AlertChannelFields includes the GraphQL fields of AlertChannel requested by the fragment AlertChannelFields.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type AlertChannelFields struct {
+	Id   string           `json:"id"`
+	Name string           `json:"name"`
+	Kind AlertChannelKind `json:"kind"`
+	// The URL without its query string (where chat bots keep their tokens).
+	UrlDisplay string `json:"urlDisplay"`
+	// Notices are signed (DingTalk, Feishu/Lark, or the webhook's X-Taskgraph-Signature).
+	HasSecret bool `json:"hasSecret"`
+}
+
+// GetId returns AlertChannelFields.Id, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetId() string { return v.Id }
+
+// GetName returns AlertChannelFields.Name, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetName() string { return v.Name }
+
+// GetKind returns AlertChannelFields.Kind, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetKind() AlertChannelKind { return v.Kind }
+
+// GetUrlDisplay returns AlertChannelFields.UrlDisplay, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetUrlDisplay() string { return v.UrlDisplay }
+
+// GetHasSecret returns AlertChannelFields.HasSecret, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetHasSecret() bool { return v.HasSecret }
+
+type AlertChannelInput struct {
+	Name string           `json:"name"`
+	Kind AlertChannelKind `json:"kind"`
+	// Required to create; on update, omitted keeps the stored one.
+	Url *string `json:"url"`
+	// Signing secret (DingTalk's SEC..., Feishu's, or the webhook's); on update, omitted keeps it and empty removes it.
+	Secret *string `json:"secret"`
+}
+
+// GetName returns AlertChannelInput.Name, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetName() string { return v.Name }
+
+// GetKind returns AlertChannelInput.Kind, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetKind() AlertChannelKind { return v.Kind }
+
+// GetUrl returns AlertChannelInput.Url, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetUrl() *string { return v.Url }
+
+// GetSecret returns AlertChannelInput.Secret, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetSecret() *string { return v.Secret }
+
+// Where alert notices go: a generic JSON webhook, or a team chat bot.
+type AlertChannelKind string
+
+const (
+	AlertChannelKind_WEBHOOK  AlertChannelKind = "WEBHOOK"
+	AlertChannelKind_DINGTALK AlertChannelKind = "DINGTALK"
+	AlertChannelKind_FEISHU   AlertChannelKind = "FEISHU"
+	AlertChannelKind_WECOM    AlertChannelKind = "WECOM"
+	AlertChannelKind_SLACK    AlertChannelKind = "SLACK"
+)
+
+var AllAlertChannelKind = []AlertChannelKind{
+	AlertChannelKind_WEBHOOK,
+	AlertChannelKind_DINGTALK,
+	AlertChannelKind_FEISHU,
+	AlertChannelKind_WECOM,
+	AlertChannelKind_SLACK,
+}
+
+// AlertChannelsAlertChannelsAlertChannel includes the requested fields of the GraphQL type AlertChannel.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type AlertChannelsAlertChannelsAlertChannel struct {
+	AlertChannelFields `json:"-"`
+}
+
+// GetId returns AlertChannelsAlertChannelsAlertChannel.Id, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetId() string { return v.AlertChannelFields.Id }
+
+// GetName returns AlertChannelsAlertChannelsAlertChannel.Name, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetName() string { return v.AlertChannelFields.Name }
+
+// GetKind returns AlertChannelsAlertChannelsAlertChannel.Kind, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetKind() AlertChannelKind {
+	return v.AlertChannelFields.Kind
+}
+
+// GetUrlDisplay returns AlertChannelsAlertChannelsAlertChannel.UrlDisplay, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetUrlDisplay() string {
+	return v.AlertChannelFields.UrlDisplay
+}
+
+// GetHasSecret returns AlertChannelsAlertChannelsAlertChannel.HasSecret, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetHasSecret() bool {
+	return v.AlertChannelFields.HasSecret
+}
+
+func (v *AlertChannelsAlertChannelsAlertChannel) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*AlertChannelsAlertChannelsAlertChannel
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.AlertChannelsAlertChannelsAlertChannel = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertChannelFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalAlertChannelsAlertChannelsAlertChannel struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertChannelKind `json:"kind"`
+
+	UrlDisplay string `json:"urlDisplay"`
+
+	HasSecret bool `json:"hasSecret"`
+}
+
+func (v *AlertChannelsAlertChannelsAlertChannel) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *AlertChannelsAlertChannelsAlertChannel) __premarshalJSON() (*__premarshalAlertChannelsAlertChannelsAlertChannel, error) {
+	var retval __premarshalAlertChannelsAlertChannelsAlertChannel
+
+	retval.Id = v.AlertChannelFields.Id
+	retval.Name = v.AlertChannelFields.Name
+	retval.Kind = v.AlertChannelFields.Kind
+	retval.UrlDisplay = v.AlertChannelFields.UrlDisplay
+	retval.HasSecret = v.AlertChannelFields.HasSecret
+	return &retval, nil
+}
+
+// AlertChannelsResponse is returned by AlertChannels on success.
+type AlertChannelsResponse struct {
+	AlertChannels []AlertChannelsAlertChannelsAlertChannel `json:"alertChannels"`
+}
+
+// GetAlertChannels returns AlertChannelsResponse.AlertChannels, and is useful for accessing the field via an interface.
+func (v *AlertChannelsResponse) GetAlertChannels() []AlertChannelsAlertChannelsAlertChannel {
+	return v.AlertChannels
+}
+
+// AlertRuleFields includes the GraphQL fields of AlertRule requested by the fragment AlertRuleFields.
+// The GraphQL type's documentation follows.
+//
+// What is worth telling someone about, and whom to tell.
+type AlertRuleFields struct {
+	Id      string        `json:"id"`
+	Name    string        `json:"name"`
+	Kind    AlertRuleKind `json:"kind"`
+	Enabled bool          `json:"enabled"`
+	// Only tasks of this type; empty: any (one incident per type).
+	TaskType      string `json:"taskType"`
+	Threshold     int    `json:"threshold"`
+	WindowSeconds int    `json:"windowSeconds"`
+	// After a notice, no other opening notice of this rule for this long; incidents still open and count.
+	QuietSeconds int                                   `json:"quietSeconds"`
+	Channels     []AlertRuleFieldsChannelsAlertChannel `json:"channels"`
+	// Notices are held back until then.
+	SilencedUntil *time.Time `json:"silencedUntil"`
+}
+
+// GetId returns AlertRuleFields.Id, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetId() string { return v.Id }
+
+// GetName returns AlertRuleFields.Name, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetName() string { return v.Name }
+
+// GetKind returns AlertRuleFields.Kind, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetKind() AlertRuleKind { return v.Kind }
+
+// GetEnabled returns AlertRuleFields.Enabled, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetEnabled() bool { return v.Enabled }
+
+// GetTaskType returns AlertRuleFields.TaskType, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetTaskType() string { return v.TaskType }
+
+// GetThreshold returns AlertRuleFields.Threshold, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetThreshold() int { return v.Threshold }
+
+// GetWindowSeconds returns AlertRuleFields.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetWindowSeconds() int { return v.WindowSeconds }
+
+// GetQuietSeconds returns AlertRuleFields.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetQuietSeconds() int { return v.QuietSeconds }
+
+// GetChannels returns AlertRuleFields.Channels, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetChannels() []AlertRuleFieldsChannelsAlertChannel { return v.Channels }
+
+// GetSilencedUntil returns AlertRuleFields.SilencedUntil, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetSilencedUntil() *time.Time { return v.SilencedUntil }
+
+// AlertRuleFieldsChannelsAlertChannel includes the requested fields of the GraphQL type AlertChannel.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type AlertRuleFieldsChannelsAlertChannel struct {
+	Id   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// GetId returns AlertRuleFieldsChannelsAlertChannel.Id, and is useful for accessing the field via an interface.
+func (v *AlertRuleFieldsChannelsAlertChannel) GetId() string { return v.Id }
+
+// GetName returns AlertRuleFieldsChannelsAlertChannel.Name, and is useful for accessing the field via an interface.
+func (v *AlertRuleFieldsChannelsAlertChannel) GetName() string { return v.Name }
+
+type AlertRuleInput struct {
+	Name          string        `json:"name"`
+	Kind          AlertRuleKind `json:"kind"`
+	Enabled       *bool         `json:"enabled"`
+	TaskType      *string       `json:"taskType"`
+	Owner         *string       `json:"owner"`
+	ErrorKind     *ErrorKind    `json:"errorKind"`
+	Threshold     *int          `json:"threshold"`
+	WindowSeconds *int          `json:"windowSeconds"`
+	QuietSeconds  *int          `json:"quietSeconds"`
+	ChannelIds    []string      `json:"channelIds"`
+}
+
+// GetName returns AlertRuleInput.Name, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetName() string { return v.Name }
+
+// GetKind returns AlertRuleInput.Kind, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetKind() AlertRuleKind { return v.Kind }
+
+// GetEnabled returns AlertRuleInput.Enabled, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetEnabled() *bool { return v.Enabled }
+
+// GetTaskType returns AlertRuleInput.TaskType, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetTaskType() *string { return v.TaskType }
+
+// GetOwner returns AlertRuleInput.Owner, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetOwner() *string { return v.Owner }
+
+// GetErrorKind returns AlertRuleInput.ErrorKind, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetErrorKind() *ErrorKind { return v.ErrorKind }
+
+// GetThreshold returns AlertRuleInput.Threshold, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetThreshold() *int { return v.Threshold }
+
+// GetWindowSeconds returns AlertRuleInput.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetWindowSeconds() *int { return v.WindowSeconds }
+
+// GetQuietSeconds returns AlertRuleInput.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetQuietSeconds() *int { return v.QuietSeconds }
+
+// GetChannelIds returns AlertRuleInput.ChannelIds, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetChannelIds() []string { return v.ChannelIds }
+
+// What a rule watches.
+type AlertRuleKind string
+
+const (
+	// A task ended FAILED (no retry left), optionally of one error kind.
+	AlertRuleKind_TASK_FAILED AlertRuleKind = "TASK_FAILED"
+	// An execution timed out (retried or not).
+	AlertRuleKind_TIMEOUT AlertRuleKind = "TIMEOUT"
+	// An execution was flagged as stalled (progress and logs stood still for its stallAfter).
+	AlertRuleKind_STALLED AlertRuleKind = "STALLED"
+	// threshold failed executions of a type within windowSeconds.
+	AlertRuleKind_FAILURE_RATE AlertRuleKind = "FAILURE_RATE"
+	// The oldest waiting task of a type has waited windowSeconds.
+	AlertRuleKind_BACKLOG AlertRuleKind = "BACKLOG"
+	// No watchdog has led for windowSeconds (30 s when 0).
+	AlertRuleKind_NO_LEADER AlertRuleKind = "NO_LEADER"
+	// A worker stopped sending heartbeats and the watchdog recovered its executions.
+	AlertRuleKind_NODE_GONE AlertRuleKind = "NODE_GONE"
+)
+
+var AllAlertRuleKind = []AlertRuleKind{
+	AlertRuleKind_TASK_FAILED,
+	AlertRuleKind_TIMEOUT,
+	AlertRuleKind_STALLED,
+	AlertRuleKind_FAILURE_RATE,
+	AlertRuleKind_BACKLOG,
+	AlertRuleKind_NO_LEADER,
+	AlertRuleKind_NODE_GONE,
+}
+
+// AlertRulesAlertRulesAlertRule includes the requested fields of the GraphQL type AlertRule.
+// The GraphQL type's documentation follows.
+//
+// What is worth telling someone about, and whom to tell.
+type AlertRulesAlertRulesAlertRule struct {
+	AlertRuleFields `json:"-"`
+}
+
+// GetId returns AlertRulesAlertRulesAlertRule.Id, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetId() string { return v.AlertRuleFields.Id }
+
+// GetName returns AlertRulesAlertRulesAlertRule.Name, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetName() string { return v.AlertRuleFields.Name }
+
+// GetKind returns AlertRulesAlertRulesAlertRule.Kind, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetKind() AlertRuleKind { return v.AlertRuleFields.Kind }
+
+// GetEnabled returns AlertRulesAlertRulesAlertRule.Enabled, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetEnabled() bool { return v.AlertRuleFields.Enabled }
+
+// GetTaskType returns AlertRulesAlertRulesAlertRule.TaskType, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetTaskType() string { return v.AlertRuleFields.TaskType }
+
+// GetThreshold returns AlertRulesAlertRulesAlertRule.Threshold, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetThreshold() int { return v.AlertRuleFields.Threshold }
+
+// GetWindowSeconds returns AlertRulesAlertRulesAlertRule.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetWindowSeconds() int {
+	return v.AlertRuleFields.WindowSeconds
+}
+
+// GetQuietSeconds returns AlertRulesAlertRulesAlertRule.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetQuietSeconds() int { return v.AlertRuleFields.QuietSeconds }
+
+// GetChannels returns AlertRulesAlertRulesAlertRule.Channels, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetChannels() []AlertRuleFieldsChannelsAlertChannel {
+	return v.AlertRuleFields.Channels
+}
+
+// GetSilencedUntil returns AlertRulesAlertRulesAlertRule.SilencedUntil, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetSilencedUntil() *time.Time {
+	return v.AlertRuleFields.SilencedUntil
+}
+
+func (v *AlertRulesAlertRulesAlertRule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*AlertRulesAlertRulesAlertRule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.AlertRulesAlertRulesAlertRule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertRuleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalAlertRulesAlertRulesAlertRule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertRuleKind `json:"kind"`
+
+	Enabled bool `json:"enabled"`
+
+	TaskType string `json:"taskType"`
+
+	Threshold int `json:"threshold"`
+
+	WindowSeconds int `json:"windowSeconds"`
+
+	QuietSeconds int `json:"quietSeconds"`
+
+	Channels []AlertRuleFieldsChannelsAlertChannel `json:"channels"`
+
+	SilencedUntil *time.Time `json:"silencedUntil"`
+}
+
+func (v *AlertRulesAlertRulesAlertRule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *AlertRulesAlertRulesAlertRule) __premarshalJSON() (*__premarshalAlertRulesAlertRulesAlertRule, error) {
+	var retval __premarshalAlertRulesAlertRulesAlertRule
+
+	retval.Id = v.AlertRuleFields.Id
+	retval.Name = v.AlertRuleFields.Name
+	retval.Kind = v.AlertRuleFields.Kind
+	retval.Enabled = v.AlertRuleFields.Enabled
+	retval.TaskType = v.AlertRuleFields.TaskType
+	retval.Threshold = v.AlertRuleFields.Threshold
+	retval.WindowSeconds = v.AlertRuleFields.WindowSeconds
+	retval.QuietSeconds = v.AlertRuleFields.QuietSeconds
+	retval.Channels = v.AlertRuleFields.Channels
+	retval.SilencedUntil = v.AlertRuleFields.SilencedUntil
+	return &retval, nil
+}
+
+// AlertRulesResponse is returned by AlertRules on success.
+type AlertRulesResponse struct {
+	AlertRules []AlertRulesAlertRulesAlertRule `json:"alertRules"`
+}
+
+// GetAlertRules returns AlertRulesResponse.AlertRules, and is useful for accessing the field via an interface.
+func (v *AlertRulesResponse) GetAlertRules() []AlertRulesAlertRulesAlertRule { return v.AlertRules }
+
 // ArtifactDownloadUrlArtifactDownloadUrlDownloadLink includes the requested fields of the GraphQL type DownloadLink.
 // The GraphQL type's documentation follows.
 //
@@ -384,6 +809,227 @@ type ClusterNodesResponse struct {
 // GetClusterNodes returns ClusterNodesResponse.ClusterNodes, and is useful for accessing the field via an interface.
 func (v *ClusterNodesResponse) GetClusterNodes() []ClusterNodesClusterNodesClusterNode {
 	return v.ClusterNodes
+}
+
+// CreateAlertChannelCreateAlertChannel includes the requested fields of the GraphQL type AlertChannel.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type CreateAlertChannelCreateAlertChannel struct {
+	AlertChannelFields `json:"-"`
+}
+
+// GetId returns CreateAlertChannelCreateAlertChannel.Id, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetId() string { return v.AlertChannelFields.Id }
+
+// GetName returns CreateAlertChannelCreateAlertChannel.Name, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetName() string { return v.AlertChannelFields.Name }
+
+// GetKind returns CreateAlertChannelCreateAlertChannel.Kind, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetKind() AlertChannelKind {
+	return v.AlertChannelFields.Kind
+}
+
+// GetUrlDisplay returns CreateAlertChannelCreateAlertChannel.UrlDisplay, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetUrlDisplay() string {
+	return v.AlertChannelFields.UrlDisplay
+}
+
+// GetHasSecret returns CreateAlertChannelCreateAlertChannel.HasSecret, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetHasSecret() bool {
+	return v.AlertChannelFields.HasSecret
+}
+
+func (v *CreateAlertChannelCreateAlertChannel) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateAlertChannelCreateAlertChannel
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateAlertChannelCreateAlertChannel = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertChannelFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateAlertChannelCreateAlertChannel struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertChannelKind `json:"kind"`
+
+	UrlDisplay string `json:"urlDisplay"`
+
+	HasSecret bool `json:"hasSecret"`
+}
+
+func (v *CreateAlertChannelCreateAlertChannel) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateAlertChannelCreateAlertChannel) __premarshalJSON() (*__premarshalCreateAlertChannelCreateAlertChannel, error) {
+	var retval __premarshalCreateAlertChannelCreateAlertChannel
+
+	retval.Id = v.AlertChannelFields.Id
+	retval.Name = v.AlertChannelFields.Name
+	retval.Kind = v.AlertChannelFields.Kind
+	retval.UrlDisplay = v.AlertChannelFields.UrlDisplay
+	retval.HasSecret = v.AlertChannelFields.HasSecret
+	return &retval, nil
+}
+
+// CreateAlertChannelResponse is returned by CreateAlertChannel on success.
+type CreateAlertChannelResponse struct {
+	// Admins.
+	CreateAlertChannel CreateAlertChannelCreateAlertChannel `json:"createAlertChannel"`
+}
+
+// GetCreateAlertChannel returns CreateAlertChannelResponse.CreateAlertChannel, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelResponse) GetCreateAlertChannel() CreateAlertChannelCreateAlertChannel {
+	return v.CreateAlertChannel
+}
+
+// CreateAlertRuleCreateAlertRule includes the requested fields of the GraphQL type AlertRule.
+// The GraphQL type's documentation follows.
+//
+// What is worth telling someone about, and whom to tell.
+type CreateAlertRuleCreateAlertRule struct {
+	AlertRuleFields `json:"-"`
+}
+
+// GetId returns CreateAlertRuleCreateAlertRule.Id, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetId() string { return v.AlertRuleFields.Id }
+
+// GetName returns CreateAlertRuleCreateAlertRule.Name, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetName() string { return v.AlertRuleFields.Name }
+
+// GetKind returns CreateAlertRuleCreateAlertRule.Kind, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetKind() AlertRuleKind { return v.AlertRuleFields.Kind }
+
+// GetEnabled returns CreateAlertRuleCreateAlertRule.Enabled, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetEnabled() bool { return v.AlertRuleFields.Enabled }
+
+// GetTaskType returns CreateAlertRuleCreateAlertRule.TaskType, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetTaskType() string { return v.AlertRuleFields.TaskType }
+
+// GetThreshold returns CreateAlertRuleCreateAlertRule.Threshold, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetThreshold() int { return v.AlertRuleFields.Threshold }
+
+// GetWindowSeconds returns CreateAlertRuleCreateAlertRule.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetWindowSeconds() int {
+	return v.AlertRuleFields.WindowSeconds
+}
+
+// GetQuietSeconds returns CreateAlertRuleCreateAlertRule.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetQuietSeconds() int { return v.AlertRuleFields.QuietSeconds }
+
+// GetChannels returns CreateAlertRuleCreateAlertRule.Channels, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetChannels() []AlertRuleFieldsChannelsAlertChannel {
+	return v.AlertRuleFields.Channels
+}
+
+// GetSilencedUntil returns CreateAlertRuleCreateAlertRule.SilencedUntil, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetSilencedUntil() *time.Time {
+	return v.AlertRuleFields.SilencedUntil
+}
+
+func (v *CreateAlertRuleCreateAlertRule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateAlertRuleCreateAlertRule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateAlertRuleCreateAlertRule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertRuleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateAlertRuleCreateAlertRule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertRuleKind `json:"kind"`
+
+	Enabled bool `json:"enabled"`
+
+	TaskType string `json:"taskType"`
+
+	Threshold int `json:"threshold"`
+
+	WindowSeconds int `json:"windowSeconds"`
+
+	QuietSeconds int `json:"quietSeconds"`
+
+	Channels []AlertRuleFieldsChannelsAlertChannel `json:"channels"`
+
+	SilencedUntil *time.Time `json:"silencedUntil"`
+}
+
+func (v *CreateAlertRuleCreateAlertRule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateAlertRuleCreateAlertRule) __premarshalJSON() (*__premarshalCreateAlertRuleCreateAlertRule, error) {
+	var retval __premarshalCreateAlertRuleCreateAlertRule
+
+	retval.Id = v.AlertRuleFields.Id
+	retval.Name = v.AlertRuleFields.Name
+	retval.Kind = v.AlertRuleFields.Kind
+	retval.Enabled = v.AlertRuleFields.Enabled
+	retval.TaskType = v.AlertRuleFields.TaskType
+	retval.Threshold = v.AlertRuleFields.Threshold
+	retval.WindowSeconds = v.AlertRuleFields.WindowSeconds
+	retval.QuietSeconds = v.AlertRuleFields.QuietSeconds
+	retval.Channels = v.AlertRuleFields.Channels
+	retval.SilencedUntil = v.AlertRuleFields.SilencedUntil
+	return &retval, nil
+}
+
+// CreateAlertRuleResponse is returned by CreateAlertRule on success.
+type CreateAlertRuleResponse struct {
+	CreateAlertRule CreateAlertRuleCreateAlertRule `json:"createAlertRule"`
+}
+
+// GetCreateAlertRule returns CreateAlertRuleResponse.CreateAlertRule, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleResponse) GetCreateAlertRule() CreateAlertRuleCreateAlertRule {
+	return v.CreateAlertRule
 }
 
 // CreateScheduleCreateSchedule includes the requested fields of the GraphQL type Schedule.
@@ -1044,6 +1690,22 @@ type CreateTasksResponse struct {
 func (v *CreateTasksResponse) GetCreateTasks() []CreateTasksCreateTasksCreateTaskResult {
 	return v.CreateTasks
 }
+
+// DeleteAlertChannelResponse is returned by DeleteAlertChannel on success.
+type DeleteAlertChannelResponse struct {
+	DeleteAlertChannel bool `json:"deleteAlertChannel"`
+}
+
+// GetDeleteAlertChannel returns DeleteAlertChannelResponse.DeleteAlertChannel, and is useful for accessing the field via an interface.
+func (v *DeleteAlertChannelResponse) GetDeleteAlertChannel() bool { return v.DeleteAlertChannel }
+
+// DeleteAlertRuleResponse is returned by DeleteAlertRule on success.
+type DeleteAlertRuleResponse struct {
+	DeleteAlertRule bool `json:"deleteAlertRule"`
+}
+
+// GetDeleteAlertRule returns DeleteAlertRuleResponse.DeleteAlertRule, and is useful for accessing the field via an interface.
+func (v *DeleteAlertRuleResponse) GetDeleteAlertRule() bool { return v.DeleteAlertRule }
 
 // DeleteScheduleResponse is returned by DeleteSchedule on success.
 type DeleteScheduleResponse struct {
@@ -5148,6 +5810,22 @@ func (v *__CancelTaskInput) GetId() string { return v.Id }
 // GetReason returns __CancelTaskInput.Reason, and is useful for accessing the field via an interface.
 func (v *__CancelTaskInput) GetReason() *string { return v.Reason }
 
+// __CreateAlertChannelInput is used internally by genqlient
+type __CreateAlertChannelInput struct {
+	Input AlertChannelInput `json:"input"`
+}
+
+// GetInput returns __CreateAlertChannelInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateAlertChannelInput) GetInput() AlertChannelInput { return v.Input }
+
+// __CreateAlertRuleInput is used internally by genqlient
+type __CreateAlertRuleInput struct {
+	Input AlertRuleInput `json:"input"`
+}
+
+// GetInput returns __CreateAlertRuleInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateAlertRuleInput) GetInput() AlertRuleInput { return v.Input }
+
 // __CreateScheduleInput is used internally by genqlient
 type __CreateScheduleInput struct {
 	Input CreateScheduleInput `json:"input"`
@@ -5171,6 +5849,22 @@ type __CreateTasksInput struct {
 
 // GetInputs returns __CreateTasksInput.Inputs, and is useful for accessing the field via an interface.
 func (v *__CreateTasksInput) GetInputs() []CreateTaskInput { return v.Inputs }
+
+// __DeleteAlertChannelInput is used internally by genqlient
+type __DeleteAlertChannelInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteAlertChannelInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteAlertChannelInput) GetId() string { return v.Id }
+
+// __DeleteAlertRuleInput is used internally by genqlient
+type __DeleteAlertRuleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteAlertRuleInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteAlertRuleInput) GetId() string { return v.Id }
 
 // __DeleteScheduleInput is used internally by genqlient
 type __DeleteScheduleInput struct {
@@ -5432,6 +6126,88 @@ type __TypeControlInput struct {
 // GetTypeName returns __TypeControlInput.TypeName, and is useful for accessing the field via an interface.
 func (v *__TypeControlInput) GetTypeName() string { return v.TypeName }
 
+// The query executed by AlertChannels.
+const AlertChannels_Operation = `
+query AlertChannels {
+	alertChannels {
+		... AlertChannelFields
+	}
+}
+fragment AlertChannelFields on AlertChannel {
+	id
+	name
+	kind
+	urlDisplay
+	hasSecret
+}
+`
+
+func AlertChannels(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *AlertChannelsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AlertChannels",
+		Query:  AlertChannels_Operation,
+	}
+
+	data_ = &AlertChannelsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by AlertRules.
+const AlertRules_Operation = `
+query AlertRules {
+	alertRules {
+		... AlertRuleFields
+	}
+}
+fragment AlertRuleFields on AlertRule {
+	id
+	name
+	kind
+	enabled
+	taskType
+	threshold
+	windowSeconds
+	quietSeconds
+	channels {
+		id
+		name
+	}
+	silencedUntil
+}
+`
+
+func AlertRules(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *AlertRulesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AlertRules",
+		Query:  AlertRules_Operation,
+	}
+
+	data_ = &AlertRulesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by ArtifactDownloadUrl.
 const ArtifactDownloadUrl_Operation = `
 mutation ArtifactDownloadUrl ($taskId: ID!, $kind: ArtifactKind, $format: FileFormat) {
@@ -5561,6 +6337,96 @@ func ClusterNodes(
 	}
 
 	data_ = &ClusterNodesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateAlertChannel.
+const CreateAlertChannel_Operation = `
+mutation CreateAlertChannel ($input: AlertChannelInput!) {
+	createAlertChannel(input: $input) {
+		... AlertChannelFields
+	}
+}
+fragment AlertChannelFields on AlertChannel {
+	id
+	name
+	kind
+	urlDisplay
+	hasSecret
+}
+`
+
+func CreateAlertChannel(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input AlertChannelInput,
+) (data_ *CreateAlertChannelResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateAlertChannel",
+		Query:  CreateAlertChannel_Operation,
+		Variables: &__CreateAlertChannelInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateAlertChannelResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateAlertRule.
+const CreateAlertRule_Operation = `
+mutation CreateAlertRule ($input: AlertRuleInput!) {
+	createAlertRule(input: $input) {
+		... AlertRuleFields
+	}
+}
+fragment AlertRuleFields on AlertRule {
+	id
+	name
+	kind
+	enabled
+	taskType
+	threshold
+	windowSeconds
+	quietSeconds
+	channels {
+		id
+		name
+	}
+	silencedUntil
+}
+`
+
+func CreateAlertRule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input AlertRuleInput,
+) (data_ *CreateAlertRuleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateAlertRule",
+		Query:  CreateAlertRule_Operation,
+		Variables: &__CreateAlertRuleInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateAlertRuleResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -5727,6 +6593,70 @@ func CreateTasks(
 	}
 
 	data_ = &CreateTasksResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteAlertChannel.
+const DeleteAlertChannel_Operation = `
+mutation DeleteAlertChannel ($id: ID!) {
+	deleteAlertChannel(id: $id)
+}
+`
+
+func DeleteAlertChannel(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteAlertChannelResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteAlertChannel",
+		Query:  DeleteAlertChannel_Operation,
+		Variables: &__DeleteAlertChannelInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteAlertChannelResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteAlertRule.
+const DeleteAlertRule_Operation = `
+mutation DeleteAlertRule ($id: ID!) {
+	deleteAlertRule(id: $id)
+}
+`
+
+func DeleteAlertRule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteAlertRuleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteAlertRule",
+		Query:  DeleteAlertRule_Operation,
+		Variables: &__DeleteAlertRuleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteAlertRuleResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

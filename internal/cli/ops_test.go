@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +137,43 @@ func TestTypeCommands(t *testing.T) {
 	require.Equal(t, cli.ExitFailure, r.code, r.stdout)
 	r = b.cmd(t, "type", "pause", "noop", "--until", "tomorrow")
 	require.Equal(t, cli.ExitUsage, r.code)
+}
+
+// TestAlertCommands: the console's Alerts page (channels and rules) from
+// the command line.
+func TestAlertCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ch struct {
+		ID, Name, Kind string
+		HasSecret      bool `json:"hasSecret"`
+	}
+	r := b.cmd(t, "alert", "channel", "create", "ops", "webhook", "--url", "https://hooks.example.com/T0/secret-part", "--json")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &ch))
+	require.Equal(t, "WEBHOOK", ch.Kind)
+
+	r = b.cmd(t, "alert", "rule", "create", "failures", "task_failed", "--type", "noop", "--channel", ch.ID, "-q")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	rule := strings.TrimSpace(r.stdout)
+
+	r = b.cmd(t, "alert", "rules")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^`+rule+` +failures +TASK_FAILED +noop +\d+ +\d+s +true +ops$`, r.stdout)
+	r = b.cmd(t, "alert", "channels")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^`+ch.ID+` +ops +WEBHOOK +\S+`, r.stdout)
+
+	r = b.cmd(t, "alert", "rule", "create", "x", "SOMETIMES")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, "is not one of TASK_FAILED, ")
+	r = b.cmd(t, "alert", "rule", "delete", rule)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, "rule "+rule+" deleted\n", r.stdout)
+	r = b.cmd(t, "alert", "channel", "delete", ch.ID, "--json")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	r = b.cmd(t, "alert", "channels", "-q")
+	require.Empty(t, r.stdout)
+	r = b.cmd(t, "alert", "rule", "delete", "999999")
+	require.Equal(t, cli.ExitFailure, r.code)
 }
