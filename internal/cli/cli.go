@@ -81,6 +81,7 @@ var Commands = []Command{
 	{"token", "make a bearer token and its token file line", runToken},
 	{"schedule", "list, create, pause, resume, delete schedules (taskgraph schedule -h)", runSchedule},
 	{"node", "list the cluster's nodes, drain one (taskgraph node -h)", runNode},
+	{"bulk", "cancel or retry every task a filter matches, after a preview (taskgraph bulk -h)", runBulk},
 	{"alert", "alert rules and channels: list, create, delete (taskgraph alert -h)", runAlert},
 	{"type", "task types' flow control: list, pause, resume, cap, rate (taskgraph type -h)", runType},
 }

@@ -485,6 +485,269 @@ var AllArtifactKind = []ArtifactKind{
 	ArtifactKind_REPORT,
 }
 
+// BulkPreviewBulkPreview includes the requested fields of the GraphQL type BulkPreview.
+// The GraphQL type's documentation follows.
+//
+// What a bulk action over a filter would meet now.
+type BulkPreviewBulkPreview struct {
+	// The tasks the filter matches among those you may see: the number to confirm.
+	Matched int `json:"matched"`
+	// How many of them the action would accept by their state now.
+	Accepted int `json:"accepted"`
+	// How many of them it would refuse (counted, left alone).
+	Refused  int                                             `json:"refused"`
+	ByStatus []BulkPreviewBulkPreviewByStatusBulkStatusCount `json:"byStatus"`
+}
+
+// GetMatched returns BulkPreviewBulkPreview.Matched, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetMatched() int { return v.Matched }
+
+// GetAccepted returns BulkPreviewBulkPreview.Accepted, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetAccepted() int { return v.Accepted }
+
+// GetRefused returns BulkPreviewBulkPreview.Refused, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetRefused() int { return v.Refused }
+
+// GetByStatus returns BulkPreviewBulkPreview.ByStatus, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetByStatus() []BulkPreviewBulkPreviewByStatusBulkStatusCount {
+	return v.ByStatus
+}
+
+// BulkPreviewBulkPreviewByStatusBulkStatusCount includes the requested fields of the GraphQL type BulkStatusCount.
+// The GraphQL type's documentation follows.
+//
+// How many of the matching tasks are in one state, and whether the action accepts that state.
+type BulkPreviewBulkPreviewByStatusBulkStatusCount struct {
+	Status TaskStatus `json:"status"`
+	Count  int        `json:"count"`
+	// True when the action would be applied to tasks in this state (CANCEL: PENDING, RETRY_PENDING, EXECUTING; RETRY: FAILED).
+	Accepted bool `json:"accepted"`
+}
+
+// GetStatus returns BulkPreviewBulkPreviewByStatusBulkStatusCount.Status, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreviewByStatusBulkStatusCount) GetStatus() TaskStatus { return v.Status }
+
+// GetCount returns BulkPreviewBulkPreviewByStatusBulkStatusCount.Count, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreviewByStatusBulkStatusCount) GetCount() int { return v.Count }
+
+// GetAccepted returns BulkPreviewBulkPreviewByStatusBulkStatusCount.Accepted, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreviewByStatusBulkStatusCount) GetAccepted() bool { return v.Accepted }
+
+// BulkPreviewResponse is returned by BulkPreview on success.
+type BulkPreviewResponse struct {
+	// What bulkTaskAction(action, where) would meet: the count to confirm, and how many tasks it would accept or refuse by state.
+	BulkPreview BulkPreviewBulkPreview `json:"bulkPreview"`
+}
+
+// GetBulkPreview returns BulkPreviewResponse.BulkPreview, and is useful for accessing the field via an interface.
+func (v *BulkPreviewResponse) GetBulkPreview() BulkPreviewBulkPreview { return v.BulkPreview }
+
+// BulkTaskActionBulkTaskActionTask includes the requested fields of the GraphQL type Task.
+type BulkTaskActionBulkTaskActionTask struct {
+	TaskFields `json:"-"`
+}
+
+// GetId returns BulkTaskActionBulkTaskActionTask.Id, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetId() string { return v.TaskFields.Id }
+
+// GetCode returns BulkTaskActionBulkTaskActionTask.Code, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetCode() string { return v.TaskFields.Code }
+
+// GetType returns BulkTaskActionBulkTaskActionTask.Type, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetType() string { return v.TaskFields.Type }
+
+// GetTitle returns BulkTaskActionBulkTaskActionTask.Title, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetTitle() string { return v.TaskFields.Title }
+
+// GetStatus returns BulkTaskActionBulkTaskActionTask.Status, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetStatus() TaskStatus { return v.TaskFields.Status }
+
+// GetResultStatus returns BulkTaskActionBulkTaskActionTask.ResultStatus, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetResultStatus() *TaskResultStatus {
+	return v.TaskFields.ResultStatus
+}
+
+// GetOwner returns BulkTaskActionBulkTaskActionTask.Owner, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetOwner() string { return v.TaskFields.Owner }
+
+// GetPriority returns BulkTaskActionBulkTaskActionTask.Priority, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetPriority() int { return v.TaskFields.Priority }
+
+// GetProgressDone returns BulkTaskActionBulkTaskActionTask.ProgressDone, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetProgressDone() int { return v.TaskFields.ProgressDone }
+
+// GetProgressTotal returns BulkTaskActionBulkTaskActionTask.ProgressTotal, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetProgressTotal() int { return v.TaskFields.ProgressTotal }
+
+// GetCancelRequested returns BulkTaskActionBulkTaskActionTask.CancelRequested, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetCancelRequested() bool {
+	return v.TaskFields.CancelRequested
+}
+
+// GetLastError returns BulkTaskActionBulkTaskActionTask.LastError, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetLastError() *string { return v.TaskFields.LastError }
+
+// GetMaxAttempts returns BulkTaskActionBulkTaskActionTask.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetMaxAttempts() int { return v.TaskFields.MaxAttempts }
+
+// GetRetryPolicy returns BulkTaskActionBulkTaskActionTask.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetRetryPolicy() string { return v.TaskFields.RetryPolicy }
+
+// GetAvailableActions returns BulkTaskActionBulkTaskActionTask.AvailableActions, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetAvailableActions() []TaskAction {
+	return v.TaskFields.AvailableActions
+}
+
+// GetVersion returns BulkTaskActionBulkTaskActionTask.Version, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetVersion() int { return v.TaskFields.Version }
+
+// GetCreatedAt returns BulkTaskActionBulkTaskActionTask.CreatedAt, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetCreatedAt() time.Time { return v.TaskFields.CreatedAt }
+
+// GetUpdatedAt returns BulkTaskActionBulkTaskActionTask.UpdatedAt, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetUpdatedAt() time.Time { return v.TaskFields.UpdatedAt }
+
+// GetFinishedAt returns BulkTaskActionBulkTaskActionTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetFinishedAt() *time.Time { return v.TaskFields.FinishedAt }
+
+// GetResult returns BulkTaskActionBulkTaskActionTask.Result, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetResult() *json.RawMessage { return v.TaskFields.Result }
+
+func (v *BulkTaskActionBulkTaskActionTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*BulkTaskActionBulkTaskActionTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.BulkTaskActionBulkTaskActionTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TaskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalBulkTaskActionBulkTaskActionTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Type string `json:"type"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	ResultStatus *TaskResultStatus `json:"resultStatus"`
+
+	Owner string `json:"owner"`
+
+	Priority int `json:"priority"`
+
+	ProgressDone int `json:"progressDone"`
+
+	ProgressTotal int `json:"progressTotal"`
+
+	CancelRequested bool `json:"cancelRequested"`
+
+	LastError *string `json:"lastError"`
+
+	MaxAttempts int `json:"maxAttempts"`
+
+	RetryPolicy string `json:"retryPolicy"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+
+	Version int `json:"version"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+
+	Result *json.RawMessage `json:"result"`
+}
+
+func (v *BulkTaskActionBulkTaskActionTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *BulkTaskActionBulkTaskActionTask) __premarshalJSON() (*__premarshalBulkTaskActionBulkTaskActionTask, error) {
+	var retval __premarshalBulkTaskActionBulkTaskActionTask
+
+	retval.Id = v.TaskFields.Id
+	retval.Code = v.TaskFields.Code
+	retval.Type = v.TaskFields.Type
+	retval.Title = v.TaskFields.Title
+	retval.Status = v.TaskFields.Status
+	retval.ResultStatus = v.TaskFields.ResultStatus
+	retval.Owner = v.TaskFields.Owner
+	retval.Priority = v.TaskFields.Priority
+	retval.ProgressDone = v.TaskFields.ProgressDone
+	retval.ProgressTotal = v.TaskFields.ProgressTotal
+	retval.CancelRequested = v.TaskFields.CancelRequested
+	retval.LastError = v.TaskFields.LastError
+	retval.MaxAttempts = v.TaskFields.MaxAttempts
+	retval.RetryPolicy = v.TaskFields.RetryPolicy
+	retval.AvailableActions = v.TaskFields.AvailableActions
+	retval.Version = v.TaskFields.Version
+	retval.CreatedAt = v.TaskFields.CreatedAt
+	retval.UpdatedAt = v.TaskFields.UpdatedAt
+	retval.FinishedAt = v.TaskFields.FinishedAt
+	retval.Result = v.TaskFields.Result
+	return &retval, nil
+}
+
+// BulkTaskActionResponse is returned by BulkTaskAction on success.
+type BulkTaskActionResponse struct {
+	// Cancels or retries every task where matches among those you may see, as
+	// you: a task of the internal type bulk.action does it in the background,
+	// page by page, each task through the same guarded transitions as
+	// cancelTask and retryTask (a task whose state forbids the action is counted
+	// by state in the result and left alone). The task is returned at once;
+	// follow it like any other (progress, trace, result: matched, done,
+	// refused by state, notFound, failed).
+	//
+	// confirm must be exactly the number of tasks the filter matches now, as
+	// bulkPreview (or countTasks) said: if tasks were created, finished or
+	// purged since, nothing is done and the error is a CONFLICT whose
+	// extensions carry matched (the new count) and confirmed — preview again,
+	// look, and confirm the new number. There is no tolerance: the number
+	// confirmed is the number acted on. Tasks created after the submission are
+	// never swept in (the action stops at the largest id that matched).
+	//
+	// reason is for CANCEL only. With an idempotencyKey, submitting again
+	// returns the task created first (without checking confirm again, since
+	// the first one may have changed the count); the same key with another
+	// action, filter or reason is a CONFLICT. Viewers may not act; the
+	// submission counts against your rate limit as cancelTasks over that many
+	// ids would (at most 1,000 tokens), and is one audit record (BULK_CANCEL or
+	// BULK_RETRY); each page acted on is recorded as a CANCEL_MANY or
+	// RETRY_MANY naming the bulk task.
+	BulkTaskAction BulkTaskActionBulkTaskActionTask `json:"bulkTaskAction"`
+}
+
+// GetBulkTaskAction returns BulkTaskActionResponse.BulkTaskAction, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionResponse) GetBulkTaskAction() BulkTaskActionBulkTaskActionTask {
+	return v.BulkTaskAction
+}
+
 // CancelTaskCancelTask includes the requested fields of the GraphQL type Task.
 type CancelTaskCancelTask struct {
 	TaskFields `json:"-"`
@@ -5798,6 +6061,42 @@ func (v *__ArtifactDownloadUrlInput) GetKind() *ArtifactKind { return v.Kind }
 // GetFormat returns __ArtifactDownloadUrlInput.Format, and is useful for accessing the field via an interface.
 func (v *__ArtifactDownloadUrlInput) GetFormat() *FileFormat { return v.Format }
 
+// __BulkPreviewInput is used internally by genqlient
+type __BulkPreviewInput struct {
+	Action TaskAction     `json:"action"`
+	Where  TaskWhereInput `json:"where"`
+}
+
+// GetAction returns __BulkPreviewInput.Action, and is useful for accessing the field via an interface.
+func (v *__BulkPreviewInput) GetAction() TaskAction { return v.Action }
+
+// GetWhere returns __BulkPreviewInput.Where, and is useful for accessing the field via an interface.
+func (v *__BulkPreviewInput) GetWhere() TaskWhereInput { return v.Where }
+
+// __BulkTaskActionInput is used internally by genqlient
+type __BulkTaskActionInput struct {
+	Action         TaskAction     `json:"action"`
+	Where          TaskWhereInput `json:"where"`
+	Reason         *string        `json:"reason"`
+	Confirm        int            `json:"confirm"`
+	IdempotencyKey *string        `json:"idempotencyKey"`
+}
+
+// GetAction returns __BulkTaskActionInput.Action, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetAction() TaskAction { return v.Action }
+
+// GetWhere returns __BulkTaskActionInput.Where, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetWhere() TaskWhereInput { return v.Where }
+
+// GetReason returns __BulkTaskActionInput.Reason, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetReason() *string { return v.Reason }
+
+// GetConfirm returns __BulkTaskActionInput.Confirm, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetConfirm() int { return v.Confirm }
+
+// GetIdempotencyKey returns __BulkTaskActionInput.IdempotencyKey, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetIdempotencyKey() *string { return v.IdempotencyKey }
+
 // __CancelTaskInput is used internally by genqlient
 type __CancelTaskInput struct {
 	Id     string  `json:"id"`
@@ -6236,6 +6535,113 @@ func ArtifactDownloadUrl(
 	}
 
 	data_ = &ArtifactDownloadUrlResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by BulkPreview.
+const BulkPreview_Operation = `
+query BulkPreview ($action: TaskAction!, $where: TaskWhereInput!) {
+	bulkPreview(action: $action, where: $where) {
+		matched
+		accepted
+		refused
+		byStatus {
+			status
+			count
+			accepted
+		}
+	}
+}
+`
+
+func BulkPreview(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	action TaskAction,
+	where TaskWhereInput,
+) (data_ *BulkPreviewResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "BulkPreview",
+		Query:  BulkPreview_Operation,
+		Variables: &__BulkPreviewInput{
+			Action: action,
+			Where:  where,
+		},
+	}
+
+	data_ = &BulkPreviewResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by BulkTaskAction.
+const BulkTaskAction_Operation = `
+mutation BulkTaskAction ($action: TaskAction!, $where: TaskWhereInput!, $reason: String, $confirm: Int!, $idempotencyKey: String) {
+	bulkTaskAction(action: $action, where: $where, reason: $reason, confirm: $confirm, idempotencyKey: $idempotencyKey) {
+		... TaskFields
+	}
+}
+fragment TaskFields on Task {
+	id
+	code
+	type
+	title
+	status
+	resultStatus
+	owner
+	priority
+	progressDone
+	progressTotal
+	cancelRequested
+	lastError
+	maxAttempts
+	retryPolicy
+	availableActions
+	version
+	createdAt
+	updatedAt
+	finishedAt
+	result
+}
+`
+
+func BulkTaskAction(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	action TaskAction,
+	where TaskWhereInput,
+	reason *string,
+	confirm int,
+	idempotencyKey *string,
+) (data_ *BulkTaskActionResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "BulkTaskAction",
+		Query:  BulkTaskAction_Operation,
+		Variables: &__BulkTaskActionInput{
+			Action:         action,
+			Where:          where,
+			Reason:         reason,
+			Confirm:        confirm,
+			IdempotencyKey: idempotencyKey,
+		},
+	}
+
+	data_ = &BulkTaskActionResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -177,3 +177,37 @@ func TestAlertCommands(t *testing.T) {
 	r = b.cmd(t, "alert", "rule", "delete", "999999")
 	require.Equal(t, cli.ExitFailure, r.code)
 }
+
+// TestBulkCommands: a preview over a filter, a confirmation that must
+// match it, and the action followed to its end.
+func TestBulkCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 3 {
+		r := b.cmd(t, "task", "create", "noop", "--input", `{"sleepMs": 600000}`, "--run-at", time.Now().Add(30*24*time.Hour).UTC().Format(time.RFC3339), "-q")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	}
+	r := b.cmd(t, "bulk", "preview", "cancel", "--type", "noop", "--status", "PENDING")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "3 matched: cancel would take 3, 0 refused by their state")
+	require.Regexp(t, `(?m)^PENDING +3 +true$`, r.stdout)
+	require.Contains(t, r.stdout, "taskgraph bulk cancel --confirm 3")
+	r = b.cmd(t, "bulk", "preview", "retry", "--type", "noop", "--json")
+	var p struct{ Matched, Accepted, Refused int }
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &p), r.stdout)
+	require.Equal(t, 3, p.Refused, "a PENDING task cannot be retried")
+
+	r = b.cmd(t, "bulk", "cancel", "--type", "noop")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, "missing --confirm N")
+	r = b.cmd(t, "bulk", "cancel", "--type", "noop", "--confirm", "2")
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "(CONFLICT)")
+	r = b.cmd(t, "task", "list", "--status", "CANCELLED", "-q")
+	require.Empty(t, r.stdout, "a refused confirmation does nothing")
+
+	r = b.cmd(t, "bulk", "cancel", "--type", "noop", "--confirm", "3", "--reason", "cleanup", "--wait", "-q")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	r = b.cmd(t, "task", "list", "--status", "CANCELLED", "--type", "noop", "-q")
+	require.Len(t, strings.Fields(r.stdout), 3)
+}

@@ -213,34 +213,16 @@ func taskGet(env *Env, args []string) int {
 
 func taskList(env *Env, args []string) int {
 	c := newCmd(env, "task list", "", "Lists tasks, newest first. --json prints one task per line.")
-	status := c.fs.String("status", "", "comma list of states: "+enumWords(AllTaskStatus))
-	typ := c.fs.String("type", "", "only tasks of this type")
-	search := c.fs.String("search", "", "text in the code, title or business key")
-	where := c.fs.String("where", "", `a TaskWhereInput as JSON, e.g. {"ownerIn": ["alice"]} (combined with the flags above)`)
+	filter := c.filterFlags()
 	first := c.fs.Int("first", 20, "tasks to show (at most 500 a page)")
 	all := c.fs.Bool("all", false, "every matching task, page after page")
 	return c.finish(func() error {
 		if _, err := c.parse(args, 0, 0); err != nil {
 			return err
 		}
-		var w TaskWhereInput
-		if *where != "" {
-			if err := json.Unmarshal([]byte(*where), &w); err != nil {
-				return usageErrorf("--where: not a TaskWhereInput: %v", err)
-			}
-		}
-		for _, s := range splitList(*status) {
-			st, err := parseEnum("status", s, AllTaskStatus)
-			if err != nil {
-				return err
-			}
-			w.StatusIn = append(w.StatusIn, st)
-		}
-		if *typ != "" {
-			w.Type = typ
-		}
-		if *search != "" {
-			w.Search = search
+		w, err := filter()
+		if err != nil {
+			return err
 		}
 		cl, err := c.client()
 		if err != nil {
@@ -477,6 +459,37 @@ func taskLogs(env *Env, args []string) int {
 			}
 		}
 	}())
+}
+
+// filterFlags declares the flags that pick tasks (--status, --type,
+// --search, --where) and returns what reads them into a filter.
+func (c *cmd) filterFlags() func() (TaskWhereInput, error) {
+	status := c.fs.String("status", "", "comma list of states: "+enumWords(AllTaskStatus))
+	typ := c.fs.String("type", "", "only tasks of this type")
+	search := c.fs.String("search", "", "text in the code, title or business key")
+	where := c.fs.String("where", "", `a TaskWhereInput as JSON, e.g. {"ownerIn": ["alice"]} (combined with the flags above)`)
+	return func() (TaskWhereInput, error) {
+		var w TaskWhereInput
+		if *where != "" {
+			if err := json.Unmarshal([]byte(*where), &w); err != nil {
+				return w, usageErrorf("--where: not a TaskWhereInput: %v", err)
+			}
+		}
+		for _, s := range splitList(*status) {
+			st, err := parseEnum("status", s, AllTaskStatus)
+			if err != nil {
+				return w, err
+			}
+			w.StatusIn = append(w.StatusIn, st)
+		}
+		if *typ != "" {
+			w.Type = typ
+		}
+		if *search != "" {
+			w.Search = search
+		}
+		return w, nil
+	}
 }
 
 // plural is "1 attempt", "3 attempts".
