@@ -60,6 +60,8 @@ func main() {
 	for i, c := range commands {
 		list[i] = app.Command{Name: c.name, Summary: c.summary}
 	}
+	// The client's flags may come before its command's name too.
+	os.Args = append(os.Args[:1], cli.Hoist(os.Args[1:])...)
 	if len(os.Args) > 1 {
 		for _, c := range commands {
 			if os.Args[1] == c.name {

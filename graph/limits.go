@@ -109,7 +109,7 @@ func (l documentLimit) check(doc *ast.QueryDocument) *gqlerror.Error {
 		case s.arguments > l.maxArguments:
 			return limitError("arguments", l.maxArguments, "a field has %d arguments and directives; the limit is %d", s.arguments, l.maxArguments)
 		case s.introspection && !l.introspection:
-			err := gqlerror.Errorf("introspection is disabled on this server")
+			err := gqlerror.Errorf("introspection is disabled on this server; start it with --playground (TASKGRAPH_PLAYGROUND=true) for introspection and the playground")
 			err.Extensions = map[string]any{"code": CodeForbidden}
 			return err
 		}

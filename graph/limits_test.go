@@ -139,7 +139,7 @@ func TestQueryLimits(t *testing.T) {
 		} {
 			r := s.Do(t, q, nil)
 			require.Equal(t, "FORBIDDEN", code(t, r), q)
-			require.Contains(t, r.Errors[0].Message, "introspection")
+			require.Contains(t, r.Errors[0].Message, "introspection is disabled on this server; start it with --playground", "the refusal says how to turn it on")
 		}
 		var out struct {
 			Typename string `json:"__typename"`

@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/pgdsn"
 )
 
 // Hub fans out changed incidents to this process's subscribers (the
@@ -88,6 +89,7 @@ func notifyIncident(ctx context.Context, tx *ent.Tx, node string, id int) error 
 // (PostgreSQL only; with SQLite there is one process).
 type Listener struct {
 	pql    *pq.Listener
+	dialer *pgdsn.Dialer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -99,14 +101,31 @@ func Listen(ctx context.Context, dsn string, db *sql.DB, client *ent.Client, hub
 		return nil, fmt.Errorf("alerts: name the channel: %w", err)
 	}
 	l := &Listener{done: make(chan struct{})}
-	l.pql = pq.NewListener(dsn, 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
+	named, err := pgdsn.WithDefault(dsn, "application_name", "taskgraph-alerts-"+node[:min(len(node), 46)])
+	if err != nil {
+		return nil, fmt.Errorf("alerts: %w", err)
+	}
+	l.dialer = &pgdsn.Dialer{}
+	l.pql = pq.NewDialListener(l.dialer, named, 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
 		if err != nil {
 			log.Warn("alert listener", "event", ev, "err", err)
 		}
 	})
-	if err := l.pql.Listen(channel); err != nil {
+	// pq's Listen waits for a connection, retrying for ever: a shutdown
+	// (ctx) ends the wait.
+	listened := make(chan error, 1)
+	go func() { listened <- l.pql.Listen(channel) }()
+	select {
+	case err := <-listened:
+		if err != nil {
+			_ = l.pql.Close()
+			return nil, fmt.Errorf("alerts: listen: %w", err)
+		}
+	case <-ctx.Done():
+		l.dialer.Abort() // a connection attempt under way fails
 		_ = l.pql.Close()
-		return nil, fmt.Errorf("alerts: listen: %w", err)
+		<-listened
+		return nil, fmt.Errorf("alerts: listen at %s: %w", pgdsn.Where(dsn), context.Cause(ctx))
 	}
 	ctx, l.cancel = context.WithCancel(auth.NewSystemContext(context.WithoutCancel(ctx)))
 	go func() {
@@ -142,5 +161,6 @@ func Listen(ctx context.Context, dsn string, db *sql.DB, client *ent.Client, hub
 func (l *Listener) Close() {
 	l.cancel()
 	<-l.done
+	l.dialer.Abort() // a reconnection to a silent server ends
 	_ = l.pql.Close()
 }

@@ -51,6 +51,12 @@ func Main(args []string, opts Options, stderr io.Writer) int {
 
 	a, err := New(ctx, cfg, opts)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGINT or SIGTERM while starting (a database that does not
+			// answer, say): New gave up; nothing ran.
+			fmt.Fprintln(stderr, "taskgraph: stopped before it started (a signal came while starting):", OneLine(err))
+			return ExitFailure
+		}
 		fmt.Fprintln(stderr, "taskgraph:", OneLine(err))
 		return ExitFailure
 	}

@@ -11,14 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +25,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/pgdsn"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
 
@@ -84,16 +83,9 @@ func benchDB(db string) (dir, dsn string, cleanup func(), err error) {
 	if _, err := conn.Exec("CREATE SCHEMA " + schema); err != nil {
 		return fail(fmt.Errorf("create a schema to bench in: %w", err))
 	}
-	inSchema := db + " search_path=" + schema // a key=value DSN
-	if strings.Contains(db, "://") {
-		u, err := url.Parse(db)
-		if err != nil {
-			return fail(err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		inSchema = u.String()
+	inSchema, err := pgdsn.Set(db, "search_path", schema)
+	if err != nil {
+		return fail(err)
 	}
 	return dir, inSchema, func() {
 		if _, err := conn.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {

@@ -79,6 +79,11 @@ var Commands = []Command{
 	{"download", "download a task's file (error report, export, report, source)", runDownload},
 	{"watch", "print a task's changes as they are committed (like task watch)", runWatch},
 	{"token", "make a bearer token and its token file line", runToken},
+	{"schedule", "list, create, pause, resume, delete schedules (taskgraph schedule -h)", runSchedule},
+	{"node", "list the cluster's nodes, drain one (taskgraph node -h)", runNode},
+	{"bulk", "cancel or retry every task a filter matches, after a preview (taskgraph bulk -h)", runBulk},
+	{"alert", "alert rules and channels: list, create, delete (taskgraph alert -h)", runAlert},
+	{"type", "task types' flow control: list, pause, resume, cap, rate (taskgraph type -h)", runType},
 }
 
 // usageError is a wrong command line: exit code 2.
@@ -210,6 +215,7 @@ func (c *cmd) finish(err error) int {
 // Main runs the command named by args[0] (for tests and embedders; the
 // binary dispatches through Commands).
 func Main(env *Env, args []string) int {
+	args = Hoist(args)
 	if len(args) > 0 {
 		for _, c := range Commands {
 			if c.Name == args[0] {
@@ -219,4 +225,92 @@ func Main(env *Env, args []string) int {
 	}
 	fmt.Fprintf(env.Stderr, "taskgraph: unknown command %q\n", strings.Join(args, " "))
 	return ExitUsage
+}
+
+// leadingGlobals splits off the client flags every command has (--server,
+// --token, --json, -q) written before a command's name.
+func leadingGlobals(args []string) (globals, rest []string) {
+	for len(args) > 0 {
+		a := args[0]
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		n := 0
+		switch name {
+		case "server", "token":
+			n = 2
+			if hasValue {
+				n = 1
+			}
+		case "json", "q":
+			n = 1
+		}
+		if n == 0 || n > len(args) {
+			break
+		}
+		globals = append(globals, args[:n]...)
+		args = args[n:]
+	}
+	return globals, args
+}
+
+// Hoist moves the client flags written before a command's name
+// (taskgraph --server URL task create noop) after it, where the command
+// reads them; args without such flags, or not naming a command of this
+// package after them, are returned as they are.
+func Hoist(args []string) []string {
+	globals, rest := leadingGlobals(args)
+	if len(globals) == 0 || len(rest) == 0 || !isCommand(rest[0]) {
+		return args
+	}
+	return afterCommand(rest, globals)
+}
+
+// afterCommand puts globals after rest's command and sub-command words,
+// before any "--".
+func afterCommand(rest, globals []string) []string {
+	out := make([]string, 0, len(rest)+len(globals))
+	end := len(rest)
+	for i, a := range rest {
+		if a == "--" {
+			end = i
+			break
+		}
+	}
+	out = append(out, rest[:end]...)
+	out = append(out, globals...)
+	return append(out, rest[end:]...)
+}
+
+func isCommand(name string) bool {
+	for _, c := range Commands {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// enumWords lists an enum's values for a flag's help: "A, B or C".
+func enumWords[T ~string](all []T) string {
+	words := make([]string, len(all))
+	for i, v := range all {
+		words[i] = string(v)
+	}
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// parseEnum reads a flag's value as one of an enum's values (in any
+// case), or is a usage error listing them.
+func parseEnum[T ~string](flagName, v string, all []T) (T, error) {
+	for _, e := range all {
+		if strings.EqualFold(string(e), strings.TrimSpace(v)) {
+			return e, nil
+		}
+	}
+	return "", usageErrorf("--%s: %q is not one of %s", flagName, v, enumWords(all))
 }

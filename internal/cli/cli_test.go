@@ -389,3 +389,30 @@ func TestLogsFollow(t *testing.T) {
 	require.Equal(t, 2, strings.Count(out.String(), "attempt 1 failed"), "no line twice: %s", out.String())
 	require.Equal(t, 2, strings.Count(out.String(), "request failed"), "no line twice: %s", out.String())
 }
+
+// TestRelativeLinksResolveAgainstTheServerAsked: a server that does not
+// know the address it is reached by (--addr 0.0.0.0, no --public-url)
+// hands out relative download links; download and export fetch them from
+// --server. They failed with `unsupported protocol scheme ""`.
+func TestRelativeLinksResolveAgainstTheServerAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *app.Config) { c.Network.PublicURL = "" })
+	require.NoError(t, os.WriteFile(filepath.Join(b.dir, "contacts.csv"), []byte("姓名,手机\n张三,13812345678\n王五,12345\n"), 0o600))
+	r := b.cmd(t, "import", "contacts.csv", "--wait", "-q")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	id := strings.TrimSpace(r.stdout)
+
+	var link struct {
+		ArtifactDownloadURL struct{ URL string } `json:"artifactDownloadUrl"`
+	}
+	b.srv.Query(t, `mutation($id: ID!) { artifactDownloadUrl(taskId: $id, kind: ERROR_REPORT) { url } }`, map[string]any{"id": id}, &link)
+	require.True(t, strings.HasPrefix(link.ArtifactDownloadURL.URL, "/download/"), "the server hands out a relative link: %q", link.ArtifactDownloadURL.URL)
+
+	r = b.cmd(t, "download", id, "--format", "csv", "--server", b.srv.URL)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `^IMPORT-\S+-errors\.csv \(`, r.stdout)
+
+	r = b.cmd(t, "export", "--source", "contacts", "--format", "csv", "--output", "-")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "张三")
+}

@@ -38,6 +38,24 @@ func newClient(server, token string) (*client, error) {
 	return c, nil
 }
 
+// resolve makes a link the server handed out whole: a relative one
+// (/download/..., from a server that does not know the address it is
+// reached by: --addr 0.0.0.0 without --public-url) is on the server asked,
+// under --server's path as /query is.
+func (c *client) resolve(link string) (string, error) {
+	u, err := url.Parse(link)
+	if err != nil {
+		return "", fmt.Errorf("the server answered a link that is not a URL (%q): %w", link, err)
+	}
+	if u.IsAbs() {
+		return link, nil
+	}
+	if !strings.HasPrefix(link, "/") {
+		link = "/" + link
+	}
+	return c.server + link, nil
+}
+
 type doerFunc func(*http.Request) (*http.Response, error)
 
 func (f doerFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
@@ -219,4 +237,22 @@ func readEvents(r io.Reader, next func([]byte) error) error {
 		return fmt.Errorf("the event stream broke off: %w", err)
 	}
 	return errors.New("the server ended the event stream")
+}
+
+// taskRef is the id of the task ref names: an id (digits) as it is, or a
+// task's code as the console shows it (NOOP-20261202-AB12CD34), in any
+// case, looked up.
+func (c *cmd) taskRef(cl *client, ref string) (string, error) {
+	if ref == "" || strings.Trim(ref, "0123456789") == "" {
+		return ref, nil
+	}
+	resp, err := TaskIdByCode(c.env.Ctx, cl.gql, strings.ToUpper(ref))
+	var ae *apiError
+	if err != nil && (!errors.As(explain(err), &ae) || ae.Code != "NOT_FOUND") {
+		return "", err
+	}
+	if err != nil || resp.TaskByCode == nil {
+		return "", &apiError{Code: "NOT_FOUND", Message: "task " + ref + " not found (neither an id nor a task's code)"}
+	}
+	return resp.TaskByCode.Id, nil
 }

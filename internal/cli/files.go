@@ -169,7 +169,7 @@ func (c *counting) Read(p []byte) (int, error) {
 func runExport(env *Env, args []string) int {
 	c := newCmd(env, "export", "", "Creates an export task (contacts, tasks or, for admins, the audit trail; xlsx or CSV, with a filter), waits for it and downloads the file into the current directory (or --output); with --no-wait, only prints the task.")
 	source := c.fs.String("source", "contacts", "what to export: contacts, tasks or audit (admins only)")
-	format := c.fs.String("format", "xlsx", "xlsx or csv")
+	format := c.fs.String("format", "xlsx", "the file's format: "+strings.ToLower(enumWords(AllFileFormat)))
 	filter := c.fs.String("filter", "", `a filter as JSON: for contacts {"city": "上海", "importTaskId": 1}; for tasks {"type": "noop", "status": ["FAILED"]}; for audit {"actor": "alice", "action": ["CANCEL"], "outcome": "OK", "taskId": 7}`)
 	output := c.fs.String("output", "", "where to write the file (- for stdout; default: the server's file name in the current directory)")
 	noWait := c.fs.Bool("no-wait", false, "print the task and return at once")
@@ -208,15 +208,18 @@ func runExport(env *Env, args []string) int {
 		if err := c.follow(cl, t.Id, false, false, true); err != nil {
 			return err
 		}
-		f := FileFormat(strings.ToUpper(*format))
+		f, err := parseEnum("format", *format, AllFileFormat)
+		if err != nil {
+			return err
+		}
 		return c.download(cl, t.Id, "EXPORT", &f, *output)
 	}())
 }
 
 func runDownload(env *Env, args []string) int {
 	c := newCmd(env, "download", "TASK", "Downloads a task's file into the current directory (under the server's file name) or --output, and prints where it went.")
-	kind := c.fs.String("kind", "ERROR_REPORT", "which file: ERROR_REPORT, EXPORT, REPORT or SOURCE")
-	format := c.fs.String("format", "", "xlsx or csv, where the file exists in both (default: xlsx)")
+	kind := c.fs.String("kind", "ERROR_REPORT", "which file: "+enumWords(AllArtifactKind))
+	format := c.fs.String("format", "", strings.ToLower(enumWords(AllFileFormat))+", where the file exists in both (default: xlsx)")
 	output := c.fs.String("output", "", "where to write the file (- for stdout)")
 	return c.finish(func() error {
 		pos, err := c.parse(args, 1, 1)
@@ -229,21 +232,36 @@ func runDownload(env *Env, args []string) int {
 		}
 		var f *FileFormat
 		if *format != "" {
-			ff := FileFormat(strings.ToUpper(*format))
+			ff, err := parseEnum("format", *format, AllFileFormat)
+			if err != nil {
+				return err
+			}
 			f = &ff
 		}
-		return c.download(cl, pos[0], ArtifactKind(strings.ToUpper(*kind)), f, *output)
+		k, err := parseEnum("kind", *kind, AllArtifactKind)
+		if err != nil {
+			return err
+		}
+		return c.download(cl, pos[0], k, f, *output)
 	}())
 }
 
 // download asks for a signed link to a task's file and saves what it
 // serves.
 func (c *cmd) download(cl *client, taskID string, kind ArtifactKind, format *FileFormat, output string) error {
+	taskID, err := c.taskRef(cl, taskID)
+	if err != nil {
+		return err
+	}
 	link, err := ArtifactDownloadUrl(c.env.Ctx, cl.gql, taskID, &kind, format)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(c.env.Ctx, http.MethodGet, link.ArtifactDownloadUrl.Url, nil)
+	where, err := cl.resolve(link.ArtifactDownloadUrl.Url)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(c.env.Ctx, http.MethodGet, where, nil)
 	if err != nil {
 		return err
 	}

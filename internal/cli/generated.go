@@ -12,6 +12,431 @@ import (
 	"github.com/Khan/genqlient/graphql"
 )
 
+// AlertChannelFields includes the GraphQL fields of AlertChannel requested by the fragment AlertChannelFields.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type AlertChannelFields struct {
+	Id   string           `json:"id"`
+	Name string           `json:"name"`
+	Kind AlertChannelKind `json:"kind"`
+	// The URL without its query string (where chat bots keep their tokens).
+	UrlDisplay string `json:"urlDisplay"`
+	// Notices are signed (DingTalk, Feishu/Lark, or the webhook's X-Taskgraph-Signature).
+	HasSecret bool `json:"hasSecret"`
+}
+
+// GetId returns AlertChannelFields.Id, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetId() string { return v.Id }
+
+// GetName returns AlertChannelFields.Name, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetName() string { return v.Name }
+
+// GetKind returns AlertChannelFields.Kind, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetKind() AlertChannelKind { return v.Kind }
+
+// GetUrlDisplay returns AlertChannelFields.UrlDisplay, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetUrlDisplay() string { return v.UrlDisplay }
+
+// GetHasSecret returns AlertChannelFields.HasSecret, and is useful for accessing the field via an interface.
+func (v *AlertChannelFields) GetHasSecret() bool { return v.HasSecret }
+
+type AlertChannelInput struct {
+	Name string           `json:"name"`
+	Kind AlertChannelKind `json:"kind"`
+	// Required to create; on update, omitted keeps the stored one.
+	Url *string `json:"url"`
+	// Signing secret (DingTalk's SEC..., Feishu's, or the webhook's); on update, omitted keeps it and empty removes it.
+	Secret *string `json:"secret"`
+}
+
+// GetName returns AlertChannelInput.Name, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetName() string { return v.Name }
+
+// GetKind returns AlertChannelInput.Kind, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetKind() AlertChannelKind { return v.Kind }
+
+// GetUrl returns AlertChannelInput.Url, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetUrl() *string { return v.Url }
+
+// GetSecret returns AlertChannelInput.Secret, and is useful for accessing the field via an interface.
+func (v *AlertChannelInput) GetSecret() *string { return v.Secret }
+
+// Where alert notices go: a generic JSON webhook, or a team chat bot.
+type AlertChannelKind string
+
+const (
+	AlertChannelKind_WEBHOOK  AlertChannelKind = "WEBHOOK"
+	AlertChannelKind_DINGTALK AlertChannelKind = "DINGTALK"
+	AlertChannelKind_FEISHU   AlertChannelKind = "FEISHU"
+	AlertChannelKind_WECOM    AlertChannelKind = "WECOM"
+	AlertChannelKind_SLACK    AlertChannelKind = "SLACK"
+)
+
+var AllAlertChannelKind = []AlertChannelKind{
+	AlertChannelKind_WEBHOOK,
+	AlertChannelKind_DINGTALK,
+	AlertChannelKind_FEISHU,
+	AlertChannelKind_WECOM,
+	AlertChannelKind_SLACK,
+}
+
+// AlertChannelsAlertChannelsAlertChannel includes the requested fields of the GraphQL type AlertChannel.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type AlertChannelsAlertChannelsAlertChannel struct {
+	AlertChannelFields `json:"-"`
+}
+
+// GetId returns AlertChannelsAlertChannelsAlertChannel.Id, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetId() string { return v.AlertChannelFields.Id }
+
+// GetName returns AlertChannelsAlertChannelsAlertChannel.Name, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetName() string { return v.AlertChannelFields.Name }
+
+// GetKind returns AlertChannelsAlertChannelsAlertChannel.Kind, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetKind() AlertChannelKind {
+	return v.AlertChannelFields.Kind
+}
+
+// GetUrlDisplay returns AlertChannelsAlertChannelsAlertChannel.UrlDisplay, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetUrlDisplay() string {
+	return v.AlertChannelFields.UrlDisplay
+}
+
+// GetHasSecret returns AlertChannelsAlertChannelsAlertChannel.HasSecret, and is useful for accessing the field via an interface.
+func (v *AlertChannelsAlertChannelsAlertChannel) GetHasSecret() bool {
+	return v.AlertChannelFields.HasSecret
+}
+
+func (v *AlertChannelsAlertChannelsAlertChannel) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*AlertChannelsAlertChannelsAlertChannel
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.AlertChannelsAlertChannelsAlertChannel = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertChannelFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalAlertChannelsAlertChannelsAlertChannel struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertChannelKind `json:"kind"`
+
+	UrlDisplay string `json:"urlDisplay"`
+
+	HasSecret bool `json:"hasSecret"`
+}
+
+func (v *AlertChannelsAlertChannelsAlertChannel) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *AlertChannelsAlertChannelsAlertChannel) __premarshalJSON() (*__premarshalAlertChannelsAlertChannelsAlertChannel, error) {
+	var retval __premarshalAlertChannelsAlertChannelsAlertChannel
+
+	retval.Id = v.AlertChannelFields.Id
+	retval.Name = v.AlertChannelFields.Name
+	retval.Kind = v.AlertChannelFields.Kind
+	retval.UrlDisplay = v.AlertChannelFields.UrlDisplay
+	retval.HasSecret = v.AlertChannelFields.HasSecret
+	return &retval, nil
+}
+
+// AlertChannelsResponse is returned by AlertChannels on success.
+type AlertChannelsResponse struct {
+	AlertChannels []AlertChannelsAlertChannelsAlertChannel `json:"alertChannels"`
+}
+
+// GetAlertChannels returns AlertChannelsResponse.AlertChannels, and is useful for accessing the field via an interface.
+func (v *AlertChannelsResponse) GetAlertChannels() []AlertChannelsAlertChannelsAlertChannel {
+	return v.AlertChannels
+}
+
+// AlertRuleFields includes the GraphQL fields of AlertRule requested by the fragment AlertRuleFields.
+// The GraphQL type's documentation follows.
+//
+// What is worth telling someone about, and whom to tell.
+type AlertRuleFields struct {
+	Id      string        `json:"id"`
+	Name    string        `json:"name"`
+	Kind    AlertRuleKind `json:"kind"`
+	Enabled bool          `json:"enabled"`
+	// Only tasks of this type; empty: any (one incident per type).
+	TaskType      string `json:"taskType"`
+	Threshold     int    `json:"threshold"`
+	WindowSeconds int    `json:"windowSeconds"`
+	// After a notice, no other opening notice of this rule for this long; incidents still open and count.
+	QuietSeconds int                                   `json:"quietSeconds"`
+	Channels     []AlertRuleFieldsChannelsAlertChannel `json:"channels"`
+	// Notices are held back until then.
+	SilencedUntil *time.Time `json:"silencedUntil"`
+}
+
+// GetId returns AlertRuleFields.Id, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetId() string { return v.Id }
+
+// GetName returns AlertRuleFields.Name, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetName() string { return v.Name }
+
+// GetKind returns AlertRuleFields.Kind, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetKind() AlertRuleKind { return v.Kind }
+
+// GetEnabled returns AlertRuleFields.Enabled, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetEnabled() bool { return v.Enabled }
+
+// GetTaskType returns AlertRuleFields.TaskType, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetTaskType() string { return v.TaskType }
+
+// GetThreshold returns AlertRuleFields.Threshold, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetThreshold() int { return v.Threshold }
+
+// GetWindowSeconds returns AlertRuleFields.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetWindowSeconds() int { return v.WindowSeconds }
+
+// GetQuietSeconds returns AlertRuleFields.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetQuietSeconds() int { return v.QuietSeconds }
+
+// GetChannels returns AlertRuleFields.Channels, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetChannels() []AlertRuleFieldsChannelsAlertChannel { return v.Channels }
+
+// GetSilencedUntil returns AlertRuleFields.SilencedUntil, and is useful for accessing the field via an interface.
+func (v *AlertRuleFields) GetSilencedUntil() *time.Time { return v.SilencedUntil }
+
+// AlertRuleFieldsChannelsAlertChannel includes the requested fields of the GraphQL type AlertChannel.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type AlertRuleFieldsChannelsAlertChannel struct {
+	Id   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// GetId returns AlertRuleFieldsChannelsAlertChannel.Id, and is useful for accessing the field via an interface.
+func (v *AlertRuleFieldsChannelsAlertChannel) GetId() string { return v.Id }
+
+// GetName returns AlertRuleFieldsChannelsAlertChannel.Name, and is useful for accessing the field via an interface.
+func (v *AlertRuleFieldsChannelsAlertChannel) GetName() string { return v.Name }
+
+type AlertRuleInput struct {
+	Name          string        `json:"name"`
+	Kind          AlertRuleKind `json:"kind"`
+	Enabled       *bool         `json:"enabled"`
+	TaskType      *string       `json:"taskType"`
+	Owner         *string       `json:"owner"`
+	ErrorKind     *ErrorKind    `json:"errorKind"`
+	Threshold     *int          `json:"threshold"`
+	WindowSeconds *int          `json:"windowSeconds"`
+	QuietSeconds  *int          `json:"quietSeconds"`
+	ChannelIds    []string      `json:"channelIds"`
+}
+
+// GetName returns AlertRuleInput.Name, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetName() string { return v.Name }
+
+// GetKind returns AlertRuleInput.Kind, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetKind() AlertRuleKind { return v.Kind }
+
+// GetEnabled returns AlertRuleInput.Enabled, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetEnabled() *bool { return v.Enabled }
+
+// GetTaskType returns AlertRuleInput.TaskType, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetTaskType() *string { return v.TaskType }
+
+// GetOwner returns AlertRuleInput.Owner, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetOwner() *string { return v.Owner }
+
+// GetErrorKind returns AlertRuleInput.ErrorKind, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetErrorKind() *ErrorKind { return v.ErrorKind }
+
+// GetThreshold returns AlertRuleInput.Threshold, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetThreshold() *int { return v.Threshold }
+
+// GetWindowSeconds returns AlertRuleInput.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetWindowSeconds() *int { return v.WindowSeconds }
+
+// GetQuietSeconds returns AlertRuleInput.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetQuietSeconds() *int { return v.QuietSeconds }
+
+// GetChannelIds returns AlertRuleInput.ChannelIds, and is useful for accessing the field via an interface.
+func (v *AlertRuleInput) GetChannelIds() []string { return v.ChannelIds }
+
+// What a rule watches.
+type AlertRuleKind string
+
+const (
+	// A task ended FAILED (no retry left), optionally of one error kind.
+	AlertRuleKind_TASK_FAILED AlertRuleKind = "TASK_FAILED"
+	// An execution timed out (retried or not).
+	AlertRuleKind_TIMEOUT AlertRuleKind = "TIMEOUT"
+	// An execution was flagged as stalled (progress and logs stood still for its stallAfter).
+	AlertRuleKind_STALLED AlertRuleKind = "STALLED"
+	// threshold failed executions of a type within windowSeconds.
+	AlertRuleKind_FAILURE_RATE AlertRuleKind = "FAILURE_RATE"
+	// The oldest waiting task of a type has waited windowSeconds.
+	AlertRuleKind_BACKLOG AlertRuleKind = "BACKLOG"
+	// No watchdog has led for windowSeconds (30 s when 0).
+	AlertRuleKind_NO_LEADER AlertRuleKind = "NO_LEADER"
+	// A worker stopped sending heartbeats and the watchdog recovered its executions.
+	AlertRuleKind_NODE_GONE AlertRuleKind = "NODE_GONE"
+)
+
+var AllAlertRuleKind = []AlertRuleKind{
+	AlertRuleKind_TASK_FAILED,
+	AlertRuleKind_TIMEOUT,
+	AlertRuleKind_STALLED,
+	AlertRuleKind_FAILURE_RATE,
+	AlertRuleKind_BACKLOG,
+	AlertRuleKind_NO_LEADER,
+	AlertRuleKind_NODE_GONE,
+}
+
+// AlertRulesAlertRulesAlertRule includes the requested fields of the GraphQL type AlertRule.
+// The GraphQL type's documentation follows.
+//
+// What is worth telling someone about, and whom to tell.
+type AlertRulesAlertRulesAlertRule struct {
+	AlertRuleFields `json:"-"`
+}
+
+// GetId returns AlertRulesAlertRulesAlertRule.Id, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetId() string { return v.AlertRuleFields.Id }
+
+// GetName returns AlertRulesAlertRulesAlertRule.Name, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetName() string { return v.AlertRuleFields.Name }
+
+// GetKind returns AlertRulesAlertRulesAlertRule.Kind, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetKind() AlertRuleKind { return v.AlertRuleFields.Kind }
+
+// GetEnabled returns AlertRulesAlertRulesAlertRule.Enabled, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetEnabled() bool { return v.AlertRuleFields.Enabled }
+
+// GetTaskType returns AlertRulesAlertRulesAlertRule.TaskType, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetTaskType() string { return v.AlertRuleFields.TaskType }
+
+// GetThreshold returns AlertRulesAlertRulesAlertRule.Threshold, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetThreshold() int { return v.AlertRuleFields.Threshold }
+
+// GetWindowSeconds returns AlertRulesAlertRulesAlertRule.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetWindowSeconds() int {
+	return v.AlertRuleFields.WindowSeconds
+}
+
+// GetQuietSeconds returns AlertRulesAlertRulesAlertRule.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetQuietSeconds() int { return v.AlertRuleFields.QuietSeconds }
+
+// GetChannels returns AlertRulesAlertRulesAlertRule.Channels, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetChannels() []AlertRuleFieldsChannelsAlertChannel {
+	return v.AlertRuleFields.Channels
+}
+
+// GetSilencedUntil returns AlertRulesAlertRulesAlertRule.SilencedUntil, and is useful for accessing the field via an interface.
+func (v *AlertRulesAlertRulesAlertRule) GetSilencedUntil() *time.Time {
+	return v.AlertRuleFields.SilencedUntil
+}
+
+func (v *AlertRulesAlertRulesAlertRule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*AlertRulesAlertRulesAlertRule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.AlertRulesAlertRulesAlertRule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertRuleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalAlertRulesAlertRulesAlertRule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertRuleKind `json:"kind"`
+
+	Enabled bool `json:"enabled"`
+
+	TaskType string `json:"taskType"`
+
+	Threshold int `json:"threshold"`
+
+	WindowSeconds int `json:"windowSeconds"`
+
+	QuietSeconds int `json:"quietSeconds"`
+
+	Channels []AlertRuleFieldsChannelsAlertChannel `json:"channels"`
+
+	SilencedUntil *time.Time `json:"silencedUntil"`
+}
+
+func (v *AlertRulesAlertRulesAlertRule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *AlertRulesAlertRulesAlertRule) __premarshalJSON() (*__premarshalAlertRulesAlertRulesAlertRule, error) {
+	var retval __premarshalAlertRulesAlertRulesAlertRule
+
+	retval.Id = v.AlertRuleFields.Id
+	retval.Name = v.AlertRuleFields.Name
+	retval.Kind = v.AlertRuleFields.Kind
+	retval.Enabled = v.AlertRuleFields.Enabled
+	retval.TaskType = v.AlertRuleFields.TaskType
+	retval.Threshold = v.AlertRuleFields.Threshold
+	retval.WindowSeconds = v.AlertRuleFields.WindowSeconds
+	retval.QuietSeconds = v.AlertRuleFields.QuietSeconds
+	retval.Channels = v.AlertRuleFields.Channels
+	retval.SilencedUntil = v.AlertRuleFields.SilencedUntil
+	return &retval, nil
+}
+
+// AlertRulesResponse is returned by AlertRules on success.
+type AlertRulesResponse struct {
+	AlertRules []AlertRulesAlertRulesAlertRule `json:"alertRules"`
+}
+
+// GetAlertRules returns AlertRulesResponse.AlertRules, and is useful for accessing the field via an interface.
+func (v *AlertRulesResponse) GetAlertRules() []AlertRulesAlertRulesAlertRule { return v.AlertRules }
+
 // ArtifactDownloadUrlArtifactDownloadUrlDownloadLink includes the requested fields of the GraphQL type DownloadLink.
 // The GraphQL type's documentation follows.
 //
@@ -58,6 +483,269 @@ var AllArtifactKind = []ArtifactKind{
 	ArtifactKind_ERROR_REPORT,
 	ArtifactKind_EXPORT,
 	ArtifactKind_REPORT,
+}
+
+// BulkPreviewBulkPreview includes the requested fields of the GraphQL type BulkPreview.
+// The GraphQL type's documentation follows.
+//
+// What a bulk action over a filter would meet now.
+type BulkPreviewBulkPreview struct {
+	// The tasks the filter matches among those you may see: the number to confirm.
+	Matched int `json:"matched"`
+	// How many of them the action would accept by their state now.
+	Accepted int `json:"accepted"`
+	// How many of them it would refuse (counted, left alone).
+	Refused  int                                             `json:"refused"`
+	ByStatus []BulkPreviewBulkPreviewByStatusBulkStatusCount `json:"byStatus"`
+}
+
+// GetMatched returns BulkPreviewBulkPreview.Matched, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetMatched() int { return v.Matched }
+
+// GetAccepted returns BulkPreviewBulkPreview.Accepted, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetAccepted() int { return v.Accepted }
+
+// GetRefused returns BulkPreviewBulkPreview.Refused, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetRefused() int { return v.Refused }
+
+// GetByStatus returns BulkPreviewBulkPreview.ByStatus, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreview) GetByStatus() []BulkPreviewBulkPreviewByStatusBulkStatusCount {
+	return v.ByStatus
+}
+
+// BulkPreviewBulkPreviewByStatusBulkStatusCount includes the requested fields of the GraphQL type BulkStatusCount.
+// The GraphQL type's documentation follows.
+//
+// How many of the matching tasks are in one state, and whether the action accepts that state.
+type BulkPreviewBulkPreviewByStatusBulkStatusCount struct {
+	Status TaskStatus `json:"status"`
+	Count  int        `json:"count"`
+	// True when the action would be applied to tasks in this state (CANCEL: PENDING, RETRY_PENDING, EXECUTING; RETRY: FAILED).
+	Accepted bool `json:"accepted"`
+}
+
+// GetStatus returns BulkPreviewBulkPreviewByStatusBulkStatusCount.Status, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreviewByStatusBulkStatusCount) GetStatus() TaskStatus { return v.Status }
+
+// GetCount returns BulkPreviewBulkPreviewByStatusBulkStatusCount.Count, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreviewByStatusBulkStatusCount) GetCount() int { return v.Count }
+
+// GetAccepted returns BulkPreviewBulkPreviewByStatusBulkStatusCount.Accepted, and is useful for accessing the field via an interface.
+func (v *BulkPreviewBulkPreviewByStatusBulkStatusCount) GetAccepted() bool { return v.Accepted }
+
+// BulkPreviewResponse is returned by BulkPreview on success.
+type BulkPreviewResponse struct {
+	// What bulkTaskAction(action, where) would meet: the count to confirm, and how many tasks it would accept or refuse by state.
+	BulkPreview BulkPreviewBulkPreview `json:"bulkPreview"`
+}
+
+// GetBulkPreview returns BulkPreviewResponse.BulkPreview, and is useful for accessing the field via an interface.
+func (v *BulkPreviewResponse) GetBulkPreview() BulkPreviewBulkPreview { return v.BulkPreview }
+
+// BulkTaskActionBulkTaskActionTask includes the requested fields of the GraphQL type Task.
+type BulkTaskActionBulkTaskActionTask struct {
+	TaskFields `json:"-"`
+}
+
+// GetId returns BulkTaskActionBulkTaskActionTask.Id, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetId() string { return v.TaskFields.Id }
+
+// GetCode returns BulkTaskActionBulkTaskActionTask.Code, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetCode() string { return v.TaskFields.Code }
+
+// GetType returns BulkTaskActionBulkTaskActionTask.Type, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetType() string { return v.TaskFields.Type }
+
+// GetTitle returns BulkTaskActionBulkTaskActionTask.Title, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetTitle() string { return v.TaskFields.Title }
+
+// GetStatus returns BulkTaskActionBulkTaskActionTask.Status, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetStatus() TaskStatus { return v.TaskFields.Status }
+
+// GetResultStatus returns BulkTaskActionBulkTaskActionTask.ResultStatus, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetResultStatus() *TaskResultStatus {
+	return v.TaskFields.ResultStatus
+}
+
+// GetOwner returns BulkTaskActionBulkTaskActionTask.Owner, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetOwner() string { return v.TaskFields.Owner }
+
+// GetPriority returns BulkTaskActionBulkTaskActionTask.Priority, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetPriority() int { return v.TaskFields.Priority }
+
+// GetProgressDone returns BulkTaskActionBulkTaskActionTask.ProgressDone, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetProgressDone() int { return v.TaskFields.ProgressDone }
+
+// GetProgressTotal returns BulkTaskActionBulkTaskActionTask.ProgressTotal, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetProgressTotal() int { return v.TaskFields.ProgressTotal }
+
+// GetCancelRequested returns BulkTaskActionBulkTaskActionTask.CancelRequested, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetCancelRequested() bool {
+	return v.TaskFields.CancelRequested
+}
+
+// GetLastError returns BulkTaskActionBulkTaskActionTask.LastError, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetLastError() *string { return v.TaskFields.LastError }
+
+// GetMaxAttempts returns BulkTaskActionBulkTaskActionTask.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetMaxAttempts() int { return v.TaskFields.MaxAttempts }
+
+// GetRetryPolicy returns BulkTaskActionBulkTaskActionTask.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetRetryPolicy() string { return v.TaskFields.RetryPolicy }
+
+// GetAvailableActions returns BulkTaskActionBulkTaskActionTask.AvailableActions, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetAvailableActions() []TaskAction {
+	return v.TaskFields.AvailableActions
+}
+
+// GetVersion returns BulkTaskActionBulkTaskActionTask.Version, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetVersion() int { return v.TaskFields.Version }
+
+// GetCreatedAt returns BulkTaskActionBulkTaskActionTask.CreatedAt, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetCreatedAt() time.Time { return v.TaskFields.CreatedAt }
+
+// GetUpdatedAt returns BulkTaskActionBulkTaskActionTask.UpdatedAt, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetUpdatedAt() time.Time { return v.TaskFields.UpdatedAt }
+
+// GetFinishedAt returns BulkTaskActionBulkTaskActionTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetFinishedAt() *time.Time { return v.TaskFields.FinishedAt }
+
+// GetResult returns BulkTaskActionBulkTaskActionTask.Result, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionBulkTaskActionTask) GetResult() *json.RawMessage { return v.TaskFields.Result }
+
+func (v *BulkTaskActionBulkTaskActionTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*BulkTaskActionBulkTaskActionTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.BulkTaskActionBulkTaskActionTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TaskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalBulkTaskActionBulkTaskActionTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Type string `json:"type"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	ResultStatus *TaskResultStatus `json:"resultStatus"`
+
+	Owner string `json:"owner"`
+
+	Priority int `json:"priority"`
+
+	ProgressDone int `json:"progressDone"`
+
+	ProgressTotal int `json:"progressTotal"`
+
+	CancelRequested bool `json:"cancelRequested"`
+
+	LastError *string `json:"lastError"`
+
+	MaxAttempts int `json:"maxAttempts"`
+
+	RetryPolicy string `json:"retryPolicy"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+
+	Version int `json:"version"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+
+	Result *json.RawMessage `json:"result"`
+}
+
+func (v *BulkTaskActionBulkTaskActionTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *BulkTaskActionBulkTaskActionTask) __premarshalJSON() (*__premarshalBulkTaskActionBulkTaskActionTask, error) {
+	var retval __premarshalBulkTaskActionBulkTaskActionTask
+
+	retval.Id = v.TaskFields.Id
+	retval.Code = v.TaskFields.Code
+	retval.Type = v.TaskFields.Type
+	retval.Title = v.TaskFields.Title
+	retval.Status = v.TaskFields.Status
+	retval.ResultStatus = v.TaskFields.ResultStatus
+	retval.Owner = v.TaskFields.Owner
+	retval.Priority = v.TaskFields.Priority
+	retval.ProgressDone = v.TaskFields.ProgressDone
+	retval.ProgressTotal = v.TaskFields.ProgressTotal
+	retval.CancelRequested = v.TaskFields.CancelRequested
+	retval.LastError = v.TaskFields.LastError
+	retval.MaxAttempts = v.TaskFields.MaxAttempts
+	retval.RetryPolicy = v.TaskFields.RetryPolicy
+	retval.AvailableActions = v.TaskFields.AvailableActions
+	retval.Version = v.TaskFields.Version
+	retval.CreatedAt = v.TaskFields.CreatedAt
+	retval.UpdatedAt = v.TaskFields.UpdatedAt
+	retval.FinishedAt = v.TaskFields.FinishedAt
+	retval.Result = v.TaskFields.Result
+	return &retval, nil
+}
+
+// BulkTaskActionResponse is returned by BulkTaskAction on success.
+type BulkTaskActionResponse struct {
+	// Cancels or retries every task where matches among those you may see, as
+	// you: a task of the internal type bulk.action does it in the background,
+	// page by page, each task through the same guarded transitions as
+	// cancelTask and retryTask (a task whose state forbids the action is counted
+	// by state in the result and left alone). The task is returned at once;
+	// follow it like any other (progress, trace, result: matched, done,
+	// refused by state, notFound, failed).
+	//
+	// confirm must be exactly the number of tasks the filter matches now, as
+	// bulkPreview (or countTasks) said: if tasks were created, finished or
+	// purged since, nothing is done and the error is a CONFLICT whose
+	// extensions carry matched (the new count) and confirmed — preview again,
+	// look, and confirm the new number. There is no tolerance: the number
+	// confirmed is the number acted on. Tasks created after the submission are
+	// never swept in (the action stops at the largest id that matched).
+	//
+	// reason is for CANCEL only. With an idempotencyKey, submitting again
+	// returns the task created first (without checking confirm again, since
+	// the first one may have changed the count); the same key with another
+	// action, filter or reason is a CONFLICT. Viewers may not act; the
+	// submission counts against your rate limit as cancelTasks over that many
+	// ids would (at most 1,000 tokens), and is one audit record (BULK_CANCEL or
+	// BULK_RETRY); each page acted on is recorded as a CANCEL_MANY or
+	// RETRY_MANY naming the bulk task.
+	BulkTaskAction BulkTaskActionBulkTaskActionTask `json:"bulkTaskAction"`
+}
+
+// GetBulkTaskAction returns BulkTaskActionResponse.BulkTaskAction, and is useful for accessing the field via an interface.
+func (v *BulkTaskActionResponse) GetBulkTaskAction() BulkTaskActionBulkTaskActionTask {
+	return v.BulkTaskAction
 }
 
 // CancelTaskCancelTask includes the requested fields of the GraphQL type Task.
@@ -236,6 +924,550 @@ type CancelTaskResponse struct {
 
 // GetCancelTask returns CancelTaskResponse.CancelTask, and is useful for accessing the field via an interface.
 func (v *CancelTaskResponse) GetCancelTask() CancelTaskCancelTask { return v.CancelTask }
+
+// Where a node stands.
+type ClusterNodeState string
+
+const (
+	// Refreshing its row within its lease.
+	ClusterNodeState_LIVE ClusterNodeState = "LIVE"
+	// Live, and drained by an admin: it claims no work; what runs goes on.
+	ClusterNodeState_DRAINING ClusterNodeState = "DRAINING"
+	// Its lease ran out: killed, hung or cut off from the database. Its executions are recovered by the watchdog.
+	ClusterNodeState_GONE ClusterNodeState = "GONE"
+	// Shut down cleanly.
+	ClusterNodeState_STOPPED ClusterNodeState = "STOPPED"
+)
+
+var AllClusterNodeState = []ClusterNodeState{
+	ClusterNodeState_LIVE,
+	ClusterNodeState_DRAINING,
+	ClusterNodeState_GONE,
+	ClusterNodeState_STOPPED,
+}
+
+// ClusterNodesClusterNodesClusterNode includes the requested fields of the GraphQL type ClusterNode.
+// The GraphQL type's documentation follows.
+//
+// One process sharing the database. Admins only.
+type ClusterNodesClusterNodesClusterNode struct {
+	NodeFields `json:"-"`
+}
+
+// GetId returns ClusterNodesClusterNodesClusterNode.Id, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetId() string { return v.NodeFields.Id }
+
+// GetState returns ClusterNodesClusterNodesClusterNode.State, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetState() ClusterNodeState { return v.NodeFields.State }
+
+// GetHost returns ClusterNodesClusterNodesClusterNode.Host, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetHost() string { return v.NodeFields.Host }
+
+// GetPid returns ClusterNodesClusterNodesClusterNode.Pid, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetPid() int { return v.NodeFields.Pid }
+
+// GetVersion returns ClusterNodesClusterNodesClusterNode.Version, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetVersion() string { return v.NodeFields.Version }
+
+// GetRoles returns ClusterNodesClusterNodesClusterNode.Roles, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetRoles() []string { return v.NodeFields.Roles }
+
+// GetBusy returns ClusterNodesClusterNodesClusterNode.Busy, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetBusy() int { return v.NodeFields.Busy }
+
+// GetTotal returns ClusterNodesClusterNodesClusterNode.Total, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetTotal() int { return v.NodeFields.Total }
+
+// GetLeading returns ClusterNodesClusterNodesClusterNode.Leading, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetLeading() bool { return v.NodeFields.Leading }
+
+// GetDraining returns ClusterNodesClusterNodesClusterNode.Draining, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetDraining() bool { return v.NodeFields.Draining }
+
+// GetLastSeenAt returns ClusterNodesClusterNodesClusterNode.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *ClusterNodesClusterNodesClusterNode) GetLastSeenAt() time.Time {
+	return v.NodeFields.LastSeenAt
+}
+
+func (v *ClusterNodesClusterNodesClusterNode) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ClusterNodesClusterNodesClusterNode
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ClusterNodesClusterNodesClusterNode = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodeFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalClusterNodesClusterNodesClusterNode struct {
+	Id string `json:"id"`
+
+	State ClusterNodeState `json:"state"`
+
+	Host string `json:"host"`
+
+	Pid int `json:"pid"`
+
+	Version string `json:"version"`
+
+	Roles []string `json:"roles"`
+
+	Busy int `json:"busy"`
+
+	Total int `json:"total"`
+
+	Leading bool `json:"leading"`
+
+	Draining bool `json:"draining"`
+
+	LastSeenAt time.Time `json:"lastSeenAt"`
+}
+
+func (v *ClusterNodesClusterNodesClusterNode) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ClusterNodesClusterNodesClusterNode) __premarshalJSON() (*__premarshalClusterNodesClusterNodesClusterNode, error) {
+	var retval __premarshalClusterNodesClusterNodesClusterNode
+
+	retval.Id = v.NodeFields.Id
+	retval.State = v.NodeFields.State
+	retval.Host = v.NodeFields.Host
+	retval.Pid = v.NodeFields.Pid
+	retval.Version = v.NodeFields.Version
+	retval.Roles = v.NodeFields.Roles
+	retval.Busy = v.NodeFields.Busy
+	retval.Total = v.NodeFields.Total
+	retval.Leading = v.NodeFields.Leading
+	retval.Draining = v.NodeFields.Draining
+	retval.LastSeenAt = v.NodeFields.LastSeenAt
+	return &retval, nil
+}
+
+// ClusterNodesResponse is returned by ClusterNodes on success.
+type ClusterNodesResponse struct {
+	// Every node, by name. Admins (and platform administrators) only: others read clusterSummary.
+	ClusterNodes []ClusterNodesClusterNodesClusterNode `json:"clusterNodes"`
+}
+
+// GetClusterNodes returns ClusterNodesResponse.ClusterNodes, and is useful for accessing the field via an interface.
+func (v *ClusterNodesResponse) GetClusterNodes() []ClusterNodesClusterNodesClusterNode {
+	return v.ClusterNodes
+}
+
+// CreateAlertChannelCreateAlertChannel includes the requested fields of the GraphQL type AlertChannel.
+// The GraphQL type's documentation follows.
+//
+// A destination of notices. Its URL and secret are stored encrypted and never shown again.
+type CreateAlertChannelCreateAlertChannel struct {
+	AlertChannelFields `json:"-"`
+}
+
+// GetId returns CreateAlertChannelCreateAlertChannel.Id, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetId() string { return v.AlertChannelFields.Id }
+
+// GetName returns CreateAlertChannelCreateAlertChannel.Name, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetName() string { return v.AlertChannelFields.Name }
+
+// GetKind returns CreateAlertChannelCreateAlertChannel.Kind, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetKind() AlertChannelKind {
+	return v.AlertChannelFields.Kind
+}
+
+// GetUrlDisplay returns CreateAlertChannelCreateAlertChannel.UrlDisplay, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetUrlDisplay() string {
+	return v.AlertChannelFields.UrlDisplay
+}
+
+// GetHasSecret returns CreateAlertChannelCreateAlertChannel.HasSecret, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelCreateAlertChannel) GetHasSecret() bool {
+	return v.AlertChannelFields.HasSecret
+}
+
+func (v *CreateAlertChannelCreateAlertChannel) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateAlertChannelCreateAlertChannel
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateAlertChannelCreateAlertChannel = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertChannelFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateAlertChannelCreateAlertChannel struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertChannelKind `json:"kind"`
+
+	UrlDisplay string `json:"urlDisplay"`
+
+	HasSecret bool `json:"hasSecret"`
+}
+
+func (v *CreateAlertChannelCreateAlertChannel) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateAlertChannelCreateAlertChannel) __premarshalJSON() (*__premarshalCreateAlertChannelCreateAlertChannel, error) {
+	var retval __premarshalCreateAlertChannelCreateAlertChannel
+
+	retval.Id = v.AlertChannelFields.Id
+	retval.Name = v.AlertChannelFields.Name
+	retval.Kind = v.AlertChannelFields.Kind
+	retval.UrlDisplay = v.AlertChannelFields.UrlDisplay
+	retval.HasSecret = v.AlertChannelFields.HasSecret
+	return &retval, nil
+}
+
+// CreateAlertChannelResponse is returned by CreateAlertChannel on success.
+type CreateAlertChannelResponse struct {
+	// Admins.
+	CreateAlertChannel CreateAlertChannelCreateAlertChannel `json:"createAlertChannel"`
+}
+
+// GetCreateAlertChannel returns CreateAlertChannelResponse.CreateAlertChannel, and is useful for accessing the field via an interface.
+func (v *CreateAlertChannelResponse) GetCreateAlertChannel() CreateAlertChannelCreateAlertChannel {
+	return v.CreateAlertChannel
+}
+
+// CreateAlertRuleCreateAlertRule includes the requested fields of the GraphQL type AlertRule.
+// The GraphQL type's documentation follows.
+//
+// What is worth telling someone about, and whom to tell.
+type CreateAlertRuleCreateAlertRule struct {
+	AlertRuleFields `json:"-"`
+}
+
+// GetId returns CreateAlertRuleCreateAlertRule.Id, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetId() string { return v.AlertRuleFields.Id }
+
+// GetName returns CreateAlertRuleCreateAlertRule.Name, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetName() string { return v.AlertRuleFields.Name }
+
+// GetKind returns CreateAlertRuleCreateAlertRule.Kind, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetKind() AlertRuleKind { return v.AlertRuleFields.Kind }
+
+// GetEnabled returns CreateAlertRuleCreateAlertRule.Enabled, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetEnabled() bool { return v.AlertRuleFields.Enabled }
+
+// GetTaskType returns CreateAlertRuleCreateAlertRule.TaskType, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetTaskType() string { return v.AlertRuleFields.TaskType }
+
+// GetThreshold returns CreateAlertRuleCreateAlertRule.Threshold, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetThreshold() int { return v.AlertRuleFields.Threshold }
+
+// GetWindowSeconds returns CreateAlertRuleCreateAlertRule.WindowSeconds, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetWindowSeconds() int {
+	return v.AlertRuleFields.WindowSeconds
+}
+
+// GetQuietSeconds returns CreateAlertRuleCreateAlertRule.QuietSeconds, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetQuietSeconds() int { return v.AlertRuleFields.QuietSeconds }
+
+// GetChannels returns CreateAlertRuleCreateAlertRule.Channels, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetChannels() []AlertRuleFieldsChannelsAlertChannel {
+	return v.AlertRuleFields.Channels
+}
+
+// GetSilencedUntil returns CreateAlertRuleCreateAlertRule.SilencedUntil, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleCreateAlertRule) GetSilencedUntil() *time.Time {
+	return v.AlertRuleFields.SilencedUntil
+}
+
+func (v *CreateAlertRuleCreateAlertRule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateAlertRuleCreateAlertRule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateAlertRuleCreateAlertRule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AlertRuleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateAlertRuleCreateAlertRule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Kind AlertRuleKind `json:"kind"`
+
+	Enabled bool `json:"enabled"`
+
+	TaskType string `json:"taskType"`
+
+	Threshold int `json:"threshold"`
+
+	WindowSeconds int `json:"windowSeconds"`
+
+	QuietSeconds int `json:"quietSeconds"`
+
+	Channels []AlertRuleFieldsChannelsAlertChannel `json:"channels"`
+
+	SilencedUntil *time.Time `json:"silencedUntil"`
+}
+
+func (v *CreateAlertRuleCreateAlertRule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateAlertRuleCreateAlertRule) __premarshalJSON() (*__premarshalCreateAlertRuleCreateAlertRule, error) {
+	var retval __premarshalCreateAlertRuleCreateAlertRule
+
+	retval.Id = v.AlertRuleFields.Id
+	retval.Name = v.AlertRuleFields.Name
+	retval.Kind = v.AlertRuleFields.Kind
+	retval.Enabled = v.AlertRuleFields.Enabled
+	retval.TaskType = v.AlertRuleFields.TaskType
+	retval.Threshold = v.AlertRuleFields.Threshold
+	retval.WindowSeconds = v.AlertRuleFields.WindowSeconds
+	retval.QuietSeconds = v.AlertRuleFields.QuietSeconds
+	retval.Channels = v.AlertRuleFields.Channels
+	retval.SilencedUntil = v.AlertRuleFields.SilencedUntil
+	return &retval, nil
+}
+
+// CreateAlertRuleResponse is returned by CreateAlertRule on success.
+type CreateAlertRuleResponse struct {
+	CreateAlertRule CreateAlertRuleCreateAlertRule `json:"createAlertRule"`
+}
+
+// GetCreateAlertRule returns CreateAlertRuleResponse.CreateAlertRule, and is useful for accessing the field via an interface.
+func (v *CreateAlertRuleResponse) GetCreateAlertRule() CreateAlertRuleCreateAlertRule {
+	return v.CreateAlertRule
+}
+
+// CreateScheduleCreateSchedule includes the requested fields of the GraphQL type Schedule.
+type CreateScheduleCreateSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns CreateScheduleCreateSchedule.Id, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetId() string { return v.ScheduleFields.Id }
+
+// GetName returns CreateScheduleCreateSchedule.Name, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetName() string { return v.ScheduleFields.Name }
+
+// GetCron returns CreateScheduleCreateSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetCron() string { return v.ScheduleFields.Cron }
+
+// GetIntervalSeconds returns CreateScheduleCreateSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns CreateScheduleCreateSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns CreateScheduleCreateSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetTaskType() string { return v.ScheduleFields.TaskType }
+
+// GetPaused returns CreateScheduleCreateSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetPaused() bool { return v.ScheduleFields.Paused }
+
+// GetNextFireAt returns CreateScheduleCreateSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetNextFireAt() *time.Time { return v.ScheduleFields.NextFireAt }
+
+// GetLastFiredAt returns CreateScheduleCreateSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetLastFiredAt() *time.Time {
+	return v.ScheduleFields.LastFiredAt
+}
+
+// GetOwner returns CreateScheduleCreateSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *CreateScheduleCreateSchedule) GetOwner() string { return v.ScheduleFields.Owner }
+
+func (v *CreateScheduleCreateSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateScheduleCreateSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateScheduleCreateSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateScheduleCreateSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *CreateScheduleCreateSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateScheduleCreateSchedule) __premarshalJSON() (*__premarshalCreateScheduleCreateSchedule, error) {
+	var retval __premarshalCreateScheduleCreateSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+type CreateScheduleInput struct {
+	Name string `json:"name"`
+	// A cron expression: five fields, or six with seconds first ("*/10 * * * * *"), or @hourly, @daily, @weekly, @monthly. Give this or intervalSeconds.
+	Cron *string `json:"cron"`
+	// A fixed interval in seconds, from startAt (or the schedule's creation).
+	IntervalSeconds *int `json:"intervalSeconds"`
+	// The IANA time zone the cron expression is read in (Asia/Shanghai, UTC...). Default: the server's.
+	Timezone *string `json:"timezone"`
+	// No slot before this time.
+	StartAt *time.Time `json:"startAt"`
+	// No slot after this time.
+	EndAt *time.Time `json:"endAt"`
+	// Default SKIP.
+	MisfirePolicy *ScheduleMisfirePolicy `json:"misfirePolicy"`
+	// Default SKIP.
+	OverlapPolicy *ScheduleOverlapPolicy `json:"overlapPolicy"`
+	// Created paused. Default false.
+	Paused *bool             `json:"paused"`
+	Task   ScheduleTaskInput `json:"task"`
+}
+
+// GetName returns CreateScheduleInput.Name, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetName() string { return v.Name }
+
+// GetCron returns CreateScheduleInput.Cron, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetCron() *string { return v.Cron }
+
+// GetIntervalSeconds returns CreateScheduleInput.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetIntervalSeconds() *int { return v.IntervalSeconds }
+
+// GetTimezone returns CreateScheduleInput.Timezone, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetTimezone() *string { return v.Timezone }
+
+// GetStartAt returns CreateScheduleInput.StartAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetStartAt() *time.Time { return v.StartAt }
+
+// GetEndAt returns CreateScheduleInput.EndAt, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetEndAt() *time.Time { return v.EndAt }
+
+// GetMisfirePolicy returns CreateScheduleInput.MisfirePolicy, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetMisfirePolicy() *ScheduleMisfirePolicy { return v.MisfirePolicy }
+
+// GetOverlapPolicy returns CreateScheduleInput.OverlapPolicy, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetOverlapPolicy() *ScheduleOverlapPolicy { return v.OverlapPolicy }
+
+// GetPaused returns CreateScheduleInput.Paused, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetPaused() *bool { return v.Paused }
+
+// GetTask returns CreateScheduleInput.Task, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetTask() ScheduleTaskInput { return v.Task }
+
+// CreateScheduleResponse is returned by CreateSchedule on success.
+type CreateScheduleResponse struct {
+	// Operators and admins. The tasks it fires are the creator's.
+	CreateSchedule CreateScheduleCreateSchedule `json:"createSchedule"`
+}
+
+// GetCreateSchedule returns CreateScheduleResponse.CreateSchedule, and is useful for accessing the field via an interface.
+func (v *CreateScheduleResponse) GetCreateSchedule() CreateScheduleCreateSchedule {
+	return v.CreateSchedule
+}
 
 // CreateTaskCreateTask includes the requested fields of the GraphQL type Task.
 type CreateTaskCreateTask struct {
@@ -720,6 +1952,157 @@ type CreateTasksResponse struct {
 // GetCreateTasks returns CreateTasksResponse.CreateTasks, and is useful for accessing the field via an interface.
 func (v *CreateTasksResponse) GetCreateTasks() []CreateTasksCreateTasksCreateTaskResult {
 	return v.CreateTasks
+}
+
+// DeleteAlertChannelResponse is returned by DeleteAlertChannel on success.
+type DeleteAlertChannelResponse struct {
+	DeleteAlertChannel bool `json:"deleteAlertChannel"`
+}
+
+// GetDeleteAlertChannel returns DeleteAlertChannelResponse.DeleteAlertChannel, and is useful for accessing the field via an interface.
+func (v *DeleteAlertChannelResponse) GetDeleteAlertChannel() bool { return v.DeleteAlertChannel }
+
+// DeleteAlertRuleResponse is returned by DeleteAlertRule on success.
+type DeleteAlertRuleResponse struct {
+	DeleteAlertRule bool `json:"deleteAlertRule"`
+}
+
+// GetDeleteAlertRule returns DeleteAlertRuleResponse.DeleteAlertRule, and is useful for accessing the field via an interface.
+func (v *DeleteAlertRuleResponse) GetDeleteAlertRule() bool { return v.DeleteAlertRule }
+
+// DeleteScheduleResponse is returned by DeleteSchedule on success.
+type DeleteScheduleResponse struct {
+	// Deletes the schedule and its log; its tasks stay. Returns its id.
+	DeleteSchedule string `json:"deleteSchedule"`
+}
+
+// GetDeleteSchedule returns DeleteScheduleResponse.DeleteSchedule, and is useful for accessing the field via an interface.
+func (v *DeleteScheduleResponse) GetDeleteSchedule() string { return v.DeleteSchedule }
+
+// DrainClusterNodeDrainClusterNode includes the requested fields of the GraphQL type ClusterNode.
+// The GraphQL type's documentation follows.
+//
+// One process sharing the database. Admins only.
+type DrainClusterNodeDrainClusterNode struct {
+	NodeFields `json:"-"`
+}
+
+// GetId returns DrainClusterNodeDrainClusterNode.Id, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetId() string { return v.NodeFields.Id }
+
+// GetState returns DrainClusterNodeDrainClusterNode.State, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetState() ClusterNodeState { return v.NodeFields.State }
+
+// GetHost returns DrainClusterNodeDrainClusterNode.Host, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetHost() string { return v.NodeFields.Host }
+
+// GetPid returns DrainClusterNodeDrainClusterNode.Pid, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetPid() int { return v.NodeFields.Pid }
+
+// GetVersion returns DrainClusterNodeDrainClusterNode.Version, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetVersion() string { return v.NodeFields.Version }
+
+// GetRoles returns DrainClusterNodeDrainClusterNode.Roles, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetRoles() []string { return v.NodeFields.Roles }
+
+// GetBusy returns DrainClusterNodeDrainClusterNode.Busy, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetBusy() int { return v.NodeFields.Busy }
+
+// GetTotal returns DrainClusterNodeDrainClusterNode.Total, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetTotal() int { return v.NodeFields.Total }
+
+// GetLeading returns DrainClusterNodeDrainClusterNode.Leading, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetLeading() bool { return v.NodeFields.Leading }
+
+// GetDraining returns DrainClusterNodeDrainClusterNode.Draining, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetDraining() bool { return v.NodeFields.Draining }
+
+// GetLastSeenAt returns DrainClusterNodeDrainClusterNode.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeDrainClusterNode) GetLastSeenAt() time.Time { return v.NodeFields.LastSeenAt }
+
+func (v *DrainClusterNodeDrainClusterNode) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*DrainClusterNodeDrainClusterNode
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.DrainClusterNodeDrainClusterNode = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodeFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalDrainClusterNodeDrainClusterNode struct {
+	Id string `json:"id"`
+
+	State ClusterNodeState `json:"state"`
+
+	Host string `json:"host"`
+
+	Pid int `json:"pid"`
+
+	Version string `json:"version"`
+
+	Roles []string `json:"roles"`
+
+	Busy int `json:"busy"`
+
+	Total int `json:"total"`
+
+	Leading bool `json:"leading"`
+
+	Draining bool `json:"draining"`
+
+	LastSeenAt time.Time `json:"lastSeenAt"`
+}
+
+func (v *DrainClusterNodeDrainClusterNode) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *DrainClusterNodeDrainClusterNode) __premarshalJSON() (*__premarshalDrainClusterNodeDrainClusterNode, error) {
+	var retval __premarshalDrainClusterNodeDrainClusterNode
+
+	retval.Id = v.NodeFields.Id
+	retval.State = v.NodeFields.State
+	retval.Host = v.NodeFields.Host
+	retval.Pid = v.NodeFields.Pid
+	retval.Version = v.NodeFields.Version
+	retval.Roles = v.NodeFields.Roles
+	retval.Busy = v.NodeFields.Busy
+	retval.Total = v.NodeFields.Total
+	retval.Leading = v.NodeFields.Leading
+	retval.Draining = v.NodeFields.Draining
+	retval.LastSeenAt = v.NodeFields.LastSeenAt
+	return &retval, nil
+}
+
+// DrainClusterNodeResponse is returned by DrainClusterNode on success.
+type DrainClusterNodeResponse struct {
+	// Drains a node (drain: true: it stops claiming work at its next refresh; running executions go on) or undrains it. Admins only; audited.
+	DrainClusterNode DrainClusterNodeDrainClusterNode `json:"drainClusterNode"`
+}
+
+// GetDrainClusterNode returns DrainClusterNodeResponse.DrainClusterNode, and is useful for accessing the field via an interface.
+func (v *DrainClusterNodeResponse) GetDrainClusterNode() DrainClusterNodeDrainClusterNode {
+	return v.DrainClusterNode
 }
 
 // ErrorKind is enum for the field error_kind
@@ -1491,6 +2874,65 @@ func (v *ListTasksTasksTaskConnectionPageInfo) GetHasNextPage() bool { return v.
 // GetEndCursor returns ListTasksTasksTaskConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
 func (v *ListTasksTasksTaskConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
 
+// NodeFields includes the GraphQL fields of ClusterNode requested by the fragment NodeFields.
+// The GraphQL type's documentation follows.
+//
+// One process sharing the database. Admins only.
+type NodeFields struct {
+	// The node's name, also the worker id of the executions it runs.
+	Id    string           `json:"id"`
+	State ClusterNodeState `json:"state"`
+	Host  string           `json:"host"`
+	Pid   int              `json:"pid"`
+	// The build it runs.
+	Version string `json:"version"`
+	// api, worker, watchdog.
+	Roles []string `json:"roles"`
+	// Handlers running at its last refresh.
+	Busy int `json:"busy"`
+	// Handlers it may run at once (0 without the worker role).
+	Total int `json:"total"`
+	// Whether it leads the watchdog.
+	Leading bool `json:"leading"`
+	// Drained by an admin (the node stops claiming at its next refresh).
+	Draining bool `json:"draining"`
+	// Its last refresh.
+	LastSeenAt time.Time `json:"lastSeenAt"`
+}
+
+// GetId returns NodeFields.Id, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetId() string { return v.Id }
+
+// GetState returns NodeFields.State, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetState() ClusterNodeState { return v.State }
+
+// GetHost returns NodeFields.Host, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetHost() string { return v.Host }
+
+// GetPid returns NodeFields.Pid, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetPid() int { return v.Pid }
+
+// GetVersion returns NodeFields.Version, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetVersion() string { return v.Version }
+
+// GetRoles returns NodeFields.Roles, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetRoles() []string { return v.Roles }
+
+// GetBusy returns NodeFields.Busy, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetBusy() int { return v.Busy }
+
+// GetTotal returns NodeFields.Total, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetTotal() int { return v.Total }
+
+// GetLeading returns NodeFields.Leading, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetLeading() bool { return v.Leading }
+
+// GetDraining returns NodeFields.Draining, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetDraining() bool { return v.Draining }
+
+// GetLastSeenAt returns NodeFields.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *NodeFields) GetLastSeenAt() time.Time { return v.LastSeenAt }
+
 // Possible directions in which to order a list of items when provided an `orderBy` argument.
 type OrderDirection string
 
@@ -1504,6 +2946,499 @@ const (
 var AllOrderDirection = []OrderDirection{
 	OrderDirection_ASC,
 	OrderDirection_DESC,
+}
+
+// PauseSchedulePauseSchedule includes the requested fields of the GraphQL type Schedule.
+type PauseSchedulePauseSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns PauseSchedulePauseSchedule.Id, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetId() string { return v.ScheduleFields.Id }
+
+// GetName returns PauseSchedulePauseSchedule.Name, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetName() string { return v.ScheduleFields.Name }
+
+// GetCron returns PauseSchedulePauseSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetCron() string { return v.ScheduleFields.Cron }
+
+// GetIntervalSeconds returns PauseSchedulePauseSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns PauseSchedulePauseSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns PauseSchedulePauseSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetTaskType() string { return v.ScheduleFields.TaskType }
+
+// GetPaused returns PauseSchedulePauseSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetPaused() bool { return v.ScheduleFields.Paused }
+
+// GetNextFireAt returns PauseSchedulePauseSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetNextFireAt() *time.Time { return v.ScheduleFields.NextFireAt }
+
+// GetLastFiredAt returns PauseSchedulePauseSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetLastFiredAt() *time.Time { return v.ScheduleFields.LastFiredAt }
+
+// GetOwner returns PauseSchedulePauseSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *PauseSchedulePauseSchedule) GetOwner() string { return v.ScheduleFields.Owner }
+
+func (v *PauseSchedulePauseSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*PauseSchedulePauseSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.PauseSchedulePauseSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalPauseSchedulePauseSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *PauseSchedulePauseSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *PauseSchedulePauseSchedule) __premarshalJSON() (*__premarshalPauseSchedulePauseSchedule, error) {
+	var retval __premarshalPauseSchedulePauseSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+// PauseScheduleResponse is returned by PauseSchedule on success.
+type PauseScheduleResponse struct {
+	// Stops firing; slots that pass while paused are not fired later.
+	PauseSchedule PauseSchedulePauseSchedule `json:"pauseSchedule"`
+}
+
+// GetPauseSchedule returns PauseScheduleResponse.PauseSchedule, and is useful for accessing the field via an interface.
+func (v *PauseScheduleResponse) GetPauseSchedule() PauseSchedulePauseSchedule { return v.PauseSchedule }
+
+// PauseTypePauseTypeTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type PauseTypePauseTypeTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns PauseTypePauseTypeTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns PauseTypePauseTypeTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns PauseTypePauseTypeTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns PauseTypePauseTypeTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns PauseTypePauseTypeTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns PauseTypePauseTypeTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns PauseTypePauseTypeTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns PauseTypePauseTypeTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns PauseTypePauseTypeTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns PauseTypePauseTypeTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *PauseTypePauseTypeTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *PauseTypePauseTypeTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*PauseTypePauseTypeTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.PauseTypePauseTypeTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalPauseTypePauseTypeTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *PauseTypePauseTypeTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *PauseTypePauseTypeTypeControl) __premarshalJSON() (*__premarshalPauseTypePauseTypeTypeControl, error) {
+	var retval __premarshalPauseTypePauseTypeTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
+// PauseTypeResponse is returned by PauseType on success.
+type PauseTypeResponse struct {
+	// Stops every node starting the type, until resumeType or until the given time. Running instances go on.
+	PauseType PauseTypePauseTypeTypeControl `json:"pauseType"`
+}
+
+// GetPauseType returns PauseTypeResponse.PauseType, and is useful for accessing the field via an interface.
+func (v *PauseTypeResponse) GetPauseType() PauseTypePauseTypeTypeControl { return v.PauseType }
+
+// ResumeScheduleResponse is returned by ResumeSchedule on success.
+type ResumeScheduleResponse struct {
+	// Fires again from the next slot after now.
+	ResumeSchedule ResumeScheduleResumeSchedule `json:"resumeSchedule"`
+}
+
+// GetResumeSchedule returns ResumeScheduleResponse.ResumeSchedule, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResponse) GetResumeSchedule() ResumeScheduleResumeSchedule {
+	return v.ResumeSchedule
+}
+
+// ResumeScheduleResumeSchedule includes the requested fields of the GraphQL type Schedule.
+type ResumeScheduleResumeSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns ResumeScheduleResumeSchedule.Id, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetId() string { return v.ScheduleFields.Id }
+
+// GetName returns ResumeScheduleResumeSchedule.Name, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetName() string { return v.ScheduleFields.Name }
+
+// GetCron returns ResumeScheduleResumeSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetCron() string { return v.ScheduleFields.Cron }
+
+// GetIntervalSeconds returns ResumeScheduleResumeSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns ResumeScheduleResumeSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns ResumeScheduleResumeSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetTaskType() string { return v.ScheduleFields.TaskType }
+
+// GetPaused returns ResumeScheduleResumeSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetPaused() bool { return v.ScheduleFields.Paused }
+
+// GetNextFireAt returns ResumeScheduleResumeSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetNextFireAt() *time.Time { return v.ScheduleFields.NextFireAt }
+
+// GetLastFiredAt returns ResumeScheduleResumeSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetLastFiredAt() *time.Time {
+	return v.ScheduleFields.LastFiredAt
+}
+
+// GetOwner returns ResumeScheduleResumeSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *ResumeScheduleResumeSchedule) GetOwner() string { return v.ScheduleFields.Owner }
+
+func (v *ResumeScheduleResumeSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ResumeScheduleResumeSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ResumeScheduleResumeSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalResumeScheduleResumeSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *ResumeScheduleResumeSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ResumeScheduleResumeSchedule) __premarshalJSON() (*__premarshalResumeScheduleResumeSchedule, error) {
+	var retval __premarshalResumeScheduleResumeSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+// ResumeTypeResponse is returned by ResumeType on success.
+type ResumeTypeResponse struct {
+	ResumeType ResumeTypeResumeTypeTypeControl `json:"resumeType"`
+}
+
+// GetResumeType returns ResumeTypeResponse.ResumeType, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResponse) GetResumeType() ResumeTypeResumeTypeTypeControl { return v.ResumeType }
+
+// ResumeTypeResumeTypeTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type ResumeTypeResumeTypeTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns ResumeTypeResumeTypeTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns ResumeTypeResumeTypeTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns ResumeTypeResumeTypeTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns ResumeTypeResumeTypeTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns ResumeTypeResumeTypeTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns ResumeTypeResumeTypeTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns ResumeTypeResumeTypeTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns ResumeTypeResumeTypeTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns ResumeTypeResumeTypeTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns ResumeTypeResumeTypeTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *ResumeTypeResumeTypeTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *ResumeTypeResumeTypeTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ResumeTypeResumeTypeTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ResumeTypeResumeTypeTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalResumeTypeResumeTypeTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *ResumeTypeResumeTypeTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ResumeTypeResumeTypeTypeControl) __premarshalJSON() (*__premarshalResumeTypeResumeTypeTypeControl, error) {
+	var retval __premarshalResumeTypeResumeTypeTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
 }
 
 // RetryTaskResponse is returned by RetryTask on success.
@@ -1681,6 +3616,439 @@ func (v *RetryTaskRetryTask) __premarshalJSON() (*__premarshalRetryTaskRetryTask
 	return &retval, nil
 }
 
+// ScheduleFields includes the GraphQL fields of Schedule requested by the fragment ScheduleFields.
+type ScheduleFields struct {
+	Id   string `json:"id"`
+	Name string `json:"name"`
+	// A cron expression, with an optional leading seconds field (or @hourly, @daily...); empty with an interval.
+	Cron string `json:"cron"`
+	// A fixed interval instead of cron: slots at start (or creation) + k × interval.
+	IntervalSeconds *int `json:"intervalSeconds"`
+	// The zone the cron expression is read in: timezone, or the server's.
+	EffectiveTimezone string `json:"effectiveTimezone"`
+	TaskType          string `json:"taskType"`
+	Paused            bool   `json:"paused"`
+	// The next slot to fire; empty once the schedule has ended.
+	NextFireAt *time.Time `json:"nextFireAt"`
+	// The slot of the latest task it created.
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+	// Who created it: the tasks it fires are theirs.
+	Owner string `json:"owner"`
+}
+
+// GetId returns ScheduleFields.Id, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetId() string { return v.Id }
+
+// GetName returns ScheduleFields.Name, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetName() string { return v.Name }
+
+// GetCron returns ScheduleFields.Cron, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetCron() string { return v.Cron }
+
+// GetIntervalSeconds returns ScheduleFields.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetIntervalSeconds() *int { return v.IntervalSeconds }
+
+// GetEffectiveTimezone returns ScheduleFields.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetEffectiveTimezone() string { return v.EffectiveTimezone }
+
+// GetTaskType returns ScheduleFields.TaskType, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetTaskType() string { return v.TaskType }
+
+// GetPaused returns ScheduleFields.Paused, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetPaused() bool { return v.Paused }
+
+// GetNextFireAt returns ScheduleFields.NextFireAt, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetNextFireAt() *time.Time { return v.NextFireAt }
+
+// GetLastFiredAt returns ScheduleFields.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetLastFiredAt() *time.Time { return v.LastFiredAt }
+
+// GetOwner returns ScheduleFields.Owner, and is useful for accessing the field via an interface.
+func (v *ScheduleFields) GetOwner() string { return v.Owner }
+
+// ScheduleMisfirePolicy is enum for the field misfire_policy
+type ScheduleMisfirePolicy string
+
+const (
+	ScheduleMisfirePolicy_SKIP     ScheduleMisfirePolicy = "SKIP"
+	ScheduleMisfirePolicy_RUN_ONCE ScheduleMisfirePolicy = "RUN_ONCE"
+)
+
+var AllScheduleMisfirePolicy = []ScheduleMisfirePolicy{
+	ScheduleMisfirePolicy_SKIP,
+	ScheduleMisfirePolicy_RUN_ONCE,
+}
+
+// ScheduleOverlapPolicy is enum for the field overlap_policy
+type ScheduleOverlapPolicy string
+
+const (
+	ScheduleOverlapPolicy_SKIP            ScheduleOverlapPolicy = "SKIP"
+	ScheduleOverlapPolicy_QUEUE           ScheduleOverlapPolicy = "QUEUE"
+	ScheduleOverlapPolicy_CANCEL_PREVIOUS ScheduleOverlapPolicy = "CANCEL_PREVIOUS"
+	ScheduleOverlapPolicy_ALLOW           ScheduleOverlapPolicy = "ALLOW"
+)
+
+var AllScheduleOverlapPolicy = []ScheduleOverlapPolicy{
+	ScheduleOverlapPolicy_SKIP,
+	ScheduleOverlapPolicy_QUEUE,
+	ScheduleOverlapPolicy_CANCEL_PREVIOUS,
+	ScheduleOverlapPolicy_ALLOW,
+}
+
+// The task a schedule creates at each slot: what createTask takes, less the idempotency key and runAt (each slot is its own key, and runs at once).
+type ScheduleTaskInput struct {
+	// A registered task type (see taskTypes).
+	Type  string  `json:"type"`
+	Title *string `json:"title"`
+	// Input for the type, validated against its inputSchema. Sensitive values are masked before they are stored; the tasks get the unmasked input, sealed.
+	Input *json.RawMessage `json:"input"`
+	// 0..100, smaller runs first. Default 5.
+	Priority *int `json:"priority"`
+	// Default: the type's.
+	TimeoutSeconds *int `json:"timeoutSeconds"`
+	// Default: the type's.
+	RetryPolicy *string `json:"retryPolicy"`
+	// 1..25. Default: the policy's.
+	MaxAttempts *int `json:"maxAttempts"`
+}
+
+// GetType returns ScheduleTaskInput.Type, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetType() string { return v.Type }
+
+// GetTitle returns ScheduleTaskInput.Title, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetTitle() *string { return v.Title }
+
+// GetInput returns ScheduleTaskInput.Input, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetInput() *json.RawMessage { return v.Input }
+
+// GetPriority returns ScheduleTaskInput.Priority, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetPriority() *int { return v.Priority }
+
+// GetTimeoutSeconds returns ScheduleTaskInput.TimeoutSeconds, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetTimeoutSeconds() *int { return v.TimeoutSeconds }
+
+// GetRetryPolicy returns ScheduleTaskInput.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetRetryPolicy() *string { return v.RetryPolicy }
+
+// GetMaxAttempts returns ScheduleTaskInput.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *ScheduleTaskInput) GetMaxAttempts() *int { return v.MaxAttempts }
+
+// SchedulesResponse is returned by Schedules on success.
+type SchedulesResponse struct {
+	Schedules SchedulesSchedulesScheduleConnection `json:"schedules"`
+}
+
+// GetSchedules returns SchedulesResponse.Schedules, and is useful for accessing the field via an interface.
+func (v *SchedulesResponse) GetSchedules() SchedulesSchedulesScheduleConnection { return v.Schedules }
+
+// SchedulesSchedulesScheduleConnection includes the requested fields of the GraphQL type ScheduleConnection.
+// The GraphQL type's documentation follows.
+//
+// A connection to a list of items.
+type SchedulesSchedulesScheduleConnection struct {
+	// A list of edges.
+	Edges []*SchedulesSchedulesScheduleConnectionEdgesScheduleEdge `json:"edges"`
+	// Information to aid in pagination.
+	PageInfo SchedulesSchedulesScheduleConnectionPageInfo `json:"pageInfo"`
+}
+
+// GetEdges returns SchedulesSchedulesScheduleConnection.Edges, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnection) GetEdges() []*SchedulesSchedulesScheduleConnectionEdgesScheduleEdge {
+	return v.Edges
+}
+
+// GetPageInfo returns SchedulesSchedulesScheduleConnection.PageInfo, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnection) GetPageInfo() SchedulesSchedulesScheduleConnectionPageInfo {
+	return v.PageInfo
+}
+
+// SchedulesSchedulesScheduleConnectionEdgesScheduleEdge includes the requested fields of the GraphQL type ScheduleEdge.
+// The GraphQL type's documentation follows.
+//
+// An edge in a connection.
+type SchedulesSchedulesScheduleConnectionEdgesScheduleEdge struct {
+	// The item at the end of the edge.
+	Node *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule `json:"node"`
+}
+
+// GetNode returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdge.Node, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdge) GetNode() *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule {
+	return v.Node
+}
+
+// SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule includes the requested fields of the GraphQL type Schedule.
+type SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule struct {
+	ScheduleFields `json:"-"`
+}
+
+// GetId returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Id, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetId() string {
+	return v.ScheduleFields.Id
+}
+
+// GetName returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Name, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetName() string {
+	return v.ScheduleFields.Name
+}
+
+// GetCron returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Cron, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetCron() string {
+	return v.ScheduleFields.Cron
+}
+
+// GetIntervalSeconds returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.IntervalSeconds, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetIntervalSeconds() *int {
+	return v.ScheduleFields.IntervalSeconds
+}
+
+// GetEffectiveTimezone returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.EffectiveTimezone, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetEffectiveTimezone() string {
+	return v.ScheduleFields.EffectiveTimezone
+}
+
+// GetTaskType returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.TaskType, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetTaskType() string {
+	return v.ScheduleFields.TaskType
+}
+
+// GetPaused returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Paused, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetPaused() bool {
+	return v.ScheduleFields.Paused
+}
+
+// GetNextFireAt returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.NextFireAt, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetNextFireAt() *time.Time {
+	return v.ScheduleFields.NextFireAt
+}
+
+// GetLastFiredAt returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.LastFiredAt, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetLastFiredAt() *time.Time {
+	return v.ScheduleFields.LastFiredAt
+}
+
+// GetOwner returns SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule.Owner, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) GetOwner() string {
+	return v.ScheduleFields.Owner
+}
+
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalSchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Cron string `json:"cron"`
+
+	IntervalSeconds *int `json:"intervalSeconds"`
+
+	EffectiveTimezone string `json:"effectiveTimezone"`
+
+	TaskType string `json:"taskType"`
+
+	Paused bool `json:"paused"`
+
+	NextFireAt *time.Time `json:"nextFireAt"`
+
+	LastFiredAt *time.Time `json:"lastFiredAt"`
+
+	Owner string `json:"owner"`
+}
+
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *SchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule) __premarshalJSON() (*__premarshalSchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule, error) {
+	var retval __premarshalSchedulesSchedulesScheduleConnectionEdgesScheduleEdgeNodeSchedule
+
+	retval.Id = v.ScheduleFields.Id
+	retval.Name = v.ScheduleFields.Name
+	retval.Cron = v.ScheduleFields.Cron
+	retval.IntervalSeconds = v.ScheduleFields.IntervalSeconds
+	retval.EffectiveTimezone = v.ScheduleFields.EffectiveTimezone
+	retval.TaskType = v.ScheduleFields.TaskType
+	retval.Paused = v.ScheduleFields.Paused
+	retval.NextFireAt = v.ScheduleFields.NextFireAt
+	retval.LastFiredAt = v.ScheduleFields.LastFiredAt
+	retval.Owner = v.ScheduleFields.Owner
+	return &retval, nil
+}
+
+// SchedulesSchedulesScheduleConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
+// The GraphQL type's documentation follows.
+//
+// Information about pagination in a connection.
+// https://relay.dev/graphql/connections.htm#sec-undefined.PageInfo
+type SchedulesSchedulesScheduleConnectionPageInfo struct {
+	// When paginating forwards, are there more items?
+	HasNextPage bool `json:"hasNextPage"`
+	// When paginating forwards, the cursor to continue.
+	EndCursor *string `json:"endCursor"`
+}
+
+// GetHasNextPage returns SchedulesSchedulesScheduleConnectionPageInfo.HasNextPage, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionPageInfo) GetHasNextPage() bool { return v.HasNextPage }
+
+// GetEndCursor returns SchedulesSchedulesScheduleConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
+func (v *SchedulesSchedulesScheduleConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
+
+// SetTypeControlResponse is returned by SetTypeControl on success.
+type SetTypeControlResponse struct {
+	// Sets a type's cap and rate limit (operators and admins); the next claim on every node obeys them.
+	SetTypeControl SetTypeControlSetTypeControl `json:"setTypeControl"`
+}
+
+// GetSetTypeControl returns SetTypeControlResponse.SetTypeControl, and is useful for accessing the field via an interface.
+func (v *SetTypeControlResponse) GetSetTypeControl() SetTypeControlSetTypeControl {
+	return v.SetTypeControl
+}
+
+// SetTypeControlSetTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type SetTypeControlSetTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns SetTypeControlSetTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns SetTypeControlSetTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns SetTypeControlSetTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns SetTypeControlSetTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns SetTypeControlSetTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns SetTypeControlSetTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns SetTypeControlSetTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns SetTypeControlSetTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns SetTypeControlSetTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns SetTypeControlSetTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *SetTypeControlSetTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *SetTypeControlSetTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*SetTypeControlSetTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.SetTypeControlSetTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalSetTypeControlSetTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *SetTypeControlSetTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *SetTypeControlSetTypeControl) __premarshalJSON() (*__premarshalSetTypeControlSetTypeControl, error) {
+	var retval __premarshalSetTypeControlSetTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
 // What a user may do to a task now. The console shows a button for each action the state machine allows, and no other.
 type TaskAction string
 
@@ -1785,6 +4153,23 @@ func (v *TaskFields) GetFinishedAt() *time.Time { return v.FinishedAt }
 // GetResult returns TaskFields.Result, and is useful for accessing the field via an interface.
 func (v *TaskFields) GetResult() *json.RawMessage { return v.Result }
 
+// TaskIdByCodeResponse is returned by TaskIdByCode on success.
+type TaskIdByCodeResponse struct {
+	// A task by its readable code.
+	TaskByCode *TaskIdByCodeTaskByCodeTask `json:"taskByCode"`
+}
+
+// GetTaskByCode returns TaskIdByCodeResponse.TaskByCode, and is useful for accessing the field via an interface.
+func (v *TaskIdByCodeResponse) GetTaskByCode() *TaskIdByCodeTaskByCodeTask { return v.TaskByCode }
+
+// TaskIdByCodeTaskByCodeTask includes the requested fields of the GraphQL type Task.
+type TaskIdByCodeTaskByCodeTask struct {
+	Id string `json:"id"`
+}
+
+// GetId returns TaskIdByCodeTaskByCodeTask.Id, and is useful for accessing the field via an interface.
+func (v *TaskIdByCodeTaskByCodeTask) GetId() string { return v.Id }
+
 // TaskLogAppendedResponse is returned by TaskLogAppended on success.
 type TaskLogAppendedResponse struct {
 	// Log lines appended to a task, as they are committed.
@@ -1798,10 +4183,11 @@ func (v *TaskLogAppendedResponse) GetTaskLogAppended() TaskLogAppendedTaskLogApp
 
 // TaskLogAppendedTaskLogAppendedTaskLog includes the requested fields of the GraphQL type TaskLog.
 type TaskLogAppendedTaskLogAppendedTaskLog struct {
-	Id        string       `json:"id"`
-	CreatedAt time.Time    `json:"createdAt"`
-	Level     TaskLogLevel `json:"level"`
-	Message   string       `json:"message"`
+	Id        string          `json:"id"`
+	CreatedAt time.Time       `json:"createdAt"`
+	Level     TaskLogLevel    `json:"level"`
+	Message   string          `json:"message"`
+	Fields    *map[string]any `json:"fields"`
 }
 
 // GetId returns TaskLogAppendedTaskLogAppendedTaskLog.Id, and is useful for accessing the field via an interface.
@@ -1815,6 +4201,9 @@ func (v *TaskLogAppendedTaskLogAppendedTaskLog) GetLevel() TaskLogLevel { return
 
 // GetMessage returns TaskLogAppendedTaskLogAppendedTaskLog.Message, and is useful for accessing the field via an interface.
 func (v *TaskLogAppendedTaskLogAppendedTaskLog) GetMessage() string { return v.Message }
+
+// GetFields returns TaskLogAppendedTaskLogAppendedTaskLog.Fields, and is useful for accessing the field via an interface.
+func (v *TaskLogAppendedTaskLogAppendedTaskLog) GetFields() *map[string]any { return v.Fields }
 
 // TaskLogLevel is enum for the field level
 type TaskLogLevel string
@@ -1888,10 +4277,11 @@ func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdge) GetNode() *TaskLogsT
 
 // TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog includes the requested fields of the GraphQL type TaskLog.
 type TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog struct {
-	Id        string       `json:"id"`
-	CreatedAt time.Time    `json:"createdAt"`
-	Level     TaskLogLevel `json:"level"`
-	Message   string       `json:"message"`
+	Id        string          `json:"id"`
+	CreatedAt time.Time       `json:"createdAt"`
+	Level     TaskLogLevel    `json:"level"`
+	Message   string          `json:"message"`
+	Fields    *map[string]any `json:"fields"`
 }
 
 // GetId returns TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog.Id, and is useful for accessing the field via an interface.
@@ -1910,6 +4300,11 @@ func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog) GetLevel(
 // GetMessage returns TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog.Message, and is useful for accessing the field via an interface.
 func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog) GetMessage() string {
 	return v.Message
+}
+
+// GetFields returns TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog.Fields, and is useful for accessing the field via an interface.
+func (v *TaskLogsTaskLogsTaskLogConnectionEdgesTaskLogEdgeNodeTaskLog) GetFields() *map[string]any {
+	return v.Fields
 }
 
 // TaskLogsTaskLogsTaskLogConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
@@ -3327,6 +5722,329 @@ func (v *TaskWhereInput) GetInput() []JSONPathPredicate { return v.Input }
 // GetResult returns TaskWhereInput.Result, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetResult() []JSONPathPredicate { return v.Result }
 
+// TypeControlFields includes the GraphQL fields of TypeControl requested by the fragment TypeControlFields.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type TypeControlFields struct {
+	Type string `json:"type"`
+	// At most this many instances EXECUTING at once across all nodes; null: no cap.
+	MaxRunning *int `json:"maxRunning"`
+	// At most this many starts in any window of ratePeriodSeconds; null: no rate limit.
+	RateLimit         *int `json:"rateLimit"`
+	RatePeriodSeconds int  `json:"ratePeriodSeconds"`
+	// Paused now (a pause whose time has passed is over).
+	Paused bool `json:"paused"`
+	// The pause ends by itself at this time; null: until resumed.
+	PausedUntil *time.Time `json:"pausedUntil"`
+	// Instances EXECUTING now.
+	Running int `json:"running"`
+	// Instances waiting (PENDING, RETRY_PENDING).
+	Waiting int `json:"waiting"`
+	// Starts in the current rate window.
+	StartedInWindow int `json:"startedInWindow"`
+	// When the rate limit lets the next instance start, while it holds the type back.
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+// GetType returns TypeControlFields.Type, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetType() string { return v.Type }
+
+// GetMaxRunning returns TypeControlFields.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetMaxRunning() *int { return v.MaxRunning }
+
+// GetRateLimit returns TypeControlFields.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetRateLimit() *int { return v.RateLimit }
+
+// GetRatePeriodSeconds returns TypeControlFields.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetRatePeriodSeconds() int { return v.RatePeriodSeconds }
+
+// GetPaused returns TypeControlFields.Paused, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetPaused() bool { return v.Paused }
+
+// GetPausedUntil returns TypeControlFields.PausedUntil, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetPausedUntil() *time.Time { return v.PausedUntil }
+
+// GetRunning returns TypeControlFields.Running, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetRunning() int { return v.Running }
+
+// GetWaiting returns TypeControlFields.Waiting, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetWaiting() int { return v.Waiting }
+
+// GetStartedInWindow returns TypeControlFields.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetStartedInWindow() int { return v.StartedInWindow }
+
+// GetNextStartAt returns TypeControlFields.NextStartAt, and is useful for accessing the field via an interface.
+func (v *TypeControlFields) GetNextStartAt() *time.Time { return v.NextStartAt }
+
+// A type's limits; each one left out (or null) is removed.
+type TypeControlInput struct {
+	MaxRunning *int `json:"maxRunning"`
+	RateLimit  *int `json:"rateLimit"`
+	// The rate's window in seconds (1..86400). Default 1.
+	RatePeriodSeconds *int `json:"ratePeriodSeconds"`
+}
+
+// GetMaxRunning returns TypeControlInput.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlInput) GetMaxRunning() *int { return v.MaxRunning }
+
+// GetRateLimit returns TypeControlInput.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlInput) GetRateLimit() *int { return v.RateLimit }
+
+// GetRatePeriodSeconds returns TypeControlInput.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlInput) GetRatePeriodSeconds() *int { return v.RatePeriodSeconds }
+
+// TypeControlResponse is returned by TypeControl on success.
+type TypeControlResponse struct {
+	TypeControl TypeControlTypeControl `json:"typeControl"`
+}
+
+// GetTypeControl returns TypeControlResponse.TypeControl, and is useful for accessing the field via an interface.
+func (v *TypeControlResponse) GetTypeControl() TypeControlTypeControl { return v.TypeControl }
+
+// TypeControlTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type TypeControlTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns TypeControlTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns TypeControlTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetMaxRunning() *int { return v.TypeControlFields.MaxRunning }
+
+// GetRateLimit returns TypeControlTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetRateLimit() *int { return v.TypeControlFields.RateLimit }
+
+// GetRatePeriodSeconds returns TypeControlTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns TypeControlTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns TypeControlTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetPausedUntil() *time.Time { return v.TypeControlFields.PausedUntil }
+
+// GetRunning returns TypeControlTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns TypeControlTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns TypeControlTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetStartedInWindow() int { return v.TypeControlFields.StartedInWindow }
+
+// GetNextStartAt returns TypeControlTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *TypeControlTypeControl) GetNextStartAt() *time.Time { return v.TypeControlFields.NextStartAt }
+
+func (v *TypeControlTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*TypeControlTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.TypeControlTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalTypeControlTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *TypeControlTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *TypeControlTypeControl) __premarshalJSON() (*__premarshalTypeControlTypeControl, error) {
+	var retval __premarshalTypeControlTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
+// TypeControlsResponse is returned by TypeControls on success.
+type TypeControlsResponse struct {
+	// Every task type's flow settings. Any signed-in user reads them.
+	TypeControls []TypeControlsTypeControlsTypeControl `json:"typeControls"`
+}
+
+// GetTypeControls returns TypeControlsResponse.TypeControls, and is useful for accessing the field via an interface.
+func (v *TypeControlsResponse) GetTypeControls() []TypeControlsTypeControlsTypeControl {
+	return v.TypeControls
+}
+
+// TypeControlsTypeControlsTypeControl includes the requested fields of the GraphQL type TypeControl.
+// The GraphQL type's documentation follows.
+//
+// A task type's flow settings, enforced by every node's claims together, and where the type stands.
+type TypeControlsTypeControlsTypeControl struct {
+	TypeControlFields `json:"-"`
+}
+
+// GetType returns TypeControlsTypeControlsTypeControl.Type, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetType() string { return v.TypeControlFields.Type }
+
+// GetMaxRunning returns TypeControlsTypeControlsTypeControl.MaxRunning, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetMaxRunning() *int {
+	return v.TypeControlFields.MaxRunning
+}
+
+// GetRateLimit returns TypeControlsTypeControlsTypeControl.RateLimit, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetRateLimit() *int {
+	return v.TypeControlFields.RateLimit
+}
+
+// GetRatePeriodSeconds returns TypeControlsTypeControlsTypeControl.RatePeriodSeconds, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetRatePeriodSeconds() int {
+	return v.TypeControlFields.RatePeriodSeconds
+}
+
+// GetPaused returns TypeControlsTypeControlsTypeControl.Paused, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetPaused() bool { return v.TypeControlFields.Paused }
+
+// GetPausedUntil returns TypeControlsTypeControlsTypeControl.PausedUntil, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetPausedUntil() *time.Time {
+	return v.TypeControlFields.PausedUntil
+}
+
+// GetRunning returns TypeControlsTypeControlsTypeControl.Running, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetRunning() int { return v.TypeControlFields.Running }
+
+// GetWaiting returns TypeControlsTypeControlsTypeControl.Waiting, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetWaiting() int { return v.TypeControlFields.Waiting }
+
+// GetStartedInWindow returns TypeControlsTypeControlsTypeControl.StartedInWindow, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetStartedInWindow() int {
+	return v.TypeControlFields.StartedInWindow
+}
+
+// GetNextStartAt returns TypeControlsTypeControlsTypeControl.NextStartAt, and is useful for accessing the field via an interface.
+func (v *TypeControlsTypeControlsTypeControl) GetNextStartAt() *time.Time {
+	return v.TypeControlFields.NextStartAt
+}
+
+func (v *TypeControlsTypeControlsTypeControl) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*TypeControlsTypeControlsTypeControl
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.TypeControlsTypeControlsTypeControl = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TypeControlFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalTypeControlsTypeControlsTypeControl struct {
+	Type string `json:"type"`
+
+	MaxRunning *int `json:"maxRunning"`
+
+	RateLimit *int `json:"rateLimit"`
+
+	RatePeriodSeconds int `json:"ratePeriodSeconds"`
+
+	Paused bool `json:"paused"`
+
+	PausedUntil *time.Time `json:"pausedUntil"`
+
+	Running int `json:"running"`
+
+	Waiting int `json:"waiting"`
+
+	StartedInWindow int `json:"startedInWindow"`
+
+	NextStartAt *time.Time `json:"nextStartAt"`
+}
+
+func (v *TypeControlsTypeControlsTypeControl) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *TypeControlsTypeControlsTypeControl) __premarshalJSON() (*__premarshalTypeControlsTypeControlsTypeControl, error) {
+	var retval __premarshalTypeControlsTypeControlsTypeControl
+
+	retval.Type = v.TypeControlFields.Type
+	retval.MaxRunning = v.TypeControlFields.MaxRunning
+	retval.RateLimit = v.TypeControlFields.RateLimit
+	retval.RatePeriodSeconds = v.TypeControlFields.RatePeriodSeconds
+	retval.Paused = v.TypeControlFields.Paused
+	retval.PausedUntil = v.TypeControlFields.PausedUntil
+	retval.Running = v.TypeControlFields.Running
+	retval.Waiting = v.TypeControlFields.Waiting
+	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
+	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
 // __ArtifactDownloadUrlInput is used internally by genqlient
 type __ArtifactDownloadUrlInput struct {
 	TaskId string        `json:"taskId"`
@@ -3343,6 +6061,42 @@ func (v *__ArtifactDownloadUrlInput) GetKind() *ArtifactKind { return v.Kind }
 // GetFormat returns __ArtifactDownloadUrlInput.Format, and is useful for accessing the field via an interface.
 func (v *__ArtifactDownloadUrlInput) GetFormat() *FileFormat { return v.Format }
 
+// __BulkPreviewInput is used internally by genqlient
+type __BulkPreviewInput struct {
+	Action TaskAction     `json:"action"`
+	Where  TaskWhereInput `json:"where"`
+}
+
+// GetAction returns __BulkPreviewInput.Action, and is useful for accessing the field via an interface.
+func (v *__BulkPreviewInput) GetAction() TaskAction { return v.Action }
+
+// GetWhere returns __BulkPreviewInput.Where, and is useful for accessing the field via an interface.
+func (v *__BulkPreviewInput) GetWhere() TaskWhereInput { return v.Where }
+
+// __BulkTaskActionInput is used internally by genqlient
+type __BulkTaskActionInput struct {
+	Action         TaskAction     `json:"action"`
+	Where          TaskWhereInput `json:"where"`
+	Reason         *string        `json:"reason"`
+	Confirm        int            `json:"confirm"`
+	IdempotencyKey *string        `json:"idempotencyKey"`
+}
+
+// GetAction returns __BulkTaskActionInput.Action, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetAction() TaskAction { return v.Action }
+
+// GetWhere returns __BulkTaskActionInput.Where, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetWhere() TaskWhereInput { return v.Where }
+
+// GetReason returns __BulkTaskActionInput.Reason, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetReason() *string { return v.Reason }
+
+// GetConfirm returns __BulkTaskActionInput.Confirm, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetConfirm() int { return v.Confirm }
+
+// GetIdempotencyKey returns __BulkTaskActionInput.IdempotencyKey, and is useful for accessing the field via an interface.
+func (v *__BulkTaskActionInput) GetIdempotencyKey() *string { return v.IdempotencyKey }
+
 // __CancelTaskInput is used internally by genqlient
 type __CancelTaskInput struct {
 	Id     string  `json:"id"`
@@ -3354,6 +6108,30 @@ func (v *__CancelTaskInput) GetId() string { return v.Id }
 
 // GetReason returns __CancelTaskInput.Reason, and is useful for accessing the field via an interface.
 func (v *__CancelTaskInput) GetReason() *string { return v.Reason }
+
+// __CreateAlertChannelInput is used internally by genqlient
+type __CreateAlertChannelInput struct {
+	Input AlertChannelInput `json:"input"`
+}
+
+// GetInput returns __CreateAlertChannelInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateAlertChannelInput) GetInput() AlertChannelInput { return v.Input }
+
+// __CreateAlertRuleInput is used internally by genqlient
+type __CreateAlertRuleInput struct {
+	Input AlertRuleInput `json:"input"`
+}
+
+// GetInput returns __CreateAlertRuleInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateAlertRuleInput) GetInput() AlertRuleInput { return v.Input }
+
+// __CreateScheduleInput is used internally by genqlient
+type __CreateScheduleInput struct {
+	Input CreateScheduleInput `json:"input"`
+}
+
+// GetInput returns __CreateScheduleInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateScheduleInput) GetInput() CreateScheduleInput { return v.Input }
 
 // __CreateTaskInput is used internally by genqlient
 type __CreateTaskInput struct {
@@ -3370,6 +6148,42 @@ type __CreateTasksInput struct {
 
 // GetInputs returns __CreateTasksInput.Inputs, and is useful for accessing the field via an interface.
 func (v *__CreateTasksInput) GetInputs() []CreateTaskInput { return v.Inputs }
+
+// __DeleteAlertChannelInput is used internally by genqlient
+type __DeleteAlertChannelInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteAlertChannelInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteAlertChannelInput) GetId() string { return v.Id }
+
+// __DeleteAlertRuleInput is used internally by genqlient
+type __DeleteAlertRuleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteAlertRuleInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteAlertRuleInput) GetId() string { return v.Id }
+
+// __DeleteScheduleInput is used internally by genqlient
+type __DeleteScheduleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteScheduleInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteScheduleInput) GetId() string { return v.Id }
+
+// __DrainClusterNodeInput is used internally by genqlient
+type __DrainClusterNodeInput struct {
+	Id    string `json:"id"`
+	Drain bool   `json:"drain"`
+}
+
+// GetId returns __DrainClusterNodeInput.Id, and is useful for accessing the field via an interface.
+func (v *__DrainClusterNodeInput) GetId() string { return v.Id }
+
+// GetDrain returns __DrainClusterNodeInput.Drain, and is useful for accessing the field via an interface.
+func (v *__DrainClusterNodeInput) GetDrain() bool { return v.Drain }
 
 // __GetTaskInput is used internally by genqlient
 type __GetTaskInput struct {
@@ -3491,6 +6305,42 @@ func (v *__ListTasksInput) GetWhere() *TaskWhereInput { return v.Where }
 // GetOrderBy returns __ListTasksInput.OrderBy, and is useful for accessing the field via an interface.
 func (v *__ListTasksInput) GetOrderBy() []TaskOrder { return v.OrderBy }
 
+// __PauseScheduleInput is used internally by genqlient
+type __PauseScheduleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __PauseScheduleInput.Id, and is useful for accessing the field via an interface.
+func (v *__PauseScheduleInput) GetId() string { return v.Id }
+
+// __PauseTypeInput is used internally by genqlient
+type __PauseTypeInput struct {
+	TypeName string     `json:"typeName"`
+	Until    *time.Time `json:"until"`
+}
+
+// GetTypeName returns __PauseTypeInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__PauseTypeInput) GetTypeName() string { return v.TypeName }
+
+// GetUntil returns __PauseTypeInput.Until, and is useful for accessing the field via an interface.
+func (v *__PauseTypeInput) GetUntil() *time.Time { return v.Until }
+
+// __ResumeScheduleInput is used internally by genqlient
+type __ResumeScheduleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __ResumeScheduleInput.Id, and is useful for accessing the field via an interface.
+func (v *__ResumeScheduleInput) GetId() string { return v.Id }
+
+// __ResumeTypeInput is used internally by genqlient
+type __ResumeTypeInput struct {
+	TypeName string `json:"typeName"`
+}
+
+// GetTypeName returns __ResumeTypeInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__ResumeTypeInput) GetTypeName() string { return v.TypeName }
+
 // __RetryTaskInput is used internally by genqlient
 type __RetryTaskInput struct {
 	Id string `json:"id"`
@@ -3498,6 +6348,38 @@ type __RetryTaskInput struct {
 
 // GetId returns __RetryTaskInput.Id, and is useful for accessing the field via an interface.
 func (v *__RetryTaskInput) GetId() string { return v.Id }
+
+// __SchedulesInput is used internally by genqlient
+type __SchedulesInput struct {
+	First *int    `json:"first"`
+	After *string `json:"after"`
+}
+
+// GetFirst returns __SchedulesInput.First, and is useful for accessing the field via an interface.
+func (v *__SchedulesInput) GetFirst() *int { return v.First }
+
+// GetAfter returns __SchedulesInput.After, and is useful for accessing the field via an interface.
+func (v *__SchedulesInput) GetAfter() *string { return v.After }
+
+// __SetTypeControlInput is used internally by genqlient
+type __SetTypeControlInput struct {
+	TypeName string           `json:"typeName"`
+	Input    TypeControlInput `json:"input"`
+}
+
+// GetTypeName returns __SetTypeControlInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__SetTypeControlInput) GetTypeName() string { return v.TypeName }
+
+// GetInput returns __SetTypeControlInput.Input, and is useful for accessing the field via an interface.
+func (v *__SetTypeControlInput) GetInput() TypeControlInput { return v.Input }
+
+// __TaskIdByCodeInput is used internally by genqlient
+type __TaskIdByCodeInput struct {
+	Code string `json:"code"`
+}
+
+// GetCode returns __TaskIdByCodeInput.Code, and is useful for accessing the field via an interface.
+func (v *__TaskIdByCodeInput) GetCode() string { return v.Code }
 
 // __TaskLogAppendedInput is used internally by genqlient
 type __TaskLogAppendedInput struct {
@@ -3535,6 +6417,96 @@ func (v *__TaskUpdatedInput) GetId() *string { return v.Id }
 // GetWhere returns __TaskUpdatedInput.Where, and is useful for accessing the field via an interface.
 func (v *__TaskUpdatedInput) GetWhere() *TaskWhereInput { return v.Where }
 
+// __TypeControlInput is used internally by genqlient
+type __TypeControlInput struct {
+	TypeName string `json:"typeName"`
+}
+
+// GetTypeName returns __TypeControlInput.TypeName, and is useful for accessing the field via an interface.
+func (v *__TypeControlInput) GetTypeName() string { return v.TypeName }
+
+// The query executed by AlertChannels.
+const AlertChannels_Operation = `
+query AlertChannels {
+	alertChannels {
+		... AlertChannelFields
+	}
+}
+fragment AlertChannelFields on AlertChannel {
+	id
+	name
+	kind
+	urlDisplay
+	hasSecret
+}
+`
+
+func AlertChannels(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *AlertChannelsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AlertChannels",
+		Query:  AlertChannels_Operation,
+	}
+
+	data_ = &AlertChannelsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by AlertRules.
+const AlertRules_Operation = `
+query AlertRules {
+	alertRules {
+		... AlertRuleFields
+	}
+}
+fragment AlertRuleFields on AlertRule {
+	id
+	name
+	kind
+	enabled
+	taskType
+	threshold
+	windowSeconds
+	quietSeconds
+	channels {
+		id
+		name
+	}
+	silencedUntil
+}
+`
+
+func AlertRules(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *AlertRulesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AlertRules",
+		Query:  AlertRules_Operation,
+	}
+
+	data_ = &AlertRulesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by ArtifactDownloadUrl.
 const ArtifactDownloadUrl_Operation = `
 mutation ArtifactDownloadUrl ($taskId: ID!, $kind: ArtifactKind, $format: FileFormat) {
@@ -3563,6 +6535,113 @@ func ArtifactDownloadUrl(
 	}
 
 	data_ = &ArtifactDownloadUrlResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by BulkPreview.
+const BulkPreview_Operation = `
+query BulkPreview ($action: TaskAction!, $where: TaskWhereInput!) {
+	bulkPreview(action: $action, where: $where) {
+		matched
+		accepted
+		refused
+		byStatus {
+			status
+			count
+			accepted
+		}
+	}
+}
+`
+
+func BulkPreview(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	action TaskAction,
+	where TaskWhereInput,
+) (data_ *BulkPreviewResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "BulkPreview",
+		Query:  BulkPreview_Operation,
+		Variables: &__BulkPreviewInput{
+			Action: action,
+			Where:  where,
+		},
+	}
+
+	data_ = &BulkPreviewResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by BulkTaskAction.
+const BulkTaskAction_Operation = `
+mutation BulkTaskAction ($action: TaskAction!, $where: TaskWhereInput!, $reason: String, $confirm: Int!, $idempotencyKey: String) {
+	bulkTaskAction(action: $action, where: $where, reason: $reason, confirm: $confirm, idempotencyKey: $idempotencyKey) {
+		... TaskFields
+	}
+}
+fragment TaskFields on Task {
+	id
+	code
+	type
+	title
+	status
+	resultStatus
+	owner
+	priority
+	progressDone
+	progressTotal
+	cancelRequested
+	lastError
+	maxAttempts
+	retryPolicy
+	availableActions
+	version
+	createdAt
+	updatedAt
+	finishedAt
+	result
+}
+`
+
+func BulkTaskAction(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	action TaskAction,
+	where TaskWhereInput,
+	reason *string,
+	confirm int,
+	idempotencyKey *string,
+) (data_ *BulkTaskActionResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "BulkTaskAction",
+		Query:  BulkTaskAction_Operation,
+		Variables: &__BulkTaskActionInput{
+			Action:         action,
+			Where:          where,
+			Reason:         reason,
+			Confirm:        confirm,
+			IdempotencyKey: idempotencyKey,
+		},
+	}
+
+	data_ = &BulkTaskActionResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -3621,6 +6700,185 @@ func CancelTask(
 	}
 
 	data_ = &CancelTaskResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by ClusterNodes.
+const ClusterNodes_Operation = `
+query ClusterNodes {
+	clusterNodes {
+		... NodeFields
+	}
+}
+fragment NodeFields on ClusterNode {
+	id
+	state
+	host
+	pid
+	version
+	roles
+	busy
+	total
+	leading
+	draining
+	lastSeenAt
+}
+`
+
+func ClusterNodes(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *ClusterNodesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ClusterNodes",
+		Query:  ClusterNodes_Operation,
+	}
+
+	data_ = &ClusterNodesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateAlertChannel.
+const CreateAlertChannel_Operation = `
+mutation CreateAlertChannel ($input: AlertChannelInput!) {
+	createAlertChannel(input: $input) {
+		... AlertChannelFields
+	}
+}
+fragment AlertChannelFields on AlertChannel {
+	id
+	name
+	kind
+	urlDisplay
+	hasSecret
+}
+`
+
+func CreateAlertChannel(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input AlertChannelInput,
+) (data_ *CreateAlertChannelResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateAlertChannel",
+		Query:  CreateAlertChannel_Operation,
+		Variables: &__CreateAlertChannelInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateAlertChannelResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateAlertRule.
+const CreateAlertRule_Operation = `
+mutation CreateAlertRule ($input: AlertRuleInput!) {
+	createAlertRule(input: $input) {
+		... AlertRuleFields
+	}
+}
+fragment AlertRuleFields on AlertRule {
+	id
+	name
+	kind
+	enabled
+	taskType
+	threshold
+	windowSeconds
+	quietSeconds
+	channels {
+		id
+		name
+	}
+	silencedUntil
+}
+`
+
+func CreateAlertRule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input AlertRuleInput,
+) (data_ *CreateAlertRuleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateAlertRule",
+		Query:  CreateAlertRule_Operation,
+		Variables: &__CreateAlertRuleInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateAlertRuleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateSchedule.
+const CreateSchedule_Operation = `
+mutation CreateSchedule ($input: CreateScheduleInput!) {
+	createSchedule(input: $input) {
+		... ScheduleFields
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func CreateSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateScheduleInput,
+) (data_ *CreateScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateSchedule",
+		Query:  CreateSchedule_Operation,
+		Variables: &__CreateScheduleInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateScheduleResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -3741,6 +6999,151 @@ func CreateTasks(
 	}
 
 	data_ = &CreateTasksResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteAlertChannel.
+const DeleteAlertChannel_Operation = `
+mutation DeleteAlertChannel ($id: ID!) {
+	deleteAlertChannel(id: $id)
+}
+`
+
+func DeleteAlertChannel(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteAlertChannelResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteAlertChannel",
+		Query:  DeleteAlertChannel_Operation,
+		Variables: &__DeleteAlertChannelInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteAlertChannelResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteAlertRule.
+const DeleteAlertRule_Operation = `
+mutation DeleteAlertRule ($id: ID!) {
+	deleteAlertRule(id: $id)
+}
+`
+
+func DeleteAlertRule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteAlertRuleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteAlertRule",
+		Query:  DeleteAlertRule_Operation,
+		Variables: &__DeleteAlertRuleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteAlertRuleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteSchedule.
+const DeleteSchedule_Operation = `
+mutation DeleteSchedule ($id: ID!) {
+	deleteSchedule(id: $id)
+}
+`
+
+func DeleteSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteSchedule",
+		Query:  DeleteSchedule_Operation,
+		Variables: &__DeleteScheduleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DrainClusterNode.
+const DrainClusterNode_Operation = `
+mutation DrainClusterNode ($id: String!, $drain: Boolean!) {
+	drainClusterNode(id: $id, drain: $drain) {
+		... NodeFields
+	}
+}
+fragment NodeFields on ClusterNode {
+	id
+	state
+	host
+	pid
+	version
+	roles
+	busy
+	total
+	leading
+	draining
+	lastSeenAt
+}
+`
+
+func DrainClusterNode(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	drain bool,
+) (data_ *DrainClusterNodeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DrainClusterNode",
+		Query:  DrainClusterNode_Operation,
+		Variables: &__DrainClusterNodeInput{
+			Id:    id,
+			Drain: drain,
+		},
+	}
+
+	data_ = &DrainClusterNodeResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -3957,6 +7360,192 @@ func ListTasks(
 	return data_, err_
 }
 
+// The mutation executed by PauseSchedule.
+const PauseSchedule_Operation = `
+mutation PauseSchedule ($id: ID!) {
+	pauseSchedule(id: $id) {
+		... ScheduleFields
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func PauseSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *PauseScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "PauseSchedule",
+		Query:  PauseSchedule_Operation,
+		Variables: &__PauseScheduleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &PauseScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by PauseType.
+const PauseType_Operation = `
+mutation PauseType ($typeName: String!, $until: Time) {
+	pauseType(type: $typeName, until: $until) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func PauseType(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+	until *time.Time,
+) (data_ *PauseTypeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "PauseType",
+		Query:  PauseType_Operation,
+		Variables: &__PauseTypeInput{
+			TypeName: typeName,
+			Until:    until,
+		},
+	}
+
+	data_ = &PauseTypeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ResumeSchedule.
+const ResumeSchedule_Operation = `
+mutation ResumeSchedule ($id: ID!) {
+	resumeSchedule(id: $id) {
+		... ScheduleFields
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func ResumeSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *ResumeScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ResumeSchedule",
+		Query:  ResumeSchedule_Operation,
+		Variables: &__ResumeScheduleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &ResumeScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ResumeType.
+const ResumeType_Operation = `
+mutation ResumeType ($typeName: String!) {
+	resumeType(type: $typeName) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func ResumeType(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+) (data_ *ResumeTypeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ResumeType",
+		Query:  ResumeType_Operation,
+		Variables: &__ResumeTypeInput{
+			TypeName: typeName,
+		},
+	}
+
+	data_ = &ResumeTypeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by RetryTask.
 const RetryTask_Operation = `
 mutation RetryTask ($id: ID!) {
@@ -4013,6 +7602,144 @@ func RetryTask(
 	return data_, err_
 }
 
+// The query executed by Schedules.
+const Schedules_Operation = `
+query Schedules ($first: Int, $after: Cursor) {
+	schedules(first: $first, after: $after) {
+		edges {
+			node {
+				... ScheduleFields
+			}
+		}
+		pageInfo {
+			hasNextPage
+			endCursor
+		}
+	}
+}
+fragment ScheduleFields on Schedule {
+	id
+	name
+	cron
+	intervalSeconds
+	effectiveTimezone
+	taskType
+	paused
+	nextFireAt
+	lastFiredAt
+	owner
+}
+`
+
+func Schedules(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	first *int,
+	after *string,
+) (data_ *SchedulesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "Schedules",
+		Query:  Schedules_Operation,
+		Variables: &__SchedulesInput{
+			First: first,
+			After: after,
+		},
+	}
+
+	data_ = &SchedulesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by SetTypeControl.
+const SetTypeControl_Operation = `
+mutation SetTypeControl ($typeName: String!, $input: TypeControlInput!) {
+	setTypeControl(type: $typeName, input: $input) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func SetTypeControl(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+	input TypeControlInput,
+) (data_ *SetTypeControlResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "SetTypeControl",
+		Query:  SetTypeControl_Operation,
+		Variables: &__SetTypeControlInput{
+			TypeName: typeName,
+			Input:    input,
+		},
+	}
+
+	data_ = &SetTypeControlResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by TaskIdByCode.
+const TaskIdByCode_Operation = `
+query TaskIdByCode ($code: String!) {
+	taskByCode(code: $code) {
+		id
+	}
+}
+`
+
+func TaskIdByCode(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	code string,
+) (data_ *TaskIdByCodeResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "TaskIdByCode",
+		Query:  TaskIdByCode_Operation,
+		Variables: &__TaskIdByCodeInput{
+			Code: code,
+		},
+	}
+
+	data_ = &TaskIdByCodeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The subscription executed by TaskLogAppended.
 const TaskLogAppended_Operation = `
 subscription TaskLogAppended ($taskId: ID!) {
@@ -4021,6 +7748,7 @@ subscription TaskLogAppended ($taskId: ID!) {
 		createdAt
 		level
 		message
+		fields
 	}
 }
 `
@@ -4081,6 +7809,7 @@ query TaskLogs ($id: ID!, $first: Int, $after: Cursor) {
 					createdAt
 					level
 					message
+					fields
 				}
 			}
 			pageInfo {
@@ -4197,4 +7926,92 @@ func TaskUpdatedForwardData(interfaceChan interface{}, jsonRawMsg json.RawMessag
 	}
 	dataChan_ <- wsResp
 	return nil
+}
+
+// The query executed by TypeControl.
+const TypeControl_Operation = `
+query TypeControl ($typeName: String!) {
+	typeControl(type: $typeName) {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func TypeControl(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	typeName string,
+) (data_ *TypeControlResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "TypeControl",
+		Query:  TypeControl_Operation,
+		Variables: &__TypeControlInput{
+			TypeName: typeName,
+		},
+	}
+
+	data_ = &TypeControlResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by TypeControls.
+const TypeControls_Operation = `
+query TypeControls {
+	typeControls {
+		... TypeControlFields
+	}
+}
+fragment TypeControlFields on TypeControl {
+	type
+	maxRunning
+	rateLimit
+	ratePeriodSeconds
+	paused
+	pausedUntil
+	running
+	waiting
+	startedInWindow
+	nextStartAt
+}
+`
+
+func TypeControls(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *TypeControlsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "TypeControls",
+		Query:  TypeControls_Operation,
+	}
+
+	data_ = &TypeControlsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,6 +28,9 @@ Exit codes: 0 done (the task succeeded), 1 failure, 2 usage error, 3 the task FA
 `
 
 func runTask(env *Env, args []string) int {
+	if globals, rest := leadingGlobals(args); len(globals) > 0 && len(rest) > 0 {
+		args = afterCommand(rest, globals) // task --server URL get 1
+	}
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, taskUsage)
 		return ExitUsage
@@ -170,6 +174,9 @@ func taskGet(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
+		if pos[0], err = c.taskRef(cl, pos[0]); err != nil {
+			return err
+		}
 		resp, err := GetTask(env.Ctx, cl.gql, pos[0])
 		if err != nil {
 			return err
@@ -206,30 +213,16 @@ func taskGet(env *Env, args []string) int {
 
 func taskList(env *Env, args []string) int {
 	c := newCmd(env, "task list", "", "Lists tasks, newest first. --json prints one task per line.")
-	status := c.fs.String("status", "", "comma list of states: PENDING, EXECUTING, SUCCESS, FAILED, RETRY_PENDING, CANCELLED")
-	typ := c.fs.String("type", "", "only tasks of this type")
-	search := c.fs.String("search", "", "text in the code, title or business key")
-	where := c.fs.String("where", "", `a TaskWhereInput as JSON, e.g. {"ownerIn": ["alice"]} (combined with the flags above)`)
+	filter := c.filterFlags()
 	first := c.fs.Int("first", 20, "tasks to show (at most 500 a page)")
 	all := c.fs.Bool("all", false, "every matching task, page after page")
 	return c.finish(func() error {
 		if _, err := c.parse(args, 0, 0); err != nil {
 			return err
 		}
-		var w TaskWhereInput
-		if *where != "" {
-			if err := json.Unmarshal([]byte(*where), &w); err != nil {
-				return usageErrorf("--where: not a TaskWhereInput: %v", err)
-			}
-		}
-		for _, s := range splitList(*status) {
-			w.StatusIn = append(w.StatusIn, TaskStatus(strings.ToUpper(s)))
-		}
-		if *typ != "" {
-			w.Type = typ
-		}
-		if *search != "" {
-			w.Search = search
+		w, err := filter()
+		if err != nil {
+			return err
 		}
 		cl, err := c.client()
 		if err != nil {
@@ -295,6 +288,9 @@ func taskCancel(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
+		if pos[0], err = c.taskRef(cl, pos[0]); err != nil {
+			return err
+		}
 		var r *string
 		if *reason != "" {
 			r = reason
@@ -325,6 +321,9 @@ func taskRetry(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
+		if pos[0], err = c.taskRef(cl, pos[0]); err != nil {
+			return err
+		}
 		resp, err := RetryTask(env.Ctx, cl.gql, pos[0])
 		if err != nil {
 			return err
@@ -351,6 +350,9 @@ func taskWatch(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
+		if pos[0], err = c.taskRef(cl, pos[0]); err != nil {
+			return err
+		}
 		return c.follow(cl, pos[0], *followOn, c.json, c.quiet)
 	}())
 }
@@ -367,17 +369,23 @@ func taskLogs(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
+		if pos[0], err = c.taskRef(cl, pos[0]); err != nil {
+			return err
+		}
 		type line struct {
 			ID        string    `json:"id"`
 			CreatedAt time.Time `json:"createdAt"`
 			Level     string    `json:"level"`
 			Message   string    `json:"message"`
+			// Fields are the line's structured values (rows: 500, file:
+			// x.csv), printed after the message as key=value.
+			Fields map[string]any `json:"fields,omitempty"`
 		}
 		print := func(l line) error {
 			if c.json {
 				return writeJSON(env.Stdout, l)
 			}
-			_, err := fmt.Fprintf(env.Stdout, "%s %-5s %s\n", l.CreatedAt.Local().Format("2006-01-02 15:04:05.000"), l.Level, l.Message)
+			_, err := fmt.Fprintf(env.Stdout, "%s %-5s %s%s\n", l.CreatedAt.Local().Format("2006-01-02 15:04:05.000"), l.Level, l.Message, logFields(l.Fields))
 			return err
 		}
 		// Subscribe first, so that no line falls between the pages and
@@ -412,7 +420,7 @@ func taskLogs(env *Env, args []string) int {
 					continue
 				}
 				seen[e.Node.Id] = true
-				if err := print(line{e.Node.Id, e.Node.CreatedAt, string(e.Node.Level), e.Node.Message}); err != nil {
+				if err := print(line{e.Node.Id, e.Node.CreatedAt, string(e.Node.Level), e.Node.Message, fieldsOf(e.Node.Fields)}); err != nil {
 					return err
 				}
 			}
@@ -445,12 +453,78 @@ func taskLogs(env *Env, args []string) int {
 				if seen[l.Id] {
 					continue
 				}
-				if err := print(line{l.Id, l.CreatedAt, string(l.Level), l.Message}); err != nil {
+				if err := print(line{l.Id, l.CreatedAt, string(l.Level), l.Message, fieldsOf(l.Fields)}); err != nil {
 					return err
 				}
 			}
 		}
 	}())
+}
+
+// filterFlags declares the flags that pick tasks (--status, --type,
+// --search, --where) and returns what reads them into a filter.
+func (c *cmd) filterFlags() func() (TaskWhereInput, error) {
+	status := c.fs.String("status", "", "comma list of states: "+enumWords(AllTaskStatus))
+	typ := c.fs.String("type", "", "only tasks of this type")
+	search := c.fs.String("search", "", "text in the code, title or business key")
+	where := c.fs.String("where", "", `a TaskWhereInput as JSON, e.g. {"ownerIn": ["alice"]} (combined with the flags above)`)
+	return func() (TaskWhereInput, error) {
+		var w TaskWhereInput
+		if *where != "" {
+			if err := json.Unmarshal([]byte(*where), &w); err != nil {
+				return w, usageErrorf("--where: not a TaskWhereInput: %v", err)
+			}
+		}
+		for _, s := range splitList(*status) {
+			st, err := parseEnum("status", s, AllTaskStatus)
+			if err != nil {
+				return w, err
+			}
+			w.StatusIn = append(w.StatusIn, st)
+		}
+		if *typ != "" {
+			w.Type = typ
+		}
+		if *search != "" {
+			w.Search = search
+		}
+		return w, nil
+	}
+}
+
+// plural is "1 attempt", "3 attempts".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func fieldsOf(m *map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	return *m
+}
+
+// logFields is a log line's fields as " key=value" words, in key order;
+// a value that is not a plain word is JSON.
+func logFields(f map[string]any) string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		v, ok := f[k].(string)
+		if !ok || v == "" || strings.ContainsAny(v, " \t\n\"=") {
+			j, _ := json.Marshal(f[k])
+			v = string(j)
+		}
+		fmt.Fprintf(&b, " %s=%s", k, v)
+	}
+	return b.String()
 }
 
 // printTask prints a task a mutation returned: JSON, or one line.
@@ -483,7 +557,7 @@ func (c *cmd) printFields(t *TaskFields) {
 	row("Progress", progressText(t))
 	row("Owner", t.Owner)
 	row("Priority", fmt.Sprint(t.Priority))
-	row("Retry", fmt.Sprintf("%s, at most %d attempts", t.RetryPolicy, t.MaxAttempts))
+	row("Retry", fmt.Sprintf("%s, at most %s", t.RetryPolicy, plural(t.MaxAttempts, "attempt")))
 	row("Created", when(&t.CreatedAt))
 	row("Finished", when(t.FinishedAt))
 	row("Last error", deref(t.LastError))

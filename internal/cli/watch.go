@@ -99,6 +99,9 @@ func runWatch(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
+		if id, err = c.taskRef(cl, id); err != nil {
+			return err
+		}
 		switch {
 		case id != "" && *where != "":
 			return usageErrorf("an ID or --where, not both")

@@ -20,9 +20,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +32,7 @@ import (
 	_ "github.com/lib/pq" // PostgreSQL driver
 
 	"github.com/taskgraph/taskgraph/internal/pgcluster"
+	"github.com/taskgraph/taskgraph/internal/pgdsn"
 )
 
 // DefaultPostgres is used when TASKGRAPH_TEST_PG is unset, if it answers.
@@ -147,12 +150,7 @@ func defaultOrOwn(def string) (string, error) {
 	return c.DSN, nil
 }
 
-func hostOf(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Host != "" {
-		return u.Host
-	}
-	return dsn
-}
+func hostOf(dsn string) string { return pgdsn.Where(dsn) }
 
 // Postgres creates a schema of its own and returns a DSN whose search_path
 // points at it. The schema is dropped when the test ends.
@@ -187,12 +185,75 @@ func Postgres(t testing.TB) string {
 			t.Logf("dbtest: drop schema %s: %v", schema, err)
 		}
 	})
-	u, err := url.Parse(base)
+	dsn, err := pgdsn.Set(base, "search_path", schema)
+	if err != nil {
+		t.Fatalf("dbtest: TASKGRAPH_TEST_PG: %v", err)
+	}
+	return dsn
+}
+
+// Form is one way of writing a PostgreSQL DSN.
+type Form struct {
+	Name string // "URL over TCP", "key=value over a Unix socket"...
+	DSN  string
+}
+
+// PostgresForms returns the DSN of a new PostgreSQL schema (as Postgres
+// does) written in every form libpq accepts: a URL and a key=value
+// string, each over TCP and over the server's Unix socket (its first
+// unix_socket_directories entry). Every form names the same schema, the
+// same database and the same user, so that a test can show that whatever
+// form a user gives, every connection of a node works.
+func PostgresForms(t testing.TB) []Form {
+	t.Helper()
+	dsn := Postgres(t)
+	db, err := sql.Open("postgres", dsn)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var user, dbname, port, sockets, addr string
+	if err := db.QueryRowContext(ctx, `SELECT current_user, current_database(), current_setting('port'), current_setting('unix_socket_directories'), coalesce(host(inet_server_addr()), '')`).
+		Scan(&user, &dbname, &port, &sockets, &addr); err != nil {
+		t.Fatalf("dbtest: read the server's settings: %v", err)
+	}
+	if addr == "" {
+		t.Fatalf("dbtest: the test server %s is not reached over TCP", hostOf(dsn))
+	}
+	socket, _, _ := strings.Cut(sockets, ",")
+	socket = strings.TrimSpace(socket)
+	if !strings.HasPrefix(socket, "/") {
+		t.Fatalf("dbtest: the test server has no Unix socket directory (unix_socket_directories = %q)", sockets)
+	}
+	schema := pgdsn.Get(dsn, "search_path")
+	password := pgdsn.Get(dsn, "password")
+	tcp := &url.URL{Scheme: "postgres", Host: net.JoinHostPort(addr, port), Path: "/" + dbname}
+	tcp.User = url.User(user)
+	if password != "" {
+		tcp.User = url.UserPassword(user, password)
+	}
+	q := url.Values{"sslmode": {"disable"}, "search_path": {schema}}
+	tcp.RawQuery = q.Encode()
+	sock := &url.URL{Scheme: "postgres", Path: "/" + dbname, User: tcp.User}
+	sq := url.Values{"host": {socket}, "port": {port}, "search_path": {schema}}
+	sock.RawQuery = sq.Encode()
+	kv := func(host string, extra ...string) string {
+		s := "host=" + host + " port=" + port + " user=" + user + " dbname=" + dbname
+		if password != "" {
+			s, _ = pgdsn.Set(s, "password", password)
+		}
+		for _, e := range extra {
+			s += " " + e
+		}
+		s, _ = pgdsn.Set(s, "search_path", schema)
+		return s
+	}
+	return []Form{
+		{"URL over TCP", tcp.String()},
+		{"key=value over TCP", kv(addr, "sslmode=disable")},
+		{"URL over a Unix socket", sock.String()},
+		{"key=value over a Unix socket", kv(socket)},
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/pgdsn"
 	"github.com/taskgraph/taskgraph/internal/service"
 )
 
@@ -64,9 +64,10 @@ const (
 
 // Listener receives other nodes' notifications.
 type Listener struct {
-	cfg Config
-	pql *pq.Listener
-	log *slog.Logger
+	cfg    Config
+	pql    *pq.Listener
+	dialer *pgdsn.Dialer // pql's connections, ended by Abort
+	log    *slog.Logger
 
 	mu sync.Mutex
 	// healthy is when the listening connection last proved alive (a
@@ -140,7 +141,24 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	l.resyncer = resyncer
-	l.pql = pq.NewListener(withAppName(cfg.DSN, "taskgraph-relay-"+cfg.Node), 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
+	dsn, err := withAppName(cfg.DSN, "taskgraph-relay-"+cfg.Node)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	// Until the first LISTEN is done, a failed connection attempt ends
+	// Listen with its error (the store has just connected with the same
+	// DSN: this is no blip), rather than being retried for ever.
+	firstFailure := make(chan error, 1)
+	var listening atomic.Bool
+	l.dialer = &pgdsn.Dialer{}
+	l.pql = pq.NewDialListener(l.dialer, dsn, 100*time.Millisecond, 5*time.Second, func(ev pq.ListenerEventType, err error) {
+		if ev == pq.ListenerEventConnectionAttemptFailed && !listening.Load() {
+			select {
+			case firstFailure <- err:
+			default:
+			}
+			return
+		}
 		switch ev {
 		case pq.ListenerEventDisconnected:
 			l.disconnected()
@@ -151,10 +169,26 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 			l.log.Warn("reconnecting the listening connection failed", "err", err)
 		}
 	})
-	if err := l.pql.Listen(channel); err != nil {
+	listened := make(chan error, 1)
+	go func() { listened <- l.pql.Listen(channel) }()
+	select {
+	case err := <-listened:
+		if err != nil {
+			_ = l.pql.Close()
+			return nil, fmt.Errorf("relay: listen at %s: %w", pgdsn.Where(dsn), err)
+		}
+	case err := <-firstFailure:
+		l.dialer.Abort()
 		_ = l.pql.Close()
-		return nil, err
+		<-listened
+		return nil, fmt.Errorf("relay: connect the listening connection to %s: %w", pgdsn.Where(dsn), err)
+	case <-ctx.Done():
+		l.dialer.Abort() // a connection attempt under way fails
+		_ = l.pql.Close()
+		<-listened
+		return nil, fmt.Errorf("relay: listen at %s: %w", pgdsn.Where(dsn), context.Cause(ctx))
 	}
+	listening.Store(true)
 	l.healthy = time.Now()
 	// Whatever this node delivers from now on may be re-published by a
 	// resync: the broker remembers it (to drop duplicates) from the point
@@ -171,18 +205,10 @@ func Listen(ctx context.Context, cfg Config) (*Listener, error) {
 	return l, nil
 }
 
-// withAppName names the listening connection in pg_stat_activity.
-func withAppName(dsn, name string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return dsn
-	}
-	q := u.Query()
-	if q.Get("application_name") == "" {
-		q.Set("application_name", name[:min(len(name), 63)])
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
+// withAppName names the listening connection in pg_stat_activity, in
+// the DSN's own form (a URL or key=value; TCP or a Unix socket).
+func withAppName(dsn, name string) (string, error) {
+	return pgdsn.WithDefault(dsn, "application_name", name[:min(len(name), 63)])
 }
 
 // Close stops listening.
@@ -190,6 +216,7 @@ func (l *Listener) Close() {
 	l.cancel()
 	<-l.done
 	l.resyncer.Stop()
+	l.dialer.Abort()  // a reconnection to a silent server ends
 	_ = l.pql.Close() // a ping under way returns
 	l.pings.Wait()
 }

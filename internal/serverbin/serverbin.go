@@ -101,3 +101,24 @@ func Query(t testing.TB, addr, token, query string, vars map[string]any, out any
 		t.Fatal(err)
 	}
 }
+
+// Output is a process's stderr (or stdout) as a test reads it while the
+// process writes it: exec copies into it from a goroutine of its own.
+type Output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+// String is what was written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/migrate"
+	"github.com/taskgraph/taskgraph/internal/pgdsn"
 )
 
 // Config says which database to open and whom to tell about commits.
@@ -107,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open(driverName, dsn)
+	db, err := openDB(driverName, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -178,6 +179,20 @@ var kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 // once one is, ask it (Store.Postgres).
 func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || kvDSN.MatchString(dsn)
+}
+
+// openDB opens a pool; PostgreSQL's connection attempts end with their
+// context (pgdsn.Connector), so that a server that never answers does not
+// hold Open, or a shutdown, for ever.
+func openDB(driverName, dsn string) (*sql.DB, error) {
+	if driverName != "postgres" {
+		return sql.Open(driverName, dsn)
+	}
+	c, err := pgdsn.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
 }
 
 // parseDSN returns the database/sql driver name, its DSN and the ent dialect.
@@ -280,7 +295,7 @@ func OpenDB(dsn string) (*sql.DB, migrate.Dialect, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	db, err := sql.Open(driverName, dsn)
+	db, err := openDB(driverName, dsn)
 	if err != nil {
 		return nil, "", fmt.Errorf("open database: %w", err)
 	}
