@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/outage"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
@@ -98,6 +99,16 @@ func (e *StoreError) Error() string {
 var objectNameInError = regexp.MustCompile(`blob \(key "[^"]*"\) `)
 
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// OutageKind says that the blob store failed, not the database
+// (outage.Component): a network error of S3 is the blob store's.
+func (e *StoreError) OutageKind() outage.Kind {
+	switch outage.Classify(e.Err) {
+	case outage.DiskFull, outage.BlobStoreFull:
+		return outage.BlobStoreFull
+	}
+	return outage.BlobStore
+}
 
 // IsStoreFailure reports whether err is (or wraps) a failure of the blob
 // store, as opposed to a missing file or a caller's own error.
