@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/artifact"
 	"github.com/taskgraph/taskgraph/internal/blobtest"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/importtest"
@@ -202,4 +203,35 @@ func TestBlobURLFlag(t *testing.T) {
 	require.NoError(t, err)
 	_, err = app.New(t.Context(), c, app.Options{})
 	require.ErrorContains(t, err, `unknown query parameter "colour"`)
+}
+
+// /readyz reflects whether the blob store takes writes, not only whether
+// its marker reads: a directory whose disk is full makes the node unready,
+// naming the blob store. The full disk is simulated, honestly: the
+// store's free-space floor (BucketConfig.MinFree) is raised above what
+// any disk has, so that the same statfs check a full disk fails fails
+// here; a write refused by the store itself (S3 down) is covered by the
+// stopped server below.
+func TestReadyzSaysWhenTheBlobStoreCannotWrite(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		full := apptest.Start(t, d.DSN(t), app.Options{Blob: artifact.BucketConfig{MinFree: 1 << 62}})
+		status, body := readyz(t, full)
+		require.Equal(t, http.StatusServiceUnavailable, status, body)
+		require.Contains(t, body, "blob store")
+		require.Contains(t, body, "disk full")
+		require.NotContains(t, body, "database")
+
+		srv := blobtest.StartServer(t)
+		s3 := apptest.Start(t, d.DSN(t), app.Options{}, node([]app.Role{app.RoleAPI}, srv.Bucket(t)))
+		status, body = readyz(t, s3)
+		require.Equal(t, http.StatusOK, status, body)
+		srv.Stop(t)
+		apptest.Eventually(t, 2*artifact.CheckInterval+30*time.Second, func() (bool, string) {
+			status, body = readyz(t, s3)
+			return status == http.StatusServiceUnavailable, body
+		})
+		require.Contains(t, body, "blob store")
+		srv.Start(t)
+	})
 }

@@ -33,6 +33,11 @@ type Blobs interface {
 	// SetMarker writes it.
 	Marker(ctx context.Context) (string, error)
 	SetMarker(ctx context.Context, deployment string) error
+	// Probe writes a small object and deletes it: whether the store takes
+	// writes now (a full disk, refused credentials, a read-only mount),
+	// which reading the marker does not tell. A directory whose disk has
+	// less than BucketConfig.MinFree left is full without writing.
+	Probe(ctx context.Context) error
 	// Keys lists the keys of every file in the store (not the marker).
 	Keys(ctx context.Context) ([]string, error)
 	// Location says where the files are, without credentials.
@@ -144,3 +149,7 @@ func objectName(key string) (string, error) {
 
 // markerName is the deployment marker's object: not a key NewKey can make.
 const markerName = "taskgraph-deployment"
+
+// probeName is the object Probe writes: not a key either, and not listed
+// by Keys (no directory level).
+const probeName = "taskgraph-probe"

@@ -135,6 +135,11 @@ func (s *Store) check(ctx context.Context, starting bool) error {
 		}
 		switch {
 		case m == d.UID:
+			// Reading is not writing: a full disk, a read-only mount or
+			// credentials that may only read refuse uploads.
+			if err := s.blobs.Probe(ctx); err != nil {
+				return err
+			}
 			if d.BlobLocation != s.Location() || d.BlobNode != s.node {
 				// Where the files were last seen, for the message other
 				// nodes give; a lost race here loses nothing.
@@ -154,7 +159,7 @@ func (s *Store) check(ctx context.Context, starting bool) error {
 			s.mu.Lock()
 			s.created = ""
 			s.mu.Unlock()
-			return nil
+			return s.blobs.Probe(ctx)
 		case starting && time.Since(d.CreatedAt) < startRace:
 			// Nodes started together: the one that recorded the
 			// deployment may not have written its marker yet.
