@@ -99,6 +99,8 @@ type Options struct {
 
 // App is one taskgraph process.
 type App struct {
+	// notes are /readyz's warnings found at start (readyNotes).
+	notes  []string
 	Config Config
 	// Node names this process among those sharing the database (it is also
 	// its worker id).
@@ -296,6 +298,13 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 	// reads nothing.
 	access.Install(st.Client())
 	a.Store = st
+	// Ready, but the operator should know (docs/operations.md, Autovacuum).
+	if off, err := st.AutovacuumOff(ctx); err != nil {
+		a.Log.Warn("could not read the autovacuum settings", "err", err)
+	} else if off != "" {
+		a.Log.Warn(off)
+		a.notes = append(a.notes, "warning: "+off)
+	}
 	return nil
 }
 
@@ -736,6 +745,16 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
+	// Still ready, with what the operator should know (autovacuum off).
+	for _, n := range a.readyNotes() {
+		_, _ = w.Write([]byte(n + "\n"))
+	}
+}
+
+// readyNotes are the lines /readyz adds below "ready": conditions that do
+// not take the node out of rotation but cost something over time.
+func (a *App) readyNotes() []string {
+	return a.notes
 }
 
 // minFreeBytes is the free space under which the data directory's disk is

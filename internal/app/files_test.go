@@ -235,3 +235,33 @@ func TestReadyzSaysWhenTheBlobStoreCannotWrite(t *testing.T) {
 		srv.Start(t)
 	})
 }
+
+// A PostgreSQL node whose task tables have autovacuum disabled says so at
+// start and on /readyz, and stays ready (docs/operations.md, Autovacuum).
+// The tables of this test's own schema are altered, not the shared
+// server's settings.
+func TestAutovacuumOffIsWarnedAndShown(t *testing.T) {
+	t.Parallel()
+	dsn := dbtest.PostgresOnly(t)
+	first := apptest.Start(t, dsn, app.Options{})
+	status, body := readyz(t, first)
+	require.Equal(t, http.StatusOK, status, body)
+	// The shared server's own setting, whichever it is, is reported as it is.
+	var server string
+	require.NoError(t, first.App.Store.DB().QueryRow(`SHOW autovacuum`).Scan(&server))
+	if server == "on" {
+		require.NotContains(t, body, "autovacuum")
+	} else {
+		require.Contains(t, body, "ready\nwarning: autovacuum is off (the server's autovacuum = off)")
+	}
+	require.NotContains(t, body, "task_instances")
+	_, err := first.App.Store.DB().Exec(`ALTER TABLE task_instances SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	var log syncBuffer
+	second := apptest.Start(t, dsn, app.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}, node([]app.Role{app.RoleAPI}, first.App.Artifacts.Location()))
+	status, body = readyz(t, second)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "ready\nwarning: autovacuum is off (")
+	require.Contains(t, body, "autovacuum_enabled = false on task_instances): dead rows")
+	require.Len(t, linesWith(log.String(), "autovacuum is off"), 1, "one line at start:\n%s", log.String())
+}
