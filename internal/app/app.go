@@ -65,8 +65,12 @@ type Options struct {
 	Engine []engine.Option
 	// Policies replaces the built-in retry policies.
 	Policies []tasktype.RetryPolicy
-	// Clock replaces time.Now in the store.
+	// Clock replaces the store's clock, authoritative (not corrected to
+	// the database's: tests' fake clocks).
 	Clock func() time.Time
+	// WallClock replaces the node's wall clock, which the store corrects
+	// by its offset to the database's clock (tests skew it per node).
+	WallClock func() time.Time
 	// Pool and Watchdog override their configurations: each non-zero
 	// field replaces the value derived from Config (Pool.Concurrency
 	// replaces --workers, Pool.ShutdownGrace --shutdown-grace, lower or
@@ -282,7 +286,7 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 			l.Missed()
 		}
 	}
-	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, Logger: a.rootLog, OnWrite: onWrite, Migrate: cfg.Migrate}
+	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, WallClock: a.opts.WallClock, Logger: a.rootLog, OnWrite: onWrite, Migrate: cfg.Migrate}
 	// Caps, rates and pauses of task types hold in every claim.
 	storeCfg.Gate = flow.NewGate()
 	if store.IsPostgres(cfg.DSN()) { // the store is not open yet: ask its DSN
@@ -754,7 +758,14 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 // readyNotes are the lines /readyz adds below "ready": conditions that do
 // not take the node out of rotation but cost something over time.
 func (a *App) readyNotes() []string {
-	return a.notes
+	notes := a.notes
+	if a.Nodes != nil {
+		if offset, past := a.Nodes.Skew(); past {
+			notes = append(slices.Clip(notes), fmt.Sprintf("warning: clock skew: this node's wall clock is %s off the database's (threshold %s); the node runs on the database's clock, fix its time sync",
+				offset.Round(time.Millisecond), a.Nodes.Config().SkewThreshold))
+		}
+	}
+	return notes
 }
 
 // minFreeBytes is the free space under which the data directory's disk is
