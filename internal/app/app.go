@@ -349,7 +349,7 @@ func (a *App) newEngine(context.Context, *cleanup) error {
 	}
 	outboundClient := outbound.NewClient(outbound.Config{Policy: policy})
 	builtin.Register(a.Registry, &builtin.Webhook{Client: outboundClient})
-	(&alert.Deliverer{Client: st.Client(), Sealer: a.sealer, HTTP: outboundClient, Now: a.opts.Clock}).Register(a.Registry)
+	(&alert.Deliverer{Client: st.Client(), Sealer: a.sealer, HTTP: outboundClient, Now: st.Now}).Register(a.Registry)
 	if a.opts.Register != nil {
 		a.opts.Register(a.Registry)
 	}
@@ -385,7 +385,7 @@ func (a *App) newFiles(ctx context.Context, undo *cleanup) error {
 		return err
 	}
 	undo.push(func() { _ = bucket.Close() })
-	a.Artifacts, err = artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx, Node: a.Node, Logger: log})
+	a.Artifacts, err = artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: st.Now, Tx: st.Tx, Node: a.Node, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -160,7 +160,7 @@ func (s *Store) check(ctx context.Context, starting bool) error {
 			s.created = ""
 			s.mu.Unlock()
 			return s.blobs.Probe(ctx)
-		case starting && time.Since(d.CreatedAt) < startRace:
+		case starting && s.Now().Sub(d.CreatedAt) < startRace: // the record's time is the cluster's
 			// Nodes started together: the one that recorded the
 			// deployment may not have written its marker yet.
 			select {
@@ -185,6 +185,7 @@ func (s *Store) record(ctx context.Context) (*ent.Deployment, bool, error) {
 		var err error
 		d, err = tx.Deployment.Create().
 			SetSingleton(1).
+			SetCreatedAt(s.Now()).
 			SetUID(NewKey()).
 			SetBlobLocation(s.Location()).
 			SetBlobNode(s.node).
