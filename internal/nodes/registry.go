@@ -194,6 +194,7 @@ func (r *Registry) Pass(ctx context.Context) (Pass, error) {
 		r.observe(sample.Offset)
 	}
 	now := st.Now()
+	offset, skewed := r.Skew()
 	var busy, total int
 	if r.cfg.Pool != nil {
 		busy, total = r.cfg.Pool.Load()
@@ -205,6 +206,7 @@ func (r *Registry) Pass(ctx context.Context) (Pass, error) {
 			SetHost(r.host).SetPid(r.pid).SetVersion(r.cfg.Version).SetRoles(r.cfg.Roles).
 			SetStartedAt(r.started).SetLastSeenAt(now).SetExpiresAt(now.Add(r.cfg.Lease)).ClearStoppedAt().
 			SetBusy(busy).SetTotal(total).SetLeading(leading).SetFiles(r.cfg.Files).
+			SetClockOffsetMs(offset.Milliseconds()).SetClockSkewed(skewed).
 			Save(ctx)
 		if err != nil {
 			return err
@@ -214,6 +216,7 @@ func (r *Registry) Pass(ctx context.Context) (Pass, error) {
 				SetHost(r.host).SetPid(r.pid).SetVersion(r.cfg.Version).SetRoles(r.cfg.Roles).
 				SetStartedAt(r.started).SetLastSeenAt(now).SetExpiresAt(now.Add(r.cfg.Lease)).
 				SetBusy(busy).SetTotal(total).SetLeading(leading).SetFiles(r.cfg.Files).
+				SetClockOffsetMs(offset.Milliseconds()).SetClockSkewed(skewed).
 				Exec(ctx)
 		}
 		row, err := tx.ClusterNode.Query().Where(clusternode.Name(r.cfg.Node)).Only(ctx)
