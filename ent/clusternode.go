@@ -45,7 +45,11 @@ type ClusterNode struct {
 	// Where the node's files live: its blob store URL without credentials.
 	Files string `json:"files,omitempty"`
 	// Set by an admin: the node stops claiming work until unset. Only the drain mutation writes it.
-	Draining     bool `json:"draining,omitempty"`
+	Draining bool `json:"draining,omitempty"`
+	// The database's clock minus the node's wall clock at its last refresh, in milliseconds (the node runs on the database's clock; a large offset is a node whose time sync is broken).
+	ClockOffsetMs int64 `json:"clock_offset_ms,omitempty"`
+	// Whether clock_offset_ms was past the node's --clock-skew-threshold at its last refresh.
+	ClockSkewed  bool `json:"clock_skewed,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -56,9 +60,9 @@ func (*ClusterNode) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case clusternode.FieldRoles:
 			values[i] = new([]byte)
-		case clusternode.FieldLeading, clusternode.FieldDraining:
+		case clusternode.FieldLeading, clusternode.FieldDraining, clusternode.FieldClockSkewed:
 			values[i] = new(sql.NullBool)
-		case clusternode.FieldID, clusternode.FieldPid, clusternode.FieldBusy, clusternode.FieldTotal:
+		case clusternode.FieldID, clusternode.FieldPid, clusternode.FieldBusy, clusternode.FieldTotal, clusternode.FieldClockOffsetMs:
 			values[i] = new(sql.NullInt64)
 		case clusternode.FieldName, clusternode.FieldHost, clusternode.FieldVersion, clusternode.FieldFiles:
 			values[i] = new(sql.NullString)
@@ -172,6 +176,18 @@ func (_m *ClusterNode) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Draining = value.Bool
 			}
+		case clusternode.FieldClockOffsetMs:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field clock_offset_ms", values[i])
+			} else if value.Valid {
+				_m.ClockOffsetMs = value.Int64
+			}
+		case clusternode.FieldClockSkewed:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field clock_skewed", values[i])
+			} else if value.Valid {
+				_m.ClockSkewed = value.Bool
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -251,6 +267,12 @@ func (_m *ClusterNode) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("draining=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Draining))
+	builder.WriteString(", ")
+	builder.WriteString("clock_offset_ms=")
+	builder.WriteString(fmt.Sprintf("%v", _m.ClockOffsetMs))
+	builder.WriteString(", ")
+	builder.WriteString("clock_skewed=")
+	builder.WriteString(fmt.Sprintf("%v", _m.ClockSkewed))
 	builder.WriteByte(')')
 	return builder.String()
 }

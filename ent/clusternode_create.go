@@ -152,6 +152,34 @@ func (_c *ClusterNodeCreate) SetNillableDraining(v *bool) *ClusterNodeCreate {
 	return _c
 }
 
+// SetClockOffsetMs sets the "clock_offset_ms" field.
+func (_c *ClusterNodeCreate) SetClockOffsetMs(v int64) *ClusterNodeCreate {
+	_c.mutation.SetClockOffsetMs(v)
+	return _c
+}
+
+// SetNillableClockOffsetMs sets the "clock_offset_ms" field if the given value is not nil.
+func (_c *ClusterNodeCreate) SetNillableClockOffsetMs(v *int64) *ClusterNodeCreate {
+	if v != nil {
+		_c.SetClockOffsetMs(*v)
+	}
+	return _c
+}
+
+// SetClockSkewed sets the "clock_skewed" field.
+func (_c *ClusterNodeCreate) SetClockSkewed(v bool) *ClusterNodeCreate {
+	_c.mutation.SetClockSkewed(v)
+	return _c
+}
+
+// SetNillableClockSkewed sets the "clock_skewed" field if the given value is not nil.
+func (_c *ClusterNodeCreate) SetNillableClockSkewed(v *bool) *ClusterNodeCreate {
+	if v != nil {
+		_c.SetClockSkewed(*v)
+	}
+	return _c
+}
+
 // Mutation returns the ClusterNodeMutation object of the builder.
 func (_c *ClusterNodeCreate) Mutation() *ClusterNodeMutation {
 	return _c.mutation
@@ -207,6 +235,14 @@ func (_c *ClusterNodeCreate) defaults() {
 		v := clusternode.DefaultDraining
 		_c.mutation.SetDraining(v)
 	}
+	if _, ok := _c.mutation.ClockOffsetMs(); !ok {
+		v := clusternode.DefaultClockOffsetMs
+		_c.mutation.SetClockOffsetMs(v)
+	}
+	if _, ok := _c.mutation.ClockSkewed(); !ok {
+		v := clusternode.DefaultClockSkewed
+		_c.mutation.SetClockSkewed(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -249,6 +285,12 @@ func (_c *ClusterNodeCreate) check() error {
 	}
 	if _, ok := _c.mutation.Draining(); !ok {
 		return &ValidationError{Name: "draining", err: errors.New(`ent: missing required field "ClusterNode.draining"`)}
+	}
+	if _, ok := _c.mutation.ClockOffsetMs(); !ok {
+		return &ValidationError{Name: "clock_offset_ms", err: errors.New(`ent: missing required field "ClusterNode.clock_offset_ms"`)}
+	}
+	if _, ok := _c.mutation.ClockSkewed(); !ok {
+		return &ValidationError{Name: "clock_skewed", err: errors.New(`ent: missing required field "ClusterNode.clock_skewed"`)}
 	}
 	return nil
 }
@@ -331,6 +373,14 @@ func (_c *ClusterNodeCreate) createSpec() (*ClusterNode, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Draining(); ok {
 		_spec.SetField(clusternode.FieldDraining, field.TypeBool, value)
 		_node.Draining = value
+	}
+	if value, ok := _c.mutation.ClockOffsetMs(); ok {
+		_spec.SetField(clusternode.FieldClockOffsetMs, field.TypeInt64, value)
+		_node.ClockOffsetMs = value
+	}
+	if value, ok := _c.mutation.ClockSkewed(); ok {
+		_spec.SetField(clusternode.FieldClockSkewed, field.TypeBool, value)
+		_node.ClockSkewed = value
 	}
 	return _node, _spec
 }

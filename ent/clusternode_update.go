@@ -237,6 +237,41 @@ func (_u *ClusterNodeUpdate) SetNillableDraining(v *bool) *ClusterNodeUpdate {
 	return _u
 }
 
+// SetClockOffsetMs sets the "clock_offset_ms" field.
+func (_u *ClusterNodeUpdate) SetClockOffsetMs(v int64) *ClusterNodeUpdate {
+	_u.mutation.ResetClockOffsetMs()
+	_u.mutation.SetClockOffsetMs(v)
+	return _u
+}
+
+// SetNillableClockOffsetMs sets the "clock_offset_ms" field if the given value is not nil.
+func (_u *ClusterNodeUpdate) SetNillableClockOffsetMs(v *int64) *ClusterNodeUpdate {
+	if v != nil {
+		_u.SetClockOffsetMs(*v)
+	}
+	return _u
+}
+
+// AddClockOffsetMs adds value to the "clock_offset_ms" field.
+func (_u *ClusterNodeUpdate) AddClockOffsetMs(v int64) *ClusterNodeUpdate {
+	_u.mutation.AddClockOffsetMs(v)
+	return _u
+}
+
+// SetClockSkewed sets the "clock_skewed" field.
+func (_u *ClusterNodeUpdate) SetClockSkewed(v bool) *ClusterNodeUpdate {
+	_u.mutation.SetClockSkewed(v)
+	return _u
+}
+
+// SetNillableClockSkewed sets the "clock_skewed" field if the given value is not nil.
+func (_u *ClusterNodeUpdate) SetNillableClockSkewed(v *bool) *ClusterNodeUpdate {
+	if v != nil {
+		_u.SetClockSkewed(*v)
+	}
+	return _u
+}
+
 // Mutation returns the ClusterNodeMutation object of the builder.
 func (_u *ClusterNodeUpdate) Mutation() *ClusterNodeMutation {
 	return _u.mutation
@@ -339,6 +374,15 @@ func (_u *ClusterNodeUpdate) sqlSave(ctx context.Context) (_node int, err error)
 	}
 	if value, ok := _u.mutation.Draining(); ok {
 		_spec.SetField(clusternode.FieldDraining, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.ClockOffsetMs(); ok {
+		_spec.SetField(clusternode.FieldClockOffsetMs, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedClockOffsetMs(); ok {
+		_spec.AddField(clusternode.FieldClockOffsetMs, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.ClockSkewed(); ok {
+		_spec.SetField(clusternode.FieldClockSkewed, field.TypeBool, value)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -569,6 +613,41 @@ func (_u *ClusterNodeUpdateOne) SetNillableDraining(v *bool) *ClusterNodeUpdateO
 	return _u
 }
 
+// SetClockOffsetMs sets the "clock_offset_ms" field.
+func (_u *ClusterNodeUpdateOne) SetClockOffsetMs(v int64) *ClusterNodeUpdateOne {
+	_u.mutation.ResetClockOffsetMs()
+	_u.mutation.SetClockOffsetMs(v)
+	return _u
+}
+
+// SetNillableClockOffsetMs sets the "clock_offset_ms" field if the given value is not nil.
+func (_u *ClusterNodeUpdateOne) SetNillableClockOffsetMs(v *int64) *ClusterNodeUpdateOne {
+	if v != nil {
+		_u.SetClockOffsetMs(*v)
+	}
+	return _u
+}
+
+// AddClockOffsetMs adds value to the "clock_offset_ms" field.
+func (_u *ClusterNodeUpdateOne) AddClockOffsetMs(v int64) *ClusterNodeUpdateOne {
+	_u.mutation.AddClockOffsetMs(v)
+	return _u
+}
+
+// SetClockSkewed sets the "clock_skewed" field.
+func (_u *ClusterNodeUpdateOne) SetClockSkewed(v bool) *ClusterNodeUpdateOne {
+	_u.mutation.SetClockSkewed(v)
+	return _u
+}
+
+// SetNillableClockSkewed sets the "clock_skewed" field if the given value is not nil.
+func (_u *ClusterNodeUpdateOne) SetNillableClockSkewed(v *bool) *ClusterNodeUpdateOne {
+	if v != nil {
+		_u.SetClockSkewed(*v)
+	}
+	return _u
+}
+
 // Mutation returns the ClusterNodeMutation object of the builder.
 func (_u *ClusterNodeUpdateOne) Mutation() *ClusterNodeMutation {
 	return _u.mutation
@@ -701,6 +780,15 @@ func (_u *ClusterNodeUpdateOne) sqlSave(ctx context.Context) (_node *ClusterNode
 	}
 	if value, ok := _u.mutation.Draining(); ok {
 		_spec.SetField(clusternode.FieldDraining, field.TypeBool, value)
+	}
+	if value, ok := _u.mutation.ClockOffsetMs(); ok {
+		_spec.SetField(clusternode.FieldClockOffsetMs, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedClockOffsetMs(); ok {
+		_spec.AddField(clusternode.FieldClockOffsetMs, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.ClockSkewed(); ok {
+		_spec.SetField(clusternode.FieldClockSkewed, field.TypeBool, value)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &ClusterNode{config: _u.config}

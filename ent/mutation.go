@@ -5698,31 +5698,34 @@ func (m *AuditLogMutation) ResetEdge(name string) error {
 // ClusterNodeMutation represents an operation that mutates the ClusterNode nodes in the graph.
 type ClusterNodeMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	name          *string
-	host          *string
-	pid           *int
-	addpid        *int
-	version       *string
-	roles         *[]string
-	appendroles   []string
-	started_at    *time.Time
-	last_seen_at  *time.Time
-	expires_at    *time.Time
-	stopped_at    *time.Time
-	busy          *int
-	addbusy       *int
-	total         *int
-	addtotal      *int
-	leading       *bool
-	files         *string
-	draining      *bool
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*ClusterNode, error)
-	predicates    []predicate.ClusterNode
+	op                 Op
+	typ                string
+	id                 *int
+	name               *string
+	host               *string
+	pid                *int
+	addpid             *int
+	version            *string
+	roles              *[]string
+	appendroles        []string
+	started_at         *time.Time
+	last_seen_at       *time.Time
+	expires_at         *time.Time
+	stopped_at         *time.Time
+	busy               *int
+	addbusy            *int
+	total              *int
+	addtotal           *int
+	leading            *bool
+	files              *string
+	draining           *bool
+	clock_offset_ms    *int64
+	addclock_offset_ms *int64
+	clock_skewed       *bool
+	clearedFields      map[string]struct{}
+	done               bool
+	oldValue           func(context.Context) (*ClusterNode, error)
+	predicates         []predicate.ClusterNode
 }
 
 var _ ent.Mutation = (*ClusterNodeMutation)(nil)
@@ -6415,6 +6418,98 @@ func (m *ClusterNodeMutation) ResetDraining() {
 	m.draining = nil
 }
 
+// SetClockOffsetMs sets the "clock_offset_ms" field.
+func (m *ClusterNodeMutation) SetClockOffsetMs(i int64) {
+	m.clock_offset_ms = &i
+	m.addclock_offset_ms = nil
+}
+
+// ClockOffsetMs returns the value of the "clock_offset_ms" field in the mutation.
+func (m *ClusterNodeMutation) ClockOffsetMs() (r int64, exists bool) {
+	v := m.clock_offset_ms
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldClockOffsetMs returns the old "clock_offset_ms" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldClockOffsetMs(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldClockOffsetMs is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldClockOffsetMs requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldClockOffsetMs: %w", err)
+	}
+	return oldValue.ClockOffsetMs, nil
+}
+
+// AddClockOffsetMs adds i to the "clock_offset_ms" field.
+func (m *ClusterNodeMutation) AddClockOffsetMs(i int64) {
+	if m.addclock_offset_ms != nil {
+		*m.addclock_offset_ms += i
+	} else {
+		m.addclock_offset_ms = &i
+	}
+}
+
+// AddedClockOffsetMs returns the value that was added to the "clock_offset_ms" field in this mutation.
+func (m *ClusterNodeMutation) AddedClockOffsetMs() (r int64, exists bool) {
+	v := m.addclock_offset_ms
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetClockOffsetMs resets all changes to the "clock_offset_ms" field.
+func (m *ClusterNodeMutation) ResetClockOffsetMs() {
+	m.clock_offset_ms = nil
+	m.addclock_offset_ms = nil
+}
+
+// SetClockSkewed sets the "clock_skewed" field.
+func (m *ClusterNodeMutation) SetClockSkewed(b bool) {
+	m.clock_skewed = &b
+}
+
+// ClockSkewed returns the value of the "clock_skewed" field in the mutation.
+func (m *ClusterNodeMutation) ClockSkewed() (r bool, exists bool) {
+	v := m.clock_skewed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldClockSkewed returns the old "clock_skewed" field's value of the ClusterNode entity.
+// If the ClusterNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ClusterNodeMutation) OldClockSkewed(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldClockSkewed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldClockSkewed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldClockSkewed: %w", err)
+	}
+	return oldValue.ClockSkewed, nil
+}
+
+// ResetClockSkewed resets all changes to the "clock_skewed" field.
+func (m *ClusterNodeMutation) ResetClockSkewed() {
+	m.clock_skewed = nil
+}
+
 // Where appends a list predicates to the ClusterNodeMutation builder.
 func (m *ClusterNodeMutation) Where(ps ...predicate.ClusterNode) {
 	m.predicates = append(m.predicates, ps...)
@@ -6449,7 +6544,7 @@ func (m *ClusterNodeMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ClusterNodeMutation) Fields() []string {
-	fields := make([]string, 0, 14)
+	fields := make([]string, 0, 16)
 	if m.name != nil {
 		fields = append(fields, clusternode.FieldName)
 	}
@@ -6492,6 +6587,12 @@ func (m *ClusterNodeMutation) Fields() []string {
 	if m.draining != nil {
 		fields = append(fields, clusternode.FieldDraining)
 	}
+	if m.clock_offset_ms != nil {
+		fields = append(fields, clusternode.FieldClockOffsetMs)
+	}
+	if m.clock_skewed != nil {
+		fields = append(fields, clusternode.FieldClockSkewed)
+	}
 	return fields
 }
 
@@ -6528,6 +6629,10 @@ func (m *ClusterNodeMutation) Field(name string) (ent.Value, bool) {
 		return m.Files()
 	case clusternode.FieldDraining:
 		return m.Draining()
+	case clusternode.FieldClockOffsetMs:
+		return m.ClockOffsetMs()
+	case clusternode.FieldClockSkewed:
+		return m.ClockSkewed()
 	}
 	return nil, false
 }
@@ -6565,6 +6670,10 @@ func (m *ClusterNodeMutation) OldField(ctx context.Context, name string) (ent.Va
 		return m.OldFiles(ctx)
 	case clusternode.FieldDraining:
 		return m.OldDraining(ctx)
+	case clusternode.FieldClockOffsetMs:
+		return m.OldClockOffsetMs(ctx)
+	case clusternode.FieldClockSkewed:
+		return m.OldClockSkewed(ctx)
 	}
 	return nil, fmt.Errorf("unknown ClusterNode field %s", name)
 }
@@ -6672,6 +6781,20 @@ func (m *ClusterNodeMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetDraining(v)
 		return nil
+	case clusternode.FieldClockOffsetMs:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetClockOffsetMs(v)
+		return nil
+	case clusternode.FieldClockSkewed:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetClockSkewed(v)
+		return nil
 	}
 	return fmt.Errorf("unknown ClusterNode field %s", name)
 }
@@ -6689,6 +6812,9 @@ func (m *ClusterNodeMutation) AddedFields() []string {
 	if m.addtotal != nil {
 		fields = append(fields, clusternode.FieldTotal)
 	}
+	if m.addclock_offset_ms != nil {
+		fields = append(fields, clusternode.FieldClockOffsetMs)
+	}
 	return fields
 }
 
@@ -6703,6 +6829,8 @@ func (m *ClusterNodeMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedBusy()
 	case clusternode.FieldTotal:
 		return m.AddedTotal()
+	case clusternode.FieldClockOffsetMs:
+		return m.AddedClockOffsetMs()
 	}
 	return nil, false
 }
@@ -6732,6 +6860,13 @@ func (m *ClusterNodeMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddTotal(v)
+		return nil
+	case clusternode.FieldClockOffsetMs:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddClockOffsetMs(v)
 		return nil
 	}
 	return fmt.Errorf("unknown ClusterNode numeric field %s", name)
@@ -6810,6 +6945,12 @@ func (m *ClusterNodeMutation) ResetField(name string) error {
 		return nil
 	case clusternode.FieldDraining:
 		m.ResetDraining()
+		return nil
+	case clusternode.FieldClockOffsetMs:
+		m.ResetClockOffsetMs()
+		return nil
+	case clusternode.FieldClockSkewed:
+		m.ResetClockSkewed()
 		return nil
 	}
 	return fmt.Errorf("unknown ClusterNode field %s", name)

@@ -94,6 +94,8 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 			ext["taskId"] = ce.TaskID
 		}
 		return CodeConflict, ext, true
+	case emptyWhere(err):
+		return CodeValidation, map[string]any{"problems": []engine.Problem{{Field: "where", Message: "an empty filter ({}) inside not, and or or filters nothing: leave it out"}}}, true
 	case errors.Is(err, store.ErrNotFound), ent.IsNotFound(err):
 		return CodeNotFound, nil, true
 	case errors.Is(err, errPageTooLarge):
@@ -106,6 +108,31 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 		return CodeUnavailable, unavailable(time.Second, "SHUTTING_DOWN"), true
 	}
 	return "", nil, false
+}
+
+// emptyWhere reports ent's error for an empty where input met inside
+// another (not: {}, and: [{}]): the caller's filter, not a failure. An
+// empty where at the top means every row, and never gets here.
+func emptyWhere(err error) bool {
+	return errors.Is(err, ent.ErrEmptyTaskWhereInput) || errors.Is(err, ent.ErrEmptyAuditLogWhereInput) ||
+		errors.Is(err, ent.ErrEmptyScheduleWhereInput)
+}
+
+// normalWhere is where with an empty filter ({}) made nil (every task), or
+// a ValidationError when the database would refuse it (an empty filter
+// nested in not, and, or).
+func normalWhere(where *ent.TaskWhereInput) (*ent.TaskWhereInput, error) {
+	if where == nil {
+		return nil, nil
+	}
+	_, err := where.P()
+	switch {
+	case err == nil:
+		return where, nil
+	case errors.Is(err, ent.ErrEmptyTaskWhereInput) && err.Error() == ent.ErrEmptyTaskWhereInput.Error():
+		return nil, nil
+	}
+	return nil, &engine.ValidationError{Problems: []engine.Problem{{Field: "where", Message: "an empty filter ({}) inside not, and or or: leave it out (" + err.Error() + ")"}}}
 }
 
 // unavailable is the extensions of an UNAVAILABLE error.

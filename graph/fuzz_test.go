@@ -35,6 +35,10 @@ func FuzzGraphQL(f *testing.F) {
 		{`{ a: task(id: 1) { id } b: task(id: 2) { id } ...F } fragment F on Query { taskTypes { name } }`, `{"query": "{ __schema { types { name } } }"}`},
 		{`subscription { taskUpdated { id } }`, `{"query": "{ auditLogs(where: {taskID: 1}) { totalCount } }", "operationName": "x"}`},
 		{`{ tasks(after: "gaJpZM0D6A", first: 1) { totalCount } }`, `[{"query": "{ taskTypes { name } }"}]`},
+		// Where inputs, empty and nested empty: never INTERNAL.
+		{`{ tasks(where: {}) { totalCount } countTasks(where: {not: {}}) }`, `{"query": "query($w: TaskWhereInput!) { bulkPreview(action: CANCEL, where: $w) { matched } }", "variables": {"w": {}}}`},
+		{`{ auditLogs(where: {or: [{}]}) { totalCount } schedules(where: {and: [{}, {not: {}}]}) { totalCount } }`, `{"query": "subscription { taskUpdated(where: {}) { id } }"}`},
+		{`subscription { taskUpdated(where: {not: {}}) { id } }`, `{"query": "{ countTasks(where: {}) }"}`},
 	} {
 		f.Add(seed.query, []byte(seed.body))
 	}

@@ -173,22 +173,24 @@ type ComplexityRoot struct {
 	}
 
 	ClusterNode struct {
-		Busy       func(childComplexity int) int
-		Draining   func(childComplexity int) int
-		ExpiresAt  func(childComplexity int) int
-		Files      func(childComplexity int) int
-		Host       func(childComplexity int) int
-		LastSeenAt func(childComplexity int) int
-		Leading    func(childComplexity int) int
-		Name       func(childComplexity int) int
-		Pid        func(childComplexity int) int
-		Roles      func(childComplexity int) int
-		Running    func(childComplexity int) int
-		StartedAt  func(childComplexity int) int
-		State      func(childComplexity int) int
-		StoppedAt  func(childComplexity int) int
-		Total      func(childComplexity int) int
-		Version    func(childComplexity int) int
+		Busy          func(childComplexity int) int
+		ClockOffsetMs func(childComplexity int) int
+		ClockSkewed   func(childComplexity int) int
+		Draining      func(childComplexity int) int
+		ExpiresAt     func(childComplexity int) int
+		Files         func(childComplexity int) int
+		Host          func(childComplexity int) int
+		LastSeenAt    func(childComplexity int) int
+		Leading       func(childComplexity int) int
+		Name          func(childComplexity int) int
+		Pid           func(childComplexity int) int
+		Roles         func(childComplexity int) int
+		Running       func(childComplexity int) int
+		StartedAt     func(childComplexity int) int
+		State         func(childComplexity int) int
+		StoppedAt     func(childComplexity int) int
+		Total         func(childComplexity int) int
+		Version       func(childComplexity int) int
 	}
 
 	ClusterSummary struct {
@@ -1163,6 +1165,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ClusterNode.Busy(childComplexity), true
+	case "ClusterNode.clockOffsetMs":
+		if e.ComplexityRoot.ClusterNode.ClockOffsetMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.ClockOffsetMs(childComplexity), true
+	case "ClusterNode.clockSkewed":
+		if e.ComplexityRoot.ClusterNode.ClockSkewed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.ClockSkewed(childComplexity), true
 	case "ClusterNode.draining":
 		if e.ComplexityRoot.ClusterNode.Draining == nil {
 			break
@@ -5376,6 +5390,10 @@ func (ec *executionContext) childFields_ClusterNode(ctx context.Context, field g
 		return ec.fieldContext_ClusterNode_files(ctx, field)
 	case "draining":
 		return ec.fieldContext_ClusterNode_draining(ctx, field)
+	case "clockOffsetMs":
+		return ec.fieldContext_ClusterNode_clockOffsetMs(ctx, field)
+	case "clockSkewed":
+		return ec.fieldContext_ClusterNode_clockSkewed(ctx, field)
 	case "runningExecutions":
 		return ec.fieldContext_ClusterNode_runningExecutions(ctx, field)
 	}
@@ -9520,6 +9538,52 @@ func (ec *executionContext) _ClusterNode_draining(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext_ClusterNode_draining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ClusterNode_clockOffsetMs(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_clockOffsetMs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ClockOffsetMs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_clockOffsetMs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ClusterNode_clockSkewed(ctx context.Context, field graphql.CollectedField, obj *nodes.View) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_clockSkewed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ClockSkewed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_clockSkewed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, "Boolean")
 }
 
@@ -24386,6 +24450,16 @@ func (ec *executionContext) _ClusterNode(ctx context.Context, sel ast.SelectionS
 			}
 		case "draining":
 			out.Values[i] = ec._ClusterNode_draining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "clockOffsetMs":
+			out.Values[i] = ec._ClusterNode_clockOffsetMs(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "clockSkewed":
+			out.Values[i] = ec._ClusterNode_clockSkewed(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

@@ -48,7 +48,7 @@ func nodesFingerprint(list []*nodes.View) string {
 	rows := make([]row, len(list))
 	for i, v := range list {
 		c := v.ClusterNode
-		rows[i] = row{N: []any{c.Name, c.Host, c.Pid, c.Version, c.Roles, c.StartedAt, c.LastSeenAt, c.ExpiresAt, c.StoppedAt, c.Busy, c.Total, c.Leading, c.Files, c.Draining}, State: v.State, Running: v.Running}
+		rows[i] = row{N: []any{c.Name, c.Host, c.Pid, c.Version, c.Roles, c.StartedAt, c.LastSeenAt, c.ExpiresAt, c.StoppedAt, c.Busy, c.Total, c.Leading, c.Files, c.Draining, c.ClockOffsetMs, c.ClockSkewed}, State: v.State, Running: v.Running}
 	}
 	b, _ := json.Marshal(rows)
 	return string(b)

@@ -175,12 +175,10 @@ func (r *subscriptionResolver) taskUpdated(ctx context.Context, id *int, where *
 	if err != nil {
 		return nil, err
 	}
-	if where != nil {
-		// Reject a where input the database would reject, now rather
-		// than on the first change.
-		if _, err := where.P(); err != nil {
-			return nil, err
-		}
+	// An empty where ({}) is every task, as in queries; one the database
+	// would reject is refused now rather than on the first change.
+	if where, err = normalWhere(where); err != nil {
+		return nil, err
 	}
 	// Subscribe before reading the current state: a change committed in
 	// between is then in the buffer, not lost (duplicates are dropped by

@@ -39,6 +39,10 @@ const (
 	FieldFiles = "files"
 	// FieldDraining holds the string denoting the draining field in the database.
 	FieldDraining = "draining"
+	// FieldClockOffsetMs holds the string denoting the clock_offset_ms field in the database.
+	FieldClockOffsetMs = "clock_offset_ms"
+	// FieldClockSkewed holds the string denoting the clock_skewed field in the database.
+	FieldClockSkewed = "clock_skewed"
 	// Table holds the table name of the clusternode in the database.
 	Table = "cluster_nodes"
 )
@@ -60,6 +64,8 @@ var Columns = []string{
 	FieldLeading,
 	FieldFiles,
 	FieldDraining,
+	FieldClockOffsetMs,
+	FieldClockSkewed,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -83,6 +89,10 @@ var (
 	DefaultFiles string
 	// DefaultDraining holds the default value on creation for the "draining" field.
 	DefaultDraining bool
+	// DefaultClockOffsetMs holds the default value on creation for the "clock_offset_ms" field.
+	DefaultClockOffsetMs int64
+	// DefaultClockSkewed holds the default value on creation for the "clock_skewed" field.
+	DefaultClockSkewed bool
 )
 
 // OrderOption defines the ordering options for the ClusterNode queries.
@@ -156,4 +166,14 @@ func ByFiles(opts ...sql.OrderTermOption) OrderOption {
 // ByDraining orders the results by the draining field.
 func ByDraining(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldDraining, opts...).ToFunc()
+}
+
+// ByClockOffsetMs orders the results by the clock_offset_ms field.
+func ByClockOffsetMs(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldClockOffsetMs, opts...).ToFunc()
+}
+
+// ByClockSkewed orders the results by the clock_skewed field.
+func ByClockSkewed(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldClockSkewed, opts...).ToFunc()
 }

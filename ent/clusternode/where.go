@@ -119,6 +119,16 @@ func Draining(v bool) predicate.ClusterNode {
 	return predicate.ClusterNode(sql.FieldEQ(FieldDraining, v))
 }
 
+// ClockOffsetMs applies equality check predicate on the "clock_offset_ms" field. It's identical to ClockOffsetMsEQ.
+func ClockOffsetMs(v int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldEQ(FieldClockOffsetMs, v))
+}
+
+// ClockSkewed applies equality check predicate on the "clock_skewed" field. It's identical to ClockSkewedEQ.
+func ClockSkewed(v bool) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldEQ(FieldClockSkewed, v))
+}
+
 // NameEQ applies the EQ predicate on the "name" field.
 func NameEQ(v string) predicate.ClusterNode {
 	return predicate.ClusterNode(sql.FieldEQ(FieldName, v))
@@ -687,6 +697,56 @@ func DrainingEQ(v bool) predicate.ClusterNode {
 // DrainingNEQ applies the NEQ predicate on the "draining" field.
 func DrainingNEQ(v bool) predicate.ClusterNode {
 	return predicate.ClusterNode(sql.FieldNEQ(FieldDraining, v))
+}
+
+// ClockOffsetMsEQ applies the EQ predicate on the "clock_offset_ms" field.
+func ClockOffsetMsEQ(v int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldEQ(FieldClockOffsetMs, v))
+}
+
+// ClockOffsetMsNEQ applies the NEQ predicate on the "clock_offset_ms" field.
+func ClockOffsetMsNEQ(v int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldNEQ(FieldClockOffsetMs, v))
+}
+
+// ClockOffsetMsIn applies the In predicate on the "clock_offset_ms" field.
+func ClockOffsetMsIn(vs ...int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldIn(FieldClockOffsetMs, vs...))
+}
+
+// ClockOffsetMsNotIn applies the NotIn predicate on the "clock_offset_ms" field.
+func ClockOffsetMsNotIn(vs ...int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldNotIn(FieldClockOffsetMs, vs...))
+}
+
+// ClockOffsetMsGT applies the GT predicate on the "clock_offset_ms" field.
+func ClockOffsetMsGT(v int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldGT(FieldClockOffsetMs, v))
+}
+
+// ClockOffsetMsGTE applies the GTE predicate on the "clock_offset_ms" field.
+func ClockOffsetMsGTE(v int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldGTE(FieldClockOffsetMs, v))
+}
+
+// ClockOffsetMsLT applies the LT predicate on the "clock_offset_ms" field.
+func ClockOffsetMsLT(v int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldLT(FieldClockOffsetMs, v))
+}
+
+// ClockOffsetMsLTE applies the LTE predicate on the "clock_offset_ms" field.
+func ClockOffsetMsLTE(v int64) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldLTE(FieldClockOffsetMs, v))
+}
+
+// ClockSkewedEQ applies the EQ predicate on the "clock_skewed" field.
+func ClockSkewedEQ(v bool) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldEQ(FieldClockSkewed, v))
+}
+
+// ClockSkewedNEQ applies the NEQ predicate on the "clock_skewed" field.
+func ClockSkewedNEQ(v bool) predicate.ClusterNode {
+	return predicate.ClusterNode(sql.FieldNEQ(FieldClockSkewed, v))
 }
 
 // And groups predicates with the AND operator between them.

@@ -210,6 +210,8 @@ var (
 		{Name: "leading", Type: field.TypeBool, Default: false},
 		{Name: "files", Type: field.TypeString, Default: ""},
 		{Name: "draining", Type: field.TypeBool, Default: false},
+		{Name: "clock_offset_ms", Type: field.TypeInt64, Default: 0},
+		{Name: "clock_skewed", Type: field.TypeBool, Default: false},
 	}
 	// ClusterNodesTable holds the schema information for the "cluster_nodes" table.
 	ClusterNodesTable = &schema.Table{

@@ -189,6 +189,14 @@ func init() {
 	clusternodeDescDraining := clusternodeFields[13].Descriptor()
 	// clusternode.DefaultDraining holds the default value on creation for the draining field.
 	clusternode.DefaultDraining = clusternodeDescDraining.Default.(bool)
+	// clusternodeDescClockOffsetMs is the schema descriptor for clock_offset_ms field.
+	clusternodeDescClockOffsetMs := clusternodeFields[14].Descriptor()
+	// clusternode.DefaultClockOffsetMs holds the default value on creation for the clock_offset_ms field.
+	clusternode.DefaultClockOffsetMs = clusternodeDescClockOffsetMs.Default.(int64)
+	// clusternodeDescClockSkewed is the schema descriptor for clock_skewed field.
+	clusternodeDescClockSkewed := clusternodeFields[15].Descriptor()
+	// clusternode.DefaultClockSkewed holds the default value on creation for the clock_skewed field.
+	clusternode.DefaultClockSkewed = clusternodeDescClockSkewed.Default.(bool)
 	deploymentMixin := schema.Deployment{}.Mixin()
 	deploymentMixinFields0 := deploymentMixin[0].Fields()
 	_ = deploymentMixinFields0

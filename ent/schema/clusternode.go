@@ -52,6 +52,12 @@ func (ClusterNode) Fields() []ent.Field {
 		field.Bool("draining").
 			Default(false).
 			Comment("Set by an admin: the node stops claiming work until unset. Only the drain mutation writes it."),
+		field.Int64("clock_offset_ms").
+			Default(0).
+			Comment("The database's clock minus the node's wall clock at its last refresh, in milliseconds (the node runs on the database's clock; a large offset is a node whose time sync is broken)."),
+		field.Bool("clock_skewed").
+			Default(false).
+			Comment("Whether clock_offset_ms was past the node's --clock-skew-threshold at its last refresh."),
 	}
 }
 

@@ -67,8 +67,12 @@ type Options struct {
 	Engine []engine.Option
 	// Policies replaces the built-in retry policies.
 	Policies []tasktype.RetryPolicy
-	// Clock replaces time.Now in the store.
+	// Clock replaces the store's clock, authoritative (not corrected to
+	// the database's: tests' fake clocks).
 	Clock func() time.Time
+	// WallClock replaces the node's wall clock, which the store corrects
+	// by its offset to the database's clock (tests skew it per node).
+	WallClock func() time.Time
 	// Pool and Watchdog override their configurations: each non-zero
 	// field replaces the value derived from Config (Pool.Concurrency
 	// replaces --workers, Pool.ShutdownGrace --shutdown-grace, lower or
@@ -106,6 +110,8 @@ type Options struct {
 
 // App is one taskgraph process.
 type App struct {
+	// notes are /readyz's warnings found at start (readyNotes).
+	notes  []string
 	Config Config
 	// Node names this process among those sharing the database (it is also
 	// its worker id).
@@ -309,7 +315,7 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 			l.Missed()
 		}
 	}
-	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, Logger: a.rootLog, OnWrite: onWrite, Migrate: cfg.Migrate}
+	storeCfg := store.Config{DSN: cfg.DSN(), Publisher: a.Broker, Clock: a.opts.Clock, WallClock: a.opts.WallClock, Logger: a.rootLog, OnWrite: onWrite, Migrate: cfg.Migrate}
 	// Caps, rates and pauses of task types hold in every claim.
 	storeCfg.Gate = flow.NewGate()
 	if store.IsPostgres(cfg.DSN()) { // the store is not open yet: ask its DSN
@@ -325,6 +331,13 @@ func (a *App) newStore(ctx context.Context, undo *cleanup) error {
 	// reads nothing.
 	access.Install(st.Client())
 	a.Store = st
+	// Ready, but the operator should know (docs/operations.md, Autovacuum).
+	if off, err := st.AutovacuumOff(ctx); err != nil {
+		a.Log.Warn("could not read the autovacuum settings", "err", err)
+	} else if off != "" {
+		a.Log.Warn(off)
+		a.notes = append(a.notes, "warning: "+off)
+	}
 	return nil
 }
 
@@ -365,7 +378,7 @@ func (a *App) newEngine(context.Context, *cleanup) error {
 	}
 	outboundClient := outbound.NewClient(outbound.Config{Policy: policy})
 	builtin.Register(a.Registry, &builtin.Webhook{Client: outboundClient})
-	(&alert.Deliverer{Client: st.Client(), Sealer: a.sealer, HTTP: outboundClient, Now: a.opts.Clock}).Register(a.Registry)
+	(&alert.Deliverer{Client: st.Client(), Sealer: a.sealer, HTTP: outboundClient, Now: st.Now}).Register(a.Registry)
 	if a.opts.Register != nil {
 		a.opts.Register(a.Registry)
 	}
@@ -401,7 +414,7 @@ func (a *App) newFiles(ctx context.Context, undo *cleanup) error {
 		return err
 	}
 	undo.push(func() { _ = bucket.Close() })
-	a.Artifacts, err = artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: opts.Clock, Tx: st.Tx, Node: a.Node, Logger: log})
+	a.Artifacts, err = artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: st.Now, Tx: st.Tx, Node: a.Node, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -770,6 +783,23 @@ func (a *App) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
+	// Still ready, with what the operator should know (autovacuum off).
+	for _, n := range a.readyNotes() {
+		_, _ = w.Write([]byte(n + "\n"))
+	}
+}
+
+// readyNotes are the lines /readyz adds below "ready": conditions that do
+// not take the node out of rotation but cost something over time.
+func (a *App) readyNotes() []string {
+	notes := a.notes
+	if a.Nodes != nil {
+		if offset, past := a.Nodes.Skew(); past {
+			notes = append(slices.Clip(notes), fmt.Sprintf("warning: clock skew: this node's wall clock is %s off the database's (threshold %s); the node runs on the database's clock, fix its time sync",
+				offset.Round(time.Millisecond), a.Nodes.Config().SkewThreshold))
+		}
+	}
+	return notes
 }
 
 // minFreeBytes is the free space under which the data directory's disk is

@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/artifact"
 	"github.com/taskgraph/taskgraph/internal/blobtest"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
 	"github.com/taskgraph/taskgraph/internal/importtest"
@@ -202,4 +203,65 @@ func TestBlobURLFlag(t *testing.T) {
 	require.NoError(t, err)
 	_, err = app.New(t.Context(), c, app.Options{})
 	require.ErrorContains(t, err, `unknown query parameter "colour"`)
+}
+
+// /readyz reflects whether the blob store takes writes, not only whether
+// its marker reads: a directory whose disk is full makes the node unready,
+// naming the blob store. The full disk is simulated, honestly: the
+// store's free-space floor (BucketConfig.MinFree) is raised above what
+// any disk has, so that the same statfs check a full disk fails fails
+// here; a write refused by the store itself (S3 down) is covered by the
+// stopped server below.
+func TestReadyzSaysWhenTheBlobStoreCannotWrite(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		full := apptest.Start(t, d.DSN(t), app.Options{Blob: artifact.BucketConfig{MinFree: 1 << 62}})
+		status, body := readyz(t, full)
+		require.Equal(t, http.StatusServiceUnavailable, status, body)
+		require.Contains(t, body, "blob store")
+		require.Contains(t, body, "disk full")
+		require.NotContains(t, body, "database")
+
+		srv := blobtest.StartServer(t)
+		s3 := apptest.Start(t, d.DSN(t), app.Options{}, node([]app.Role{app.RoleAPI}, srv.Bucket(t)))
+		status, body = readyz(t, s3)
+		require.Equal(t, http.StatusOK, status, body)
+		srv.Stop(t)
+		apptest.Eventually(t, 2*artifact.CheckInterval+30*time.Second, func() (bool, string) {
+			status, body = readyz(t, s3)
+			return status == http.StatusServiceUnavailable, body
+		})
+		require.Contains(t, body, "blob store")
+		srv.Start(t)
+	})
+}
+
+// A PostgreSQL node whose task tables have autovacuum disabled says so at
+// start and on /readyz, and stays ready (docs/operations.md, Autovacuum).
+// The tables of this test's own schema are altered, not the shared
+// server's settings.
+func TestAutovacuumOffIsWarnedAndShown(t *testing.T) {
+	t.Parallel()
+	dsn := dbtest.PostgresOnly(t)
+	first := apptest.Start(t, dsn, app.Options{})
+	status, body := readyz(t, first)
+	require.Equal(t, http.StatusOK, status, body)
+	// The shared server's own setting, whichever it is, is reported as it is.
+	var server string
+	require.NoError(t, first.App.Store.DB().QueryRow(`SHOW autovacuum`).Scan(&server))
+	if server == "on" {
+		require.NotContains(t, body, "autovacuum")
+	} else {
+		require.Contains(t, body, "ready\nwarning: autovacuum is off (the server's autovacuum = off)")
+	}
+	require.NotContains(t, body, "task_instances")
+	_, err := first.App.Store.DB().Exec(`ALTER TABLE task_instances SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	var log syncBuffer
+	second := apptest.Start(t, dsn, app.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}, node([]app.Role{app.RoleAPI}, first.App.Artifacts.Location()))
+	status, body = readyz(t, second)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "ready\nwarning: autovacuum is off (")
+	require.Contains(t, body, "autovacuum_enabled = false on task_instances): dead rows")
+	require.Len(t, linesWith(log.String(), "autovacuum is off"), 1, "one line at start:\n%s", log.String())
 }

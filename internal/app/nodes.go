@@ -15,14 +15,15 @@ func (a *App) newNodes(context.Context, *cleanup) error {
 		roles[i] = string(r)
 	}
 	nc := nodes.Config{
-		Store:   a.Store,
-		Node:    a.Node,
-		Roles:   roles,
-		Files:   a.Artifacts.Location(),
-		Refresh: cfg.NodeRefresh,
-		Lease:   cfg.NodeLease,
-		Leading: a.leadsWatchdog,
-		Logger:  a.Log,
+		Store:         a.Store,
+		Node:          a.Node,
+		Roles:         roles,
+		Files:         a.Artifacts.Location(),
+		Refresh:       cfg.NodeRefresh,
+		Lease:         cfg.NodeLease,
+		SkewThreshold: cfg.ClockSkew,
+		Leading:       a.leadsWatchdog,
+		Logger:        a.Log,
 	}
 	if a.Pool != nil {
 		nc.Pool = a.Pool

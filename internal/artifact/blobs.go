@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/outage"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
@@ -32,6 +33,11 @@ type Blobs interface {
 	// SetMarker writes it.
 	Marker(ctx context.Context) (string, error)
 	SetMarker(ctx context.Context, deployment string) error
+	// Probe writes a small object and deletes it: whether the store takes
+	// writes now (a full disk, refused credentials, a read-only mount),
+	// which reading the marker does not tell. A directory whose disk has
+	// less than BucketConfig.MinFree left is full without writing.
+	Probe(ctx context.Context) error
 	// Keys lists the keys of every file in the store (not the marker).
 	Keys(ctx context.Context) ([]string, error)
 	// Location says where the files are, without credentials.
@@ -99,6 +105,16 @@ var objectNameInError = regexp.MustCompile(`blob \(key "[^"]*"\) `)
 
 func (e *StoreError) Unwrap() error { return e.Err }
 
+// OutageKind says that the blob store failed, not the database
+// (outage.Component): a network error of S3 is the blob store's.
+func (e *StoreError) OutageKind() outage.Kind {
+	switch outage.Classify(e.Err) {
+	case outage.DiskFull, outage.BlobStoreFull:
+		return outage.BlobStoreFull
+	}
+	return outage.BlobStore
+}
+
 // IsStoreFailure reports whether err is (or wraps) a failure of the blob
 // store, as opposed to a missing file or a caller's own error.
 func IsStoreFailure(err error) bool {
@@ -133,3 +149,7 @@ func objectName(key string) (string, error) {
 
 // markerName is the deployment marker's object: not a key NewKey can make.
 const markerName = "taskgraph-deployment"
+
+// probeName is the object Probe writes: not a key either, and not listed
+// by Keys (no directory level).
+const probeName = "taskgraph-probe"

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -42,6 +43,10 @@ type BucketConfig struct {
 	// OpTimeout bounds one request that moves no file (a HEAD, a delete,
 	// the marker) and one block read. Default: OpTimeoutDefault.
 	OpTimeout time.Duration
+	// MinFree is the free space under which a directory's disk is full
+	// (Probe, and so /readyz). Default: MinFreeDefault. Tests raise it to
+	// see a full disk without filling one.
+	MinFree uint64
 }
 
 // Defaults of BucketConfig.
@@ -51,6 +56,7 @@ const (
 	PartSizeDefault        = 5 << 20
 	PartConcurrencyDefault = 2
 	OpTimeoutDefault       = time.Minute
+	MinFreeDefault         = 1 << 20
 )
 
 func (c BucketConfig) withDefaults() BucketConfig {
@@ -59,6 +65,7 @@ func (c BucketConfig) withDefaults() BucketConfig {
 	c.PartSize = cmp.Or(c.PartSize, PartSizeDefault)
 	c.PartConcurrency = cmp.Or(c.PartConcurrency, PartConcurrencyDefault)
 	c.OpTimeout = cmp.Or(c.OpTimeout, OpTimeoutDefault)
+	c.MinFree = cmp.Or(c.MinFree, MinFreeDefault)
 	return c
 }
 
@@ -69,6 +76,7 @@ func (c BucketConfig) withDefaults() BucketConfig {
 type Bucket struct {
 	b        *blob.Bucket
 	location string
+	dir      string // a directory's, "" for S3
 	cfg      BucketConfig
 }
 
@@ -123,7 +131,12 @@ func OpenBucket(ctx context.Context, rawURL string, cfg BucketConfig) (*Bucket, 
 		}
 		location += sep + "prefix=" + url.QueryEscape(prefix)
 	}
-	return &Bucket{b: b, location: location, cfg: cfg.withDefaults()}, nil
+	dir := ""
+	if u.Scheme == "file" {
+		dir = strings.TrimPrefix(location, "file://")
+		dir = filepath.FromSlash(dir)
+	}
+	return &Bucket{b: b, location: location, dir: dir, cfg: cfg.withDefaults()}, nil
 }
 
 func openDir(u *url.URL, q url.Values) (*blob.Bucket, string, error) {
@@ -360,6 +373,24 @@ func (b *Bucket) SetMarker(ctx context.Context, deployment string) error {
 	octx, cancel := context.WithTimeout(ctx, b.cfg.OpTimeout)
 	defer cancel()
 	return b.fail(ctx, "write the deployment marker", b.b.WriteAll(octx, markerName, data, &blob.WriterOptions{ContentType: "application/json"}))
+}
+
+// Probe implements Blobs.
+func (b *Bucket) Probe(ctx context.Context) error {
+	if b.dir != "" {
+		if free, err := freeBytes(b.dir); err == nil && free < b.cfg.MinFree {
+			return &StoreError{Op: "write", Location: b.location, Err: fmt.Errorf("disk full: %d bytes free (%w)", free, syscall.ENOSPC)}
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, b.cfg.OpTimeout)
+	defer cancel()
+	if err := b.fail(ctx, "write a probe", b.b.WriteAll(octx, probeName, []byte("taskgraph\n"), &blob.WriterOptions{ContentType: "text/plain"})); err != nil {
+		return err
+	}
+	if err := b.fail(ctx, "delete a probe", b.b.Delete(octx, probeName)); err != nil && !errors.Is(err, ErrNoBlob) {
+		return err
+	}
+	return nil
 }
 
 // Keys lists the keys of every file in the store (for tests and

@@ -135,6 +135,11 @@ func (s *Store) check(ctx context.Context, starting bool) error {
 		}
 		switch {
 		case m == d.UID:
+			// Reading is not writing: a full disk, a read-only mount or
+			// credentials that may only read refuse uploads.
+			if err := s.blobs.Probe(ctx); err != nil {
+				return err
+			}
 			if d.BlobLocation != s.Location() || d.BlobNode != s.node {
 				// Where the files were last seen, for the message other
 				// nodes give; a lost race here loses nothing.
@@ -154,8 +159,8 @@ func (s *Store) check(ctx context.Context, starting bool) error {
 			s.mu.Lock()
 			s.created = ""
 			s.mu.Unlock()
-			return nil
-		case starting && time.Since(d.CreatedAt) < startRace:
+			return s.blobs.Probe(ctx)
+		case starting && s.Now().Sub(d.CreatedAt) < startRace: // the record's time is the cluster's
 			// Nodes started together: the one that recorded the
 			// deployment may not have written its marker yet.
 			select {
@@ -180,6 +185,7 @@ func (s *Store) record(ctx context.Context) (*ent.Deployment, bool, error) {
 		var err error
 		d, err = tx.Deployment.Create().
 			SetSingleton(1).
+			SetCreatedAt(s.Now()).
 			SetUID(NewKey()).
 			SetBlobLocation(s.Location()).
 			SetBlobNode(s.node).

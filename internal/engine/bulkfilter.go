@@ -112,11 +112,11 @@ func wherePreds(w *ent.TaskWhereInput) ([]predicate.Task, error) {
 		return nil, nil
 	}
 	p, err := w.P()
-	if errors.Is(err, ent.ErrEmptyTaskWhereInput) {
+	if err == ent.ErrEmptyTaskWhereInput { //nolint:errorlint // the top level's own, not one nested (not: {} is no task, not every task)
 		return nil, nil
 	}
 	if err != nil {
-		return nil, &ValidationError{Problems: []Problem{{Field: "where", Message: err.Error()}}}
+		return nil, &ValidationError{Problems: []Problem{{Field: "where", Message: "an empty filter ({}) inside not, and or or: leave it out (" + err.Error() + ")"}}}
 	}
 	return []predicate.Task{p}, nil
 }

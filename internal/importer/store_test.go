@@ -134,3 +134,24 @@ func TestAMissingSourceSaysWhereAndExpiredOnlyWhenItIs(t *testing.T) {
 		}
 	})
 }
+
+// An upload refused because S3 is down says that the blob store failed,
+// never that the database did (the database is fine): UNAVAILABLE with
+// reason "blob store unavailable" and HTTP 503.
+func TestAnUploadRefusedWhileTheStoreIsDownNamesTheStore(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		srv := blobtest.StartServer(t)
+		b := startOn(t, d.DSN(t), srv.Bucket(t), app.Options{})
+		srv.Stop(t)
+		resp, status := importtest.Upload(t, b.s, "contacts.csv", importtest.CSV(importtest.ContactsHeader, importtest.Rows(10, nil), false), "contacts", nil, "")
+		require.Equal(t, 503, status, "%+v", resp)
+		require.Len(t, resp.Errors, 1)
+		e := resp.Errors[0]
+		require.Equal(t, "UNAVAILABLE", e.Code())
+		require.Equal(t, "blob store unavailable", e.Extensions["reason"])
+		require.Contains(t, e.Message, "blob store")
+		require.NotContains(t, e.Message, "database")
+		srv.Start(t)
+	})
+}

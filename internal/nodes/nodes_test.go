@@ -334,3 +334,37 @@ func TestStartStop(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A node measures its offset to the database's clock at every refresh and
+// writes it in its row; past the threshold it is skewed (on PostgreSQL; on
+// SQLite, one node, the offset is always zero).
+func TestARefreshMeasuresTheClockOffset(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+		skew := 2 * time.Minute
+		st, err := store.Open(context.Background(), store.Config{DSN: d.DSN(t), WallClock: func() time.Time { return time.Now().Add(skew) }})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = st.Close() })
+		access.Install(st.Client())
+		r, err := nodes.New(nodes.Config{Store: st, Node: "skewed", Refresh: time.Second})
+		require.NoError(t, err)
+		_, err = r.Pass(context.Background())
+		require.NoError(t, err)
+		n, err := st.Client().ClusterNode.Query().Where(clusternode.Name("skewed")).Only(sysCtx)
+		require.NoError(t, err)
+		offset, past := r.Skew()
+		require.Equal(t, offset.Milliseconds(), n.ClockOffsetMs)
+		require.Equal(t, past, n.ClockSkewed)
+		if !st.Postgres() {
+			require.Zero(t, n.ClockOffsetMs)
+			require.False(t, n.ClockSkewed)
+			return
+		}
+		// The database runs on this machine's clock: the offset undoes
+		// the skew, to within the measurement's round trip.
+		require.InDelta(t, -skew.Milliseconds(), n.ClockOffsetMs, 1000)
+		require.True(t, n.ClockSkewed)
+		require.True(t, nodes.SkewPast(-skew, nodes.SkewThresholdDefault))
+		require.False(t, nodes.SkewPast(time.Second, nodes.SkewThresholdDefault))
+	})
+}

@@ -96,7 +96,14 @@ type Config struct {
 	// not); the leading node deletes rows gone for longer than Forget.
 	Leading func() bool
 	Logger  *slog.Logger
+	// SkewThreshold is the offset between this node's wall clock and the
+	// database's past which the node says so (a warning in the log, /readyz
+	// detail, the Nodes page). Default: SkewThresholdDefault.
+	SkewThreshold time.Duration
 }
+
+// SkewThresholdDefault is Config.SkewThreshold's default.
+const SkewThresholdDefault = 5 * time.Second
 
 // Pass is what one refresh did.
 type Pass struct {
@@ -117,6 +124,8 @@ type Registry struct {
 
 	mu       sync.Mutex
 	draining bool // as last applied to the pool
+	offset   time.Duration
+	skewed   bool // offset past the threshold, as last logged
 }
 
 // New validates cfg and returns a registry that does nothing until Start.
@@ -127,6 +136,7 @@ func New(cfg Config) (*Registry, error) {
 	cfg.Refresh = cmp.Or(cfg.Refresh, RefreshDefault)
 	cfg.Lease = cmp.Or(cfg.Lease, LeaseRefreshes*cfg.Refresh)
 	cfg.Forget = cmp.Or(cfg.Forget, ForgetDefault)
+	cfg.SkewThreshold = cmp.Or(cfg.SkewThreshold, SkewThresholdDefault)
 	cfg.Version = cmp.Or(cfg.Version, BuildVersion())
 	if cfg.Refresh < 0 || cfg.Lease <= cfg.Refresh {
 		return nil, fmt.Errorf("nodes: the lease (%s) must be longer than the refresh interval (%s)", cfg.Lease, cfg.Refresh)
@@ -176,7 +186,15 @@ func (r *Registry) Draining() bool {
 func (r *Registry) Pass(ctx context.Context) (Pass, error) {
 	ctx = auth.NewSystemContext(ctx)
 	st := r.cfg.Store
+	// The cluster's clock is the database's: measure this node's offset
+	// to it again (store.SyncClock), before stamping the row with it.
+	if sample, err := st.SyncClock(ctx); err != nil {
+		r.log.Warn("could not read the database's clock; keeping the last offset", "err", err)
+	} else {
+		r.observe(sample.Offset)
+	}
 	now := st.Now()
+	offset, skewed := r.Skew()
 	var busy, total int
 	if r.cfg.Pool != nil {
 		busy, total = r.cfg.Pool.Load()
@@ -188,6 +206,7 @@ func (r *Registry) Pass(ctx context.Context) (Pass, error) {
 			SetHost(r.host).SetPid(r.pid).SetVersion(r.cfg.Version).SetRoles(r.cfg.Roles).
 			SetStartedAt(r.started).SetLastSeenAt(now).SetExpiresAt(now.Add(r.cfg.Lease)).ClearStoppedAt().
 			SetBusy(busy).SetTotal(total).SetLeading(leading).SetFiles(r.cfg.Files).
+			SetClockOffsetMs(offset.Milliseconds()).SetClockSkewed(skewed).
 			Save(ctx)
 		if err != nil {
 			return err
@@ -197,6 +216,7 @@ func (r *Registry) Pass(ctx context.Context) (Pass, error) {
 				SetHost(r.host).SetPid(r.pid).SetVersion(r.cfg.Version).SetRoles(r.cfg.Roles).
 				SetStartedAt(r.started).SetLastSeenAt(now).SetExpiresAt(now.Add(r.cfg.Lease)).
 				SetBusy(busy).SetTotal(total).SetLeading(leading).SetFiles(r.cfg.Files).
+				SetClockOffsetMs(offset.Milliseconds()).SetClockSkewed(skewed).
 				Exec(ctx)
 		}
 		row, err := tx.ClusterNode.Query().Where(clusternode.Name(r.cfg.Node)).Only(ctx)
@@ -215,6 +235,35 @@ func (r *Registry) Pass(ctx context.Context) (Pass, error) {
 		res.Forgotten, err = r.forget(ctx, now)
 	}
 	return res, err
+}
+
+// Skew is this node's wall clock's offset to the database's clock (the
+// database's minus this node's), as the last refresh measured it, and
+// whether it is past Config.SkewThreshold.
+func (r *Registry) Skew() (offset time.Duration, past bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.offset, r.skewed
+}
+
+// SkewPast reports whether offset is past threshold either way.
+func SkewPast(offset, threshold time.Duration) bool { return offset > threshold || -offset > threshold }
+
+// observe records an offset, and logs when it goes past the threshold or
+// comes back.
+func (r *Registry) observe(offset time.Duration) {
+	past := SkewPast(offset, r.cfg.SkewThreshold)
+	r.mu.Lock()
+	was := r.skewed
+	r.offset, r.skewed = offset, past
+	r.mu.Unlock()
+	switch {
+	case past && !was:
+		r.log.Warn("this node's wall clock is off: the cluster runs on the database's clock, which this node reads through the offset; fix the node's time sync (NTP)",
+			"offset_to_database", offset.Round(time.Millisecond).String(), "threshold", r.cfg.SkewThreshold.String())
+	case !past && was:
+		r.log.Info("this node's wall clock agrees with the database's again", "offset_to_database", offset.Round(time.Millisecond).String())
+	}
 }
 
 // apply tells the pool to stop or resume claiming when the flag changed.

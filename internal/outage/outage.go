@@ -36,7 +36,20 @@ const (
 	// Busy: the database is locked or busy, or gave up on lock contention
 	// (after the store's own retries).
 	Busy
+	// BlobStore: the blob store (a directory or S3) failed: unreachable,
+	// an error status, credentials refused. The database may be fine.
+	BlobStore
+	// BlobStoreFull: the blob store's disk (or quota) is full.
+	BlobStoreFull
 )
+
+// Component is an error that knows which part of the system failed: the
+// blob store's errors say so, and are never taken for the database's.
+// Classify asks it first.
+type Component interface {
+	error
+	OutageKind() Kind
+}
 
 func (k Kind) String() string {
 	switch k {
@@ -46,6 +59,10 @@ func (k Kind) String() string {
 		return "disk full"
 	case Busy:
 		return "database busy"
+	case BlobStore:
+		return "blob store unavailable"
+	case BlobStoreFull:
+		return "blob store full"
 	}
 	return "none"
 }
@@ -59,6 +76,10 @@ func (k Kind) RetryAfter() time.Duration {
 		return 60 * time.Second
 	case Busy:
 		return time.Second
+	case BlobStore:
+		return 10 * time.Second
+	case BlobStoreFull:
+		return 60 * time.Second
 	}
 	return 0
 }
@@ -72,6 +93,10 @@ func (k Kind) Message() string {
 		return "the server's disk is full; retry later"
 	case Busy:
 		return "the database is busy; retry shortly"
+	case BlobStore:
+		return "the blob store (where files are kept) is unavailable; retry shortly"
+	case BlobStoreFull:
+		return "the blob store (where files are kept) is full; retry later"
 	}
 	return ""
 }
@@ -80,6 +105,10 @@ func (k Kind) Message() string {
 func Classify(err error) Kind {
 	if err == nil {
 		return None
+	}
+	var c Component
+	if errors.As(err, &c) {
+		return c.OutageKind()
 	}
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {

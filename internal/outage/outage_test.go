@@ -250,3 +250,25 @@ func TestMonitor(t *testing.T) {
 		require.NoError(t, m.Ready())
 	})
 }
+
+// blobFailure is an error of the blob store (as artifact.StoreError is).
+type blobFailure struct{ err error }
+
+func (e *blobFailure) Error() string    { return "blob store: " + e.err.Error() }
+func (e *blobFailure) Unwrap() error    { return e.err }
+func (e *blobFailure) OutageKind() Kind { return BlobStore }
+
+// An error that names its component is that component's outage, even when
+// it wraps a network error that alone would read as the database's.
+func TestAComponentsErrorIsNotTheDatabases(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	require.Equal(t, Unreachable, Classify(refused))
+	err := fmt.Errorf("upload: %w", &blobFailure{err: refused})
+	require.Equal(t, BlobStore, Classify(err))
+	e := As(err)
+	require.NotNil(t, e)
+	require.Contains(t, e.Kind.Message(), "blob store")
+	require.NotContains(t, e.Kind.Message(), "database")
+	require.Equal(t, "blob store unavailable", e.Kind.String())
+	require.NotContains(t, BlobStoreFull.Message(), "database")
+}

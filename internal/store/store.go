@@ -48,8 +48,14 @@ type Config struct {
 	DSN string
 	// Publisher receives committed changes. Default: discard them.
 	Publisher events.Publisher
-	// Clock returns the current time. Default: time.Now. Tests move it.
+	// Clock, when set, is the cluster's time, authoritative: Now returns it
+	// as it is, with no offset to the database's clock (tests' fake
+	// clocks). Default: none; see WallClock.
 	Clock func() time.Time
+	// WallClock is this node's wall clock, which Now corrects by the
+	// offset to the database's clock (SyncClock). Default: time.Now.
+	// Tests give each node a skewed one.
+	WallClock func() time.Time
 	// Logger receives the store's own warnings. Default: slog.Default().
 	Logger *slog.Logger
 	// MaxOpenConns bounds the connection pool. Default: 32 on PostgreSQL,
@@ -80,19 +86,25 @@ type BeforeCommitFunc func(ctx context.Context, exec func(ctx context.Context, q
 
 // Store reads and writes tasks, instances and logs.
 type Store struct {
-	client  *ent.Client
-	db      *sql.DB
-	d       sqlDialect
-	pub     events.Publisher
-	clock   func() time.Time
-	log     *slog.Logger
-	writeMu chan struct{} // SQLite only: one writing transaction at a time
-	writers *writers      // SQLite only: the processes sharing the file take turns (writers.go)
-	before  BeforeCommitFunc
-	onWrite func(error)
-	order   publishOrder
-	gate    Gate
-	stmts   statements // the hot statements, prepared on PostgreSQL
+	client *ent.Client
+	db     *sql.DB
+	d      sqlDialect
+	pub    events.Publisher
+	clock  func() time.Time
+	// wall is the node's wall clock, offset (ns, atomic) the database's
+	// clock minus it; fixedClock says clock is a test's, authoritative
+	// (clock.go).
+	wall       func() time.Time
+	offset     atomic.Int64
+	fixedClock bool
+	log        *slog.Logger
+	writeMu    chan struct{} // SQLite only: one writing transaction at a time
+	writers    *writers      // SQLite only: the processes sharing the file take turns (writers.go)
+	before     BeforeCommitFunc
+	onWrite    func(error)
+	order      publishOrder
+	gate       Gate
+	stmts      statements // the hot statements, prepared on PostgreSQL
 	// foreignCommits publishes, on SQLite, the tasks created in callers'
 	// transactions (In) once they committed.
 	foreignCommits foreignCommits
@@ -126,8 +138,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.pub == nil {
 		s.pub = events.Discard{}
 	}
+	s.fixedClock = s.clock != nil
+	s.wall = cfg.WallClock
+	if s.wall == nil {
+		s.wall = time.Now
+	}
 	if s.clock == nil {
-		s.clock = time.Now
+		s.clock = s.Now // migrate stamps its records with the cluster's time
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -157,6 +174,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
 	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
+	if _, err := s.SyncClock(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	if err := s.prepareSchema(ctx, cfg.Migrate); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -324,9 +345,6 @@ func (s *Store) Dialect() string { return s.d.name }
 // before there is a store (parsing and checking configuration, choosing
 // the store's own Config).
 func (s *Store) Postgres() bool { return s.d.postgres() }
-
-// Now is the store's clock, in UTC, at the precision both databases keep.
-func (s *Store) Now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 // Close closes the connection pool.
 func (s *Store) Close() error {

@@ -42,7 +42,7 @@ func Classify(err error) lifecycle.ErrorKind {
 		return lifecycle.KindNonRetryable
 	}
 	switch outage.Classify(err) {
-	case outage.DiskFull, outage.Busy:
+	case outage.DiskFull, outage.Busy, outage.BlobStoreFull:
 		// A shortage, not a blip: the retry waits longer.
 		return lifecycle.KindResource
 	}
