@@ -85,6 +85,12 @@ type Task struct {
 	ScheduleID *int `json:"schedule_id,omitempty"`
 	// The slot of its schedule it was created for (runNow: the time it was asked).
 	ScheduleSlot *time.Time `json:"schedule_slot,omitempty"`
+	// The workflow it is a step of, if any.
+	WorkflowID *int `json:"workflow_id,omitempty"`
+	// Its key among its workflow's steps: its children find its result by it.
+	StepKey *string `json:"step_key,omitempty"`
+	// How many of its parents it still waits for (WAITING_DEPENDENCY); it is released in the transaction that brings this to zero.
+	WaitingOn int `json:"waiting_on,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the TaskQuery when eager-loading is set.
 	Edges        TaskEdges `json:"edges"`
@@ -146,9 +152,9 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case task.FieldCancelRequested:
 			values[i] = new(sql.NullBool)
-		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID:
+		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID, task.FieldWaitingOn:
 			values[i] = new(sql.NullInt64)
-		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason:
+		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldStepKey:
 			values[i] = new(sql.NullString)
 		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt, task.FieldScheduleSlot:
 			values[i] = new(sql.NullTime)
@@ -382,6 +388,26 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.ScheduleSlot = new(time.Time)
 				*_m.ScheduleSlot = value.Time
 			}
+		case task.FieldWorkflowID:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field workflow_id", values[i])
+			} else if value.Valid {
+				_m.WorkflowID = new(int)
+				*_m.WorkflowID = int(value.Int64)
+			}
+		case task.FieldStepKey:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field step_key", values[i])
+			} else if value.Valid {
+				_m.StepKey = new(string)
+				*_m.StepKey = value.String
+			}
+		case task.FieldWaitingOn:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field waiting_on", values[i])
+			} else if value.Valid {
+				_m.WaitingOn = int(value.Int64)
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -544,6 +570,19 @@ func (_m *Task) String() string {
 		builder.WriteString("schedule_slot=")
 		builder.WriteString(v.Format(time.ANSIC))
 	}
+	builder.WriteString(", ")
+	if v := _m.WorkflowID; v != nil {
+		builder.WriteString("workflow_id=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.StepKey; v != nil {
+		builder.WriteString("step_key=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	builder.WriteString("waiting_on=")
+	builder.WriteString(fmt.Sprintf("%v", _m.WaitingOn))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -391,6 +391,48 @@ func (_c *TaskCreate) SetNillableScheduleSlot(v *time.Time) *TaskCreate {
 	return _c
 }
 
+// SetWorkflowID sets the "workflow_id" field.
+func (_c *TaskCreate) SetWorkflowID(v int) *TaskCreate {
+	_c.mutation.SetWorkflowID(v)
+	return _c
+}
+
+// SetNillableWorkflowID sets the "workflow_id" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableWorkflowID(v *int) *TaskCreate {
+	if v != nil {
+		_c.SetWorkflowID(*v)
+	}
+	return _c
+}
+
+// SetStepKey sets the "step_key" field.
+func (_c *TaskCreate) SetStepKey(v string) *TaskCreate {
+	_c.mutation.SetStepKey(v)
+	return _c
+}
+
+// SetNillableStepKey sets the "step_key" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableStepKey(v *string) *TaskCreate {
+	if v != nil {
+		_c.SetStepKey(*v)
+	}
+	return _c
+}
+
+// SetWaitingOn sets the "waiting_on" field.
+func (_c *TaskCreate) SetWaitingOn(v int) *TaskCreate {
+	_c.mutation.SetWaitingOn(v)
+	return _c
+}
+
+// SetNillableWaitingOn sets the "waiting_on" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableWaitingOn(v *int) *TaskCreate {
+	if v != nil {
+		_c.SetWaitingOn(*v)
+	}
+	return _c
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_c *TaskCreate) AddInstanceIDs(ids ...int) *TaskCreate {
 	_c.mutation.AddInstanceIDs(ids...)
@@ -527,6 +569,10 @@ func (_c *TaskCreate) defaults() error {
 		v := task.DefaultUpdatedAt()
 		_c.mutation.SetUpdatedAt(v)
 	}
+	if _, ok := _c.mutation.WaitingOn(); !ok {
+		v := task.DefaultWaitingOn
+		_c.mutation.SetWaitingOn(v)
+	}
 	return nil
 }
 
@@ -612,6 +658,9 @@ func (_c *TaskCreate) check() error {
 	}
 	if _, ok := _c.mutation.UpdatedAt(); !ok {
 		return &ValidationError{Name: "updated_at", err: errors.New(`ent: missing required field "Task.updated_at"`)}
+	}
+	if _, ok := _c.mutation.WaitingOn(); !ok {
+		return &ValidationError{Name: "waiting_on", err: errors.New(`ent: missing required field "Task.waiting_on"`)}
 	}
 	return nil
 }
@@ -770,6 +819,18 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ScheduleSlot(); ok {
 		_spec.SetField(task.FieldScheduleSlot, field.TypeTime, value)
 		_node.ScheduleSlot = &value
+	}
+	if value, ok := _c.mutation.WorkflowID(); ok {
+		_spec.SetField(task.FieldWorkflowID, field.TypeInt, value)
+		_node.WorkflowID = &value
+	}
+	if value, ok := _c.mutation.StepKey(); ok {
+		_spec.SetField(task.FieldStepKey, field.TypeString, value)
+		_node.StepKey = &value
+	}
+	if value, ok := _c.mutation.WaitingOn(); ok {
+		_spec.SetField(task.FieldWaitingOn, field.TypeInt, value)
+		_node.WaitingOn = value
 	}
 	if nodes := _c.mutation.InstancesIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{

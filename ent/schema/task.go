@@ -143,6 +143,21 @@ func (Task) Fields() []ent.Field {
 			Nillable().
 			Immutable().
 			Comment("The slot of its schedule it was created for (runNow: the time it was asked)."),
+		field.Int("workflow_id").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The workflow it is a step of, if any.").
+			Annotations(entgql.Skip()),
+		field.String("step_key").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("Its key among its workflow's steps: its children find its result by it."),
+		field.Int("waiting_on").
+			Default(0).
+			Comment("How many of its parents it still waits for (WAITING_DEPENDENCY); it is released in the transaction that brings this to zero.").
+			Annotations(entgql.Skip()),
 	}
 }
 
@@ -197,12 +212,16 @@ func (Task) Indexes() []ent.Index {
 			Unique().
 			StorageKey("task_schedule_slot").
 			Annotations(entsql.IndexWhere("schedule_id IS NOT NULL")),
+		// A workflow's steps (immutable columns only).
+		index.Fields("workflow_id", "step_key").
+			Unique().
+			Annotations(entsql.IndexWhere("workflow_id IS NOT NULL")),
 	}
 }
 
 // Hooks of Task.
 func (Task) Hooks() []ent.Hook {
-	return []ent.Hook{statusGuard("task", lifecycle.Pending)}
+	return []ent.Hook{statusGuard("task", lifecycle.Pending, lifecycle.WaitingDependency)}
 }
 
 // Annotations of Task.

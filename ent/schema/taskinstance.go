@@ -116,7 +116,7 @@ func (TaskInstance) Indexes() []ent.Index {
 
 // Hooks of TaskInstance.
 func (TaskInstance) Hooks() []ent.Hook {
-	return []ent.Hook{statusGuard("task instance", lifecycle.Pending, lifecycle.RetryPending)}
+	return []ent.Hook{statusGuard("task instance", lifecycle.Pending, lifecycle.RetryPending, lifecycle.WaitingDependency)}
 }
 
 // Annotations of TaskInstance.

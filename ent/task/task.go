@@ -86,6 +86,12 @@ const (
 	FieldScheduleID = "schedule_id"
 	// FieldScheduleSlot holds the string denoting the schedule_slot field in the database.
 	FieldScheduleSlot = "schedule_slot"
+	// FieldWorkflowID holds the string denoting the workflow_id field in the database.
+	FieldWorkflowID = "workflow_id"
+	// FieldStepKey holds the string denoting the step_key field in the database.
+	FieldStepKey = "step_key"
+	// FieldWaitingOn holds the string denoting the waiting_on field in the database.
+	FieldWaitingOn = "waiting_on"
 	// EdgeInstances holds the string denoting the instances edge name in mutations.
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
@@ -153,6 +159,9 @@ var Columns = []string{
 	FieldFinishedAt,
 	FieldScheduleID,
 	FieldScheduleSlot,
+	FieldWorkflowID,
+	FieldStepKey,
+	FieldWaitingOn,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -196,12 +205,14 @@ var (
 	DefaultCancelRequested bool
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
 	DefaultUpdatedAt func() time.Time
+	// DefaultWaitingOn holds the default value on creation for the "waiting_on" field.
+	DefaultWaitingOn int
 )
 
 // StatusValidator is a validator for the "status" field enum values. It is called by the builders before save.
 func StatusValidator(s lifecycle.Status) error {
 	switch s {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for status field: %q", s)
@@ -235,7 +246,7 @@ func ResultStatusValidator(rs ResultStatus) error {
 // AttentionStatusValidator is a validator for the "attention_status" field enum values. It is called by the builders before save.
 func AttentionStatusValidator(as lifecycle.Status) error {
 	switch as {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for attention_status field: %q", as)
@@ -398,6 +409,21 @@ func ByScheduleID(opts ...sql.OrderTermOption) OrderOption {
 // ByScheduleSlot orders the results by the schedule_slot field.
 func ByScheduleSlot(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldScheduleSlot, opts...).ToFunc()
+}
+
+// ByWorkflowID orders the results by the workflow_id field.
+func ByWorkflowID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWorkflowID, opts...).ToFunc()
+}
+
+// ByStepKey orders the results by the step_key field.
+func ByStepKey(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldStepKey, opts...).ToFunc()
+}
+
+// ByWaitingOn orders the results by the waiting_on field.
+func ByWaitingOn(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWaitingOn, opts...).ToFunc()
 }
 
 // ByInstancesCount orders the results by instances count.

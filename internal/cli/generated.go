@@ -1986,12 +1986,13 @@ var AllTaskResultStatus = []TaskResultStatus{
 type TaskStatus string
 
 const (
-	TaskStatus_PENDING       TaskStatus = "PENDING"
-	TaskStatus_EXECUTING     TaskStatus = "EXECUTING"
-	TaskStatus_SUCCESS       TaskStatus = "SUCCESS"
-	TaskStatus_FAILED        TaskStatus = "FAILED"
-	TaskStatus_RETRY_PENDING TaskStatus = "RETRY_PENDING"
-	TaskStatus_CANCELLED     TaskStatus = "CANCELLED"
+	TaskStatus_PENDING            TaskStatus = "PENDING"
+	TaskStatus_EXECUTING          TaskStatus = "EXECUTING"
+	TaskStatus_SUCCESS            TaskStatus = "SUCCESS"
+	TaskStatus_FAILED             TaskStatus = "FAILED"
+	TaskStatus_RETRY_PENDING      TaskStatus = "RETRY_PENDING"
+	TaskStatus_CANCELLED          TaskStatus = "CANCELLED"
+	TaskStatus_WAITING_DEPENDENCY TaskStatus = "WAITING_DEPENDENCY"
 )
 
 var AllTaskStatus = []TaskStatus{
@@ -2001,6 +2002,7 @@ var AllTaskStatus = []TaskStatus{
 	TaskStatus_FAILED,
 	TaskStatus_RETRY_PENDING,
 	TaskStatus_CANCELLED,
+	TaskStatus_WAITING_DEPENDENCY,
 }
 
 // TaskUpdatedResponse is returned by TaskUpdated on success.
@@ -2488,6 +2490,22 @@ type TaskWhereInput struct {
 	ScheduleSlotLTE    *time.Time  `json:"scheduleSlotLTE"`
 	ScheduleSlotIsNil  *bool       `json:"scheduleSlotIsNil"`
 	ScheduleSlotNotNil *bool       `json:"scheduleSlotNotNil"`
+	// step_key field predicates
+	StepKey             *string  `json:"stepKey"`
+	StepKeyNEQ          *string  `json:"stepKeyNEQ"`
+	StepKeyIn           []string `json:"stepKeyIn"`
+	StepKeyNotIn        []string `json:"stepKeyNotIn"`
+	StepKeyGT           *string  `json:"stepKeyGT"`
+	StepKeyGTE          *string  `json:"stepKeyGTE"`
+	StepKeyLT           *string  `json:"stepKeyLT"`
+	StepKeyLTE          *string  `json:"stepKeyLTE"`
+	StepKeyContains     *string  `json:"stepKeyContains"`
+	StepKeyHasPrefix    *string  `json:"stepKeyHasPrefix"`
+	StepKeyHasSuffix    *string  `json:"stepKeyHasSuffix"`
+	StepKeyIsNil        *bool    `json:"stepKeyIsNil"`
+	StepKeyNotNil       *bool    `json:"stepKeyNotNil"`
+	StepKeyEqualFold    *string  `json:"stepKeyEqualFold"`
+	StepKeyContainsFold *string  `json:"stepKeyContainsFold"`
 	// Case-insensitive text in code, title or biz id.
 	Search *string `json:"search"`
 	// Every condition holds on the task's input (as stored, masked). Equality is served by an index on PostgreSQL (JSONPathPredicate: graph/schema/payload.graphql).
@@ -3317,6 +3335,51 @@ func (v *TaskWhereInput) GetScheduleSlotIsNil() *bool { return v.ScheduleSlotIsN
 
 // GetScheduleSlotNotNil returns TaskWhereInput.ScheduleSlotNotNil, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetScheduleSlotNotNil() *bool { return v.ScheduleSlotNotNil }
+
+// GetStepKey returns TaskWhereInput.StepKey, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKey() *string { return v.StepKey }
+
+// GetStepKeyNEQ returns TaskWhereInput.StepKeyNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyNEQ() *string { return v.StepKeyNEQ }
+
+// GetStepKeyIn returns TaskWhereInput.StepKeyIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyIn() []string { return v.StepKeyIn }
+
+// GetStepKeyNotIn returns TaskWhereInput.StepKeyNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyNotIn() []string { return v.StepKeyNotIn }
+
+// GetStepKeyGT returns TaskWhereInput.StepKeyGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyGT() *string { return v.StepKeyGT }
+
+// GetStepKeyGTE returns TaskWhereInput.StepKeyGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyGTE() *string { return v.StepKeyGTE }
+
+// GetStepKeyLT returns TaskWhereInput.StepKeyLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyLT() *string { return v.StepKeyLT }
+
+// GetStepKeyLTE returns TaskWhereInput.StepKeyLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyLTE() *string { return v.StepKeyLTE }
+
+// GetStepKeyContains returns TaskWhereInput.StepKeyContains, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyContains() *string { return v.StepKeyContains }
+
+// GetStepKeyHasPrefix returns TaskWhereInput.StepKeyHasPrefix, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyHasPrefix() *string { return v.StepKeyHasPrefix }
+
+// GetStepKeyHasSuffix returns TaskWhereInput.StepKeyHasSuffix, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyHasSuffix() *string { return v.StepKeyHasSuffix }
+
+// GetStepKeyIsNil returns TaskWhereInput.StepKeyIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyIsNil() *bool { return v.StepKeyIsNil }
+
+// GetStepKeyNotNil returns TaskWhereInput.StepKeyNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyNotNil() *bool { return v.StepKeyNotNil }
+
+// GetStepKeyEqualFold returns TaskWhereInput.StepKeyEqualFold, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyEqualFold() *string { return v.StepKeyEqualFold }
+
+// GetStepKeyContainsFold returns TaskWhereInput.StepKeyContainsFold, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyContainsFold() *string { return v.StepKeyContainsFold }
 
 // GetSearch returns TaskWhereInput.Search, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetSearch() *string { return v.Search }
