@@ -12662,8 +12662,6 @@ type TaskMutation struct {
 	workflow_id        *int
 	addworkflow_id     *int
 	step_key           *string
-	waiting_on         *int
-	addwaiting_on      *int
 	clearedFields      map[string]struct{}
 	instances          map[int]struct{}
 	removedinstances   map[int]struct{}
@@ -14399,62 +14397,6 @@ func (m *TaskMutation) ResetStepKey() {
 	delete(m.clearedFields, task.FieldStepKey)
 }
 
-// SetWaitingOn sets the "waiting_on" field.
-func (m *TaskMutation) SetWaitingOn(i int) {
-	m.waiting_on = &i
-	m.addwaiting_on = nil
-}
-
-// WaitingOn returns the value of the "waiting_on" field in the mutation.
-func (m *TaskMutation) WaitingOn() (r int, exists bool) {
-	v := m.waiting_on
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldWaitingOn returns the old "waiting_on" field's value of the Task entity.
-// If the Task object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *TaskMutation) OldWaitingOn(ctx context.Context) (v int, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldWaitingOn is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldWaitingOn requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldWaitingOn: %w", err)
-	}
-	return oldValue.WaitingOn, nil
-}
-
-// AddWaitingOn adds i to the "waiting_on" field.
-func (m *TaskMutation) AddWaitingOn(i int) {
-	if m.addwaiting_on != nil {
-		*m.addwaiting_on += i
-	} else {
-		m.addwaiting_on = &i
-	}
-}
-
-// AddedWaitingOn returns the value that was added to the "waiting_on" field in this mutation.
-func (m *TaskMutation) AddedWaitingOn() (r int, exists bool) {
-	v := m.addwaiting_on
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// ResetWaitingOn resets all changes to the "waiting_on" field.
-func (m *TaskMutation) ResetWaitingOn() {
-	m.waiting_on = nil
-	m.addwaiting_on = nil
-}
-
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by ids.
 func (m *TaskMutation) AddInstanceIDs(ids ...int) {
 	if m.instances == nil {
@@ -14651,7 +14593,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 36)
+	fields := make([]string, 0, 35)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -14757,9 +14699,6 @@ func (m *TaskMutation) Fields() []string {
 	if m.step_key != nil {
 		fields = append(fields, task.FieldStepKey)
 	}
-	if m.waiting_on != nil {
-		fields = append(fields, task.FieldWaitingOn)
-	}
 	return fields
 }
 
@@ -14838,8 +14777,6 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.WorkflowID()
 	case task.FieldStepKey:
 		return m.StepKey()
-	case task.FieldWaitingOn:
-		return m.WaitingOn()
 	}
 	return nil, false
 }
@@ -14919,8 +14856,6 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldWorkflowID(ctx)
 	case task.FieldStepKey:
 		return m.OldStepKey(ctx)
-	case task.FieldWaitingOn:
-		return m.OldWaitingOn(ctx)
 	}
 	return nil, fmt.Errorf("unknown Task field %s", name)
 }
@@ -15175,13 +15110,6 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetStepKey(v)
 		return nil
-	case task.FieldWaitingOn:
-		v, ok := value.(int)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetWaitingOn(v)
-		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
 }
@@ -15214,9 +15142,6 @@ func (m *TaskMutation) AddedFields() []string {
 	if m.addworkflow_id != nil {
 		fields = append(fields, task.FieldWorkflowID)
 	}
-	if m.addwaiting_on != nil {
-		fields = append(fields, task.FieldWaitingOn)
-	}
 	return fields
 }
 
@@ -15241,8 +15166,6 @@ func (m *TaskMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedScheduleID()
 	case task.FieldWorkflowID:
 		return m.AddedWorkflowID()
-	case task.FieldWaitingOn:
-		return m.AddedWaitingOn()
 	}
 	return nil, false
 }
@@ -15307,13 +15230,6 @@ func (m *TaskMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddWorkflowID(v)
-		return nil
-	case task.FieldWaitingOn:
-		v, ok := value.(int)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.AddWaitingOn(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Task numeric field %s", name)
@@ -15527,9 +15443,6 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldStepKey:
 		m.ResetStepKey()
-		return nil
-	case task.FieldWaitingOn:
-		m.ResetWaitingOn()
 		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
@@ -16254,6 +16167,8 @@ type TaskInstanceMutation struct {
 	last_error     *string
 	result         *json.RawMessage
 	appendresult   json.RawMessage
+	waiting_on     *int
+	addwaiting_on  *int
 	version        *int64
 	addversion     *int64
 	clearedFields  map[string]struct{}
@@ -17167,6 +17082,62 @@ func (m *TaskInstanceMutation) ResetResult() {
 	delete(m.clearedFields, taskinstance.FieldResult)
 }
 
+// SetWaitingOn sets the "waiting_on" field.
+func (m *TaskInstanceMutation) SetWaitingOn(i int) {
+	m.waiting_on = &i
+	m.addwaiting_on = nil
+}
+
+// WaitingOn returns the value of the "waiting_on" field in the mutation.
+func (m *TaskInstanceMutation) WaitingOn() (r int, exists bool) {
+	v := m.waiting_on
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitingOn returns the old "waiting_on" field's value of the TaskInstance entity.
+// If the TaskInstance object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInstanceMutation) OldWaitingOn(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitingOn is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitingOn requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitingOn: %w", err)
+	}
+	return oldValue.WaitingOn, nil
+}
+
+// AddWaitingOn adds i to the "waiting_on" field.
+func (m *TaskInstanceMutation) AddWaitingOn(i int) {
+	if m.addwaiting_on != nil {
+		*m.addwaiting_on += i
+	} else {
+		m.addwaiting_on = &i
+	}
+}
+
+// AddedWaitingOn returns the value that was added to the "waiting_on" field in this mutation.
+func (m *TaskInstanceMutation) AddedWaitingOn() (r int, exists bool) {
+	v := m.addwaiting_on
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitingOn resets all changes to the "waiting_on" field.
+func (m *TaskInstanceMutation) ResetWaitingOn() {
+	m.waiting_on = nil
+	m.addwaiting_on = nil
+}
+
 // SetVersion sets the "version" field.
 func (m *TaskInstanceMutation) SetVersion(i int64) {
 	m.version = &i
@@ -17284,7 +17255,7 @@ func (m *TaskInstanceMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskInstanceMutation) Fields() []string {
-	fields := make([]string, 0, 18)
+	fields := make([]string, 0, 19)
 	if m.created_at != nil {
 		fields = append(fields, taskinstance.FieldCreatedAt)
 	}
@@ -17336,6 +17307,9 @@ func (m *TaskInstanceMutation) Fields() []string {
 	if m.result != nil {
 		fields = append(fields, taskinstance.FieldResult)
 	}
+	if m.waiting_on != nil {
+		fields = append(fields, taskinstance.FieldWaitingOn)
+	}
 	if m.version != nil {
 		fields = append(fields, taskinstance.FieldVersion)
 	}
@@ -17381,6 +17355,8 @@ func (m *TaskInstanceMutation) Field(name string) (ent.Value, bool) {
 		return m.LastError()
 	case taskinstance.FieldResult:
 		return m.Result()
+	case taskinstance.FieldWaitingOn:
+		return m.WaitingOn()
 	case taskinstance.FieldVersion:
 		return m.Version()
 	}
@@ -17426,6 +17402,8 @@ func (m *TaskInstanceMutation) OldField(ctx context.Context, name string) (ent.V
 		return m.OldLastError(ctx)
 	case taskinstance.FieldResult:
 		return m.OldResult(ctx)
+	case taskinstance.FieldWaitingOn:
+		return m.OldWaitingOn(ctx)
 	case taskinstance.FieldVersion:
 		return m.OldVersion(ctx)
 	}
@@ -17556,6 +17534,13 @@ func (m *TaskInstanceMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetResult(v)
 		return nil
+	case taskinstance.FieldWaitingOn:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitingOn(v)
+		return nil
 	case taskinstance.FieldVersion:
 		v, ok := value.(int64)
 		if !ok {
@@ -17580,6 +17565,9 @@ func (m *TaskInstanceMutation) AddedFields() []string {
 	if m.addpriority != nil {
 		fields = append(fields, taskinstance.FieldPriority)
 	}
+	if m.addwaiting_on != nil {
+		fields = append(fields, taskinstance.FieldWaitingOn)
+	}
 	if m.addversion != nil {
 		fields = append(fields, taskinstance.FieldVersion)
 	}
@@ -17597,6 +17585,8 @@ func (m *TaskInstanceMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedAttempt()
 	case taskinstance.FieldPriority:
 		return m.AddedPriority()
+	case taskinstance.FieldWaitingOn:
+		return m.AddedWaitingOn()
 	case taskinstance.FieldVersion:
 		return m.AddedVersion()
 	}
@@ -17628,6 +17618,13 @@ func (m *TaskInstanceMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddPriority(v)
+		return nil
+	case taskinstance.FieldWaitingOn:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitingOn(v)
 		return nil
 	case taskinstance.FieldVersion:
 		v, ok := value.(int64)
@@ -17770,6 +17767,9 @@ func (m *TaskInstanceMutation) ResetField(name string) error {
 		return nil
 	case taskinstance.FieldResult:
 		m.ResetResult()
+		return nil
+	case taskinstance.FieldWaitingOn:
+		m.ResetWaitingOn()
 		return nil
 	case taskinstance.FieldVersion:
 		m.ResetVersion()

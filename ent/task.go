@@ -89,8 +89,6 @@ type Task struct {
 	WorkflowID *int `json:"workflow_id,omitempty"`
 	// Its key among its workflow's steps: its children find its result by it.
 	StepKey *string `json:"step_key,omitempty"`
-	// How many of its parents it still waits for (WAITING_DEPENDENCY); it is released in the transaction that brings this to zero.
-	WaitingOn int `json:"waiting_on,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the TaskQuery when eager-loading is set.
 	Edges        TaskEdges `json:"edges"`
@@ -152,7 +150,7 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case task.FieldCancelRequested:
 			values[i] = new(sql.NullBool)
-		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID, task.FieldWaitingOn:
+		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID:
 			values[i] = new(sql.NullInt64)
 		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldStepKey:
 			values[i] = new(sql.NullString)
@@ -402,12 +400,6 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.StepKey = new(string)
 				*_m.StepKey = value.String
 			}
-		case task.FieldWaitingOn:
-			if value, ok := values[i].(*sql.NullInt64); !ok {
-				return fmt.Errorf("unexpected type %T for field waiting_on", values[i])
-			} else if value.Valid {
-				_m.WaitingOn = int(value.Int64)
-			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -580,9 +572,6 @@ func (_m *Task) String() string {
 		builder.WriteString("step_key=")
 		builder.WriteString(*v)
 	}
-	builder.WriteString(", ")
-	builder.WriteString("waiting_on=")
-	builder.WriteString(fmt.Sprintf("%v", _m.WaitingOn))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -419,20 +419,6 @@ func (_c *TaskCreate) SetNillableStepKey(v *string) *TaskCreate {
 	return _c
 }
 
-// SetWaitingOn sets the "waiting_on" field.
-func (_c *TaskCreate) SetWaitingOn(v int) *TaskCreate {
-	_c.mutation.SetWaitingOn(v)
-	return _c
-}
-
-// SetNillableWaitingOn sets the "waiting_on" field if the given value is not nil.
-func (_c *TaskCreate) SetNillableWaitingOn(v *int) *TaskCreate {
-	if v != nil {
-		_c.SetWaitingOn(*v)
-	}
-	return _c
-}
-
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_c *TaskCreate) AddInstanceIDs(ids ...int) *TaskCreate {
 	_c.mutation.AddInstanceIDs(ids...)
@@ -569,10 +555,6 @@ func (_c *TaskCreate) defaults() error {
 		v := task.DefaultUpdatedAt()
 		_c.mutation.SetUpdatedAt(v)
 	}
-	if _, ok := _c.mutation.WaitingOn(); !ok {
-		v := task.DefaultWaitingOn
-		_c.mutation.SetWaitingOn(v)
-	}
 	return nil
 }
 
@@ -658,9 +640,6 @@ func (_c *TaskCreate) check() error {
 	}
 	if _, ok := _c.mutation.UpdatedAt(); !ok {
 		return &ValidationError{Name: "updated_at", err: errors.New(`ent: missing required field "Task.updated_at"`)}
-	}
-	if _, ok := _c.mutation.WaitingOn(); !ok {
-		return &ValidationError{Name: "waiting_on", err: errors.New(`ent: missing required field "Task.waiting_on"`)}
 	}
 	return nil
 }
@@ -827,10 +806,6 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.StepKey(); ok {
 		_spec.SetField(task.FieldStepKey, field.TypeString, value)
 		_node.StepKey = &value
-	}
-	if value, ok := _c.mutation.WaitingOn(); ok {
-		_spec.SetField(task.FieldWaitingOn, field.TypeInt, value)
-		_node.WaitingOn = value
 	}
 	if nodes := _c.mutation.InstancesIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{

@@ -272,27 +272,6 @@ func (_u *TaskUpdate) ClearFinishedAt() *TaskUpdate {
 	return _u
 }
 
-// SetWaitingOn sets the "waiting_on" field.
-func (_u *TaskUpdate) SetWaitingOn(v int) *TaskUpdate {
-	_u.mutation.ResetWaitingOn()
-	_u.mutation.SetWaitingOn(v)
-	return _u
-}
-
-// SetNillableWaitingOn sets the "waiting_on" field if the given value is not nil.
-func (_u *TaskUpdate) SetNillableWaitingOn(v *int) *TaskUpdate {
-	if v != nil {
-		_u.SetWaitingOn(*v)
-	}
-	return _u
-}
-
-// AddWaitingOn adds value to the "waiting_on" field.
-func (_u *TaskUpdate) AddWaitingOn(v int) *TaskUpdate {
-	_u.mutation.AddWaitingOn(v)
-	return _u
-}
-
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_u *TaskUpdate) AddInstanceIDs(ids ...int) *TaskUpdate {
 	_u.mutation.AddInstanceIDs(ids...)
@@ -562,12 +541,6 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.StepKeyCleared() {
 		_spec.ClearField(task.FieldStepKey, field.TypeString)
-	}
-	if value, ok := _u.mutation.WaitingOn(); ok {
-		_spec.SetField(task.FieldWaitingOn, field.TypeInt, value)
-	}
-	if value, ok := _u.mutation.AddedWaitingOn(); ok {
-		_spec.AddField(task.FieldWaitingOn, field.TypeInt, value)
 	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{
@@ -963,27 +936,6 @@ func (_u *TaskUpdateOne) ClearFinishedAt() *TaskUpdateOne {
 	return _u
 }
 
-// SetWaitingOn sets the "waiting_on" field.
-func (_u *TaskUpdateOne) SetWaitingOn(v int) *TaskUpdateOne {
-	_u.mutation.ResetWaitingOn()
-	_u.mutation.SetWaitingOn(v)
-	return _u
-}
-
-// SetNillableWaitingOn sets the "waiting_on" field if the given value is not nil.
-func (_u *TaskUpdateOne) SetNillableWaitingOn(v *int) *TaskUpdateOne {
-	if v != nil {
-		_u.SetWaitingOn(*v)
-	}
-	return _u
-}
-
-// AddWaitingOn adds value to the "waiting_on" field.
-func (_u *TaskUpdateOne) AddWaitingOn(v int) *TaskUpdateOne {
-	_u.mutation.AddWaitingOn(v)
-	return _u
-}
-
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_u *TaskUpdateOne) AddInstanceIDs(ids ...int) *TaskUpdateOne {
 	_u.mutation.AddInstanceIDs(ids...)
@@ -1283,12 +1235,6 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.StepKeyCleared() {
 		_spec.ClearField(task.FieldStepKey, field.TypeString)
-	}
-	if value, ok := _u.mutation.WaitingOn(); ok {
-		_spec.SetField(task.FieldWaitingOn, field.TypeInt, value)
-	}
-	if value, ok := _u.mutation.AddedWaitingOn(); ok {
-		_spec.AddField(task.FieldWaitingOn, field.TypeInt, value)
 	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{

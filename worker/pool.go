@@ -675,7 +675,8 @@ func (p *Pool) subscribe() *events.Subscription[events.TaskChange] {
 		case events.Created, events.CancelRequested:
 			return true
 		case events.Transitioned:
-			return c.Task.Status == lifecycle.RetryPending
+			// A retry scheduled, or a step released by its parents.
+			return c.Task.Status == lifecycle.RetryPending || c.Task.Status == lifecycle.Pending
 		}
 		return false
 	}, changesBuffer)

@@ -416,7 +416,6 @@ var (
 		{Name: "schedule_slot", Type: field.TypeTime, Nullable: true},
 		{Name: "workflow_id", Type: field.TypeInt, Nullable: true},
 		{Name: "step_key", Type: field.TypeString, Nullable: true},
-		{Name: "waiting_on", Type: field.TypeInt, Default: 0},
 	}
 	// TasksTable holds the schema information for the "tasks" table.
 	TasksTable = &schema.Table{
@@ -527,6 +526,7 @@ var (
 		{Name: "error_kind", Type: field.TypeEnum, Nullable: true, Enums: []string{"RETRYABLE", "NON_RETRYABLE", "RESOURCE", "TIMEOUT", "CANCELLED", "INTERRUPTED", "STALLED"}},
 		{Name: "last_error", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
+		{Name: "waiting_on", Type: field.TypeInt, Default: 0},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "task_id", Type: field.TypeInt},
 	}
@@ -538,7 +538,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "task_instances_tasks_instances",
-				Columns:    []*schema.Column{TaskInstancesColumns[18]},
+				Columns:    []*schema.Column{TaskInstancesColumns[19]},
 				RefColumns: []*schema.Column{TasksColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -547,12 +547,12 @@ var (
 			{
 				Name:    "taskinstance_task_id_instance_no",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[18], TaskInstancesColumns[2]},
+				Columns: []*schema.Column{TaskInstancesColumns[19], TaskInstancesColumns[2]},
 			},
 			{
 				Name:    "taskinstance_one_live_per_task",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[18]},
+				Columns: []*schema.Column{TaskInstancesColumns[19]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status IN ('PENDING', 'RETRY_PENDING', 'EXECUTING')",
 				},

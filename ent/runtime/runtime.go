@@ -339,10 +339,6 @@ func init() {
 	taskDescUpdatedAt := taskFields[28].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
-	// taskDescWaitingOn is the schema descriptor for waiting_on field.
-	taskDescWaitingOn := taskFields[34].Descriptor()
-	// task.DefaultWaitingOn holds the default value on creation for the waiting_on field.
-	task.DefaultWaitingOn = taskDescWaitingOn.Default.(int)
 	taskdependencyMixin := schema.TaskDependency{}.Mixin()
 	taskdependencyMixinFields0 := taskdependencyMixin[0].Fields()
 	_ = taskdependencyMixinFields0
@@ -363,8 +359,12 @@ func init() {
 	taskinstanceDescCreatedAt := taskinstanceMixinFields0[0].Descriptor()
 	// taskinstance.DefaultCreatedAt holds the default value on creation for the created_at field.
 	taskinstance.DefaultCreatedAt = taskinstanceDescCreatedAt.Default.(func() time.Time)
+	// taskinstanceDescWaitingOn is the schema descriptor for waiting_on field.
+	taskinstanceDescWaitingOn := taskinstanceFields[16].Descriptor()
+	// taskinstance.DefaultWaitingOn holds the default value on creation for the waiting_on field.
+	taskinstance.DefaultWaitingOn = taskinstanceDescWaitingOn.Default.(int)
 	// taskinstanceDescVersion is the schema descriptor for version field.
-	taskinstanceDescVersion := taskinstanceFields[16].Descriptor()
+	taskinstanceDescVersion := taskinstanceFields[17].Descriptor()
 	// taskinstance.DefaultVersion holds the default value on creation for the version field.
 	taskinstance.DefaultVersion = taskinstanceDescVersion.Default.(int64)
 	tasklogMixin := schema.TaskLog{}.Mixin()

@@ -154,10 +154,6 @@ func (Task) Fields() []ent.Field {
 			Nillable().
 			Immutable().
 			Comment("Its key among its workflow's steps: its children find its result by it."),
-		field.Int("waiting_on").
-			Default(0).
-			Comment("How many of its parents it still waits for (WAITING_DEPENDENCY); it is released in the transaction that brings this to zero.").
-			Annotations(entgql.Skip()),
 	}
 }
 

@@ -90,8 +90,6 @@ const (
 	FieldWorkflowID = "workflow_id"
 	// FieldStepKey holds the string denoting the step_key field in the database.
 	FieldStepKey = "step_key"
-	// FieldWaitingOn holds the string denoting the waiting_on field in the database.
-	FieldWaitingOn = "waiting_on"
 	// EdgeInstances holds the string denoting the instances edge name in mutations.
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
@@ -161,7 +159,6 @@ var Columns = []string{
 	FieldScheduleSlot,
 	FieldWorkflowID,
 	FieldStepKey,
-	FieldWaitingOn,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -205,8 +202,6 @@ var (
 	DefaultCancelRequested bool
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
 	DefaultUpdatedAt func() time.Time
-	// DefaultWaitingOn holds the default value on creation for the "waiting_on" field.
-	DefaultWaitingOn int
 )
 
 // StatusValidator is a validator for the "status" field enum values. It is called by the builders before save.
@@ -419,11 +414,6 @@ func ByWorkflowID(opts ...sql.OrderTermOption) OrderOption {
 // ByStepKey orders the results by the step_key field.
 func ByStepKey(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStepKey, opts...).ToFunc()
-}
-
-// ByWaitingOn orders the results by the waiting_on field.
-func ByWaitingOn(opts ...sql.OrderTermOption) OrderOption {
-	return sql.OrderByField(FieldWaitingOn, opts...).ToFunc()
 }
 
 // ByInstancesCount orders the results by instances count.

@@ -206,11 +206,6 @@ func StepKey(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldStepKey, v))
 }
 
-// WaitingOn applies equality check predicate on the "waiting_on" field. It's identical to WaitingOnEQ.
-func WaitingOn(v int) predicate.Task {
-	return predicate.Task(sql.FieldEQ(FieldWaitingOn, v))
-}
-
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldCreatedAt, v))
@@ -1964,46 +1959,6 @@ func StepKeyEqualFold(v string) predicate.Task {
 // StepKeyContainsFold applies the ContainsFold predicate on the "step_key" field.
 func StepKeyContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldStepKey, v))
-}
-
-// WaitingOnEQ applies the EQ predicate on the "waiting_on" field.
-func WaitingOnEQ(v int) predicate.Task {
-	return predicate.Task(sql.FieldEQ(FieldWaitingOn, v))
-}
-
-// WaitingOnNEQ applies the NEQ predicate on the "waiting_on" field.
-func WaitingOnNEQ(v int) predicate.Task {
-	return predicate.Task(sql.FieldNEQ(FieldWaitingOn, v))
-}
-
-// WaitingOnIn applies the In predicate on the "waiting_on" field.
-func WaitingOnIn(vs ...int) predicate.Task {
-	return predicate.Task(sql.FieldIn(FieldWaitingOn, vs...))
-}
-
-// WaitingOnNotIn applies the NotIn predicate on the "waiting_on" field.
-func WaitingOnNotIn(vs ...int) predicate.Task {
-	return predicate.Task(sql.FieldNotIn(FieldWaitingOn, vs...))
-}
-
-// WaitingOnGT applies the GT predicate on the "waiting_on" field.
-func WaitingOnGT(v int) predicate.Task {
-	return predicate.Task(sql.FieldGT(FieldWaitingOn, v))
-}
-
-// WaitingOnGTE applies the GTE predicate on the "waiting_on" field.
-func WaitingOnGTE(v int) predicate.Task {
-	return predicate.Task(sql.FieldGTE(FieldWaitingOn, v))
-}
-
-// WaitingOnLT applies the LT predicate on the "waiting_on" field.
-func WaitingOnLT(v int) predicate.Task {
-	return predicate.Task(sql.FieldLT(FieldWaitingOn, v))
-}
-
-// WaitingOnLTE applies the LTE predicate on the "waiting_on" field.
-func WaitingOnLTE(v int) predicate.Task {
-	return predicate.Task(sql.FieldLTE(FieldWaitingOn, v))
 }
 
 // HasInstances applies the HasEdge predicate on the "instances" edge.

@@ -1,11 +1,11 @@
 -- 0002 workflows: tasks that wait for other tasks (lifecycle's
 -- WAITING_DEPENDENCY), the edges between them and the workflows that group
--- them. The new tasks columns are immutable or never indexed (waiting_on is
--- written by the release: no index, so the update stays HOT).
+-- them. The new tasks columns are immutable; task_instances.waiting_on, which
+-- the release counts down, is in no index.
 
 ALTER TABLE tasks ADD COLUMN workflow_id bigint;
 ALTER TABLE tasks ADD COLUMN step_key varchar;
-ALTER TABLE tasks ADD COLUMN waiting_on bigint NOT NULL DEFAULT 0;
+ALTER TABLE task_instances ADD COLUMN waiting_on bigint NOT NULL DEFAULT 0;
 CREATE UNIQUE INDEX task_workflow_id_step_key ON tasks (workflow_id, step_key) WHERE workflow_id IS NOT NULL;
 
 CREATE TABLE task_dependencies (

@@ -4,7 +4,7 @@
 
 ALTER TABLE tasks ADD COLUMN workflow_id integer NULL;
 ALTER TABLE tasks ADD COLUMN step_key text NULL;
-ALTER TABLE tasks ADD COLUMN waiting_on integer NOT NULL DEFAULT (0);
+ALTER TABLE task_instances ADD COLUMN waiting_on integer NOT NULL DEFAULT (0);
 CREATE UNIQUE INDEX task_workflow_id_step_key ON tasks (workflow_id, step_key) WHERE workflow_id IS NOT NULL;
 
 CREATE TABLE task_dependencies (
