@@ -424,6 +424,10 @@ type CreateTaskInput struct {
 	IdempotencyKey *string `json:"idempotencyKey"`
 	// Do not run before this time.
 	RunAt *time.Time `json:"runAt"`
+	// Existing tasks this one waits for (WAITING_DEPENDENCY): it runs once they have all succeeded.
+	DependsOn []string `json:"dependsOn"`
+	// What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS.
+	OnParentFailure *ParentFailurePolicy `json:"onParentFailure"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds"`
 }
@@ -457,6 +461,12 @@ func (v *CreateTaskInput) GetIdempotencyKey() *string { return v.IdempotencyKey 
 
 // GetRunAt returns CreateTaskInput.RunAt, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetRunAt() *time.Time { return v.RunAt }
+
+// GetDependsOn returns CreateTaskInput.DependsOn, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetDependsOn() []string { return v.DependsOn }
+
+// GetOnParentFailure returns CreateTaskInput.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetOnParentFailure() *ParentFailurePolicy { return v.OnParentFailure }
 
 // GetStallAfterSeconds returns CreateTaskInput.StallAfterSeconds, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetStallAfterSeconds() *int { return v.StallAfterSeconds }
@@ -1504,6 +1514,24 @@ const (
 var AllOrderDirection = []OrderDirection{
 	OrderDirection_ASC,
 	OrderDirection_DESC,
+}
+
+// What a parent that fails or is cancelled does to a task that waits for it.
+type ParentFailurePolicy string
+
+const (
+	// The child and everything below it are CANCELLED (the default).
+	ParentFailurePolicy_CANCEL_DEPENDENTS ParentFailurePolicy = "CANCEL_DEPENDENTS"
+	// The child keeps waiting; a retry of the parent that succeeds releases it.
+	ParentFailurePolicy_WAIT ParentFailurePolicy = "WAIT"
+	// Not supported yet: a VALIDATION error.
+	ParentFailurePolicy_RUN_ANYWAY ParentFailurePolicy = "RUN_ANYWAY"
+)
+
+var AllParentFailurePolicy = []ParentFailurePolicy{
+	ParentFailurePolicy_CANCEL_DEPENDENTS,
+	ParentFailurePolicy_WAIT,
+	ParentFailurePolicy_RUN_ANYWAY,
 }
 
 // RetryTaskResponse is returned by RetryTask on success.
