@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/taskgraph/taskgraph/ent"
-	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/predicate"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 )
 

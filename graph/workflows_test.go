@@ -138,7 +138,9 @@ func TestCreateTaskAfterExistingOnes(t *testing.T) {
 		require.Equal(t, []string{"CANCEL"}, child.AvailableActions)
 		var out struct{ CancelTask taskView }
 		s.Query(t, `mutation($id: ID!) { cancelTask(id: $id) { status } }`, map[string]any{"id": parent.ID}, &out)
-		var got struct{ Task struct{ Status, CancelReason string } }
+		var got struct {
+			Task struct{ Status, CancelReason string }
+		}
 		s.Query(t, `query($id: ID!) { task(id: $id) { status cancelReason } }`, map[string]any{"id": child.ID}, &got)
 		require.Equal(t, "CANCELLED", got.Task.Status)
 		require.Equal(t, "parent "+parent.Code+" was cancelled", got.Task.CancelReason)
