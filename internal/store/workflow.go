@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/taskgraph/taskgraph/ent"
@@ -146,4 +147,45 @@ func WorkflowStatus(steps []lifecycle.Status) lifecycle.Status {
 		return lifecycle.Executing
 	}
 	return lifecycle.Pending
+}
+
+// ParentResult is what a parent left its child: its step key (its code
+// when it has none), its final state and its result (as stored: masked as
+// the worker stores results).
+type ParentResult struct {
+	Key    string
+	Status lifecycle.Status
+	Result json.RawMessage
+}
+
+// ParentResults returns, per child among children, the results of its
+// parents, in one read.
+func (s *Store) ParentResults(ctx context.Context, children []int) (map[int][]ParentResult, error) {
+	ctx = internal(ctx)
+	if len(children) == 0 {
+		return nil, nil
+	}
+	in, args := s.d.inInts("d.child_id", intsTo64(children))
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT d.child_id, COALESCE(p.step_key, p.code), p.status, p.result
+FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read parent results: %w", err)
+	}
+	defer rows.Close()
+	out := map[int][]ParentResult{}
+	for rows.Next() {
+		var child int
+		var r ParentResult
+		var status string
+		var result []byte
+		if err := rows.Scan(&child, &r.Key, &status, &result); err != nil {
+			return nil, fmt.Errorf("read parent results: %w", err)
+		}
+		r.Status = lifecycle.Status(status)
+		if len(result) > 0 {
+			r.Result = json.RawMessage(result)
+		}
+		out[child] = append(out[child], r)
+	}
+	return out, rows.Err()
 }
