@@ -28,8 +28,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 
 	stdsql "database/sql"
 )
@@ -65,10 +67,14 @@ type Client struct {
 	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
 	Task *TaskClient
+	// TaskDependency is the client for interacting with the TaskDependency builders.
+	TaskDependency *TaskDependencyClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
 	TaskInstance *TaskInstanceClient
 	// TaskLog is the client for interacting with the TaskLog builders.
 	TaskLog *TaskLogClient
+	// Workflow is the client for interacting with the Workflow builders.
+	Workflow *WorkflowClient
 }
 
 // NewClient creates a new client configured with the given options.
@@ -93,8 +99,10 @@ func (c *Client) init() {
 	c.ScheduleEvent = NewScheduleEventClient(c.config)
 	c.StallOverride = NewStallOverrideClient(c.config)
 	c.Task = NewTaskClient(c.config)
+	c.TaskDependency = NewTaskDependencyClient(c.config)
 	c.TaskInstance = NewTaskInstanceClient(c.config)
 	c.TaskLog = NewTaskLogClient(c.config)
+	c.Workflow = NewWorkflowClient(c.config)
 }
 
 type (
@@ -185,23 +193,25 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:           ctx,
-		config:        cfg,
-		AlertChannel:  NewAlertChannelClient(cfg),
-		AlertIncident: NewAlertIncidentClient(cfg),
-		AlertRule:     NewAlertRuleClient(cfg),
-		Artifact:      NewArtifactClient(cfg),
-		AuditLog:      NewAuditLogClient(cfg),
-		ClusterNode:   NewClusterNodeClient(cfg),
-		Deployment:    NewDeploymentClient(cfg),
-		FlowControl:   NewFlowControlClient(cfg),
-		FlowStart:     NewFlowStartClient(cfg),
-		Schedule:      NewScheduleClient(cfg),
-		ScheduleEvent: NewScheduleEventClient(cfg),
-		StallOverride: NewStallOverrideClient(cfg),
-		Task:          NewTaskClient(cfg),
-		TaskInstance:  NewTaskInstanceClient(cfg),
-		TaskLog:       NewTaskLogClient(cfg),
+		ctx:            ctx,
+		config:         cfg,
+		AlertChannel:   NewAlertChannelClient(cfg),
+		AlertIncident:  NewAlertIncidentClient(cfg),
+		AlertRule:      NewAlertRuleClient(cfg),
+		Artifact:       NewArtifactClient(cfg),
+		AuditLog:       NewAuditLogClient(cfg),
+		ClusterNode:    NewClusterNodeClient(cfg),
+		Deployment:     NewDeploymentClient(cfg),
+		FlowControl:    NewFlowControlClient(cfg),
+		FlowStart:      NewFlowStartClient(cfg),
+		Schedule:       NewScheduleClient(cfg),
+		ScheduleEvent:  NewScheduleEventClient(cfg),
+		StallOverride:  NewStallOverrideClient(cfg),
+		Task:           NewTaskClient(cfg),
+		TaskDependency: NewTaskDependencyClient(cfg),
+		TaskInstance:   NewTaskInstanceClient(cfg),
+		TaskLog:        NewTaskLogClient(cfg),
+		Workflow:       NewWorkflowClient(cfg),
 	}, nil
 }
 
@@ -219,23 +229,25 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:           ctx,
-		config:        cfg,
-		AlertChannel:  NewAlertChannelClient(cfg),
-		AlertIncident: NewAlertIncidentClient(cfg),
-		AlertRule:     NewAlertRuleClient(cfg),
-		Artifact:      NewArtifactClient(cfg),
-		AuditLog:      NewAuditLogClient(cfg),
-		ClusterNode:   NewClusterNodeClient(cfg),
-		Deployment:    NewDeploymentClient(cfg),
-		FlowControl:   NewFlowControlClient(cfg),
-		FlowStart:     NewFlowStartClient(cfg),
-		Schedule:      NewScheduleClient(cfg),
-		ScheduleEvent: NewScheduleEventClient(cfg),
-		StallOverride: NewStallOverrideClient(cfg),
-		Task:          NewTaskClient(cfg),
-		TaskInstance:  NewTaskInstanceClient(cfg),
-		TaskLog:       NewTaskLogClient(cfg),
+		ctx:            ctx,
+		config:         cfg,
+		AlertChannel:   NewAlertChannelClient(cfg),
+		AlertIncident:  NewAlertIncidentClient(cfg),
+		AlertRule:      NewAlertRuleClient(cfg),
+		Artifact:       NewArtifactClient(cfg),
+		AuditLog:       NewAuditLogClient(cfg),
+		ClusterNode:    NewClusterNodeClient(cfg),
+		Deployment:     NewDeploymentClient(cfg),
+		FlowControl:    NewFlowControlClient(cfg),
+		FlowStart:      NewFlowStartClient(cfg),
+		Schedule:       NewScheduleClient(cfg),
+		ScheduleEvent:  NewScheduleEventClient(cfg),
+		StallOverride:  NewStallOverrideClient(cfg),
+		Task:           NewTaskClient(cfg),
+		TaskDependency: NewTaskDependencyClient(cfg),
+		TaskInstance:   NewTaskInstanceClient(cfg),
+		TaskLog:        NewTaskLogClient(cfg),
+		Workflow:       NewWorkflowClient(cfg),
 	}, nil
 }
 
@@ -267,7 +279,8 @@ func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
 		c.ClusterNode, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
-		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency, c.TaskInstance,
+		c.TaskLog, c.Workflow,
 	} {
 		n.Use(hooks...)
 	}
@@ -279,7 +292,8 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
 		c.ClusterNode, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
-		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskInstance, c.TaskLog,
+		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency, c.TaskInstance,
+		c.TaskLog, c.Workflow,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -314,10 +328,14 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.StallOverride.mutate(ctx, m)
 	case *TaskMutation:
 		return c.Task.mutate(ctx, m)
+	case *TaskDependencyMutation:
+		return c.TaskDependency.mutate(ctx, m)
 	case *TaskInstanceMutation:
 		return c.TaskInstance.mutate(ctx, m)
 	case *TaskLogMutation:
 		return c.TaskLog.mutate(ctx, m)
+	case *WorkflowMutation:
+		return c.Workflow.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
 	}
@@ -2149,6 +2167,139 @@ func (c *TaskClient) mutate(ctx context.Context, m *TaskMutation) (Value, error)
 	}
 }
 
+// TaskDependencyClient is a client for the TaskDependency schema.
+type TaskDependencyClient struct {
+	config
+}
+
+// NewTaskDependencyClient returns a client for the TaskDependency from the given config.
+func NewTaskDependencyClient(c config) *TaskDependencyClient {
+	return &TaskDependencyClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `taskdependency.Hooks(f(g(h())))`.
+func (c *TaskDependencyClient) Use(hooks ...Hook) {
+	c.hooks.TaskDependency = append(c.hooks.TaskDependency, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `taskdependency.Intercept(f(g(h())))`.
+func (c *TaskDependencyClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TaskDependency = append(c.inters.TaskDependency, interceptors...)
+}
+
+// Create returns a builder for creating a TaskDependency entity.
+func (c *TaskDependencyClient) Create() *TaskDependencyCreate {
+	mutation := newTaskDependencyMutation(c.config, OpCreate)
+	return &TaskDependencyCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TaskDependency entities.
+func (c *TaskDependencyClient) CreateBulk(builders ...*TaskDependencyCreate) *TaskDependencyCreateBulk {
+	return &TaskDependencyCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TaskDependencyClient) MapCreateBulk(slice any, setFunc func(*TaskDependencyCreate, int)) *TaskDependencyCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TaskDependencyCreateBulk{err: fmt.Errorf("calling to TaskDependencyClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TaskDependencyCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TaskDependencyCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TaskDependency.
+func (c *TaskDependencyClient) Update() *TaskDependencyUpdate {
+	mutation := newTaskDependencyMutation(c.config, OpUpdate)
+	return &TaskDependencyUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TaskDependencyClient) UpdateOne(_m *TaskDependency) *TaskDependencyUpdateOne {
+	mutation := newTaskDependencyMutation(c.config, OpUpdateOne, withTaskDependency(_m))
+	return &TaskDependencyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TaskDependencyClient) UpdateOneID(id int) *TaskDependencyUpdateOne {
+	mutation := newTaskDependencyMutation(c.config, OpUpdateOne, withTaskDependencyID(id))
+	return &TaskDependencyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TaskDependency.
+func (c *TaskDependencyClient) Delete() *TaskDependencyDelete {
+	mutation := newTaskDependencyMutation(c.config, OpDelete)
+	return &TaskDependencyDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TaskDependencyClient) DeleteOne(_m *TaskDependency) *TaskDependencyDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TaskDependencyClient) DeleteOneID(id int) *TaskDependencyDeleteOne {
+	builder := c.Delete().Where(taskdependency.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TaskDependencyDeleteOne{builder}
+}
+
+// Query returns a query builder for TaskDependency.
+func (c *TaskDependencyClient) Query() *TaskDependencyQuery {
+	return &TaskDependencyQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTaskDependency},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TaskDependency entity by its id.
+func (c *TaskDependencyClient) Get(ctx context.Context, id int) (*TaskDependency, error) {
+	return c.Query().Where(taskdependency.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TaskDependencyClient) GetX(ctx context.Context, id int) *TaskDependency {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TaskDependencyClient) Hooks() []Hook {
+	return c.hooks.TaskDependency
+}
+
+// Interceptors returns the client interceptors.
+func (c *TaskDependencyClient) Interceptors() []Interceptor {
+	return c.inters.TaskDependency
+}
+
+func (c *TaskDependencyClient) mutate(ctx context.Context, m *TaskDependencyMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TaskDependencyCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TaskDependencyUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TaskDependencyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TaskDependencyDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TaskDependency mutation op: %q", m.Op())
+	}
+}
+
 // TaskInstanceClient is a client for the TaskInstance schema.
 type TaskInstanceClient struct {
 	config
@@ -2448,17 +2599,150 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 	}
 }
 
+// WorkflowClient is a client for the Workflow schema.
+type WorkflowClient struct {
+	config
+}
+
+// NewWorkflowClient returns a client for the Workflow from the given config.
+func NewWorkflowClient(c config) *WorkflowClient {
+	return &WorkflowClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `workflow.Hooks(f(g(h())))`.
+func (c *WorkflowClient) Use(hooks ...Hook) {
+	c.hooks.Workflow = append(c.hooks.Workflow, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `workflow.Intercept(f(g(h())))`.
+func (c *WorkflowClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Workflow = append(c.inters.Workflow, interceptors...)
+}
+
+// Create returns a builder for creating a Workflow entity.
+func (c *WorkflowClient) Create() *WorkflowCreate {
+	mutation := newWorkflowMutation(c.config, OpCreate)
+	return &WorkflowCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Workflow entities.
+func (c *WorkflowClient) CreateBulk(builders ...*WorkflowCreate) *WorkflowCreateBulk {
+	return &WorkflowCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *WorkflowClient) MapCreateBulk(slice any, setFunc func(*WorkflowCreate, int)) *WorkflowCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &WorkflowCreateBulk{err: fmt.Errorf("calling to WorkflowClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*WorkflowCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &WorkflowCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Workflow.
+func (c *WorkflowClient) Update() *WorkflowUpdate {
+	mutation := newWorkflowMutation(c.config, OpUpdate)
+	return &WorkflowUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *WorkflowClient) UpdateOne(_m *Workflow) *WorkflowUpdateOne {
+	mutation := newWorkflowMutation(c.config, OpUpdateOne, withWorkflow(_m))
+	return &WorkflowUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *WorkflowClient) UpdateOneID(id int) *WorkflowUpdateOne {
+	mutation := newWorkflowMutation(c.config, OpUpdateOne, withWorkflowID(id))
+	return &WorkflowUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Workflow.
+func (c *WorkflowClient) Delete() *WorkflowDelete {
+	mutation := newWorkflowMutation(c.config, OpDelete)
+	return &WorkflowDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *WorkflowClient) DeleteOne(_m *Workflow) *WorkflowDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *WorkflowClient) DeleteOneID(id int) *WorkflowDeleteOne {
+	builder := c.Delete().Where(workflow.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &WorkflowDeleteOne{builder}
+}
+
+// Query returns a query builder for Workflow.
+func (c *WorkflowClient) Query() *WorkflowQuery {
+	return &WorkflowQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeWorkflow},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Workflow entity by its id.
+func (c *WorkflowClient) Get(ctx context.Context, id int) (*Workflow, error) {
+	return c.Query().Where(workflow.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *WorkflowClient) GetX(ctx context.Context, id int) *Workflow {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *WorkflowClient) Hooks() []Hook {
+	return c.hooks.Workflow
+}
+
+// Interceptors returns the client interceptors.
+func (c *WorkflowClient) Interceptors() []Interceptor {
+	return c.inters.Workflow
+}
+
+func (c *WorkflowClient) mutate(ctx context.Context, m *WorkflowMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&WorkflowCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&WorkflowUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&WorkflowUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&WorkflowDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Workflow mutation op: %q", m.Op())
+	}
+}
+
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
 		Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride,
-		Task, TaskInstance, TaskLog []ent.Hook
+		Task, TaskDependency, TaskInstance, TaskLog, Workflow []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
 		Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride,
-		Task, TaskInstance, TaskLog []ent.Interceptor
+		Task, TaskDependency, TaskInstance, TaskLog, Workflow []ent.Interceptor
 	}
 )
 

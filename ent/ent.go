@@ -25,8 +25,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -87,21 +89,23 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			alertchannel.Table:  alertchannel.ValidColumn,
-			alertincident.Table: alertincident.ValidColumn,
-			alertrule.Table:     alertrule.ValidColumn,
-			artifact.Table:      artifact.ValidColumn,
-			auditlog.Table:      auditlog.ValidColumn,
-			clusternode.Table:   clusternode.ValidColumn,
-			deployment.Table:    deployment.ValidColumn,
-			flowcontrol.Table:   flowcontrol.ValidColumn,
-			flowstart.Table:     flowstart.ValidColumn,
-			schedule.Table:      schedule.ValidColumn,
-			scheduleevent.Table: scheduleevent.ValidColumn,
-			stalloverride.Table: stalloverride.ValidColumn,
-			task.Table:          task.ValidColumn,
-			taskinstance.Table:  taskinstance.ValidColumn,
-			tasklog.Table:       tasklog.ValidColumn,
+			alertchannel.Table:   alertchannel.ValidColumn,
+			alertincident.Table:  alertincident.ValidColumn,
+			alertrule.Table:      alertrule.ValidColumn,
+			artifact.Table:       artifact.ValidColumn,
+			auditlog.Table:       auditlog.ValidColumn,
+			clusternode.Table:    clusternode.ValidColumn,
+			deployment.Table:     deployment.ValidColumn,
+			flowcontrol.Table:    flowcontrol.ValidColumn,
+			flowstart.Table:      flowstart.ValidColumn,
+			schedule.Table:       schedule.ValidColumn,
+			scheduleevent.Table:  scheduleevent.ValidColumn,
+			stalloverride.Table:  stalloverride.ValidColumn,
+			task.Table:           task.ValidColumn,
+			taskdependency.Table: taskdependency.ValidColumn,
+			taskinstance.Table:   taskinstance.ValidColumn,
+			tasklog.Table:        tasklog.ValidColumn,
+			workflow.Table:       workflow.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

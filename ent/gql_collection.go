@@ -932,6 +932,11 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 				selectedFields = append(selectedFields, task.FieldScheduleSlot)
 				fieldSeen[task.FieldScheduleSlot] = struct{}{}
 			}
+		case "stepKey":
+			if _, ok := fieldSeen[task.FieldStepKey]; !ok {
+				selectedFields = append(selectedFields, task.FieldStepKey)
+				fieldSeen[task.FieldStepKey] = struct{}{}
+			}
 		case "id":
 		case "__typename":
 		default:

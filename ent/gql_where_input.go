@@ -1987,6 +1987,23 @@ type TaskWhereInput struct {
 	ScheduleSlotLTE    *time.Time  `json:"scheduleSlotLTE,omitempty"`
 	ScheduleSlotIsNil  bool        `json:"scheduleSlotIsNil,omitempty"`
 	ScheduleSlotNotNil bool        `json:"scheduleSlotNotNil,omitempty"`
+
+	// "step_key" field predicates.
+	StepKey             *string  `json:"stepKey,omitempty"`
+	StepKeyNEQ          *string  `json:"stepKeyNEQ,omitempty"`
+	StepKeyIn           []string `json:"stepKeyIn,omitempty"`
+	StepKeyNotIn        []string `json:"stepKeyNotIn,omitempty"`
+	StepKeyGT           *string  `json:"stepKeyGT,omitempty"`
+	StepKeyGTE          *string  `json:"stepKeyGTE,omitempty"`
+	StepKeyLT           *string  `json:"stepKeyLT,omitempty"`
+	StepKeyLTE          *string  `json:"stepKeyLTE,omitempty"`
+	StepKeyContains     *string  `json:"stepKeyContains,omitempty"`
+	StepKeyHasPrefix    *string  `json:"stepKeyHasPrefix,omitempty"`
+	StepKeyHasSuffix    *string  `json:"stepKeyHasSuffix,omitempty"`
+	StepKeyIsNil        bool     `json:"stepKeyIsNil,omitempty"`
+	StepKeyNotNil       bool     `json:"stepKeyNotNil,omitempty"`
+	StepKeyEqualFold    *string  `json:"stepKeyEqualFold,omitempty"`
+	StepKeyContainsFold *string  `json:"stepKeyContainsFold,omitempty"`
 }
 
 // AddPredicates adds custom predicates to the where input to be used during the filtering phase.
@@ -2872,6 +2889,51 @@ func (i *TaskWhereInput) P() (predicate.Task, error) {
 	}
 	if i.ScheduleSlotNotNil {
 		predicates = append(predicates, task.ScheduleSlotNotNil())
+	}
+	if i.StepKey != nil {
+		predicates = append(predicates, task.StepKeyEQ(*i.StepKey))
+	}
+	if i.StepKeyNEQ != nil {
+		predicates = append(predicates, task.StepKeyNEQ(*i.StepKeyNEQ))
+	}
+	if len(i.StepKeyIn) > 0 {
+		predicates = append(predicates, task.StepKeyIn(i.StepKeyIn...))
+	}
+	if len(i.StepKeyNotIn) > 0 {
+		predicates = append(predicates, task.StepKeyNotIn(i.StepKeyNotIn...))
+	}
+	if i.StepKeyGT != nil {
+		predicates = append(predicates, task.StepKeyGT(*i.StepKeyGT))
+	}
+	if i.StepKeyGTE != nil {
+		predicates = append(predicates, task.StepKeyGTE(*i.StepKeyGTE))
+	}
+	if i.StepKeyLT != nil {
+		predicates = append(predicates, task.StepKeyLT(*i.StepKeyLT))
+	}
+	if i.StepKeyLTE != nil {
+		predicates = append(predicates, task.StepKeyLTE(*i.StepKeyLTE))
+	}
+	if i.StepKeyContains != nil {
+		predicates = append(predicates, task.StepKeyContains(*i.StepKeyContains))
+	}
+	if i.StepKeyHasPrefix != nil {
+		predicates = append(predicates, task.StepKeyHasPrefix(*i.StepKeyHasPrefix))
+	}
+	if i.StepKeyHasSuffix != nil {
+		predicates = append(predicates, task.StepKeyHasSuffix(*i.StepKeyHasSuffix))
+	}
+	if i.StepKeyIsNil {
+		predicates = append(predicates, task.StepKeyIsNil())
+	}
+	if i.StepKeyNotNil {
+		predicates = append(predicates, task.StepKeyNotNil())
+	}
+	if i.StepKeyEqualFold != nil {
+		predicates = append(predicates, task.StepKeyEqualFold(*i.StepKeyEqualFold))
+	}
+	if i.StepKeyContainsFold != nil {
+		predicates = append(predicates, task.StepKeyContainsFold(*i.StepKeyContainsFold))
 	}
 
 	switch len(predicates) {

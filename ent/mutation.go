@@ -27,8 +27,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 const (
@@ -40,21 +42,23 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeAlertChannel  = "AlertChannel"
-	TypeAlertIncident = "AlertIncident"
-	TypeAlertRule     = "AlertRule"
-	TypeArtifact      = "Artifact"
-	TypeAuditLog      = "AuditLog"
-	TypeClusterNode   = "ClusterNode"
-	TypeDeployment    = "Deployment"
-	TypeFlowControl   = "FlowControl"
-	TypeFlowStart     = "FlowStart"
-	TypeSchedule      = "Schedule"
-	TypeScheduleEvent = "ScheduleEvent"
-	TypeStallOverride = "StallOverride"
-	TypeTask          = "Task"
-	TypeTaskInstance  = "TaskInstance"
-	TypeTaskLog       = "TaskLog"
+	TypeAlertChannel   = "AlertChannel"
+	TypeAlertIncident  = "AlertIncident"
+	TypeAlertRule      = "AlertRule"
+	TypeArtifact       = "Artifact"
+	TypeAuditLog       = "AuditLog"
+	TypeClusterNode    = "ClusterNode"
+	TypeDeployment     = "Deployment"
+	TypeFlowControl    = "FlowControl"
+	TypeFlowStart      = "FlowStart"
+	TypeSchedule       = "Schedule"
+	TypeScheduleEvent  = "ScheduleEvent"
+	TypeStallOverride  = "StallOverride"
+	TypeTask           = "Task"
+	TypeTaskDependency = "TaskDependency"
+	TypeTaskInstance   = "TaskInstance"
+	TypeTaskLog        = "TaskLog"
+	TypeWorkflow       = "Workflow"
 )
 
 // AlertChannelMutation represents an operation that mutates the AlertChannel nodes in the graph.
@@ -12797,6 +12801,9 @@ type TaskMutation struct {
 	addschedule_id     *int
 	schedule_slot      *time.Time
 	trace_parent       *string
+	workflow_id        *int
+	addworkflow_id     *int
+	step_key           *string
 	clearedFields      map[string]struct{}
 	instances          map[int]struct{}
 	removedinstances   map[int]struct{}
@@ -14462,6 +14469,125 @@ func (m *TaskMutation) ResetTraceParent() {
 	delete(m.clearedFields, task.FieldTraceParent)
 }
 
+// SetWorkflowID sets the "workflow_id" field.
+func (m *TaskMutation) SetWorkflowID(i int) {
+	m.workflow_id = &i
+	m.addworkflow_id = nil
+}
+
+// WorkflowID returns the value of the "workflow_id" field in the mutation.
+func (m *TaskMutation) WorkflowID() (r int, exists bool) {
+	v := m.workflow_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWorkflowID returns the old "workflow_id" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldWorkflowID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWorkflowID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWorkflowID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWorkflowID: %w", err)
+	}
+	return oldValue.WorkflowID, nil
+}
+
+// AddWorkflowID adds i to the "workflow_id" field.
+func (m *TaskMutation) AddWorkflowID(i int) {
+	if m.addworkflow_id != nil {
+		*m.addworkflow_id += i
+	} else {
+		m.addworkflow_id = &i
+	}
+}
+
+// AddedWorkflowID returns the value that was added to the "workflow_id" field in this mutation.
+func (m *TaskMutation) AddedWorkflowID() (r int, exists bool) {
+	v := m.addworkflow_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearWorkflowID clears the value of the "workflow_id" field.
+func (m *TaskMutation) ClearWorkflowID() {
+	m.workflow_id = nil
+	m.addworkflow_id = nil
+	m.clearedFields[task.FieldWorkflowID] = struct{}{}
+}
+
+// WorkflowIDCleared returns if the "workflow_id" field was cleared in this mutation.
+func (m *TaskMutation) WorkflowIDCleared() bool {
+	_, ok := m.clearedFields[task.FieldWorkflowID]
+	return ok
+}
+
+// ResetWorkflowID resets all changes to the "workflow_id" field.
+func (m *TaskMutation) ResetWorkflowID() {
+	m.workflow_id = nil
+	m.addworkflow_id = nil
+	delete(m.clearedFields, task.FieldWorkflowID)
+}
+
+// SetStepKey sets the "step_key" field.
+func (m *TaskMutation) SetStepKey(s string) {
+	m.step_key = &s
+}
+
+// StepKey returns the value of the "step_key" field in the mutation.
+func (m *TaskMutation) StepKey() (r string, exists bool) {
+	v := m.step_key
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStepKey returns the old "step_key" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldStepKey(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStepKey is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStepKey requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStepKey: %w", err)
+	}
+	return oldValue.StepKey, nil
+}
+
+// ClearStepKey clears the value of the "step_key" field.
+func (m *TaskMutation) ClearStepKey() {
+	m.step_key = nil
+	m.clearedFields[task.FieldStepKey] = struct{}{}
+}
+
+// StepKeyCleared returns if the "step_key" field was cleared in this mutation.
+func (m *TaskMutation) StepKeyCleared() bool {
+	_, ok := m.clearedFields[task.FieldStepKey]
+	return ok
+}
+
+// ResetStepKey resets all changes to the "step_key" field.
+func (m *TaskMutation) ResetStepKey() {
+	m.step_key = nil
+	delete(m.clearedFields, task.FieldStepKey)
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by ids.
 func (m *TaskMutation) AddInstanceIDs(ids ...int) {
 	if m.instances == nil {
@@ -14658,7 +14784,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 34)
+	fields := make([]string, 0, 36)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -14761,6 +14887,12 @@ func (m *TaskMutation) Fields() []string {
 	if m.trace_parent != nil {
 		fields = append(fields, task.FieldTraceParent)
 	}
+	if m.workflow_id != nil {
+		fields = append(fields, task.FieldWorkflowID)
+	}
+	if m.step_key != nil {
+		fields = append(fields, task.FieldStepKey)
+	}
 	return fields
 }
 
@@ -14837,6 +14969,10 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.ScheduleSlot()
 	case task.FieldTraceParent:
 		return m.TraceParent()
+	case task.FieldWorkflowID:
+		return m.WorkflowID()
+	case task.FieldStepKey:
+		return m.StepKey()
 	}
 	return nil, false
 }
@@ -14914,6 +15050,10 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldScheduleSlot(ctx)
 	case task.FieldTraceParent:
 		return m.OldTraceParent(ctx)
+	case task.FieldWorkflowID:
+		return m.OldWorkflowID(ctx)
+	case task.FieldStepKey:
+		return m.OldStepKey(ctx)
 	}
 	return nil, fmt.Errorf("unknown Task field %s", name)
 }
@@ -15161,6 +15301,20 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetTraceParent(v)
 		return nil
+	case task.FieldWorkflowID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWorkflowID(v)
+		return nil
+	case task.FieldStepKey:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStepKey(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
 }
@@ -15190,6 +15344,9 @@ func (m *TaskMutation) AddedFields() []string {
 	if m.addschedule_id != nil {
 		fields = append(fields, task.FieldScheduleID)
 	}
+	if m.addworkflow_id != nil {
+		fields = append(fields, task.FieldWorkflowID)
+	}
 	return fields
 }
 
@@ -15212,6 +15369,8 @@ func (m *TaskMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedVersion()
 	case task.FieldScheduleID:
 		return m.AddedScheduleID()
+	case task.FieldWorkflowID:
+		return m.AddedWorkflowID()
 	}
 	return nil, false
 }
@@ -15270,6 +15429,13 @@ func (m *TaskMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddScheduleID(v)
 		return nil
+	case task.FieldWorkflowID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWorkflowID(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Task numeric field %s", name)
 }
@@ -15313,6 +15479,12 @@ func (m *TaskMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(task.FieldTraceParent) {
 		fields = append(fields, task.FieldTraceParent)
+	}
+	if m.FieldCleared(task.FieldWorkflowID) {
+		fields = append(fields, task.FieldWorkflowID)
+	}
+	if m.FieldCleared(task.FieldStepKey) {
+		fields = append(fields, task.FieldStepKey)
 	}
 	return fields
 }
@@ -15363,6 +15535,12 @@ func (m *TaskMutation) ClearField(name string) error {
 		return nil
 	case task.FieldTraceParent:
 		m.ClearTraceParent()
+		return nil
+	case task.FieldWorkflowID:
+		m.ClearWorkflowID()
+		return nil
+	case task.FieldStepKey:
+		m.ClearStepKey()
 		return nil
 	}
 	return fmt.Errorf("unknown Task nullable field %s", name)
@@ -15473,6 +15651,12 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldTraceParent:
 		m.ResetTraceParent()
+		return nil
+	case task.FieldWorkflowID:
+		m.ResetWorkflowID()
+		return nil
+	case task.FieldStepKey:
+		m.ResetStepKey()
 		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
@@ -15614,6 +15798,563 @@ func (m *TaskMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Task edge %s", name)
 }
 
+// TaskDependencyMutation represents an operation that mutates the TaskDependency nodes in the graph.
+type TaskDependencyMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int
+	created_at        *time.Time
+	parent_id         *int
+	addparent_id      *int
+	child_id          *int
+	addchild_id       *int
+	on_parent_failure *taskdependency.OnParentFailure
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*TaskDependency, error)
+	predicates        []predicate.TaskDependency
+}
+
+var _ ent.Mutation = (*TaskDependencyMutation)(nil)
+
+// taskdependencyOption allows management of the mutation configuration using functional options.
+type taskdependencyOption func(*TaskDependencyMutation)
+
+// newTaskDependencyMutation creates new mutation for the TaskDependency entity.
+func newTaskDependencyMutation(c config, op Op, opts ...taskdependencyOption) *TaskDependencyMutation {
+	m := &TaskDependencyMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTaskDependency,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTaskDependencyID sets the ID field of the mutation.
+func withTaskDependencyID(id int) taskdependencyOption {
+	return func(m *TaskDependencyMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TaskDependency
+		)
+		m.oldValue = func(ctx context.Context) (*TaskDependency, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TaskDependency.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTaskDependency sets the old TaskDependency of the mutation.
+func withTaskDependency(node *TaskDependency) taskdependencyOption {
+	return func(m *TaskDependencyMutation) {
+		m.oldValue = func(context.Context) (*TaskDependency, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TaskDependencyMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TaskDependencyMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TaskDependencyMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TaskDependencyMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TaskDependency.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *TaskDependencyMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *TaskDependencyMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the TaskDependency entity.
+// If the TaskDependency object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskDependencyMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *TaskDependencyMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetParentID sets the "parent_id" field.
+func (m *TaskDependencyMutation) SetParentID(i int) {
+	m.parent_id = &i
+	m.addparent_id = nil
+}
+
+// ParentID returns the value of the "parent_id" field in the mutation.
+func (m *TaskDependencyMutation) ParentID() (r int, exists bool) {
+	v := m.parent_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentID returns the old "parent_id" field's value of the TaskDependency entity.
+// If the TaskDependency object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskDependencyMutation) OldParentID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentID: %w", err)
+	}
+	return oldValue.ParentID, nil
+}
+
+// AddParentID adds i to the "parent_id" field.
+func (m *TaskDependencyMutation) AddParentID(i int) {
+	if m.addparent_id != nil {
+		*m.addparent_id += i
+	} else {
+		m.addparent_id = &i
+	}
+}
+
+// AddedParentID returns the value that was added to the "parent_id" field in this mutation.
+func (m *TaskDependencyMutation) AddedParentID() (r int, exists bool) {
+	v := m.addparent_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetParentID resets all changes to the "parent_id" field.
+func (m *TaskDependencyMutation) ResetParentID() {
+	m.parent_id = nil
+	m.addparent_id = nil
+}
+
+// SetChildID sets the "child_id" field.
+func (m *TaskDependencyMutation) SetChildID(i int) {
+	m.child_id = &i
+	m.addchild_id = nil
+}
+
+// ChildID returns the value of the "child_id" field in the mutation.
+func (m *TaskDependencyMutation) ChildID() (r int, exists bool) {
+	v := m.child_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldChildID returns the old "child_id" field's value of the TaskDependency entity.
+// If the TaskDependency object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskDependencyMutation) OldChildID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldChildID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldChildID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldChildID: %w", err)
+	}
+	return oldValue.ChildID, nil
+}
+
+// AddChildID adds i to the "child_id" field.
+func (m *TaskDependencyMutation) AddChildID(i int) {
+	if m.addchild_id != nil {
+		*m.addchild_id += i
+	} else {
+		m.addchild_id = &i
+	}
+}
+
+// AddedChildID returns the value that was added to the "child_id" field in this mutation.
+func (m *TaskDependencyMutation) AddedChildID() (r int, exists bool) {
+	v := m.addchild_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetChildID resets all changes to the "child_id" field.
+func (m *TaskDependencyMutation) ResetChildID() {
+	m.child_id = nil
+	m.addchild_id = nil
+}
+
+// SetOnParentFailure sets the "on_parent_failure" field.
+func (m *TaskDependencyMutation) SetOnParentFailure(tpf taskdependency.OnParentFailure) {
+	m.on_parent_failure = &tpf
+}
+
+// OnParentFailure returns the value of the "on_parent_failure" field in the mutation.
+func (m *TaskDependencyMutation) OnParentFailure() (r taskdependency.OnParentFailure, exists bool) {
+	v := m.on_parent_failure
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOnParentFailure returns the old "on_parent_failure" field's value of the TaskDependency entity.
+// If the TaskDependency object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskDependencyMutation) OldOnParentFailure(ctx context.Context) (v taskdependency.OnParentFailure, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOnParentFailure is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOnParentFailure requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOnParentFailure: %w", err)
+	}
+	return oldValue.OnParentFailure, nil
+}
+
+// ResetOnParentFailure resets all changes to the "on_parent_failure" field.
+func (m *TaskDependencyMutation) ResetOnParentFailure() {
+	m.on_parent_failure = nil
+}
+
+// Where appends a list predicates to the TaskDependencyMutation builder.
+func (m *TaskDependencyMutation) Where(ps ...predicate.TaskDependency) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TaskDependencyMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TaskDependencyMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TaskDependency, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TaskDependencyMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TaskDependencyMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TaskDependency).
+func (m *TaskDependencyMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TaskDependencyMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.created_at != nil {
+		fields = append(fields, taskdependency.FieldCreatedAt)
+	}
+	if m.parent_id != nil {
+		fields = append(fields, taskdependency.FieldParentID)
+	}
+	if m.child_id != nil {
+		fields = append(fields, taskdependency.FieldChildID)
+	}
+	if m.on_parent_failure != nil {
+		fields = append(fields, taskdependency.FieldOnParentFailure)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TaskDependencyMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case taskdependency.FieldCreatedAt:
+		return m.CreatedAt()
+	case taskdependency.FieldParentID:
+		return m.ParentID()
+	case taskdependency.FieldChildID:
+		return m.ChildID()
+	case taskdependency.FieldOnParentFailure:
+		return m.OnParentFailure()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TaskDependencyMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case taskdependency.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case taskdependency.FieldParentID:
+		return m.OldParentID(ctx)
+	case taskdependency.FieldChildID:
+		return m.OldChildID(ctx)
+	case taskdependency.FieldOnParentFailure:
+		return m.OldOnParentFailure(ctx)
+	}
+	return nil, fmt.Errorf("unknown TaskDependency field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskDependencyMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case taskdependency.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case taskdependency.FieldParentID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentID(v)
+		return nil
+	case taskdependency.FieldChildID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetChildID(v)
+		return nil
+	case taskdependency.FieldOnParentFailure:
+		v, ok := value.(taskdependency.OnParentFailure)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOnParentFailure(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskDependency field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TaskDependencyMutation) AddedFields() []string {
+	var fields []string
+	if m.addparent_id != nil {
+		fields = append(fields, taskdependency.FieldParentID)
+	}
+	if m.addchild_id != nil {
+		fields = append(fields, taskdependency.FieldChildID)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TaskDependencyMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case taskdependency.FieldParentID:
+		return m.AddedParentID()
+	case taskdependency.FieldChildID:
+		return m.AddedChildID()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskDependencyMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case taskdependency.FieldParentID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddParentID(v)
+		return nil
+	case taskdependency.FieldChildID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddChildID(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskDependency numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TaskDependencyMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TaskDependencyMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TaskDependencyMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown TaskDependency nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TaskDependencyMutation) ResetField(name string) error {
+	switch name {
+	case taskdependency.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case taskdependency.FieldParentID:
+		m.ResetParentID()
+		return nil
+	case taskdependency.FieldChildID:
+		m.ResetChildID()
+		return nil
+	case taskdependency.FieldOnParentFailure:
+		m.ResetOnParentFailure()
+		return nil
+	}
+	return fmt.Errorf("unknown TaskDependency field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TaskDependencyMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TaskDependencyMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TaskDependencyMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TaskDependencyMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TaskDependencyMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TaskDependencyMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TaskDependencyMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TaskDependency unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TaskDependencyMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TaskDependency edge %s", name)
+}
+
 // TaskInstanceMutation represents an operation that mutates the TaskInstance nodes in the graph.
 type TaskInstanceMutation struct {
 	config
@@ -15640,6 +16381,8 @@ type TaskInstanceMutation struct {
 	last_error     *string
 	result         *json.RawMessage
 	appendresult   json.RawMessage
+	waiting_on     *int
+	addwaiting_on  *int
 	version        *int64
 	addversion     *int64
 	clearedFields  map[string]struct{}
@@ -16553,6 +17296,62 @@ func (m *TaskInstanceMutation) ResetResult() {
 	delete(m.clearedFields, taskinstance.FieldResult)
 }
 
+// SetWaitingOn sets the "waiting_on" field.
+func (m *TaskInstanceMutation) SetWaitingOn(i int) {
+	m.waiting_on = &i
+	m.addwaiting_on = nil
+}
+
+// WaitingOn returns the value of the "waiting_on" field in the mutation.
+func (m *TaskInstanceMutation) WaitingOn() (r int, exists bool) {
+	v := m.waiting_on
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitingOn returns the old "waiting_on" field's value of the TaskInstance entity.
+// If the TaskInstance object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInstanceMutation) OldWaitingOn(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitingOn is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitingOn requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitingOn: %w", err)
+	}
+	return oldValue.WaitingOn, nil
+}
+
+// AddWaitingOn adds i to the "waiting_on" field.
+func (m *TaskInstanceMutation) AddWaitingOn(i int) {
+	if m.addwaiting_on != nil {
+		*m.addwaiting_on += i
+	} else {
+		m.addwaiting_on = &i
+	}
+}
+
+// AddedWaitingOn returns the value that was added to the "waiting_on" field in this mutation.
+func (m *TaskInstanceMutation) AddedWaitingOn() (r int, exists bool) {
+	v := m.addwaiting_on
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitingOn resets all changes to the "waiting_on" field.
+func (m *TaskInstanceMutation) ResetWaitingOn() {
+	m.waiting_on = nil
+	m.addwaiting_on = nil
+}
+
 // SetVersion sets the "version" field.
 func (m *TaskInstanceMutation) SetVersion(i int64) {
 	m.version = &i
@@ -16670,7 +17469,7 @@ func (m *TaskInstanceMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskInstanceMutation) Fields() []string {
-	fields := make([]string, 0, 18)
+	fields := make([]string, 0, 19)
 	if m.created_at != nil {
 		fields = append(fields, taskinstance.FieldCreatedAt)
 	}
@@ -16722,6 +17521,9 @@ func (m *TaskInstanceMutation) Fields() []string {
 	if m.result != nil {
 		fields = append(fields, taskinstance.FieldResult)
 	}
+	if m.waiting_on != nil {
+		fields = append(fields, taskinstance.FieldWaitingOn)
+	}
 	if m.version != nil {
 		fields = append(fields, taskinstance.FieldVersion)
 	}
@@ -16767,6 +17569,8 @@ func (m *TaskInstanceMutation) Field(name string) (ent.Value, bool) {
 		return m.LastError()
 	case taskinstance.FieldResult:
 		return m.Result()
+	case taskinstance.FieldWaitingOn:
+		return m.WaitingOn()
 	case taskinstance.FieldVersion:
 		return m.Version()
 	}
@@ -16812,6 +17616,8 @@ func (m *TaskInstanceMutation) OldField(ctx context.Context, name string) (ent.V
 		return m.OldLastError(ctx)
 	case taskinstance.FieldResult:
 		return m.OldResult(ctx)
+	case taskinstance.FieldWaitingOn:
+		return m.OldWaitingOn(ctx)
 	case taskinstance.FieldVersion:
 		return m.OldVersion(ctx)
 	}
@@ -16942,6 +17748,13 @@ func (m *TaskInstanceMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetResult(v)
 		return nil
+	case taskinstance.FieldWaitingOn:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitingOn(v)
+		return nil
 	case taskinstance.FieldVersion:
 		v, ok := value.(int64)
 		if !ok {
@@ -16966,6 +17779,9 @@ func (m *TaskInstanceMutation) AddedFields() []string {
 	if m.addpriority != nil {
 		fields = append(fields, taskinstance.FieldPriority)
 	}
+	if m.addwaiting_on != nil {
+		fields = append(fields, taskinstance.FieldWaitingOn)
+	}
 	if m.addversion != nil {
 		fields = append(fields, taskinstance.FieldVersion)
 	}
@@ -16983,6 +17799,8 @@ func (m *TaskInstanceMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedAttempt()
 	case taskinstance.FieldPriority:
 		return m.AddedPriority()
+	case taskinstance.FieldWaitingOn:
+		return m.AddedWaitingOn()
 	case taskinstance.FieldVersion:
 		return m.AddedVersion()
 	}
@@ -17014,6 +17832,13 @@ func (m *TaskInstanceMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddPriority(v)
+		return nil
+	case taskinstance.FieldWaitingOn:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitingOn(v)
 		return nil
 	case taskinstance.FieldVersion:
 		v, ok := value.(int64)
@@ -17156,6 +17981,9 @@ func (m *TaskInstanceMutation) ResetField(name string) error {
 		return nil
 	case taskinstance.FieldResult:
 		m.ResetResult()
+		return nil
+	case taskinstance.FieldWaitingOn:
+		m.ResetWaitingOn()
 		return nil
 	case taskinstance.FieldVersion:
 		m.ResetVersion()
@@ -17964,4 +18792,1001 @@ func (m *TaskLogMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown TaskLog edge %s", name)
+}
+
+// WorkflowMutation represents an operation that mutates the Workflow nodes in the graph.
+type WorkflowMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int
+	created_at        *time.Time
+	code              *string
+	title             *string
+	idempotency_key   *string
+	idempotency_hash  *string
+	input_hash        *string
+	owner             *string
+	owner_source      *string
+	tenant            *string
+	owner_role        *string
+	on_parent_failure *workflow.OnParentFailure
+	step_count        *int
+	addstep_count     *int
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*Workflow, error)
+	predicates        []predicate.Workflow
+}
+
+var _ ent.Mutation = (*WorkflowMutation)(nil)
+
+// workflowOption allows management of the mutation configuration using functional options.
+type workflowOption func(*WorkflowMutation)
+
+// newWorkflowMutation creates new mutation for the Workflow entity.
+func newWorkflowMutation(c config, op Op, opts ...workflowOption) *WorkflowMutation {
+	m := &WorkflowMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeWorkflow,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withWorkflowID sets the ID field of the mutation.
+func withWorkflowID(id int) workflowOption {
+	return func(m *WorkflowMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Workflow
+		)
+		m.oldValue = func(ctx context.Context) (*Workflow, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Workflow.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withWorkflow sets the old Workflow of the mutation.
+func withWorkflow(node *Workflow) workflowOption {
+	return func(m *WorkflowMutation) {
+		m.oldValue = func(context.Context) (*Workflow, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m WorkflowMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m WorkflowMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *WorkflowMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *WorkflowMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Workflow.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *WorkflowMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *WorkflowMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *WorkflowMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetCode sets the "code" field.
+func (m *WorkflowMutation) SetCode(s string) {
+	m.code = &s
+}
+
+// Code returns the value of the "code" field in the mutation.
+func (m *WorkflowMutation) Code() (r string, exists bool) {
+	v := m.code
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCode returns the old "code" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldCode(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCode: %w", err)
+	}
+	return oldValue.Code, nil
+}
+
+// ResetCode resets all changes to the "code" field.
+func (m *WorkflowMutation) ResetCode() {
+	m.code = nil
+}
+
+// SetTitle sets the "title" field.
+func (m *WorkflowMutation) SetTitle(s string) {
+	m.title = &s
+}
+
+// Title returns the value of the "title" field in the mutation.
+func (m *WorkflowMutation) Title() (r string, exists bool) {
+	v := m.title
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTitle returns the old "title" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldTitle(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTitle is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTitle requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTitle: %w", err)
+	}
+	return oldValue.Title, nil
+}
+
+// ResetTitle resets all changes to the "title" field.
+func (m *WorkflowMutation) ResetTitle() {
+	m.title = nil
+}
+
+// SetIdempotencyKey sets the "idempotency_key" field.
+func (m *WorkflowMutation) SetIdempotencyKey(s string) {
+	m.idempotency_key = &s
+}
+
+// IdempotencyKey returns the value of the "idempotency_key" field in the mutation.
+func (m *WorkflowMutation) IdempotencyKey() (r string, exists bool) {
+	v := m.idempotency_key
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldIdempotencyKey returns the old "idempotency_key" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldIdempotencyKey(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldIdempotencyKey is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldIdempotencyKey requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldIdempotencyKey: %w", err)
+	}
+	return oldValue.IdempotencyKey, nil
+}
+
+// ClearIdempotencyKey clears the value of the "idempotency_key" field.
+func (m *WorkflowMutation) ClearIdempotencyKey() {
+	m.idempotency_key = nil
+	m.clearedFields[workflow.FieldIdempotencyKey] = struct{}{}
+}
+
+// IdempotencyKeyCleared returns if the "idempotency_key" field was cleared in this mutation.
+func (m *WorkflowMutation) IdempotencyKeyCleared() bool {
+	_, ok := m.clearedFields[workflow.FieldIdempotencyKey]
+	return ok
+}
+
+// ResetIdempotencyKey resets all changes to the "idempotency_key" field.
+func (m *WorkflowMutation) ResetIdempotencyKey() {
+	m.idempotency_key = nil
+	delete(m.clearedFields, workflow.FieldIdempotencyKey)
+}
+
+// SetIdempotencyHash sets the "idempotency_hash" field.
+func (m *WorkflowMutation) SetIdempotencyHash(s string) {
+	m.idempotency_hash = &s
+}
+
+// IdempotencyHash returns the value of the "idempotency_hash" field in the mutation.
+func (m *WorkflowMutation) IdempotencyHash() (r string, exists bool) {
+	v := m.idempotency_hash
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldIdempotencyHash returns the old "idempotency_hash" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldIdempotencyHash(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldIdempotencyHash is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldIdempotencyHash requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldIdempotencyHash: %w", err)
+	}
+	return oldValue.IdempotencyHash, nil
+}
+
+// ClearIdempotencyHash clears the value of the "idempotency_hash" field.
+func (m *WorkflowMutation) ClearIdempotencyHash() {
+	m.idempotency_hash = nil
+	m.clearedFields[workflow.FieldIdempotencyHash] = struct{}{}
+}
+
+// IdempotencyHashCleared returns if the "idempotency_hash" field was cleared in this mutation.
+func (m *WorkflowMutation) IdempotencyHashCleared() bool {
+	_, ok := m.clearedFields[workflow.FieldIdempotencyHash]
+	return ok
+}
+
+// ResetIdempotencyHash resets all changes to the "idempotency_hash" field.
+func (m *WorkflowMutation) ResetIdempotencyHash() {
+	m.idempotency_hash = nil
+	delete(m.clearedFields, workflow.FieldIdempotencyHash)
+}
+
+// SetInputHash sets the "input_hash" field.
+func (m *WorkflowMutation) SetInputHash(s string) {
+	m.input_hash = &s
+}
+
+// InputHash returns the value of the "input_hash" field in the mutation.
+func (m *WorkflowMutation) InputHash() (r string, exists bool) {
+	v := m.input_hash
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInputHash returns the old "input_hash" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldInputHash(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInputHash is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInputHash requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInputHash: %w", err)
+	}
+	return oldValue.InputHash, nil
+}
+
+// ResetInputHash resets all changes to the "input_hash" field.
+func (m *WorkflowMutation) ResetInputHash() {
+	m.input_hash = nil
+}
+
+// SetOwner sets the "owner" field.
+func (m *WorkflowMutation) SetOwner(s string) {
+	m.owner = &s
+}
+
+// Owner returns the value of the "owner" field in the mutation.
+func (m *WorkflowMutation) Owner() (r string, exists bool) {
+	v := m.owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwner returns the old "owner" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwner: %w", err)
+	}
+	return oldValue.Owner, nil
+}
+
+// ResetOwner resets all changes to the "owner" field.
+func (m *WorkflowMutation) ResetOwner() {
+	m.owner = nil
+}
+
+// SetOwnerSource sets the "owner_source" field.
+func (m *WorkflowMutation) SetOwnerSource(s string) {
+	m.owner_source = &s
+}
+
+// OwnerSource returns the value of the "owner_source" field in the mutation.
+func (m *WorkflowMutation) OwnerSource() (r string, exists bool) {
+	v := m.owner_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerSource returns the old "owner_source" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldOwnerSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerSource: %w", err)
+	}
+	return oldValue.OwnerSource, nil
+}
+
+// ResetOwnerSource resets all changes to the "owner_source" field.
+func (m *WorkflowMutation) ResetOwnerSource() {
+	m.owner_source = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *WorkflowMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *WorkflowMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *WorkflowMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetOwnerRole sets the "owner_role" field.
+func (m *WorkflowMutation) SetOwnerRole(s string) {
+	m.owner_role = &s
+}
+
+// OwnerRole returns the value of the "owner_role" field in the mutation.
+func (m *WorkflowMutation) OwnerRole() (r string, exists bool) {
+	v := m.owner_role
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwnerRole returns the old "owner_role" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldOwnerRole(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwnerRole is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwnerRole requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwnerRole: %w", err)
+	}
+	return oldValue.OwnerRole, nil
+}
+
+// ResetOwnerRole resets all changes to the "owner_role" field.
+func (m *WorkflowMutation) ResetOwnerRole() {
+	m.owner_role = nil
+}
+
+// SetOnParentFailure sets the "on_parent_failure" field.
+func (m *WorkflowMutation) SetOnParentFailure(wpf workflow.OnParentFailure) {
+	m.on_parent_failure = &wpf
+}
+
+// OnParentFailure returns the value of the "on_parent_failure" field in the mutation.
+func (m *WorkflowMutation) OnParentFailure() (r workflow.OnParentFailure, exists bool) {
+	v := m.on_parent_failure
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOnParentFailure returns the old "on_parent_failure" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldOnParentFailure(ctx context.Context) (v workflow.OnParentFailure, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOnParentFailure is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOnParentFailure requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOnParentFailure: %w", err)
+	}
+	return oldValue.OnParentFailure, nil
+}
+
+// ResetOnParentFailure resets all changes to the "on_parent_failure" field.
+func (m *WorkflowMutation) ResetOnParentFailure() {
+	m.on_parent_failure = nil
+}
+
+// SetStepCount sets the "step_count" field.
+func (m *WorkflowMutation) SetStepCount(i int) {
+	m.step_count = &i
+	m.addstep_count = nil
+}
+
+// StepCount returns the value of the "step_count" field in the mutation.
+func (m *WorkflowMutation) StepCount() (r int, exists bool) {
+	v := m.step_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStepCount returns the old "step_count" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldStepCount(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStepCount is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStepCount requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStepCount: %w", err)
+	}
+	return oldValue.StepCount, nil
+}
+
+// AddStepCount adds i to the "step_count" field.
+func (m *WorkflowMutation) AddStepCount(i int) {
+	if m.addstep_count != nil {
+		*m.addstep_count += i
+	} else {
+		m.addstep_count = &i
+	}
+}
+
+// AddedStepCount returns the value that was added to the "step_count" field in this mutation.
+func (m *WorkflowMutation) AddedStepCount() (r int, exists bool) {
+	v := m.addstep_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetStepCount resets all changes to the "step_count" field.
+func (m *WorkflowMutation) ResetStepCount() {
+	m.step_count = nil
+	m.addstep_count = nil
+}
+
+// Where appends a list predicates to the WorkflowMutation builder.
+func (m *WorkflowMutation) Where(ps ...predicate.Workflow) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the WorkflowMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *WorkflowMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Workflow, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *WorkflowMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *WorkflowMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Workflow).
+func (m *WorkflowMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *WorkflowMutation) Fields() []string {
+	fields := make([]string, 0, 12)
+	if m.created_at != nil {
+		fields = append(fields, workflow.FieldCreatedAt)
+	}
+	if m.code != nil {
+		fields = append(fields, workflow.FieldCode)
+	}
+	if m.title != nil {
+		fields = append(fields, workflow.FieldTitle)
+	}
+	if m.idempotency_key != nil {
+		fields = append(fields, workflow.FieldIdempotencyKey)
+	}
+	if m.idempotency_hash != nil {
+		fields = append(fields, workflow.FieldIdempotencyHash)
+	}
+	if m.input_hash != nil {
+		fields = append(fields, workflow.FieldInputHash)
+	}
+	if m.owner != nil {
+		fields = append(fields, workflow.FieldOwner)
+	}
+	if m.owner_source != nil {
+		fields = append(fields, workflow.FieldOwnerSource)
+	}
+	if m.tenant != nil {
+		fields = append(fields, workflow.FieldTenant)
+	}
+	if m.owner_role != nil {
+		fields = append(fields, workflow.FieldOwnerRole)
+	}
+	if m.on_parent_failure != nil {
+		fields = append(fields, workflow.FieldOnParentFailure)
+	}
+	if m.step_count != nil {
+		fields = append(fields, workflow.FieldStepCount)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *WorkflowMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case workflow.FieldCreatedAt:
+		return m.CreatedAt()
+	case workflow.FieldCode:
+		return m.Code()
+	case workflow.FieldTitle:
+		return m.Title()
+	case workflow.FieldIdempotencyKey:
+		return m.IdempotencyKey()
+	case workflow.FieldIdempotencyHash:
+		return m.IdempotencyHash()
+	case workflow.FieldInputHash:
+		return m.InputHash()
+	case workflow.FieldOwner:
+		return m.Owner()
+	case workflow.FieldOwnerSource:
+		return m.OwnerSource()
+	case workflow.FieldTenant:
+		return m.Tenant()
+	case workflow.FieldOwnerRole:
+		return m.OwnerRole()
+	case workflow.FieldOnParentFailure:
+		return m.OnParentFailure()
+	case workflow.FieldStepCount:
+		return m.StepCount()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *WorkflowMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case workflow.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case workflow.FieldCode:
+		return m.OldCode(ctx)
+	case workflow.FieldTitle:
+		return m.OldTitle(ctx)
+	case workflow.FieldIdempotencyKey:
+		return m.OldIdempotencyKey(ctx)
+	case workflow.FieldIdempotencyHash:
+		return m.OldIdempotencyHash(ctx)
+	case workflow.FieldInputHash:
+		return m.OldInputHash(ctx)
+	case workflow.FieldOwner:
+		return m.OldOwner(ctx)
+	case workflow.FieldOwnerSource:
+		return m.OldOwnerSource(ctx)
+	case workflow.FieldTenant:
+		return m.OldTenant(ctx)
+	case workflow.FieldOwnerRole:
+		return m.OldOwnerRole(ctx)
+	case workflow.FieldOnParentFailure:
+		return m.OldOnParentFailure(ctx)
+	case workflow.FieldStepCount:
+		return m.OldStepCount(ctx)
+	}
+	return nil, fmt.Errorf("unknown Workflow field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *WorkflowMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case workflow.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case workflow.FieldCode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCode(v)
+		return nil
+	case workflow.FieldTitle:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTitle(v)
+		return nil
+	case workflow.FieldIdempotencyKey:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetIdempotencyKey(v)
+		return nil
+	case workflow.FieldIdempotencyHash:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetIdempotencyHash(v)
+		return nil
+	case workflow.FieldInputHash:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInputHash(v)
+		return nil
+	case workflow.FieldOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwner(v)
+		return nil
+	case workflow.FieldOwnerSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerSource(v)
+		return nil
+	case workflow.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case workflow.FieldOwnerRole:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwnerRole(v)
+		return nil
+	case workflow.FieldOnParentFailure:
+		v, ok := value.(workflow.OnParentFailure)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOnParentFailure(v)
+		return nil
+	case workflow.FieldStepCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStepCount(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Workflow field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *WorkflowMutation) AddedFields() []string {
+	var fields []string
+	if m.addstep_count != nil {
+		fields = append(fields, workflow.FieldStepCount)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *WorkflowMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case workflow.FieldStepCount:
+		return m.AddedStepCount()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *WorkflowMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case workflow.FieldStepCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddStepCount(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Workflow numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *WorkflowMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(workflow.FieldIdempotencyKey) {
+		fields = append(fields, workflow.FieldIdempotencyKey)
+	}
+	if m.FieldCleared(workflow.FieldIdempotencyHash) {
+		fields = append(fields, workflow.FieldIdempotencyHash)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *WorkflowMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *WorkflowMutation) ClearField(name string) error {
+	switch name {
+	case workflow.FieldIdempotencyKey:
+		m.ClearIdempotencyKey()
+		return nil
+	case workflow.FieldIdempotencyHash:
+		m.ClearIdempotencyHash()
+		return nil
+	}
+	return fmt.Errorf("unknown Workflow nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *WorkflowMutation) ResetField(name string) error {
+	switch name {
+	case workflow.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case workflow.FieldCode:
+		m.ResetCode()
+		return nil
+	case workflow.FieldTitle:
+		m.ResetTitle()
+		return nil
+	case workflow.FieldIdempotencyKey:
+		m.ResetIdempotencyKey()
+		return nil
+	case workflow.FieldIdempotencyHash:
+		m.ResetIdempotencyHash()
+		return nil
+	case workflow.FieldInputHash:
+		m.ResetInputHash()
+		return nil
+	case workflow.FieldOwner:
+		m.ResetOwner()
+		return nil
+	case workflow.FieldOwnerSource:
+		m.ResetOwnerSource()
+		return nil
+	case workflow.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case workflow.FieldOwnerRole:
+		m.ResetOwnerRole()
+		return nil
+	case workflow.FieldOnParentFailure:
+		m.ResetOnParentFailure()
+		return nil
+	case workflow.FieldStepCount:
+		m.ResetStepCount()
+		return nil
+	}
+	return fmt.Errorf("unknown Workflow field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *WorkflowMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *WorkflowMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *WorkflowMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *WorkflowMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *WorkflowMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *WorkflowMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *WorkflowMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown Workflow unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *WorkflowMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown Workflow edge %s", name)
 }

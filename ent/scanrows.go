@@ -19,8 +19,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 // ScanAlertChannelRows reads every row of rows (all columns of the alert_channels
@@ -569,6 +571,48 @@ func (_m *Task) BindTo(c *Client) *Task {
 	return _m
 }
 
+// ScanTaskDependencyRows reads every row of rows (all columns of the task_dependencies
+// table, in any order) into TaskDependency entities bound to c, and closes rows.
+func ScanTaskDependencyRows(c *Client, rows *stdsql.Rows) ([]*TaskDependency, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan task_dependencies: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && taskdependency.ValidColumn(col)
+	}
+	var values []any
+	var out []*TaskDependency
+	for rows.Next() {
+		node := &TaskDependency{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan task_dependencies: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan task_dependencies: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan task_dependencies: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TaskDependency) BindTo(c *Client) *TaskDependency {
+	_m.config = c.config
+	return _m
+}
+
 // ScanTaskInstanceRows reads every row of rows (all columns of the task_instances
 // table, in any order) into TaskInstance entities bound to c, and closes rows.
 func ScanTaskInstanceRows(c *Client, rows *stdsql.Rows) ([]*TaskInstance, error) {
@@ -649,6 +693,48 @@ func ScanTaskLogRows(c *Client, rows *stdsql.Rows) ([]*TaskLog, error) {
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *TaskLog) BindTo(c *Client) *TaskLog {
+	_m.config = c.config
+	return _m
+}
+
+// ScanWorkflowRows reads every row of rows (all columns of the workflows
+// table, in any order) into Workflow entities bound to c, and closes rows.
+func ScanWorkflowRows(c *Client, rows *stdsql.Rows) ([]*Workflow, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan workflows: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && workflow.ValidColumn(col)
+	}
+	var values []any
+	var out []*Workflow
+	for rows.Next() {
+		node := &Workflow{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan workflows: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan workflows: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan workflows: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *Workflow) BindTo(c *Client) *Workflow {
 	_m.config = c.config
 	return _m
 }

@@ -87,6 +87,10 @@ type Task struct {
 	ScheduleSlot *time.Time `json:"schedule_slot,omitempty"`
 	// The W3C traceparent of the span that created it, when tracing was on: its executions' spans continue that trace, on whichever node runs them.
 	TraceParent *string `json:"trace_parent,omitempty"`
+	// The workflow it is a step of, if any.
+	WorkflowID *int `json:"workflow_id,omitempty"`
+	// Its key among its workflow's steps: its children find its result by it.
+	StepKey *string `json:"step_key,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the TaskQuery when eager-loading is set.
 	Edges        TaskEdges `json:"edges"`
@@ -148,9 +152,9 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case task.FieldCancelRequested:
 			values[i] = new(sql.NullBool)
-		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID:
+		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID:
 			values[i] = new(sql.NullInt64)
-		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldTraceParent:
+		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldTraceParent, task.FieldStepKey:
 			values[i] = new(sql.NullString)
 		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt, task.FieldScheduleSlot:
 			values[i] = new(sql.NullTime)
@@ -391,6 +395,20 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.TraceParent = new(string)
 				*_m.TraceParent = value.String
 			}
+		case task.FieldWorkflowID:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field workflow_id", values[i])
+			} else if value.Valid {
+				_m.WorkflowID = new(int)
+				*_m.WorkflowID = int(value.Int64)
+			}
+		case task.FieldStepKey:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field step_key", values[i])
+			} else if value.Valid {
+				_m.StepKey = new(string)
+				*_m.StepKey = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -556,6 +574,16 @@ func (_m *Task) String() string {
 	builder.WriteString(", ")
 	if v := _m.TraceParent; v != nil {
 		builder.WriteString("trace_parent=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.WorkflowID; v != nil {
+		builder.WriteString("workflow_id=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.StepKey; v != nil {
+		builder.WriteString("step_key=")
 		builder.WriteString(*v)
 	}
 	builder.WriteByte(')')

@@ -405,6 +405,34 @@ func (_c *TaskCreate) SetNillableTraceParent(v *string) *TaskCreate {
 	return _c
 }
 
+// SetWorkflowID sets the "workflow_id" field.
+func (_c *TaskCreate) SetWorkflowID(v int) *TaskCreate {
+	_c.mutation.SetWorkflowID(v)
+	return _c
+}
+
+// SetNillableWorkflowID sets the "workflow_id" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableWorkflowID(v *int) *TaskCreate {
+	if v != nil {
+		_c.SetWorkflowID(*v)
+	}
+	return _c
+}
+
+// SetStepKey sets the "step_key" field.
+func (_c *TaskCreate) SetStepKey(v string) *TaskCreate {
+	_c.mutation.SetStepKey(v)
+	return _c
+}
+
+// SetNillableStepKey sets the "step_key" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableStepKey(v *string) *TaskCreate {
+	if v != nil {
+		_c.SetStepKey(*v)
+	}
+	return _c
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_c *TaskCreate) AddInstanceIDs(ids ...int) *TaskCreate {
 	_c.mutation.AddInstanceIDs(ids...)
@@ -788,6 +816,14 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.TraceParent(); ok {
 		_spec.SetField(task.FieldTraceParent, field.TypeString, value)
 		_node.TraceParent = &value
+	}
+	if value, ok := _c.mutation.WorkflowID(); ok {
+		_spec.SetField(task.FieldWorkflowID, field.TypeInt, value)
+		_node.WorkflowID = &value
+	}
+	if value, ok := _c.mutation.StepKey(); ok {
+		_spec.SetField(task.FieldStepKey, field.TypeString, value)
+		_node.StepKey = &value
 	}
 	if nodes := _c.mutation.InstancesIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{

@@ -539,6 +539,12 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.TraceParentCleared() {
 		_spec.ClearField(task.FieldTraceParent, field.TypeString)
 	}
+	if _u.mutation.WorkflowIDCleared() {
+		_spec.ClearField(task.FieldWorkflowID, field.TypeInt)
+	}
+	if _u.mutation.StepKeyCleared() {
+		_spec.ClearField(task.FieldStepKey, field.TypeString)
+	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.O2M,
@@ -1229,6 +1235,12 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.TraceParentCleared() {
 		_spec.ClearField(task.FieldTraceParent, field.TypeString)
+	}
+	if _u.mutation.WorkflowIDCleared() {
+		_spec.ClearField(task.FieldWorkflowID, field.TypeInt)
+	}
+	if _u.mutation.StepKeyCleared() {
+		_spec.ClearField(task.FieldStepKey, field.TypeString)
 	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{

@@ -54,6 +54,8 @@ type TaskInstance struct {
 	LastError string `json:"last_error,omitempty"`
 	// Result holds the value of the "result" field.
 	Result json.RawMessage `json:"result,omitempty"`
+	// How many parents of its task it still waits for (WAITING_DEPENDENCY); the transaction that brings it to zero releases it.
+	WaitingOn int `json:"waiting_on,omitempty"`
 	// Fencing token: bumped by every transition; writes of a stale execution carry an old one and are refused.
 	Version int64 `json:"version,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
@@ -91,7 +93,7 @@ func (*TaskInstance) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case taskinstance.FieldResult:
 			values[i] = new([]byte)
-		case taskinstance.FieldID, taskinstance.FieldTaskID, taskinstance.FieldInstanceNo, taskinstance.FieldAttempt, taskinstance.FieldPriority, taskinstance.FieldVersion:
+		case taskinstance.FieldID, taskinstance.FieldTaskID, taskinstance.FieldInstanceNo, taskinstance.FieldAttempt, taskinstance.FieldPriority, taskinstance.FieldWaitingOn, taskinstance.FieldVersion:
 			values[i] = new(sql.NullInt64)
 		case taskinstance.FieldStatus, taskinstance.FieldTaskType, taskinstance.FieldWorkerID, taskinstance.FieldErrorKind, taskinstance.FieldLastError:
 			values[i] = new(sql.NullString)
@@ -228,6 +230,12 @@ func (_m *TaskInstance) assignValues(columns []string, values []any) error {
 					return fmt.Errorf("unmarshal field result: %w", err)
 				}
 			}
+		case taskinstance.FieldWaitingOn:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field waiting_on", values[i])
+			} else if value.Valid {
+				_m.WaitingOn = int(value.Int64)
+			}
 		case taskinstance.FieldVersion:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
 				return fmt.Errorf("unexpected type %T for field version", values[i])
@@ -337,6 +345,9 @@ func (_m *TaskInstance) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("result=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Result))
+	builder.WriteString(", ")
+	builder.WriteString("waiting_on=")
+	builder.WriteString(fmt.Sprintf("%v", _m.WaitingOn))
 	builder.WriteString(", ")
 	builder.WriteString("version=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Version))

@@ -197,6 +197,20 @@ func (_c *TaskInstanceCreate) SetResult(v json.RawMessage) *TaskInstanceCreate {
 	return _c
 }
 
+// SetWaitingOn sets the "waiting_on" field.
+func (_c *TaskInstanceCreate) SetWaitingOn(v int) *TaskInstanceCreate {
+	_c.mutation.SetWaitingOn(v)
+	return _c
+}
+
+// SetNillableWaitingOn sets the "waiting_on" field if the given value is not nil.
+func (_c *TaskInstanceCreate) SetNillableWaitingOn(v *int) *TaskInstanceCreate {
+	if v != nil {
+		_c.SetWaitingOn(*v)
+	}
+	return _c
+}
+
 // SetVersion sets the "version" field.
 func (_c *TaskInstanceCreate) SetVersion(v int64) *TaskInstanceCreate {
 	_c.mutation.SetVersion(v)
@@ -260,6 +274,10 @@ func (_c *TaskInstanceCreate) defaults() error {
 		v := taskinstance.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
+	if _, ok := _c.mutation.WaitingOn(); !ok {
+		v := taskinstance.DefaultWaitingOn
+		_c.mutation.SetWaitingOn(v)
+	}
 	if _, ok := _c.mutation.Version(); !ok {
 		v := taskinstance.DefaultVersion
 		_c.mutation.SetVersion(v)
@@ -302,6 +320,9 @@ func (_c *TaskInstanceCreate) check() error {
 		if err := taskinstance.ErrorKindValidator(v); err != nil {
 			return &ValidationError{Name: "error_kind", err: fmt.Errorf(`ent: validator failed for field "TaskInstance.error_kind": %w`, err)}
 		}
+	}
+	if _, ok := _c.mutation.WaitingOn(); !ok {
+		return &ValidationError{Name: "waiting_on", err: errors.New(`ent: missing required field "TaskInstance.waiting_on"`)}
 	}
 	if _, ok := _c.mutation.Version(); !ok {
 		return &ValidationError{Name: "version", err: errors.New(`ent: missing required field "TaskInstance.version"`)}
@@ -398,6 +419,10 @@ func (_c *TaskInstanceCreate) createSpec() (*TaskInstance, *sqlgraph.CreateSpec)
 	if value, ok := _c.mutation.Result(); ok {
 		_spec.SetField(taskinstance.FieldResult, field.TypeJSON, value)
 		_node.Result = value
+	}
+	if value, ok := _c.mutation.WaitingOn(); ok {
+		_spec.SetField(taskinstance.FieldWaitingOn, field.TypeInt, value)
+		_node.WaitingOn = value
 	}
 	if value, ok := _c.mutation.Version(); ok {
 		_spec.SetField(taskinstance.FieldVersion, field.TypeInt64, value)

@@ -224,6 +224,27 @@ func (_u *TaskInstanceUpdate) ClearResult() *TaskInstanceUpdate {
 	return _u
 }
 
+// SetWaitingOn sets the "waiting_on" field.
+func (_u *TaskInstanceUpdate) SetWaitingOn(v int) *TaskInstanceUpdate {
+	_u.mutation.ResetWaitingOn()
+	_u.mutation.SetWaitingOn(v)
+	return _u
+}
+
+// SetNillableWaitingOn sets the "waiting_on" field if the given value is not nil.
+func (_u *TaskInstanceUpdate) SetNillableWaitingOn(v *int) *TaskInstanceUpdate {
+	if v != nil {
+		_u.SetWaitingOn(*v)
+	}
+	return _u
+}
+
+// AddWaitingOn adds value to the "waiting_on" field.
+func (_u *TaskInstanceUpdate) AddWaitingOn(v int) *TaskInstanceUpdate {
+	_u.mutation.AddWaitingOn(v)
+	return _u
+}
+
 // SetVersion sets the "version" field.
 func (_u *TaskInstanceUpdate) SetVersion(v int64) *TaskInstanceUpdate {
 	_u.mutation.ResetVersion()
@@ -374,6 +395,12 @@ func (_u *TaskInstanceUpdate) sqlSave(ctx context.Context) (_node int, err error
 	}
 	if _u.mutation.ResultCleared() {
 		_spec.ClearField(taskinstance.FieldResult, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.WaitingOn(); ok {
+		_spec.SetField(taskinstance.FieldWaitingOn, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedWaitingOn(); ok {
+		_spec.AddField(taskinstance.FieldWaitingOn, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.Version(); ok {
 		_spec.SetField(taskinstance.FieldVersion, field.TypeInt64, value)
@@ -595,6 +622,27 @@ func (_u *TaskInstanceUpdateOne) ClearResult() *TaskInstanceUpdateOne {
 	return _u
 }
 
+// SetWaitingOn sets the "waiting_on" field.
+func (_u *TaskInstanceUpdateOne) SetWaitingOn(v int) *TaskInstanceUpdateOne {
+	_u.mutation.ResetWaitingOn()
+	_u.mutation.SetWaitingOn(v)
+	return _u
+}
+
+// SetNillableWaitingOn sets the "waiting_on" field if the given value is not nil.
+func (_u *TaskInstanceUpdateOne) SetNillableWaitingOn(v *int) *TaskInstanceUpdateOne {
+	if v != nil {
+		_u.SetWaitingOn(*v)
+	}
+	return _u
+}
+
+// AddWaitingOn adds value to the "waiting_on" field.
+func (_u *TaskInstanceUpdateOne) AddWaitingOn(v int) *TaskInstanceUpdateOne {
+	_u.mutation.AddWaitingOn(v)
+	return _u
+}
+
 // SetVersion sets the "version" field.
 func (_u *TaskInstanceUpdateOne) SetVersion(v int64) *TaskInstanceUpdateOne {
 	_u.mutation.ResetVersion()
@@ -775,6 +823,12 @@ func (_u *TaskInstanceUpdateOne) sqlSave(ctx context.Context) (_node *TaskInstan
 	}
 	if _u.mutation.ResultCleared() {
 		_spec.ClearField(taskinstance.FieldResult, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.WaitingOn(); ok {
+		_spec.SetField(taskinstance.FieldWaitingOn, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedWaitingOn(); ok {
+		_spec.AddField(taskinstance.FieldWaitingOn, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.Version(); ok {
 		_spec.SetField(taskinstance.FieldVersion, field.TypeInt64, value)

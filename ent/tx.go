@@ -40,10 +40,14 @@ type Tx struct {
 	StallOverride *StallOverrideClient
 	// Task is the client for interacting with the Task builders.
 	Task *TaskClient
+	// TaskDependency is the client for interacting with the TaskDependency builders.
+	TaskDependency *TaskDependencyClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
 	TaskInstance *TaskInstanceClient
 	// TaskLog is the client for interacting with the TaskLog builders.
 	TaskLog *TaskLogClient
+	// Workflow is the client for interacting with the Workflow builders.
+	Workflow *WorkflowClient
 
 	// lazily loaded.
 	client     *Client
@@ -188,8 +192,10 @@ func (tx *Tx) init() {
 	tx.ScheduleEvent = NewScheduleEventClient(tx.config)
 	tx.StallOverride = NewStallOverrideClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
+	tx.TaskDependency = NewTaskDependencyClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)
 	tx.TaskLog = NewTaskLogClient(tx.config)
+	tx.Workflow = NewWorkflowClient(tx.config)
 }
 
 // txDriver wraps the given dialect.Tx with a nop dialect.Driver implementation.

@@ -61,7 +61,44 @@ func createRequest(input model.CreateTaskInput) engine.CreateRequest {
 		IdempotencyKey:    input.IdempotencyKey,
 		RunAt:             input.RunAt,
 		StallAfterSeconds: input.StallAfterSeconds,
+		DependsOn:         input.DependsOn,
+		OnParentFailure:   policy(input.OnParentFailure),
 	}
+}
+
+func policy(p *model.ParentFailurePolicy) string {
+	if p == nil {
+		return ""
+	}
+	return string(*p)
+}
+
+// workflowRequest is the engine's request of a createWorkflow input.
+func workflowRequest(input model.CreateWorkflowInput) engine.WorkflowRequest {
+	req := engine.WorkflowRequest{
+		Title:           deref(input.Title),
+		IdempotencyKey:  input.Key,
+		OnParentFailure: policy(input.OnParentFailure),
+		Steps:           make([]engine.StepRequest, len(input.Steps)),
+	}
+	for i, st := range input.Steps {
+		req.Steps[i] = engine.StepRequest{
+			Key: st.Key,
+			Task: engine.CreateRequest{
+				Type:           st.Type,
+				Title:          deref(st.Title),
+				BizID:          deref(st.BizID),
+				Input:          st.Input,
+				Priority:       st.Priority,
+				TimeoutSeconds: st.TimeoutSeconds,
+				RetryPolicy:    st.RetryPolicy,
+				MaxAttempts:    st.MaxAttempts,
+			},
+			DependsOn:       st.DependsOn,
+			OnParentFailure: policy(st.OnParentFailure),
+		}
+	}
+	return req
 }
 
 // taskStats folds (type, status, count) rows into totals.

@@ -28,6 +28,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/graph/scalar"
 	"github.com/taskgraph/taskgraph/internal/flow"
@@ -53,6 +54,7 @@ type ResolverRoot interface {
 	Schedule() ScheduleResolver
 	Subscription() SubscriptionResolver
 	Task() TaskResolver
+	Workflow() WorkflowResolver
 	AuditLogWhereInput() AuditLogWhereInputResolver
 	TaskWhereInput() TaskWhereInputResolver
 }
@@ -238,6 +240,7 @@ type ComplexityRoot struct {
 		CreateSchedule       func(childComplexity int, input model.CreateScheduleInput) int
 		CreateTask           func(childComplexity int, input model.CreateTaskInput) int
 		CreateTasks          func(childComplexity int, inputs []*model.CreateTaskInput) int
+		CreateWorkflow       func(childComplexity int, input model.CreateWorkflowInput) int
 		DeleteAlertChannel   func(childComplexity int, id int) int
 		DeleteAlertRule      func(childComplexity int, id int) int
 		DeleteSchedule       func(childComplexity int, id int) int
@@ -298,6 +301,7 @@ type ComplexityRoot struct {
 		Tasks           func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
 		TypeControl     func(childComplexity int, typeArg string) int
 		TypeControls    func(childComplexity int) int
+		Workflow        func(childComplexity int, id int) int
 	}
 
 	RetryPolicy struct {
@@ -397,6 +401,7 @@ type ComplexityRoot struct {
 		BizID             func(childComplexity int) int
 		CancelReason      func(childComplexity int) int
 		CancelRequested   func(childComplexity int) int
+		Children          func(childComplexity int) int
 		Code              func(childComplexity int) int
 		CreatedAt         func(childComplexity int) int
 		FinishedAt        func(childComplexity int) int
@@ -410,6 +415,7 @@ type ComplexityRoot struct {
 		Owner             func(childComplexity int) int
 		OwnerRole         func(childComplexity int) int
 		OwnerSource       func(childComplexity int) int
+		Parents           func(childComplexity int) int
 		Priority          func(childComplexity int) int
 		ProgressDone      func(childComplexity int) int
 		ProgressTotal     func(childComplexity int) int
@@ -423,6 +429,7 @@ type ComplexityRoot struct {
 		StallAfterSeconds func(childComplexity int) int
 		StalledAt         func(childComplexity int) int
 		Status            func(childComplexity int) int
+		StepKey           func(childComplexity int) int
 		Tenant            func(childComplexity int) int
 		TimeoutSeconds    func(childComplexity int) int
 		Title             func(childComplexity int) int
@@ -430,6 +437,7 @@ type ComplexityRoot struct {
 		UpdatedAt         func(childComplexity int) int
 		Version           func(childComplexity int) int
 		WaitingReason     func(childComplexity int) int
+		Workflow          func(childComplexity int) int
 	}
 
 	TaskActionResult struct {
@@ -539,6 +547,19 @@ type ComplexityRoot struct {
 		Message func(childComplexity int) int
 		Until   func(childComplexity int) int
 	}
+
+	Workflow struct {
+		Code            func(childComplexity int) int
+		CreatedAt       func(childComplexity int) int
+		ID              func(childComplexity int) int
+		IdempotencyKey  func(childComplexity int) int
+		OnParentFailure func(childComplexity int) int
+		Status          func(childComplexity int) int
+		StepCount       func(childComplexity int) int
+		Steps           func(childComplexity int) int
+		StepsDone       func(childComplexity int) int
+		Title           func(childComplexity int) int
+	}
 }
 
 // endregion ***************************** api!.gotpl *****************************
@@ -588,6 +609,7 @@ type MutationResolver interface {
 	ResumeSchedule(ctx context.Context, id int) (*ent.Schedule, error)
 	DeleteSchedule(ctx context.Context, id int) (int, error)
 	RunScheduleNow(ctx context.Context, id int) (*ent.Task, error)
+	CreateWorkflow(ctx context.Context, input model.CreateWorkflowInput) (*ent.Workflow, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
@@ -613,6 +635,7 @@ type QueryResolver interface {
 	ClusterSummary(ctx context.Context) (*nodes.Summary, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
+	Workflow(ctx context.Context, id int) (*ent.Workflow, error)
 }
 type ScheduleResolver interface {
 	EffectiveTimezone(ctx context.Context, obj *ent.Schedule) (string, error)
@@ -634,6 +657,15 @@ type TaskResolver interface {
 	StallAfterSeconds(ctx context.Context, obj *ent.Task) (*int, error)
 	WaitingReason(ctx context.Context, obj *ent.Task) (*flow.Wait, error)
 	Schedule(ctx context.Context, obj *ent.Task) (*ent.Schedule, error)
+	Workflow(ctx context.Context, obj *ent.Task) (*ent.Workflow, error)
+	Parents(ctx context.Context, obj *ent.Task) ([]*ent.Task, error)
+	Children(ctx context.Context, obj *ent.Task) ([]*ent.Task, error)
+}
+type WorkflowResolver interface {
+	Status(ctx context.Context, obj *ent.Workflow) (lifecycle.Status, error)
+	StepsDone(ctx context.Context, obj *ent.Workflow) (int, error)
+
+	Steps(ctx context.Context, obj *ent.Workflow) ([]*ent.Task, error)
 }
 
 type AuditLogWhereInputResolver interface {
@@ -1492,6 +1524,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateTasks(childComplexity, args["inputs"].([]*model.CreateTaskInput)), true
+	case "Mutation.createWorkflow":
+		if e.ComplexityRoot.Mutation.CreateWorkflow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createWorkflow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateWorkflow(childComplexity, args["input"].(model.CreateWorkflowInput)), true
 	case "Mutation.deleteAlertChannel":
 		if e.ComplexityRoot.Mutation.DeleteAlertChannel == nil {
 			break
@@ -1972,6 +2015,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.TypeControls(childComplexity), true
+	case "Query.workflow":
+		if e.ComplexityRoot.Query.Workflow == nil {
+			break
+		}
+
+		args, err := ec.field_Query_workflow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Workflow(childComplexity, args["id"].(int)), true
 
 	case "RetryPolicy.backoffSeconds":
 		if e.ComplexityRoot.RetryPolicy.BackoffSeconds == nil {
@@ -2421,6 +2475,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.CancelRequested(childComplexity), true
+	case "Task.children":
+		if e.ComplexityRoot.Task.Children == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Children(childComplexity), true
 	case "Task.code":
 		if e.ComplexityRoot.Task.Code == nil {
 			break
@@ -2504,6 +2564,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.OwnerSource(childComplexity), true
+	case "Task.parents":
+		if e.ComplexityRoot.Task.Parents == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Parents(childComplexity), true
 	case "Task.priority":
 		if e.ComplexityRoot.Task.Priority == nil {
 			break
@@ -2582,6 +2648,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Status(childComplexity), true
+	case "Task.stepKey":
+		if e.ComplexityRoot.Task.StepKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.StepKey(childComplexity), true
 	case "Task.tenant":
 		if e.ComplexityRoot.Task.Tenant == nil {
 			break
@@ -2624,6 +2696,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.WaitingReason(childComplexity), true
+	case "Task.workflow":
+		if e.ComplexityRoot.Task.Workflow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Workflow(childComplexity), true
 
 	case "TaskActionResult.error":
 		if e.ComplexityRoot.TaskActionResult.Error == nil {
@@ -3069,6 +3147,67 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.WaitReason.Until(childComplexity), true
 
+	case "Workflow.code":
+		if e.ComplexityRoot.Workflow.Code == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Code(childComplexity), true
+	case "Workflow.createdAt":
+		if e.ComplexityRoot.Workflow.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.CreatedAt(childComplexity), true
+	case "Workflow.id":
+		if e.ComplexityRoot.Workflow.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ID(childComplexity), true
+	case "Workflow.idempotencyKey":
+		if e.ComplexityRoot.Workflow.IdempotencyKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.IdempotencyKey(childComplexity), true
+	case "Workflow.onParentFailure":
+		if e.ComplexityRoot.Workflow.OnParentFailure == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.OnParentFailure(childComplexity), true
+	case "Workflow.status":
+		if e.ComplexityRoot.Workflow.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Status(childComplexity), true
+	case "Workflow.stepCount":
+		if e.ComplexityRoot.Workflow.StepCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.StepCount(childComplexity), true
+	case "Workflow.steps":
+		if e.ComplexityRoot.Workflow.Steps == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Steps(childComplexity), true
+	case "Workflow.stepsDone":
+		if e.ComplexityRoot.Workflow.StepsDone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.StepsDone(childComplexity), true
+	case "Workflow.title":
+		if e.ComplexityRoot.Workflow.Title == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Title(childComplexity), true
+
 	}
 	return 0, false
 }
@@ -3085,6 +3224,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("AuditLogWhereInput", ec.unmarshalInputAuditLogWhereInput),
 			graphql.NewInputUnmarshaler("CreateScheduleInput", ec.unmarshalInputCreateScheduleInput),
 			graphql.NewInputUnmarshaler("CreateTaskInput", ec.unmarshalInputCreateTaskInput),
+			graphql.NewInputUnmarshaler("CreateWorkflowInput", ec.unmarshalInputCreateWorkflowInput),
 			graphql.NewInputUnmarshaler("JSONPathPredicate", ec.unmarshalInputJSONPathPredicate),
 			graphql.NewInputUnmarshaler("ScheduleEventOrder", ec.unmarshalInputScheduleEventOrder),
 			graphql.NewInputUnmarshaler("ScheduleOrder", ec.unmarshalInputScheduleOrder),
@@ -3096,6 +3236,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("TaskWhereInput", ec.unmarshalInputTaskWhereInput),
 			graphql.NewInputUnmarshaler("TypeControlInput", ec.unmarshalInputTypeControlInput),
 			graphql.NewInputUnmarshaler("UpdateScheduleInput", ec.unmarshalInputUpdateScheduleInput),
+			graphql.NewInputUnmarshaler("WorkflowStepInput", ec.unmarshalInputWorkflowStepInput),
 		)
 	}
 	first := true
@@ -3188,7 +3329,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -4367,6 +4508,10 @@ type Task implements Node {
   """
   scheduleSlot: Time
   """
+  Its key among its workflow's steps: its children find its result by it.
+  """
+  stepKey: String
+  """
   Files the task read or wrote (source, error report, export, report).
   """
   artifacts: [Artifact!]
@@ -4558,6 +4703,7 @@ enum TaskStatus @goModel(model: "github.com/taskgraph/taskgraph/ent/schema/lifec
   FAILED
   RETRY_PENDING
   CANCELLED
+  WAITING_DEPENDENCY
 }
 """
 TaskWhereInput is used for filtering Task objects.
@@ -4919,6 +5065,24 @@ input TaskWhereInput {
   scheduleSlotLTE: Time
   scheduleSlotIsNil: Boolean
   scheduleSlotNotNil: Boolean
+  """
+  step_key field predicates
+  """
+  stepKey: String
+  stepKeyNEQ: String
+  stepKeyIn: [String!]
+  stepKeyNotIn: [String!]
+  stepKeyGT: String
+  stepKeyGTE: String
+  stepKeyLT: String
+  stepKeyLTE: String
+  stepKeyContains: String
+  stepKeyHasPrefix: String
+  stepKeyHasSuffix: String
+  stepKeyIsNil: Boolean
+  stepKeyNotNil: Boolean
+  stepKeyEqualFold: String
+  stepKeyContainsFold: String
 }
 """
 The builtin Time type
@@ -4979,6 +5143,10 @@ input CreateTaskInput {
   idempotencyKey: String
   "Do not run before this time."
   runAt: Time
+  "Existing tasks this one waits for (WAITING_DEPENDENCY): it runs once they have all succeeded."
+  dependsOn: [ID!]
+  "What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS."
+  onParentFailure: ParentFailurePolicy
 }
 
 "The outcome of one id in a bulk action."
@@ -5129,6 +5297,7 @@ extend type Query {
 	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
 	{Name: "schema/payload.graphql", Input: sourceData("schema/payload.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
+	{Name: "schema/workflows.graphql", Input: sourceData("schema/workflows.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -5726,6 +5895,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_scheduleID(ctx, field)
 	case "scheduleSlot":
 		return ec.fieldContext_Task_scheduleSlot(ctx, field)
+	case "stepKey":
+		return ec.fieldContext_Task_stepKey(ctx, field)
 	case "artifacts":
 		return ec.fieldContext_Task_artifacts(ctx, field)
 	case "instances":
@@ -5742,6 +5913,12 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_waitingReason(ctx, field)
 	case "schedule":
 		return ec.fieldContext_Task_schedule(ctx, field)
+	case "workflow":
+		return ec.fieldContext_Task_workflow(ctx, field)
+	case "parents":
+		return ec.fieldContext_Task_parents(ctx, field)
+	case "children":
+		return ec.fieldContext_Task_children(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Task", field.Name)
 }
@@ -5960,6 +6137,32 @@ func (ec *executionContext) childFields_WaitReason(ctx context.Context, field gr
 		return ec.fieldContext_WaitReason_current(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WaitReason", field.Name)
+}
+
+func (ec *executionContext) childFields_Workflow(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Workflow_id(ctx, field)
+	case "code":
+		return ec.fieldContext_Workflow_code(ctx, field)
+	case "title":
+		return ec.fieldContext_Workflow_title(ctx, field)
+	case "idempotencyKey":
+		return ec.fieldContext_Workflow_idempotencyKey(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Workflow_createdAt(ctx, field)
+	case "onParentFailure":
+		return ec.fieldContext_Workflow_onParentFailure(ctx, field)
+	case "status":
+		return ec.fieldContext_Workflow_status(ctx, field)
+	case "stepsDone":
+		return ec.fieldContext_Workflow_stepsDone(ctx, field)
+	case "stepCount":
+		return ec.fieldContext_Workflow_stepCount(ctx, field)
+	case "steps":
+		return ec.fieldContext_Workflow_steps(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Workflow", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6265,6 +6468,20 @@ func (ec *executionContext) field_Mutation_createTasks_args(ctx context.Context,
 		return nil, err
 	}
 	args["inputs"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createWorkflow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateWorkflowInput, error) {
+			return ec.unmarshalNCreateWorkflowInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateWorkflowInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
 	return args, nil
 }
 
@@ -6995,6 +7212,20 @@ func (ec *executionContext) field_Query_typeControl_args(ctx context.Context, ra
 		return nil, err
 	}
 	args["type"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_workflow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -11382,6 +11613,50 @@ func (ec *executionContext) fieldContext_Mutation_runScheduleNow(ctx context.Con
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_createWorkflow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createWorkflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateWorkflow(ctx, fc.Args["input"].(model.CreateWorkflowInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalNWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createWorkflow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createWorkflow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _NodeExecution_instanceId(ctx context.Context, field graphql.CollectedField, obj *nodes.Execution) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -12464,6 +12739,50 @@ func (ec *executionContext) fieldContext_Query_schedulePreview(ctx context.Conte
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_schedulePreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_workflow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_workflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Workflow(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalOWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_workflow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_workflow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -14903,6 +15222,29 @@ func (ec *executionContext) fieldContext_Task_scheduleSlot(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
 }
 
+func (ec *executionContext) _Task_stepKey(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_stepKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StepKey, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_stepKey(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
+}
+
 func (ec *executionContext) _Task_artifacts(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -15139,6 +15481,102 @@ func (ec *executionContext) fieldContext_Task_schedule(_ context.Context, field 
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Task_workflow(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_workflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().Workflow(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalOWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_workflow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Task_parents(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_parents(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().Parents(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_parents(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Task_children(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_children(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().Children(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_children(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
 		},
 	}
 	return fc, nil
@@ -16915,6 +17353,245 @@ func (ec *executionContext) _WaitReason_current(ctx context.Context, field graph
 }
 func (ec *executionContext) fieldContext_WaitReason_current(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Workflow_id(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Workflow_code(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_code(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Code, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_code(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
+}
+
+func (ec *executionContext) _Workflow_title(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_title(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Title, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_title(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
+}
+
+func (ec *executionContext) _Workflow_idempotencyKey(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_idempotencyKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.IdempotencyKey, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_idempotencyKey(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
+}
+
+func (ec *executionContext) _Workflow_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Workflow_onParentFailure(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_onParentFailure(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OnParentFailure, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v workflow.OnParentFailure) graphql.Marshaler {
+			return ec.marshalNParentFailurePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_onParentFailure(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "ParentFailurePolicy")
+}
+
+func (ec *executionContext) _Workflow_status(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Workflow().Status(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v lifecycle.Status) graphql.Marshaler {
+			return ec.marshalNTaskStatus2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, true, true, "TaskStatus")
+}
+
+func (ec *executionContext) _Workflow_stepsDone(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_stepsDone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Workflow().StepsDone(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_stepsDone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, true, true, "Int")
+}
+
+func (ec *executionContext) _Workflow_stepCount(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_stepCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StepCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_stepCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Workflow_steps(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_steps(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Workflow().Steps(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_steps(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Workflow",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -19163,7 +19840,7 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "stallAfterSeconds"}
+	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "dependsOn", "onParentFailure", "stallAfterSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -19240,6 +19917,20 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 				return it, err
 			}
 			it.RunAt = data
+		case "dependsOn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("dependsOn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DependsOn = data
+		case "onParentFailure":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailure"))
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnParentFailure = data
 		case "stallAfterSeconds":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stallAfterSeconds"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -19261,6 +19952,69 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 func UnmarshalCreateTaskInput(ctx context.Context, raw any) (model.CreateTaskInput, error) {
 	var out model.CreateTaskInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "CreateTaskInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputCreateWorkflowInput(ctx context.Context, obj any) (model.CreateWorkflowInput, error) {
+	var it model.CreateWorkflowInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"key", "title", "onParentFailure", "steps"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "key":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("key"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Key = data
+		case "title":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("title"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Title = data
+		case "onParentFailure":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailure"))
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnParentFailure = data
+		case "steps":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("steps"))
+			data, err := ec.unmarshalNWorkflowStepInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐWorkflowStepInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Steps = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalCreateWorkflowInput unmarshals raw into the CreateWorkflowInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalCreateWorkflowInput(ctx context.Context, raw any) (model.CreateWorkflowInput, error) {
+	var out model.CreateWorkflowInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "CreateWorkflowInput", raw, &out)
 	return out, err
 }
 
@@ -21482,7 +22236,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "search", "input", "result"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "stepKey", "stepKeyNEQ", "stepKeyIn", "stepKeyNotIn", "stepKeyGT", "stepKeyGTE", "stepKeyLT", "stepKeyLTE", "stepKeyContains", "stepKeyHasPrefix", "stepKeyHasSuffix", "stepKeyIsNil", "stepKeyNotNil", "stepKeyEqualFold", "stepKeyContainsFold", "search", "input", "result"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -23407,6 +24161,111 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			it.ScheduleSlotNotNil = data
+		case "stepKey":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKey"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKey = data
+		case "stepKeyNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyNEQ = data
+		case "stepKeyIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyIn = data
+		case "stepKeyNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyNotIn = data
+		case "stepKeyGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyGT = data
+		case "stepKeyGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyGTE = data
+		case "stepKeyLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyLT = data
+		case "stepKeyLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyLTE = data
+		case "stepKeyContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyContains = data
+		case "stepKeyHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyHasPrefix = data
+		case "stepKeyHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyHasSuffix = data
+		case "stepKeyIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyIsNil = data
+		case "stepKeyNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyNotNil = data
+		case "stepKeyEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyEqualFold = data
+		case "stepKeyContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepKeyContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepKeyContainsFold = data
 		case "search":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("search"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -23616,6 +24475,118 @@ func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Contex
 func UnmarshalUpdateScheduleInput(ctx context.Context, raw any) (model.UpdateScheduleInput, error) {
 	var out model.UpdateScheduleInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "UpdateScheduleInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputWorkflowStepInput(ctx context.Context, obj any) (model.WorkflowStepInput, error) {
+	var it model.WorkflowStepInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"key", "type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "dependsOn", "onParentFailure"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "key":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("key"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Key = data
+		case "type":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("type"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Type = data
+		case "title":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("title"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Title = data
+		case "bizId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("bizId"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.BizID = data
+		case "input":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("input"))
+			data, err := ec.unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Input = data
+		case "priority":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("priority"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Priority = data
+		case "timeoutSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timeoutSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimeoutSeconds = data
+		case "retryPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("retryPolicy"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RetryPolicy = data
+		case "maxAttempts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxAttempts"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxAttempts = data
+		case "dependsOn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("dependsOn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DependsOn = data
+		case "onParentFailure":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailure"))
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnParentFailure = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalWorkflowStepInput unmarshals raw into the WorkflowStepInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalWorkflowStepInput(ctx context.Context, raw any) (model.WorkflowStepInput, error) {
+	var out model.WorkflowStepInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "WorkflowStepInput", raw, &out)
 	return out, err
 }
 
@@ -24947,6 +25918,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "createWorkflow":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createWorkflow(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -25216,6 +26194,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_schedulePreview(ctx, field)
+				})
+		case "workflow":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_workflow(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -25961,6 +26945,11 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "stepKey":
+			out.Values[i] = ec._Task_stepKey(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "artifacts":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,
@@ -26008,6 +26997,24 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Task_schedule(ctx, field, obj)
+				})
+		case "workflow":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_workflow(ctx, field, obj)
+				})
+		case "parents":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_parents(ctx, field, obj)
+				})
+		case "children":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_children(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -26724,6 +27731,87 @@ func (ec *executionContext) _WaitReason(ctx context.Context, sel ast.SelectionSe
 	return out
 }
 
+var workflowImplementors = []string{"Workflow"}
+
+func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet, obj *ent.Workflow) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, workflowImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Workflow")
+		case "id":
+			out.Values[i] = ec._Workflow_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "code":
+			out.Values[i] = ec._Workflow_code(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "title":
+			out.Values[i] = ec._Workflow_title(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "idempotencyKey":
+			out.Values[i] = ec._Workflow_idempotencyKey(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._Workflow_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "onParentFailure":
+			out.Values[i] = ec._Workflow_onParentFailure(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "status":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Workflow_status(ctx, field, obj)
+				})
+		case "stepsDone":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Workflow_stepsDone(ctx, field, obj)
+				})
+		case "stepCount":
+			out.Values[i] = ec._Workflow_stepCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "steps":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Workflow_steps(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var __DirectiveImplementors = []string{"__Directive"}
 
 func (ec *executionContext) ___Directive(ctx context.Context, sel ast.SelectionSet, obj *introspection.Directive) graphql.Marshaler {
@@ -27423,6 +28511,11 @@ func (ec *executionContext) marshalNCreateTaskResult2ᚖgithubᚗcomᚋtaskgraph
 	return ec._CreateTaskResult(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNCreateWorkflowInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateWorkflowInput(ctx context.Context, v any) (model.CreateWorkflowInput, error) {
+	res, err := ec.unmarshalInputCreateWorkflowInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx context.Context, v any) (entgql.Cursor[int], error) {
 	var res entgql.Cursor[int]
 	err := res.UnmarshalGQL(v)
@@ -27668,6 +28761,16 @@ func (ec *executionContext) marshalNOrderDirection2entgoᚗioᚋcontribᚋentgql
 
 func (ec *executionContext) marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPageInfo(ctx context.Context, sel ast.SelectionSet, v entgql.PageInfo[int]) graphql.Marshaler {
 	return ec._PageInfo(ctx, sel, &v)
+}
+
+func (ec *executionContext) unmarshalNParentFailurePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx context.Context, v any) (workflow.OnParentFailure, error) {
+	var res workflow.OnParentFailure
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNParentFailurePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx context.Context, sel ast.SelectionSet, v workflow.OnParentFailure) graphql.Marshaler {
+	return v
 }
 
 func (ec *executionContext) marshalNRetryPolicy2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐRetryPolicyᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.RetryPolicy) graphql.Marshaler {
@@ -28245,6 +29348,33 @@ func (ec *executionContext) marshalNWaitKind2githubᚗcomᚋtaskgraphᚋtaskgrap
 		graphql.AddInvalidNullFromMarshaler(ctx, "WaitKind!")
 	}
 	return res
+}
+
+func (ec *executionContext) marshalNWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx context.Context, sel ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Workflow!")
+		return graphql.Null
+	}
+	return ec._Workflow(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNWorkflowStepInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐWorkflowStepInputᚄ(ctx context.Context, v any) ([]*model.WorkflowStepInput, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.WorkflowStepInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNWorkflowStepInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐWorkflowStepInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalNWorkflowStepInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐWorkflowStepInput(ctx context.Context, v any) (*model.WorkflowStepInput, error) {
+	res, err := ec.unmarshalInputWorkflowStepInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {
@@ -28943,6 +30073,22 @@ func (ec *executionContext) marshalONode2githubᚗcomᚋtaskgraphᚋtaskgraphᚋ
 	return ec._Node(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx context.Context, v any) (*model.ParentFailurePolicy, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.ParentFailurePolicy)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx context.Context, sel ast.SelectionSet, v *model.ParentFailurePolicy) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
 func (ec *executionContext) marshalOSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
@@ -29473,6 +30619,13 @@ func (ec *executionContext) marshalOWaitReason2ᚖgithubᚗcomᚋtaskgraphᚋtas
 		return graphql.Null
 	}
 	return ec._WaitReason(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx context.Context, sel ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Workflow(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.EnumValue) graphql.Marshaler {

@@ -400,8 +400,14 @@ func (p *Pool) fetchOnce(ctx context.Context) (more bool, err error) {
 	if p.deps.Recorder != nil && len(claimed) > 0 {
 		p.deps.Recorder.Claimed(len(claimed))
 	}
+	parents, err := p.parentResults(ctx, claimed)
+	if err != nil {
+		// The executions are claimed: they run, and a handler that
+		// needs a parent's result finds none (it fails, and is retried).
+		p.log.Warn("reading the results of the claimed tasks' parents", "err", err)
+	}
 	for _, c := range claimed {
-		p.start(c, claim)
+		p.start(c, claim, parents[c.Task.ID])
 	}
 	if len(claimed) < limit {
 		// Drained (or held back by caps and flow control): the next burst
@@ -448,10 +454,12 @@ func (p *Pool) room() (free int, types []string, caps []int) {
 }
 
 // start runs one claimed execution in its own goroutine, in a span of
-// its own that continues its task's trace, linked to the claim's.
-func (p *Pool) start(c store.Claimed, claim trace.SpanContext) {
+// its own that continues its task's trace, linked to the claim's; a
+// workflow's step gets its parents' results.
+func (p *Pool) start(c store.Claimed, claim trace.SpanContext, parents map[string]json.RawMessage) {
 	typ, ok := p.deps.Registry.Lookup(c.Task.Type)
 	job, ctl := tasktype.NewJob(jobTask(c.Task), jobInstance(c.Instance, time.Duration(c.Task.TimeoutSeconds)*time.Second), c.Token(), jobWriter{writes: p.writes, clock: p.deps.Store}, p.deps.Masker)
+	job.Parents = parents
 	spanCtx, span := p.startSpan(c, claim)
 	ctx, cancel := context.WithCancelCause(spanCtx)
 	ex := &execution{c: c, job: job, ctl: ctl, typ: typ, cancel: cancel, done: make(chan struct{})}
@@ -748,7 +756,8 @@ func (p *Pool) subscribe() *events.Subscription[events.TaskChange] {
 		case events.Created, events.CancelRequested:
 			return true
 		case events.Transitioned:
-			return c.Task.Status == lifecycle.RetryPending
+			// A retry scheduled, or a step released by its parents.
+			return c.Task.Status == lifecycle.RetryPending || c.Task.Status == lifecycle.Pending
 		}
 		return false
 	}, changesBuffer)
@@ -871,6 +880,34 @@ func (p *Pool) abandonRunning() {
 // outage, logged once by it); otherwise the caller logs err itself.
 func counted(m *outage.Monitor, source string, err error) bool {
 	return m != nil && m.Failed(source, err) != nil
+}
+
+// parentResults reads, in one query, the parents' results of the claimed
+// steps of workflows (tasks of no workflow cost nothing here).
+func (p *Pool) parentResults(ctx context.Context, claimed []store.Claimed) (map[int]map[string]json.RawMessage, error) {
+	var ids []int
+	for _, c := range claimed {
+		if c.Task.WorkflowID != nil {
+			ids = append(ids, c.Task.ID)
+		}
+	}
+	pr, ok := p.deps.Store.(ParentReader)
+	if len(ids) == 0 || !ok {
+		return nil, nil
+	}
+	rs, err := pr.ParentResults(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]map[string]json.RawMessage, len(rs))
+	for child, list := range rs {
+		m := make(map[string]json.RawMessage, len(list))
+		for _, r := range list {
+			m[r.Key] = r.Result
+		}
+		out[child] = m
+	}
+	return out, nil
 }
 
 // jobTask is what a handler is told of its task.

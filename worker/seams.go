@@ -71,6 +71,14 @@ type Store interface {
 
 var _ Store = (*store.Store)(nil)
 
+// ParentReader reads the results a claimed step's parents left it. A Store
+// that is one (the store) hands them to the steps' handlers (Job.Parents).
+type ParentReader interface {
+	ParentResults(ctx context.Context, children []int) (map[int][]store.ParentResult, error)
+}
+
+var _ ParentReader = (*store.Store)(nil)
+
 // isNil reports whether v is nil, or an interface holding a nil pointer
 // (a nil *store.Store given as a Store, a nil *events.Broker as a
 // ChangeFeed).

@@ -165,6 +165,18 @@ func (f TaskFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error)
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskMutation", m)
 }
 
+// The TaskDependencyFunc type is an adapter to allow the use of ordinary
+// function as TaskDependency mutator.
+type TaskDependencyFunc func(context.Context, *ent.TaskDependencyMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TaskDependencyFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TaskDependencyMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskDependencyMutation", m)
+}
+
 // The TaskInstanceFunc type is an adapter to allow the use of ordinary
 // function as TaskInstance mutator.
 type TaskInstanceFunc func(context.Context, *ent.TaskInstanceMutation) (ent.Value, error)
@@ -187,6 +199,18 @@ func (f TaskLogFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, err
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskLogMutation", m)
+}
+
+// The WorkflowFunc type is an adapter to allow the use of ordinary
+// function as Workflow mutator.
+type WorkflowFunc func(context.Context, *ent.WorkflowMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f WorkflowFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.WorkflowMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.WorkflowMutation", m)
 }
 
 // Condition is a hook condition function.

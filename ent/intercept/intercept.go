@@ -22,8 +22,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 // The Query interface represents an operation that queries a graph.
@@ -433,6 +435,33 @@ func (f TraverseTask) Traverse(ctx context.Context, q ent.Query) error {
 	return fmt.Errorf("unexpected query type %T. expect *ent.TaskQuery", q)
 }
 
+// The TaskDependencyFunc type is an adapter to allow the use of ordinary function as a Querier.
+type TaskDependencyFunc func(context.Context, *ent.TaskDependencyQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f TaskDependencyFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.TaskDependencyQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.TaskDependencyQuery", q)
+}
+
+// The TraverseTaskDependency type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseTaskDependency func(context.Context, *ent.TaskDependencyQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseTaskDependency) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseTaskDependency) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.TaskDependencyQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.TaskDependencyQuery", q)
+}
+
 // The TaskInstanceFunc type is an adapter to allow the use of ordinary function as a Querier.
 type TaskInstanceFunc func(context.Context, *ent.TaskInstanceQuery) (ent.Value, error)
 
@@ -487,6 +516,33 @@ func (f TraverseTaskLog) Traverse(ctx context.Context, q ent.Query) error {
 	return fmt.Errorf("unexpected query type %T. expect *ent.TaskLogQuery", q)
 }
 
+// The WorkflowFunc type is an adapter to allow the use of ordinary function as a Querier.
+type WorkflowFunc func(context.Context, *ent.WorkflowQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f WorkflowFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.WorkflowQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.WorkflowQuery", q)
+}
+
+// The TraverseWorkflow type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseWorkflow func(context.Context, *ent.WorkflowQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseWorkflow) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseWorkflow) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.WorkflowQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.WorkflowQuery", q)
+}
+
 // NewQuery returns the generic Query interface for the given typed query.
 func NewQuery(q ent.Query) (Query, error) {
 	switch q := q.(type) {
@@ -516,10 +572,14 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.StallOverrideQuery, predicate.StallOverride, stalloverride.OrderOption]{typ: ent.TypeStallOverride, tq: q}, nil
 	case *ent.TaskQuery:
 		return &query[*ent.TaskQuery, predicate.Task, task.OrderOption]{typ: ent.TypeTask, tq: q}, nil
+	case *ent.TaskDependencyQuery:
+		return &query[*ent.TaskDependencyQuery, predicate.TaskDependency, taskdependency.OrderOption]{typ: ent.TypeTaskDependency, tq: q}, nil
 	case *ent.TaskInstanceQuery:
 		return &query[*ent.TaskInstanceQuery, predicate.TaskInstance, taskinstance.OrderOption]{typ: ent.TypeTaskInstance, tq: q}, nil
 	case *ent.TaskLogQuery:
 		return &query[*ent.TaskLogQuery, predicate.TaskLog, tasklog.OrderOption]{typ: ent.TypeTaskLog, tq: q}, nil
+	case *ent.WorkflowQuery:
+		return &query[*ent.WorkflowQuery, predicate.Workflow, workflow.OrderOption]{typ: ent.TypeWorkflow, tq: q}, nil
 	default:
 		return nil, fmt.Errorf("unknown query type %T", q)
 	}

@@ -390,7 +390,7 @@ var (
 		{Name: "idempotency_key", Type: field.TypeString, Nullable: true},
 		{Name: "idempotency_hash", Type: field.TypeString, Nullable: true},
 		{Name: "title", Type: field.TypeString, Default: ""},
-		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
+		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY"}},
 		{Name: "priority", Type: field.TypeInt, Default: 5},
 		{Name: "owner", Type: field.TypeString},
 		{Name: "owner_source", Type: field.TypeString, Default: ""},
@@ -407,7 +407,7 @@ var (
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true},
 		{Name: "result_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"SUCCESS", "PARTIAL_SUCCESS", "FAILED"}},
-		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
+		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY"}},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "cancel_requested", Type: field.TypeBool, Default: false},
 		{Name: "cancel_reason", Type: field.TypeString, Nullable: true},
@@ -417,6 +417,8 @@ var (
 		{Name: "schedule_id", Type: field.TypeInt, Nullable: true},
 		{Name: "schedule_slot", Type: field.TypeTime, Nullable: true},
 		{Name: "trace_parent", Type: field.TypeString, Nullable: true},
+		{Name: "workflow_id", Type: field.TypeInt, Nullable: true},
+		{Name: "step_key", Type: field.TypeString, Nullable: true},
 	}
 	// TasksTable holds the schema information for the "tasks" table.
 	TasksTable = &schema.Table{
@@ -472,6 +474,40 @@ var (
 					Where: "schedule_id IS NOT NULL",
 				},
 			},
+			{
+				Name:    "task_workflow_id_step_key",
+				Unique:  true,
+				Columns: []*schema.Column{TasksColumns[35], TasksColumns[36]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "workflow_id IS NOT NULL",
+				},
+			},
+		},
+	}
+	// TaskDependenciesColumns holds the columns for the "task_dependencies" table.
+	TaskDependenciesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "parent_id", Type: field.TypeInt},
+		{Name: "child_id", Type: field.TypeInt},
+		{Name: "on_parent_failure", Type: field.TypeEnum, Enums: []string{"CANCEL_DEPENDENTS", "WAIT", "RUN_ANYWAY"}, Default: "CANCEL_DEPENDENTS"},
+	}
+	// TaskDependenciesTable holds the schema information for the "task_dependencies" table.
+	TaskDependenciesTable = &schema.Table{
+		Name:       "task_dependencies",
+		Columns:    TaskDependenciesColumns,
+		PrimaryKey: []*schema.Column{TaskDependenciesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "taskdependency_parent_id_child_id",
+				Unique:  true,
+				Columns: []*schema.Column{TaskDependenciesColumns[2], TaskDependenciesColumns[3]},
+			},
+			{
+				Name:    "taskdependency_child_id",
+				Unique:  false,
+				Columns: []*schema.Column{TaskDependenciesColumns[3]},
+			},
 		},
 	}
 	// TaskInstancesColumns holds the columns for the "task_instances" table.
@@ -479,7 +515,7 @@ var (
 		{Name: "id", Type: field.TypeInt, Increment: true},
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "instance_no", Type: field.TypeInt},
-		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED"}},
+		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY"}},
 		{Name: "attempt", Type: field.TypeInt},
 		{Name: "task_type", Type: field.TypeString},
 		{Name: "priority", Type: field.TypeInt},
@@ -493,6 +529,7 @@ var (
 		{Name: "error_kind", Type: field.TypeEnum, Nullable: true, Enums: []string{"RETRYABLE", "NON_RETRYABLE", "RESOURCE", "TIMEOUT", "CANCELLED", "INTERRUPTED", "STALLED"}},
 		{Name: "last_error", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
+		{Name: "waiting_on", Type: field.TypeInt, Default: 0},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "task_id", Type: field.TypeInt},
 	}
@@ -504,7 +541,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "task_instances_tasks_instances",
-				Columns:    []*schema.Column{TaskInstancesColumns[18]},
+				Columns:    []*schema.Column{TaskInstancesColumns[19]},
 				RefColumns: []*schema.Column{TasksColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -513,12 +550,12 @@ var (
 			{
 				Name:    "taskinstance_task_id_instance_no",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[18], TaskInstancesColumns[2]},
+				Columns: []*schema.Column{TaskInstancesColumns[19], TaskInstancesColumns[2]},
 			},
 			{
 				Name:    "taskinstance_one_live_per_task",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[18]},
+				Columns: []*schema.Column{TaskInstancesColumns[19]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status IN ('PENDING', 'RETRY_PENDING', 'EXECUTING')",
 				},
@@ -572,6 +609,43 @@ var (
 			},
 		},
 	}
+	// WorkflowsColumns holds the columns for the "workflows" table.
+	WorkflowsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "code", Type: field.TypeString, Unique: true},
+		{Name: "title", Type: field.TypeString, Default: ""},
+		{Name: "idempotency_key", Type: field.TypeString, Nullable: true},
+		{Name: "idempotency_hash", Type: field.TypeString, Nullable: true},
+		{Name: "input_hash", Type: field.TypeString},
+		{Name: "owner", Type: field.TypeString},
+		{Name: "owner_source", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "owner_role", Type: field.TypeString, Default: ""},
+		{Name: "on_parent_failure", Type: field.TypeEnum, Enums: []string{"CANCEL_DEPENDENTS", "WAIT", "RUN_ANYWAY"}, Default: "CANCEL_DEPENDENTS"},
+		{Name: "step_count", Type: field.TypeInt},
+	}
+	// WorkflowsTable holds the schema information for the "workflows" table.
+	WorkflowsTable = &schema.Table{
+		Name:       "workflows",
+		Columns:    WorkflowsColumns,
+		PrimaryKey: []*schema.Column{WorkflowsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "workflow_idempotency_hash",
+				Unique:  true,
+				Columns: []*schema.Column{WorkflowsColumns[5]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "idempotency_hash IS NOT NULL",
+				},
+			},
+			{
+				Name:    "workflow_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{WorkflowsColumns[1]},
+			},
+		},
+	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		AlertChannelsTable,
@@ -587,8 +661,10 @@ var (
 		ScheduleEventsTable,
 		StallOverridesTable,
 		TasksTable,
+		TaskDependenciesTable,
 		TaskInstancesTable,
 		TaskLogsTable,
+		WorkflowsTable,
 	}
 )
 
@@ -634,6 +710,9 @@ func init() {
 	TasksTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(0),
 	}
+	TaskDependenciesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(68719476736),
+	}
 	TaskInstancesTable.ForeignKeys[0].RefTable = TasksTable
 	TaskInstancesTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(4294967296),
@@ -641,5 +720,8 @@ func init() {
 	TaskLogsTable.ForeignKeys[0].RefTable = TasksTable
 	TaskLogsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(8589934592),
+	}
+	WorkflowsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(73014444032),
 	}
 }

@@ -45,8 +45,14 @@ type StallOverride func(*sql.Selector)
 // Task is the predicate function for task builders.
 type Task func(*sql.Selector)
 
+// TaskDependency is the predicate function for taskdependency builders.
+type TaskDependency func(*sql.Selector)
+
 // TaskInstance is the predicate function for taskinstance builders.
 type TaskInstance func(*sql.Selector)
 
 // TaskLog is the predicate function for tasklog builders.
 type TaskLog func(*sql.Selector)
+
+// Workflow is the predicate function for workflow builders.
+type Workflow func(*sql.Selector)

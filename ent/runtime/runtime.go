@@ -17,8 +17,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 	"github.com/taskgraph/taskgraph/ent/schema"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 // The init function reads all schema descriptors with runtime code
@@ -345,6 +347,15 @@ func init() {
 	taskDescUpdatedAt := taskFields[28].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
+	taskdependencyMixin := schema.TaskDependency{}.Mixin()
+	taskdependencyMixinFields0 := taskdependencyMixin[0].Fields()
+	_ = taskdependencyMixinFields0
+	taskdependencyFields := schema.TaskDependency{}.Fields()
+	_ = taskdependencyFields
+	// taskdependencyDescCreatedAt is the schema descriptor for created_at field.
+	taskdependencyDescCreatedAt := taskdependencyMixinFields0[0].Descriptor()
+	// taskdependency.DefaultCreatedAt holds the default value on creation for the created_at field.
+	taskdependency.DefaultCreatedAt = taskdependencyDescCreatedAt.Default.(func() time.Time)
 	taskinstanceMixin := schema.TaskInstance{}.Mixin()
 	taskinstanceHooks := schema.TaskInstance{}.Hooks()
 	taskinstance.Hooks[0] = taskinstanceHooks[0]
@@ -356,8 +367,12 @@ func init() {
 	taskinstanceDescCreatedAt := taskinstanceMixinFields0[0].Descriptor()
 	// taskinstance.DefaultCreatedAt holds the default value on creation for the created_at field.
 	taskinstance.DefaultCreatedAt = taskinstanceDescCreatedAt.Default.(func() time.Time)
+	// taskinstanceDescWaitingOn is the schema descriptor for waiting_on field.
+	taskinstanceDescWaitingOn := taskinstanceFields[16].Descriptor()
+	// taskinstance.DefaultWaitingOn holds the default value on creation for the waiting_on field.
+	taskinstance.DefaultWaitingOn = taskinstanceDescWaitingOn.Default.(int)
 	// taskinstanceDescVersion is the schema descriptor for version field.
-	taskinstanceDescVersion := taskinstanceFields[16].Descriptor()
+	taskinstanceDescVersion := taskinstanceFields[17].Descriptor()
 	// taskinstance.DefaultVersion holds the default value on creation for the version field.
 	taskinstance.DefaultVersion = taskinstanceDescVersion.Default.(int64)
 	tasklogMixin := schema.TaskLog{}.Mixin()
@@ -369,6 +384,31 @@ func init() {
 	tasklogDescCreatedAt := tasklogMixinFields0[0].Descriptor()
 	// tasklog.DefaultCreatedAt holds the default value on creation for the created_at field.
 	tasklog.DefaultCreatedAt = tasklogDescCreatedAt.Default.(func() time.Time)
+	workflowMixin := schema.Workflow{}.Mixin()
+	workflowMixinFields0 := workflowMixin[0].Fields()
+	_ = workflowMixinFields0
+	workflowFields := schema.Workflow{}.Fields()
+	_ = workflowFields
+	// workflowDescCreatedAt is the schema descriptor for created_at field.
+	workflowDescCreatedAt := workflowMixinFields0[0].Descriptor()
+	// workflow.DefaultCreatedAt holds the default value on creation for the created_at field.
+	workflow.DefaultCreatedAt = workflowDescCreatedAt.Default.(func() time.Time)
+	// workflowDescTitle is the schema descriptor for title field.
+	workflowDescTitle := workflowFields[1].Descriptor()
+	// workflow.DefaultTitle holds the default value on creation for the title field.
+	workflow.DefaultTitle = workflowDescTitle.Default.(string)
+	// workflowDescOwnerSource is the schema descriptor for owner_source field.
+	workflowDescOwnerSource := workflowFields[6].Descriptor()
+	// workflow.DefaultOwnerSource holds the default value on creation for the owner_source field.
+	workflow.DefaultOwnerSource = workflowDescOwnerSource.Default.(string)
+	// workflowDescTenant is the schema descriptor for tenant field.
+	workflowDescTenant := workflowFields[7].Descriptor()
+	// workflow.DefaultTenant holds the default value on creation for the tenant field.
+	workflow.DefaultTenant = workflowDescTenant.Default.(string)
+	// workflowDescOwnerRole is the schema descriptor for owner_role field.
+	workflowDescOwnerRole := workflowFields[8].Descriptor()
+	// workflow.DefaultOwnerRole holds the default value on creation for the owner_role field.
+	workflow.DefaultOwnerRole = workflowDescOwnerRole.Default.(string)
 }
 
 const (

@@ -149,6 +149,17 @@ func (Task) Fields() []ent.Field {
 			Immutable().
 			Comment("The W3C traceparent of the span that created it, when tracing was on: its executions' spans continue that trace, on whichever node runs them.").
 			Annotations(entgql.Skip()),
+		field.Int("workflow_id").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The workflow it is a step of, if any.").
+			Annotations(entgql.Skip()),
+		field.String("step_key").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("Its key among its workflow's steps: its children find its result by it."),
 	}
 }
 
@@ -203,12 +214,16 @@ func (Task) Indexes() []ent.Index {
 			Unique().
 			StorageKey("task_schedule_slot").
 			Annotations(entsql.IndexWhere("schedule_id IS NOT NULL")),
+		// A workflow's steps (immutable columns only).
+		index.Fields("workflow_id", "step_key").
+			Unique().
+			Annotations(entsql.IndexWhere("workflow_id IS NOT NULL")),
 	}
 }
 
 // Hooks of Task.
 func (Task) Hooks() []ent.Hook {
-	return []ent.Hook{statusGuard("task", lifecycle.Pending)}
+	return []ent.Hook{statusGuard("task", lifecycle.Pending, lifecycle.WaitingDependency)}
 }
 
 // Annotations of Task.

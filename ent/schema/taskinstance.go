@@ -73,6 +73,10 @@ func (TaskInstance) Fields() []ent.Field {
 		field.JSON("result", json.RawMessage{}).
 			Optional().
 			Annotations(entgql.Type("JSON")),
+		field.Int("waiting_on").
+			Default(0).
+			Comment("How many parents of its task it still waits for (WAITING_DEPENDENCY); the transaction that brings it to zero releases it.").
+			Annotations(entgql.Skip()),
 		field.Int64("version").
 			Default(1).
 			Comment("Fencing token: bumped by every transition; writes of a stale execution carry an old one and are refused."),
@@ -116,7 +120,7 @@ func (TaskInstance) Indexes() []ent.Index {
 
 // Hooks of TaskInstance.
 func (TaskInstance) Hooks() []ent.Hook {
-	return []ent.Hook{statusGuard("task instance", lifecycle.Pending, lifecycle.RetryPending)}
+	return []ent.Hook{statusGuard("task instance", lifecycle.Pending, lifecycle.RetryPending, lifecycle.WaitingDependency)}
 }
 
 // Annotations of TaskInstance.

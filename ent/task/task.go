@@ -88,6 +88,10 @@ const (
 	FieldScheduleSlot = "schedule_slot"
 	// FieldTraceParent holds the string denoting the trace_parent field in the database.
 	FieldTraceParent = "trace_parent"
+	// FieldWorkflowID holds the string denoting the workflow_id field in the database.
+	FieldWorkflowID = "workflow_id"
+	// FieldStepKey holds the string denoting the step_key field in the database.
+	FieldStepKey = "step_key"
 	// EdgeInstances holds the string denoting the instances edge name in mutations.
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
@@ -156,6 +160,8 @@ var Columns = []string{
 	FieldScheduleID,
 	FieldScheduleSlot,
 	FieldTraceParent,
+	FieldWorkflowID,
+	FieldStepKey,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -204,7 +210,7 @@ var (
 // StatusValidator is a validator for the "status" field enum values. It is called by the builders before save.
 func StatusValidator(s lifecycle.Status) error {
 	switch s {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for status field: %q", s)
@@ -238,7 +244,7 @@ func ResultStatusValidator(rs ResultStatus) error {
 // AttentionStatusValidator is a validator for the "attention_status" field enum values. It is called by the builders before save.
 func AttentionStatusValidator(as lifecycle.Status) error {
 	switch as {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for attention_status field: %q", as)
@@ -406,6 +412,16 @@ func ByScheduleSlot(opts ...sql.OrderTermOption) OrderOption {
 // ByTraceParent orders the results by the trace_parent field.
 func ByTraceParent(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldTraceParent, opts...).ToFunc()
+}
+
+// ByWorkflowID orders the results by the workflow_id field.
+func ByWorkflowID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWorkflowID, opts...).ToFunc()
+}
+
+// ByStepKey orders the results by the step_key field.
+func ByStepKey(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldStepKey, opts...).ToFunc()
 }
 
 // ByInstancesCount orders the results by instances count.

@@ -201,6 +201,16 @@ func TraceParent(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldTraceParent, v))
 }
 
+// WorkflowID applies equality check predicate on the "workflow_id" field. It's identical to WorkflowIDEQ.
+func WorkflowID(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldWorkflowID, v))
+}
+
+// StepKey applies equality check predicate on the "step_key" field. It's identical to StepKeyEQ.
+func StepKey(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldStepKey, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldCreatedAt, v))
@@ -1904,6 +1914,131 @@ func TraceParentEqualFold(v string) predicate.Task {
 // TraceParentContainsFold applies the ContainsFold predicate on the "trace_parent" field.
 func TraceParentContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldTraceParent, v))
+}
+
+// WorkflowIDEQ applies the EQ predicate on the "workflow_id" field.
+func WorkflowIDEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldWorkflowID, v))
+}
+
+// WorkflowIDNEQ applies the NEQ predicate on the "workflow_id" field.
+func WorkflowIDNEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldWorkflowID, v))
+}
+
+// WorkflowIDIn applies the In predicate on the "workflow_id" field.
+func WorkflowIDIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldWorkflowID, vs...))
+}
+
+// WorkflowIDNotIn applies the NotIn predicate on the "workflow_id" field.
+func WorkflowIDNotIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldWorkflowID, vs...))
+}
+
+// WorkflowIDGT applies the GT predicate on the "workflow_id" field.
+func WorkflowIDGT(v int) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldWorkflowID, v))
+}
+
+// WorkflowIDGTE applies the GTE predicate on the "workflow_id" field.
+func WorkflowIDGTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldWorkflowID, v))
+}
+
+// WorkflowIDLT applies the LT predicate on the "workflow_id" field.
+func WorkflowIDLT(v int) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldWorkflowID, v))
+}
+
+// WorkflowIDLTE applies the LTE predicate on the "workflow_id" field.
+func WorkflowIDLTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldWorkflowID, v))
+}
+
+// WorkflowIDIsNil applies the IsNil predicate on the "workflow_id" field.
+func WorkflowIDIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldWorkflowID))
+}
+
+// WorkflowIDNotNil applies the NotNil predicate on the "workflow_id" field.
+func WorkflowIDNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldWorkflowID))
+}
+
+// StepKeyEQ applies the EQ predicate on the "step_key" field.
+func StepKeyEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldStepKey, v))
+}
+
+// StepKeyNEQ applies the NEQ predicate on the "step_key" field.
+func StepKeyNEQ(v string) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldStepKey, v))
+}
+
+// StepKeyIn applies the In predicate on the "step_key" field.
+func StepKeyIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldStepKey, vs...))
+}
+
+// StepKeyNotIn applies the NotIn predicate on the "step_key" field.
+func StepKeyNotIn(vs ...string) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldStepKey, vs...))
+}
+
+// StepKeyGT applies the GT predicate on the "step_key" field.
+func StepKeyGT(v string) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldStepKey, v))
+}
+
+// StepKeyGTE applies the GTE predicate on the "step_key" field.
+func StepKeyGTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldStepKey, v))
+}
+
+// StepKeyLT applies the LT predicate on the "step_key" field.
+func StepKeyLT(v string) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldStepKey, v))
+}
+
+// StepKeyLTE applies the LTE predicate on the "step_key" field.
+func StepKeyLTE(v string) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldStepKey, v))
+}
+
+// StepKeyContains applies the Contains predicate on the "step_key" field.
+func StepKeyContains(v string) predicate.Task {
+	return predicate.Task(sql.FieldContains(FieldStepKey, v))
+}
+
+// StepKeyHasPrefix applies the HasPrefix predicate on the "step_key" field.
+func StepKeyHasPrefix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasPrefix(FieldStepKey, v))
+}
+
+// StepKeyHasSuffix applies the HasSuffix predicate on the "step_key" field.
+func StepKeyHasSuffix(v string) predicate.Task {
+	return predicate.Task(sql.FieldHasSuffix(FieldStepKey, v))
+}
+
+// StepKeyIsNil applies the IsNil predicate on the "step_key" field.
+func StepKeyIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldStepKey))
+}
+
+// StepKeyNotNil applies the NotNil predicate on the "step_key" field.
+func StepKeyNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldStepKey))
+}
+
+// StepKeyEqualFold applies the EqualFold predicate on the "step_key" field.
+func StepKeyEqualFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldEqualFold(FieldStepKey, v))
+}
+
+// StepKeyContainsFold applies the ContainsFold predicate on the "step_key" field.
+func StepKeyContainsFold(v string) predicate.Task {
+	return predicate.Task(sql.FieldContainsFold(FieldStepKey, v))
 }
 
 // HasInstances applies the HasEdge predicate on the "instances" edge.

@@ -52,6 +52,8 @@ const (
 	FieldLastError = "last_error"
 	// FieldResult holds the string denoting the result field in the database.
 	FieldResult = "result"
+	// FieldWaitingOn holds the string denoting the waiting_on field in the database.
+	FieldWaitingOn = "waiting_on"
 	// FieldVersion holds the string denoting the version field in the database.
 	FieldVersion = "version"
 	// EdgeTask holds the string denoting the task edge name in mutations.
@@ -87,6 +89,7 @@ var Columns = []string{
 	FieldErrorKind,
 	FieldLastError,
 	FieldResult,
+	FieldWaitingOn,
 	FieldVersion,
 }
 
@@ -109,6 +112,8 @@ var (
 	Hooks [1]ent.Hook
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
+	// DefaultWaitingOn holds the default value on creation for the "waiting_on" field.
+	DefaultWaitingOn int
 	// DefaultVersion holds the default value on creation for the "version" field.
 	DefaultVersion int64
 )
@@ -116,7 +121,7 @@ var (
 // StatusValidator is a validator for the "status" field enum values. It is called by the builders before save.
 func StatusValidator(s lifecycle.Status) error {
 	switch s {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
 		return nil
 	default:
 		return fmt.Errorf("taskinstance: invalid enum value for status field: %q", s)
@@ -219,6 +224,11 @@ func ByErrorKind(opts ...sql.OrderTermOption) OrderOption {
 // ByLastError orders the results by the last_error field.
 func ByLastError(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldLastError, opts...).ToFunc()
+}
+
+// ByWaitingOn orders the results by the waiting_on field.
+func ByWaitingOn(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWaitingOn, opts...).ToFunc()
 }
 
 // ByVersion orders the results by the version field.

@@ -126,6 +126,11 @@ func LastError(v string) predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldEQ(FieldLastError, v))
 }
 
+// WaitingOn applies equality check predicate on the "waiting_on" field. It's identical to WaitingOnEQ.
+func WaitingOn(v int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldWaitingOn, v))
+}
+
 // Version applies equality check predicate on the "version" field. It's identical to VersionEQ.
 func Version(v int64) predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldEQ(FieldVersion, v))
@@ -894,6 +899,46 @@ func ResultIsNil() predicate.TaskInstance {
 // ResultNotNil applies the NotNil predicate on the "result" field.
 func ResultNotNil() predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldNotNull(FieldResult))
+}
+
+// WaitingOnEQ applies the EQ predicate on the "waiting_on" field.
+func WaitingOnEQ(v int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldWaitingOn, v))
+}
+
+// WaitingOnNEQ applies the NEQ predicate on the "waiting_on" field.
+func WaitingOnNEQ(v int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNEQ(FieldWaitingOn, v))
+}
+
+// WaitingOnIn applies the In predicate on the "waiting_on" field.
+func WaitingOnIn(vs ...int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldIn(FieldWaitingOn, vs...))
+}
+
+// WaitingOnNotIn applies the NotIn predicate on the "waiting_on" field.
+func WaitingOnNotIn(vs ...int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNotIn(FieldWaitingOn, vs...))
+}
+
+// WaitingOnGT applies the GT predicate on the "waiting_on" field.
+func WaitingOnGT(v int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGT(FieldWaitingOn, v))
+}
+
+// WaitingOnGTE applies the GTE predicate on the "waiting_on" field.
+func WaitingOnGTE(v int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGTE(FieldWaitingOn, v))
+}
+
+// WaitingOnLT applies the LT predicate on the "waiting_on" field.
+func WaitingOnLT(v int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLT(FieldWaitingOn, v))
+}
+
+// WaitingOnLTE applies the LTE predicate on the "waiting_on" field.
+func WaitingOnLTE(v int) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLTE(FieldWaitingOn, v))
 }
 
 // VersionEQ applies the EQ predicate on the "version" field.

@@ -104,6 +104,10 @@ type CreateTaskInput struct {
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 	// Do not run before this time.
 	RunAt *time.Time `json:"runAt,omitempty"`
+	// Existing tasks this one waits for (WAITING_DEPENDENCY): it runs once they have all succeeded.
+	DependsOn []int `json:"dependsOn,omitempty"`
+	// What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS.
+	OnParentFailure *ParentFailurePolicy `json:"onParentFailure,omitempty"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 }
@@ -118,6 +122,16 @@ type CreateTaskResult struct {
 	Created bool `json:"created"`
 	// Why the item was refused (VALIDATION, CONFLICT, ...). The other items are not affected.
 	Error *ActionError `json:"error,omitempty"`
+}
+
+type CreateWorkflowInput struct {
+	// Resubmitting with the same key returns the workflow created first; the same key with another definition is a CONFLICT error.
+	Key   *string `json:"key,omitempty"`
+	Title *string `json:"title,omitempty"`
+	// The policy of the steps that name none. Default CANCEL_DEPENDENTS.
+	OnParentFailure *ParentFailurePolicy `json:"onParentFailure,omitempty"`
+	// At most 10,000 steps, with no cycle and no unknown key.
+	Steps []*WorkflowStepInput `json:"steps"`
 }
 
 // A short-lived signed link to one artifact.
@@ -262,6 +276,24 @@ type UpdateScheduleInput struct {
 	Task *ScheduleTaskInput `json:"task,omitempty"`
 }
 
+// One step of a workflow: a task, its key among the steps and the keys of the steps it waits for.
+type WorkflowStepInput struct {
+	// Unique among the workflow's steps; its children find its result by it.
+	Key            string          `json:"key"`
+	Type           string          `json:"type"`
+	Title          *string         `json:"title,omitempty"`
+	BizID          *string         `json:"bizId,omitempty"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	Priority       *int            `json:"priority,omitempty"`
+	TimeoutSeconds *int            `json:"timeoutSeconds,omitempty"`
+	RetryPolicy    *string         `json:"retryPolicy,omitempty"`
+	MaxAttempts    *int            `json:"maxAttempts,omitempty"`
+	// Keys of the steps this one waits for: it runs once they have all succeeded.
+	DependsOn []string `json:"dependsOn,omitempty"`
+	// Default: the workflow's.
+	OnParentFailure *ParentFailurePolicy `json:"onParentFailure,omitempty"`
+}
+
 // The format of a tabular file.
 type FileFormat string
 
@@ -313,6 +345,67 @@ func (e *FileFormat) UnmarshalJSON(b []byte) error {
 }
 
 func (e FileFormat) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// What a parent that fails or is cancelled does to a task that waits for it.
+type ParentFailurePolicy string
+
+const (
+	// The child and everything below it are CANCELLED (the default).
+	ParentFailurePolicyCancelDependents ParentFailurePolicy = "CANCEL_DEPENDENTS"
+	// The child keeps waiting; a retry of the parent that succeeds releases it.
+	ParentFailurePolicyWait ParentFailurePolicy = "WAIT"
+	// Not supported yet: a VALIDATION error.
+	ParentFailurePolicyRunAnyway ParentFailurePolicy = "RUN_ANYWAY"
+)
+
+var AllParentFailurePolicy = []ParentFailurePolicy{
+	ParentFailurePolicyCancelDependents,
+	ParentFailurePolicyWait,
+	ParentFailurePolicyRunAnyway,
+}
+
+func (e ParentFailurePolicy) IsValid() bool {
+	switch e {
+	case ParentFailurePolicyCancelDependents, ParentFailurePolicyWait, ParentFailurePolicyRunAnyway:
+		return true
+	}
+	return false
+}
+
+func (e ParentFailurePolicy) String() string {
+	return string(e)
+}
+
+func (e *ParentFailurePolicy) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ParentFailurePolicy(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ParentFailurePolicy", str)
+	}
+	return nil
+}
+
+func (e ParentFailurePolicy) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ParentFailurePolicy) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ParentFailurePolicy) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -1,6 +1,6 @@
 // Package access decides what a viewer may see. Install puts a filter on
 // every query of an ent client, so that whatever reads tasks, instances,
-// logs, artifacts or audit records — a resolver, node/nodes, a connection
+// logs, artifacts, workflows, their edges or audit records — a resolver, node/nodes, a connection
 // and its totalCount, an aggregate, the store inside a cancel or a retry,
 // an export or a report read as its owner — reads only what the viewer of
 // its context may see. The imported contacts, a table of the importer's
@@ -41,8 +41,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/internal/auth"
 )
 
@@ -124,8 +126,46 @@ func Install(c *ent.Client) {
 		}
 		return nil
 	}))
+	c.Workflow.Intercept(intercept.TraverseWorkflow(func(ctx context.Context, q *ent.WorkflowQuery) error {
+		v, err := viewer(ctx)
+		if err != nil {
+			return err
+		}
+		if p := workflowPredicate(v); p != nil {
+			q.Where(p)
+		}
+		return nil
+	}))
+	// An edge is seen with its child: the steps of a workflow share its
+	// owner, and a task added after others is its creator's.
+	c.TaskDependency.Intercept(intercept.TraverseTaskDependency(func(ctx context.Context, q *ent.TaskDependencyQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(func(s *sql.Selector) {
+				t := sql.Table(task.Table)
+				sub := sql.Select(t.C(task.FieldID)).From(t)
+				p(sub)
+				s.Where(sql.In(s.C(taskdependency.FieldChildID), sub))
+			})
+		}
+		return err
+	}))
 	installAlerts(c)
 	installNodes(c)
+}
+
+// workflowPredicate is the rule on workflows, the tasks' rule: nil when v
+// sees every workflow. A step is visible to whoever sees its task, and its
+// task has its workflow's owner.
+func workflowPredicate(v auth.Viewer) predicate.Workflow {
+	switch {
+	case v.SeesEveryTenant():
+		return nil
+	case v.IsAdmin():
+		return workflow.Tenant(v.Tenant)
+	default:
+		return workflow.And(workflow.Tenant(v.Tenant), workflow.OwnerSource(v.Source), workflow.Owner(v.User))
+	}
 }
 
 func viewer(ctx context.Context) (auth.Viewer, error) {

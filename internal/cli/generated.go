@@ -1656,6 +1656,10 @@ type CreateTaskInput struct {
 	IdempotencyKey *string `json:"idempotencyKey"`
 	// Do not run before this time.
 	RunAt *time.Time `json:"runAt"`
+	// Existing tasks this one waits for (WAITING_DEPENDENCY): it runs once they have all succeeded.
+	DependsOn []string `json:"dependsOn"`
+	// What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS.
+	OnParentFailure *ParentFailurePolicy `json:"onParentFailure"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds"`
 }
@@ -1689,6 +1693,12 @@ func (v *CreateTaskInput) GetIdempotencyKey() *string { return v.IdempotencyKey 
 
 // GetRunAt returns CreateTaskInput.RunAt, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetRunAt() *time.Time { return v.RunAt }
+
+// GetDependsOn returns CreateTaskInput.DependsOn, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetDependsOn() []string { return v.DependsOn }
+
+// GetOnParentFailure returns CreateTaskInput.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetOnParentFailure() *ParentFailurePolicy { return v.OnParentFailure }
 
 // GetStallAfterSeconds returns CreateTaskInput.StallAfterSeconds, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetStallAfterSeconds() *int { return v.StallAfterSeconds }
@@ -2946,6 +2956,24 @@ const (
 var AllOrderDirection = []OrderDirection{
 	OrderDirection_ASC,
 	OrderDirection_DESC,
+}
+
+// What a parent that fails or is cancelled does to a task that waits for it.
+type ParentFailurePolicy string
+
+const (
+	// The child and everything below it are CANCELLED (the default).
+	ParentFailurePolicy_CANCEL_DEPENDENTS ParentFailurePolicy = "CANCEL_DEPENDENTS"
+	// The child keeps waiting; a retry of the parent that succeeds releases it.
+	ParentFailurePolicy_WAIT ParentFailurePolicy = "WAIT"
+	// Not supported yet: a VALIDATION error.
+	ParentFailurePolicy_RUN_ANYWAY ParentFailurePolicy = "RUN_ANYWAY"
+)
+
+var AllParentFailurePolicy = []ParentFailurePolicy{
+	ParentFailurePolicy_CANCEL_DEPENDENTS,
+	ParentFailurePolicy_WAIT,
+	ParentFailurePolicy_RUN_ANYWAY,
 }
 
 // PauseSchedulePauseSchedule includes the requested fields of the GraphQL type Schedule.
@@ -4381,12 +4409,13 @@ var AllTaskResultStatus = []TaskResultStatus{
 type TaskStatus string
 
 const (
-	TaskStatus_PENDING       TaskStatus = "PENDING"
-	TaskStatus_EXECUTING     TaskStatus = "EXECUTING"
-	TaskStatus_SUCCESS       TaskStatus = "SUCCESS"
-	TaskStatus_FAILED        TaskStatus = "FAILED"
-	TaskStatus_RETRY_PENDING TaskStatus = "RETRY_PENDING"
-	TaskStatus_CANCELLED     TaskStatus = "CANCELLED"
+	TaskStatus_PENDING            TaskStatus = "PENDING"
+	TaskStatus_EXECUTING          TaskStatus = "EXECUTING"
+	TaskStatus_SUCCESS            TaskStatus = "SUCCESS"
+	TaskStatus_FAILED             TaskStatus = "FAILED"
+	TaskStatus_RETRY_PENDING      TaskStatus = "RETRY_PENDING"
+	TaskStatus_CANCELLED          TaskStatus = "CANCELLED"
+	TaskStatus_WAITING_DEPENDENCY TaskStatus = "WAITING_DEPENDENCY"
 )
 
 var AllTaskStatus = []TaskStatus{
@@ -4396,6 +4425,7 @@ var AllTaskStatus = []TaskStatus{
 	TaskStatus_FAILED,
 	TaskStatus_RETRY_PENDING,
 	TaskStatus_CANCELLED,
+	TaskStatus_WAITING_DEPENDENCY,
 }
 
 // TaskUpdatedResponse is returned by TaskUpdated on success.
@@ -4883,6 +4913,22 @@ type TaskWhereInput struct {
 	ScheduleSlotLTE    *time.Time  `json:"scheduleSlotLTE"`
 	ScheduleSlotIsNil  *bool       `json:"scheduleSlotIsNil"`
 	ScheduleSlotNotNil *bool       `json:"scheduleSlotNotNil"`
+	// step_key field predicates
+	StepKey             *string  `json:"stepKey"`
+	StepKeyNEQ          *string  `json:"stepKeyNEQ"`
+	StepKeyIn           []string `json:"stepKeyIn"`
+	StepKeyNotIn        []string `json:"stepKeyNotIn"`
+	StepKeyGT           *string  `json:"stepKeyGT"`
+	StepKeyGTE          *string  `json:"stepKeyGTE"`
+	StepKeyLT           *string  `json:"stepKeyLT"`
+	StepKeyLTE          *string  `json:"stepKeyLTE"`
+	StepKeyContains     *string  `json:"stepKeyContains"`
+	StepKeyHasPrefix    *string  `json:"stepKeyHasPrefix"`
+	StepKeyHasSuffix    *string  `json:"stepKeyHasSuffix"`
+	StepKeyIsNil        *bool    `json:"stepKeyIsNil"`
+	StepKeyNotNil       *bool    `json:"stepKeyNotNil"`
+	StepKeyEqualFold    *string  `json:"stepKeyEqualFold"`
+	StepKeyContainsFold *string  `json:"stepKeyContainsFold"`
 	// Case-insensitive text in code, title or biz id.
 	Search *string `json:"search"`
 	// Every condition holds on the task's input (as stored, masked). Equality is served by an index on PostgreSQL (JSONPathPredicate: graph/schema/payload.graphql).
@@ -5712,6 +5758,51 @@ func (v *TaskWhereInput) GetScheduleSlotIsNil() *bool { return v.ScheduleSlotIsN
 
 // GetScheduleSlotNotNil returns TaskWhereInput.ScheduleSlotNotNil, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetScheduleSlotNotNil() *bool { return v.ScheduleSlotNotNil }
+
+// GetStepKey returns TaskWhereInput.StepKey, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKey() *string { return v.StepKey }
+
+// GetStepKeyNEQ returns TaskWhereInput.StepKeyNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyNEQ() *string { return v.StepKeyNEQ }
+
+// GetStepKeyIn returns TaskWhereInput.StepKeyIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyIn() []string { return v.StepKeyIn }
+
+// GetStepKeyNotIn returns TaskWhereInput.StepKeyNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyNotIn() []string { return v.StepKeyNotIn }
+
+// GetStepKeyGT returns TaskWhereInput.StepKeyGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyGT() *string { return v.StepKeyGT }
+
+// GetStepKeyGTE returns TaskWhereInput.StepKeyGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyGTE() *string { return v.StepKeyGTE }
+
+// GetStepKeyLT returns TaskWhereInput.StepKeyLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyLT() *string { return v.StepKeyLT }
+
+// GetStepKeyLTE returns TaskWhereInput.StepKeyLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyLTE() *string { return v.StepKeyLTE }
+
+// GetStepKeyContains returns TaskWhereInput.StepKeyContains, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyContains() *string { return v.StepKeyContains }
+
+// GetStepKeyHasPrefix returns TaskWhereInput.StepKeyHasPrefix, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyHasPrefix() *string { return v.StepKeyHasPrefix }
+
+// GetStepKeyHasSuffix returns TaskWhereInput.StepKeyHasSuffix, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyHasSuffix() *string { return v.StepKeyHasSuffix }
+
+// GetStepKeyIsNil returns TaskWhereInput.StepKeyIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyIsNil() *bool { return v.StepKeyIsNil }
+
+// GetStepKeyNotNil returns TaskWhereInput.StepKeyNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyNotNil() *bool { return v.StepKeyNotNil }
+
+// GetStepKeyEqualFold returns TaskWhereInput.StepKeyEqualFold, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyEqualFold() *string { return v.StepKeyEqualFold }
+
+// GetStepKeyContainsFold returns TaskWhereInput.StepKeyContainsFold, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetStepKeyContainsFold() *string { return v.StepKeyContainsFold }
 
 // GetSearch returns TaskWhereInput.Search, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetSearch() *string { return v.Search }

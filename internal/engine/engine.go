@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -139,6 +140,12 @@ type CreateRequest struct {
 	// StallAfterSeconds replaces the type's stallAfter for this task (0:
 	// no stall detection).
 	StallAfterSeconds *int
+	// DependsOn names existing tasks the new one waits for (at most
+	// MaxParents): it starts WAITING_DEPENDENCY and is released when they
+	// have all succeeded. OnParentFailure is what a parent that fails or is
+	// cancelled does to it: CANCEL_DEPENDENTS (empty) or WAIT.
+	DependsOn       []int
+	OnParentFailure string
 
 	// internal lets the engine itself create a task of an internal type
 	// on a user's behalf (a bulk action over a filter).
@@ -423,6 +430,7 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 			v.add("input", "%s", e.masker.String(err.Error()))
 		}
 	}
+	parents := checkParents(&v, "", req.DependsOn, req.OnParentFailure)
 	if err := v.err(); err != nil {
 		return store.NewTask{}, err
 	}
@@ -450,7 +458,13 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 		h := e.sealer.Hash([]byte("idempotency key"), []byte(id.Source), []byte(id.Tenant), []byte(id.User), []byte(*k))
 		shownKey, keyHash = &shown, &h
 	}
+	inputHash := e.sealer.Hash([]byte(typ.Name), []byte(req.BizID), canonical)
+	if len(req.DependsOn) > 0 {
+		// Another set of parents is another payload.
+		inputHash = e.sealer.Hash([]byte(inputHash), []byte(fmt.Sprint(slices.Sorted(slices.Values(req.DependsOn)))), []byte(req.OnParentFailure))
+	}
 	return store.NewTask{
+		Parents:         parents,
 		Type:            typ.Name,
 		Title:           e.masker.String(req.Title),
 		BizID:           e.masker.String(req.BizID),
@@ -462,7 +476,7 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 		IdempotencyHash: keyHash,
 		Input:           masked,
 		InputSealed:     sealed,
-		InputHash:       e.sealer.Hash([]byte(typ.Name), []byte(req.BizID), canonical),
+		InputHash:       inputHash,
 		Priority:        priority,
 		TimeoutSeconds:  timeout,
 		RetryPolicy:     policyName,

@@ -470,7 +470,8 @@ func wakesWorkers(kind events.ChangeKind, status lifecycle.Status) bool {
 	case events.Created, events.CancelRequested:
 		return true
 	case events.Transitioned:
-		return status == lifecycle.RetryPending
+		// A retry scheduled, or a step released by its parents.
+		return status == lifecycle.RetryPending || status == lifecycle.Pending
 	}
 	return false
 }

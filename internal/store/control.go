@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
@@ -88,7 +89,7 @@ func (s *Store) cancelIn(ctx context.Context, t *txn, id int, reason string) (*e
 			return nil, fmt.Errorf("cancel: read task: %w", err)
 		}
 		switch tk.Status {
-		case lifecycle.Pending, lifecycle.RetryPending:
+		case lifecycle.Pending, lifecycle.RetryPending, lifecycle.WaitingDependency:
 			done, err := s.cancelWaiting(ctx, t, tk, reason)
 			if err != nil {
 				return nil, err
@@ -167,7 +168,10 @@ func (s *Store) eachIn(ctx context.Context, t *txn, ids []int, fn func(t *txn, i
 // ids it did not move (running, finished, unknown, or claimed meanwhile)
 // are left to the caller.
 func (s *Store) cancelWaitingAll(ctx context.Context, t *txn, ids []int, reason string) ([]*ent.Task, error) {
-	for _, from := range lifecycle.WaitingStatuses {
+	// The states a cancel ends at once: the claimable ones, and a step
+	// waiting for its parents.
+	froms := append(slices.Clone(lifecycle.WaitingStatuses), lifecycle.WaitingDependency)
+	for _, from := range froms {
 		if err := lifecycle.Check("task", 0, from, lifecycle.Cancelled); err != nil {
 			return nil, err
 		}
@@ -175,7 +179,7 @@ func (s *Store) cancelWaitingAll(ctx context.Context, t *txn, ids []int, reason 
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	waiting := lifecycle.QuotedList(lifecycle.WaitingStatuses...)
+	waiting := lifecycle.QuotedList(froms...)
 	now := s.Now()
 	msg := "cancelled before it ran"
 	if reason != "" {
@@ -215,6 +219,9 @@ RETURNING `+changingColumns("tasks")), append([]any{reason, now, now}, args...).
 		return nil, fmt.Errorf("cancel: %d waiting instances but %d of their tasks were waiting", len(taskIDs), len(tasks))
 	}
 	t.changed(events.Transitioned, tasks...)
+	if err := s.afterEnded(ctx, t, tasks); err != nil {
+		return nil, fmt.Errorf("cancel: %w", err)
+	}
 	return tasks, nil
 }
 
@@ -294,6 +301,9 @@ WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(fr
 	tk.Status, tk.AttentionStatus, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, &cancelled, reason, &now, now
 	tk.Version++
 	t.changed(events.Transitioned, tk)
+	if err := s.afterEnded(ctx, t, []*ent.Task{tk}); err != nil {
+		return false, fmt.Errorf("cancel: %w", err)
+	}
 	return true, nil
 }
 

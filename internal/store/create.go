@@ -58,6 +58,17 @@ type NewTask struct {
 	// Empty: CreateTasks takes the span of its context's, if any
 	// (telemetry.TraceParent).
 	TraceParent string
+
+	// WorkflowID and StepKey name the workflow the task is a step of.
+	WorkflowID *int
+	StepKey    *string
+	// Parents, when any, make the task wait (WAITING_DEPENDENCY) until
+	// each has ended as its edge asks; parents that have already
+	// succeeded are not waited for.
+	Parents []Parent
+
+	// waitingOn is how many parents the first instance waits for.
+	waitingOn int
 }
 
 // Created is the answer to one NewTask of CreateTasks: the task, and whether
@@ -122,6 +133,10 @@ func (tx *Tx) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) 
 		}
 	}
 	out := make([]Created, len(ns))
+	ns, err := tx.s.countParents(ctx, tx.t, ns, out)
+	if err != nil {
+		return nil, err
+	}
 	chunk := tx.s.d.insertChunk(len(taskInsertCols))
 	for start := 0; start < len(ns); start += chunk {
 		end := min(start+chunk, len(ns))
@@ -131,6 +146,9 @@ func (tx *Tx) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) 
 			}
 			return nil, fmt.Errorf("create tasks: %w", err)
 		}
+	}
+	if err := tx.s.insertEdges(ctx, tx.t, ns, out); err != nil {
+		return nil, fmt.Errorf("create tasks: %w", err)
 	}
 	return out, nil
 }
@@ -167,6 +185,9 @@ func (s *Store) createChunk(ctx context.Context, t *txn, ns []NewTask, out []Cre
 	for i, n := range ns {
 		if (n.IdempotencyKey == nil) != (n.IdempotencyHash == nil) {
 			return fmt.Errorf("item %d: an idempotency key needs its hash", i)
+		}
+		if out[i].Err != nil {
+			continue // a parent of its refused it (countParents)
 		}
 		if n.IdempotencyHash == nil {
 			todo = append(todo, i)
@@ -295,7 +316,7 @@ var taskInsertCols = []struct {
 		return *n.IdempotencyKey
 	}},
 	{"title", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.Title }},
-	{"status", colText, func(*NewTask, string, time.Time, time.Time) any { return string(lifecycle.Pending) }},
+	{"status", colText, func(n *NewTask, _ string, _, _ time.Time) any { return string(firstStatus(n)) }},
 	{"priority", colInt, func(n *NewTask, _ string, _, _ time.Time) any { return int64(n.Priority) }},
 	{"owner", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.Owner }},
 	{"owner_role", colText, func(n *NewTask, _ string, _, _ time.Time) any { return n.OwnerRole }},
@@ -344,6 +365,27 @@ var taskInsertCols = []struct {
 		}
 		return n.TraceParent
 	}},
+	{"workflow_id", colNullInt, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.WorkflowID == nil {
+			return nil
+		}
+		return int64(*n.WorkflowID)
+	}},
+	{"step_key", colText, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.StepKey == nil {
+			return nil
+		}
+		return *n.StepKey
+	}},
+}
+
+// firstStatus is the state a new task starts in: waiting for its parents,
+// or PENDING.
+func firstStatus(n *NewTask) lifecycle.Status {
+	if n.waitingOn > 0 {
+		return lifecycle.WaitingDependency
+	}
+	return lifecycle.Pending
 }
 
 // insertColumns are the names and types of taskInsertCols.
@@ -358,8 +400,8 @@ func insertColumns() ([]string, []colType) {
 
 // The derived table of the first instances' insert.
 var (
-	instanceInsertCols  = []string{"task_id", "task_type", "priority", "run_at"}
-	instanceInsertTypes = []colType{colInt, colText, colInt, colTime}
+	instanceInsertCols  = []string{"task_id", "task_type", "priority", "run_at", "status", "waiting_on"}
+	instanceInsertTypes = []colType{colInt, colText, colInt, colTime, colText, colInt}
 )
 
 // insertTasks inserts the items idx of ns with their first instances, in two
@@ -399,10 +441,15 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int
 	if len(tasks) == 0 {
 		return nil
 	}
-	icols := [][]any{make([]any, len(tasks)), make([]any, len(tasks)), make([]any, len(tasks)), make([]any, len(tasks))}
+	icols := make([][]any, len(instanceInsertCols))
+	for c := range icols {
+		icols[c] = make([]any, len(tasks))
+	}
 	for r, tk := range tasks {
-		out[byCode[tk.Code]] = Created{Task: tk, Created: true}
+		i := byCode[tk.Code]
+		out[i] = Created{Task: tk, Created: true}
 		icols[0][r], icols[1][r], icols[2][r], icols[3][r] = int64(tk.ID), tk.Type, int64(tk.Priority), tk.RunAt
+		icols[4][r], icols[5][r] = string(firstStatus(&ns[i])), int64(ns[i].waitingOn)
 	}
 	v, args = s.d.valuesTable("v", instanceInsertCols, instanceInsertTypes, icols)
 	if _, err := s.execute(ctx, t, s.d.insertInstancesSQL(v), append([]any{now}, args...)...); err != nil {
@@ -454,9 +501,10 @@ ON CONFLICT DO NOTHING
 RETURNING ` + taskColumns("tasks")
 }
 
-// insertInstancesSQL inserts the first, PENDING, instances of the tasks of
-// the derived table v.
+// insertInstancesSQL inserts the first instances of the tasks of the
+// derived table v: PENDING, or WAITING_DEPENDENCY with the number of
+// parents they wait for.
 func (d sqlDialect) insertInstancesSQL(v string) string {
-	return `INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, version, created_at)
-SELECT task_id, 1, 1, ` + lifecycle.QuotedList(lifecycle.Pending) + `, task_type, priority, run_at, 1, ` + d.timeParam() + ` FROM ` + v
+	return `INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, waiting_on, version, created_at)
+SELECT task_id, 1, 1, status, task_type, priority, run_at, waiting_on, 1, ` + d.timeParam() + ` FROM ` + v
 }

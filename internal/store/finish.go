@@ -262,6 +262,10 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 		t.logged(created...)
 	}
 	t.changed(events.Transitioned, tasks...)
+	// 4. Their dependents: released, or cancelled, in this transaction.
+	if err := s.afterEnded(ctx, t, tasks); err != nil {
+		return nil, fmt.Errorf("finish: %w", err)
+	}
 	return errs, nil
 }
 

@@ -23,6 +23,10 @@ type Job struct {
 	Task JobTask
 	// Instance is this execution.
 	Instance JobInstance
+	// Parents are the results of the tasks this one waited for, by their
+	// step key (a parent outside a workflow: by its code), as stored; nil
+	// for a task without parents.
+	Parents map[string]json.RawMessage
 
 	token store.Token
 	w     JobWriter

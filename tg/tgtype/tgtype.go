@@ -15,7 +15,8 @@ type Status string
 
 // The states. A task moves only along the lifecycle's table (PENDING ->
 // EXECUTING -> SUCCESS, FAILED, CANCELLED or RETRY_PENDING, RETRY_PENDING
-// -> EXECUTING again; FAILED -> RETRY_PENDING by a manual retry); its
+// -> EXECUTING again; FAILED -> RETRY_PENDING by a manual retry;
+// WAITING_DEPENDENCY -> PENDING once its parents ended, or CANCELLED); its
 // status is that of its latest execution.
 const (
 	// Pending: waiting for its first execution.
@@ -31,6 +32,9 @@ const (
 	RetryPending Status = "RETRY_PENDING"
 	// Cancelled: cancelled (final).
 	Cancelled Status = "CANCELLED"
+	// WaitingDependency: a step of a workflow whose parents have not all
+	// ended yet; it is not run before they have.
+	WaitingDependency Status = "WAITING_DEPENDENCY"
 )
 
 // Final reports whether s is a state no execution leaves by itself:

@@ -1,4 +1,4 @@
-// Package lifecycle is the task state machine: the six states shared by a task
+// Package lifecycle is the task state machine: the seven states shared by a task
 // and by each of its executions (instances), the one table of legal
 // transitions, the error classes of a failed execution, and the typed error
 // every writer returns when a move is not allowed.
@@ -21,19 +21,27 @@ import (
 // Status is the state of a task or of one of its instances.
 type Status string
 
-// The six states. See ARCHITECTURE.md, "The lifecycle", and the diagram in
+// The seven states. See ARCHITECTURE.md, "The lifecycle", and the diagram in
 // docs/work.md.
 const (
-	Pending      Status = "PENDING"
-	Executing    Status = "EXECUTING"
-	Success      Status = "SUCCESS"
-	Failed       Status = "FAILED"
-	RetryPending Status = "RETRY_PENDING"
-	Cancelled    Status = "CANCELLED"
+	// WaitingDependency is a task of a workflow (or created with dependsOn)
+	// whose parents have not all ended as its edges ask: its instance exists
+	// but is not claimable (not in WaitingStatuses, so not in the claim's
+	// index). It is entered only at creation, and left in the transaction
+	// that ends its last parent.
+	WaitingDependency Status = "WAITING_DEPENDENCY"
+	Pending           Status = "PENDING"
+	Executing         Status = "EXECUTING"
+	Success           Status = "SUCCESS"
+	Failed            Status = "FAILED"
+	RetryPending      Status = "RETRY_PENDING"
+	Cancelled         Status = "CANCELLED"
 )
 
-// AllStatuses lists every state in lifecycle order.
-var AllStatuses = []Status{Pending, Executing, Success, Failed, RetryPending, Cancelled}
+// AllStatuses lists every state in lifecycle order, but WAITING_DEPENDENCY,
+// which came later, last: a state's index in this list is how the relay's
+// notifications name it, so existing states keep theirs.
+var AllStatuses = []Status{Pending, Executing, Success, Failed, RetryPending, Cancelled, WaitingDependency}
 
 // LiveStatuses are the states in which an instance is waiting or running. At
 // most one instance of a task may be live (a partial unique index enforces it).
@@ -44,11 +52,24 @@ var WaitingStatuses = []Status{Pending, RetryPending}
 
 // transitions is the one transition table. A key's value lists the states it
 // may move to. Terminal states have no entry.
+//
+// WAITING_DEPENDENCY (entered only at creation, by a task with parents):
+//   - -> PENDING when every parent has ended as its edge asks: SUCCESS for
+//     the policies CANCEL_DEPENDENTS and WAIT, any terminal state for
+//     RUN_ANYWAY. The store makes it in the transaction that ends the last
+//     such parent: a counter of the parents still awaited (tasks.waiting_on)
+//     is decremented by one conditional UPDATE over all the children of the
+//     parents ending, and the row whose counter reaches zero is released by
+//     that same statement's transaction, once (the row lock orders two
+//     parents ending at the same instant).
+//   - -> CANCELLED when it is cancelled, or when a parent whose edge says
+//     CANCEL_DEPENDENTS ends FAILED or CANCELLED (with everything below it).
 var transitions = map[Status][]Status{
-	Pending:      {Executing, Cancelled},
-	Executing:    {Success, Failed, Cancelled, RetryPending},
-	Failed:       {RetryPending},
-	RetryPending: {Executing, Cancelled},
+	WaitingDependency: {Pending, Cancelled},
+	Pending:           {Executing, Cancelled},
+	Executing:         {Success, Failed, Cancelled, RetryPending},
+	Failed:            {RetryPending},
+	RetryPending:      {Executing, Cancelled},
 }
 
 // Values lets ent store Status as an enum column.
@@ -60,7 +81,7 @@ func (Status) Values() []string {
 	return out
 }
 
-// Valid reports whether s is one of the six states.
+// Valid reports whether s is one of the seven states.
 func (s Status) Valid() bool { return slices.Contains(AllStatuses, s) }
 
 // Terminal reports whether no transition leaves s automatically. FAILED is

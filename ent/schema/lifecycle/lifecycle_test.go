@@ -19,6 +19,8 @@ var designTable = map[lifecycle.Status][]lifecycle.Status{
 	lifecycle.Failed:       {lifecycle.RetryPending},
 	lifecycle.RetryPending: {lifecycle.Executing, lifecycle.Cancelled},
 	lifecycle.Cancelled:    {},
+	// A task with parents waits for them; it is released or cancelled.
+	lifecycle.WaitingDependency: {lifecycle.Pending, lifecycle.Cancelled},
 }
 
 func TestTransitionTableMatchesTheDesign(t *testing.T) {
@@ -77,6 +79,7 @@ func TestAvailableActionsProjectTheTable(t *testing.T) {
 		{lifecycle.Failed, false, []lifecycle.Action{lifecycle.ActionRetry}},
 		{lifecycle.Success, false, nil},
 		{lifecycle.Cancelled, false, nil},
+		{lifecycle.WaitingDependency, false, []lifecycle.Action{lifecycle.ActionCancel}},
 	}
 	for _, c := range cases {
 		require.Equal(t, c.want, lifecycle.AvailableActions(c.status, c.cancelRequested), "%s cancelRequested=%v", c.status, c.cancelRequested)

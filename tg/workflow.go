@@ -1,0 +1,106 @@
+package tg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/taskgraph/taskgraph/internal/engine"
+)
+
+// ErrNoParentResult is returned by ParentResult when the job's task has no
+// parent of that step key, or the parent left no result.
+var ErrNoParentResult = errors.New("taskgraph: no such parent result")
+
+// ParentResult decodes the result the parent of step key left the job's
+// task (a step of a workflow waits for its parents, and runs once they
+// succeeded). The result is the parent's as stored.
+func ParentResult[T any](job *Job, key string) (T, error) {
+	var out T
+	raw, ok := job.j.Parents[key]
+	if !ok || len(raw) == 0 {
+		return out, fmt.Errorf("%w: %q", ErrNoParentResult, key)
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, fmt.Errorf("taskgraph: decode the result of parent %q: %w", key, err)
+	}
+	return out, nil
+}
+
+// ParentKeys lists the step keys of the parents whose results the job's
+// task was given.
+func (j *Job) ParentKeys() []string {
+	keys := make([]string, 0, len(j.j.Parents))
+	for k := range j.j.Parents {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// DependsOn makes the task wait for existing tasks (by id): it starts
+// WAITING_DEPENDENCY and runs once they have all succeeded; a parent that
+// fails or is cancelled cancels it.
+func DependsOn(ids ...int) TaskOption {
+	return TaskOption{func(r *engine.CreateRequest) { r.DependsOn = append(r.DependsOn, ids...) }}
+}
+
+// Step is one step of a workflow: a key unique among its steps, a task
+// (type, input, options) and the keys of the steps it waits for.
+type Step struct {
+	Key       string
+	Type      string
+	Input     any
+	Options   []TaskOption
+	DependsOn []string
+	// OnParentFailure is what a parent that fails or is cancelled does to
+	// this step: "CANCEL_DEPENDENTS" (empty: the default) or "WAIT".
+	OnParentFailure string
+}
+
+// Workflow is a workflow as created: its id, readable code and title, and
+// its steps' task ids by step key.
+type Workflow struct {
+	ID    int
+	Code  string
+	Title string
+	Steps map[string]int
+}
+
+// CreateWorkflow validates and creates a workflow and all its steps in one
+// transaction (no cycle, no unknown or duplicate key, at most 10,000
+// steps: else a *ValidationError, and nothing is created). With key not
+// empty, the same key and definition return the workflow created first,
+// another definition is a *ConflictError.
+func (c *Client) CreateWorkflow(ctx context.Context, key, title string, steps []Step) (*Workflow, error) {
+	req := engine.WorkflowRequest{Title: title, Steps: make([]engine.StepRequest, len(steps))}
+	if key != "" {
+		req.IdempotencyKey = &key
+	}
+	for i, st := range steps {
+		r, err := request(st.Type, st.Input, st.Options)
+		if err != nil {
+			return nil, err
+		}
+		req.Steps[i] = engine.StepRequest{Key: st.Key, Task: r, DependsOn: st.DependsOn, OnParentFailure: st.OnParentFailure}
+	}
+	vctx, err := viewer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wf, err := c.app.Engine.CreateWorkflow(vctx, req)
+	if err != nil {
+		return nil, publicError(err)
+	}
+	tasks, err := c.app.Store.WorkflowSteps(vctx, wf.ID)
+	if err != nil {
+		return nil, publicError(err)
+	}
+	out := &Workflow{ID: wf.ID, Code: wf.Code, Title: wf.Title, Steps: make(map[string]int, len(tasks))}
+	for _, t := range tasks {
+		if t.StepKey != nil {
+			out.Steps[*t.StepKey] = t.ID
+		}
+	}
+	return out, nil
+}
