@@ -170,7 +170,9 @@ func TestWorkerProtocol(t *testing.T) {
 		require.Equal(t, 1, c.Attempt)
 		require.False(t, c.Deadline.IsZero())
 		require.Positive(t, got.HeartbeatIntervalSeconds)
-		var stored struct{ Task struct{ Input json.RawMessage } }
+		var stored struct {
+			Task struct{ Input json.RawMessage }
+		}
 		s.QueryAs(t, tokens["otto"], `query($id: ID!) { task(id: $id) { input } }`, map[string]any{"id": id}, &stored)
 		require.NotContains(t, string(stored.Task.Input), secret, "the stored input stays masked")
 

@@ -201,7 +201,9 @@ func (c *Catalog) NewSyncer(interval time.Duration, log *slog.Logger) (*service.
 // notFoundError is a type that is not declared.
 type notFoundError struct{ name string }
 
-func (e *notFoundError) Error() string { return fmt.Sprintf("external task type %q is not declared", e.name) }
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("external task type %q is not declared", e.name)
+}
 
 // Is makes errors.Is(err, store.ErrNotFound) true (NOT_FOUND in the API).
 func (e *notFoundError) Is(target error) bool { return target == store.ErrNotFound }

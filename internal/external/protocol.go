@@ -193,7 +193,9 @@ func (h *Handler) failed(w http.ResponseWriter, what string, err error) {
 
 // Token is a fencing token as the protocol carries it:
 // "<instance id>.<version>".
-func formatToken(t store.Token) string { return strconv.Itoa(t.InstanceID) + "." + strconv.FormatInt(t.Version, 10) }
+func formatToken(t store.Token) string {
+	return strconv.Itoa(t.InstanceID) + "." + strconv.FormatInt(t.Version, 10)
+}
 
 func parseToken(s string) (store.Token, error) {
 	id, ver, ok := strings.Cut(s, ".")
