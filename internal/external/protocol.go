@@ -678,11 +678,16 @@ func (h *Handler) progress(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, WriteResponse{Refused: append(refused, h.refusals(toks, raw, rejected)...)})
 }
 
+// statusReleased hands back an execution the worker did not start (it
+// is stopping): RETRY_PENDING at once, the attempt not used up.
+const statusReleased lifecycle.Status = "RELEASED"
+
 // CompleteRequest ends an execution.
 type CompleteRequest struct {
 	Token string `json:"token"`
-	// Status is SUCCESS, FAILED, or CANCELLED (only after a cancel was
-	// requested).
+	// Status is SUCCESS, FAILED, CANCELLED (only after a cancel was
+	// requested) or RELEASED (not started: handed back, the attempt not
+	// used up).
 	Status string          `json:"status"`
 	Result json.RawMessage `json:"result,omitempty"`
 	// Error, with FAILED: its kind and message.
@@ -749,9 +754,9 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, CodeValidation, "retryAfterSeconds must not be negative")
 			return
 		}
-	case lifecycle.Cancelled:
+	case lifecycle.Cancelled, statusReleased:
 	default:
-		writeError(w, http.StatusBadRequest, CodeValidation, fmt.Sprintf("status %q is not SUCCESS, FAILED or CANCELLED", req.Status))
+		writeError(w, http.StatusBadRequest, CodeValidation, fmt.Sprintf("status %q is not SUCCESS, FAILED, CANCELLED or RELEASED", req.Status))
 		return
 	}
 	insts, err := h.read(r.Context(), v, []store.Token{tok})
@@ -792,6 +797,10 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 			msg += ": " + tk.CancelReason
 		}
 		o = store.Outcome{Token: tok, Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled, Error: m.String(msg), Result: result, Log: msg, Task: tk}
+	case statusReleased:
+		// As the pool's shutdown releases what it interrupts: the attempt
+		// is not used up.
+		o = h.failure(m, c, lifecycle.KindInterrupted, fmt.Sprintf("released: worker %s stopped before it ran it", in.WorkerID), nil, -1)
 	default:
 		after := time.Duration(-1)
 		if req.Error.RetryAfterSeconds > 0 {
