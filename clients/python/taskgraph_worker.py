@@ -180,8 +180,14 @@ class Worker:
         while not self._stopping.is_set():
             self._slots.acquire()
             free = 1
-            while free < self.concurrency and self._slots.acquire(blocking=False):
-                free += 1
+            gather = time.monotonic() + 0.02  # freed slots gather into one claim
+            while free < self.concurrency:
+                if self._slots.acquire(blocking=False):
+                    free += 1
+                elif free * 2 >= self.concurrency or time.monotonic() >= gather:
+                    break
+                else:
+                    time.sleep(0.002)
             if self._stopping.is_set():
                 self._release_slots(free)
                 break
