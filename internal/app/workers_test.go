@@ -235,6 +235,23 @@ func TestWorkerProtocol(t *testing.T) {
 		require.Len(t, wr.Refused, 1)
 		require.Equal(t, "FENCED", wr.Refused[0].Error.Code)
 
+		// complete-many: each outcome answered in order, in one call.
+		id5 := createExternal(t, s, tokens["otto"], "py.a", map[string]any{"n": 5})
+		got, err = wa.Claim(ctx, external.ClaimRequest{WorkerID: "py-1", Types: []string{"py.a"}, Max: 10, WaitSeconds: 5})
+		require.NoError(t, err)
+		require.Len(t, got.Tasks, 1)
+		many, err := wa.CompleteMany(ctx, []external.CompleteRequest{
+			{Token: c.Token, Status: "SUCCESS"},
+			{Token: got.Tasks[0].Token, Status: "SUCCESS", Result: json.RawMessage(`{"five":5}`)},
+			{Token: got.Tasks[0].Token, Status: "BOGUS"},
+		})
+		require.NoError(t, err)
+		require.Len(t, many.Results, 3)
+		require.Equal(t, "FENCED", many.Results[0].Error.Code)
+		require.Equal(t, "SUCCESS", many.Results[1].TaskStatus)
+		require.Equal(t, "VALIDATION", many.Results[2].Error.Code)
+		require.Equal(t, "SUCCESS", readTask(t, s, tokens["otto"], id5).Status)
+
 		// A failure: the kind and the policy decide (retry policy none).
 		id2 := createExternal(t, s, tokens["otto"], "py.a", map[string]any{"n": 2})
 		got, err = wa.Claim(ctx, external.ClaimRequest{WorkerID: "py-1", Types: []string{"py.a"}, Max: 10, WaitSeconds: 5})

@@ -93,3 +93,10 @@ func (c *Client) Heartbeat(ctx context.Context, tokens ...string) (HeartbeatResp
 	err := c.Call(ctx, "heartbeat", req, &out)
 	return out, err
 }
+
+// CompleteMany ends several executions in one call.
+func (c *Client) CompleteMany(ctx context.Context, reqs []CompleteRequest) (CompleteManyResponse, error) {
+	var out CompleteManyResponse
+	err := c.Call(ctx, "complete-many", CompleteManyRequest{Outcomes: reqs}, &out)
+	return out, err
+}

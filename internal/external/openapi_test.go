@@ -36,6 +36,7 @@ func TestRoutesMatchTheOpenAPIDescription(t *testing.T) {
 	for name, v := range map[string]any{
 		"ClaimRequest": external.ClaimRequest{}, "ClaimResponse": external.ClaimResponse{}, "ClaimedTask": external.ClaimedTask{},
 		"CompleteRequest": external.CompleteRequest{}, "CompleteResponse": external.CompleteResponse{},
+		"CompleteManyRequest": external.CompleteManyRequest{}, "CompleteManyResponse": external.CompleteManyResponse{},
 		"HeartbeatRequest": external.HeartbeatRequest{}, "HeartbeatResponse": external.HeartbeatResponse{},
 		"LogRequest": external.LogRequest{}, "ProgressRequest": external.ProgressRequest{}, "WriteResponse": external.WriteResponse{},
 		"ErrorDetail": external.ErrorDetail{},

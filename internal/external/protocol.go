@@ -60,7 +60,7 @@ const (
 // Routes are the protocol's routes (method and path), as the OpenAPI
 // description (docs/workers.openapi.json) lists them.
 func Routes() []string {
-	return []string{"POST " + Prefix + "claim", "POST " + Prefix + "heartbeat", "POST " + Prefix + "log", "POST " + Prefix + "progress", "POST " + Prefix + "complete"}
+	return []string{"POST " + Prefix + "claim", "POST " + Prefix + "heartbeat", "POST " + Prefix + "log", "POST " + Prefix + "progress", "POST " + Prefix + "complete", "POST " + Prefix + "complete-many"}
 }
 
 // Workers is told who claims (the node registry's view of workers).
@@ -112,6 +112,7 @@ func NewHandler(cfg Config) *Handler {
 	h.mux.HandleFunc("POST "+Prefix+"log", h.log)
 	h.mux.HandleFunc("POST "+Prefix+"progress", h.progress)
 	h.mux.HandleFunc("POST "+Prefix+"complete", h.complete)
+	h.mux.HandleFunc("POST "+Prefix+"complete-many", h.completeMany)
 	h.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s; see docs/workers.md", r.Method, r.URL.Path))
 	})
@@ -719,109 +720,231 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
+	res, refusal := h.completeAll(r.Context(), v, []CompleteRequest{req})
+	if refusal != nil {
+		writeError(w, refusal.status, refusal.Code, refusal.Message)
+		return
+	}
+	if e := res[0].Error; e != nil {
+		writeError(w, statusOf(e.Code), e.Code, e.Message)
+		return
+	}
+	writeJSON(w, http.StatusOK, CompleteResponse{Token: req.Token, TaskStatus: res[0].TaskStatus})
+}
+
+// CompleteManyRequest ends several executions in one call (one
+// transaction for all): what a busy worker sends instead of one complete
+// per task.
+type CompleteManyRequest struct {
+	Outcomes []CompleteRequest `json:"outcomes"`
+}
+
+// CompleteManyResponse answers per outcome, in order: its task's new
+// status, or its refusal (FENCED, VALIDATION, ...); the others were
+// written.
+type CompleteManyResponse struct {
+	Results []CompleteResult `json:"results"`
+}
+
+// CompleteResult is one outcome's answer.
+type CompleteResult struct {
+	Token      string       `json:"token"`
+	TaskStatus string       `json:"taskStatus,omitempty"`
+	Error      *ErrorDetail `json:"error,omitempty"`
+}
+
+func (h *Handler) completeMany(w http.ResponseWriter, r *http.Request) {
+	v, ok := h.viewer(w, r)
+	if !ok {
+		return
+	}
+	var req CompleteManyRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if len(req.Outcomes) == 0 {
+		writeError(w, http.StatusBadRequest, CodeValidation, "no outcomes")
+		return
+	}
+	if len(req.Outcomes) > MaxBatch {
+		writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("at most %d outcomes a call", MaxBatch))
+		return
+	}
+	res, refusal := h.completeAll(r.Context(), v, req.Outcomes)
+	if refusal != nil {
+		writeError(w, refusal.status, refusal.Code, refusal.Message)
+		return
+	}
+	writeJSON(w, http.StatusOK, CompleteManyResponse{Results: res})
+}
+
+// refusal is a call refused as a whole.
+type refusal struct {
+	status int
+	ErrorDetail
+}
+
+func statusOf(code string) int {
+	switch code {
+	case CodeValidation:
+		return http.StatusBadRequest
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeFenced:
+		return http.StatusConflict
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusServiceUnavailable
+}
+
+func itemError(code, msg string) *ErrorDetail { return &ErrorDetail{Code: code, Message: msg} }
+
+// check validates one outcome as sent, before anything is read.
+func check(req CompleteRequest) (store.Token, *ErrorDetail) {
 	tok, err := parseToken(req.Token)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeValidation, err.Error())
-		return
+		return tok, itemError(CodeValidation, err.Error())
 	}
 	if len(req.Result) > MaxResultBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("a result is at most %d bytes; the execution goes on: complete it again with a smaller result or a failure", MaxResultBytes))
-		return
+		return tok, itemError(CodeTooLarge, fmt.Sprintf("a result is at most %d bytes; the execution goes on: complete it again with a smaller result or a failure", MaxResultBytes))
 	}
-	status := lifecycle.Status(req.Status)
-	var kind lifecycle.ErrorKind
-	switch status {
+	switch lifecycle.Status(req.Status) {
 	case lifecycle.Success:
 		if req.Error != nil {
-			writeError(w, http.StatusBadRequest, CodeValidation, "a SUCCESS has no error")
-			return
+			return tok, itemError(CodeValidation, "a SUCCESS has no error")
 		}
 	case lifecycle.Failed:
 		if req.Error == nil {
-			writeError(w, http.StatusBadRequest, CodeValidation, "a FAILED completion needs error {kind, message}")
-			return
+			return tok, itemError(CodeValidation, "a FAILED completion needs error {kind, message}")
 		}
-		kind = lifecycle.ErrorKind(req.Error.Kind)
+		kind := lifecycle.ErrorKind(req.Error.Kind)
 		if kind != lifecycle.KindRetryable && kind != lifecycle.KindNonRetryable && kind != lifecycle.KindResource {
-			writeError(w, http.StatusBadRequest, CodeValidation, fmt.Sprintf("error kind %q is not RETRYABLE, NON_RETRYABLE or RESOURCE", req.Error.Kind))
-			return
+			return tok, itemError(CodeValidation, fmt.Sprintf("error kind %q is not RETRYABLE, NON_RETRYABLE or RESOURCE", req.Error.Kind))
 		}
 		if len(req.Error.Message) > MaxMessageBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("an error message is at most %d bytes", MaxMessageBytes))
-			return
+			return tok, itemError(CodeTooLarge, fmt.Sprintf("an error message is at most %d bytes", MaxMessageBytes))
 		}
 		if req.Error.RetryAfterSeconds < 0 {
-			writeError(w, http.StatusBadRequest, CodeValidation, "retryAfterSeconds must not be negative")
-			return
+			return tok, itemError(CodeValidation, "retryAfterSeconds must not be negative")
 		}
 	case lifecycle.Cancelled, statusReleased:
 	default:
-		writeError(w, http.StatusBadRequest, CodeValidation, fmt.Sprintf("status %q is not SUCCESS, FAILED, CANCELLED or RELEASED", req.Status))
-		return
+		return tok, itemError(CodeValidation, fmt.Sprintf("status %q is not SUCCESS, FAILED, CANCELLED or RELEASED", req.Status))
 	}
-	insts, err := h.read(r.Context(), v, []store.Token{tok})
+	return tok, nil
+}
+
+// completeAll applies outcomes in one Finish: each answered in order.
+func (h *Handler) completeAll(ctx context.Context, v auth.Viewer, reqs []CompleteRequest) ([]CompleteResult, *refusal) {
+	res := make([]CompleteResult, len(reqs))
+	toks := make([]store.Token, len(reqs))
+	var readToks []store.Token
+	for i, req := range reqs {
+		res[i].Token = req.Token
+		toks[i], res[i].Error = check(req)
+		if res[i].Error == nil {
+			readToks = append(readToks, toks[i])
+		}
+	}
+	if len(readToks) == 0 {
+		return res, nil
+	}
+	insts, err := h.read(ctx, v, readToks)
 	if err != nil {
-		h.refuse(w, err)
-		return
+		var fe *auth.ForbiddenError
+		if errors.As(err, &fe) {
+			return nil, &refusal{http.StatusForbidden, ErrorDetail{Code: CodeForbidden, Message: err.Error()}}
+		}
+		h.cfg.Logger.Warn("worker protocol: read executions failed", "err", err)
+		return nil, &refusal{http.StatusServiceUnavailable, ErrorDetail{Code: CodeUnavailable, Message: "complete failed; try again"}}
 	}
-	in, ok := insts[tok.InstanceID]
-	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no execution %d", tok.InstanceID))
-		return
+	var outcomes []store.Outcome
+	var at []int // res index of each outcome
+	for i, req := range reqs {
+		if res[i].Error != nil {
+			continue
+		}
+		tok := toks[i]
+		in, ok := insts[tok.InstanceID]
+		if !ok {
+			res[i].Error = itemError(CodeNotFound, fmt.Sprintf("no execution %d", tok.InstanceID))
+			continue
+		}
+		if in.Version != tok.Version || in.Status != lifecycle.Executing {
+			e := fenced(req.Token).Error
+			res[i].Error = &e
+			continue
+		}
+		o, e := h.outcome(req, tok, in)
+		if e != nil {
+			res[i].Error = e
+			continue
+		}
+		outcomes = append(outcomes, o)
+		at = append(at, i)
 	}
-	if in.Version != tok.Version || in.Status != lifecycle.Executing {
-		writeJSON(w, http.StatusConflict, ErrorBody{Error: fenced(req.Token).Error})
-		return
+	if len(outcomes) == 0 {
+		return res, nil
 	}
+	errs, err := h.cfg.Store.Finish(auth.NewSystemContext(ctx), outcomes)
+	if err != nil {
+		h.cfg.Logger.Warn("worker protocol: complete failed", "err", err)
+		return nil, &refusal{http.StatusServiceUnavailable, ErrorDetail{Code: CodeUnavailable, Message: "complete failed; try again"}}
+	}
+	for j, o := range outcomes {
+		i := at[j]
+		if errs[j] != nil {
+			e := fenced(reqs[i].Token).Error
+			res[i].Error = &e
+			continue
+		}
+		st := o.Status
+		if o.Retry != nil {
+			st = lifecycle.RetryPending
+		}
+		res[i].TaskStatus = string(st)
+	}
+	return res, nil
+}
+
+// outcome builds the store's outcome of one checked request, as the pool
+// builds its own: masked, the retry policy deciding a failure.
+func (h *Handler) outcome(req CompleteRequest, tok store.Token, in *ent.TaskInstance) (store.Outcome, *ErrorDetail) {
 	tk := in.Edges.Task
 	m := h.masker(tk)
 	var result json.RawMessage
 	if len(req.Result) > 0 && string(req.Result) != "null" {
+		var err error
 		if result, _, err = m.JSON(req.Result); err != nil {
-			writeError(w, http.StatusBadRequest, CodeValidation, "the result is not JSON: "+err.Error())
-			return
+			return store.Outcome{}, itemError(CodeValidation, "the result is not JSON: "+err.Error())
 		}
 	}
 	c := store.Claimed{Task: tk, Instance: in}
-	var o store.Outcome
-	switch status {
+	switch lifecycle.Status(req.Status) {
 	case lifecycle.Success:
-		o = store.Outcome{Token: tok, Status: lifecycle.Success, Result: result, Task: tk}
+		return store.Outcome{Token: tok, Status: lifecycle.Success, Result: result, Task: tk}, nil
 	case lifecycle.Cancelled:
 		if !tk.CancelRequested {
-			writeError(w, http.StatusBadRequest, CodeValidation, "no cancel was requested of this task: complete it SUCCESS or FAILED")
-			return
+			return store.Outcome{}, itemError(CodeValidation, "no cancel was requested of this task: complete it SUCCESS or FAILED")
 		}
 		msg := "cancelled while running"
 		if tk.CancelReason != "" {
 			msg += ": " + tk.CancelReason
 		}
-		o = store.Outcome{Token: tok, Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled, Error: m.String(msg), Result: result, Log: msg, Task: tk}
+		return store.Outcome{Token: tok, Status: lifecycle.Cancelled, Kind: lifecycle.KindCancelled, Error: m.String(msg), Result: result, Log: msg, Task: tk}, nil
 	case statusReleased:
 		// As the pool's shutdown releases what it interrupts: the attempt
 		// is not used up.
-		o = h.failure(m, c, lifecycle.KindInterrupted, fmt.Sprintf("released: worker %s stopped before it ran it", in.WorkerID), nil, -1)
-	default:
-		after := time.Duration(-1)
-		if req.Error.RetryAfterSeconds > 0 {
-			after = time.Duration(req.Error.RetryAfterSeconds * float64(time.Second))
-		}
-		o = h.failure(m, c, kind, req.Error.Message, result, after)
+		return h.failure(m, c, lifecycle.KindInterrupted, fmt.Sprintf("released: worker %s stopped before it ran it", in.WorkerID), nil, -1), nil
 	}
-	errs, err := h.cfg.Store.Finish(auth.NewSystemContext(r.Context()), []store.Outcome{o})
-	if err != nil {
-		h.failed(w, "complete", err)
-		return
+	after := time.Duration(-1)
+	if req.Error.RetryAfterSeconds > 0 {
+		after = time.Duration(req.Error.RetryAfterSeconds * float64(time.Second))
 	}
-	if errs[0] != nil {
-		writeJSON(w, http.StatusConflict, ErrorBody{Error: fenced(req.Token).Error})
-		return
-	}
-	taskStatus := o.Status
-	if o.Retry != nil {
-		taskStatus = lifecycle.RetryPending
-	}
-	writeJSON(w, http.StatusOK, CompleteResponse{Token: req.Token, TaskStatus: string(taskStatus)})
+	return h.failure(m, c, lifecycle.ErrorKind(req.Error.Kind), req.Error.Message, result, after), nil
 }
 
 // failure is the outcome of a failed execution, as the pool's
