@@ -40,7 +40,7 @@ func ParseRole(s string) (Role, error) {
 	case RoleAdmin, RoleOperator, RoleViewer:
 		return r, nil
 	}
-	return "", fmt.Errorf("role %q is not admin, operator, viewer or worker:<type>[,<type>...]", s)
+	return "", fmt.Errorf("role %q is not admin, operator or viewer", s)
 }
 
 // ParseScopedRole accepts what a token file's role field may say: a role
@@ -50,6 +50,9 @@ func ParseScopedRole(s string) (Role, []string, error) {
 	rest, ok := strings.CutPrefix(s, string(RoleWorker)+":")
 	if !ok {
 		r, err := ParseRole(s)
+		if err != nil {
+			err = fmt.Errorf("role %q is not admin, operator, viewer or worker:<type>[,<type>...]", s)
+		}
 		return r, nil, err
 	}
 	var types []string
