@@ -22,6 +22,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/externaltasktype"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -55,6 +56,8 @@ type Client struct {
 	ClusterNode *ClusterNodeClient
 	// Deployment is the client for interacting with the Deployment builders.
 	Deployment *DeploymentClient
+	// ExternalTaskType is the client for interacting with the ExternalTaskType builders.
+	ExternalTaskType *ExternalTaskTypeClient
 	// FlowControl is the client for interacting with the FlowControl builders.
 	FlowControl *FlowControlClient
 	// FlowStart is the client for interacting with the FlowStart builders.
@@ -93,6 +96,7 @@ func (c *Client) init() {
 	c.AuditLog = NewAuditLogClient(c.config)
 	c.ClusterNode = NewClusterNodeClient(c.config)
 	c.Deployment = NewDeploymentClient(c.config)
+	c.ExternalTaskType = NewExternalTaskTypeClient(c.config)
 	c.FlowControl = NewFlowControlClient(c.config)
 	c.FlowStart = NewFlowStartClient(c.config)
 	c.Schedule = NewScheduleClient(c.config)
@@ -193,25 +197,26 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:            ctx,
-		config:         cfg,
-		AlertChannel:   NewAlertChannelClient(cfg),
-		AlertIncident:  NewAlertIncidentClient(cfg),
-		AlertRule:      NewAlertRuleClient(cfg),
-		Artifact:       NewArtifactClient(cfg),
-		AuditLog:       NewAuditLogClient(cfg),
-		ClusterNode:    NewClusterNodeClient(cfg),
-		Deployment:     NewDeploymentClient(cfg),
-		FlowControl:    NewFlowControlClient(cfg),
-		FlowStart:      NewFlowStartClient(cfg),
-		Schedule:       NewScheduleClient(cfg),
-		ScheduleEvent:  NewScheduleEventClient(cfg),
-		StallOverride:  NewStallOverrideClient(cfg),
-		Task:           NewTaskClient(cfg),
-		TaskDependency: NewTaskDependencyClient(cfg),
-		TaskInstance:   NewTaskInstanceClient(cfg),
-		TaskLog:        NewTaskLogClient(cfg),
-		Workflow:       NewWorkflowClient(cfg),
+		ctx:              ctx,
+		config:           cfg,
+		AlertChannel:     NewAlertChannelClient(cfg),
+		AlertIncident:    NewAlertIncidentClient(cfg),
+		AlertRule:        NewAlertRuleClient(cfg),
+		Artifact:         NewArtifactClient(cfg),
+		AuditLog:         NewAuditLogClient(cfg),
+		ClusterNode:      NewClusterNodeClient(cfg),
+		Deployment:       NewDeploymentClient(cfg),
+		ExternalTaskType: NewExternalTaskTypeClient(cfg),
+		FlowControl:      NewFlowControlClient(cfg),
+		FlowStart:        NewFlowStartClient(cfg),
+		Schedule:         NewScheduleClient(cfg),
+		ScheduleEvent:    NewScheduleEventClient(cfg),
+		StallOverride:    NewStallOverrideClient(cfg),
+		Task:             NewTaskClient(cfg),
+		TaskDependency:   NewTaskDependencyClient(cfg),
+		TaskInstance:     NewTaskInstanceClient(cfg),
+		TaskLog:          NewTaskLogClient(cfg),
+		Workflow:         NewWorkflowClient(cfg),
 	}, nil
 }
 
@@ -229,25 +234,26 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:            ctx,
-		config:         cfg,
-		AlertChannel:   NewAlertChannelClient(cfg),
-		AlertIncident:  NewAlertIncidentClient(cfg),
-		AlertRule:      NewAlertRuleClient(cfg),
-		Artifact:       NewArtifactClient(cfg),
-		AuditLog:       NewAuditLogClient(cfg),
-		ClusterNode:    NewClusterNodeClient(cfg),
-		Deployment:     NewDeploymentClient(cfg),
-		FlowControl:    NewFlowControlClient(cfg),
-		FlowStart:      NewFlowStartClient(cfg),
-		Schedule:       NewScheduleClient(cfg),
-		ScheduleEvent:  NewScheduleEventClient(cfg),
-		StallOverride:  NewStallOverrideClient(cfg),
-		Task:           NewTaskClient(cfg),
-		TaskDependency: NewTaskDependencyClient(cfg),
-		TaskInstance:   NewTaskInstanceClient(cfg),
-		TaskLog:        NewTaskLogClient(cfg),
-		Workflow:       NewWorkflowClient(cfg),
+		ctx:              ctx,
+		config:           cfg,
+		AlertChannel:     NewAlertChannelClient(cfg),
+		AlertIncident:    NewAlertIncidentClient(cfg),
+		AlertRule:        NewAlertRuleClient(cfg),
+		Artifact:         NewArtifactClient(cfg),
+		AuditLog:         NewAuditLogClient(cfg),
+		ClusterNode:      NewClusterNodeClient(cfg),
+		Deployment:       NewDeploymentClient(cfg),
+		ExternalTaskType: NewExternalTaskTypeClient(cfg),
+		FlowControl:      NewFlowControlClient(cfg),
+		FlowStart:        NewFlowStartClient(cfg),
+		Schedule:         NewScheduleClient(cfg),
+		ScheduleEvent:    NewScheduleEventClient(cfg),
+		StallOverride:    NewStallOverrideClient(cfg),
+		Task:             NewTaskClient(cfg),
+		TaskDependency:   NewTaskDependencyClient(cfg),
+		TaskInstance:     NewTaskInstanceClient(cfg),
+		TaskLog:          NewTaskLogClient(cfg),
+		Workflow:         NewWorkflowClient(cfg),
 	}, nil
 }
 
@@ -278,9 +284,9 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
-		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency, c.TaskInstance,
-		c.TaskLog, c.Workflow,
+		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
+		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
+		c.TaskInstance, c.TaskLog, c.Workflow,
 	} {
 		n.Use(hooks...)
 	}
@@ -291,9 +297,9 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Deployment, c.FlowControl, c.FlowStart, c.Schedule,
-		c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency, c.TaskInstance,
-		c.TaskLog, c.Workflow,
+		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
+		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
+		c.TaskInstance, c.TaskLog, c.Workflow,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -316,6 +322,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.ClusterNode.mutate(ctx, m)
 	case *DeploymentMutation:
 		return c.Deployment.mutate(ctx, m)
+	case *ExternalTaskTypeMutation:
+		return c.ExternalTaskType.mutate(ctx, m)
 	case *FlowControlMutation:
 		return c.FlowControl.mutate(ctx, m)
 	case *FlowStartMutation:
@@ -1285,6 +1293,139 @@ func (c *DeploymentClient) mutate(ctx context.Context, m *DeploymentMutation) (V
 		return (&DeploymentDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown Deployment mutation op: %q", m.Op())
+	}
+}
+
+// ExternalTaskTypeClient is a client for the ExternalTaskType schema.
+type ExternalTaskTypeClient struct {
+	config
+}
+
+// NewExternalTaskTypeClient returns a client for the ExternalTaskType from the given config.
+func NewExternalTaskTypeClient(c config) *ExternalTaskTypeClient {
+	return &ExternalTaskTypeClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `externaltasktype.Hooks(f(g(h())))`.
+func (c *ExternalTaskTypeClient) Use(hooks ...Hook) {
+	c.hooks.ExternalTaskType = append(c.hooks.ExternalTaskType, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `externaltasktype.Intercept(f(g(h())))`.
+func (c *ExternalTaskTypeClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ExternalTaskType = append(c.inters.ExternalTaskType, interceptors...)
+}
+
+// Create returns a builder for creating a ExternalTaskType entity.
+func (c *ExternalTaskTypeClient) Create() *ExternalTaskTypeCreate {
+	mutation := newExternalTaskTypeMutation(c.config, OpCreate)
+	return &ExternalTaskTypeCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of ExternalTaskType entities.
+func (c *ExternalTaskTypeClient) CreateBulk(builders ...*ExternalTaskTypeCreate) *ExternalTaskTypeCreateBulk {
+	return &ExternalTaskTypeCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ExternalTaskTypeClient) MapCreateBulk(slice any, setFunc func(*ExternalTaskTypeCreate, int)) *ExternalTaskTypeCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ExternalTaskTypeCreateBulk{err: fmt.Errorf("calling to ExternalTaskTypeClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ExternalTaskTypeCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ExternalTaskTypeCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for ExternalTaskType.
+func (c *ExternalTaskTypeClient) Update() *ExternalTaskTypeUpdate {
+	mutation := newExternalTaskTypeMutation(c.config, OpUpdate)
+	return &ExternalTaskTypeUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ExternalTaskTypeClient) UpdateOne(_m *ExternalTaskType) *ExternalTaskTypeUpdateOne {
+	mutation := newExternalTaskTypeMutation(c.config, OpUpdateOne, withExternalTaskType(_m))
+	return &ExternalTaskTypeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ExternalTaskTypeClient) UpdateOneID(id int) *ExternalTaskTypeUpdateOne {
+	mutation := newExternalTaskTypeMutation(c.config, OpUpdateOne, withExternalTaskTypeID(id))
+	return &ExternalTaskTypeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for ExternalTaskType.
+func (c *ExternalTaskTypeClient) Delete() *ExternalTaskTypeDelete {
+	mutation := newExternalTaskTypeMutation(c.config, OpDelete)
+	return &ExternalTaskTypeDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ExternalTaskTypeClient) DeleteOne(_m *ExternalTaskType) *ExternalTaskTypeDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ExternalTaskTypeClient) DeleteOneID(id int) *ExternalTaskTypeDeleteOne {
+	builder := c.Delete().Where(externaltasktype.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ExternalTaskTypeDeleteOne{builder}
+}
+
+// Query returns a query builder for ExternalTaskType.
+func (c *ExternalTaskTypeClient) Query() *ExternalTaskTypeQuery {
+	return &ExternalTaskTypeQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeExternalTaskType},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a ExternalTaskType entity by its id.
+func (c *ExternalTaskTypeClient) Get(ctx context.Context, id int) (*ExternalTaskType, error) {
+	return c.Query().Where(externaltasktype.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ExternalTaskTypeClient) GetX(ctx context.Context, id int) *ExternalTaskType {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ExternalTaskTypeClient) Hooks() []Hook {
+	return c.hooks.ExternalTaskType
+}
+
+// Interceptors returns the client interceptors.
+func (c *ExternalTaskTypeClient) Interceptors() []Interceptor {
+	return c.inters.ExternalTaskType
+}
+
+func (c *ExternalTaskTypeClient) mutate(ctx context.Context, m *ExternalTaskTypeMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ExternalTaskTypeCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ExternalTaskTypeUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ExternalTaskTypeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ExternalTaskTypeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown ExternalTaskType mutation op: %q", m.Op())
 	}
 }
 
@@ -2736,13 +2877,14 @@ func (c *WorkflowClient) mutate(ctx context.Context, m *WorkflowMutation) (Value
 type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride,
-		Task, TaskDependency, TaskInstance, TaskLog, Workflow []ent.Hook
+		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
+		StallOverride, Task, TaskDependency, TaskInstance, TaskLog, Workflow []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Deployment, FlowControl, FlowStart, Schedule, ScheduleEvent, StallOverride,
-		Task, TaskDependency, TaskInstance, TaskLog, Workflow []ent.Interceptor
+		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
+		StallOverride, Task, TaskDependency, TaskInstance, TaskLog,
+		Workflow []ent.Interceptor
 	}
 )
 

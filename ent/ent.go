@@ -19,6 +19,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/externaltasktype"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -89,23 +90,24 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			alertchannel.Table:   alertchannel.ValidColumn,
-			alertincident.Table:  alertincident.ValidColumn,
-			alertrule.Table:      alertrule.ValidColumn,
-			artifact.Table:       artifact.ValidColumn,
-			auditlog.Table:       auditlog.ValidColumn,
-			clusternode.Table:    clusternode.ValidColumn,
-			deployment.Table:     deployment.ValidColumn,
-			flowcontrol.Table:    flowcontrol.ValidColumn,
-			flowstart.Table:      flowstart.ValidColumn,
-			schedule.Table:       schedule.ValidColumn,
-			scheduleevent.Table:  scheduleevent.ValidColumn,
-			stalloverride.Table:  stalloverride.ValidColumn,
-			task.Table:           task.ValidColumn,
-			taskdependency.Table: taskdependency.ValidColumn,
-			taskinstance.Table:   taskinstance.ValidColumn,
-			tasklog.Table:        tasklog.ValidColumn,
-			workflow.Table:       workflow.ValidColumn,
+			alertchannel.Table:     alertchannel.ValidColumn,
+			alertincident.Table:    alertincident.ValidColumn,
+			alertrule.Table:        alertrule.ValidColumn,
+			artifact.Table:         artifact.ValidColumn,
+			auditlog.Table:         auditlog.ValidColumn,
+			clusternode.Table:      clusternode.ValidColumn,
+			deployment.Table:       deployment.ValidColumn,
+			externaltasktype.Table: externaltasktype.ValidColumn,
+			flowcontrol.Table:      flowcontrol.ValidColumn,
+			flowstart.Table:        flowstart.ValidColumn,
+			schedule.Table:         schedule.ValidColumn,
+			scheduleevent.Table:    scheduleevent.ValidColumn,
+			stalloverride.Table:    stalloverride.ValidColumn,
+			task.Table:             task.ValidColumn,
+			taskdependency.Table:   taskdependency.ValidColumn,
+			taskinstance.Table:     taskinstance.ValidColumn,
+			tasklog.Table:          tasklog.ValidColumn,
+			workflow.Table:         workflow.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

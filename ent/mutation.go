@@ -19,6 +19,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/externaltasktype"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/predicate"
@@ -42,23 +43,24 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeAlertChannel   = "AlertChannel"
-	TypeAlertIncident  = "AlertIncident"
-	TypeAlertRule      = "AlertRule"
-	TypeArtifact       = "Artifact"
-	TypeAuditLog       = "AuditLog"
-	TypeClusterNode    = "ClusterNode"
-	TypeDeployment     = "Deployment"
-	TypeFlowControl    = "FlowControl"
-	TypeFlowStart      = "FlowStart"
-	TypeSchedule       = "Schedule"
-	TypeScheduleEvent  = "ScheduleEvent"
-	TypeStallOverride  = "StallOverride"
-	TypeTask           = "Task"
-	TypeTaskDependency = "TaskDependency"
-	TypeTaskInstance   = "TaskInstance"
-	TypeTaskLog        = "TaskLog"
-	TypeWorkflow       = "Workflow"
+	TypeAlertChannel     = "AlertChannel"
+	TypeAlertIncident    = "AlertIncident"
+	TypeAlertRule        = "AlertRule"
+	TypeArtifact         = "Artifact"
+	TypeAuditLog         = "AuditLog"
+	TypeClusterNode      = "ClusterNode"
+	TypeDeployment       = "Deployment"
+	TypeExternalTaskType = "ExternalTaskType"
+	TypeFlowControl      = "FlowControl"
+	TypeFlowStart        = "FlowStart"
+	TypeSchedule         = "Schedule"
+	TypeScheduleEvent    = "ScheduleEvent"
+	TypeStallOverride    = "StallOverride"
+	TypeTask             = "Task"
+	TypeTaskDependency   = "TaskDependency"
+	TypeTaskInstance     = "TaskInstance"
+	TypeTaskLog          = "TaskLog"
+	TypeWorkflow         = "Workflow"
 )
 
 // AlertChannelMutation represents an operation that mutates the AlertChannel nodes in the graph.
@@ -7584,6 +7586,833 @@ func (m *DeploymentMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *DeploymentMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Deployment edge %s", name)
+}
+
+// ExternalTaskTypeMutation represents an operation that mutates the ExternalTaskType nodes in the graph.
+type ExternalTaskTypeMutation struct {
+	config
+	op                     Op
+	typ                    string
+	id                     *int
+	name                   *string
+	description            *string
+	input_schema           *string
+	timeout_seconds        *int
+	addtimeout_seconds     *int
+	retry_policy           *string
+	stall_after_seconds    *int
+	addstall_after_seconds *int
+	stall_action           *string
+	updated_by             *string
+	updated_at             *time.Time
+	clearedFields          map[string]struct{}
+	done                   bool
+	oldValue               func(context.Context) (*ExternalTaskType, error)
+	predicates             []predicate.ExternalTaskType
+}
+
+var _ ent.Mutation = (*ExternalTaskTypeMutation)(nil)
+
+// externaltasktypeOption allows management of the mutation configuration using functional options.
+type externaltasktypeOption func(*ExternalTaskTypeMutation)
+
+// newExternalTaskTypeMutation creates new mutation for the ExternalTaskType entity.
+func newExternalTaskTypeMutation(c config, op Op, opts ...externaltasktypeOption) *ExternalTaskTypeMutation {
+	m := &ExternalTaskTypeMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeExternalTaskType,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withExternalTaskTypeID sets the ID field of the mutation.
+func withExternalTaskTypeID(id int) externaltasktypeOption {
+	return func(m *ExternalTaskTypeMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *ExternalTaskType
+		)
+		m.oldValue = func(ctx context.Context) (*ExternalTaskType, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().ExternalTaskType.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withExternalTaskType sets the old ExternalTaskType of the mutation.
+func withExternalTaskType(node *ExternalTaskType) externaltasktypeOption {
+	return func(m *ExternalTaskTypeMutation) {
+		m.oldValue = func(context.Context) (*ExternalTaskType, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ExternalTaskTypeMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ExternalTaskTypeMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ExternalTaskTypeMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ExternalTaskTypeMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().ExternalTaskType.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetName sets the "name" field.
+func (m *ExternalTaskTypeMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *ExternalTaskTypeMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *ExternalTaskTypeMutation) ResetName() {
+	m.name = nil
+}
+
+// SetDescription sets the "description" field.
+func (m *ExternalTaskTypeMutation) SetDescription(s string) {
+	m.description = &s
+}
+
+// Description returns the value of the "description" field in the mutation.
+func (m *ExternalTaskTypeMutation) Description() (r string, exists bool) {
+	v := m.description
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDescription returns the old "description" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldDescription(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDescription is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDescription requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDescription: %w", err)
+	}
+	return oldValue.Description, nil
+}
+
+// ResetDescription resets all changes to the "description" field.
+func (m *ExternalTaskTypeMutation) ResetDescription() {
+	m.description = nil
+}
+
+// SetInputSchema sets the "input_schema" field.
+func (m *ExternalTaskTypeMutation) SetInputSchema(s string) {
+	m.input_schema = &s
+}
+
+// InputSchema returns the value of the "input_schema" field in the mutation.
+func (m *ExternalTaskTypeMutation) InputSchema() (r string, exists bool) {
+	v := m.input_schema
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInputSchema returns the old "input_schema" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldInputSchema(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInputSchema is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInputSchema requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInputSchema: %w", err)
+	}
+	return oldValue.InputSchema, nil
+}
+
+// ResetInputSchema resets all changes to the "input_schema" field.
+func (m *ExternalTaskTypeMutation) ResetInputSchema() {
+	m.input_schema = nil
+}
+
+// SetTimeoutSeconds sets the "timeout_seconds" field.
+func (m *ExternalTaskTypeMutation) SetTimeoutSeconds(i int) {
+	m.timeout_seconds = &i
+	m.addtimeout_seconds = nil
+}
+
+// TimeoutSeconds returns the value of the "timeout_seconds" field in the mutation.
+func (m *ExternalTaskTypeMutation) TimeoutSeconds() (r int, exists bool) {
+	v := m.timeout_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTimeoutSeconds returns the old "timeout_seconds" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldTimeoutSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTimeoutSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTimeoutSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTimeoutSeconds: %w", err)
+	}
+	return oldValue.TimeoutSeconds, nil
+}
+
+// AddTimeoutSeconds adds i to the "timeout_seconds" field.
+func (m *ExternalTaskTypeMutation) AddTimeoutSeconds(i int) {
+	if m.addtimeout_seconds != nil {
+		*m.addtimeout_seconds += i
+	} else {
+		m.addtimeout_seconds = &i
+	}
+}
+
+// AddedTimeoutSeconds returns the value that was added to the "timeout_seconds" field in this mutation.
+func (m *ExternalTaskTypeMutation) AddedTimeoutSeconds() (r int, exists bool) {
+	v := m.addtimeout_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetTimeoutSeconds resets all changes to the "timeout_seconds" field.
+func (m *ExternalTaskTypeMutation) ResetTimeoutSeconds() {
+	m.timeout_seconds = nil
+	m.addtimeout_seconds = nil
+}
+
+// SetRetryPolicy sets the "retry_policy" field.
+func (m *ExternalTaskTypeMutation) SetRetryPolicy(s string) {
+	m.retry_policy = &s
+}
+
+// RetryPolicy returns the value of the "retry_policy" field in the mutation.
+func (m *ExternalTaskTypeMutation) RetryPolicy() (r string, exists bool) {
+	v := m.retry_policy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRetryPolicy returns the old "retry_policy" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldRetryPolicy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRetryPolicy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRetryPolicy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRetryPolicy: %w", err)
+	}
+	return oldValue.RetryPolicy, nil
+}
+
+// ResetRetryPolicy resets all changes to the "retry_policy" field.
+func (m *ExternalTaskTypeMutation) ResetRetryPolicy() {
+	m.retry_policy = nil
+}
+
+// SetStallAfterSeconds sets the "stall_after_seconds" field.
+func (m *ExternalTaskTypeMutation) SetStallAfterSeconds(i int) {
+	m.stall_after_seconds = &i
+	m.addstall_after_seconds = nil
+}
+
+// StallAfterSeconds returns the value of the "stall_after_seconds" field in the mutation.
+func (m *ExternalTaskTypeMutation) StallAfterSeconds() (r int, exists bool) {
+	v := m.stall_after_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStallAfterSeconds returns the old "stall_after_seconds" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldStallAfterSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStallAfterSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStallAfterSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStallAfterSeconds: %w", err)
+	}
+	return oldValue.StallAfterSeconds, nil
+}
+
+// AddStallAfterSeconds adds i to the "stall_after_seconds" field.
+func (m *ExternalTaskTypeMutation) AddStallAfterSeconds(i int) {
+	if m.addstall_after_seconds != nil {
+		*m.addstall_after_seconds += i
+	} else {
+		m.addstall_after_seconds = &i
+	}
+}
+
+// AddedStallAfterSeconds returns the value that was added to the "stall_after_seconds" field in this mutation.
+func (m *ExternalTaskTypeMutation) AddedStallAfterSeconds() (r int, exists bool) {
+	v := m.addstall_after_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetStallAfterSeconds resets all changes to the "stall_after_seconds" field.
+func (m *ExternalTaskTypeMutation) ResetStallAfterSeconds() {
+	m.stall_after_seconds = nil
+	m.addstall_after_seconds = nil
+}
+
+// SetStallAction sets the "stall_action" field.
+func (m *ExternalTaskTypeMutation) SetStallAction(s string) {
+	m.stall_action = &s
+}
+
+// StallAction returns the value of the "stall_action" field in the mutation.
+func (m *ExternalTaskTypeMutation) StallAction() (r string, exists bool) {
+	v := m.stall_action
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStallAction returns the old "stall_action" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldStallAction(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStallAction is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStallAction requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStallAction: %w", err)
+	}
+	return oldValue.StallAction, nil
+}
+
+// ResetStallAction resets all changes to the "stall_action" field.
+func (m *ExternalTaskTypeMutation) ResetStallAction() {
+	m.stall_action = nil
+}
+
+// SetUpdatedBy sets the "updated_by" field.
+func (m *ExternalTaskTypeMutation) SetUpdatedBy(s string) {
+	m.updated_by = &s
+}
+
+// UpdatedBy returns the value of the "updated_by" field in the mutation.
+func (m *ExternalTaskTypeMutation) UpdatedBy() (r string, exists bool) {
+	v := m.updated_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedBy returns the old "updated_by" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldUpdatedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedBy: %w", err)
+	}
+	return oldValue.UpdatedBy, nil
+}
+
+// ResetUpdatedBy resets all changes to the "updated_by" field.
+func (m *ExternalTaskTypeMutation) ResetUpdatedBy() {
+	m.updated_by = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *ExternalTaskTypeMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *ExternalTaskTypeMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *ExternalTaskTypeMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the ExternalTaskTypeMutation builder.
+func (m *ExternalTaskTypeMutation) Where(ps ...predicate.ExternalTaskType) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ExternalTaskTypeMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ExternalTaskTypeMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ExternalTaskType, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ExternalTaskTypeMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ExternalTaskTypeMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (ExternalTaskType).
+func (m *ExternalTaskTypeMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ExternalTaskTypeMutation) Fields() []string {
+	fields := make([]string, 0, 9)
+	if m.name != nil {
+		fields = append(fields, externaltasktype.FieldName)
+	}
+	if m.description != nil {
+		fields = append(fields, externaltasktype.FieldDescription)
+	}
+	if m.input_schema != nil {
+		fields = append(fields, externaltasktype.FieldInputSchema)
+	}
+	if m.timeout_seconds != nil {
+		fields = append(fields, externaltasktype.FieldTimeoutSeconds)
+	}
+	if m.retry_policy != nil {
+		fields = append(fields, externaltasktype.FieldRetryPolicy)
+	}
+	if m.stall_after_seconds != nil {
+		fields = append(fields, externaltasktype.FieldStallAfterSeconds)
+	}
+	if m.stall_action != nil {
+		fields = append(fields, externaltasktype.FieldStallAction)
+	}
+	if m.updated_by != nil {
+		fields = append(fields, externaltasktype.FieldUpdatedBy)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, externaltasktype.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ExternalTaskTypeMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case externaltasktype.FieldName:
+		return m.Name()
+	case externaltasktype.FieldDescription:
+		return m.Description()
+	case externaltasktype.FieldInputSchema:
+		return m.InputSchema()
+	case externaltasktype.FieldTimeoutSeconds:
+		return m.TimeoutSeconds()
+	case externaltasktype.FieldRetryPolicy:
+		return m.RetryPolicy()
+	case externaltasktype.FieldStallAfterSeconds:
+		return m.StallAfterSeconds()
+	case externaltasktype.FieldStallAction:
+		return m.StallAction()
+	case externaltasktype.FieldUpdatedBy:
+		return m.UpdatedBy()
+	case externaltasktype.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ExternalTaskTypeMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case externaltasktype.FieldName:
+		return m.OldName(ctx)
+	case externaltasktype.FieldDescription:
+		return m.OldDescription(ctx)
+	case externaltasktype.FieldInputSchema:
+		return m.OldInputSchema(ctx)
+	case externaltasktype.FieldTimeoutSeconds:
+		return m.OldTimeoutSeconds(ctx)
+	case externaltasktype.FieldRetryPolicy:
+		return m.OldRetryPolicy(ctx)
+	case externaltasktype.FieldStallAfterSeconds:
+		return m.OldStallAfterSeconds(ctx)
+	case externaltasktype.FieldStallAction:
+		return m.OldStallAction(ctx)
+	case externaltasktype.FieldUpdatedBy:
+		return m.OldUpdatedBy(ctx)
+	case externaltasktype.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown ExternalTaskType field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ExternalTaskTypeMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case externaltasktype.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case externaltasktype.FieldDescription:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDescription(v)
+		return nil
+	case externaltasktype.FieldInputSchema:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInputSchema(v)
+		return nil
+	case externaltasktype.FieldTimeoutSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTimeoutSeconds(v)
+		return nil
+	case externaltasktype.FieldRetryPolicy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRetryPolicy(v)
+		return nil
+	case externaltasktype.FieldStallAfterSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStallAfterSeconds(v)
+		return nil
+	case externaltasktype.FieldStallAction:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStallAction(v)
+		return nil
+	case externaltasktype.FieldUpdatedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedBy(v)
+		return nil
+	case externaltasktype.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ExternalTaskType field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ExternalTaskTypeMutation) AddedFields() []string {
+	var fields []string
+	if m.addtimeout_seconds != nil {
+		fields = append(fields, externaltasktype.FieldTimeoutSeconds)
+	}
+	if m.addstall_after_seconds != nil {
+		fields = append(fields, externaltasktype.FieldStallAfterSeconds)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ExternalTaskTypeMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case externaltasktype.FieldTimeoutSeconds:
+		return m.AddedTimeoutSeconds()
+	case externaltasktype.FieldStallAfterSeconds:
+		return m.AddedStallAfterSeconds()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ExternalTaskTypeMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case externaltasktype.FieldTimeoutSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTimeoutSeconds(v)
+		return nil
+	case externaltasktype.FieldStallAfterSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddStallAfterSeconds(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ExternalTaskType numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ExternalTaskTypeMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ExternalTaskTypeMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ExternalTaskTypeMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown ExternalTaskType nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ExternalTaskTypeMutation) ResetField(name string) error {
+	switch name {
+	case externaltasktype.FieldName:
+		m.ResetName()
+		return nil
+	case externaltasktype.FieldDescription:
+		m.ResetDescription()
+		return nil
+	case externaltasktype.FieldInputSchema:
+		m.ResetInputSchema()
+		return nil
+	case externaltasktype.FieldTimeoutSeconds:
+		m.ResetTimeoutSeconds()
+		return nil
+	case externaltasktype.FieldRetryPolicy:
+		m.ResetRetryPolicy()
+		return nil
+	case externaltasktype.FieldStallAfterSeconds:
+		m.ResetStallAfterSeconds()
+		return nil
+	case externaltasktype.FieldStallAction:
+		m.ResetStallAction()
+		return nil
+	case externaltasktype.FieldUpdatedBy:
+		m.ResetUpdatedBy()
+		return nil
+	case externaltasktype.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown ExternalTaskType field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ExternalTaskTypeMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ExternalTaskTypeMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ExternalTaskTypeMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ExternalTaskTypeMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ExternalTaskTypeMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ExternalTaskTypeMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ExternalTaskTypeMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown ExternalTaskType unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ExternalTaskTypeMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown ExternalTaskType edge %s", name)
 }
 
 // FlowControlMutation represents an operation that mutates the FlowControl nodes in the graph.

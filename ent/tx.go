@@ -28,6 +28,8 @@ type Tx struct {
 	ClusterNode *ClusterNodeClient
 	// Deployment is the client for interacting with the Deployment builders.
 	Deployment *DeploymentClient
+	// ExternalTaskType is the client for interacting with the ExternalTaskType builders.
+	ExternalTaskType *ExternalTaskTypeClient
 	// FlowControl is the client for interacting with the FlowControl builders.
 	FlowControl *FlowControlClient
 	// FlowStart is the client for interacting with the FlowStart builders.
@@ -186,6 +188,7 @@ func (tx *Tx) init() {
 	tx.AuditLog = NewAuditLogClient(tx.config)
 	tx.ClusterNode = NewClusterNodeClient(tx.config)
 	tx.Deployment = NewDeploymentClient(tx.config)
+	tx.ExternalTaskType = NewExternalTaskTypeClient(tx.config)
 	tx.FlowControl = NewFlowControlClient(tx.config)
 	tx.FlowStart = NewFlowStartClient(tx.config)
 	tx.Schedule = NewScheduleClient(tx.config)

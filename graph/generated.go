@@ -241,9 +241,11 @@ type ComplexityRoot struct {
 		CreateTask           func(childComplexity int, input model.CreateTaskInput) int
 		CreateTasks          func(childComplexity int, inputs []*model.CreateTaskInput) int
 		CreateWorkflow       func(childComplexity int, input model.CreateWorkflowInput) int
+		DeclareTaskType      func(childComplexity int, input model.TaskTypeDeclaration) int
 		DeleteAlertChannel   func(childComplexity int, id int) int
 		DeleteAlertRule      func(childComplexity int, id int) int
 		DeleteSchedule       func(childComplexity int, id int) int
+		DeleteTaskType       func(childComplexity int, name string) int
 		DrainClusterNode     func(childComplexity int, id string, drain bool) int
 		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
 		PauseSchedule        func(childComplexity int, id int) int
@@ -513,6 +515,7 @@ type ComplexityRoot struct {
 		DefaultRetryPolicy    func(childComplexity int) int
 		DefaultTimeoutSeconds func(childComplexity int) int
 		Description           func(childComplexity int) int
+		External              func(childComplexity int) int
 		InputSchema           func(childComplexity int) int
 		Name                  func(childComplexity int) int
 		StallAction           func(childComplexity int) int
@@ -599,6 +602,8 @@ type MutationResolver interface {
 	ResolveAlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
 	CreateTasks(ctx context.Context, inputs []*model.CreateTaskInput) ([]*model.CreateTaskResult, error)
 	BulkTaskAction(ctx context.Context, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) (*ent.Task, error)
+	DeclareTaskType(ctx context.Context, input model.TaskTypeDeclaration) (*model.TaskType, error)
+	DeleteTaskType(ctx context.Context, name string) (bool, error)
 	SetTypeControl(ctx context.Context, typeArg string, input model.TypeControlInput) (*flow.Control, error)
 	PauseType(ctx context.Context, typeArg string, until *time.Time) (*flow.Control, error)
 	ResumeType(ctx context.Context, typeArg string) (*flow.Control, error)
@@ -1535,6 +1540,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateWorkflow(childComplexity, args["input"].(model.CreateWorkflowInput)), true
+	case "Mutation.declareTaskType":
+		if e.ComplexityRoot.Mutation.DeclareTaskType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_declareTaskType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeclareTaskType(childComplexity, args["input"].(model.TaskTypeDeclaration)), true
 	case "Mutation.deleteAlertChannel":
 		if e.ComplexityRoot.Mutation.DeleteAlertChannel == nil {
 			break
@@ -1568,6 +1584,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.deleteTaskType":
+		if e.ComplexityRoot.Mutation.DeleteTaskType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteTaskType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteTaskType(childComplexity, args["name"].(string)), true
 	case "Mutation.drainClusterNode":
 		if e.ComplexityRoot.Mutation.DrainClusterNode == nil {
 			break
@@ -2999,6 +3026,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskType.Description(childComplexity), true
+	case "TaskType.external":
+		if e.ComplexityRoot.TaskType.External == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskType.External(childComplexity), true
 	case "TaskType.inputSchema":
 		if e.ComplexityRoot.TaskType.InputSchema == nil {
 			break
@@ -3233,6 +3266,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("ScheduleWhereInput", ec.unmarshalInputScheduleWhereInput),
 			graphql.NewInputUnmarshaler("TaskLogOrder", ec.unmarshalInputTaskLogOrder),
 			graphql.NewInputUnmarshaler("TaskOrder", ec.unmarshalInputTaskOrder),
+			graphql.NewInputUnmarshaler("TaskTypeDeclaration", ec.unmarshalInputTaskTypeDeclaration),
 			graphql.NewInputUnmarshaler("TaskWhereInput", ec.unmarshalInputTaskWhereInput),
 			graphql.NewInputUnmarshaler("TypeControlInput", ec.unmarshalInputTypeControlInput),
 			graphql.NewInputUnmarshaler("UpdateScheduleInput", ec.unmarshalInputUpdateScheduleInput),
@@ -3329,7 +3363,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/workflows.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -3463,6 +3497,8 @@ enum AuditLogAction @goModel(model: "github.com/taskgraph/taskgraph/ent/auditlog
   TYPE_RESUME
   NODE_DRAIN
   NODE_UNDRAIN
+  TASK_TYPE_DECLARE
+  TASK_TYPE_DELETE
 }
 """
 A connection to a list of items.
@@ -5293,6 +5329,7 @@ extend type Query {
 	{Name: "schema/alerts.graphql", Input: sourceData("schema/alerts.graphql"), BuiltIn: false},
 	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
 	{Name: "schema/bulkfilter.graphql", Input: sourceData("schema/bulkfilter.graphql"), BuiltIn: false},
+	{Name: "schema/external.graphql", Input: sourceData("schema/external.graphql"), BuiltIn: false},
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
 	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
 	{Name: "schema/payload.graphql", Input: sourceData("schema/payload.graphql"), BuiltIn: false},
@@ -6077,6 +6114,8 @@ func (ec *executionContext) childFields_TaskType(ctx context.Context, field grap
 		return ec.fieldContext_TaskType_stallAfterSeconds(ctx, field)
 	case "stallAction":
 		return ec.fieldContext_TaskType_stallAction(ctx, field)
+	case "external":
+		return ec.fieldContext_TaskType_external(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TaskType", field.Name)
 }
@@ -6485,6 +6524,20 @@ func (ec *executionContext) field_Mutation_createWorkflow_args(ctx context.Conte
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_declareTaskType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.TaskTypeDeclaration, error) {
+			return ec.unmarshalNTaskTypeDeclaration2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskTypeDeclaration(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_deleteAlertChannel_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -6524,6 +6577,20 @@ func (ec *executionContext) field_Mutation_deleteSchedule_args(ctx context.Conte
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteTaskType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "name",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["name"] = arg0
 	return args, nil
 }
 
@@ -11167,6 +11234,94 @@ func (ec *executionContext) fieldContext_Mutation_bulkTaskAction(ctx context.Con
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_bulkTaskAction_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_declareTaskType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_declareTaskType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeclareTaskType(ctx, fc.Args["input"].(model.TaskTypeDeclaration))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.TaskType) graphql.Marshaler {
+			return ec.marshalNTaskType2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskType(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_declareTaskType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TaskType(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_declareTaskType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteTaskType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteTaskType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteTaskType(ctx, fc.Args["name"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteTaskType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Boolean does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteTaskType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -16886,6 +17041,29 @@ func (ec *executionContext) fieldContext_TaskType_stallAction(_ context.Context,
 	return graphql.NewScalarFieldContext("TaskType", field, false, false, "String")
 }
 
+func (ec *executionContext) _TaskType_external(ctx context.Context, field graphql.CollectedField, obj *model.TaskType) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskType_external(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.External, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskType_external(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskType", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _TypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -22225,6 +22403,90 @@ func UnmarshalTaskOrder(ctx context.Context, raw any) (ent.TaskOrder, error) {
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputTaskTypeDeclaration(ctx context.Context, obj any) (model.TaskTypeDeclaration, error) {
+	var it model.TaskTypeDeclaration
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "description", "inputSchema", "timeoutSeconds", "retryPolicy", "stallAfterSeconds", "stallAction"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "description":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("description"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Description = data
+		case "inputSchema":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputSchema"))
+			data, err := ec.unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputSchema = data
+		case "timeoutSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timeoutSeconds"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimeoutSeconds = data
+		case "retryPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("retryPolicy"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RetryPolicy = data
+		case "stallAfterSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stallAfterSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StallAfterSeconds = data
+		case "stallAction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stallAction"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StallAction = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalTaskTypeDeclaration unmarshals raw into the TaskTypeDeclaration input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalTaskTypeDeclaration(ctx context.Context, raw any) (model.TaskTypeDeclaration, error) {
+	var out model.TaskTypeDeclaration
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "TaskTypeDeclaration", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, obj any) (ent.TaskWhereInput, error) {
 	var it ent.TaskWhereInput
 	if obj == nil {
@@ -25848,6 +26110,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "declareTaskType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_declareTaskType(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteTaskType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteTaskType(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "setTypeControl":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_setTypeControl(ctx, field)
@@ -27530,6 +27806,11 @@ func (ec *executionContext) _TaskType(ctx context.Context, sel ast.SelectionSet,
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "external":
+			out.Values[i] = ec._TaskType_external(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -29190,6 +29471,11 @@ func (ec *executionContext) marshalNTaskType2ᚖgithubᚗcomᚋtaskgraphᚋtaskg
 		return graphql.Null
 	}
 	return ec._TaskType(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNTaskTypeDeclaration2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskTypeDeclaration(ctx context.Context, v any) (model.TaskTypeDeclaration, error) {
+	res, err := ec.unmarshalInputTaskTypeDeclaration(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNTaskWhereInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (ent.TaskWhereInput, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/artifact"
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/external"
 	"github.com/taskgraph/taskgraph/internal/flow"
 	"github.com/taskgraph/taskgraph/internal/importer"
 	"github.com/taskgraph/taskgraph/internal/nodes"
@@ -36,6 +37,9 @@ type Resolver struct {
 	// Flow serves flow control (caps, rates, pauses) and says why a
 	// waiting task waits; without it those are unavailable.
 	Flow *flow.Service
+	// External declares and deletes external task types (nil: the
+	// mutations are refused).
+	External *external.Catalog
 
 	// streams are the running subscriptions (set by NewServer; a
 	// shutdown ends them).

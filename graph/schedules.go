@@ -8,6 +8,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/flow"
 	"github.com/taskgraph/taskgraph/internal/schedule"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 var errNoSchedules = errors.New("schedules are not available on this server")
@@ -95,6 +96,22 @@ func timePtrs(ts []time.Time) []*time.Time {
 }
 
 var errNoFlow = errors.New("flow control is not available on this server")
+
+var errNoExternal = errors.New("external task types are not available on this server")
+
+// taskTypeModel is a registered type as the API shows it.
+func taskTypeModel(t *tasktype.Type) *model.TaskType {
+	return &model.TaskType{
+		Name:                  t.Name,
+		Description:           t.Description,
+		InputSchema:           t.InputSchema,
+		DefaultTimeoutSeconds: int(t.Timeout / time.Second),
+		DefaultRetryPolicy:    t.RetryPolicy,
+		StallAfterSeconds:     int(t.StallAfter / time.Second),
+		StallAction:           string(t.StallAction),
+		External:              t.External,
+	}
+}
 
 func controlOrNil(c flow.Control, err error) (*flow.Control, error) {
 	if err != nil {

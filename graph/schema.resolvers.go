@@ -8,7 +8,6 @@ package graph
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
@@ -84,15 +83,7 @@ func (r *queryResolver) TaskTypes(ctx context.Context) ([]*model.TaskType, error
 		if t.Internal {
 			continue
 		}
-		out = append(out, &model.TaskType{
-			Name:                  t.Name,
-			Description:           t.Description,
-			InputSchema:           t.InputSchema,
-			DefaultTimeoutSeconds: int(t.Timeout / time.Second),
-			DefaultRetryPolicy:    t.RetryPolicy,
-			StallAfterSeconds:     int(t.StallAfter / time.Second),
-			StallAction:           string(t.StallAction),
-		})
+		out = append(out, taskTypeModel(t))
 	}
 	return out, nil
 }

@@ -441,6 +441,9 @@ func (p *Pool) room() (free int, types []string, caps []int) {
 	running, perType := p.running.usage()
 	free = max(p.cfg.Concurrency-running, 0)
 	for _, t := range p.deps.Registry.Types() {
+		if t.External {
+			continue // an outside worker's, over the worker protocol
+		}
 		room := free
 		if t.Concurrency > 0 {
 			room = min(max(t.Concurrency-perType[t.Name], 0), free)

@@ -86,25 +86,27 @@ type Action string
 
 // Action values.
 const (
-	ActionCREATE           Action = "CREATE"
-	ActionCANCEL           Action = "CANCEL"
-	ActionRETRY            Action = "RETRY"
-	ActionCANCEL_MANY      Action = "CANCEL_MANY"
-	ActionRETRY_MANY       Action = "RETRY_MANY"
-	ActionBULK_CANCEL      Action = "BULK_CANCEL"
-	ActionBULK_RETRY       Action = "BULK_RETRY"
-	ActionDOWNLOAD         Action = "DOWNLOAD"
-	ActionSCHEDULE_CREATE  Action = "SCHEDULE_CREATE"
-	ActionSCHEDULE_UPDATE  Action = "SCHEDULE_UPDATE"
-	ActionSCHEDULE_PAUSE   Action = "SCHEDULE_PAUSE"
-	ActionSCHEDULE_RESUME  Action = "SCHEDULE_RESUME"
-	ActionSCHEDULE_DELETE  Action = "SCHEDULE_DELETE"
-	ActionSCHEDULE_RUN_NOW Action = "SCHEDULE_RUN_NOW"
-	ActionFLOW_CONTROL_SET Action = "FLOW_CONTROL_SET"
-	ActionTYPE_PAUSE       Action = "TYPE_PAUSE"
-	ActionTYPE_RESUME      Action = "TYPE_RESUME"
-	ActionNODE_DRAIN       Action = "NODE_DRAIN"
-	ActionNODE_UNDRAIN     Action = "NODE_UNDRAIN"
+	ActionCREATE            Action = "CREATE"
+	ActionCANCEL            Action = "CANCEL"
+	ActionRETRY             Action = "RETRY"
+	ActionCANCEL_MANY       Action = "CANCEL_MANY"
+	ActionRETRY_MANY        Action = "RETRY_MANY"
+	ActionBULK_CANCEL       Action = "BULK_CANCEL"
+	ActionBULK_RETRY        Action = "BULK_RETRY"
+	ActionDOWNLOAD          Action = "DOWNLOAD"
+	ActionSCHEDULE_CREATE   Action = "SCHEDULE_CREATE"
+	ActionSCHEDULE_UPDATE   Action = "SCHEDULE_UPDATE"
+	ActionSCHEDULE_PAUSE    Action = "SCHEDULE_PAUSE"
+	ActionSCHEDULE_RESUME   Action = "SCHEDULE_RESUME"
+	ActionSCHEDULE_DELETE   Action = "SCHEDULE_DELETE"
+	ActionSCHEDULE_RUN_NOW  Action = "SCHEDULE_RUN_NOW"
+	ActionFLOW_CONTROL_SET  Action = "FLOW_CONTROL_SET"
+	ActionTYPE_PAUSE        Action = "TYPE_PAUSE"
+	ActionTYPE_RESUME       Action = "TYPE_RESUME"
+	ActionNODE_DRAIN        Action = "NODE_DRAIN"
+	ActionNODE_UNDRAIN      Action = "NODE_UNDRAIN"
+	ActionTASK_TYPE_DECLARE Action = "TASK_TYPE_DECLARE"
+	ActionTASK_TYPE_DELETE  Action = "TASK_TYPE_DELETE"
 )
 
 func (a Action) String() string {
@@ -114,7 +116,7 @@ func (a Action) String() string {
 // ActionValidator is a validator for the "action" field enum values. It is called by the builders before save.
 func ActionValidator(a Action) error {
 	switch a {
-	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME, ActionNODE_DRAIN, ActionNODE_UNDRAIN:
+	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME, ActionNODE_DRAIN, ActionNODE_UNDRAIN, ActionTASK_TYPE_DECLARE, ActionTASK_TYPE_DELETE:
 		return nil
 	default:
 		return fmt.Errorf("auditlog: invalid enum value for action field: %q", a)

@@ -93,6 +93,18 @@ func (f DeploymentFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, 
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DeploymentMutation", m)
 }
 
+// The ExternalTaskTypeFunc type is an adapter to allow the use of ordinary
+// function as ExternalTaskType mutator.
+type ExternalTaskTypeFunc func(context.Context, *ent.ExternalTaskTypeMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ExternalTaskTypeFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ExternalTaskTypeMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ExternalTaskTypeMutation", m)
+}
+
 // The FlowControlFunc type is an adapter to allow the use of ordinary
 // function as FlowControl mutator.
 type FlowControlFunc func(context.Context, *ent.FlowControlMutation) (ent.Value, error)

@@ -15,6 +15,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/externaltasktype"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/predicate"
@@ -271,6 +272,33 @@ func (f TraverseDeployment) Traverse(ctx context.Context, q ent.Query) error {
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.DeploymentQuery", q)
+}
+
+// The ExternalTaskTypeFunc type is an adapter to allow the use of ordinary function as a Querier.
+type ExternalTaskTypeFunc func(context.Context, *ent.ExternalTaskTypeQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f ExternalTaskTypeFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.ExternalTaskTypeQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ExternalTaskTypeQuery", q)
+}
+
+// The TraverseExternalTaskType type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseExternalTaskType func(context.Context, *ent.ExternalTaskTypeQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseExternalTaskType) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseExternalTaskType) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.ExternalTaskTypeQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.ExternalTaskTypeQuery", q)
 }
 
 // The FlowControlFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -560,6 +588,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.ClusterNodeQuery, predicate.ClusterNode, clusternode.OrderOption]{typ: ent.TypeClusterNode, tq: q}, nil
 	case *ent.DeploymentQuery:
 		return &query[*ent.DeploymentQuery, predicate.Deployment, deployment.OrderOption]{typ: ent.TypeDeployment, tq: q}, nil
+	case *ent.ExternalTaskTypeQuery:
+		return &query[*ent.ExternalTaskTypeQuery, predicate.ExternalTaskType, externaltasktype.OrderOption]{typ: ent.TypeExternalTaskType, tq: q}, nil
 	case *ent.FlowControlQuery:
 		return &query[*ent.FlowControlQuery, predicate.FlowControl, flowcontrol.OrderOption]{typ: ent.TypeFlowControl, tq: q}, nil
 	case *ent.FlowStartQuery:

@@ -168,7 +168,7 @@ var (
 		{Name: "role", Type: field.TypeString},
 		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
-		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN"}},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN", "TASK_TYPE_DECLARE", "TASK_TYPE_DELETE"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
 		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
 		{Name: "error_code", Type: field.TypeString, Default: ""},
@@ -233,6 +233,25 @@ var (
 		Name:       "deployments",
 		Columns:    DeploymentsColumns,
 		PrimaryKey: []*schema.Column{DeploymentsColumns[0]},
+	}
+	// ExternalTaskTypesColumns holds the columns for the "external_task_types" table.
+	ExternalTaskTypesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "name", Type: field.TypeString, Unique: true},
+		{Name: "description", Type: field.TypeString, Default: ""},
+		{Name: "input_schema", Type: field.TypeString, Size: 2147483647},
+		{Name: "timeout_seconds", Type: field.TypeInt},
+		{Name: "retry_policy", Type: field.TypeString},
+		{Name: "stall_after_seconds", Type: field.TypeInt, Default: 0},
+		{Name: "stall_action", Type: field.TypeString, Default: "FLAG"},
+		{Name: "updated_by", Type: field.TypeString, Default: ""},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// ExternalTaskTypesTable holds the schema information for the "external_task_types" table.
+	ExternalTaskTypesTable = &schema.Table{
+		Name:       "external_task_types",
+		Columns:    ExternalTaskTypesColumns,
+		PrimaryKey: []*schema.Column{ExternalTaskTypesColumns[0]},
 	}
 	// FlowControlsColumns holds the columns for the "flow_controls" table.
 	FlowControlsColumns = []*schema.Column{
@@ -655,6 +674,7 @@ var (
 		AuditLogsTable,
 		ClusterNodesTable,
 		DeploymentsTable,
+		ExternalTaskTypesTable,
 		FlowControlsTable,
 		FlowStartsTable,
 		SchedulesTable,
@@ -691,6 +711,9 @@ func init() {
 	DeploymentsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(25769803776),
 	}
+	ExternalTaskTypesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(68719476736),
+	}
 	FlowControlsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(30064771072),
 	}
@@ -711,7 +734,7 @@ func init() {
 		IncrementStart: func(i int) *int { return &i }(0),
 	}
 	TaskDependenciesTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(68719476736),
+		IncrementStart: func(i int) *int { return &i }(73014444032),
 	}
 	TaskInstancesTable.ForeignKeys[0].RefTable = TasksTable
 	TaskInstancesTable.Annotation = &entsql.Annotation{
@@ -722,6 +745,6 @@ func init() {
 		IncrementStart: func(i int) *int { return &i }(8589934592),
 	}
 	WorkflowsTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(73014444032),
+		IncrementStart: func(i int) *int { return &i }(77309411328),
 	}
 }

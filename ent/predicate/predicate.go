@@ -27,6 +27,9 @@ type ClusterNode func(*sql.Selector)
 // Deployment is the predicate function for deployment builders.
 type Deployment func(*sql.Selector)
 
+// ExternalTaskType is the predicate function for externaltasktype builders.
+type ExternalTaskType func(*sql.Selector)
+
 // FlowControl is the predicate function for flowcontrol builders.
 type FlowControl func(*sql.Selector)
 

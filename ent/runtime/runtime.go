@@ -12,6 +12,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
+	"github.com/taskgraph/taskgraph/ent/externaltasktype"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
@@ -208,6 +209,28 @@ func init() {
 	deploymentDescCreatedAt := deploymentMixinFields0[0].Descriptor()
 	// deployment.DefaultCreatedAt holds the default value on creation for the created_at field.
 	deployment.DefaultCreatedAt = deploymentDescCreatedAt.Default.(func() time.Time)
+	externaltasktypeFields := schema.ExternalTaskType{}.Fields()
+	_ = externaltasktypeFields
+	// externaltasktypeDescDescription is the schema descriptor for description field.
+	externaltasktypeDescDescription := externaltasktypeFields[1].Descriptor()
+	// externaltasktype.DefaultDescription holds the default value on creation for the description field.
+	externaltasktype.DefaultDescription = externaltasktypeDescDescription.Default.(string)
+	// externaltasktypeDescStallAfterSeconds is the schema descriptor for stall_after_seconds field.
+	externaltasktypeDescStallAfterSeconds := externaltasktypeFields[5].Descriptor()
+	// externaltasktype.DefaultStallAfterSeconds holds the default value on creation for the stall_after_seconds field.
+	externaltasktype.DefaultStallAfterSeconds = externaltasktypeDescStallAfterSeconds.Default.(int)
+	// externaltasktypeDescStallAction is the schema descriptor for stall_action field.
+	externaltasktypeDescStallAction := externaltasktypeFields[6].Descriptor()
+	// externaltasktype.DefaultStallAction holds the default value on creation for the stall_action field.
+	externaltasktype.DefaultStallAction = externaltasktypeDescStallAction.Default.(string)
+	// externaltasktypeDescUpdatedBy is the schema descriptor for updated_by field.
+	externaltasktypeDescUpdatedBy := externaltasktypeFields[7].Descriptor()
+	// externaltasktype.DefaultUpdatedBy holds the default value on creation for the updated_by field.
+	externaltasktype.DefaultUpdatedBy = externaltasktypeDescUpdatedBy.Default.(string)
+	// externaltasktypeDescUpdatedAt is the schema descriptor for updated_at field.
+	externaltasktypeDescUpdatedAt := externaltasktypeFields[8].Descriptor()
+	// externaltasktype.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	externaltasktype.DefaultUpdatedAt = externaltasktypeDescUpdatedAt.Default.(func() time.Time)
 	flowcontrolFields := schema.FlowControl{}.Fields()
 	_ = flowcontrolFields
 	// flowcontrolDescRatePeriodSeconds is the schema descriptor for rate_period_seconds field.

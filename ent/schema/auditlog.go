@@ -38,7 +38,8 @@ func (AuditLog) Fields() []ent.Field {
 			Values("CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD",
 				"SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW",
 				"FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME",
-				"NODE_DRAIN", "NODE_UNDRAIN").
+				"NODE_DRAIN", "NODE_UNDRAIN",
+				"TASK_TYPE_DECLARE", "TASK_TYPE_DELETE").
 			Immutable().
 			Annotations(entgql.OrderField("ACTION")),
 		field.JSON("task_ids", []int{}).

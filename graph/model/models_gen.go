@@ -242,6 +242,25 @@ type TaskType struct {
 	StallAfterSeconds int `json:"stallAfterSeconds"`
 	// FLAG, or CANCEL (stopped as STALLED, the retry policy decides).
 	StallAction string `json:"stallAction"`
+	// Declared through declareTaskType: its tasks run in outside workers (docs/workers.md), never in the process's pool.
+	External bool `json:"external"`
+}
+
+// An external task type's declaration: everything a built-in type has but the Go handler.
+type TaskTypeDeclaration struct {
+	// a-z, 0-9, _ . - (at most 63), starting with a letter; not a built-in type's.
+	Name        string  `json:"name"`
+	Description *string `json:"description,omitempty"`
+	// The JSON Schema of the input (default: any object); created tasks are validated against it.
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	// The default timeout (at least 1).
+	TimeoutSeconds int `json:"timeoutSeconds"`
+	// The default retry policy (retryPolicies); default: default.
+	RetryPolicy *string `json:"retryPolicy,omitempty"`
+	// Flag (or, with stallAction CANCEL, stop) executions whose progress and logs stand still this long; 0 or null: never.
+	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
+	// FLAG (default) or CANCEL.
+	StallAction *string `json:"stallAction,omitempty"`
 }
 
 // A type's limits; each one left out (or null) is removed.

@@ -198,6 +198,8 @@ func taskRule(ctx context.Context) (predicate.Task, error) {
 // every task.
 func taskPredicate(v auth.Viewer) predicate.Task {
 	switch {
+	case v.Role == auth.RoleWorker:
+		return task.ID(-1) // a worker reads nothing (it is given its tasks by its claims)
 	case v.SeesEveryTenant():
 		return nil
 	case v.IsAdmin():
@@ -211,6 +213,8 @@ func taskPredicate(v auth.Viewer) predicate.Task {
 // sees every schedule.
 func schedulePredicate(v auth.Viewer) predicate.Schedule {
 	switch {
+	case v.Role == auth.RoleWorker:
+		return schedule.ID(-1)
 	case v.SeesEveryTenant():
 		return nil
 	case v.IsAdmin():
@@ -225,7 +229,7 @@ func schedulePredicate(v auth.Viewer) predicate.Schedule {
 // out to subscribers). t must carry its owner, owner source and tenant.
 func CanSee(v auth.Viewer, t *ent.Task) bool {
 	switch {
-	case v.User == "" || v.Role == "":
+	case v.User == "" || v.Role == "", v.Role == auth.RoleWorker:
 		return false
 	case v.SeesEveryTenant():
 		return true

@@ -76,6 +76,10 @@ func (a *App) queryHandler(gql http.Handler) http.Handler {
 			auth.WriteError(w, http.StatusForbidden, graph.CodeForbidden, fmt.Sprintf("origin %s may not use this API (see -allowed-origins)", r.Header.Get("Origin")))
 			return
 		}
+		if v, _ := auth.FromContext(r.Context()); v.Role == auth.RoleWorker {
+			auth.WriteError(w, http.StatusForbidden, graph.CodeForbidden, "a worker's credentials serve the worker protocol (/worker/v1/) only, not GraphQL")
+			return
+		}
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 		}

@@ -36,6 +36,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/exporter"
+	"github.com/taskgraph/taskgraph/internal/external"
 	"github.com/taskgraph/taskgraph/internal/flow"
 	"github.com/taskgraph/taskgraph/internal/importer"
 	"github.com/taskgraph/taskgraph/internal/leader"
@@ -94,6 +95,12 @@ type Options struct {
 	// keep the values derived from Config.
 	Import  importer.Config
 	Janitor artifact.JanitorConfig
+	// ExternalSync overrides how often the node reads the declared
+	// external task types again (0 keeps external.SyncInterval);
+	// WorkerHeartbeat what the worker protocol tells workers to beat at
+	// (0: a third of --heartbeat-timeout, at most 5 s).
+	ExternalSync    time.Duration
+	WorkerHeartbeat time.Duration
 	// Scheduler overrides the schedule firer's configuration (zero fields
 	// keep their defaults).
 	Scheduler schedule.SchedulerConfig
@@ -155,8 +162,13 @@ type App struct {
 	Schedules *schedule.Service
 	// Flow reads and changes the cluster-wide caps, rates and pauses of
 	// task types; Gate enforces them in every claim.
-	Flow            *flow.Service
-	Gate            *flow.Gate
+	Flow *flow.Service
+	Gate *flow.Gate
+	// External is the catalog of declared external task types (loaded at
+	// start, synced on every node); Workers serves the worker protocol
+	// (/worker/v1/) on the api role.
+	External        *external.Catalog
+	Workers         *external.Handler
 	Scheduler       *schedule.Scheduler
 	SchedulerLeader *leader.Lock
 	// Nodes keeps this node's row in the cluster's registry (app/nodes.go).
@@ -483,6 +495,17 @@ func (a *App) newAPIServices(ctx context.Context, undo *cleanup) error {
 	}
 	a.Schedules = schedule.NewService(a.Engine, a.sealer, a.Node, a.Log)
 	a.Flow = flow.NewService(a.Engine)
+	a.External = external.NewCatalog(a.Store, a.Engine)
+	if _, err := a.External.Sync(ctx); err != nil {
+		// A node starts without the types it cannot read or build; the
+		// syncer tries again.
+		a.Log.Error("loading external task types", "err", err)
+	}
+	syncer, err := a.External.NewSyncer(a.opts.ExternalSync, a.Log)
+	if err != nil {
+		return err
+	}
+	a.services = append(a.services, syncer)
 	a.baseCtx, a.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
 	undo.push(a.baseCancel)
 	return nil
@@ -702,7 +725,7 @@ func (a *App) routes() http.Handler {
 			Tracer: a.tracer,
 			Resolver: &graph.Resolver{Engine: a.Engine, Client: a.Store.Client(), Broker: a.Broker, Log: a.Log,
 				Importer: a.Importer, Artifacts: a.Artifacts, Links: a.Links, PublicURL: a.Config.PublicURL(),
-				ScheduleService: a.Schedules, Flow: a.Flow, Alerts: a.Alerts, Nodes: a.nodesAPI()},
+				ScheduleService: a.Schedules, Flow: a.Flow, External: a.External, Alerts: a.Alerts, Nodes: a.nodesAPI()},
 			Auth:            a.Auth,
 			Introspection:   a.Config.Playground,
 			AllowedOrigins:  ac.AllowedOrigins,
@@ -715,6 +738,10 @@ func (a *App) routes() http.Handler {
 		})
 		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.UnavailableUploads(a.GraphQL))))
 		mux.Handle("GET /download/{token}", a.Links)
+		a.Workers = external.NewHandler(external.Config{Store: a.Store, Registry: a.Registry, Policies: a.Policies,
+			Sealer: a.sealer, Masker: a.masker, Broker: a.Broker, Auth: a.Auth, Logger: a.Log,
+			HeartbeatInterval: cmp.Or(a.opts.WorkerHeartbeat, min(worker.HeartbeatIntervalDefault, a.Config.HeartbeatTimeout/3))})
+		mux.Handle(external.Prefix, a.Workers) // it authenticates each call itself
 		if a.Config.Playground {
 			mux.Handle("GET /playground", playground.Handler("taskgraph", "/query"))
 		}

@@ -52,6 +52,10 @@ const (
 	TypeResume     = auditlog.ActionTYPE_RESUME
 	NodeDrain      = auditlog.ActionNODE_DRAIN
 	NodeUndrain    = auditlog.ActionNODE_UNDRAIN
+	// TaskTypeDeclare and TaskTypeDelete are an admin's external task
+	// types (package external).
+	TaskTypeDeclare = auditlog.ActionTASK_TYPE_DECLARE
+	TaskTypeDelete  = auditlog.ActionTASK_TYPE_DELETE
 )
 
 // Entry is one action to record. The actor is the viewer of the context

@@ -530,3 +530,22 @@ func replaceFile(t *testing.T, path, content string) {
 	require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
 	require.NoError(t, os.Rename(tmp, path))
 }
+
+func TestWorkerTokens(t *testing.T) {
+	tok := auth.NewToken()
+	v := auth.Viewer{User: "py", Role: auth.RoleWorker, Types: []string{"py.a", "py.b"}}
+	got, err := auth.ParseTokenFile([]byte(auth.TokenLine(tok, v) + "\n"))
+	require.NoError(t, err)
+	w := got[auth.HashToken(tok)]
+	require.Equal(t, auth.RoleWorker, w.Role)
+	require.Equal(t, []string{"py.a", "py.b"}, w.Types)
+	require.True(t, w.RunsType("py.b"))
+	require.False(t, w.RunsType("py.c"))
+	require.False(t, w.CanMutate())
+	require.False(t, w.IsAdmin())
+	require.False(t, auth.Viewer{User: "ada", Role: auth.RoleAdmin}.RunsType("py.a"), "an admin is not a worker")
+	for _, bad := range []string{"worker:", "worker:a,,b", "workers"} {
+		_, _, err := auth.ParseScopedRole(bad)
+		require.Error(t, err, bad)
+	}
+}

@@ -36,7 +36,11 @@ func HashToken(token string) string {
 
 // TokenLine is the token file line for a token.
 func TokenLine(token string, v Viewer) string {
-	line := HashToken(token) + " " + v.User + " " + string(v.Role)
+	role := string(v.Role)
+	if v.Role == RoleWorker {
+		role += ":" + strings.Join(v.Types, ",")
+	}
+	line := HashToken(token) + " " + v.User + " " + role
 	if v.Tenant != "" {
 		line += " " + v.Tenant
 	}
@@ -48,7 +52,8 @@ func TokenLine(token string, v Viewer) string {
 //	<sha256 of the token, hex> <user> <role> [tenant]
 //
 // with fields separated by spaces or tabs; blank lines and lines starting
-// with # are ignored. Roles are admin, operator and viewer.
+// with # are ignored. Roles are admin, operator, viewer and
+// worker:<type>[,<type>...] (a worker of those task types).
 func ParseTokenFile(data []byte) (map[string]Viewer, error) {
 	out := map[string]Viewer{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -65,11 +70,11 @@ func ParseTokenFile(data []byte) (map[string]Viewer, error) {
 		if b, err := hex.DecodeString(hash); err != nil || len(b) != sha256.Size {
 			return nil, fmt.Errorf("line %d: %q is not a SHA-256 in hex (64 characters); store the hash of a token, never the token", n, short(f[0]))
 		}
-		role, err := ParseRole(f[2])
+		role, types, err := ParseScopedRole(f[2])
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
-		v := Viewer{User: f[1], Role: role, Source: SourceToken}
+		v := Viewer{User: f[1], Role: role, Source: SourceToken, Types: types}
 		if len(f) == 4 {
 			v.Tenant = f[3]
 		}

@@ -23,18 +23,64 @@ const (
 	// RolePlatform administers every tenant. No token carries it: an
 	// admin named by Config.PlatformAdmins (--platform-admins) gets it.
 	RolePlatform Role = "platform"
+	// RoleWorker runs tasks of the types its credentials name
+	// (Viewer.Types) over the worker protocol (package external), and
+	// nothing else: it reads nothing, GraphQL refuses it. A token file
+	// names it worker:<type>[,<type>...].
+	RoleWorker Role = "worker"
 	// RoleSystem is the process itself (workers, the watchdog, the bench
 	// command). No token can carry it.
 	RoleSystem Role = "system"
 )
 
-// ParseRole accepts the roles a token may carry.
+// ParseRole accepts the roles a token may carry (not a worker's: see
+// ParseScopedRole).
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
 	case RoleAdmin, RoleOperator, RoleViewer:
 		return r, nil
 	}
 	return "", fmt.Errorf("role %q is not admin, operator or viewer", s)
+}
+
+// ParseScopedRole accepts what a token file's role field may say: a role
+// ParseRole accepts, or worker:<type>[,<type>...], a worker of those task
+// types (returned as types).
+func ParseScopedRole(s string) (Role, []string, error) {
+	rest, ok := strings.CutPrefix(s, string(RoleWorker)+":")
+	if !ok {
+		r, err := ParseRole(s)
+		if err != nil {
+			err = fmt.Errorf("role %q is not admin, operator, viewer or worker:<type>[,<type>...]", s)
+		}
+		return r, nil, err
+	}
+	var types []string
+	for t := range strings.SplitSeq(rest, ",") {
+		if t = strings.TrimSpace(t); t == "" {
+			return "", nil, fmt.Errorf("role %q: an empty task type (want worker:<type>[,<type>...])", s)
+		}
+		types = append(types, t)
+	}
+	return RoleWorker, types, nil
+}
+
+// RunsType reports whether v may claim and finish tasks of type typ over
+// the worker protocol: a worker of that type, or the platform (an open
+// server's local viewer included) and the process itself.
+func (v Viewer) RunsType(typ string) bool {
+	switch v.Role {
+	case RoleWorker:
+		for _, t := range v.Types {
+			if t == typ {
+				return true
+			}
+		}
+		return false
+	case RolePlatform, RoleSystem:
+		return true
+	}
+	return false
 }
 
 // Sources of identity: where a viewer's credentials came from. The same
@@ -61,6 +107,8 @@ type Viewer struct {
 	// Expires is when the credentials stop being valid (a JWT's exp);
 	// zero for static tokens. A websocket is closed then.
 	Expires time.Time
+	// Types are the task types a worker (RoleWorker) runs.
+	Types []string
 }
 
 // Identity is who a viewer is: source, tenant and user together. A task's
@@ -123,7 +171,9 @@ func (v Viewer) IsAdmin() bool { return v.Role == RoleAdmin || v.SeesEveryTenant
 
 // CanMutate reports whether v may create, cancel and retry tasks (its own,
 // unless it IsAdmin).
-func (v Viewer) CanMutate() bool { return v.Role != RoleViewer && v.Role != "" }
+func (v Viewer) CanMutate() bool {
+	return v.Role != RoleViewer && v.Role != RoleWorker && v.Role != ""
+}
 
 // Local is the viewer of a server running without authentication: it
 // listens on loopback only, and whoever reaches it administers it.

@@ -45,6 +45,10 @@ type Type struct {
 	// flags, StallCancel also stops the execution as a STALLED error for
 	// the retry policy to decide on.
 	StallAction StallAction
+	// External types are declared through the API (NewExternal) and run
+	// by workers outside the process over the worker protocol; the
+	// in-process pool never claims them.
+	External bool
 
 	schema      *jsonschema.Schema
 	schemaPatch func(map[string]any)

@@ -1,0 +1,182 @@
+package app_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/engine"
+)
+
+// pyDriver runs the reference client (clients/python/taskgraph_worker.py)
+// with one handler for "py.a": it logs, reports progress, sleeps
+// input.sleepMs (watching for a cancel) and returns {"double": 2n}. Each
+// start prints "started <taskId> <token>".
+const pyDriver = `
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from taskgraph_worker import Worker
+w = Worker(sys.argv[2], token=sys.argv[3], worker_id=sys.argv[4], concurrency=int(sys.argv[5]), wait_seconds=1)
+
+@w.handler("py.a")
+def handle(job):
+    print("started", job.task_id, job.token, flush=True)
+    n = job.input["n"]
+    job.log("doing %d" % n, n=n)
+    end = time.monotonic() + job.input.get("sleepMs", 0) / 1000.0
+    while time.monotonic() < end and not job.cancelled.is_set():
+        time.sleep(0.01)
+    job.progress(1, 1)
+    return {"double": 2 * n}
+
+w.run()
+print("stopped requests", w.requests, flush=True)
+`
+
+// pyWorker is a running Python worker process.
+type pyWorker struct {
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	started map[int]string // task id -> token
+	lines   []string
+	done    chan error
+}
+
+func startPython(t *testing.T, url, token, id string, concurrency int) *pyWorker {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "driver.py")
+	require.NoError(t, os.WriteFile(script, []byte(pyDriver), 0o600))
+	client, err := filepath.Abs("../../clients/python")
+	require.NoError(t, err)
+	cmd := exec.Command("python3", script, client, url, token, id, strconv.Itoa(concurrency))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	w := &pyWorker{cmd: cmd, started: map[int]string{}, done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			w.mu.Lock()
+			w.lines = append(w.lines, sc.Text())
+			if len(f) == 3 && f[0] == "started" {
+				id, _ := strconv.Atoi(f[1])
+				w.started[id] = f[2]
+			}
+			w.mu.Unlock()
+		}
+		w.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+	})
+	return w
+}
+
+func (w *pyWorker) token(id int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.started[id]
+}
+
+func createMany(t *testing.T, s *apptest.Server, typ string, inputs []map[string]any) []int {
+	t.Helper()
+	ctx := auth.NewContext(context.Background(), auth.Viewer{User: "otto", Role: auth.RoleOperator, Source: auth.SourceToken})
+	var ids []int
+	for _, in := range inputs {
+		raw, err := json.Marshal(in)
+		require.NoError(t, err)
+		tk, err := s.App.Engine.Create(ctx, engine.CreateRequest{Type: typ, Input: raw})
+		require.NoError(t, err)
+		ids = append(ids, tk.ID)
+	}
+	return ids
+}
+
+func statusOf(t *testing.T, s *apptest.Server, id int) lifecycle.Status {
+	t.Helper()
+	tk, err := s.App.Store.Client().Task.Get(auth.NewSystemContext(context.Background()), id)
+	require.NoError(t, err)
+	return tk.Status
+}
+
+// TestPythonWorker: the reference Python client runs pythonTasks tasks (1,000 in the long tier) of an
+// external type, each SUCCESS once with its result, logs and progress
+// stored; a cancel reaches it at its next heartbeat; SIGTERM lets the
+// running handler finish and the worker exit.
+func TestPythonWorker(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, tokens := workerNode(t, dsn, app.Options{WorkerHeartbeat: 300 * time.Millisecond}, func(c *app.Config) { c.HeartbeatTimeout = 3 * time.Second })
+		const n = pythonTasks
+		inputs := make([]map[string]any, n)
+		for i := range inputs {
+			inputs[i] = map[string]any{"n": i}
+		}
+		ids := createMany(t, s, "py.a", inputs)
+		w := startPython(t, s.URL, tokens["wa"], "py-1", 50)
+		ctx := auth.NewSystemContext(context.Background())
+		c := s.App.Store.Client()
+		apptest.Eventually(t, 120*time.Second, func() (bool, string) {
+			done, err := c.Task.Query().Where(task.Type("py.a"), task.StatusEQ(lifecycle.Success)).Count(ctx)
+			require.NoError(t, err)
+			return done == n, strconv.Itoa(done) + " done"
+		})
+		tasks, err := c.Task.Query().Where(task.IDIn(ids...)).WithInstances().All(ctx)
+		require.NoError(t, err)
+		for _, tk := range tasks {
+			require.Len(t, tk.Edges.Instances, 1, "each ran once")
+			var in struct{ N int }
+			require.NoError(t, json.Unmarshal([]byte(tk.Input), &in))
+			require.JSONEq(t, `{"double":`+strconv.Itoa(2*in.N)+`}`, string(tk.Result))
+			require.Equal(t, int64(1), tk.ProgressDone)
+		}
+		logs, err := c.TaskLog.Query().Where(tasklog.TaskIDIn(ids...), tasklog.MessageHasPrefix("doing ")).Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, n, logs)
+
+		// A cancel of a running external task reaches the worker.
+		long := createMany(t, s, "py.a", []map[string]any{{"n": 1, "sleepMs": 600000}})[0]
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) { return w.token(long) != "", "not started" })
+		r := s.DoAs(t, tokens["otto"], `mutation($id: ID!) { cancelTask(id: $id, reason: "stop") { id } }`, map[string]any{"id": long})
+		require.Empty(t, r.Errors)
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+			st := statusOf(t, s, long)
+			return st == lifecycle.Cancelled, string(st)
+		})
+
+		// SIGTERM: the running handler finishes, the worker exits 0.
+		last := createMany(t, s, "py.a", []map[string]any{{"n": 5, "sleepMs": 1000}})[0]
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) { return w.token(last) != "", "not started" })
+		require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-w.done:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the worker did not stop after SIGTERM")
+		}
+		require.Equal(t, lifecycle.Success, statusOf(t, s, last), "it finished what ran")
+		w.mu.Lock()
+		t.Logf("python worker: %v", w.lines[len(w.lines)-1])
+		w.mu.Unlock()
+	})
+}
