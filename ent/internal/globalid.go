@@ -2,4 +2,4 @@
 
 package internal
 
-const IncrementStarts = "{\"alert_channels\":47244640256,\"alert_incidents\":51539607552,\"alert_rules\":55834574848,\"artifacts\":17179869184,\"audit_logs\":12884901888,\"cluster_nodes\":64424509440,\"contacts\":21474836480,\"deployments\":25769803776,\"external_task_types\":68719476736,\"flow_controls\":30064771072,\"flow_starts\":34359738368,\"schedule_events\":42949672960,\"schedules\":38654705664,\"stall_overrides\":60129542144,\"task_dependencies\":73014444032,\"task_instances\":4294967296,\"task_logs\":8589934592,\"tasks\":0,\"workflows\":77309411328}"
+const IncrementStarts = "{\"alert_channels\":47244640256,\"alert_incidents\":51539607552,\"alert_rules\":55834574848,\"artifacts\":17179869184,\"audit_logs\":12884901888,\"cluster_nodes\":64424509440,\"contacts\":21474836480,\"deployments\":25769803776,\"external_task_types\":77309411328,\"flow_controls\":30064771072,\"flow_starts\":34359738368,\"schedule_events\":42949672960,\"schedules\":38654705664,\"stall_overrides\":60129542144,\"task_dependencies\":68719476736,\"task_instances\":4294967296,\"task_logs\":8589934592,\"tasks\":0,\"workflows\":73014444032}"

@@ -712,7 +712,7 @@ func init() {
 		IncrementStart: func(i int) *int { return &i }(25769803776),
 	}
 	ExternalTaskTypesTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(68719476736),
+		IncrementStart: func(i int) *int { return &i }(77309411328),
 	}
 	FlowControlsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(30064771072),
@@ -734,7 +734,7 @@ func init() {
 		IncrementStart: func(i int) *int { return &i }(0),
 	}
 	TaskDependenciesTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(73014444032),
+		IncrementStart: func(i int) *int { return &i }(68719476736),
 	}
 	TaskInstancesTable.ForeignKeys[0].RefTable = TasksTable
 	TaskInstancesTable.Annotation = &entsql.Annotation{
@@ -745,6 +745,6 @@ func init() {
 		IncrementStart: func(i int) *int { return &i }(8589934592),
 	}
 	WorkflowsTable.Annotation = &entsql.Annotation{
-		IncrementStart: func(i int) *int { return &i }(77309411328),
+		IncrementStart: func(i int) *int { return &i }(73014444032),
 	}
 }

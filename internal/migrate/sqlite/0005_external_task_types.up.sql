@@ -15,4 +15,4 @@ CREATE TABLE external_task_types (
 );
 CREATE UNIQUE INDEX external_task_types_name_key ON external_task_types (name);
 -- Its ids start in a range of their own (ent's global ids).
-INSERT INTO sqlite_sequence (name, seq) VALUES ('external_task_types', 68719476736);
+INSERT INTO sqlite_sequence (name, seq) VALUES ('external_task_types', 77309411328);
