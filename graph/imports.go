@@ -10,14 +10,18 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
 
 	"github.com/taskgraph/taskgraph/ent"
 	entartifact "github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/internal/artifact"
 	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/importer"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
@@ -32,6 +36,57 @@ func (r *Resolver) importFile(ctx context.Context, file graphql.Upload, target s
 		File: file.File, Filename: file.Filename, Size: file.Size,
 		Target: target, Options: options, IdempotencyKey: key,
 	})
+}
+
+// precheckImport checks an upload's importFile arguments that need no
+// file — its target and idempotency key — from the multipart request's
+// operations part, which comes before the file: a request that names an
+// unknown target or a bad key is refused before its file is read. The
+// resolver checks them again (a JSON request, a document this misses).
+func (r *Resolver) precheckImport(p *graphql.RawParams) error {
+	if r.Importer == nil {
+		return nil
+	}
+	doc, err := parser.ParseQuery(&ast.Source{Input: p.Query})
+	if err != nil {
+		return nil // gqlgen's parse error says it better
+	}
+	value := func(v *ast.Value) (string, bool) {
+		switch {
+		case v == nil:
+			return "", false
+		case v.Kind == ast.Variable:
+			s, ok := p.Variables[v.Raw].(string)
+			return s, ok
+		case v.Kind == ast.StringValue || v.Kind == ast.BlockValue:
+			return v.Raw, true
+		}
+		return "", false
+	}
+	for _, op := range doc.Operations {
+		if op.Operation != ast.Mutation {
+			continue
+		}
+		for _, sel := range op.SelectionSet {
+			f, ok := sel.(*ast.Field)
+			if !ok || f.Name != "importFile" {
+				continue
+			}
+			if a := f.Arguments.ForName("target"); a != nil {
+				if t, ok := value(a.Value); ok {
+					if _, known := r.Importer.Targets().Get(t); !known {
+						return fmt.Errorf("target: unknown import target %q (registered: %s); the file was not read", t, strings.Join(r.Importer.Targets().Names(), ", "))
+					}
+				}
+			}
+			if a := f.Arguments.ForName("idempotencyKey"); a != nil {
+				if k, ok := value(a.Value); ok && (k == "" || utf8.RuneCountInString(k) > engine.MaxKeyLen) {
+					return fmt.Errorf("idempotencyKey: must be 1 to %d characters; the file was not read", engine.MaxKeyLen)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func (r *Resolver) artifactDownloadURL(ctx context.Context, taskID int, kind *artifact.Kind, format *model.FileFormat) (*model.DownloadLink, error) {

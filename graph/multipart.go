@@ -27,6 +27,10 @@ type multipartForm struct {
 	maxUpload int64 // the whole body
 	maxJSON   int64 // the operations part, and the map part
 	maxMemory int64 // of files, held in memory, for the whole request
+	// precheck looks at the operations part before any file is read: a
+	// request it refuses (an unknown import target, a bad idempotency
+	// key) is answered without its file being read or stored.
+	precheck func(*graphql.RawParams) error
 }
 
 var _ graphql.Transport = multipartForm{}
@@ -130,6 +134,11 @@ func (f multipartForm) read(r *http.Request, spooled *[]*os.File) (*graphql.RawP
 	dec.UseNumber()
 	if err := dec.Decode(&params); err != nil {
 		return nil, bad("the operations part is not a GraphQL request in JSON: %s", jsonProblem(err))
+	}
+	if f.precheck != nil {
+		if err := f.precheck(&params); err != nil {
+			return nil, bad("%s", err.Error())
+		}
 	}
 	part, err = mr.NextPart()
 	if err != nil || part.FormName() != "map" {

@@ -97,3 +97,47 @@ func TestMultipartRequests(t *testing.T) {
 		require.Equal(t, "VALIDATION", r.Errors[0].Code())
 	})
 }
+
+// TestAnUploadIsRefusedBeforeItsFileIsRead: the operations part comes
+// first; an unknown target or a bad idempotency key there is answered
+// while the client is still sending the file (which never ends here: the
+// answer cannot have waited for it), and no task exists.
+func TestAnUploadIsRefusedBeforeItsFileIsRead(t *testing.T) {
+	t.Parallel()
+	s := apptest.Start(t, dbtest.SQLite(t), app.Options{})
+	t.Cleanup(func() { // after the parallel sub-tests
+		var out struct{ Tasks struct{ TotalCount int } }
+		s.Query(t, `{ tasks { totalCount } }`, nil, &out)
+		require.Zero(t, out.Tasks.TotalCount, "no task was created")
+	})
+	for name, tc := range map[string]struct{ ops, want string }{
+		"UnknownTarget": {`{"query":"mutation($file: Upload!, $t: String!) { importFile(file: $file, target: $t) { id } }","variables":{"file":null,"t":"contactz"}}`,
+			`target: unknown import target "contactz" (registered: contacts); the file was not read`},
+		"UnknownTargetInline": {`{"query":"mutation($file: Upload!) { importFile(file: $file, target: \"nope\") { id } }","variables":{"file":null}}`,
+			`unknown import target "nope"`},
+		"EmptyKey": {`{"query":"mutation($file: Upload!) { importFile(file: $file, target: \"contacts\", idempotencyKey: \"\") { id } }","variables":{"file":null}}`,
+			`idempotencyKey: must be 1 to 128 characters; the file was not read`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pr, pw := io.Pipe()
+			defer pw.Close() //nolint:errcheck // the file never ends
+			mw := multipart.NewWriter(pw)
+			go func() {
+				_ = mw.WriteField("operations", tc.ops)
+				_ = mw.WriteField("map", `{"0": ["variables.file"]}`)
+				fw, err := mw.CreateFormFile("0", "c.csv")
+				if err != nil {
+					return
+				}
+				_, _ = fw.Write([]byte("姓名,手机\n"))
+				// ... and nothing more: the part stays open.
+			}()
+			status, r := postRaw(t, s, http.Header{"Content-Type": {mw.FormDataContentType()}, "Apollo-Require-Preflight": {"1"}}, pr, -1)
+			require.Equal(t, http.StatusUnprocessableEntity, status)
+			require.Len(t, r.Errors, 1)
+			require.Equal(t, "VALIDATION", r.Errors[0].Code())
+			require.Contains(t, r.Errors[0].Message, tc.want)
+		})
+	}
+}

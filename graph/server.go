@@ -290,7 +290,8 @@ func NewServer(cfg ServerConfig) *Server {
 		PayloadReadLimit:      &ws.PayloadReadLimit,
 	})
 	if cfg.MaxUploadSize > 0 {
-		srv.AddTransport(multipartForm{maxUpload: cfg.MaxUploadSize + uploadSlack, maxJSON: cmp.Or(cfg.MaxJSONSize, MaxJSONSizeDefault), maxMemory: 4 << 20})
+		srv.AddTransport(multipartForm{maxUpload: cfg.MaxUploadSize + uploadSlack, maxJSON: cmp.Or(cfg.MaxJSONSize, MaxJSONSizeDefault), maxMemory: 4 << 20,
+			precheck: cfg.Resolver.precheckImport})
 	}
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})

@@ -171,6 +171,28 @@ func normalizeHeader(s string) string {
 	}, s)
 }
 
+// bilingual matches a header that gives a column's name in two languages,
+// as an export writes it ("姓名 Name", "邮箱 E-mail"): its first word, or
+// the rest, names the column, and no word names another.
+func bilingual(byName map[string]int, h string) (int, bool) {
+	first, rest, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok {
+		return 0, false
+	}
+	col, found := -1, false
+	for _, part := range []string{first, rest} {
+		c, ok := byName[normalizeHeader(part)]
+		if !ok {
+			continue
+		}
+		if found && c != col {
+			return 0, false
+		}
+		col, found = c, true
+	}
+	return col, found
+}
+
 // HeaderError lists what is wrong with a file's header row.
 type HeaderError struct{ Problems []string }
 
@@ -204,6 +226,9 @@ func (t *Target) MapHeader(header []string) (*Mapping, error) {
 			continue
 		}
 		col, ok := byName[normalizeHeader(h)]
+		if !ok {
+			col, ok = bilingual(byName, h)
+		}
 		if !ok {
 			m.Ignored = append(m.Ignored, h)
 			continue

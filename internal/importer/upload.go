@@ -117,6 +117,11 @@ func (im *Importer) createFrom(ctx context.Context, a *ent.Artifact, target *Tar
 	if err != nil {
 		return nil, fmt.Errorf("check upload: %w", err)
 	}
+	if info.Rows == 0 {
+		// Refused here, before a task exists: an import of nothing would
+		// only succeed with nothing done, or fail later for no reason.
+		return nil, invalid("file", "%s has no rows to import (it is empty, or has its header row alone)", a.Filename)
+	}
 	input, err := json.Marshal(Input{
 		Target:  target.Name,
 		Options: opts,

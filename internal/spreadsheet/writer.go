@@ -10,6 +10,11 @@ import (
 	"github.com/xuri/excelize/v2"
 )
 
+// TimeLayout is how a time is written into a cell: ISO 8601 in UTC, with
+// its zone (Z), so that whoever reads the file, in whatever zone, reads
+// the same instant.
+const TimeLayout = "2006-01-02T15:04:05Z"
+
 // Writer writes rows of a table, streaming: an xlsx writer spills to a
 // temporary file past a few MiB, a CSV writer writes through.
 type Writer interface {
@@ -94,7 +99,7 @@ func csvCell(v any) string {
 		if x.IsZero() {
 			return ""
 		}
-		return x.UTC().Format("2006-01-02 15:04:05")
+		return x.UTC().Format(TimeLayout)
 	case *time.Time:
 		if x == nil {
 			return ""
@@ -141,10 +146,10 @@ func (x *xlsxWriter) Row(cells ...any) error {
 			if c == nil {
 				x.cells = append(x.cells, nil)
 			} else {
-				x.cells = append(x.cells, c.UTC().Format("2006-01-02 15:04:05"))
+				x.cells = append(x.cells, c.UTC().Format(TimeLayout))
 			}
 		case time.Time:
-			x.cells = append(x.cells, c.UTC().Format("2006-01-02 15:04:05"))
+			x.cells = append(x.cells, c.UTC().Format(TimeLayout))
 		case nil, int, int64, float64, bool:
 			x.cells = append(x.cells, c)
 		default:
