@@ -642,7 +642,7 @@ func (e *Evaluator) check(ctx context.Context, now time.Time, res *PassResult) e
 		for _, r := range rules {
 			for name, n := range skewed {
 				if over(r, n) && e.open[key(r.ID, name)] == nil {
-					e.add(r, name, 1, 0, fmt.Sprintf("node %s's wall clock is %s off the database's; it runs on the database's clock, but its time sync (NTP) is broken", name, (time.Duration(n.ClockOffsetMs) * time.Millisecond).String()), now)
+					e.add(r, name, 1, 0, fmt.Sprintf("node %s's wall clock is %s off the database's; it runs on the database's clock, but its time sync (NTP) is broken", name, (time.Duration(n.ClockOffsetMs)*time.Millisecond).String()), now)
 				}
 			}
 		}
