@@ -120,6 +120,7 @@ const (
 	KindBACKLOG      Kind = "BACKLOG"
 	KindNO_LEADER    Kind = "NO_LEADER"
 	KindNODE_GONE    Kind = "NODE_GONE"
+	KindCLOCK_SKEW   Kind = "CLOCK_SKEW"
 )
 
 func (k Kind) String() string {
@@ -129,7 +130,7 @@ func (k Kind) String() string {
 // KindValidator is a validator for the "kind" field enum values. It is called by the builders before save.
 func KindValidator(k Kind) error {
 	switch k {
-	case KindTASK_FAILED, KindTIMEOUT, KindSTALLED, KindFAILURE_RATE, KindBACKLOG, KindNO_LEADER, KindNODE_GONE:
+	case KindTASK_FAILED, KindTIMEOUT, KindSTALLED, KindFAILURE_RATE, KindBACKLOG, KindNO_LEADER, KindNODE_GONE, KindCLOCK_SKEW:
 		return nil
 	default:
 		return fmt.Errorf("alertrule: invalid enum value for kind field: %q", k)

@@ -26,7 +26,7 @@ func (AlertIncident) Fields() []ent.Field {
 			Immutable(),
 		field.String("rule_name"),
 		field.Enum("kind").
-			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE").
+			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW").
 			Immutable(),
 		field.String("subject").
 			Immutable().

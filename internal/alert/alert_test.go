@@ -24,6 +24,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/alertchannel"
 	"github.com/taskgraph/taskgraph/ent/alertincident"
 	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
@@ -709,6 +710,27 @@ func TestRuleKinds(t *testing.T) {
 			led = true
 			mu.Unlock()
 			run()
+			require.Empty(t, open(t, b))
+		})
+		t.Run("ClockSkew", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d.DSN(t), true, false)
+			rule(t, b, alert.RuleInput{Name: "clocks", Kind: alertrule.KindCLOCK_SKEW, Threshold: 10})
+			now := b.store.Now()
+			node := func(name string, offsetMs int64) {
+				require.NoError(t, b.store.Client().ClusterNode.Create().SetName(name).SetHost("h").SetPid(1).SetVersion("v").
+					SetRoles([]string{"worker"}).SetStartedAt(now).SetLastSeenAt(now).SetExpiresAt(now.Add(time.Hour)).
+					SetClockOffsetMs(offsetMs).Exec(sysCtx))
+			}
+			node("ahead", -120_000)
+			node("fine", 2_000)
+			pass(t, b)
+			incs := open(t, b)
+			require.Len(t, incs, 1)
+			require.Equal(t, "ahead", incs[0].Subject)
+			require.Contains(t, incs[0].Summary, "2m0s off the database's")
+			require.NoError(t, b.store.Client().ClusterNode.Update().Where(clusternode.Name("ahead")).SetClockOffsetMs(0).Exec(sysCtx))
+			pass(t, b)
 			require.Empty(t, open(t, b))
 		})
 		t.Run("TimeoutsAndAGoneNode", func(t *testing.T) {

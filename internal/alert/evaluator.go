@@ -14,6 +14,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/alertincident"
 	"github.com/taskgraph/taskgraph/ent/alertrule"
+	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/internal/auth"
@@ -601,6 +602,47 @@ func (e *Evaluator) check(ctx context.Context, now time.Time, res *PassResult) e
 			if !still[key(inc.RuleID, inc.Subject)] {
 				if err := e.resolve(ctx, inc, "the backlog is back under its limit", now, res); err != nil {
 					return err
+				}
+			}
+		}
+	}
+	// Nodes whose wall clock is off the database's (their rows say by how
+	// much, package nodes): one incident per node and rule.
+	if rules := byKind[alertrule.KindCLOCK_SKEW]; len(rules) > 0 || len(openOf(alertrule.KindCLOCK_SKEW)) > 0 {
+		live, err := e.svc.client.ClusterNode.Query().
+			Where(clusternode.StoppedAtIsNil(), clusternode.ExpiresAtGT(now)).All(ctx)
+		if err != nil {
+			return fmt.Errorf("alert: read the nodes' clocks: %w", err)
+		}
+		skewed := map[string]*ent.ClusterNode{}
+		for _, n := range live {
+			skewed[n.Name] = n
+		}
+		over := func(r *ent.AlertRule, n *ent.ClusterNode) bool {
+			if r.Threshold > 0 {
+				limit := int64(r.Threshold) * 1000
+				return n.ClockOffsetMs > limit || -n.ClockOffsetMs > limit
+			}
+			return n.ClockSkewed
+		}
+		for _, inc := range openOf(alertrule.KindCLOCK_SKEW) {
+			n := skewed[inc.Subject]
+			var rule *ent.AlertRule
+			for _, r := range rules {
+				if e.open[key(r.ID, inc.Subject)] == inc {
+					rule = r
+				}
+			}
+			if n == nil || rule == nil || !over(rule, n) {
+				if err := e.resolve(ctx, inc, "the node's clock agrees with the database's, or the node is gone", now, res); err != nil {
+					return err
+				}
+			}
+		}
+		for _, r := range rules {
+			for name, n := range skewed {
+				if over(r, n) && e.open[key(r.ID, name)] == nil {
+					e.add(r, name, 1, 0, fmt.Sprintf("node %s's wall clock is %s off the database's; it runs on the database's clock, but its time sync (NTP) is broken", name, (time.Duration(n.ClockOffsetMs)*time.Millisecond).String()), now)
 				}
 			}
 		}

@@ -324,7 +324,7 @@ type RuleInput struct {
 
 // clusterKinds are rules about the whole cluster, not a tenant's tasks:
 // only platform administrators may set them.
-var clusterKinds = []alertrule.Kind{alertrule.KindBACKLOG, alertrule.KindNO_LEADER, alertrule.KindNODE_GONE}
+var clusterKinds = []alertrule.Kind{alertrule.KindBACKLOG, alertrule.KindNO_LEADER, alertrule.KindNODE_GONE, alertrule.KindCLOCK_SKEW}
 
 func (s *Service) checkRule(ctx context.Context, v auth.Viewer, in *RuleInput) error {
 	in.Name = strings.TrimSpace(in.Name)

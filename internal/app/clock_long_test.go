@@ -57,6 +57,26 @@ func TestOneClockForTheCluster(t *testing.T) {
 				})
 			}
 
+			// And on the Nodes page: each node's offset undoes its skew.
+			apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+				var out struct {
+					ClusterNodes []struct {
+						ID            string
+						ClockOffsetMs int
+						ClockSkewed   bool
+					}
+				}
+				leader.Query(t, `{ clusterNodes { id clockOffsetMs clockSkewed } }`, nil, &out)
+				want := map[string]time.Duration{leader.App.Node: -leads, other.App.Node: leads}
+				seen := 0
+				for _, n := range out.ClusterNodes {
+					if skew, ok := want[n.ID]; ok && n.ClockSkewed && (time.Duration(n.ClockOffsetMs)*time.Millisecond-skew).Abs() < 5*time.Second {
+						seen++
+					}
+				}
+				return seen == 2, fmt.Sprintf("%+v", out)
+			})
+
 			// Executions on both nodes outlive the lease many times over.
 			ids := map[string]bool{}
 			for i := range 20 {

@@ -128,6 +128,7 @@ func (s *Store) check(ctx context.Context, starting bool) error {
 	}
 	mine := s.created == d.UID
 	s.mu.Unlock()
+	waited := time.Now() // the wait below is this node's own (monotonic)
 	for {
 		m, err := s.blobs.Marker(ctx)
 		if err != nil {
@@ -160,7 +161,7 @@ func (s *Store) check(ctx context.Context, starting bool) error {
 			s.created = ""
 			s.mu.Unlock()
 			return s.blobs.Probe(ctx)
-		case starting && s.Now().Sub(d.CreatedAt) < startRace: // the record's time is the cluster's
+		case starting && s.Now().Sub(d.CreatedAt) < startRace && time.Since(waited) < startRace: // the record's time is the cluster's
 			// Nodes started together: the one that recorded the
 			// deployment may not have written its marker yet.
 			select {
