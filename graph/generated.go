@@ -233,6 +233,7 @@ type ComplexityRoot struct {
 		BulkTaskAction       func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) int
 		CancelTask           func(childComplexity int, id int, reason *string) int
 		CancelTasks          func(childComplexity int, ids []int, reason *string) int
+		CancelWorkflow       func(childComplexity int, id int, reason *string) int
 		CreateAlertChannel   func(childComplexity int, input model.AlertChannelInput) int
 		CreateAlertRule      func(childComplexity int, input model.AlertRuleInput) int
 		CreateSchedule       func(childComplexity int, input model.CreateScheduleInput) int
@@ -547,16 +548,17 @@ type ComplexityRoot struct {
 	}
 
 	Workflow struct {
-		Code            func(childComplexity int) int
-		CreatedAt       func(childComplexity int) int
-		ID              func(childComplexity int) int
-		IdempotencyKey  func(childComplexity int) int
-		OnParentFailure func(childComplexity int) int
-		Status          func(childComplexity int) int
-		StepCount       func(childComplexity int) int
-		Steps           func(childComplexity int) int
-		StepsDone       func(childComplexity int) int
-		Title           func(childComplexity int) int
+		AvailableActions func(childComplexity int) int
+		Code             func(childComplexity int) int
+		CreatedAt        func(childComplexity int) int
+		ID               func(childComplexity int) int
+		IdempotencyKey   func(childComplexity int) int
+		OnParentFailure  func(childComplexity int) int
+		Status           func(childComplexity int) int
+		StepCount        func(childComplexity int) int
+		Steps            func(childComplexity int) int
+		StepsDone        func(childComplexity int) int
+		Title            func(childComplexity int) int
 	}
 }
 
@@ -608,6 +610,7 @@ type MutationResolver interface {
 	DeleteSchedule(ctx context.Context, id int) (int, error)
 	RunScheduleNow(ctx context.Context, id int) (*ent.Task, error)
 	CreateWorkflow(ctx context.Context, input model.CreateWorkflowInput) (*ent.Workflow, error)
+	CancelWorkflow(ctx context.Context, id int, reason *string) (*ent.Workflow, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
@@ -664,6 +667,7 @@ type WorkflowResolver interface {
 	StepsDone(ctx context.Context, obj *ent.Workflow) (int, error)
 
 	Steps(ctx context.Context, obj *ent.Workflow) ([]*ent.Task, error)
+	AvailableActions(ctx context.Context, obj *ent.Workflow) ([]lifecycle.Action, error)
 }
 
 type AuditLogWhereInputResolver interface {
@@ -1455,6 +1459,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelTasks(childComplexity, args["ids"].([]int), args["reason"].(*string)), true
+	case "Mutation.cancelWorkflow":
+		if e.ComplexityRoot.Mutation.CancelWorkflow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelWorkflow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelWorkflow(childComplexity, args["id"].(int), args["reason"].(*string)), true
 	case "Mutation.createAlertChannel":
 		if e.ComplexityRoot.Mutation.CreateAlertChannel == nil {
 			break
@@ -3133,6 +3148,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.WaitReason.Until(childComplexity), true
 
+	case "Workflow.availableActions":
+		if e.ComplexityRoot.Workflow.AvailableActions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.AvailableActions(childComplexity), true
 	case "Workflow.code":
 		if e.ComplexityRoot.Workflow.Code == nil {
 			break
@@ -6143,6 +6164,8 @@ func (ec *executionContext) childFields_Workflow(ctx context.Context, field grap
 		return ec.fieldContext_Workflow_stepCount(ctx, field)
 	case "steps":
 		return ec.fieldContext_Workflow_steps(ctx, field)
+	case "availableActions":
+		return ec.fieldContext_Workflow_availableActions(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Workflow", field.Name)
 }
@@ -6372,6 +6395,28 @@ func (ec *executionContext) field_Mutation_cancelTasks_args(ctx context.Context,
 		return nil, err
 	}
 	args["ids"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_cancelWorkflow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
 		func(ctx context.Context, v any) (*string, error) {
 			return ec.unmarshalOString2ᚖstring(ctx, v)
@@ -11587,6 +11632,50 @@ func (ec *executionContext) fieldContext_Mutation_createWorkflow(ctx context.Con
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_createWorkflow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_cancelWorkflow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_cancelWorkflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CancelWorkflow(ctx, fc.Args["id"].(int), fc.Args["reason"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalNWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_cancelWorkflow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_cancelWorkflow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -17528,6 +17617,29 @@ func (ec *executionContext) fieldContext_Workflow_steps(_ context.Context, field
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Workflow_availableActions(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_availableActions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Workflow().AvailableActions(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
+			return ec.marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐActionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_availableActions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, true, true, "TaskAction")
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -25851,6 +25963,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "cancelWorkflow":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_cancelWorkflow(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -27720,6 +27839,12 @@ func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet,
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Workflow_steps(ctx, field, obj)
+				})
+		case "availableActions":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Workflow_availableActions(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
