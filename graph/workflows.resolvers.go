@@ -91,8 +91,3 @@ func (r *workflowResolver) AvailableActions(ctx context.Context, obj *ent.Workfl
 	}
 	return []lifecycle.Action{}, nil
 }
-
-// Workflow returns WorkflowResolver implementation.
-func (r *Resolver) Workflow() WorkflowResolver { return &workflowResolver{r} }
-
-type workflowResolver struct{ *Resolver }

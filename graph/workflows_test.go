@@ -165,6 +165,24 @@ func TestWorkflowsAreSeenByWhoSeesTheirSteps(t *testing.T) {
 		require.Len(t, got.Workflow.Steps, 4, "the tenant's admin sees it")
 		s.QueryAs(t, s.tok["alice"], readWorkflow, map[string]any{"id": out.CreateWorkflow.ID}, &got)
 		require.Len(t, got.Workflow.Steps, 4)
+
+		// The connection: filtered, and by the same rule.
+		s.QueryAs(t, s.tok["alice"], createWorkflow, map[string]any{"in": map[string]any{"title": "nightly", "steps": diamondSteps()}}, &out)
+		s.QueryAs(t, s.tok["bob"], createWorkflow, map[string]any{"in": map[string]any{"title": "nightly", "steps": diamondSteps()}}, &out)
+		const list = `query($w: WorkflowWhereInput) { workflows(first: 10, where: $w) { totalCount edges { node { id title status } } } }`
+		var page struct {
+			Workflows struct {
+				TotalCount int
+				Edges      []struct{ Node struct{ ID, Title, Status string } }
+			}
+		}
+		s.QueryAs(t, s.tok["alice"], list, map[string]any{"w": map[string]any{"title": "nightly"}}, &page)
+		require.Equal(t, 1, page.Workflows.TotalCount)
+		require.Equal(t, "nightly", page.Workflows.Edges[0].Node.Title)
+		s.QueryAs(t, s.tok["alice"], list, nil, &page)
+		require.Equal(t, 2, page.Workflows.TotalCount, "alice's own two")
+		s.QueryAs(t, s.tok["root"], list, nil, &page)
+		require.Equal(t, 3, page.Workflows.TotalCount, "the tenant's admin sees all three")
 	})
 }
 
