@@ -173,7 +173,9 @@ func TestWorkflowsAreSeenByWhoSeesTheirSteps(t *testing.T) {
 		var page struct {
 			Workflows struct {
 				TotalCount int
-				Edges      []struct{ Node struct{ ID, Title, Status string } }
+				Edges      []struct {
+					Node struct{ ID, Title, Status string }
+				}
 			}
 		}
 		s.QueryAs(t, s.tok["alice"], list, map[string]any{"w": map[string]any{"title": "nightly"}}, &page)
