@@ -17,6 +17,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 // CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
@@ -1314,6 +1315,135 @@ func newTaskLogPaginateArgs(rv map[string]any) *tasklogPaginateArgs {
 				args.opts = append(args.opts, WithTaskLogOrder(v))
 			}
 		}
+	}
+	return args
+}
+
+// CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
+func (_q *WorkflowQuery) CollectFields(ctx context.Context, satisfies ...string) (*WorkflowQuery, error) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return _q, nil
+	}
+	if err := _q.collectField(ctx, false, graphql.GetOperationContext(ctx), fc.Field, nil, satisfies...); err != nil {
+		return nil, err
+	}
+	return _q, nil
+}
+
+func (_q *WorkflowQuery) collectField(ctx context.Context, oneNode bool, opCtx *graphql.OperationContext, collected graphql.CollectedField, path []string, satisfies ...string) error {
+	path = append([]string(nil), path...)
+	var (
+		unknownSeen    bool
+		fieldSeen      = make(map[string]struct{}, len(workflow.Columns))
+		selectedFields = []string{workflow.FieldID}
+	)
+	for _, field := range graphql.CollectFields(opCtx, collected.Selections, satisfies) {
+		switch field.Name {
+		case "createdAt":
+			if _, ok := fieldSeen[workflow.FieldCreatedAt]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldCreatedAt)
+				fieldSeen[workflow.FieldCreatedAt] = struct{}{}
+			}
+		case "code":
+			if _, ok := fieldSeen[workflow.FieldCode]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldCode)
+				fieldSeen[workflow.FieldCode] = struct{}{}
+			}
+		case "title":
+			if _, ok := fieldSeen[workflow.FieldTitle]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldTitle)
+				fieldSeen[workflow.FieldTitle] = struct{}{}
+			}
+		case "idempotencyKey":
+			if _, ok := fieldSeen[workflow.FieldIdempotencyKey]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldIdempotencyKey)
+				fieldSeen[workflow.FieldIdempotencyKey] = struct{}{}
+			}
+		case "owner":
+			if _, ok := fieldSeen[workflow.FieldOwner]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldOwner)
+				fieldSeen[workflow.FieldOwner] = struct{}{}
+			}
+		case "ownerSource":
+			if _, ok := fieldSeen[workflow.FieldOwnerSource]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldOwnerSource)
+				fieldSeen[workflow.FieldOwnerSource] = struct{}{}
+			}
+		case "tenant":
+			if _, ok := fieldSeen[workflow.FieldTenant]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldTenant)
+				fieldSeen[workflow.FieldTenant] = struct{}{}
+			}
+		case "onParentFailure":
+			if _, ok := fieldSeen[workflow.FieldOnParentFailure]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldOnParentFailure)
+				fieldSeen[workflow.FieldOnParentFailure] = struct{}{}
+			}
+		case "stepCount":
+			if _, ok := fieldSeen[workflow.FieldStepCount]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldStepCount)
+				fieldSeen[workflow.FieldStepCount] = struct{}{}
+			}
+		case "id":
+		case "__typename":
+		default:
+			unknownSeen = true
+		}
+	}
+	if !unknownSeen {
+		_q.Select(selectedFields...)
+	}
+	return nil
+}
+
+type workflowPaginateArgs struct {
+	first, last   *int
+	after, before *Cursor
+	opts          []WorkflowPaginateOption
+}
+
+func newWorkflowPaginateArgs(rv map[string]any) *workflowPaginateArgs {
+	args := &workflowPaginateArgs{}
+	if rv == nil {
+		return args
+	}
+	if v := rv[firstField]; v != nil {
+		args.first = v.(*int)
+	}
+	if v := rv[lastField]; v != nil {
+		args.last = v.(*int)
+	}
+	if v := rv[afterField]; v != nil {
+		args.after = v.(*Cursor)
+	}
+	if v := rv[beforeField]; v != nil {
+		args.before = v.(*Cursor)
+	}
+	if v, ok := rv[orderByField]; ok {
+		switch v := v.(type) {
+		case map[string]any:
+			var (
+				err1, err2 error
+				order      = &WorkflowOrder{Field: &WorkflowOrderField{}, Direction: entgql.OrderDirectionAsc}
+			)
+			if d, ok := v[directionField]; ok {
+				err1 = order.Direction.UnmarshalGQL(d)
+			}
+			if f, ok := v[fieldField]; ok {
+				err2 = order.Field.UnmarshalGQL(f)
+			}
+			if err1 == nil && err2 == nil {
+				args.opts = append(args.opts, WithWorkflowOrder(order))
+			}
+		case *WorkflowOrder:
+			if v != nil {
+				args.opts = append(args.opts, WithWorkflowOrder(v))
+			}
+		}
+	}
+	if v, ok := rv[whereField].(*WorkflowWhereInput); ok {
+		args.opts = append(args.opts, WithWorkflowFilter(v.Filter))
 	}
 	return args
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 // Noder wraps the basic Node method.
@@ -59,6 +60,11 @@ var tasklogImplementors = []string{"TaskLog", "Node"}
 
 // IsNode implements the Node interface check for GQLGen.
 func (*TaskLog) IsNode() {}
+
+var workflowImplementors = []string{"Workflow", "Node"}
+
+// IsNode implements the Node interface check for GQLGen.
+func (*Workflow) IsNode() {}
 
 var errNodeInvalidID = &NotFoundError{"node"}
 
@@ -196,6 +202,15 @@ func (c *Client) noder(ctx context.Context, table string, id int) (Noder, error)
 			Where(tasklog.ID(id))
 		if fc := graphql.GetFieldContext(ctx); fc != nil {
 			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, tasklogImplementors...); err != nil {
+				return nil, err
+			}
+		}
+		return query.Only(ctx)
+	case workflow.Table:
+		query := c.Workflow.Query().
+			Where(workflow.ID(id))
+		if fc := graphql.GetFieldContext(ctx); fc != nil {
+			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, workflowImplementors...); err != nil {
 				return nil, err
 			}
 		}
@@ -373,6 +388,22 @@ func (c *Client) noders(ctx context.Context, table string, ids []int) ([]Noder, 
 		query := c.TaskLog.Query().
 			Where(tasklog.IDIn(ids...))
 		query, err := query.CollectFields(ctx, tasklogImplementors...)
+		if err != nil {
+			return nil, err
+		}
+		nodes, err := query.All(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, node := range nodes {
+			for _, noder := range idmap[node.ID] {
+				*noder = node
+			}
+		}
+	case workflow.Table:
+		query := c.Workflow.Query().
+			Where(workflow.IDIn(ids...))
+		query, err := query.CollectFields(ctx, workflowImplementors...)
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
@@ -2423,6 +2424,320 @@ func (_m *TaskLog) ToEdge(order *TaskLogOrder) *TaskLogEdge {
 		order = DefaultTaskLogOrder
 	}
 	return &TaskLogEdge{
+		Node:   _m,
+		Cursor: order.Field.toCursor(_m),
+	}
+}
+
+// WorkflowEdge is the edge representation of Workflow.
+type WorkflowEdge struct {
+	Node   *Workflow `json:"node"`
+	Cursor Cursor    `json:"cursor"`
+}
+
+// WorkflowConnection is the connection containing edges to Workflow.
+type WorkflowConnection struct {
+	Edges      []*WorkflowEdge `json:"edges"`
+	PageInfo   PageInfo        `json:"pageInfo"`
+	TotalCount int             `json:"totalCount"`
+}
+
+func (c *WorkflowConnection) build(nodes []*Workflow, pager *workflowPager, after *Cursor, first *int, before *Cursor, last *int) {
+	c.PageInfo.HasNextPage = before != nil
+	c.PageInfo.HasPreviousPage = after != nil
+	if first != nil && *first+1 == len(nodes) {
+		c.PageInfo.HasNextPage = true
+		nodes = nodes[:len(nodes)-1]
+	} else if last != nil && *last+1 == len(nodes) {
+		c.PageInfo.HasPreviousPage = true
+		nodes = nodes[:len(nodes)-1]
+	}
+	var nodeAt func(int) *Workflow
+	if last != nil {
+		n := len(nodes) - 1
+		nodeAt = func(i int) *Workflow {
+			return nodes[n-i]
+		}
+	} else {
+		nodeAt = func(i int) *Workflow {
+			return nodes[i]
+		}
+	}
+	c.Edges = make([]*WorkflowEdge, len(nodes))
+	for i := range nodes {
+		node := nodeAt(i)
+		c.Edges[i] = &WorkflowEdge{
+			Node:   node,
+			Cursor: pager.toCursor(node),
+		}
+	}
+	if l := len(c.Edges); l > 0 {
+		c.PageInfo.StartCursor = &c.Edges[0].Cursor
+		c.PageInfo.EndCursor = &c.Edges[l-1].Cursor
+	}
+	if c.TotalCount == 0 {
+		c.TotalCount = len(nodes)
+	}
+}
+
+// WorkflowPaginateOption enables pagination customization.
+type WorkflowPaginateOption func(*workflowPager) error
+
+// WithWorkflowOrder configures pagination ordering.
+func WithWorkflowOrder(order *WorkflowOrder) WorkflowPaginateOption {
+	if order == nil {
+		order = DefaultWorkflowOrder
+	}
+	o := *order
+	return func(pager *workflowPager) error {
+		if err := o.Direction.Validate(); err != nil {
+			return err
+		}
+		if o.Field == nil {
+			o.Field = DefaultWorkflowOrder.Field
+		}
+		pager.order = &o
+		return nil
+	}
+}
+
+// WithWorkflowFilter configures pagination filter.
+func WithWorkflowFilter(filter func(*WorkflowQuery) (*WorkflowQuery, error)) WorkflowPaginateOption {
+	return func(pager *workflowPager) error {
+		if filter == nil {
+			return errors.New("WorkflowQuery filter cannot be nil")
+		}
+		pager.filter = filter
+		return nil
+	}
+}
+
+type workflowPager struct {
+	reverse bool
+	order   *WorkflowOrder
+	filter  func(*WorkflowQuery) (*WorkflowQuery, error)
+}
+
+func newWorkflowPager(opts []WorkflowPaginateOption, reverse bool) (*workflowPager, error) {
+	pager := &workflowPager{reverse: reverse}
+	for _, opt := range opts {
+		if err := opt(pager); err != nil {
+			return nil, err
+		}
+	}
+	if pager.order == nil {
+		pager.order = DefaultWorkflowOrder
+	}
+	return pager, nil
+}
+
+func (p *workflowPager) applyFilter(query *WorkflowQuery) (*WorkflowQuery, error) {
+	if p.filter != nil {
+		return p.filter(query)
+	}
+	return query, nil
+}
+
+func (p *workflowPager) toCursor(_m *Workflow) Cursor {
+	return p.order.Field.toCursor(_m)
+}
+
+func (p *workflowPager) applyCursors(query *WorkflowQuery, after, before *Cursor) (*WorkflowQuery, error) {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	for _, predicate := range entgql.CursorsPredicate(after, before, DefaultWorkflowOrder.Field.column, p.order.Field.column, direction) {
+		query = query.Where(predicate)
+	}
+	return query, nil
+}
+
+func (p *workflowPager) applyOrder(query *WorkflowQuery) *WorkflowQuery {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	query = query.Order(p.order.Field.toTerm(direction.OrderTermOption()))
+	if p.order.Field != DefaultWorkflowOrder.Field {
+		query = query.Order(DefaultWorkflowOrder.Field.toTerm(direction.OrderTermOption()))
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return query
+}
+
+func (p *workflowPager) orderExpr(query *WorkflowQuery) sql.Querier {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return sql.ExprFunc(func(b *sql.Builder) {
+		b.Ident(p.order.Field.column).Pad().WriteString(string(direction))
+		if p.order.Field != DefaultWorkflowOrder.Field {
+			b.Comma().Ident(DefaultWorkflowOrder.Field.column).Pad().WriteString(string(direction))
+		}
+	})
+}
+
+// Paginate executes the query and returns a relay based cursor connection to Workflow.
+func (_m *WorkflowQuery) Paginate(
+	ctx context.Context, after *Cursor, first *int,
+	before *Cursor, last *int, opts ...WorkflowPaginateOption,
+) (*WorkflowConnection, error) {
+	if err := validateFirstLast(first, last); err != nil {
+		return nil, err
+	}
+	pager, err := newWorkflowPager(opts, last != nil)
+	if err != nil {
+		return nil, err
+	}
+	if _m, err = pager.applyFilter(_m); err != nil {
+		return nil, err
+	}
+	conn := &WorkflowConnection{Edges: []*WorkflowEdge{}}
+	ignoredEdges := !hasCollectedField(ctx, edgesField)
+	if hasCollectedField(ctx, totalCountField) || hasCollectedField(ctx, pageInfoField) {
+		hasPagination := after != nil || first != nil || before != nil || last != nil
+		if hasPagination || ignoredEdges {
+			c := _m.Clone()
+			c.ctx.Fields = nil
+			if conn.TotalCount, err = c.Count(ctx); err != nil {
+				return nil, err
+			}
+			conn.PageInfo.HasNextPage = first != nil && conn.TotalCount > 0
+			conn.PageInfo.HasPreviousPage = last != nil && conn.TotalCount > 0
+		}
+	}
+	if ignoredEdges || (first != nil && *first == 0) || (last != nil && *last == 0) {
+		return conn, nil
+	}
+	if _m, err = pager.applyCursors(_m, after, before); err != nil {
+		return nil, err
+	}
+	limit := paginateLimit(first, last)
+	if limit != 0 {
+		_m.Limit(limit)
+	}
+	if field := collectedField(ctx, edgesField, nodeField); field != nil {
+		if err := _m.collectField(ctx, limit == 1, graphql.GetOperationContext(ctx), *field, []string{edgesField, nodeField}); err != nil {
+			return nil, err
+		}
+	}
+	_m = pager.applyOrder(_m)
+	nodes, err := _m.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn.build(nodes, pager, after, first, before, last)
+	return conn, nil
+}
+
+var (
+	// WorkflowOrderFieldCreatedAt orders Workflow by created_at.
+	WorkflowOrderFieldCreatedAt = &WorkflowOrderField{
+		Value: func(_m *Workflow) (ent.Value, error) {
+			return _m.CreatedAt, nil
+		},
+		column: workflow.FieldCreatedAt,
+		toTerm: workflow.ByCreatedAt,
+		toCursor: func(_m *Workflow) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.CreatedAt,
+			}
+		},
+	}
+	// WorkflowOrderFieldTitle orders Workflow by title.
+	WorkflowOrderFieldTitle = &WorkflowOrderField{
+		Value: func(_m *Workflow) (ent.Value, error) {
+			return _m.Title, nil
+		},
+		column: workflow.FieldTitle,
+		toTerm: workflow.ByTitle,
+		toCursor: func(_m *Workflow) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.Title,
+			}
+		},
+	}
+)
+
+// String implement fmt.Stringer interface.
+func (f WorkflowOrderField) String() string {
+	var str string
+	switch f.column {
+	case WorkflowOrderFieldCreatedAt.column:
+		str = "CREATED_AT"
+	case WorkflowOrderFieldTitle.column:
+		str = "TITLE"
+	}
+	return str
+}
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (f WorkflowOrderField) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(f.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (f *WorkflowOrderField) UnmarshalGQL(v interface{}) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("WorkflowOrderField %T must be a string", v)
+	}
+	switch str {
+	case "CREATED_AT":
+		*f = *WorkflowOrderFieldCreatedAt
+	case "TITLE":
+		*f = *WorkflowOrderFieldTitle
+	default:
+		return fmt.Errorf("%s is not a valid WorkflowOrderField", str)
+	}
+	return nil
+}
+
+// WorkflowOrderField defines the ordering field of Workflow.
+type WorkflowOrderField struct {
+	// Value extracts the ordering value from the given Workflow.
+	Value    func(*Workflow) (ent.Value, error)
+	column   string // field or computed.
+	toTerm   func(...sql.OrderTermOption) workflow.OrderOption
+	toCursor func(*Workflow) Cursor
+}
+
+// WorkflowOrder defines the ordering of Workflow.
+type WorkflowOrder struct {
+	Direction OrderDirection      `json:"direction"`
+	Field     *WorkflowOrderField `json:"field"`
+}
+
+// DefaultWorkflowOrder is the default ordering of Workflow.
+var DefaultWorkflowOrder = &WorkflowOrder{
+	Direction: entgql.OrderDirectionAsc,
+	Field: &WorkflowOrderField{
+		Value: func(_m *Workflow) (ent.Value, error) {
+			return _m.ID, nil
+		},
+		column: workflow.FieldID,
+		toTerm: workflow.ByID,
+		toCursor: func(_m *Workflow) Cursor {
+			return Cursor{ID: _m.ID}
+		},
+	},
+}
+
+// ToEdge converts Workflow into WorkflowEdge.
+func (_m *Workflow) ToEdge(order *WorkflowOrder) *WorkflowEdge {
+	if order == nil {
+		order = DefaultWorkflowOrder
+	}
+	return &WorkflowEdge{
 		Node:   _m,
 		Cursor: order.Field.toCursor(_m),
 	}

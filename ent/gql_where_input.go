@@ -12,6 +12,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 // AuditLogWhereInput represents a where input for filtering AuditLog queries.
@@ -2943,5 +2944,547 @@ func (i *TaskWhereInput) P() (predicate.Task, error) {
 		return predicates[0], nil
 	default:
 		return task.And(predicates...), nil
+	}
+}
+
+// WorkflowWhereInput represents a where input for filtering Workflow queries.
+type WorkflowWhereInput struct {
+	Predicates []predicate.Workflow  `json:"-"`
+	Not        *WorkflowWhereInput   `json:"not,omitempty"`
+	Or         []*WorkflowWhereInput `json:"or,omitempty"`
+	And        []*WorkflowWhereInput `json:"and,omitempty"`
+
+	// "id" field predicates.
+	ID      *int  `json:"id,omitempty"`
+	IDNEQ   *int  `json:"idNEQ,omitempty"`
+	IDIn    []int `json:"idIn,omitempty"`
+	IDNotIn []int `json:"idNotIn,omitempty"`
+	IDGT    *int  `json:"idGT,omitempty"`
+	IDGTE   *int  `json:"idGTE,omitempty"`
+	IDLT    *int  `json:"idLT,omitempty"`
+	IDLTE   *int  `json:"idLTE,omitempty"`
+
+	// "created_at" field predicates.
+	CreatedAt      *time.Time  `json:"createdAt,omitempty"`
+	CreatedAtNEQ   *time.Time  `json:"createdAtNEQ,omitempty"`
+	CreatedAtIn    []time.Time `json:"createdAtIn,omitempty"`
+	CreatedAtNotIn []time.Time `json:"createdAtNotIn,omitempty"`
+	CreatedAtGT    *time.Time  `json:"createdAtGT,omitempty"`
+	CreatedAtGTE   *time.Time  `json:"createdAtGTE,omitempty"`
+	CreatedAtLT    *time.Time  `json:"createdAtLT,omitempty"`
+	CreatedAtLTE   *time.Time  `json:"createdAtLTE,omitempty"`
+
+	// "code" field predicates.
+	Code             *string  `json:"code,omitempty"`
+	CodeNEQ          *string  `json:"codeNEQ,omitempty"`
+	CodeIn           []string `json:"codeIn,omitempty"`
+	CodeNotIn        []string `json:"codeNotIn,omitempty"`
+	CodeGT           *string  `json:"codeGT,omitempty"`
+	CodeGTE          *string  `json:"codeGTE,omitempty"`
+	CodeLT           *string  `json:"codeLT,omitempty"`
+	CodeLTE          *string  `json:"codeLTE,omitempty"`
+	CodeContains     *string  `json:"codeContains,omitempty"`
+	CodeHasPrefix    *string  `json:"codeHasPrefix,omitempty"`
+	CodeHasSuffix    *string  `json:"codeHasSuffix,omitempty"`
+	CodeEqualFold    *string  `json:"codeEqualFold,omitempty"`
+	CodeContainsFold *string  `json:"codeContainsFold,omitempty"`
+
+	// "title" field predicates.
+	Title             *string  `json:"title,omitempty"`
+	TitleNEQ          *string  `json:"titleNEQ,omitempty"`
+	TitleIn           []string `json:"titleIn,omitempty"`
+	TitleNotIn        []string `json:"titleNotIn,omitempty"`
+	TitleGT           *string  `json:"titleGT,omitempty"`
+	TitleGTE          *string  `json:"titleGTE,omitempty"`
+	TitleLT           *string  `json:"titleLT,omitempty"`
+	TitleLTE          *string  `json:"titleLTE,omitempty"`
+	TitleContains     *string  `json:"titleContains,omitempty"`
+	TitleHasPrefix    *string  `json:"titleHasPrefix,omitempty"`
+	TitleHasSuffix    *string  `json:"titleHasSuffix,omitempty"`
+	TitleEqualFold    *string  `json:"titleEqualFold,omitempty"`
+	TitleContainsFold *string  `json:"titleContainsFold,omitempty"`
+
+	// "idempotency_key" field predicates.
+	IdempotencyKey             *string  `json:"idempotencyKey,omitempty"`
+	IdempotencyKeyNEQ          *string  `json:"idempotencyKeyNEQ,omitempty"`
+	IdempotencyKeyIn           []string `json:"idempotencyKeyIn,omitempty"`
+	IdempotencyKeyNotIn        []string `json:"idempotencyKeyNotIn,omitempty"`
+	IdempotencyKeyGT           *string  `json:"idempotencyKeyGT,omitempty"`
+	IdempotencyKeyGTE          *string  `json:"idempotencyKeyGTE,omitempty"`
+	IdempotencyKeyLT           *string  `json:"idempotencyKeyLT,omitempty"`
+	IdempotencyKeyLTE          *string  `json:"idempotencyKeyLTE,omitempty"`
+	IdempotencyKeyContains     *string  `json:"idempotencyKeyContains,omitempty"`
+	IdempotencyKeyHasPrefix    *string  `json:"idempotencyKeyHasPrefix,omitempty"`
+	IdempotencyKeyHasSuffix    *string  `json:"idempotencyKeyHasSuffix,omitempty"`
+	IdempotencyKeyIsNil        bool     `json:"idempotencyKeyIsNil,omitempty"`
+	IdempotencyKeyNotNil       bool     `json:"idempotencyKeyNotNil,omitempty"`
+	IdempotencyKeyEqualFold    *string  `json:"idempotencyKeyEqualFold,omitempty"`
+	IdempotencyKeyContainsFold *string  `json:"idempotencyKeyContainsFold,omitempty"`
+
+	// "owner" field predicates.
+	Owner             *string  `json:"owner,omitempty"`
+	OwnerNEQ          *string  `json:"ownerNEQ,omitempty"`
+	OwnerIn           []string `json:"ownerIn,omitempty"`
+	OwnerNotIn        []string `json:"ownerNotIn,omitempty"`
+	OwnerGT           *string  `json:"ownerGT,omitempty"`
+	OwnerGTE          *string  `json:"ownerGTE,omitempty"`
+	OwnerLT           *string  `json:"ownerLT,omitempty"`
+	OwnerLTE          *string  `json:"ownerLTE,omitempty"`
+	OwnerContains     *string  `json:"ownerContains,omitempty"`
+	OwnerHasPrefix    *string  `json:"ownerHasPrefix,omitempty"`
+	OwnerHasSuffix    *string  `json:"ownerHasSuffix,omitempty"`
+	OwnerEqualFold    *string  `json:"ownerEqualFold,omitempty"`
+	OwnerContainsFold *string  `json:"ownerContainsFold,omitempty"`
+
+	// "owner_source" field predicates.
+	OwnerSource             *string  `json:"ownerSource,omitempty"`
+	OwnerSourceNEQ          *string  `json:"ownerSourceNEQ,omitempty"`
+	OwnerSourceIn           []string `json:"ownerSourceIn,omitempty"`
+	OwnerSourceNotIn        []string `json:"ownerSourceNotIn,omitempty"`
+	OwnerSourceGT           *string  `json:"ownerSourceGT,omitempty"`
+	OwnerSourceGTE          *string  `json:"ownerSourceGTE,omitempty"`
+	OwnerSourceLT           *string  `json:"ownerSourceLT,omitempty"`
+	OwnerSourceLTE          *string  `json:"ownerSourceLTE,omitempty"`
+	OwnerSourceContains     *string  `json:"ownerSourceContains,omitempty"`
+	OwnerSourceHasPrefix    *string  `json:"ownerSourceHasPrefix,omitempty"`
+	OwnerSourceHasSuffix    *string  `json:"ownerSourceHasSuffix,omitempty"`
+	OwnerSourceEqualFold    *string  `json:"ownerSourceEqualFold,omitempty"`
+	OwnerSourceContainsFold *string  `json:"ownerSourceContainsFold,omitempty"`
+
+	// "tenant" field predicates.
+	Tenant             *string  `json:"tenant,omitempty"`
+	TenantNEQ          *string  `json:"tenantNEQ,omitempty"`
+	TenantIn           []string `json:"tenantIn,omitempty"`
+	TenantNotIn        []string `json:"tenantNotIn,omitempty"`
+	TenantGT           *string  `json:"tenantGT,omitempty"`
+	TenantGTE          *string  `json:"tenantGTE,omitempty"`
+	TenantLT           *string  `json:"tenantLT,omitempty"`
+	TenantLTE          *string  `json:"tenantLTE,omitempty"`
+	TenantContains     *string  `json:"tenantContains,omitempty"`
+	TenantHasPrefix    *string  `json:"tenantHasPrefix,omitempty"`
+	TenantHasSuffix    *string  `json:"tenantHasSuffix,omitempty"`
+	TenantEqualFold    *string  `json:"tenantEqualFold,omitempty"`
+	TenantContainsFold *string  `json:"tenantContainsFold,omitempty"`
+
+	// "on_parent_failure" field predicates.
+	OnParentFailure      *workflow.OnParentFailure  `json:"onParentFailure,omitempty"`
+	OnParentFailureNEQ   *workflow.OnParentFailure  `json:"onParentFailureNEQ,omitempty"`
+	OnParentFailureIn    []workflow.OnParentFailure `json:"onParentFailureIn,omitempty"`
+	OnParentFailureNotIn []workflow.OnParentFailure `json:"onParentFailureNotIn,omitempty"`
+
+	// "step_count" field predicates.
+	StepCount      *int  `json:"stepCount,omitempty"`
+	StepCountNEQ   *int  `json:"stepCountNEQ,omitempty"`
+	StepCountIn    []int `json:"stepCountIn,omitempty"`
+	StepCountNotIn []int `json:"stepCountNotIn,omitempty"`
+	StepCountGT    *int  `json:"stepCountGT,omitempty"`
+	StepCountGTE   *int  `json:"stepCountGTE,omitempty"`
+	StepCountLT    *int  `json:"stepCountLT,omitempty"`
+	StepCountLTE   *int  `json:"stepCountLTE,omitempty"`
+}
+
+// AddPredicates adds custom predicates to the where input to be used during the filtering phase.
+func (i *WorkflowWhereInput) AddPredicates(predicates ...predicate.Workflow) {
+	i.Predicates = append(i.Predicates, predicates...)
+}
+
+// Filter applies the WorkflowWhereInput filter on the WorkflowQuery builder.
+func (i *WorkflowWhereInput) Filter(q *WorkflowQuery) (*WorkflowQuery, error) {
+	if i == nil {
+		return q, nil
+	}
+	p, err := i.P()
+	if err != nil {
+		if err == ErrEmptyWorkflowWhereInput {
+			return q, nil
+		}
+		return nil, err
+	}
+	return q.Where(p), nil
+}
+
+// ErrEmptyWorkflowWhereInput is returned in case the WorkflowWhereInput is empty.
+var ErrEmptyWorkflowWhereInput = errors.New("ent: empty predicate WorkflowWhereInput")
+
+// P returns a predicate for filtering workflows.
+// An error is returned if the input is empty or invalid.
+func (i *WorkflowWhereInput) P() (predicate.Workflow, error) {
+	var predicates []predicate.Workflow
+	if i.Not != nil {
+		p, err := i.Not.P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'not'", err)
+		}
+		predicates = append(predicates, workflow.Not(p))
+	}
+	switch n := len(i.Or); {
+	case n == 1:
+		p, err := i.Or[0].P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'or'", err)
+		}
+		predicates = append(predicates, p)
+	case n > 1:
+		or := make([]predicate.Workflow, 0, n)
+		for _, w := range i.Or {
+			p, err := w.P()
+			if err != nil {
+				return nil, fmt.Errorf("%w: field 'or'", err)
+			}
+			or = append(or, p)
+		}
+		predicates = append(predicates, workflow.Or(or...))
+	}
+	switch n := len(i.And); {
+	case n == 1:
+		p, err := i.And[0].P()
+		if err != nil {
+			return nil, fmt.Errorf("%w: field 'and'", err)
+		}
+		predicates = append(predicates, p)
+	case n > 1:
+		and := make([]predicate.Workflow, 0, n)
+		for _, w := range i.And {
+			p, err := w.P()
+			if err != nil {
+				return nil, fmt.Errorf("%w: field 'and'", err)
+			}
+			and = append(and, p)
+		}
+		predicates = append(predicates, workflow.And(and...))
+	}
+	predicates = append(predicates, i.Predicates...)
+	if i.ID != nil {
+		predicates = append(predicates, workflow.IDEQ(*i.ID))
+	}
+	if i.IDNEQ != nil {
+		predicates = append(predicates, workflow.IDNEQ(*i.IDNEQ))
+	}
+	if len(i.IDIn) > 0 {
+		predicates = append(predicates, workflow.IDIn(i.IDIn...))
+	}
+	if len(i.IDNotIn) > 0 {
+		predicates = append(predicates, workflow.IDNotIn(i.IDNotIn...))
+	}
+	if i.IDGT != nil {
+		predicates = append(predicates, workflow.IDGT(*i.IDGT))
+	}
+	if i.IDGTE != nil {
+		predicates = append(predicates, workflow.IDGTE(*i.IDGTE))
+	}
+	if i.IDLT != nil {
+		predicates = append(predicates, workflow.IDLT(*i.IDLT))
+	}
+	if i.IDLTE != nil {
+		predicates = append(predicates, workflow.IDLTE(*i.IDLTE))
+	}
+	if i.CreatedAt != nil {
+		predicates = append(predicates, workflow.CreatedAtEQ(*i.CreatedAt))
+	}
+	if i.CreatedAtNEQ != nil {
+		predicates = append(predicates, workflow.CreatedAtNEQ(*i.CreatedAtNEQ))
+	}
+	if len(i.CreatedAtIn) > 0 {
+		predicates = append(predicates, workflow.CreatedAtIn(i.CreatedAtIn...))
+	}
+	if len(i.CreatedAtNotIn) > 0 {
+		predicates = append(predicates, workflow.CreatedAtNotIn(i.CreatedAtNotIn...))
+	}
+	if i.CreatedAtGT != nil {
+		predicates = append(predicates, workflow.CreatedAtGT(*i.CreatedAtGT))
+	}
+	if i.CreatedAtGTE != nil {
+		predicates = append(predicates, workflow.CreatedAtGTE(*i.CreatedAtGTE))
+	}
+	if i.CreatedAtLT != nil {
+		predicates = append(predicates, workflow.CreatedAtLT(*i.CreatedAtLT))
+	}
+	if i.CreatedAtLTE != nil {
+		predicates = append(predicates, workflow.CreatedAtLTE(*i.CreatedAtLTE))
+	}
+	if i.Code != nil {
+		predicates = append(predicates, workflow.CodeEQ(*i.Code))
+	}
+	if i.CodeNEQ != nil {
+		predicates = append(predicates, workflow.CodeNEQ(*i.CodeNEQ))
+	}
+	if len(i.CodeIn) > 0 {
+		predicates = append(predicates, workflow.CodeIn(i.CodeIn...))
+	}
+	if len(i.CodeNotIn) > 0 {
+		predicates = append(predicates, workflow.CodeNotIn(i.CodeNotIn...))
+	}
+	if i.CodeGT != nil {
+		predicates = append(predicates, workflow.CodeGT(*i.CodeGT))
+	}
+	if i.CodeGTE != nil {
+		predicates = append(predicates, workflow.CodeGTE(*i.CodeGTE))
+	}
+	if i.CodeLT != nil {
+		predicates = append(predicates, workflow.CodeLT(*i.CodeLT))
+	}
+	if i.CodeLTE != nil {
+		predicates = append(predicates, workflow.CodeLTE(*i.CodeLTE))
+	}
+	if i.CodeContains != nil {
+		predicates = append(predicates, workflow.CodeContains(*i.CodeContains))
+	}
+	if i.CodeHasPrefix != nil {
+		predicates = append(predicates, workflow.CodeHasPrefix(*i.CodeHasPrefix))
+	}
+	if i.CodeHasSuffix != nil {
+		predicates = append(predicates, workflow.CodeHasSuffix(*i.CodeHasSuffix))
+	}
+	if i.CodeEqualFold != nil {
+		predicates = append(predicates, workflow.CodeEqualFold(*i.CodeEqualFold))
+	}
+	if i.CodeContainsFold != nil {
+		predicates = append(predicates, workflow.CodeContainsFold(*i.CodeContainsFold))
+	}
+	if i.Title != nil {
+		predicates = append(predicates, workflow.TitleEQ(*i.Title))
+	}
+	if i.TitleNEQ != nil {
+		predicates = append(predicates, workflow.TitleNEQ(*i.TitleNEQ))
+	}
+	if len(i.TitleIn) > 0 {
+		predicates = append(predicates, workflow.TitleIn(i.TitleIn...))
+	}
+	if len(i.TitleNotIn) > 0 {
+		predicates = append(predicates, workflow.TitleNotIn(i.TitleNotIn...))
+	}
+	if i.TitleGT != nil {
+		predicates = append(predicates, workflow.TitleGT(*i.TitleGT))
+	}
+	if i.TitleGTE != nil {
+		predicates = append(predicates, workflow.TitleGTE(*i.TitleGTE))
+	}
+	if i.TitleLT != nil {
+		predicates = append(predicates, workflow.TitleLT(*i.TitleLT))
+	}
+	if i.TitleLTE != nil {
+		predicates = append(predicates, workflow.TitleLTE(*i.TitleLTE))
+	}
+	if i.TitleContains != nil {
+		predicates = append(predicates, workflow.TitleContains(*i.TitleContains))
+	}
+	if i.TitleHasPrefix != nil {
+		predicates = append(predicates, workflow.TitleHasPrefix(*i.TitleHasPrefix))
+	}
+	if i.TitleHasSuffix != nil {
+		predicates = append(predicates, workflow.TitleHasSuffix(*i.TitleHasSuffix))
+	}
+	if i.TitleEqualFold != nil {
+		predicates = append(predicates, workflow.TitleEqualFold(*i.TitleEqualFold))
+	}
+	if i.TitleContainsFold != nil {
+		predicates = append(predicates, workflow.TitleContainsFold(*i.TitleContainsFold))
+	}
+	if i.IdempotencyKey != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyEQ(*i.IdempotencyKey))
+	}
+	if i.IdempotencyKeyNEQ != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyNEQ(*i.IdempotencyKeyNEQ))
+	}
+	if len(i.IdempotencyKeyIn) > 0 {
+		predicates = append(predicates, workflow.IdempotencyKeyIn(i.IdempotencyKeyIn...))
+	}
+	if len(i.IdempotencyKeyNotIn) > 0 {
+		predicates = append(predicates, workflow.IdempotencyKeyNotIn(i.IdempotencyKeyNotIn...))
+	}
+	if i.IdempotencyKeyGT != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyGT(*i.IdempotencyKeyGT))
+	}
+	if i.IdempotencyKeyGTE != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyGTE(*i.IdempotencyKeyGTE))
+	}
+	if i.IdempotencyKeyLT != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyLT(*i.IdempotencyKeyLT))
+	}
+	if i.IdempotencyKeyLTE != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyLTE(*i.IdempotencyKeyLTE))
+	}
+	if i.IdempotencyKeyContains != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyContains(*i.IdempotencyKeyContains))
+	}
+	if i.IdempotencyKeyHasPrefix != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyHasPrefix(*i.IdempotencyKeyHasPrefix))
+	}
+	if i.IdempotencyKeyHasSuffix != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyHasSuffix(*i.IdempotencyKeyHasSuffix))
+	}
+	if i.IdempotencyKeyIsNil {
+		predicates = append(predicates, workflow.IdempotencyKeyIsNil())
+	}
+	if i.IdempotencyKeyNotNil {
+		predicates = append(predicates, workflow.IdempotencyKeyNotNil())
+	}
+	if i.IdempotencyKeyEqualFold != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyEqualFold(*i.IdempotencyKeyEqualFold))
+	}
+	if i.IdempotencyKeyContainsFold != nil {
+		predicates = append(predicates, workflow.IdempotencyKeyContainsFold(*i.IdempotencyKeyContainsFold))
+	}
+	if i.Owner != nil {
+		predicates = append(predicates, workflow.OwnerEQ(*i.Owner))
+	}
+	if i.OwnerNEQ != nil {
+		predicates = append(predicates, workflow.OwnerNEQ(*i.OwnerNEQ))
+	}
+	if len(i.OwnerIn) > 0 {
+		predicates = append(predicates, workflow.OwnerIn(i.OwnerIn...))
+	}
+	if len(i.OwnerNotIn) > 0 {
+		predicates = append(predicates, workflow.OwnerNotIn(i.OwnerNotIn...))
+	}
+	if i.OwnerGT != nil {
+		predicates = append(predicates, workflow.OwnerGT(*i.OwnerGT))
+	}
+	if i.OwnerGTE != nil {
+		predicates = append(predicates, workflow.OwnerGTE(*i.OwnerGTE))
+	}
+	if i.OwnerLT != nil {
+		predicates = append(predicates, workflow.OwnerLT(*i.OwnerLT))
+	}
+	if i.OwnerLTE != nil {
+		predicates = append(predicates, workflow.OwnerLTE(*i.OwnerLTE))
+	}
+	if i.OwnerContains != nil {
+		predicates = append(predicates, workflow.OwnerContains(*i.OwnerContains))
+	}
+	if i.OwnerHasPrefix != nil {
+		predicates = append(predicates, workflow.OwnerHasPrefix(*i.OwnerHasPrefix))
+	}
+	if i.OwnerHasSuffix != nil {
+		predicates = append(predicates, workflow.OwnerHasSuffix(*i.OwnerHasSuffix))
+	}
+	if i.OwnerEqualFold != nil {
+		predicates = append(predicates, workflow.OwnerEqualFold(*i.OwnerEqualFold))
+	}
+	if i.OwnerContainsFold != nil {
+		predicates = append(predicates, workflow.OwnerContainsFold(*i.OwnerContainsFold))
+	}
+	if i.OwnerSource != nil {
+		predicates = append(predicates, workflow.OwnerSourceEQ(*i.OwnerSource))
+	}
+	if i.OwnerSourceNEQ != nil {
+		predicates = append(predicates, workflow.OwnerSourceNEQ(*i.OwnerSourceNEQ))
+	}
+	if len(i.OwnerSourceIn) > 0 {
+		predicates = append(predicates, workflow.OwnerSourceIn(i.OwnerSourceIn...))
+	}
+	if len(i.OwnerSourceNotIn) > 0 {
+		predicates = append(predicates, workflow.OwnerSourceNotIn(i.OwnerSourceNotIn...))
+	}
+	if i.OwnerSourceGT != nil {
+		predicates = append(predicates, workflow.OwnerSourceGT(*i.OwnerSourceGT))
+	}
+	if i.OwnerSourceGTE != nil {
+		predicates = append(predicates, workflow.OwnerSourceGTE(*i.OwnerSourceGTE))
+	}
+	if i.OwnerSourceLT != nil {
+		predicates = append(predicates, workflow.OwnerSourceLT(*i.OwnerSourceLT))
+	}
+	if i.OwnerSourceLTE != nil {
+		predicates = append(predicates, workflow.OwnerSourceLTE(*i.OwnerSourceLTE))
+	}
+	if i.OwnerSourceContains != nil {
+		predicates = append(predicates, workflow.OwnerSourceContains(*i.OwnerSourceContains))
+	}
+	if i.OwnerSourceHasPrefix != nil {
+		predicates = append(predicates, workflow.OwnerSourceHasPrefix(*i.OwnerSourceHasPrefix))
+	}
+	if i.OwnerSourceHasSuffix != nil {
+		predicates = append(predicates, workflow.OwnerSourceHasSuffix(*i.OwnerSourceHasSuffix))
+	}
+	if i.OwnerSourceEqualFold != nil {
+		predicates = append(predicates, workflow.OwnerSourceEqualFold(*i.OwnerSourceEqualFold))
+	}
+	if i.OwnerSourceContainsFold != nil {
+		predicates = append(predicates, workflow.OwnerSourceContainsFold(*i.OwnerSourceContainsFold))
+	}
+	if i.Tenant != nil {
+		predicates = append(predicates, workflow.TenantEQ(*i.Tenant))
+	}
+	if i.TenantNEQ != nil {
+		predicates = append(predicates, workflow.TenantNEQ(*i.TenantNEQ))
+	}
+	if len(i.TenantIn) > 0 {
+		predicates = append(predicates, workflow.TenantIn(i.TenantIn...))
+	}
+	if len(i.TenantNotIn) > 0 {
+		predicates = append(predicates, workflow.TenantNotIn(i.TenantNotIn...))
+	}
+	if i.TenantGT != nil {
+		predicates = append(predicates, workflow.TenantGT(*i.TenantGT))
+	}
+	if i.TenantGTE != nil {
+		predicates = append(predicates, workflow.TenantGTE(*i.TenantGTE))
+	}
+	if i.TenantLT != nil {
+		predicates = append(predicates, workflow.TenantLT(*i.TenantLT))
+	}
+	if i.TenantLTE != nil {
+		predicates = append(predicates, workflow.TenantLTE(*i.TenantLTE))
+	}
+	if i.TenantContains != nil {
+		predicates = append(predicates, workflow.TenantContains(*i.TenantContains))
+	}
+	if i.TenantHasPrefix != nil {
+		predicates = append(predicates, workflow.TenantHasPrefix(*i.TenantHasPrefix))
+	}
+	if i.TenantHasSuffix != nil {
+		predicates = append(predicates, workflow.TenantHasSuffix(*i.TenantHasSuffix))
+	}
+	if i.TenantEqualFold != nil {
+		predicates = append(predicates, workflow.TenantEqualFold(*i.TenantEqualFold))
+	}
+	if i.TenantContainsFold != nil {
+		predicates = append(predicates, workflow.TenantContainsFold(*i.TenantContainsFold))
+	}
+	if i.OnParentFailure != nil {
+		predicates = append(predicates, workflow.OnParentFailureEQ(*i.OnParentFailure))
+	}
+	if i.OnParentFailureNEQ != nil {
+		predicates = append(predicates, workflow.OnParentFailureNEQ(*i.OnParentFailureNEQ))
+	}
+	if len(i.OnParentFailureIn) > 0 {
+		predicates = append(predicates, workflow.OnParentFailureIn(i.OnParentFailureIn...))
+	}
+	if len(i.OnParentFailureNotIn) > 0 {
+		predicates = append(predicates, workflow.OnParentFailureNotIn(i.OnParentFailureNotIn...))
+	}
+	if i.StepCount != nil {
+		predicates = append(predicates, workflow.StepCountEQ(*i.StepCount))
+	}
+	if i.StepCountNEQ != nil {
+		predicates = append(predicates, workflow.StepCountNEQ(*i.StepCountNEQ))
+	}
+	if len(i.StepCountIn) > 0 {
+		predicates = append(predicates, workflow.StepCountIn(i.StepCountIn...))
+	}
+	if len(i.StepCountNotIn) > 0 {
+		predicates = append(predicates, workflow.StepCountNotIn(i.StepCountNotIn...))
+	}
+	if i.StepCountGT != nil {
+		predicates = append(predicates, workflow.StepCountGT(*i.StepCountGT))
+	}
+	if i.StepCountGTE != nil {
+		predicates = append(predicates, workflow.StepCountGTE(*i.StepCountGTE))
+	}
+	if i.StepCountLT != nil {
+		predicates = append(predicates, workflow.StepCountLT(*i.StepCountLT))
+	}
+	if i.StepCountLTE != nil {
+		predicates = append(predicates, workflow.StepCountLTE(*i.StepCountLTE))
+	}
+
+	switch len(predicates) {
+	case 0:
+		return nil, ErrEmptyWorkflowWhereInput
+	case 1:
+		return predicates[0], nil
+	default:
+		return workflow.And(predicates...), nil
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/auditlog"
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/store"
@@ -66,7 +67,7 @@ func createRequest(input model.CreateTaskInput) engine.CreateRequest {
 	}
 }
 
-func policy(p *model.ParentFailurePolicy) string {
+func policy(p *workflow.OnParentFailure) string {
 	if p == nil {
 		return ""
 	}

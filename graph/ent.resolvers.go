@@ -95,6 +95,19 @@ func (r *queryResolver) Tasks(ctx context.Context, after *entgql.Cursor[int], fi
 		)
 }
 
+// Workflows is the resolver for the workflows field.
+func (r *queryResolver) Workflows(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.WorkflowOrder, where *ent.WorkflowWhereInput) (*ent.WorkflowConnection, error) {
+	first, last, err := pageSize(first, last)
+	if err != nil {
+		return nil, err
+	}
+	return r.Client.Workflow.Query().
+		Paginate(ctx, after, first, before, last,
+			ent.WithWorkflowOrder(orderBy),
+			ent.WithWorkflowFilter(where.Filter),
+		)
+}
+
 // Query returns QueryResolver implementation.
 func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 
@@ -103,6 +116,9 @@ func (r *Resolver) Schedule() ScheduleResolver { return &scheduleResolver{r} }
 
 // Task returns TaskResolver implementation.
 func (r *Resolver) Task() TaskResolver { return &taskResolver{r} }
+
+// Workflow returns WorkflowResolver implementation.
+func (r *Resolver) Workflow() WorkflowResolver { return &workflowResolver{r} }
 
 // AuditLogWhereInput returns AuditLogWhereInputResolver implementation.
 func (r *Resolver) AuditLogWhereInput() AuditLogWhereInputResolver {
@@ -116,6 +132,7 @@ type (
 	queryResolver              struct{ *Resolver }
 	scheduleResolver           struct{ *Resolver }
 	taskResolver               struct{ *Resolver }
+	workflowResolver           struct{ *Resolver }
 	auditLogWhereInputResolver struct{ *Resolver }
 	taskWhereInputResolver     struct{ *Resolver }
 )

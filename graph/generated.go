@@ -235,6 +235,7 @@ type ComplexityRoot struct {
 		BulkTaskAction       func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) int
 		CancelTask           func(childComplexity int, id int, reason *string) int
 		CancelTasks          func(childComplexity int, ids []int, reason *string) int
+		CancelWorkflow       func(childComplexity int, id int, reason *string) int
 		CreateAlertChannel   func(childComplexity int, input model.AlertChannelInput) int
 		CreateAlertRule      func(childComplexity int, input model.AlertRuleInput) int
 		CreateSchedule       func(childComplexity int, input model.CreateScheduleInput) int
@@ -304,6 +305,7 @@ type ComplexityRoot struct {
 		TypeControl     func(childComplexity int, typeArg string) int
 		TypeControls    func(childComplexity int) int
 		Workflow        func(childComplexity int, id int) int
+		Workflows       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.WorkflowOrder, where *ent.WorkflowWhereInput) int
 	}
 
 	RetryPolicy struct {
@@ -552,16 +554,31 @@ type ComplexityRoot struct {
 	}
 
 	Workflow struct {
-		Code            func(childComplexity int) int
-		CreatedAt       func(childComplexity int) int
-		ID              func(childComplexity int) int
-		IdempotencyKey  func(childComplexity int) int
-		OnParentFailure func(childComplexity int) int
-		Status          func(childComplexity int) int
-		StepCount       func(childComplexity int) int
-		Steps           func(childComplexity int) int
-		StepsDone       func(childComplexity int) int
-		Title           func(childComplexity int) int
+		AvailableActions func(childComplexity int) int
+		Code             func(childComplexity int) int
+		CreatedAt        func(childComplexity int) int
+		ID               func(childComplexity int) int
+		IdempotencyKey   func(childComplexity int) int
+		OnParentFailure  func(childComplexity int) int
+		Owner            func(childComplexity int) int
+		OwnerSource      func(childComplexity int) int
+		Status           func(childComplexity int) int
+		StepCount        func(childComplexity int) int
+		Steps            func(childComplexity int) int
+		StepsDone        func(childComplexity int) int
+		Tenant           func(childComplexity int) int
+		Title            func(childComplexity int) int
+	}
+
+	WorkflowConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	WorkflowEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 }
 
@@ -615,6 +632,7 @@ type MutationResolver interface {
 	DeleteSchedule(ctx context.Context, id int) (int, error)
 	RunScheduleNow(ctx context.Context, id int) (*ent.Task, error)
 	CreateWorkflow(ctx context.Context, input model.CreateWorkflowInput) (*ent.Workflow, error)
+	CancelWorkflow(ctx context.Context, id int, reason *string) (*ent.Workflow, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id int) (ent.Noder, error)
@@ -622,6 +640,7 @@ type QueryResolver interface {
 	AuditLogs(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) (*ent.AuditLogConnection, error)
 	Schedules(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) (*ent.ScheduleConnection, error)
 	Tasks(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) (*ent.TaskConnection, error)
+	Workflows(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.WorkflowOrder, where *ent.WorkflowWhereInput) (*ent.WorkflowConnection, error)
 	Task(ctx context.Context, id int) (*ent.Task, error)
 	TaskByCode(ctx context.Context, code string) (*ent.Task, error)
 	TaskStats(ctx context.Context) (*model.TaskStats, error)
@@ -669,8 +688,8 @@ type TaskResolver interface {
 type WorkflowResolver interface {
 	Status(ctx context.Context, obj *ent.Workflow) (lifecycle.Status, error)
 	StepsDone(ctx context.Context, obj *ent.Workflow) (int, error)
-
 	Steps(ctx context.Context, obj *ent.Workflow) ([]*ent.Task, error)
+	AvailableActions(ctx context.Context, obj *ent.Workflow) ([]lifecycle.Action, error)
 }
 
 type AuditLogWhereInputResolver interface {
@@ -1474,6 +1493,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelTasks(childComplexity, args["ids"].([]int), args["reason"].(*string)), true
+	case "Mutation.cancelWorkflow":
+		if e.ComplexityRoot.Mutation.CancelWorkflow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelWorkflow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelWorkflow(childComplexity, args["id"].(int), args["reason"].(*string)), true
 	case "Mutation.createAlertChannel":
 		if e.ComplexityRoot.Mutation.CreateAlertChannel == nil {
 			break
@@ -2053,6 +2083,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Workflow(childComplexity, args["id"].(int)), true
+	case "Query.workflows":
+		if e.ComplexityRoot.Query.Workflows == nil {
+			break
+		}
+
+		args, err := ec.field_Query_workflows_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Workflows(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].(*ent.WorkflowOrder), args["where"].(*ent.WorkflowWhereInput)), true
 
 	case "RetryPolicy.backoffSeconds":
 		if e.ComplexityRoot.RetryPolicy.BackoffSeconds == nil {
@@ -3180,6 +3221,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.WaitReason.Until(childComplexity), true
 
+	case "Workflow.availableActions":
+		if e.ComplexityRoot.Workflow.AvailableActions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.AvailableActions(childComplexity), true
 	case "Workflow.code":
 		if e.ComplexityRoot.Workflow.Code == nil {
 			break
@@ -3210,6 +3257,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Workflow.OnParentFailure(childComplexity), true
+	case "Workflow.owner":
+		if e.ComplexityRoot.Workflow.Owner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Owner(childComplexity), true
+	case "Workflow.ownerSource":
+		if e.ComplexityRoot.Workflow.OwnerSource == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.OwnerSource(childComplexity), true
 	case "Workflow.status":
 		if e.ComplexityRoot.Workflow.Status == nil {
 			break
@@ -3234,12 +3293,50 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Workflow.StepsDone(childComplexity), true
+	case "Workflow.tenant":
+		if e.ComplexityRoot.Workflow.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Tenant(childComplexity), true
 	case "Workflow.title":
 		if e.ComplexityRoot.Workflow.Title == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Workflow.Title(childComplexity), true
+
+	case "WorkflowConnection.edges":
+		if e.ComplexityRoot.WorkflowConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowConnection.Edges(childComplexity), true
+	case "WorkflowConnection.pageInfo":
+		if e.ComplexityRoot.WorkflowConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowConnection.PageInfo(childComplexity), true
+	case "WorkflowConnection.totalCount":
+		if e.ComplexityRoot.WorkflowConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowConnection.TotalCount(childComplexity), true
+
+	case "WorkflowEdge.cursor":
+		if e.ComplexityRoot.WorkflowEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowEdge.Cursor(childComplexity), true
+	case "WorkflowEdge.node":
+		if e.ComplexityRoot.WorkflowEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowEdge.Node(childComplexity), true
 
 	}
 	return 0, false
@@ -3270,7 +3367,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("TaskWhereInput", ec.unmarshalInputTaskWhereInput),
 			graphql.NewInputUnmarshaler("TypeControlInput", ec.unmarshalInputTypeControlInput),
 			graphql.NewInputUnmarshaler("UpdateScheduleInput", ec.unmarshalInputUpdateScheduleInput),
+			graphql.NewInputUnmarshaler("WorkflowOrder", ec.unmarshalInputWorkflowOrder),
 			graphql.NewInputUnmarshaler("WorkflowStepInput", ec.unmarshalInputWorkflowStepInput),
+			graphql.NewInputUnmarshaler("WorkflowWhereInput", ec.unmarshalInputWorkflowWhereInput),
 		)
 	}
 	first := true
@@ -3766,6 +3865,14 @@ type PageInfo {
   """
   endCursor: Cursor
 }
+"""
+ParentFailurePolicy is enum for the field on_parent_failure
+"""
+enum ParentFailurePolicy @goModel(model: "github.com/taskgraph/taskgraph/ent/workflow.OnParentFailure") {
+  CANCEL_DEPENDENTS
+  WAIT
+  RUN_ANYWAY
+}
 type Query {
   """
   Fetches an object given its ID.
@@ -3881,6 +3988,37 @@ type Query {
     """
     where: TaskWhereInput
   ): TaskConnection!
+  workflows(
+    """
+    Returns the elements in the list that come after the specified cursor.
+    """
+    after: Cursor
+
+    """
+    Returns the first _n_ elements from the list.
+    """
+    first: Int
+
+    """
+    Returns the elements in the list that come before the specified cursor.
+    """
+    before: Cursor
+
+    """
+    Returns the last _n_ elements from the list.
+    """
+    last: Int
+
+    """
+    Ordering options for Workflows returned from the connection.
+    """
+    orderBy: WorkflowOrder
+
+    """
+    Filtering options for Workflows returned from the connection.
+    """
+    where: WorkflowWhereInput
+  ): WorkflowConnection!
 }
 type Schedule implements Node {
   id: ID!
@@ -5124,6 +5262,227 @@ input TaskWhereInput {
 The builtin Time type
 """
 scalar Time
+type Workflow implements Node {
+  id: ID!
+  createdAt: Time!
+  """
+  Readable unique code, e.g. WF-20261202-7K3Q9D2M.
+  """
+  code: String!
+  title: String!
+  """
+  The caller's idempotency key as shown (masked).
+  """
+  idempotencyKey: String
+  owner: String!
+  ownerSource: String!
+  tenant: String!
+  """
+  The failure policy of its edges that name none.
+  """
+  onParentFailure: ParentFailurePolicy!
+  """
+  How many steps it was created with.
+  """
+  stepCount: Int!
+}
+"""
+A connection to a list of items.
+"""
+type WorkflowConnection {
+  """
+  A list of edges.
+  """
+  edges: [WorkflowEdge]
+  """
+  Information to aid in pagination.
+  """
+  pageInfo: PageInfo!
+  """
+  Identifies the total count of items in the connection.
+  """
+  totalCount: Int!
+}
+"""
+An edge in a connection.
+"""
+type WorkflowEdge {
+  """
+  The item at the end of the edge.
+  """
+  node: Workflow
+  """
+  A cursor for use in pagination.
+  """
+  cursor: Cursor!
+}
+"""
+Ordering options for Workflow connections
+"""
+input WorkflowOrder {
+  """
+  The ordering direction.
+  """
+  direction: OrderDirection! = ASC
+  """
+  The field by which to order Workflows.
+  """
+  field: WorkflowOrderField!
+}
+"""
+Properties by which Workflow connections can be ordered.
+"""
+enum WorkflowOrderField {
+  CREATED_AT
+  TITLE
+}
+"""
+WorkflowWhereInput is used for filtering Workflow objects.
+Input was generated by ent.
+"""
+input WorkflowWhereInput {
+  not: WorkflowWhereInput
+  and: [WorkflowWhereInput!]
+  or: [WorkflowWhereInput!]
+  """
+  id field predicates
+  """
+  id: ID
+  idNEQ: ID
+  idIn: [ID!]
+  idNotIn: [ID!]
+  idGT: ID
+  idGTE: ID
+  idLT: ID
+  idLTE: ID
+  """
+  created_at field predicates
+  """
+  createdAt: Time
+  createdAtNEQ: Time
+  createdAtIn: [Time!]
+  createdAtNotIn: [Time!]
+  createdAtGT: Time
+  createdAtGTE: Time
+  createdAtLT: Time
+  createdAtLTE: Time
+  """
+  code field predicates
+  """
+  code: String
+  codeNEQ: String
+  codeIn: [String!]
+  codeNotIn: [String!]
+  codeGT: String
+  codeGTE: String
+  codeLT: String
+  codeLTE: String
+  codeContains: String
+  codeHasPrefix: String
+  codeHasSuffix: String
+  codeEqualFold: String
+  codeContainsFold: String
+  """
+  title field predicates
+  """
+  title: String
+  titleNEQ: String
+  titleIn: [String!]
+  titleNotIn: [String!]
+  titleGT: String
+  titleGTE: String
+  titleLT: String
+  titleLTE: String
+  titleContains: String
+  titleHasPrefix: String
+  titleHasSuffix: String
+  titleEqualFold: String
+  titleContainsFold: String
+  """
+  idempotency_key field predicates
+  """
+  idempotencyKey: String
+  idempotencyKeyNEQ: String
+  idempotencyKeyIn: [String!]
+  idempotencyKeyNotIn: [String!]
+  idempotencyKeyGT: String
+  idempotencyKeyGTE: String
+  idempotencyKeyLT: String
+  idempotencyKeyLTE: String
+  idempotencyKeyContains: String
+  idempotencyKeyHasPrefix: String
+  idempotencyKeyHasSuffix: String
+  idempotencyKeyIsNil: Boolean
+  idempotencyKeyNotNil: Boolean
+  idempotencyKeyEqualFold: String
+  idempotencyKeyContainsFold: String
+  """
+  owner field predicates
+  """
+  owner: String
+  ownerNEQ: String
+  ownerIn: [String!]
+  ownerNotIn: [String!]
+  ownerGT: String
+  ownerGTE: String
+  ownerLT: String
+  ownerLTE: String
+  ownerContains: String
+  ownerHasPrefix: String
+  ownerHasSuffix: String
+  ownerEqualFold: String
+  ownerContainsFold: String
+  """
+  owner_source field predicates
+  """
+  ownerSource: String
+  ownerSourceNEQ: String
+  ownerSourceIn: [String!]
+  ownerSourceNotIn: [String!]
+  ownerSourceGT: String
+  ownerSourceGTE: String
+  ownerSourceLT: String
+  ownerSourceLTE: String
+  ownerSourceContains: String
+  ownerSourceHasPrefix: String
+  ownerSourceHasSuffix: String
+  ownerSourceEqualFold: String
+  ownerSourceContainsFold: String
+  """
+  tenant field predicates
+  """
+  tenant: String
+  tenantNEQ: String
+  tenantIn: [String!]
+  tenantNotIn: [String!]
+  tenantGT: String
+  tenantGTE: String
+  tenantLT: String
+  tenantLTE: String
+  tenantContains: String
+  tenantHasPrefix: String
+  tenantHasSuffix: String
+  tenantEqualFold: String
+  tenantContainsFold: String
+  """
+  on_parent_failure field predicates
+  """
+  onParentFailure: ParentFailurePolicy
+  onParentFailureNEQ: ParentFailurePolicy
+  onParentFailureIn: [ParentFailurePolicy!]
+  onParentFailureNotIn: [ParentFailurePolicy!]
+  """
+  step_count field predicates
+  """
+  stepCount: Int
+  stepCountNEQ: Int
+  stepCountIn: [Int!]
+  stepCountNotIn: [Int!]
+  stepCountGT: Int
+  stepCountGTE: Int
+  stepCountLT: Int
+  stepCountLTE: Int
+}
 `, BuiltIn: false},
 	{Name: "../schema.graphql", Input: `# Hand-written parts of the API. ent.graphql is generated from ent/schema by
 # entgql and must not be edited; this file extends it.
@@ -6182,26 +6541,56 @@ func (ec *executionContext) childFields_Workflow(ctx context.Context, field grap
 	switch field.Name {
 	case "id":
 		return ec.fieldContext_Workflow_id(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Workflow_createdAt(ctx, field)
 	case "code":
 		return ec.fieldContext_Workflow_code(ctx, field)
 	case "title":
 		return ec.fieldContext_Workflow_title(ctx, field)
 	case "idempotencyKey":
 		return ec.fieldContext_Workflow_idempotencyKey(ctx, field)
-	case "createdAt":
-		return ec.fieldContext_Workflow_createdAt(ctx, field)
+	case "owner":
+		return ec.fieldContext_Workflow_owner(ctx, field)
+	case "ownerSource":
+		return ec.fieldContext_Workflow_ownerSource(ctx, field)
+	case "tenant":
+		return ec.fieldContext_Workflow_tenant(ctx, field)
 	case "onParentFailure":
 		return ec.fieldContext_Workflow_onParentFailure(ctx, field)
+	case "stepCount":
+		return ec.fieldContext_Workflow_stepCount(ctx, field)
 	case "status":
 		return ec.fieldContext_Workflow_status(ctx, field)
 	case "stepsDone":
 		return ec.fieldContext_Workflow_stepsDone(ctx, field)
-	case "stepCount":
-		return ec.fieldContext_Workflow_stepCount(ctx, field)
 	case "steps":
 		return ec.fieldContext_Workflow_steps(ctx, field)
+	case "availableActions":
+		return ec.fieldContext_Workflow_availableActions(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Workflow", field.Name)
+}
+
+func (ec *executionContext) childFields_WorkflowConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_WorkflowConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_WorkflowConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_WorkflowConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WorkflowConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_WorkflowEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "node":
+		return ec.fieldContext_WorkflowEdge_node(ctx, field)
+	case "cursor":
+		return ec.fieldContext_WorkflowEdge_cursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WorkflowEdge", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6429,6 +6818,28 @@ func (ec *executionContext) field_Mutation_cancelTasks_args(ctx context.Context,
 		return nil, err
 	}
 	args["ids"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_cancelWorkflow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
 		func(ctx context.Context, v any) (*string, error) {
 			return ec.unmarshalOString2ᚖstring(ctx, v)
@@ -7293,6 +7704,60 @@ func (ec *executionContext) field_Query_workflow_args(ctx context.Context, rawAr
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_workflows_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
+		func(ctx context.Context, v any) (*ent.WorkflowOrder, error) {
+			return ec.unmarshalOWorkflowOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowOrder(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["orderBy"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*ent.WorkflowWhereInput, error) {
+			return ec.unmarshalOWorkflowWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg5
 	return args, nil
 }
 
@@ -11812,6 +12277,50 @@ func (ec *executionContext) fieldContext_Mutation_createWorkflow(ctx context.Con
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_cancelWorkflow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_cancelWorkflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CancelWorkflow(ctx, fc.Args["id"].(int), fc.Args["reason"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalNWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_cancelWorkflow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_cancelWorkflow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _NodeExecution_instanceId(ctx context.Context, field graphql.CollectedField, obj *nodes.Execution) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -12210,6 +12719,50 @@ func (ec *executionContext) fieldContext_Query_tasks(ctx context.Context, field 
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_tasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_workflows(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_workflows(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Workflows(ctx, fc.Args["after"].(*entgql.Cursor[int]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[int]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.WorkflowOrder), fc.Args["where"].(*ent.WorkflowWhereInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.WorkflowConnection) graphql.Marshaler {
+			return ec.marshalNWorkflowConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_workflows(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WorkflowConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_workflows_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -17556,6 +18109,29 @@ func (ec *executionContext) fieldContext_Workflow_id(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Workflow", field, false, false, "ID")
 }
 
+func (ec *executionContext) _Workflow_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Time")
+}
+
 func (ec *executionContext) _Workflow_code(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -17625,27 +18201,73 @@ func (ec *executionContext) fieldContext_Workflow_idempotencyKey(_ context.Conte
 	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
 }
 
-func (ec *executionContext) _Workflow_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+func (ec *executionContext) _Workflow_owner(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
 		field,
 		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Workflow_createdAt(ctx, field)
+			return ec.fieldContext_Workflow_owner(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.CreatedAt, nil
+			return obj.Owner, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
-			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Workflow_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Time")
+func (ec *executionContext) fieldContext_Workflow_owner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
+}
+
+func (ec *executionContext) _Workflow_ownerSource(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_ownerSource(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OwnerSource, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_ownerSource(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
+}
+
+func (ec *executionContext) _Workflow_tenant(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
 }
 
 func (ec *executionContext) _Workflow_onParentFailure(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
@@ -17669,6 +18291,29 @@ func (ec *executionContext) _Workflow_onParentFailure(ctx context.Context, field
 }
 func (ec *executionContext) fieldContext_Workflow_onParentFailure(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Workflow", field, false, false, "ParentFailurePolicy")
+}
+
+func (ec *executionContext) _Workflow_stepCount(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_stepCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StepCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_stepCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Int")
 }
 
 func (ec *executionContext) _Workflow_status(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
@@ -17717,29 +18362,6 @@ func (ec *executionContext) fieldContext_Workflow_stepsDone(_ context.Context, f
 	return graphql.NewScalarFieldContext("Workflow", field, true, true, "Int")
 }
 
-func (ec *executionContext) _Workflow_stepCount(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Workflow_stepCount(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.StepCount, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
-			return ec.marshalNInt2int(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Workflow_stepCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Int")
-}
-
 func (ec *executionContext) _Workflow_steps(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -17770,6 +18392,171 @@ func (ec *executionContext) fieldContext_Workflow_steps(_ context.Context, field
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Workflow_availableActions(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_availableActions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Workflow().AvailableActions(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []lifecycle.Action) graphql.Marshaler {
+			return ec.marshalNTaskAction2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐActionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_availableActions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, true, true, "TaskAction")
+}
+
+func (ec *executionContext) _WorkflowConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.WorkflowConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkflowConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.WorkflowEdge) graphql.Marshaler {
+			return ec.marshalOWorkflowEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowEdge(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WorkflowConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WorkflowConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WorkflowEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WorkflowConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *ent.WorkflowConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkflowConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.PageInfo[int]) graphql.Marshaler {
+			return ec.marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkflowConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WorkflowConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WorkflowConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *ent.WorkflowConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkflowConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkflowConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WorkflowConnection", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WorkflowEdge_node(ctx context.Context, field graphql.CollectedField, obj *ent.WorkflowEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkflowEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalOWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WorkflowEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WorkflowEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WorkflowEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *ent.WorkflowEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkflowEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.Cursor[int]) graphql.Marshaler {
+			return ec.marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkflowEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WorkflowEdge", field, false, false, "Cursor")
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -20104,7 +20891,7 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 			it.DependsOn = data
 		case "onParentFailure":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailure"))
-			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx, v)
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -20167,7 +20954,7 @@ func (ec *executionContext) unmarshalInputCreateWorkflowInput(ctx context.Contex
 			it.Title = data
 		case "onParentFailure":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailure"))
-			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx, v)
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -24740,6 +25527,59 @@ func UnmarshalUpdateScheduleInput(ctx context.Context, raw any) (model.UpdateSch
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputWorkflowOrder(ctx context.Context, obj any) (ent.WorkflowOrder, error) {
+	var it ent.WorkflowOrder
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["direction"]; !present {
+		asMap["direction"] = "ASC"
+	}
+
+	fieldsInOrder := [...]string{"direction", "field"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "direction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("direction"))
+			data, err := ec.unmarshalNOrderDirection2entgoᚗioᚋcontribᚋentgqlᚐOrderDirection(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Direction = data
+		case "field":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
+			data, err := ec.unmarshalNWorkflowOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowOrderField(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Field = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalWorkflowOrder unmarshals raw into the WorkflowOrder input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalWorkflowOrder(ctx context.Context, raw any) (ent.WorkflowOrder, error) {
+	var out ent.WorkflowOrder
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "WorkflowOrder", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputWorkflowStepInput(ctx context.Context, obj any) (model.WorkflowStepInput, error) {
 	var it model.WorkflowStepInput
 	if obj == nil {
@@ -24830,7 +25670,7 @@ func (ec *executionContext) unmarshalInputWorkflowStepInput(ctx context.Context,
 			it.DependsOn = data
 		case "onParentFailure":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailure"))
-			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx, v)
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -24852,6 +25692,818 @@ func UnmarshalWorkflowStepInput(ctx context.Context, raw any) (model.WorkflowSte
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputWorkflowWhereInput(ctx context.Context, obj any) (ent.WorkflowWhereInput, error) {
+	var it ent.WorkflowWhereInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "onParentFailure", "onParentFailureNEQ", "onParentFailureIn", "onParentFailureNotIn", "stepCount", "stepCountNEQ", "stepCountIn", "stepCountNotIn", "stepCountGT", "stepCountGTE", "stepCountLT", "stepCountLTE"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "not":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("not"))
+			data, err := ec.unmarshalOWorkflowWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Not = data
+		case "and":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("and"))
+			data, err := ec.unmarshalOWorkflowWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.And = data
+		case "or":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("or"))
+			data, err := ec.unmarshalOWorkflowWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Or = data
+		case "id":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("id"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ID = data
+		case "idNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idNEQ"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDNEQ = data
+		case "idIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDIn = data
+		case "idNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idNotIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDNotIn = data
+		case "idGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idGT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDGT = data
+		case "idGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idGTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDGTE = data
+		case "idLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idLT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDLT = data
+		case "idLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idLTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IDLTE = data
+		case "createdAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAt = data
+		case "createdAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtNEQ = data
+		case "createdAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtIn = data
+		case "createdAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtNotIn = data
+		case "createdAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtGT = data
+		case "createdAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtGTE = data
+		case "createdAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtLT = data
+		case "createdAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedAtLTE = data
+		case "code":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("code"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Code = data
+		case "codeNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeNEQ = data
+		case "codeIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeIn = data
+		case "codeNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeNotIn = data
+		case "codeGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeGT = data
+		case "codeGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeGTE = data
+		case "codeLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeLT = data
+		case "codeLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeLTE = data
+		case "codeContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeContains = data
+		case "codeHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeHasPrefix = data
+		case "codeHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeHasSuffix = data
+		case "codeEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeEqualFold = data
+		case "codeContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("codeContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CodeContainsFold = data
+		case "title":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("title"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Title = data
+		case "titleNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleNEQ = data
+		case "titleIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleIn = data
+		case "titleNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleNotIn = data
+		case "titleGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleGT = data
+		case "titleGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleGTE = data
+		case "titleLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleLT = data
+		case "titleLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleLTE = data
+		case "titleContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleContains = data
+		case "titleHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleHasPrefix = data
+		case "titleHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleHasSuffix = data
+		case "titleEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleEqualFold = data
+		case "titleContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("titleContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TitleContainsFold = data
+		case "idempotencyKey":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKey"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKey = data
+		case "idempotencyKeyNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyNEQ = data
+		case "idempotencyKeyIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyIn = data
+		case "idempotencyKeyNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyNotIn = data
+		case "idempotencyKeyGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyGT = data
+		case "idempotencyKeyGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyGTE = data
+		case "idempotencyKeyLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyLT = data
+		case "idempotencyKeyLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyLTE = data
+		case "idempotencyKeyContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyContains = data
+		case "idempotencyKeyHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyHasPrefix = data
+		case "idempotencyKeyHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyHasSuffix = data
+		case "idempotencyKeyIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyIsNil = data
+		case "idempotencyKeyNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyNotNil = data
+		case "idempotencyKeyEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyEqualFold = data
+		case "idempotencyKeyContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKeyContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKeyContainsFold = data
+		case "owner":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("owner"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Owner = data
+		case "ownerNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerNEQ = data
+		case "ownerIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerIn = data
+		case "ownerNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerNotIn = data
+		case "ownerGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerGT = data
+		case "ownerGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerGTE = data
+		case "ownerLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerLT = data
+		case "ownerLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerLTE = data
+		case "ownerContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerContains = data
+		case "ownerHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerHasPrefix = data
+		case "ownerHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerHasSuffix = data
+		case "ownerEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerEqualFold = data
+		case "ownerContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerContainsFold = data
+		case "ownerSource":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSource"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSource = data
+		case "ownerSourceNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceNEQ = data
+		case "ownerSourceIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceIn = data
+		case "ownerSourceNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceNotIn = data
+		case "ownerSourceGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceGT = data
+		case "ownerSourceGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceGTE = data
+		case "ownerSourceLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceLT = data
+		case "ownerSourceLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceLTE = data
+		case "ownerSourceContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceContains = data
+		case "ownerSourceHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceHasPrefix = data
+		case "ownerSourceHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceHasSuffix = data
+		case "ownerSourceEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceEqualFold = data
+		case "ownerSourceContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ownerSourceContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OwnerSourceContainsFold = data
+		case "tenant":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenant"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Tenant = data
+		case "tenantNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantNEQ = data
+		case "tenantIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantIn = data
+		case "tenantNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantNotIn = data
+		case "tenantGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantGT = data
+		case "tenantGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantGTE = data
+		case "tenantLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantLT = data
+		case "tenantLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantLTE = data
+		case "tenantContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantContains = data
+		case "tenantHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantHasPrefix = data
+		case "tenantHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantHasSuffix = data
+		case "tenantEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantEqualFold = data
+		case "tenantContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantContainsFold = data
+		case "onParentFailure":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailure"))
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnParentFailure = data
+		case "onParentFailureNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailureNEQ"))
+			data, err := ec.unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnParentFailureNEQ = data
+		case "onParentFailureIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailureIn"))
+			data, err := ec.unmarshalOParentFailurePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailureᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnParentFailureIn = data
+		case "onParentFailureNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onParentFailureNotIn"))
+			data, err := ec.unmarshalOParentFailurePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailureᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnParentFailureNotIn = data
+		case "stepCount":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCount"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCount = data
+		case "stepCountNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCountNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCountNEQ = data
+		case "stepCountIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCountIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCountIn = data
+		case "stepCountNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCountNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCountNotIn = data
+		case "stepCountGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCountGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCountGT = data
+		case "stepCountGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCountGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCountGTE = data
+		case "stepCountLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCountLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCountLT = data
+		case "stepCountLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stepCountLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StepCountLTE = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalWorkflowWhereInput unmarshals raw into the WorkflowWhereInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalWorkflowWhereInput(ctx context.Context, raw any) (ent.WorkflowWhereInput, error) {
+	var out ent.WorkflowWhereInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "WorkflowWhereInput", raw, &out)
+	return out, err
+}
+
 // endregion **************************** input.gotpl *****************************
 
 // region    ************************** interface.gotpl ***************************
@@ -24860,6 +26512,11 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 	switch obj := (obj).(type) {
 	case nil:
 		return graphql.Null
+	case *ent.Workflow:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Workflow(ctx, sel, obj)
 	case *ent.TaskLog:
 		if obj == nil {
 			return graphql.Null
@@ -26201,6 +27858,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "cancelWorkflow":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_cancelWorkflow(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -26362,6 +28026,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_tasks(ctx, field)
+				})
+		case "workflows":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_workflows(ctx, field)
 				})
 		case "task":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -28012,7 +29682,7 @@ func (ec *executionContext) _WaitReason(ctx context.Context, sel ast.SelectionSe
 	return out
 }
 
-var workflowImplementors = []string{"Workflow"}
+var workflowImplementors = []string{"Workflow", "Node"}
 
 func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet, obj *ent.Workflow) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, workflowImplementors)
@@ -28025,6 +29695,11 @@ func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet,
 			out.Values[i] = graphql.MarshalString("Workflow")
 		case "id":
 			out.Values[i] = ec._Workflow_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._Workflow_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
@@ -28043,13 +29718,28 @@ func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet,
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
-		case "createdAt":
-			out.Values[i] = ec._Workflow_createdAt(ctx, field, obj)
+		case "owner":
+			out.Values[i] = ec._Workflow_owner(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ownerSource":
+			out.Values[i] = ec._Workflow_ownerSource(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "tenant":
+			out.Values[i] = ec._Workflow_tenant(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "onParentFailure":
 			out.Values[i] = ec._Workflow_onParentFailure(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "stepCount":
+			out.Values[i] = ec._Workflow_stepCount(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
@@ -28065,17 +29755,99 @@ func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Workflow_stepsDone(ctx, field, obj)
 				})
-		case "stepCount":
-			out.Values[i] = ec._Workflow_stepCount(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
 		case "steps":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Workflow_steps(ctx, field, obj)
 				})
+		case "availableActions":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Workflow_availableActions(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var workflowConnectionImplementors = []string{"WorkflowConnection"}
+
+func (ec *executionContext) _WorkflowConnection(ctx context.Context, sel ast.SelectionSet, obj *ent.WorkflowConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, workflowConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WorkflowConnection")
+		case "edges":
+			out.Values[i] = ec._WorkflowConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._WorkflowConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._WorkflowConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var workflowEdgeImplementors = []string{"WorkflowEdge"}
+
+func (ec *executionContext) _WorkflowEdge(ctx context.Context, sel ast.SelectionSet, obj *ent.WorkflowEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, workflowEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WorkflowEdge")
+		case "node":
+			out.Values[i] = ec._WorkflowEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "cursor":
+			out.Values[i] = ec._WorkflowEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -29644,6 +31416,28 @@ func (ec *executionContext) marshalNWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskg
 	return ec._Workflow(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNWorkflowConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowConnection(ctx context.Context, sel ast.SelectionSet, v *ent.WorkflowConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "WorkflowConnection!")
+		return graphql.Null
+	}
+	return ec._WorkflowConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNWorkflowOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowOrderField(ctx context.Context, v any) (*ent.WorkflowOrderField, error) {
+	var res = new(ent.WorkflowOrderField)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWorkflowOrderField2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.WorkflowOrderField) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "WorkflowOrderField!")
+		return graphql.Null
+	}
+	return v
+}
+
 func (ec *executionContext) unmarshalNWorkflowStepInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐWorkflowStepInputᚄ(ctx context.Context, v any) ([]*model.WorkflowStepInput, error) {
 	vSlice := graphql.CoerceList(v)
 	var err error
@@ -29660,6 +31454,11 @@ func (ec *executionContext) unmarshalNWorkflowStepInput2ᚕᚖgithubᚗcomᚋtas
 
 func (ec *executionContext) unmarshalNWorkflowStepInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐWorkflowStepInput(ctx context.Context, v any) (*model.WorkflowStepInput, error) {
 	res, err := ec.unmarshalInputWorkflowStepInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNWorkflowWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInput(ctx context.Context, v any) (*ent.WorkflowWhereInput, error) {
+	res, err := ec.unmarshalInputWorkflowWhereInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -30359,16 +32158,52 @@ func (ec *executionContext) marshalONode2githubᚗcomᚋtaskgraphᚋtaskgraphᚋ
 	return ec._Node(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx context.Context, v any) (*model.ParentFailurePolicy, error) {
+func (ec *executionContext) unmarshalOParentFailurePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailureᚄ(ctx context.Context, v any) ([]workflow.OnParentFailure, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var res = new(model.ParentFailurePolicy)
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]workflow.OnParentFailure, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNParentFailurePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOParentFailurePolicy2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailureᚄ(ctx context.Context, sel ast.SelectionSet, v []workflow.OnParentFailure) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNParentFailurePolicy2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx context.Context, v any) (*workflow.OnParentFailure, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(workflow.OnParentFailure)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐParentFailurePolicy(ctx context.Context, sel ast.SelectionSet, v *model.ParentFailurePolicy) graphql.Marshaler {
+func (ec *executionContext) marshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋworkflowᚐOnParentFailure(ctx context.Context, sel ast.SelectionSet, v *workflow.OnParentFailure) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -30912,6 +32747,59 @@ func (ec *executionContext) marshalOWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskg
 		return graphql.Null
 	}
 	return ec._Workflow(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOWorkflowEdge2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.WorkflowEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalOWorkflowEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowEdge(ctx, sel, v[i])
+	})
+
+	return ret
+}
+
+func (ec *executionContext) marshalOWorkflowEdge2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowEdge(ctx context.Context, sel ast.SelectionSet, v *ent.WorkflowEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._WorkflowEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOWorkflowOrder2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowOrder(ctx context.Context, v any) (*ent.WorkflowOrder, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputWorkflowOrder(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOWorkflowWhereInput2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInputᚄ(ctx context.Context, v any) ([]*ent.WorkflowWhereInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*ent.WorkflowWhereInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNWorkflowWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalOWorkflowWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowWhereInput(ctx context.Context, v any) (*ent.WorkflowWhereInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputWorkflowWhereInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.EnumValue) graphql.Marshaler {

@@ -20,6 +20,11 @@ func (r *mutationResolver) CreateWorkflow(ctx context.Context, input model.Creat
 	return r.Engine.CreateWorkflow(ctx, workflowRequest(input))
 }
 
+// CancelWorkflow is the resolver for the cancelWorkflow field.
+func (r *mutationResolver) CancelWorkflow(ctx context.Context, id int, reason *string) (*ent.Workflow, error) {
+	return r.Engine.CancelWorkflow(ctx, id, deref(reason))
+}
+
 // Workflow is the resolver for the workflow field.
 func (r *queryResolver) Workflow(ctx context.Context, id int) (*ent.Workflow, error) {
 	return r.Client.Workflow.Get(ctx, id)
@@ -73,7 +78,16 @@ func (r *workflowResolver) Steps(ctx context.Context, obj *ent.Workflow) ([]*ent
 	return r.Engine.Store().WorkflowSteps(ctx, obj.ID)
 }
 
-// Workflow returns WorkflowResolver implementation.
-func (r *Resolver) Workflow() WorkflowResolver { return &workflowResolver{r} }
-
-type workflowResolver struct{ *Resolver }
+// AvailableActions is the resolver for the availableActions field.
+func (r *workflowResolver) AvailableActions(ctx context.Context, obj *ent.Workflow) ([]lifecycle.Action, error) {
+	steps, err := r.workflowStatuses(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range steps {
+		if lifecycle.CanMove(st, lifecycle.Cancelled) {
+			return []lifecycle.Action{lifecycle.ActionCancel}, nil
+		}
+	}
+	return []lifecycle.Action{}, nil
+}

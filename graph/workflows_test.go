@@ -165,5 +165,59 @@ func TestWorkflowsAreSeenByWhoSeesTheirSteps(t *testing.T) {
 		require.Len(t, got.Workflow.Steps, 4, "the tenant's admin sees it")
 		s.QueryAs(t, s.tok["alice"], readWorkflow, map[string]any{"id": out.CreateWorkflow.ID}, &got)
 		require.Len(t, got.Workflow.Steps, 4)
+
+		// The connection: filtered, and by the same rule.
+		s.QueryAs(t, s.tok["alice"], createWorkflow, map[string]any{"in": map[string]any{"title": "nightly", "steps": diamondSteps()}}, &out)
+		s.QueryAs(t, s.tok["bob"], createWorkflow, map[string]any{"in": map[string]any{"title": "nightly", "steps": diamondSteps()}}, &out)
+		const list = `query($w: WorkflowWhereInput) { workflows(first: 10, where: $w) { totalCount edges { node { id title status } } } }`
+		var page struct {
+			Workflows struct {
+				TotalCount int
+				Edges      []struct {
+					Node struct{ ID, Title, Status string }
+				}
+			}
+		}
+		s.QueryAs(t, s.tok["alice"], list, map[string]any{"w": map[string]any{"title": "nightly"}}, &page)
+		require.Equal(t, 1, page.Workflows.TotalCount)
+		require.Equal(t, "nightly", page.Workflows.Edges[0].Node.Title)
+		s.QueryAs(t, s.tok["alice"], list, nil, &page)
+		require.Equal(t, 2, page.Workflows.TotalCount, "alice's own two")
+		s.QueryAs(t, s.tok["root"], list, nil, &page)
+		require.Equal(t, 3, page.Workflows.TotalCount, "the tenant's admin sees all three")
+	})
+}
+
+func TestCancelWorkflowCancelsEveryOpenStep(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s := apptest.Start(t, dsn, app.Options{})
+		steps := diamondSteps()
+		steps[2]["input"] = map[string]any{"sleepMs": 60000} // the root, "a"
+		var out struct{ CreateWorkflow workflowView }
+		s.Query(t, createWorkflow, map[string]any{"in": map[string]any{"steps": steps}}, &out)
+		var cancelled struct {
+			CancelWorkflow struct{ ID string }
+		}
+		s.Query(t, `mutation($id: ID!) { cancelWorkflow(id: $id, reason: "not needed") { id } }`, map[string]any{"id": out.CreateWorkflow.ID}, &cancelled)
+		require.Equal(t, out.CreateWorkflow.ID, cancelled.CancelWorkflow.ID)
+		var got struct {
+			Workflow struct {
+				Status           string
+				AvailableActions []string
+				Steps            []struct{ Status string }
+			}
+		}
+		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+			s.Query(t, `query($id: ID!) { workflow(id: $id) { status availableActions steps { status } } }`, map[string]any{"id": out.CreateWorkflow.ID}, &got)
+			return got.Workflow.Status == "CANCELLED", got.Workflow.Status
+		})
+		require.Empty(t, got.Workflow.AvailableActions)
+		for _, st := range got.Workflow.Steps {
+			require.Equal(t, "CANCELLED", st.Status)
+		}
+		r := s.Do(t, `mutation { cancelWorkflow(id: "987654") { id } }`, nil)
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "NOT_FOUND", r.Errors[0].Code())
 	})
 }

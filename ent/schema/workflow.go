@@ -26,7 +26,8 @@ func (Workflow) Fields() []ent.Field {
 			Comment("Readable unique code, e.g. WF-20261202-7K3Q9D2M."),
 		field.String("title").
 			Default("").
-			Immutable(),
+			Immutable().
+			Annotations(entgql.OrderField("TITLE")),
 		field.String("idempotency_key").
 			Optional().
 			Nillable().
@@ -58,7 +59,8 @@ func (Workflow) Fields() []ent.Field {
 			Values("CANCEL_DEPENDENTS", "WAIT", "RUN_ANYWAY").
 			Default("CANCEL_DEPENDENTS").
 			Immutable().
-			Comment("The failure policy of its edges that name none."),
+			Comment("The failure policy of its edges that name none.").
+			Annotations(entgql.Type("ParentFailurePolicy")),
 		field.Int("step_count").
 			Immutable().
 			Comment("How many steps it was created with."),
@@ -75,8 +77,12 @@ func (Workflow) Indexes() []ent.Index {
 	}
 }
 
-// Annotations of Workflow: the GraphQL type is written by hand
-// (schema.graphql), its status and progress being derived.
+// Annotations of Workflow: a Relay connection (workflows) with filters;
+// its status, progress and steps are derived (graph/schema/workflows.graphql).
 func (Workflow) Annotations() []schema.Annotation {
-	return []schema.Annotation{entgql.Skip(entgql.SkipAll)}
+	return []schema.Annotation{
+		entgql.RelayConnection(),
+		entgql.QueryField(),
+		entgql.Skip(entgql.SkipMutationCreateInput, entgql.SkipMutationUpdateInput),
+	}
 }

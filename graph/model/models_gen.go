@@ -15,6 +15,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/alertrule"
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
 type ActionError struct {
@@ -107,7 +108,7 @@ type CreateTaskInput struct {
 	// Existing tasks this one waits for (WAITING_DEPENDENCY): it runs once they have all succeeded.
 	DependsOn []int `json:"dependsOn,omitempty"`
 	// What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS.
-	OnParentFailure *ParentFailurePolicy `json:"onParentFailure,omitempty"`
+	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 }
@@ -129,7 +130,7 @@ type CreateWorkflowInput struct {
 	Key   *string `json:"key,omitempty"`
 	Title *string `json:"title,omitempty"`
 	// The policy of the steps that name none. Default CANCEL_DEPENDENTS.
-	OnParentFailure *ParentFailurePolicy `json:"onParentFailure,omitempty"`
+	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
 	// At most 10,000 steps, with no cycle and no unknown key.
 	Steps []*WorkflowStepInput `json:"steps"`
 }
@@ -310,7 +311,7 @@ type WorkflowStepInput struct {
 	// Keys of the steps this one waits for: it runs once they have all succeeded.
 	DependsOn []string `json:"dependsOn,omitempty"`
 	// Default: the workflow's.
-	OnParentFailure *ParentFailurePolicy `json:"onParentFailure,omitempty"`
+	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
 }
 
 // The format of a tabular file.
@@ -364,67 +365,6 @@ func (e *FileFormat) UnmarshalJSON(b []byte) error {
 }
 
 func (e FileFormat) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// What a parent that fails or is cancelled does to a task that waits for it.
-type ParentFailurePolicy string
-
-const (
-	// The child and everything below it are CANCELLED (the default).
-	ParentFailurePolicyCancelDependents ParentFailurePolicy = "CANCEL_DEPENDENTS"
-	// The child keeps waiting; a retry of the parent that succeeds releases it.
-	ParentFailurePolicyWait ParentFailurePolicy = "WAIT"
-	// Not supported yet: a VALIDATION error.
-	ParentFailurePolicyRunAnyway ParentFailurePolicy = "RUN_ANYWAY"
-)
-
-var AllParentFailurePolicy = []ParentFailurePolicy{
-	ParentFailurePolicyCancelDependents,
-	ParentFailurePolicyWait,
-	ParentFailurePolicyRunAnyway,
-}
-
-func (e ParentFailurePolicy) IsValid() bool {
-	switch e {
-	case ParentFailurePolicyCancelDependents, ParentFailurePolicyWait, ParentFailurePolicyRunAnyway:
-		return true
-	}
-	return false
-}
-
-func (e ParentFailurePolicy) String() string {
-	return string(e)
-}
-
-func (e *ParentFailurePolicy) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = ParentFailurePolicy(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid ParentFailurePolicy", str)
-	}
-	return nil
-}
-
-func (e ParentFailurePolicy) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *ParentFailurePolicy) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e ParentFailurePolicy) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

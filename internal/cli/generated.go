@@ -2958,16 +2958,13 @@ var AllOrderDirection = []OrderDirection{
 	OrderDirection_DESC,
 }
 
-// What a parent that fails or is cancelled does to a task that waits for it.
+// ParentFailurePolicy is enum for the field on_parent_failure
 type ParentFailurePolicy string
 
 const (
-	// The child and everything below it are CANCELLED (the default).
 	ParentFailurePolicy_CANCEL_DEPENDENTS ParentFailurePolicy = "CANCEL_DEPENDENTS"
-	// The child keeps waiting; a retry of the parent that succeeds releases it.
-	ParentFailurePolicy_WAIT ParentFailurePolicy = "WAIT"
-	// Not supported yet: a VALIDATION error.
-	ParentFailurePolicy_RUN_ANYWAY ParentFailurePolicy = "RUN_ANYWAY"
+	ParentFailurePolicy_WAIT              ParentFailurePolicy = "WAIT"
+	ParentFailurePolicy_RUN_ANYWAY        ParentFailurePolicy = "RUN_ANYWAY"
 )
 
 var AllParentFailurePolicy = []ParentFailurePolicy{

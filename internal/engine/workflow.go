@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
@@ -258,6 +259,41 @@ func (e *Engine) CreateWorkflow(ctx context.Context, req WorkflowRequest) (*ent.
 		entry.Err = err
 		e.record(ctx, e.store.Write, false, entry)
 		return nil, err
+	}
+	return wf, nil
+}
+
+// CancelWorkflow cancels every step of workflow id not finished yet, as
+// CancelMany does (audited, each step on its own), and returns the
+// workflow; the steps waiting for them are cancelled with them. A workflow
+// the viewer may not see is not found.
+func (e *Engine) CancelWorkflow(ctx context.Context, id int, reason string) (*ent.Workflow, error) {
+	wf, err := e.store.Client().Workflow.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	steps, err := e.store.WorkflowSteps(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var open []int
+	for _, st := range steps {
+		if !st.Status.Terminal() {
+			open = append(open, st.ID)
+		}
+	}
+	if len(open) == 0 {
+		return wf, nil
+	}
+	res, err := e.CancelMany(ctx, open, reason)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res {
+		// A step that a parent's cancel already ended is done with.
+		if r.Err != nil && !errors.Is(r.Err, lifecycle.ErrInvalidTransition) {
+			return nil, r.Err
+		}
 	}
 	return wf, nil
 }
