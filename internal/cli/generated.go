@@ -302,6 +302,8 @@ const (
 	AlertRuleKind_NO_LEADER AlertRuleKind = "NO_LEADER"
 	// A worker stopped sending heartbeats and the watchdog recovered its executions.
 	AlertRuleKind_NODE_GONE AlertRuleKind = "NODE_GONE"
+	// A live node's wall clock is off the database's by more than threshold seconds (its own --clock-skew-threshold when 0); one incident per node, resolved when it agrees again. The cluster runs on the database's clock either way: this is the node's time sync to fix.
+	AlertRuleKind_CLOCK_SKEW AlertRuleKind = "CLOCK_SKEW"
 )
 
 var AllAlertRuleKind = []AlertRuleKind{
@@ -312,6 +314,7 @@ var AllAlertRuleKind = []AlertRuleKind{
 	AlertRuleKind_BACKLOG,
 	AlertRuleKind_NO_LEADER,
 	AlertRuleKind_NODE_GONE,
+	AlertRuleKind_CLOCK_SKEW,
 }
 
 // AlertRulesAlertRulesAlertRule includes the requested fields of the GraphQL type AlertRule.
