@@ -126,7 +126,11 @@ func statusOf(t *testing.T, s *apptest.Server, id int) lifecycle.Status {
 func TestPythonWorker(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
-		s, tokens := workerNode(t, dsn, app.Options{WorkerHeartbeat: 300 * time.Millisecond}, func(c *app.Config) { c.HeartbeatTimeout = 3 * time.Second })
+		// Heartbeats every 300 ms bring a cancel fast; the lease is the
+		// default's, so that a loaded machine (the race detector, SQLite's
+		// one writer behind 50 slots' completes) does not get live
+		// executions recovered and run twice.
+		s, tokens := workerNode(t, dsn, app.Options{WorkerHeartbeat: 300 * time.Millisecond}, func(c *app.Config) { c.HeartbeatTimeout = 30 * time.Second })
 		const n = pythonTasks
 		inputs := make([]map[string]any, n)
 		for i := range inputs {
@@ -136,7 +140,7 @@ func TestPythonWorker(t *testing.T) {
 		w := startPython(t, s.URL, tokens["wa"], "py-1", 50)
 		ctx := auth.NewSystemContext(context.Background())
 		c := s.App.Store.Client()
-		apptest.Eventually(t, 120*time.Second, func() (bool, string) {
+		apptest.Eventually(t, 5*time.Minute, func() (bool, string) {
 			done, err := c.Task.Query().Where(task.Type("py.a"), task.StatusEQ(lifecycle.Success)).Count(ctx)
 			require.NoError(t, err)
 			return done == n, strconv.Itoa(done) + " done"
