@@ -12,9 +12,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // KeySize is the length of a key in bytes (AES-256).
@@ -24,6 +27,8 @@ const KeySize = 32
 type Sealer struct {
 	aead    cipher.AEAD
 	hashKey []byte
+	// macs are keyed hashes of hashKey to reuse (Hash).
+	macs sync.Pool
 }
 
 // New returns a Sealer for a 32-byte key.
@@ -40,7 +45,9 @@ func New(key []byte) (*Sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
-	return &Sealer{aead: aead, hashKey: derive(key, "taskgraph hash v1")}, nil
+	sl := &Sealer{aead: aead, hashKey: derive(key, "taskgraph hash v1")}
+	sl.macs.New = func() any { return hmac.New(sha256.New, sl.hashKey) }
+	return sl, nil
 }
 
 func derive(key []byte, label string) []byte {
@@ -125,12 +132,18 @@ func (s *Sealer) Open(sealed []byte) ([]byte, error) {
 	return out, nil
 }
 
-// Hash returns a keyed hash of parts, hex-encoded.
+// Hash returns a keyed hash of parts, hex-encoded: each part as its length,
+// a colon and its bytes. The keyed hashes are reused (a pool): a batch
+// create hashes every item's input and key.
 func (s *Sealer) Hash(parts ...[]byte) string {
-	m := hmac.New(sha256.New, s.hashKey)
+	m := s.macs.Get().(hash.Hash)
+	defer s.macs.Put(m)
+	m.Reset()
+	var n [20]byte
 	for _, p := range parts {
-		fmt.Fprintf(m, "%d:", len(p))
+		m.Write(append(strconv.AppendInt(n[:0], int64(len(p)), 10), ':'))
 		m.Write(p)
 	}
-	return hex.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0]))
 }

@@ -112,6 +112,20 @@ func TestHash(t *testing.T) {
 		require.NotEqual(t, a.Hash([]byte("payload")), b.Hash([]byte("payload")))
 	})
 
+	t.Run("StaysWhatStoredHashesWere", func(t *testing.T) {
+		t.Parallel()
+		// Stored input and idempotency hashes are compared with new ones:
+		// the format (each part's length, a colon, its bytes) never changes.
+		key := make([]byte, seal.KeySize)
+		for i := range key {
+			key[i] = byte(i)
+		}
+		s, err := seal.New(key)
+		require.NoError(t, err)
+		require.Equal(t, "0f76d354fbd87adbd2439e02f2439937b29db5f0d335b07144281966aa431bb4", s.Hash([]byte("type"), []byte(""), []byte(`{"a":1}`)))
+		require.Equal(t, "711954514ba8d84e3ca5a5ee35cb8cc0960f38fcb611105f3c594882e5f6ee5c", s.Hash())
+	})
+
 	t.Run("IsDeterministicHex", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
