@@ -330,6 +330,39 @@ func TestMutations(t *testing.T) {
 			require.Equal(t, "VALIDATION", r[6].Error.Code)
 			require.Contains(t, r[6].Error.Message, "priority")
 		})
+		t.Run("ABulkCreateOfManyAnswersEachItemInOrder", func(t *testing.T) {
+			// Large enough to be prepared in parts at once (one per core):
+			// each item is still answered at its place, its refusal its own.
+			const n = 300
+			later := time.Now().Add(time.Hour).Format(time.RFC3339)
+			in := make([]map[string]any, n)
+			for i := range in {
+				in[i] = map[string]any{"type": "noop", "title": fmt.Sprintf("item %d", i), "runAt": later,
+					"input": map[string]any{"note": fmt.Sprintf("phone 138%08d", i)}}
+				if i%7 == 3 {
+					in[i]["priority"] = 1000
+				}
+			}
+			var out struct {
+				CreateTasks []struct {
+					Index int
+					Task  *struct{ Title string }
+					Error *struct{ Code string }
+				}
+			}
+			s.Query(t, `mutation($in: [CreateTaskInput!]!) { createTasks(inputs: $in) { index task { title } error { code } } }`, map[string]any{"in": in}, &out)
+			require.Len(t, out.CreateTasks, n)
+			for i, item := range out.CreateTasks {
+				require.Equal(t, i, item.Index)
+				if i%7 == 3 {
+					require.Nil(t, item.Task, "item %d", i)
+					require.Equal(t, "VALIDATION", item.Error.Code, "item %d", i)
+					continue
+				}
+				require.Nil(t, item.Error, "item %d", i)
+				require.Equal(t, fmt.Sprintf("item %d", i), item.Task.Title)
+			}
+		})
 		t.Run("SensitiveInputIsMaskedInTheAPI", func(t *testing.T) {
 			var out struct {
 				CreateTask struct{ Input map[string]any }
