@@ -525,6 +525,7 @@ func (a *App) newRelay(ctx context.Context, undo *cleanup) error {
 	}
 	l, err := relay.Listen(ctx, relay.Config{
 		DSN: cfg.DSN(), DB: st.DB(), Node: a.Node, Client: st.Client(), Broker: a.Broker, Logger: a.rootLog,
+		HeldAtCap: st.HeldAtCap,
 		OnResync: func() {
 			if a.Pool != nil {
 				a.Pool.Wake()
