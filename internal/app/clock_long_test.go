@@ -19,9 +19,6 @@ import (
 	"github.com/taskgraph/taskgraph/worker"
 )
 
-// skewed is a wall clock off by d.
-func skewed(d time.Duration) func() time.Time { return func() time.Time { return time.Now().Add(d) } }
-
 // TestOneClockForTheCluster: two nodes on one PostgreSQL, one with its wall
 // clock two minutes ahead and one two minutes behind (the database's clock
 // is this machine's). Whichever leads the watchdog and the scheduler, no
