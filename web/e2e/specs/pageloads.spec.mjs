@@ -56,9 +56,9 @@ export function register(env) {
     const plain = await env.server.createTask({ type: 'noop', title: 'e2e no files' });
 
     const page = await env.page();
-    // The task's answers are held back a while, so that the loading state
-    // is on screen long enough to be seen; the page records whether the
-    // empty text ever showed.
+    // The task's query is held back a while, so that the download buttons
+    // wait for the task; the page records whether the loading state and
+    // the empty text ever showed.
     await page.route('**/query', async (route) => {
       // Queries go as GET within the URL's limit, else as POST.
       const req = route.request();
@@ -68,13 +68,17 @@ export function register(env) {
     });
     await page.addInitScript(() => {
       window.__sawNoFiles = false;
+      window.__sawLoading = false;
       new MutationObserver(() => {
+        if (document.querySelector('[data-testid="task-loading"]')) window.__sawLoading = true;
         if (document.querySelector('[data-testid="artifacts"]')?.textContent?.includes('No files')) window.__sawNoFiles = true;
       }).observe(document, { childList: true, subtree: true });
     });
     await page.goto(env.url(`tasks/${importId}`));
-    await page.getByTestId('task-loading').waitFor();
     await page.getByTestId('download-SOURCE').waitFor();
+    // The loading state showed first (however briefly: the subscription's
+    // first message may bring the task before the held-back query).
+    assert.equal(await page.evaluate(() => window.__sawLoading), true, 'the task page showed its loading state');
     assert.equal(await page.evaluate(() => window.__sawNoFiles), false, 'an import task never said it has no files');
     await env.shot(page, 'task-files');
 
