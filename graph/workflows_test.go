@@ -94,7 +94,6 @@ func TestCreateWorkflowRefusesBadGraphs(t *testing.T) {
 			"DuplicateKey": {{"key": "a", "type": "noop"}, {"key": "a", "type": "noop"}},
 			"SelfLoop":     {{"key": "a", "type": "noop", "dependsOn": []string{"a"}}},
 			"BadStep":      {{"key": "a", "type": "noop"}, {"key": "b", "type": "nope", "dependsOn": []string{"a"}}},
-			"RunAnyway":    {{"key": "a", "type": "noop"}, {"key": "b", "type": "noop", "dependsOn": []string{"a"}, "onParentFailure": "RUN_ANYWAY"}},
 			"Empty":        {},
 			"TooMany":      big,
 		} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/tg/tgtype"
 )
 
 // ErrNoParentResult is returned by ParentResult when the job's task has no
@@ -38,6 +39,34 @@ func (j *Job) ParentKeys() []string {
 	return keys
 }
 
+// ParentOutcome is how a parent of the job's task ended: its state
+// (SUCCESS, FAILED or CANCELLED for a parent the task waited for), and its
+// result (SUCCESS) or its error (FAILED: its last error; CANCELLED: the
+// reason). Result and Error are as stored, masked as the parent's own
+// result and error are shown.
+type ParentOutcome struct {
+	Status tgtype.Status
+	Result json.RawMessage
+	Error  string
+}
+
+// ParentOutcomes returns how each parent of the job's task ended, by step
+// key (a parent outside a workflow: by its code). A step that runs
+// whatever its parents did (OnParentFailure "RUN_ANYWAY": a cleanup, a
+// chord's error callback) reads its failed and cancelled parents' errors
+// here; ParentResult decodes a successful parent's result. It is nil for a
+// task without parents.
+func (j *Job) ParentOutcomes() map[string]ParentOutcome {
+	if j.j.Outcomes == nil {
+		return nil
+	}
+	out := make(map[string]ParentOutcome, len(j.j.Outcomes))
+	for k, o := range j.j.Outcomes {
+		out[k] = ParentOutcome{Status: tgtype.Status(o.Status), Result: o.Result, Error: o.Error}
+	}
+	return out
+}
+
 // DependsOn makes the task wait for existing tasks (by id): it starts
 // WAITING_DEPENDENCY and runs once they have all succeeded; a parent that
 // fails or is cancelled cancels it.
@@ -54,7 +83,10 @@ type Step struct {
 	Options   []TaskOption
 	DependsOn []string
 	// OnParentFailure is what a parent that fails or is cancelled does to
-	// this step: "CANCEL_DEPENDENTS" (empty: the default) or "WAIT".
+	// this step: "CANCEL_DEPENDENTS" (empty: the default: it is cancelled
+	// with everything below it), "WAIT" (it waits until a retry of the
+	// parent succeeds) or "RUN_ANYWAY" (it runs once its parents have
+	// ended, however they ended; Job.ParentOutcomes tells it how).
 	OnParentFailure string
 }
 

@@ -29,9 +29,7 @@ const (
 const (
 	PolicyCancelDependents = store.CancelDependents
 	PolicyWait             = store.Wait
-	// PolicyRunAnyway is named by the API but not supported yet: a request
-	// using it is a ValidationError.
-	PolicyRunAnyway = "RUN_ANYWAY"
+	PolicyRunAnyway        = store.RunAnyway
 )
 
 // StepRequest is one step of a workflow: a task, its key among the steps,
@@ -55,11 +53,9 @@ type WorkflowRequest struct {
 // checkPolicy adds a problem when policy is not one the store applies.
 func checkPolicy(v *ValidationError, field, policy string) {
 	switch policy {
-	case "", PolicyCancelDependents, PolicyWait:
-	case PolicyRunAnyway:
-		v.add(field, "RUN_ANYWAY is not supported yet (CANCEL_DEPENDENTS or WAIT)")
+	case "", PolicyCancelDependents, PolicyWait, PolicyRunAnyway:
 	default:
-		v.add(field, "unknown policy %q (CANCEL_DEPENDENTS or WAIT)", policy)
+		v.add(field, "unknown policy %q (CANCEL_DEPENDENTS, WAIT or RUN_ANYWAY)", policy)
 	}
 }
 

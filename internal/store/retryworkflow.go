@@ -129,8 +129,12 @@ func (tx *Tx) RetryWorkflow(ctx context.Context, id int, note string) ([]*ent.Ta
 		return nil, fmt.Errorf("retry workflow: read steps: %w", err)
 	}
 
-	// The new instances first, then the tasks: the lock order every
-	// writer keeps.
+	// The children that run anyway and still wait (not re-run) await
+	// the re-run parents again; then the new instances, then the tasks:
+	// the lock order every writer keeps.
+	if err := s.rewait(ctx, t, rerun); err != nil {
+		return nil, fmt.Errorf("retry workflow: %w", err)
+	}
 	now := s.Now()
 	var retrying, rewaiting, free []int64
 	creates := make([]*ent.TaskInstanceCreate, 0, len(steps))
