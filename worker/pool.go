@@ -467,7 +467,7 @@ func (p *Pool) start(c store.Claimed, claim trace.SpanContext, parents []store.P
 		job.Outcomes = make(map[string]tasktype.ParentOutcome, len(parents))
 		for _, r := range parents {
 			job.Parents[r.Key] = r.Result
-			job.Outcomes[r.Key] = tasktype.ParentOutcome{Status: r.Status, Result: r.Result, Error: r.Error}
+			job.Outcomes[r.Key] = tasktype.ParentOutcome{ID: r.ID, Code: r.Code, Status: r.Status, Result: r.Result, Error: r.Error}
 		}
 	}
 	spanCtx, span := p.startSpan(c, claim)
@@ -893,11 +893,12 @@ func counted(m *outage.Monitor, source string, err error) bool {
 }
 
 // parentResults reads, in one query, the parents' results of the claimed
-// steps of workflows (tasks of no workflow cost nothing here).
+// tasks that have parents (steps of workflows, tasks created with
+// dependsOn); the others cost nothing here.
 func (p *Pool) parentResults(ctx context.Context, claimed []store.Claimed) (map[int][]store.ParentResult, error) {
 	var ids []int
 	for _, c := range claimed {
-		if c.Task.WorkflowID != nil {
+		if c.Task.WorkflowID != nil || c.Task.ParentCount > 0 {
 			ids = append(ids, c.Task.ID)
 		}
 	}

@@ -155,6 +155,8 @@ func WorkflowStatus(steps []lifecycle.Status) lifecycle.Status {
 // the reason of a CANCELLED one, masked).
 type ParentResult struct {
 	Key    string
+	ID     int
+	Code   string
 	Status lifecycle.Status
 	Result json.RawMessage
 	Error  string
@@ -168,7 +170,7 @@ func (s *Store) ParentResults(ctx context.Context, children []int) (map[int][]Pa
 		return nil, nil
 	}
 	in, args := s.d.inInts("d.child_id", intsTo64(children))
-	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT d.child_id, COALESCE(p.step_key, p.code), p.status, p.result,
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT d.child_id, COALESCE(p.step_key, p.code), p.id, p.code, p.status, p.result,
 	COALESCE(NULLIF(p.last_error, ''), p.cancel_reason, '')
 FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...)
 	if err != nil {
@@ -181,7 +183,7 @@ FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...
 		var r ParentResult
 		var status string
 		var result []byte
-		if err := rows.Scan(&child, &r.Key, &status, &result, &r.Error); err != nil {
+		if err := rows.Scan(&child, &r.Key, &r.ID, &r.Code, &status, &result, &r.Error); err != nil {
 			return nil, fmt.Errorf("read parent results: %w", err)
 		}
 		r.Status = lifecycle.Status(status)

@@ -50,6 +50,8 @@ type Job struct {
 // result (SUCCESS) or its error (FAILED: its last error; CANCELLED: the
 // reason), as stored (masked).
 type ParentOutcome struct {
+	ID     int
+	Code   string
 	Status lifecycle.Status
 	Result json.RawMessage
 	Error  string
