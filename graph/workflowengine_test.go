@@ -213,3 +213,45 @@ func instanceStatuses(st stepView) []string {
 	}
 	return out
 }
+
+// A step is seen by who may see its workflow, and by no one else: by id,
+// in the task list, and as a parent or child of a step they see.
+func TestAStepIsSeenOnlyByWhoSeesItsWorkflow(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s := startSecured(t, dsn, app.Options{})
+		var out struct{ CreateWorkflow workflowView }
+		s.QueryAs(t, s.tok["alice"], createWorkflow, map[string]any{"in": map[string]any{"steps": diamondSteps()}}, &out)
+		var alices struct{ Workflow workflowView }
+		s.QueryAs(t, s.tok["alice"], readWorkflow, map[string]any{"id": out.CreateWorkflow.ID}, &alices)
+		require.Len(t, alices.Workflow.Steps, 4)
+		for _, st := range alices.Workflow.Steps {
+			r := s.DoAs(t, s.tok["bob"], `query($id: ID!) { task(id: $id) { id } }`, map[string]any{"id": st.ID})
+			require.Len(t, r.Errors, 1, "bob reads step %s", st.StepKey)
+			require.Equal(t, "NOT_FOUND", r.Errors[0].Code())
+			r = s.DoAs(t, s.tok["bob"], `mutation($id: ID!) { retryTask(id: $id) { id } }`, map[string]any{"id": st.ID})
+			require.Len(t, r.Errors, 1)
+			var root struct{ Task struct{ ID string } }
+			s.QueryAs(t, s.tok["root"], `query($id: ID!) { task(id: $id) { id } }`, map[string]any{"id": st.ID}, &root)
+			require.Equal(t, st.ID, root.Task.ID, "the tenant's admin sees it")
+		}
+		var list struct{ Tasks struct{ TotalCount int } }
+		s.QueryAs(t, s.tok["bob"], `{ tasks { totalCount } }`, nil, &list)
+		require.Zero(t, list.Tasks.TotalCount)
+		r := s.DoAs(t, s.tok["bob"], retryWorkflow, map[string]any{"id": out.CreateWorkflow.ID})
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "NOT_FOUND", r.Errors[0].Code())
+		r = s.DoAs(t, s.tok["bob"], `mutation($id: ID!) { cancelWorkflow(id: $id) { id } }`, map[string]any{"id": out.CreateWorkflow.ID})
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "NOT_FOUND", r.Errors[0].Code())
+
+		// Bob's own task after one of alice's steps: its parent is not
+		// found for him, and nothing is created.
+		r = s.DoAs(t, s.tok["bob"], `mutation($in: CreateTaskInput!) { createTask(input: $in) { id } }`,
+			map[string]any{"in": map[string]any{"type": "noop", "dependsOn": []string{alices.Workflow.Steps[0].ID}}})
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "NOT_FOUND", r.Errors[0].Code(), r.Errors[0].Message)
+		s.QueryAs(t, s.tok["bob"], `{ tasks { totalCount } }`, nil, &list)
+		require.Zero(t, list.Tasks.TotalCount)
+	})
+}

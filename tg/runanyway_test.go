@@ -3,6 +3,7 @@ package tg_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -57,5 +58,30 @@ func TestACleanupStepReceivesItsParentsOutcomes(t *testing.T) {
 		push, err := c.Task(ctx, wf.Steps["push"])
 		require.NoError(t, err)
 		require.Equal(t, "parent "+push.Code+" failed", out["notify"].Error)
+	})
+}
+
+// 100,001 steps: a typed error naming the limit, and nothing created.
+func TestAWorkflowOfAHundredThousandStepsIsRefused(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		c, err := tg.New(ctx, tg.Config{Database: dsn, DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Stop(ctx) })
+		steps := make([]tg.Step, 100_001)
+		for i := range steps {
+			steps[i] = tg.Step{Key: fmt.Sprintf("s%d", i), Type: "noop"}
+			if i > 0 {
+				steps[i].DependsOn = []string{steps[i-1].Key}
+			}
+		}
+		_, err = c.CreateWorkflow(ctx, "big", "", steps)
+		var ve *tg.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Contains(t, err.Error(), "100001 steps; the limit is 10000")
+		var n int
+		require.NoError(t, c.DB().QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM tasks) + (SELECT COUNT(*) FROM workflows)`).Scan(&n))
+		require.Zero(t, n, "nothing was created")
 	})
 }
