@@ -89,6 +89,9 @@ func waitWorkflow(t *testing.T, s *apptest.Server, id string, want ...string) re
 		}
 		return false, got.Workflow.Status
 	})
+	// Once more: a query's fields are read one after another, so the
+	// one that met the state may have come after the others' reads.
+	s.Query(t, readRetried, map[string]any{"id": id}, &got)
 	return got.Workflow
 }
 
