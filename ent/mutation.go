@@ -13633,6 +13633,8 @@ type TaskMutation struct {
 	workflow_id        *int
 	addworkflow_id     *int
 	step_key           *string
+	parent_count       *int
+	addparent_count    *int
 	clearedFields      map[string]struct{}
 	instances          map[int]struct{}
 	removedinstances   map[int]struct{}
@@ -15417,6 +15419,62 @@ func (m *TaskMutation) ResetStepKey() {
 	delete(m.clearedFields, task.FieldStepKey)
 }
 
+// SetParentCount sets the "parent_count" field.
+func (m *TaskMutation) SetParentCount(i int) {
+	m.parent_count = &i
+	m.addparent_count = nil
+}
+
+// ParentCount returns the value of the "parent_count" field in the mutation.
+func (m *TaskMutation) ParentCount() (r int, exists bool) {
+	v := m.parent_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentCount returns the old "parent_count" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldParentCount(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentCount is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentCount requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentCount: %w", err)
+	}
+	return oldValue.ParentCount, nil
+}
+
+// AddParentCount adds i to the "parent_count" field.
+func (m *TaskMutation) AddParentCount(i int) {
+	if m.addparent_count != nil {
+		*m.addparent_count += i
+	} else {
+		m.addparent_count = &i
+	}
+}
+
+// AddedParentCount returns the value that was added to the "parent_count" field in this mutation.
+func (m *TaskMutation) AddedParentCount() (r int, exists bool) {
+	v := m.addparent_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetParentCount resets all changes to the "parent_count" field.
+func (m *TaskMutation) ResetParentCount() {
+	m.parent_count = nil
+	m.addparent_count = nil
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by ids.
 func (m *TaskMutation) AddInstanceIDs(ids ...int) {
 	if m.instances == nil {
@@ -15613,7 +15671,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 36)
+	fields := make([]string, 0, 37)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -15722,6 +15780,9 @@ func (m *TaskMutation) Fields() []string {
 	if m.step_key != nil {
 		fields = append(fields, task.FieldStepKey)
 	}
+	if m.parent_count != nil {
+		fields = append(fields, task.FieldParentCount)
+	}
 	return fields
 }
 
@@ -15802,6 +15863,8 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.WorkflowID()
 	case task.FieldStepKey:
 		return m.StepKey()
+	case task.FieldParentCount:
+		return m.ParentCount()
 	}
 	return nil, false
 }
@@ -15883,6 +15946,8 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldWorkflowID(ctx)
 	case task.FieldStepKey:
 		return m.OldStepKey(ctx)
+	case task.FieldParentCount:
+		return m.OldParentCount(ctx)
 	}
 	return nil, fmt.Errorf("unknown Task field %s", name)
 }
@@ -16144,6 +16209,13 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetStepKey(v)
 		return nil
+	case task.FieldParentCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentCount(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
 }
@@ -16176,6 +16248,9 @@ func (m *TaskMutation) AddedFields() []string {
 	if m.addworkflow_id != nil {
 		fields = append(fields, task.FieldWorkflowID)
 	}
+	if m.addparent_count != nil {
+		fields = append(fields, task.FieldParentCount)
+	}
 	return fields
 }
 
@@ -16200,6 +16275,8 @@ func (m *TaskMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedScheduleID()
 	case task.FieldWorkflowID:
 		return m.AddedWorkflowID()
+	case task.FieldParentCount:
+		return m.AddedParentCount()
 	}
 	return nil, false
 }
@@ -16264,6 +16341,13 @@ func (m *TaskMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddWorkflowID(v)
+		return nil
+	case task.FieldParentCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddParentCount(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Task numeric field %s", name)
@@ -16486,6 +16570,9 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldStepKey:
 		m.ResetStepKey()
+		return nil
+	case task.FieldParentCount:
+		m.ResetParentCount()
 		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)

@@ -91,6 +91,8 @@ type Task struct {
 	WorkflowID *int `json:"workflow_id,omitempty"`
 	// Its key among its workflow's steps: its children find its result by it.
 	StepKey *string `json:"step_key,omitempty"`
+	// How many tasks it was created to wait for (a step's parents, or createTask's dependsOn): a claimed task with parents is handed their results.
+	ParentCount int `json:"parent_count,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the TaskQuery when eager-loading is set.
 	Edges        TaskEdges `json:"edges"`
@@ -152,7 +154,7 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case task.FieldCancelRequested:
 			values[i] = new(sql.NullBool)
-		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID:
+		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID, task.FieldParentCount:
 			values[i] = new(sql.NullInt64)
 		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldTraceParent, task.FieldStepKey:
 			values[i] = new(sql.NullString)
@@ -409,6 +411,12 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.StepKey = new(string)
 				*_m.StepKey = value.String
 			}
+		case task.FieldParentCount:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field parent_count", values[i])
+			} else if value.Valid {
+				_m.ParentCount = int(value.Int64)
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -586,6 +594,9 @@ func (_m *Task) String() string {
 		builder.WriteString("step_key=")
 		builder.WriteString(*v)
 	}
+	builder.WriteString(", ")
+	builder.WriteString("parent_count=")
+	builder.WriteString(fmt.Sprintf("%v", _m.ParentCount))
 	builder.WriteByte(')')
 	return builder.String()
 }

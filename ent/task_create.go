@@ -433,6 +433,20 @@ func (_c *TaskCreate) SetNillableStepKey(v *string) *TaskCreate {
 	return _c
 }
 
+// SetParentCount sets the "parent_count" field.
+func (_c *TaskCreate) SetParentCount(v int) *TaskCreate {
+	_c.mutation.SetParentCount(v)
+	return _c
+}
+
+// SetNillableParentCount sets the "parent_count" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableParentCount(v *int) *TaskCreate {
+	if v != nil {
+		_c.SetParentCount(*v)
+	}
+	return _c
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_c *TaskCreate) AddInstanceIDs(ids ...int) *TaskCreate {
 	_c.mutation.AddInstanceIDs(ids...)
@@ -569,6 +583,10 @@ func (_c *TaskCreate) defaults() error {
 		v := task.DefaultUpdatedAt()
 		_c.mutation.SetUpdatedAt(v)
 	}
+	if _, ok := _c.mutation.ParentCount(); !ok {
+		v := task.DefaultParentCount
+		_c.mutation.SetParentCount(v)
+	}
 	return nil
 }
 
@@ -654,6 +672,9 @@ func (_c *TaskCreate) check() error {
 	}
 	if _, ok := _c.mutation.UpdatedAt(); !ok {
 		return &ValidationError{Name: "updated_at", err: errors.New(`ent: missing required field "Task.updated_at"`)}
+	}
+	if _, ok := _c.mutation.ParentCount(); !ok {
+		return &ValidationError{Name: "parent_count", err: errors.New(`ent: missing required field "Task.parent_count"`)}
 	}
 	return nil
 }
@@ -824,6 +845,10 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.StepKey(); ok {
 		_spec.SetField(task.FieldStepKey, field.TypeString, value)
 		_node.StepKey = &value
+	}
+	if value, ok := _c.mutation.ParentCount(); ok {
+		_spec.SetField(task.FieldParentCount, field.TypeInt, value)
+		_node.ParentCount = value
 	}
 	if nodes := _c.mutation.InstancesIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{

@@ -94,7 +94,6 @@ func TestCreateWorkflowRefusesBadGraphs(t *testing.T) {
 			"DuplicateKey": {{"key": "a", "type": "noop"}, {"key": "a", "type": "noop"}},
 			"SelfLoop":     {{"key": "a", "type": "noop", "dependsOn": []string{"a"}}},
 			"BadStep":      {{"key": "a", "type": "noop"}, {"key": "b", "type": "nope", "dependsOn": []string{"a"}}},
-			"RunAnyway":    {{"key": "a", "type": "noop"}, {"key": "b", "type": "noop", "dependsOn": []string{"a"}, "onParentFailure": "RUN_ANYWAY"}},
 			"Empty":        {},
 			"TooMany":      big,
 		} {
@@ -212,7 +211,7 @@ func TestCancelWorkflowCancelsEveryOpenStep(t *testing.T) {
 			s.Query(t, `query($id: ID!) { workflow(id: $id) { status availableActions steps { status } } }`, map[string]any{"id": out.CreateWorkflow.ID}, &got)
 			return got.Workflow.Status == "CANCELLED", got.Workflow.Status
 		})
-		require.Empty(t, got.Workflow.AvailableActions)
+		require.Equal(t, []string{"RETRY_WORKFLOW"}, got.Workflow.AvailableActions, "nothing to cancel; a retry runs it again")
 		for _, st := range got.Workflow.Steps {
 			require.Equal(t, "CANCELLED", st.Status)
 		}

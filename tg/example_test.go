@@ -139,3 +139,62 @@ func ExampleConfigFromEnv() {
 	// data/app.db 16 720h
 	// --workers: "lots" is not a whole number between 1 and 10000
 }
+
+// A cleanup step that runs whatever its parents did (RUN_ANYWAY), and is
+// told how each ended: here the export failed, and the cleanup reads its
+// error; the report, which waited for the export's success, was cancelled.
+func ExampleJob_ParentOutcomes() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "tg-example-")
+	defer os.RemoveAll(dir)
+
+	c, err := tg.New(ctx, tg.Config{DataDir: dir, Logger: quiet})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = tg.Register(c, "nightly.export", func(ctx context.Context, job *tg.Job, in struct{}) (struct{}, error) {
+		return struct{}{}, tg.NonRetryable(fmt.Errorf("disk full"))
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = tg.Register(c, "nightly.report", func(ctx context.Context, job *tg.Job, in struct{}) (struct{}, error) {
+		return struct{}{}, nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cleanup, err := tg.Register(c, "nightly.cleanup", func(ctx context.Context, job *tg.Job, in struct{}) (string, error) {
+		export, report := job.ParentOutcomes()["export"], job.ParentOutcomes()["report"]
+		return fmt.Sprintf("export %s (%s); report %s", export.Status, export.Error, report.Status), nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer c.Stop(ctx)
+
+	wf, err := c.CreateWorkflow(ctx, "", "nightly", []tg.Step{
+		{Key: "export", Type: "nightly.export"},
+		{Key: "report", Type: "nightly.report", DependsOn: []string{"export"}},
+		{Key: "cleanup", Type: "nightly.cleanup", DependsOn: []string{"export", "report"}, OnParentFailure: "RUN_ANYWAY"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	done, err := c.Wait(ctx, wf.Steps["cleanup"])
+	if err != nil {
+		log.Fatal(err)
+	}
+	told, err := cleanup.Result(done)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(done.Status)
+	fmt.Println(told)
+	// Output:
+	// SUCCESS
+	// export FAILED (disk full); report CANCELLED
+}

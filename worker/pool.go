@@ -470,10 +470,17 @@ func (p *Pool) room() (free int, types []string, caps []int) {
 // start runs one claimed execution in its own goroutine, in a span of
 // its own that continues its task's trace, linked to the claim's; a
 // workflow's step gets its parents' results.
-func (p *Pool) start(c store.Claimed, claim trace.SpanContext, parents map[string]json.RawMessage) {
+func (p *Pool) start(c store.Claimed, claim trace.SpanContext, parents []store.ParentResult) {
 	typ, ok := p.deps.Registry.Lookup(c.Task.Type)
 	job, ctl := tasktype.NewJob(jobTask(c.Task), jobInstance(c.Instance, time.Duration(c.Task.TimeoutSeconds)*time.Second), c.Token(), jobWriter{writes: p.writes, clock: p.deps.Store}, p.deps.Masker)
-	job.Parents = parents
+	if parents != nil {
+		job.Parents = make(map[string]json.RawMessage, len(parents))
+		job.Outcomes = make(map[string]tasktype.ParentOutcome, len(parents))
+		for _, r := range parents {
+			job.Parents[r.Key] = r.Result
+			job.Outcomes[r.Key] = tasktype.ParentOutcome{ID: r.ID, Code: r.Code, Status: r.Status, Result: r.Result, Error: r.Error}
+		}
+	}
 	spanCtx, span := p.startSpan(c, claim)
 	ctx, cancel := context.WithCancelCause(spanCtx)
 	ex := &execution{c: c, job: job, ctl: ctl, typ: typ, cancel: cancel, done: make(chan struct{})}
@@ -912,11 +919,12 @@ func counted(m *outage.Monitor, source string, err error) bool {
 }
 
 // parentResults reads, in one query, the parents' results of the claimed
-// steps of workflows (tasks of no workflow cost nothing here).
-func (p *Pool) parentResults(ctx context.Context, claimed []store.Claimed) (map[int]map[string]json.RawMessage, error) {
+// tasks that have parents (steps of workflows, tasks created with
+// dependsOn); the others cost nothing here.
+func (p *Pool) parentResults(ctx context.Context, claimed []store.Claimed) (map[int][]store.ParentResult, error) {
 	var ids []int
 	for _, c := range claimed {
-		if c.Task.WorkflowID != nil {
+		if c.Task.WorkflowID != nil || c.Task.ParentCount > 0 {
 			ids = append(ids, c.Task.ID)
 		}
 	}
@@ -924,19 +932,7 @@ func (p *Pool) parentResults(ctx context.Context, claimed []store.Claimed) (map[
 	if len(ids) == 0 || !ok {
 		return nil, nil
 	}
-	rs, err := pr.ParentResults(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int]map[string]json.RawMessage, len(rs))
-	for child, list := range rs {
-		m := make(map[string]json.RawMessage, len(list))
-		for _, r := range list {
-			m[r.Key] = r.Result
-		}
-		out[child] = m
-	}
-	return out, nil
+	return pr.ParentResults(ctx, ids)
 }
 
 // jobTask is what a handler is told of its task.

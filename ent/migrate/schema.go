@@ -438,6 +438,7 @@ var (
 		{Name: "trace_parent", Type: field.TypeString, Nullable: true},
 		{Name: "workflow_id", Type: field.TypeInt, Nullable: true},
 		{Name: "step_key", Type: field.TypeString, Nullable: true},
+		{Name: "parent_count", Type: field.TypeInt, Default: 0},
 	}
 	// TasksTable holds the schema information for the "tasks" table.
 	TasksTable = &schema.Table{

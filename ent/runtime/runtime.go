@@ -370,6 +370,10 @@ func init() {
 	taskDescUpdatedAt := taskFields[28].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
+	// taskDescParentCount is the schema descriptor for parent_count field.
+	taskDescParentCount := taskFields[35].Descriptor()
+	// task.DefaultParentCount holds the default value on creation for the parent_count field.
+	task.DefaultParentCount = taskDescParentCount.Default.(int)
 	taskdependencyMixin := schema.TaskDependency{}.Mixin()
 	taskdependencyMixinFields0 := taskdependencyMixin[0].Fields()
 	_ = taskdependencyMixinFields0

@@ -160,6 +160,11 @@ func (Task) Fields() []ent.Field {
 			Nillable().
 			Immutable().
 			Comment("Its key among its workflow's steps: its children find its result by it."),
+		field.Int("parent_count").
+			Default(0).
+			Immutable().
+			Comment("How many tasks it was created to wait for (a step's parents, or createTask's dependsOn): a claimed task with parents is handed their results.").
+			Annotations(entgql.Skip()),
 	}
 }
 

@@ -92,6 +92,8 @@ const (
 	FieldWorkflowID = "workflow_id"
 	// FieldStepKey holds the string denoting the step_key field in the database.
 	FieldStepKey = "step_key"
+	// FieldParentCount holds the string denoting the parent_count field in the database.
+	FieldParentCount = "parent_count"
 	// EdgeInstances holds the string denoting the instances edge name in mutations.
 	EdgeInstances = "instances"
 	// EdgeLogs holds the string denoting the logs edge name in mutations.
@@ -162,6 +164,7 @@ var Columns = []string{
 	FieldTraceParent,
 	FieldWorkflowID,
 	FieldStepKey,
+	FieldParentCount,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -205,6 +208,8 @@ var (
 	DefaultCancelRequested bool
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
 	DefaultUpdatedAt func() time.Time
+	// DefaultParentCount holds the default value on creation for the "parent_count" field.
+	DefaultParentCount int
 )
 
 // StatusValidator is a validator for the "status" field enum values. It is called by the builders before save.
@@ -422,6 +427,11 @@ func ByWorkflowID(opts ...sql.OrderTermOption) OrderOption {
 // ByStepKey orders the results by the step_key field.
 func ByStepKey(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStepKey, opts...).ToFunc()
+}
+
+// ByParentCount orders the results by the parent_count field.
+func ByParentCount(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldParentCount, opts...).ToFunc()
 }
 
 // ByInstancesCount orders the results by instances count.

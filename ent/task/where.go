@@ -211,6 +211,11 @@ func StepKey(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldStepKey, v))
 }
 
+// ParentCount applies equality check predicate on the "parent_count" field. It's identical to ParentCountEQ.
+func ParentCount(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldParentCount, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldCreatedAt, v))
@@ -2039,6 +2044,46 @@ func StepKeyEqualFold(v string) predicate.Task {
 // StepKeyContainsFold applies the ContainsFold predicate on the "step_key" field.
 func StepKeyContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldStepKey, v))
+}
+
+// ParentCountEQ applies the EQ predicate on the "parent_count" field.
+func ParentCountEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldParentCount, v))
+}
+
+// ParentCountNEQ applies the NEQ predicate on the "parent_count" field.
+func ParentCountNEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldParentCount, v))
+}
+
+// ParentCountIn applies the In predicate on the "parent_count" field.
+func ParentCountIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldParentCount, vs...))
+}
+
+// ParentCountNotIn applies the NotIn predicate on the "parent_count" field.
+func ParentCountNotIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldParentCount, vs...))
+}
+
+// ParentCountGT applies the GT predicate on the "parent_count" field.
+func ParentCountGT(v int) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldParentCount, v))
+}
+
+// ParentCountGTE applies the GTE predicate on the "parent_count" field.
+func ParentCountGTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldParentCount, v))
+}
+
+// ParentCountLT applies the LT predicate on the "parent_count" field.
+func ParentCountLT(v int) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldParentCount, v))
+}
+
+// ParentCountLTE applies the LTE predicate on the "parent_count" field.
+func ParentCountLTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldParentCount, v))
 }
 
 // HasInstances applies the HasEdge predicate on the "instances" edge.

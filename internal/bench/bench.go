@@ -161,6 +161,7 @@ func Run(args []string) int {
 	every := fs.Duration("every", 2*time.Second, "interval between progress lines (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the burn-down to this file")
 	memProfile := fs.String("memprofile", "", "write a profile of the burn-down's allocations to this file")
+	workflows := fs.Int("workflows", 0, "instead of the burn-down, alternate this many rounds of workflows (1,000 chains of 10 steps, one 10,000-wide fan-out and fan-in) with plain burn-downs of as many tasks, and compare their rates")
 	nodes := fs.Int("nodes", 1, "nodes in this process, each with its own connection pool, broker, relay and workers (more than one needs PostgreSQL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -211,6 +212,9 @@ func Run(args []string) int {
 		apps = append(apps, a)
 	}
 	a := apps[0]
+	if *workflows > 0 {
+		return runWorkflowBench(ctx, apps, *workflows)
+	}
 	fmt.Printf("bench: %s, %d noop tasks (+%d waiting behind), %d node(s) x %d workers, GOMAXPROCS=%d\n",
 		a.Store.Dialect(), *n, *backlog, *nodes, a.Config.Workers, runtime.GOMAXPROCS(0))
 

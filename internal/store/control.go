@@ -392,6 +392,11 @@ WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Statu
 			}
 			return &lifecycle.TransitionError{Entity: "task", ID: id, From: cur.Status, To: lifecycle.RetryPending, Reason: "moved concurrently"}
 		}
+		// Its children that run anyway, still waiting, await its new
+		// outcome.
+		if err := s.rewait(ctx, t, []int64{int64(id)}); err != nil {
+			return fmt.Errorf("retry: %w", err)
+		}
 		last, err := t.TaskInstance.Query().
 			Where(taskinstance.TaskID(id)).
 			Order(ent.Desc(taskinstance.FieldInstanceNo)).

@@ -347,6 +347,7 @@ var taskInsertCols = []struct {
 	{"run_at", colTime, func(_ *NewTask, _ string, runAt, _ time.Time) any { return runAt }},
 	{"updated_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
 	{"created_at", colTime, func(_ *NewTask, _ string, _, now time.Time) any { return now }},
+	{"parent_count", colInt, func(n *NewTask, _ string, _, _ time.Time) any { return int64(len(n.Parents)) }},
 	{"schedule_id", colNullInt, func(n *NewTask, _ string, _, _ time.Time) any {
 		if n.ScheduleID == nil {
 			return nil

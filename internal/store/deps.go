@@ -20,12 +20,17 @@ const (
 	// Wait: the child stays WAITING_DEPENDENCY; a retry of the parent that
 	// succeeds releases it.
 	Wait = "WAIT"
+	// RunAnyway: the parent is awaited until it ends, whatever its end
+	// (SUCCESS, FAILED, CANCELLED); the child's handler is told each
+	// parent's outcome. A manual retry of a FAILED parent makes the
+	// children still waiting await it again.
+	RunAnyway = "RUN_ANYWAY"
 )
 
 // Parent is an edge of a task to create: the parent is an existing task
 // (ID, when not zero) or the item of the same CreateTasks call at index
-// Step, which must come before it. Policy is CancelDependents (empty) or
-// Wait.
+// Step, which must come before it. Policy is CancelDependents (empty),
+// Wait or RunAnyway.
 type Parent struct {
 	ID     int
 	Step   int
@@ -67,9 +72,31 @@ func (s *Store) afterEnded(ctx context.Context, t *txn, ended []*ent.Task) error
 		}
 	}
 	if len(bad) > 0 {
-		if err := s.cancelDependents(ctx, t, bad); err != nil {
+		cascaded, err := s.cancelDependents(ctx, t, bad)
+		if err != nil {
 			return err
 		}
+		// What runs anyway counts down the parents that ended badly,
+		// and those the cascade just cancelled.
+		if err := s.countDown(ctx, t, append(bad, cascaded...), true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewait makes the waiting children of parents (FAILED or CANCELLED ones
+// that a retry runs again) await them again along RUN_ANYWAY edges, which
+// counted them down when they ended: one UPDATE. It is run before the
+// retry's new instances exist.
+func (s *Store) rewait(ctx context.Context, t *txn, parents []int64) error {
+	in, args := s.d.inInts("parent_id", parents)
+	_, err := s.exec(ctx, t, `
+UPDATE task_instances SET waiting_on = task_instances.waiting_on + d.n, version = task_instances.version + 1
+FROM (SELECT child_id, COUNT(*) AS n FROM task_dependencies WHERE `+in+` AND on_parent_failure = '`+RunAnyway+`' GROUP BY child_id) d
+WHERE task_instances.task_id = d.child_id AND task_instances.status = `+sqlWaitingDependency, args...)
+	if err != nil {
+		return fmt.Errorf("await retried parents again: %w", err)
 	}
 	return nil
 }
@@ -83,7 +110,17 @@ func (s *Store) afterEnded(ctx context.Context, t *txn, ended []*ent.Task) error
 // waits for the first's commit and counts down from what it wrote
 // (PostgreSQL re-evaluates the row), so exactly one of them reaches zero.
 func (s *Store) release(ctx context.Context, t *txn, parents []int64) error {
+	return s.countDown(ctx, t, parents, false)
+}
+
+// countDown is release along every edge of parents, or (runAnyway) along
+// their RUN_ANYWAY edges only: those of parents that failed or were
+// cancelled.
+func (s *Store) countDown(ctx context.Context, t *txn, parents []int64, runAnyway bool) error {
 	in, args := s.d.inInts("parent_id", parents)
+	if runAnyway {
+		in += ` AND on_parent_failure = '` + RunAnyway + `'`
+	}
 	now := s.Now()
 	left := `task_instances.waiting_on - d.n`
 	moved, err := s.queryInts(ctx, t, 2, `
@@ -128,7 +165,7 @@ RETURNING `+changingColumns("tasks")), append([]any{now}, args...)...)
 // just failed or been cancelled) along CANCEL_DEPENDENTS edges, each with
 // the reason "parent <code> failed" (or "cancelled") naming the parent it
 // was reached from: one UPDATE for the instances, one for the tasks.
-func (s *Store) cancelDependents(ctx context.Context, t *txn, parents []int64) error {
+func (s *Store) cancelDependents(ctx context.Context, t *txn, parents []int64) ([]int64, error) {
 	in, args := s.d.inInts("parent_id", parents)
 	policy := `on_parent_failure = '` + CancelDependents + `'`
 	reached := `WITH RECURSIVE doomed(id, root) AS (
@@ -148,42 +185,43 @@ FROM why
 WHERE task_instances.task_id = why.id AND task_instances.status = `+sqlWaitingDependency+`
 RETURNING task_instances.task_id`), append(args, now)...)
 	if err != nil {
-		return fmt.Errorf("cancel dependents: update instances: %w", err)
+		return nil, fmt.Errorf("cancel dependents: update instances: %w", err)
 	}
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return fmt.Errorf("cancel dependents: update instances: %w", err)
+			return nil, fmt.Errorf("cancel dependents: update instances: %w", err)
 		}
 		ids = append(ids, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("cancel dependents: update instances: %w", err)
+		return nil, fmt.Errorf("cancel dependents: update instances: %w", err)
 	}
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	inIDs, idArgs := s.d.inInts("tasks.id", ids)
 	rows, err = t.QueryContext(ctx, s.d.rebind(`UPDATE tasks SET status = `+sqlCancelled+`, attention_status = `+sqlCancelled+`,
 	cancel_reason = i.last_error, last_error = i.last_error, finished_at = ?, updated_at = ?, version = tasks.version + 1
 FROM task_instances i
-WHERE `+inIDs+` AND tasks.status = `+sqlWaitingDependency+` AND i.task_id = tasks.id AND i.status = `+sqlCancelled+` AND i.instance_no = 1
+WHERE `+inIDs+` AND tasks.status = `+sqlWaitingDependency+` AND i.task_id = tasks.id AND i.status = `+sqlCancelled+`
+	AND i.instance_no = (SELECT MAX(x.instance_no) FROM task_instances x WHERE x.task_id = tasks.id)
 RETURNING `+changingColumns("tasks")), append([]any{now, now}, idArgs...)...)
 	if err != nil {
-		return fmt.Errorf("cancel dependents: update tasks: %w", err)
+		return nil, fmt.Errorf("cancel dependents: update tasks: %w", err)
 	}
 	tasks, err := s.scanChanged(ctx, t, rows, nil)
 	if err != nil {
-		return fmt.Errorf("cancel dependents: update tasks: %w", err)
+		return nil, fmt.Errorf("cancel dependents: update tasks: %w", err)
 	}
 	if len(tasks) != len(ids) {
-		return fmt.Errorf("cancel dependents: %d instances cancelled but %d of their tasks were waiting", len(ids), len(tasks))
+		return nil, fmt.Errorf("cancel dependents: %d instances cancelled but %d of their tasks were waiting", len(ids), len(tasks))
 	}
 	t.changed(events.Transitioned, tasks...)
-	return nil
+	return ids, nil
 }
 
 // countParents returns a copy of ns with the number of parents each item
@@ -193,6 +231,7 @@ RETURNING `+changingColumns("tasks")), append([]any{now, now}, idArgs...)...)
 // then finds the new edge and counts the child down; one that succeeded
 // before is not waited for. An item whose parent is not found, or has
 // already failed or been cancelled under CANCEL_DEPENDENTS, is refused
+// (one that ended in any way is not waited for under RUN_ANYWAY)
 // (its out set), and nothing of it is created.
 func (s *Store) countParents(ctx context.Context, t *txn, ns []NewTask, out []Created) ([]NewTask, error) {
 	var ids []int
@@ -204,7 +243,7 @@ func (s *Store) countParents(ctx context.Context, t *txn, ns []NewTask, out []Cr
 			case p.Step < 0 || p.Step >= i:
 				return nil, fmt.Errorf("item %d: parent step %d does not come before it", i, p.Step)
 			}
-			if p.Policy != "" && p.Policy != CancelDependents && p.Policy != Wait {
+			if p.Policy != "" && p.Policy != CancelDependents && p.Policy != Wait && p.Policy != RunAnyway {
 				return nil, fmt.Errorf("item %d: unknown failure policy %q", i, p.Policy)
 			}
 		}
@@ -249,6 +288,7 @@ func (s *Store) countParents(ctx context.Context, t *txn, ns []NewTask, out []Cr
 			case pt == nil:
 				out[i] = Created{Err: &NotFoundError{Entity: "parent task", ID: p.ID}}
 			case pt.Status == lifecycle.Success:
+			case pt.Status.Terminal() && p.Policy == RunAnyway:
 			case (pt.Status == lifecycle.Failed || pt.Status == lifecycle.Cancelled) && p.Policy != Wait:
 				out[i] = Created{Err: &ConflictError{Message: fmt.Sprintf("parent %s has already ended %s: a child that cancels with it cannot be added", pt.Code, pt.Status), TaskID: pt.ID}}
 			default:

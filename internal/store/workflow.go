@@ -150,12 +150,16 @@ func WorkflowStatus(steps []lifecycle.Status) lifecycle.Status {
 }
 
 // ParentResult is what a parent left its child: its step key (its code
-// when it has none), its final state and its result (as stored: masked as
-// the worker stores results).
+// when it has none), its state and its result (as stored: masked as the
+// worker stores results), or its error (the last error of a FAILED one,
+// the reason of a CANCELLED one, masked).
 type ParentResult struct {
 	Key    string
+	ID     int
+	Code   string
 	Status lifecycle.Status
 	Result json.RawMessage
+	Error  string
 }
 
 // ParentResults returns, per child among children, the results of its
@@ -166,7 +170,8 @@ func (s *Store) ParentResults(ctx context.Context, children []int) (map[int][]Pa
 		return nil, nil
 	}
 	in, args := s.d.inInts("d.child_id", intsTo64(children))
-	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT d.child_id, COALESCE(p.step_key, p.code), p.status, p.result
+	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT d.child_id, COALESCE(p.step_key, p.code), p.id, p.code, p.status, p.result,
+	COALESCE(NULLIF(p.last_error, ''), p.cancel_reason, '')
 FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...)
 	if err != nil {
 		return nil, fmt.Errorf("read parent results: %w", err)
@@ -178,10 +183,13 @@ FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...
 		var r ParentResult
 		var status string
 		var result []byte
-		if err := rows.Scan(&child, &r.Key, &status, &result); err != nil {
+		if err := rows.Scan(&child, &r.Key, &r.ID, &r.Code, &status, &result, &r.Error); err != nil {
 			return nil, fmt.Errorf("read parent results: %w", err)
 		}
 		r.Status = lifecycle.Status(status)
+		if r.Status == lifecycle.Success {
+			r.Error = "" // an earlier attempt's
+		}
 		if len(result) > 0 {
 			r.Result = json.RawMessage(result)
 		}

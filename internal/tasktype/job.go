@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/mask"
@@ -27,6 +28,10 @@ type Job struct {
 	// step key (a parent outside a workflow: by its code), as stored; nil
 	// for a task without parents.
 	Parents map[string]json.RawMessage
+	// Outcomes are how those tasks ended (or stand), by the same keys:
+	// a step that runs whatever its parents did (RUN_ANYWAY) reads a
+	// failed or cancelled parent's error here.
+	Outcomes map[string]ParentOutcome
 
 	token store.Token
 	w     JobWriter
@@ -39,6 +44,17 @@ type Job struct {
 	mu           sync.Mutex
 	result       json.RawMessage
 	resultStatus string
+}
+
+// ParentOutcome is how a parent of a job's task ended: its state, and its
+// result (SUCCESS) or its error (FAILED: its last error; CANCELLED: the
+// reason), as stored (masked).
+type ParentOutcome struct {
+	ID     int
+	Code   string
+	Status lifecycle.Status
+	Result json.RawMessage
+	Error  string
 }
 
 // JobWriter is where a Job's progress and log lines go: the worker pool

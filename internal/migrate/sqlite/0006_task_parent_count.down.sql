@@ -1,0 +1,2 @@
+-- 0006 task parent count, down.
+ALTER TABLE tasks DROP COLUMN parent_count;
