@@ -299,7 +299,7 @@ func (h *Handler) claim(w http.ResponseWriter, r *http.Request) {
 		wake = sub.C
 	}
 	for {
-		claimed, err := h.cfg.Store.Claim(ctx, "ext:"+req.WorkerID, types, req.Max)
+		claimed, err := h.claimFor(ctx, v, "ext:"+req.WorkerID, types, req.Max)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -330,6 +330,16 @@ func (h *Handler) claim(w http.ResponseWriter, r *http.Request) {
 		}
 		t.Stop()
 	}
+}
+
+// claimFor claims for v: a worker's credentials take the tasks of their
+// own tenant only (the tenant of tokens that name none is a tenant too);
+// the platform and the process itself take every tenant's.
+func (h *Handler) claimFor(ctx context.Context, v auth.Viewer, worker string, types []string, n int) ([]store.Claimed, error) {
+	if v.Role == auth.RoleWorker {
+		return h.cfg.Store.ClaimOfTenant(ctx, worker, v.Tenant, types, n)
+	}
+	return h.cfg.Store.Claim(ctx, worker, types, n)
 }
 
 // claimedTask is what a worker is given of a claimed execution: the
@@ -383,6 +393,9 @@ func (h *Handler) read(ctx context.Context, v auth.Viewer, toks []store.Token) (
 	for _, in := range insts {
 		if !v.RunsType(in.Edges.Task.Type) {
 			return nil, &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("run task type %q", in.Edges.Task.Type)}
+		}
+		if v.Role == auth.RoleWorker && in.Edges.Task.Tenant != v.Tenant {
+			return nil, &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("run task %d: it is another tenant's", in.TaskID)}
 		}
 		out[in.ID] = in
 	}
