@@ -29,7 +29,7 @@ import (
 )
 
 // pyDriver runs the reference client (clients/python/taskgraph_worker.py)
-// with one handler for "py.a": it logs, reports progress, sleeps
+// with one handler for "py.a": it logs, reports progress (1 of 1), sleeps
 // input.sleepMs (watching for a cancel) and returns {"double": 2n}. Each
 // start prints "started <taskId> <token>".
 const pyDriver = `
@@ -43,10 +43,10 @@ def handle(job):
     print("started", job.task_id, job.token, flush=True)
     n = job.input["n"]
     job.log("doing %d" % n, n=n)
+    job.progress(1, 1)
     end = time.monotonic() + job.input.get("sleepMs", 0) / 1000.0
     while time.monotonic() < end and not job.cancelled.is_set():
         time.sleep(0.01)
-    job.progress(1, 1)
     return {"double": 2 * n}
 
 w.run()
@@ -123,7 +123,8 @@ func statusOf(t *testing.T, s *apptest.Server, id int) lifecycle.Status {
 
 // TestPythonWorker: the reference Python client runs pythonTasks tasks (1,000 in the long tier) of an
 // external type, each SUCCESS once with its result, logs and progress
-// stored; a cancel reaches it at its next heartbeat; SIGTERM lets the
+// stored, and seen live on GraphQL subscriptions (a watched task's log
+// line while it runs, its progress before its end); a cancel reaches it at its next heartbeat; SIGTERM lets the
 // running handler finish and the worker exit.
 func TestPythonWorker(t *testing.T) {
 	t.Parallel()
@@ -139,13 +140,45 @@ func TestPythonWorker(t *testing.T) {
 			inputs[i] = map[string]any{"n": i}
 		}
 		ids := createMany(t, s, "py.a", inputs)
+		// One watched live, subscribed before the worker starts: its log
+		// line arrives while it runs (it sleeps after logging), its
+		// progress as a change while it is still EXECUTING.
+		watched := createMany(t, s, "py.a", []map[string]any{{"n": -1, "sleepMs": 2000}})[0]
+		ws := s.DialWS(t, map[string]any{"Authorization": "Bearer " + tokens["otto"]})
+		ws.Subscribe("logs", `subscription($id: ID!) { taskLogAppended(taskId: $id) { message } }`, map[string]any{"id": watched})
+		ws.Subscribe("task", `subscription($id: ID!) { taskUpdated(id: $id) { status progressDone } }`, map[string]any{"id": watched})
+		s.WaitSubscribers(t, 1)
 		w := startPython(t, s.URL, tokens["wa"], "py-1", 50)
+		var sawLog, sawProgress bool
+		for !sawLog || !sawProgress {
+			m := ws.Next()
+			require.Equal(t, "next", m.Type, "%s", m.Payload)
+			var p struct {
+				Data struct {
+					TaskLogAppended *struct{ Message string }
+					TaskUpdated     *struct {
+						Status       string
+						ProgressDone int
+					}
+				}
+			}
+			require.NoError(t, json.Unmarshal(m.Payload, &p))
+			switch {
+			case m.ID == "logs" && p.Data.TaskLogAppended != nil && p.Data.TaskLogAppended.Message == "doing -1":
+				sawLog = true
+				require.Equal(t, lifecycle.Executing, statusOf(t, s, watched), "the line came while the task ran")
+			case m.ID == "task" && p.Data.TaskUpdated != nil && p.Data.TaskUpdated.ProgressDone == 1:
+				sawProgress = true
+				require.Equal(t, "EXECUTING", p.Data.TaskUpdated.Status, "the progress came before the end")
+			}
+		}
+		ids = append(ids, watched)
 		ctx := auth.NewSystemContext(context.Background())
 		c := s.App.Store.Client()
 		apptest.Eventually(t, 5*time.Minute, func() (bool, string) {
 			done, err := c.Task.Query().Where(task.Type("py.a"), task.StatusEQ(lifecycle.Success)).Count(ctx)
 			require.NoError(t, err)
-			return done == n, strconv.Itoa(done) + " done"
+			return done == n+1, strconv.Itoa(done) + " done"
 		})
 		tasks, err := c.Task.Query().Where(task.IDIn(ids...)).WithInstances().All(ctx)
 		require.NoError(t, err)
@@ -158,7 +191,7 @@ func TestPythonWorker(t *testing.T) {
 		}
 		logs, err := c.TaskLog.Query().Where(tasklog.TaskIDIn(ids...), tasklog.MessageHasPrefix("doing ")).Count(ctx)
 		require.NoError(t, err)
-		require.Equal(t, n, logs)
+		require.Equal(t, n+1, logs)
 
 		// A cancel of a running external task reaches the worker.
 		long := createMany(t, s, "py.a", []map[string]any{{"n": 1, "sleepMs": 600000}})[0]
