@@ -251,7 +251,9 @@ func TestPythonWorkerDrained(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
 		s, tokens := workerNode(t, dsn, app.Options{WorkerHeartbeat: 300 * time.Millisecond}, func(c *app.Config) { c.HeartbeatTimeout = 30 * time.Second })
-		const n = 30
+		// More than it can run before the drain reaches it, on a busy
+		// machine too: 60 of 300 ms on 3 slots take 6 s.
+		const n = 60
 		inputs := make([]map[string]any, n)
 		for i := range inputs {
 			inputs[i] = map[string]any{"n": i, "sleepMs": 300}
@@ -313,7 +315,7 @@ func TestPythonWorkerDrained(t *testing.T) {
 		require.Empty(t, got.Tasks)
 
 		// Another worker runs the rest.
-		startPython(t, s.URL, tokens["wa"], "py-next", 5)
+		startPython(t, s.URL, tokens["wa"], "py-next", 10)
 		apptest.Eventually(t, 120*time.Second, func() (bool, string) {
 			done, err := c.Task.Query().Where(task.IDIn(ids...), task.StatusEQ(lifecycle.Success)).Count(ctx)
 			require.NoError(t, err)

@@ -1,4 +1,4 @@
--- external workers: the worker processes outside the server that run
+-- 0009 external workers: the worker processes outside the server that run
 -- external task types over the worker protocol, as each last said in a
 -- claim (id, language, version, types, credentials), with their lease and
 -- an admin's drain flag (package nodes).

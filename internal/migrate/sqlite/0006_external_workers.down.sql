@@ -1,2 +1,0 @@
--- external workers, down: the registry of workers goes.
-DROP TABLE external_workers;
