@@ -179,7 +179,9 @@ func Run(args []string) int {
 			fmt.Fprintln(os.Stderr, "bench: -n must be at least 10")
 			return 2
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
+		// Not SIGPIPE: with it notified, the server's writes to the
+		// connections of clients that went away would end the run too.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return runExternal(ctx, *db, *workers, externalRun{n: *n, rounds: *rounds, clients: *clients, claim: *claim})
 	}
