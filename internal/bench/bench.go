@@ -165,7 +165,7 @@ func Run(args []string) int {
 	nodes := fs.Int("nodes", 1, "nodes in this process, each with its own connection pool, broker, relay and workers (more than one needs PostgreSQL)")
 	ext := fs.Bool("external", false, "the external-worker mode: alternated rounds of the in-process burn-down of -n noop tasks and of -n tasks of an external type by Go clients of the worker protocol (over loopback HTTP); prints each one's tasks/s, their ratio and the requests per task")
 	rounds := fs.Int("rounds", 2, "with -external: rounds of the two burn-downs")
-	clients := fs.Int("clients", 4, "with -external: worker protocol clients")
+	clients := fs.Int("clients", 8, "with -external: worker protocol clients")
 	claim := fs.Int("claim", external.MaxClaim, "with -external: tasks a client claims at a time")
 	if err := fs.Parse(args); err != nil {
 		return 2
