@@ -14,6 +14,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
+	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -358,6 +359,48 @@ func ScanExternalTaskTypeRows(c *Client, rows *stdsql.Rows) ([]*ExternalTaskType
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *ExternalTaskType) BindTo(c *Client) *ExternalTaskType {
+	_m.config = c.config
+	return _m
+}
+
+// ScanExternalWorkerRows reads every row of rows (all columns of the external_workers
+// table, in any order) into ExternalWorker entities bound to c, and closes rows.
+func ScanExternalWorkerRows(c *Client, rows *stdsql.Rows) ([]*ExternalWorker, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan external_workers: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && externalworker.ValidColumn(col)
+	}
+	var values []any
+	var out []*ExternalWorker
+	for rows.Next() {
+		node := &ExternalWorker{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan external_workers: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan external_workers: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan external_workers: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *ExternalWorker) BindTo(c *Client) *ExternalWorker {
 	_m.config = c.config
 	return _m
 }

@@ -30,6 +30,8 @@ type Tx struct {
 	Deployment *DeploymentClient
 	// ExternalTaskType is the client for interacting with the ExternalTaskType builders.
 	ExternalTaskType *ExternalTaskTypeClient
+	// ExternalWorker is the client for interacting with the ExternalWorker builders.
+	ExternalWorker *ExternalWorkerClient
 	// FlowControl is the client for interacting with the FlowControl builders.
 	FlowControl *FlowControlClient
 	// FlowStart is the client for interacting with the FlowStart builders.
@@ -189,6 +191,7 @@ func (tx *Tx) init() {
 	tx.ClusterNode = NewClusterNodeClient(tx.config)
 	tx.Deployment = NewDeploymentClient(tx.config)
 	tx.ExternalTaskType = NewExternalTaskTypeClient(tx.config)
+	tx.ExternalWorker = NewExternalWorkerClient(tx.config)
 	tx.FlowControl = NewFlowControlClient(tx.config)
 	tx.FlowStart = NewFlowStartClient(tx.config)
 	tx.Schedule = NewScheduleClient(tx.config)

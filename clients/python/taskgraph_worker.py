@@ -19,9 +19,11 @@ A handler raises RetryableError, NonRetryableError or ResourceError (with
 retry_after seconds) to fail; any other exception is RETRYABLE. Claims are
 batched (as many as free slots) and long-poll; one thread beats for every
 running task, a cancel reaches job.cancelled at the next beat; logs and
-progress are sent in batches. On SIGTERM the worker claims nothing more,
-lets running handlers finish, and hands back (RELEASED) what it claimed
-but did not start.
+progress are sent in batches, and so are outcomes (complete-many: one
+thread sends what ended while its last call was under way). On SIGTERM,
+or when an admin drains the worker (a claim answers draining), the worker
+claims nothing more, lets running handlers finish, and hands back
+(RELEASED) what it claimed but did not start; run() then returns.
 """
 
 import json
@@ -131,6 +133,11 @@ class Worker:
         self._stopping = threading.Event()
         self._idle = threading.Condition(self._lock)
         self._flush_lock = threading.Lock()
+        self._outcomes = []  # complete bodies waiting to be sent
+        self._sending = 0  # outcomes taken by the sender, not yet answered
+        self._outcome_ready = threading.Condition(self._lock)
+        # Set when a claim answered that an admin drained this worker.
+        self.drained = threading.Event()
 
     # -- registration
 
@@ -174,8 +181,10 @@ class Worker:
                 signal.signal(sig, lambda *_: self.stop())
         beater = threading.Thread(target=self._beat_loop, daemon=True)
         flusher = threading.Thread(target=self._flush_loop, daemon=True)
+        sender = threading.Thread(target=self._complete_loop, daemon=True)
         beater.start()
         flusher.start()
+        sender.start()
         types = sorted(self._handlers)
         while not self._stopping.is_set():
             self._slots.acquire()
@@ -202,6 +211,10 @@ class Worker:
                 time.sleep(1)
                 continue
             self.heartbeat_interval = got.get("heartbeatIntervalSeconds") or self.heartbeat_interval
+            if got.get("draining"):
+                # An admin drained this worker: finish what runs, then stop.
+                self.drained.set()
+                self._stopping.set()
             tasks = got["tasks"]
             self._release_slots(free - len(tasks))
             for i, claimed in enumerate(tasks):
@@ -216,7 +229,7 @@ class Worker:
                     self._running[job.token] = job
                 threading.Thread(target=self._execute, args=(job,), daemon=True).start()
         with self._lock:
-            while self._running:
+            while self._running or self._outcomes or self._sending:
                 self._idle.wait()
         self._flush()
 
@@ -243,22 +256,46 @@ class Worker:
                         err["retryAfterSeconds"] = float(e.retry_after)
                     body.update(status="FAILED", error=err)
             if not job.lost.is_set():
-                self._flush()  # its logs and progress before its outcome
                 self._complete(body)
         finally:
             with self._lock:
                 self._running.pop(job.token, None)
-                self._progress.pop(job.token, None)
+                if job.lost.is_set():
+                    self._progress.pop(job.token, None)  # its writes are refused
                 self._idle.notify_all()
             self._slots.release()
 
     def _complete(self, body):
+        """Queue an outcome; the sender thread sends it in a batch."""
+        with self._lock:
+            self._outcomes.append(body)
+            self._outcome_ready.notify()
+
+    def _complete_loop(self):
+        while True:
+            with self._lock:
+                while not self._outcomes:
+                    self._outcome_ready.wait()
+                batch = self._outcomes[:1000]
+                del self._outcomes[:1000]
+                self._sending += len(batch)
+            try:
+                self._flush()  # the logs and progress before the outcomes
+                self._send_outcomes(batch)
+            finally:
+                with self._lock:
+                    self._sending -= len(batch)
+                    self._idle.notify_all()
+
+    def _send_outcomes(self, batch):
+        # Each outcome is answered in order; a refused one (FENCED: someone
+        # else ended it) needs nothing more.
         for attempt in range(5):
             try:
-                return self.call("complete", body)
+                return self.call("complete-many", {"outcomes": batch})
             except ProtocolError as e:
                 if e.code != "UNAVAILABLE":
-                    return None  # FENCED: someone else ended it; nothing to do
+                    return None
             except OSError:
                 pass
             time.sleep(0.2 * (attempt + 1))

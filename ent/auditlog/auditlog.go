@@ -105,6 +105,8 @@ const (
 	ActionTYPE_RESUME       Action = "TYPE_RESUME"
 	ActionNODE_DRAIN        Action = "NODE_DRAIN"
 	ActionNODE_UNDRAIN      Action = "NODE_UNDRAIN"
+	ActionWORKER_DRAIN      Action = "WORKER_DRAIN"
+	ActionWORKER_UNDRAIN    Action = "WORKER_UNDRAIN"
 	ActionTASK_TYPE_DECLARE Action = "TASK_TYPE_DECLARE"
 	ActionTASK_TYPE_DELETE  Action = "TASK_TYPE_DELETE"
 )
@@ -116,7 +118,7 @@ func (a Action) String() string {
 // ActionValidator is a validator for the "action" field enum values. It is called by the builders before save.
 func ActionValidator(a Action) error {
 	switch a {
-	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME, ActionNODE_DRAIN, ActionNODE_UNDRAIN, ActionTASK_TYPE_DECLARE, ActionTASK_TYPE_DELETE:
+	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME, ActionNODE_DRAIN, ActionNODE_UNDRAIN, ActionWORKER_DRAIN, ActionWORKER_UNDRAIN, ActionTASK_TYPE_DECLARE, ActionTASK_TYPE_DELETE:
 		return nil
 	default:
 		return fmt.Errorf("auditlog: invalid enum value for action field: %q", a)

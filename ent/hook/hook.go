@@ -105,6 +105,18 @@ func (f ExternalTaskTypeFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.V
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ExternalTaskTypeMutation", m)
 }
 
+// The ExternalWorkerFunc type is an adapter to allow the use of ordinary
+// function as ExternalWorker mutator.
+type ExternalWorkerFunc func(context.Context, *ent.ExternalWorkerMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ExternalWorkerFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ExternalWorkerMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ExternalWorkerMutation", m)
+}
+
 // The FlowControlFunc type is an adapter to allow the use of ordinary
 // function as FlowControl mutator.
 type FlowControlFunc func(context.Context, *ent.FlowControlMutation) (ent.Value, error)

@@ -16,6 +16,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
+	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/predicate"
@@ -299,6 +300,33 @@ func (f TraverseExternalTaskType) Traverse(ctx context.Context, q ent.Query) err
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.ExternalTaskTypeQuery", q)
+}
+
+// The ExternalWorkerFunc type is an adapter to allow the use of ordinary function as a Querier.
+type ExternalWorkerFunc func(context.Context, *ent.ExternalWorkerQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f ExternalWorkerFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.ExternalWorkerQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.ExternalWorkerQuery", q)
+}
+
+// The TraverseExternalWorker type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseExternalWorker func(context.Context, *ent.ExternalWorkerQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseExternalWorker) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseExternalWorker) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.ExternalWorkerQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.ExternalWorkerQuery", q)
 }
 
 // The FlowControlFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -590,6 +618,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.DeploymentQuery, predicate.Deployment, deployment.OrderOption]{typ: ent.TypeDeployment, tq: q}, nil
 	case *ent.ExternalTaskTypeQuery:
 		return &query[*ent.ExternalTaskTypeQuery, predicate.ExternalTaskType, externaltasktype.OrderOption]{typ: ent.TypeExternalTaskType, tq: q}, nil
+	case *ent.ExternalWorkerQuery:
+		return &query[*ent.ExternalWorkerQuery, predicate.ExternalWorker, externalworker.OrderOption]{typ: ent.TypeExternalWorker, tq: q}, nil
 	case *ent.FlowControlQuery:
 		return &query[*ent.FlowControlQuery, predicate.FlowControl, flowcontrol.OrderOption]{typ: ent.TypeFlowControl, tq: q}, nil
 	case *ent.FlowStartQuery:

@@ -168,7 +168,7 @@ var (
 		{Name: "role", Type: field.TypeString},
 		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
-		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN", "TASK_TYPE_DECLARE", "TASK_TYPE_DELETE"}},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN", "WORKER_DRAIN", "WORKER_UNDRAIN", "TASK_TYPE_DECLARE", "TASK_TYPE_DELETE"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
 		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
 		{Name: "error_code", Type: field.TypeString, Default: ""},
@@ -252,6 +252,34 @@ var (
 		Name:       "external_task_types",
 		Columns:    ExternalTaskTypesColumns,
 		PrimaryKey: []*schema.Column{ExternalTaskTypesColumns[0]},
+	}
+	// ExternalWorkersColumns holds the columns for the "external_workers" table.
+	ExternalWorkersColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "name", Type: field.TypeString},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "user", Type: field.TypeString, Default: ""},
+		{Name: "language", Type: field.TypeString, Default: ""},
+		{Name: "version", Type: field.TypeString, Default: ""},
+		{Name: "types", Type: field.TypeJSON},
+		{Name: "node", Type: field.TypeString, Default: ""},
+		{Name: "first_seen_at", Type: field.TypeTime},
+		{Name: "last_seen_at", Type: field.TypeTime},
+		{Name: "expires_at", Type: field.TypeTime},
+		{Name: "draining", Type: field.TypeBool, Default: false},
+	}
+	// ExternalWorkersTable holds the schema information for the "external_workers" table.
+	ExternalWorkersTable = &schema.Table{
+		Name:       "external_workers",
+		Columns:    ExternalWorkersColumns,
+		PrimaryKey: []*schema.Column{ExternalWorkersColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "externalworker_tenant_name",
+				Unique:  true,
+				Columns: []*schema.Column{ExternalWorkersColumns[2], ExternalWorkersColumns[1]},
+			},
+		},
 	}
 	// FlowControlsColumns holds the columns for the "flow_controls" table.
 	FlowControlsColumns = []*schema.Column{
@@ -676,6 +704,7 @@ var (
 		ClusterNodesTable,
 		DeploymentsTable,
 		ExternalTaskTypesTable,
+		ExternalWorkersTable,
 		FlowControlsTable,
 		FlowStartsTable,
 		SchedulesTable,
@@ -714,6 +743,9 @@ func init() {
 	}
 	ExternalTaskTypesTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(77309411328),
+	}
+	ExternalWorkersTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(94489280512),
 	}
 	FlowControlsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(30064771072),

@@ -30,6 +30,9 @@ type Deployment func(*sql.Selector)
 // ExternalTaskType is the predicate function for externaltasktype builders.
 type ExternalTaskType func(*sql.Selector)
 
+// ExternalWorker is the predicate function for externalworker builders.
+type ExternalWorker func(*sql.Selector)
+
 // FlowControl is the predicate function for flowcontrol builders.
 type FlowControl func(*sql.Selector)
 

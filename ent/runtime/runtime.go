@@ -13,6 +13,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
+	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
@@ -231,6 +232,32 @@ func init() {
 	externaltasktypeDescUpdatedAt := externaltasktypeFields[8].Descriptor()
 	// externaltasktype.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	externaltasktype.DefaultUpdatedAt = externaltasktypeDescUpdatedAt.Default.(func() time.Time)
+	externalworkerFields := schema.ExternalWorker{}.Fields()
+	_ = externalworkerFields
+	// externalworkerDescTenant is the schema descriptor for tenant field.
+	externalworkerDescTenant := externalworkerFields[1].Descriptor()
+	// externalworker.DefaultTenant holds the default value on creation for the tenant field.
+	externalworker.DefaultTenant = externalworkerDescTenant.Default.(string)
+	// externalworkerDescUser is the schema descriptor for user field.
+	externalworkerDescUser := externalworkerFields[2].Descriptor()
+	// externalworker.DefaultUser holds the default value on creation for the user field.
+	externalworker.DefaultUser = externalworkerDescUser.Default.(string)
+	// externalworkerDescLanguage is the schema descriptor for language field.
+	externalworkerDescLanguage := externalworkerFields[3].Descriptor()
+	// externalworker.DefaultLanguage holds the default value on creation for the language field.
+	externalworker.DefaultLanguage = externalworkerDescLanguage.Default.(string)
+	// externalworkerDescVersion is the schema descriptor for version field.
+	externalworkerDescVersion := externalworkerFields[4].Descriptor()
+	// externalworker.DefaultVersion holds the default value on creation for the version field.
+	externalworker.DefaultVersion = externalworkerDescVersion.Default.(string)
+	// externalworkerDescNode is the schema descriptor for node field.
+	externalworkerDescNode := externalworkerFields[6].Descriptor()
+	// externalworker.DefaultNode holds the default value on creation for the node field.
+	externalworker.DefaultNode = externalworkerDescNode.Default.(string)
+	// externalworkerDescDraining is the schema descriptor for draining field.
+	externalworkerDescDraining := externalworkerFields[10].Descriptor()
+	// externalworker.DefaultDraining holds the default value on creation for the draining field.
+	externalworker.DefaultDraining = externalworkerDescDraining.Default.(bool)
 	flowcontrolFields := schema.FlowControl{}.Fields()
 	_ = flowcontrolFields
 	// flowcontrolDescRatePeriodSeconds is the schema descriptor for rate_period_seconds field.

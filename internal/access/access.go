@@ -152,6 +152,7 @@ func Install(c *ent.Client) {
 	}))
 	installAlerts(c)
 	installNodes(c)
+	installWorkers(c)
 }
 
 // workflowPredicate is the rule on workflows, the tasks' rule: nil when v

@@ -173,6 +173,8 @@ type App struct {
 	SchedulerLeader *leader.Lock
 	// Nodes keeps this node's row in the cluster's registry (app/nodes.go).
 	Nodes *nodes.Registry
+	// extWorkers records the external workers whose claims it serves.
+	extWorkers *nodes.Workers
 
 	// services are the background loops of the roles, in the order
 	// Start starts them (Shutdown stops them in reverse).
@@ -741,7 +743,7 @@ func (a *App) routes() http.Handler {
 		mux.Handle("/query", a.queryHandler(graph.LimitUploads(a.Importer.MaxUploadSize(), graph.UnavailableUploads(a.GraphQL))))
 		mux.Handle("GET /download/{token}", a.Links)
 		a.Workers = external.NewHandler(external.Config{Store: a.Store, Registry: a.Registry, Policies: a.Policies,
-			Sealer: a.sealer, Masker: a.masker, Broker: a.Broker, Auth: a.Auth, Logger: a.Log,
+			Sealer: a.sealer, Masker: a.masker, Broker: a.Broker, Auth: a.Auth, Logger: a.Log, Workers: a.workers(),
 			HeartbeatInterval: cmp.Or(a.opts.WorkerHeartbeat, min(worker.HeartbeatIntervalDefault, a.Config.HeartbeatTimeout/3))})
 		mux.Handle(external.Prefix, a.Workers) // it authenticates each call itself
 		if a.Config.Playground {

@@ -45,9 +45,22 @@ func (a *App) leadsWatchdog() bool {
 	return a.Leader == nil || a.Leader.Leading()
 }
 
-// nodesAPI is what the API reads and drains nodes with.
+// nodesAPI is what the API reads and drains nodes and external workers
+// with.
 func (a *App) nodesAPI() *nodes.Service {
-	return nodes.NewService(a.Store, a.Audit, a.Engine.Admit, a.Nodes.Config().Refresh)
+	s := nodes.NewService(a.Store, a.Audit, a.Engine.Admit, a.Nodes.Config().Refresh)
+	s.Workers = a.workers()
+	return s
+}
+
+// workers is the node's record of the external workers it serves: their
+// rows refreshed at the node's pace (at most once per --node-refresh per
+// worker), held for nodes.WorkerLeaseDefault.
+func (a *App) workers() *nodes.Workers {
+	if a.extWorkers == nil {
+		a.extWorkers = nodes.NewWorkers(a.Store, a.Node, a.Nodes.Config().Refresh, 0, a.Log)
+	}
+	return a.extWorkers
 }
 
 // startNodes registers the node and keeps its row fresh.

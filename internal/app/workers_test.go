@@ -33,6 +33,9 @@ func workerNode(t *testing.T, dsn string, opts app.Options, configure ...func(*a
 		auth.Viewer{User: "otto", Role: auth.RoleOperator},
 		auth.Viewer{User: "wa", Role: auth.RoleWorker, Types: []string{"py.a"}},
 		auth.Viewer{User: "wb", Role: auth.RoleWorker, Types: []string{"py.b"}},
+		auth.Viewer{User: "tina", Role: auth.RoleOperator, Tenant: "t1"},
+		auth.Viewer{User: "wt", Role: auth.RoleWorker, Types: []string{"py.a"}, Tenant: "t1"},
+		auth.Viewer{User: "wz", Role: auth.RoleWorker, Types: []string{"py.gone"}},
 	)
 	s := apptest.Start(t, dsn, opts, append([]func(*app.Config){func(c *app.Config) { c.Access.TokenFile = path }}, configure...)...)
 	for _, name := range []string{"py.a", "py.b"} {
@@ -304,5 +307,68 @@ func TestWorkerProtocol(t *testing.T) {
 		require.False(t, beat.Tasks[0].OK)
 		require.Equal(t, "FENCED", beat.Tasks[0].Error.Code)
 		require.NotEqual(t, "SUCCESS", readTask(t, s, tokens["otto"], id4).Status)
+	})
+}
+
+// TestWorkerTenants: a worker's credentials claim and act on their own
+// tenant's tasks only, run their own types only, read no task; a type
+// nobody declared is NOT_FOUND.
+func TestWorkerTenants(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, tokens := workerNode(t, dsn, app.Options{})
+		ctx := context.Background()
+		wa := &external.Client{URL: s.URL, Token: tokens["wa"]}
+		wt := &external.Client{URL: s.URL, Token: tokens["wt"]}
+		// The other tenant's task first: a claim that ignored tenants
+		// would take it.
+		theirs := createExternal(t, s, tokens["otto"], "py.a", map[string]any{"n": 1})
+		mine := createExternal(t, s, tokens["tina"], "py.a", map[string]any{"n": 2})
+
+		got, err := wt.Claim(ctx, external.ClaimRequest{WorkerID: "t1-w", Types: []string{"py.a"}, Max: 1})
+		require.NoError(t, err)
+		require.Len(t, got.Tasks, 1)
+		require.Equal(t, mine, got.Tasks[0].TaskID, "t1's worker takes t1's task")
+		minetok := got.Tasks[0].Token
+		got, err = wt.Claim(ctx, external.ClaimRequest{WorkerID: "t1-w", Types: []string{"py.a"}, Max: 10})
+		require.NoError(t, err)
+		require.Empty(t, got.Tasks, "nothing else of t1's waits; the other tenant's is not for it")
+		require.Equal(t, "PENDING", readTask(t, s, tokens["otto"], theirs).Status)
+
+		got, err = wa.Claim(ctx, external.ClaimRequest{WorkerID: "w", Types: []string{"py.a"}, Max: 10})
+		require.NoError(t, err)
+		require.Len(t, got.Tasks, 1)
+		require.Equal(t, theirs, got.Tasks[0].TaskID, "the worker without a tenant takes that tenant's task only")
+		theirtok := got.Tasks[0].Token
+
+		// Neither acts on the other's execution: complete, beat, log, progress.
+		_, err = wt.Complete(ctx, external.CompleteRequest{Token: theirtok, Status: "SUCCESS"})
+		require.Equal(t, "FORBIDDEN", codeOf(t, err))
+		_, err = wt.Heartbeat(ctx, theirtok)
+		require.Equal(t, "FORBIDDEN", codeOf(t, err))
+		require.Equal(t, "FORBIDDEN", codeOf(t, wt.Call(ctx, "log", external.LogRequest{Lines: []external.LogItem{{Token: theirtok, Message: "x"}}}, nil)))
+		require.Equal(t, "FORBIDDEN", codeOf(t, wt.Call(ctx, "progress", external.ProgressRequest{Tasks: []external.ProgressItem{{Token: theirtok, Done: 1, Total: 2}}}, nil)))
+		_, err = wa.CompleteMany(ctx, []external.CompleteRequest{{Token: minetok, Status: "SUCCESS"}})
+		require.Equal(t, "FORBIDDEN", codeOf(t, err))
+		require.Equal(t, "EXECUTING", readTask(t, s, tokens["otto"], theirs).Status, "nothing written")
+		require.Equal(t, "EXECUTING", readTask(t, s, tokens["tina"], mine).Status, "nothing written")
+
+		// Type B, reading tasks, an undeclared type.
+		_, err = wt.Claim(ctx, external.ClaimRequest{WorkerID: "t1-w", Types: []string{"py.b"}, Max: 1})
+		require.Equal(t, "FORBIDDEN", codeOf(t, err))
+		resp := s.Request(t, map[string][]string{"Authorization": {"Bearer " + tokens["wt"]}, "Content-Type": {"application/json"}}, []byte(`{"query":"{ tasks(first: 5) { totalCount } }"}`))
+		require.NotEmpty(t, resp.Errors)
+		require.Equal(t, "FORBIDDEN", resp.Errors[0].Code(), "GraphQL refuses a worker")
+		wz := &external.Client{URL: s.URL, Token: tokens["wz"]}
+		_, err = wz.Claim(ctx, external.ClaimRequest{WorkerID: "z", Types: []string{"py.gone"}, Max: 1})
+		require.Equal(t, "NOT_FOUND", codeOf(t, err), "an unknown type")
+
+		// Each completes its own.
+		done, err := wt.Complete(ctx, external.CompleteRequest{Token: minetok, Status: "SUCCESS"})
+		require.NoError(t, err)
+		require.Equal(t, "SUCCESS", done.TaskStatus)
+		done, err = wa.Complete(ctx, external.CompleteRequest{Token: theirtok, Status: "SUCCESS"})
+		require.NoError(t, err)
+		require.Equal(t, "SUCCESS", done.TaskStatus)
 	})
 }

@@ -53,6 +53,10 @@ const (
 	TypeResume     = auditlog.ActionTYPE_RESUME
 	NodeDrain      = auditlog.ActionNODE_DRAIN
 	NodeUndrain    = auditlog.ActionNODE_UNDRAIN
+	// WorkerDrain and WorkerUndrain are an admin's drain of an external
+	// worker (package nodes).
+	WorkerDrain   = auditlog.ActionWORKER_DRAIN
+	WorkerUndrain = auditlog.ActionWORKER_UNDRAIN
 	// TaskTypeDeclare and TaskTypeDelete are an admin's external task
 	// types (package external).
 	TaskTypeDeclare = auditlog.ActionTASK_TYPE_DECLARE

@@ -25,6 +25,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/external"
 	"github.com/taskgraph/taskgraph/internal/pgdsn"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
@@ -163,8 +164,27 @@ func Run(args []string) int {
 	memProfile := fs.String("memprofile", "", "write a profile of the burn-down's allocations to this file")
 	workflows := fs.Int("workflows", 0, "instead of the burn-down, alternate this many rounds of workflows (1,000 chains of 10 steps, one 10,000-wide fan-out and fan-in) with plain burn-downs of as many tasks, and compare their rates")
 	nodes := fs.Int("nodes", 1, "nodes in this process, each with its own connection pool, broker, relay and workers (more than one needs PostgreSQL)")
+	ext := fs.Bool("external", false, "the external-worker mode: alternated rounds of the in-process burn-down of -n noop tasks and of -n tasks of an external type by Go clients of the worker protocol (over loopback HTTP); prints each one's tasks/s, their ratio and the requests per task")
+	rounds := fs.Int("rounds", 2, "with -external: rounds of the two burn-downs")
+	clients := fs.Int("clients", 8, "with -external: worker protocol clients")
+	claim := fs.Int("claim", external.MaxClaim, "with -external: tasks a client claims at a time")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *ext {
+		if *rounds < 1 || *clients < 1 || *claim < 1 || *claim > external.MaxClaim || *nodes != 1 || *backlog != 0 {
+			fmt.Fprintf(os.Stderr, "bench: -external takes -rounds and -clients of at least 1, -claim 1..%d, one node and no backlog\n", external.MaxClaim)
+			return 2
+		}
+		if *n < 10 {
+			fmt.Fprintln(os.Stderr, "bench: -n must be at least 10")
+			return 2
+		}
+		// Not SIGPIPE: with it notified, the server's writes to the
+		// connections of clients that went away would end the run too.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runExternal(ctx, *db, *workers, externalRun{n: *n, rounds: *rounds, clients: *clients, claim: *claim})
 	}
 	if *n < 10 || *workers < 0 || *backlog < 0 || *nodes < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -n must be at least 10; -workers, -backlog must not be negative; -nodes at least 1")

@@ -129,6 +129,27 @@ func TestBench(t *testing.T) {
 				t.Errorf("the run left %v", left)
 			}
 		})
+		t.Run(tg.name+"/AnExternalRun", func(t *testing.T) {
+			before := schemas(t)
+			cmd, tmp := bench(t, append([]string{"-external", "-n", "500", "-rounds", "2", "-clients", "2"}, tg.args...)...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			for _, re := range []string{
+				`(?m)^bench -external: \w+, 2 rounds of 500 noop tasks in process \(\d+ workers\) then 500 of bench\.external by 2 Go clients`,
+				`(?m)^round 1: in process +\d+ tasks/s, external +\d+ tasks/s \(external/in-process [0-9.]+\)$`,
+				`(?m)^round 2: `,
+				`(?m)^total: in process \d+ tasks/s, external \d+ tasks/s; external/in-process [0-9.]+; 0\.0[0-9]+ requests per external task`,
+			} {
+				if !regexp.MustCompile(re).Match(out) {
+					t.Errorf("the output has no line matching %s:\n%s", re, out)
+				}
+			}
+			if left := leftovers(t, tmp, before); len(left) > 0 {
+				t.Errorf("the run left %v", left)
+			}
+		})
 		t.Run(tg.name+"/AnInterruptedRun", func(t *testing.T) {
 			before := schemas(t)
 			cmd, tmp := bench(t, append([]string{"-n", "1000000"}, tg.args...)...)

@@ -26,6 +26,8 @@ const nodeUsage = `Usage: taskgraph node COMMAND [args] [flags]
 Commands:
   list                      the nodes sharing the database (admins)
   drain ID [--undo]         stop a node claiming work (running executions go on); --undo undrains it
+  workers                   the external workers (worker protocol) and what they run (admins)
+  drain-worker ID [--undo]  stop an external worker: its claims take nothing and tell it to stop; --undo undrains it
 
 taskgraph node COMMAND -h shows a command's flags.
 `
@@ -220,7 +222,7 @@ func scheduleAct(verb string) func(*Env, []string) int {
 
 func runNode(env *Env, args []string) int {
 	return group(env, "node", nodeUsage, args, map[string]func(*Env, []string) int{
-		"list": nodeList, "drain": nodeDrain,
+		"list": nodeList, "drain": nodeDrain, "workers": workerList, "drain-worker": workerDrain,
 	})
 }
 
@@ -294,3 +296,69 @@ func nodeDrain(env *Env, args []string) int {
 }
 
 func joinWords(ws []string) string { return strings.Join(ws, ",") }
+
+func (c *cmd) printWorkers(ws ...*WorkerFields) error {
+	if c.json {
+		for _, w := range ws {
+			if err := writeJSON(c.env.Stdout, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if c.quiet {
+		for _, w := range ws {
+			fmt.Fprintln(c.env.Stdout, w.Id)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tTENANT\tLANGUAGE\tTYPES\tRUNNING\tLAST SEEN")
+	for _, w := range ws {
+		lang := strings.TrimSpace(w.Language + " " + w.Version)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", w.Id, w.Name, w.State, w.Tenant, lang, joinWords(w.Types), len(w.RunningExecutions), when(&w.LastSeenAt))
+	}
+	return tw.Flush()
+}
+
+func workerList(env *Env, args []string) int {
+	c := newCmd(env, "node workers", "", "Lists the external workers (the worker protocol's), by tenant and name, with what each runs (admins). --json prints one worker per line.")
+	return c.finish(func() error {
+		if _, err := c.parse(args, 0, 0); err != nil {
+			return err
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		resp, err := ExternalWorkers(env.Ctx, cl.gql)
+		if err != nil {
+			return err
+		}
+		ws := make([]*WorkerFields, len(resp.ExternalWorkers))
+		for i := range resp.ExternalWorkers {
+			ws[i] = &resp.ExternalWorkers[i].WorkerFields
+		}
+		return c.printWorkers(ws...)
+	}())
+}
+
+func workerDrain(env *Env, args []string) int {
+	c := newCmd(env, "node drain-worker", "ID", "Drains an external worker: its claims take nothing and tell it to stop; what it runs goes on (admins; audited).")
+	undo := c.fs.Bool("undo", false, "undrain it: its claims take work again")
+	return c.finish(func() error {
+		pos, err := c.parse(args, 1, 1)
+		if err != nil {
+			return err
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		resp, err := DrainWorker(env.Ctx, cl.gql, pos[0], !*undo)
+		if err != nil {
+			return err
+		}
+		return c.printWorkers(&resp.DrainWorker.WorkerFields)
+	}())
+}

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/cli"
+	"github.com/taskgraph/taskgraph/internal/external"
 )
 
 type schedule struct {
@@ -210,4 +212,50 @@ func TestBulkCommands(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	r = b.cmd(t, "task", "list", "--status", "CANCELLED", "--type", "noop", "-q")
 	require.Len(t, strings.Fields(r.stdout), 3)
+}
+
+type extWorker struct {
+	ID       string   `json:"id"`
+	Name     string   `json:"name"`
+	State    string   `json:"state"`
+	Language string   `json:"language"`
+	Types    []string `json:"types"`
+	Draining bool     `json:"draining"`
+}
+
+// TestWorkerCommands: the external workers and a worker's drain, from the
+// command line; a drained worker's claim takes nothing and says so.
+func TestWorkerCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.srv.Do(t, `mutation { declareTaskType(input: {name: "ext.cli", timeoutSeconds: 60}) { name } }`, nil)
+	require.Empty(t, r.Errors)
+	ctx := context.Background()
+	w := &external.Client{URL: b.srv.URL}
+	claim := func() external.ClaimResponse {
+		got, err := w.Claim(ctx, external.ClaimRequest{WorkerID: "cli-w", Language: "go", Version: "1", Types: []string{"ext.cli"}, Max: 1})
+		require.NoError(t, err)
+		return got
+	}
+	require.False(t, claim().Draining)
+	ew := jsonOf[extWorker](t, b.cmd(t, "node", "workers", "--json"))
+	require.Equal(t, "cli-w", ew.Name)
+	require.Equal(t, "LIVE", ew.State)
+	require.Equal(t, "go", ew.Language)
+	require.Equal(t, []string{"ext.cli"}, ew.Types)
+	r2 := b.cmd(t, "node", "workers")
+	require.Equal(t, cli.ExitOK, r2.code, r2.stderr)
+	require.Regexp(t, `(?m)^ID +NAME +STATE`, r2.stdout)
+	require.Contains(t, r2.stdout, "cli-w")
+
+	d := jsonOf[extWorker](t, b.cmd(t, "node", "drain-worker", ew.ID, "--json"))
+	require.True(t, d.Draining)
+	require.Equal(t, "DRAINING", d.State)
+	require.True(t, claim().Draining, "its next claim says so")
+	require.False(t, jsonOf[extWorker](t, b.cmd(t, "node", "drain-worker", ew.ID, "--undo", "--json")).Draining)
+	require.False(t, claim().Draining)
+	r2 = b.cmd(t, "node", "drain-worker", "999")
+	require.Equal(t, cli.ExitFailure, r2.code)
+	require.Contains(t, r2.stderr, "NOT_FOUND")
+	require.Equal(t, cli.ExitUsage, b.cmd(t, "node", "drain-worker").code)
 }

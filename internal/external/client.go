@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 )
 
@@ -16,7 +17,7 @@ type Client struct {
 	URL   string
 	Token string
 	HTTP  *http.Client
-	// Requests counts the calls made.
+	// Requests counts the calls made (atomically: a Client may be shared).
 	Requests int64
 }
 
@@ -99,4 +100,48 @@ func (c *Client) CompleteMany(ctx context.Context, reqs []CompleteRequest) (Comp
 	var out CompleteManyResponse
 	err := c.Call(ctx, "complete-many", CompleteManyRequest{Outcomes: reqs}, &out)
 	return out, err
+}
+
+// Burn is what a Drive did: the tasks it completed, and the calls it made.
+type Burn struct {
+	Completed, Requests int64
+}
+
+// Drive runs a worker of the protocol that completes every task of types
+// it claims SUCCESS at once (a noop handler: what the bench's
+// external-worker mode measures is the protocol), claiming up to max at
+// a time (waiting up to wait when there is none) and completing each
+// batch in one complete-many, until done returns true, ctx ends, or a
+// claim answers draining. It returns what it did; a refusal stops it.
+func (c *Client) Drive(ctx context.Context, workerID string, types []string, max int, wait float64, done func() bool) (b Burn, err error) {
+	start := c.Requests
+	defer func() { b.Requests = c.Requests - start }()
+	for !done() && ctx.Err() == nil {
+		var got ClaimResponse
+		got, err = c.Claim(ctx, ClaimRequest{WorkerID: workerID, Language: "go", Version: runtime.Version(), Types: types, Max: max, WaitSeconds: wait})
+		if err != nil {
+			return b, err
+		}
+		if len(got.Tasks) > 0 {
+			outcomes := make([]CompleteRequest, len(got.Tasks))
+			for i, t := range got.Tasks {
+				outcomes[i] = CompleteRequest{Token: t.Token, Status: "SUCCESS", Result: json.RawMessage(`{"ok":true}`)}
+			}
+			var res CompleteManyResponse
+			res, err = c.CompleteMany(ctx, outcomes)
+			if err != nil {
+				return b, err
+			}
+			for _, r := range res.Results {
+				if r.Error != nil {
+					return b, fmt.Errorf("complete %s: %s: %s", r.Token, r.Error.Code, r.Error.Message)
+				}
+			}
+			b.Completed += int64(len(got.Tasks))
+		}
+		if got.Draining {
+			return b, nil
+		}
+	}
+	return b, nil
 }

@@ -34,7 +34,7 @@ func TestRoutesMatchTheOpenAPIDescription(t *testing.T) {
 	}
 	require.ElementsMatch(t, external.Routes(), described)
 	for name, v := range map[string]any{
-		"ClaimRequest": external.ClaimRequest{}, "ClaimResponse": external.ClaimResponse{}, "ClaimedTask": external.ClaimedTask{},
+		"ClaimRequest": external.ClaimRequest{}, "ClaimResponse": external.ClaimResponse{Draining: true}, "ClaimedTask": external.ClaimedTask{},
 		"CompleteRequest": external.CompleteRequest{}, "CompleteResponse": external.CompleteResponse{},
 		"CompleteManyRequest": external.CompleteManyRequest{}, "CompleteManyResponse": external.CompleteManyResponse{},
 		"HeartbeatRequest": external.HeartbeatRequest{}, "HeartbeatResponse": external.HeartbeatResponse{},

@@ -20,6 +20,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/nodes"
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
@@ -63,16 +64,9 @@ func Routes() []string {
 	return []string{"POST " + Prefix + "claim", "POST " + Prefix + "heartbeat", "POST " + Prefix + "log", "POST " + Prefix + "progress", "POST " + Prefix + "complete", "POST " + Prefix + "complete-many"}
 }
 
-// Workers is told who claims (the node registry's view of workers).
+// Workers records who claims and says who is drained (nodes.Workers).
 type Workers interface {
-	Seen(w WorkerInfo)
-}
-
-// WorkerInfo is what a worker says of itself in a claim.
-type WorkerInfo struct {
-	ID, Language, Version string
-	Types                 []string
-	User                  string
+	Seen(ctx context.Context, w nodes.WorkerInfo) (draining bool, err error)
 }
 
 // Config of the protocol's handler.
@@ -87,7 +81,8 @@ type Config struct {
 	// HeartbeatInterval is what a claim tells workers to beat at (well
 	// under the watchdog's heartbeat timeout).
 	HeartbeatInterval time.Duration
-	// Workers, when set, is told of each claiming worker.
+	// Workers, when set, records each claiming worker and says whether
+	// an admin drained it.
 	Workers Workers
 	// Auth authenticates each call (its refusals in the protocol's
 	// error shape); nil: the viewer of the request's context.
@@ -225,6 +220,10 @@ type ClaimResponse struct {
 	Tasks []ClaimedTask `json:"tasks"`
 	// HeartbeatIntervalSeconds is how often to beat for each task.
 	HeartbeatIntervalSeconds float64 `json:"heartbeatIntervalSeconds"`
+	// Draining: an admin drained this worker. The claim took nothing;
+	// finish what runs, complete it, and stop (claims take nothing until
+	// it is undrained).
+	Draining bool `json:"draining,omitempty"`
 }
 
 // ClaimedTask is one execution the worker now holds.
@@ -286,7 +285,15 @@ func (h *Handler) claim(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if h.cfg.Workers != nil {
-		h.cfg.Workers.Seen(WorkerInfo{ID: req.WorkerID, Language: req.Language, Version: req.Version, Types: types, User: v.User})
+		draining, err := h.cfg.Workers.Seen(r.Context(), nodes.WorkerInfo{Name: req.WorkerID, Tenant: v.Tenant, User: v.User, Language: req.Language, Version: req.Version, Types: types})
+		if err != nil {
+			// The record is a view: a claim does not wait for it.
+			h.cfg.Logger.Warn("worker protocol: recording the worker failed", "worker", req.WorkerID, "err", err)
+		}
+		if draining {
+			writeJSON(w, http.StatusOK, ClaimResponse{Tasks: []ClaimedTask{}, HeartbeatIntervalSeconds: h.cfg.HeartbeatInterval.Seconds(), Draining: true})
+			return
+		}
 	}
 	ctx := auth.NewSystemContext(r.Context())
 	deadline := time.Now().Add(time.Duration(req.WaitSeconds * float64(time.Second)))
@@ -299,7 +306,7 @@ func (h *Handler) claim(w http.ResponseWriter, r *http.Request) {
 		wake = sub.C
 	}
 	for {
-		claimed, err := h.cfg.Store.Claim(ctx, "ext:"+req.WorkerID, types, req.Max)
+		claimed, err := h.claimFor(ctx, v, nodes.WorkerIDPrefix+req.WorkerID, types, req.Max)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -330,6 +337,16 @@ func (h *Handler) claim(w http.ResponseWriter, r *http.Request) {
 		}
 		t.Stop()
 	}
+}
+
+// claimFor claims for v: a worker's credentials take the tasks of their
+// own tenant only (the tenant of tokens that name none is a tenant too);
+// the platform and the process itself take every tenant's.
+func (h *Handler) claimFor(ctx context.Context, v auth.Viewer, worker string, types []string, n int) ([]store.Claimed, error) {
+	if v.Role == auth.RoleWorker {
+		return h.cfg.Store.ClaimOfTenant(ctx, worker, v.Tenant, types, n)
+	}
+	return h.cfg.Store.Claim(ctx, worker, types, n)
 }
 
 // claimedTask is what a worker is given of a claimed execution: the
@@ -383,6 +400,9 @@ func (h *Handler) read(ctx context.Context, v auth.Viewer, toks []store.Token) (
 	for _, in := range insts {
 		if !v.RunsType(in.Edges.Task.Type) {
 			return nil, &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("run task type %q", in.Edges.Task.Type)}
+		}
+		if v.Role == auth.RoleWorker && in.Edges.Task.Tenant != v.Tenant {
+			return nil, &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("run task %d: it is another tenant's", in.TaskID)}
 		}
 		out[in.ID] = in
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
+	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/service"
 	"github.com/taskgraph/taskgraph/internal/store"
@@ -109,7 +110,8 @@ const SkewThresholdDefault = 5 * time.Second
 type Pass struct {
 	// Draining is whether the node is drained (its pool claims nothing).
 	Draining bool
-	// Forgotten counts the rows of long-gone nodes deleted.
+	// Forgotten counts the rows of long-gone nodes (and external workers)
+	// deleted.
 	Forgotten int
 }
 
@@ -290,6 +292,12 @@ func (r *Registry) forget(ctx context.Context, now time.Time) (int, error) {
 	var n int
 	err := r.cfg.Store.Tx(ctx, func(tx *ent.Tx) (err error) {
 		n, err = tx.ClusterNode.Delete().Where(clusternode.ExpiresAtLT(now.Add(-r.cfg.Forget))).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		// The external workers gone as long.
+		w, err := tx.ExternalWorker.Delete().Where(externalworker.ExpiresAtLT(now.Add(-r.cfg.Forget))).Exec(ctx)
+		n += w
 		return err
 	})
 	if err != nil {

@@ -49,6 +49,9 @@ type Service struct {
 	// Refresh is how often nodes refresh their rows: subscriptions re-read
 	// at that pace.
 	Refresh time.Duration
+	// Workers, when set, is this node's record of external workers, told
+	// of the drains this service makes.
+	Workers *Workers
 }
 
 // NewService returns the API's service. admit (engine.Engine.Admit) says

@@ -84,6 +84,19 @@ func (s *Store) Claim(ctx context.Context, workerID string, types []string, limi
 // one per capped type, keeps priority across the types: a capped type's
 // task is not held back behind another type's backlog.
 func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, caps []int, limit int) ([]Claimed, error) {
+	return s.claimEach(ctx, workerID, nil, types, caps, limit)
+}
+
+// ClaimOfTenant is Claim of the tasks of one tenant only: what a worker
+// whose credentials name a tenant may take (the worker protocol). The
+// candidates are read from the claimable index as Claim reads them, each
+// checked against its task's tenant, so the claim reads past the waiting
+// instances of other tenants' tasks of the same types that come first.
+func (s *Store) ClaimOfTenant(ctx context.Context, workerID, tenant string, types []string, limit int) ([]Claimed, error) {
+	return s.claimEach(ctx, workerID, &tenant, types, nil, limit)
+}
+
+func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, types []string, caps []int, limit int) ([]Claimed, error) {
 	ctx = internal(ctx)
 	if caps != nil && len(caps) != len(types) {
 		return nil, fmt.Errorf("claim: %d caps for %d types", len(caps), len(types))
@@ -108,7 +121,7 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 		// SQLite: a claim that would take nothing (nothing waits, or the
 		// gate admits none of it) takes no write lock, which every node
 		// sharing the file would wait for; a poll finds out by reading.
-		ok, err := s.anyClaimable(ctx, types, wanted)
+		ok, err := s.anyClaimable(ctx, tenant, types, wanted)
 		if err != nil || !ok {
 			return nil, err
 		}
@@ -126,7 +139,7 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 		// 1. The tasks of the picked instances. The instances are locked
 		// first (FOR UPDATE in the pick), then their tasks: the lock order
 		// every writer keeps.
-		pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
+		pick, pickArgs := s.d.claimQuery(types, limits, now, tenant, limit)
 		args := append([]any{now}, pickArgs...)
 		rows, err := s.query(ctx, t, claimTasks(pick), args...)
 		if err != nil {
@@ -249,7 +262,7 @@ func (s *Store) admit(ctx context.Context, q Querier, types []string, limits []i
 // types[i], would find anything to take now, by reading only (the gate's
 // reads, then the claim's pick of one instance, each a statement of its
 // own): a hint, which the claim's transaction checks again.
-func (s *Store) anyClaimable(ctx context.Context, types []string, wanted []int) (bool, error) {
+func (s *Store) anyClaimable(ctx context.Context, tenant *string, types []string, wanted []int) (bool, error) {
 	limits := slices.Clone(wanted)
 	adm, err := s.admit(ctx, dbQuerier{s}, types, limits)
 	if err != nil {
@@ -258,7 +271,7 @@ func (s *Store) anyClaimable(ctx context.Context, types []string, wanted []int) 
 	if !slices.ContainsFunc(limits, func(l int) bool { return l > 0 }) {
 		return false, nil
 	}
-	pick, args := s.d.claimQuery(types, limits, adm.Now, 1)
+	pick, args := s.d.claimQuery(types, limits, adm.Now, tenant, 1)
 	rows, err := s.db.QueryContext(ctx, s.d.rebind(pick), args...)
 	if err != nil {
 		return false, fmt.Errorf("claim: %w", err)
@@ -392,9 +405,17 @@ func scanClaimedInstances(c *ent.Client, rows *sql.Rows, workerID string, now ti
 // the first limit of all types by (priority, run_at, id). Reading type by
 // type keeps the read on the index's order (one type is one contiguous,
 // ordered range of it), so the plan never scans the backlog nor sorts it;
-// the final sort is of at most len(types) * limit rows.
-func (d sqlDialect) claimQuery(types []string, limits []int, now any, limit int) (string, []any) {
-	cols := `task_id, priority, run_at, id FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = %s AND run_at <= ? ORDER BY priority, run_at, id LIMIT %s`
+// the final sort is of at most len(types) * limit rows. With tenant, only
+// the instances of that tenant's tasks are selected (each candidate looked
+// up by its task's key).
+func (d sqlDialect) claimQuery(types []string, limits []int, now any, tenant *string, limit int) (string, []any) {
+	var of string
+	var ofArgs []any
+	if tenant != nil {
+		of = ` AND EXISTS (SELECT 1 FROM tasks tt WHERE tt.id = task_instances.task_id AND tt.tenant = ?)`
+		ofArgs = []any{*tenant}
+	}
+	cols := `task_id, priority, run_at, id FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = %s AND run_at <= ?` + of + ` ORDER BY priority, run_at, id LIMIT %s`
 	if d.postgres() {
 		// PostgreSQL: a LATERAL read per type (FOR UPDATE is not allowed
 		// in the arms of a UNION).
@@ -404,7 +425,7 @@ func (d sqlDialect) claimQuery(types []string, limits []int, now any, limit int)
 		}
 		return `SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) ty(name, lim),
 	LATERAL (SELECT ` + fmt.Sprintf(cols, "ty.name", "ty.lim") + ` FOR UPDATE SKIP LOCKED) c
-	ORDER BY c.priority, c.run_at, c.id LIMIT ?`, []any{stringArray(types), lims, now, limit}
+	ORDER BY c.priority, c.run_at, c.id LIMIT ?`, append(append([]any{stringArray(types), lims, now}, ofArgs...), limit)
 	}
 	// SQLite has a single writer and needs no row locks; each arm is a
 	// subquery so that it may have its own ORDER BY and LIMIT.
@@ -415,7 +436,7 @@ func (d sqlDialect) claimQuery(types []string, limits []int, now any, limit int)
 			continue
 		}
 		arms = append(arms, `SELECT * FROM (SELECT `+fmt.Sprintf(cols, "?", "?")+`)`)
-		args = append(args, ty, now, limits[i])
+		args = append(append(append(args, ty, now), ofArgs...), limits[i])
 	}
 	if len(arms) == 0 {
 		return `SELECT task_id, priority, run_at, id FROM task_instances WHERE 0`, nil
@@ -450,7 +471,7 @@ func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]
 	for i := range limits {
 		limits[i] = limit
 	}
-	pick, pickArgs := s.d.claimQuery(types, limits, now, limit)
+	pick, pickArgs := s.d.claimQuery(types, limits, now, nil, limit)
 	first, firstArgs := s.d.rebind(claimTasks(pick)), append([]any{now}, pickArgs...)
 	prefix := "EXPLAIN QUERY PLAN "
 	if s.d.postgres() {

@@ -417,6 +417,20 @@ export const en = {
   'audit.exporting': 'Exporting… (task {code})',
   'audit.exportReady': 'Download the CSV',
   'audit.exportFailed': 'The export failed: {error}',
+  'workers.title': 'External workers',
+  'workers.intro': 'Worker processes outside the server that run external task types over the worker protocol, as each last said in a claim. One that stops claiming shows GONE after its lease; its executions are recovered by the watchdog.',
+  'workers.none': 'No external worker has claimed yet.',
+  'workers.worker': 'Worker',
+  'workers.state': 'State',
+  'workers.types': 'Types',
+  'workers.running': 'Running',
+  'workers.lastSeen': 'Last claim',
+  'workers.tenant': 'tenant {tenant}',
+  'workers.via': 'via {node}',
+  'workers.drainTitle': 'Drain worker {worker}?',
+  'workers.undrainTitle': 'Undrain worker {worker}?',
+  'workers.drainBody': 'Its claims take nothing and tell it to stop: it finishes what it runs and exits. Other workers take the work.',
+  'workers.undrainBody': 'Its claims take work again.',
 } as const;
 
 export type MessageKey = keyof typeof en;

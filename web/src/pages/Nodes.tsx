@@ -9,6 +9,7 @@ import { useMutation, useQuery, useSubscription } from 'urql';
 import { hasCode } from '../api/errors';
 import { ConfirmDialog } from '../components/ConfirmDialog';
 import { ErrorBox } from '../components/ErrorBox';
+import { ExternalWorkers } from '../components/ExternalWorkers';
 import { useI18n } from '../i18n';
 import { useOnReconnect } from '../lib/hooks';
 import { Link } from '../router';
@@ -81,6 +82,7 @@ export function Nodes() {
           {res.error && <ErrorBox error={res.error} />}
           {res.data && nodes.length === 0 && <p className="muted">{t('nodes.none')}</p>}
           {nodes.length > 0 && <NodeTable nodes={nodes} />}
+          <ExternalWorkers />
         </>
       )}
     </div>

@@ -1,0 +1,2 @@
+-- 0009 external workers, down: the registry of workers goes.
+DROP TABLE external_workers;
