@@ -210,6 +210,8 @@ export function createApi(token: string): Api {
           WaitReason: () => null,
           AuditLogConnection: () => null,
           AuditLogEdge: () => null,
+          WorkflowConnection: () => null,
+          WorkflowEdge: () => null,
         },
       }),
       fetchExchange,
