@@ -189,7 +189,7 @@ func workflowGet(env *Env, args []string) int {
 		}
 		row := func(k, v string) {
 			if v != "" {
-				fmt.Fprintf(env.Stdout, "%-18s%s\n", k, v)
+				fmt.Fprintf(env.Stdout, "%-19s%s\n", k, v)
 			}
 		}
 		row("ID", w.Id)
