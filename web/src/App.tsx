@@ -1,6 +1,6 @@
 import { lazy, Suspense, useEffect, useState } from 'react';
 import { Provider } from 'urql';
-import { createApi, type Api } from './api/client';
+import { createApi, Uncached, type Api } from './api/client';
 import { useFeatures } from './api/features';
 import { connection, signOut, useAuth, useConnection } from './api/session';
 import { ConnectionBanner } from './components/ConnectionBanner';
@@ -39,7 +39,9 @@ export function App() {
   if (!api) return null;
   return (
     <Provider value={api.client}>
-      <Shell signedIn={!!token} />
+      <Uncached.Provider value={api.uncached}>
+        <Shell signedIn={!!token} />
+      </Uncached.Provider>
     </Provider>
   );
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { countByStatus, drawnSteps, edgePath, layoutDag, mergeSteps, NODE_H } from './dag';
 import { parseWorkflowFilter, workflowSearch, workflowVariables } from '../pages/Workflows';
+import { stepsWhere } from '../pages/WorkflowDetail';
 
 describe('layoutDag (dagre)', () => {
   it('puts a diamond in three ranks, parents above children, with its four edges', () => {
@@ -66,5 +67,13 @@ describe('the workflows list filter', () => {
       where: { and: [{ or: [{ codeContainsFold: 'nightly' }, { titleContainsFold: 'nightly' }] }, { ownerEqualFold: 'alice' }] },
     });
     expect(workflowVariables(parseWorkflowFilter(new URLSearchParams('before=xyz')))).toEqual({ last: 20, before: 'xyz', where: null });
+  });
+});
+
+describe('stepsWhere', () => {
+  it('is the range of the ids, of steps only, whatever their number', () => {
+    const ids = Array.from({ length: 10000 }, (_, i) => String(101 + i));
+    expect(stepsWhere(ids)).toEqual({ idGTE: '101', idLTE: '10100', stepKeyNotNil: true });
+    expect(stepsWhere([])).toEqual({ idIn: [] });
   });
 });

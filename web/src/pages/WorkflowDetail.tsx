@@ -4,7 +4,8 @@
 // polling). A node opens its task; a failed step is retried from its node;
 // the workflow is cancelled from the head.
 import { useCallback, useEffect, useMemo, useRef, useState, type KeyboardEvent } from 'react';
-import { useMutation, useQuery, useSubscription } from 'urql';
+import { useMutation, useQuery, type CombinedError } from 'urql';
+import { useUncachedClient } from '../api/client';
 import { fromCombined } from '../api/errors';
 import { CANCEL_WORKFLOW, RETRY_STEP, STATUSES, STEP_PARENTS, STEPS_UPDATED, WORKFLOW, WORKFLOW_STEPS, type StepNode, type WorkflowRow } from '../api/queries';
 import { ActionButtons } from '../components/ActionButtons';
@@ -14,7 +15,7 @@ import { ProgressBar } from '../components/ProgressBar';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { countByStatus, drawnSteps, edgePath, layoutDag, MAX_DRAWN, mergeSteps, NODE_H, NODE_W } from '../lib/dag';
-import { useOnReconnect, useThrottle } from '../lib/hooks';
+import { useEvents, useOnReconnect, useThrottle } from '../lib/hooks';
 import { formatDateTime } from '../lib/time';
 import { Link, navigate } from '../router';
 
@@ -24,16 +25,28 @@ const MAX_FAILED_LISTED = 100;
 export function WorkflowDetail({ id }: { id: string }) {
   const { t, locale } = useI18n();
   const [wfRes, reWf] = useQuery<{ workflow: WorkflowRow | null }>({ query: WORKFLOW, variables: { id } });
-  const [stepsRes, reSteps] = useQuery<{ workflow: { id: string; steps: StepNode[] } | null }>({ query: WORKFLOW_STEPS, variables: { id }, requestPolicy: 'network-only' });
+  // The steps are read without the cache, and not through a live query
+  // (see Uncached): their events are merged here.
+  const client = useUncachedClient();
+  const [steps, setSteps] = useState<StepNode[]>([]);
+  const [stepsError, setStepsError] = useState<CombinedError | null>(null);
+  const refetchSteps = useCallback(() => {
+    void client
+      .query<{ workflow: { id: string; steps: StepNode[] } | null }>(WORKFLOW_STEPS, { id }, { requestPolicy: 'network-only' })
+      .toPromise()
+      .then((r) => {
+        setStepsError(r.error ?? null);
+        if (r.data?.workflow) setSteps(r.data.workflow.steps);
+      });
+  }, [client, id]);
+  useEffect(refetchSteps, [refetchSteps]);
   const refetchWf = useCallback(() => reWf({ requestPolicy: 'network-only' }), [reWf]);
-  const refetchSteps = useCallback(() => reSteps({ requestPolicy: 'network-only' }), [reSteps]);
   const refetchAll = useCallback(() => {
     refetchWf();
     refetchSteps();
   }, [refetchWf, refetchSteps]);
   useOnReconnect(refetchAll);
 
-  const steps = useMemo(() => stepsRes.data?.workflow?.steps ?? [], [stepsRes.data]);
   const idsKey = useMemo(
     () =>
       steps
@@ -53,53 +66,72 @@ export function WorkflowDetail({ id }: { id: string }) {
   const redraw = useThrottle(() => setTick((n) => n + 1), 250);
   const throttledWf = useThrottle(refetchWf, 1000);
   const seenEvent = useRef(false);
-  const subVars = useMemo(() => ({ where: { idIn: ids } }), [ids]);
-  useSubscription({ query: STEPS_UPDATED, variables: subVars, pause: ids.length === 0 }, (_p: unknown, data: { taskUpdated: StepNode }) => {
-    const s = data?.taskUpdated;
-    if (s) {
-      const cur = live.current.get(s.id);
-      if (!cur || s.version > cur.version) live.current.set(s.id, s);
-      redraw();
-      throttledWf();
-      // A change made between the steps' read and the subscription's
-      // start has no event: read the steps again once the stream is
-      // known to be live.
-      if (!seenEvent.current) {
-        seenEvent.current = true;
-        refetchSteps();
-      }
+  const [subError, setSubError] = useState<CombinedError | null>(null);
+  // The steps' ids as a range, not a list: the client keys every event
+  // by its variables, and 10,000 ids in them cost more than the events.
+  // Steps are created together, so the range holds few other tasks; their
+  // events are dropped here.
+  const idSet = useMemo(() => new Set(ids), [ids]);
+  const where = useMemo(() => stepsWhere(ids), [ids]);
+  useEvents<{ taskUpdated: StepNode }>(STEPS_UPDATED, { where }, idsKey, ids.length === 0, (r) => {
+    if (r.error) setSubError(r.error);
+    const s = r.data?.taskUpdated;
+    if (!s || !idSet.has(s.id)) return;
+    const cur = live.current.get(s.id);
+    if (!cur || s.version > cur.version) live.current.set(s.id, s);
+    redraw();
+    throttledWf();
+    // A change made between the steps' read and the subscription's
+    // start has no event: read the steps again once the stream is
+    // known to be live.
+    if (!seenEvent.current) {
+      seenEvent.current = true;
+      refetchSteps();
     }
-    return data;
   });
   // The same for a workflow where nothing moves after the subscription
   // started: one more read shortly after it was sent.
   useEffect(() => {
-    if (ids.length === 0) return;
+    if (!idsKey) return;
     seenEvent.current = false;
     const h = setTimeout(() => {
       refetchSteps();
       refetchWf();
     }, 1000);
     return () => clearTimeout(h);
-  }, [idsKey, refetchSteps, refetchWf]); // ids.length follows idsKey
+  }, [idsKey, refetchSteps, refetchWf]);
 
   // tick says that live changed (it is a ref, mutated in place).
   const merged = useMemo(() => mergeSteps(steps, live.current), [steps, tick]);
   const byId = useMemo(() => new Map(merged.map((s) => [s.id, s])), [merged]);
   const drawn = useMemo(() => drawnSteps(ids.map((i) => ({ id: i }))), [ids]);
   const drawnIds = useMemo(() => drawn.map((d) => d.id), [drawn]);
-  const [parentsRes] = useQuery<{ nodes: ({ id: string; parents: { id: string }[] } | null)[] }>({
-    query: STEP_PARENTS,
-    variables: { ids: drawnIds },
-    pause: drawnIds.length === 0,
-  });
-  const edges = useMemo(() => {
-    const out: [string, string][] = [];
-    for (const n of parentsRes.data?.nodes ?? []) if (n?.parents) for (const p of n.parents) out.push([p.id, n.id]);
-    return out;
-  }, [parentsRes.data]);
-  const edgesReady = drawnIds.length === 0 || !!parentsRes.data;
-  const layout = useMemo(() => (edgesReady ? layoutDag(drawnIds, edges) : null), [drawnIds, edges, edgesReady]);
+  // The edges of the drawn steps, read once (they do not change), and
+  // not through a live query either.
+  const [edgesOf, setEdgesOf] = useState<{ key: string; edges: [string, string][] } | null>(null);
+  const [parentsError, setParentsError] = useState<CombinedError | null>(null);
+  const drawnKey = drawnIds.join(',');
+  useEffect(() => {
+    if (!drawnKey) return;
+    let stale = false;
+    void client
+      .query<{ nodes: ({ id: string; parents?: { id: string }[] } | null)[] }>(STEP_PARENTS, { ids: drawnKey.split(',') }, { requestPolicy: 'network-only' })
+      .toPromise()
+      .then((r) => {
+        if (stale) return;
+        setParentsError(r.error ?? null);
+        if (!r.data) return;
+        const out: [string, string][] = [];
+        for (const n of r.data.nodes) if (n?.parents) for (const p of n.parents) out.push([p.id, n.id]);
+        setEdgesOf({ key: drawnKey, edges: out });
+      });
+    return () => {
+      stale = true;
+    };
+  }, [client, drawnKey]);
+  const edges = edgesOf?.key === drawnKey ? edgesOf.edges : null;
+  const edgesReady = drawnIds.length === 0 || edges !== null;
+  const layout = useMemo(() => (edgesReady ? layoutDag(drawnIds, edges ?? []) : null), [drawnIds, edges, edgesReady]);
 
   const wf = wfRes.data?.workflow ?? null;
   if (!wf) {
@@ -165,8 +197,9 @@ export function WorkflowDetail({ id }: { id: string }) {
             {t('wf.capped', { drawn: MAX_DRAWN.toLocaleString(), total: ids.length.toLocaleString() })}
           </p>
         )}
-        {stepsRes.error && <ErrorBox error={stepsRes.error} />}
-        {parentsRes.error && <ErrorBox error={parentsRes.error} />}
+        {stepsError && <ErrorBox error={stepsError} />}
+        {subError && <ErrorBox error={subError} />}
+        {parentsError && <ErrorBox error={parentsError} />}
         {layout ? <Graph layout={layout} steps={byId} /> : <p className="muted">{t('common.loading')}</p>}
       </section>
 
@@ -193,6 +226,13 @@ export function WorkflowDetail({ id }: { id: string }) {
       )}
     </div>
   );
+}
+
+// stepsWhere is the filter of the steps' events: their ids' range (ids
+// ascending), among tasks that are steps.
+export function stepsWhere(ids: string[]) {
+  if (ids.length === 0) return { idIn: [] };
+  return { idGTE: ids[0], idLTE: ids[ids.length - 1], stepKeyNotNil: true };
 }
 
 function Graph({ layout, steps }: { layout: ReturnType<typeof layoutDag>; steps: Map<string, StepNode> }) {

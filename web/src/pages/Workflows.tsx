@@ -3,14 +3,14 @@
 // progress are derived from its steps by the server; a change of any
 // workflow step re-reads the page (throttled), so they stay live.
 import { useCallback, useEffect, useMemo, useState, type FormEvent } from 'react';
-import { useQuery, useSubscription } from 'urql';
+import { useQuery } from 'urql';
 import { gql } from '@urql/core';
 import { WORKFLOWS, type PageInfo, type WorkflowRow } from '../api/queries';
 import { ErrorBox } from '../components/ErrorBox';
 import { ProgressBar } from '../components/ProgressBar';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n } from '../i18n';
-import { useOnReconnect, useThrottle } from '../lib/hooks';
+import { useEvents, useOnReconnect, useThrottle } from '../lib/hooks';
 import { formatDateTime } from '../lib/time';
 import { Link, navigate, useLocation } from '../router';
 
@@ -65,10 +65,7 @@ export function Workflows() {
   const [res, reexecute] = useQuery<{ workflows: { totalCount: number; pageInfo: PageInfo; edges: { node: WorkflowRow }[] } }>({ query: WORKFLOWS, variables });
   const refetch = useCallback(() => reexecute({ requestPolicy: 'network-only' }), [reexecute]);
   const throttled = useThrottle(refetch, 2000);
-  useSubscription({ query: STEP_CHANGED }, (_p: unknown, data: unknown) => {
-    throttled();
-    return data;
-  });
+  useEvents(STEP_CHANGED, {}, 'all', false, throttled);
   useOnReconnect(refetch);
 
   const [q, setQ] = useState(f.q);
