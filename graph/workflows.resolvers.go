@@ -84,10 +84,5 @@ func (r *workflowResolver) AvailableActions(ctx context.Context, obj *ent.Workfl
 	if err != nil {
 		return nil, err
 	}
-	for _, st := range steps {
-		if lifecycle.CanMove(st, lifecycle.Cancelled) {
-			return []lifecycle.Action{lifecycle.ActionCancel}, nil
-		}
-	}
-	return []lifecycle.Action{}, nil
+	return lifecycle.WorkflowActions(steps), nil
 }

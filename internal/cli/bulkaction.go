@@ -28,15 +28,19 @@ func runBulk(env *Env, args []string) int {
 	})
 }
 
+// bulkActions are the actions a bulk command takes (a workflow's retry is
+// not one: it acts on a workflow, not on a filter's tasks).
+var bulkActions = []TaskAction{TaskAction_CANCEL, TaskAction_RETRY}
+
 func bulkPreview(env *Env, args []string) int {
-	c := newCmd(env, "bulk preview", "ACTION", "Says how many tasks the filter matches, by state, and how many the action ("+strings.ToLower(enumWords(AllTaskAction))+") may act on.")
+	c := newCmd(env, "bulk preview", "ACTION", "Says how many tasks the filter matches, by state, and how many the action ("+strings.ToLower(enumWords(bulkActions))+") may act on.")
 	filter := c.filterFlags()
 	return c.finish(func() error {
 		pos, err := c.parse(args, 1, 1)
 		if err != nil {
 			return err
 		}
-		action, err := parseEnum("action", pos[0], AllTaskAction)
+		action, err := parseEnum("action", pos[0], bulkActions)
 		if err != nil {
 			return err
 		}

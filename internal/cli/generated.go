@@ -4913,11 +4913,14 @@ type TaskAction string
 const (
 	TaskAction_CANCEL TaskAction = "CANCEL"
 	TaskAction_RETRY  TaskAction = "RETRY"
+	// Re-run the workflow's FAILED and CANCELLED steps (retryWorkflow). A workflow offers it while it has such a step, and so does each such step of it.
+	TaskAction_RETRY_WORKFLOW TaskAction = "RETRY_WORKFLOW"
 )
 
 var AllTaskAction = []TaskAction{
 	TaskAction_CANCEL,
 	TaskAction_RETRY,
+	TaskAction_RETRY_WORKFLOW,
 }
 
 // TaskFields includes the GraphQL fields of Task requested by the fragment TaskFields.

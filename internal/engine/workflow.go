@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -296,4 +297,54 @@ func (e *Engine) CancelWorkflow(ctx context.Context, id int, reason string) (*en
 		}
 	}
 	return wf, nil
+}
+
+// RetryWorkflow re-runs the FAILED and CANCELLED steps of workflow id and
+// keeps those that succeeded (Tx.RetryWorkflow), audited as one retry of
+// the steps it moved, with the reason. A workflow the viewer may not see
+// is not found; one with nothing to re-run is a
+// *lifecycle.TransitionError.
+func (e *Engine) RetryWorkflow(ctx context.Context, id int, reason string) (*ent.Workflow, error) {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	details := map[string]any{"workflow": id}
+	if reason != "" {
+		details["reason"] = reason
+	}
+	entry := audit.Entry{Action: audit.Retry, Details: details}
+	err = func() error {
+		if err := v.AllowMutate("retry workflows"); err != nil {
+			return err
+		}
+		var problems ValidationError
+		checkText(&problems, "reason", reason, MaxReasonLen)
+		if err := problems.err(); err != nil {
+			return err
+		}
+		return e.store.Write(ctx, func(tx *store.Tx) error {
+			moved, err := tx.RetryWorkflow(ctx, id, e.masker.String(reason))
+			if err != nil {
+				return err
+			}
+			got, err := tx.Ent().Workflow.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			recorded := entry
+			recorded.Details = maps.Clone(details)
+			recorded.Details["code"], recorded.Details["steps"] = got.Code, len(moved)
+			for _, tk := range moved {
+				recorded.TaskIDs = append(recorded.TaskIDs, tk.ID)
+			}
+			return e.audit.Insert(ctx, tx.Ent(), recorded)
+		})
+	}()
+	if err != nil {
+		entry.Err = err
+		e.record(ctx, e.store.Write, false, entry)
+		return nil, err
+	}
+	return e.store.Client().Workflow.Get(ctx, id)
 }

@@ -170,7 +170,8 @@ RETURNING task_instances.task_id`), append(args, now)...)
 	rows, err = t.QueryContext(ctx, s.d.rebind(`UPDATE tasks SET status = `+sqlCancelled+`, attention_status = `+sqlCancelled+`,
 	cancel_reason = i.last_error, last_error = i.last_error, finished_at = ?, updated_at = ?, version = tasks.version + 1
 FROM task_instances i
-WHERE `+inIDs+` AND tasks.status = `+sqlWaitingDependency+` AND i.task_id = tasks.id AND i.status = `+sqlCancelled+` AND i.instance_no = 1
+WHERE `+inIDs+` AND tasks.status = `+sqlWaitingDependency+` AND i.task_id = tasks.id AND i.status = `+sqlCancelled+`
+	AND i.instance_no = (SELECT MAX(x.instance_no) FROM task_instances x WHERE x.task_id = tasks.id)
 RETURNING `+changingColumns("tasks")), append([]any{now, now}, idArgs...)...)
 	if err != nil {
 		return fmt.Errorf("cancel dependents: update tasks: %w", err)

@@ -64,12 +64,22 @@ var WaitingStatuses = []Status{Pending, RetryPending}
 //     parents ending at the same instant).
 //   - -> CANCELLED when it is cancelled, or when a parent whose edge says
 //     CANCEL_DEPENDENTS ends FAILED or CANCELLED (with everything below it).
+//
+// A workflow's retry (retryWorkflow) enters WAITING_DEPENDENCY again:
+//   - CANCELLED -> WAITING_DEPENDENCY, and FAILED -> WAITING_DEPENDENCY,
+//     only for a step of the workflow being retried, with a new instance
+//     whose counter is the number of its parents that are re-run by the
+//     same retry or have not ended yet. A step with none to wait for is
+//     released (-> PENDING) in the same transaction; a FAILED step with
+//     none to wait for takes the manual retry's FAILED -> RETRY_PENDING
+//     instead. Nothing else leaves CANCELLED.
 var transitions = map[Status][]Status{
 	WaitingDependency: {Pending, Cancelled},
 	Pending:           {Executing, Cancelled},
 	Executing:         {Success, Failed, Cancelled, RetryPending},
-	Failed:            {RetryPending},
+	Failed:            {RetryPending, WaitingDependency},
 	RetryPending:      {Executing, Cancelled},
+	Cancelled:         {WaitingDependency},
 }
 
 // Values lets ent store Status as an enum column.
@@ -84,8 +94,9 @@ func (Status) Values() []string {
 // Valid reports whether s is one of the seven states.
 func (s Status) Valid() bool { return slices.Contains(AllStatuses, s) }
 
-// Terminal reports whether no transition leaves s automatically. FAILED is
-// terminal for the engine (only a manual retry leaves it).
+// Terminal reports whether no transition leaves s automatically. FAILED and
+// CANCELLED are terminal for the engine (only a manual retry, or a
+// workflow's, leaves them).
 func (s Status) Terminal() bool {
 	return s == Success || s == Failed || s == Cancelled
 }
@@ -221,6 +232,10 @@ type Action string
 const (
 	ActionCancel Action = "CANCEL"
 	ActionRetry  Action = "RETRY"
+	// ActionRetryWorkflow re-runs a workflow's FAILED and CANCELLED steps
+	// (retryWorkflow); it is offered by a workflow that has such a step,
+	// and by each such step of it (WorkflowActions, StepActions).
+	ActionRetryWorkflow Action = "RETRY_WORKFLOW"
 )
 
 // AvailableActions projects the transition table onto user actions for a task
@@ -237,13 +252,44 @@ func AvailableActions(s Status, cancelRequested bool) []Action {
 	return out
 }
 
+// Rerunnable reports whether a workflow's retry re-runs a step in state s:
+// FAILED and CANCELLED steps are re-run, the others are kept.
+func Rerunnable(s Status) bool {
+	return (s == Failed || s == Cancelled) && CanMove(s, WaitingDependency)
+}
+
+// WorkflowActions projects the table onto the actions of a workflow whose
+// steps are in states: CANCEL while a step can still be cancelled,
+// RETRY_WORKFLOW while one can be re-run.
+func WorkflowActions(states []Status) []Action {
+	out := []Action{}
+	if slices.ContainsFunc(states, func(s Status) bool { return CanMove(s, Cancelled) }) {
+		out = append(out, ActionCancel)
+	}
+	if slices.ContainsFunc(states, Rerunnable) {
+		out = append(out, ActionRetryWorkflow)
+	}
+	return out
+}
+
+// StepActions are the actions of a task in state s that is a step of a
+// workflow: its own (AvailableActions), and RETRY_WORKFLOW when the
+// workflow's retry would re-run it.
+func StepActions(s Status, cancelRequested bool) []Action {
+	out := AvailableActions(s, cancelRequested)
+	if Rerunnable(s) {
+		out = append(out, ActionRetryWorkflow)
+	}
+	return out
+}
+
 // MarshalGQL writes the action as a GraphQL enum value.
 func (a Action) MarshalGQL(w io.Writer) { _, _ = io.WriteString(w, strconv.Quote(string(a))) }
 
 // UnmarshalGQL reads a GraphQL enum value.
 func (a *Action) UnmarshalGQL(v any) error {
 	str, ok := v.(string)
-	if !ok || (Action(str) != ActionCancel && Action(str) != ActionRetry) {
+	if !ok || (Action(str) != ActionCancel && Action(str) != ActionRetry && Action(str) != ActionRetryWorkflow) {
 		return fmt.Errorf("%v is not a valid action", v)
 	}
 	*a = Action(str)

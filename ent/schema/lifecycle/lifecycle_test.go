@@ -13,12 +13,14 @@ import (
 // The table of ARCHITECTURE.md, "The lifecycle", written out independently
 // of the code.
 var designTable = map[lifecycle.Status][]lifecycle.Status{
-	lifecycle.Pending:      {lifecycle.Executing, lifecycle.Cancelled},
-	lifecycle.Executing:    {lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending},
-	lifecycle.Success:      {},
-	lifecycle.Failed:       {lifecycle.RetryPending},
+	lifecycle.Pending:   {lifecycle.Executing, lifecycle.Cancelled},
+	lifecycle.Executing: {lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending},
+	lifecycle.Success:   {},
+	// A manual retry; a workflow's retry (with parents to wait for).
+	lifecycle.Failed:       {lifecycle.RetryPending, lifecycle.WaitingDependency},
 	lifecycle.RetryPending: {lifecycle.Executing, lifecycle.Cancelled},
-	lifecycle.Cancelled:    {},
+	// A workflow's retry re-runs a cancelled step.
+	lifecycle.Cancelled: {lifecycle.WaitingDependency},
 	// A task with parents waits for them; it is released or cancelled.
 	lifecycle.WaitingDependency: {lifecycle.Pending, lifecycle.Cancelled},
 }
@@ -57,12 +59,38 @@ func TestTerminalStatesHaveNoWayOutButManualRetry(t *testing.T) {
 			continue
 		}
 		targets := lifecycle.Targets(s)
-		if s == lifecycle.Failed {
-			require.Equal(t, []lifecycle.Status{lifecycle.RetryPending}, targets)
-			continue
+		switch s {
+		case lifecycle.Failed:
+			require.Equal(t, []lifecycle.Status{lifecycle.RetryPending, lifecycle.WaitingDependency}, targets)
+		case lifecycle.Cancelled:
+			require.Equal(t, []lifecycle.Status{lifecycle.WaitingDependency}, targets, "a workflow's retry only")
+		default:
+			require.Empty(t, targets, "%s", s)
 		}
-		require.Empty(t, targets, "%s", s)
 	}
+}
+
+func TestWorkflowActionsProjectTheTable(t *testing.T) {
+	t.Parallel()
+	W := lifecycle.ActionRetryWorkflow
+	C := lifecycle.ActionCancel
+	cases := []struct {
+		states []lifecycle.Status
+		want   []lifecycle.Action
+	}{
+		{nil, []lifecycle.Action{}},
+		{[]lifecycle.Status{lifecycle.Success, lifecycle.Success}, []lifecycle.Action{}},
+		{[]lifecycle.Status{lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled}, []lifecycle.Action{W}},
+		{[]lifecycle.Status{lifecycle.Executing, lifecycle.Cancelled}, []lifecycle.Action{C, W}},
+		{[]lifecycle.Status{lifecycle.Pending, lifecycle.WaitingDependency}, []lifecycle.Action{C}},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, lifecycle.WorkflowActions(c.states), "%v", c.states)
+	}
+	require.Equal(t, []lifecycle.Action{lifecycle.ActionRetry, W}, lifecycle.StepActions(lifecycle.Failed, false))
+	require.Equal(t, []lifecycle.Action{W}, lifecycle.StepActions(lifecycle.Cancelled, false))
+	require.Empty(t, lifecycle.StepActions(lifecycle.Success, false))
+	require.Equal(t, []lifecycle.Action{C}, lifecycle.StepActions(lifecycle.WaitingDependency, false))
 }
 
 func TestAvailableActionsProjectTheTable(t *testing.T) {
