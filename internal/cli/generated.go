@@ -6985,7 +6985,7 @@ type WorkflowFields struct {
 	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
 	Owner           string              `json:"owner"`
 	CreatedAt       time.Time           `json:"createdAt"`
-	// CANCEL while a step is not finished.
+	// CANCEL while a step is not finished; RETRY_WORKFLOW while a step FAILED or was CANCELLED.
 	AvailableActions []TaskAction `json:"availableActions"`
 }
 
