@@ -4329,6 +4329,126 @@ func (v *RetryTaskRetryTask) __premarshalJSON() (*__premarshalRetryTaskRetryTask
 	return &retval, nil
 }
 
+// RetryWorkflowResponse is returned by RetryWorkflow on success.
+type RetryWorkflowResponse struct {
+	// Re-runs the workflow's FAILED and CANCELLED steps and keeps the others (the steps that succeeded are not run again): each gets a new instance and waits again for those of its parents that are re-run with it or have not ended yet; one with nothing to wait for runs at once. Audited as a retry of the steps it moved, with the reason.
+	// A workflow with no FAILED or CANCELLED step is an INVALID_TRANSITION error; one the viewer may not see, NOT_FOUND.
+	RetryWorkflow RetryWorkflowRetryWorkflow `json:"retryWorkflow"`
+}
+
+// GetRetryWorkflow returns RetryWorkflowResponse.RetryWorkflow, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowResponse) GetRetryWorkflow() RetryWorkflowRetryWorkflow { return v.RetryWorkflow }
+
+// RetryWorkflowRetryWorkflow includes the requested fields of the GraphQL type Workflow.
+type RetryWorkflowRetryWorkflow struct {
+	WorkflowFields `json:"-"`
+}
+
+// GetId returns RetryWorkflowRetryWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetId() string { return v.WorkflowFields.Id }
+
+// GetCode returns RetryWorkflowRetryWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetCode() string { return v.WorkflowFields.Code }
+
+// GetTitle returns RetryWorkflowRetryWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetTitle() string { return v.WorkflowFields.Title }
+
+// GetStatus returns RetryWorkflowRetryWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetStatus() TaskStatus { return v.WorkflowFields.Status }
+
+// GetStepsDone returns RetryWorkflowRetryWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetStepsDone() int { return v.WorkflowFields.StepsDone }
+
+// GetStepCount returns RetryWorkflowRetryWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetStepCount() int { return v.WorkflowFields.StepCount }
+
+// GetOnParentFailure returns RetryWorkflowRetryWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns RetryWorkflowRetryWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetOwner() string { return v.WorkflowFields.Owner }
+
+// GetCreatedAt returns RetryWorkflowRetryWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetCreatedAt() time.Time { return v.WorkflowFields.CreatedAt }
+
+// GetAvailableActions returns RetryWorkflowRetryWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *RetryWorkflowRetryWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*RetryWorkflowRetryWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.RetryWorkflowRetryWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalRetryWorkflowRetryWorkflow struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *RetryWorkflowRetryWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *RetryWorkflowRetryWorkflow) __premarshalJSON() (*__premarshalRetryWorkflowRetryWorkflow, error) {
+	var retval __premarshalRetryWorkflowRetryWorkflow
+
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
+
 // ScheduleFields includes the GraphQL fields of Schedule requested by the fragment ScheduleFields.
 type ScheduleFields struct {
 	Id   string `json:"id"`
@@ -8350,6 +8470,18 @@ type __RetryTaskInput struct {
 // GetId returns __RetryTaskInput.Id, and is useful for accessing the field via an interface.
 func (v *__RetryTaskInput) GetId() string { return v.Id }
 
+// __RetryWorkflowInput is used internally by genqlient
+type __RetryWorkflowInput struct {
+	Id     string  `json:"id"`
+	Reason *string `json:"reason"`
+}
+
+// GetId returns __RetryWorkflowInput.Id, and is useful for accessing the field via an interface.
+func (v *__RetryWorkflowInput) GetId() string { return v.Id }
+
+// GetReason returns __RetryWorkflowInput.Reason, and is useful for accessing the field via an interface.
+func (v *__RetryWorkflowInput) GetReason() *string { return v.Reason }
+
 // __SchedulesInput is used internally by genqlient
 type __SchedulesInput struct {
 	First *int    `json:"first"`
@@ -9828,6 +9960,54 @@ func RetryTask(
 	}
 
 	data_ = &RetryTaskResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by RetryWorkflow.
+const RetryWorkflow_Operation = `
+mutation RetryWorkflow ($id: ID!, $reason: String) {
+	retryWorkflow(id: $id, reason: $reason) {
+		... WorkflowFields
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+`
+
+func RetryWorkflow(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	reason *string,
+) (data_ *RetryWorkflowResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "RetryWorkflow",
+		Query:  RetryWorkflow_Operation,
+		Variables: &__RetryWorkflowInput{
+			Id:     id,
+			Reason: reason,
+		},
+	}
+
+	data_ = &RetryWorkflowResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -22,6 +22,7 @@ Commands:
   list              workflows, newest first (--search, --owner, --all)
   watch ID          follow a workflow's steps until it ends (exit 0 SUCCESS, 3 FAILED, 4 CANCELLED)
   cancel ID         cancel every step not finished yet
+  retry ID          re-run its FAILED and CANCELLED steps (those that succeeded are kept)
 
 ID is a workflow's id or its code (WF-20261202-7K3Q9D2M).
 taskgraph workflow COMMAND -h shows a command's flags.
@@ -31,7 +32,7 @@ Exit codes: 0 done (the workflow succeeded), 1 failure, 2 usage error, 3 the wor
 func runWorkflow(env *Env, args []string) int {
 	return group(env, "workflow", workflowUsage, args, map[string]func(*Env, []string) int{
 		"create": workflowCreate, "get": workflowGet, "list": workflowList,
-		"watch": workflowWatch, "cancel": workflowCancel,
+		"watch": workflowWatch, "cancel": workflowCancel, "retry": workflowRetry,
 	})
 }
 
@@ -323,6 +324,41 @@ func workflowCancel(env *Env, args []string) int {
 	}())
 }
 
+func workflowRetry(env *Env, args []string) int {
+	c := newCmd(env, "workflow retry", "ID", "Re-runs a workflow's FAILED and CANCELLED steps; the steps that succeeded are kept, not run again. Each re-run step waits again for its parents re-run with it.")
+	reason := c.fs.String("reason", "", "why, recorded in the audit log")
+	wait := c.fs.Bool("wait", false, "then follow it until it ends; the exit code says how (0 SUCCESS, 3 FAILED, 4 CANCELLED)")
+	return c.finish(func() error {
+		pos, err := c.parse(args, 1, 1)
+		if err != nil {
+			return err
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		id, err := c.workflowRef(cl, pos[0])
+		if err != nil {
+			return err
+		}
+		var r *string
+		if *reason != "" {
+			r = reason
+		}
+		resp, err := RetryWorkflow(env.Ctx, cl.gql, id, r)
+		if err != nil {
+			return err
+		}
+		if err := c.printWorkflow(&resp.RetryWorkflow, &resp.RetryWorkflow.WorkflowFields); err != nil {
+			return err
+		}
+		if *wait {
+			return c.followWorkflow(cl, id, &resp.RetryWorkflow.WorkflowFields)
+		}
+		return nil
+	}())
+}
+
 func workflowWatch(env *Env, args []string) int {
 	c := newCmd(env, "workflow watch", "ID", "Prints a workflow's step changes as they are committed, and the workflow's status and progress after them (a line each, or JSON lines with --json: {\"step\": ...} and {\"workflow\": ...}), and exits when the workflow ends: 0 SUCCESS, 3 FAILED, 4 CANCELLED. A workflow whose failed step holds its dependents (WAIT) has not ended: it goes on once the step is retried.")
 	return c.finish(func() error {
@@ -367,11 +403,10 @@ func (c *cmd) followWorkflow(cl *client, id string, announced *WorkflowFields) e
 	if announced != nil {
 		last = *announced
 	}
-	show := func(w *WorkflowFields) error {
-		if w.Status == last.Status && w.StepsDone == last.StepsDone && w.StepCount == last.StepCount {
-			return nil
-		}
-		last = *w
+	steps := map[string]StepFields{}
+	open := 0 // steps whose last change seen is not an end
+	held := false
+	printWF := func(w *WorkflowFields) error {
 		switch {
 		case c.quiet:
 			return nil
@@ -381,8 +416,27 @@ func (c *cmd) followWorkflow(cl *client, id string, announced *WorkflowFields) e
 		_, err := fmt.Fprintln(c.env.Stdout, time.Now().Format("15:04:05")+" "+workflowLine(w))
 		return err
 	}
-	steps := map[string]StepFields{}
-	open := 0 // steps whose last change seen is not an end
+	// show prints the workflow when it changed; its end is held until the
+	// steps' events have caught up with it, so that it is the last line.
+	show := func(w *WorkflowFields) error {
+		if w.Status == last.Status && w.StepsDone == last.StepsDone && w.StepCount == last.StepCount {
+			return nil
+		}
+		last = *w
+		if terminal(w.Status) && open > 0 {
+			held = true
+			return nil
+		}
+		return printWF(w)
+	}
+	finish := func() error {
+		if held {
+			if err := printWF(&last); err != nil {
+				return err
+			}
+		}
+		return workflowOutcome(&last)
+	}
 	// step records a step's state, printing it when it is news.
 	step := func(s *StepFields, print bool) error {
 		cur, seen := steps[s.Id]
@@ -421,7 +475,7 @@ func (c *cmd) followWorkflow(cl *client, id string, announced *WorkflowFields) e
 	}
 	ended := func() bool { return terminal(last.Status) && open == 0 }
 	if ended() {
-		return workflowOutcome(&last)
+		return finish()
 	}
 	ids := make([]string, 0, len(steps))
 	for sid := range steps {
@@ -482,7 +536,7 @@ func (c *cmd) followWorkflow(cl *client, id string, announced *WorkflowFields) e
 			return err
 		}
 		if ended() {
-			return workflowOutcome(&last)
+			return finish()
 		}
 	}
 }

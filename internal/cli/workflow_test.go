@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,18 +47,19 @@ type workflow struct {
 type hook struct {
 	url     string
 	release chan struct{}
-	refuse  bool
+	refuse  atomic.Bool
 }
 
 func newHook(t *testing.T, refuse bool) *hook {
-	h := &hook{release: make(chan struct{}), refuse: refuse}
+	h := &hook{release: make(chan struct{})}
+	h.refuse.Store(refuse)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-h.release:
 		case <-r.Context().Done():
 			return
 		}
-		if h.refuse {
+		if h.refuse.Load() {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
@@ -181,6 +183,22 @@ func TestWorkflowCommands(t *testing.T) {
 			require.Regexp(t, `(?m)^\S+ step d \(task \d+ \S+\) CANCELLED: parent WEBHOO-\S+ failed$`, r.stdout)
 			require.Regexp(t, `(?m)^\S+ workflow \d+ \S+ FAILED 2/4 steps$`, r.stdout)
 			require.Regexp(t, `^taskgraph workflow create: workflow \d+ FAILED \(2/4 steps succeeded\)\n$`, r.stderr)
+
+			// Retry the workflow once the receiver accepts: b and d run
+			// again, a and c are kept.
+			id := regexp.MustCompile(`(?m)^workflow (\d+) `).FindStringSubmatch(r.stdout)[1]
+			before := jsonOf[workflow](t, b.cmd(t, "workflow", "get", id, "--json"))
+			require.Contains(t, before.AvailableActions, "RETRY_WORKFLOW")
+			h.refuse.Store(false)
+			r = b.cmd(t, "workflow", "retry", id, "--reason", "receiver fixed", "--wait")
+			require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+			require.Regexp(t, `(?m)^\S+ step d \(task \d+ \S+\) SUCCESS$`, r.stdout)
+			require.Regexp(t, `(?m)^\S+ workflow `+id+` \S+ SUCCESS 4/4 steps$`, r.stdout)
+			after := jsonOf[workflow](t, b.cmd(t, "workflow", "get", id, "--json"))
+			require.Equal(t, "SUCCESS", after.Status)
+			r = b.cmd(t, "workflow", "retry", id)
+			require.Equal(t, cli.ExitFailure, r.code, "nothing to re-run")
+			require.Contains(t, r.stderr, "INVALID_TRANSITION")
 		})
 
 		t.Run("CancelAndExit4", func(t *testing.T) {
@@ -197,10 +215,11 @@ func TestWorkflowCommands(t *testing.T) {
 			r = b.cmd(t, "workflow", "cancel", id, "--reason", "not today", "--wait")
 			require.Equal(t, cli.ExitCancelled, r.code, r.stdout+r.stderr)
 			require.Regexp(t, `(?m)^workflow `+id+` \S+ \S+ 0/2 steps$`, r.stdout)
-			require.Regexp(t, `(?m)^\S+ workflow `+id+` \S+ CANCELLED 0/2 steps$`, r.stdout)
+			// The cancel's answer, then (unless it was the end already) the end.
+			require.Regexp(t, `(?m)^(\S+ )?workflow `+id+` \S+ CANCELLED 0/2 steps\n\z`, r.stdout)
 			got = jsonOf[workflow](t, b.cmd(t, "workflow", "get", id, "--json"))
 			require.Equal(t, "CANCELLED", got.Status)
-			require.Empty(t, got.AvailableActions)
+			require.Equal(t, []string{"RETRY_WORKFLOW"}, got.AvailableActions, "no cancel; a retry")
 			for _, s := range got.Steps {
 				require.Equal(t, "CANCELLED", s.Status, s.StepKey)
 			}
