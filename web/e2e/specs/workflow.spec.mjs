@@ -1,5 +1,6 @@
 // The workflow page: a diamond A → (B, C) → D drawn by dagre, its nodes
-// recoloured live as steps finish, a failed step retried from the picture.
+// recoloured live as steps finish, a failed step retried from the picture,
+// the workflow retried from its head.
 //
 // B is a webhook to a server of this spec that refuses (400: fails at
 // once) until told otherwise, so B fails, and succeeds once retried.
@@ -99,6 +100,53 @@ export function register(env) {
       assert.match(page.url(), new RegExp(`/tasks/${wf.steps.find((s) => s.stepKey === 'd').id}$`));
       await page.getByTestId('task-workflow').getByRole('link', { name: wf.code }).click();
       await page.getByTestId('page-workflow').waitFor();
+      await page.close();
+    } finally {
+      await hook.close();
+    }
+  });
+
+  test('retry the workflow from its page: the failed step and the one it cancelled run again, the others are kept', async () => {
+    const hook = await hookServer();
+    try {
+      // CANCEL_DEPENDENTS (the default): b fails, d is cancelled, the
+      // workflow ends FAILED.
+      const body = await env.server.gql(CREATE, {
+        input: {
+          title: 'e2e retry the workflow',
+          steps: [
+            { key: 'a', type: 'noop' },
+            { key: 'b', type: 'webhook', maxAttempts: 1, input: { url: hook.url }, dependsOn: ['a'] },
+            { key: 'c', type: 'noop', dependsOn: ['a'] },
+            { key: 'd', type: 'noop', dependsOn: ['b', 'c'] },
+          ],
+        },
+      });
+      assert.equal(body.errors, undefined, JSON.stringify(body.errors));
+      const wf = body.data.createWorkflow;
+      const page = await env.page();
+      await page.goto(env.url(`workflows/${wf.id}`));
+      await markNoReload(page);
+      await nodeStatus(page, 'b', 'FAILED');
+      await nodeStatus(page, 'd', 'CANCELLED');
+      await page.locator('[data-testid="workflow-status"][data-status="FAILED"]').waitFor();
+      await env.shot(page, 'workflow-failed');
+      const aTask = await node(page, 'a').getAttribute('data-task-id');
+
+      hook.state.refuse = false;
+      await page.getByTestId('workflow-retry').click();
+      await page.getByTestId('retry-reason').fill('e2e: receiver fixed');
+      await page.getByTestId('confirm-yes').click();
+      await nodeStatus(page, 'b', 'SUCCESS');
+      await nodeStatus(page, 'd', 'SUCCESS');
+      await page.locator('[data-testid="workflow-status"][data-status="SUCCESS"]').waitFor();
+      await page.locator('[data-testid="workflow-progress"][data-done="4"][data-total="4"]').waitFor();
+      assert.equal(await page.getByTestId('workflow-retry').count(), 0, 'nothing left to re-run');
+      assert.ok(await noReload(page), 'the page was never reloaded');
+      // a ran once: the retry kept it.
+      const a = await env.server.gql('query($id: ID!) { task(id: $id) { instances { id } } }', { id: aTask });
+      assert.equal(a.data.task.instances.length, 1);
+      assert.equal(hook.state.hits, 2);
       await page.close();
     } finally {
       await hook.close();

@@ -4,7 +4,7 @@ import { gql } from '@urql/core';
 
 export type TaskStatus = 'WAITING_DEPENDENCY' | 'PENDING' | 'EXECUTING' | 'SUCCESS' | 'FAILED' | 'RETRY_PENDING' | 'CANCELLED';
 export const STATUSES: TaskStatus[] = ['WAITING_DEPENDENCY', 'PENDING', 'EXECUTING', 'RETRY_PENDING', 'SUCCESS', 'FAILED', 'CANCELLED'];
-export type TaskAction = 'CANCEL' | 'RETRY';
+export type TaskAction = 'CANCEL' | 'RETRY' | 'RETRY_WORKFLOW';
 export type ArtifactKind = 'SOURCE' | 'ERROR_REPORT' | 'EXPORT' | 'REPORT';
 
 export interface TaskRow {
@@ -468,5 +468,11 @@ export const CANCEL_WORKFLOW = gql`
 export const RETRY_STEP = gql`
   mutation RetryStep($id: ID!) {
     retryTask(id: $id) { ${STEP} }
+  }
+`;
+
+export const RETRY_WORKFLOW = gql`
+  mutation RetryWorkflow($id: ID!, $reason: String) {
+    retryWorkflow(id: $id, reason: $reason) { ${WORKFLOW_ROW} }
   }
 `;

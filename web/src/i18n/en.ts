@@ -441,6 +441,9 @@ export const en = {
   'wf.cancel': 'Cancel workflow',
   'wf.confirmCancel': 'Cancel workflow {code}?',
   'wf.cancelBody': 'Every step not finished yet is cancelled (a running one is asked to stop); steps that succeeded stay.',
+  'wf.retry': 'Retry workflow',
+  'wf.confirmRetry': 'Retry workflow {code}?',
+  'wf.retryBody': 'Its failed and cancelled steps run again, each once its parents have succeeded; the steps that succeeded are kept.',
 } as const;
 
 export type MessageKey = keyof typeof en;

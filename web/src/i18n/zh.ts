@@ -442,4 +442,7 @@ export const zh: Record<MessageKey, string> = {
   'wf.cancel': '取消工作流',
   'wf.confirmCancel': '取消工作流 {code}？',
   'wf.cancelBody': '所有未完成的步骤都会被取消（运行中的会被要求停止）；已成功的步骤保留。',
+  'wf.retry': '重试工作流',
+  'wf.confirmRetry': '重试工作流 {code}？',
+  'wf.retryBody': '失败和已取消的步骤会重新运行（各自在上游成功之后）；已成功的步骤保留，不再运行。',
 };

@@ -2,12 +2,13 @@
 // steps (laid out by dagre, see lib/dag.ts), each node coloured by its
 // step's state and kept live by taskUpdated events of the steps (no
 // polling). A node opens its task; a failed step is retried from its node;
-// the workflow is cancelled from the head.
+// the workflow is cancelled, or re-run from its failed steps, from the
+// head.
 import { useCallback, useEffect, useMemo, useRef, useState, type KeyboardEvent } from 'react';
 import { useMutation, useQuery, type CombinedError } from 'urql';
 import { useUncachedClient } from '../api/client';
 import { fromCombined } from '../api/errors';
-import { CANCEL_WORKFLOW, RETRY_STEP, STATUSES, STEP_PARENTS, STEPS_UPDATED, WORKFLOW, WORKFLOW_STEPS, type StepNode, type WorkflowRow } from '../api/queries';
+import { CANCEL_WORKFLOW, RETRY_STEP, RETRY_WORKFLOW, STATUSES, STEP_PARENTS, STEPS_UPDATED, WORKFLOW, WORKFLOW_STEPS, type StepNode, type WorkflowRow } from '../api/queries';
 import { ActionButtons } from '../components/ActionButtons';
 import { ConfirmDialog } from '../components/ConfirmDialog';
 import { ErrorBox } from '../components/ErrorBox';
@@ -338,10 +339,40 @@ function WorkflowActions({ wf, onDone }: { wf: WorkflowRow; onDone: () => void }
   const [confirming, setConfirming] = useState(false);
   const [reason, setReason] = useState('');
   const [cancelState, cancel] = useMutation(CANCEL_WORKFLOW);
+  const [retrying, setRetrying] = useState(false);
+  const [retryState, retry] = useMutation(RETRY_WORKFLOW);
   const [showError, setShowError] = useState(false);
-  const error = cancelState.error;
+  const error = cancelState.error ?? retryState.error;
   return (
     <div className="actions" data-testid="workflow-actions">
+      {wf.availableActions.includes('RETRY_WORKFLOW') && (
+        <button type="button" className="btn btn-primary" data-testid="workflow-retry" disabled={retryState.fetching} onClick={() => setRetrying(true)}>
+          {t('wf.retry')}
+        </button>
+      )}
+      {retrying && (
+        <ConfirmDialog
+          title={t('wf.confirmRetry', { code: wf.code })}
+          confirmLabel={t('wf.retry')}
+          cancelLabel={t('action.back')}
+          busy={retryState.fetching}
+          testId="retry-dialog"
+          onClose={() => setRetrying(false)}
+          onConfirm={async () => {
+            const r = await retry({ id: wf.id, reason: reason.trim() || null });
+            setRetrying(false);
+            setReason('');
+            setShowError(!!r.error);
+            onDone();
+          }}
+        >
+          <p className="muted small">{t('wf.retryBody')}</p>
+          <label className="field">
+            <span>{t('action.reason')}</span>
+            <input value={reason} maxLength={500} onChange={(e) => setReason(e.target.value)} data-testid="retry-reason" />
+          </label>
+        </ConfirmDialog>
+      )}
       {wf.availableActions.includes('CANCEL') && (
         <button type="button" className="btn btn-danger-outline" data-testid="workflow-cancel" disabled={cancelState.fetching} onClick={() => setConfirming(true)}>
           {t('wf.cancel')}
