@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -379,10 +380,14 @@ func workflowWatch(env *Env, args []string) int {
 }
 
 // workflowReread is the shortest time between two reads of a workflow's
-// status while its steps change: a burst of step events (a 10,000-step
-// fan-out) is one read per interval, and the last event is always followed
-// by one.
-const workflowReread = 250 * time.Millisecond
+// status while its steps change, plus rereadPerStep for each of its steps
+// (a read derives the status from every step: 10,000 steps are read every
+// 1.25 s at most). A burst of step events is one read per interval, and
+// the last event is always followed by one.
+const (
+	workflowReread = 250 * time.Millisecond
+	rereadPerStep  = 100 * time.Microsecond
+)
 
 // workflowSettle is when, after subscribing, the steps are read once
 // more: the stream's headers arrive before the server has registered it,
@@ -477,12 +482,24 @@ func (c *cmd) followWorkflow(cl *client, id string, announced *WorkflowFields) e
 	if ended() {
 		return finish()
 	}
-	ids := make([]string, 0, len(steps))
+	// The steps' id range rather than their list: the server matches each
+	// change against the filter, and a list of 10,000 ids is 10,000
+	// comparisons a change. Steps are created together: the few other
+	// tasks in the range are dropped here.
+	var lo, hi int64
 	for sid := range steps {
-		ids = append(ids, sid)
+		n, err := strconv.ParseInt(sid, 10, 64)
+		if err != nil {
+			return fmt.Errorf("step id %q: %w", sid, err)
+		}
+		if lo == 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
 	}
+	from, to, isStep := strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), true
 	subs := cl.subscriptions(ctx)
-	stream, _, err := StepUpdated(ctx, subs, &TaskWhereInput{IdIn: ids})
+	stream, _, err := StepUpdated(ctx, subs, &TaskWhereInput{IdGTE: &from, IdLTE: &to, StepKeyNotNil: &isStep})
 	if err != nil {
 		return err
 	}
@@ -492,6 +509,7 @@ func (c *cmd) followWorkflow(cl *client, id string, announced *WorkflowFields) e
 		}
 	}()
 	var lastRead time.Time
+	every := workflowReread + time.Duration(len(steps))*rereadPerStep
 	var reread <-chan time.Time
 	settle := time.After(workflowSettle)
 	check := func() error {
@@ -527,9 +545,12 @@ func (c *cmd) followWorkflow(cl *client, id string, announced *WorkflowFields) e
 			if m.Data == nil {
 				continue
 			}
+			if _, ours := steps[m.Data.TaskUpdated.Id]; !ours {
+				continue
+			}
 			err = step(&m.Data.TaskUpdated.StepFields, true)
 			if reread == nil {
-				reread = time.After(max(0, workflowReread-time.Since(lastRead)))
+				reread = time.After(max(0, every-time.Since(lastRead)))
 			}
 		}
 		if err != nil {
