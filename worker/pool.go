@@ -185,6 +185,9 @@ type Pool struct {
 
 	wake chan struct{}
 	slot chan struct{}
+	// capFreed: an execution ended while a type was held at its cap
+	// (Claimer.HeldAtCap), here or on another node.
+	capFreed chan struct{}
 	// ramp is the most the next claim takes (rampStart); only the fetch
 	// loop uses it.
 	ramp int
@@ -234,12 +237,13 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 		cfg.ID = DefaultWorkerID()
 	}
 	p := &Pool{
-		cfg:     cfg,
-		deps:    deps,
-		log:     cfg.Logger.With("worker_id", cfg.ID),
-		wake:    make(chan struct{}, 1),
-		slot:    make(chan struct{}, 1),
-		running: newRunningSet(),
+		cfg:      cfg,
+		deps:     deps,
+		log:      cfg.Logger.With("worker_id", cfg.ID),
+		wake:     make(chan struct{}, 1),
+		slot:     make(chan struct{}, 1),
+		capFreed: make(chan struct{}, 1),
+		running:  newRunningSet(),
 	}
 	p.ramp = p.rampStart()
 	p.writes = newFlusher(deps.Store, p.log, cfg.FlushInterval, outcomesQueuedPerSlot*cfg.Concurrency)
@@ -342,6 +346,13 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 		case <-p.slot:
 			wait := p.cfg.FetchCooldown - time.Since(lastFetch)
 			if wait > 0 && p.freeSlots() < p.cfg.ClaimBatch/claimWorthDivisor {
+				cooldown.Reset(wait)
+				continue
+			}
+		case <-p.capFreed:
+			// A capped type's slot may have freed: claim now, but at
+			// most once a cooldown however many executions end.
+			if wait := p.cfg.FetchCooldown - time.Since(lastFetch); wait > 0 {
 				cooldown.Reset(wait)
 				continue
 			}
@@ -759,8 +770,16 @@ func (p *Pool) subscribe() *events.Subscription[events.TaskChange] {
 		case events.Created, events.CancelRequested:
 			return true
 		case events.Transitioned:
-			// A retry scheduled, or a step released by its parents.
-			return c.Task.Status == lifecycle.RetryPending || c.Task.Status == lifecycle.Pending
+			switch c.Task.Status {
+			case lifecycle.RetryPending, lifecycle.Pending:
+				// A retry scheduled, or a step released by its parents.
+				return true
+			case lifecycle.Executing, lifecycle.WaitingDependency:
+				return false
+			}
+			// An execution ended (or a task was cancelled): while a type
+			// is held at its cap, that may have freed one of its slots.
+			return p.deps.Store.HeldAtCap()
 		}
 		return false
 	}, changesBuffer)
@@ -794,6 +813,13 @@ func (p *Pool) consume(ctx context.Context, sub *events.Subscription[events.Task
 			if c.Kind == events.CancelRequested {
 				if ex := p.running.task(c.Task.ID); ex != nil {
 					ex.requestCancel(c.Task.CancelReason)
+				}
+				continue
+			}
+			if c.Kind == events.Transitioned && c.Task.Status != lifecycle.RetryPending && c.Task.Status != lifecycle.Pending {
+				select {
+				case p.capFreed <- struct{}{}:
+				default:
 				}
 				continue
 			}

@@ -23,6 +23,11 @@ type Claimer interface {
 	// admits again a type it refused (zero: none), so that the pool claims
 	// then rather than at its next poll.
 	NextAdmission() time.Time
+	// HeldAtCap reports whether a recent claim found a type at its
+	// cluster-wide cap: the pool then claims as soon as any execution
+	// ends (on any node: the change feed relays other nodes' ends), the
+	// slot it freed being the cap's, instead of at its next poll.
+	HeldAtCap() bool
 }
 
 // Heartbeater reports running executions alive: the pool's heartbeat loop

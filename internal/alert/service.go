@@ -153,7 +153,8 @@ func (s *Service) CreateChannel(ctx context.Context, in ChannelInput) (*ent.Aler
 	}
 	var out *ent.AlertChannel
 	err = s.cfg.Store.Tx(ctx, func(tx *ent.Tx) error {
-		c := tx.AlertChannel.Create().SetTenant(v.Tenant).SetCreatedBy(v.User).SetUpdatedAt(s.cfg.Store.Now())
+		now := s.cfg.Store.Now()
+		c := tx.AlertChannel.Create().SetTenant(v.Tenant).SetCreatedBy(v.User).SetCreatedAt(now).SetUpdatedAt(now)
 		if err := s.fillChannel(in, c.Mutation()); err != nil {
 			return err
 		}
@@ -399,7 +400,8 @@ func (s *Service) CreateRule(ctx context.Context, in RuleInput) (*ent.AlertRule,
 			}
 			return invalid("name", "a rule named %q exists", in.Name)
 		}
-		out, err = tx.AlertRule.Create().SetTenant(v.Tenant).SetCreatedBy(v.User).SetUpdatedAt(s.cfg.Store.Now()).
+		now := s.cfg.Store.Now()
+		out, err = tx.AlertRule.Create().SetTenant(v.Tenant).SetCreatedBy(v.User).SetCreatedAt(now).SetUpdatedAt(now).
 			SetName(in.Name).SetKind(in.Kind).SetEnabled(in.Enabled).SetTaskType(in.TaskType).SetOwner(in.Owner).
 			SetErrorKind(in.ErrorKind).SetThreshold(in.Threshold).SetWindowSeconds(in.WindowSeconds).
 			SetQuietSeconds(in.QuietSeconds).SetChannelIds(in.ChannelIDs).Save(ctx)

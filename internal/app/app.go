@@ -402,6 +402,7 @@ func (a *App) newEngine(context.Context, *cleanup) error {
 		return err
 	}
 	a.Audit = audit.New(st.Tx, a.masker, graph.ErrorCode, a.rootLog, a.Outages)
+	a.Audit.UseClock(st.Now)
 	a.Engine = engine.New(st, a.Registry, a.Policies, a.sealer, a.masker, append([]engine.Option{engine.WithAudit(a.Audit), engine.WithRateLimit(limiter), engine.WithTracer(a.tracer)}, a.opts.Engine...)...)
 	// Bulk actions over a filter decode their filters as the API does.
 	a.Engine.SetTaskWhere(graph.TaskWhereDecoder(&graph.Resolver{Engine: a.Engine, Client: st.Client()}))
@@ -525,6 +526,7 @@ func (a *App) newRelay(ctx context.Context, undo *cleanup) error {
 	}
 	l, err := relay.Listen(ctx, relay.Config{
 		DSN: cfg.DSN(), DB: st.DB(), Node: a.Node, Client: st.Client(), Broker: a.Broker, Logger: a.rootLog,
+		HeldAtCap: st.HeldAtCap,
 		OnResync: func() {
 			if a.Pool != nil {
 				a.Pool.Wake()

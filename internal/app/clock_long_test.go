@@ -19,9 +19,6 @@ import (
 	"github.com/taskgraph/taskgraph/worker"
 )
 
-// skewed is a wall clock off by d.
-func skewed(d time.Duration) func() time.Time { return func() time.Time { return time.Now().Add(d) } }
-
 // TestOneClockForTheCluster: two nodes on one PostgreSQL, one with its wall
 // clock two minutes ahead and one two minutes behind (the database's clock
 // is this machine's). Whichever leads the watchdog and the scheduler, no
@@ -157,5 +154,75 @@ func waitTaskFor(t *testing.T, s *apptest.Server, id string, patience time.Durat
 		}
 		require.True(t, time.Now().Before(deadline), "task %s still %s", id, out.Task.Status)
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestADeadNodeIsRecoveredWithinItsLease: two nodes on one PostgreSQL, one
+// with its wall clock two minutes ahead and one two minutes behind. The
+// execution runs on one of them, which then stops sending heartbeats (its
+// heartbeat interval is an hour: its last beat is its claim, as if it had
+// been killed right after it); the other, which runs no handler, leads the
+// watchdog. By the times the database recorded, the execution is recovered
+// after its lease (3 s) and not before, and within a scan or a few of it,
+// not two minutes early or late as judging a node's clock by another's
+// would make it; and every one of those times is the database's own.
+func TestADeadNodeIsRecoveredWithinItsLease(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second
+	for _, leads := range []time.Duration{2 * time.Minute, -2 * time.Minute} {
+		t.Run(fmt.Sprintf("Leader%+.0fs", leads.Seconds()), func(t *testing.T) {
+			t.Parallel()
+			dsn := dbtest.PostgresOnly(t)
+			start := func(skew, heartbeat time.Duration, configure ...func(*app.Config)) *apptest.Server {
+				return apptest.Start(t, dsn, app.Options{
+					WallClock: skewed(skew),
+					Pool:      worker.Config{HeartbeatInterval: heartbeat},
+					Watchdog:  worker.WatchdogConfig{Interval: 100 * time.Millisecond, HeartbeatTimeout: lease},
+				}, append(configure, func(c *app.Config) { c.NodeRefresh = 200 * time.Millisecond })...)
+			}
+			// The leader runs no handler: the execution is the other node's.
+			leader := start(leads, 200*time.Millisecond, func(c *app.Config) { c.Roles = []app.Role{app.RoleAPI, app.RoleWatchdog} })
+			apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+				return leader.App.Leader.Leading(), "the first node leads the watchdog"
+			})
+			dead := start(-leads, time.Hour, func(c *app.Config) { c.BlobURL = leader.App.Artifacts.Location() })
+
+			var created struct{ CreateTask struct{ ID string } }
+			leader.Query(t, `mutation { createTask(input: {type: "noop", title: "dies", maxAttempts: 1, timeoutSeconds: 3600, input: {sleepMs: 600000}}) { id } }`, nil, &created)
+			id := created.CreateTask.ID
+			done := waitTaskFor(t, leader, id, 2*time.Minute)
+			require.Equal(t, "FAILED", done.Status, "task %s: %+v", id, done.Instances)
+
+			var out struct {
+				Task struct {
+					Instances []struct {
+						WorkerID, ErrorKind, LastError     string
+						StartedAt, HeartbeatAt, FinishedAt *time.Time
+					}
+				}
+			}
+			leader.Query(t, `query($id: ID!) { task(id: $id) { instances { workerID errorKind lastError startedAt heartbeatAt finishedAt } } }`, map[string]any{"id": id}, &out)
+			var dbNow time.Time
+			require.NoError(t, leader.App.Store.DB().QueryRowContext(t.Context(), "SELECT clock_timestamp()").Scan(&dbNow))
+
+			require.Len(t, out.Task.Instances, 1, "%+v", out.Task.Instances)
+			in := out.Task.Instances[0]
+			require.Equal(t, dead.App.Node, in.WorkerID, "the execution ran on the node that died")
+			require.Equal(t, "TIMEOUT", in.ErrorKind)
+			require.Contains(t, in.LastError, "stopped sending heartbeats")
+			require.NotNil(t, in.StartedAt)
+			require.NotNil(t, in.HeartbeatAt)
+			require.NotNil(t, in.FinishedAt)
+			// The last beat (stamped by the dead node) and the recovery
+			// (stamped by the leader) are both the database's time: before
+			// its now, and not minutes off it.
+			for name, at := range map[string]time.Time{"started": *in.StartedAt, "last heartbeat": *in.HeartbeatAt, "recovered": *in.FinishedAt} {
+				require.False(t, at.After(dbNow), "%s at %s, after the database's now %s", name, at, dbNow)
+				require.Less(t, dbNow.Sub(at), time.Minute, "%s at %s, the database's now %s", name, at, dbNow)
+			}
+			waited := in.FinishedAt.Sub(*in.HeartbeatAt)
+			require.GreaterOrEqual(t, waited, lease, "recovered %s after its last heartbeat, within its lease", waited)
+			require.Less(t, waited, 30*time.Second, "recovered %s after its last heartbeat (lease %s)", waited, lease)
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/flow"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
+	"github.com/taskgraph/taskgraph/worker"
 )
 
 // runs records, for every execution of the "paced" task type, when its
@@ -78,7 +79,7 @@ func maxOverlap(spans [][2]time.Time) int {
 var local = auth.NewContext(context.Background(), auth.Local)
 
 // createPaced creates n tasks of the paced type through one node's engine.
-func createPaced(t *testing.T, s *apptest.Server, n, sleepMs int) []int {
+func createPaced(t testing.TB, s *apptest.Server, n, sleepMs int) []int {
 	t.Helper()
 	ids := make([]int, n)
 	for i := range ids {
@@ -90,7 +91,7 @@ func createPaced(t *testing.T, s *apptest.Server, n, sleepMs int) []int {
 }
 
 // waitAllSucceeded waits until every paced task succeeded.
-func waitAllSucceeded(t *testing.T, s *apptest.Server, n int, within time.Duration) {
+func waitAllSucceeded(t testing.TB, s *apptest.Server, n int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -210,5 +211,60 @@ func TestPauseWithExpiry(t *testing.T) {
 		for _, in := range insts {
 			require.False(t, in.StartedAt.Before(until.UTC().Truncate(time.Microsecond)), "started %s, paused until %s", in.StartedAt, until)
 		}
+	})
+}
+
+// TestCapHandOff: a slot a finishing execution frees under a type's cap
+// is taken at once by the next waiting task, on the same node or another
+// (through the change feed and the relay), not at the next poll: with
+// polls an hour apart, three tasks at a cap of 1 all run, one after the
+// other. (How long a hand-off takes is BenchmarkCapHandOff's.)
+func TestCapHandOff(t *testing.T) {
+	t.Parallel()
+	hourly := app.Options{Pool: worker.Config{PollInterval: time.Hour}}
+	t.Run("OnOneNode", func(t *testing.T) {
+		t.Parallel()
+		dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+			rec := &runs{}
+			opts := hourly
+			opts.Register = rec.register
+			a := apptest.Start(t, d.DSN(t), opts)
+			_, err := a.App.Flow.Set(local, "paced", flow.Limits{MaxRunning: ptr(1)})
+			require.NoError(t, err)
+			createPaced(t, a, 3, 100)
+			waitAllSucceeded(t, a, 3, 60*time.Second)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			require.Equal(t, 1, maxOverlap(rec.spans), "one at a time")
+		})
+	})
+	t.Run("FromOneNodeToAnother", func(t *testing.T) {
+		t.Parallel()
+		dsn := dbtest.PostgresOnly(t)
+		rec := &runs{}
+		opts := hourly
+		opts.Register = rec.register
+		a := apptest.Start(t, dsn, opts)
+		_, err := a.App.Flow.Set(local, "paced", flow.Limits{MaxRunning: ptr(1)})
+		require.NoError(t, err)
+		// A runs the first task and then claims nothing more; B, started
+		// once the first runs, must take the next ones, and only A's end
+		// of the first can wake it (B's own claims find the cap full).
+		first := createPaced(t, a, 1, 3000)[0]
+		require.Eventually(t, func() bool {
+			tk, err := a.App.Store.Client().Task.Get(local, first)
+			return err == nil && tk.Status == lifecycle.Executing
+		}, 30*time.Second, 10*time.Millisecond)
+		a.App.Pool.StopClaiming()
+		b := apptest.Start(t, dsn, opts)
+		createPaced(t, a, 2, 50)
+		waitAllSucceeded(t, a, 3, 60*time.Second)
+		insts, err := a.App.Store.Client().TaskInstance.Query().Where(taskinstance.TaskType("paced")).All(local)
+		require.NoError(t, err)
+		byWorker := map[string]int{}
+		for _, in := range insts {
+			byWorker[in.WorkerID]++
+		}
+		require.Equal(t, map[string]int{a.App.Pool.ID(): 1, b.App.Pool.ID(): 2}, byWorker)
 	})
 }

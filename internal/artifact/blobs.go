@@ -86,6 +86,22 @@ func (e *MissingError) Error() string { return "not found in the blob store " + 
 // Is makes a *MissingError match ErrNoBlob.
 func (e *MissingError) Is(target error) bool { return target == ErrNoBlob }
 
+// SetupError is a blob store that answered and refused this node's
+// setup: a bucket that does not exist, no credentials, credentials it
+// refused. It says what is wrong and what to set; it is a StoreError's
+// Err, so the node starts (and stays) unready, saying so in its log and on
+// /readyz, the same way whichever it is, and is ready once it is fixed
+// (a bucket created, a key granted) without a restart.
+type SetupError struct {
+	What string // what is wrong
+	Set  string // what to set
+	Err  error  // the store's (or the SDK's) own error
+}
+
+func (e *SetupError) Error() string { return e.What + ": " + e.Set }
+
+func (e *SetupError) Unwrap() error { return e.Err }
+
 // StoreError is a failure of the blob store itself: unreachable, an error
 // status, too slow, credentials refused. Worth another attempt later;
 // never the file's fault.

@@ -18,6 +18,7 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 	gcaws "gocloud.dev/aws"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
@@ -215,6 +216,41 @@ func openS3(ctx context.Context, u *url.URL, q url.Values) (*blob.Bucket, string
 	return b, location, nil
 }
 
+// credentialVars is what an S3 node's credentials are read from.
+const credentialVars = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE with a shared credentials file)"
+
+// setup recognises the errors of an S3 store that mean its setup is wrong,
+// not that it failed: nil for any other error.
+func (b *Bucket) setup(err error) *SetupError {
+	if !strings.HasPrefix(b.location, "s3://") {
+		return nil
+	}
+	bucket := strings.TrimPrefix(b.location, "s3://")
+	if i := strings.IndexAny(bucket, "?/"); i >= 0 {
+		bucket = bucket[:i]
+	}
+	var api smithy.APIError
+	if b.b.ErrorAs(err, &api) {
+		switch code := api.ErrorCode(); code {
+		case "NoSuchBucket":
+			return &SetupError{What: fmt.Sprintf("the bucket %q does not exist (%s)", bucket, code),
+				Set: "create it, or set --blob-url (TASKGRAPH_BLOB_URL) to a bucket that exists", Err: err}
+		case "SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidClientTokenId", "InvalidToken", "ExpiredToken", "AccessDenied", "AllAccessDisabled":
+			return &SetupError{What: fmt.Sprintf("the S3 server refused this node's credentials for the bucket %q (%s)", bucket, code),
+				Set: "set " + credentialVars + " to a key that may read and write it", Err: err}
+		}
+		return nil
+	}
+	// No answer at all: the SDK found no credentials to sign with.
+	msg := err.Error()
+	for _, s := range []string{"failed to retrieve credentials", "failed to refresh cached credentials", "no EC2 IMDS role found", "static credentials are empty", "anonymous credentials"} {
+		if strings.Contains(msg, s) {
+			return &SetupError{What: "this node has no S3 credentials", Set: "set " + credentialVars, Err: err}
+		}
+	}
+	return nil
+}
+
 // redactURL drops the user information of a URL that may carry it.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
@@ -232,11 +268,16 @@ func (b *Bucket) Location() string { return b.location }
 func (b *Bucket) Close() error { return b.b.Close() }
 
 // fail turns an error of the bucket into ours: a missing object, the
-// caller giving up (its context), or a failure of the store.
+// caller giving up (its context), or a failure of the store (one of its
+// setup said as such: setup).
 func (b *Bucket) fail(ctx context.Context, op string, err error) error {
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
+	}
+	if se := b.setup(err); se != nil {
+		return &StoreError{Op: op, Location: b.location, Err: se}
+	}
+	switch {
 	case gcerrors.Code(err) == gcerrors.NotFound:
 		return &MissingError{Location: b.location}
 	case ctx.Err() != nil:

@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/auditlog"
@@ -82,6 +83,9 @@ type Recorder struct {
 	code    func(error) string
 	log     *slog.Logger
 	outages *outage.Monitor
+	// now stamps records (created_at): the cluster's clock (Store.Now), so
+	// that records several nodes write order and filter by one time.
+	now func() time.Time
 }
 
 // New returns a Recorder writing with write. code names an error the way
@@ -91,8 +95,13 @@ func New(write Writer, masker *mask.Masker, code func(error) string, log *slog.L
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Recorder{write: write, masker: masker, code: code, log: log, outages: outages}
+	return &Recorder{write: write, masker: masker, code: code, log: log, outages: outages,
+		now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
 }
+
+// UseClock stamps records with now from here on (the store's Now, the
+// database's clock, which every node shares); without it, the local clock.
+func (r *Recorder) UseClock(now func() time.Time) { r.now = now }
 
 // Record writes e in a transaction of its own: the record of an action
 // that failed, or that changed nothing the store writes (a download, an
@@ -119,6 +128,7 @@ func (r *Recorder) insert(ctx context.Context, tx *ent.Tx, e Entry) error {
 	v, _ := auth.FromContext(ctx)
 	outcome, code := r.outcome(e)
 	return tx.AuditLog.Create().
+		SetCreatedAt(r.now()).
 		SetActor(v.User).
 		SetRole(string(v.Role)).
 		SetSource(v.Source).

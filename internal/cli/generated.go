@@ -3590,7 +3590,7 @@ type NodeFields struct {
 	Busy int `json:"busy"`
 	// Handlers it may run at once (0 without the worker role).
 	Total int `json:"total"`
-	// Whether it leads the watchdog.
+	// Whether it leads the watchdog, as it said at its last refresh; false once it is GONE or STOPPED (a node killed while it led never shows beside the one that took over).
 	Leading bool `json:"leading"`
 	// Drained by an admin (the node stops claiming at its next refresh).
 	Draining bool `json:"draining"`

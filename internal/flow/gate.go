@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
@@ -54,6 +55,12 @@ type Querier = store.Querier
 type Gate struct {
 	mu   sync.Mutex
 	next time.Time
+	// atCap holds the types the latest claims of which found at their
+	// cap, and heldAtCap is whether there are any: while a type is held
+	// at its cap, the end of any execution may free a slot of it, and the
+	// pool claims at once (HeldAtCap) instead of at its next poll.
+	atCap     map[string]bool
+	heldAtCap atomic.Bool
 }
 
 // NewGate returns the gate.
@@ -67,6 +74,27 @@ func (g *Gate) NextAdmission() time.Time {
 	t := g.next
 	g.next = time.Time{}
 	return t
+}
+
+// HeldAtCap reports whether the latest claim of a capped type found it at
+// its cap or filled it: the end of an execution may then free a slot a waiting
+// task can take, which is worth a claim now rather than at the next poll.
+// Safe to call from any goroutine, cheaply (an atomic read).
+func (g *Gate) HeldAtCap() bool { return g.heldAtCap.Load() }
+
+// noteCap records whether typ was found at its cap by a claim.
+func (g *Gate) noteCap(typ string, full bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if full {
+		if g.atCap == nil {
+			g.atCap = map[string]bool{}
+		}
+		g.atCap[typ] = true
+	} else {
+		delete(g.atCap, typ)
+	}
+	g.heldAtCap.Store(len(g.atCap) > 0)
 }
 
 // admitAt notes that a refused type will be admitted again at t.
@@ -114,6 +142,9 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, clock func(
 	// The rate windows of the rate-limited types admitted, as read: their
 	// control rows are locked, and the claim writes no start before Record.
 	windows := map[string]*rateWindow{}
+	// The room the caps leave, of the capped types admitted: a claim that
+	// takes all of it leaves the type at its cap (Took).
+	capRoom := map[string]int{}
 	for _, c := range controls {
 		if c.pausedAt(now) {
 			if c.pausedUntil.Valid {
@@ -129,6 +160,10 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, clock func(
 				return store.Admission{}, fmt.Errorf("flow gate: count running %s: %w", c.typ, err)
 			}
 			allowed = max(0, int(c.maxRunning.Int64)-running)
+			g.noteCap(c.typ, allowed == 0)
+			if allowed > 0 {
+				capRoom[c.typ] = allowed
+			}
 		}
 		if c.rateLimit.Valid {
 			// The starts of the last two periods, through the
@@ -161,6 +196,15 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, clock func(
 		room[c.typ] = allowed
 	}
 	adm := store.Admission{Now: now, Room: room}
+	if len(capRoom) > 0 {
+		adm.Took = func(claimed map[string]int) {
+			for typ, r := range capRoom {
+				if claimed[typ] >= r {
+					g.noteCap(typ, true)
+				}
+			}
+		}
+	}
 	if len(windows) > 0 {
 		adm.Record = func(ctx context.Context, q Querier, claimed map[string]int) error {
 			return record(ctx, q, windows, claimed, now)

@@ -193,6 +193,45 @@ func TestRegistryPass(t *testing.T) {
 	})
 }
 
+// TestAGoneNodeNeverLeads: a node killed while it led the watchdog keeps
+// leading = true in its row (it never refreshed again); once its lease ran
+// out the API shows it GONE and not leading, beside the node that took
+// over, and a node stopped cleanly does not lead either.
+func TestAGoneNodeNeverLeads(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		b := setup(t, dsn)
+		dead := b.registry(t, "node-a", nil, true)
+		_, err := dead.Pass(context.Background())
+		require.NoError(t, err)
+		leading := func() map[string]bool {
+			list, err := b.svc.List(adminCtx)
+			require.NoError(t, err)
+			out := map[string]bool{}
+			for _, v := range list {
+				out[v.Name+" "+string(v.State)] = v.Leading
+			}
+			return out
+		}
+		require.Equal(t, map[string]bool{"node-a LIVE": true}, leading())
+
+		// node-a is killed; within its lease it still shows as it was.
+		b.clock.Advance(2 * time.Second)
+		require.Equal(t, map[string]bool{"node-a LIVE": true}, leading())
+		// Past its lease node-b takes over.
+		b.clock.Advance(2 * time.Second)
+		heir := b.registry(t, "node-b", nil, true)
+		_, err = heir.Pass(context.Background())
+		require.NoError(t, err)
+		require.True(t, row(t, b, "node-a").Leading, "the dead node's row still says it leads")
+		require.Equal(t, map[string]bool{"node-a GONE": false, "node-b LIVE": true}, leading())
+
+		// A node stopped cleanly leads nothing either.
+		require.NoError(t, heir.MarkStopped(context.Background()))
+		require.Equal(t, map[string]bool{"node-a GONE": false, "node-b STOPPED": false}, leading())
+	})
+}
+
 func TestDrain(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {

@@ -79,6 +79,13 @@ func (s *Service) List(ctx context.Context) ([]View, error) {
 	byName := make(map[string]int, len(rows))
 	for i, n := range rows {
 		out[i] = View{ClusterNode: n, State: StateOf(n, now), Running: []Execution{}}
+		// The row says what the node said at its last refresh: one killed
+		// while it led still says so. A node past its lease or stopped
+		// leads nothing (its advisory lock went with its session), so it is
+		// never shown as leading beside the node that took over.
+		if out[i].State == Gone || out[i].State == Stopped {
+			n.Leading = false
+		}
 		names[i] = n.Name
 		byName[n.Name] = i
 	}

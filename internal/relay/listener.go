@@ -40,6 +40,11 @@ type Config struct {
 	// OnResync is called after the listening connection was lost and
 	// re-established (a worker pool should look for work).
 	OnResync func()
+	// HeldAtCap, when set, says whether this node's claims found a type
+	// at its cluster-wide cap (store.Store.HeldAtCap): other nodes' ends
+	// of executions are then passed on to its worker pool too, since one
+	// of them may have freed a slot of the cap.
+	HeldAtCap func() bool
 	// ResyncLimit bounds how many changed tasks (and log lines) a resync
 	// re-publishes; past it, clients are told to re-read and subscribe
 	// again (events.ErrResyncRequired). Default: ResyncLimitDefault.
@@ -390,8 +395,9 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) bool {
 	full := l.cfg.Broker.WantsFullChanges()
 	changes := make([]events.TaskChange, 0, len(ts))
 	if !full {
+		held := l.cfg.HeldAtCap != nil && l.cfg.HeldAtCap()
 		for _, t := range ts {
-			if !wakesWorkers(events.ChangeKind(t[2]), lifecycle.AllStatuses[t[3]]) {
+			if !wakesWorkers(events.ChangeKind(t[2]), lifecycle.AllStatuses[t[3]], held) {
 				continue
 			}
 			changes = append(changes, events.TaskChange{
@@ -465,13 +471,20 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) bool {
 // wakesWorkers reports the changes a worker pool acts on: new work (a task
 // created, a retry scheduled) and cancel requests. Without clients, the
 // rest of another node's changes concern nobody here.
-func wakesWorkers(kind events.ChangeKind, status lifecycle.Status) bool {
+func wakesWorkers(kind events.ChangeKind, status lifecycle.Status, heldAtCap bool) bool {
 	switch kind {
 	case events.Created, events.CancelRequested:
 		return true
 	case events.Transitioned:
-		// A retry scheduled, or a step released by its parents.
-		return status == lifecycle.RetryPending || status == lifecycle.Pending
+		switch status {
+		case lifecycle.RetryPending, lifecycle.Pending:
+			// A retry scheduled, or a step released by its parents.
+			return true
+		case lifecycle.Executing, lifecycle.WaitingDependency:
+			return false
+		}
+		// An execution ended: it may have freed a capped type's slot.
+		return heldAtCap
 	}
 	return false
 }

@@ -169,13 +169,18 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 			out[i] = Claimed{Task: byID[in.TaskID], Instance: in}
 		}
 		t.changed(events.Transitioned, tasks...)
-		if adm.Record != nil {
+		if adm.Record != nil || adm.Took != nil {
 			counts := make(map[string]int, len(types))
 			for _, tk := range tasks {
 				counts[tk.Type]++
 			}
-			if err := adm.Record(ctx, q, counts); err != nil {
-				return fmt.Errorf("claim: gate: %w", err)
+			if adm.Record != nil {
+				if err := adm.Record(ctx, q, counts); err != nil {
+					return fmt.Errorf("claim: gate: %w", err)
+				}
+			}
+			if adm.Took != nil {
+				adm.Took(counts)
 			}
 		}
 		return nil
@@ -213,6 +218,9 @@ type Admission struct {
 	// claimed per type (a rate limit counts them). A gate that limits
 	// nothing it must count leaves it nil, and the claim makes no call.
 	Record func(ctx context.Context, q Querier, claimed map[string]int) error
+	// Took, when not nil, is told how many the claim took per type, in
+	// memory, once it took any (a cap notes whether the claim filled it).
+	Took func(claimed map[string]int)
 }
 
 // admit lowers limits (one per type) to what the gate admits, and returns
@@ -285,6 +293,16 @@ func (s *Store) NextAdmission() time.Time {
 		return g.NextAdmission()
 	}
 	return time.Time{}
+}
+
+// HeldAtCap reports whether the gate (if it says) found a type at its
+// cap in a recent claim: the end of an execution may then free a slot that
+// a waiting task of that type can take at once.
+func (s *Store) HeldAtCap() bool {
+	if g, ok := s.gate.(interface{ HeldAtCap() bool }); ok {
+		return g.HeldAtCap()
+	}
+	return false
 }
 
 // Unlimited is the room Gate.Admit gives a type it does not limit.

@@ -111,14 +111,6 @@ export class Server {
     if (body.errors) throw new Error(`createTask: ${JSON.stringify(body.errors)}`);
     return body.data.createTask;
   }
-
-  // supports tells whether the API has a root field, the way the console
-  // itself probes: a document using it with a missing variable.
-  async supports(doc, field) {
-    const body = await this.gql(doc);
-    const missing = (body.errors ?? []).some((e) => e.message.includes('Cannot query field') && e.message.includes(`"${field}"`));
-    return !missing;
-  }
 }
 
 export const CHROMIUM_ARGS = [

@@ -1,7 +1,6 @@
 import { lazy, Suspense, useEffect, useState } from 'react';
 import { Provider } from 'urql';
 import { createApi, Uncached, type Api } from './api/client';
-import { useFeatures } from './api/features';
 import { connection, signOut, useAuth, useConnection } from './api/session';
 import { ConnectionBanner } from './components/ConnectionBanner';
 import { IncidentBanner } from './components/IncidentBanner';
@@ -49,14 +48,13 @@ export function App() {
 function Shell({ signedIn }: { signedIn: boolean }) {
   const { t, lang, setLang } = useI18n();
   const { path } = useLocation();
-  const features = useFeatures();
   const conn = useConnection();
   const nav: { to: string; label: string; id: string; show: boolean }[] = [
     { to: '/', label: t('nav.dashboard'), id: 'dashboard', show: true },
     { to: '/tasks', label: t('nav.tasks'), id: 'tasks', show: true },
     { to: '/workflows', label: t('nav.workflows'), id: 'workflows', show: true },
     { to: '/launch', label: t('nav.launch'), id: 'launch', show: true },
-    { to: '/import', label: t('nav.import'), id: 'import', show: features.importFile === 'present' },
+    { to: '/import', label: t('nav.import'), id: 'import', show: true },
     { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
     { to: '/schedules', label: t('nav.schedules'), id: 'schedules', show: true },
     { to: '/types', label: t('nav.types'), id: 'types', show: true },

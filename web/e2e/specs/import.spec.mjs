@@ -1,5 +1,3 @@
-// Runs only against a server with the import API (importFile, ArtifactKind,
-// artifactDownloadUrl); e2e.test.mjs includes it after probing.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';

@@ -3,7 +3,6 @@ import { describe, expect, it, vi } from 'vitest';
 import { translator } from '../i18n';
 import { backoff, resubscribing, wsUrl } from './client';
 import { describe as describeError, fieldProblems, fromCombined, fromGraphQLErrors } from './errors';
-import { classifyProbe } from './features';
 import { markConnected, markLost, connection } from './session';
 import { multipartBody, uploadHeaders } from './upload';
 
@@ -46,25 +45,6 @@ describe('errors', () => {
     const unauth = new CombinedError({ networkError: new Error('Unauthorized'), response: { status: 401 } });
     expect(fromCombined(unauth)[0].code).toBe('UNAUTHENTICATED');
     expect(describeError({ code: 'WHAT', message: 'x', extensions: {} }, t).title).toBe('Something went wrong.');
-  });
-});
-
-describe('feature probes', () => {
-  it('sees a missing field in document validation', () => {
-    const body = {
-      errors: [{ message: 'Cannot query field "importFile" on type "Mutation".', extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }],
-    };
-    expect(classifyProbe(422, body, 'importFile')).toBe('absent');
-    expect(classifyProbe(422, { errors: [{ message: 'Unknown type "Upload".' }] }, 'importFile')).toBe('absent');
-  });
-  it('sees a present field in variable validation', () => {
-    const body = { errors: [{ message: 'must be defined', extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }] };
-    expect(classifyProbe(422, body, 'importFile')).toBe('present');
-  });
-  it('does not decide without credentials or an answer', () => {
-    expect(classifyProbe(401, null, 'importFile')).toBe('unknown');
-    expect(classifyProbe(200, { errors: [{ message: 'no', extensions: { code: 'UNAUTHENTICATED' } }] }, 'importFile')).toBe('unknown');
-    expect(classifyProbe(502, null, 'importFile')).toBe('unknown');
   });
 });
 

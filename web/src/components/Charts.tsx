@@ -1,14 +1,14 @@
 // Hand-drawn SVG charts: two small charts do not justify a charting library
 // in the bundle.
 import type { Bucket } from '../lib/buckets';
+import { formatClock } from '../lib/time';
 
 const W = 600;
 const H = 200;
 const PAD = { l: 40, r: 10, t: 10, b: 24 };
 
-function timeLabel(ms: number, locale: string) {
-  return new Date(ms).toLocaleTimeString(locale, { hour: '2-digit', minute: '2-digit', hour12: false });
-}
+// In the viewer's zone, named.
+const timeLabel = formatClock;
 
 function niceMax(v: number): number {
   if (v <= 4) return 4;

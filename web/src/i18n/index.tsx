@@ -43,6 +43,22 @@ interface I18n {
   locale: string;
 }
 
+// viewerLocale is the locale times and numbers are formatted in: the
+// viewer's own (the browser's first language of the console's language,
+// so that an en-US viewer reads 12/02/2026 and an en-GB one 02/12/2026),
+// else the language's usual one.
+export function viewerLocale(lang: Lang, languages: readonly string[] = typeof navigator === 'undefined' ? [] : navigator.languages ?? []): string {
+  const mine = languages.find((l) => l.toLowerCase().split('-')[0] === lang);
+  if (mine) {
+    try {
+      return Intl.DateTimeFormat.supportedLocalesOf([mine])[0] ?? mine;
+    } catch {
+      // a malformed tag: the default below
+    }
+  }
+  return lang === 'zh' ? 'zh-CN' : 'en-GB';
+}
+
 const Ctx = createContext<I18n>({ lang: 'en', setLang: () => {}, t: translator('en'), locale: 'en-GB' });
 
 export function I18nProvider({ children, lang: fixed }: { children: ReactNode; lang?: Lang }) {
@@ -59,7 +75,7 @@ export function I18nProvider({ children, lang: fixed }: { children: ReactNode; l
     document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
   }, [lang]);
   const value = useMemo<I18n>(
-    () => ({ lang, setLang, t: translator(lang), locale: lang === 'zh' ? 'zh-CN' : 'en-GB' }),
+    () => ({ lang, setLang, t: translator(lang), locale: viewerLocale(lang) }),
     [lang, setLang],
   );
   return <Ctx.Provider value={value}>{children}</Ctx.Provider>;

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { en } from '../i18n/en';
 import { zh } from '../i18n/zh';
-import { format, translator } from '../i18n';
+import { format, translator, viewerLocale } from '../i18n';
 import { bucketEdges, BUCKET_MS, toBuckets } from './buckets';
 import { DEFAULT_FILTER, filterToSearch, liveWhere, parseFilter, toVariables, toWhere, withRange, autoRefreshes } from './filters';
 import { buildInput, canUseForm, emptyValues, fieldsOf } from './schemaForm';
 import { artifactKinds, importResult } from './artifacts';
-import { formatDuration } from './time';
+import { formatDateTime, formatTime, nextTick, formatDuration } from './time';
 import { mergeLogs, newestTask } from '../pages/TaskDetail';
 import type { TaskFull, TaskLogLine } from '../api/queries';
 
@@ -194,5 +194,35 @@ describe('task detail', () => {
     // A message of the task shown before (the page moved to another id).
     expect(newestTask(at(1, 'PENDING', '8'), at(9, 'SUCCESS'), '8')?.id).toBe('8');
     expect(newestTask(null, at(9, 'SUCCESS'), '8')).toBeNull();
+  });
+});
+
+describe('times', () => {
+  it('names the zone, in the viewer\'s locale', () => {
+    const iso = '2026-12-02T14:31:02.123Z';
+    const zone = new Intl.DateTimeFormat('en-GB', { timeZoneName: 'short' }).formatToParts(new Date(iso)).find((p) => p.type === 'timeZoneName')?.value;
+    expect(zone).toBeTruthy();
+    expect(formatDateTime(iso, 'en-GB')).toContain(zone as string);
+    expect(formatTime(iso, 'en-GB')).toMatch(/\d\d:\d\d:\d\d[.,]123/);
+    expect(formatTime(iso, 'en-GB')).toContain(zone as string);
+    // The same instant reads differently by locale (day and month order).
+    expect(formatDateTime(iso, 'en-US')).not.toEqual(formatDateTime(iso, 'zh-CN'));
+  });
+  it('ticks a relative label when it changes', () => {
+    expect(nextTick(0)).toBe(1000);
+    expect(nextTick(12_400)).toBe(600);
+    expect(nextTick(-12_400)).toBe(600);
+    expect(nextTick(61_000)).toBe(59_000);
+    expect(nextTick(3_600_000 + 5)).toBe(3_600_000 - 5);
+  });
+});
+
+describe('viewer locale', () => {
+  it('is the browser\'s own for the console\'s language', () => {
+    expect(viewerLocale('en', ['en-US', 'fr'])).toBe('en-US');
+    expect(viewerLocale('en', ['fr-FR', 'en-AU'])).toBe('en-AU');
+    expect(viewerLocale('zh', ['en-US', 'zh-TW'])).toBe('zh-TW');
+    expect(viewerLocale('en', ['fr-FR'])).toBe('en-GB');
+    expect(viewerLocale('zh', [])).toBe('zh-CN');
   });
 });

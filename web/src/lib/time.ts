@@ -1,25 +1,51 @@
 import type { Translate } from '../i18n';
 
+// Times are shown in the viewer's zone and locale (Intl), always with the
+// zone's name: "02/12/2026, 14:31:02 UTC", "2026/12/02 22:31:02 GMT+8".
+
 export function formatDateTime(iso: string | null | undefined, locale: string): string {
   if (!iso) return '—';
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return iso;
-  return d.toLocaleString(locale, {
+  return new Intl.DateTimeFormat(locale, {
     year: 'numeric',
     month: '2-digit',
     day: '2-digit',
     hour: '2-digit',
     minute: '2-digit',
     second: '2-digit',
-    hour12: false,
-  });
+    hourCycle: 'h23',
+    timeZoneName: 'short',
+  }).format(d);
 }
 
+// formatTime: a time of day to the millisecond, with the zone (log lines).
 export function formatTime(iso: string, locale: string): string {
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return iso;
-  const ms = String(d.getMilliseconds()).padStart(3, '0');
-  return `${d.toLocaleTimeString(locale, { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false })}.${ms}`;
+  return new Intl.DateTimeFormat(locale, {
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+    fractionalSecondDigits: 3,
+    hourCycle: 'h23',
+    timeZoneName: 'short',
+  }).format(d);
+}
+
+// formatClock: hours and minutes, with the zone (charts).
+export function formatClock(ms: number, locale: string): string {
+  return new Intl.DateTimeFormat(locale, { hour: '2-digit', minute: '2-digit', hourCycle: 'h23', timeZoneName: 'short' }).format(new Date(ms));
+}
+
+// nextTick says in how many milliseconds a relative label of a time diffMs
+// away changes: every second under a minute, at the next whole minute
+// under an hour, at the next whole hour beyond.
+export function nextTick(diffMs: number): number {
+  const a = Math.abs(diffMs);
+  if (a < 60_000) return 1000 - (a % 1000) || 1000;
+  if (a < 3_600_000) return 60_000 - (a % 60_000) || 60_000;
+  return 3_600_000 - (a % 3_600_000) || 3_600_000;
 }
 
 // formatDuration: "850 ms", "12.3 s", "4 min 05 s", "2 h 03 min".

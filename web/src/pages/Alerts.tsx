@@ -25,8 +25,9 @@ import { ErrorBox } from '../components/ErrorBox';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { useNow, useOnReconnect, useThrottle } from '../lib/hooks';
-import { formatDateTime, relative } from '../lib/time';
+import { formatDateTime } from '../lib/time';
 import { Link, navigate, useLocation } from '../router';
+import { RelativeTime } from '../components/RelativeTime';
 
 type Tab = 'incidents' | 'rules' | 'channels';
 const TABS: Tab[] = ['incidents', 'rules', 'channels'];
@@ -101,7 +102,7 @@ function Incidents() {
               <strong>{inc.ruleName}</strong> <span className="mono small">{inc.subject}</span>{' '}
               <span className="muted small">
                 {t(`alerts.kind.${inc.kind}` as MessageKey)} · {t('alerts.occurrences', { n: inc.occurrences })} ·{' '}
-                <span title={formatDateTime(inc.openedAt, locale)}>{relative(inc.openedAt, now, t)}</span>
+                <RelativeTime at={inc.openedAt} />
               </span>
             </div>
             <div className="error-text" data-testid="incident-summary">
@@ -210,7 +211,7 @@ function Rules() {
                   <td className="small">
                     {r.silencedUntil && new Date(r.silencedUntil).getTime() > now
                       ? t('alerts.silencedUntil', { at: formatDateTime(r.silencedUntil, locale) })
-                      : r.lastNotifiedAt && relative(r.lastNotifiedAt, now, t)}
+                      : r.lastNotifiedAt && <RelativeTime at={r.lastNotifiedAt} />}
                   </td>
                   <td className="actions">
                     <button type="button" className="btn btn-small" onClick={() => void silence({ id: r.id, until: new Date(Date.now() + HOUR).toISOString() })}>

@@ -7,9 +7,10 @@ import { ErrorBox } from '../components/ErrorBox';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { BUCKET_MS, BUCKETS, bucketEdges, edgeVariables, toBuckets } from '../lib/buckets';
-import { useNow, useOnReconnect, useThrottle } from '../lib/hooks';
-import { age, relative } from '../lib/time';
+import { useOnReconnect, useThrottle } from '../lib/hooks';
+import { age, formatDateTime } from '../lib/time';
 import { Link } from '../router';
+import { RelativeTime, useLabelClock } from '../components/RelativeTime';
 
 type DashboardData = {
   taskStats: TaskStats;
@@ -19,7 +20,6 @@ type DashboardData = {
 
 export function Dashboard() {
   const { t, locale } = useI18n();
-  const now = useNow();
   const [clock, setClock] = useState(() => Date.now());
   const edges = useMemo(() => bucketEdges(clock), [clock]);
   const query = useMemo(() => dashboardQuery(BUCKETS), []);
@@ -101,7 +101,7 @@ export function Dashboard() {
               </Link>{' '}
               <StatusChip status={oldest.status} />
               <div className="muted">
-                {oldest.title || oldest.type} · {t('dash.waitingFor', { age: age(now - new Date(oldest.createdAt).getTime(), t) })}
+                {oldest.title || oldest.type} · <WaitingFor since={oldest.createdAt} />
               </div>
             </div>
           ) : (
@@ -127,7 +127,9 @@ export function Dashboard() {
                     <Link to={`/tasks/${f.id}`} className="mono">
                       {f.code}
                     </Link>
-                    <span className="muted small">{relative(f.finishedAt, now, t)}</span>
+                    <span className="muted small">
+                      <RelativeTime at={f.finishedAt} />
+                    </span>
                     <ActionButtons task={f} small />
                   </div>
                   {f.lastError && <div className="error-text small" title={f.lastError}>{f.lastError}</div>}
@@ -172,5 +174,16 @@ export function Dashboard() {
         </div>
       </section>
     </div>
+  );
+}
+
+// WaitingFor: "waiting for 12 s", moving.
+function WaitingFor({ since }: { since: string }) {
+  const { t, locale } = useI18n();
+  const now = useLabelClock(since);
+  return (
+    <time dateTime={since} title={formatDateTime(since, locale)} data-testid="oldest-waiting">
+      {t('dash.waitingFor', { age: age(now - new Date(since).getTime(), t) })}
+    </time>
   );
 }

@@ -2,7 +2,6 @@ import { useRef, useState, type DragEvent, type FormEvent } from 'react';
 import { gql } from '@urql/core';
 import { useQuery } from 'urql';
 import type { ApiError } from '../api/errors';
-import { useFeatures } from '../api/features';
 import { useAuth } from '../api/session';
 import { uploadImport, UploadError } from '../api/upload';
 import { ErrorBox } from '../components/ErrorBox';
@@ -30,7 +29,6 @@ function formatSize(n: number): string {
 
 export function ImportPage() {
   const { t } = useI18n();
-  const features = useFeatures();
   const { token } = useAuth();
   const [file, setFile] = useState<File | null>(null);
   // One idempotency key per chosen file: a double submit or a retry after
@@ -44,19 +42,8 @@ export function ImportPage() {
   const [localError, setLocalError] = useState('');
   const inputRef = useRef<HTMLInputElement>(null);
   // The server's targets: the import goes to one of them, picked from a list.
-  const [targetsRes] = useQuery<{ importTargets: { name: string; description: string }[] }>({ query: IMPORT_TARGETS, pause: features.importFile !== 'present' });
+  const [targetsRes] = useQuery<{ importTargets: { name: string; description: string }[] }>({ query: IMPORT_TARGETS });
   const targetList = targetsRes.data?.importTargets?.length ? targetsRes.data.importTargets : KNOWN_TARGETS.map((name) => ({ name, description: '' }));
-
-  if (features.importFile === 'absent') {
-    return (
-      <div className="page" data-testid="page-import">
-        <h1>{t('import.title')}</h1>
-        <p className="notice" data-testid="import-unsupported">
-          {t('import.unsupported')}
-        </p>
-      </div>
-    );
-  }
 
   const choose = (f: File | null | undefined) => {
     if (!f) return;

@@ -10,9 +10,9 @@ import { hasCode } from '../api/errors';
 import { ConfirmDialog } from '../components/ConfirmDialog';
 import { ErrorBox } from '../components/ErrorBox';
 import { useI18n } from '../i18n';
-import { useNow, useOnReconnect } from '../lib/hooks';
-import { formatDateTime, relative } from '../lib/time';
+import { useOnReconnect } from '../lib/hooks';
 import { Link } from '../router';
+import { RelativeTime } from '../components/RelativeTime';
 
 export type ClusterNodeState = 'LIVE' | 'DRAINING' | 'GONE' | 'STOPPED';
 
@@ -32,6 +32,9 @@ export interface ClusterNode {
   files: string;
   draining: boolean;
   runningExecutions: { instanceId: string; taskId: string; taskType: string }[];
+  // The database's clock minus the node's wall clock at its last refresh.
+  clockOffsetMs: number;
+  clockSkewed: boolean;
 }
 
 export interface ClusterSummary {
@@ -43,7 +46,7 @@ export interface ClusterSummary {
   total: number;
 }
 
-const NODE = `id state host pid version roles startedAt lastSeenAt stoppedAt busy total leading files draining runningExecutions { instanceId taskId taskType }`;
+const NODE = `id state host pid version roles startedAt lastSeenAt stoppedAt busy total leading files draining clockOffsetMs clockSkewed runningExecutions { instanceId taskId taskType }`;
 const SUMMARY = `live draining gone stopped busy total`;
 
 export const CLUSTER_NODES = gql`query ClusterNodes { clusterNodes { ${NODE} } }`;
@@ -103,8 +106,7 @@ function Summary() {
 }
 
 function NodeTable({ nodes }: { nodes: ClusterNode[] }) {
-  const { t, locale } = useI18n();
-  const now = useNow(1000);
+  const { t } = useI18n();
   const [confirm, setConfirm] = useState<ClusterNode | null>(null);
   const [drainState, drain] = useMutation(DRAIN_NODE);
   return (
@@ -120,6 +122,7 @@ function NodeTable({ nodes }: { nodes: ClusterNode[] }) {
               <th>{t('nodes.running')}</th>
               <th>{t('nodes.build')}</th>
               <th>{t('nodes.files')}</th>
+              <th>{t('nodes.clock')}</th>
               <th>{t('nodes.lastSeen')}</th>
               <th />
             </tr>
@@ -161,7 +164,12 @@ function NodeTable({ nodes }: { nodes: ClusterNode[] }) {
                 <td className="small" data-testid="node-files">
                   {n.files}
                 </td>
-                <td title={formatDateTime(n.lastSeenAt, locale)}>{relative(n.lastSeenAt, now, t)}</td>
+                <td data-testid="node-clock" data-offset-ms={n.clockOffsetMs} data-skewed={n.clockSkewed}>
+                  <ClockOffset node={n} />
+                </td>
+                <td>
+                  <RelativeTime at={n.lastSeenAt} />
+                </td>
                 <td>
                   {(n.state === 'LIVE' || n.state === 'DRAINING') && (
                     <button type="button" className="btn btn-small" onClick={() => setConfirm(n)} data-testid={n.draining ? 'node-undrain' : 'node-drain'}>
@@ -190,6 +198,34 @@ function NodeTable({ nodes }: { nodes: ClusterNode[] }) {
         >
           <p>{confirm.draining ? t('nodes.undrainBody') : t('nodes.drainBody')}</p>
         </ConfirmDialog>
+      )}
+    </>
+  );
+}
+
+// formatOffset: a span of the clock, "120.0 s", "300 ms".
+export function formatOffset(ms: number): string {
+  const a = Math.abs(ms);
+  return a < 1000 ? `${a} ms` : `${(a / 1000).toFixed(1)} s`;
+}
+
+// ClockOffset: how far the node's wall clock is from the database's (the
+// API's offset is the database's minus the node's: a node ahead has a
+// negative one), and a warning when that is past the node's threshold.
+function ClockOffset({ node }: { node: ClusterNode }) {
+  const { t } = useI18n();
+  const offset = formatOffset(node.clockOffsetMs);
+  return (
+    <>
+      <span className="small" data-testid="node-clock-offset">
+        {node.clockOffsetMs <= 0 ? t('nodes.clockAhead', { offset }) : t('nodes.clockBehind', { offset })}
+      </span>
+      {node.clockSkewed && (
+        <div>
+          <span className="chip chip-warn" data-testid="node-clock-skewed" title={t('nodes.clockSkewedTitle')}>
+            ⚠ {t('nodes.clockSkewed')}
+          </span>
+        </div>
       )}
     </>
   );

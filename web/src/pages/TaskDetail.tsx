@@ -1,7 +1,6 @@
-import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState, type ReactNode } from 'react';
 import { useClient, useQuery, useSubscription } from 'urql';
 import { fromCombined, type ApiError } from '../api/errors';
-import { useFeatures } from '../api/features';
 import { TASK, TASK_LOG_APPENDED, TASK_LOGS, TASK_UPDATED, TASK_WAITING, type ArtifactKind, type TaskFull, type TaskInstance, type TaskLogLine, type WaitReason } from '../api/queries';
 import { ActionButtons } from '../components/ActionButtons';
 import { ErrorBox } from '../components/ErrorBox';
@@ -11,10 +10,13 @@ import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { artifactKinds, importResult } from '../lib/artifacts';
 import { useNow, useOnReconnect } from '../lib/hooks';
-import { formatDateTime, formatDuration, formatTime, relative } from '../lib/time';
+import { formatDateTime, formatDuration, formatTime } from '../lib/time';
 import { Link } from '../router';
+import { RelativeTime } from '../components/RelativeTime';
 
 const LOG_TAIL = 200;
+
+const ARTIFACT_DOWNLOAD_URL = `mutation ArtifactDownloadUrl($taskId: ID!, $kind: ArtifactKind) { artifactDownloadUrl(taskId: $taskId, kind: $kind) { url expiresAt } }`;
 
 export function TaskDetail({ id }: { id: string }) {
   const { t, locale } = useI18n();
@@ -44,7 +46,11 @@ export function TaskDetail({ id }: { id: string }) {
         </div>
       );
     }
-    return <p className="muted">{t('common.loading')}</p>;
+    return (
+      <p className="muted" data-testid="task-loading">
+        {t('common.loading')}
+      </p>
+    );
   }
 
   const ir = importResult(task.result);
@@ -170,7 +176,7 @@ export function TaskDetail({ id }: { id: string }) {
   );
 }
 
-function Meta({ label, value, mono = false }: { label: string; value: string; mono?: boolean }) {
+function Meta({ label, value, mono = false }: { label: string; value: ReactNode; mono?: boolean }) {
   return (
     <div>
       <dt>{label}</dt>
@@ -210,7 +216,7 @@ function Timeline({ instances, now }: { instances: TaskInstance[]; now: number }
             </div>
             <dl className="meta compact">
               <Meta label={t('detail.worker')} value={i.workerID ?? '—'} mono />
-              {!start && <Meta label={t('detail.waitUntil')} value={`${formatDateTime(i.runAt, locale)} (${relative(i.runAt, now, t)})`} />}
+              {!start && <Meta label={t('detail.waitUntil')} value={<>{formatDateTime(i.runAt, locale)} (<RelativeTime at={i.runAt} />)</>} />}
               <Meta label={t('detail.started')} value={formatDateTime(i.startedAt, locale)} />
               <Meta label={t('detail.ended')} value={formatDateTime(i.finishedAt, locale)} />
               {start && <Meta label={t('detail.duration')} value={formatDuration((end ?? now) - start) + (end ? '' : ' …')} />}
@@ -226,21 +232,19 @@ function Timeline({ instances, now }: { instances: TaskInstance[]; now: number }
 
 function Artifacts({ task }: { task: TaskFull }) {
   const { t } = useI18n();
-  const features = useFeatures();
   const client = useClient();
+  // The files follow from the task as loaded (an import keeps its source,
+  // a result names its report): the card says there are none only once
+  // the task is read, never while it loads (TaskDetail shows the loading
+  // state until then).
   const kinds = useMemo(() => artifactKinds(task), [task]);
   const [busy, setBusy] = useState<ArtifactKind | null>(null);
   const [errors, setErrors] = useState<ApiError[]>([]);
-  if (kinds.length === 0) return null;
-  const available = features.artifactDownload === 'mutation' || features.artifactDownload === 'query';
 
   const download = async (kind: ArtifactKind) => {
     setBusy(kind);
     setErrors([]);
-    const op = features.artifactDownload === 'mutation' ? 'mutation' : 'query';
-    const doc = `${op} ArtifactDownloadUrl($taskId: ID!, $kind: ArtifactKind) { artifactDownloadUrl(taskId: $taskId, kind: $kind) { url expiresAt } }`;
-    const vars = { taskId: task.id, kind };
-    const r = op === 'mutation' ? await client.mutation(doc, vars).toPromise() : await client.query(doc, vars, { requestPolicy: 'network-only' }).toPromise();
+    const r = await client.mutation(ARTIFACT_DOWNLOAD_URL, { taskId: task.id, kind }).toPromise();
     setBusy(null);
     const url = (r.data as { artifactDownloadUrl?: { url: string } } | undefined)?.artifactDownloadUrl?.url;
     if (!url) {
@@ -260,10 +264,12 @@ function Artifacts({ task }: { task: TaskFull }) {
   };
 
   return (
-    <section className="card" aria-labelledby="artifacts" data-testid="artifacts">
+    <section className="card" aria-labelledby="artifacts" data-testid="artifacts" data-state={kinds.length === 0 ? 'empty' : 'ready'}>
       <h2 id="artifacts">{t('detail.artifacts')}</h2>
-      {!available ? (
-        <p className="muted">{t('detail.noArtifacts')}</p>
+      {kinds.length === 0 ? (
+        <p className="muted" data-testid="artifacts-empty">
+          {t('detail.noArtifacts')}
+        </p>
       ) : (
         <div className="actions">
           {kinds.map((k) => (

@@ -38,20 +38,20 @@ import {
   type ListFilter,
   type SortField,
 } from '../lib/filters';
-import { useNow, useOnReconnect, useThrottle } from '../lib/hooks';
+import { useOnReconnect, useThrottle } from '../lib/hooks';
 import { decodePayload, encodePayload } from '../lib/payload';
-import { formatDateTime, fromLocalInput, relative, toLocalInput } from '../lib/time';
+import { fromLocalInput, toLocalInput } from '../lib/time';
 import { Link, navigate, useLocation } from '../router';
+import { RelativeTime } from '../components/RelativeTime';
 
 interface TasksData {
   tasks: { totalCount: number; pageInfo: PageInfo; edges: { cursor: string; node: TaskRow }[] };
 }
 
 export function TaskList() {
-  const { t, locale } = useI18n();
+  const { t } = useI18n();
   const { search } = useLocation();
   const f = useMemo(() => parseFilter(search), [search]);
-  const now = useNow();
 
   const setFilter = useCallback((next: ListFilter, replace = false) => navigate('/tasks' + filterToSearch(next), { replace }), []);
   // Any change of the filter starts again at the first page.
@@ -269,11 +269,11 @@ export function TaskList() {
                   {(r.progressTotal > 0 || r.status === 'EXECUTING') && <ProgressBar done={r.progressDone} total={r.progressTotal} status={r.status} compact />}
                 </td>
                 <td data-label={t('list.col.owner')} className="cell-owner">{r.owner}</td>
-                <td data-label={t('list.col.created')} className="cell-created" title={formatDateTime(r.createdAt, locale)}>
-                  {relative(r.createdAt, now, t)}
+                <td data-label={t('list.col.created')} className="cell-created">
+                  <RelativeTime at={r.createdAt} testId="task-created" />
                 </td>
-                <td data-label={t('list.col.finished')} className="cell-finished" title={formatDateTime(r.finishedAt, locale)}>
-                  {r.finishedAt ? relative(r.finishedAt, now, t) : '—'}
+                <td data-label={t('list.col.finished')} className="cell-finished">
+                  <RelativeTime at={r.finishedAt} />
                 </td>
                 <td data-label={t('list.col.actions')} className="cell-actions">
                   <ActionButtons task={r} small />
