@@ -84,6 +84,7 @@ var Commands = []Command{
 	{"bulk", "cancel or retry every task a filter matches, after a preview (taskgraph bulk -h)", runBulk},
 	{"alert", "alert rules and channels: list, create, delete (taskgraph alert -h)", runAlert},
 	{"type", "task types' flow control: list, pause, resume, cap, rate (taskgraph type -h)", runType},
+	{"workflow", "create, get, list, watch, cancel workflows (taskgraph workflow -h)", runWorkflow},
 }
 
 // usageError is a wrong command line: exit code 2.

@@ -928,6 +928,127 @@ type CancelTaskResponse struct {
 // GetCancelTask returns CancelTaskResponse.CancelTask, and is useful for accessing the field via an interface.
 func (v *CancelTaskResponse) GetCancelTask() CancelTaskCancelTask { return v.CancelTask }
 
+// CancelWorkflowCancelWorkflow includes the requested fields of the GraphQL type Workflow.
+type CancelWorkflowCancelWorkflow struct {
+	WorkflowFields `json:"-"`
+}
+
+// GetId returns CancelWorkflowCancelWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetId() string { return v.WorkflowFields.Id }
+
+// GetCode returns CancelWorkflowCancelWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetCode() string { return v.WorkflowFields.Code }
+
+// GetTitle returns CancelWorkflowCancelWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetTitle() string { return v.WorkflowFields.Title }
+
+// GetStatus returns CancelWorkflowCancelWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetStatus() TaskStatus { return v.WorkflowFields.Status }
+
+// GetStepsDone returns CancelWorkflowCancelWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetStepsDone() int { return v.WorkflowFields.StepsDone }
+
+// GetStepCount returns CancelWorkflowCancelWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetStepCount() int { return v.WorkflowFields.StepCount }
+
+// GetOnParentFailure returns CancelWorkflowCancelWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns CancelWorkflowCancelWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetOwner() string { return v.WorkflowFields.Owner }
+
+// GetCreatedAt returns CancelWorkflowCancelWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetCreatedAt() time.Time { return v.WorkflowFields.CreatedAt }
+
+// GetAvailableActions returns CancelWorkflowCancelWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowCancelWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *CancelWorkflowCancelWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CancelWorkflowCancelWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CancelWorkflowCancelWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCancelWorkflowCancelWorkflow struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *CancelWorkflowCancelWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CancelWorkflowCancelWorkflow) __premarshalJSON() (*__premarshalCancelWorkflowCancelWorkflow, error) {
+	var retval __premarshalCancelWorkflowCancelWorkflow
+
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
+
+// CancelWorkflowResponse is returned by CancelWorkflow on success.
+type CancelWorkflowResponse struct {
+	// Cancels every step not finished yet (a running one is asked to stop); the steps waiting for them are cancelled with them.
+	CancelWorkflow CancelWorkflowCancelWorkflow `json:"cancelWorkflow"`
+}
+
+// GetCancelWorkflow returns CancelWorkflowResponse.CancelWorkflow, and is useful for accessing the field via an interface.
+func (v *CancelWorkflowResponse) GetCancelWorkflow() CancelWorkflowCancelWorkflow {
+	return v.CancelWorkflow
+}
+
 // Where a node stands.
 type ClusterNodeState string
 
@@ -1967,6 +2088,255 @@ func (v *CreateTasksResponse) GetCreateTasks() []CreateTasksCreateTasksCreateTas
 	return v.CreateTasks
 }
 
+// CreateWorkflowCreateWorkflow includes the requested fields of the GraphQL type Workflow.
+type CreateWorkflowCreateWorkflow struct {
+	WorkflowFields `json:"-"`
+	// Its steps, in creation order (parents before children).
+	Steps []CreateWorkflowCreateWorkflowStepsTask `json:"steps"`
+}
+
+// GetSteps returns CreateWorkflowCreateWorkflow.Steps, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetSteps() []CreateWorkflowCreateWorkflowStepsTask {
+	return v.Steps
+}
+
+// GetId returns CreateWorkflowCreateWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetId() string { return v.WorkflowFields.Id }
+
+// GetCode returns CreateWorkflowCreateWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetCode() string { return v.WorkflowFields.Code }
+
+// GetTitle returns CreateWorkflowCreateWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetTitle() string { return v.WorkflowFields.Title }
+
+// GetStatus returns CreateWorkflowCreateWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetStatus() TaskStatus { return v.WorkflowFields.Status }
+
+// GetStepsDone returns CreateWorkflowCreateWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetStepsDone() int { return v.WorkflowFields.StepsDone }
+
+// GetStepCount returns CreateWorkflowCreateWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetStepCount() int { return v.WorkflowFields.StepCount }
+
+// GetOnParentFailure returns CreateWorkflowCreateWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns CreateWorkflowCreateWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetOwner() string { return v.WorkflowFields.Owner }
+
+// GetCreatedAt returns CreateWorkflowCreateWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetCreatedAt() time.Time { return v.WorkflowFields.CreatedAt }
+
+// GetAvailableActions returns CreateWorkflowCreateWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *CreateWorkflowCreateWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateWorkflowCreateWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateWorkflowCreateWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateWorkflowCreateWorkflow struct {
+	Steps []CreateWorkflowCreateWorkflowStepsTask `json:"steps"`
+
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *CreateWorkflowCreateWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateWorkflowCreateWorkflow) __premarshalJSON() (*__premarshalCreateWorkflowCreateWorkflow, error) {
+	var retval __premarshalCreateWorkflowCreateWorkflow
+
+	retval.Steps = v.Steps
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
+
+// CreateWorkflowCreateWorkflowStepsTask includes the requested fields of the GraphQL type Task.
+type CreateWorkflowCreateWorkflowStepsTask struct {
+	StepFields `json:"-"`
+}
+
+// GetId returns CreateWorkflowCreateWorkflowStepsTask.Id, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetId() string { return v.StepFields.Id }
+
+// GetCode returns CreateWorkflowCreateWorkflowStepsTask.Code, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetCode() string { return v.StepFields.Code }
+
+// GetStepKey returns CreateWorkflowCreateWorkflowStepsTask.StepKey, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetStepKey() *string { return v.StepFields.StepKey }
+
+// GetType returns CreateWorkflowCreateWorkflowStepsTask.Type, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetType() string { return v.StepFields.Type }
+
+// GetStatus returns CreateWorkflowCreateWorkflowStepsTask.Status, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetStatus() TaskStatus { return v.StepFields.Status }
+
+// GetVersion returns CreateWorkflowCreateWorkflowStepsTask.Version, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetVersion() int { return v.StepFields.Version }
+
+// GetLastError returns CreateWorkflowCreateWorkflowStepsTask.LastError, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetLastError() *string { return v.StepFields.LastError }
+
+// GetFinishedAt returns CreateWorkflowCreateWorkflowStepsTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowCreateWorkflowStepsTask) GetFinishedAt() *time.Time {
+	return v.StepFields.FinishedAt
+}
+
+func (v *CreateWorkflowCreateWorkflowStepsTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateWorkflowCreateWorkflowStepsTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateWorkflowCreateWorkflowStepsTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.StepFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateWorkflowCreateWorkflowStepsTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	StepKey *string `json:"stepKey"`
+
+	Type string `json:"type"`
+
+	Status TaskStatus `json:"status"`
+
+	Version int `json:"version"`
+
+	LastError *string `json:"lastError"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+}
+
+func (v *CreateWorkflowCreateWorkflowStepsTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateWorkflowCreateWorkflowStepsTask) __premarshalJSON() (*__premarshalCreateWorkflowCreateWorkflowStepsTask, error) {
+	var retval __premarshalCreateWorkflowCreateWorkflowStepsTask
+
+	retval.Id = v.StepFields.Id
+	retval.Code = v.StepFields.Code
+	retval.StepKey = v.StepFields.StepKey
+	retval.Type = v.StepFields.Type
+	retval.Status = v.StepFields.Status
+	retval.Version = v.StepFields.Version
+	retval.LastError = v.StepFields.LastError
+	retval.FinishedAt = v.StepFields.FinishedAt
+	return &retval, nil
+}
+
+type CreateWorkflowInput struct {
+	// Resubmitting with the same key returns the workflow created first; the same key with another definition is a CONFLICT error.
+	Key   *string `json:"key"`
+	Title *string `json:"title"`
+	// The policy of the steps that name none. Default CANCEL_DEPENDENTS.
+	OnParentFailure *ParentFailurePolicy `json:"onParentFailure"`
+	// At most 10,000 steps, with no cycle and no unknown key.
+	Steps []WorkflowStepInput `json:"steps"`
+}
+
+// GetKey returns CreateWorkflowInput.Key, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowInput) GetKey() *string { return v.Key }
+
+// GetTitle returns CreateWorkflowInput.Title, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowInput) GetTitle() *string { return v.Title }
+
+// GetOnParentFailure returns CreateWorkflowInput.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowInput) GetOnParentFailure() *ParentFailurePolicy { return v.OnParentFailure }
+
+// GetSteps returns CreateWorkflowInput.Steps, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowInput) GetSteps() []WorkflowStepInput { return v.Steps }
+
+// CreateWorkflowResponse is returned by CreateWorkflow on success.
+type CreateWorkflowResponse struct {
+	// Creates a workflow and all its steps in one transaction, validated (no cycle, no unknown or duplicate key, at most 10,000 steps), idempotently by key.
+	CreateWorkflow CreateWorkflowCreateWorkflow `json:"createWorkflow"`
+}
+
+// GetCreateWorkflow returns CreateWorkflowResponse.CreateWorkflow, and is useful for accessing the field via an interface.
+func (v *CreateWorkflowResponse) GetCreateWorkflow() CreateWorkflowCreateWorkflow {
+	return v.CreateWorkflow
+}
+
 // DeleteAlertChannelResponse is returned by DeleteAlertChannel on success.
 type DeleteAlertChannelResponse struct {
 	DeleteAlertChannel bool `json:"deleteAlertChannel"`
@@ -2118,138 +2488,6 @@ func (v *DrainClusterNodeResponse) GetDrainClusterNode() DrainClusterNodeDrainCl
 	return v.DrainClusterNode
 }
 
-// DrainWorkerDrainWorkerExternalWorker includes the requested fields of the GraphQL type ExternalWorker.
-// The GraphQL type's documentation follows.
-//
-// A worker process outside the server, running external task types over the worker protocol, as it last said in a claim (recorded at most once per node refresh interval). Admins see their tenant's; platform administrators, all.
-type DrainWorkerDrainWorkerExternalWorker struct {
-	WorkerFields `json:"-"`
-}
-
-// GetId returns DrainWorkerDrainWorkerExternalWorker.Id, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetId() string { return v.WorkerFields.Id }
-
-// GetName returns DrainWorkerDrainWorkerExternalWorker.Name, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetName() string { return v.WorkerFields.Name }
-
-// GetState returns DrainWorkerDrainWorkerExternalWorker.State, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetState() ClusterNodeState {
-	return v.WorkerFields.State
-}
-
-// GetTenant returns DrainWorkerDrainWorkerExternalWorker.Tenant, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetTenant() string { return v.WorkerFields.Tenant }
-
-// GetLanguage returns DrainWorkerDrainWorkerExternalWorker.Language, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetLanguage() string { return v.WorkerFields.Language }
-
-// GetVersion returns DrainWorkerDrainWorkerExternalWorker.Version, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetVersion() string { return v.WorkerFields.Version }
-
-// GetTypes returns DrainWorkerDrainWorkerExternalWorker.Types, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetTypes() []string { return v.WorkerFields.Types }
-
-// GetNode returns DrainWorkerDrainWorkerExternalWorker.Node, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetNode() string { return v.WorkerFields.Node }
-
-// GetDraining returns DrainWorkerDrainWorkerExternalWorker.Draining, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetDraining() bool { return v.WorkerFields.Draining }
-
-// GetLastSeenAt returns DrainWorkerDrainWorkerExternalWorker.LastSeenAt, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetLastSeenAt() time.Time {
-	return v.WorkerFields.LastSeenAt
-}
-
-// GetRunningExecutions returns DrainWorkerDrainWorkerExternalWorker.RunningExecutions, and is useful for accessing the field via an interface.
-func (v *DrainWorkerDrainWorkerExternalWorker) GetRunningExecutions() []WorkerFieldsRunningExecutionsNodeExecution {
-	return v.WorkerFields.RunningExecutions
-}
-
-func (v *DrainWorkerDrainWorkerExternalWorker) UnmarshalJSON(b []byte) error {
-
-	if string(b) == "null" {
-		return nil
-	}
-
-	var firstPass struct {
-		*DrainWorkerDrainWorkerExternalWorker
-		graphql.NoUnmarshalJSON
-	}
-	firstPass.DrainWorkerDrainWorkerExternalWorker = v
-
-	err := json.Unmarshal(b, &firstPass)
-	if err != nil {
-		return err
-	}
-
-	err = json.Unmarshal(
-		b, &v.WorkerFields)
-	if err != nil {
-		return err
-	}
-	return nil
-}
-
-type __premarshalDrainWorkerDrainWorkerExternalWorker struct {
-	Id string `json:"id"`
-
-	Name string `json:"name"`
-
-	State ClusterNodeState `json:"state"`
-
-	Tenant string `json:"tenant"`
-
-	Language string `json:"language"`
-
-	Version string `json:"version"`
-
-	Types []string `json:"types"`
-
-	Node string `json:"node"`
-
-	Draining bool `json:"draining"`
-
-	LastSeenAt time.Time `json:"lastSeenAt"`
-
-	RunningExecutions []WorkerFieldsRunningExecutionsNodeExecution `json:"runningExecutions"`
-}
-
-func (v *DrainWorkerDrainWorkerExternalWorker) MarshalJSON() ([]byte, error) {
-	premarshaled, err := v.__premarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(premarshaled)
-}
-
-func (v *DrainWorkerDrainWorkerExternalWorker) __premarshalJSON() (*__premarshalDrainWorkerDrainWorkerExternalWorker, error) {
-	var retval __premarshalDrainWorkerDrainWorkerExternalWorker
-
-	retval.Id = v.WorkerFields.Id
-	retval.Name = v.WorkerFields.Name
-	retval.State = v.WorkerFields.State
-	retval.Tenant = v.WorkerFields.Tenant
-	retval.Language = v.WorkerFields.Language
-	retval.Version = v.WorkerFields.Version
-	retval.Types = v.WorkerFields.Types
-	retval.Node = v.WorkerFields.Node
-	retval.Draining = v.WorkerFields.Draining
-	retval.LastSeenAt = v.WorkerFields.LastSeenAt
-	retval.RunningExecutions = v.WorkerFields.RunningExecutions
-	return &retval, nil
-}
-
-// DrainWorkerResponse is returned by DrainWorker on success.
-type DrainWorkerResponse struct {
-	// Drains an external worker (drain: true: its claims take nothing and answer draining, and the reference client finishes what runs and exits) or undrains it. Admins of its tenant and platform administrators; audited.
-	DrainWorker DrainWorkerDrainWorkerExternalWorker `json:"drainWorker"`
-}
-
-// GetDrainWorker returns DrainWorkerResponse.DrainWorker, and is useful for accessing the field via an interface.
-func (v *DrainWorkerResponse) GetDrainWorker() DrainWorkerDrainWorkerExternalWorker {
-	return v.DrainWorker
-}
-
 // ErrorKind is enum for the field error_kind
 type ErrorKind string
 
@@ -2271,148 +2509,6 @@ var AllErrorKind = []ErrorKind{
 	ErrorKind_CANCELLED,
 	ErrorKind_INTERRUPTED,
 	ErrorKind_STALLED,
-}
-
-// ExternalWorkersExternalWorkersExternalWorker includes the requested fields of the GraphQL type ExternalWorker.
-// The GraphQL type's documentation follows.
-//
-// A worker process outside the server, running external task types over the worker protocol, as it last said in a claim (recorded at most once per node refresh interval). Admins see their tenant's; platform administrators, all.
-type ExternalWorkersExternalWorkersExternalWorker struct {
-	WorkerFields `json:"-"`
-}
-
-// GetId returns ExternalWorkersExternalWorkersExternalWorker.Id, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetId() string { return v.WorkerFields.Id }
-
-// GetName returns ExternalWorkersExternalWorkersExternalWorker.Name, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetName() string { return v.WorkerFields.Name }
-
-// GetState returns ExternalWorkersExternalWorkersExternalWorker.State, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetState() ClusterNodeState {
-	return v.WorkerFields.State
-}
-
-// GetTenant returns ExternalWorkersExternalWorkersExternalWorker.Tenant, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetTenant() string {
-	return v.WorkerFields.Tenant
-}
-
-// GetLanguage returns ExternalWorkersExternalWorkersExternalWorker.Language, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetLanguage() string {
-	return v.WorkerFields.Language
-}
-
-// GetVersion returns ExternalWorkersExternalWorkersExternalWorker.Version, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetVersion() string {
-	return v.WorkerFields.Version
-}
-
-// GetTypes returns ExternalWorkersExternalWorkersExternalWorker.Types, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetTypes() []string {
-	return v.WorkerFields.Types
-}
-
-// GetNode returns ExternalWorkersExternalWorkersExternalWorker.Node, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetNode() string { return v.WorkerFields.Node }
-
-// GetDraining returns ExternalWorkersExternalWorkersExternalWorker.Draining, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetDraining() bool {
-	return v.WorkerFields.Draining
-}
-
-// GetLastSeenAt returns ExternalWorkersExternalWorkersExternalWorker.LastSeenAt, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetLastSeenAt() time.Time {
-	return v.WorkerFields.LastSeenAt
-}
-
-// GetRunningExecutions returns ExternalWorkersExternalWorkersExternalWorker.RunningExecutions, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersExternalWorkersExternalWorker) GetRunningExecutions() []WorkerFieldsRunningExecutionsNodeExecution {
-	return v.WorkerFields.RunningExecutions
-}
-
-func (v *ExternalWorkersExternalWorkersExternalWorker) UnmarshalJSON(b []byte) error {
-
-	if string(b) == "null" {
-		return nil
-	}
-
-	var firstPass struct {
-		*ExternalWorkersExternalWorkersExternalWorker
-		graphql.NoUnmarshalJSON
-	}
-	firstPass.ExternalWorkersExternalWorkersExternalWorker = v
-
-	err := json.Unmarshal(b, &firstPass)
-	if err != nil {
-		return err
-	}
-
-	err = json.Unmarshal(
-		b, &v.WorkerFields)
-	if err != nil {
-		return err
-	}
-	return nil
-}
-
-type __premarshalExternalWorkersExternalWorkersExternalWorker struct {
-	Id string `json:"id"`
-
-	Name string `json:"name"`
-
-	State ClusterNodeState `json:"state"`
-
-	Tenant string `json:"tenant"`
-
-	Language string `json:"language"`
-
-	Version string `json:"version"`
-
-	Types []string `json:"types"`
-
-	Node string `json:"node"`
-
-	Draining bool `json:"draining"`
-
-	LastSeenAt time.Time `json:"lastSeenAt"`
-
-	RunningExecutions []WorkerFieldsRunningExecutionsNodeExecution `json:"runningExecutions"`
-}
-
-func (v *ExternalWorkersExternalWorkersExternalWorker) MarshalJSON() ([]byte, error) {
-	premarshaled, err := v.__premarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(premarshaled)
-}
-
-func (v *ExternalWorkersExternalWorkersExternalWorker) __premarshalJSON() (*__premarshalExternalWorkersExternalWorkersExternalWorker, error) {
-	var retval __premarshalExternalWorkersExternalWorkersExternalWorker
-
-	retval.Id = v.WorkerFields.Id
-	retval.Name = v.WorkerFields.Name
-	retval.State = v.WorkerFields.State
-	retval.Tenant = v.WorkerFields.Tenant
-	retval.Language = v.WorkerFields.Language
-	retval.Version = v.WorkerFields.Version
-	retval.Types = v.WorkerFields.Types
-	retval.Node = v.WorkerFields.Node
-	retval.Draining = v.WorkerFields.Draining
-	retval.LastSeenAt = v.WorkerFields.LastSeenAt
-	retval.RunningExecutions = v.WorkerFields.RunningExecutions
-	return &retval, nil
-}
-
-// ExternalWorkersResponse is returned by ExternalWorkers on success.
-type ExternalWorkersResponse struct {
-	// The external workers, by tenant and name. Admins (their tenant's) and platform administrators only.
-	ExternalWorkers []ExternalWorkersExternalWorkersExternalWorker `json:"externalWorkers"`
-}
-
-// GetExternalWorkers returns ExternalWorkersResponse.ExternalWorkers, and is useful for accessing the field via an interface.
-func (v *ExternalWorkersResponse) GetExternalWorkers() []ExternalWorkersExternalWorkersExternalWorker {
-	return v.ExternalWorkers
 }
 
 // The format of a tabular file.
@@ -2681,6 +2777,125 @@ func (v *GetTaskTaskInstancesTaskInstance) GetErrorKind() *ErrorKind { return v.
 
 // GetLastError returns GetTaskTaskInstancesTaskInstance.LastError, and is useful for accessing the field via an interface.
 func (v *GetTaskTaskInstancesTaskInstance) GetLastError() *string { return v.LastError }
+
+// GetWorkflowResponse is returned by GetWorkflow on success.
+type GetWorkflowResponse struct {
+	// A workflow by id. Unknown ids (or one the viewer may not see) are a NOT_FOUND error.
+	Workflow *GetWorkflowWorkflow `json:"workflow"`
+}
+
+// GetWorkflow returns GetWorkflowResponse.Workflow, and is useful for accessing the field via an interface.
+func (v *GetWorkflowResponse) GetWorkflow() *GetWorkflowWorkflow { return v.Workflow }
+
+// GetWorkflowWorkflow includes the requested fields of the GraphQL type Workflow.
+type GetWorkflowWorkflow struct {
+	WorkflowFields `json:"-"`
+}
+
+// GetId returns GetWorkflowWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetId() string { return v.WorkflowFields.Id }
+
+// GetCode returns GetWorkflowWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetCode() string { return v.WorkflowFields.Code }
+
+// GetTitle returns GetWorkflowWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetTitle() string { return v.WorkflowFields.Title }
+
+// GetStatus returns GetWorkflowWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetStatus() TaskStatus { return v.WorkflowFields.Status }
+
+// GetStepsDone returns GetWorkflowWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetStepsDone() int { return v.WorkflowFields.StepsDone }
+
+// GetStepCount returns GetWorkflowWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetStepCount() int { return v.WorkflowFields.StepCount }
+
+// GetOnParentFailure returns GetWorkflowWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns GetWorkflowWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetOwner() string { return v.WorkflowFields.Owner }
+
+// GetCreatedAt returns GetWorkflowWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetCreatedAt() time.Time { return v.WorkflowFields.CreatedAt }
+
+// GetAvailableActions returns GetWorkflowWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *GetWorkflowWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *GetWorkflowWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*GetWorkflowWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.GetWorkflowWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalGetWorkflowWorkflow struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *GetWorkflowWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *GetWorkflowWorkflow) __premarshalJSON() (*__premarshalGetWorkflowWorkflow, error) {
+	var retval __premarshalGetWorkflowWorkflow
+
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
 
 // ImportFileImportFileTask includes the requested fields of the GraphQL type Task.
 type ImportFileImportFileTask struct {
@@ -3160,6 +3375,202 @@ func (v *ListTasksTasksTaskConnectionPageInfo) GetHasNextPage() bool { return v.
 
 // GetEndCursor returns ListTasksTasksTaskConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
 func (v *ListTasksTasksTaskConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
+
+// ListWorkflowsResponse is returned by ListWorkflows on success.
+type ListWorkflowsResponse struct {
+	Workflows ListWorkflowsWorkflowsWorkflowConnection `json:"workflows"`
+}
+
+// GetWorkflows returns ListWorkflowsResponse.Workflows, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsResponse) GetWorkflows() ListWorkflowsWorkflowsWorkflowConnection {
+	return v.Workflows
+}
+
+// ListWorkflowsWorkflowsWorkflowConnection includes the requested fields of the GraphQL type WorkflowConnection.
+// The GraphQL type's documentation follows.
+//
+// A connection to a list of items.
+type ListWorkflowsWorkflowsWorkflowConnection struct {
+	// Identifies the total count of items in the connection.
+	TotalCount int `json:"totalCount"`
+	// A list of edges.
+	Edges []*ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdge `json:"edges"`
+	// Information to aid in pagination.
+	PageInfo ListWorkflowsWorkflowsWorkflowConnectionPageInfo `json:"pageInfo"`
+}
+
+// GetTotalCount returns ListWorkflowsWorkflowsWorkflowConnection.TotalCount, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnection) GetTotalCount() int { return v.TotalCount }
+
+// GetEdges returns ListWorkflowsWorkflowsWorkflowConnection.Edges, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnection) GetEdges() []*ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdge {
+	return v.Edges
+}
+
+// GetPageInfo returns ListWorkflowsWorkflowsWorkflowConnection.PageInfo, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnection) GetPageInfo() ListWorkflowsWorkflowsWorkflowConnectionPageInfo {
+	return v.PageInfo
+}
+
+// ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdge includes the requested fields of the GraphQL type WorkflowEdge.
+// The GraphQL type's documentation follows.
+//
+// An edge in a connection.
+type ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdge struct {
+	// The item at the end of the edge.
+	Node *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow `json:"node"`
+}
+
+// GetNode returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdge.Node, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdge) GetNode() *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow {
+	return v.Node
+}
+
+// ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow includes the requested fields of the GraphQL type Workflow.
+type ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow struct {
+	WorkflowFields `json:"-"`
+}
+
+// GetId returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetId() string {
+	return v.WorkflowFields.Id
+}
+
+// GetCode returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetCode() string {
+	return v.WorkflowFields.Code
+}
+
+// GetTitle returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetTitle() string {
+	return v.WorkflowFields.Title
+}
+
+// GetStatus returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetStatus() TaskStatus {
+	return v.WorkflowFields.Status
+}
+
+// GetStepsDone returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetStepsDone() int {
+	return v.WorkflowFields.StepsDone
+}
+
+// GetStepCount returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetStepCount() int {
+	return v.WorkflowFields.StepCount
+}
+
+// GetOnParentFailure returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetOwner() string {
+	return v.WorkflowFields.Owner
+}
+
+// GetCreatedAt returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetCreatedAt() time.Time {
+	return v.WorkflowFields.CreatedAt
+}
+
+// GetAvailableActions returns ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow) __premarshalJSON() (*__premarshalListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow, error) {
+	var retval __premarshalListWorkflowsWorkflowsWorkflowConnectionEdgesWorkflowEdgeNodeWorkflow
+
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
+
+// ListWorkflowsWorkflowsWorkflowConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
+// The GraphQL type's documentation follows.
+//
+// Information about pagination in a connection.
+// https://relay.dev/graphql/connections.htm#sec-undefined.PageInfo
+type ListWorkflowsWorkflowsWorkflowConnectionPageInfo struct {
+	// When paginating forwards, are there more items?
+	HasNextPage bool `json:"hasNextPage"`
+	// When paginating forwards, the cursor to continue.
+	EndCursor *string `json:"endCursor"`
+}
+
+// GetHasNextPage returns ListWorkflowsWorkflowsWorkflowConnectionPageInfo.HasNextPage, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionPageInfo) GetHasNextPage() bool {
+	return v.HasNextPage
+}
+
+// GetEndCursor returns ListWorkflowsWorkflowsWorkflowConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
+func (v *ListWorkflowsWorkflowsWorkflowConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
 
 // NodeFields includes the GraphQL fields of ClusterNode requested by the fragment NodeFields.
 // The GraphQL type's documentation follows.
@@ -3918,6 +4329,126 @@ func (v *RetryTaskRetryTask) __premarshalJSON() (*__premarshalRetryTaskRetryTask
 	return &retval, nil
 }
 
+// RetryWorkflowResponse is returned by RetryWorkflow on success.
+type RetryWorkflowResponse struct {
+	// Re-runs the workflow's FAILED and CANCELLED steps and keeps the others (the steps that succeeded are not run again): each gets a new instance and waits again for those of its parents that are re-run with it or have not ended yet; one with nothing to wait for runs at once. Audited as a retry of the steps it moved, with the reason.
+	// A workflow with no FAILED or CANCELLED step is an INVALID_TRANSITION error; one the viewer may not see, NOT_FOUND.
+	RetryWorkflow RetryWorkflowRetryWorkflow `json:"retryWorkflow"`
+}
+
+// GetRetryWorkflow returns RetryWorkflowResponse.RetryWorkflow, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowResponse) GetRetryWorkflow() RetryWorkflowRetryWorkflow { return v.RetryWorkflow }
+
+// RetryWorkflowRetryWorkflow includes the requested fields of the GraphQL type Workflow.
+type RetryWorkflowRetryWorkflow struct {
+	WorkflowFields `json:"-"`
+}
+
+// GetId returns RetryWorkflowRetryWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetId() string { return v.WorkflowFields.Id }
+
+// GetCode returns RetryWorkflowRetryWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetCode() string { return v.WorkflowFields.Code }
+
+// GetTitle returns RetryWorkflowRetryWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetTitle() string { return v.WorkflowFields.Title }
+
+// GetStatus returns RetryWorkflowRetryWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetStatus() TaskStatus { return v.WorkflowFields.Status }
+
+// GetStepsDone returns RetryWorkflowRetryWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetStepsDone() int { return v.WorkflowFields.StepsDone }
+
+// GetStepCount returns RetryWorkflowRetryWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetStepCount() int { return v.WorkflowFields.StepCount }
+
+// GetOnParentFailure returns RetryWorkflowRetryWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns RetryWorkflowRetryWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetOwner() string { return v.WorkflowFields.Owner }
+
+// GetCreatedAt returns RetryWorkflowRetryWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetCreatedAt() time.Time { return v.WorkflowFields.CreatedAt }
+
+// GetAvailableActions returns RetryWorkflowRetryWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *RetryWorkflowRetryWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *RetryWorkflowRetryWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*RetryWorkflowRetryWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.RetryWorkflowRetryWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalRetryWorkflowRetryWorkflow struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *RetryWorkflowRetryWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *RetryWorkflowRetryWorkflow) __premarshalJSON() (*__premarshalRetryWorkflowRetryWorkflow, error) {
+	var retval __premarshalRetryWorkflowRetryWorkflow
+
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
+
 // ScheduleFields includes the GraphQL fields of Schedule requested by the fragment ScheduleFields.
 type ScheduleFields struct {
 	Id   string `json:"id"`
@@ -4348,6 +4879,151 @@ func (v *SetTypeControlSetTypeControl) __premarshalJSON() (*__premarshalSetTypeC
 	retval.Waiting = v.TypeControlFields.Waiting
 	retval.StartedInWindow = v.TypeControlFields.StartedInWindow
 	retval.NextStartAt = v.TypeControlFields.NextStartAt
+	return &retval, nil
+}
+
+// StepFields includes the GraphQL fields of Task requested by the fragment StepFields.
+type StepFields struct {
+	Id string `json:"id"`
+	// Readable unique code, e.g. NOOP-20261129-7K3Q9D2M.
+	Code string `json:"code"`
+	// Its key among its workflow's steps: its children find its result by it.
+	StepKey *string    `json:"stepKey"`
+	Type    string     `json:"type"`
+	Status  TaskStatus `json:"status"`
+	// Incremented by every committed change; orders events per task.
+	Version int `json:"version"`
+	// Error of the latest failed execution, masked.
+	LastError  *string    `json:"lastError"`
+	FinishedAt *time.Time `json:"finishedAt"`
+}
+
+// GetId returns StepFields.Id, and is useful for accessing the field via an interface.
+func (v *StepFields) GetId() string { return v.Id }
+
+// GetCode returns StepFields.Code, and is useful for accessing the field via an interface.
+func (v *StepFields) GetCode() string { return v.Code }
+
+// GetStepKey returns StepFields.StepKey, and is useful for accessing the field via an interface.
+func (v *StepFields) GetStepKey() *string { return v.StepKey }
+
+// GetType returns StepFields.Type, and is useful for accessing the field via an interface.
+func (v *StepFields) GetType() string { return v.Type }
+
+// GetStatus returns StepFields.Status, and is useful for accessing the field via an interface.
+func (v *StepFields) GetStatus() TaskStatus { return v.Status }
+
+// GetVersion returns StepFields.Version, and is useful for accessing the field via an interface.
+func (v *StepFields) GetVersion() int { return v.Version }
+
+// GetLastError returns StepFields.LastError, and is useful for accessing the field via an interface.
+func (v *StepFields) GetLastError() *string { return v.LastError }
+
+// GetFinishedAt returns StepFields.FinishedAt, and is useful for accessing the field via an interface.
+func (v *StepFields) GetFinishedAt() *time.Time { return v.FinishedAt }
+
+// StepUpdatedResponse is returned by StepUpdated on success.
+type StepUpdatedResponse struct {
+	// Every committed change (state, progress, cancel request) of one task, or of
+	// the tasks matching where, in commit order per task. With id, the first
+	// message is the task's current state.
+	TaskUpdated StepUpdatedTaskUpdatedTask `json:"taskUpdated"`
+}
+
+// GetTaskUpdated returns StepUpdatedResponse.TaskUpdated, and is useful for accessing the field via an interface.
+func (v *StepUpdatedResponse) GetTaskUpdated() StepUpdatedTaskUpdatedTask { return v.TaskUpdated }
+
+// StepUpdatedTaskUpdatedTask includes the requested fields of the GraphQL type Task.
+type StepUpdatedTaskUpdatedTask struct {
+	StepFields `json:"-"`
+}
+
+// GetId returns StepUpdatedTaskUpdatedTask.Id, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetId() string { return v.StepFields.Id }
+
+// GetCode returns StepUpdatedTaskUpdatedTask.Code, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetCode() string { return v.StepFields.Code }
+
+// GetStepKey returns StepUpdatedTaskUpdatedTask.StepKey, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetStepKey() *string { return v.StepFields.StepKey }
+
+// GetType returns StepUpdatedTaskUpdatedTask.Type, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetType() string { return v.StepFields.Type }
+
+// GetStatus returns StepUpdatedTaskUpdatedTask.Status, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetStatus() TaskStatus { return v.StepFields.Status }
+
+// GetVersion returns StepUpdatedTaskUpdatedTask.Version, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetVersion() int { return v.StepFields.Version }
+
+// GetLastError returns StepUpdatedTaskUpdatedTask.LastError, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetLastError() *string { return v.StepFields.LastError }
+
+// GetFinishedAt returns StepUpdatedTaskUpdatedTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *StepUpdatedTaskUpdatedTask) GetFinishedAt() *time.Time { return v.StepFields.FinishedAt }
+
+func (v *StepUpdatedTaskUpdatedTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*StepUpdatedTaskUpdatedTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.StepUpdatedTaskUpdatedTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.StepFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalStepUpdatedTaskUpdatedTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	StepKey *string `json:"stepKey"`
+
+	Type string `json:"type"`
+
+	Status TaskStatus `json:"status"`
+
+	Version int `json:"version"`
+
+	LastError *string `json:"lastError"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+}
+
+func (v *StepUpdatedTaskUpdatedTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *StepUpdatedTaskUpdatedTask) __premarshalJSON() (*__premarshalStepUpdatedTaskUpdatedTask, error) {
+	var retval __premarshalStepUpdatedTaskUpdatedTask
+
+	retval.Id = v.StepFields.Id
+	retval.Code = v.StepFields.Code
+	retval.StepKey = v.StepFields.StepKey
+	retval.Type = v.StepFields.Type
+	retval.Status = v.StepFields.Status
+	retval.Version = v.StepFields.Version
+	retval.LastError = v.StepFields.LastError
+	retval.FinishedAt = v.StepFields.FinishedAt
 	return &retval, nil
 }
 
@@ -6413,79 +7089,1038 @@ func (v *TypeControlsTypeControlsTypeControl) __premarshalJSON() (*__premarshalT
 	return &retval, nil
 }
 
-// WorkerFields includes the GraphQL fields of ExternalWorker requested by the fragment WorkerFields.
-// The GraphQL type's documentation follows.
-//
-// A worker process outside the server, running external task types over the worker protocol, as it last said in a claim (recorded at most once per node refresh interval). Admins see their tenant's; platform administrators, all.
-type WorkerFields struct {
-	// The record's id (drainWorker takes it).
+// WorkflowFields includes the GraphQL fields of Workflow requested by the fragment WorkflowFields.
+type WorkflowFields struct {
 	Id string `json:"id"`
-	// The id the worker reports (workerId), unique in its tenant; the worker id of its executions is ext:<name>.
-	Name string `json:"name"`
-	// LIVE, DRAINING (an admin drained it: its claims take nothing and tell it to stop), or GONE (no claim for longer than its lease).
-	State ClusterNodeState `json:"state"`
-	// The tenant of the credentials it claims with.
-	Tenant string `json:"tenant"`
-	// The language it reports (python, go, java...).
-	Language string `json:"language"`
-	// The version it reports.
-	Version string `json:"version"`
-	// The task types it claims.
-	Types []string `json:"types"`
-	// The node that served its last recorded claim.
-	Node     string `json:"node"`
-	Draining bool   `json:"draining"`
-	// Its last recorded claim.
-	LastSeenAt time.Time `json:"lastSeenAt"`
-	// The executions it holds now, of the tasks the viewer may see.
-	RunningExecutions []WorkerFieldsRunningExecutionsNodeExecution `json:"runningExecutions"`
+	// Readable unique code, e.g. WF-20261202-7K3Q9D2M.
+	Code  string `json:"code"`
+	Title string `json:"title"`
+	// SUCCESS when every step succeeded; FAILED or CANCELLED when one did and nothing is left to run; EXECUTING once a step started; else PENDING.
+	Status TaskStatus `json:"status"`
+	// Steps that succeeded.
+	StepsDone int `json:"stepsDone"`
+	// How many steps it was created with.
+	StepCount int `json:"stepCount"`
+	// The failure policy of its edges that name none.
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+	Owner           string              `json:"owner"`
+	CreatedAt       time.Time           `json:"createdAt"`
+	// CANCEL while a step is not finished; RETRY_WORKFLOW while a step FAILED or was CANCELLED.
+	AvailableActions []TaskAction `json:"availableActions"`
 }
 
-// GetId returns WorkerFields.Id, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetId() string { return v.Id }
+// GetId returns WorkflowFields.Id, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetId() string { return v.Id }
 
-// GetName returns WorkerFields.Name, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetName() string { return v.Name }
+// GetCode returns WorkflowFields.Code, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetCode() string { return v.Code }
 
-// GetState returns WorkerFields.State, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetState() ClusterNodeState { return v.State }
+// GetTitle returns WorkflowFields.Title, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetTitle() string { return v.Title }
 
-// GetTenant returns WorkerFields.Tenant, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetTenant() string { return v.Tenant }
+// GetStatus returns WorkflowFields.Status, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetStatus() TaskStatus { return v.Status }
 
-// GetLanguage returns WorkerFields.Language, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetLanguage() string { return v.Language }
+// GetStepsDone returns WorkflowFields.StepsDone, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetStepsDone() int { return v.StepsDone }
 
-// GetVersion returns WorkerFields.Version, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetVersion() string { return v.Version }
+// GetStepCount returns WorkflowFields.StepCount, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetStepCount() int { return v.StepCount }
 
-// GetTypes returns WorkerFields.Types, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetTypes() []string { return v.Types }
+// GetOnParentFailure returns WorkflowFields.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetOnParentFailure() ParentFailurePolicy { return v.OnParentFailure }
 
-// GetNode returns WorkerFields.Node, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetNode() string { return v.Node }
+// GetOwner returns WorkflowFields.Owner, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetOwner() string { return v.Owner }
 
-// GetDraining returns WorkerFields.Draining, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetDraining() bool { return v.Draining }
+// GetCreatedAt returns WorkflowFields.CreatedAt, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetCreatedAt() time.Time { return v.CreatedAt }
 
-// GetLastSeenAt returns WorkerFields.LastSeenAt, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetLastSeenAt() time.Time { return v.LastSeenAt }
+// GetAvailableActions returns WorkflowFields.AvailableActions, and is useful for accessing the field via an interface.
+func (v *WorkflowFields) GetAvailableActions() []TaskAction { return v.AvailableActions }
 
-// GetRunningExecutions returns WorkerFields.RunningExecutions, and is useful for accessing the field via an interface.
-func (v *WorkerFields) GetRunningExecutions() []WorkerFieldsRunningExecutionsNodeExecution {
-	return v.RunningExecutions
+// One step of a workflow: a task, its key among the steps and the keys of the steps it waits for.
+type WorkflowStepInput struct {
+	// Unique among the workflow's steps; its children find its result by it.
+	Key            string           `json:"key"`
+	Type           string           `json:"type"`
+	Title          *string          `json:"title"`
+	BizId          *string          `json:"bizId"`
+	Input          *json.RawMessage `json:"input"`
+	Priority       *int             `json:"priority"`
+	TimeoutSeconds *int             `json:"timeoutSeconds"`
+	RetryPolicy    *string          `json:"retryPolicy"`
+	MaxAttempts    *int             `json:"maxAttempts"`
+	// Keys of the steps this one waits for: it runs once they have all succeeded.
+	DependsOn []string `json:"dependsOn"`
+	// Default: the workflow's.
+	OnParentFailure *ParentFailurePolicy `json:"onParentFailure"`
 }
 
-// WorkerFieldsRunningExecutionsNodeExecution includes the requested fields of the GraphQL type NodeExecution.
-// The GraphQL type's documentation follows.
-//
-// An execution a node runs.
-type WorkerFieldsRunningExecutionsNodeExecution struct {
-	TaskId string `json:"taskId"`
+// GetKey returns WorkflowStepInput.Key, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetKey() string { return v.Key }
+
+// GetType returns WorkflowStepInput.Type, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetType() string { return v.Type }
+
+// GetTitle returns WorkflowStepInput.Title, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetTitle() *string { return v.Title }
+
+// GetBizId returns WorkflowStepInput.BizId, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetBizId() *string { return v.BizId }
+
+// GetInput returns WorkflowStepInput.Input, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetInput() *json.RawMessage { return v.Input }
+
+// GetPriority returns WorkflowStepInput.Priority, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetPriority() *int { return v.Priority }
+
+// GetTimeoutSeconds returns WorkflowStepInput.TimeoutSeconds, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetTimeoutSeconds() *int { return v.TimeoutSeconds }
+
+// GetRetryPolicy returns WorkflowStepInput.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetRetryPolicy() *string { return v.RetryPolicy }
+
+// GetMaxAttempts returns WorkflowStepInput.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetMaxAttempts() *int { return v.MaxAttempts }
+
+// GetDependsOn returns WorkflowStepInput.DependsOn, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetDependsOn() []string { return v.DependsOn }
+
+// GetOnParentFailure returns WorkflowStepInput.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *WorkflowStepInput) GetOnParentFailure() *ParentFailurePolicy { return v.OnParentFailure }
+
+// WorkflowStepStatesResponse is returned by WorkflowStepStates on success.
+type WorkflowStepStatesResponse struct {
+	// A workflow by id. Unknown ids (or one the viewer may not see) are a NOT_FOUND error.
+	Workflow *WorkflowStepStatesWorkflow `json:"workflow"`
 }
 
-// GetTaskId returns WorkerFieldsRunningExecutionsNodeExecution.TaskId, and is useful for accessing the field via an interface.
-func (v *WorkerFieldsRunningExecutionsNodeExecution) GetTaskId() string { return v.TaskId }
+// GetWorkflow returns WorkflowStepStatesResponse.Workflow, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesResponse) GetWorkflow() *WorkflowStepStatesWorkflow { return v.Workflow }
+
+// WorkflowStepStatesWorkflow includes the requested fields of the GraphQL type Workflow.
+type WorkflowStepStatesWorkflow struct {
+	WorkflowFields `json:"-"`
+	// Its steps, in creation order (parents before children).
+	Steps []WorkflowStepStatesWorkflowStepsTask `json:"steps"`
+}
+
+// GetSteps returns WorkflowStepStatesWorkflow.Steps, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetSteps() []WorkflowStepStatesWorkflowStepsTask { return v.Steps }
+
+// GetId returns WorkflowStepStatesWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetId() string { return v.WorkflowFields.Id }
+
+// GetCode returns WorkflowStepStatesWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetCode() string { return v.WorkflowFields.Code }
+
+// GetTitle returns WorkflowStepStatesWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetTitle() string { return v.WorkflowFields.Title }
+
+// GetStatus returns WorkflowStepStatesWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetStatus() TaskStatus { return v.WorkflowFields.Status }
+
+// GetStepsDone returns WorkflowStepStatesWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetStepsDone() int { return v.WorkflowFields.StepsDone }
+
+// GetStepCount returns WorkflowStepStatesWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetStepCount() int { return v.WorkflowFields.StepCount }
+
+// GetOnParentFailure returns WorkflowStepStatesWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns WorkflowStepStatesWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetOwner() string { return v.WorkflowFields.Owner }
+
+// GetCreatedAt returns WorkflowStepStatesWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetCreatedAt() time.Time { return v.WorkflowFields.CreatedAt }
+
+// GetAvailableActions returns WorkflowStepStatesWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *WorkflowStepStatesWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*WorkflowStepStatesWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.WorkflowStepStatesWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalWorkflowStepStatesWorkflow struct {
+	Steps []WorkflowStepStatesWorkflowStepsTask `json:"steps"`
+
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *WorkflowStepStatesWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *WorkflowStepStatesWorkflow) __premarshalJSON() (*__premarshalWorkflowStepStatesWorkflow, error) {
+	var retval __premarshalWorkflowStepStatesWorkflow
+
+	retval.Steps = v.Steps
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
+
+// WorkflowStepStatesWorkflowStepsTask includes the requested fields of the GraphQL type Task.
+type WorkflowStepStatesWorkflowStepsTask struct {
+	StepFields `json:"-"`
+}
+
+// GetId returns WorkflowStepStatesWorkflowStepsTask.Id, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetId() string { return v.StepFields.Id }
+
+// GetCode returns WorkflowStepStatesWorkflowStepsTask.Code, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetCode() string { return v.StepFields.Code }
+
+// GetStepKey returns WorkflowStepStatesWorkflowStepsTask.StepKey, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetStepKey() *string { return v.StepFields.StepKey }
+
+// GetType returns WorkflowStepStatesWorkflowStepsTask.Type, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetType() string { return v.StepFields.Type }
+
+// GetStatus returns WorkflowStepStatesWorkflowStepsTask.Status, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetStatus() TaskStatus { return v.StepFields.Status }
+
+// GetVersion returns WorkflowStepStatesWorkflowStepsTask.Version, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetVersion() int { return v.StepFields.Version }
+
+// GetLastError returns WorkflowStepStatesWorkflowStepsTask.LastError, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetLastError() *string { return v.StepFields.LastError }
+
+// GetFinishedAt returns WorkflowStepStatesWorkflowStepsTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *WorkflowStepStatesWorkflowStepsTask) GetFinishedAt() *time.Time {
+	return v.StepFields.FinishedAt
+}
+
+func (v *WorkflowStepStatesWorkflowStepsTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*WorkflowStepStatesWorkflowStepsTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.WorkflowStepStatesWorkflowStepsTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.StepFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalWorkflowStepStatesWorkflowStepsTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	StepKey *string `json:"stepKey"`
+
+	Type string `json:"type"`
+
+	Status TaskStatus `json:"status"`
+
+	Version int `json:"version"`
+
+	LastError *string `json:"lastError"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+}
+
+func (v *WorkflowStepStatesWorkflowStepsTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *WorkflowStepStatesWorkflowStepsTask) __premarshalJSON() (*__premarshalWorkflowStepStatesWorkflowStepsTask, error) {
+	var retval __premarshalWorkflowStepStatesWorkflowStepsTask
+
+	retval.Id = v.StepFields.Id
+	retval.Code = v.StepFields.Code
+	retval.StepKey = v.StepFields.StepKey
+	retval.Type = v.StepFields.Type
+	retval.Status = v.StepFields.Status
+	retval.Version = v.StepFields.Version
+	retval.LastError = v.StepFields.LastError
+	retval.FinishedAt = v.StepFields.FinishedAt
+	return &retval, nil
+}
+
+// WorkflowStepsResponse is returned by WorkflowSteps on success.
+type WorkflowStepsResponse struct {
+	// A workflow by id. Unknown ids (or one the viewer may not see) are a NOT_FOUND error.
+	Workflow *WorkflowStepsWorkflow `json:"workflow"`
+}
+
+// GetWorkflow returns WorkflowStepsResponse.Workflow, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsResponse) GetWorkflow() *WorkflowStepsWorkflow { return v.Workflow }
+
+// WorkflowStepsWorkflow includes the requested fields of the GraphQL type Workflow.
+type WorkflowStepsWorkflow struct {
+	WorkflowFields `json:"-"`
+	// Its steps, in creation order (parents before children).
+	Steps []WorkflowStepsWorkflowStepsTask `json:"steps"`
+}
+
+// GetSteps returns WorkflowStepsWorkflow.Steps, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetSteps() []WorkflowStepsWorkflowStepsTask { return v.Steps }
+
+// GetId returns WorkflowStepsWorkflow.Id, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetId() string { return v.WorkflowFields.Id }
+
+// GetCode returns WorkflowStepsWorkflow.Code, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetCode() string { return v.WorkflowFields.Code }
+
+// GetTitle returns WorkflowStepsWorkflow.Title, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetTitle() string { return v.WorkflowFields.Title }
+
+// GetStatus returns WorkflowStepsWorkflow.Status, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetStatus() TaskStatus { return v.WorkflowFields.Status }
+
+// GetStepsDone returns WorkflowStepsWorkflow.StepsDone, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetStepsDone() int { return v.WorkflowFields.StepsDone }
+
+// GetStepCount returns WorkflowStepsWorkflow.StepCount, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetStepCount() int { return v.WorkflowFields.StepCount }
+
+// GetOnParentFailure returns WorkflowStepsWorkflow.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetOnParentFailure() ParentFailurePolicy {
+	return v.WorkflowFields.OnParentFailure
+}
+
+// GetOwner returns WorkflowStepsWorkflow.Owner, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetOwner() string { return v.WorkflowFields.Owner }
+
+// GetCreatedAt returns WorkflowStepsWorkflow.CreatedAt, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetCreatedAt() time.Time { return v.WorkflowFields.CreatedAt }
+
+// GetAvailableActions returns WorkflowStepsWorkflow.AvailableActions, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflow) GetAvailableActions() []TaskAction {
+	return v.WorkflowFields.AvailableActions
+}
+
+func (v *WorkflowStepsWorkflow) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*WorkflowStepsWorkflow
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.WorkflowStepsWorkflow = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkflowFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalWorkflowStepsWorkflow struct {
+	Steps []WorkflowStepsWorkflowStepsTask `json:"steps"`
+
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	StepsDone int `json:"stepsDone"`
+
+	StepCount int `json:"stepCount"`
+
+	OnParentFailure ParentFailurePolicy `json:"onParentFailure"`
+
+	Owner string `json:"owner"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+}
+
+func (v *WorkflowStepsWorkflow) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *WorkflowStepsWorkflow) __premarshalJSON() (*__premarshalWorkflowStepsWorkflow, error) {
+	var retval __premarshalWorkflowStepsWorkflow
+
+	retval.Steps = v.Steps
+	retval.Id = v.WorkflowFields.Id
+	retval.Code = v.WorkflowFields.Code
+	retval.Title = v.WorkflowFields.Title
+	retval.Status = v.WorkflowFields.Status
+	retval.StepsDone = v.WorkflowFields.StepsDone
+	retval.StepCount = v.WorkflowFields.StepCount
+	retval.OnParentFailure = v.WorkflowFields.OnParentFailure
+	retval.Owner = v.WorkflowFields.Owner
+	retval.CreatedAt = v.WorkflowFields.CreatedAt
+	retval.AvailableActions = v.WorkflowFields.AvailableActions
+	return &retval, nil
+}
+
+// WorkflowStepsWorkflowStepsTask includes the requested fields of the GraphQL type Task.
+type WorkflowStepsWorkflowStepsTask struct {
+	StepFields `json:"-"`
+	// The tasks it waits for (or waited for).
+	Parents []WorkflowStepsWorkflowStepsTaskParentsTask `json:"parents"`
+}
+
+// GetParents returns WorkflowStepsWorkflowStepsTask.Parents, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetParents() []WorkflowStepsWorkflowStepsTaskParentsTask {
+	return v.Parents
+}
+
+// GetId returns WorkflowStepsWorkflowStepsTask.Id, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetId() string { return v.StepFields.Id }
+
+// GetCode returns WorkflowStepsWorkflowStepsTask.Code, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetCode() string { return v.StepFields.Code }
+
+// GetStepKey returns WorkflowStepsWorkflowStepsTask.StepKey, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetStepKey() *string { return v.StepFields.StepKey }
+
+// GetType returns WorkflowStepsWorkflowStepsTask.Type, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetType() string { return v.StepFields.Type }
+
+// GetStatus returns WorkflowStepsWorkflowStepsTask.Status, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetStatus() TaskStatus { return v.StepFields.Status }
+
+// GetVersion returns WorkflowStepsWorkflowStepsTask.Version, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetVersion() int { return v.StepFields.Version }
+
+// GetLastError returns WorkflowStepsWorkflowStepsTask.LastError, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetLastError() *string { return v.StepFields.LastError }
+
+// GetFinishedAt returns WorkflowStepsWorkflowStepsTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTask) GetFinishedAt() *time.Time { return v.StepFields.FinishedAt }
+
+func (v *WorkflowStepsWorkflowStepsTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*WorkflowStepsWorkflowStepsTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.WorkflowStepsWorkflowStepsTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.StepFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalWorkflowStepsWorkflowStepsTask struct {
+	Parents []WorkflowStepsWorkflowStepsTaskParentsTask `json:"parents"`
+
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	StepKey *string `json:"stepKey"`
+
+	Type string `json:"type"`
+
+	Status TaskStatus `json:"status"`
+
+	Version int `json:"version"`
+
+	LastError *string `json:"lastError"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+}
+
+func (v *WorkflowStepsWorkflowStepsTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *WorkflowStepsWorkflowStepsTask) __premarshalJSON() (*__premarshalWorkflowStepsWorkflowStepsTask, error) {
+	var retval __premarshalWorkflowStepsWorkflowStepsTask
+
+	retval.Parents = v.Parents
+	retval.Id = v.StepFields.Id
+	retval.Code = v.StepFields.Code
+	retval.StepKey = v.StepFields.StepKey
+	retval.Type = v.StepFields.Type
+	retval.Status = v.StepFields.Status
+	retval.Version = v.StepFields.Version
+	retval.LastError = v.StepFields.LastError
+	retval.FinishedAt = v.StepFields.FinishedAt
+	return &retval, nil
+}
+
+// WorkflowStepsWorkflowStepsTaskParentsTask includes the requested fields of the GraphQL type Task.
+type WorkflowStepsWorkflowStepsTaskParentsTask struct {
+	Id string `json:"id"`
+	// Its key among its workflow's steps: its children find its result by it.
+	StepKey *string `json:"stepKey"`
+}
+
+// GetId returns WorkflowStepsWorkflowStepsTaskParentsTask.Id, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTaskParentsTask) GetId() string { return v.Id }
+
+// GetStepKey returns WorkflowStepsWorkflowStepsTaskParentsTask.StepKey, and is useful for accessing the field via an interface.
+func (v *WorkflowStepsWorkflowStepsTaskParentsTask) GetStepKey() *string { return v.StepKey }
+
+// WorkflowWhereInput is used for filtering Workflow objects.
+// Input was generated by ent.
+type WorkflowWhereInput struct {
+	Not *WorkflowWhereInput  `json:"not"`
+	And []WorkflowWhereInput `json:"and"`
+	Or  []WorkflowWhereInput `json:"or"`
+	// id field predicates
+	Id      *string  `json:"id"`
+	IdNEQ   *string  `json:"idNEQ"`
+	IdIn    []string `json:"idIn"`
+	IdNotIn []string `json:"idNotIn"`
+	IdGT    *string  `json:"idGT"`
+	IdGTE   *string  `json:"idGTE"`
+	IdLT    *string  `json:"idLT"`
+	IdLTE   *string  `json:"idLTE"`
+	// created_at field predicates
+	CreatedAt      *time.Time  `json:"createdAt"`
+	CreatedAtNEQ   *time.Time  `json:"createdAtNEQ"`
+	CreatedAtIn    []time.Time `json:"createdAtIn"`
+	CreatedAtNotIn []time.Time `json:"createdAtNotIn"`
+	CreatedAtGT    *time.Time  `json:"createdAtGT"`
+	CreatedAtGTE   *time.Time  `json:"createdAtGTE"`
+	CreatedAtLT    *time.Time  `json:"createdAtLT"`
+	CreatedAtLTE   *time.Time  `json:"createdAtLTE"`
+	// code field predicates
+	Code             *string  `json:"code"`
+	CodeNEQ          *string  `json:"codeNEQ"`
+	CodeIn           []string `json:"codeIn"`
+	CodeNotIn        []string `json:"codeNotIn"`
+	CodeGT           *string  `json:"codeGT"`
+	CodeGTE          *string  `json:"codeGTE"`
+	CodeLT           *string  `json:"codeLT"`
+	CodeLTE          *string  `json:"codeLTE"`
+	CodeContains     *string  `json:"codeContains"`
+	CodeHasPrefix    *string  `json:"codeHasPrefix"`
+	CodeHasSuffix    *string  `json:"codeHasSuffix"`
+	CodeEqualFold    *string  `json:"codeEqualFold"`
+	CodeContainsFold *string  `json:"codeContainsFold"`
+	// title field predicates
+	Title             *string  `json:"title"`
+	TitleNEQ          *string  `json:"titleNEQ"`
+	TitleIn           []string `json:"titleIn"`
+	TitleNotIn        []string `json:"titleNotIn"`
+	TitleGT           *string  `json:"titleGT"`
+	TitleGTE          *string  `json:"titleGTE"`
+	TitleLT           *string  `json:"titleLT"`
+	TitleLTE          *string  `json:"titleLTE"`
+	TitleContains     *string  `json:"titleContains"`
+	TitleHasPrefix    *string  `json:"titleHasPrefix"`
+	TitleHasSuffix    *string  `json:"titleHasSuffix"`
+	TitleEqualFold    *string  `json:"titleEqualFold"`
+	TitleContainsFold *string  `json:"titleContainsFold"`
+	// idempotency_key field predicates
+	IdempotencyKey             *string  `json:"idempotencyKey"`
+	IdempotencyKeyNEQ          *string  `json:"idempotencyKeyNEQ"`
+	IdempotencyKeyIn           []string `json:"idempotencyKeyIn"`
+	IdempotencyKeyNotIn        []string `json:"idempotencyKeyNotIn"`
+	IdempotencyKeyGT           *string  `json:"idempotencyKeyGT"`
+	IdempotencyKeyGTE          *string  `json:"idempotencyKeyGTE"`
+	IdempotencyKeyLT           *string  `json:"idempotencyKeyLT"`
+	IdempotencyKeyLTE          *string  `json:"idempotencyKeyLTE"`
+	IdempotencyKeyContains     *string  `json:"idempotencyKeyContains"`
+	IdempotencyKeyHasPrefix    *string  `json:"idempotencyKeyHasPrefix"`
+	IdempotencyKeyHasSuffix    *string  `json:"idempotencyKeyHasSuffix"`
+	IdempotencyKeyIsNil        *bool    `json:"idempotencyKeyIsNil"`
+	IdempotencyKeyNotNil       *bool    `json:"idempotencyKeyNotNil"`
+	IdempotencyKeyEqualFold    *string  `json:"idempotencyKeyEqualFold"`
+	IdempotencyKeyContainsFold *string  `json:"idempotencyKeyContainsFold"`
+	// owner field predicates
+	Owner             *string  `json:"owner"`
+	OwnerNEQ          *string  `json:"ownerNEQ"`
+	OwnerIn           []string `json:"ownerIn"`
+	OwnerNotIn        []string `json:"ownerNotIn"`
+	OwnerGT           *string  `json:"ownerGT"`
+	OwnerGTE          *string  `json:"ownerGTE"`
+	OwnerLT           *string  `json:"ownerLT"`
+	OwnerLTE          *string  `json:"ownerLTE"`
+	OwnerContains     *string  `json:"ownerContains"`
+	OwnerHasPrefix    *string  `json:"ownerHasPrefix"`
+	OwnerHasSuffix    *string  `json:"ownerHasSuffix"`
+	OwnerEqualFold    *string  `json:"ownerEqualFold"`
+	OwnerContainsFold *string  `json:"ownerContainsFold"`
+	// owner_source field predicates
+	OwnerSource             *string  `json:"ownerSource"`
+	OwnerSourceNEQ          *string  `json:"ownerSourceNEQ"`
+	OwnerSourceIn           []string `json:"ownerSourceIn"`
+	OwnerSourceNotIn        []string `json:"ownerSourceNotIn"`
+	OwnerSourceGT           *string  `json:"ownerSourceGT"`
+	OwnerSourceGTE          *string  `json:"ownerSourceGTE"`
+	OwnerSourceLT           *string  `json:"ownerSourceLT"`
+	OwnerSourceLTE          *string  `json:"ownerSourceLTE"`
+	OwnerSourceContains     *string  `json:"ownerSourceContains"`
+	OwnerSourceHasPrefix    *string  `json:"ownerSourceHasPrefix"`
+	OwnerSourceHasSuffix    *string  `json:"ownerSourceHasSuffix"`
+	OwnerSourceEqualFold    *string  `json:"ownerSourceEqualFold"`
+	OwnerSourceContainsFold *string  `json:"ownerSourceContainsFold"`
+	// tenant field predicates
+	Tenant             *string  `json:"tenant"`
+	TenantNEQ          *string  `json:"tenantNEQ"`
+	TenantIn           []string `json:"tenantIn"`
+	TenantNotIn        []string `json:"tenantNotIn"`
+	TenantGT           *string  `json:"tenantGT"`
+	TenantGTE          *string  `json:"tenantGTE"`
+	TenantLT           *string  `json:"tenantLT"`
+	TenantLTE          *string  `json:"tenantLTE"`
+	TenantContains     *string  `json:"tenantContains"`
+	TenantHasPrefix    *string  `json:"tenantHasPrefix"`
+	TenantHasSuffix    *string  `json:"tenantHasSuffix"`
+	TenantEqualFold    *string  `json:"tenantEqualFold"`
+	TenantContainsFold *string  `json:"tenantContainsFold"`
+	// on_parent_failure field predicates
+	OnParentFailure      *ParentFailurePolicy  `json:"onParentFailure"`
+	OnParentFailureNEQ   *ParentFailurePolicy  `json:"onParentFailureNEQ"`
+	OnParentFailureIn    []ParentFailurePolicy `json:"onParentFailureIn"`
+	OnParentFailureNotIn []ParentFailurePolicy `json:"onParentFailureNotIn"`
+	// step_count field predicates
+	StepCount      *int  `json:"stepCount"`
+	StepCountNEQ   *int  `json:"stepCountNEQ"`
+	StepCountIn    []int `json:"stepCountIn"`
+	StepCountNotIn []int `json:"stepCountNotIn"`
+	StepCountGT    *int  `json:"stepCountGT"`
+	StepCountGTE   *int  `json:"stepCountGTE"`
+	StepCountLT    *int  `json:"stepCountLT"`
+	StepCountLTE   *int  `json:"stepCountLTE"`
+}
+
+// GetNot returns WorkflowWhereInput.Not, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetNot() *WorkflowWhereInput { return v.Not }
+
+// GetAnd returns WorkflowWhereInput.And, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetAnd() []WorkflowWhereInput { return v.And }
+
+// GetOr returns WorkflowWhereInput.Or, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOr() []WorkflowWhereInput { return v.Or }
+
+// GetId returns WorkflowWhereInput.Id, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetId() *string { return v.Id }
+
+// GetIdNEQ returns WorkflowWhereInput.IdNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdNEQ() *string { return v.IdNEQ }
+
+// GetIdIn returns WorkflowWhereInput.IdIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdIn() []string { return v.IdIn }
+
+// GetIdNotIn returns WorkflowWhereInput.IdNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdNotIn() []string { return v.IdNotIn }
+
+// GetIdGT returns WorkflowWhereInput.IdGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdGT() *string { return v.IdGT }
+
+// GetIdGTE returns WorkflowWhereInput.IdGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdGTE() *string { return v.IdGTE }
+
+// GetIdLT returns WorkflowWhereInput.IdLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdLT() *string { return v.IdLT }
+
+// GetIdLTE returns WorkflowWhereInput.IdLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdLTE() *string { return v.IdLTE }
+
+// GetCreatedAt returns WorkflowWhereInput.CreatedAt, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAt() *time.Time { return v.CreatedAt }
+
+// GetCreatedAtNEQ returns WorkflowWhereInput.CreatedAtNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAtNEQ() *time.Time { return v.CreatedAtNEQ }
+
+// GetCreatedAtIn returns WorkflowWhereInput.CreatedAtIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAtIn() []time.Time { return v.CreatedAtIn }
+
+// GetCreatedAtNotIn returns WorkflowWhereInput.CreatedAtNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAtNotIn() []time.Time { return v.CreatedAtNotIn }
+
+// GetCreatedAtGT returns WorkflowWhereInput.CreatedAtGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAtGT() *time.Time { return v.CreatedAtGT }
+
+// GetCreatedAtGTE returns WorkflowWhereInput.CreatedAtGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAtGTE() *time.Time { return v.CreatedAtGTE }
+
+// GetCreatedAtLT returns WorkflowWhereInput.CreatedAtLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAtLT() *time.Time { return v.CreatedAtLT }
+
+// GetCreatedAtLTE returns WorkflowWhereInput.CreatedAtLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCreatedAtLTE() *time.Time { return v.CreatedAtLTE }
+
+// GetCode returns WorkflowWhereInput.Code, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCode() *string { return v.Code }
+
+// GetCodeNEQ returns WorkflowWhereInput.CodeNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeNEQ() *string { return v.CodeNEQ }
+
+// GetCodeIn returns WorkflowWhereInput.CodeIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeIn() []string { return v.CodeIn }
+
+// GetCodeNotIn returns WorkflowWhereInput.CodeNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeNotIn() []string { return v.CodeNotIn }
+
+// GetCodeGT returns WorkflowWhereInput.CodeGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeGT() *string { return v.CodeGT }
+
+// GetCodeGTE returns WorkflowWhereInput.CodeGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeGTE() *string { return v.CodeGTE }
+
+// GetCodeLT returns WorkflowWhereInput.CodeLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeLT() *string { return v.CodeLT }
+
+// GetCodeLTE returns WorkflowWhereInput.CodeLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeLTE() *string { return v.CodeLTE }
+
+// GetCodeContains returns WorkflowWhereInput.CodeContains, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeContains() *string { return v.CodeContains }
+
+// GetCodeHasPrefix returns WorkflowWhereInput.CodeHasPrefix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeHasPrefix() *string { return v.CodeHasPrefix }
+
+// GetCodeHasSuffix returns WorkflowWhereInput.CodeHasSuffix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeHasSuffix() *string { return v.CodeHasSuffix }
+
+// GetCodeEqualFold returns WorkflowWhereInput.CodeEqualFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeEqualFold() *string { return v.CodeEqualFold }
+
+// GetCodeContainsFold returns WorkflowWhereInput.CodeContainsFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetCodeContainsFold() *string { return v.CodeContainsFold }
+
+// GetTitle returns WorkflowWhereInput.Title, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitle() *string { return v.Title }
+
+// GetTitleNEQ returns WorkflowWhereInput.TitleNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleNEQ() *string { return v.TitleNEQ }
+
+// GetTitleIn returns WorkflowWhereInput.TitleIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleIn() []string { return v.TitleIn }
+
+// GetTitleNotIn returns WorkflowWhereInput.TitleNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleNotIn() []string { return v.TitleNotIn }
+
+// GetTitleGT returns WorkflowWhereInput.TitleGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleGT() *string { return v.TitleGT }
+
+// GetTitleGTE returns WorkflowWhereInput.TitleGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleGTE() *string { return v.TitleGTE }
+
+// GetTitleLT returns WorkflowWhereInput.TitleLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleLT() *string { return v.TitleLT }
+
+// GetTitleLTE returns WorkflowWhereInput.TitleLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleLTE() *string { return v.TitleLTE }
+
+// GetTitleContains returns WorkflowWhereInput.TitleContains, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleContains() *string { return v.TitleContains }
+
+// GetTitleHasPrefix returns WorkflowWhereInput.TitleHasPrefix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleHasPrefix() *string { return v.TitleHasPrefix }
+
+// GetTitleHasSuffix returns WorkflowWhereInput.TitleHasSuffix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleHasSuffix() *string { return v.TitleHasSuffix }
+
+// GetTitleEqualFold returns WorkflowWhereInput.TitleEqualFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleEqualFold() *string { return v.TitleEqualFold }
+
+// GetTitleContainsFold returns WorkflowWhereInput.TitleContainsFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTitleContainsFold() *string { return v.TitleContainsFold }
+
+// GetIdempotencyKey returns WorkflowWhereInput.IdempotencyKey, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKey() *string { return v.IdempotencyKey }
+
+// GetIdempotencyKeyNEQ returns WorkflowWhereInput.IdempotencyKeyNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyNEQ() *string { return v.IdempotencyKeyNEQ }
+
+// GetIdempotencyKeyIn returns WorkflowWhereInput.IdempotencyKeyIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyIn() []string { return v.IdempotencyKeyIn }
+
+// GetIdempotencyKeyNotIn returns WorkflowWhereInput.IdempotencyKeyNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyNotIn() []string { return v.IdempotencyKeyNotIn }
+
+// GetIdempotencyKeyGT returns WorkflowWhereInput.IdempotencyKeyGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyGT() *string { return v.IdempotencyKeyGT }
+
+// GetIdempotencyKeyGTE returns WorkflowWhereInput.IdempotencyKeyGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyGTE() *string { return v.IdempotencyKeyGTE }
+
+// GetIdempotencyKeyLT returns WorkflowWhereInput.IdempotencyKeyLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyLT() *string { return v.IdempotencyKeyLT }
+
+// GetIdempotencyKeyLTE returns WorkflowWhereInput.IdempotencyKeyLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyLTE() *string { return v.IdempotencyKeyLTE }
+
+// GetIdempotencyKeyContains returns WorkflowWhereInput.IdempotencyKeyContains, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyContains() *string { return v.IdempotencyKeyContains }
+
+// GetIdempotencyKeyHasPrefix returns WorkflowWhereInput.IdempotencyKeyHasPrefix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyHasPrefix() *string { return v.IdempotencyKeyHasPrefix }
+
+// GetIdempotencyKeyHasSuffix returns WorkflowWhereInput.IdempotencyKeyHasSuffix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyHasSuffix() *string { return v.IdempotencyKeyHasSuffix }
+
+// GetIdempotencyKeyIsNil returns WorkflowWhereInput.IdempotencyKeyIsNil, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyIsNil() *bool { return v.IdempotencyKeyIsNil }
+
+// GetIdempotencyKeyNotNil returns WorkflowWhereInput.IdempotencyKeyNotNil, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyNotNil() *bool { return v.IdempotencyKeyNotNil }
+
+// GetIdempotencyKeyEqualFold returns WorkflowWhereInput.IdempotencyKeyEqualFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyEqualFold() *string { return v.IdempotencyKeyEqualFold }
+
+// GetIdempotencyKeyContainsFold returns WorkflowWhereInput.IdempotencyKeyContainsFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetIdempotencyKeyContainsFold() *string {
+	return v.IdempotencyKeyContainsFold
+}
+
+// GetOwner returns WorkflowWhereInput.Owner, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwner() *string { return v.Owner }
+
+// GetOwnerNEQ returns WorkflowWhereInput.OwnerNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerNEQ() *string { return v.OwnerNEQ }
+
+// GetOwnerIn returns WorkflowWhereInput.OwnerIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerIn() []string { return v.OwnerIn }
+
+// GetOwnerNotIn returns WorkflowWhereInput.OwnerNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerNotIn() []string { return v.OwnerNotIn }
+
+// GetOwnerGT returns WorkflowWhereInput.OwnerGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerGT() *string { return v.OwnerGT }
+
+// GetOwnerGTE returns WorkflowWhereInput.OwnerGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerGTE() *string { return v.OwnerGTE }
+
+// GetOwnerLT returns WorkflowWhereInput.OwnerLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerLT() *string { return v.OwnerLT }
+
+// GetOwnerLTE returns WorkflowWhereInput.OwnerLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerLTE() *string { return v.OwnerLTE }
+
+// GetOwnerContains returns WorkflowWhereInput.OwnerContains, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerContains() *string { return v.OwnerContains }
+
+// GetOwnerHasPrefix returns WorkflowWhereInput.OwnerHasPrefix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerHasPrefix() *string { return v.OwnerHasPrefix }
+
+// GetOwnerHasSuffix returns WorkflowWhereInput.OwnerHasSuffix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerHasSuffix() *string { return v.OwnerHasSuffix }
+
+// GetOwnerEqualFold returns WorkflowWhereInput.OwnerEqualFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerEqualFold() *string { return v.OwnerEqualFold }
+
+// GetOwnerContainsFold returns WorkflowWhereInput.OwnerContainsFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerContainsFold() *string { return v.OwnerContainsFold }
+
+// GetOwnerSource returns WorkflowWhereInput.OwnerSource, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSource() *string { return v.OwnerSource }
+
+// GetOwnerSourceNEQ returns WorkflowWhereInput.OwnerSourceNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceNEQ() *string { return v.OwnerSourceNEQ }
+
+// GetOwnerSourceIn returns WorkflowWhereInput.OwnerSourceIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceIn() []string { return v.OwnerSourceIn }
+
+// GetOwnerSourceNotIn returns WorkflowWhereInput.OwnerSourceNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceNotIn() []string { return v.OwnerSourceNotIn }
+
+// GetOwnerSourceGT returns WorkflowWhereInput.OwnerSourceGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceGT() *string { return v.OwnerSourceGT }
+
+// GetOwnerSourceGTE returns WorkflowWhereInput.OwnerSourceGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceGTE() *string { return v.OwnerSourceGTE }
+
+// GetOwnerSourceLT returns WorkflowWhereInput.OwnerSourceLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceLT() *string { return v.OwnerSourceLT }
+
+// GetOwnerSourceLTE returns WorkflowWhereInput.OwnerSourceLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceLTE() *string { return v.OwnerSourceLTE }
+
+// GetOwnerSourceContains returns WorkflowWhereInput.OwnerSourceContains, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceContains() *string { return v.OwnerSourceContains }
+
+// GetOwnerSourceHasPrefix returns WorkflowWhereInput.OwnerSourceHasPrefix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceHasPrefix() *string { return v.OwnerSourceHasPrefix }
+
+// GetOwnerSourceHasSuffix returns WorkflowWhereInput.OwnerSourceHasSuffix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceHasSuffix() *string { return v.OwnerSourceHasSuffix }
+
+// GetOwnerSourceEqualFold returns WorkflowWhereInput.OwnerSourceEqualFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceEqualFold() *string { return v.OwnerSourceEqualFold }
+
+// GetOwnerSourceContainsFold returns WorkflowWhereInput.OwnerSourceContainsFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOwnerSourceContainsFold() *string { return v.OwnerSourceContainsFold }
+
+// GetTenant returns WorkflowWhereInput.Tenant, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenant() *string { return v.Tenant }
+
+// GetTenantNEQ returns WorkflowWhereInput.TenantNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantNEQ() *string { return v.TenantNEQ }
+
+// GetTenantIn returns WorkflowWhereInput.TenantIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantIn() []string { return v.TenantIn }
+
+// GetTenantNotIn returns WorkflowWhereInput.TenantNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantNotIn() []string { return v.TenantNotIn }
+
+// GetTenantGT returns WorkflowWhereInput.TenantGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantGT() *string { return v.TenantGT }
+
+// GetTenantGTE returns WorkflowWhereInput.TenantGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantGTE() *string { return v.TenantGTE }
+
+// GetTenantLT returns WorkflowWhereInput.TenantLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantLT() *string { return v.TenantLT }
+
+// GetTenantLTE returns WorkflowWhereInput.TenantLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantLTE() *string { return v.TenantLTE }
+
+// GetTenantContains returns WorkflowWhereInput.TenantContains, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantContains() *string { return v.TenantContains }
+
+// GetTenantHasPrefix returns WorkflowWhereInput.TenantHasPrefix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantHasPrefix() *string { return v.TenantHasPrefix }
+
+// GetTenantHasSuffix returns WorkflowWhereInput.TenantHasSuffix, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantHasSuffix() *string { return v.TenantHasSuffix }
+
+// GetTenantEqualFold returns WorkflowWhereInput.TenantEqualFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantEqualFold() *string { return v.TenantEqualFold }
+
+// GetTenantContainsFold returns WorkflowWhereInput.TenantContainsFold, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetTenantContainsFold() *string { return v.TenantContainsFold }
+
+// GetOnParentFailure returns WorkflowWhereInput.OnParentFailure, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOnParentFailure() *ParentFailurePolicy { return v.OnParentFailure }
+
+// GetOnParentFailureNEQ returns WorkflowWhereInput.OnParentFailureNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOnParentFailureNEQ() *ParentFailurePolicy {
+	return v.OnParentFailureNEQ
+}
+
+// GetOnParentFailureIn returns WorkflowWhereInput.OnParentFailureIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOnParentFailureIn() []ParentFailurePolicy { return v.OnParentFailureIn }
+
+// GetOnParentFailureNotIn returns WorkflowWhereInput.OnParentFailureNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetOnParentFailureNotIn() []ParentFailurePolicy {
+	return v.OnParentFailureNotIn
+}
+
+// GetStepCount returns WorkflowWhereInput.StepCount, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCount() *int { return v.StepCount }
+
+// GetStepCountNEQ returns WorkflowWhereInput.StepCountNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCountNEQ() *int { return v.StepCountNEQ }
+
+// GetStepCountIn returns WorkflowWhereInput.StepCountIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCountIn() []int { return v.StepCountIn }
+
+// GetStepCountNotIn returns WorkflowWhereInput.StepCountNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCountNotIn() []int { return v.StepCountNotIn }
+
+// GetStepCountGT returns WorkflowWhereInput.StepCountGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCountGT() *int { return v.StepCountGT }
+
+// GetStepCountGTE returns WorkflowWhereInput.StepCountGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCountGTE() *int { return v.StepCountGTE }
+
+// GetStepCountLT returns WorkflowWhereInput.StepCountLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCountLT() *int { return v.StepCountLT }
+
+// GetStepCountLTE returns WorkflowWhereInput.StepCountLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetStepCountLTE() *int { return v.StepCountLTE }
 
 // __ArtifactDownloadUrlInput is used internally by genqlient
 type __ArtifactDownloadUrlInput struct {
@@ -6551,6 +8186,18 @@ func (v *__CancelTaskInput) GetId() string { return v.Id }
 // GetReason returns __CancelTaskInput.Reason, and is useful for accessing the field via an interface.
 func (v *__CancelTaskInput) GetReason() *string { return v.Reason }
 
+// __CancelWorkflowInput is used internally by genqlient
+type __CancelWorkflowInput struct {
+	Id     string  `json:"id"`
+	Reason *string `json:"reason"`
+}
+
+// GetId returns __CancelWorkflowInput.Id, and is useful for accessing the field via an interface.
+func (v *__CancelWorkflowInput) GetId() string { return v.Id }
+
+// GetReason returns __CancelWorkflowInput.Reason, and is useful for accessing the field via an interface.
+func (v *__CancelWorkflowInput) GetReason() *string { return v.Reason }
+
 // __CreateAlertChannelInput is used internally by genqlient
 type __CreateAlertChannelInput struct {
 	Input AlertChannelInput `json:"input"`
@@ -6591,6 +8238,14 @@ type __CreateTasksInput struct {
 // GetInputs returns __CreateTasksInput.Inputs, and is useful for accessing the field via an interface.
 func (v *__CreateTasksInput) GetInputs() []CreateTaskInput { return v.Inputs }
 
+// __CreateWorkflowInput is used internally by genqlient
+type __CreateWorkflowInput struct {
+	Input CreateWorkflowInput `json:"input"`
+}
+
+// GetInput returns __CreateWorkflowInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateWorkflowInput) GetInput() CreateWorkflowInput { return v.Input }
+
 // __DeleteAlertChannelInput is used internally by genqlient
 type __DeleteAlertChannelInput struct {
 	Id string `json:"id"`
@@ -6627,18 +8282,6 @@ func (v *__DrainClusterNodeInput) GetId() string { return v.Id }
 // GetDrain returns __DrainClusterNodeInput.Drain, and is useful for accessing the field via an interface.
 func (v *__DrainClusterNodeInput) GetDrain() bool { return v.Drain }
 
-// __DrainWorkerInput is used internally by genqlient
-type __DrainWorkerInput struct {
-	Id    string `json:"id"`
-	Drain bool   `json:"drain"`
-}
-
-// GetId returns __DrainWorkerInput.Id, and is useful for accessing the field via an interface.
-func (v *__DrainWorkerInput) GetId() string { return v.Id }
-
-// GetDrain returns __DrainWorkerInput.Drain, and is useful for accessing the field via an interface.
-func (v *__DrainWorkerInput) GetDrain() bool { return v.Drain }
-
 // __GetTaskInput is used internally by genqlient
 type __GetTaskInput struct {
 	Id string `json:"id"`
@@ -6646,6 +8289,14 @@ type __GetTaskInput struct {
 
 // GetId returns __GetTaskInput.Id, and is useful for accessing the field via an interface.
 func (v *__GetTaskInput) GetId() string { return v.Id }
+
+// __GetWorkflowInput is used internally by genqlient
+type __GetWorkflowInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __GetWorkflowInput.Id, and is useful for accessing the field via an interface.
+func (v *__GetWorkflowInput) GetId() string { return v.Id }
 
 // __ImportFileInput is used internally by genqlient
 type __ImportFileInput struct {
@@ -6759,6 +8410,22 @@ func (v *__ListTasksInput) GetWhere() *TaskWhereInput { return v.Where }
 // GetOrderBy returns __ListTasksInput.OrderBy, and is useful for accessing the field via an interface.
 func (v *__ListTasksInput) GetOrderBy() []TaskOrder { return v.OrderBy }
 
+// __ListWorkflowsInput is used internally by genqlient
+type __ListWorkflowsInput struct {
+	First *int                `json:"first"`
+	After *string             `json:"after"`
+	Where *WorkflowWhereInput `json:"where"`
+}
+
+// GetFirst returns __ListWorkflowsInput.First, and is useful for accessing the field via an interface.
+func (v *__ListWorkflowsInput) GetFirst() *int { return v.First }
+
+// GetAfter returns __ListWorkflowsInput.After, and is useful for accessing the field via an interface.
+func (v *__ListWorkflowsInput) GetAfter() *string { return v.After }
+
+// GetWhere returns __ListWorkflowsInput.Where, and is useful for accessing the field via an interface.
+func (v *__ListWorkflowsInput) GetWhere() *WorkflowWhereInput { return v.Where }
+
 // __PauseScheduleInput is used internally by genqlient
 type __PauseScheduleInput struct {
 	Id string `json:"id"`
@@ -6803,6 +8470,18 @@ type __RetryTaskInput struct {
 // GetId returns __RetryTaskInput.Id, and is useful for accessing the field via an interface.
 func (v *__RetryTaskInput) GetId() string { return v.Id }
 
+// __RetryWorkflowInput is used internally by genqlient
+type __RetryWorkflowInput struct {
+	Id     string  `json:"id"`
+	Reason *string `json:"reason"`
+}
+
+// GetId returns __RetryWorkflowInput.Id, and is useful for accessing the field via an interface.
+func (v *__RetryWorkflowInput) GetId() string { return v.Id }
+
+// GetReason returns __RetryWorkflowInput.Reason, and is useful for accessing the field via an interface.
+func (v *__RetryWorkflowInput) GetReason() *string { return v.Reason }
+
 // __SchedulesInput is used internally by genqlient
 type __SchedulesInput struct {
 	First *int    `json:"first"`
@@ -6826,6 +8505,14 @@ func (v *__SetTypeControlInput) GetTypeName() string { return v.TypeName }
 
 // GetInput returns __SetTypeControlInput.Input, and is useful for accessing the field via an interface.
 func (v *__SetTypeControlInput) GetInput() TypeControlInput { return v.Input }
+
+// __StepUpdatedInput is used internally by genqlient
+type __StepUpdatedInput struct {
+	Where *TaskWhereInput `json:"where"`
+}
+
+// GetWhere returns __StepUpdatedInput.Where, and is useful for accessing the field via an interface.
+func (v *__StepUpdatedInput) GetWhere() *TaskWhereInput { return v.Where }
 
 // __TaskIdByCodeInput is used internally by genqlient
 type __TaskIdByCodeInput struct {
@@ -6878,6 +8565,22 @@ type __TypeControlInput struct {
 
 // GetTypeName returns __TypeControlInput.TypeName, and is useful for accessing the field via an interface.
 func (v *__TypeControlInput) GetTypeName() string { return v.TypeName }
+
+// __WorkflowStepStatesInput is used internally by genqlient
+type __WorkflowStepStatesInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __WorkflowStepStatesInput.Id, and is useful for accessing the field via an interface.
+func (v *__WorkflowStepStatesInput) GetId() string { return v.Id }
+
+// __WorkflowStepsInput is used internally by genqlient
+type __WorkflowStepsInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __WorkflowStepsInput.Id, and is useful for accessing the field via an interface.
+func (v *__WorkflowStepsInput) GetId() string { return v.Id }
 
 // The query executed by AlertChannels.
 const AlertChannels_Operation = `
@@ -7154,6 +8857,54 @@ func CancelTask(
 	}
 
 	data_ = &CancelTaskResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CancelWorkflow.
+const CancelWorkflow_Operation = `
+mutation CancelWorkflow ($id: ID!, $reason: String) {
+	cancelWorkflow(id: $id, reason: $reason) {
+		... WorkflowFields
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+`
+
+func CancelWorkflow(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	reason *string,
+) (data_ *CancelWorkflowResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CancelWorkflow",
+		Query:  CancelWorkflow_Operation,
+		Variables: &__CancelWorkflowInput{
+			Id:     id,
+			Reason: reason,
+		},
+	}
+
+	data_ = &CancelWorkflowResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -7464,6 +9215,65 @@ func CreateTasks(
 	return data_, err_
 }
 
+// The mutation executed by CreateWorkflow.
+const CreateWorkflow_Operation = `
+mutation CreateWorkflow ($input: CreateWorkflowInput!) {
+	createWorkflow(input: $input) {
+		... WorkflowFields
+		steps {
+			... StepFields
+		}
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+fragment StepFields on Task {
+	id
+	code
+	stepKey
+	type
+	status
+	version
+	lastError
+	finishedAt
+}
+`
+
+func CreateWorkflow(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateWorkflowInput,
+) (data_ *CreateWorkflowResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateWorkflow",
+		Query:  CreateWorkflow_Operation,
+		Variables: &__CreateWorkflowInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateWorkflowResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by DeleteAlertChannel.
 const DeleteAlertChannel_Operation = `
 mutation DeleteAlertChannel ($id: ID!) {
@@ -7609,102 +9419,6 @@ func DrainClusterNode(
 	return data_, err_
 }
 
-// The mutation executed by DrainWorker.
-const DrainWorker_Operation = `
-mutation DrainWorker ($id: ID!, $drain: Boolean!) {
-	drainWorker(id: $id, drain: $drain) {
-		... WorkerFields
-	}
-}
-fragment WorkerFields on ExternalWorker {
-	id
-	name
-	state
-	tenant
-	language
-	version
-	types
-	node
-	draining
-	lastSeenAt
-	runningExecutions {
-		taskId
-	}
-}
-`
-
-func DrainWorker(
-	ctx_ context.Context,
-	client_ graphql.Client,
-	id string,
-	drain bool,
-) (data_ *DrainWorkerResponse, err_ error) {
-	req_ := &graphql.Request{
-		OpName: "DrainWorker",
-		Query:  DrainWorker_Operation,
-		Variables: &__DrainWorkerInput{
-			Id:    id,
-			Drain: drain,
-		},
-	}
-
-	data_ = &DrainWorkerResponse{}
-	resp_ := &graphql.Response{Data: data_}
-
-	err_ = client_.MakeRequest(
-		ctx_,
-		req_,
-		resp_,
-	)
-
-	return data_, err_
-}
-
-// The query executed by ExternalWorkers.
-const ExternalWorkers_Operation = `
-query ExternalWorkers {
-	externalWorkers {
-		... WorkerFields
-	}
-}
-fragment WorkerFields on ExternalWorker {
-	id
-	name
-	state
-	tenant
-	language
-	version
-	types
-	node
-	draining
-	lastSeenAt
-	runningExecutions {
-		taskId
-	}
-}
-`
-
-func ExternalWorkers(
-	ctx_ context.Context,
-	client_ graphql.Client,
-) (data_ *ExternalWorkersResponse, err_ error) {
-	req_ := &graphql.Request{
-		OpName: "ExternalWorkers",
-		Query:  ExternalWorkers_Operation,
-	}
-
-	data_ = &ExternalWorkersResponse{}
-	resp_ := &graphql.Response{Data: data_}
-
-	err_ = client_.MakeRequest(
-		ctx_,
-		req_,
-		resp_,
-	)
-
-	return data_, err_
-}
-
 // The query executed by GetTask.
 const GetTask_Operation = `
 query GetTask ($id: ID!) {
@@ -7766,6 +9480,52 @@ func GetTask(
 	}
 
 	data_ = &GetTaskResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by GetWorkflow.
+const GetWorkflow_Operation = `
+query GetWorkflow ($id: ID!) {
+	workflow(id: $id) {
+		... WorkflowFields
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+`
+
+func GetWorkflow(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *GetWorkflowResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetWorkflow",
+		Query:  GetWorkflow_Operation,
+		Variables: &__GetWorkflowInput{
+			Id: id,
+		},
+	}
+
+	data_ = &GetWorkflowResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -7899,6 +9659,65 @@ func ListTasks(
 	}
 
 	data_ = &ListTasksResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by ListWorkflows.
+const ListWorkflows_Operation = `
+query ListWorkflows ($first: Int, $after: Cursor, $where: WorkflowWhereInput) {
+	workflows(first: $first, after: $after, where: $where, orderBy: {field:CREATED_AT,direction:DESC}) {
+		totalCount
+		edges {
+			node {
+				... WorkflowFields
+			}
+		}
+		pageInfo {
+			hasNextPage
+			endCursor
+		}
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+`
+
+func ListWorkflows(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	first *int,
+	after *string,
+	where *WorkflowWhereInput,
+) (data_ *ListWorkflowsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ListWorkflows",
+		Query:  ListWorkflows_Operation,
+		Variables: &__ListWorkflowsInput{
+			First: first,
+			After: after,
+			Where: where,
+		},
+	}
+
+	data_ = &ListWorkflowsResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -8152,6 +9971,54 @@ func RetryTask(
 	return data_, err_
 }
 
+// The mutation executed by RetryWorkflow.
+const RetryWorkflow_Operation = `
+mutation RetryWorkflow ($id: ID!, $reason: String) {
+	retryWorkflow(id: $id, reason: $reason) {
+		... WorkflowFields
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+`
+
+func RetryWorkflow(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	reason *string,
+) (data_ *RetryWorkflowResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "RetryWorkflow",
+		Query:  RetryWorkflow_Operation,
+		Variables: &__RetryWorkflowInput{
+			Id:     id,
+			Reason: reason,
+		},
+	}
+
+	data_ = &RetryWorkflowResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by Schedules.
 const Schedules_Operation = `
 query Schedules ($first: Int, $after: Cursor) {
@@ -8254,6 +10121,70 @@ func SetTypeControl(
 	)
 
 	return data_, err_
+}
+
+// The subscription executed by StepUpdated.
+const StepUpdated_Operation = `
+subscription StepUpdated ($where: TaskWhereInput) {
+	taskUpdated(where: $where) {
+		... StepFields
+	}
+}
+fragment StepFields on Task {
+	id
+	code
+	stepKey
+	type
+	status
+	version
+	lastError
+	finishedAt
+}
+`
+
+// To unsubscribe, use [graphql.WebSocketClient.Unsubscribe]
+func StepUpdated(
+	ctx_ context.Context,
+	client_ graphql.WebSocketClient,
+	where *TaskWhereInput,
+) (dataChan_ chan StepUpdatedWsResponse, subscriptionID_ string, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "StepUpdated",
+		Query:  StepUpdated_Operation,
+		Variables: &__StepUpdatedInput{
+			Where: where,
+		},
+	}
+
+	dataChan_ = make(chan StepUpdatedWsResponse)
+	subscriptionID_, err_ = client_.Subscribe(req_, dataChan_, StepUpdatedForwardData)
+
+	return dataChan_, subscriptionID_, err_
+}
+
+type StepUpdatedWsResponse graphql.BaseResponse[*StepUpdatedResponse]
+
+func StepUpdatedForwardData(interfaceChan interface{}, jsonRawMsg json.RawMessage) error {
+	var gqlResp graphql.Response
+	var wsResp StepUpdatedWsResponse
+	err := json.Unmarshal(jsonRawMsg, &gqlResp)
+	if err != nil {
+		return err
+	}
+	if len(gqlResp.Errors) == 0 {
+		err = json.Unmarshal(jsonRawMsg, &wsResp)
+		if err != nil {
+			return err
+		}
+	} else {
+		wsResp.Errors = gqlResp.Errors
+	}
+	dataChan_, ok := interfaceChan.(chan StepUpdatedWsResponse)
+	if !ok {
+		return errors.New("failed to cast interface into 'chan StepUpdatedWsResponse'")
+	}
+	dataChan_ <- wsResp
+	return nil
 }
 
 // The query executed by TaskIdByCode.
@@ -8555,6 +10486,128 @@ func TypeControls(
 	}
 
 	data_ = &TypeControlsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by WorkflowStepStates.
+const WorkflowStepStates_Operation = `
+query WorkflowStepStates ($id: ID!) {
+	workflow(id: $id) {
+		... WorkflowFields
+		steps {
+			... StepFields
+		}
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+fragment StepFields on Task {
+	id
+	code
+	stepKey
+	type
+	status
+	version
+	lastError
+	finishedAt
+}
+`
+
+func WorkflowStepStates(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *WorkflowStepStatesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "WorkflowStepStates",
+		Query:  WorkflowStepStates_Operation,
+		Variables: &__WorkflowStepStatesInput{
+			Id: id,
+		},
+	}
+
+	data_ = &WorkflowStepStatesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by WorkflowSteps.
+const WorkflowSteps_Operation = `
+query WorkflowSteps ($id: ID!) {
+	workflow(id: $id) {
+		... WorkflowFields
+		steps {
+			... StepFields
+			parents {
+				id
+				stepKey
+			}
+		}
+	}
+}
+fragment WorkflowFields on Workflow {
+	id
+	code
+	title
+	status
+	stepsDone
+	stepCount
+	onParentFailure
+	owner
+	createdAt
+	availableActions
+}
+fragment StepFields on Task {
+	id
+	code
+	stepKey
+	type
+	status
+	version
+	lastError
+	finishedAt
+}
+`
+
+func WorkflowSteps(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *WorkflowStepsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "WorkflowSteps",
+		Query:  WorkflowSteps_Operation,
+		Variables: &__WorkflowStepsInput{
+			Id: id,
+		},
+	}
+
+	data_ = &WorkflowStepsResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

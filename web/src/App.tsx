@@ -1,6 +1,6 @@
-import { useEffect, useState } from 'react';
+import { lazy, Suspense, useEffect, useState } from 'react';
 import { Provider } from 'urql';
-import { createApi, type Api } from './api/client';
+import { createApi, Uncached, type Api } from './api/client';
 import { connection, signOut, useAuth, useConnection } from './api/session';
 import { ConnectionBanner } from './components/ConnectionBanner';
 import { IncidentBanner } from './components/IncidentBanner';
@@ -17,7 +17,11 @@ import { Schedules } from './pages/Schedules';
 import { TaskDetail } from './pages/TaskDetail';
 import { TaskList } from './pages/TaskList';
 import { Types } from './pages/Types';
+import { Workflows } from './pages/Workflows';
 import { Link, useLocation } from './router';
+
+// The workflow page carries the layout library (dagre): loaded when opened.
+const WorkflowDetail = lazy(() => import('./pages/WorkflowDetail').then((m) => ({ default: m.WorkflowDetail })));
 
 export function App() {
   const { token, needsLogin } = useAuth();
@@ -34,7 +38,9 @@ export function App() {
   if (!api) return null;
   return (
     <Provider value={api.client}>
-      <Shell signedIn={!!token} />
+      <Uncached.Provider value={api.uncached}>
+        <Shell signedIn={!!token} />
+      </Uncached.Provider>
     </Provider>
   );
 }
@@ -46,6 +52,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
   const nav: { to: string; label: string; id: string; show: boolean }[] = [
     { to: '/', label: t('nav.dashboard'), id: 'dashboard', show: true },
     { to: '/tasks', label: t('nav.tasks'), id: 'tasks', show: true },
+    { to: '/workflows', label: t('nav.workflows'), id: 'workflows', show: true },
     { to: '/launch', label: t('nav.launch'), id: 'launch', show: true },
     { to: '/import', label: t('nav.import'), id: 'import', show: true },
     { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
@@ -106,6 +113,12 @@ function Routes({ path }: { path: string }) {
   if (path === '/' || path === '') return <Dashboard />;
   if (path === '/tasks') return <TaskList />;
   if ((m = /^\/tasks\/([^/]+)$/.exec(path))) return <TaskDetail key={m[1]} id={decodeURIComponent(m[1])} />;
+  if (path === '/workflows') return <Workflows />;
+  if ((m = /^\/workflows\/([^/]+)$/.exec(path))) return (
+      <Suspense fallback={null}>
+        <WorkflowDetail key={m[1]} id={decodeURIComponent(m[1])} />
+      </Suspense>
+    );
   if (path === '/launch') return <Launch type={null} />;
   if ((m = /^\/launch\/([^/]+)$/.exec(path))) return <Launch key={m[1]} type={decodeURIComponent(m[1])} />;
   if (path === '/import') return <ImportPage />;

@@ -3,6 +3,8 @@
 // that task), queries and mutations over HTTP, subscriptions over one
 // graphql-ws websocket that reconnects with backoff.
 import { Client, fetchExchange, mapExchange, subscriptionExchange } from '@urql/core';
+import { createContext, useContext } from 'react';
+import { useClient } from 'urql';
 import { cacheExchange } from '@urql/exchange-graphcache';
 import { createClient as createWsClient, type Client as WsClient } from 'graphql-ws';
 import { fromCombined } from './errors';
@@ -108,6 +110,9 @@ export function resubscribing<T extends Result>(
 
 export interface Api {
   client: Client;
+  // The same endpoints without the normalised cache: for pages whose
+  // answers are too big to keep live in it (see Uncached).
+  uncached: Client;
   ws: WsClient;
   dispose: () => void;
 }
@@ -175,16 +180,28 @@ export function createApi(token: string): Api {
     },
   });
 
+  const onError = mapExchange({
+    onError(error) {
+      if (fromCombined(error).some((e) => e.code === 'UNAUTHENTICATED')) requireLogin();
+    },
+  });
+  const subscriptions = subscriptionExchange({
+    forwardSubscription(request) {
+      const input = { ...request, query: request.query || '' };
+      return {
+        subscribe(sink) {
+          const unsubscribe = resubscribing((s) => ws.subscribe(input, s), markResync)(sink);
+          return { unsubscribe };
+        },
+      };
+    },
+  });
   const client = new Client({
     url: GRAPHQL_PATH,
     requestPolicy: 'cache-and-network',
     fetchOptions: () => ({ headers: authHeaders(token) }),
     exchanges: [
-      mapExchange({
-        onError(error) {
-          if (fromCombined(error).some((e) => e.code === 'UNAUTHENTICATED')) requireLogin();
-        },
-      }),
+      onError,
       cacheExchange({
         keys: {
           TaskConnection: () => null,
@@ -210,25 +227,25 @@ export function createApi(token: string): Api {
           WaitReason: () => null,
           AuditLogConnection: () => null,
           AuditLogEdge: () => null,
+          WorkflowConnection: () => null,
+          WorkflowEdge: () => null,
         },
       }),
       fetchExchange,
-      subscriptionExchange({
-        forwardSubscription(request) {
-          const input = { ...request, query: request.query || '' };
-          return {
-            subscribe(sink) {
-              const unsubscribe = resubscribing((s) => ws.subscribe(input, s), markResync)(sink);
-              return { unsubscribe };
-            },
-          };
-        },
-      }),
+      subscriptions,
     ],
+  });
+
+  const uncached = new Client({
+    url: GRAPHQL_PATH,
+    requestPolicy: 'network-only',
+    fetchOptions: () => ({ headers: authHeaders(token) }),
+    exchanges: [onError, fetchExchange, subscriptions],
   });
 
   return {
     client,
+    uncached,
     ws,
     dispose: () => {
       disposed = true;
@@ -236,4 +253,19 @@ export function createApi(token: string): Api {
       void ws.dispose();
     },
   };
+}
+
+// Uncached provides the client without the normalised cache. A workflow's
+// page reads 10,000 steps and receives an event for each of their changes:
+// in the cache, every event would be keyed, written and read back through
+// layers that grow with them, which kept a busy page tens of seconds
+// behind; the page merges the events itself (by version).
+export const Uncached = createContext<Client | null>(null);
+
+// useUncachedClient is the client without the cache (in tests without
+// one: the usual client).
+export function useUncachedClient(): Client {
+  const c = useContext(Uncached);
+  const fallback = useClient();
+  return c ?? fallback;
 }

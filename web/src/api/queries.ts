@@ -2,9 +2,9 @@
 // ent.graphql + schema.graphql at the repository root.
 import { gql } from '@urql/core';
 
-export type TaskStatus = 'PENDING' | 'EXECUTING' | 'SUCCESS' | 'FAILED' | 'RETRY_PENDING' | 'CANCELLED';
-export const STATUSES: TaskStatus[] = ['PENDING', 'EXECUTING', 'RETRY_PENDING', 'SUCCESS', 'FAILED', 'CANCELLED'];
-export type TaskAction = 'CANCEL' | 'RETRY';
+export type TaskStatus = 'WAITING_DEPENDENCY' | 'PENDING' | 'EXECUTING' | 'SUCCESS' | 'FAILED' | 'RETRY_PENDING' | 'CANCELLED';
+export const STATUSES: TaskStatus[] = ['WAITING_DEPENDENCY', 'PENDING', 'EXECUTING', 'RETRY_PENDING', 'SUCCESS', 'FAILED', 'CANCELLED'];
+export type TaskAction = 'CANCEL' | 'RETRY' | 'RETRY_WORKFLOW';
 export type ArtifactKind = 'SOURCE' | 'ERROR_REPORT' | 'EXPORT' | 'REPORT';
 
 export interface TaskRow {
@@ -43,6 +43,9 @@ export interface TaskInstance {
 }
 
 export interface TaskFull extends TaskRow {
+  // Read by the task query only (not by its subscription).
+  stepKey?: string | null;
+  workflow?: { id: string; code: string; title: string } | null;
   input: unknown;
   retryPolicy: string;
   maxAttempts: number;
@@ -142,7 +145,7 @@ export const TASK_ROW_UPDATED = gql`
 
 export const TASK = gql`
   query Task($id: ID!) {
-    task(id: $id) { ${FULL} }
+    task(id: $id) { ${FULL} stepKey workflow { id code title } }
   }
 `;
 
@@ -385,4 +388,91 @@ export interface WaitReason {
 // Why a waiting task waits: read with the task, and again when it changes.
 export const TASK_WAITING = gql`
   query TaskWaiting($id: ID!) { task(id: $id) { id status waitingReason { kind message until limit current } } }
+`;
+
+// --- Workflows ---
+
+export interface WorkflowRow {
+  id: string;
+  code: string;
+  title: string;
+  status: TaskStatus;
+  stepsDone: number;
+  stepCount: number;
+  onParentFailure: ParentFailurePolicy;
+  createdAt: string;
+  owner: string;
+  availableActions: TaskAction[];
+}
+
+export type ParentFailurePolicy = 'CANCEL_DEPENDENTS' | 'WAIT' | 'RUN_ANYWAY';
+
+// What the picture needs of a step; its subscription selects the same.
+export interface StepNode {
+  id: string;
+  code: string;
+  stepKey: string | null;
+  title: string;
+  type: string;
+  status: TaskStatus;
+  version: number;
+  availableActions: TaskAction[];
+  lastError: string | null;
+}
+
+const WORKFLOW_ROW = 'id code title status stepsDone stepCount onParentFailure createdAt owner availableActions';
+const STEP = 'id code stepKey title type status version availableActions lastError';
+
+export const WORKFLOWS = gql`
+  query Workflows($first: Int, $after: Cursor, $last: Int, $before: Cursor, $where: WorkflowWhereInput) {
+    workflows(first: $first, after: $after, last: $last, before: $before, where: $where, orderBy: {field: CREATED_AT, direction: DESC}) {
+      totalCount
+      pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+      edges { cursor node { ${WORKFLOW_ROW} } }
+    }
+  }
+`;
+
+export const WORKFLOW = gql`
+  query Workflow($id: ID!) {
+    workflow(id: $id) { ${WORKFLOW_ROW} }
+  }
+`;
+
+export const WORKFLOW_STEPS = gql`
+  query WorkflowSteps($id: ID!) {
+    workflow(id: $id) { id steps { ${STEP} } }
+  }
+`;
+
+// The edges of the steps drawn: each one's parents (read once; a
+// workflow's edges do not change).
+export const STEP_PARENTS = gql`
+  query StepParents($ids: [ID!]!) {
+    nodes(ids: $ids) { ... on Task { id parents { id } } }
+  }
+`;
+
+export const STEPS_UPDATED = gql`
+  subscription StepsUpdated($where: TaskWhereInput) {
+    taskUpdated(where: $where) { ${STEP} }
+  }
+`;
+
+export const CANCEL_WORKFLOW = gql`
+  mutation CancelWorkflow($id: ID!, $reason: String) {
+    cancelWorkflow(id: $id, reason: $reason) { ${WORKFLOW_ROW} }
+  }
+`;
+
+export const RETRY_STEP = gql`
+  mutation RetryStep($id: ID!) {
+    retryTask(id: $id) { ${STEP} }
+  }
+`;
+
+export const RETRY_WORKFLOW = gql`
+  mutation RetryWorkflow($id: ID!, $reason: String) {
+    retryWorkflow(id: $id, reason: $reason) { ${WORKFLOW_ROW} }
+  }
 `;

@@ -1,4 +1,6 @@
 import { useEffect, useRef, useState } from 'react';
+import { type AnyVariables, type DocumentInput, type OperationResult } from 'urql';
+import { useUncachedClient } from '../api/client';
 import { useConnection } from '../api/session';
 
 // useNow ticks for relative times ("3 min ago"). It is a clock for labels,
@@ -46,4 +48,22 @@ export function useOnReconnect(fn: () => void) {
   useEffect(() => {
     if (epoch !== first.current) fnRef.current();
   }, [epoch]);
+}
+
+// useEvents calls onEvent with each result of a subscription, on the
+// client without the cache and without re-rendering the component for it
+// (useSubscription keeps every event in state: one render per event, too
+// many for a 10,000-step workflow whose steps all move at once). The
+// subscription restarts when key changes; paused, there is none.
+export function useEvents<D>(query: DocumentInput<D, AnyVariables>, variables: AnyVariables, key: string, pause: boolean, onEvent: (r: OperationResult<D>) => void) {
+  const client = useUncachedClient();
+  const fn = useRef(onEvent);
+  fn.current = onEvent;
+  const vars = useRef(variables);
+  vars.current = variables;
+  useEffect(() => {
+    if (pause) return;
+    const sub = client.subscription<D>(query, vars.current).subscribe((r) => fn.current(r));
+    return () => sub.unsubscribe();
+  }, [client, query, key, pause]);
 }

@@ -65,6 +65,15 @@ export function TaskDetail({ id }: { id: string }) {
             {task.code}
           </h1>
           {task.title && <div className="task-title">{task.title}</div>}
+          {res.data?.task?.workflow && (
+            <div className="muted small" data-testid="task-workflow">
+              {t('detail.stepOf', { key: res.data.task.stepKey ?? '' })}{' '}
+              <Link to={`/workflows/${res.data.task.workflow.id}`} className="mono">
+                {res.data.task.workflow.code}
+              </Link>
+              {res.data.task.workflow.title && ` · ${res.data.task.workflow.title}`}
+            </div>
+          )}
           {task.stalledAt && task.status === 'EXECUTING' && (
             <div className="notice notice-warn" role="status" data-testid="task-stalled">
               {t('detail.stalled', { at: formatDateTime(task.stalledAt, locale) })}
