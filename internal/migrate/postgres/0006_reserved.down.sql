@@ -1,0 +1,2 @@
+-- 0006 reserved, down: nothing to undo.
+SELECT 1;

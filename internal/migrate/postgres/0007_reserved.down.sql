@@ -1,0 +1,2 @@
+-- 0007 reserved, down: nothing to undo.
+SELECT 1;
