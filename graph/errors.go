@@ -45,6 +45,9 @@ const (
 	// behind, or an outage lost them): re-read and subscribe again.
 	// extensions.reason says which (LAGGED, MISSED_CHANGES).
 	CodeResyncRequired = "RESYNC_REQUIRED"
+	// A tenant's quota refuses it: the cap of its waiting tasks of a type.
+	// extensions say which (type, tenant, limit).
+	CodeQuotaExceeded = "QUOTA_EXCEEDED"
 )
 
 // CodeUnavailable is the code of an outage (the database unreachable, the
@@ -75,6 +78,7 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 	var ue *auth.UnauthenticatedError
 	var fe *auth.ForbiddenError
 	var rl *ratelimit.Error
+	var qe *store.QuotaError
 	switch {
 	case errors.As(err, &ue), errors.Is(err, access.ErrNoViewer):
 		return CodeUnauthenticated, nil, true
@@ -82,6 +86,8 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 		return CodeForbidden, nil, true
 	case errors.As(err, &rl):
 		return CodeRateLimited, map[string]any{"retryAfterSeconds": rl.RetryAfterSeconds()}, true
+	case errors.As(err, &qe):
+		return CodeQuotaExceeded, map[string]any{"type": qe.Type, "tenant": qe.Tenant, "limit": qe.Limit}, true
 	case errors.As(err, &te):
 		return CodeInvalidTransition, map[string]any{"from": te.From, "to": te.To}, true
 	case errors.As(err, &ve):
