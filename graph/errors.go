@@ -198,10 +198,33 @@ func markInternal(err error) error {
 }
 
 // InternalErrors is the field middleware marking resolvers' errors that
-// are not for the client.
+// are not for the client, and their outages as met by a resolver.
 func InternalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
 	res, err := next(ctx)
+	if err != nil && outage.As(err) != nil {
+		return res, &resolverError{err: err}
+	}
 	return res, markInternal(err)
+}
+
+// resolverError marks an outage a resolver met (the database, the disk,
+// the blob store). An error gqlgen wraps without a resolver having run (an
+// argument, a cursor or an ID that does not parse) is the request's, never
+// an outage, whatever its words (a cursor cut short decodes to an
+// unexpected EOF, as a lost connection reads).
+type resolverError struct{ err error }
+
+func (e *resolverError) Error() string { return e.err.Error() }
+func (e *resolverError) Unwrap() error { return e.err }
+
+// fromResolver reports whether err may be an outage: a resolver's (marked
+// by InternalErrors) or an error gqlgen did not wrap (a transport's, a
+// subscription's end).
+func fromResolver(err error) bool {
+	var r *resolverError
+	var internal *internalError
+	var wrapped *gqlerror.Error
+	return errors.As(err, &r) || errors.As(err, &internal) || !errors.As(err, &wrapped)
 }
 
 // ErrorCode is the extensions.code the API gives err (INTERNAL for an
@@ -225,14 +248,17 @@ func ErrorCode(err error) string {
 func ErrorPresenter(log *slog.Logger, outages *outage.Monitor) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
 		gqlErr := graphql.DefaultErrorPresenter(ctx, err)
-		if _, _, domain := classifyDomain(err); !domain {
+		resolver := fromResolver(err)
+		code, ext, ok := classifyDomain(err)
+		if !ok && resolver {
 			if o := outages.Failed("request", unwrapInternal(err)); o != nil {
 				gqlErr.Message = o.Kind.Message()
 				setCode(gqlErr, CodeUnavailable, unavailable(o.Kind.RetryAfter(), o.Kind.String()))
 				return gqlErr
 			}
+			code, ext, ok = classify(err)
 		}
-		if code, ext, ok := classify(err); ok {
+		if ok {
 			setCode(gqlErr, code, ext)
 			return gqlErr
 		}
