@@ -23,7 +23,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
-	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -33,6 +32,8 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
+	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 
 	stdsql "database/sql"
@@ -59,8 +60,6 @@ type Client struct {
 	Deployment *DeploymentClient
 	// ExternalTaskType is the client for interacting with the ExternalTaskType builders.
 	ExternalTaskType *ExternalTaskTypeClient
-	// ExternalWorker is the client for interacting with the ExternalWorker builders.
-	ExternalWorker *ExternalWorkerClient
 	// FlowControl is the client for interacting with the FlowControl builders.
 	FlowControl *FlowControlClient
 	// FlowStart is the client for interacting with the FlowStart builders.
@@ -79,6 +78,10 @@ type Client struct {
 	TaskInstance *TaskInstanceClient
 	// TaskLog is the client for interacting with the TaskLog builders.
 	TaskLog *TaskLogClient
+	// TenantFlowControl is the client for interacting with the TenantFlowControl builders.
+	TenantFlowControl *TenantFlowControlClient
+	// TenantFlowStart is the client for interacting with the TenantFlowStart builders.
+	TenantFlowStart *TenantFlowStartClient
 	// Workflow is the client for interacting with the Workflow builders.
 	Workflow *WorkflowClient
 }
@@ -100,7 +103,6 @@ func (c *Client) init() {
 	c.ClusterNode = NewClusterNodeClient(c.config)
 	c.Deployment = NewDeploymentClient(c.config)
 	c.ExternalTaskType = NewExternalTaskTypeClient(c.config)
-	c.ExternalWorker = NewExternalWorkerClient(c.config)
 	c.FlowControl = NewFlowControlClient(c.config)
 	c.FlowStart = NewFlowStartClient(c.config)
 	c.Schedule = NewScheduleClient(c.config)
@@ -110,6 +112,8 @@ func (c *Client) init() {
 	c.TaskDependency = NewTaskDependencyClient(c.config)
 	c.TaskInstance = NewTaskInstanceClient(c.config)
 	c.TaskLog = NewTaskLogClient(c.config)
+	c.TenantFlowControl = NewTenantFlowControlClient(c.config)
+	c.TenantFlowStart = NewTenantFlowStartClient(c.config)
 	c.Workflow = NewWorkflowClient(c.config)
 }
 
@@ -201,27 +205,28 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:              ctx,
-		config:           cfg,
-		AlertChannel:     NewAlertChannelClient(cfg),
-		AlertIncident:    NewAlertIncidentClient(cfg),
-		AlertRule:        NewAlertRuleClient(cfg),
-		Artifact:         NewArtifactClient(cfg),
-		AuditLog:         NewAuditLogClient(cfg),
-		ClusterNode:      NewClusterNodeClient(cfg),
-		Deployment:       NewDeploymentClient(cfg),
-		ExternalTaskType: NewExternalTaskTypeClient(cfg),
-		ExternalWorker:   NewExternalWorkerClient(cfg),
-		FlowControl:      NewFlowControlClient(cfg),
-		FlowStart:        NewFlowStartClient(cfg),
-		Schedule:         NewScheduleClient(cfg),
-		ScheduleEvent:    NewScheduleEventClient(cfg),
-		StallOverride:    NewStallOverrideClient(cfg),
-		Task:             NewTaskClient(cfg),
-		TaskDependency:   NewTaskDependencyClient(cfg),
-		TaskInstance:     NewTaskInstanceClient(cfg),
-		TaskLog:          NewTaskLogClient(cfg),
-		Workflow:         NewWorkflowClient(cfg),
+		ctx:               ctx,
+		config:            cfg,
+		AlertChannel:      NewAlertChannelClient(cfg),
+		AlertIncident:     NewAlertIncidentClient(cfg),
+		AlertRule:         NewAlertRuleClient(cfg),
+		Artifact:          NewArtifactClient(cfg),
+		AuditLog:          NewAuditLogClient(cfg),
+		ClusterNode:       NewClusterNodeClient(cfg),
+		Deployment:        NewDeploymentClient(cfg),
+		ExternalTaskType:  NewExternalTaskTypeClient(cfg),
+		FlowControl:       NewFlowControlClient(cfg),
+		FlowStart:         NewFlowStartClient(cfg),
+		Schedule:          NewScheduleClient(cfg),
+		ScheduleEvent:     NewScheduleEventClient(cfg),
+		StallOverride:     NewStallOverrideClient(cfg),
+		Task:              NewTaskClient(cfg),
+		TaskDependency:    NewTaskDependencyClient(cfg),
+		TaskInstance:      NewTaskInstanceClient(cfg),
+		TaskLog:           NewTaskLogClient(cfg),
+		TenantFlowControl: NewTenantFlowControlClient(cfg),
+		TenantFlowStart:   NewTenantFlowStartClient(cfg),
+		Workflow:          NewWorkflowClient(cfg),
 	}, nil
 }
 
@@ -239,27 +244,28 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:              ctx,
-		config:           cfg,
-		AlertChannel:     NewAlertChannelClient(cfg),
-		AlertIncident:    NewAlertIncidentClient(cfg),
-		AlertRule:        NewAlertRuleClient(cfg),
-		Artifact:         NewArtifactClient(cfg),
-		AuditLog:         NewAuditLogClient(cfg),
-		ClusterNode:      NewClusterNodeClient(cfg),
-		Deployment:       NewDeploymentClient(cfg),
-		ExternalTaskType: NewExternalTaskTypeClient(cfg),
-		ExternalWorker:   NewExternalWorkerClient(cfg),
-		FlowControl:      NewFlowControlClient(cfg),
-		FlowStart:        NewFlowStartClient(cfg),
-		Schedule:         NewScheduleClient(cfg),
-		ScheduleEvent:    NewScheduleEventClient(cfg),
-		StallOverride:    NewStallOverrideClient(cfg),
-		Task:             NewTaskClient(cfg),
-		TaskDependency:   NewTaskDependencyClient(cfg),
-		TaskInstance:     NewTaskInstanceClient(cfg),
-		TaskLog:          NewTaskLogClient(cfg),
-		Workflow:         NewWorkflowClient(cfg),
+		ctx:               ctx,
+		config:            cfg,
+		AlertChannel:      NewAlertChannelClient(cfg),
+		AlertIncident:     NewAlertIncidentClient(cfg),
+		AlertRule:         NewAlertRuleClient(cfg),
+		Artifact:          NewArtifactClient(cfg),
+		AuditLog:          NewAuditLogClient(cfg),
+		ClusterNode:       NewClusterNodeClient(cfg),
+		Deployment:        NewDeploymentClient(cfg),
+		ExternalTaskType:  NewExternalTaskTypeClient(cfg),
+		FlowControl:       NewFlowControlClient(cfg),
+		FlowStart:         NewFlowStartClient(cfg),
+		Schedule:          NewScheduleClient(cfg),
+		ScheduleEvent:     NewScheduleEventClient(cfg),
+		StallOverride:     NewStallOverrideClient(cfg),
+		Task:              NewTaskClient(cfg),
+		TaskDependency:    NewTaskDependencyClient(cfg),
+		TaskInstance:      NewTaskInstanceClient(cfg),
+		TaskLog:           NewTaskLogClient(cfg),
+		TenantFlowControl: NewTenantFlowControlClient(cfg),
+		TenantFlowStart:   NewTenantFlowStartClient(cfg),
+		Workflow:          NewWorkflowClient(cfg),
 	}, nil
 }
 
@@ -290,9 +296,9 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
-		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
-		c.Task, c.TaskDependency, c.TaskInstance, c.TaskLog, c.Workflow,
+		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
+		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
+		c.TaskInstance, c.TaskLog, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
 	} {
 		n.Use(hooks...)
 	}
@@ -303,9 +309,9 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
-		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
-		c.Task, c.TaskDependency, c.TaskInstance, c.TaskLog, c.Workflow,
+		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
+		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
+		c.TaskInstance, c.TaskLog, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -330,8 +336,6 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Deployment.mutate(ctx, m)
 	case *ExternalTaskTypeMutation:
 		return c.ExternalTaskType.mutate(ctx, m)
-	case *ExternalWorkerMutation:
-		return c.ExternalWorker.mutate(ctx, m)
 	case *FlowControlMutation:
 		return c.FlowControl.mutate(ctx, m)
 	case *FlowStartMutation:
@@ -350,6 +354,10 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.TaskInstance.mutate(ctx, m)
 	case *TaskLogMutation:
 		return c.TaskLog.mutate(ctx, m)
+	case *TenantFlowControlMutation:
+		return c.TenantFlowControl.mutate(ctx, m)
+	case *TenantFlowStartMutation:
+		return c.TenantFlowStart.mutate(ctx, m)
 	case *WorkflowMutation:
 		return c.Workflow.mutate(ctx, m)
 	default:
@@ -1434,139 +1442,6 @@ func (c *ExternalTaskTypeClient) mutate(ctx context.Context, m *ExternalTaskType
 		return (&ExternalTaskTypeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown ExternalTaskType mutation op: %q", m.Op())
-	}
-}
-
-// ExternalWorkerClient is a client for the ExternalWorker schema.
-type ExternalWorkerClient struct {
-	config
-}
-
-// NewExternalWorkerClient returns a client for the ExternalWorker from the given config.
-func NewExternalWorkerClient(c config) *ExternalWorkerClient {
-	return &ExternalWorkerClient{config: c}
-}
-
-// Use adds a list of mutation hooks to the hooks stack.
-// A call to `Use(f, g, h)` equals to `externalworker.Hooks(f(g(h())))`.
-func (c *ExternalWorkerClient) Use(hooks ...Hook) {
-	c.hooks.ExternalWorker = append(c.hooks.ExternalWorker, hooks...)
-}
-
-// Intercept adds a list of query interceptors to the interceptors stack.
-// A call to `Intercept(f, g, h)` equals to `externalworker.Intercept(f(g(h())))`.
-func (c *ExternalWorkerClient) Intercept(interceptors ...Interceptor) {
-	c.inters.ExternalWorker = append(c.inters.ExternalWorker, interceptors...)
-}
-
-// Create returns a builder for creating a ExternalWorker entity.
-func (c *ExternalWorkerClient) Create() *ExternalWorkerCreate {
-	mutation := newExternalWorkerMutation(c.config, OpCreate)
-	return &ExternalWorkerCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// CreateBulk returns a builder for creating a bulk of ExternalWorker entities.
-func (c *ExternalWorkerClient) CreateBulk(builders ...*ExternalWorkerCreate) *ExternalWorkerCreateBulk {
-	return &ExternalWorkerCreateBulk{config: c.config, builders: builders}
-}
-
-// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
-// a builder and applies setFunc on it.
-func (c *ExternalWorkerClient) MapCreateBulk(slice any, setFunc func(*ExternalWorkerCreate, int)) *ExternalWorkerCreateBulk {
-	rv := reflect.ValueOf(slice)
-	if rv.Kind() != reflect.Slice {
-		return &ExternalWorkerCreateBulk{err: fmt.Errorf("calling to ExternalWorkerClient.MapCreateBulk with wrong type %T, need slice", slice)}
-	}
-	builders := make([]*ExternalWorkerCreate, rv.Len())
-	for i := 0; i < rv.Len(); i++ {
-		builders[i] = c.Create()
-		setFunc(builders[i], i)
-	}
-	return &ExternalWorkerCreateBulk{config: c.config, builders: builders}
-}
-
-// Update returns an update builder for ExternalWorker.
-func (c *ExternalWorkerClient) Update() *ExternalWorkerUpdate {
-	mutation := newExternalWorkerMutation(c.config, OpUpdate)
-	return &ExternalWorkerUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOne returns an update builder for the given entity.
-func (c *ExternalWorkerClient) UpdateOne(_m *ExternalWorker) *ExternalWorkerUpdateOne {
-	mutation := newExternalWorkerMutation(c.config, OpUpdateOne, withExternalWorker(_m))
-	return &ExternalWorkerUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOneID returns an update builder for the given id.
-func (c *ExternalWorkerClient) UpdateOneID(id int) *ExternalWorkerUpdateOne {
-	mutation := newExternalWorkerMutation(c.config, OpUpdateOne, withExternalWorkerID(id))
-	return &ExternalWorkerUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// Delete returns a delete builder for ExternalWorker.
-func (c *ExternalWorkerClient) Delete() *ExternalWorkerDelete {
-	mutation := newExternalWorkerMutation(c.config, OpDelete)
-	return &ExternalWorkerDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// DeleteOne returns a builder for deleting the given entity.
-func (c *ExternalWorkerClient) DeleteOne(_m *ExternalWorker) *ExternalWorkerDeleteOne {
-	return c.DeleteOneID(_m.ID)
-}
-
-// DeleteOneID returns a builder for deleting the given entity by its id.
-func (c *ExternalWorkerClient) DeleteOneID(id int) *ExternalWorkerDeleteOne {
-	builder := c.Delete().Where(externalworker.ID(id))
-	builder.mutation.id = &id
-	builder.mutation.op = OpDeleteOne
-	return &ExternalWorkerDeleteOne{builder}
-}
-
-// Query returns a query builder for ExternalWorker.
-func (c *ExternalWorkerClient) Query() *ExternalWorkerQuery {
-	return &ExternalWorkerQuery{
-		config: c.config,
-		ctx:    &QueryContext{Type: TypeExternalWorker},
-		inters: c.Interceptors(),
-	}
-}
-
-// Get returns a ExternalWorker entity by its id.
-func (c *ExternalWorkerClient) Get(ctx context.Context, id int) (*ExternalWorker, error) {
-	return c.Query().Where(externalworker.ID(id)).Only(ctx)
-}
-
-// GetX is like Get, but panics if an error occurs.
-func (c *ExternalWorkerClient) GetX(ctx context.Context, id int) *ExternalWorker {
-	obj, err := c.Get(ctx, id)
-	if err != nil {
-		panic(err)
-	}
-	return obj
-}
-
-// Hooks returns the client hooks.
-func (c *ExternalWorkerClient) Hooks() []Hook {
-	return c.hooks.ExternalWorker
-}
-
-// Interceptors returns the client interceptors.
-func (c *ExternalWorkerClient) Interceptors() []Interceptor {
-	return c.inters.ExternalWorker
-}
-
-func (c *ExternalWorkerClient) mutate(ctx context.Context, m *ExternalWorkerMutation) (Value, error) {
-	switch m.Op() {
-	case OpCreate:
-		return (&ExternalWorkerCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdate:
-		return (&ExternalWorkerUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdateOne:
-		return (&ExternalWorkerUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpDelete, OpDeleteOne:
-		return (&ExternalWorkerDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
-	default:
-		return nil, fmt.Errorf("ent: unknown ExternalWorker mutation op: %q", m.Op())
 	}
 }
 
@@ -2881,6 +2756,272 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 	}
 }
 
+// TenantFlowControlClient is a client for the TenantFlowControl schema.
+type TenantFlowControlClient struct {
+	config
+}
+
+// NewTenantFlowControlClient returns a client for the TenantFlowControl from the given config.
+func NewTenantFlowControlClient(c config) *TenantFlowControlClient {
+	return &TenantFlowControlClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `tenantflowcontrol.Hooks(f(g(h())))`.
+func (c *TenantFlowControlClient) Use(hooks ...Hook) {
+	c.hooks.TenantFlowControl = append(c.hooks.TenantFlowControl, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `tenantflowcontrol.Intercept(f(g(h())))`.
+func (c *TenantFlowControlClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TenantFlowControl = append(c.inters.TenantFlowControl, interceptors...)
+}
+
+// Create returns a builder for creating a TenantFlowControl entity.
+func (c *TenantFlowControlClient) Create() *TenantFlowControlCreate {
+	mutation := newTenantFlowControlMutation(c.config, OpCreate)
+	return &TenantFlowControlCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TenantFlowControl entities.
+func (c *TenantFlowControlClient) CreateBulk(builders ...*TenantFlowControlCreate) *TenantFlowControlCreateBulk {
+	return &TenantFlowControlCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TenantFlowControlClient) MapCreateBulk(slice any, setFunc func(*TenantFlowControlCreate, int)) *TenantFlowControlCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TenantFlowControlCreateBulk{err: fmt.Errorf("calling to TenantFlowControlClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TenantFlowControlCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TenantFlowControlCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TenantFlowControl.
+func (c *TenantFlowControlClient) Update() *TenantFlowControlUpdate {
+	mutation := newTenantFlowControlMutation(c.config, OpUpdate)
+	return &TenantFlowControlUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TenantFlowControlClient) UpdateOne(_m *TenantFlowControl) *TenantFlowControlUpdateOne {
+	mutation := newTenantFlowControlMutation(c.config, OpUpdateOne, withTenantFlowControl(_m))
+	return &TenantFlowControlUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TenantFlowControlClient) UpdateOneID(id int) *TenantFlowControlUpdateOne {
+	mutation := newTenantFlowControlMutation(c.config, OpUpdateOne, withTenantFlowControlID(id))
+	return &TenantFlowControlUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TenantFlowControl.
+func (c *TenantFlowControlClient) Delete() *TenantFlowControlDelete {
+	mutation := newTenantFlowControlMutation(c.config, OpDelete)
+	return &TenantFlowControlDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TenantFlowControlClient) DeleteOne(_m *TenantFlowControl) *TenantFlowControlDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TenantFlowControlClient) DeleteOneID(id int) *TenantFlowControlDeleteOne {
+	builder := c.Delete().Where(tenantflowcontrol.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TenantFlowControlDeleteOne{builder}
+}
+
+// Query returns a query builder for TenantFlowControl.
+func (c *TenantFlowControlClient) Query() *TenantFlowControlQuery {
+	return &TenantFlowControlQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTenantFlowControl},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TenantFlowControl entity by its id.
+func (c *TenantFlowControlClient) Get(ctx context.Context, id int) (*TenantFlowControl, error) {
+	return c.Query().Where(tenantflowcontrol.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TenantFlowControlClient) GetX(ctx context.Context, id int) *TenantFlowControl {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TenantFlowControlClient) Hooks() []Hook {
+	return c.hooks.TenantFlowControl
+}
+
+// Interceptors returns the client interceptors.
+func (c *TenantFlowControlClient) Interceptors() []Interceptor {
+	return c.inters.TenantFlowControl
+}
+
+func (c *TenantFlowControlClient) mutate(ctx context.Context, m *TenantFlowControlMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TenantFlowControlCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TenantFlowControlUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TenantFlowControlUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TenantFlowControlDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TenantFlowControl mutation op: %q", m.Op())
+	}
+}
+
+// TenantFlowStartClient is a client for the TenantFlowStart schema.
+type TenantFlowStartClient struct {
+	config
+}
+
+// NewTenantFlowStartClient returns a client for the TenantFlowStart from the given config.
+func NewTenantFlowStartClient(c config) *TenantFlowStartClient {
+	return &TenantFlowStartClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `tenantflowstart.Hooks(f(g(h())))`.
+func (c *TenantFlowStartClient) Use(hooks ...Hook) {
+	c.hooks.TenantFlowStart = append(c.hooks.TenantFlowStart, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `tenantflowstart.Intercept(f(g(h())))`.
+func (c *TenantFlowStartClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TenantFlowStart = append(c.inters.TenantFlowStart, interceptors...)
+}
+
+// Create returns a builder for creating a TenantFlowStart entity.
+func (c *TenantFlowStartClient) Create() *TenantFlowStartCreate {
+	mutation := newTenantFlowStartMutation(c.config, OpCreate)
+	return &TenantFlowStartCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TenantFlowStart entities.
+func (c *TenantFlowStartClient) CreateBulk(builders ...*TenantFlowStartCreate) *TenantFlowStartCreateBulk {
+	return &TenantFlowStartCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TenantFlowStartClient) MapCreateBulk(slice any, setFunc func(*TenantFlowStartCreate, int)) *TenantFlowStartCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TenantFlowStartCreateBulk{err: fmt.Errorf("calling to TenantFlowStartClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TenantFlowStartCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TenantFlowStartCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TenantFlowStart.
+func (c *TenantFlowStartClient) Update() *TenantFlowStartUpdate {
+	mutation := newTenantFlowStartMutation(c.config, OpUpdate)
+	return &TenantFlowStartUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TenantFlowStartClient) UpdateOne(_m *TenantFlowStart) *TenantFlowStartUpdateOne {
+	mutation := newTenantFlowStartMutation(c.config, OpUpdateOne, withTenantFlowStart(_m))
+	return &TenantFlowStartUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TenantFlowStartClient) UpdateOneID(id int) *TenantFlowStartUpdateOne {
+	mutation := newTenantFlowStartMutation(c.config, OpUpdateOne, withTenantFlowStartID(id))
+	return &TenantFlowStartUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TenantFlowStart.
+func (c *TenantFlowStartClient) Delete() *TenantFlowStartDelete {
+	mutation := newTenantFlowStartMutation(c.config, OpDelete)
+	return &TenantFlowStartDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TenantFlowStartClient) DeleteOne(_m *TenantFlowStart) *TenantFlowStartDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TenantFlowStartClient) DeleteOneID(id int) *TenantFlowStartDeleteOne {
+	builder := c.Delete().Where(tenantflowstart.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TenantFlowStartDeleteOne{builder}
+}
+
+// Query returns a query builder for TenantFlowStart.
+func (c *TenantFlowStartClient) Query() *TenantFlowStartQuery {
+	return &TenantFlowStartQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTenantFlowStart},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TenantFlowStart entity by its id.
+func (c *TenantFlowStartClient) Get(ctx context.Context, id int) (*TenantFlowStart, error) {
+	return c.Query().Where(tenantflowstart.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TenantFlowStartClient) GetX(ctx context.Context, id int) *TenantFlowStart {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TenantFlowStartClient) Hooks() []Hook {
+	return c.hooks.TenantFlowStart
+}
+
+// Interceptors returns the client interceptors.
+func (c *TenantFlowStartClient) Interceptors() []Interceptor {
+	return c.inters.TenantFlowStart
+}
+
+func (c *TenantFlowStartClient) mutate(ctx context.Context, m *TenantFlowStartMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TenantFlowStartCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TenantFlowStartUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TenantFlowStartUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TenantFlowStartDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TenantFlowStart mutation op: %q", m.Op())
+	}
+}
+
 // WorkflowClient is a client for the Workflow schema.
 type WorkflowClient struct {
 	config
@@ -3018,15 +3159,15 @@ func (c *WorkflowClient) mutate(ctx context.Context, m *WorkflowMutation) (Value
 type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
-		ScheduleEvent, StallOverride, Task, TaskDependency, TaskInstance, TaskLog,
-		Workflow []ent.Hook
+		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
+		StallOverride, Task, TaskDependency, TaskInstance, TaskLog, TenantFlowControl,
+		TenantFlowStart, Workflow []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
-		ScheduleEvent, StallOverride, Task, TaskDependency, TaskInstance, TaskLog,
-		Workflow []ent.Interceptor
+		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
+		StallOverride, Task, TaskDependency, TaskInstance, TaskLog, TenantFlowControl,
+		TenantFlowStart, Workflow []ent.Interceptor
 	}
 )
 

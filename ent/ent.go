@@ -20,7 +20,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
-	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -30,6 +29,8 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
+	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -91,25 +92,26 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			alertchannel.Table:     alertchannel.ValidColumn,
-			alertincident.Table:    alertincident.ValidColumn,
-			alertrule.Table:        alertrule.ValidColumn,
-			artifact.Table:         artifact.ValidColumn,
-			auditlog.Table:         auditlog.ValidColumn,
-			clusternode.Table:      clusternode.ValidColumn,
-			deployment.Table:       deployment.ValidColumn,
-			externaltasktype.Table: externaltasktype.ValidColumn,
-			externalworker.Table:   externalworker.ValidColumn,
-			flowcontrol.Table:      flowcontrol.ValidColumn,
-			flowstart.Table:        flowstart.ValidColumn,
-			schedule.Table:         schedule.ValidColumn,
-			scheduleevent.Table:    scheduleevent.ValidColumn,
-			stalloverride.Table:    stalloverride.ValidColumn,
-			task.Table:             task.ValidColumn,
-			taskdependency.Table:   taskdependency.ValidColumn,
-			taskinstance.Table:     taskinstance.ValidColumn,
-			tasklog.Table:          tasklog.ValidColumn,
-			workflow.Table:         workflow.ValidColumn,
+			alertchannel.Table:      alertchannel.ValidColumn,
+			alertincident.Table:     alertincident.ValidColumn,
+			alertrule.Table:         alertrule.ValidColumn,
+			artifact.Table:          artifact.ValidColumn,
+			auditlog.Table:          auditlog.ValidColumn,
+			clusternode.Table:       clusternode.ValidColumn,
+			deployment.Table:        deployment.ValidColumn,
+			externaltasktype.Table:  externaltasktype.ValidColumn,
+			flowcontrol.Table:       flowcontrol.ValidColumn,
+			flowstart.Table:         flowstart.ValidColumn,
+			schedule.Table:          schedule.ValidColumn,
+			scheduleevent.Table:     scheduleevent.ValidColumn,
+			stalloverride.Table:     stalloverride.ValidColumn,
+			task.Table:              task.ValidColumn,
+			taskdependency.Table:    taskdependency.ValidColumn,
+			taskinstance.Table:      taskinstance.ValidColumn,
+			tasklog.Table:           tasklog.ValidColumn,
+			tenantflowcontrol.Table: tenantflowcontrol.ValidColumn,
+			tenantflowstart.Table:   tenantflowstart.ValidColumn,
+			workflow.Table:          workflow.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

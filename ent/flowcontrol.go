@@ -29,6 +29,10 @@ type FlowControl struct {
 	Paused bool `json:"paused,omitempty"`
 	// A pause ends by itself at this time; empty: until resumed.
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// Who paused it (a user name), while paused.
+	PausedBy string `json:"paused_by,omitempty"`
+	// Paused by a platform administrator: only one may resume it.
+	PausedByPlatform bool `json:"paused_by_platform,omitempty"`
 	// UpdatedBy holds the value of the "updated_by" field.
 	UpdatedBy string `json:"updated_by,omitempty"`
 	// UpdatedAt holds the value of the "updated_at" field.
@@ -41,11 +45,11 @@ func (*FlowControl) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case flowcontrol.FieldPaused:
+		case flowcontrol.FieldPaused, flowcontrol.FieldPausedByPlatform:
 			values[i] = new(sql.NullBool)
 		case flowcontrol.FieldID, flowcontrol.FieldMaxRunning, flowcontrol.FieldRateLimit, flowcontrol.FieldRatePeriodSeconds:
 			values[i] = new(sql.NullInt64)
-		case flowcontrol.FieldTaskType, flowcontrol.FieldUpdatedBy:
+		case flowcontrol.FieldTaskType, flowcontrol.FieldPausedBy, flowcontrol.FieldUpdatedBy:
 			values[i] = new(sql.NullString)
 		case flowcontrol.FieldPausedUntil, flowcontrol.FieldUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -108,6 +112,18 @@ func (_m *FlowControl) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.PausedUntil = new(time.Time)
 				*_m.PausedUntil = value.Time
+			}
+		case flowcontrol.FieldPausedBy:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field paused_by", values[i])
+			} else if value.Valid {
+				_m.PausedBy = value.String
+			}
+		case flowcontrol.FieldPausedByPlatform:
+			if value, ok := values[i].(*sql.NullBool); !ok {
+				return fmt.Errorf("unexpected type %T for field paused_by_platform", values[i])
+			} else if value.Valid {
+				_m.PausedByPlatform = value.Bool
 			}
 		case flowcontrol.FieldUpdatedBy:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -180,6 +196,12 @@ func (_m *FlowControl) String() string {
 		builder.WriteString("paused_until=")
 		builder.WriteString(v.Format(time.ANSIC))
 	}
+	builder.WriteString(", ")
+	builder.WriteString("paused_by=")
+	builder.WriteString(_m.PausedBy)
+	builder.WriteString(", ")
+	builder.WriteString("paused_by_platform=")
+	builder.WriteString(fmt.Sprintf("%v", _m.PausedByPlatform))
 	builder.WriteString(", ")
 	builder.WriteString("updated_by=")
 	builder.WriteString(_m.UpdatedBy)

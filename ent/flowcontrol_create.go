@@ -96,6 +96,34 @@ func (_c *FlowControlCreate) SetNillablePausedUntil(v *time.Time) *FlowControlCr
 	return _c
 }
 
+// SetPausedBy sets the "paused_by" field.
+func (_c *FlowControlCreate) SetPausedBy(v string) *FlowControlCreate {
+	_c.mutation.SetPausedBy(v)
+	return _c
+}
+
+// SetNillablePausedBy sets the "paused_by" field if the given value is not nil.
+func (_c *FlowControlCreate) SetNillablePausedBy(v *string) *FlowControlCreate {
+	if v != nil {
+		_c.SetPausedBy(*v)
+	}
+	return _c
+}
+
+// SetPausedByPlatform sets the "paused_by_platform" field.
+func (_c *FlowControlCreate) SetPausedByPlatform(v bool) *FlowControlCreate {
+	_c.mutation.SetPausedByPlatform(v)
+	return _c
+}
+
+// SetNillablePausedByPlatform sets the "paused_by_platform" field if the given value is not nil.
+func (_c *FlowControlCreate) SetNillablePausedByPlatform(v *bool) *FlowControlCreate {
+	if v != nil {
+		_c.SetPausedByPlatform(*v)
+	}
+	return _c
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_c *FlowControlCreate) SetUpdatedBy(v string) *FlowControlCreate {
 	_c.mutation.SetUpdatedBy(v)
@@ -167,6 +195,14 @@ func (_c *FlowControlCreate) defaults() {
 		v := flowcontrol.DefaultPaused
 		_c.mutation.SetPaused(v)
 	}
+	if _, ok := _c.mutation.PausedBy(); !ok {
+		v := flowcontrol.DefaultPausedBy
+		_c.mutation.SetPausedBy(v)
+	}
+	if _, ok := _c.mutation.PausedByPlatform(); !ok {
+		v := flowcontrol.DefaultPausedByPlatform
+		_c.mutation.SetPausedByPlatform(v)
+	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		v := flowcontrol.DefaultUpdatedBy
 		_c.mutation.SetUpdatedBy(v)
@@ -187,6 +223,12 @@ func (_c *FlowControlCreate) check() error {
 	}
 	if _, ok := _c.mutation.Paused(); !ok {
 		return &ValidationError{Name: "paused", err: errors.New(`ent: missing required field "FlowControl.paused"`)}
+	}
+	if _, ok := _c.mutation.PausedBy(); !ok {
+		return &ValidationError{Name: "paused_by", err: errors.New(`ent: missing required field "FlowControl.paused_by"`)}
+	}
+	if _, ok := _c.mutation.PausedByPlatform(); !ok {
+		return &ValidationError{Name: "paused_by_platform", err: errors.New(`ent: missing required field "FlowControl.paused_by_platform"`)}
 	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		return &ValidationError{Name: "updated_by", err: errors.New(`ent: missing required field "FlowControl.updated_by"`)}
@@ -243,6 +285,14 @@ func (_c *FlowControlCreate) createSpec() (*FlowControl, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.PausedUntil(); ok {
 		_spec.SetField(flowcontrol.FieldPausedUntil, field.TypeTime, value)
 		_node.PausedUntil = &value
+	}
+	if value, ok := _c.mutation.PausedBy(); ok {
+		_spec.SetField(flowcontrol.FieldPausedBy, field.TypeString, value)
+		_node.PausedBy = value
+	}
+	if value, ok := _c.mutation.PausedByPlatform(); ok {
+		_spec.SetField(flowcontrol.FieldPausedByPlatform, field.TypeBool, value)
+		_node.PausedByPlatform = value
 	}
 	if value, ok := _c.mutation.UpdatedBy(); ok {
 		_spec.SetField(flowcontrol.FieldUpdatedBy, field.TypeString, value)

@@ -138,6 +138,34 @@ func (_u *FlowControlUpdate) ClearPausedUntil() *FlowControlUpdate {
 	return _u
 }
 
+// SetPausedBy sets the "paused_by" field.
+func (_u *FlowControlUpdate) SetPausedBy(v string) *FlowControlUpdate {
+	_u.mutation.SetPausedBy(v)
+	return _u
+}
+
+// SetNillablePausedBy sets the "paused_by" field if the given value is not nil.
+func (_u *FlowControlUpdate) SetNillablePausedBy(v *string) *FlowControlUpdate {
+	if v != nil {
+		_u.SetPausedBy(*v)
+	}
+	return _u
+}
+
+// SetPausedByPlatform sets the "paused_by_platform" field.
+func (_u *FlowControlUpdate) SetPausedByPlatform(v bool) *FlowControlUpdate {
+	_u.mutation.SetPausedByPlatform(v)
+	return _u
+}
+
+// SetNillablePausedByPlatform sets the "paused_by_platform" field if the given value is not nil.
+func (_u *FlowControlUpdate) SetNillablePausedByPlatform(v *bool) *FlowControlUpdate {
+	if v != nil {
+		_u.SetPausedByPlatform(*v)
+	}
+	return _u
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_u *FlowControlUpdate) SetUpdatedBy(v string) *FlowControlUpdate {
 	_u.mutation.SetUpdatedBy(v)
@@ -245,6 +273,12 @@ func (_u *FlowControlUpdate) sqlSave(ctx context.Context) (_node int, err error)
 	}
 	if _u.mutation.PausedUntilCleared() {
 		_spec.ClearField(flowcontrol.FieldPausedUntil, field.TypeTime)
+	}
+	if value, ok := _u.mutation.PausedBy(); ok {
+		_spec.SetField(flowcontrol.FieldPausedBy, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PausedByPlatform(); ok {
+		_spec.SetField(flowcontrol.FieldPausedByPlatform, field.TypeBool, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(flowcontrol.FieldUpdatedBy, field.TypeString, value)
@@ -380,6 +414,34 @@ func (_u *FlowControlUpdateOne) SetNillablePausedUntil(v *time.Time) *FlowContro
 // ClearPausedUntil clears the value of the "paused_until" field.
 func (_u *FlowControlUpdateOne) ClearPausedUntil() *FlowControlUpdateOne {
 	_u.mutation.ClearPausedUntil()
+	return _u
+}
+
+// SetPausedBy sets the "paused_by" field.
+func (_u *FlowControlUpdateOne) SetPausedBy(v string) *FlowControlUpdateOne {
+	_u.mutation.SetPausedBy(v)
+	return _u
+}
+
+// SetNillablePausedBy sets the "paused_by" field if the given value is not nil.
+func (_u *FlowControlUpdateOne) SetNillablePausedBy(v *string) *FlowControlUpdateOne {
+	if v != nil {
+		_u.SetPausedBy(*v)
+	}
+	return _u
+}
+
+// SetPausedByPlatform sets the "paused_by_platform" field.
+func (_u *FlowControlUpdateOne) SetPausedByPlatform(v bool) *FlowControlUpdateOne {
+	_u.mutation.SetPausedByPlatform(v)
+	return _u
+}
+
+// SetNillablePausedByPlatform sets the "paused_by_platform" field if the given value is not nil.
+func (_u *FlowControlUpdateOne) SetNillablePausedByPlatform(v *bool) *FlowControlUpdateOne {
+	if v != nil {
+		_u.SetPausedByPlatform(*v)
+	}
 	return _u
 }
 
@@ -520,6 +582,12 @@ func (_u *FlowControlUpdateOne) sqlSave(ctx context.Context) (_node *FlowControl
 	}
 	if _u.mutation.PausedUntilCleared() {
 		_spec.ClearField(flowcontrol.FieldPausedUntil, field.TypeTime)
+	}
+	if value, ok := _u.mutation.PausedBy(); ok {
+		_spec.SetField(flowcontrol.FieldPausedBy, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PausedByPlatform(); ok {
+		_spec.SetField(flowcontrol.FieldPausedByPlatform, field.TypeBool, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(flowcontrol.FieldUpdatedBy, field.TypeString, value)

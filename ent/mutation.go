@@ -20,7 +20,6 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
-	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/predicate"
@@ -32,6 +31,8 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
+	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -44,25 +45,26 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeAlertChannel     = "AlertChannel"
-	TypeAlertIncident    = "AlertIncident"
-	TypeAlertRule        = "AlertRule"
-	TypeArtifact         = "Artifact"
-	TypeAuditLog         = "AuditLog"
-	TypeClusterNode      = "ClusterNode"
-	TypeDeployment       = "Deployment"
-	TypeExternalTaskType = "ExternalTaskType"
-	TypeExternalWorker   = "ExternalWorker"
-	TypeFlowControl      = "FlowControl"
-	TypeFlowStart        = "FlowStart"
-	TypeSchedule         = "Schedule"
-	TypeScheduleEvent    = "ScheduleEvent"
-	TypeStallOverride    = "StallOverride"
-	TypeTask             = "Task"
-	TypeTaskDependency   = "TaskDependency"
-	TypeTaskInstance     = "TaskInstance"
-	TypeTaskLog          = "TaskLog"
-	TypeWorkflow         = "Workflow"
+	TypeAlertChannel      = "AlertChannel"
+	TypeAlertIncident     = "AlertIncident"
+	TypeAlertRule         = "AlertRule"
+	TypeArtifact          = "Artifact"
+	TypeAuditLog          = "AuditLog"
+	TypeClusterNode       = "ClusterNode"
+	TypeDeployment        = "Deployment"
+	TypeExternalTaskType  = "ExternalTaskType"
+	TypeFlowControl       = "FlowControl"
+	TypeFlowStart         = "FlowStart"
+	TypeSchedule          = "Schedule"
+	TypeScheduleEvent     = "ScheduleEvent"
+	TypeStallOverride     = "StallOverride"
+	TypeTask              = "Task"
+	TypeTaskDependency    = "TaskDependency"
+	TypeTaskInstance      = "TaskInstance"
+	TypeTaskLog           = "TaskLog"
+	TypeTenantFlowControl = "TenantFlowControl"
+	TypeTenantFlowStart   = "TenantFlowStart"
+	TypeWorkflow          = "Workflow"
 )
 
 // AlertChannelMutation represents an operation that mutates the AlertChannel nodes in the graph.
@@ -8417,888 +8419,6 @@ func (m *ExternalTaskTypeMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown ExternalTaskType edge %s", name)
 }
 
-// ExternalWorkerMutation represents an operation that mutates the ExternalWorker nodes in the graph.
-type ExternalWorkerMutation struct {
-	config
-	op            Op
-	typ           string
-	id            *int
-	name          *string
-	tenant        *string
-	user          *string
-	language      *string
-	version       *string
-	types         *[]string
-	appendtypes   []string
-	node          *string
-	first_seen_at *time.Time
-	last_seen_at  *time.Time
-	expires_at    *time.Time
-	draining      *bool
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*ExternalWorker, error)
-	predicates    []predicate.ExternalWorker
-}
-
-var _ ent.Mutation = (*ExternalWorkerMutation)(nil)
-
-// externalworkerOption allows management of the mutation configuration using functional options.
-type externalworkerOption func(*ExternalWorkerMutation)
-
-// newExternalWorkerMutation creates new mutation for the ExternalWorker entity.
-func newExternalWorkerMutation(c config, op Op, opts ...externalworkerOption) *ExternalWorkerMutation {
-	m := &ExternalWorkerMutation{
-		config:        c,
-		op:            op,
-		typ:           TypeExternalWorker,
-		clearedFields: make(map[string]struct{}),
-	}
-	for _, opt := range opts {
-		opt(m)
-	}
-	return m
-}
-
-// withExternalWorkerID sets the ID field of the mutation.
-func withExternalWorkerID(id int) externalworkerOption {
-	return func(m *ExternalWorkerMutation) {
-		var (
-			err   error
-			once  sync.Once
-			value *ExternalWorker
-		)
-		m.oldValue = func(ctx context.Context) (*ExternalWorker, error) {
-			once.Do(func() {
-				if m.done {
-					err = errors.New("querying old values post mutation is not allowed")
-				} else {
-					value, err = m.Client().ExternalWorker.Get(ctx, id)
-				}
-			})
-			return value, err
-		}
-		m.id = &id
-	}
-}
-
-// withExternalWorker sets the old ExternalWorker of the mutation.
-func withExternalWorker(node *ExternalWorker) externalworkerOption {
-	return func(m *ExternalWorkerMutation) {
-		m.oldValue = func(context.Context) (*ExternalWorker, error) {
-			return node, nil
-		}
-		m.id = &node.ID
-	}
-}
-
-// Client returns a new `ent.Client` from the mutation. If the mutation was
-// executed in a transaction (ent.Tx), a transactional client is returned.
-func (m ExternalWorkerMutation) Client() *Client {
-	client := &Client{config: m.config}
-	client.init()
-	return client
-}
-
-// Tx returns an `ent.Tx` for mutations that were executed in transactions;
-// it returns an error otherwise.
-func (m ExternalWorkerMutation) Tx() (*Tx, error) {
-	if _, ok := m.driver.(*txDriver); !ok {
-		return nil, errors.New("ent: mutation is not running in a transaction")
-	}
-	tx := &Tx{config: m.config}
-	tx.init()
-	return tx, nil
-}
-
-// ID returns the ID value in the mutation. Note that the ID is only available
-// if it was provided to the builder or after it was returned from the database.
-func (m *ExternalWorkerMutation) ID() (id int, exists bool) {
-	if m.id == nil {
-		return
-	}
-	return *m.id, true
-}
-
-// IDs queries the database and returns the entity ids that match the mutation's predicate.
-// That means, if the mutation is applied within a transaction with an isolation level such
-// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
-// or updated by the mutation.
-func (m *ExternalWorkerMutation) IDs(ctx context.Context) ([]int, error) {
-	switch {
-	case m.op.Is(OpUpdateOne | OpDeleteOne):
-		id, exists := m.ID()
-		if exists {
-			return []int{id}, nil
-		}
-		fallthrough
-	case m.op.Is(OpUpdate | OpDelete):
-		return m.Client().ExternalWorker.Query().Where(m.predicates...).IDs(ctx)
-	default:
-		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
-	}
-}
-
-// SetName sets the "name" field.
-func (m *ExternalWorkerMutation) SetName(s string) {
-	m.name = &s
-}
-
-// Name returns the value of the "name" field in the mutation.
-func (m *ExternalWorkerMutation) Name() (r string, exists bool) {
-	v := m.name
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldName returns the old "name" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldName(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldName is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldName requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldName: %w", err)
-	}
-	return oldValue.Name, nil
-}
-
-// ResetName resets all changes to the "name" field.
-func (m *ExternalWorkerMutation) ResetName() {
-	m.name = nil
-}
-
-// SetTenant sets the "tenant" field.
-func (m *ExternalWorkerMutation) SetTenant(s string) {
-	m.tenant = &s
-}
-
-// Tenant returns the value of the "tenant" field in the mutation.
-func (m *ExternalWorkerMutation) Tenant() (r string, exists bool) {
-	v := m.tenant
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldTenant returns the old "tenant" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldTenant(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldTenant requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
-	}
-	return oldValue.Tenant, nil
-}
-
-// ResetTenant resets all changes to the "tenant" field.
-func (m *ExternalWorkerMutation) ResetTenant() {
-	m.tenant = nil
-}
-
-// SetUser sets the "user" field.
-func (m *ExternalWorkerMutation) SetUser(s string) {
-	m.user = &s
-}
-
-// User returns the value of the "user" field in the mutation.
-func (m *ExternalWorkerMutation) User() (r string, exists bool) {
-	v := m.user
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldUser returns the old "user" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldUser(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldUser is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldUser requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldUser: %w", err)
-	}
-	return oldValue.User, nil
-}
-
-// ResetUser resets all changes to the "user" field.
-func (m *ExternalWorkerMutation) ResetUser() {
-	m.user = nil
-}
-
-// SetLanguage sets the "language" field.
-func (m *ExternalWorkerMutation) SetLanguage(s string) {
-	m.language = &s
-}
-
-// Language returns the value of the "language" field in the mutation.
-func (m *ExternalWorkerMutation) Language() (r string, exists bool) {
-	v := m.language
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldLanguage returns the old "language" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldLanguage(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldLanguage is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldLanguage requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldLanguage: %w", err)
-	}
-	return oldValue.Language, nil
-}
-
-// ResetLanguage resets all changes to the "language" field.
-func (m *ExternalWorkerMutation) ResetLanguage() {
-	m.language = nil
-}
-
-// SetVersion sets the "version" field.
-func (m *ExternalWorkerMutation) SetVersion(s string) {
-	m.version = &s
-}
-
-// Version returns the value of the "version" field in the mutation.
-func (m *ExternalWorkerMutation) Version() (r string, exists bool) {
-	v := m.version
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldVersion returns the old "version" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldVersion(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldVersion is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldVersion requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldVersion: %w", err)
-	}
-	return oldValue.Version, nil
-}
-
-// ResetVersion resets all changes to the "version" field.
-func (m *ExternalWorkerMutation) ResetVersion() {
-	m.version = nil
-}
-
-// SetTypes sets the "types" field.
-func (m *ExternalWorkerMutation) SetTypes(s []string) {
-	m.types = &s
-	m.appendtypes = nil
-}
-
-// Types returns the value of the "types" field in the mutation.
-func (m *ExternalWorkerMutation) Types() (r []string, exists bool) {
-	v := m.types
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldTypes returns the old "types" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldTypes(ctx context.Context) (v []string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldTypes is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldTypes requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldTypes: %w", err)
-	}
-	return oldValue.Types, nil
-}
-
-// AppendTypes adds s to the "types" field.
-func (m *ExternalWorkerMutation) AppendTypes(s []string) {
-	m.appendtypes = append(m.appendtypes, s...)
-}
-
-// AppendedTypes returns the list of values that were appended to the "types" field in this mutation.
-func (m *ExternalWorkerMutation) AppendedTypes() ([]string, bool) {
-	if len(m.appendtypes) == 0 {
-		return nil, false
-	}
-	return m.appendtypes, true
-}
-
-// ResetTypes resets all changes to the "types" field.
-func (m *ExternalWorkerMutation) ResetTypes() {
-	m.types = nil
-	m.appendtypes = nil
-}
-
-// SetNode sets the "node" field.
-func (m *ExternalWorkerMutation) SetNode(s string) {
-	m.node = &s
-}
-
-// Node returns the value of the "node" field in the mutation.
-func (m *ExternalWorkerMutation) Node() (r string, exists bool) {
-	v := m.node
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldNode returns the old "node" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldNode(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldNode is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldNode requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldNode: %w", err)
-	}
-	return oldValue.Node, nil
-}
-
-// ResetNode resets all changes to the "node" field.
-func (m *ExternalWorkerMutation) ResetNode() {
-	m.node = nil
-}
-
-// SetFirstSeenAt sets the "first_seen_at" field.
-func (m *ExternalWorkerMutation) SetFirstSeenAt(t time.Time) {
-	m.first_seen_at = &t
-}
-
-// FirstSeenAt returns the value of the "first_seen_at" field in the mutation.
-func (m *ExternalWorkerMutation) FirstSeenAt() (r time.Time, exists bool) {
-	v := m.first_seen_at
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldFirstSeenAt returns the old "first_seen_at" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldFirstSeenAt(ctx context.Context) (v time.Time, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldFirstSeenAt is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldFirstSeenAt requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldFirstSeenAt: %w", err)
-	}
-	return oldValue.FirstSeenAt, nil
-}
-
-// ResetFirstSeenAt resets all changes to the "first_seen_at" field.
-func (m *ExternalWorkerMutation) ResetFirstSeenAt() {
-	m.first_seen_at = nil
-}
-
-// SetLastSeenAt sets the "last_seen_at" field.
-func (m *ExternalWorkerMutation) SetLastSeenAt(t time.Time) {
-	m.last_seen_at = &t
-}
-
-// LastSeenAt returns the value of the "last_seen_at" field in the mutation.
-func (m *ExternalWorkerMutation) LastSeenAt() (r time.Time, exists bool) {
-	v := m.last_seen_at
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldLastSeenAt returns the old "last_seen_at" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldLastSeenAt(ctx context.Context) (v time.Time, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldLastSeenAt is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldLastSeenAt requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldLastSeenAt: %w", err)
-	}
-	return oldValue.LastSeenAt, nil
-}
-
-// ResetLastSeenAt resets all changes to the "last_seen_at" field.
-func (m *ExternalWorkerMutation) ResetLastSeenAt() {
-	m.last_seen_at = nil
-}
-
-// SetExpiresAt sets the "expires_at" field.
-func (m *ExternalWorkerMutation) SetExpiresAt(t time.Time) {
-	m.expires_at = &t
-}
-
-// ExpiresAt returns the value of the "expires_at" field in the mutation.
-func (m *ExternalWorkerMutation) ExpiresAt() (r time.Time, exists bool) {
-	v := m.expires_at
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldExpiresAt returns the old "expires_at" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldExpiresAt(ctx context.Context) (v time.Time, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldExpiresAt is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldExpiresAt requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldExpiresAt: %w", err)
-	}
-	return oldValue.ExpiresAt, nil
-}
-
-// ResetExpiresAt resets all changes to the "expires_at" field.
-func (m *ExternalWorkerMutation) ResetExpiresAt() {
-	m.expires_at = nil
-}
-
-// SetDraining sets the "draining" field.
-func (m *ExternalWorkerMutation) SetDraining(b bool) {
-	m.draining = &b
-}
-
-// Draining returns the value of the "draining" field in the mutation.
-func (m *ExternalWorkerMutation) Draining() (r bool, exists bool) {
-	v := m.draining
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldDraining returns the old "draining" field's value of the ExternalWorker entity.
-// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ExternalWorkerMutation) OldDraining(ctx context.Context) (v bool, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldDraining is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldDraining requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldDraining: %w", err)
-	}
-	return oldValue.Draining, nil
-}
-
-// ResetDraining resets all changes to the "draining" field.
-func (m *ExternalWorkerMutation) ResetDraining() {
-	m.draining = nil
-}
-
-// Where appends a list predicates to the ExternalWorkerMutation builder.
-func (m *ExternalWorkerMutation) Where(ps ...predicate.ExternalWorker) {
-	m.predicates = append(m.predicates, ps...)
-}
-
-// WhereP appends storage-level predicates to the ExternalWorkerMutation builder. Using this method,
-// users can use type-assertion to append predicates that do not depend on any generated package.
-func (m *ExternalWorkerMutation) WhereP(ps ...func(*sql.Selector)) {
-	p := make([]predicate.ExternalWorker, len(ps))
-	for i := range ps {
-		p[i] = ps[i]
-	}
-	m.Where(p...)
-}
-
-// Op returns the operation name.
-func (m *ExternalWorkerMutation) Op() Op {
-	return m.op
-}
-
-// SetOp allows setting the mutation operation.
-func (m *ExternalWorkerMutation) SetOp(op Op) {
-	m.op = op
-}
-
-// Type returns the node type of this mutation (ExternalWorker).
-func (m *ExternalWorkerMutation) Type() string {
-	return m.typ
-}
-
-// Fields returns all fields that were changed during this mutation. Note that in
-// order to get all numeric fields that were incremented/decremented, call
-// AddedFields().
-func (m *ExternalWorkerMutation) Fields() []string {
-	fields := make([]string, 0, 11)
-	if m.name != nil {
-		fields = append(fields, externalworker.FieldName)
-	}
-	if m.tenant != nil {
-		fields = append(fields, externalworker.FieldTenant)
-	}
-	if m.user != nil {
-		fields = append(fields, externalworker.FieldUser)
-	}
-	if m.language != nil {
-		fields = append(fields, externalworker.FieldLanguage)
-	}
-	if m.version != nil {
-		fields = append(fields, externalworker.FieldVersion)
-	}
-	if m.types != nil {
-		fields = append(fields, externalworker.FieldTypes)
-	}
-	if m.node != nil {
-		fields = append(fields, externalworker.FieldNode)
-	}
-	if m.first_seen_at != nil {
-		fields = append(fields, externalworker.FieldFirstSeenAt)
-	}
-	if m.last_seen_at != nil {
-		fields = append(fields, externalworker.FieldLastSeenAt)
-	}
-	if m.expires_at != nil {
-		fields = append(fields, externalworker.FieldExpiresAt)
-	}
-	if m.draining != nil {
-		fields = append(fields, externalworker.FieldDraining)
-	}
-	return fields
-}
-
-// Field returns the value of a field with the given name. The second boolean
-// return value indicates that this field was not set, or was not defined in the
-// schema.
-func (m *ExternalWorkerMutation) Field(name string) (ent.Value, bool) {
-	switch name {
-	case externalworker.FieldName:
-		return m.Name()
-	case externalworker.FieldTenant:
-		return m.Tenant()
-	case externalworker.FieldUser:
-		return m.User()
-	case externalworker.FieldLanguage:
-		return m.Language()
-	case externalworker.FieldVersion:
-		return m.Version()
-	case externalworker.FieldTypes:
-		return m.Types()
-	case externalworker.FieldNode:
-		return m.Node()
-	case externalworker.FieldFirstSeenAt:
-		return m.FirstSeenAt()
-	case externalworker.FieldLastSeenAt:
-		return m.LastSeenAt()
-	case externalworker.FieldExpiresAt:
-		return m.ExpiresAt()
-	case externalworker.FieldDraining:
-		return m.Draining()
-	}
-	return nil, false
-}
-
-// OldField returns the old value of the field from the database. An error is
-// returned if the mutation operation is not UpdateOne, or the query to the
-// database failed.
-func (m *ExternalWorkerMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
-	switch name {
-	case externalworker.FieldName:
-		return m.OldName(ctx)
-	case externalworker.FieldTenant:
-		return m.OldTenant(ctx)
-	case externalworker.FieldUser:
-		return m.OldUser(ctx)
-	case externalworker.FieldLanguage:
-		return m.OldLanguage(ctx)
-	case externalworker.FieldVersion:
-		return m.OldVersion(ctx)
-	case externalworker.FieldTypes:
-		return m.OldTypes(ctx)
-	case externalworker.FieldNode:
-		return m.OldNode(ctx)
-	case externalworker.FieldFirstSeenAt:
-		return m.OldFirstSeenAt(ctx)
-	case externalworker.FieldLastSeenAt:
-		return m.OldLastSeenAt(ctx)
-	case externalworker.FieldExpiresAt:
-		return m.OldExpiresAt(ctx)
-	case externalworker.FieldDraining:
-		return m.OldDraining(ctx)
-	}
-	return nil, fmt.Errorf("unknown ExternalWorker field %s", name)
-}
-
-// SetField sets the value of a field with the given name. It returns an error if
-// the field is not defined in the schema, or if the type mismatched the field
-// type.
-func (m *ExternalWorkerMutation) SetField(name string, value ent.Value) error {
-	switch name {
-	case externalworker.FieldName:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetName(v)
-		return nil
-	case externalworker.FieldTenant:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetTenant(v)
-		return nil
-	case externalworker.FieldUser:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetUser(v)
-		return nil
-	case externalworker.FieldLanguage:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetLanguage(v)
-		return nil
-	case externalworker.FieldVersion:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetVersion(v)
-		return nil
-	case externalworker.FieldTypes:
-		v, ok := value.([]string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetTypes(v)
-		return nil
-	case externalworker.FieldNode:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetNode(v)
-		return nil
-	case externalworker.FieldFirstSeenAt:
-		v, ok := value.(time.Time)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetFirstSeenAt(v)
-		return nil
-	case externalworker.FieldLastSeenAt:
-		v, ok := value.(time.Time)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetLastSeenAt(v)
-		return nil
-	case externalworker.FieldExpiresAt:
-		v, ok := value.(time.Time)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetExpiresAt(v)
-		return nil
-	case externalworker.FieldDraining:
-		v, ok := value.(bool)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetDraining(v)
-		return nil
-	}
-	return fmt.Errorf("unknown ExternalWorker field %s", name)
-}
-
-// AddedFields returns all numeric fields that were incremented/decremented during
-// this mutation.
-func (m *ExternalWorkerMutation) AddedFields() []string {
-	return nil
-}
-
-// AddedField returns the numeric value that was incremented/decremented on a field
-// with the given name. The second boolean return value indicates that this field
-// was not set, or was not defined in the schema.
-func (m *ExternalWorkerMutation) AddedField(name string) (ent.Value, bool) {
-	return nil, false
-}
-
-// AddField adds the value to the field with the given name. It returns an error if
-// the field is not defined in the schema, or if the type mismatched the field
-// type.
-func (m *ExternalWorkerMutation) AddField(name string, value ent.Value) error {
-	switch name {
-	}
-	return fmt.Errorf("unknown ExternalWorker numeric field %s", name)
-}
-
-// ClearedFields returns all nullable fields that were cleared during this
-// mutation.
-func (m *ExternalWorkerMutation) ClearedFields() []string {
-	return nil
-}
-
-// FieldCleared returns a boolean indicating if a field with the given name was
-// cleared in this mutation.
-func (m *ExternalWorkerMutation) FieldCleared(name string) bool {
-	_, ok := m.clearedFields[name]
-	return ok
-}
-
-// ClearField clears the value of the field with the given name. It returns an
-// error if the field is not defined in the schema.
-func (m *ExternalWorkerMutation) ClearField(name string) error {
-	return fmt.Errorf("unknown ExternalWorker nullable field %s", name)
-}
-
-// ResetField resets all changes in the mutation for the field with the given name.
-// It returns an error if the field is not defined in the schema.
-func (m *ExternalWorkerMutation) ResetField(name string) error {
-	switch name {
-	case externalworker.FieldName:
-		m.ResetName()
-		return nil
-	case externalworker.FieldTenant:
-		m.ResetTenant()
-		return nil
-	case externalworker.FieldUser:
-		m.ResetUser()
-		return nil
-	case externalworker.FieldLanguage:
-		m.ResetLanguage()
-		return nil
-	case externalworker.FieldVersion:
-		m.ResetVersion()
-		return nil
-	case externalworker.FieldTypes:
-		m.ResetTypes()
-		return nil
-	case externalworker.FieldNode:
-		m.ResetNode()
-		return nil
-	case externalworker.FieldFirstSeenAt:
-		m.ResetFirstSeenAt()
-		return nil
-	case externalworker.FieldLastSeenAt:
-		m.ResetLastSeenAt()
-		return nil
-	case externalworker.FieldExpiresAt:
-		m.ResetExpiresAt()
-		return nil
-	case externalworker.FieldDraining:
-		m.ResetDraining()
-		return nil
-	}
-	return fmt.Errorf("unknown ExternalWorker field %s", name)
-}
-
-// AddedEdges returns all edge names that were set/added in this mutation.
-func (m *ExternalWorkerMutation) AddedEdges() []string {
-	edges := make([]string, 0, 0)
-	return edges
-}
-
-// AddedIDs returns all IDs (to other nodes) that were added for the given edge
-// name in this mutation.
-func (m *ExternalWorkerMutation) AddedIDs(name string) []ent.Value {
-	return nil
-}
-
-// RemovedEdges returns all edge names that were removed in this mutation.
-func (m *ExternalWorkerMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 0)
-	return edges
-}
-
-// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
-// the given name in this mutation.
-func (m *ExternalWorkerMutation) RemovedIDs(name string) []ent.Value {
-	return nil
-}
-
-// ClearedEdges returns all edge names that were cleared in this mutation.
-func (m *ExternalWorkerMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 0)
-	return edges
-}
-
-// EdgeCleared returns a boolean which indicates if the edge with the given name
-// was cleared in this mutation.
-func (m *ExternalWorkerMutation) EdgeCleared(name string) bool {
-	return false
-}
-
-// ClearEdge clears the value of the edge with the given name. It returns an error
-// if that edge is not defined in the schema.
-func (m *ExternalWorkerMutation) ClearEdge(name string) error {
-	return fmt.Errorf("unknown ExternalWorker unique edge %s", name)
-}
-
-// ResetEdge resets all changes to the edge with the given name in this mutation.
-// It returns an error if the edge is not defined in the schema.
-func (m *ExternalWorkerMutation) ResetEdge(name string) error {
-	return fmt.Errorf("unknown ExternalWorker edge %s", name)
-}
-
 // FlowControlMutation represents an operation that mutates the FlowControl nodes in the graph.
 type FlowControlMutation struct {
 	config
@@ -9314,6 +8434,8 @@ type FlowControlMutation struct {
 	addrate_period_seconds *int
 	paused                 *bool
 	paused_until           *time.Time
+	paused_by              *string
+	paused_by_platform     *bool
 	updated_by             *string
 	updated_at             *time.Time
 	clearedFields          map[string]struct{}
@@ -9737,6 +8859,78 @@ func (m *FlowControlMutation) ResetPausedUntil() {
 	delete(m.clearedFields, flowcontrol.FieldPausedUntil)
 }
 
+// SetPausedBy sets the "paused_by" field.
+func (m *FlowControlMutation) SetPausedBy(s string) {
+	m.paused_by = &s
+}
+
+// PausedBy returns the value of the "paused_by" field in the mutation.
+func (m *FlowControlMutation) PausedBy() (r string, exists bool) {
+	v := m.paused_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPausedBy returns the old "paused_by" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldPausedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPausedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPausedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPausedBy: %w", err)
+	}
+	return oldValue.PausedBy, nil
+}
+
+// ResetPausedBy resets all changes to the "paused_by" field.
+func (m *FlowControlMutation) ResetPausedBy() {
+	m.paused_by = nil
+}
+
+// SetPausedByPlatform sets the "paused_by_platform" field.
+func (m *FlowControlMutation) SetPausedByPlatform(b bool) {
+	m.paused_by_platform = &b
+}
+
+// PausedByPlatform returns the value of the "paused_by_platform" field in the mutation.
+func (m *FlowControlMutation) PausedByPlatform() (r bool, exists bool) {
+	v := m.paused_by_platform
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPausedByPlatform returns the old "paused_by_platform" field's value of the FlowControl entity.
+// If the FlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *FlowControlMutation) OldPausedByPlatform(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPausedByPlatform is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPausedByPlatform requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPausedByPlatform: %w", err)
+	}
+	return oldValue.PausedByPlatform, nil
+}
+
+// ResetPausedByPlatform resets all changes to the "paused_by_platform" field.
+func (m *FlowControlMutation) ResetPausedByPlatform() {
+	m.paused_by_platform = nil
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (m *FlowControlMutation) SetUpdatedBy(s string) {
 	m.updated_by = &s
@@ -9843,7 +9037,7 @@ func (m *FlowControlMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *FlowControlMutation) Fields() []string {
-	fields := make([]string, 0, 8)
+	fields := make([]string, 0, 10)
 	if m.task_type != nil {
 		fields = append(fields, flowcontrol.FieldTaskType)
 	}
@@ -9861,6 +9055,12 @@ func (m *FlowControlMutation) Fields() []string {
 	}
 	if m.paused_until != nil {
 		fields = append(fields, flowcontrol.FieldPausedUntil)
+	}
+	if m.paused_by != nil {
+		fields = append(fields, flowcontrol.FieldPausedBy)
+	}
+	if m.paused_by_platform != nil {
+		fields = append(fields, flowcontrol.FieldPausedByPlatform)
 	}
 	if m.updated_by != nil {
 		fields = append(fields, flowcontrol.FieldUpdatedBy)
@@ -9888,6 +9088,10 @@ func (m *FlowControlMutation) Field(name string) (ent.Value, bool) {
 		return m.Paused()
 	case flowcontrol.FieldPausedUntil:
 		return m.PausedUntil()
+	case flowcontrol.FieldPausedBy:
+		return m.PausedBy()
+	case flowcontrol.FieldPausedByPlatform:
+		return m.PausedByPlatform()
 	case flowcontrol.FieldUpdatedBy:
 		return m.UpdatedBy()
 	case flowcontrol.FieldUpdatedAt:
@@ -9913,6 +9117,10 @@ func (m *FlowControlMutation) OldField(ctx context.Context, name string) (ent.Va
 		return m.OldPaused(ctx)
 	case flowcontrol.FieldPausedUntil:
 		return m.OldPausedUntil(ctx)
+	case flowcontrol.FieldPausedBy:
+		return m.OldPausedBy(ctx)
+	case flowcontrol.FieldPausedByPlatform:
+		return m.OldPausedByPlatform(ctx)
 	case flowcontrol.FieldUpdatedBy:
 		return m.OldUpdatedBy(ctx)
 	case flowcontrol.FieldUpdatedAt:
@@ -9967,6 +9175,20 @@ func (m *FlowControlMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetPausedUntil(v)
+		return nil
+	case flowcontrol.FieldPausedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPausedBy(v)
+		return nil
+	case flowcontrol.FieldPausedByPlatform:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPausedByPlatform(v)
 		return nil
 	case flowcontrol.FieldUpdatedBy:
 		v, ok := value.(string)
@@ -10108,6 +9330,12 @@ func (m *FlowControlMutation) ResetField(name string) error {
 		return nil
 	case flowcontrol.FieldPausedUntil:
 		m.ResetPausedUntil()
+		return nil
+	case flowcontrol.FieldPausedBy:
+		m.ResetPausedBy()
+		return nil
+	case flowcontrol.FieldPausedByPlatform:
+		m.ResetPausedByPlatform()
 		return nil
 	case flowcontrol.FieldUpdatedBy:
 		m.ResetUpdatedBy()
@@ -14517,8 +13745,6 @@ type TaskMutation struct {
 	workflow_id        *int
 	addworkflow_id     *int
 	step_key           *string
-	parent_count       *int
-	addparent_count    *int
 	clearedFields      map[string]struct{}
 	instances          map[int]struct{}
 	removedinstances   map[int]struct{}
@@ -16303,62 +15529,6 @@ func (m *TaskMutation) ResetStepKey() {
 	delete(m.clearedFields, task.FieldStepKey)
 }
 
-// SetParentCount sets the "parent_count" field.
-func (m *TaskMutation) SetParentCount(i int) {
-	m.parent_count = &i
-	m.addparent_count = nil
-}
-
-// ParentCount returns the value of the "parent_count" field in the mutation.
-func (m *TaskMutation) ParentCount() (r int, exists bool) {
-	v := m.parent_count
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldParentCount returns the old "parent_count" field's value of the Task entity.
-// If the Task object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *TaskMutation) OldParentCount(ctx context.Context) (v int, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldParentCount is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldParentCount requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldParentCount: %w", err)
-	}
-	return oldValue.ParentCount, nil
-}
-
-// AddParentCount adds i to the "parent_count" field.
-func (m *TaskMutation) AddParentCount(i int) {
-	if m.addparent_count != nil {
-		*m.addparent_count += i
-	} else {
-		m.addparent_count = &i
-	}
-}
-
-// AddedParentCount returns the value that was added to the "parent_count" field in this mutation.
-func (m *TaskMutation) AddedParentCount() (r int, exists bool) {
-	v := m.addparent_count
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// ResetParentCount resets all changes to the "parent_count" field.
-func (m *TaskMutation) ResetParentCount() {
-	m.parent_count = nil
-	m.addparent_count = nil
-}
-
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by ids.
 func (m *TaskMutation) AddInstanceIDs(ids ...int) {
 	if m.instances == nil {
@@ -16555,7 +15725,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 37)
+	fields := make([]string, 0, 36)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -16664,9 +15834,6 @@ func (m *TaskMutation) Fields() []string {
 	if m.step_key != nil {
 		fields = append(fields, task.FieldStepKey)
 	}
-	if m.parent_count != nil {
-		fields = append(fields, task.FieldParentCount)
-	}
 	return fields
 }
 
@@ -16747,8 +15914,6 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.WorkflowID()
 	case task.FieldStepKey:
 		return m.StepKey()
-	case task.FieldParentCount:
-		return m.ParentCount()
 	}
 	return nil, false
 }
@@ -16830,8 +15995,6 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldWorkflowID(ctx)
 	case task.FieldStepKey:
 		return m.OldStepKey(ctx)
-	case task.FieldParentCount:
-		return m.OldParentCount(ctx)
 	}
 	return nil, fmt.Errorf("unknown Task field %s", name)
 }
@@ -17093,13 +16256,6 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetStepKey(v)
 		return nil
-	case task.FieldParentCount:
-		v, ok := value.(int)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetParentCount(v)
-		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
 }
@@ -17132,9 +16288,6 @@ func (m *TaskMutation) AddedFields() []string {
 	if m.addworkflow_id != nil {
 		fields = append(fields, task.FieldWorkflowID)
 	}
-	if m.addparent_count != nil {
-		fields = append(fields, task.FieldParentCount)
-	}
 	return fields
 }
 
@@ -17159,8 +16312,6 @@ func (m *TaskMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedScheduleID()
 	case task.FieldWorkflowID:
 		return m.AddedWorkflowID()
-	case task.FieldParentCount:
-		return m.AddedParentCount()
 	}
 	return nil, false
 }
@@ -17225,13 +16376,6 @@ func (m *TaskMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddWorkflowID(v)
-		return nil
-	case task.FieldParentCount:
-		v, ok := value.(int)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.AddParentCount(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Task numeric field %s", name)
@@ -17454,9 +16598,6 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldStepKey:
 		m.ResetStepKey()
-		return nil
-	case task.FieldParentCount:
-		m.ResetParentCount()
 		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
@@ -18170,6 +17311,7 @@ type TaskInstanceMutation struct {
 	task_type      *string
 	priority       *int
 	addpriority    *int
+	tenant         *string
 	run_at         *time.Time
 	worker_id      *string
 	started_at     *time.Time
@@ -18601,6 +17743,42 @@ func (m *TaskInstanceMutation) AddedPriority() (r int, exists bool) {
 func (m *TaskInstanceMutation) ResetPriority() {
 	m.priority = nil
 	m.addpriority = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *TaskInstanceMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TaskInstanceMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the TaskInstance entity.
+// If the TaskInstance object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInstanceMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TaskInstanceMutation) ResetTenant() {
+	m.tenant = nil
 }
 
 // SetRunAt sets the "run_at" field.
@@ -19269,7 +18447,7 @@ func (m *TaskInstanceMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskInstanceMutation) Fields() []string {
-	fields := make([]string, 0, 19)
+	fields := make([]string, 0, 20)
 	if m.created_at != nil {
 		fields = append(fields, taskinstance.FieldCreatedAt)
 	}
@@ -19290,6 +18468,9 @@ func (m *TaskInstanceMutation) Fields() []string {
 	}
 	if m.priority != nil {
 		fields = append(fields, taskinstance.FieldPriority)
+	}
+	if m.tenant != nil {
+		fields = append(fields, taskinstance.FieldTenant)
 	}
 	if m.run_at != nil {
 		fields = append(fields, taskinstance.FieldRunAt)
@@ -19349,6 +18530,8 @@ func (m *TaskInstanceMutation) Field(name string) (ent.Value, bool) {
 		return m.TaskType()
 	case taskinstance.FieldPriority:
 		return m.Priority()
+	case taskinstance.FieldTenant:
+		return m.Tenant()
 	case taskinstance.FieldRunAt:
 		return m.RunAt()
 	case taskinstance.FieldWorkerID:
@@ -19396,6 +18579,8 @@ func (m *TaskInstanceMutation) OldField(ctx context.Context, name string) (ent.V
 		return m.OldTaskType(ctx)
 	case taskinstance.FieldPriority:
 		return m.OldPriority(ctx)
+	case taskinstance.FieldTenant:
+		return m.OldTenant(ctx)
 	case taskinstance.FieldRunAt:
 		return m.OldRunAt(ctx)
 	case taskinstance.FieldWorkerID:
@@ -19477,6 +18662,13 @@ func (m *TaskInstanceMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetPriority(v)
+		return nil
+	case taskinstance.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	case taskinstance.FieldRunAt:
 		v, ok := value.(time.Time)
@@ -19751,6 +18943,9 @@ func (m *TaskInstanceMutation) ResetField(name string) error {
 		return nil
 	case taskinstance.FieldPriority:
 		m.ResetPriority()
+		return nil
+	case taskinstance.FieldTenant:
+		m.ResetTenant()
 		return nil
 	case taskinstance.FieldRunAt:
 		m.ResetRunAt()
@@ -20592,6 +19787,1743 @@ func (m *TaskLogMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown TaskLog edge %s", name)
+}
+
+// TenantFlowControlMutation represents an operation that mutates the TenantFlowControl nodes in the graph.
+type TenantFlowControlMutation struct {
+	config
+	op                     Op
+	typ                    string
+	id                     *int
+	task_type              *string
+	tenant                 *string
+	max_running            *int
+	addmax_running         *int
+	max_waiting            *int
+	addmax_waiting         *int
+	rate_limit             *int
+	addrate_limit          *int
+	rate_period_seconds    *int
+	addrate_period_seconds *int
+	paused                 *bool
+	paused_until           *time.Time
+	paused_by              *string
+	paused_by_platform     *bool
+	updated_by             *string
+	updated_at             *time.Time
+	clearedFields          map[string]struct{}
+	done                   bool
+	oldValue               func(context.Context) (*TenantFlowControl, error)
+	predicates             []predicate.TenantFlowControl
+}
+
+var _ ent.Mutation = (*TenantFlowControlMutation)(nil)
+
+// tenantflowcontrolOption allows management of the mutation configuration using functional options.
+type tenantflowcontrolOption func(*TenantFlowControlMutation)
+
+// newTenantFlowControlMutation creates new mutation for the TenantFlowControl entity.
+func newTenantFlowControlMutation(c config, op Op, opts ...tenantflowcontrolOption) *TenantFlowControlMutation {
+	m := &TenantFlowControlMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTenantFlowControl,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTenantFlowControlID sets the ID field of the mutation.
+func withTenantFlowControlID(id int) tenantflowcontrolOption {
+	return func(m *TenantFlowControlMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TenantFlowControl
+		)
+		m.oldValue = func(ctx context.Context) (*TenantFlowControl, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TenantFlowControl.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTenantFlowControl sets the old TenantFlowControl of the mutation.
+func withTenantFlowControl(node *TenantFlowControl) tenantflowcontrolOption {
+	return func(m *TenantFlowControlMutation) {
+		m.oldValue = func(context.Context) (*TenantFlowControl, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TenantFlowControlMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TenantFlowControlMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TenantFlowControlMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TenantFlowControlMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TenantFlowControl.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTaskType sets the "task_type" field.
+func (m *TenantFlowControlMutation) SetTaskType(s string) {
+	m.task_type = &s
+}
+
+// TaskType returns the value of the "task_type" field in the mutation.
+func (m *TenantFlowControlMutation) TaskType() (r string, exists bool) {
+	v := m.task_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskType returns the old "task_type" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldTaskType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskType: %w", err)
+	}
+	return oldValue.TaskType, nil
+}
+
+// ResetTaskType resets all changes to the "task_type" field.
+func (m *TenantFlowControlMutation) ResetTaskType() {
+	m.task_type = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *TenantFlowControlMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TenantFlowControlMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TenantFlowControlMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetMaxRunning sets the "max_running" field.
+func (m *TenantFlowControlMutation) SetMaxRunning(i int) {
+	m.max_running = &i
+	m.addmax_running = nil
+}
+
+// MaxRunning returns the value of the "max_running" field in the mutation.
+func (m *TenantFlowControlMutation) MaxRunning() (r int, exists bool) {
+	v := m.max_running
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxRunning returns the old "max_running" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldMaxRunning(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxRunning is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxRunning requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxRunning: %w", err)
+	}
+	return oldValue.MaxRunning, nil
+}
+
+// AddMaxRunning adds i to the "max_running" field.
+func (m *TenantFlowControlMutation) AddMaxRunning(i int) {
+	if m.addmax_running != nil {
+		*m.addmax_running += i
+	} else {
+		m.addmax_running = &i
+	}
+}
+
+// AddedMaxRunning returns the value that was added to the "max_running" field in this mutation.
+func (m *TenantFlowControlMutation) AddedMaxRunning() (r int, exists bool) {
+	v := m.addmax_running
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMaxRunning clears the value of the "max_running" field.
+func (m *TenantFlowControlMutation) ClearMaxRunning() {
+	m.max_running = nil
+	m.addmax_running = nil
+	m.clearedFields[tenantflowcontrol.FieldMaxRunning] = struct{}{}
+}
+
+// MaxRunningCleared returns if the "max_running" field was cleared in this mutation.
+func (m *TenantFlowControlMutation) MaxRunningCleared() bool {
+	_, ok := m.clearedFields[tenantflowcontrol.FieldMaxRunning]
+	return ok
+}
+
+// ResetMaxRunning resets all changes to the "max_running" field.
+func (m *TenantFlowControlMutation) ResetMaxRunning() {
+	m.max_running = nil
+	m.addmax_running = nil
+	delete(m.clearedFields, tenantflowcontrol.FieldMaxRunning)
+}
+
+// SetMaxWaiting sets the "max_waiting" field.
+func (m *TenantFlowControlMutation) SetMaxWaiting(i int) {
+	m.max_waiting = &i
+	m.addmax_waiting = nil
+}
+
+// MaxWaiting returns the value of the "max_waiting" field in the mutation.
+func (m *TenantFlowControlMutation) MaxWaiting() (r int, exists bool) {
+	v := m.max_waiting
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxWaiting returns the old "max_waiting" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldMaxWaiting(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxWaiting is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxWaiting requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxWaiting: %w", err)
+	}
+	return oldValue.MaxWaiting, nil
+}
+
+// AddMaxWaiting adds i to the "max_waiting" field.
+func (m *TenantFlowControlMutation) AddMaxWaiting(i int) {
+	if m.addmax_waiting != nil {
+		*m.addmax_waiting += i
+	} else {
+		m.addmax_waiting = &i
+	}
+}
+
+// AddedMaxWaiting returns the value that was added to the "max_waiting" field in this mutation.
+func (m *TenantFlowControlMutation) AddedMaxWaiting() (r int, exists bool) {
+	v := m.addmax_waiting
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMaxWaiting clears the value of the "max_waiting" field.
+func (m *TenantFlowControlMutation) ClearMaxWaiting() {
+	m.max_waiting = nil
+	m.addmax_waiting = nil
+	m.clearedFields[tenantflowcontrol.FieldMaxWaiting] = struct{}{}
+}
+
+// MaxWaitingCleared returns if the "max_waiting" field was cleared in this mutation.
+func (m *TenantFlowControlMutation) MaxWaitingCleared() bool {
+	_, ok := m.clearedFields[tenantflowcontrol.FieldMaxWaiting]
+	return ok
+}
+
+// ResetMaxWaiting resets all changes to the "max_waiting" field.
+func (m *TenantFlowControlMutation) ResetMaxWaiting() {
+	m.max_waiting = nil
+	m.addmax_waiting = nil
+	delete(m.clearedFields, tenantflowcontrol.FieldMaxWaiting)
+}
+
+// SetRateLimit sets the "rate_limit" field.
+func (m *TenantFlowControlMutation) SetRateLimit(i int) {
+	m.rate_limit = &i
+	m.addrate_limit = nil
+}
+
+// RateLimit returns the value of the "rate_limit" field in the mutation.
+func (m *TenantFlowControlMutation) RateLimit() (r int, exists bool) {
+	v := m.rate_limit
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRateLimit returns the old "rate_limit" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldRateLimit(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRateLimit is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRateLimit requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRateLimit: %w", err)
+	}
+	return oldValue.RateLimit, nil
+}
+
+// AddRateLimit adds i to the "rate_limit" field.
+func (m *TenantFlowControlMutation) AddRateLimit(i int) {
+	if m.addrate_limit != nil {
+		*m.addrate_limit += i
+	} else {
+		m.addrate_limit = &i
+	}
+}
+
+// AddedRateLimit returns the value that was added to the "rate_limit" field in this mutation.
+func (m *TenantFlowControlMutation) AddedRateLimit() (r int, exists bool) {
+	v := m.addrate_limit
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearRateLimit clears the value of the "rate_limit" field.
+func (m *TenantFlowControlMutation) ClearRateLimit() {
+	m.rate_limit = nil
+	m.addrate_limit = nil
+	m.clearedFields[tenantflowcontrol.FieldRateLimit] = struct{}{}
+}
+
+// RateLimitCleared returns if the "rate_limit" field was cleared in this mutation.
+func (m *TenantFlowControlMutation) RateLimitCleared() bool {
+	_, ok := m.clearedFields[tenantflowcontrol.FieldRateLimit]
+	return ok
+}
+
+// ResetRateLimit resets all changes to the "rate_limit" field.
+func (m *TenantFlowControlMutation) ResetRateLimit() {
+	m.rate_limit = nil
+	m.addrate_limit = nil
+	delete(m.clearedFields, tenantflowcontrol.FieldRateLimit)
+}
+
+// SetRatePeriodSeconds sets the "rate_period_seconds" field.
+func (m *TenantFlowControlMutation) SetRatePeriodSeconds(i int) {
+	m.rate_period_seconds = &i
+	m.addrate_period_seconds = nil
+}
+
+// RatePeriodSeconds returns the value of the "rate_period_seconds" field in the mutation.
+func (m *TenantFlowControlMutation) RatePeriodSeconds() (r int, exists bool) {
+	v := m.rate_period_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRatePeriodSeconds returns the old "rate_period_seconds" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldRatePeriodSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRatePeriodSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRatePeriodSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRatePeriodSeconds: %w", err)
+	}
+	return oldValue.RatePeriodSeconds, nil
+}
+
+// AddRatePeriodSeconds adds i to the "rate_period_seconds" field.
+func (m *TenantFlowControlMutation) AddRatePeriodSeconds(i int) {
+	if m.addrate_period_seconds != nil {
+		*m.addrate_period_seconds += i
+	} else {
+		m.addrate_period_seconds = &i
+	}
+}
+
+// AddedRatePeriodSeconds returns the value that was added to the "rate_period_seconds" field in this mutation.
+func (m *TenantFlowControlMutation) AddedRatePeriodSeconds() (r int, exists bool) {
+	v := m.addrate_period_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRatePeriodSeconds resets all changes to the "rate_period_seconds" field.
+func (m *TenantFlowControlMutation) ResetRatePeriodSeconds() {
+	m.rate_period_seconds = nil
+	m.addrate_period_seconds = nil
+}
+
+// SetPaused sets the "paused" field.
+func (m *TenantFlowControlMutation) SetPaused(b bool) {
+	m.paused = &b
+}
+
+// Paused returns the value of the "paused" field in the mutation.
+func (m *TenantFlowControlMutation) Paused() (r bool, exists bool) {
+	v := m.paused
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPaused returns the old "paused" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldPaused(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPaused is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPaused requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPaused: %w", err)
+	}
+	return oldValue.Paused, nil
+}
+
+// ResetPaused resets all changes to the "paused" field.
+func (m *TenantFlowControlMutation) ResetPaused() {
+	m.paused = nil
+}
+
+// SetPausedUntil sets the "paused_until" field.
+func (m *TenantFlowControlMutation) SetPausedUntil(t time.Time) {
+	m.paused_until = &t
+}
+
+// PausedUntil returns the value of the "paused_until" field in the mutation.
+func (m *TenantFlowControlMutation) PausedUntil() (r time.Time, exists bool) {
+	v := m.paused_until
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPausedUntil returns the old "paused_until" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldPausedUntil(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPausedUntil is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPausedUntil requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPausedUntil: %w", err)
+	}
+	return oldValue.PausedUntil, nil
+}
+
+// ClearPausedUntil clears the value of the "paused_until" field.
+func (m *TenantFlowControlMutation) ClearPausedUntil() {
+	m.paused_until = nil
+	m.clearedFields[tenantflowcontrol.FieldPausedUntil] = struct{}{}
+}
+
+// PausedUntilCleared returns if the "paused_until" field was cleared in this mutation.
+func (m *TenantFlowControlMutation) PausedUntilCleared() bool {
+	_, ok := m.clearedFields[tenantflowcontrol.FieldPausedUntil]
+	return ok
+}
+
+// ResetPausedUntil resets all changes to the "paused_until" field.
+func (m *TenantFlowControlMutation) ResetPausedUntil() {
+	m.paused_until = nil
+	delete(m.clearedFields, tenantflowcontrol.FieldPausedUntil)
+}
+
+// SetPausedBy sets the "paused_by" field.
+func (m *TenantFlowControlMutation) SetPausedBy(s string) {
+	m.paused_by = &s
+}
+
+// PausedBy returns the value of the "paused_by" field in the mutation.
+func (m *TenantFlowControlMutation) PausedBy() (r string, exists bool) {
+	v := m.paused_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPausedBy returns the old "paused_by" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldPausedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPausedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPausedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPausedBy: %w", err)
+	}
+	return oldValue.PausedBy, nil
+}
+
+// ResetPausedBy resets all changes to the "paused_by" field.
+func (m *TenantFlowControlMutation) ResetPausedBy() {
+	m.paused_by = nil
+}
+
+// SetPausedByPlatform sets the "paused_by_platform" field.
+func (m *TenantFlowControlMutation) SetPausedByPlatform(b bool) {
+	m.paused_by_platform = &b
+}
+
+// PausedByPlatform returns the value of the "paused_by_platform" field in the mutation.
+func (m *TenantFlowControlMutation) PausedByPlatform() (r bool, exists bool) {
+	v := m.paused_by_platform
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPausedByPlatform returns the old "paused_by_platform" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldPausedByPlatform(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPausedByPlatform is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPausedByPlatform requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPausedByPlatform: %w", err)
+	}
+	return oldValue.PausedByPlatform, nil
+}
+
+// ResetPausedByPlatform resets all changes to the "paused_by_platform" field.
+func (m *TenantFlowControlMutation) ResetPausedByPlatform() {
+	m.paused_by_platform = nil
+}
+
+// SetUpdatedBy sets the "updated_by" field.
+func (m *TenantFlowControlMutation) SetUpdatedBy(s string) {
+	m.updated_by = &s
+}
+
+// UpdatedBy returns the value of the "updated_by" field in the mutation.
+func (m *TenantFlowControlMutation) UpdatedBy() (r string, exists bool) {
+	v := m.updated_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedBy returns the old "updated_by" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldUpdatedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedBy: %w", err)
+	}
+	return oldValue.UpdatedBy, nil
+}
+
+// ResetUpdatedBy resets all changes to the "updated_by" field.
+func (m *TenantFlowControlMutation) ResetUpdatedBy() {
+	m.updated_by = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *TenantFlowControlMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *TenantFlowControlMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the TenantFlowControl entity.
+// If the TenantFlowControl object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowControlMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *TenantFlowControlMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the TenantFlowControlMutation builder.
+func (m *TenantFlowControlMutation) Where(ps ...predicate.TenantFlowControl) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TenantFlowControlMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TenantFlowControlMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TenantFlowControl, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TenantFlowControlMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TenantFlowControlMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TenantFlowControl).
+func (m *TenantFlowControlMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TenantFlowControlMutation) Fields() []string {
+	fields := make([]string, 0, 12)
+	if m.task_type != nil {
+		fields = append(fields, tenantflowcontrol.FieldTaskType)
+	}
+	if m.tenant != nil {
+		fields = append(fields, tenantflowcontrol.FieldTenant)
+	}
+	if m.max_running != nil {
+		fields = append(fields, tenantflowcontrol.FieldMaxRunning)
+	}
+	if m.max_waiting != nil {
+		fields = append(fields, tenantflowcontrol.FieldMaxWaiting)
+	}
+	if m.rate_limit != nil {
+		fields = append(fields, tenantflowcontrol.FieldRateLimit)
+	}
+	if m.rate_period_seconds != nil {
+		fields = append(fields, tenantflowcontrol.FieldRatePeriodSeconds)
+	}
+	if m.paused != nil {
+		fields = append(fields, tenantflowcontrol.FieldPaused)
+	}
+	if m.paused_until != nil {
+		fields = append(fields, tenantflowcontrol.FieldPausedUntil)
+	}
+	if m.paused_by != nil {
+		fields = append(fields, tenantflowcontrol.FieldPausedBy)
+	}
+	if m.paused_by_platform != nil {
+		fields = append(fields, tenantflowcontrol.FieldPausedByPlatform)
+	}
+	if m.updated_by != nil {
+		fields = append(fields, tenantflowcontrol.FieldUpdatedBy)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, tenantflowcontrol.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TenantFlowControlMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case tenantflowcontrol.FieldTaskType:
+		return m.TaskType()
+	case tenantflowcontrol.FieldTenant:
+		return m.Tenant()
+	case tenantflowcontrol.FieldMaxRunning:
+		return m.MaxRunning()
+	case tenantflowcontrol.FieldMaxWaiting:
+		return m.MaxWaiting()
+	case tenantflowcontrol.FieldRateLimit:
+		return m.RateLimit()
+	case tenantflowcontrol.FieldRatePeriodSeconds:
+		return m.RatePeriodSeconds()
+	case tenantflowcontrol.FieldPaused:
+		return m.Paused()
+	case tenantflowcontrol.FieldPausedUntil:
+		return m.PausedUntil()
+	case tenantflowcontrol.FieldPausedBy:
+		return m.PausedBy()
+	case tenantflowcontrol.FieldPausedByPlatform:
+		return m.PausedByPlatform()
+	case tenantflowcontrol.FieldUpdatedBy:
+		return m.UpdatedBy()
+	case tenantflowcontrol.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TenantFlowControlMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case tenantflowcontrol.FieldTaskType:
+		return m.OldTaskType(ctx)
+	case tenantflowcontrol.FieldTenant:
+		return m.OldTenant(ctx)
+	case tenantflowcontrol.FieldMaxRunning:
+		return m.OldMaxRunning(ctx)
+	case tenantflowcontrol.FieldMaxWaiting:
+		return m.OldMaxWaiting(ctx)
+	case tenantflowcontrol.FieldRateLimit:
+		return m.OldRateLimit(ctx)
+	case tenantflowcontrol.FieldRatePeriodSeconds:
+		return m.OldRatePeriodSeconds(ctx)
+	case tenantflowcontrol.FieldPaused:
+		return m.OldPaused(ctx)
+	case tenantflowcontrol.FieldPausedUntil:
+		return m.OldPausedUntil(ctx)
+	case tenantflowcontrol.FieldPausedBy:
+		return m.OldPausedBy(ctx)
+	case tenantflowcontrol.FieldPausedByPlatform:
+		return m.OldPausedByPlatform(ctx)
+	case tenantflowcontrol.FieldUpdatedBy:
+		return m.OldUpdatedBy(ctx)
+	case tenantflowcontrol.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown TenantFlowControl field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TenantFlowControlMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case tenantflowcontrol.FieldTaskType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskType(v)
+		return nil
+	case tenantflowcontrol.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case tenantflowcontrol.FieldMaxRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxRunning(v)
+		return nil
+	case tenantflowcontrol.FieldMaxWaiting:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxWaiting(v)
+		return nil
+	case tenantflowcontrol.FieldRateLimit:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRateLimit(v)
+		return nil
+	case tenantflowcontrol.FieldRatePeriodSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRatePeriodSeconds(v)
+		return nil
+	case tenantflowcontrol.FieldPaused:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPaused(v)
+		return nil
+	case tenantflowcontrol.FieldPausedUntil:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPausedUntil(v)
+		return nil
+	case tenantflowcontrol.FieldPausedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPausedBy(v)
+		return nil
+	case tenantflowcontrol.FieldPausedByPlatform:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPausedByPlatform(v)
+		return nil
+	case tenantflowcontrol.FieldUpdatedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedBy(v)
+		return nil
+	case tenantflowcontrol.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowControl field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TenantFlowControlMutation) AddedFields() []string {
+	var fields []string
+	if m.addmax_running != nil {
+		fields = append(fields, tenantflowcontrol.FieldMaxRunning)
+	}
+	if m.addmax_waiting != nil {
+		fields = append(fields, tenantflowcontrol.FieldMaxWaiting)
+	}
+	if m.addrate_limit != nil {
+		fields = append(fields, tenantflowcontrol.FieldRateLimit)
+	}
+	if m.addrate_period_seconds != nil {
+		fields = append(fields, tenantflowcontrol.FieldRatePeriodSeconds)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TenantFlowControlMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case tenantflowcontrol.FieldMaxRunning:
+		return m.AddedMaxRunning()
+	case tenantflowcontrol.FieldMaxWaiting:
+		return m.AddedMaxWaiting()
+	case tenantflowcontrol.FieldRateLimit:
+		return m.AddedRateLimit()
+	case tenantflowcontrol.FieldRatePeriodSeconds:
+		return m.AddedRatePeriodSeconds()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TenantFlowControlMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case tenantflowcontrol.FieldMaxRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxRunning(v)
+		return nil
+	case tenantflowcontrol.FieldMaxWaiting:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxWaiting(v)
+		return nil
+	case tenantflowcontrol.FieldRateLimit:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRateLimit(v)
+		return nil
+	case tenantflowcontrol.FieldRatePeriodSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRatePeriodSeconds(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowControl numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TenantFlowControlMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(tenantflowcontrol.FieldMaxRunning) {
+		fields = append(fields, tenantflowcontrol.FieldMaxRunning)
+	}
+	if m.FieldCleared(tenantflowcontrol.FieldMaxWaiting) {
+		fields = append(fields, tenantflowcontrol.FieldMaxWaiting)
+	}
+	if m.FieldCleared(tenantflowcontrol.FieldRateLimit) {
+		fields = append(fields, tenantflowcontrol.FieldRateLimit)
+	}
+	if m.FieldCleared(tenantflowcontrol.FieldPausedUntil) {
+		fields = append(fields, tenantflowcontrol.FieldPausedUntil)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TenantFlowControlMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TenantFlowControlMutation) ClearField(name string) error {
+	switch name {
+	case tenantflowcontrol.FieldMaxRunning:
+		m.ClearMaxRunning()
+		return nil
+	case tenantflowcontrol.FieldMaxWaiting:
+		m.ClearMaxWaiting()
+		return nil
+	case tenantflowcontrol.FieldRateLimit:
+		m.ClearRateLimit()
+		return nil
+	case tenantflowcontrol.FieldPausedUntil:
+		m.ClearPausedUntil()
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowControl nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TenantFlowControlMutation) ResetField(name string) error {
+	switch name {
+	case tenantflowcontrol.FieldTaskType:
+		m.ResetTaskType()
+		return nil
+	case tenantflowcontrol.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case tenantflowcontrol.FieldMaxRunning:
+		m.ResetMaxRunning()
+		return nil
+	case tenantflowcontrol.FieldMaxWaiting:
+		m.ResetMaxWaiting()
+		return nil
+	case tenantflowcontrol.FieldRateLimit:
+		m.ResetRateLimit()
+		return nil
+	case tenantflowcontrol.FieldRatePeriodSeconds:
+		m.ResetRatePeriodSeconds()
+		return nil
+	case tenantflowcontrol.FieldPaused:
+		m.ResetPaused()
+		return nil
+	case tenantflowcontrol.FieldPausedUntil:
+		m.ResetPausedUntil()
+		return nil
+	case tenantflowcontrol.FieldPausedBy:
+		m.ResetPausedBy()
+		return nil
+	case tenantflowcontrol.FieldPausedByPlatform:
+		m.ResetPausedByPlatform()
+		return nil
+	case tenantflowcontrol.FieldUpdatedBy:
+		m.ResetUpdatedBy()
+		return nil
+	case tenantflowcontrol.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowControl field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TenantFlowControlMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TenantFlowControlMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TenantFlowControlMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TenantFlowControlMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TenantFlowControlMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TenantFlowControlMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TenantFlowControlMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TenantFlowControl unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TenantFlowControlMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TenantFlowControl edge %s", name)
+}
+
+// TenantFlowStartMutation represents an operation that mutates the TenantFlowStart nodes in the graph.
+type TenantFlowStartMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	task_type     *string
+	tenant        *string
+	started_at    *time.Time
+	admitted_at   *time.Time
+	count         *int
+	addcount      *int
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*TenantFlowStart, error)
+	predicates    []predicate.TenantFlowStart
+}
+
+var _ ent.Mutation = (*TenantFlowStartMutation)(nil)
+
+// tenantflowstartOption allows management of the mutation configuration using functional options.
+type tenantflowstartOption func(*TenantFlowStartMutation)
+
+// newTenantFlowStartMutation creates new mutation for the TenantFlowStart entity.
+func newTenantFlowStartMutation(c config, op Op, opts ...tenantflowstartOption) *TenantFlowStartMutation {
+	m := &TenantFlowStartMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTenantFlowStart,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTenantFlowStartID sets the ID field of the mutation.
+func withTenantFlowStartID(id int) tenantflowstartOption {
+	return func(m *TenantFlowStartMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TenantFlowStart
+		)
+		m.oldValue = func(ctx context.Context) (*TenantFlowStart, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TenantFlowStart.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTenantFlowStart sets the old TenantFlowStart of the mutation.
+func withTenantFlowStart(node *TenantFlowStart) tenantflowstartOption {
+	return func(m *TenantFlowStartMutation) {
+		m.oldValue = func(context.Context) (*TenantFlowStart, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TenantFlowStartMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TenantFlowStartMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TenantFlowStartMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TenantFlowStartMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TenantFlowStart.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTaskType sets the "task_type" field.
+func (m *TenantFlowStartMutation) SetTaskType(s string) {
+	m.task_type = &s
+}
+
+// TaskType returns the value of the "task_type" field in the mutation.
+func (m *TenantFlowStartMutation) TaskType() (r string, exists bool) {
+	v := m.task_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskType returns the old "task_type" field's value of the TenantFlowStart entity.
+// If the TenantFlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowStartMutation) OldTaskType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskType: %w", err)
+	}
+	return oldValue.TaskType, nil
+}
+
+// ResetTaskType resets all changes to the "task_type" field.
+func (m *TenantFlowStartMutation) ResetTaskType() {
+	m.task_type = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *TenantFlowStartMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TenantFlowStartMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the TenantFlowStart entity.
+// If the TenantFlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowStartMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TenantFlowStartMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetStartedAt sets the "started_at" field.
+func (m *TenantFlowStartMutation) SetStartedAt(t time.Time) {
+	m.started_at = &t
+}
+
+// StartedAt returns the value of the "started_at" field in the mutation.
+func (m *TenantFlowStartMutation) StartedAt() (r time.Time, exists bool) {
+	v := m.started_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStartedAt returns the old "started_at" field's value of the TenantFlowStart entity.
+// If the TenantFlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowStartMutation) OldStartedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStartedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStartedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStartedAt: %w", err)
+	}
+	return oldValue.StartedAt, nil
+}
+
+// ResetStartedAt resets all changes to the "started_at" field.
+func (m *TenantFlowStartMutation) ResetStartedAt() {
+	m.started_at = nil
+}
+
+// SetAdmittedAt sets the "admitted_at" field.
+func (m *TenantFlowStartMutation) SetAdmittedAt(t time.Time) {
+	m.admitted_at = &t
+}
+
+// AdmittedAt returns the value of the "admitted_at" field in the mutation.
+func (m *TenantFlowStartMutation) AdmittedAt() (r time.Time, exists bool) {
+	v := m.admitted_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAdmittedAt returns the old "admitted_at" field's value of the TenantFlowStart entity.
+// If the TenantFlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowStartMutation) OldAdmittedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAdmittedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAdmittedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAdmittedAt: %w", err)
+	}
+	return oldValue.AdmittedAt, nil
+}
+
+// ClearAdmittedAt clears the value of the "admitted_at" field.
+func (m *TenantFlowStartMutation) ClearAdmittedAt() {
+	m.admitted_at = nil
+	m.clearedFields[tenantflowstart.FieldAdmittedAt] = struct{}{}
+}
+
+// AdmittedAtCleared returns if the "admitted_at" field was cleared in this mutation.
+func (m *TenantFlowStartMutation) AdmittedAtCleared() bool {
+	_, ok := m.clearedFields[tenantflowstart.FieldAdmittedAt]
+	return ok
+}
+
+// ResetAdmittedAt resets all changes to the "admitted_at" field.
+func (m *TenantFlowStartMutation) ResetAdmittedAt() {
+	m.admitted_at = nil
+	delete(m.clearedFields, tenantflowstart.FieldAdmittedAt)
+}
+
+// SetCount sets the "count" field.
+func (m *TenantFlowStartMutation) SetCount(i int) {
+	m.count = &i
+	m.addcount = nil
+}
+
+// Count returns the value of the "count" field in the mutation.
+func (m *TenantFlowStartMutation) Count() (r int, exists bool) {
+	v := m.count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCount returns the old "count" field's value of the TenantFlowStart entity.
+// If the TenantFlowStart object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantFlowStartMutation) OldCount(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCount is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCount requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCount: %w", err)
+	}
+	return oldValue.Count, nil
+}
+
+// AddCount adds i to the "count" field.
+func (m *TenantFlowStartMutation) AddCount(i int) {
+	if m.addcount != nil {
+		*m.addcount += i
+	} else {
+		m.addcount = &i
+	}
+}
+
+// AddedCount returns the value that was added to the "count" field in this mutation.
+func (m *TenantFlowStartMutation) AddedCount() (r int, exists bool) {
+	v := m.addcount
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetCount resets all changes to the "count" field.
+func (m *TenantFlowStartMutation) ResetCount() {
+	m.count = nil
+	m.addcount = nil
+}
+
+// Where appends a list predicates to the TenantFlowStartMutation builder.
+func (m *TenantFlowStartMutation) Where(ps ...predicate.TenantFlowStart) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TenantFlowStartMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TenantFlowStartMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TenantFlowStart, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TenantFlowStartMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TenantFlowStartMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TenantFlowStart).
+func (m *TenantFlowStartMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TenantFlowStartMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.task_type != nil {
+		fields = append(fields, tenantflowstart.FieldTaskType)
+	}
+	if m.tenant != nil {
+		fields = append(fields, tenantflowstart.FieldTenant)
+	}
+	if m.started_at != nil {
+		fields = append(fields, tenantflowstart.FieldStartedAt)
+	}
+	if m.admitted_at != nil {
+		fields = append(fields, tenantflowstart.FieldAdmittedAt)
+	}
+	if m.count != nil {
+		fields = append(fields, tenantflowstart.FieldCount)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TenantFlowStartMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case tenantflowstart.FieldTaskType:
+		return m.TaskType()
+	case tenantflowstart.FieldTenant:
+		return m.Tenant()
+	case tenantflowstart.FieldStartedAt:
+		return m.StartedAt()
+	case tenantflowstart.FieldAdmittedAt:
+		return m.AdmittedAt()
+	case tenantflowstart.FieldCount:
+		return m.Count()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TenantFlowStartMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case tenantflowstart.FieldTaskType:
+		return m.OldTaskType(ctx)
+	case tenantflowstart.FieldTenant:
+		return m.OldTenant(ctx)
+	case tenantflowstart.FieldStartedAt:
+		return m.OldStartedAt(ctx)
+	case tenantflowstart.FieldAdmittedAt:
+		return m.OldAdmittedAt(ctx)
+	case tenantflowstart.FieldCount:
+		return m.OldCount(ctx)
+	}
+	return nil, fmt.Errorf("unknown TenantFlowStart field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TenantFlowStartMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case tenantflowstart.FieldTaskType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskType(v)
+		return nil
+	case tenantflowstart.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case tenantflowstart.FieldStartedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStartedAt(v)
+		return nil
+	case tenantflowstart.FieldAdmittedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAdmittedAt(v)
+		return nil
+	case tenantflowstart.FieldCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCount(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowStart field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TenantFlowStartMutation) AddedFields() []string {
+	var fields []string
+	if m.addcount != nil {
+		fields = append(fields, tenantflowstart.FieldCount)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TenantFlowStartMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case tenantflowstart.FieldCount:
+		return m.AddedCount()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TenantFlowStartMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case tenantflowstart.FieldCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddCount(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowStart numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TenantFlowStartMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(tenantflowstart.FieldAdmittedAt) {
+		fields = append(fields, tenantflowstart.FieldAdmittedAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TenantFlowStartMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TenantFlowStartMutation) ClearField(name string) error {
+	switch name {
+	case tenantflowstart.FieldAdmittedAt:
+		m.ClearAdmittedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowStart nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TenantFlowStartMutation) ResetField(name string) error {
+	switch name {
+	case tenantflowstart.FieldTaskType:
+		m.ResetTaskType()
+		return nil
+	case tenantflowstart.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case tenantflowstart.FieldStartedAt:
+		m.ResetStartedAt()
+		return nil
+	case tenantflowstart.FieldAdmittedAt:
+		m.ResetAdmittedAt()
+		return nil
+	case tenantflowstart.FieldCount:
+		m.ResetCount()
+		return nil
+	}
+	return fmt.Errorf("unknown TenantFlowStart field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TenantFlowStartMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TenantFlowStartMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TenantFlowStartMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TenantFlowStartMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TenantFlowStartMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TenantFlowStartMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TenantFlowStartMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TenantFlowStart unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TenantFlowStartMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TenantFlowStart edge %s", name)
 }
 
 // WorkflowMutation represents an operation that mutates the Workflow nodes in the graph.

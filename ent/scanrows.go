@@ -24,6 +24,8 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
+	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -779,6 +781,90 @@ func ScanTaskLogRows(c *Client, rows *stdsql.Rows) ([]*TaskLog, error) {
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *TaskLog) BindTo(c *Client) *TaskLog {
+	_m.config = c.config
+	return _m
+}
+
+// ScanTenantFlowControlRows reads every row of rows (all columns of the tenant_flow_controls
+// table, in any order) into TenantFlowControl entities bound to c, and closes rows.
+func ScanTenantFlowControlRows(c *Client, rows *stdsql.Rows) ([]*TenantFlowControl, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan tenant_flow_controls: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && tenantflowcontrol.ValidColumn(col)
+	}
+	var values []any
+	var out []*TenantFlowControl
+	for rows.Next() {
+		node := &TenantFlowControl{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan tenant_flow_controls: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan tenant_flow_controls: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan tenant_flow_controls: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TenantFlowControl) BindTo(c *Client) *TenantFlowControl {
+	_m.config = c.config
+	return _m
+}
+
+// ScanTenantFlowStartRows reads every row of rows (all columns of the tenant_flow_starts
+// table, in any order) into TenantFlowStart entities bound to c, and closes rows.
+func ScanTenantFlowStartRows(c *Client, rows *stdsql.Rows) ([]*TenantFlowStart, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan tenant_flow_starts: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && tenantflowstart.ValidColumn(col)
+	}
+	var values []any
+	var out []*TenantFlowStart
+	for rows.Next() {
+		node := &TenantFlowStart{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan tenant_flow_starts: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan tenant_flow_starts: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan tenant_flow_starts: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TenantFlowStart) BindTo(c *Client) *TenantFlowStart {
 	_m.config = c.config
 	return _m
 }

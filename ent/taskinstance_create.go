@@ -73,6 +73,20 @@ func (_c *TaskInstanceCreate) SetPriority(v int) *TaskInstanceCreate {
 	return _c
 }
 
+// SetTenant sets the "tenant" field.
+func (_c *TaskInstanceCreate) SetTenant(v string) *TaskInstanceCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *TaskInstanceCreate) SetNillableTenant(v *string) *TaskInstanceCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
+	return _c
+}
+
 // SetRunAt sets the "run_at" field.
 func (_c *TaskInstanceCreate) SetRunAt(v time.Time) *TaskInstanceCreate {
 	_c.mutation.SetRunAt(v)
@@ -274,6 +288,10 @@ func (_c *TaskInstanceCreate) defaults() error {
 		v := taskinstance.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := taskinstance.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 	if _, ok := _c.mutation.WaitingOn(); !ok {
 		v := taskinstance.DefaultWaitingOn
 		_c.mutation.SetWaitingOn(v)
@@ -312,6 +330,9 @@ func (_c *TaskInstanceCreate) check() error {
 	}
 	if _, ok := _c.mutation.Priority(); !ok {
 		return &ValidationError{Name: "priority", err: errors.New(`ent: missing required field "TaskInstance.priority"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "TaskInstance.tenant"`)}
 	}
 	if _, ok := _c.mutation.RunAt(); !ok {
 		return &ValidationError{Name: "run_at", err: errors.New(`ent: missing required field "TaskInstance.run_at"`)}
@@ -379,6 +400,10 @@ func (_c *TaskInstanceCreate) createSpec() (*TaskInstance, *sqlgraph.CreateSpec)
 	if value, ok := _c.mutation.Priority(); ok {
 		_spec.SetField(taskinstance.FieldPriority, field.TypeInt, value)
 		_node.Priority = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(taskinstance.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	if value, ok := _c.mutation.RunAt(); ok {
 		_spec.SetField(taskinstance.FieldRunAt, field.TypeTime, value)

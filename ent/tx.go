@@ -50,6 +50,10 @@ type Tx struct {
 	TaskInstance *TaskInstanceClient
 	// TaskLog is the client for interacting with the TaskLog builders.
 	TaskLog *TaskLogClient
+	// TenantFlowControl is the client for interacting with the TenantFlowControl builders.
+	TenantFlowControl *TenantFlowControlClient
+	// TenantFlowStart is the client for interacting with the TenantFlowStart builders.
+	TenantFlowStart *TenantFlowStartClient
 	// Workflow is the client for interacting with the Workflow builders.
 	Workflow *WorkflowClient
 
@@ -201,6 +205,8 @@ func (tx *Tx) init() {
 	tx.TaskDependency = NewTaskDependencyClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)
 	tx.TaskLog = NewTaskLogClient(tx.config)
+	tx.TenantFlowControl = NewTenantFlowControlClient(tx.config)
+	tx.TenantFlowStart = NewTenantFlowStartClient(tx.config)
 	tx.Workflow = NewWorkflowClient(tx.config)
 }
 

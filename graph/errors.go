@@ -45,6 +45,9 @@ const (
 	// behind, or an outage lost them): re-read and subscribe again.
 	// extensions.reason says which (LAGGED, MISSED_CHANGES).
 	CodeResyncRequired = "RESYNC_REQUIRED"
+	// A tenant's quota refuses it: the cap of its waiting tasks of a type.
+	// extensions say which (type, tenant, limit).
+	CodeQuotaExceeded = "QUOTA_EXCEEDED"
 )
 
 // CodeUnavailable is the code of an outage (the database unreachable, the
@@ -75,6 +78,7 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 	var ue *auth.UnauthenticatedError
 	var fe *auth.ForbiddenError
 	var rl *ratelimit.Error
+	var qe *store.QuotaError
 	switch {
 	case errors.As(err, &ue), errors.Is(err, access.ErrNoViewer):
 		return CodeUnauthenticated, nil, true
@@ -82,6 +86,8 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 		return CodeForbidden, nil, true
 	case errors.As(err, &rl):
 		return CodeRateLimited, map[string]any{"retryAfterSeconds": rl.RetryAfterSeconds()}, true
+	case errors.As(err, &qe):
+		return CodeQuotaExceeded, map[string]any{"type": qe.Type, "tenant": qe.Tenant, "limit": qe.Limit}, true
 	case errors.As(err, &te):
 		return CodeInvalidTransition, map[string]any{"from": te.From, "to": te.To}, true
 	case errors.As(err, &ve):
@@ -192,10 +198,33 @@ func markInternal(err error) error {
 }
 
 // InternalErrors is the field middleware marking resolvers' errors that
-// are not for the client.
+// are not for the client, and their outages as met by a resolver.
 func InternalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
 	res, err := next(ctx)
+	if err != nil && outage.As(err) != nil {
+		return res, &resolverError{err: err}
+	}
 	return res, markInternal(err)
+}
+
+// resolverError marks an outage a resolver met (the database, the disk,
+// the blob store). An error gqlgen wraps without a resolver having run (an
+// argument, a cursor or an ID that does not parse) is the request's, never
+// an outage, whatever its words (a cursor cut short decodes to an
+// unexpected EOF, as a lost connection reads).
+type resolverError struct{ err error }
+
+func (e *resolverError) Error() string { return e.err.Error() }
+func (e *resolverError) Unwrap() error { return e.err }
+
+// fromResolver reports whether err may be an outage: a resolver's (marked
+// by InternalErrors) or an error gqlgen did not wrap (a transport's, a
+// subscription's end).
+func fromResolver(err error) bool {
+	var r *resolverError
+	var internal *internalError
+	var wrapped *gqlerror.Error
+	return errors.As(err, &r) || errors.As(err, &internal) || !errors.As(err, &wrapped)
 }
 
 // ErrorCode is the extensions.code the API gives err (INTERNAL for an
@@ -219,14 +248,17 @@ func ErrorCode(err error) string {
 func ErrorPresenter(log *slog.Logger, outages *outage.Monitor) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
 		gqlErr := graphql.DefaultErrorPresenter(ctx, err)
-		if _, _, domain := classifyDomain(err); !domain {
+		resolver := fromResolver(err)
+		code, ext, ok := classifyDomain(err)
+		if !ok && resolver {
 			if o := outages.Failed("request", unwrapInternal(err)); o != nil {
 				gqlErr.Message = o.Kind.Message()
 				setCode(gqlErr, CodeUnavailable, unavailable(o.Kind.RetryAfter(), o.Kind.String()))
 				return gqlErr
 			}
+			code, ext, ok = classify(err)
 		}
-		if code, ext, ok := classify(err); ok {
+		if ok {
 			setCode(gqlErr, code, ext)
 			return gqlErr
 		}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
@@ -44,6 +46,41 @@ func TestOutagesAreUnavailable(t *testing.T) {
 	// A bug is still INTERNAL, with a reference.
 	bug := present(ctx, markInternal(errors.New("nil map")))
 	require.Equal(t, "INTERNAL", bug.Extensions["code"])
+}
+
+// TestABadArgumentIsTheRequestsNeverAnOutage: a cursor cut short decodes
+// to an unexpected EOF, the words of a lost connection; met while gqlgen
+// reads the arguments (no resolver ran), it is VALIDATION, and the outage
+// monitor never hears of it. The same error from a resolver is an outage.
+func TestABadArgumentIsTheRequestsNeverAnOutage(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	mon := outage.NewMonitor(outage.MonitorConfig{Logger: log})
+	present := ErrorPresenter(log, mon)
+	ctx := graphql.WithResponseContext(context.Background(), graphql.DefaultErrorPresenter, nil)
+	for _, garbage := range []string{"garbage", "Zm9v", "", "%%%"} {
+		var c entgql.Cursor[int]
+		err := c.UnmarshalGQL(garbage)
+		require.Error(t, err, garbage)
+		e := present(ctx, graphql.ErrorOnPath(ctx, err))
+		require.Equal(t, CodeValidation, e.Extensions["code"], "%q: %v", garbage, e)
+	}
+	var bad entgql.Cursor[int]
+	short := bad.UnmarshalGQL("garbage")
+	require.ErrorIs(t, short, io.ErrUnexpectedEOF, "the words of a lost connection")
+	require.Empty(t, mon.Stats().Failures, "the monitor heard of none")
+	require.Empty(t, logs.String())
+
+	// A resolver's: an outage.
+	down := &pq.Error{Code: "57P01", Message: "terminating connection due to administrator command"}
+	_, err := InternalErrors(ctx, func(context.Context) (any, error) { return nil, fmt.Errorf("read: %w", io.ErrUnexpectedEOF) })
+	e := present(ctx, graphql.ErrorOnPath(ctx, err))
+	require.Equal(t, CodeUnavailable, e.Extensions["code"])
+	_, err = InternalErrors(ctx, func(context.Context) (any, error) { return nil, down })
+	e = present(ctx, graphql.ErrorOnPath(ctx, err))
+	require.Equal(t, CodeUnavailable, e.Extensions["code"])
+	require.Equal(t, map[string]int{"request": 2}, mon.Stats().Failures)
 }
 
 func TestStreamEndErrors(t *testing.T) {

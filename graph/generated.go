@@ -216,23 +216,6 @@ type ComplexityRoot struct {
 		URL       func(childComplexity int) int
 	}
 
-	ExternalWorker struct {
-		Draining    func(childComplexity int) int
-		ExpiresAt   func(childComplexity int) int
-		FirstSeenAt func(childComplexity int) int
-		ID          func(childComplexity int) int
-		Language    func(childComplexity int) int
-		LastSeenAt  func(childComplexity int) int
-		Name        func(childComplexity int) int
-		Node        func(childComplexity int) int
-		Running     func(childComplexity int) int
-		State       func(childComplexity int) int
-		Tenant      func(childComplexity int) int
-		Types       func(childComplexity int) int
-		User        func(childComplexity int) int
-		Version     func(childComplexity int) int
-	}
-
 	ImportColumn struct {
 		Headers  func(childComplexity int) int
 		Key      func(childComplexity int) int
@@ -265,16 +248,18 @@ type ComplexityRoot struct {
 		DeleteSchedule       func(childComplexity int, id int) int
 		DeleteTaskType       func(childComplexity int, name string) int
 		DrainClusterNode     func(childComplexity int, id string, drain bool) int
-		DrainWorker          func(childComplexity int, id int, drain bool) int
 		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
 		PauseSchedule        func(childComplexity int, id int) int
+		PauseTenantType      func(childComplexity int, typeArg string, tenant *string, until *time.Time) int
 		PauseType            func(childComplexity int, typeArg string, until *time.Time) int
 		ResolveAlertIncident func(childComplexity int, id int) int
 		ResumeSchedule       func(childComplexity int, id int) int
+		ResumeTenantType     func(childComplexity int, typeArg string, tenant *string) int
 		ResumeType           func(childComplexity int, typeArg string) int
 		RetryTask            func(childComplexity int, id int) int
 		RetryTasks           func(childComplexity int, ids []int) int
 		RunScheduleNow       func(childComplexity int, id int) int
+		SetTenantTypeControl func(childComplexity int, typeArg string, tenant *string, input model.TenantTypeControlInput) int
 		SetTypeControl       func(childComplexity int, typeArg string, input model.TypeControlInput) int
 		SilenceAlertIncident func(childComplexity int, id int, until *time.Time) int
 		SilenceAlertRule     func(childComplexity int, id int, until *time.Time) int
@@ -308,7 +293,6 @@ type ComplexityRoot struct {
 		ClusterNodes    func(childComplexity int) int
 		ClusterSummary  func(childComplexity int) int
 		CountTasks      func(childComplexity int, where ent.TaskWhereInput) int
-		ExternalWorkers func(childComplexity int) int
 		ImportTargets   func(childComplexity int) int
 		Node            func(childComplexity int, id int) int
 		Nodes           func(childComplexity int, ids []int) int
@@ -411,12 +395,11 @@ type ComplexityRoot struct {
 	}
 
 	Subscription struct {
-		AlertIncidentChanged   func(childComplexity int) int
-		ClusterNodesChanged    func(childComplexity int) int
-		ClusterSummaryChanged  func(childComplexity int) int
-		ExternalWorkersChanged func(childComplexity int) int
-		TaskLogAppended        func(childComplexity int, taskID int) int
-		TaskUpdated            func(childComplexity int, id *int, where *ent.TaskWhereInput) int
+		AlertIncidentChanged  func(childComplexity int) int
+		ClusterNodesChanged   func(childComplexity int) int
+		ClusterSummaryChanged func(childComplexity int) int
+		TaskLogAppended       func(childComplexity int, taskID int) int
+		TaskUpdated           func(childComplexity int, id *int, where *ent.TaskWhereInput) int
 	}
 
 	Task struct {
@@ -544,14 +527,35 @@ type ComplexityRoot struct {
 		StallAfterSeconds     func(childComplexity int) int
 	}
 
-	TypeControl struct {
+	TenantTypeControl struct {
 		MaxRunning        func(childComplexity int) int
+		MaxWaiting        func(childComplexity int) int
 		NextStartAt       func(childComplexity int) int
 		Paused            func(childComplexity int) int
+		PausedBy          func(childComplexity int) int
+		PausedByPlatform  func(childComplexity int) int
 		PausedUntil       func(childComplexity int) int
 		RateLimit         func(childComplexity int) int
 		RatePeriodSeconds func(childComplexity int) int
 		Running           func(childComplexity int) int
+		StartedInWindow   func(childComplexity int) int
+		Tenant            func(childComplexity int) int
+		Type              func(childComplexity int) int
+		UpdatedAt         func(childComplexity int) int
+		UpdatedBy         func(childComplexity int) int
+		Waiting           func(childComplexity int) int
+	}
+
+	TypeControl struct {
+		MaxRunning        func(childComplexity int) int
+		NextStartAt       func(childComplexity int) int
+		Paused            func(childComplexity int) int
+		PausedBy          func(childComplexity int) int
+		PausedUntil       func(childComplexity int) int
+		RateLimit         func(childComplexity int) int
+		RatePeriodSeconds func(childComplexity int) int
+		Running           func(childComplexity int) int
+		Shares            func(childComplexity int) int
 		StartedInWindow   func(childComplexity int) int
 		Type              func(childComplexity int) int
 		UpdatedAt         func(childComplexity int) int
@@ -570,6 +574,7 @@ type ComplexityRoot struct {
 		Kind    func(childComplexity int) int
 		Limit   func(childComplexity int) int
 		Message func(childComplexity int) int
+		Tenant  func(childComplexity int) int
 		Until   func(childComplexity int) int
 	}
 
@@ -651,7 +656,9 @@ type MutationResolver interface {
 	ResumeSchedule(ctx context.Context, id int) (*ent.Schedule, error)
 	DeleteSchedule(ctx context.Context, id int) (int, error)
 	RunScheduleNow(ctx context.Context, id int) (*ent.Task, error)
-	DrainWorker(ctx context.Context, id int, drain bool) (*nodes.WorkerView, error)
+	SetTenantTypeControl(ctx context.Context, typeArg string, tenant *string, input model.TenantTypeControlInput) (*flow.TenantControl, error)
+	PauseTenantType(ctx context.Context, typeArg string, tenant *string, until *time.Time) (*flow.TenantControl, error)
+	ResumeTenantType(ctx context.Context, typeArg string, tenant *string) (*flow.TenantControl, error)
 	CreateWorkflow(ctx context.Context, input model.CreateWorkflowInput) (*ent.Workflow, error)
 	CancelWorkflow(ctx context.Context, id int, reason *string) (*ent.Workflow, error)
 }
@@ -680,7 +687,6 @@ type QueryResolver interface {
 	ClusterSummary(ctx context.Context) (*nodes.Summary, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
-	ExternalWorkers(ctx context.Context) ([]*nodes.WorkerView, error)
 	Workflow(ctx context.Context, id int) (*ent.Workflow, error)
 }
 type ScheduleResolver interface {
@@ -694,7 +700,6 @@ type SubscriptionResolver interface {
 	AlertIncidentChanged(ctx context.Context) (<-chan *ent.AlertIncident, error)
 	ClusterNodesChanged(ctx context.Context) (<-chan []*nodes.View, error)
 	ClusterSummaryChanged(ctx context.Context) (<-chan *nodes.Summary, error)
-	ExternalWorkersChanged(ctx context.Context) (<-chan []*nodes.WorkerView, error)
 }
 type TaskResolver interface {
 	Instances(ctx context.Context, obj *ent.Task) ([]*ent.TaskInstance, error)
@@ -1422,91 +1427,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.DownloadLink.URL(childComplexity), true
 
-	case "ExternalWorker.draining":
-		if e.ComplexityRoot.ExternalWorker.Draining == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Draining(childComplexity), true
-	case "ExternalWorker.expiresAt":
-		if e.ComplexityRoot.ExternalWorker.ExpiresAt == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.ExpiresAt(childComplexity), true
-	case "ExternalWorker.firstSeenAt":
-		if e.ComplexityRoot.ExternalWorker.FirstSeenAt == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.FirstSeenAt(childComplexity), true
-	case "ExternalWorker.id":
-		if e.ComplexityRoot.ExternalWorker.ID == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.ID(childComplexity), true
-	case "ExternalWorker.language":
-		if e.ComplexityRoot.ExternalWorker.Language == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Language(childComplexity), true
-	case "ExternalWorker.lastSeenAt":
-		if e.ComplexityRoot.ExternalWorker.LastSeenAt == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.LastSeenAt(childComplexity), true
-	case "ExternalWorker.name":
-		if e.ComplexityRoot.ExternalWorker.Name == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Name(childComplexity), true
-	case "ExternalWorker.node":
-		if e.ComplexityRoot.ExternalWorker.Node == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Node(childComplexity), true
-	case "ExternalWorker.runningExecutions":
-		if e.ComplexityRoot.ExternalWorker.Running == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Running(childComplexity), true
-	case "ExternalWorker.state":
-		if e.ComplexityRoot.ExternalWorker.State == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.State(childComplexity), true
-	case "ExternalWorker.tenant":
-		if e.ComplexityRoot.ExternalWorker.Tenant == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Tenant(childComplexity), true
-	case "ExternalWorker.types":
-		if e.ComplexityRoot.ExternalWorker.Types == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Types(childComplexity), true
-	case "ExternalWorker.user":
-		if e.ComplexityRoot.ExternalWorker.User == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.User(childComplexity), true
-	case "ExternalWorker.version":
-		if e.ComplexityRoot.ExternalWorker.Version == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalWorker.Version(childComplexity), true
-
 	case "ImportColumn.headers":
 		if e.ComplexityRoot.ImportColumn.Headers == nil {
 			break
@@ -1744,17 +1664,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DrainClusterNode(childComplexity, args["id"].(string), args["drain"].(bool)), true
-	case "Mutation.drainWorker":
-		if e.ComplexityRoot.Mutation.DrainWorker == nil {
-			break
-		}
-
-		args, err := ec.field_Mutation_drainWorker_args(ctx, rawArgs)
-		if err != nil {
-			return 0, false
-		}
-
-		return e.ComplexityRoot.Mutation.DrainWorker(childComplexity, args["id"].(int), args["drain"].(bool)), true
 	case "Mutation.importFile":
 		if e.ComplexityRoot.Mutation.ImportFile == nil {
 			break
@@ -1777,6 +1686,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.PauseSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.pauseTenantType":
+		if e.ComplexityRoot.Mutation.PauseTenantType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_pauseTenantType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.PauseTenantType(childComplexity, args["type"].(string), args["tenant"].(*string), args["until"].(*time.Time)), true
 	case "Mutation.pauseType":
 		if e.ComplexityRoot.Mutation.PauseType == nil {
 			break
@@ -1810,6 +1730,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ResumeSchedule(childComplexity, args["id"].(int)), true
+	case "Mutation.resumeTenantType":
+		if e.ComplexityRoot.Mutation.ResumeTenantType == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resumeTenantType_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResumeTenantType(childComplexity, args["type"].(string), args["tenant"].(*string)), true
 	case "Mutation.resumeType":
 		if e.ComplexityRoot.Mutation.ResumeType == nil {
 			break
@@ -1854,6 +1785,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RunScheduleNow(childComplexity, args["id"].(int)), true
+	case "Mutation.setTenantTypeControl":
+		if e.ComplexityRoot.Mutation.SetTenantTypeControl == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setTenantTypeControl_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetTenantTypeControl(childComplexity, args["type"].(string), args["tenant"].(*string), args["input"].(model.TenantTypeControlInput)), true
 	case "Mutation.setTypeControl":
 		if e.ComplexityRoot.Mutation.SetTypeControl == nil {
 			break
@@ -2061,12 +2003,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.CountTasks(childComplexity, args["where"].(ent.TaskWhereInput)), true
-	case "Query.externalWorkers":
-		if e.ComplexityRoot.Query.ExternalWorkers == nil {
-			break
-		}
-
-		return e.ComplexityRoot.Query.ExternalWorkers(childComplexity), true
 	case "Query.importTargets":
 		if e.ComplexityRoot.Query.ImportTargets == nil {
 			break
@@ -2615,12 +2551,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.ClusterSummaryChanged(childComplexity), true
-	case "Subscription.externalWorkersChanged":
-		if e.ComplexityRoot.Subscription.ExternalWorkersChanged == nil {
-			break
-		}
-
-		return e.ComplexityRoot.Subscription.ExternalWorkersChanged(childComplexity), true
 	case "Subscription.taskLogAppended":
 		if e.ComplexityRoot.Subscription.TaskLogAppended == nil {
 			break
@@ -3229,6 +3159,103 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TaskType.StallAfterSeconds(childComplexity), true
 
+	case "TenantTypeControl.maxRunning":
+		if e.ComplexityRoot.TenantTypeControl.MaxRunning == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.MaxRunning(childComplexity), true
+	case "TenantTypeControl.maxWaiting":
+		if e.ComplexityRoot.TenantTypeControl.MaxWaiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.MaxWaiting(childComplexity), true
+	case "TenantTypeControl.nextStartAt":
+		if e.ComplexityRoot.TenantTypeControl.NextStartAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.NextStartAt(childComplexity), true
+	case "TenantTypeControl.paused":
+		if e.ComplexityRoot.TenantTypeControl.Paused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.Paused(childComplexity), true
+	case "TenantTypeControl.pausedBy":
+		if e.ComplexityRoot.TenantTypeControl.PausedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.PausedBy(childComplexity), true
+	case "TenantTypeControl.pausedByPlatform":
+		if e.ComplexityRoot.TenantTypeControl.PausedByPlatform == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.PausedByPlatform(childComplexity), true
+	case "TenantTypeControl.pausedUntil":
+		if e.ComplexityRoot.TenantTypeControl.PausedUntil == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.PausedUntil(childComplexity), true
+	case "TenantTypeControl.rateLimit":
+		if e.ComplexityRoot.TenantTypeControl.RateLimit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.RateLimit(childComplexity), true
+	case "TenantTypeControl.ratePeriodSeconds":
+		if e.ComplexityRoot.TenantTypeControl.RatePeriodSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.RatePeriodSeconds(childComplexity), true
+	case "TenantTypeControl.running":
+		if e.ComplexityRoot.TenantTypeControl.Running == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.Running(childComplexity), true
+	case "TenantTypeControl.startedInWindow":
+		if e.ComplexityRoot.TenantTypeControl.StartedInWindow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.StartedInWindow(childComplexity), true
+	case "TenantTypeControl.tenant":
+		if e.ComplexityRoot.TenantTypeControl.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.Tenant(childComplexity), true
+	case "TenantTypeControl.type":
+		if e.ComplexityRoot.TenantTypeControl.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.Type(childComplexity), true
+	case "TenantTypeControl.updatedAt":
+		if e.ComplexityRoot.TenantTypeControl.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.UpdatedAt(childComplexity), true
+	case "TenantTypeControl.updatedBy":
+		if e.ComplexityRoot.TenantTypeControl.UpdatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.UpdatedBy(childComplexity), true
+	case "TenantTypeControl.waiting":
+		if e.ComplexityRoot.TenantTypeControl.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantTypeControl.Waiting(childComplexity), true
+
 	case "TypeControl.maxRunning":
 		if e.ComplexityRoot.TypeControl.MaxRunning == nil {
 			break
@@ -3247,6 +3274,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TypeControl.Paused(childComplexity), true
+	case "TypeControl.pausedBy":
+		if e.ComplexityRoot.TypeControl.PausedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.PausedBy(childComplexity), true
 	case "TypeControl.pausedUntil":
 		if e.ComplexityRoot.TypeControl.PausedUntil == nil {
 			break
@@ -3271,6 +3304,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TypeControl.Running(childComplexity), true
+	case "TypeControl.shares":
+		if e.ComplexityRoot.TypeControl.Shares == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeControl.Shares(childComplexity), true
 	case "TypeControl.startedInWindow":
 		if e.ComplexityRoot.TypeControl.StartedInWindow == nil {
 			break
@@ -3345,6 +3384,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.WaitReason.Message(childComplexity), true
+	case "WaitReason.tenant":
+		if e.ComplexityRoot.WaitReason.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitReason.Tenant(childComplexity), true
 	case "WaitReason.until":
 		if e.ComplexityRoot.WaitReason.Until == nil {
 			break
@@ -3496,6 +3541,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("TaskOrder", ec.unmarshalInputTaskOrder),
 			graphql.NewInputUnmarshaler("TaskTypeDeclaration", ec.unmarshalInputTaskTypeDeclaration),
 			graphql.NewInputUnmarshaler("TaskWhereInput", ec.unmarshalInputTaskWhereInput),
+			graphql.NewInputUnmarshaler("TenantTypeControlInput", ec.unmarshalInputTenantTypeControlInput),
 			graphql.NewInputUnmarshaler("TypeControlInput", ec.unmarshalInputTypeControlInput),
 			graphql.NewInputUnmarshaler("UpdateScheduleInput", ec.unmarshalInputUpdateScheduleInput),
 			graphql.NewInputUnmarshaler("WorkflowOrder", ec.unmarshalInputWorkflowOrder),
@@ -3593,7 +3639,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/workers.graphql" "schema/workflows.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -3727,8 +3773,6 @@ enum AuditLogAction @goModel(model: "github.com/taskgraph/taskgraph/ent/auditlog
   TYPE_RESUME
   NODE_DRAIN
   NODE_UNDRAIN
-  WORKER_DRAIN
-  WORKER_UNDRAIN
   TASK_TYPE_DECLARE
   TASK_TYPE_DELETE
 }
@@ -5826,7 +5870,7 @@ extend type Query {
 	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
 	{Name: "schema/payload.graphql", Input: sourceData("schema/payload.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
-	{Name: "schema/workers.graphql", Input: sourceData("schema/workers.graphql"), BuiltIn: false},
+	{Name: "schema/tenants.graphql", Input: sourceData("schema/tenants.graphql"), BuiltIn: false},
 	{Name: "schema/workflows.graphql", Input: sourceData("schema/workflows.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -6139,40 +6183,6 @@ func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field 
 		return ec.fieldContext_DownloadLink_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DownloadLink", field.Name)
-}
-
-func (ec *executionContext) childFields_ExternalWorker(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-	switch field.Name {
-	case "id":
-		return ec.fieldContext_ExternalWorker_id(ctx, field)
-	case "name":
-		return ec.fieldContext_ExternalWorker_name(ctx, field)
-	case "tenant":
-		return ec.fieldContext_ExternalWorker_tenant(ctx, field)
-	case "user":
-		return ec.fieldContext_ExternalWorker_user(ctx, field)
-	case "language":
-		return ec.fieldContext_ExternalWorker_language(ctx, field)
-	case "version":
-		return ec.fieldContext_ExternalWorker_version(ctx, field)
-	case "types":
-		return ec.fieldContext_ExternalWorker_types(ctx, field)
-	case "node":
-		return ec.fieldContext_ExternalWorker_node(ctx, field)
-	case "state":
-		return ec.fieldContext_ExternalWorker_state(ctx, field)
-	case "firstSeenAt":
-		return ec.fieldContext_ExternalWorker_firstSeenAt(ctx, field)
-	case "lastSeenAt":
-		return ec.fieldContext_ExternalWorker_lastSeenAt(ctx, field)
-	case "expiresAt":
-		return ec.fieldContext_ExternalWorker_expiresAt(ctx, field)
-	case "draining":
-		return ec.fieldContext_ExternalWorker_draining(ctx, field)
-	case "runningExecutions":
-		return ec.fieldContext_ExternalWorker_runningExecutions(ctx, field)
-	}
-	return nil, fmt.Errorf("no field named %q was found under type ExternalWorker", field.Name)
 }
 
 func (ec *executionContext) childFields_ImportColumn(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6647,6 +6657,44 @@ func (ec *executionContext) childFields_TaskType(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type TaskType", field.Name)
 }
 
+func (ec *executionContext) childFields_TenantTypeControl(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_TenantTypeControl_type(ctx, field)
+	case "tenant":
+		return ec.fieldContext_TenantTypeControl_tenant(ctx, field)
+	case "maxRunning":
+		return ec.fieldContext_TenantTypeControl_maxRunning(ctx, field)
+	case "maxWaiting":
+		return ec.fieldContext_TenantTypeControl_maxWaiting(ctx, field)
+	case "rateLimit":
+		return ec.fieldContext_TenantTypeControl_rateLimit(ctx, field)
+	case "ratePeriodSeconds":
+		return ec.fieldContext_TenantTypeControl_ratePeriodSeconds(ctx, field)
+	case "paused":
+		return ec.fieldContext_TenantTypeControl_paused(ctx, field)
+	case "pausedUntil":
+		return ec.fieldContext_TenantTypeControl_pausedUntil(ctx, field)
+	case "pausedBy":
+		return ec.fieldContext_TenantTypeControl_pausedBy(ctx, field)
+	case "pausedByPlatform":
+		return ec.fieldContext_TenantTypeControl_pausedByPlatform(ctx, field)
+	case "running":
+		return ec.fieldContext_TenantTypeControl_running(ctx, field)
+	case "waiting":
+		return ec.fieldContext_TenantTypeControl_waiting(ctx, field)
+	case "startedInWindow":
+		return ec.fieldContext_TenantTypeControl_startedInWindow(ctx, field)
+	case "nextStartAt":
+		return ec.fieldContext_TenantTypeControl_nextStartAt(ctx, field)
+	case "updatedBy":
+		return ec.fieldContext_TenantTypeControl_updatedBy(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_TenantTypeControl_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TenantTypeControl", field.Name)
+}
+
 func (ec *executionContext) childFields_TypeControl(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "type":
@@ -6673,6 +6721,10 @@ func (ec *executionContext) childFields_TypeControl(ctx context.Context, field g
 		return ec.fieldContext_TypeControl_updatedBy(ctx, field)
 	case "updatedAt":
 		return ec.fieldContext_TypeControl_updatedAt(ctx, field)
+	case "pausedBy":
+		return ec.fieldContext_TypeControl_pausedBy(ctx, field)
+	case "shares":
+		return ec.fieldContext_TypeControl_shares(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TypeControl", field.Name)
 }
@@ -6701,6 +6753,8 @@ func (ec *executionContext) childFields_WaitReason(ctx context.Context, field gr
 		return ec.fieldContext_WaitReason_limit(ctx, field)
 	case "current":
 		return ec.fieldContext_WaitReason_current(ctx, field)
+	case "tenant":
+		return ec.fieldContext_WaitReason_tenant(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WaitReason", field.Name)
 }
@@ -7195,28 +7249,6 @@ func (ec *executionContext) field_Mutation_drainClusterNode_args(ctx context.Con
 	return args, nil
 }
 
-func (ec *executionContext) field_Mutation_drainWorker_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
-	var err error
-	args := map[string]any{}
-	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
-		func(ctx context.Context, v any) (int, error) {
-			return ec.unmarshalNID2int(ctx, v)
-		})
-	if err != nil {
-		return nil, err
-	}
-	args["id"] = arg0
-	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "drain",
-		func(ctx context.Context, v any) (bool, error) {
-			return ec.unmarshalNBoolean2bool(ctx, v)
-		})
-	if err != nil {
-		return nil, err
-	}
-	args["drain"] = arg1
-	return args, nil
-}
-
 func (ec *executionContext) field_Mutation_importFile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -7269,6 +7301,36 @@ func (ec *executionContext) field_Mutation_pauseSchedule_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_pauseTenantType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "tenant",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenant"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_pauseType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -7316,6 +7378,28 @@ func (ec *executionContext) field_Mutation_resumeSchedule_args(ctx context.Conte
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_resumeTenantType_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "tenant",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenant"] = arg1
 	return args, nil
 }
 
@@ -7372,6 +7456,36 @@ func (ec *executionContext) field_Mutation_runScheduleNow_args(ctx context.Conte
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_setTenantTypeControl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "tenant",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenant"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.TenantTypeControlInput, error) {
+			return ec.unmarshalNTenantTypeControlInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTenantTypeControlInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg2
 	return args, nil
 }
 
@@ -10866,337 +10980,6 @@ func (ec *executionContext) fieldContext_DownloadLink_expiresAt(_ context.Contex
 	return graphql.NewScalarFieldContext("DownloadLink", field, false, false, "Time")
 }
 
-func (ec *executionContext) _ExternalWorker_id(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_id(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.ID, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
-			return ec.marshalNID2int(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "ID")
-}
-
-func (ec *executionContext) _ExternalWorker_name(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_name(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Name, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExternalWorker_tenant(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_tenant(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Tenant, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExternalWorker_user(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_user(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.User, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_user(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExternalWorker_language(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_language(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Language, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_language(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExternalWorker_version(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_version(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Version, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExternalWorker_types(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_types(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Types, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
-			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_types(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExternalWorker_node(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_node(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Node, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExternalWorker_state(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_state(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.State, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v nodes.State) graphql.Marshaler {
-			return ec.marshalNClusterNodeState2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐState(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "ClusterNodeState")
-}
-
-func (ec *executionContext) _ExternalWorker_firstSeenAt(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_firstSeenAt(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.FirstSeenAt, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
-			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_firstSeenAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Time")
-}
-
-func (ec *executionContext) _ExternalWorker_lastSeenAt(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_lastSeenAt(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.LastSeenAt, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
-			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_lastSeenAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Time")
-}
-
-func (ec *executionContext) _ExternalWorker_expiresAt(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_expiresAt(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.ExpiresAt, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
-			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Time")
-}
-
-func (ec *executionContext) _ExternalWorker_draining(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_draining(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Draining, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
-			return ec.marshalNBoolean2bool(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_draining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Boolean")
-}
-
-func (ec *executionContext) _ExternalWorker_runningExecutions(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExternalWorker_runningExecutions(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Running, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []nodes.Execution) graphql.Marshaler {
-			return ec.marshalNNodeExecution2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐExecutionᚄ(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExternalWorker_runningExecutions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "ExternalWorker",
-		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_NodeExecution(ctx, field)
-		},
-	}
-	return fc, nil
-}
-
 func (ec *executionContext) _ImportColumn_key(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -12754,34 +12537,34 @@ func (ec *executionContext) fieldContext_Mutation_runScheduleNow(ctx context.Con
 	return fc, nil
 }
 
-func (ec *executionContext) _Mutation_drainWorker(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+func (ec *executionContext) _Mutation_setTenantTypeControl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
 		field,
 		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Mutation_drainWorker(ctx, field)
+			return ec.fieldContext_Mutation_setTenantTypeControl(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().DrainWorker(ctx, fc.Args["id"].(int), fc.Args["drain"].(bool))
+			return ec.Resolvers.Mutation().SetTenantTypeControl(ctx, fc.Args["type"].(string), fc.Args["tenant"].(*string), fc.Args["input"].(model.TenantTypeControlInput))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *nodes.WorkerView) graphql.Marshaler {
-			return ec.marshalNExternalWorker2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerView(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.TenantControl) graphql.Marshaler {
+			return ec.marshalNTenantTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Mutation_drainWorker(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+func (ec *executionContext) fieldContext_Mutation_setTenantTypeControl(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "Mutation",
 		Field:      field,
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_ExternalWorker(ctx, field)
+			return ec.childFields_TenantTypeControl(ctx, field)
 		},
 	}
 	defer func() {
@@ -12791,7 +12574,95 @@ func (ec *executionContext) fieldContext_Mutation_drainWorker(ctx context.Contex
 		}
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
-	if fc.Args, err = ec.field_Mutation_drainWorker_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+	if fc.Args, err = ec.field_Mutation_setTenantTypeControl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_pauseTenantType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_pauseTenantType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().PauseTenantType(ctx, fc.Args["type"].(string), fc.Args["tenant"].(*string), fc.Args["until"].(*time.Time))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.TenantControl) graphql.Marshaler {
+			return ec.marshalNTenantTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_pauseTenantType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantTypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_pauseTenantType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_resumeTenantType(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_resumeTenantType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ResumeTenantType(ctx, fc.Args["type"].(string), fc.Args["tenant"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.TenantControl) graphql.Marshaler {
+			return ec.marshalNTenantTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_resumeTenantType(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantTypeControl(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_resumeTenantType_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -14014,38 +13885,6 @@ func (ec *executionContext) fieldContext_Query_schedulePreview(ctx context.Conte
 	if fc.Args, err = ec.field_Query_schedulePreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _Query_externalWorkers(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Query_externalWorkers(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Query().ExternalWorkers(ctx)
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.WorkerView) graphql.Marshaler {
-			return ec.marshalNExternalWorker2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerViewᚄ(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Query_externalWorkers(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "Query",
-		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_ExternalWorker(ctx, field)
-		},
 	}
 	return fc, nil
 }
@@ -15832,38 +15671,6 @@ func (ec *executionContext) fieldContext_Subscription_clusterSummaryChanged(_ co
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_ClusterSummary(ctx, field)
-		},
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _Subscription_externalWorkersChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
-	return graphql.ResolveFieldStream(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Subscription_externalWorkersChanged(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Subscription().ExternalWorkersChanged(ctx)
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.WorkerView) graphql.Marshaler {
-			return ec.marshalNExternalWorker2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerViewᚄ(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Subscription_externalWorkersChanged(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "Subscription",
-		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_ExternalWorker(ctx, field)
 		},
 	}
 	return fc, nil
@@ -18246,6 +18053,374 @@ func (ec *executionContext) fieldContext_TaskType_external(_ context.Context, fi
 	return graphql.NewScalarFieldContext("TaskType", field, false, false, "Boolean")
 }
 
+func (ec *executionContext) _TenantTypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_type(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Type, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantTypeControl_tenant(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantTypeControl_maxRunning(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_maxRunning(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxRunning, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_maxRunning(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantTypeControl_maxWaiting(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_maxWaiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxWaiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_maxWaiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantTypeControl_rateLimit(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_rateLimit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RateLimit, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_rateLimit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantTypeControl_ratePeriodSeconds(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_ratePeriodSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RatePeriodSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_ratePeriodSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantTypeControl_paused(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_paused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Paused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_paused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _TenantTypeControl_pausedUntil(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_pausedUntil(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PausedUntil, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_pausedUntil(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TenantTypeControl_pausedBy(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_pausedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PausedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_pausedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantTypeControl_pausedByPlatform(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_pausedByPlatform(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PausedByPlatform, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_pausedByPlatform(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _TenantTypeControl_running(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_running(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Running, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_running(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantTypeControl_waiting(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantTypeControl_startedInWindow(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_startedInWindow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedInWindow, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_startedInWindow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantTypeControl_nextStartAt(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_nextStartAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NextStartAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_nextStartAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TenantTypeControl_updatedBy(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_updatedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_updatedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantTypeControl_updatedAt(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantTypeControl_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantTypeControl_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantTypeControl", field, false, false, "Time")
+}
+
 func (ec *executionContext) _TypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -18522,6 +18697,61 @@ func (ec *executionContext) fieldContext_TypeControl_updatedAt(_ context.Context
 	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "Time")
 }
 
+func (ec *executionContext) _TypeControl_pausedBy(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_pausedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PausedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_pausedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeControl", field, false, false, "String")
+}
+
+func (ec *executionContext) _TypeControl_shares(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeControl_shares(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Shares, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []flow.TenantControl) graphql.Marshaler {
+			return ec.marshalNTenantTypeControl2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControlᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeControl_shares(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TypeControl",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantTypeControl(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _TypeCount_type(ctx context.Context, field graphql.CollectedField, obj *model.TypeCount) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -18713,6 +18943,29 @@ func (ec *executionContext) _WaitReason_current(ctx context.Context, field graph
 }
 func (ec *executionContext) fieldContext_WaitReason_current(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WaitReason_tenant(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitReason_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitReason_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitReason", field, false, false, "String")
 }
 
 func (ec *executionContext) _Workflow_id(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
@@ -25988,6 +26241,69 @@ func UnmarshalTaskWhereInput(ctx context.Context, raw any) (ent.TaskWhereInput, 
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputTenantTypeControlInput(ctx context.Context, obj any) (model.TenantTypeControlInput, error) {
+	var it model.TenantTypeControlInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"maxRunning", "maxWaiting", "rateLimit", "ratePeriodSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxRunning":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxRunning"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxRunning = data
+		case "maxWaiting":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxWaiting"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxWaiting = data
+		case "rateLimit":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("rateLimit"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RateLimit = data
+		case "ratePeriodSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePeriodSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePeriodSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalTenantTypeControlInput unmarshals raw into the TenantTypeControlInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalTenantTypeControlInput(ctx context.Context, raw any) (model.TenantTypeControlInput, error) {
+	var out model.TenantTypeControlInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "TenantTypeControlInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputTypeControlInput(ctx context.Context, obj any) (model.TypeControlInput, error) {
 	var it model.TypeControlInput
 	if obj == nil {
@@ -28148,104 +28464,6 @@ func (ec *executionContext) _DownloadLink(ctx context.Context, sel ast.Selection
 	return out
 }
 
-var externalWorkerImplementors = []string{"ExternalWorker"}
-
-func (ec *executionContext) _ExternalWorker(ctx context.Context, sel ast.SelectionSet, obj *nodes.WorkerView) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, externalWorkerImplementors)
-
-	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
-	for i, field := range fields {
-		switch field.Name {
-		case "__typename":
-			out.Values[i] = graphql.MarshalString("ExternalWorker")
-		case "id":
-			out.Values[i] = ec._ExternalWorker_id(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "name":
-			out.Values[i] = ec._ExternalWorker_name(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "tenant":
-			out.Values[i] = ec._ExternalWorker_tenant(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "user":
-			out.Values[i] = ec._ExternalWorker_user(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "language":
-			out.Values[i] = ec._ExternalWorker_language(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "version":
-			out.Values[i] = ec._ExternalWorker_version(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "types":
-			out.Values[i] = ec._ExternalWorker_types(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "node":
-			out.Values[i] = ec._ExternalWorker_node(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "state":
-			out.Values[i] = ec._ExternalWorker_state(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "firstSeenAt":
-			out.Values[i] = ec._ExternalWorker_firstSeenAt(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "lastSeenAt":
-			out.Values[i] = ec._ExternalWorker_lastSeenAt(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "expiresAt":
-			out.Values[i] = ec._ExternalWorker_expiresAt(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "draining":
-			out.Values[i] = ec._ExternalWorker_draining(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "runningExecutions":
-			out.Values[i] = ec._ExternalWorker_runningExecutions(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		default:
-			panic("unknown field " + strconv.Quote(field.Name))
-		}
-	}
-	out.Dispatch(ctx)
-	if out.Invalids > 0 {
-		return graphql.Null
-	}
-
-	if n := len(deferred.Defers); n > 0 {
-		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
-		ec.ProcessDeferredGroup(deferred)
-	}
-
-	return out
-}
-
 var importColumnImplementors = []string{"ImportColumn"}
 
 func (ec *executionContext) _ImportColumn(ctx context.Context, sel ast.SelectionSet, obj *model.ImportColumn) graphql.Marshaler {
@@ -28578,9 +28796,23 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
-		case "drainWorker":
+		case "setTenantTypeControl":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
-				return ec._Mutation_drainWorker(ctx, field)
+				return ec._Mutation_setTenantTypeControl(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pauseTenantType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_pauseTenantType(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resumeTenantType":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_resumeTenantType(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -28874,12 +29106,6 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_schedulePreview(ctx, field)
-				})
-		case "externalWorkers":
-			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._Query_externalWorkers(ctx, field)
 				})
 		case "workflow":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -29465,8 +29691,6 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_clusterNodesChanged(ctx, fields[0])
 	case "clusterSummaryChanged":
 		return ec._Subscription_clusterSummaryChanged(ctx, fields[0])
-	case "externalWorkersChanged":
-		return ec._Subscription_externalWorkersChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
@@ -30240,6 +30464,114 @@ func (ec *executionContext) _TaskType(ctx context.Context, sel ast.SelectionSet,
 	return out
 }
 
+var tenantTypeControlImplementors = []string{"TenantTypeControl"}
+
+func (ec *executionContext) _TenantTypeControl(ctx context.Context, sel ast.SelectionSet, obj *flow.TenantControl) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, tenantTypeControlImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TenantTypeControl")
+		case "type":
+			out.Values[i] = ec._TenantTypeControl_type(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "tenant":
+			out.Values[i] = ec._TenantTypeControl_tenant(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "maxRunning":
+			out.Values[i] = ec._TenantTypeControl_maxRunning(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "maxWaiting":
+			out.Values[i] = ec._TenantTypeControl_maxWaiting(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "rateLimit":
+			out.Values[i] = ec._TenantTypeControl_rateLimit(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "ratePeriodSeconds":
+			out.Values[i] = ec._TenantTypeControl_ratePeriodSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "paused":
+			out.Values[i] = ec._TenantTypeControl_paused(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pausedUntil":
+			out.Values[i] = ec._TenantTypeControl_pausedUntil(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "pausedBy":
+			out.Values[i] = ec._TenantTypeControl_pausedBy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "pausedByPlatform":
+			out.Values[i] = ec._TenantTypeControl_pausedByPlatform(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "running":
+			out.Values[i] = ec._TenantTypeControl_running(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._TenantTypeControl_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "startedInWindow":
+			out.Values[i] = ec._TenantTypeControl_startedInWindow(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nextStartAt":
+			out.Values[i] = ec._TenantTypeControl_nextStartAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "updatedBy":
+			out.Values[i] = ec._TenantTypeControl_updatedBy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._TenantTypeControl_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var typeControlImplementors = []string{"TypeControl"}
 
 func (ec *executionContext) _TypeControl(ctx context.Context, sel ast.SelectionSet, obj *flow.Control) graphql.Marshaler {
@@ -30309,6 +30641,16 @@ func (ec *executionContext) _TypeControl(ctx context.Context, sel ast.SelectionS
 		case "updatedAt":
 			out.Values[i] = ec._TypeControl_updatedAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "pausedBy":
+			out.Values[i] = ec._TypeControl_pausedBy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "shares":
+			out.Values[i] = ec._TypeControl_shares(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:
@@ -30404,6 +30746,11 @@ func (ec *executionContext) _WaitReason(ctx context.Context, sel ast.SelectionSe
 			}
 		case "current":
 			out.Values[i] = ec._WaitReason_current(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "tenant":
+			out.Values[i] = ec._WaitReason_tenant(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
@@ -31329,30 +31676,6 @@ func (ec *executionContext) marshalNDownloadLink2ᚖgithubᚗcomᚋtaskgraphᚋt
 	return ec._DownloadLink(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNExternalWorker2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerViewᚄ(ctx context.Context, sel ast.SelectionSet, v []*nodes.WorkerView) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
-		fc := graphql.GetFieldContext(ctx)
-		fc.Result = &v[i]
-		return ec.marshalNExternalWorker2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerView(ctx, sel, v[i])
-	})
-
-	for _, e := range ret {
-		if e == graphql.Null {
-			return graphql.Null
-		}
-	}
-
-	return ret
-}
-
-func (ec *executionContext) marshalNExternalWorker2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerView(ctx context.Context, sel ast.SelectionSet, v *nodes.WorkerView) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "ExternalWorker!")
-		return graphql.Null
-	}
-	return ec._ExternalWorker(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNFloat2float64(ctx context.Context, v any) (float64, error) {
 	res, err := graphql.UnmarshalFloatContext(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -32024,6 +32347,39 @@ func (ec *executionContext) unmarshalNTaskWhereInput2githubᚗcomᚋtaskgraphᚋ
 func (ec *executionContext) unmarshalNTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
 	res, err := ec.unmarshalInputTaskWhereInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTenantTypeControl2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx context.Context, sel ast.SelectionSet, v flow.TenantControl) graphql.Marshaler {
+	return ec._TenantTypeControl(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNTenantTypeControl2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControlᚄ(ctx context.Context, sel ast.SelectionSet, v []flow.TenantControl) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTenantTypeControl2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNTenantTypeControl2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx context.Context, sel ast.SelectionSet, v *flow.TenantControl) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TenantTypeControl!")
+		return graphql.Null
+	}
+	return ec._TenantTypeControl(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNTenantTypeControlInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTenantTypeControlInput(ctx context.Context, v any) (model.TenantTypeControlInput, error) {
+	res, err := ec.unmarshalInputTenantTypeControlInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNTime2timeᚐTime(ctx context.Context, v any) (time.Time, error) {

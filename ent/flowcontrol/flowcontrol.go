@@ -25,6 +25,10 @@ const (
 	FieldPaused = "paused"
 	// FieldPausedUntil holds the string denoting the paused_until field in the database.
 	FieldPausedUntil = "paused_until"
+	// FieldPausedBy holds the string denoting the paused_by field in the database.
+	FieldPausedBy = "paused_by"
+	// FieldPausedByPlatform holds the string denoting the paused_by_platform field in the database.
+	FieldPausedByPlatform = "paused_by_platform"
 	// FieldUpdatedBy holds the string denoting the updated_by field in the database.
 	FieldUpdatedBy = "updated_by"
 	// FieldUpdatedAt holds the string denoting the updated_at field in the database.
@@ -42,6 +46,8 @@ var Columns = []string{
 	FieldRatePeriodSeconds,
 	FieldPaused,
 	FieldPausedUntil,
+	FieldPausedBy,
+	FieldPausedByPlatform,
 	FieldUpdatedBy,
 	FieldUpdatedAt,
 }
@@ -61,6 +67,10 @@ var (
 	DefaultRatePeriodSeconds int
 	// DefaultPaused holds the default value on creation for the "paused" field.
 	DefaultPaused bool
+	// DefaultPausedBy holds the default value on creation for the "paused_by" field.
+	DefaultPausedBy string
+	// DefaultPausedByPlatform holds the default value on creation for the "paused_by_platform" field.
+	DefaultPausedByPlatform bool
 	// DefaultUpdatedBy holds the default value on creation for the "updated_by" field.
 	DefaultUpdatedBy string
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
@@ -103,6 +113,16 @@ func ByPaused(opts ...sql.OrderTermOption) OrderOption {
 // ByPausedUntil orders the results by the paused_until field.
 func ByPausedUntil(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldPausedUntil, opts...).ToFunc()
+}
+
+// ByPausedBy orders the results by the paused_by field.
+func ByPausedBy(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldPausedBy, opts...).ToFunc()
+}
+
+// ByPausedByPlatform orders the results by the paused_by_platform field.
+func ByPausedByPlatform(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldPausedByPlatform, opts...).ToFunc()
 }
 
 // ByUpdatedBy orders the results by the updated_by field.

@@ -84,6 +84,16 @@ func PausedUntil(v time.Time) predicate.FlowControl {
 	return predicate.FlowControl(sql.FieldEQ(FieldPausedUntil, v))
 }
 
+// PausedBy applies equality check predicate on the "paused_by" field. It's identical to PausedByEQ.
+func PausedBy(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldEQ(FieldPausedBy, v))
+}
+
+// PausedByPlatform applies equality check predicate on the "paused_by_platform" field. It's identical to PausedByPlatformEQ.
+func PausedByPlatform(v bool) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldEQ(FieldPausedByPlatform, v))
+}
+
 // UpdatedBy applies equality check predicate on the "updated_by" field. It's identical to UpdatedByEQ.
 func UpdatedBy(v string) predicate.FlowControl {
 	return predicate.FlowControl(sql.FieldEQ(FieldUpdatedBy, v))
@@ -357,6 +367,81 @@ func PausedUntilIsNil() predicate.FlowControl {
 // PausedUntilNotNil applies the NotNil predicate on the "paused_until" field.
 func PausedUntilNotNil() predicate.FlowControl {
 	return predicate.FlowControl(sql.FieldNotNull(FieldPausedUntil))
+}
+
+// PausedByEQ applies the EQ predicate on the "paused_by" field.
+func PausedByEQ(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldEQ(FieldPausedBy, v))
+}
+
+// PausedByNEQ applies the NEQ predicate on the "paused_by" field.
+func PausedByNEQ(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldNEQ(FieldPausedBy, v))
+}
+
+// PausedByIn applies the In predicate on the "paused_by" field.
+func PausedByIn(vs ...string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldIn(FieldPausedBy, vs...))
+}
+
+// PausedByNotIn applies the NotIn predicate on the "paused_by" field.
+func PausedByNotIn(vs ...string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldNotIn(FieldPausedBy, vs...))
+}
+
+// PausedByGT applies the GT predicate on the "paused_by" field.
+func PausedByGT(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldGT(FieldPausedBy, v))
+}
+
+// PausedByGTE applies the GTE predicate on the "paused_by" field.
+func PausedByGTE(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldGTE(FieldPausedBy, v))
+}
+
+// PausedByLT applies the LT predicate on the "paused_by" field.
+func PausedByLT(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldLT(FieldPausedBy, v))
+}
+
+// PausedByLTE applies the LTE predicate on the "paused_by" field.
+func PausedByLTE(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldLTE(FieldPausedBy, v))
+}
+
+// PausedByContains applies the Contains predicate on the "paused_by" field.
+func PausedByContains(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldContains(FieldPausedBy, v))
+}
+
+// PausedByHasPrefix applies the HasPrefix predicate on the "paused_by" field.
+func PausedByHasPrefix(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldHasPrefix(FieldPausedBy, v))
+}
+
+// PausedByHasSuffix applies the HasSuffix predicate on the "paused_by" field.
+func PausedByHasSuffix(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldHasSuffix(FieldPausedBy, v))
+}
+
+// PausedByEqualFold applies the EqualFold predicate on the "paused_by" field.
+func PausedByEqualFold(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldEqualFold(FieldPausedBy, v))
+}
+
+// PausedByContainsFold applies the ContainsFold predicate on the "paused_by" field.
+func PausedByContainsFold(v string) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldContainsFold(FieldPausedBy, v))
+}
+
+// PausedByPlatformEQ applies the EQ predicate on the "paused_by_platform" field.
+func PausedByPlatformEQ(v bool) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldEQ(FieldPausedByPlatform, v))
+}
+
+// PausedByPlatformNEQ applies the NEQ predicate on the "paused_by_platform" field.
+func PausedByPlatformNEQ(v bool) predicate.FlowControl {
+	return predicate.FlowControl(sql.FieldNEQ(FieldPausedByPlatform, v))
 }
 
 // UpdatedByEQ applies the EQ predicate on the "updated_by" field.

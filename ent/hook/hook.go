@@ -225,6 +225,30 @@ func (f TaskLogFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, err
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskLogMutation", m)
 }
 
+// The TenantFlowControlFunc type is an adapter to allow the use of ordinary
+// function as TenantFlowControl mutator.
+type TenantFlowControlFunc func(context.Context, *ent.TenantFlowControlMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TenantFlowControlFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TenantFlowControlMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TenantFlowControlMutation", m)
+}
+
+// The TenantFlowStartFunc type is an adapter to allow the use of ordinary
+// function as TenantFlowStart mutator.
+type TenantFlowStartFunc func(context.Context, *ent.TenantFlowStartMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TenantFlowStartFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TenantFlowStartMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TenantFlowStartMutation", m)
+}
+
 // The WorkflowFunc type is an adapter to allow the use of ordinary
 // function as Workflow mutator.
 type WorkflowFunc func(context.Context, *ent.WorkflowMutation) (ent.Value, error)

@@ -27,6 +27,8 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
+	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -572,6 +574,60 @@ func (f TraverseTaskLog) Traverse(ctx context.Context, q ent.Query) error {
 	return fmt.Errorf("unexpected query type %T. expect *ent.TaskLogQuery", q)
 }
 
+// The TenantFlowControlFunc type is an adapter to allow the use of ordinary function as a Querier.
+type TenantFlowControlFunc func(context.Context, *ent.TenantFlowControlQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f TenantFlowControlFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.TenantFlowControlQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.TenantFlowControlQuery", q)
+}
+
+// The TraverseTenantFlowControl type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseTenantFlowControl func(context.Context, *ent.TenantFlowControlQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseTenantFlowControl) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseTenantFlowControl) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.TenantFlowControlQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.TenantFlowControlQuery", q)
+}
+
+// The TenantFlowStartFunc type is an adapter to allow the use of ordinary function as a Querier.
+type TenantFlowStartFunc func(context.Context, *ent.TenantFlowStartQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f TenantFlowStartFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.TenantFlowStartQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.TenantFlowStartQuery", q)
+}
+
+// The TraverseTenantFlowStart type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseTenantFlowStart func(context.Context, *ent.TenantFlowStartQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseTenantFlowStart) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseTenantFlowStart) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.TenantFlowStartQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.TenantFlowStartQuery", q)
+}
+
 // The WorkflowFunc type is an adapter to allow the use of ordinary function as a Querier.
 type WorkflowFunc func(context.Context, *ent.WorkflowQuery) (ent.Value, error)
 
@@ -638,6 +694,10 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.TaskInstanceQuery, predicate.TaskInstance, taskinstance.OrderOption]{typ: ent.TypeTaskInstance, tq: q}, nil
 	case *ent.TaskLogQuery:
 		return &query[*ent.TaskLogQuery, predicate.TaskLog, tasklog.OrderOption]{typ: ent.TypeTaskLog, tq: q}, nil
+	case *ent.TenantFlowControlQuery:
+		return &query[*ent.TenantFlowControlQuery, predicate.TenantFlowControl, tenantflowcontrol.OrderOption]{typ: ent.TypeTenantFlowControl, tq: q}, nil
+	case *ent.TenantFlowStartQuery:
+		return &query[*ent.TenantFlowStartQuery, predicate.TenantFlowStart, tenantflowstart.OrderOption]{typ: ent.TypeTenantFlowStart, tq: q}, nil
 	case *ent.WorkflowQuery:
 		return &query[*ent.WorkflowQuery, predicate.Workflow, workflow.OrderOption]{typ: ent.TypeWorkflow, tq: q}, nil
 	default:

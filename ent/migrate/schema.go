@@ -290,6 +290,8 @@ var (
 		{Name: "rate_period_seconds", Type: field.TypeInt, Default: 1},
 		{Name: "paused", Type: field.TypeBool, Default: false},
 		{Name: "paused_until", Type: field.TypeTime, Nullable: true},
+		{Name: "paused_by", Type: field.TypeString, Default: ""},
+		{Name: "paused_by_platform", Type: field.TypeBool, Default: false},
 		{Name: "updated_by", Type: field.TypeString, Default: ""},
 		{Name: "updated_at", Type: field.TypeTime},
 	}
@@ -567,6 +569,7 @@ var (
 		{Name: "attempt", Type: field.TypeInt},
 		{Name: "task_type", Type: field.TypeString},
 		{Name: "priority", Type: field.TypeInt},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "run_at", Type: field.TypeTime},
 		{Name: "worker_id", Type: field.TypeString, Nullable: true},
 		{Name: "started_at", Type: field.TypeTime, Nullable: true},
@@ -589,7 +592,7 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "task_instances_tasks_instances",
-				Columns:    []*schema.Column{TaskInstancesColumns[19]},
+				Columns:    []*schema.Column{TaskInstancesColumns[20]},
 				RefColumns: []*schema.Column{TasksColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -598,12 +601,12 @@ var (
 			{
 				Name:    "taskinstance_task_id_instance_no",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[19], TaskInstancesColumns[2]},
+				Columns: []*schema.Column{TaskInstancesColumns[20], TaskInstancesColumns[2]},
 			},
 			{
 				Name:    "taskinstance_one_live_per_task",
 				Unique:  true,
-				Columns: []*schema.Column{TaskInstancesColumns[19]},
+				Columns: []*schema.Column{TaskInstancesColumns[20]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status IN ('PENDING', 'RETRY_PENDING', 'EXECUTING')",
 				},
@@ -611,7 +614,15 @@ var (
 			{
 				Name:    "taskinstance_claimable",
 				Unique:  false,
-				Columns: []*schema.Column{TaskInstancesColumns[5], TaskInstancesColumns[6], TaskInstancesColumns[7], TaskInstancesColumns[0]},
+				Columns: []*schema.Column{TaskInstancesColumns[5], TaskInstancesColumns[6], TaskInstancesColumns[8], TaskInstancesColumns[0]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "status IN ('PENDING', 'RETRY_PENDING')",
+				},
+			},
+			{
+				Name:    "taskinstance_tenant_claimable",
+				Unique:  false,
+				Columns: []*schema.Column{TaskInstancesColumns[5], TaskInstancesColumns[7], TaskInstancesColumns[6], TaskInstancesColumns[8], TaskInstancesColumns[0]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status IN ('PENDING', 'RETRY_PENDING')",
 				},
@@ -619,7 +630,7 @@ var (
 			{
 				Name:    "taskinstance_running",
 				Unique:  false,
-				Columns: []*schema.Column{TaskInstancesColumns[10]},
+				Columns: []*schema.Column{TaskInstancesColumns[11]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "status = 'EXECUTING'",
 				},
@@ -654,6 +665,57 @@ var (
 				Name:    "tasklog_task_id",
 				Unique:  false,
 				Columns: []*schema.Column{TaskLogsColumns[6]},
+			},
+		},
+	}
+	// TenantFlowControlsColumns holds the columns for the "tenant_flow_controls" table.
+	TenantFlowControlsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "task_type", Type: field.TypeString},
+		{Name: "tenant", Type: field.TypeString},
+		{Name: "max_running", Type: field.TypeInt, Nullable: true},
+		{Name: "max_waiting", Type: field.TypeInt, Nullable: true},
+		{Name: "rate_limit", Type: field.TypeInt, Nullable: true},
+		{Name: "rate_period_seconds", Type: field.TypeInt, Default: 1},
+		{Name: "paused", Type: field.TypeBool, Default: false},
+		{Name: "paused_until", Type: field.TypeTime, Nullable: true},
+		{Name: "paused_by", Type: field.TypeString, Default: ""},
+		{Name: "paused_by_platform", Type: field.TypeBool, Default: false},
+		{Name: "updated_by", Type: field.TypeString, Default: ""},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// TenantFlowControlsTable holds the schema information for the "tenant_flow_controls" table.
+	TenantFlowControlsTable = &schema.Table{
+		Name:       "tenant_flow_controls",
+		Columns:    TenantFlowControlsColumns,
+		PrimaryKey: []*schema.Column{TenantFlowControlsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "tenantflowcontrol_task_type_tenant",
+				Unique:  true,
+				Columns: []*schema.Column{TenantFlowControlsColumns[1], TenantFlowControlsColumns[2]},
+			},
+		},
+	}
+	// TenantFlowStartsColumns holds the columns for the "tenant_flow_starts" table.
+	TenantFlowStartsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "task_type", Type: field.TypeString},
+		{Name: "tenant", Type: field.TypeString},
+		{Name: "started_at", Type: field.TypeTime},
+		{Name: "admitted_at", Type: field.TypeTime, Nullable: true},
+		{Name: "count", Type: field.TypeInt},
+	}
+	// TenantFlowStartsTable holds the schema information for the "tenant_flow_starts" table.
+	TenantFlowStartsTable = &schema.Table{
+		Name:       "tenant_flow_starts",
+		Columns:    TenantFlowStartsColumns,
+		PrimaryKey: []*schema.Column{TenantFlowStartsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "tenantflowstart_task_type_tenant_started_at",
+				Unique:  false,
+				Columns: []*schema.Column{TenantFlowStartsColumns[1], TenantFlowStartsColumns[2], TenantFlowStartsColumns[3]},
 			},
 		},
 	}
@@ -714,6 +776,8 @@ var (
 		TaskDependenciesTable,
 		TaskInstancesTable,
 		TaskLogsTable,
+		TenantFlowControlsTable,
+		TenantFlowStartsTable,
 		WorkflowsTable,
 	}
 )
@@ -776,6 +840,12 @@ func init() {
 	TaskLogsTable.ForeignKeys[0].RefTable = TasksTable
 	TaskLogsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(8589934592),
+	}
+	TenantFlowControlsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(90194313216),
+	}
+	TenantFlowStartsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(107374182400),
 	}
 	WorkflowsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(73014444032),

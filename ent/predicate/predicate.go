@@ -60,5 +60,11 @@ type TaskInstance func(*sql.Selector)
 // TaskLog is the predicate function for tasklog builders.
 type TaskLog func(*sql.Selector)
 
+// TenantFlowControl is the predicate function for tenantflowcontrol builders.
+type TenantFlowControl func(*sql.Selector)
+
+// TenantFlowStart is the predicate function for tenantflowstart builders.
+type TenantFlowStart func(*sql.Selector)
+
 // Workflow is the predicate function for workflow builders.
 type Workflow func(*sql.Selector)

@@ -22,6 +22,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -268,12 +269,20 @@ func init() {
 	flowcontrolDescPaused := flowcontrolFields[4].Descriptor()
 	// flowcontrol.DefaultPaused holds the default value on creation for the paused field.
 	flowcontrol.DefaultPaused = flowcontrolDescPaused.Default.(bool)
+	// flowcontrolDescPausedBy is the schema descriptor for paused_by field.
+	flowcontrolDescPausedBy := flowcontrolFields[6].Descriptor()
+	// flowcontrol.DefaultPausedBy holds the default value on creation for the paused_by field.
+	flowcontrol.DefaultPausedBy = flowcontrolDescPausedBy.Default.(string)
+	// flowcontrolDescPausedByPlatform is the schema descriptor for paused_by_platform field.
+	flowcontrolDescPausedByPlatform := flowcontrolFields[7].Descriptor()
+	// flowcontrol.DefaultPausedByPlatform holds the default value on creation for the paused_by_platform field.
+	flowcontrol.DefaultPausedByPlatform = flowcontrolDescPausedByPlatform.Default.(bool)
 	// flowcontrolDescUpdatedBy is the schema descriptor for updated_by field.
-	flowcontrolDescUpdatedBy := flowcontrolFields[6].Descriptor()
+	flowcontrolDescUpdatedBy := flowcontrolFields[8].Descriptor()
 	// flowcontrol.DefaultUpdatedBy holds the default value on creation for the updated_by field.
 	flowcontrol.DefaultUpdatedBy = flowcontrolDescUpdatedBy.Default.(string)
 	// flowcontrolDescUpdatedAt is the schema descriptor for updated_at field.
-	flowcontrolDescUpdatedAt := flowcontrolFields[7].Descriptor()
+	flowcontrolDescUpdatedAt := flowcontrolFields[9].Descriptor()
 	// flowcontrol.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	flowcontrol.DefaultUpdatedAt = flowcontrolDescUpdatedAt.Default.(func() time.Time)
 	scheduleMixin := schema.Schedule{}.Mixin()
@@ -421,12 +430,16 @@ func init() {
 	taskinstanceDescCreatedAt := taskinstanceMixinFields0[0].Descriptor()
 	// taskinstance.DefaultCreatedAt holds the default value on creation for the created_at field.
 	taskinstance.DefaultCreatedAt = taskinstanceDescCreatedAt.Default.(func() time.Time)
+	// taskinstanceDescTenant is the schema descriptor for tenant field.
+	taskinstanceDescTenant := taskinstanceFields[6].Descriptor()
+	// taskinstance.DefaultTenant holds the default value on creation for the tenant field.
+	taskinstance.DefaultTenant = taskinstanceDescTenant.Default.(string)
 	// taskinstanceDescWaitingOn is the schema descriptor for waiting_on field.
-	taskinstanceDescWaitingOn := taskinstanceFields[16].Descriptor()
+	taskinstanceDescWaitingOn := taskinstanceFields[17].Descriptor()
 	// taskinstance.DefaultWaitingOn holds the default value on creation for the waiting_on field.
 	taskinstance.DefaultWaitingOn = taskinstanceDescWaitingOn.Default.(int)
 	// taskinstanceDescVersion is the schema descriptor for version field.
-	taskinstanceDescVersion := taskinstanceFields[17].Descriptor()
+	taskinstanceDescVersion := taskinstanceFields[18].Descriptor()
 	// taskinstance.DefaultVersion holds the default value on creation for the version field.
 	taskinstance.DefaultVersion = taskinstanceDescVersion.Default.(int64)
 	tasklogMixin := schema.TaskLog{}.Mixin()
@@ -438,6 +451,32 @@ func init() {
 	tasklogDescCreatedAt := tasklogMixinFields0[0].Descriptor()
 	// tasklog.DefaultCreatedAt holds the default value on creation for the created_at field.
 	tasklog.DefaultCreatedAt = tasklogDescCreatedAt.Default.(func() time.Time)
+	tenantflowcontrolFields := schema.TenantFlowControl{}.Fields()
+	_ = tenantflowcontrolFields
+	// tenantflowcontrolDescRatePeriodSeconds is the schema descriptor for rate_period_seconds field.
+	tenantflowcontrolDescRatePeriodSeconds := tenantflowcontrolFields[5].Descriptor()
+	// tenantflowcontrol.DefaultRatePeriodSeconds holds the default value on creation for the rate_period_seconds field.
+	tenantflowcontrol.DefaultRatePeriodSeconds = tenantflowcontrolDescRatePeriodSeconds.Default.(int)
+	// tenantflowcontrolDescPaused is the schema descriptor for paused field.
+	tenantflowcontrolDescPaused := tenantflowcontrolFields[6].Descriptor()
+	// tenantflowcontrol.DefaultPaused holds the default value on creation for the paused field.
+	tenantflowcontrol.DefaultPaused = tenantflowcontrolDescPaused.Default.(bool)
+	// tenantflowcontrolDescPausedBy is the schema descriptor for paused_by field.
+	tenantflowcontrolDescPausedBy := tenantflowcontrolFields[8].Descriptor()
+	// tenantflowcontrol.DefaultPausedBy holds the default value on creation for the paused_by field.
+	tenantflowcontrol.DefaultPausedBy = tenantflowcontrolDescPausedBy.Default.(string)
+	// tenantflowcontrolDescPausedByPlatform is the schema descriptor for paused_by_platform field.
+	tenantflowcontrolDescPausedByPlatform := tenantflowcontrolFields[9].Descriptor()
+	// tenantflowcontrol.DefaultPausedByPlatform holds the default value on creation for the paused_by_platform field.
+	tenantflowcontrol.DefaultPausedByPlatform = tenantflowcontrolDescPausedByPlatform.Default.(bool)
+	// tenantflowcontrolDescUpdatedBy is the schema descriptor for updated_by field.
+	tenantflowcontrolDescUpdatedBy := tenantflowcontrolFields[10].Descriptor()
+	// tenantflowcontrol.DefaultUpdatedBy holds the default value on creation for the updated_by field.
+	tenantflowcontrol.DefaultUpdatedBy = tenantflowcontrolDescUpdatedBy.Default.(string)
+	// tenantflowcontrolDescUpdatedAt is the schema descriptor for updated_at field.
+	tenantflowcontrolDescUpdatedAt := tenantflowcontrolFields[11].Descriptor()
+	// tenantflowcontrol.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	tenantflowcontrol.DefaultUpdatedAt = tenantflowcontrolDescUpdatedAt.Default.(func() time.Time)
 	workflowMixin := schema.Workflow{}.Mixin()
 	workflowMixinFields0 := workflowMixin[0].Fields()
 	_ = workflowMixinFields0

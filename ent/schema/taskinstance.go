@@ -41,6 +41,11 @@ func (TaskInstance) Fields() []ent.Field {
 		field.Int("priority").
 			Immutable().
 			Comment("Copied from the task so that claiming needs no join."),
+		field.String("tenant").
+			Immutable().
+			Default("").
+			Annotations(entgql.Skip()).
+			Comment("The task's tenant, copied so that a claim reads a tenant's share of a type without a join."),
 		field.Time("run_at").
 			Immutable().
 			Comment("Not claimed before this time (backoff)."),
@@ -110,6 +115,12 @@ func (TaskInstance) Indexes() []ent.Index {
 		// or scans the backlog (store/claim.go).
 		index.Fields("task_type", "priority", "run_at", "id").
 			StorageKey("taskinstance_claimable").
+			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")")),
+		// What the claim reads of a type whose tenants' shares are held
+		// back (a tenant's pause, cap or rate): per type and tenant, in
+		// claim order, only the waiting instances (store/claim.go).
+		index.Fields("task_type", "tenant", "priority", "run_at", "id").
+			StorageKey("taskinstance_tenant_claimable").
 			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")")),
 		// What the watchdog reads: the running instances only.
 		index.Fields("heartbeat_at").

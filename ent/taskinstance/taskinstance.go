@@ -32,6 +32,8 @@ const (
 	FieldTaskType = "task_type"
 	// FieldPriority holds the string denoting the priority field in the database.
 	FieldPriority = "priority"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// FieldRunAt holds the string denoting the run_at field in the database.
 	FieldRunAt = "run_at"
 	// FieldWorkerID holds the string denoting the worker_id field in the database.
@@ -79,6 +81,7 @@ var Columns = []string{
 	FieldAttempt,
 	FieldTaskType,
 	FieldPriority,
+	FieldTenant,
 	FieldRunAt,
 	FieldWorkerID,
 	FieldStartedAt,
@@ -112,6 +115,8 @@ var (
 	Hooks [1]ent.Hook
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 	// DefaultWaitingOn holds the default value on creation for the "waiting_on" field.
 	DefaultWaitingOn int
 	// DefaultVersion holds the default value on creation for the "version" field.
@@ -179,6 +184,11 @@ func ByTaskType(opts ...sql.OrderTermOption) OrderOption {
 // ByPriority orders the results by the priority field.
 func ByPriority(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldPriority, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }
 
 // ByRunAt orders the results by the run_at field.

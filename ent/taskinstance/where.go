@@ -86,6 +86,11 @@ func Priority(v int) predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldEQ(FieldPriority, v))
 }
 
+// Tenant applies equality check predicate on the "tenant" field. It's identical to TenantEQ.
+func Tenant(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldTenant, v))
+}
+
 // RunAt applies equality check predicate on the "run_at" field. It's identical to RunAtEQ.
 func RunAt(v time.Time) predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldEQ(FieldRunAt, v))
@@ -409,6 +414,71 @@ func PriorityLT(v int) predicate.TaskInstance {
 // PriorityLTE applies the LTE predicate on the "priority" field.
 func PriorityLTE(v int) predicate.TaskInstance {
 	return predicate.TaskInstance(sql.FieldLTE(FieldPriority, v))
+}
+
+// TenantEQ applies the EQ predicate on the "tenant" field.
+func TenantEQ(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEQ(FieldTenant, v))
+}
+
+// TenantNEQ applies the NEQ predicate on the "tenant" field.
+func TenantNEQ(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNEQ(FieldTenant, v))
+}
+
+// TenantIn applies the In predicate on the "tenant" field.
+func TenantIn(vs ...string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldIn(FieldTenant, vs...))
+}
+
+// TenantNotIn applies the NotIn predicate on the "tenant" field.
+func TenantNotIn(vs ...string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldNotIn(FieldTenant, vs...))
+}
+
+// TenantGT applies the GT predicate on the "tenant" field.
+func TenantGT(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGT(FieldTenant, v))
+}
+
+// TenantGTE applies the GTE predicate on the "tenant" field.
+func TenantGTE(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldGTE(FieldTenant, v))
+}
+
+// TenantLT applies the LT predicate on the "tenant" field.
+func TenantLT(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLT(FieldTenant, v))
+}
+
+// TenantLTE applies the LTE predicate on the "tenant" field.
+func TenantLTE(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldLTE(FieldTenant, v))
+}
+
+// TenantContains applies the Contains predicate on the "tenant" field.
+func TenantContains(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldContains(FieldTenant, v))
+}
+
+// TenantHasPrefix applies the HasPrefix predicate on the "tenant" field.
+func TenantHasPrefix(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldHasPrefix(FieldTenant, v))
+}
+
+// TenantHasSuffix applies the HasSuffix predicate on the "tenant" field.
+func TenantHasSuffix(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldHasSuffix(FieldTenant, v))
+}
+
+// TenantEqualFold applies the EqualFold predicate on the "tenant" field.
+func TenantEqualFold(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldEqualFold(FieldTenant, v))
+}
+
+// TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
+func TenantContainsFold(v string) predicate.TaskInstance {
+	return predicate.TaskInstance(sql.FieldContainsFold(FieldTenant, v))
 }
 
 // RunAtEQ applies the EQ predicate on the "run_at" field.

@@ -264,6 +264,15 @@ type TaskTypeDeclaration struct {
 	StallAction *string `json:"stallAction,omitempty"`
 }
 
+// A tenant's limits of a type; each one left out (or null) is removed.
+type TenantTypeControlInput struct {
+	MaxRunning *int `json:"maxRunning,omitempty"`
+	MaxWaiting *int `json:"maxWaiting,omitempty"`
+	RateLimit  *int `json:"rateLimit,omitempty"`
+	// The rate's window in seconds (1..86400). Default 1.
+	RatePeriodSeconds *int `json:"ratePeriodSeconds,omitempty"`
+}
+
 // A type's limits; each one left out (or null) is removed.
 type TypeControlInput struct {
 	MaxRunning *int `json:"maxRunning,omitempty"`

@@ -437,12 +437,19 @@ func (a *App) newFiles(ctx context.Context, undo *cleanup) error {
 	a.Links = artifact.NewLinks(a.key, a.Artifacts, artifact.LinksConfig{
 		// A link works while its viewer may still see the file (and its
 		// task): same identity, or an admin of the same tenant.
-		Authorize: func(ctx context.Context, a *ent.Artifact) error {
+		Authorize: func(ctx context.Context, art *ent.Artifact) error {
 			v, err := auth.Require(ctx)
 			if err != nil {
 				return err
 			}
-			_, err = access.Artifact(ctx, st.Client(), v, a.ID)
+			// The link's user must still hold the credentials it was
+			// made for (not revoked, not downgraded).
+			if a.Auth != nil {
+				if err := a.Auth.Holds(v); err != nil {
+					return err
+				}
+			}
+			_, err = access.Artifact(ctx, st.Client(), v, art.ID)
 			return err
 		},
 		// A download is recorded before the file is sent; one that cannot
@@ -497,7 +504,7 @@ func (a *App) newAPIServices(ctx context.Context, undo *cleanup) error {
 		return err
 	}
 	a.Schedules = schedule.NewService(a.Engine, a.sealer, a.Node, a.Log)
-	a.Flow = flow.NewService(a.Engine)
+	a.Flow = flow.NewService(a.Engine, flow.Tenanted(len(a.Config.Access.PlatformAdmins) > 0))
 	a.External = external.NewCatalog(a.Store, a.Engine)
 	if _, err := a.External.Sync(ctx); err != nil {
 		// A node starts without the types it cannot read or build; the

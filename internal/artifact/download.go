@@ -84,6 +84,11 @@ func (l *Links) Sign(a *ent.Artifact, v auth.Viewer) Link {
 	if a.ExpiresAt.Before(exp) {
 		exp = a.ExpiresAt.Truncate(time.Second)
 	}
+	if !v.Expires.IsZero() && v.Expires.Before(exp) {
+		// Nor past its viewer's credentials (a JWT's expiry), which a
+		// download cannot look up again.
+		exp = v.Expires.Truncate(time.Second)
+	}
 	payload := strings.Join([]string{
 		strconv.Itoa(a.ID), strconv.FormatInt(exp.Unix(), 10),
 		encodeIdentity(v.Identity()), string(v.Role),

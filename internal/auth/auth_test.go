@@ -510,6 +510,25 @@ func TestSessionsAreCheckedAgain(t *testing.T) {
 		defer stop()
 		require.Contains(t, within(t, revoked).Error(), "expired")
 	})
+	t.Run("ACredentialMadeForAViewerHoldsWhileItsTokenDoes", func(t *testing.T) {
+		t.Parallel()
+		authn, path, toks := setup(t)
+		a, err := authn.Authenticate("Bearer " + toks["a"])
+		require.NoError(t, err)
+		require.NoError(t, authn.Holds(a))
+		// Downgraded: a's line now says viewer.
+		replaceFile(t, path, auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer})+"\n"+
+			auth.TokenLine(toks["b"], auth.Viewer{User: "b", Role: auth.RoleOperator})+"\n")
+		require.ErrorAs(t, authn.Holds(a), new(*auth.UnauthenticatedError))
+		// Revoked: no line names b.
+		b := auth.Viewer{User: "b", Role: auth.RoleOperator, Source: auth.SourceToken}
+		require.NoError(t, authn.Holds(b))
+		replaceFile(t, path, auth.TokenLine(toks["a"], auth.Viewer{User: "a", Role: auth.RoleViewer})+"\n")
+		require.ErrorAs(t, authn.Holds(b), new(*auth.UnauthenticatedError))
+		require.ErrorAs(t, authn.Holds(auth.Viewer{User: "a", Role: auth.RoleViewer, Source: auth.SourceToken, Tenant: "acme"}), new(*auth.UnauthenticatedError),
+			"another tenant's a")
+		require.NoError(t, authn.Holds(auth.Viewer{User: "a", Role: auth.RoleViewer, Source: auth.SourceToken}))
+	})
 	t.Run("AnOpenServerRevokesNothing", func(t *testing.T) {
 		t.Parallel()
 		open, err := auth.New(auth.Config{})

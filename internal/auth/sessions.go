@@ -178,3 +178,26 @@ func (a *Authenticator) Watch(authorization string, v Viewer, revoked func(error
 	}()
 	return stop
 }
+
+// Holds reports whether v's credentials still stand, for a credential of
+// its own made for v earlier (a download link): nil on an open server and
+// for a viewer the token file still names with the same role and tenant;
+// an *UnauthenticatedError when it no longer does (its line removed, its
+// role or tenant changed). A JWT cannot be looked up again: what was made
+// for it never outlives its expiry (the caller bounds it by v.Expires).
+func (a *Authenticator) Holds(v Viewer) error {
+	if a.Open() {
+		return nil
+	}
+	switch v.Source {
+	case SourceJWT:
+		if a.jwt != nil {
+			return nil
+		}
+	case SourceToken:
+		if a.tokens != nil && a.tokens.holds(func(w Viewer) bool { return sameViewer(a.promote(w), v) }) {
+			return nil
+		}
+	}
+	return &UnauthenticatedError{Reason: "the credentials are no longer valid (revoked, or their role or tenant changed)"}
+}

@@ -147,6 +147,20 @@ func (f *tokenFile) lookup(token string) (Viewer, bool) {
 	return v, ok
 }
 
+// holds reports whether some viewer of the file (read again if it
+// changed) satisfies match.
+func (f *tokenFile) holds(match func(Viewer) bool) bool {
+	f.refresh()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, v := range f.tokens {
+		if match(v) {
+			return true
+		}
+	}
+	return false
+}
+
 // refresh reads the file again when it changed on disk.
 func (f *tokenFile) refresh() {
 	f.mu.Lock()

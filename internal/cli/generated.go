@@ -4756,7 +4756,7 @@ func (v *SchedulesSchedulesScheduleConnectionPageInfo) GetEndCursor() *string { 
 
 // SetTypeControlResponse is returned by SetTypeControl on success.
 type SetTypeControlResponse struct {
-	// Sets a type's cap and rate limit (operators and admins); the next claim on every node obeys them.
+	// Sets a type's cap and rate limit for every tenant (platform administrators; see tenants.graphql); the next claim on every node obeys them.
 	SetTypeControl SetTypeControlSetTypeControl `json:"setTypeControl"`
 }
 
@@ -6959,7 +6959,7 @@ func (v *TypeControlTypeControl) __premarshalJSON() (*__premarshalTypeControlTyp
 
 // TypeControlsResponse is returned by TypeControls on success.
 type TypeControlsResponse struct {
-	// Every task type's flow settings. Any signed-in user reads them.
+	// Every task type's flow settings. Any signed-in user reads them; the counts are of the viewer's tenant unless the viewer is a platform administrator.
 	TypeControls []TypeControlsTypeControlsTypeControl `json:"typeControls"`
 }
 

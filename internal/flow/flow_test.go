@@ -38,9 +38,10 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
-	epoch    = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
-	adminCtx = auth.NewContext(context.Background(), auth.Viewer{User: "alice", Role: auth.RoleAdmin})
-	sysCtx   = auth.NewSystemContext(context.Background())
+	epoch       = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	adminCtx    = auth.NewContext(context.Background(), auth.Viewer{User: "alice", Role: auth.RoleAdmin})
+	platformCtx = auth.NewContext(context.Background(), auth.Viewer{User: "root", Role: auth.RolePlatform, Source: auth.SourceToken})
+	sysCtx      = auth.NewSystemContext(context.Background())
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -52,7 +53,7 @@ type bundle struct {
 	gate  *flow.Gate
 }
 
-func setup(t testing.TB, dsn string) bundle {
+func setup(t testing.TB, dsn string, opts ...flow.Option) bundle {
 	t.Helper()
 	clock := fakeclock.New(epoch)
 	gate := flow.NewGate()
@@ -63,6 +64,7 @@ func setup(t testing.TB, dsn string) bundle {
 	reg := tasktype.NewRegistry()
 	builtin.Register(reg, &builtin.Webhook{})
 	tasktype.Register(reg, "import", func(context.Context, *tasktype.Job, struct{}) error { return nil })
+	tasktype.Register(reg, "system.sweep", func(context.Context, *tasktype.Job, struct{}) error { return nil }, tasktype.Internal())
 	ps, err := tasktype.NewPolicies(tasktype.DefaultPolicies()...)
 	require.NoError(t, err)
 	sealer, err := seal.New(make([]byte, seal.KeySize))
@@ -70,7 +72,7 @@ func setup(t testing.TB, dsn string) bundle {
 	m := mask.Default()
 	rec := audit.New(st.Tx, m, func(error) string { return "ERR" }, nil, nil)
 	eng := engine.New(st, reg, ps, sealer, m, engine.WithAudit(rec))
-	return bundle{clock: clock, store: st, svc: flow.NewService(eng), gate: gate}
+	return bundle{clock: clock, store: st, svc: flow.NewService(eng, opts...), gate: gate}
 }
 
 // txQuerier is a Querier over a transaction of the tests' own (the claim's
@@ -479,7 +481,7 @@ func TestService(t *testing.T) {
 			require.NoError(t, err)
 			w = reason()
 			require.Equal(t, flow.Paused, w.Kind)
-			require.Equal(t, "import is paused until 2026-11-29T10:00:00Z", w.Message)
+			require.Equal(t, "import is paused for every tenant by alice until 2026-11-29T10:00:00Z", w.Message)
 
 			later, _, err := b.store.CreateTask(sysCtx, store.NewTask{Type: "noop", Owner: "alice", Input: json.RawMessage(`{}`), InputHash: "h",
 				TimeoutSeconds: 60, RetryPolicy: "default", MaxAttempts: 1, RunAt: epoch.Add(time.Minute)})
@@ -488,7 +490,7 @@ func TestService(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, flow.NotDue, w.Kind)
 		})
-		t.Run("ViewersReadOperatorsChange", func(t *testing.T) {
+		t.Run("ViewersReadPlatformAdminsChange", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, d.DSN(t))
 			viewer := auth.NewContext(context.Background(), auth.Viewer{User: "vera", Role: auth.RoleViewer})
@@ -496,9 +498,11 @@ func TestService(t *testing.T) {
 			_, err := b.svc.Set(viewer, "noop", flow.Limits{MaxRunning: ptr(2)})
 			var fe *auth.ForbiddenError
 			require.ErrorAs(t, err, &fe)
-			c, err := b.svc.Set(op, "noop", flow.Limits{MaxRunning: ptr(2)})
+			_, err = b.svc.Set(op, "noop", flow.Limits{MaxRunning: ptr(2)})
+			require.ErrorAs(t, err, &fe, "an operator changes no type's control for every tenant")
+			c, err := b.svc.Set(platformCtx, "noop", flow.Limits{MaxRunning: ptr(2)})
 			require.NoError(t, err)
-			require.Equal(t, "otto", c.UpdatedBy)
+			require.Equal(t, "root", c.UpdatedBy)
 			list, err := b.svc.List(viewer)
 			require.NoError(t, err)
 			var types []string
@@ -508,14 +512,14 @@ func TestService(t *testing.T) {
 					require.Equal(t, 2, *c.MaxRunning)
 				}
 			}
-			require.Equal(t, []string{"import", "noop", "webhook"}, types)
-			_, err = b.svc.Set(op, "nope", flow.Limits{})
+			require.Equal(t, []string{"import", "noop", "system.sweep", "webhook"}, types)
+			_, err = b.svc.Set(platformCtx, "nope", flow.Limits{})
 			require.ErrorIs(t, err, engine.ErrValidation)
-			_, err = b.svc.Set(op, "noop", flow.Limits{MaxRunning: ptr(0), RatePeriodSeconds: ptr(0)})
+			_, err = b.svc.Set(platformCtx, "noop", flow.Limits{MaxRunning: ptr(0), RatePeriodSeconds: ptr(0)})
 			var ve *engine.ValidationError
 			require.ErrorAs(t, err, &ve)
 			require.Len(t, ve.Problems, 2)
-			_, err = b.svc.Pause(op, "noop", ptr(epoch.Add(-time.Second)))
+			_, err = b.svc.Pause(platformCtx, "noop", ptr(epoch.Add(-time.Second)))
 			require.ErrorIs(t, err, engine.ErrValidation, "a pause that has already ended")
 			audits, err := b.store.Client().AuditLog.Query().All(sysCtx)
 			require.NoError(t, err)
@@ -523,7 +527,7 @@ func TestService(t *testing.T) {
 			for _, a := range audits {
 				seen = append(seen, string(a.Action)+":"+string(a.Outcome)+":"+a.Actor)
 			}
-			require.Subset(t, seen, []string{"FLOW_CONTROL_SET:FAILED:vera", "FLOW_CONTROL_SET:OK:otto", "FLOW_CONTROL_SET:FAILED:otto", "TYPE_PAUSE:FAILED:otto"})
+			require.Subset(t, seen, []string{"FLOW_CONTROL_SET:FAILED:vera", "FLOW_CONTROL_SET:FAILED:otto", "FLOW_CONTROL_SET:OK:root", "FLOW_CONTROL_SET:FAILED:root", "TYPE_PAUSE:FAILED:root"})
 		})
 	})
 }

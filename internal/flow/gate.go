@@ -210,7 +210,174 @@ func (g *Gate) Admit(ctx context.Context, q Querier, types []string, clock func(
 			return record(ctx, q, windows, claimed, now)
 		}
 	}
+	if err := g.admitShares(ctx, q, types, &adm); err != nil {
+		return store.Admission{}, fmt.Errorf("flow gate: %w", err)
+	}
 	return adm, nil
+}
+
+// tenantControl is a row of tenant_flow_controls: what holds one tenant's
+// share of a type back.
+type tenantControl struct {
+	control
+	tenant string
+}
+
+// admitShares reads, after the types' own, the tenant controls of the
+// types the claim may take (locking them on PostgreSQL), and says in adm
+// how many of each held tenant's instances the claim may take. What it
+// reads grows with the tenants held back, never with the backlog: a
+// tenant's cap counts its running instances, its rate reads its recent
+// starts.
+func (g *Gate) admitShares(ctx context.Context, q Querier, types []string, adm *store.Admission) error {
+	var open []string
+	for _, t := range types {
+		if _, ok := adm.Room[t]; ok {
+			open = append(open, t)
+		}
+	}
+	controls, err := tenantControls(ctx, q, open)
+	if err != nil || len(controls) == 0 {
+		return err
+	}
+	now := adm.Now
+	adm.Shares = map[string]map[string]int{}
+	windows := map[shareKey]*rateWindow{}
+	for _, c := range controls {
+		if adm.Shares[c.typ] == nil {
+			adm.Shares[c.typ] = map[string]int{}
+		}
+		if c.pausedAt(now) {
+			if c.pausedUntil.Valid {
+				g.admitAt(c.pausedUntil.Time)
+			}
+			adm.Shares[c.typ][c.tenant] = 0
+			continue
+		}
+		allowed := Unlimited
+		if c.maxRunning.Valid {
+			running, err := countInt(ctx, q, `SELECT COUNT(*) FROM task_instances WHERE status = `+sqlExecuting+` AND task_type = ? AND tenant = ?`, c.typ, c.tenant)
+			if err != nil {
+				return fmt.Errorf("count running %s of tenant %q: %w", c.typ, c.tenant, err)
+			}
+			allowed = max(0, int(c.maxRunning.Int64)-running)
+		}
+		if c.rateLimit.Valid {
+			starts, err := readTenantStarts(ctx, q, c.typ, c.tenant, horizon(now, c.period()))
+			if err != nil {
+				return fmt.Errorf("read starts of %s of tenant %q: %w", c.typ, c.tenant, err)
+			}
+			w := newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts)
+			left := len(w.take(maxRoom))
+			if left < maxRoom {
+				if at := w.next(); at.After(now) {
+					g.admitAt(at)
+				}
+			}
+			if allowed == Unlimited || left < allowed {
+				allowed = left
+			}
+			if allowed > 0 {
+				windows[shareKey{c.typ, c.tenant}] = newRateWindow(int(c.rateLimit.Int64), c.period(), now, starts)
+			}
+		}
+		adm.Shares[c.typ][c.tenant] = allowed
+	}
+	if len(windows) > 0 {
+		adm.RecordShares = func(ctx context.Context, q Querier, claimed map[string]map[string]int) error {
+			return recordShares(ctx, q, windows, claimed, now)
+		}
+	}
+	return nil
+}
+
+// shareKey is one tenant's share of one type.
+type shareKey struct{ typ, tenant string }
+
+// tenantControls reads the tenant control rows of types that limit
+// anything, in (type, tenant) order, locking them on PostgreSQL.
+func tenantControls(ctx context.Context, q Querier, types []string) ([]tenantControl, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	types = append([]string(nil), types...)
+	sort.Strings(types)
+	args := make([]any, len(types))
+	for i, t := range types {
+		args[i] = t
+	}
+	query := `SELECT task_type, tenant, max_running, rate_limit, rate_period_seconds, paused, paused_until FROM tenant_flow_controls WHERE task_type IN (` +
+		strings.TrimSuffix(strings.Repeat("?, ", len(types)), ", ") + `) AND (max_running IS NOT NULL OR rate_limit IS NOT NULL OR paused) ORDER BY task_type, tenant`
+	if q.Postgres() {
+		query += ` FOR UPDATE`
+	}
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read tenant flow controls: %w", err)
+	}
+	defer rows.Close()
+	var out []tenantControl
+	for rows.Next() {
+		var c tenantControl
+		var until any
+		if err := rows.Scan(&c.typ, &c.tenant, &c.maxRunning, &c.rateLimit, &c.ratePeriod, &c.paused, &until); err != nil {
+			return nil, fmt.Errorf("read tenant flow controls: %w", err)
+		}
+		if c.pausedUntil, err = scanTime(until); err != nil {
+			return nil, fmt.Errorf("read tenant flow controls: paused_until: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// recordShares is record for tenants' rates: their starts go to
+// tenant_flow_starts.
+func recordShares(ctx context.Context, q Querier, windows map[shareKey]*rateWindow, claimed map[string]map[string]int, now time.Time) error {
+	keys := make([]shareKey, 0, len(windows))
+	for k := range windows {
+		if claimed[k.typ][k.tenant] > 0 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].typ != keys[j].typ {
+			return keys[i].typ < keys[j].typ
+		}
+		return keys[i].tenant < keys[j].tenant
+	})
+	for _, k := range keys {
+		w, n := windows[k], claimed[k.typ][k.tenant]
+		stamps := w.take(n)
+		if len(stamps) != n {
+			return fmt.Errorf("flow gate: %d starts of %s of tenant %q claimed, %d admitted", n, k.typ, k.tenant, len(stamps))
+		}
+		for i := 0; i < len(stamps); {
+			j := i
+			for j < len(stamps) && stamps[j].Equal(stamps[i]) {
+				j++
+			}
+			if _, err := q.Exec(ctx, `INSERT INTO tenant_flow_starts (task_type, tenant, started_at, admitted_at, count) VALUES (?, ?, ?, ?, ?)`,
+				k.typ, k.tenant, now.UTC(), stamps[i].UTC(), j-i); err != nil {
+				return fmt.Errorf("flow gate: record starts of %s of tenant %q: %w", k.typ, k.tenant, err)
+			}
+			i = j
+		}
+		if _, err := q.Exec(ctx, `DELETE FROM tenant_flow_starts WHERE task_type = ? AND tenant = ? AND started_at <= ?`, k.typ, k.tenant, horizon(now, w.period).UTC()); err != nil {
+			return fmt.Errorf("flow gate: forget old starts of %s of tenant %q: %w", k.typ, k.tenant, err)
+		}
+	}
+	return nil
+}
+
+// readTenantStarts reads a tenant's tenant_flow_starts rows of a type
+// claimed after from.
+func readTenantStarts(ctx context.Context, q Querier, typ, tenant string, from time.Time) ([]startRow, error) {
+	rows, err := q.Query(ctx, `SELECT started_at, admitted_at, count FROM tenant_flow_starts WHERE task_type = ? AND tenant = ? AND started_at > ?`, typ, tenant, from.UTC())
+	if err != nil {
+		return nil, err
+	}
+	return scanStarts(rows)
 }
 
 // record writes, in the claim's transaction, the starts of rate-limited
@@ -264,6 +431,12 @@ func readStarts(ctx context.Context, q Querier, typ string, from time.Time) ([]s
 	if err != nil {
 		return nil, err
 	}
+	return scanStarts(rows)
+}
+
+// scanStarts reads rows of (started_at, admitted_at, count) and closes
+// them.
+func scanStarts(rows *sql.Rows) ([]startRow, error) {
 	defer rows.Close()
 	var out []startRow
 	for rows.Next() {

@@ -46,8 +46,14 @@ type Control struct {
 	// NextStartAt is when the rate limit lets the next instance start,
 	// while it holds the type back.
 	NextStartAt *time.Time
-	UpdatedBy   string
-	UpdatedAt   *time.Time
+	// PausedBy is who paused it, while paused.
+	PausedBy  string
+	UpdatedBy string
+	UpdatedAt *time.Time
+	// Shares are the tenants' controls of the type the viewer may see:
+	// every tenant's for a platform administrator, the viewer's own
+	// tenant's for anyone else.
+	Shares []TenantControl
 }
 
 // Limits are the settings Set writes; nil removes a limit.
@@ -60,12 +66,23 @@ type Limits struct {
 // Service reads and changes flow settings on behalf of the viewer of its
 // context: every viewer reads them, operators and admins change them, and
 // every change is audited.
+//
+// Who changes what: a type's own (cluster-wide) control is changed by
+// platform administrators only, or by the admins of the empty tenant of a
+// deployment without tenants (one that names no platform administrator,
+// Tenanted false); an internal type's (alert.deliver, bulk.action...), by
+// platform administrators only. A tenant's admin changes their tenant's
+// share of a type (SetTenant, PauseTenant, ResumeTenant); a platform
+// administrator, any tenant's. A platform administrator's pause is lifted
+// by a platform administrator only.
 type Service struct {
-	store  *store.Store
-	engine *engine.Engine
+	store    *store.Store
+	engine   *engine.Engine
+	tenanted bool
 
-	mu    sync.Mutex
-	cache map[string]cached
+	mu     sync.Mutex
+	cache  map[string]cached
+	shares map[shareKey]cachedShare
 }
 
 type cached struct {
@@ -73,9 +90,57 @@ type cached struct {
 	c  Control
 }
 
+type cachedShare struct {
+	at time.Time
+	c  *TenantControl
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// Tenanted says whether the deployment has tenants (it names platform
+// administrators): then only those change a type's own control.
+func Tenanted(yes bool) Option { return func(s *Service) { s.tenanted = yes } }
+
 // NewService returns a Service.
-func NewService(e *engine.Engine) *Service {
-	return &Service{store: e.Store(), engine: e, cache: map[string]cached{}}
+func NewService(e *engine.Engine, opts ...Option) *Service {
+	s := &Service{store: e.Store(), engine: e, cache: map[string]cached{}, shares: map[shareKey]cachedShare{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// TenantControl is one tenant's share of a task type: its own pause, caps
+// and rate, and where the tenant's instances of the type stand.
+type TenantControl struct {
+	Type, Tenant string
+	// MaxRunning caps the tenant's EXECUTING instances of the type;
+	// MaxWaiting its waiting ones (a create beyond it is refused).
+	MaxRunning, MaxWaiting *int
+	// RateLimit allows at most this many starts of the tenant's tasks of
+	// the type in any window of RatePeriodSeconds.
+	RateLimit         *int
+	RatePeriodSeconds int
+	// Paused is whether the tenant's share is paused now; PausedBy who
+	// paused it, PausedByPlatform whether a platform administrator did
+	// (then only one may resume it).
+	Paused           bool
+	PausedUntil      *time.Time
+	PausedBy         string
+	PausedByPlatform bool
+	// Running and Waiting count the tenant's instances of the type now;
+	// StartedInWindow its starts in the current window of its rate.
+	Running, Waiting, StartedInWindow int
+	NextStartAt                       *time.Time
+	UpdatedBy                         string
+	UpdatedAt                         *time.Time
+}
+
+// TenantLimits are the settings SetTenant writes; nil removes a limit.
+type TenantLimits struct {
+	MaxRunning, MaxWaiting, RateLimit *int
+	RatePeriodSeconds                 *int
 }
 
 // List returns every registered type's control, and those of types
@@ -97,7 +162,8 @@ func (s *Service) List(ctx context.Context) ([]Control, error) {
 		byType[r.TaskType] = r
 		names[r.TaskType] = true
 	}
-	counts, err := s.counts(ctx, "")
+	v, _ := auth.FromContext(ctx)
+	counts, err := s.counts(ctx, "", s.scope(v))
 	if err != nil {
 		return nil, err
 	}
@@ -107,32 +173,66 @@ func (s *Service) List(ctx context.Context) ([]Control, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, c)
+		if c.Shares, err = s.sharesOf(ctx, n, s.scope(v)); err != nil {
+			return nil, err
+		}
+		out = append(out, s.scoped(v, c))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out, nil
 }
 
-// Get returns one type's control.
+// Get returns one type's control, its counts those of the viewer's tenant
+// unless the viewer sees every tenant.
 func (s *Service) Get(ctx context.Context, typ string) (Control, error) {
-	if _, err := auth.Require(ctx); err != nil {
+	v, err := auth.Require(ctx)
+	if err != nil {
 		return Control{}, err
 	}
-	return s.get(ctx, typ)
+	return s.read(ctx, v, typ)
 }
 
+// read is typ's control as v may see it.
+func (s *Service) read(ctx context.Context, v auth.Viewer, typ string) (Control, error) {
+	c, err := s.get(ctx, typ)
+	if err != nil {
+		return c, err
+	}
+	if t := s.scope(v); t != nil {
+		counts, err := s.counts(ctx, typ, t)
+		if err != nil {
+			return c, err
+		}
+		c.Running, c.Waiting = counts[typ].running, counts[typ].waiting
+	}
+	c.Shares, err = s.sharesOf(ctx, typ, s.scope(v))
+	return s.scoped(v, c), err
+}
+
+// scope is the tenant whose counts v reads: nil for every tenant's (a
+// platform administrator's, or anyone's in a deployment without tenants).
+func (s *Service) scope(v auth.Viewer) *string {
+	if v.SeesEveryTenant() || !s.tenanted {
+		return nil
+	}
+	return &v.Tenant
+}
+
+// scoped hides from v what counts other tenants' work when v reads its own
+// tenant's only: the starts in the type's rate window.
+func (s *Service) scoped(v auth.Viewer, c Control) Control {
+	if s.scope(v) != nil {
+		c.StartedInWindow = 0
+	}
+	return c
+}
+
+// get is typ's control with the cluster's counts, as the waiting reasons
+// read it (and cache it).
 func (s *Service) get(ctx context.Context, typ string) (Control, error) {
-	row, err := s.store.Client().FlowControl.Query().Where(flowcontrol.TaskType(typ)).Only(auth.NewSystemContext(ctx))
-	if err != nil && !ent.IsNotFound(err) {
-		return Control{}, fmt.Errorf("read flow control of %s: %w", typ, err)
-	}
-	counts, err := s.counts(ctx, typ)
+	c, err := s.load(ctx, typ, nil)
 	if err != nil {
-		return Control{}, err
-	}
-	c, err := s.control(ctx, typ, row, counts[typ])
-	if err != nil {
-		return Control{}, err
+		return c, err
 	}
 	s.mu.Lock()
 	s.cache[typ] = cached{at: time.Now(), c: c}
@@ -140,12 +240,24 @@ func (s *Service) get(ctx context.Context, typ string) (Control, error) {
 	return c, nil
 }
 
+func (s *Service) load(ctx context.Context, typ string, tenant *string) (Control, error) {
+	row, err := s.store.Client().FlowControl.Query().Where(flowcontrol.TaskType(typ)).Only(auth.NewSystemContext(ctx))
+	if err != nil && !ent.IsNotFound(err) {
+		return Control{}, fmt.Errorf("read flow control of %s: %w", typ, err)
+	}
+	counts, err := s.counts(ctx, typ, tenant)
+	if err != nil {
+		return Control{}, err
+	}
+	return s.control(ctx, typ, row, counts[typ])
+}
+
 // liveCounts are a type's instances by live status.
 type liveCounts struct{ running, waiting int }
 
 // counts counts live instances per type (of one type, unless typ is
-// empty), whoever owns them: the settings are the cluster's.
-func (s *Service) counts(ctx context.Context, typ string) (map[string]liveCounts, error) {
+// empty), of one tenant's or (tenant nil) of every tenant's.
+func (s *Service) counts(ctx context.Context, typ string, tenant *string) (map[string]liveCounts, error) {
 	var rows []struct {
 		Type   string           `json:"task_type"`
 		Status lifecycle.Status `json:"status"`
@@ -154,6 +266,9 @@ func (s *Service) counts(ctx context.Context, typ string) (map[string]liveCounts
 	q := s.store.Client().TaskInstance.Query().Where(taskinstance.StatusIn(lifecycle.LiveStatuses...))
 	if typ != "" {
 		q.Where(taskinstance.TaskType(typ))
+	}
+	if tenant != nil {
+		q.Where(taskinstance.Tenant(*tenant))
 	}
 	if err := q.GroupBy(taskinstance.FieldTaskType, taskinstance.FieldStatus).
 		Aggregate(ent.Count()).
@@ -182,7 +297,7 @@ func (s *Service) control(ctx context.Context, typ string, row *ent.FlowControl,
 	c.MaxRunning, c.RateLimit, c.RatePeriodSeconds = row.MaxRunning, row.RateLimit, row.RatePeriodSeconds
 	c.Paused = row.Paused && (row.PausedUntil == nil || row.PausedUntil.After(now))
 	if c.Paused {
-		c.PausedUntil = row.PausedUntil
+		c.PausedUntil, c.PausedBy = row.PausedUntil, row.PausedBy
 	}
 	c.UpdatedBy, c.UpdatedAt = row.UpdatedBy, &row.UpdatedAt
 	if row.RateLimit != nil {
@@ -219,8 +334,12 @@ func (s *Service) act(ctx context.Context, entry audit.Entry, typ string, fn fun
 		if err := v.AllowMutate("change flow control"); err != nil {
 			return err
 		}
-		if _, ok := s.engine.Registry().Lookup(typ); !ok {
+		t, ok := s.engine.Registry().Lookup(typ)
+		if !ok {
 			return &engine.ValidationError{Problems: []engine.Problem{{Field: "type", Message: fmt.Sprintf("unknown task type %q", typ)}}}
+		}
+		if err := s.mayChangeType(v, typ, t.Internal); err != nil {
+			return err
 		}
 		return fn(v)
 	}()
@@ -233,7 +352,48 @@ func (s *Service) act(ctx context.Context, entry audit.Entry, typ string, fn fun
 	if err != nil {
 		return Control{}, err
 	}
-	return s.get(ctx, typ)
+	if _, err := s.get(ctx, typ); err != nil { // the waiting reasons' cache
+		return Control{}, err
+	}
+	return s.read(ctx, v, typ)
+}
+
+// platform reports whether v administers every tenant (a platform
+// administrator, an open server's local viewer, the process itself).
+func platform(v auth.Viewer) bool { return v.SeesEveryTenant() }
+
+// mayChangeType says whether v may change typ's own control, which holds
+// every tenant's tasks.
+func (s *Service) mayChangeType(v auth.Viewer, typ string, internal bool) error {
+	switch {
+	case platform(v):
+		return nil
+	case internal:
+		return &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("change the flow control of %s, a type the system runs for itself (platform administrators only)", typ)}
+	case v.Role == auth.RoleAdmin && v.Tenant == "" && !s.tenanted:
+		return nil
+	}
+	return &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("change the flow control of %s for every tenant (platform administrators only; a tenant's admin changes their tenant's share)", typ)}
+}
+
+// mayChangeShare says whether v may change tenant's share of typ.
+func mayChangeShare(v auth.Viewer, typ, tenant string, internal bool) error {
+	switch {
+	case platform(v):
+		return nil
+	case internal:
+		return &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("change the flow control of %s, a type the system runs for itself (platform administrators only)", typ)}
+	case v.Role == auth.RoleAdmin && v.Tenant == tenant:
+		return nil
+	case v.Role == auth.RoleAdmin:
+		return &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("change another tenant's share of %s", typ)}
+	}
+	return &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("change tenant %q's share of %s (its admins only)", tenant, typ)}
+}
+
+// errPlatformPause is a pause only a platform administrator may lift.
+func errPlatformPause(v auth.Viewer, what string) error {
+	return &auth.ForbiddenError{Role: v.Role, Action: "lift a platform administrator's pause of " + what}
 }
 
 // upsert changes a type's row, creating it if need be.
@@ -335,6 +495,8 @@ func (s *Service) Pause(ctx context.Context, typ string, until *time.Time) (Cont
 		}
 		return s.upsert(ctx, v, typ, func(m *ent.FlowControlMutation) {
 			m.SetPaused(true)
+			m.SetPausedBy(v.User)
+			m.SetPausedByPlatform(platform(v))
 			if until != nil {
 				m.SetPausedUntil(until.UTC().Truncate(time.Microsecond))
 			} else {
@@ -347,9 +509,18 @@ func (s *Service) Pause(ctx context.Context, typ string, until *time.Time) (Cont
 // Resume ends a type's pause.
 func (s *Service) Resume(ctx context.Context, typ string) (Control, error) {
 	return s.act(ctx, audit.Entry{Action: audit.TypeResume}, typ, func(v auth.Viewer) error {
+		row, err := s.store.Client().FlowControl.Query().Where(flowcontrol.TaskType(typ)).Only(auth.NewSystemContext(ctx))
+		if err != nil && !ent.IsNotFound(err) {
+			return fmt.Errorf("read flow control of %s: %w", typ, err)
+		}
+		if row != nil && row.Paused && row.PausedByPlatform && !platform(v) {
+			return errPlatformPause(v, typ)
+		}
 		return s.upsert(ctx, v, typ, func(m *ent.FlowControlMutation) {
 			m.SetPaused(false)
 			m.ClearPausedUntil()
+			m.SetPausedBy("")
+			m.SetPausedByPlatform(false)
 		})
 	})
 }
@@ -373,6 +544,9 @@ type Wait struct {
 	Until *time.Time
 	// Limit and Current are the cap or rate and where the type stands.
 	Limit, Current int
+	// Tenant is the tenant whose share's control holds the task; nil when
+	// the type's own control does (it holds every tenant's).
+	Tenant *string
 }
 
 // WaitReason says why a waiting task is not running, or nil when nothing
@@ -405,11 +579,21 @@ func (s *Service) WaitReason(ctx context.Context, tk *ent.Task) (*Wait, error) {
 	if err != nil {
 		return nil, err
 	}
+	sh, err := s.shareState(ctx, tk.Type, tk.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	by := ""
+	if c.PausedBy != "" {
+		by = " by " + c.PausedBy
+	}
 	switch {
 	case c.Paused && c.PausedUntil != nil:
-		return &Wait{Kind: Paused, Message: fmt.Sprintf("%s is paused until %s", tk.Type, c.PausedUntil.UTC().Format(time.RFC3339)), Until: c.PausedUntil}, nil
+		return &Wait{Kind: Paused, Message: fmt.Sprintf("%s is paused for every tenant%s until %s", tk.Type, by, c.PausedUntil.UTC().Format(time.RFC3339)), Until: c.PausedUntil}, nil
 	case c.Paused:
-		return &Wait{Kind: Paused, Message: fmt.Sprintf("%s is paused", tk.Type)}, nil
+		return &Wait{Kind: Paused, Message: fmt.Sprintf("%s is paused for every tenant%s", tk.Type, by)}, nil
+	case sh != nil && sh.Paused:
+		return shareWait(tk.Type, sh), nil
 	case c.MaxRunning != nil && c.Running >= *c.MaxRunning:
 		return &Wait{Kind: AtCap, Message: fmt.Sprintf("waiting: %s at its cap %d/%d", tk.Type, c.Running, *c.MaxRunning), Limit: *c.MaxRunning, Current: c.Running}, nil
 	case c.RateLimit != nil && c.NextStartAt != nil:
@@ -419,7 +603,7 @@ func (s *Service) WaitReason(ctx context.Context, tk *ent.Task) (*Wait, error) {
 		}
 		return &Wait{Kind: RateLimited, Message: msg, Until: c.NextStartAt, Limit: *c.RateLimit, Current: c.StartedInWindow}, nil
 	}
-	return nil, nil
+	return shareWait(tk.Type, sh), nil
 }
 
 // state is a type's control, read at most once per stateTTL.

@@ -66,6 +66,10 @@ type Masker struct {
 	SecretWords []string
 	// Patterns are applied, in order, to every string value and to free text.
 	Patterns []Pattern
+	// ByKeyName masks the value of a key whose name says what it holds (a
+	// phone, a card, an ID number, an e-mail) whatever the value looks
+	// like, keeping what the value patterns would keep of such a value.
+	ByKeyName bool
 
 	once  sync.Once
 	keys  []string // SecretKeys, normalised
@@ -88,6 +92,7 @@ func Default() *Masker {
 		SecretKeys:  append([]string(nil), DefaultSecretKeys...),
 		SecretWords: append([]string(nil), DefaultSecretWords...),
 		Patterns:    DefaultPatterns(),
+		ByKeyName:   true,
 	}
 }
 
@@ -662,6 +667,14 @@ func (m *Masker) Value(v any) any {
 				out[k] = Redacted
 				continue
 			}
+			if systemID(k, val) {
+				out[k] = val // the system's own identifier, never a phone
+				continue
+			}
+			if c := m.classOf(k); c != nil && val != nil {
+				out[k] = m.byClass(c, val)
+				continue
+			}
 			out[k] = m.Value(val)
 		}
 		return out
@@ -739,6 +752,125 @@ func (m *Masker) number(s string, v any) any {
 		return out
 	}
 	return v
+}
+
+// systemIDKeys are the keys under which the system records its own
+// identifiers (an audit record's task, artifact, schedule...), in keyName's
+// form: an integer there is an id, which masking by value would take for
+// a phone or a card ("artifact": 17179869193) and make unreadable.
+var systemIDKeys = map[string]bool{
+	"id": true, "ids": true, "taskid": true, "taskids": true, "task": true, "artifact": true, "artifactid": true,
+	"schedule": true, "scheduleid": true, "instanceid": true, "workflow": true, "workflowid": true, "rule": true,
+	"ruleid": true, "incident": true, "incidentid": true, "channel": true, "channelid": true, "parentid": true, "childid": true,
+}
+
+// systemID reports whether val, under key k, is one of the system's own
+// identifiers: an integer (or a list of them) under a key of systemIDKeys.
+func systemID(k string, val any) bool {
+	if !systemIDKeys[keyName(k)] {
+		return false
+	}
+	isInt := func(v any) bool {
+		switch n := v.(type) {
+		case json.Number:
+			_, err := n.Int64()
+			return err == nil
+		case int, int32, int64, uint, uint32, uint64:
+			return true
+		}
+		return false
+	}
+	if l, ok := val.([]any); ok {
+		for _, v := range l {
+			if !isInt(v) {
+				return false
+			}
+		}
+		return true
+	}
+	if l, ok := val.([]int); ok {
+		return l != nil
+	}
+	return isInt(val)
+}
+
+// class is a kind of sensitive value a key's name may say it holds: its
+// value is masked whatever it looks like (a phone written with letters, a
+// card number with a typo), by keeping only what mask says.
+type class struct {
+	name string
+	mask func(string) string
+}
+
+var (
+	classPhone = &class{"phone", keepRunes(3, 4)}
+	classCard  = &class{"card", keepRunes(0, 4)}
+	classID    = &class{"id number", keepRunes(3, 4)}
+	classEmail = &class{"e-mail", func(s string) string {
+		if i := strings.LastIndex(s, "@"); i > 0 {
+			return keepRunes(1, 0)(s[:i]) + s[i:]
+		}
+		return keepRunes(1, 0)(s)
+	}}
+)
+
+// classKeys name, in keyName's form, what a key holds; classWords are
+// whole words of a key (tel, not hotel).
+var (
+	classKeys = []struct {
+		sub string
+		c   *class
+	}{
+		{"idcard", classID}, {"idnumber", classID}, {"nationalid", classID}, {"passport", classID}, {"ssn", classID},
+		{"phone", classPhone}, {"mobile", classPhone},
+		{"cardno", classCard}, {"cardnumber", classCard}, {"creditcard", classCard}, {"bankcard", classCard}, {"iban", classCard},
+		{"email", classEmail},
+	}
+	classWords = map[string]*class{"tel": classPhone, "pan": classCard, "mail": classEmail, "card": classCard}
+)
+
+// classOf is the class of value key k says it holds, or nil (always
+// without ByKeyName).
+func (m *Masker) classOf(k string) *class {
+	if !m.ByKeyName {
+		return nil
+	}
+	n := keyName(k)
+	for _, ck := range classKeys {
+		if strings.Contains(n, ck.sub) {
+			return ck.c
+		}
+	}
+	var found *class
+	eachWord(k, func(w string) bool {
+		found = classWords[w]
+		return found == nil
+	})
+	return found
+}
+
+// byClass masks val, held under a key of class c: a string or a number by
+// c's rule (after the value patterns, which may mask more of it); anything
+// else as any value.
+func (m *Masker) byClass(c *class, val any) any {
+	var s string
+	switch x := val.(type) {
+	case string:
+		s = x
+	case json.Number:
+		s = x.String()
+	case int, int32, int64, uint, uint32, uint64:
+		s = fmt.Sprint(x)
+	default:
+		return m.Value(val)
+	}
+	if s == "" {
+		return s
+	}
+	if out := m.String(s); out != s {
+		return out
+	}
+	return c.mask(s)
 }
 
 // JSON masks a JSON document and reports whether anything changed.
@@ -826,7 +958,7 @@ func (m *Masker) WithValuesOf(raw json.RawMessage) *Masker {
 	}
 	// Longest first, so that a value containing another is masked whole.
 	sort.Slice(values, func(i, j int) bool { return len(values[i]) > len(values[j]) })
-	out := &Masker{SecretKeys: m.SecretKeys, SecretWords: m.SecretWords}
+	out := &Masker{SecretKeys: m.SecretKeys, SecretWords: m.SecretWords, ByKeyName: m.ByKeyName}
 	out.Patterns = append([]Pattern{{
 		Name:    "input-secret",
 		Regexp:  regexp.MustCompile(strings.Join(values, "|")),

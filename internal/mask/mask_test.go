@@ -325,3 +325,37 @@ func FuzzMaskJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestMaskingByKeyName: a key that says what it holds is masked whatever
+// its value looks like; the system's own identifiers are never taken for
+// phones or cards.
+func TestMaskingByKeyName(t *testing.T) {
+	t.Parallel()
+	m := mask.Default()
+	for _, tc := range []struct{ in, want string }{
+		// Not a phone by its looks (letters, too short), a phone by its key.
+		{`{"phone":"call 555-0199"}`, `{"phone":"cal******0199"}`},
+		{`{"mobileNo":"12345"}`, `{"mobileNo":"*****"}`},
+		{`{"tel":"+44 20 7946 0958"}`, `{"tel":"+44*********0958"}`},
+		{`{"cardNumber":"4111-1111-1111-1112"}`, `{"cardNumber":"***************1112"}`},
+		{`{"id_card":"ABC123456"}`, `{"id_card":"ABC**3456"}`},
+		{`{"email":"not-an-address"}`, `{"email":"n*************"}`},
+		{`{"contactEmail":"bob@example.com"}`, `{"contactEmail":"b***@example.com"}`},
+		{`{"phone":13800138000}`, `{"phone":"138****8000"}`},
+		// Not what the key says: hotel is no tel, cardinal no card.
+		{`{"hotel":"Ritz","cardinal":"north"}`, `{"hotel":"Ritz","cardinal":"north"}`},
+		// The system's identifiers stay what they are.
+		{`{"artifact":17179869193,"taskIds":[12884901888,1],"id":13800138000}`, `{"artifact":17179869193,"taskIds":[12884901888,1],"id":13800138000}`},
+		// A string under an id key is still masked by its looks.
+		{`{"id":"13800138000"}`, `{"id":"138****8000"}`},
+	} {
+		out, _, err := m.JSON(json.RawMessage(tc.in))
+		require.NoError(t, err)
+		require.JSONEq(t, tc.want, string(out), tc.in)
+		again, _, err := m.JSON(out)
+		require.NoError(t, err)
+		require.JSONEq(t, string(out), string(again), "masking is idempotent: %s", tc.in)
+	}
+	got := m.Fields(map[string]any{"artifact": 17179869193, "kind": "EXPORT"})
+	require.Equal(t, 17179869193, got["artifact"], "an audit record's artifact")
+}

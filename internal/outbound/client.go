@@ -2,6 +2,7 @@ package outbound
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +26,8 @@ type Config struct {
 	MaxRedirects int
 	// DialTimeout bounds connecting to one address. Default 10 s.
 	DialTimeout time.Duration
+	// Resolver resolves names (nil: the system's). Tests give their own.
+	Resolver *net.Resolver
 }
 
 // NewClient returns the HTTP client for requests made on a task's behalf:
@@ -47,7 +50,7 @@ type Config struct {
 // so that neither case applies: such a request is written at most once per
 // call, and a broken connection is the call's error.
 func NewClient(cfg Config) *http.Client {
-	d := net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	d := net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second, Resolver: cfg.Resolver}
 	if d.Timeout == 0 {
 		d.Timeout = 10 * time.Second
 	}
@@ -69,7 +72,8 @@ func NewClient(cfg Config) *http.Client {
 				}
 				return policy.Check(host, ap.Addr())
 			}
-			return dd.DialContext(ctx, network, addr)
+			conn, err := dd.DialContext(ctx, network, addr)
+			return conn, withoutResolver(err)
 		},
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           100,
@@ -88,6 +92,18 @@ func NewClient(cfg Config) *http.Client {
 			return nil
 		},
 	}
+}
+
+// withoutResolver is err without the address of the DNS server that
+// failed to resolve the target: the error reaches the task's owner, who
+// is told which name did not resolve, never where this network's resolver
+// is.
+func withoutResolver(err error) error {
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		de.Server = ""
+	}
+	return err
 }
 
 // traced sends the trace context of a request's context with it

@@ -354,3 +354,31 @@ func TestDeniedErrorSurvivesWrapping(t *testing.T) {
 	require.True(t, outbound.IsDenied(err))
 	require.False(t, outbound.IsDenied(errors.New("x")))
 }
+
+// TestAnErrorNamesTheTargetNeverTheResolver: a name that does not resolve
+// is reported by name, without the address of the DNS server asked (an
+// address of the network the server runs in).
+func TestAnErrorNamesTheTargetNeverTheResolver(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var asked []string
+	r := &net.Resolver{PreferGo: true, Dial: func(_ context.Context, _, address string) (net.Conn, error) {
+		mu.Lock()
+		asked = append(asked, address)
+		mu.Unlock()
+		return nil, errors.New("no answer")
+	}}
+	c := outbound.NewClient(outbound.Config{Resolver: r})
+	defer c.CloseIdleConnections()
+	_, err := c.Get("http://target.example.com/hook")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "target.example.com")
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, asked, "the resolver was asked")
+	for _, a := range asked {
+		host, _, _ := net.SplitHostPort(a)
+		require.NotContains(t, err.Error(), a)
+		require.NotContains(t, err.Error(), " on "+host, "%v", err)
+	}
+}

@@ -163,7 +163,16 @@ func zipOf(t testing.TB, files map[string]string) []byte {
 
 func TestWriter(t *testing.T) {
 	t.Parallel()
-	dangerous := []string{"=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd"}
+	// However the formula is introduced: behind white space or line
+	// breaks, which programs skip, or in full-width forms, which some fold.
+	dangerous := []string{"=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd",
+		"\n=1+1", " =1+1", "\u3000=cmd", "\n\n@SUM(A1)", "＝HYPERLINK(\"http://x\")", "＋1", "－1", "＠SUM(A1)", " \n ＝1"}
+	t.Run("LeavesPlainTextAlone", func(t *testing.T) {
+		t.Parallel()
+		for _, safe := range []string{"", "safe", " safe", "\nline", "a=b", "1-2", "e@mail", "全角＝"} {
+			require.Equal(t, safe, spreadsheet.EscapeFormula(safe))
+		}
+	})
 	t.Run("EscapesFormulaInjectionInCSV", func(t *testing.T) {
 		t.Parallel()
 		var buf bytes.Buffer

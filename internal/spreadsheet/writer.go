@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"time"
+	"unicode"
 
 	"github.com/xuri/excelize/v2"
 )
@@ -53,15 +54,27 @@ func NewWriter(format Format, w io.Writer, sheet string) (Writer, error) {
 }
 
 // EscapeFormula defuses a text cell that a spreadsheet program would read
-// as a formula or a command (OWASP "CSV injection"): one starting with
-// = + - @, a tab or a carriage return gets a leading apostrophe.
+// as a formula or a command (OWASP "CSV injection"): one whose first
+// character other than white space and line breaks (which programs skip)
+// is = + - @ or one of their full-width forms (＝ ＋ － ＠, which some
+// programs fold to them), or that starts with a tab or a carriage return,
+// gets a leading apostrophe.
 func EscapeFormula(s string) string {
 	if s == "" {
 		return s
 	}
 	switch s[0] {
-	case '=', '+', '-', '@', '\t', '\r':
+	case '\t', '\r':
 		return "'" + s
+	}
+	for _, r := range s {
+		switch r {
+		case '=', '+', '-', '@', '\uFF1D', '\uFF0B', '\uFF0D', '\uFF20':
+			return "'" + s
+		}
+		if !unicode.IsSpace(r) {
+			return s
+		}
 	}
 	return s
 }

@@ -90,8 +90,9 @@ func (s *Store) ClaimEach(ctx context.Context, workerID string, types []string, 
 // ClaimOfTenant is Claim of the tasks of one tenant only: what a worker
 // whose credentials name a tenant may take (the worker protocol). The
 // candidates are read from the claimable index as Claim reads them, each
-// checked against its task's tenant, so the claim reads past the waiting
-// instances of other tenants' tasks of the same types that come first.
+// checked against its instance's tenant (copied from its task), so the
+// claim reads past the waiting instances of other tenants' tasks of the
+// same types that come first.
 func (s *Store) ClaimOfTenant(ctx context.Context, workerID, tenant string, types []string, limit int) ([]Claimed, error) {
 	return s.claimEach(ctx, workerID, &tenant, types, nil, limit)
 }
@@ -136,10 +137,14 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 			return err
 		}
 		now := adm.Now
+		shares, err := s.split(ctx, q, types, limits, adm)
+		if err != nil {
+			return err
+		}
 		// 1. The tasks of the picked instances. The instances are locked
 		// first (FOR UPDATE in the pick), then their tasks: the lock order
 		// every writer keeps.
-		pick, pickArgs := s.d.claimQuery(types, limits, now, tenant, limit)
+		pick, pickArgs := s.d.claimQuery(types, limits, shares, now, tenant, limit)
 		args := append([]any{now}, pickArgs...)
 		rows, err := s.query(ctx, t, claimTasks(pick), args...)
 		if err != nil {
@@ -196,6 +201,21 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 				adm.Took(counts)
 			}
 		}
+		if adm.RecordShares != nil {
+			counts := map[string]map[string]int{}
+			for _, tk := range tasks {
+				if _, ok := adm.Shares[tk.Type]; !ok {
+					continue
+				}
+				if counts[tk.Type] == nil {
+					counts[tk.Type] = map[string]int{}
+				}
+				counts[tk.Type][tk.Tenant]++
+			}
+			if err := adm.RecordShares(ctx, q, counts); err != nil {
+				return fmt.Errorf("claim: gate: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -234,6 +254,80 @@ type Admission struct {
 	// Took, when not nil, is told how many the claim took per type, in
 	// memory, once it took any (a cap notes whether the claim filled it).
 	Took func(claimed map[string]int)
+	// Shares holds tenants' shares of types back: for a type it names,
+	// the room of each tenant it lists (0: none of the tenant's); a tenant
+	// it does not list takes what the type's room allows. The claim then
+	// reads that type tenant by tenant (the tenants with waiting
+	// instances, through the (task_type, tenant, ...) claimable index).
+	Shares map[string]map[string]int
+	// RecordShares, when not nil, is told in the same transaction how
+	// many were claimed per type and tenant, of the types in Shares.
+	RecordShares func(ctx context.Context, q Querier, claimed map[string]map[string]int) error
+}
+
+// share is the room of one tenant in a claim of a type read tenant by
+// tenant.
+type share struct {
+	tenant string
+	limit  int
+}
+
+// maxShareTenants bounds how many tenants with waiting instances one
+// claim reads of a type whose tenants are held back.
+const maxShareTenants = 1000
+
+// waitingTenantsSQL lists the tenants with waiting instances of a type, in
+// order, one probe of the (task_type, tenant, ...) claimable index per
+// tenant (a skip scan): what it reads does not grow with the backlog.
+var waitingTenantsSQL = `WITH RECURSIVE t(tenant) AS (
+	SELECT MIN(tenant) FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = ?
+	UNION ALL
+	SELECT (SELECT MIN(i.tenant) FROM task_instances i WHERE i.status IN (` + sqlWaiting + `) AND i.task_type = ? AND i.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+) SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT ?`
+
+// split returns, for each type of the claim whose tenants' shares the
+// admission holds back, the room of each tenant with waiting instances:
+// the tenant's own room, never more than the type's.
+func (s *Store) split(ctx context.Context, q Querier, types []string, limits []int, adm Admission) (map[string][]share, error) {
+	if len(adm.Shares) == 0 {
+		return nil, nil
+	}
+	var out map[string][]share
+	for i, ty := range types {
+		rooms, ok := adm.Shares[ty]
+		if !ok || limits[i] <= 0 {
+			continue
+		}
+		rows, err := q.Query(ctx, waitingTenantsSQL, ty, ty, maxShareTenants)
+		if err != nil {
+			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
+		}
+		var shares []share
+		for rows.Next() {
+			var tenant string
+			if err := rows.Scan(&tenant); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
+			}
+			l := limits[i]
+			if room, held := rooms[tenant]; held && room != Unlimited {
+				l = min(max(room, 0), l)
+			}
+			if l > 0 {
+				shares = append(shares, share{tenant: tenant, limit: l})
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
+		}
+		if out == nil {
+			out = map[string][]share{}
+		}
+		out[ty] = shares
+	}
+	return out, nil
 }
 
 // admit lowers limits (one per type) to what the gate admits, and returns
@@ -271,7 +365,11 @@ func (s *Store) anyClaimable(ctx context.Context, tenant *string, types []string
 	if !slices.ContainsFunc(limits, func(l int) bool { return l > 0 }) {
 		return false, nil
 	}
-	pick, args := s.d.claimQuery(types, limits, adm.Now, tenant, 1)
+	shares, err := s.split(ctx, dbQuerier{s}, types, limits, adm)
+	if err != nil {
+		return false, err
+	}
+	pick, args := s.d.claimQuery(types, limits, shares, adm.Now, tenant, 1)
 	rows, err := s.db.QueryContext(ctx, s.d.rebind(pick), args...)
 	if err != nil {
 		return false, fmt.Errorf("claim: %w", err)
@@ -406,26 +504,65 @@ func scanClaimedInstances(c *ent.Client, rows *sql.Rows, workerID string, now ti
 // type keeps the read on the index's order (one type is one contiguous,
 // ordered range of it), so the plan never scans the backlog nor sorts it;
 // the final sort is of at most len(types) * limit rows. With tenant, only
-// the instances of that tenant's tasks are selected (each candidate looked
-// up by its task's key).
-func (d sqlDialect) claimQuery(types []string, limits []int, now any, tenant *string, limit int) (string, []any) {
+// that tenant's instances are selected (task_instances.tenant, copied from
+// its task).
+//
+// A type in shares (its tenants' shares held back) is read tenant by
+// tenant instead, each tenant's range of the (task_type, tenant, ...)
+// claimable index up to the tenant's room, and the type's first limit of
+// those taken: a held tenant's backlog is never read past.
+func (d sqlDialect) claimQuery(types []string, limits []int, shares map[string][]share, now any, tenant *string, limit int) (string, []any) {
 	var of string
 	var ofArgs []any
 	if tenant != nil {
-		of = ` AND EXISTS (SELECT 1 FROM tasks tt WHERE tt.id = task_instances.task_id AND tt.tenant = ?)`
+		of = ` AND tenant = ?`
 		ofArgs = []any{*tenant}
+		shares = onlyTenant(shares, *tenant)
 	}
 	cols := `task_id, priority, run_at, id FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = %s AND run_at <= ?` + of + ` ORDER BY priority, run_at, id LIMIT %s`
+	tenantCols := `task_id, priority, run_at, id FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = ? AND tenant = %s AND run_at <= ? ORDER BY priority, run_at, id LIMIT %s`
 	if d.postgres() {
 		// PostgreSQL: a LATERAL read per type (FOR UPDATE is not allowed
 		// in the arms of a UNION).
-		lims := make(pq.Int64Array, len(limits))
-		for i, l := range limits {
-			lims[i] = int64(l)
+		var plainTypes []string
+		var plainLims pq.Int64Array
+		for i, ty := range types {
+			if _, ok := shares[ty]; ok {
+				continue
+			}
+			plainTypes = append(plainTypes, ty)
+			plainLims = append(plainLims, int64(limits[i]))
 		}
-		return `SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) ty(name, lim),
+		if len(shares) == 0 {
+			return `SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) ty(name, lim),
 	LATERAL (SELECT ` + fmt.Sprintf(cols, "ty.name", "ty.lim") + ` FOR UPDATE SKIP LOCKED) c
-	ORDER BY c.priority, c.run_at, c.id LIMIT ?`, append(append([]any{stringArray(types), lims, now}, ofArgs...), limit)
+	ORDER BY c.priority, c.run_at, c.id LIMIT ?`, append(append([]any{stringArray(plainTypes), plainLims, now}, ofArgs...), limit)
+		}
+		var arms []string
+		var args []any
+		if len(plainTypes) > 0 {
+			arms = append(arms, `SELECT * FROM (SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) ty(name, lim),
+	LATERAL (SELECT `+fmt.Sprintf(cols, "ty.name", "ty.lim")+` FOR UPDATE SKIP LOCKED) c) p`)
+			args = append(append(args, stringArray(plainTypes), plainLims, now), ofArgs...)
+		}
+		for i, ty := range types {
+			sh, ok := shares[ty]
+			if !ok || len(sh) == 0 {
+				continue
+			}
+			tenants := make([]string, len(sh))
+			lims := make(pq.Int64Array, len(sh))
+			for j, x := range sh {
+				tenants[j], lims[j] = x.tenant, int64(x.limit)
+			}
+			arms = append(arms, fmt.Sprintf(`SELECT * FROM (SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) tn(name, lim),
+	LATERAL (SELECT `+fmt.Sprintf(tenantCols, "tn.name", "tn.lim")+` FOR UPDATE SKIP LOCKED) c ORDER BY c.priority, c.run_at, c.id LIMIT ?) s%d`, i))
+			args = append(args, stringArray(tenants), lims, ty, now, limits[i])
+		}
+		if len(arms) == 0 {
+			return `SELECT task_id, priority, run_at, id FROM task_instances WHERE false`, nil
+		}
+		return `SELECT * FROM (` + strings.Join(arms, " UNION ALL ") + `) picked ORDER BY priority, run_at, id LIMIT ?`, append(args, limit)
 	}
 	// SQLite has a single writer and needs no row locks; each arm is a
 	// subquery so that it may have its own ORDER BY and LIMIT.
@@ -433,6 +570,19 @@ func (d sqlDialect) claimQuery(types []string, limits []int, now any, tenant *st
 	args := make([]any, 0, 3*len(types)+1)
 	for i, ty := range types {
 		if limits[i] <= 0 {
+			continue
+		}
+		if sh, ok := shares[ty]; ok {
+			if len(sh) == 0 {
+				continue
+			}
+			var tarms []string
+			for _, x := range sh {
+				tarms = append(tarms, `SELECT * FROM (SELECT `+fmt.Sprintf(tenantCols, "?", "?")+`)`)
+				args = append(args, ty, x.tenant, now, x.limit)
+			}
+			arms = append(arms, `SELECT * FROM (SELECT * FROM (`+strings.Join(tarms, " UNION ALL ")+`) ORDER BY priority, run_at, id LIMIT ?)`)
+			args = append(args, limits[i])
 			continue
 		}
 		arms = append(arms, `SELECT * FROM (SELECT `+fmt.Sprintf(cols, "?", "?")+`)`)
@@ -443,6 +593,25 @@ func (d sqlDialect) claimQuery(types []string, limits []int, now any, tenant *st
 	}
 	args = append(args, limit)
 	return `SELECT * FROM (` + strings.Join(arms, " UNION ALL ") + `) ORDER BY priority, run_at, id LIMIT ?`, args
+}
+
+// onlyTenant keeps, of each type's shares, the one of tenant (a claim of
+// one tenant's tasks reads no other's range).
+func onlyTenant(shares map[string][]share, tenant string) map[string][]share {
+	if len(shares) == 0 {
+		return shares
+	}
+	out := make(map[string][]share, len(shares))
+	for ty, sh := range shares {
+		var kept []share
+		for _, x := range sh {
+			if x.tenant == tenant {
+				kept = append(kept, x)
+			}
+		}
+		out[ty] = kept
+	}
+	return out
 }
 
 func cmpClaimOrder(a, b *ent.TaskInstance) int {
@@ -471,7 +640,7 @@ func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]
 	for i := range limits {
 		limits[i] = limit
 	}
-	pick, pickArgs := s.d.claimQuery(types, limits, now, nil, limit)
+	pick, pickArgs := s.d.claimQuery(types, limits, nil, now, nil, limit)
 	first, firstArgs := s.d.rebind(claimTasks(pick)), append([]any{now}, pickArgs...)
 	prefix := "EXPLAIN QUERY PLAN "
 	if s.d.postgres() {

@@ -413,6 +413,7 @@ WHERE id = ? AND status = ? AND version = ?`, false, now, tk.ID, string(tk.Statu
 			SetStatus(lifecycle.RetryPending).
 			SetTaskType(tk.Type).
 			SetPriority(tk.Priority).
+			SetTenant(tk.Tenant).
 			SetRunAt(now).
 			SetCreatedAt(now).
 			Save(ctx)

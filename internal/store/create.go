@@ -137,6 +137,9 @@ func (tx *Tx) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := tx.s.checkWaitingCaps(ctx, tx.t, ns, out); err != nil {
+		return nil, fmt.Errorf("create tasks: %w", err)
+	}
 	chunk := tx.s.d.insertChunk(len(taskInsertCols))
 	for start := 0; start < len(ns); start += chunk {
 		end := min(start+chunk, len(ns))
@@ -401,8 +404,8 @@ func insertColumns() ([]string, []colType) {
 
 // The derived table of the first instances' insert.
 var (
-	instanceInsertCols  = []string{"task_id", "task_type", "priority", "run_at", "status", "waiting_on"}
-	instanceInsertTypes = []colType{colInt, colText, colInt, colTime, colText, colInt}
+	instanceInsertCols  = []string{"task_id", "task_type", "priority", "run_at", "status", "waiting_on", "tenant"}
+	instanceInsertTypes = []colType{colInt, colText, colInt, colTime, colText, colInt, colText}
 )
 
 // insertTasks inserts the items idx of ns with their first instances, in two
@@ -450,7 +453,7 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int
 		i := byCode[tk.Code]
 		out[i] = Created{Task: tk, Created: true}
 		icols[0][r], icols[1][r], icols[2][r], icols[3][r] = int64(tk.ID), tk.Type, int64(tk.Priority), tk.RunAt
-		icols[4][r], icols[5][r] = string(firstStatus(&ns[i])), int64(ns[i].waitingOn)
+		icols[4][r], icols[5][r], icols[6][r] = string(firstStatus(&ns[i])), int64(ns[i].waitingOn), tk.Tenant
 	}
 	v, args = s.d.valuesTable("v", instanceInsertCols, instanceInsertTypes, icols)
 	if _, err := s.execute(ctx, t, s.d.insertInstancesSQL(v), append([]any{now}, args...)...); err != nil {
@@ -506,6 +509,6 @@ RETURNING ` + taskColumns("tasks")
 // derived table v: PENDING, or WAITING_DEPENDENCY with the number of
 // parents they wait for.
 func (d sqlDialect) insertInstancesSQL(v string) string {
-	return `INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, waiting_on, version, created_at)
-SELECT task_id, 1, 1, status, task_type, priority, run_at, waiting_on, 1, ` + d.timeParam() + ` FROM ` + v
+	return `INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, tenant, run_at, waiting_on, version, created_at)
+SELECT task_id, 1, 1, status, task_type, priority, tenant, run_at, waiting_on, 1, ` + d.timeParam() + ` FROM ` + v
 }

@@ -237,6 +237,7 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 				SetStatus(lifecycle.RetryPending).
 				SetTaskType(tk.Type).
 				SetPriority(tk.Priority).
+				SetTenant(tk.Tenant).
 				SetRunAt(o.Retry.RunAt.UTC().Truncate(time.Microsecond)).
 				SetCreatedAt(now))
 		}

@@ -252,8 +252,8 @@ func (s *Store) requeue(ctx context.Context, t *txn, p pair, now time.Time) (int
 			return n, err
 		}
 		if _, err := s.exec(ctx, t, `
-INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, run_at, version, created_at)
-SELECT task_id, instance_no + 1, attempt, `+lifecycle.QuotedList(lifecycle.RetryPending)+`, task_type, priority, ?, 1, ? FROM task_instances WHERE id = ?`,
+INSERT INTO task_instances (task_id, instance_no, attempt, status, task_type, priority, tenant, run_at, version, created_at)
+SELECT task_id, instance_no + 1, attempt, `+lifecycle.QuotedList(lifecycle.RetryPending)+`, task_type, priority, tenant, ?, 1, ? FROM task_instances WHERE id = ?`,
 			now, now, p.instanceID); err != nil {
 			return 0, fmt.Errorf("repair: new instance for task %d: %w", p.taskID, err)
 		}
