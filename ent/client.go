@@ -23,6 +23,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
+	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -60,6 +61,8 @@ type Client struct {
 	Deployment *DeploymentClient
 	// ExternalTaskType is the client for interacting with the ExternalTaskType builders.
 	ExternalTaskType *ExternalTaskTypeClient
+	// ExternalWorker is the client for interacting with the ExternalWorker builders.
+	ExternalWorker *ExternalWorkerClient
 	// FlowControl is the client for interacting with the FlowControl builders.
 	FlowControl *FlowControlClient
 	// FlowStart is the client for interacting with the FlowStart builders.
@@ -103,6 +106,7 @@ func (c *Client) init() {
 	c.ClusterNode = NewClusterNodeClient(c.config)
 	c.Deployment = NewDeploymentClient(c.config)
 	c.ExternalTaskType = NewExternalTaskTypeClient(c.config)
+	c.ExternalWorker = NewExternalWorkerClient(c.config)
 	c.FlowControl = NewFlowControlClient(c.config)
 	c.FlowStart = NewFlowStartClient(c.config)
 	c.Schedule = NewScheduleClient(c.config)
@@ -215,6 +219,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		ClusterNode:       NewClusterNodeClient(cfg),
 		Deployment:        NewDeploymentClient(cfg),
 		ExternalTaskType:  NewExternalTaskTypeClient(cfg),
+		ExternalWorker:    NewExternalWorkerClient(cfg),
 		FlowControl:       NewFlowControlClient(cfg),
 		FlowStart:         NewFlowStartClient(cfg),
 		Schedule:          NewScheduleClient(cfg),
@@ -254,6 +259,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		ClusterNode:       NewClusterNodeClient(cfg),
 		Deployment:        NewDeploymentClient(cfg),
 		ExternalTaskType:  NewExternalTaskTypeClient(cfg),
+		ExternalWorker:    NewExternalWorkerClient(cfg),
 		FlowControl:       NewFlowControlClient(cfg),
 		FlowStart:         NewFlowStartClient(cfg),
 		Schedule:          NewScheduleClient(cfg),
@@ -296,9 +302,10 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
-		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
-		c.TaskInstance, c.TaskLog, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
+		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
+		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
+		c.Task, c.TaskDependency, c.TaskInstance, c.TaskLog, c.TenantFlowControl,
+		c.TenantFlowStart, c.Workflow,
 	} {
 		n.Use(hooks...)
 	}
@@ -309,9 +316,10 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
-		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
-		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
-		c.TaskInstance, c.TaskLog, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
+		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
+		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
+		c.Task, c.TaskDependency, c.TaskInstance, c.TaskLog, c.TenantFlowControl,
+		c.TenantFlowStart, c.Workflow,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -336,6 +344,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Deployment.mutate(ctx, m)
 	case *ExternalTaskTypeMutation:
 		return c.ExternalTaskType.mutate(ctx, m)
+	case *ExternalWorkerMutation:
+		return c.ExternalWorker.mutate(ctx, m)
 	case *FlowControlMutation:
 		return c.FlowControl.mutate(ctx, m)
 	case *FlowStartMutation:
@@ -1442,6 +1452,139 @@ func (c *ExternalTaskTypeClient) mutate(ctx context.Context, m *ExternalTaskType
 		return (&ExternalTaskTypeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown ExternalTaskType mutation op: %q", m.Op())
+	}
+}
+
+// ExternalWorkerClient is a client for the ExternalWorker schema.
+type ExternalWorkerClient struct {
+	config
+}
+
+// NewExternalWorkerClient returns a client for the ExternalWorker from the given config.
+func NewExternalWorkerClient(c config) *ExternalWorkerClient {
+	return &ExternalWorkerClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `externalworker.Hooks(f(g(h())))`.
+func (c *ExternalWorkerClient) Use(hooks ...Hook) {
+	c.hooks.ExternalWorker = append(c.hooks.ExternalWorker, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `externalworker.Intercept(f(g(h())))`.
+func (c *ExternalWorkerClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ExternalWorker = append(c.inters.ExternalWorker, interceptors...)
+}
+
+// Create returns a builder for creating a ExternalWorker entity.
+func (c *ExternalWorkerClient) Create() *ExternalWorkerCreate {
+	mutation := newExternalWorkerMutation(c.config, OpCreate)
+	return &ExternalWorkerCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of ExternalWorker entities.
+func (c *ExternalWorkerClient) CreateBulk(builders ...*ExternalWorkerCreate) *ExternalWorkerCreateBulk {
+	return &ExternalWorkerCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ExternalWorkerClient) MapCreateBulk(slice any, setFunc func(*ExternalWorkerCreate, int)) *ExternalWorkerCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ExternalWorkerCreateBulk{err: fmt.Errorf("calling to ExternalWorkerClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ExternalWorkerCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ExternalWorkerCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for ExternalWorker.
+func (c *ExternalWorkerClient) Update() *ExternalWorkerUpdate {
+	mutation := newExternalWorkerMutation(c.config, OpUpdate)
+	return &ExternalWorkerUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ExternalWorkerClient) UpdateOne(_m *ExternalWorker) *ExternalWorkerUpdateOne {
+	mutation := newExternalWorkerMutation(c.config, OpUpdateOne, withExternalWorker(_m))
+	return &ExternalWorkerUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ExternalWorkerClient) UpdateOneID(id int) *ExternalWorkerUpdateOne {
+	mutation := newExternalWorkerMutation(c.config, OpUpdateOne, withExternalWorkerID(id))
+	return &ExternalWorkerUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for ExternalWorker.
+func (c *ExternalWorkerClient) Delete() *ExternalWorkerDelete {
+	mutation := newExternalWorkerMutation(c.config, OpDelete)
+	return &ExternalWorkerDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ExternalWorkerClient) DeleteOne(_m *ExternalWorker) *ExternalWorkerDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ExternalWorkerClient) DeleteOneID(id int) *ExternalWorkerDeleteOne {
+	builder := c.Delete().Where(externalworker.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ExternalWorkerDeleteOne{builder}
+}
+
+// Query returns a query builder for ExternalWorker.
+func (c *ExternalWorkerClient) Query() *ExternalWorkerQuery {
+	return &ExternalWorkerQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeExternalWorker},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a ExternalWorker entity by its id.
+func (c *ExternalWorkerClient) Get(ctx context.Context, id int) (*ExternalWorker, error) {
+	return c.Query().Where(externalworker.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ExternalWorkerClient) GetX(ctx context.Context, id int) *ExternalWorker {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ExternalWorkerClient) Hooks() []Hook {
+	return c.hooks.ExternalWorker
+}
+
+// Interceptors returns the client interceptors.
+func (c *ExternalWorkerClient) Interceptors() []Interceptor {
+	return c.inters.ExternalWorker
+}
+
+func (c *ExternalWorkerClient) mutate(ctx context.Context, m *ExternalWorkerMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ExternalWorkerCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ExternalWorkerUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ExternalWorkerUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ExternalWorkerDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown ExternalWorker mutation op: %q", m.Op())
 	}
 }
 
@@ -3159,15 +3302,15 @@ func (c *WorkflowClient) mutate(ctx context.Context, m *WorkflowMutation) (Value
 type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
-		StallOverride, Task, TaskDependency, TaskInstance, TaskLog, TenantFlowControl,
-		TenantFlowStart, Workflow []ent.Hook
+		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
+		ScheduleEvent, StallOverride, Task, TaskDependency, TaskInstance, TaskLog,
+		TenantFlowControl, TenantFlowStart, Workflow []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
-		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
-		StallOverride, Task, TaskDependency, TaskInstance, TaskLog, TenantFlowControl,
-		TenantFlowStart, Workflow []ent.Interceptor
+		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
+		ScheduleEvent, StallOverride, Task, TaskDependency, TaskInstance, TaskLog,
+		TenantFlowControl, TenantFlowStart, Workflow []ent.Interceptor
 	}
 )
 

@@ -20,6 +20,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
+	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/schedule"
@@ -100,6 +101,7 @@ func checkColumn(t, c string) error {
 			clusternode.Table:       clusternode.ValidColumn,
 			deployment.Table:        deployment.ValidColumn,
 			externaltasktype.Table:  externaltasktype.ValidColumn,
+			externalworker.Table:    externalworker.ValidColumn,
 			flowcontrol.Table:       flowcontrol.ValidColumn,
 			flowstart.Table:         flowstart.ValidColumn,
 			schedule.Table:          schedule.ValidColumn,

@@ -20,6 +20,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/clusternode"
 	"github.com/taskgraph/taskgraph/ent/deployment"
 	"github.com/taskgraph/taskgraph/ent/externaltasktype"
+	"github.com/taskgraph/taskgraph/ent/externalworker"
 	"github.com/taskgraph/taskgraph/ent/flowcontrol"
 	"github.com/taskgraph/taskgraph/ent/flowstart"
 	"github.com/taskgraph/taskgraph/ent/predicate"
@@ -53,6 +54,7 @@ const (
 	TypeClusterNode       = "ClusterNode"
 	TypeDeployment        = "Deployment"
 	TypeExternalTaskType  = "ExternalTaskType"
+	TypeExternalWorker    = "ExternalWorker"
 	TypeFlowControl       = "FlowControl"
 	TypeFlowStart         = "FlowStart"
 	TypeSchedule          = "Schedule"
@@ -8419,6 +8421,888 @@ func (m *ExternalTaskTypeMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown ExternalTaskType edge %s", name)
 }
 
+// ExternalWorkerMutation represents an operation that mutates the ExternalWorker nodes in the graph.
+type ExternalWorkerMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	name          *string
+	tenant        *string
+	user          *string
+	language      *string
+	version       *string
+	types         *[]string
+	appendtypes   []string
+	node          *string
+	first_seen_at *time.Time
+	last_seen_at  *time.Time
+	expires_at    *time.Time
+	draining      *bool
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*ExternalWorker, error)
+	predicates    []predicate.ExternalWorker
+}
+
+var _ ent.Mutation = (*ExternalWorkerMutation)(nil)
+
+// externalworkerOption allows management of the mutation configuration using functional options.
+type externalworkerOption func(*ExternalWorkerMutation)
+
+// newExternalWorkerMutation creates new mutation for the ExternalWorker entity.
+func newExternalWorkerMutation(c config, op Op, opts ...externalworkerOption) *ExternalWorkerMutation {
+	m := &ExternalWorkerMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeExternalWorker,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withExternalWorkerID sets the ID field of the mutation.
+func withExternalWorkerID(id int) externalworkerOption {
+	return func(m *ExternalWorkerMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *ExternalWorker
+		)
+		m.oldValue = func(ctx context.Context) (*ExternalWorker, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().ExternalWorker.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withExternalWorker sets the old ExternalWorker of the mutation.
+func withExternalWorker(node *ExternalWorker) externalworkerOption {
+	return func(m *ExternalWorkerMutation) {
+		m.oldValue = func(context.Context) (*ExternalWorker, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ExternalWorkerMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ExternalWorkerMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ExternalWorkerMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ExternalWorkerMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().ExternalWorker.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetName sets the "name" field.
+func (m *ExternalWorkerMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *ExternalWorkerMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *ExternalWorkerMutation) ResetName() {
+	m.name = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *ExternalWorkerMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *ExternalWorkerMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *ExternalWorkerMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetUser sets the "user" field.
+func (m *ExternalWorkerMutation) SetUser(s string) {
+	m.user = &s
+}
+
+// User returns the value of the "user" field in the mutation.
+func (m *ExternalWorkerMutation) User() (r string, exists bool) {
+	v := m.user
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUser returns the old "user" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldUser(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUser is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUser requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUser: %w", err)
+	}
+	return oldValue.User, nil
+}
+
+// ResetUser resets all changes to the "user" field.
+func (m *ExternalWorkerMutation) ResetUser() {
+	m.user = nil
+}
+
+// SetLanguage sets the "language" field.
+func (m *ExternalWorkerMutation) SetLanguage(s string) {
+	m.language = &s
+}
+
+// Language returns the value of the "language" field in the mutation.
+func (m *ExternalWorkerMutation) Language() (r string, exists bool) {
+	v := m.language
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLanguage returns the old "language" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldLanguage(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLanguage is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLanguage requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLanguage: %w", err)
+	}
+	return oldValue.Language, nil
+}
+
+// ResetLanguage resets all changes to the "language" field.
+func (m *ExternalWorkerMutation) ResetLanguage() {
+	m.language = nil
+}
+
+// SetVersion sets the "version" field.
+func (m *ExternalWorkerMutation) SetVersion(s string) {
+	m.version = &s
+}
+
+// Version returns the value of the "version" field in the mutation.
+func (m *ExternalWorkerMutation) Version() (r string, exists bool) {
+	v := m.version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVersion returns the old "version" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldVersion(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVersion: %w", err)
+	}
+	return oldValue.Version, nil
+}
+
+// ResetVersion resets all changes to the "version" field.
+func (m *ExternalWorkerMutation) ResetVersion() {
+	m.version = nil
+}
+
+// SetTypes sets the "types" field.
+func (m *ExternalWorkerMutation) SetTypes(s []string) {
+	m.types = &s
+	m.appendtypes = nil
+}
+
+// Types returns the value of the "types" field in the mutation.
+func (m *ExternalWorkerMutation) Types() (r []string, exists bool) {
+	v := m.types
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTypes returns the old "types" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldTypes(ctx context.Context) (v []string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTypes is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTypes requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTypes: %w", err)
+	}
+	return oldValue.Types, nil
+}
+
+// AppendTypes adds s to the "types" field.
+func (m *ExternalWorkerMutation) AppendTypes(s []string) {
+	m.appendtypes = append(m.appendtypes, s...)
+}
+
+// AppendedTypes returns the list of values that were appended to the "types" field in this mutation.
+func (m *ExternalWorkerMutation) AppendedTypes() ([]string, bool) {
+	if len(m.appendtypes) == 0 {
+		return nil, false
+	}
+	return m.appendtypes, true
+}
+
+// ResetTypes resets all changes to the "types" field.
+func (m *ExternalWorkerMutation) ResetTypes() {
+	m.types = nil
+	m.appendtypes = nil
+}
+
+// SetNode sets the "node" field.
+func (m *ExternalWorkerMutation) SetNode(s string) {
+	m.node = &s
+}
+
+// Node returns the value of the "node" field in the mutation.
+func (m *ExternalWorkerMutation) Node() (r string, exists bool) {
+	v := m.node
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNode returns the old "node" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldNode(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNode: %w", err)
+	}
+	return oldValue.Node, nil
+}
+
+// ResetNode resets all changes to the "node" field.
+func (m *ExternalWorkerMutation) ResetNode() {
+	m.node = nil
+}
+
+// SetFirstSeenAt sets the "first_seen_at" field.
+func (m *ExternalWorkerMutation) SetFirstSeenAt(t time.Time) {
+	m.first_seen_at = &t
+}
+
+// FirstSeenAt returns the value of the "first_seen_at" field in the mutation.
+func (m *ExternalWorkerMutation) FirstSeenAt() (r time.Time, exists bool) {
+	v := m.first_seen_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFirstSeenAt returns the old "first_seen_at" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldFirstSeenAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFirstSeenAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFirstSeenAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFirstSeenAt: %w", err)
+	}
+	return oldValue.FirstSeenAt, nil
+}
+
+// ResetFirstSeenAt resets all changes to the "first_seen_at" field.
+func (m *ExternalWorkerMutation) ResetFirstSeenAt() {
+	m.first_seen_at = nil
+}
+
+// SetLastSeenAt sets the "last_seen_at" field.
+func (m *ExternalWorkerMutation) SetLastSeenAt(t time.Time) {
+	m.last_seen_at = &t
+}
+
+// LastSeenAt returns the value of the "last_seen_at" field in the mutation.
+func (m *ExternalWorkerMutation) LastSeenAt() (r time.Time, exists bool) {
+	v := m.last_seen_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastSeenAt returns the old "last_seen_at" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldLastSeenAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastSeenAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastSeenAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastSeenAt: %w", err)
+	}
+	return oldValue.LastSeenAt, nil
+}
+
+// ResetLastSeenAt resets all changes to the "last_seen_at" field.
+func (m *ExternalWorkerMutation) ResetLastSeenAt() {
+	m.last_seen_at = nil
+}
+
+// SetExpiresAt sets the "expires_at" field.
+func (m *ExternalWorkerMutation) SetExpiresAt(t time.Time) {
+	m.expires_at = &t
+}
+
+// ExpiresAt returns the value of the "expires_at" field in the mutation.
+func (m *ExternalWorkerMutation) ExpiresAt() (r time.Time, exists bool) {
+	v := m.expires_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExpiresAt returns the old "expires_at" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldExpiresAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExpiresAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExpiresAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExpiresAt: %w", err)
+	}
+	return oldValue.ExpiresAt, nil
+}
+
+// ResetExpiresAt resets all changes to the "expires_at" field.
+func (m *ExternalWorkerMutation) ResetExpiresAt() {
+	m.expires_at = nil
+}
+
+// SetDraining sets the "draining" field.
+func (m *ExternalWorkerMutation) SetDraining(b bool) {
+	m.draining = &b
+}
+
+// Draining returns the value of the "draining" field in the mutation.
+func (m *ExternalWorkerMutation) Draining() (r bool, exists bool) {
+	v := m.draining
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDraining returns the old "draining" field's value of the ExternalWorker entity.
+// If the ExternalWorker object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalWorkerMutation) OldDraining(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDraining is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDraining requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDraining: %w", err)
+	}
+	return oldValue.Draining, nil
+}
+
+// ResetDraining resets all changes to the "draining" field.
+func (m *ExternalWorkerMutation) ResetDraining() {
+	m.draining = nil
+}
+
+// Where appends a list predicates to the ExternalWorkerMutation builder.
+func (m *ExternalWorkerMutation) Where(ps ...predicate.ExternalWorker) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ExternalWorkerMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ExternalWorkerMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ExternalWorker, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ExternalWorkerMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ExternalWorkerMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (ExternalWorker).
+func (m *ExternalWorkerMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ExternalWorkerMutation) Fields() []string {
+	fields := make([]string, 0, 11)
+	if m.name != nil {
+		fields = append(fields, externalworker.FieldName)
+	}
+	if m.tenant != nil {
+		fields = append(fields, externalworker.FieldTenant)
+	}
+	if m.user != nil {
+		fields = append(fields, externalworker.FieldUser)
+	}
+	if m.language != nil {
+		fields = append(fields, externalworker.FieldLanguage)
+	}
+	if m.version != nil {
+		fields = append(fields, externalworker.FieldVersion)
+	}
+	if m.types != nil {
+		fields = append(fields, externalworker.FieldTypes)
+	}
+	if m.node != nil {
+		fields = append(fields, externalworker.FieldNode)
+	}
+	if m.first_seen_at != nil {
+		fields = append(fields, externalworker.FieldFirstSeenAt)
+	}
+	if m.last_seen_at != nil {
+		fields = append(fields, externalworker.FieldLastSeenAt)
+	}
+	if m.expires_at != nil {
+		fields = append(fields, externalworker.FieldExpiresAt)
+	}
+	if m.draining != nil {
+		fields = append(fields, externalworker.FieldDraining)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ExternalWorkerMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case externalworker.FieldName:
+		return m.Name()
+	case externalworker.FieldTenant:
+		return m.Tenant()
+	case externalworker.FieldUser:
+		return m.User()
+	case externalworker.FieldLanguage:
+		return m.Language()
+	case externalworker.FieldVersion:
+		return m.Version()
+	case externalworker.FieldTypes:
+		return m.Types()
+	case externalworker.FieldNode:
+		return m.Node()
+	case externalworker.FieldFirstSeenAt:
+		return m.FirstSeenAt()
+	case externalworker.FieldLastSeenAt:
+		return m.LastSeenAt()
+	case externalworker.FieldExpiresAt:
+		return m.ExpiresAt()
+	case externalworker.FieldDraining:
+		return m.Draining()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ExternalWorkerMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case externalworker.FieldName:
+		return m.OldName(ctx)
+	case externalworker.FieldTenant:
+		return m.OldTenant(ctx)
+	case externalworker.FieldUser:
+		return m.OldUser(ctx)
+	case externalworker.FieldLanguage:
+		return m.OldLanguage(ctx)
+	case externalworker.FieldVersion:
+		return m.OldVersion(ctx)
+	case externalworker.FieldTypes:
+		return m.OldTypes(ctx)
+	case externalworker.FieldNode:
+		return m.OldNode(ctx)
+	case externalworker.FieldFirstSeenAt:
+		return m.OldFirstSeenAt(ctx)
+	case externalworker.FieldLastSeenAt:
+		return m.OldLastSeenAt(ctx)
+	case externalworker.FieldExpiresAt:
+		return m.OldExpiresAt(ctx)
+	case externalworker.FieldDraining:
+		return m.OldDraining(ctx)
+	}
+	return nil, fmt.Errorf("unknown ExternalWorker field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ExternalWorkerMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case externalworker.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case externalworker.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case externalworker.FieldUser:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUser(v)
+		return nil
+	case externalworker.FieldLanguage:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLanguage(v)
+		return nil
+	case externalworker.FieldVersion:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVersion(v)
+		return nil
+	case externalworker.FieldTypes:
+		v, ok := value.([]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTypes(v)
+		return nil
+	case externalworker.FieldNode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNode(v)
+		return nil
+	case externalworker.FieldFirstSeenAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFirstSeenAt(v)
+		return nil
+	case externalworker.FieldLastSeenAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastSeenAt(v)
+		return nil
+	case externalworker.FieldExpiresAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExpiresAt(v)
+		return nil
+	case externalworker.FieldDraining:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDraining(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ExternalWorker field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ExternalWorkerMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ExternalWorkerMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ExternalWorkerMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown ExternalWorker numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ExternalWorkerMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ExternalWorkerMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ExternalWorkerMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown ExternalWorker nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ExternalWorkerMutation) ResetField(name string) error {
+	switch name {
+	case externalworker.FieldName:
+		m.ResetName()
+		return nil
+	case externalworker.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case externalworker.FieldUser:
+		m.ResetUser()
+		return nil
+	case externalworker.FieldLanguage:
+		m.ResetLanguage()
+		return nil
+	case externalworker.FieldVersion:
+		m.ResetVersion()
+		return nil
+	case externalworker.FieldTypes:
+		m.ResetTypes()
+		return nil
+	case externalworker.FieldNode:
+		m.ResetNode()
+		return nil
+	case externalworker.FieldFirstSeenAt:
+		m.ResetFirstSeenAt()
+		return nil
+	case externalworker.FieldLastSeenAt:
+		m.ResetLastSeenAt()
+		return nil
+	case externalworker.FieldExpiresAt:
+		m.ResetExpiresAt()
+		return nil
+	case externalworker.FieldDraining:
+		m.ResetDraining()
+		return nil
+	}
+	return fmt.Errorf("unknown ExternalWorker field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ExternalWorkerMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ExternalWorkerMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ExternalWorkerMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ExternalWorkerMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ExternalWorkerMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ExternalWorkerMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ExternalWorkerMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown ExternalWorker unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ExternalWorkerMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown ExternalWorker edge %s", name)
+}
+
 // FlowControlMutation represents an operation that mutates the FlowControl nodes in the graph.
 type FlowControlMutation struct {
 	config
@@ -13745,6 +14629,8 @@ type TaskMutation struct {
 	workflow_id        *int
 	addworkflow_id     *int
 	step_key           *string
+	parent_count       *int
+	addparent_count    *int
 	clearedFields      map[string]struct{}
 	instances          map[int]struct{}
 	removedinstances   map[int]struct{}
@@ -15529,6 +16415,62 @@ func (m *TaskMutation) ResetStepKey() {
 	delete(m.clearedFields, task.FieldStepKey)
 }
 
+// SetParentCount sets the "parent_count" field.
+func (m *TaskMutation) SetParentCount(i int) {
+	m.parent_count = &i
+	m.addparent_count = nil
+}
+
+// ParentCount returns the value of the "parent_count" field in the mutation.
+func (m *TaskMutation) ParentCount() (r int, exists bool) {
+	v := m.parent_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentCount returns the old "parent_count" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldParentCount(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentCount is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentCount requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentCount: %w", err)
+	}
+	return oldValue.ParentCount, nil
+}
+
+// AddParentCount adds i to the "parent_count" field.
+func (m *TaskMutation) AddParentCount(i int) {
+	if m.addparent_count != nil {
+		*m.addparent_count += i
+	} else {
+		m.addparent_count = &i
+	}
+}
+
+// AddedParentCount returns the value that was added to the "parent_count" field in this mutation.
+func (m *TaskMutation) AddedParentCount() (r int, exists bool) {
+	v := m.addparent_count
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetParentCount resets all changes to the "parent_count" field.
+func (m *TaskMutation) ResetParentCount() {
+	m.parent_count = nil
+	m.addparent_count = nil
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by ids.
 func (m *TaskMutation) AddInstanceIDs(ids ...int) {
 	if m.instances == nil {
@@ -15725,7 +16667,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 36)
+	fields := make([]string, 0, 37)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -15834,6 +16776,9 @@ func (m *TaskMutation) Fields() []string {
 	if m.step_key != nil {
 		fields = append(fields, task.FieldStepKey)
 	}
+	if m.parent_count != nil {
+		fields = append(fields, task.FieldParentCount)
+	}
 	return fields
 }
 
@@ -15914,6 +16859,8 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.WorkflowID()
 	case task.FieldStepKey:
 		return m.StepKey()
+	case task.FieldParentCount:
+		return m.ParentCount()
 	}
 	return nil, false
 }
@@ -15995,6 +16942,8 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldWorkflowID(ctx)
 	case task.FieldStepKey:
 		return m.OldStepKey(ctx)
+	case task.FieldParentCount:
+		return m.OldParentCount(ctx)
 	}
 	return nil, fmt.Errorf("unknown Task field %s", name)
 }
@@ -16256,6 +17205,13 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetStepKey(v)
 		return nil
+	case task.FieldParentCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentCount(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)
 }
@@ -16288,6 +17244,9 @@ func (m *TaskMutation) AddedFields() []string {
 	if m.addworkflow_id != nil {
 		fields = append(fields, task.FieldWorkflowID)
 	}
+	if m.addparent_count != nil {
+		fields = append(fields, task.FieldParentCount)
+	}
 	return fields
 }
 
@@ -16312,6 +17271,8 @@ func (m *TaskMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedScheduleID()
 	case task.FieldWorkflowID:
 		return m.AddedWorkflowID()
+	case task.FieldParentCount:
+		return m.AddedParentCount()
 	}
 	return nil, false
 }
@@ -16376,6 +17337,13 @@ func (m *TaskMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddWorkflowID(v)
+		return nil
+	case task.FieldParentCount:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddParentCount(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Task numeric field %s", name)
@@ -16598,6 +17566,9 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldStepKey:
 		m.ResetStepKey()
+		return nil
+	case task.FieldParentCount:
+		m.ResetParentCount()
 		return nil
 	}
 	return fmt.Errorf("unknown Task field %s", name)

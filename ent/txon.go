@@ -27,6 +27,7 @@ func (c *Client) TxOn(ctx context.Context, tx dialect.Tx) *Tx {
 		ClusterNode:       NewClusterNodeClient(cfg),
 		Deployment:        NewDeploymentClient(cfg),
 		ExternalTaskType:  NewExternalTaskTypeClient(cfg),
+		ExternalWorker:    NewExternalWorkerClient(cfg),
 		FlowControl:       NewFlowControlClient(cfg),
 		FlowStart:         NewFlowStartClient(cfg),
 		Schedule:          NewScheduleClient(cfg),

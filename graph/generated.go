@@ -216,6 +216,23 @@ type ComplexityRoot struct {
 		URL       func(childComplexity int) int
 	}
 
+	ExternalWorker struct {
+		Draining    func(childComplexity int) int
+		ExpiresAt   func(childComplexity int) int
+		FirstSeenAt func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Language    func(childComplexity int) int
+		LastSeenAt  func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Node        func(childComplexity int) int
+		Running     func(childComplexity int) int
+		State       func(childComplexity int) int
+		Tenant      func(childComplexity int) int
+		Types       func(childComplexity int) int
+		User        func(childComplexity int) int
+		Version     func(childComplexity int) int
+	}
+
 	ImportColumn struct {
 		Headers  func(childComplexity int) int
 		Key      func(childComplexity int) int
@@ -248,6 +265,7 @@ type ComplexityRoot struct {
 		DeleteSchedule       func(childComplexity int, id int) int
 		DeleteTaskType       func(childComplexity int, name string) int
 		DrainClusterNode     func(childComplexity int, id string, drain bool) int
+		DrainWorker          func(childComplexity int, id int, drain bool) int
 		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
 		PauseSchedule        func(childComplexity int, id int) int
 		PauseTenantType      func(childComplexity int, typeArg string, tenant *string, until *time.Time) int
@@ -258,6 +276,7 @@ type ComplexityRoot struct {
 		ResumeType           func(childComplexity int, typeArg string) int
 		RetryTask            func(childComplexity int, id int) int
 		RetryTasks           func(childComplexity int, ids []int) int
+		RetryWorkflow        func(childComplexity int, id int, reason *string) int
 		RunScheduleNow       func(childComplexity int, id int) int
 		SetTenantTypeControl func(childComplexity int, typeArg string, tenant *string, input model.TenantTypeControlInput) int
 		SetTypeControl       func(childComplexity int, typeArg string, input model.TypeControlInput) int
@@ -293,6 +312,7 @@ type ComplexityRoot struct {
 		ClusterNodes    func(childComplexity int) int
 		ClusterSummary  func(childComplexity int) int
 		CountTasks      func(childComplexity int, where ent.TaskWhereInput) int
+		ExternalWorkers func(childComplexity int) int
 		ImportTargets   func(childComplexity int) int
 		Node            func(childComplexity int, id int) int
 		Nodes           func(childComplexity int, ids []int) int
@@ -395,11 +415,12 @@ type ComplexityRoot struct {
 	}
 
 	Subscription struct {
-		AlertIncidentChanged  func(childComplexity int) int
-		ClusterNodesChanged   func(childComplexity int) int
-		ClusterSummaryChanged func(childComplexity int) int
-		TaskLogAppended       func(childComplexity int, taskID int) int
-		TaskUpdated           func(childComplexity int, id *int, where *ent.TaskWhereInput) int
+		AlertIncidentChanged   func(childComplexity int) int
+		ClusterNodesChanged    func(childComplexity int) int
+		ClusterSummaryChanged  func(childComplexity int) int
+		ExternalWorkersChanged func(childComplexity int) int
+		TaskLogAppended        func(childComplexity int, taskID int) int
+		TaskUpdated            func(childComplexity int, id *int, where *ent.TaskWhereInput) int
 	}
 
 	Task struct {
@@ -659,6 +680,8 @@ type MutationResolver interface {
 	SetTenantTypeControl(ctx context.Context, typeArg string, tenant *string, input model.TenantTypeControlInput) (*flow.TenantControl, error)
 	PauseTenantType(ctx context.Context, typeArg string, tenant *string, until *time.Time) (*flow.TenantControl, error)
 	ResumeTenantType(ctx context.Context, typeArg string, tenant *string) (*flow.TenantControl, error)
+	DrainWorker(ctx context.Context, id int, drain bool) (*nodes.WorkerView, error)
+	RetryWorkflow(ctx context.Context, id int, reason *string) (*ent.Workflow, error)
 	CreateWorkflow(ctx context.Context, input model.CreateWorkflowInput) (*ent.Workflow, error)
 	CancelWorkflow(ctx context.Context, id int, reason *string) (*ent.Workflow, error)
 }
@@ -687,6 +710,7 @@ type QueryResolver interface {
 	ClusterSummary(ctx context.Context) (*nodes.Summary, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
+	ExternalWorkers(ctx context.Context) ([]*nodes.WorkerView, error)
 	Workflow(ctx context.Context, id int) (*ent.Workflow, error)
 }
 type ScheduleResolver interface {
@@ -700,6 +724,7 @@ type SubscriptionResolver interface {
 	AlertIncidentChanged(ctx context.Context) (<-chan *ent.AlertIncident, error)
 	ClusterNodesChanged(ctx context.Context) (<-chan []*nodes.View, error)
 	ClusterSummaryChanged(ctx context.Context) (<-chan *nodes.Summary, error)
+	ExternalWorkersChanged(ctx context.Context) (<-chan []*nodes.WorkerView, error)
 }
 type TaskResolver interface {
 	Instances(ctx context.Context, obj *ent.Task) ([]*ent.TaskInstance, error)
@@ -1427,6 +1452,91 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.DownloadLink.URL(childComplexity), true
 
+	case "ExternalWorker.draining":
+		if e.ComplexityRoot.ExternalWorker.Draining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Draining(childComplexity), true
+	case "ExternalWorker.expiresAt":
+		if e.ComplexityRoot.ExternalWorker.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.ExpiresAt(childComplexity), true
+	case "ExternalWorker.firstSeenAt":
+		if e.ComplexityRoot.ExternalWorker.FirstSeenAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.FirstSeenAt(childComplexity), true
+	case "ExternalWorker.id":
+		if e.ComplexityRoot.ExternalWorker.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.ID(childComplexity), true
+	case "ExternalWorker.language":
+		if e.ComplexityRoot.ExternalWorker.Language == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Language(childComplexity), true
+	case "ExternalWorker.lastSeenAt":
+		if e.ComplexityRoot.ExternalWorker.LastSeenAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.LastSeenAt(childComplexity), true
+	case "ExternalWorker.name":
+		if e.ComplexityRoot.ExternalWorker.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Name(childComplexity), true
+	case "ExternalWorker.node":
+		if e.ComplexityRoot.ExternalWorker.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Node(childComplexity), true
+	case "ExternalWorker.runningExecutions":
+		if e.ComplexityRoot.ExternalWorker.Running == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Running(childComplexity), true
+	case "ExternalWorker.state":
+		if e.ComplexityRoot.ExternalWorker.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.State(childComplexity), true
+	case "ExternalWorker.tenant":
+		if e.ComplexityRoot.ExternalWorker.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Tenant(childComplexity), true
+	case "ExternalWorker.types":
+		if e.ComplexityRoot.ExternalWorker.Types == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Types(childComplexity), true
+	case "ExternalWorker.user":
+		if e.ComplexityRoot.ExternalWorker.User == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.User(childComplexity), true
+	case "ExternalWorker.version":
+		if e.ComplexityRoot.ExternalWorker.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalWorker.Version(childComplexity), true
+
 	case "ImportColumn.headers":
 		if e.ComplexityRoot.ImportColumn.Headers == nil {
 			break
@@ -1664,6 +1774,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DrainClusterNode(childComplexity, args["id"].(string), args["drain"].(bool)), true
+	case "Mutation.drainWorker":
+		if e.ComplexityRoot.Mutation.DrainWorker == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_drainWorker_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DrainWorker(childComplexity, args["id"].(int), args["drain"].(bool)), true
 	case "Mutation.importFile":
 		if e.ComplexityRoot.Mutation.ImportFile == nil {
 			break
@@ -1774,6 +1895,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RetryTasks(childComplexity, args["ids"].([]int)), true
+	case "Mutation.retryWorkflow":
+		if e.ComplexityRoot.Mutation.RetryWorkflow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_retryWorkflow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RetryWorkflow(childComplexity, args["id"].(int), args["reason"].(*string)), true
 	case "Mutation.runScheduleNow":
 		if e.ComplexityRoot.Mutation.RunScheduleNow == nil {
 			break
@@ -2003,6 +2135,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.CountTasks(childComplexity, args["where"].(ent.TaskWhereInput)), true
+	case "Query.externalWorkers":
+		if e.ComplexityRoot.Query.ExternalWorkers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ExternalWorkers(childComplexity), true
 	case "Query.importTargets":
 		if e.ComplexityRoot.Query.ImportTargets == nil {
 			break
@@ -2551,6 +2689,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.ClusterSummaryChanged(childComplexity), true
+	case "Subscription.externalWorkersChanged":
+		if e.ComplexityRoot.Subscription.ExternalWorkersChanged == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscription.ExternalWorkersChanged(childComplexity), true
 	case "Subscription.taskLogAppended":
 		if e.ComplexityRoot.Subscription.TaskLogAppended == nil {
 			break
@@ -3639,7 +3783,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workflows.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workers.graphql" "schema/workflowengine.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -3773,6 +3917,8 @@ enum AuditLogAction @goModel(model: "github.com/taskgraph/taskgraph/ent/auditlog
   TYPE_RESUME
   NODE_DRAIN
   NODE_UNDRAIN
+  WORKER_DRAIN
+  WORKER_UNDRAIN
   TASK_TYPE_DECLARE
   TASK_TYPE_DELETE
 }
@@ -5871,6 +6017,8 @@ extend type Query {
 	{Name: "schema/payload.graphql", Input: sourceData("schema/payload.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 	{Name: "schema/tenants.graphql", Input: sourceData("schema/tenants.graphql"), BuiltIn: false},
+	{Name: "schema/workers.graphql", Input: sourceData("schema/workers.graphql"), BuiltIn: false},
+	{Name: "schema/workflowengine.graphql", Input: sourceData("schema/workflowengine.graphql"), BuiltIn: false},
 	{Name: "schema/workflows.graphql", Input: sourceData("schema/workflows.graphql"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -6183,6 +6331,40 @@ func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field 
 		return ec.fieldContext_DownloadLink_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DownloadLink", field.Name)
+}
+
+func (ec *executionContext) childFields_ExternalWorker(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ExternalWorker_id(ctx, field)
+	case "name":
+		return ec.fieldContext_ExternalWorker_name(ctx, field)
+	case "tenant":
+		return ec.fieldContext_ExternalWorker_tenant(ctx, field)
+	case "user":
+		return ec.fieldContext_ExternalWorker_user(ctx, field)
+	case "language":
+		return ec.fieldContext_ExternalWorker_language(ctx, field)
+	case "version":
+		return ec.fieldContext_ExternalWorker_version(ctx, field)
+	case "types":
+		return ec.fieldContext_ExternalWorker_types(ctx, field)
+	case "node":
+		return ec.fieldContext_ExternalWorker_node(ctx, field)
+	case "state":
+		return ec.fieldContext_ExternalWorker_state(ctx, field)
+	case "firstSeenAt":
+		return ec.fieldContext_ExternalWorker_firstSeenAt(ctx, field)
+	case "lastSeenAt":
+		return ec.fieldContext_ExternalWorker_lastSeenAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ExternalWorker_expiresAt(ctx, field)
+	case "draining":
+		return ec.fieldContext_ExternalWorker_draining(ctx, field)
+	case "runningExecutions":
+		return ec.fieldContext_ExternalWorker_runningExecutions(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExternalWorker", field.Name)
 }
 
 func (ec *executionContext) childFields_ImportColumn(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -7249,6 +7431,28 @@ func (ec *executionContext) field_Mutation_drainClusterNode_args(ctx context.Con
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_drainWorker_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "drain",
+		func(ctx context.Context, v any) (bool, error) {
+			return ec.unmarshalNBoolean2bool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["drain"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_importFile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -7442,6 +7646,28 @@ func (ec *executionContext) field_Mutation_retryTasks_args(ctx context.Context, 
 		return nil, err
 	}
 	args["ids"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_retryWorkflow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
 	return args, nil
 }
 
@@ -10980,6 +11206,337 @@ func (ec *executionContext) fieldContext_DownloadLink_expiresAt(_ context.Contex
 	return graphql.NewScalarFieldContext("DownloadLink", field, false, false, "Time")
 }
 
+func (ec *executionContext) _ExternalWorker_id(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "ID")
+}
+
+func (ec *executionContext) _ExternalWorker_name(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExternalWorker_tenant(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExternalWorker_user(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_user(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.User, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_user(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExternalWorker_language(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_language(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Language, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_language(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExternalWorker_version(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExternalWorker_types(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_types(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Types, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_types(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExternalWorker_node(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExternalWorker_state(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_state(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.State, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v nodes.State) graphql.Marshaler {
+			return ec.marshalNClusterNodeState2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "ClusterNodeState")
+}
+
+func (ec *executionContext) _ExternalWorker_firstSeenAt(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_firstSeenAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FirstSeenAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_firstSeenAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ExternalWorker_lastSeenAt(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_lastSeenAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastSeenAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_lastSeenAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ExternalWorker_expiresAt(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ExternalWorker_draining(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_draining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Draining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_draining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExternalWorker", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ExternalWorker_runningExecutions(ctx context.Context, field graphql.CollectedField, obj *nodes.WorkerView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExternalWorker_runningExecutions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Running, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []nodes.Execution) graphql.Marshaler {
+			return ec.marshalNNodeExecution2ᚕgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐExecutionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExternalWorker_runningExecutions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ExternalWorker",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_NodeExecution(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _ImportColumn_key(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -12669,6 +13226,94 @@ func (ec *executionContext) fieldContext_Mutation_resumeTenantType(ctx context.C
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_drainWorker(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_drainWorker(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DrainWorker(ctx, fc.Args["id"].(int), fc.Args["drain"].(bool))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.WorkerView) graphql.Marshaler {
+			return ec.marshalNExternalWorker2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerView(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_drainWorker(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExternalWorker(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_drainWorker_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_retryWorkflow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_retryWorkflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RetryWorkflow(ctx, fc.Args["id"].(int), fc.Args["reason"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalNWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_retryWorkflow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_retryWorkflow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createWorkflow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -13885,6 +14530,38 @@ func (ec *executionContext) fieldContext_Query_schedulePreview(ctx context.Conte
 	if fc.Args, err = ec.field_Query_schedulePreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_externalWorkers(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_externalWorkers(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ExternalWorkers(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.WorkerView) graphql.Marshaler {
+			return ec.marshalNExternalWorker2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerViewᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_externalWorkers(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExternalWorker(ctx, field)
+		},
 	}
 	return fc, nil
 }
@@ -15671,6 +16348,38 @@ func (ec *executionContext) fieldContext_Subscription_clusterSummaryChanged(_ co
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_ClusterSummary(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_externalWorkersChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_externalWorkersChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscription().ExternalWorkersChanged(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*nodes.WorkerView) graphql.Marshaler {
+			return ec.marshalNExternalWorker2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerViewᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_externalWorkersChanged(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExternalWorker(ctx, field)
 		},
 	}
 	return fc, nil
@@ -28464,6 +29173,104 @@ func (ec *executionContext) _DownloadLink(ctx context.Context, sel ast.Selection
 	return out
 }
 
+var externalWorkerImplementors = []string{"ExternalWorker"}
+
+func (ec *executionContext) _ExternalWorker(ctx context.Context, sel ast.SelectionSet, obj *nodes.WorkerView) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, externalWorkerImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ExternalWorker")
+		case "id":
+			out.Values[i] = ec._ExternalWorker_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._ExternalWorker_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "tenant":
+			out.Values[i] = ec._ExternalWorker_tenant(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "user":
+			out.Values[i] = ec._ExternalWorker_user(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "language":
+			out.Values[i] = ec._ExternalWorker_language(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "version":
+			out.Values[i] = ec._ExternalWorker_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "types":
+			out.Values[i] = ec._ExternalWorker_types(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._ExternalWorker_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "state":
+			out.Values[i] = ec._ExternalWorker_state(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "firstSeenAt":
+			out.Values[i] = ec._ExternalWorker_firstSeenAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "lastSeenAt":
+			out.Values[i] = ec._ExternalWorker_lastSeenAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._ExternalWorker_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "draining":
+			out.Values[i] = ec._ExternalWorker_draining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "runningExecutions":
+			out.Values[i] = ec._ExternalWorker_runningExecutions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var importColumnImplementors = []string{"ImportColumn"}
 
 func (ec *executionContext) _ImportColumn(ctx context.Context, sel ast.SelectionSet, obj *model.ImportColumn) graphql.Marshaler {
@@ -28817,6 +29624,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "drainWorker":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_drainWorker(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "retryWorkflow":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_retryWorkflow(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createWorkflow":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createWorkflow(ctx, field)
@@ -29106,6 +29927,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_schedulePreview(ctx, field)
+				})
+		case "externalWorkers":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_externalWorkers(ctx, field)
 				})
 		case "workflow":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -29691,6 +30518,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_clusterNodesChanged(ctx, fields[0])
 	case "clusterSummaryChanged":
 		return ec._Subscription_clusterSummaryChanged(ctx, fields[0])
+	case "externalWorkersChanged":
+		return ec._Subscription_externalWorkersChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
@@ -31674,6 +32503,30 @@ func (ec *executionContext) marshalNDownloadLink2ᚖgithubᚗcomᚋtaskgraphᚋt
 		return graphql.Null
 	}
 	return ec._DownloadLink(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNExternalWorker2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerViewᚄ(ctx context.Context, sel ast.SelectionSet, v []*nodes.WorkerView) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNExternalWorker2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerView(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNExternalWorker2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋnodesᚐWorkerView(ctx context.Context, sel ast.SelectionSet, v *nodes.WorkerView) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ExternalWorker!")
+		return graphql.Null
+	}
+	return ec._ExternalWorker(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNFloat2float64(ctx context.Context, v any) (float64, error) {

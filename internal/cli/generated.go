@@ -2488,6 +2488,138 @@ func (v *DrainClusterNodeResponse) GetDrainClusterNode() DrainClusterNodeDrainCl
 	return v.DrainClusterNode
 }
 
+// DrainWorkerDrainWorkerExternalWorker includes the requested fields of the GraphQL type ExternalWorker.
+// The GraphQL type's documentation follows.
+//
+// A worker process outside the server, running external task types over the worker protocol, as it last said in a claim (recorded at most once per node refresh interval). Admins see their tenant's; platform administrators, all.
+type DrainWorkerDrainWorkerExternalWorker struct {
+	WorkerFields `json:"-"`
+}
+
+// GetId returns DrainWorkerDrainWorkerExternalWorker.Id, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetId() string { return v.WorkerFields.Id }
+
+// GetName returns DrainWorkerDrainWorkerExternalWorker.Name, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetName() string { return v.WorkerFields.Name }
+
+// GetState returns DrainWorkerDrainWorkerExternalWorker.State, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetState() ClusterNodeState {
+	return v.WorkerFields.State
+}
+
+// GetTenant returns DrainWorkerDrainWorkerExternalWorker.Tenant, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetTenant() string { return v.WorkerFields.Tenant }
+
+// GetLanguage returns DrainWorkerDrainWorkerExternalWorker.Language, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetLanguage() string { return v.WorkerFields.Language }
+
+// GetVersion returns DrainWorkerDrainWorkerExternalWorker.Version, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetVersion() string { return v.WorkerFields.Version }
+
+// GetTypes returns DrainWorkerDrainWorkerExternalWorker.Types, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetTypes() []string { return v.WorkerFields.Types }
+
+// GetNode returns DrainWorkerDrainWorkerExternalWorker.Node, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetNode() string { return v.WorkerFields.Node }
+
+// GetDraining returns DrainWorkerDrainWorkerExternalWorker.Draining, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetDraining() bool { return v.WorkerFields.Draining }
+
+// GetLastSeenAt returns DrainWorkerDrainWorkerExternalWorker.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetLastSeenAt() time.Time {
+	return v.WorkerFields.LastSeenAt
+}
+
+// GetRunningExecutions returns DrainWorkerDrainWorkerExternalWorker.RunningExecutions, and is useful for accessing the field via an interface.
+func (v *DrainWorkerDrainWorkerExternalWorker) GetRunningExecutions() []WorkerFieldsRunningExecutionsNodeExecution {
+	return v.WorkerFields.RunningExecutions
+}
+
+func (v *DrainWorkerDrainWorkerExternalWorker) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*DrainWorkerDrainWorkerExternalWorker
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.DrainWorkerDrainWorkerExternalWorker = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkerFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalDrainWorkerDrainWorkerExternalWorker struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	State ClusterNodeState `json:"state"`
+
+	Tenant string `json:"tenant"`
+
+	Language string `json:"language"`
+
+	Version string `json:"version"`
+
+	Types []string `json:"types"`
+
+	Node string `json:"node"`
+
+	Draining bool `json:"draining"`
+
+	LastSeenAt time.Time `json:"lastSeenAt"`
+
+	RunningExecutions []WorkerFieldsRunningExecutionsNodeExecution `json:"runningExecutions"`
+}
+
+func (v *DrainWorkerDrainWorkerExternalWorker) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *DrainWorkerDrainWorkerExternalWorker) __premarshalJSON() (*__premarshalDrainWorkerDrainWorkerExternalWorker, error) {
+	var retval __premarshalDrainWorkerDrainWorkerExternalWorker
+
+	retval.Id = v.WorkerFields.Id
+	retval.Name = v.WorkerFields.Name
+	retval.State = v.WorkerFields.State
+	retval.Tenant = v.WorkerFields.Tenant
+	retval.Language = v.WorkerFields.Language
+	retval.Version = v.WorkerFields.Version
+	retval.Types = v.WorkerFields.Types
+	retval.Node = v.WorkerFields.Node
+	retval.Draining = v.WorkerFields.Draining
+	retval.LastSeenAt = v.WorkerFields.LastSeenAt
+	retval.RunningExecutions = v.WorkerFields.RunningExecutions
+	return &retval, nil
+}
+
+// DrainWorkerResponse is returned by DrainWorker on success.
+type DrainWorkerResponse struct {
+	// Drains an external worker (drain: true: its claims take nothing and answer draining, and the reference client finishes what runs and exits) or undrains it. Admins of its tenant and platform administrators; audited.
+	DrainWorker DrainWorkerDrainWorkerExternalWorker `json:"drainWorker"`
+}
+
+// GetDrainWorker returns DrainWorkerResponse.DrainWorker, and is useful for accessing the field via an interface.
+func (v *DrainWorkerResponse) GetDrainWorker() DrainWorkerDrainWorkerExternalWorker {
+	return v.DrainWorker
+}
+
 // ErrorKind is enum for the field error_kind
 type ErrorKind string
 
@@ -2509,6 +2641,148 @@ var AllErrorKind = []ErrorKind{
 	ErrorKind_CANCELLED,
 	ErrorKind_INTERRUPTED,
 	ErrorKind_STALLED,
+}
+
+// ExternalWorkersExternalWorkersExternalWorker includes the requested fields of the GraphQL type ExternalWorker.
+// The GraphQL type's documentation follows.
+//
+// A worker process outside the server, running external task types over the worker protocol, as it last said in a claim (recorded at most once per node refresh interval). Admins see their tenant's; platform administrators, all.
+type ExternalWorkersExternalWorkersExternalWorker struct {
+	WorkerFields `json:"-"`
+}
+
+// GetId returns ExternalWorkersExternalWorkersExternalWorker.Id, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetId() string { return v.WorkerFields.Id }
+
+// GetName returns ExternalWorkersExternalWorkersExternalWorker.Name, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetName() string { return v.WorkerFields.Name }
+
+// GetState returns ExternalWorkersExternalWorkersExternalWorker.State, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetState() ClusterNodeState {
+	return v.WorkerFields.State
+}
+
+// GetTenant returns ExternalWorkersExternalWorkersExternalWorker.Tenant, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetTenant() string {
+	return v.WorkerFields.Tenant
+}
+
+// GetLanguage returns ExternalWorkersExternalWorkersExternalWorker.Language, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetLanguage() string {
+	return v.WorkerFields.Language
+}
+
+// GetVersion returns ExternalWorkersExternalWorkersExternalWorker.Version, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetVersion() string {
+	return v.WorkerFields.Version
+}
+
+// GetTypes returns ExternalWorkersExternalWorkersExternalWorker.Types, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetTypes() []string {
+	return v.WorkerFields.Types
+}
+
+// GetNode returns ExternalWorkersExternalWorkersExternalWorker.Node, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetNode() string { return v.WorkerFields.Node }
+
+// GetDraining returns ExternalWorkersExternalWorkersExternalWorker.Draining, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetDraining() bool {
+	return v.WorkerFields.Draining
+}
+
+// GetLastSeenAt returns ExternalWorkersExternalWorkersExternalWorker.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetLastSeenAt() time.Time {
+	return v.WorkerFields.LastSeenAt
+}
+
+// GetRunningExecutions returns ExternalWorkersExternalWorkersExternalWorker.RunningExecutions, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersExternalWorkersExternalWorker) GetRunningExecutions() []WorkerFieldsRunningExecutionsNodeExecution {
+	return v.WorkerFields.RunningExecutions
+}
+
+func (v *ExternalWorkersExternalWorkersExternalWorker) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ExternalWorkersExternalWorkersExternalWorker
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ExternalWorkersExternalWorkersExternalWorker = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.WorkerFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalExternalWorkersExternalWorkersExternalWorker struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	State ClusterNodeState `json:"state"`
+
+	Tenant string `json:"tenant"`
+
+	Language string `json:"language"`
+
+	Version string `json:"version"`
+
+	Types []string `json:"types"`
+
+	Node string `json:"node"`
+
+	Draining bool `json:"draining"`
+
+	LastSeenAt time.Time `json:"lastSeenAt"`
+
+	RunningExecutions []WorkerFieldsRunningExecutionsNodeExecution `json:"runningExecutions"`
+}
+
+func (v *ExternalWorkersExternalWorkersExternalWorker) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ExternalWorkersExternalWorkersExternalWorker) __premarshalJSON() (*__premarshalExternalWorkersExternalWorkersExternalWorker, error) {
+	var retval __premarshalExternalWorkersExternalWorkersExternalWorker
+
+	retval.Id = v.WorkerFields.Id
+	retval.Name = v.WorkerFields.Name
+	retval.State = v.WorkerFields.State
+	retval.Tenant = v.WorkerFields.Tenant
+	retval.Language = v.WorkerFields.Language
+	retval.Version = v.WorkerFields.Version
+	retval.Types = v.WorkerFields.Types
+	retval.Node = v.WorkerFields.Node
+	retval.Draining = v.WorkerFields.Draining
+	retval.LastSeenAt = v.WorkerFields.LastSeenAt
+	retval.RunningExecutions = v.WorkerFields.RunningExecutions
+	return &retval, nil
+}
+
+// ExternalWorkersResponse is returned by ExternalWorkers on success.
+type ExternalWorkersResponse struct {
+	// The external workers, by tenant and name. Admins (their tenant's) and platform administrators only.
+	ExternalWorkers []ExternalWorkersExternalWorkersExternalWorker `json:"externalWorkers"`
+}
+
+// GetExternalWorkers returns ExternalWorkersResponse.ExternalWorkers, and is useful for accessing the field via an interface.
+func (v *ExternalWorkersResponse) GetExternalWorkers() []ExternalWorkersExternalWorkersExternalWorker {
+	return v.ExternalWorkers
 }
 
 // The format of a tabular file.
@@ -7089,6 +7363,80 @@ func (v *TypeControlsTypeControlsTypeControl) __premarshalJSON() (*__premarshalT
 	return &retval, nil
 }
 
+// WorkerFields includes the GraphQL fields of ExternalWorker requested by the fragment WorkerFields.
+// The GraphQL type's documentation follows.
+//
+// A worker process outside the server, running external task types over the worker protocol, as it last said in a claim (recorded at most once per node refresh interval). Admins see their tenant's; platform administrators, all.
+type WorkerFields struct {
+	// The record's id (drainWorker takes it).
+	Id string `json:"id"`
+	// The id the worker reports (workerId), unique in its tenant; the worker id of its executions is ext:<name>.
+	Name string `json:"name"`
+	// LIVE, DRAINING (an admin drained it: its claims take nothing and tell it to stop), or GONE (no claim for longer than its lease).
+	State ClusterNodeState `json:"state"`
+	// The tenant of the credentials it claims with.
+	Tenant string `json:"tenant"`
+	// The language it reports (python, go, java...).
+	Language string `json:"language"`
+	// The version it reports.
+	Version string `json:"version"`
+	// The task types it claims.
+	Types []string `json:"types"`
+	// The node that served its last recorded claim.
+	Node     string `json:"node"`
+	Draining bool   `json:"draining"`
+	// Its last recorded claim.
+	LastSeenAt time.Time `json:"lastSeenAt"`
+	// The executions it holds now, of the tasks the viewer may see.
+	RunningExecutions []WorkerFieldsRunningExecutionsNodeExecution `json:"runningExecutions"`
+}
+
+// GetId returns WorkerFields.Id, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetId() string { return v.Id }
+
+// GetName returns WorkerFields.Name, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetName() string { return v.Name }
+
+// GetState returns WorkerFields.State, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetState() ClusterNodeState { return v.State }
+
+// GetTenant returns WorkerFields.Tenant, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetTenant() string { return v.Tenant }
+
+// GetLanguage returns WorkerFields.Language, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetLanguage() string { return v.Language }
+
+// GetVersion returns WorkerFields.Version, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetVersion() string { return v.Version }
+
+// GetTypes returns WorkerFields.Types, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetTypes() []string { return v.Types }
+
+// GetNode returns WorkerFields.Node, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetNode() string { return v.Node }
+
+// GetDraining returns WorkerFields.Draining, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetDraining() bool { return v.Draining }
+
+// GetLastSeenAt returns WorkerFields.LastSeenAt, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetLastSeenAt() time.Time { return v.LastSeenAt }
+
+// GetRunningExecutions returns WorkerFields.RunningExecutions, and is useful for accessing the field via an interface.
+func (v *WorkerFields) GetRunningExecutions() []WorkerFieldsRunningExecutionsNodeExecution {
+	return v.RunningExecutions
+}
+
+// WorkerFieldsRunningExecutionsNodeExecution includes the requested fields of the GraphQL type NodeExecution.
+// The GraphQL type's documentation follows.
+//
+// An execution a node runs.
+type WorkerFieldsRunningExecutionsNodeExecution struct {
+	TaskId string `json:"taskId"`
+}
+
+// GetTaskId returns WorkerFieldsRunningExecutionsNodeExecution.TaskId, and is useful for accessing the field via an interface.
+func (v *WorkerFieldsRunningExecutionsNodeExecution) GetTaskId() string { return v.TaskId }
+
 // WorkflowFields includes the GraphQL fields of Workflow requested by the fragment WorkflowFields.
 type WorkflowFields struct {
 	Id string `json:"id"`
@@ -8282,6 +8630,18 @@ func (v *__DrainClusterNodeInput) GetId() string { return v.Id }
 // GetDrain returns __DrainClusterNodeInput.Drain, and is useful for accessing the field via an interface.
 func (v *__DrainClusterNodeInput) GetDrain() bool { return v.Drain }
 
+// __DrainWorkerInput is used internally by genqlient
+type __DrainWorkerInput struct {
+	Id    string `json:"id"`
+	Drain bool   `json:"drain"`
+}
+
+// GetId returns __DrainWorkerInput.Id, and is useful for accessing the field via an interface.
+func (v *__DrainWorkerInput) GetId() string { return v.Id }
+
+// GetDrain returns __DrainWorkerInput.Drain, and is useful for accessing the field via an interface.
+func (v *__DrainWorkerInput) GetDrain() bool { return v.Drain }
+
 // __GetTaskInput is used internally by genqlient
 type __GetTaskInput struct {
 	Id string `json:"id"`
@@ -9408,6 +9768,102 @@ func DrainClusterNode(
 	}
 
 	data_ = &DrainClusterNodeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DrainWorker.
+const DrainWorker_Operation = `
+mutation DrainWorker ($id: ID!, $drain: Boolean!) {
+	drainWorker(id: $id, drain: $drain) {
+		... WorkerFields
+	}
+}
+fragment WorkerFields on ExternalWorker {
+	id
+	name
+	state
+	tenant
+	language
+	version
+	types
+	node
+	draining
+	lastSeenAt
+	runningExecutions {
+		taskId
+	}
+}
+`
+
+func DrainWorker(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	drain bool,
+) (data_ *DrainWorkerResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DrainWorker",
+		Query:  DrainWorker_Operation,
+		Variables: &__DrainWorkerInput{
+			Id:    id,
+			Drain: drain,
+		},
+	}
+
+	data_ = &DrainWorkerResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by ExternalWorkers.
+const ExternalWorkers_Operation = `
+query ExternalWorkers {
+	externalWorkers {
+		... WorkerFields
+	}
+}
+fragment WorkerFields on ExternalWorker {
+	id
+	name
+	state
+	tenant
+	language
+	version
+	types
+	node
+	draining
+	lastSeenAt
+	runningExecutions {
+		taskId
+	}
+}
+`
+
+func ExternalWorkers(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *ExternalWorkersResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ExternalWorkers",
+		Query:  ExternalWorkers_Operation,
+	}
+
+	data_ = &ExternalWorkersResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
