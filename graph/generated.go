@@ -5950,7 +5950,7 @@ type Subscription {
   taskLogAppended(taskId: ID!): TaskLog!
 }
 
-# --- Batch import, export and report (issue 3) ---
+# --- Batch import, export and report ---
 
 "A file sent with the GraphQL multipart request spec."
 scalar Upload

@@ -69,7 +69,7 @@ func atoi(s string) int {
 
 // BenchmarkHostileDocuments measures what each hostile document costs the
 // server (JSON decoding, parsing, the limits and, for those passing them,
-// validation): under ~50 ms each is the goal (issue 11, finding 2).
+// validation): under ~50 ms each is the goal (a hostile review, finding 2).
 //
 //	go test -run='^$' -bench=HostileDocuments -benchtime=20x ./graph/
 func BenchmarkHostileDocuments(b *testing.B) {

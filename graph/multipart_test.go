@@ -52,7 +52,7 @@ func postRaw(t *testing.T, s *apptest.Server, h http.Header, body io.Reader, len
 }
 
 // TestMultipartRequests: an upload request is held to the same limits as a
-// JSON one, however it spells its media type (issue 11, findings 5, 6).
+// JSON one, however it spells its media type (a hostile review, findings 5, 6).
 func TestMultipartRequests(t *testing.T) {
 	t.Parallel()
 	s := apptest.Start(t, dbtest.SQLite(t), app.Options{})

@@ -133,7 +133,7 @@ func wsCloseCode(t *testing.T, c *apptest.WS) (int, string) {
 }
 
 // TestSessions: open connections hold credentials that are checked again
-// (issue 11, findings 3, 4 and the SSE caps of 9).
+// (a hostile review, findings 3, 4 and the SSE caps of 9).
 func TestSessions(t *testing.T) {
 	t.Parallel()
 	tf := newTokenFile(t,
@@ -334,7 +334,7 @@ func TestSessions(t *testing.T) {
 }
 
 // TestASearchSubscriptionQueriesNothingPerEvent: a filter with search is
-// matched in memory (issue 11, finding 9), over both transports.
+// matched in memory (a hostile review, finding 9), over both transports.
 func TestASearchSubscriptionQueriesNothingPerEvent(t *testing.T) {
 	t.Parallel()
 	s := apptest.Start(t, dbtest.SQLite(t), app.Options{})

@@ -97,7 +97,7 @@ type leakyIn struct {
 	IDNo        string `json:"idNo"`
 	Note        string `json:"note"`
 	EmployeeRef string `json:"employeeRef"`
-	// The classes of issue 11: a URL with credentials, a PIN, a request
+	// The classes a hostile review found: a URL with credentials, a PIN, a request
 	// body held as a JSON string, header pairs, an old 15-digit ID.
 	DSN     string              `json:"dsn"`
 	Pin     string              `json:"pin"`
@@ -391,7 +391,7 @@ func auditEntryDownload(taskID int) audit.Entry {
 }
 
 // TestAuditDetailsAreBounded: what a caller sends is recorded cut, saying
-// so (issue 11, finding 5): a refused createTask once recorded its whole
+// so (a hostile review, finding 5): a refused createTask once recorded its whole
 // title, megabytes of it.
 func TestAuditDetailsAreBounded(t *testing.T) {
 	t.Parallel()

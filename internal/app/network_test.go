@@ -23,7 +23,7 @@ import (
 )
 
 // TestRequestBodiesHaveADeadline: a body must arrive at a minimum rate
-// after a grace period (issue 11, finding 9).
+// after a grace period (a hostile review, finding 9).
 func TestRequestBodiesHaveADeadline(t *testing.T) {
 	t.Parallel()
 	path, tok := apptest.Tokens(t, auth.Viewer{User: "root", Role: auth.RoleAdmin})
@@ -112,8 +112,8 @@ func TestRequestBodiesHaveADeadline(t *testing.T) {
 	})
 }
 
-// TestMetricsAreNotPublic: /metrics counts every user's tasks (issue 11,
-// finding 9).
+// TestMetricsAreNotPublic: /metrics counts every user's tasks (a hostile
+// review, finding 9).
 func TestMetricsAreNotPublic(t *testing.T) {
 	t.Parallel()
 	path, tok := apptest.Tokens(t, auth.Viewer{User: "root", Role: auth.RoleAdmin}, auth.Viewer{User: "op", Role: auth.RoleOperator})
@@ -174,7 +174,7 @@ func TestMetricsAreNotPublic(t *testing.T) {
 }
 
 // TestDownloadLinksUseThePublicURL: a link carries a signature, so it is
-// never built from what the request says its Host is (issue 11, finding 9).
+// never built from what the request says its Host is (a hostile review, finding 9).
 func TestDownloadLinksUseThePublicURL(t *testing.T) {
 	t.Parallel()
 	path, tok := apptest.Tokens(t, auth.Viewer{User: "op", Role: auth.RoleOperator})

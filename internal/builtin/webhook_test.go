@@ -243,8 +243,7 @@ func createWebhook(t *testing.T, s *apptest.Server, in map[string]any) *ent.Task
 	return tk
 }
 
-// TestWebhookIsHonest: what a reply says is what the task records (issue
-// 12): a body cut short is not a success, a request is sent once per
+// TestWebhookIsHonest: what a reply says is what the task records: a body cut short is not a success, a request is sent once per
 // attempt, Retry-After reaches the retry policy.
 func TestWebhookIsHonest(t *testing.T) {
 	t.Parallel()
@@ -346,7 +345,7 @@ func TestWebhookIsHonest(t *testing.T) {
 }
 
 // TestOutboundPolicy: with authentication on, a webhook may call public
-// addresses only, unless --outbound-allow lists more (issue 11, finding 1).
+// addresses only, unless --outbound-allow lists more (a hostile review, finding 1).
 func TestOutboundPolicy(t *testing.T) {
 	t.Parallel()
 	receiver := func(t *testing.T) (*httptest.Server, *atomic.Int32) {

@@ -1,6 +1,6 @@
 package engine
 
-// Bulk actions over a filter (issue 16): cancel or retry every task a
+// Bulk actions over a filter: cancel or retry every task a
 // filter matches, however many, as a task of the internal type BulkType
 // that walks the matching tasks page by page.
 

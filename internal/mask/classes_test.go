@@ -57,7 +57,7 @@ func runJSON(t *testing.T, cases []jsonCase) {
 	}
 }
 
-// The classes issue 11 found unmasked, each with its neighbours: forms
+// The classes a hostile review found unmasked, each with its neighbours: forms
 // that must be masked and look-alikes that must not.
 
 func TestURLUserinfo(t *testing.T) {

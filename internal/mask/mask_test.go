@@ -284,7 +284,7 @@ func FuzzMaskJSON(f *testing.F) {
 		`{"a":"13800138000-1234-1234-1235","b":"4111 1111 1111 1111 13800138000"}`,
 		`{"u":"\u003c\u0026\u003e\ud83d\ude00","f":1.5e300,"z":-0}`,
 		`[[[[[[[[["deep 13800138000"]]]]]]]]]`,
-		// The classes of issue 11.
+		// The classes a hostile review found.
 		`{"dsn":"postgres://app:hunter2@db/x","git":"https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/r"}`,
 		`{"pwd":"a","pin":1234,"cvv":"123","otp":"1","accessKey":"k","session_id":"s","headers":{"X-Access-Key":"k"}}`,
 		`["Authorization: Token abc123def","Digest username="a", response="b"","Cookie: sid=1; x=2","token expired"]`,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-// Bulk actions over the list's filter (issue 16): the dialog shows the
+// Bulk actions over the list's filter: the dialog shows the
 // preview count, the confirm button waits for that number to be typed, and
 // the console opens the bulk task, which cancels every matching task.
 export function register(env) {

@@ -1,4 +1,4 @@
-// Bulk actions over the list's filter (issue 16): "Cancel all matching…" /
+// Bulk actions over the list's filter: "Cancel all matching…" /
 // "Retry all matching…". The dialog shows the server's preview — how many
 // tasks match, how many the action accepts and refuses by state — and asks
 // the user to type that number; the server acts only if it is still the
