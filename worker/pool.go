@@ -490,7 +490,7 @@ func (p *Pool) start(c store.Claimed, claim trace.SpanContext, parents map[strin
 		o, write := p.outcome(ex, err, context.Cause(runCtx))
 		o.ResultStatus = ctl.ResultStatus()
 		if write {
-			o = Reviewed(typ, o, err, p.deps.Masker, p.deps.Store.Now())
+			o = Reviewed(typ, o, err, ctl.Masker(), p.deps.Store.Now())
 		}
 		stopTimer()
 		cancel(nil)

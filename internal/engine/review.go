@@ -51,17 +51,41 @@ func (e *Engine) Decide(ctx context.Context, id int, decision taskreview.Decisio
 	}
 	reason = e.masker.String(reason)
 	entry := audit.Entry{Action: reviewAction(decision), TaskIDs: []int{id}, Details: reasonDetails(reason)}
+	var edit *store.InputEdit
+	if decision == store.DecisionEdited && v.CanMutate() {
+		// The edit is checked (and its reason masked with what it
+		// hides) before the transaction, against the task's type, which
+		// never changes.
+		if edit, err = e.editOf(ctx, v, id, input, reason); err != nil {
+			entry.Err = err
+			_ = e.audit.Record(ctx, entry)
+			return nil, err
+		}
+		reason = edit.Reason
+		entry.Details = e.editDetails(reasonDetails(reason), edit)
+	}
 	return e.act(ctx, entry, func(tx *store.Tx) (*ent.Task, error) {
-		d, err := e.decision(ctx, tx, v, id, decision, reason, input)
+		d, err := e.decision(v, id, decision, reason)
 		if err != nil {
 			return nil, err
 		}
-		if d.Edit != nil {
-			entry.Details = e.editDetails(entry.Details, d.Edit)
-		}
+		d.Edit = edit
 		tk, _, err := tx.DecideReview(ctx, d)
 		return tk, err
 	})
+}
+
+// editOf is the edit of task id's input, checked against its type.
+func (e *Engine) editOf(ctx context.Context, v auth.Viewer, id int, input json.RawMessage, reason string) (*store.InputEdit, error) {
+	tk, err := e.store.TaskByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	edit, err := e.inputEdit(v, tk.Type, input, reason)
+	if err != nil {
+		return nil, err
+	}
+	return &edit, nil
 }
 
 // DecideMany applies one decision (approve or reject) to each id, each
@@ -79,7 +103,7 @@ func (e *Engine) DecideMany(ctx context.Context, ids []int, decision taskreview.
 				continue
 			}
 			seen[id] = true
-			d, err := e.decision(ctx, tx, v, id, decision, reason, nil)
+			d, err := e.decision(v, id, decision, reason)
 			if err != nil {
 				return nil, err
 			}
@@ -91,7 +115,7 @@ func (e *Engine) DecideMany(ctx context.Context, ids []int, decision taskreview.
 
 // decision checks a decision's request and builds it, four-eyes check
 // included (made by the store on the task as read in its transaction).
-func (e *Engine) decision(ctx context.Context, tx *store.Tx, v auth.Viewer, id int, decision taskreview.Decision, reason string, input json.RawMessage) (store.Decision, error) {
+func (e *Engine) decision(v auth.Viewer, id int, decision taskreview.Decision, reason string) (store.Decision, error) {
 	if err := v.AllowMutate("decide reviews"); err != nil {
 		return store.Decision{}, err
 	}
@@ -103,23 +127,8 @@ func (e *Engine) decision(ctx context.Context, tx *store.Tx, v auth.Viewer, id i
 	if err := ve.err(); err != nil {
 		return store.Decision{}, err
 	}
-	d := store.Decision{TaskID: id, Decision: decision, By: v.User, BySource: v.Source, Reason: reason,
-		Check: func(tk *ent.Task, rv *ent.TaskReview) error { return fourEyes(v, tk, rv) }}
-	if decision == store.DecisionEdited {
-		tk, err := tx.Ent().Task.Get(ctx, id)
-		if ent.IsNotFound(err) {
-			return store.Decision{}, &store.NotFoundError{Entity: "task", ID: id}
-		}
-		if err != nil {
-			return store.Decision{}, err
-		}
-		edit, err := e.inputEdit(v, tk.Type, input, reason)
-		if err != nil {
-			return store.Decision{}, err
-		}
-		d.Edit = &edit
-	}
-	return d, nil
+	return store.Decision{TaskID: id, Decision: decision, By: v.User, BySource: v.Source, Reason: reason,
+		Check: func(tk *ent.Task, rv *ent.TaskReview) error { return fourEyes(v, tk, rv) }}, nil
 }
 
 // fourEyes refuses the decision of the task's own submitter, or of someone
@@ -147,7 +156,7 @@ func (e *Engine) ReplayWithInput(ctx context.Context, id int, input json.RawMess
 	}
 	reason = e.masker.String(reason)
 	entry := audit.Entry{Action: audit.ReplayWithInput, TaskIDs: []int{id}, Details: reasonDetails(reason)}
-	return e.act(ctx, entry, func(tx *store.Tx) (*ent.Task, error) {
+	check := func() (*store.InputEdit, error) {
 		if err := v.AllowMutate("replay tasks"); err != nil {
 			return nil, err
 		}
@@ -159,19 +168,17 @@ func (e *Engine) ReplayWithInput(ctx context.Context, id int, input json.RawMess
 		if err := ve.err(); err != nil {
 			return nil, err
 		}
-		tk, err := tx.Ent().Task.Get(ctx, id)
-		if ent.IsNotFound(err) {
-			return nil, &store.NotFoundError{Entity: "task", ID: id}
-		}
-		if err != nil {
-			return nil, err
-		}
-		edit, err := e.inputEdit(v, tk.Type, input, reason)
-		if err != nil {
-			return nil, err
-		}
-		entry.Details = e.editDetails(entry.Details, &edit)
-		return tx.ReplayWithInput(ctx, id, edit)
+		return e.editOf(ctx, v, id, input, reason)
+	}
+	edit, err := check()
+	if err != nil {
+		entry.Err = err
+		_ = e.audit.Record(ctx, entry)
+		return nil, err
+	}
+	entry.Details = e.editDetails(reasonDetails(edit.Reason), edit)
+	return e.act(ctx, entry, func(tx *store.Tx) (*ent.Task, error) {
+		return tx.ReplayWithInput(ctx, id, *edit)
 	})
 }
 
@@ -223,6 +230,8 @@ func (e *Engine) inputEdit(v auth.Viewer, typeName string, input json.RawMessage
 	var sealed []byte
 	if changed {
 		sealed = e.sealer.Seal(canonical)
+		// The reason may quote what the edit hides (a new password).
+		reason = e.masker.WithValuesOf(canonical).String(reason)
 	}
 	return store.InputEdit{Input: masked, Sealed: sealed, Author: v.User, AuthorSource: v.Source, Reason: reason}, nil
 }
