@@ -25660,7 +25660,7 @@ func (ec *executionContext) unmarshalInputTaskTypeDeclaration(ctx context.Contex
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "description", "inputSchema", "timeoutSeconds", "retryPolicy", "stallAfterSeconds", "stallAction", "review"}
+	fieldsInOrder := [...]string{"name", "description", "inputSchema", "timeoutSeconds", "retryPolicy", "stallAfterSeconds", "stallAction"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -25716,13 +25716,6 @@ func (ec *executionContext) unmarshalInputTaskTypeDeclaration(ctx context.Contex
 				return it, err
 			}
 			it.StallAction = data
-		case "review":
-			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("review"))
-			data, err := ec.unmarshalOReviewPolicyInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewPolicyInput(ctx, v)
-			if err != nil {
-				return it, err
-			}
-			it.Review = data
 		}
 	}
 	return it, nil
@@ -35335,14 +35328,6 @@ func (ec *executionContext) marshalOReviewPolicy2ᚖgithubᚗcomᚋtaskgraphᚋt
 		return graphql.Null
 	}
 	return ec._ReviewPolicy(ctx, sel, v)
-}
-
-func (ec *executionContext) unmarshalOReviewPolicyInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewPolicyInput(ctx context.Context, v any) (*model.ReviewPolicyInput, error) {
-	if v == nil {
-		return nil, nil
-	}
-	res, err := ec.unmarshalInputReviewPolicyInput(ctx, v)
-	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalOReviewQueueWhere2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewQueueWhere(ctx context.Context, v any) (*model.ReviewQueueWhere, error) {

@@ -341,8 +341,6 @@ type TaskTypeDeclaration struct {
 	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 	// FLAG (default) or CANCEL.
 	StallAction *string `json:"stallAction,omitempty"`
-	// The external type's review policy (null: none).
-	Review *ReviewPolicyInput `json:"review,omitempty"`
 }
 
 // A type's limits; each one left out (or null) is removed.
