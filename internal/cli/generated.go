@@ -2025,10 +2025,10 @@ type CreateTaskInput struct {
 	DependsOn []string `json:"dependsOn"`
 	// What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS.
 	OnParentFailure *ParentFailurePolicy `json:"onParentFailure"`
-	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
-	StallAfterSeconds *int `json:"stallAfterSeconds"`
 	// Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy.
 	Review *bool `json:"review"`
+	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
+	StallAfterSeconds *int `json:"stallAfterSeconds"`
 }
 
 // GetType returns CreateTaskInput.Type, and is useful for accessing the field via an interface.
@@ -2067,11 +2067,11 @@ func (v *CreateTaskInput) GetDependsOn() []string { return v.DependsOn }
 // GetOnParentFailure returns CreateTaskInput.OnParentFailure, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetOnParentFailure() *ParentFailurePolicy { return v.OnParentFailure }
 
-// GetStallAfterSeconds returns CreateTaskInput.StallAfterSeconds, and is useful for accessing the field via an interface.
-func (v *CreateTaskInput) GetStallAfterSeconds() *int { return v.StallAfterSeconds }
-
 // GetReview returns CreateTaskInput.Review, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetReview() *bool { return v.Review }
+
+// GetStallAfterSeconds returns CreateTaskInput.StallAfterSeconds, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetStallAfterSeconds() *int { return v.StallAfterSeconds }
 
 // CreateTaskResponse is returned by CreateTask on success.
 type CreateTaskResponse struct {
