@@ -40,10 +40,13 @@ import (
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/internal/auth"
 )
@@ -87,6 +90,12 @@ func Install(c *ent.Client) {
 		case v.SeesEveryTenant():
 		case v.IsAdmin():
 			q.Where(artifact.Tenant(v.Tenant))
+		case v.CanMutate():
+			// An operator also sees the files of its tenant's review
+			// queue (an import's error report is a reviewer's evidence).
+			q.Where(artifact.Tenant(v.Tenant), artifact.Or(
+				artifact.And(artifact.OwnerSource(v.Source), artifact.Owner(v.User)),
+				func(s *sql.Selector) { s.Where(sql.In(s.C(artifact.FieldTaskID), taskIDs(reviewed(v)))) }))
 		default:
 			q.Where(artifact.Tenant(v.Tenant), artifact.OwnerSource(v.Source), artifact.Owner(v.User))
 		}
@@ -150,9 +159,32 @@ func Install(c *ent.Client) {
 		}
 		return err
 	}))
+	// A review and an input version are seen with their task.
+	c.TaskReview.Intercept(intercept.TraverseTaskReview(func(ctx context.Context, q *ent.TaskReviewQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(func(s *sql.Selector) { s.Where(sql.In(s.C(taskreview.FieldTaskID), taskIDs(p))) })
+		}
+		return err
+	}))
+	c.TaskInputVersion.Intercept(intercept.TraverseTaskInputVersion(func(ctx context.Context, q *ent.TaskInputVersionQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(func(s *sql.Selector) { s.Where(sql.In(s.C(taskinputversion.FieldTaskID), taskIDs(p))) })
+		}
+		return err
+	}))
 	installAlerts(c)
 	installNodes(c)
 	installWorkers(c)
+}
+
+// taskIDs selects the ids of the tasks p allows.
+func taskIDs(p predicate.Task) *sql.Selector {
+	t := sql.Table(task.Table)
+	sub := sql.Select(t.C(task.FieldID)).From(t)
+	p(sub)
+	return sub
 }
 
 // workflowPredicate is the rule on workflows, the tasks' rule: nil when v
@@ -205,9 +237,27 @@ func taskPredicate(v auth.Viewer) predicate.Task {
 		return nil
 	case v.IsAdmin():
 		return task.Tenant(v.Tenant)
+	case v.CanMutate():
+		// An operator sees its own tasks, and its tenant's review queue:
+		// the tasks waiting for review (someone else must decide those of
+		// a four-eyes type) and those that were reviewed (so that a
+		// reviewer finds what it decided, and one who comes second learns
+		// that the task was decided, not that it vanished).
+		return task.Or(task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User)), reviewed(v))
 	default:
 		return task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User))
 	}
+}
+
+// reviewed is the review queue of v's tenant: the tasks waiting for
+// review, and those that were reviewed.
+func reviewed(v auth.Viewer) predicate.Task {
+	return task.And(task.Tenant(v.Tenant), task.Or(
+		task.AttentionStatusEQ(lifecycle.ReviewPending),
+		func(s *sql.Selector) {
+			r := sql.Table(taskreview.Table)
+			s.Where(sql.In(s.C(task.FieldID), sql.Select(r.C(taskreview.FieldTaskID)).From(r)))
+		}))
 }
 
 // schedulePredicate is the rule on schedules, the tasks' rule: nil when v
@@ -238,6 +288,8 @@ func CanSee(v auth.Viewer, t *ent.Task) bool {
 		return false
 	case v.IsAdmin():
 		return true
+	case v.CanMutate() && t.Status == lifecycle.ReviewPending:
+		return true // its tenant's review queue (taskPredicate)
 	}
 	return v.Source == t.OwnerSource && v.User == t.Owner
 }

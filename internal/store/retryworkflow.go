@@ -162,6 +162,7 @@ func (tx *Tx) RetryWorkflow(ctx context.Context, id int, note string) ([]*ent.Ta
 			SetWaitingOn(int(waiting[step])).
 			SetTaskType(tk.Type).
 			SetPriority(tk.Priority).
+			SetTenant(tk.Tenant).
 			SetRunAt(now).
 			SetCreatedAt(now))
 	}

@@ -207,7 +207,7 @@ func requireMirrored(t testing.TB, s *store.Store, taskID int) {
 	}
 	require.LessOrEqual(t, live, 1, "live instances")
 	switch tk.Status {
-	case lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending:
+	case lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending, lifecycle.ReviewPending:
 		require.NotNil(t, tk.AttentionStatus, "attention_status of a %s task", tk.Status)
 		require.Equal(t, tk.Status, *tk.AttentionStatus, "attention_status follows status")
 	default:
@@ -274,7 +274,7 @@ func TestLegalTransitions(t *testing.T) {
 			got := reload(t, s, tk.ID)
 			require.Equal(t, lifecycle.Failed, got.Status)
 			require.Equal(t, "bad input", got.LastError)
-			require.Equal(t, []lifecycle.Action{lifecycle.ActionRetry}, lifecycle.AvailableActions(got.Status, got.CancelRequested))
+			require.Equal(t, []lifecycle.Action{lifecycle.ActionRetry, lifecycle.ActionReplayWithInput}, lifecycle.AvailableActions(got.Status, got.CancelRequested))
 			requireMirrored(t, s, tk.ID)
 		})
 		t.Run("ExecutingToRetryPendingCreatesANewInstance", func(t *testing.T) {

@@ -24,6 +24,13 @@ var changingTaskColumns = []string{
 	task.FieldAttentionStatus,
 }
 
+// editedTaskColumns are the task's columns an edit of its input (edit and
+// retry, replay with input) writes, and no transition: a finish takes them
+// from the task as its execution was claimed, which was read after the
+// edit (an edit happens only while no execution is live), so they are not
+// read back with the changing ones.
+var editedTaskColumns = []string{task.FieldInput, task.FieldInputSealed, task.FieldInputVersion}
+
 // changingColumns is changingTaskColumns qualified by table, for RETURNING.
 func changingColumns(table string) string {
 	var b strings.Builder
