@@ -12,6 +12,7 @@ import { Dashboard } from './pages/Dashboard';
 import { ImportPage } from './pages/Import';
 import { Launch } from './pages/Launch';
 import { Nodes } from './pages/Nodes';
+import { ReviewQueue } from './pages/Review';
 import { Login } from './pages/Login';
 import { ScheduleDetail } from './pages/ScheduleDetail';
 import { Schedules } from './pages/Schedules';
@@ -48,6 +49,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
   const nav: { to: string; label: string; id: string; show: boolean }[] = [
     { to: '/', label: t('nav.dashboard'), id: 'dashboard', show: true },
     { to: '/tasks', label: t('nav.tasks'), id: 'tasks', show: true },
+    { to: '/review', label: t('nav.review'), id: 'review', show: true },
     { to: '/launch', label: t('nav.launch'), id: 'launch', show: true },
     { to: '/import', label: t('nav.import'), id: 'import', show: features.importFile === 'present' },
     { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
@@ -108,6 +110,7 @@ function Routes({ path }: { path: string }) {
   if (path === '/' || path === '') return <Dashboard />;
   if (path === '/tasks') return <TaskList />;
   if ((m = /^\/tasks\/([^/]+)$/.exec(path))) return <TaskDetail key={m[1]} id={decodeURIComponent(m[1])} />;
+  if (path === '/review') return <ReviewQueue />;
   if (path === '/launch') return <Launch type={null} />;
   if ((m = /^\/launch\/([^/]+)$/.exec(path))) return <Launch key={m[1]} type={decodeURIComponent(m[1])} />;
   if (path === '/import') return <ImportPage />;

@@ -7,6 +7,7 @@ import { ActionButtons } from '../components/ActionButtons';
 import { ErrorBox } from '../components/ErrorBox';
 import { JsonView } from '../components/JsonView';
 import { ProgressBar } from '../components/ProgressBar';
+import { ReviewPanel } from '../components/ReviewPanel';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { artifactKinds, importResult } from '../lib/artifacts';
@@ -78,6 +79,8 @@ export function TaskDetail({ id }: { id: string }) {
       )}
       {(task.status === 'PENDING' || task.status === 'RETRY_PENDING') && <Waiting id={task.id} version={task.version} />}
       {sub.error && <ErrorBox error={sub.error} />}
+      {/* A review (waiting or decided), input versions, replay with an edited input. */}
+      <ReviewPanel id={task.id} refreshKey={`${task.status}:${task.instances.length}`} />
 
       {(task.progressTotal > 0 || !['FAILED', 'CANCELLED'].includes(task.status)) && (
         <section className="card" aria-labelledby="progress">
