@@ -454,7 +454,7 @@ export const en = {
   'review.decision.CANCELLED': 'Cancelled',
   'review.section': 'Review',
   'review.reason': 'Why it waits',
-  'review.since': 'Waiting since',
+  'review.since': 'Entered review',
   'review.deadline': 'Deadline',
   'review.onDeadline.REJECT': 'rejected when it passes',
   'review.onDeadline.ALERT': 'an alert when it passes',

@@ -455,7 +455,7 @@ export const zh: Record<MessageKey, string> = {
   'review.decision.CANCELLED': '已取消',
   'review.section': '人工复核',
   'review.reason': '等待原因',
-  'review.since': '开始等待',
+  'review.since': '进入复核',
   'review.deadline': '截止时间',
   'review.onDeadline.REJECT': '到期自动驳回',
   'review.onDeadline.ALERT': '到期发出告警',

@@ -115,7 +115,8 @@ export function ReviewQueue() {
           </button>
         </div>
       )}
-      {(canApprove || canReject) && <BulkDecision where={where} canApprove={canApprove} canReject={canReject} onDone={refetch} />}
+      {/* Always mounted: its result stays when the queue it emptied has no button left. */}
+      <BulkDecision where={where} canApprove={canApprove} canReject={canReject} onDone={refetch} />
       {res.error && <ErrorBox error={res.error} />}
 
       <div className="table-wrap">

@@ -79,8 +79,8 @@ export function TaskDetail({ id }: { id: string }) {
       )}
       {(task.status === 'PENDING' || task.status === 'RETRY_PENDING') && <Waiting id={task.id} version={task.version} />}
       {sub.error && <ErrorBox error={sub.error} />}
-      {/* A review (waiting or decided), input versions, replay with an edited input. */}
-      <ReviewPanel id={task.id} refreshKey={`${task.status}:${task.instances.length}`} />
+      {/* A review waiting for a decision comes first; a decided one, input versions and the replay of a FAILED task after the result. */}
+      {task.status === 'REVIEW_PENDING' && <ReviewPanel id={task.id} refreshKey={`${task.status}:${task.instances.length}`} />}
 
       {(task.progressTotal > 0 || !['FAILED', 'CANCELLED'].includes(task.status)) && (
         <section className="card" aria-labelledby="progress">
@@ -153,6 +153,8 @@ export function TaskDetail({ id }: { id: string }) {
         </section>
         <Artifacts task={task} />
       </div>
+
+      {task.status !== 'REVIEW_PENDING' && <ReviewPanel id={task.id} refreshKey={`${task.status}:${task.instances.length}`} />}
 
       <section className="card" aria-labelledby="instances">
         <h2 id="instances">{t('detail.instances')}</h2>
