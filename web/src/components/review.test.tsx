@@ -5,6 +5,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { fromValue, never } from 'wonka';
 import { I18nProvider, translator, type Lang } from '../i18n';
 import { FieldDiff } from './InputVersions';
+import { ReviewQueue } from '../pages/Review';
 import { decisionMessage, ReviewDecisions, type DecisionTarget } from './ReviewDecisions';
 
 type Answer = { data?: unknown; errors?: { message: string; extensions: Record<string, unknown> }[] };
@@ -146,5 +147,88 @@ describe('FieldDiff', () => {
     expect(rows[1].textContent).toContain('changed (sensitive');
     expect(within(rows[1]).queryByTestId('diff-before')).toBeNull();
     expect(within(rows[2]).getByTestId('diff-before').textContent).toBe('—');
+  });
+});
+
+describe('ReviewQueue bulk decisions', () => {
+  const row = (id: string) => ({
+    __typename: 'Task',
+    id,
+    code: `WEBHOOK-${id}`,
+    type: 'webhook',
+    title: `t${id}`,
+    bizID: '',
+    status: 'REVIEW_PENDING',
+    owner: 'ann',
+    priority: 5,
+    progressDone: 0,
+    progressTotal: 0,
+    createdAt: '2026-12-02T10:00:00Z',
+    updatedAt: '2026-12-02T10:00:00Z',
+    finishedAt: null,
+    cancelRequested: false,
+    availableActions: ['CANCEL', 'APPROVE_REVIEW', 'EDIT_AND_RETRY', 'ACCEPT_REVIEW', 'REJECT_REVIEW'],
+    lastError: 'answered 400',
+    result: null,
+    tenant: '',
+    review: null,
+  });
+  const queue = (ids: string[]) => ({
+    reviewQueue: {
+      __typename: 'TaskConnection',
+      totalCount: ids.length,
+      pageInfo: { __typename: 'PageInfo', hasNextPage: false, hasPreviousPage: false, startCursor: null, endCursor: null },
+      edges: ids.map((id) => ({ __typename: 'TaskEdge', cursor: id, node: row(id) })),
+    },
+  });
+
+  // matching: how many the ids query finds when the decision is sent.
+  function client(matching: string[]) {
+    const answer = (name: string): Answer => {
+      if (name === 'ReviewQueue' || name === 'ReviewQueueIds') return { data: name === 'ReviewQueue' ? queue(['1', '2']) : queue(matching) };
+      if (name === 'ReviewQueueStats') return { data: { reviewQueueStats: { __typename: 'ReviewQueueStats', size: 2, oldestSince: null, overdue: 0, oldest: null } } };
+      if (name === 'RejectReviews') return { data: { rejectReviews: matching.map((id) => ({ __typename: 'TaskActionResult', id, ok: true, task: null, error: null })) } };
+      return { data: { taskTypes: [] } };
+    };
+    const c = mockClient(answer);
+    // client.query(...).toPromise(), as the bulk dialog reads the count and the ids.
+    Object.assign(c, {
+      query: vi.fn((doc: { definitions: { name?: { value: string } }[] }) => ({
+        toPromise: () => Promise.resolve(answer(doc.definitions[0]?.name?.value ?? '')),
+      })),
+    });
+    return c;
+  }
+
+  async function openReject(c: ReturnType<typeof client>) {
+    wrap(<ReviewQueue />, c);
+    await screen.findAllByTestId('review-row');
+    fireEvent.click(screen.getByTestId('review-bulk-reject'));
+    const dialog = screen.getByTestId('review-bulk-dialog');
+    await within(dialog).findByTestId('review-bulk-summary');
+    fireEvent.change(within(dialog).getByTestId('review-bulk-typed'), { target: { value: '2' } });
+    expect((within(dialog).getByTestId('confirm-yes') as HTMLButtonElement).disabled).toBe(true);
+    fireEvent.change(within(dialog).getByTestId('review-bulk-reason'), { target: { value: 'withdrawn' } });
+    expect((within(dialog).getByTestId('confirm-yes') as HTMLButtonElement).disabled).toBe(false);
+    fireEvent.click(within(dialog).getByTestId('confirm-yes'));
+    return dialog;
+  }
+
+  it('rejects every matching task once the count is typed and a reason given', async () => {
+    const c = client(['1', '2']);
+    await openReject(c);
+    const result = await screen.findByTestId('review-bulk-result');
+    expect(result.dataset.ok).toBe('2');
+    const sent = c.executeMutation.mock.calls.map((call) => call[0]);
+    expect(sent).toHaveLength(1);
+    expect(sent[0].variables).toEqual({ ids: ['1', '2'], reason: 'withdrawn' });
+  });
+
+  it('sends nothing when the number matching changed, and asks again', async () => {
+    const c = client(['1', '2', '3']);
+    const dialog = await openReject(c);
+    expect((await within(dialog).findByTestId('review-bulk-changed')).textContent).toMatch(/3 match now/);
+    expect(c.executeMutation).not.toHaveBeenCalled();
+    expect((within(dialog).getByTestId('review-bulk-typed') as HTMLInputElement).value).toBe('');
   });
 });
