@@ -30,8 +30,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 
 	stdsql "database/sql"
@@ -72,10 +74,14 @@ type Client struct {
 	Task *TaskClient
 	// TaskDependency is the client for interacting with the TaskDependency builders.
 	TaskDependency *TaskDependencyClient
+	// TaskInputVersion is the client for interacting with the TaskInputVersion builders.
+	TaskInputVersion *TaskInputVersionClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
 	TaskInstance *TaskInstanceClient
 	// TaskLog is the client for interacting with the TaskLog builders.
 	TaskLog *TaskLogClient
+	// TaskReview is the client for interacting with the TaskReview builders.
+	TaskReview *TaskReviewClient
 	// Workflow is the client for interacting with the Workflow builders.
 	Workflow *WorkflowClient
 }
@@ -104,8 +110,10 @@ func (c *Client) init() {
 	c.StallOverride = NewStallOverrideClient(c.config)
 	c.Task = NewTaskClient(c.config)
 	c.TaskDependency = NewTaskDependencyClient(c.config)
+	c.TaskInputVersion = NewTaskInputVersionClient(c.config)
 	c.TaskInstance = NewTaskInstanceClient(c.config)
 	c.TaskLog = NewTaskLogClient(c.config)
+	c.TaskReview = NewTaskReviewClient(c.config)
 	c.Workflow = NewWorkflowClient(c.config)
 }
 
@@ -214,8 +222,10 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		StallOverride:    NewStallOverrideClient(cfg),
 		Task:             NewTaskClient(cfg),
 		TaskDependency:   NewTaskDependencyClient(cfg),
+		TaskInputVersion: NewTaskInputVersionClient(cfg),
 		TaskInstance:     NewTaskInstanceClient(cfg),
 		TaskLog:          NewTaskLogClient(cfg),
+		TaskReview:       NewTaskReviewClient(cfg),
 		Workflow:         NewWorkflowClient(cfg),
 	}, nil
 }
@@ -251,8 +261,10 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		StallOverride:    NewStallOverrideClient(cfg),
 		Task:             NewTaskClient(cfg),
 		TaskDependency:   NewTaskDependencyClient(cfg),
+		TaskInputVersion: NewTaskInputVersionClient(cfg),
 		TaskInstance:     NewTaskInstanceClient(cfg),
 		TaskLog:          NewTaskLogClient(cfg),
+		TaskReview:       NewTaskReviewClient(cfg),
 		Workflow:         NewWorkflowClient(cfg),
 	}, nil
 }
@@ -286,7 +298,7 @@ func (c *Client) Use(hooks ...Hook) {
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
 		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
 		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
-		c.TaskInstance, c.TaskLog, c.Workflow,
+		c.TaskInputVersion, c.TaskInstance, c.TaskLog, c.TaskReview, c.Workflow,
 	} {
 		n.Use(hooks...)
 	}
@@ -299,7 +311,7 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
 		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.FlowControl, c.FlowStart,
 		c.Schedule, c.ScheduleEvent, c.StallOverride, c.Task, c.TaskDependency,
-		c.TaskInstance, c.TaskLog, c.Workflow,
+		c.TaskInputVersion, c.TaskInstance, c.TaskLog, c.TaskReview, c.Workflow,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -338,10 +350,14 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Task.mutate(ctx, m)
 	case *TaskDependencyMutation:
 		return c.TaskDependency.mutate(ctx, m)
+	case *TaskInputVersionMutation:
+		return c.TaskInputVersion.mutate(ctx, m)
 	case *TaskInstanceMutation:
 		return c.TaskInstance.mutate(ctx, m)
 	case *TaskLogMutation:
 		return c.TaskLog.mutate(ctx, m)
+	case *TaskReviewMutation:
+		return c.TaskReview.mutate(ctx, m)
 	case *WorkflowMutation:
 		return c.Workflow.mutate(ctx, m)
 	default:
@@ -2441,6 +2457,139 @@ func (c *TaskDependencyClient) mutate(ctx context.Context, m *TaskDependencyMuta
 	}
 }
 
+// TaskInputVersionClient is a client for the TaskInputVersion schema.
+type TaskInputVersionClient struct {
+	config
+}
+
+// NewTaskInputVersionClient returns a client for the TaskInputVersion from the given config.
+func NewTaskInputVersionClient(c config) *TaskInputVersionClient {
+	return &TaskInputVersionClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `taskinputversion.Hooks(f(g(h())))`.
+func (c *TaskInputVersionClient) Use(hooks ...Hook) {
+	c.hooks.TaskInputVersion = append(c.hooks.TaskInputVersion, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `taskinputversion.Intercept(f(g(h())))`.
+func (c *TaskInputVersionClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TaskInputVersion = append(c.inters.TaskInputVersion, interceptors...)
+}
+
+// Create returns a builder for creating a TaskInputVersion entity.
+func (c *TaskInputVersionClient) Create() *TaskInputVersionCreate {
+	mutation := newTaskInputVersionMutation(c.config, OpCreate)
+	return &TaskInputVersionCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TaskInputVersion entities.
+func (c *TaskInputVersionClient) CreateBulk(builders ...*TaskInputVersionCreate) *TaskInputVersionCreateBulk {
+	return &TaskInputVersionCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TaskInputVersionClient) MapCreateBulk(slice any, setFunc func(*TaskInputVersionCreate, int)) *TaskInputVersionCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TaskInputVersionCreateBulk{err: fmt.Errorf("calling to TaskInputVersionClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TaskInputVersionCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TaskInputVersionCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TaskInputVersion.
+func (c *TaskInputVersionClient) Update() *TaskInputVersionUpdate {
+	mutation := newTaskInputVersionMutation(c.config, OpUpdate)
+	return &TaskInputVersionUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TaskInputVersionClient) UpdateOne(_m *TaskInputVersion) *TaskInputVersionUpdateOne {
+	mutation := newTaskInputVersionMutation(c.config, OpUpdateOne, withTaskInputVersion(_m))
+	return &TaskInputVersionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TaskInputVersionClient) UpdateOneID(id int) *TaskInputVersionUpdateOne {
+	mutation := newTaskInputVersionMutation(c.config, OpUpdateOne, withTaskInputVersionID(id))
+	return &TaskInputVersionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TaskInputVersion.
+func (c *TaskInputVersionClient) Delete() *TaskInputVersionDelete {
+	mutation := newTaskInputVersionMutation(c.config, OpDelete)
+	return &TaskInputVersionDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TaskInputVersionClient) DeleteOne(_m *TaskInputVersion) *TaskInputVersionDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TaskInputVersionClient) DeleteOneID(id int) *TaskInputVersionDeleteOne {
+	builder := c.Delete().Where(taskinputversion.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TaskInputVersionDeleteOne{builder}
+}
+
+// Query returns a query builder for TaskInputVersion.
+func (c *TaskInputVersionClient) Query() *TaskInputVersionQuery {
+	return &TaskInputVersionQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTaskInputVersion},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TaskInputVersion entity by its id.
+func (c *TaskInputVersionClient) Get(ctx context.Context, id int) (*TaskInputVersion, error) {
+	return c.Query().Where(taskinputversion.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TaskInputVersionClient) GetX(ctx context.Context, id int) *TaskInputVersion {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TaskInputVersionClient) Hooks() []Hook {
+	return c.hooks.TaskInputVersion
+}
+
+// Interceptors returns the client interceptors.
+func (c *TaskInputVersionClient) Interceptors() []Interceptor {
+	return c.inters.TaskInputVersion
+}
+
+func (c *TaskInputVersionClient) mutate(ctx context.Context, m *TaskInputVersionMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TaskInputVersionCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TaskInputVersionUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TaskInputVersionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TaskInputVersionDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TaskInputVersion mutation op: %q", m.Op())
+	}
+}
+
 // TaskInstanceClient is a client for the TaskInstance schema.
 type TaskInstanceClient struct {
 	config
@@ -2740,6 +2889,139 @@ func (c *TaskLogClient) mutate(ctx context.Context, m *TaskLogMutation) (Value, 
 	}
 }
 
+// TaskReviewClient is a client for the TaskReview schema.
+type TaskReviewClient struct {
+	config
+}
+
+// NewTaskReviewClient returns a client for the TaskReview from the given config.
+func NewTaskReviewClient(c config) *TaskReviewClient {
+	return &TaskReviewClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `taskreview.Hooks(f(g(h())))`.
+func (c *TaskReviewClient) Use(hooks ...Hook) {
+	c.hooks.TaskReview = append(c.hooks.TaskReview, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `taskreview.Intercept(f(g(h())))`.
+func (c *TaskReviewClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TaskReview = append(c.inters.TaskReview, interceptors...)
+}
+
+// Create returns a builder for creating a TaskReview entity.
+func (c *TaskReviewClient) Create() *TaskReviewCreate {
+	mutation := newTaskReviewMutation(c.config, OpCreate)
+	return &TaskReviewCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TaskReview entities.
+func (c *TaskReviewClient) CreateBulk(builders ...*TaskReviewCreate) *TaskReviewCreateBulk {
+	return &TaskReviewCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TaskReviewClient) MapCreateBulk(slice any, setFunc func(*TaskReviewCreate, int)) *TaskReviewCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TaskReviewCreateBulk{err: fmt.Errorf("calling to TaskReviewClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TaskReviewCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TaskReviewCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TaskReview.
+func (c *TaskReviewClient) Update() *TaskReviewUpdate {
+	mutation := newTaskReviewMutation(c.config, OpUpdate)
+	return &TaskReviewUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TaskReviewClient) UpdateOne(_m *TaskReview) *TaskReviewUpdateOne {
+	mutation := newTaskReviewMutation(c.config, OpUpdateOne, withTaskReview(_m))
+	return &TaskReviewUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TaskReviewClient) UpdateOneID(id int) *TaskReviewUpdateOne {
+	mutation := newTaskReviewMutation(c.config, OpUpdateOne, withTaskReviewID(id))
+	return &TaskReviewUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TaskReview.
+func (c *TaskReviewClient) Delete() *TaskReviewDelete {
+	mutation := newTaskReviewMutation(c.config, OpDelete)
+	return &TaskReviewDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TaskReviewClient) DeleteOne(_m *TaskReview) *TaskReviewDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TaskReviewClient) DeleteOneID(id int) *TaskReviewDeleteOne {
+	builder := c.Delete().Where(taskreview.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TaskReviewDeleteOne{builder}
+}
+
+// Query returns a query builder for TaskReview.
+func (c *TaskReviewClient) Query() *TaskReviewQuery {
+	return &TaskReviewQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTaskReview},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TaskReview entity by its id.
+func (c *TaskReviewClient) Get(ctx context.Context, id int) (*TaskReview, error) {
+	return c.Query().Where(taskreview.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TaskReviewClient) GetX(ctx context.Context, id int) *TaskReview {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TaskReviewClient) Hooks() []Hook {
+	return c.hooks.TaskReview
+}
+
+// Interceptors returns the client interceptors.
+func (c *TaskReviewClient) Interceptors() []Interceptor {
+	return c.inters.TaskReview
+}
+
+func (c *TaskReviewClient) mutate(ctx context.Context, m *TaskReviewMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TaskReviewCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TaskReviewUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TaskReviewUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TaskReviewDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TaskReview mutation op: %q", m.Op())
+	}
+}
+
 // WorkflowClient is a client for the Workflow schema.
 type WorkflowClient struct {
 	config
@@ -2878,13 +3160,14 @@ type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
 		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
-		StallOverride, Task, TaskDependency, TaskInstance, TaskLog, Workflow []ent.Hook
+		StallOverride, Task, TaskDependency, TaskInputVersion, TaskInstance, TaskLog,
+		TaskReview, Workflow []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
 		Deployment, ExternalTaskType, FlowControl, FlowStart, Schedule, ScheduleEvent,
-		StallOverride, Task, TaskDependency, TaskInstance, TaskLog,
-		Workflow []ent.Interceptor
+		StallOverride, Task, TaskDependency, TaskInputVersion, TaskInstance, TaskLog,
+		TaskReview, Workflow []ent.Interceptor
 	}
 )
 

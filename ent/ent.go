@@ -27,8 +27,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -105,8 +107,10 @@ func checkColumn(t, c string) error {
 			stalloverride.Table:    stalloverride.ValidColumn,
 			task.Table:             task.ValidColumn,
 			taskdependency.Table:   taskdependency.ValidColumn,
+			taskinputversion.Table: taskinputversion.ValidColumn,
 			taskinstance.Table:     taskinstance.ValidColumn,
 			tasklog.Table:          tasklog.ValidColumn,
+			taskreview.Table:       taskreview.ValidColumn,
 			workflow.Table:         workflow.ValidColumn,
 		})
 	})

@@ -31,6 +31,8 @@ type ExternalTaskType struct {
 	StallAfterSeconds int `json:"stall_after_seconds,omitempty"`
 	// StallAction holds the value of the "stall_action" field.
 	StallAction string `json:"stall_action,omitempty"`
+	// The type's review policy as declared (JSON of tasktype.ReviewPolicy), empty: none.
+	ReviewPolicy string `json:"review_policy,omitempty"`
 	// UpdatedBy holds the value of the "updated_by" field.
 	UpdatedBy string `json:"updated_by,omitempty"`
 	// UpdatedAt holds the value of the "updated_at" field.
@@ -45,7 +47,7 @@ func (*ExternalTaskType) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case externaltasktype.FieldID, externaltasktype.FieldTimeoutSeconds, externaltasktype.FieldStallAfterSeconds:
 			values[i] = new(sql.NullInt64)
-		case externaltasktype.FieldName, externaltasktype.FieldDescription, externaltasktype.FieldInputSchema, externaltasktype.FieldRetryPolicy, externaltasktype.FieldStallAction, externaltasktype.FieldUpdatedBy:
+		case externaltasktype.FieldName, externaltasktype.FieldDescription, externaltasktype.FieldInputSchema, externaltasktype.FieldRetryPolicy, externaltasktype.FieldStallAction, externaltasktype.FieldReviewPolicy, externaltasktype.FieldUpdatedBy:
 			values[i] = new(sql.NullString)
 		case externaltasktype.FieldUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -111,6 +113,12 @@ func (_m *ExternalTaskType) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field stall_action", values[i])
 			} else if value.Valid {
 				_m.StallAction = value.String
+			}
+		case externaltasktype.FieldReviewPolicy:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field review_policy", values[i])
+			} else if value.Valid {
+				_m.ReviewPolicy = value.String
 			}
 		case externaltasktype.FieldUpdatedBy:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -180,6 +188,9 @@ func (_m *ExternalTaskType) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("stall_action=")
 	builder.WriteString(_m.StallAction)
+	builder.WriteString(", ")
+	builder.WriteString("review_policy=")
+	builder.WriteString(_m.ReviewPolicy)
 	builder.WriteString(", ")
 	builder.WriteString("updated_by=")
 	builder.WriteString(_m.UpdatedBy)

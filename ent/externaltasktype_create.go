@@ -86,6 +86,20 @@ func (_c *ExternalTaskTypeCreate) SetNillableStallAction(v *string) *ExternalTas
 	return _c
 }
 
+// SetReviewPolicy sets the "review_policy" field.
+func (_c *ExternalTaskTypeCreate) SetReviewPolicy(v string) *ExternalTaskTypeCreate {
+	_c.mutation.SetReviewPolicy(v)
+	return _c
+}
+
+// SetNillableReviewPolicy sets the "review_policy" field if the given value is not nil.
+func (_c *ExternalTaskTypeCreate) SetNillableReviewPolicy(v *string) *ExternalTaskTypeCreate {
+	if v != nil {
+		_c.SetReviewPolicy(*v)
+	}
+	return _c
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_c *ExternalTaskTypeCreate) SetUpdatedBy(v string) *ExternalTaskTypeCreate {
 	_c.mutation.SetUpdatedBy(v)
@@ -161,6 +175,10 @@ func (_c *ExternalTaskTypeCreate) defaults() {
 		v := externaltasktype.DefaultStallAction
 		_c.mutation.SetStallAction(v)
 	}
+	if _, ok := _c.mutation.ReviewPolicy(); !ok {
+		v := externaltasktype.DefaultReviewPolicy
+		_c.mutation.SetReviewPolicy(v)
+	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		v := externaltasktype.DefaultUpdatedBy
 		_c.mutation.SetUpdatedBy(v)
@@ -193,6 +211,9 @@ func (_c *ExternalTaskTypeCreate) check() error {
 	}
 	if _, ok := _c.mutation.StallAction(); !ok {
 		return &ValidationError{Name: "stall_action", err: errors.New(`ent: missing required field "ExternalTaskType.stall_action"`)}
+	}
+	if _, ok := _c.mutation.ReviewPolicy(); !ok {
+		return &ValidationError{Name: "review_policy", err: errors.New(`ent: missing required field "ExternalTaskType.review_policy"`)}
 	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		return &ValidationError{Name: "updated_by", err: errors.New(`ent: missing required field "ExternalTaskType.updated_by"`)}
@@ -253,6 +274,10 @@ func (_c *ExternalTaskTypeCreate) createSpec() (*ExternalTaskType, *sqlgraph.Cre
 	if value, ok := _c.mutation.StallAction(); ok {
 		_spec.SetField(externaltasktype.FieldStallAction, field.TypeString, value)
 		_node.StallAction = value
+	}
+	if value, ok := _c.mutation.ReviewPolicy(); ok {
+		_spec.SetField(externaltasktype.FieldReviewPolicy, field.TypeString, value)
+		_node.ReviewPolicy = value
 	}
 	if value, ok := _c.mutation.UpdatedBy(); ok {
 		_spec.SetField(externaltasktype.FieldUpdatedBy, field.TypeString, value)

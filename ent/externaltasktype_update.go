@@ -127,6 +127,20 @@ func (_u *ExternalTaskTypeUpdate) SetNillableStallAction(v *string) *ExternalTas
 	return _u
 }
 
+// SetReviewPolicy sets the "review_policy" field.
+func (_u *ExternalTaskTypeUpdate) SetReviewPolicy(v string) *ExternalTaskTypeUpdate {
+	_u.mutation.SetReviewPolicy(v)
+	return _u
+}
+
+// SetNillableReviewPolicy sets the "review_policy" field if the given value is not nil.
+func (_u *ExternalTaskTypeUpdate) SetNillableReviewPolicy(v *string) *ExternalTaskTypeUpdate {
+	if v != nil {
+		_u.SetReviewPolicy(*v)
+	}
+	return _u
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_u *ExternalTaskTypeUpdate) SetUpdatedBy(v string) *ExternalTaskTypeUpdate {
 	_u.mutation.SetUpdatedBy(v)
@@ -225,6 +239,9 @@ func (_u *ExternalTaskTypeUpdate) sqlSave(ctx context.Context) (_node int, err e
 	}
 	if value, ok := _u.mutation.StallAction(); ok {
 		_spec.SetField(externaltasktype.FieldStallAction, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.ReviewPolicy(); ok {
+		_spec.SetField(externaltasktype.FieldReviewPolicy, field.TypeString, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(externaltasktype.FieldUpdatedBy, field.TypeString, value)
@@ -348,6 +365,20 @@ func (_u *ExternalTaskTypeUpdateOne) SetStallAction(v string) *ExternalTaskTypeU
 func (_u *ExternalTaskTypeUpdateOne) SetNillableStallAction(v *string) *ExternalTaskTypeUpdateOne {
 	if v != nil {
 		_u.SetStallAction(*v)
+	}
+	return _u
+}
+
+// SetReviewPolicy sets the "review_policy" field.
+func (_u *ExternalTaskTypeUpdateOne) SetReviewPolicy(v string) *ExternalTaskTypeUpdateOne {
+	_u.mutation.SetReviewPolicy(v)
+	return _u
+}
+
+// SetNillableReviewPolicy sets the "review_policy" field if the given value is not nil.
+func (_u *ExternalTaskTypeUpdateOne) SetNillableReviewPolicy(v *string) *ExternalTaskTypeUpdateOne {
+	if v != nil {
+		_u.SetReviewPolicy(*v)
 	}
 	return _u
 }
@@ -480,6 +511,9 @@ func (_u *ExternalTaskTypeUpdateOne) sqlSave(ctx context.Context) (_node *Extern
 	}
 	if value, ok := _u.mutation.StallAction(); ok {
 		_spec.SetField(externaltasktype.FieldStallAction, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.ReviewPolicy(); ok {
+		_spec.SetField(externaltasktype.FieldReviewPolicy, field.TypeString, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(externaltasktype.FieldUpdatedBy, field.TypeString, value)

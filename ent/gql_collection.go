@@ -853,6 +853,16 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 				selectedFields = append(selectedFields, task.FieldInput)
 				fieldSeen[task.FieldInput] = struct{}{}
 			}
+		case "inputVersion":
+			if _, ok := fieldSeen[task.FieldInputVersion]; !ok {
+				selectedFields = append(selectedFields, task.FieldInputVersion)
+				fieldSeen[task.FieldInputVersion] = struct{}{}
+			}
+		case "reviewMode":
+			if _, ok := fieldSeen[task.FieldReviewMode]; !ok {
+				selectedFields = append(selectedFields, task.FieldReviewMode)
+				fieldSeen[task.FieldReviewMode] = struct{}{}
+			}
 		case "timeoutSeconds":
 			if _, ok := fieldSeen[task.FieldTimeoutSeconds]; !ok {
 				selectedFields = append(selectedFields, task.FieldTimeoutSeconds)

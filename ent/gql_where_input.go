@@ -1822,6 +1822,16 @@ type TaskWhereInput struct {
 	TenantEqualFold    *string  `json:"tenantEqualFold,omitempty"`
 	TenantContainsFold *string  `json:"tenantContainsFold,omitempty"`
 
+	// "input_version" field predicates.
+	InputVersion      *int  `json:"inputVersion,omitempty"`
+	InputVersionNEQ   *int  `json:"inputVersionNEQ,omitempty"`
+	InputVersionIn    []int `json:"inputVersionIn,omitempty"`
+	InputVersionNotIn []int `json:"inputVersionNotIn,omitempty"`
+	InputVersionGT    *int  `json:"inputVersionGT,omitempty"`
+	InputVersionGTE   *int  `json:"inputVersionGTE,omitempty"`
+	InputVersionLT    *int  `json:"inputVersionLT,omitempty"`
+	InputVersionLTE   *int  `json:"inputVersionLTE,omitempty"`
+
 	// "timeout_seconds" field predicates.
 	TimeoutSeconds      *int  `json:"timeoutSeconds,omitempty"`
 	TimeoutSecondsNEQ   *int  `json:"timeoutSecondsNEQ,omitempty"`
@@ -2479,6 +2489,30 @@ func (i *TaskWhereInput) P() (predicate.Task, error) {
 	}
 	if i.TenantContainsFold != nil {
 		predicates = append(predicates, task.TenantContainsFold(*i.TenantContainsFold))
+	}
+	if i.InputVersion != nil {
+		predicates = append(predicates, task.InputVersionEQ(*i.InputVersion))
+	}
+	if i.InputVersionNEQ != nil {
+		predicates = append(predicates, task.InputVersionNEQ(*i.InputVersionNEQ))
+	}
+	if len(i.InputVersionIn) > 0 {
+		predicates = append(predicates, task.InputVersionIn(i.InputVersionIn...))
+	}
+	if len(i.InputVersionNotIn) > 0 {
+		predicates = append(predicates, task.InputVersionNotIn(i.InputVersionNotIn...))
+	}
+	if i.InputVersionGT != nil {
+		predicates = append(predicates, task.InputVersionGT(*i.InputVersionGT))
+	}
+	if i.InputVersionGTE != nil {
+		predicates = append(predicates, task.InputVersionGTE(*i.InputVersionGTE))
+	}
+	if i.InputVersionLT != nil {
+		predicates = append(predicates, task.InputVersionLT(*i.InputVersionLT))
+	}
+	if i.InputVersionLTE != nil {
+		predicates = append(predicates, task.InputVersionLTE(*i.InputVersionLTE))
 	}
 	if i.TimeoutSeconds != nil {
 		predicates = append(predicates, task.TimeoutSecondsEQ(*i.TimeoutSeconds))

@@ -29,8 +29,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -58,8 +60,10 @@ const (
 	TypeStallOverride    = "StallOverride"
 	TypeTask             = "Task"
 	TypeTaskDependency   = "TaskDependency"
+	TypeTaskInputVersion = "TaskInputVersion"
 	TypeTaskInstance     = "TaskInstance"
 	TypeTaskLog          = "TaskLog"
+	TypeTaskReview       = "TaskReview"
 	TypeWorkflow         = "Workflow"
 )
 
@@ -7603,6 +7607,7 @@ type ExternalTaskTypeMutation struct {
 	stall_after_seconds    *int
 	addstall_after_seconds *int
 	stall_action           *string
+	review_policy          *string
 	updated_by             *string
 	updated_at             *time.Time
 	clearedFields          map[string]struct{}
@@ -8001,6 +8006,42 @@ func (m *ExternalTaskTypeMutation) ResetStallAction() {
 	m.stall_action = nil
 }
 
+// SetReviewPolicy sets the "review_policy" field.
+func (m *ExternalTaskTypeMutation) SetReviewPolicy(s string) {
+	m.review_policy = &s
+}
+
+// ReviewPolicy returns the value of the "review_policy" field in the mutation.
+func (m *ExternalTaskTypeMutation) ReviewPolicy() (r string, exists bool) {
+	v := m.review_policy
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReviewPolicy returns the old "review_policy" field's value of the ExternalTaskType entity.
+// If the ExternalTaskType object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ExternalTaskTypeMutation) OldReviewPolicy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReviewPolicy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReviewPolicy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReviewPolicy: %w", err)
+	}
+	return oldValue.ReviewPolicy, nil
+}
+
+// ResetReviewPolicy resets all changes to the "review_policy" field.
+func (m *ExternalTaskTypeMutation) ResetReviewPolicy() {
+	m.review_policy = nil
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (m *ExternalTaskTypeMutation) SetUpdatedBy(s string) {
 	m.updated_by = &s
@@ -8107,7 +8148,7 @@ func (m *ExternalTaskTypeMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ExternalTaskTypeMutation) Fields() []string {
-	fields := make([]string, 0, 9)
+	fields := make([]string, 0, 10)
 	if m.name != nil {
 		fields = append(fields, externaltasktype.FieldName)
 	}
@@ -8128,6 +8169,9 @@ func (m *ExternalTaskTypeMutation) Fields() []string {
 	}
 	if m.stall_action != nil {
 		fields = append(fields, externaltasktype.FieldStallAction)
+	}
+	if m.review_policy != nil {
+		fields = append(fields, externaltasktype.FieldReviewPolicy)
 	}
 	if m.updated_by != nil {
 		fields = append(fields, externaltasktype.FieldUpdatedBy)
@@ -8157,6 +8201,8 @@ func (m *ExternalTaskTypeMutation) Field(name string) (ent.Value, bool) {
 		return m.StallAfterSeconds()
 	case externaltasktype.FieldStallAction:
 		return m.StallAction()
+	case externaltasktype.FieldReviewPolicy:
+		return m.ReviewPolicy()
 	case externaltasktype.FieldUpdatedBy:
 		return m.UpdatedBy()
 	case externaltasktype.FieldUpdatedAt:
@@ -8184,6 +8230,8 @@ func (m *ExternalTaskTypeMutation) OldField(ctx context.Context, name string) (e
 		return m.OldStallAfterSeconds(ctx)
 	case externaltasktype.FieldStallAction:
 		return m.OldStallAction(ctx)
+	case externaltasktype.FieldReviewPolicy:
+		return m.OldReviewPolicy(ctx)
 	case externaltasktype.FieldUpdatedBy:
 		return m.OldUpdatedBy(ctx)
 	case externaltasktype.FieldUpdatedAt:
@@ -8245,6 +8293,13 @@ func (m *ExternalTaskTypeMutation) SetField(name string, value ent.Value) error 
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetStallAction(v)
+		return nil
+	case externaltasktype.FieldReviewPolicy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReviewPolicy(v)
 		return nil
 	case externaltasktype.FieldUpdatedBy:
 		v, ok := value.(string)
@@ -8356,6 +8411,9 @@ func (m *ExternalTaskTypeMutation) ResetField(name string) error {
 		return nil
 	case externaltasktype.FieldStallAction:
 		m.ResetStallAction()
+		return nil
+	case externaltasktype.FieldReviewPolicy:
+		m.ResetReviewPolicy()
 		return nil
 	case externaltasktype.FieldUpdatedBy:
 		m.ResetUpdatedBy()
@@ -13604,6 +13662,9 @@ type TaskMutation struct {
 	input              *json.RawMessage
 	appendinput        json.RawMessage
 	input_sealed       *[]byte
+	input_version      *int
+	addinput_version   *int
+	review_mode        *task.ReviewMode
 	input_hash         *string
 	timeout_seconds    *int
 	addtimeout_seconds *int
@@ -14358,6 +14419,111 @@ func (m *TaskMutation) InputSealedCleared() bool {
 func (m *TaskMutation) ResetInputSealed() {
 	m.input_sealed = nil
 	delete(m.clearedFields, task.FieldInputSealed)
+}
+
+// SetInputVersion sets the "input_version" field.
+func (m *TaskMutation) SetInputVersion(i int) {
+	m.input_version = &i
+	m.addinput_version = nil
+}
+
+// InputVersion returns the value of the "input_version" field in the mutation.
+func (m *TaskMutation) InputVersion() (r int, exists bool) {
+	v := m.input_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInputVersion returns the old "input_version" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldInputVersion(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInputVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInputVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInputVersion: %w", err)
+	}
+	return oldValue.InputVersion, nil
+}
+
+// AddInputVersion adds i to the "input_version" field.
+func (m *TaskMutation) AddInputVersion(i int) {
+	if m.addinput_version != nil {
+		*m.addinput_version += i
+	} else {
+		m.addinput_version = &i
+	}
+}
+
+// AddedInputVersion returns the value that was added to the "input_version" field in this mutation.
+func (m *TaskMutation) AddedInputVersion() (r int, exists bool) {
+	v := m.addinput_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetInputVersion resets all changes to the "input_version" field.
+func (m *TaskMutation) ResetInputVersion() {
+	m.input_version = nil
+	m.addinput_version = nil
+}
+
+// SetReviewMode sets the "review_mode" field.
+func (m *TaskMutation) SetReviewMode(tm task.ReviewMode) {
+	m.review_mode = &tm
+}
+
+// ReviewMode returns the value of the "review_mode" field in the mutation.
+func (m *TaskMutation) ReviewMode() (r task.ReviewMode, exists bool) {
+	v := m.review_mode
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReviewMode returns the old "review_mode" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldReviewMode(ctx context.Context) (v *task.ReviewMode, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReviewMode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReviewMode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReviewMode: %w", err)
+	}
+	return oldValue.ReviewMode, nil
+}
+
+// ClearReviewMode clears the value of the "review_mode" field.
+func (m *TaskMutation) ClearReviewMode() {
+	m.review_mode = nil
+	m.clearedFields[task.FieldReviewMode] = struct{}{}
+}
+
+// ReviewModeCleared returns if the "review_mode" field was cleared in this mutation.
+func (m *TaskMutation) ReviewModeCleared() bool {
+	_, ok := m.clearedFields[task.FieldReviewMode]
+	return ok
+}
+
+// ResetReviewMode resets all changes to the "review_mode" field.
+func (m *TaskMutation) ResetReviewMode() {
+	m.review_mode = nil
+	delete(m.clearedFields, task.FieldReviewMode)
 }
 
 // SetInputHash sets the "input_hash" field.
@@ -15613,7 +15779,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 36)
+	fields := make([]string, 0, 38)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -15658,6 +15824,12 @@ func (m *TaskMutation) Fields() []string {
 	}
 	if m.input_sealed != nil {
 		fields = append(fields, task.FieldInputSealed)
+	}
+	if m.input_version != nil {
+		fields = append(fields, task.FieldInputVersion)
+	}
+	if m.review_mode != nil {
+		fields = append(fields, task.FieldReviewMode)
 	}
 	if m.input_hash != nil {
 		fields = append(fields, task.FieldInputHash)
@@ -15760,6 +15932,10 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.Input()
 	case task.FieldInputSealed:
 		return m.InputSealed()
+	case task.FieldInputVersion:
+		return m.InputVersion()
+	case task.FieldReviewMode:
+		return m.ReviewMode()
 	case task.FieldInputHash:
 		return m.InputHash()
 	case task.FieldTimeoutSeconds:
@@ -15841,6 +16017,10 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldInput(ctx)
 	case task.FieldInputSealed:
 		return m.OldInputSealed(ctx)
+	case task.FieldInputVersion:
+		return m.OldInputVersion(ctx)
+	case task.FieldReviewMode:
+		return m.OldReviewMode(ctx)
 	case task.FieldInputHash:
 		return m.OldInputHash(ctx)
 	case task.FieldTimeoutSeconds:
@@ -15996,6 +16176,20 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetInputSealed(v)
+		return nil
+	case task.FieldInputVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInputVersion(v)
+		return nil
+	case task.FieldReviewMode:
+		v, ok := value.(task.ReviewMode)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReviewMode(v)
 		return nil
 	case task.FieldInputHash:
 		v, ok := value.(string)
@@ -16155,6 +16349,9 @@ func (m *TaskMutation) AddedFields() []string {
 	if m.addpriority != nil {
 		fields = append(fields, task.FieldPriority)
 	}
+	if m.addinput_version != nil {
+		fields = append(fields, task.FieldInputVersion)
+	}
 	if m.addtimeout_seconds != nil {
 		fields = append(fields, task.FieldTimeoutSeconds)
 	}
@@ -16186,6 +16383,8 @@ func (m *TaskMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
 	case task.FieldPriority:
 		return m.AddedPriority()
+	case task.FieldInputVersion:
+		return m.AddedInputVersion()
 	case task.FieldTimeoutSeconds:
 		return m.AddedTimeoutSeconds()
 	case task.FieldMaxAttempts:
@@ -16215,6 +16414,13 @@ func (m *TaskMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddPriority(v)
+		return nil
+	case task.FieldInputVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddInputVersion(v)
 		return nil
 	case task.FieldTimeoutSeconds:
 		v, ok := value.(int)
@@ -16282,6 +16488,9 @@ func (m *TaskMutation) ClearedFields() []string {
 	if m.FieldCleared(task.FieldInputSealed) {
 		fields = append(fields, task.FieldInputSealed)
 	}
+	if m.FieldCleared(task.FieldReviewMode) {
+		fields = append(fields, task.FieldReviewMode)
+	}
 	if m.FieldCleared(task.FieldResult) {
 		fields = append(fields, task.FieldResult)
 	}
@@ -16337,6 +16546,9 @@ func (m *TaskMutation) ClearField(name string) error {
 		return nil
 	case task.FieldInputSealed:
 		m.ClearInputSealed()
+		return nil
+	case task.FieldReviewMode:
+		m.ClearReviewMode()
 		return nil
 	case task.FieldResult:
 		m.ClearResult()
@@ -16423,6 +16635,12 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldInputSealed:
 		m.ResetInputSealed()
+		return nil
+	case task.FieldInputVersion:
+		m.ResetInputVersion()
+		return nil
+	case task.FieldReviewMode:
+		m.ResetReviewMode()
 		return nil
 	case task.FieldInputHash:
 		m.ResetInputHash()
@@ -17182,6 +17400,904 @@ func (m *TaskDependencyMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *TaskDependencyMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown TaskDependency edge %s", name)
+}
+
+// TaskInputVersionMutation represents an operation that mutates the TaskInputVersion nodes in the graph.
+type TaskInputVersionMutation struct {
+	config
+	op                  Op
+	typ                 string
+	id                  *int
+	created_at          *time.Time
+	task_id             *int
+	addtask_id          *int
+	version             *int
+	addversion          *int
+	input               *json.RawMessage
+	appendinput         json.RawMessage
+	input_sealed        *[]byte
+	from_instance_no    *int
+	addfrom_instance_no *int
+	author              *string
+	author_source       *string
+	reason              *string
+	clearedFields       map[string]struct{}
+	done                bool
+	oldValue            func(context.Context) (*TaskInputVersion, error)
+	predicates          []predicate.TaskInputVersion
+}
+
+var _ ent.Mutation = (*TaskInputVersionMutation)(nil)
+
+// taskinputversionOption allows management of the mutation configuration using functional options.
+type taskinputversionOption func(*TaskInputVersionMutation)
+
+// newTaskInputVersionMutation creates new mutation for the TaskInputVersion entity.
+func newTaskInputVersionMutation(c config, op Op, opts ...taskinputversionOption) *TaskInputVersionMutation {
+	m := &TaskInputVersionMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTaskInputVersion,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTaskInputVersionID sets the ID field of the mutation.
+func withTaskInputVersionID(id int) taskinputversionOption {
+	return func(m *TaskInputVersionMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TaskInputVersion
+		)
+		m.oldValue = func(ctx context.Context) (*TaskInputVersion, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TaskInputVersion.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTaskInputVersion sets the old TaskInputVersion of the mutation.
+func withTaskInputVersion(node *TaskInputVersion) taskinputversionOption {
+	return func(m *TaskInputVersionMutation) {
+		m.oldValue = func(context.Context) (*TaskInputVersion, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TaskInputVersionMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TaskInputVersionMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TaskInputVersionMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TaskInputVersionMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TaskInputVersion.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *TaskInputVersionMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *TaskInputVersionMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *TaskInputVersionMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetTaskID sets the "task_id" field.
+func (m *TaskInputVersionMutation) SetTaskID(i int) {
+	m.task_id = &i
+	m.addtask_id = nil
+}
+
+// TaskID returns the value of the "task_id" field in the mutation.
+func (m *TaskInputVersionMutation) TaskID() (r int, exists bool) {
+	v := m.task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskID returns the old "task_id" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldTaskID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskID: %w", err)
+	}
+	return oldValue.TaskID, nil
+}
+
+// AddTaskID adds i to the "task_id" field.
+func (m *TaskInputVersionMutation) AddTaskID(i int) {
+	if m.addtask_id != nil {
+		*m.addtask_id += i
+	} else {
+		m.addtask_id = &i
+	}
+}
+
+// AddedTaskID returns the value that was added to the "task_id" field in this mutation.
+func (m *TaskInputVersionMutation) AddedTaskID() (r int, exists bool) {
+	v := m.addtask_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetTaskID resets all changes to the "task_id" field.
+func (m *TaskInputVersionMutation) ResetTaskID() {
+	m.task_id = nil
+	m.addtask_id = nil
+}
+
+// SetVersion sets the "version" field.
+func (m *TaskInputVersionMutation) SetVersion(i int) {
+	m.version = &i
+	m.addversion = nil
+}
+
+// Version returns the value of the "version" field in the mutation.
+func (m *TaskInputVersionMutation) Version() (r int, exists bool) {
+	v := m.version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVersion returns the old "version" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldVersion(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVersion: %w", err)
+	}
+	return oldValue.Version, nil
+}
+
+// AddVersion adds i to the "version" field.
+func (m *TaskInputVersionMutation) AddVersion(i int) {
+	if m.addversion != nil {
+		*m.addversion += i
+	} else {
+		m.addversion = &i
+	}
+}
+
+// AddedVersion returns the value that was added to the "version" field in this mutation.
+func (m *TaskInputVersionMutation) AddedVersion() (r int, exists bool) {
+	v := m.addversion
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetVersion resets all changes to the "version" field.
+func (m *TaskInputVersionMutation) ResetVersion() {
+	m.version = nil
+	m.addversion = nil
+}
+
+// SetInput sets the "input" field.
+func (m *TaskInputVersionMutation) SetInput(jm json.RawMessage) {
+	m.input = &jm
+	m.appendinput = nil
+}
+
+// Input returns the value of the "input" field in the mutation.
+func (m *TaskInputVersionMutation) Input() (r json.RawMessage, exists bool) {
+	v := m.input
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInput returns the old "input" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldInput(ctx context.Context) (v json.RawMessage, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInput is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInput requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInput: %w", err)
+	}
+	return oldValue.Input, nil
+}
+
+// AppendInput adds jm to the "input" field.
+func (m *TaskInputVersionMutation) AppendInput(jm json.RawMessage) {
+	m.appendinput = append(m.appendinput, jm...)
+}
+
+// AppendedInput returns the list of values that were appended to the "input" field in this mutation.
+func (m *TaskInputVersionMutation) AppendedInput() (json.RawMessage, bool) {
+	if len(m.appendinput) == 0 {
+		return nil, false
+	}
+	return m.appendinput, true
+}
+
+// ResetInput resets all changes to the "input" field.
+func (m *TaskInputVersionMutation) ResetInput() {
+	m.input = nil
+	m.appendinput = nil
+}
+
+// SetInputSealed sets the "input_sealed" field.
+func (m *TaskInputVersionMutation) SetInputSealed(b []byte) {
+	m.input_sealed = &b
+}
+
+// InputSealed returns the value of the "input_sealed" field in the mutation.
+func (m *TaskInputVersionMutation) InputSealed() (r []byte, exists bool) {
+	v := m.input_sealed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInputSealed returns the old "input_sealed" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldInputSealed(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInputSealed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInputSealed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInputSealed: %w", err)
+	}
+	return oldValue.InputSealed, nil
+}
+
+// ClearInputSealed clears the value of the "input_sealed" field.
+func (m *TaskInputVersionMutation) ClearInputSealed() {
+	m.input_sealed = nil
+	m.clearedFields[taskinputversion.FieldInputSealed] = struct{}{}
+}
+
+// InputSealedCleared returns if the "input_sealed" field was cleared in this mutation.
+func (m *TaskInputVersionMutation) InputSealedCleared() bool {
+	_, ok := m.clearedFields[taskinputversion.FieldInputSealed]
+	return ok
+}
+
+// ResetInputSealed resets all changes to the "input_sealed" field.
+func (m *TaskInputVersionMutation) ResetInputSealed() {
+	m.input_sealed = nil
+	delete(m.clearedFields, taskinputversion.FieldInputSealed)
+}
+
+// SetFromInstanceNo sets the "from_instance_no" field.
+func (m *TaskInputVersionMutation) SetFromInstanceNo(i int) {
+	m.from_instance_no = &i
+	m.addfrom_instance_no = nil
+}
+
+// FromInstanceNo returns the value of the "from_instance_no" field in the mutation.
+func (m *TaskInputVersionMutation) FromInstanceNo() (r int, exists bool) {
+	v := m.from_instance_no
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFromInstanceNo returns the old "from_instance_no" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldFromInstanceNo(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFromInstanceNo is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFromInstanceNo requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFromInstanceNo: %w", err)
+	}
+	return oldValue.FromInstanceNo, nil
+}
+
+// AddFromInstanceNo adds i to the "from_instance_no" field.
+func (m *TaskInputVersionMutation) AddFromInstanceNo(i int) {
+	if m.addfrom_instance_no != nil {
+		*m.addfrom_instance_no += i
+	} else {
+		m.addfrom_instance_no = &i
+	}
+}
+
+// AddedFromInstanceNo returns the value that was added to the "from_instance_no" field in this mutation.
+func (m *TaskInputVersionMutation) AddedFromInstanceNo() (r int, exists bool) {
+	v := m.addfrom_instance_no
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetFromInstanceNo resets all changes to the "from_instance_no" field.
+func (m *TaskInputVersionMutation) ResetFromInstanceNo() {
+	m.from_instance_no = nil
+	m.addfrom_instance_no = nil
+}
+
+// SetAuthor sets the "author" field.
+func (m *TaskInputVersionMutation) SetAuthor(s string) {
+	m.author = &s
+}
+
+// Author returns the value of the "author" field in the mutation.
+func (m *TaskInputVersionMutation) Author() (r string, exists bool) {
+	v := m.author
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAuthor returns the old "author" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldAuthor(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAuthor is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAuthor requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAuthor: %w", err)
+	}
+	return oldValue.Author, nil
+}
+
+// ResetAuthor resets all changes to the "author" field.
+func (m *TaskInputVersionMutation) ResetAuthor() {
+	m.author = nil
+}
+
+// SetAuthorSource sets the "author_source" field.
+func (m *TaskInputVersionMutation) SetAuthorSource(s string) {
+	m.author_source = &s
+}
+
+// AuthorSource returns the value of the "author_source" field in the mutation.
+func (m *TaskInputVersionMutation) AuthorSource() (r string, exists bool) {
+	v := m.author_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAuthorSource returns the old "author_source" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldAuthorSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAuthorSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAuthorSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAuthorSource: %w", err)
+	}
+	return oldValue.AuthorSource, nil
+}
+
+// ResetAuthorSource resets all changes to the "author_source" field.
+func (m *TaskInputVersionMutation) ResetAuthorSource() {
+	m.author_source = nil
+}
+
+// SetReason sets the "reason" field.
+func (m *TaskInputVersionMutation) SetReason(s string) {
+	m.reason = &s
+}
+
+// Reason returns the value of the "reason" field in the mutation.
+func (m *TaskInputVersionMutation) Reason() (r string, exists bool) {
+	v := m.reason
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReason returns the old "reason" field's value of the TaskInputVersion entity.
+// If the TaskInputVersion object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskInputVersionMutation) OldReason(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReason is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReason requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReason: %w", err)
+	}
+	return oldValue.Reason, nil
+}
+
+// ResetReason resets all changes to the "reason" field.
+func (m *TaskInputVersionMutation) ResetReason() {
+	m.reason = nil
+}
+
+// Where appends a list predicates to the TaskInputVersionMutation builder.
+func (m *TaskInputVersionMutation) Where(ps ...predicate.TaskInputVersion) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TaskInputVersionMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TaskInputVersionMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TaskInputVersion, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TaskInputVersionMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TaskInputVersionMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TaskInputVersion).
+func (m *TaskInputVersionMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TaskInputVersionMutation) Fields() []string {
+	fields := make([]string, 0, 9)
+	if m.created_at != nil {
+		fields = append(fields, taskinputversion.FieldCreatedAt)
+	}
+	if m.task_id != nil {
+		fields = append(fields, taskinputversion.FieldTaskID)
+	}
+	if m.version != nil {
+		fields = append(fields, taskinputversion.FieldVersion)
+	}
+	if m.input != nil {
+		fields = append(fields, taskinputversion.FieldInput)
+	}
+	if m.input_sealed != nil {
+		fields = append(fields, taskinputversion.FieldInputSealed)
+	}
+	if m.from_instance_no != nil {
+		fields = append(fields, taskinputversion.FieldFromInstanceNo)
+	}
+	if m.author != nil {
+		fields = append(fields, taskinputversion.FieldAuthor)
+	}
+	if m.author_source != nil {
+		fields = append(fields, taskinputversion.FieldAuthorSource)
+	}
+	if m.reason != nil {
+		fields = append(fields, taskinputversion.FieldReason)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TaskInputVersionMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case taskinputversion.FieldCreatedAt:
+		return m.CreatedAt()
+	case taskinputversion.FieldTaskID:
+		return m.TaskID()
+	case taskinputversion.FieldVersion:
+		return m.Version()
+	case taskinputversion.FieldInput:
+		return m.Input()
+	case taskinputversion.FieldInputSealed:
+		return m.InputSealed()
+	case taskinputversion.FieldFromInstanceNo:
+		return m.FromInstanceNo()
+	case taskinputversion.FieldAuthor:
+		return m.Author()
+	case taskinputversion.FieldAuthorSource:
+		return m.AuthorSource()
+	case taskinputversion.FieldReason:
+		return m.Reason()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TaskInputVersionMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case taskinputversion.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case taskinputversion.FieldTaskID:
+		return m.OldTaskID(ctx)
+	case taskinputversion.FieldVersion:
+		return m.OldVersion(ctx)
+	case taskinputversion.FieldInput:
+		return m.OldInput(ctx)
+	case taskinputversion.FieldInputSealed:
+		return m.OldInputSealed(ctx)
+	case taskinputversion.FieldFromInstanceNo:
+		return m.OldFromInstanceNo(ctx)
+	case taskinputversion.FieldAuthor:
+		return m.OldAuthor(ctx)
+	case taskinputversion.FieldAuthorSource:
+		return m.OldAuthorSource(ctx)
+	case taskinputversion.FieldReason:
+		return m.OldReason(ctx)
+	}
+	return nil, fmt.Errorf("unknown TaskInputVersion field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskInputVersionMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case taskinputversion.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case taskinputversion.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskID(v)
+		return nil
+	case taskinputversion.FieldVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVersion(v)
+		return nil
+	case taskinputversion.FieldInput:
+		v, ok := value.(json.RawMessage)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInput(v)
+		return nil
+	case taskinputversion.FieldInputSealed:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInputSealed(v)
+		return nil
+	case taskinputversion.FieldFromInstanceNo:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFromInstanceNo(v)
+		return nil
+	case taskinputversion.FieldAuthor:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAuthor(v)
+		return nil
+	case taskinputversion.FieldAuthorSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAuthorSource(v)
+		return nil
+	case taskinputversion.FieldReason:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReason(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskInputVersion field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TaskInputVersionMutation) AddedFields() []string {
+	var fields []string
+	if m.addtask_id != nil {
+		fields = append(fields, taskinputversion.FieldTaskID)
+	}
+	if m.addversion != nil {
+		fields = append(fields, taskinputversion.FieldVersion)
+	}
+	if m.addfrom_instance_no != nil {
+		fields = append(fields, taskinputversion.FieldFromInstanceNo)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TaskInputVersionMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case taskinputversion.FieldTaskID:
+		return m.AddedTaskID()
+	case taskinputversion.FieldVersion:
+		return m.AddedVersion()
+	case taskinputversion.FieldFromInstanceNo:
+		return m.AddedFromInstanceNo()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskInputVersionMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case taskinputversion.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTaskID(v)
+		return nil
+	case taskinputversion.FieldVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddVersion(v)
+		return nil
+	case taskinputversion.FieldFromInstanceNo:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddFromInstanceNo(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskInputVersion numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TaskInputVersionMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(taskinputversion.FieldInputSealed) {
+		fields = append(fields, taskinputversion.FieldInputSealed)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TaskInputVersionMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TaskInputVersionMutation) ClearField(name string) error {
+	switch name {
+	case taskinputversion.FieldInputSealed:
+		m.ClearInputSealed()
+		return nil
+	}
+	return fmt.Errorf("unknown TaskInputVersion nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TaskInputVersionMutation) ResetField(name string) error {
+	switch name {
+	case taskinputversion.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case taskinputversion.FieldTaskID:
+		m.ResetTaskID()
+		return nil
+	case taskinputversion.FieldVersion:
+		m.ResetVersion()
+		return nil
+	case taskinputversion.FieldInput:
+		m.ResetInput()
+		return nil
+	case taskinputversion.FieldInputSealed:
+		m.ResetInputSealed()
+		return nil
+	case taskinputversion.FieldFromInstanceNo:
+		m.ResetFromInstanceNo()
+		return nil
+	case taskinputversion.FieldAuthor:
+		m.ResetAuthor()
+		return nil
+	case taskinputversion.FieldAuthorSource:
+		m.ResetAuthorSource()
+		return nil
+	case taskinputversion.FieldReason:
+		m.ResetReason()
+		return nil
+	}
+	return fmt.Errorf("unknown TaskInputVersion field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TaskInputVersionMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TaskInputVersionMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TaskInputVersionMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TaskInputVersionMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TaskInputVersionMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TaskInputVersionMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TaskInputVersionMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TaskInputVersion unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TaskInputVersionMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TaskInputVersion edge %s", name)
 }
 
 // TaskInstanceMutation represents an operation that mutates the TaskInstance nodes in the graph.
@@ -19621,6 +20737,1542 @@ func (m *TaskLogMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown TaskLog edge %s", name)
+}
+
+// TaskReviewMutation represents an operation that mutates the TaskReview nodes in the graph.
+type TaskReviewMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int
+	created_at        *time.Time
+	task_id           *int
+	addtask_id        *int
+	instance_id       *int
+	addinstance_id    *int
+	instance_no       *int
+	addinstance_no    *int
+	trigger           *taskreview.Trigger
+	reason            *string
+	evidence          *json.RawMessage
+	appendevidence    json.RawMessage
+	four_eyes         *bool
+	deadline          *time.Time
+	on_deadline       *taskreview.OnDeadline
+	overdue_at        *time.Time
+	decision          *taskreview.Decision
+	decided_by        *string
+	decided_by_source *string
+	decided_at        *time.Time
+	decision_reason   *string
+	input_version     *int
+	addinput_version  *int
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*TaskReview, error)
+	predicates        []predicate.TaskReview
+}
+
+var _ ent.Mutation = (*TaskReviewMutation)(nil)
+
+// taskreviewOption allows management of the mutation configuration using functional options.
+type taskreviewOption func(*TaskReviewMutation)
+
+// newTaskReviewMutation creates new mutation for the TaskReview entity.
+func newTaskReviewMutation(c config, op Op, opts ...taskreviewOption) *TaskReviewMutation {
+	m := &TaskReviewMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTaskReview,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTaskReviewID sets the ID field of the mutation.
+func withTaskReviewID(id int) taskreviewOption {
+	return func(m *TaskReviewMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TaskReview
+		)
+		m.oldValue = func(ctx context.Context) (*TaskReview, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TaskReview.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTaskReview sets the old TaskReview of the mutation.
+func withTaskReview(node *TaskReview) taskreviewOption {
+	return func(m *TaskReviewMutation) {
+		m.oldValue = func(context.Context) (*TaskReview, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TaskReviewMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TaskReviewMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TaskReviewMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TaskReviewMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TaskReview.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *TaskReviewMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *TaskReviewMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *TaskReviewMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetTaskID sets the "task_id" field.
+func (m *TaskReviewMutation) SetTaskID(i int) {
+	m.task_id = &i
+	m.addtask_id = nil
+}
+
+// TaskID returns the value of the "task_id" field in the mutation.
+func (m *TaskReviewMutation) TaskID() (r int, exists bool) {
+	v := m.task_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskID returns the old "task_id" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldTaskID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskID: %w", err)
+	}
+	return oldValue.TaskID, nil
+}
+
+// AddTaskID adds i to the "task_id" field.
+func (m *TaskReviewMutation) AddTaskID(i int) {
+	if m.addtask_id != nil {
+		*m.addtask_id += i
+	} else {
+		m.addtask_id = &i
+	}
+}
+
+// AddedTaskID returns the value that was added to the "task_id" field in this mutation.
+func (m *TaskReviewMutation) AddedTaskID() (r int, exists bool) {
+	v := m.addtask_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetTaskID resets all changes to the "task_id" field.
+func (m *TaskReviewMutation) ResetTaskID() {
+	m.task_id = nil
+	m.addtask_id = nil
+}
+
+// SetInstanceID sets the "instance_id" field.
+func (m *TaskReviewMutation) SetInstanceID(i int) {
+	m.instance_id = &i
+	m.addinstance_id = nil
+}
+
+// InstanceID returns the value of the "instance_id" field in the mutation.
+func (m *TaskReviewMutation) InstanceID() (r int, exists bool) {
+	v := m.instance_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInstanceID returns the old "instance_id" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldInstanceID(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInstanceID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInstanceID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInstanceID: %w", err)
+	}
+	return oldValue.InstanceID, nil
+}
+
+// AddInstanceID adds i to the "instance_id" field.
+func (m *TaskReviewMutation) AddInstanceID(i int) {
+	if m.addinstance_id != nil {
+		*m.addinstance_id += i
+	} else {
+		m.addinstance_id = &i
+	}
+}
+
+// AddedInstanceID returns the value that was added to the "instance_id" field in this mutation.
+func (m *TaskReviewMutation) AddedInstanceID() (r int, exists bool) {
+	v := m.addinstance_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetInstanceID resets all changes to the "instance_id" field.
+func (m *TaskReviewMutation) ResetInstanceID() {
+	m.instance_id = nil
+	m.addinstance_id = nil
+}
+
+// SetInstanceNo sets the "instance_no" field.
+func (m *TaskReviewMutation) SetInstanceNo(i int) {
+	m.instance_no = &i
+	m.addinstance_no = nil
+}
+
+// InstanceNo returns the value of the "instance_no" field in the mutation.
+func (m *TaskReviewMutation) InstanceNo() (r int, exists bool) {
+	v := m.instance_no
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInstanceNo returns the old "instance_no" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldInstanceNo(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInstanceNo is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInstanceNo requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInstanceNo: %w", err)
+	}
+	return oldValue.InstanceNo, nil
+}
+
+// AddInstanceNo adds i to the "instance_no" field.
+func (m *TaskReviewMutation) AddInstanceNo(i int) {
+	if m.addinstance_no != nil {
+		*m.addinstance_no += i
+	} else {
+		m.addinstance_no = &i
+	}
+}
+
+// AddedInstanceNo returns the value that was added to the "instance_no" field in this mutation.
+func (m *TaskReviewMutation) AddedInstanceNo() (r int, exists bool) {
+	v := m.addinstance_no
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetInstanceNo resets all changes to the "instance_no" field.
+func (m *TaskReviewMutation) ResetInstanceNo() {
+	m.instance_no = nil
+	m.addinstance_no = nil
+}
+
+// SetTrigger sets the "trigger" field.
+func (m *TaskReviewMutation) SetTrigger(t taskreview.Trigger) {
+	m.trigger = &t
+}
+
+// Trigger returns the value of the "trigger" field in the mutation.
+func (m *TaskReviewMutation) Trigger() (r taskreview.Trigger, exists bool) {
+	v := m.trigger
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTrigger returns the old "trigger" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldTrigger(ctx context.Context) (v taskreview.Trigger, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTrigger is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTrigger requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTrigger: %w", err)
+	}
+	return oldValue.Trigger, nil
+}
+
+// ResetTrigger resets all changes to the "trigger" field.
+func (m *TaskReviewMutation) ResetTrigger() {
+	m.trigger = nil
+}
+
+// SetReason sets the "reason" field.
+func (m *TaskReviewMutation) SetReason(s string) {
+	m.reason = &s
+}
+
+// Reason returns the value of the "reason" field in the mutation.
+func (m *TaskReviewMutation) Reason() (r string, exists bool) {
+	v := m.reason
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReason returns the old "reason" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldReason(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReason is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReason requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReason: %w", err)
+	}
+	return oldValue.Reason, nil
+}
+
+// ResetReason resets all changes to the "reason" field.
+func (m *TaskReviewMutation) ResetReason() {
+	m.reason = nil
+}
+
+// SetEvidence sets the "evidence" field.
+func (m *TaskReviewMutation) SetEvidence(jm json.RawMessage) {
+	m.evidence = &jm
+	m.appendevidence = nil
+}
+
+// Evidence returns the value of the "evidence" field in the mutation.
+func (m *TaskReviewMutation) Evidence() (r json.RawMessage, exists bool) {
+	v := m.evidence
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEvidence returns the old "evidence" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldEvidence(ctx context.Context) (v json.RawMessage, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEvidence is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEvidence requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEvidence: %w", err)
+	}
+	return oldValue.Evidence, nil
+}
+
+// AppendEvidence adds jm to the "evidence" field.
+func (m *TaskReviewMutation) AppendEvidence(jm json.RawMessage) {
+	m.appendevidence = append(m.appendevidence, jm...)
+}
+
+// AppendedEvidence returns the list of values that were appended to the "evidence" field in this mutation.
+func (m *TaskReviewMutation) AppendedEvidence() (json.RawMessage, bool) {
+	if len(m.appendevidence) == 0 {
+		return nil, false
+	}
+	return m.appendevidence, true
+}
+
+// ClearEvidence clears the value of the "evidence" field.
+func (m *TaskReviewMutation) ClearEvidence() {
+	m.evidence = nil
+	m.appendevidence = nil
+	m.clearedFields[taskreview.FieldEvidence] = struct{}{}
+}
+
+// EvidenceCleared returns if the "evidence" field was cleared in this mutation.
+func (m *TaskReviewMutation) EvidenceCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldEvidence]
+	return ok
+}
+
+// ResetEvidence resets all changes to the "evidence" field.
+func (m *TaskReviewMutation) ResetEvidence() {
+	m.evidence = nil
+	m.appendevidence = nil
+	delete(m.clearedFields, taskreview.FieldEvidence)
+}
+
+// SetFourEyes sets the "four_eyes" field.
+func (m *TaskReviewMutation) SetFourEyes(b bool) {
+	m.four_eyes = &b
+}
+
+// FourEyes returns the value of the "four_eyes" field in the mutation.
+func (m *TaskReviewMutation) FourEyes() (r bool, exists bool) {
+	v := m.four_eyes
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFourEyes returns the old "four_eyes" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldFourEyes(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFourEyes is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFourEyes requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFourEyes: %w", err)
+	}
+	return oldValue.FourEyes, nil
+}
+
+// ResetFourEyes resets all changes to the "four_eyes" field.
+func (m *TaskReviewMutation) ResetFourEyes() {
+	m.four_eyes = nil
+}
+
+// SetDeadline sets the "deadline" field.
+func (m *TaskReviewMutation) SetDeadline(t time.Time) {
+	m.deadline = &t
+}
+
+// Deadline returns the value of the "deadline" field in the mutation.
+func (m *TaskReviewMutation) Deadline() (r time.Time, exists bool) {
+	v := m.deadline
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeadline returns the old "deadline" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldDeadline(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeadline is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeadline requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeadline: %w", err)
+	}
+	return oldValue.Deadline, nil
+}
+
+// ClearDeadline clears the value of the "deadline" field.
+func (m *TaskReviewMutation) ClearDeadline() {
+	m.deadline = nil
+	m.clearedFields[taskreview.FieldDeadline] = struct{}{}
+}
+
+// DeadlineCleared returns if the "deadline" field was cleared in this mutation.
+func (m *TaskReviewMutation) DeadlineCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldDeadline]
+	return ok
+}
+
+// ResetDeadline resets all changes to the "deadline" field.
+func (m *TaskReviewMutation) ResetDeadline() {
+	m.deadline = nil
+	delete(m.clearedFields, taskreview.FieldDeadline)
+}
+
+// SetOnDeadline sets the "on_deadline" field.
+func (m *TaskReviewMutation) SetOnDeadline(td taskreview.OnDeadline) {
+	m.on_deadline = &td
+}
+
+// OnDeadline returns the value of the "on_deadline" field in the mutation.
+func (m *TaskReviewMutation) OnDeadline() (r taskreview.OnDeadline, exists bool) {
+	v := m.on_deadline
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOnDeadline returns the old "on_deadline" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldOnDeadline(ctx context.Context) (v *taskreview.OnDeadline, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOnDeadline is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOnDeadline requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOnDeadline: %w", err)
+	}
+	return oldValue.OnDeadline, nil
+}
+
+// ClearOnDeadline clears the value of the "on_deadline" field.
+func (m *TaskReviewMutation) ClearOnDeadline() {
+	m.on_deadline = nil
+	m.clearedFields[taskreview.FieldOnDeadline] = struct{}{}
+}
+
+// OnDeadlineCleared returns if the "on_deadline" field was cleared in this mutation.
+func (m *TaskReviewMutation) OnDeadlineCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldOnDeadline]
+	return ok
+}
+
+// ResetOnDeadline resets all changes to the "on_deadline" field.
+func (m *TaskReviewMutation) ResetOnDeadline() {
+	m.on_deadline = nil
+	delete(m.clearedFields, taskreview.FieldOnDeadline)
+}
+
+// SetOverdueAt sets the "overdue_at" field.
+func (m *TaskReviewMutation) SetOverdueAt(t time.Time) {
+	m.overdue_at = &t
+}
+
+// OverdueAt returns the value of the "overdue_at" field in the mutation.
+func (m *TaskReviewMutation) OverdueAt() (r time.Time, exists bool) {
+	v := m.overdue_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOverdueAt returns the old "overdue_at" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldOverdueAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOverdueAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOverdueAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOverdueAt: %w", err)
+	}
+	return oldValue.OverdueAt, nil
+}
+
+// ClearOverdueAt clears the value of the "overdue_at" field.
+func (m *TaskReviewMutation) ClearOverdueAt() {
+	m.overdue_at = nil
+	m.clearedFields[taskreview.FieldOverdueAt] = struct{}{}
+}
+
+// OverdueAtCleared returns if the "overdue_at" field was cleared in this mutation.
+func (m *TaskReviewMutation) OverdueAtCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldOverdueAt]
+	return ok
+}
+
+// ResetOverdueAt resets all changes to the "overdue_at" field.
+func (m *TaskReviewMutation) ResetOverdueAt() {
+	m.overdue_at = nil
+	delete(m.clearedFields, taskreview.FieldOverdueAt)
+}
+
+// SetDecision sets the "decision" field.
+func (m *TaskReviewMutation) SetDecision(t taskreview.Decision) {
+	m.decision = &t
+}
+
+// Decision returns the value of the "decision" field in the mutation.
+func (m *TaskReviewMutation) Decision() (r taskreview.Decision, exists bool) {
+	v := m.decision
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDecision returns the old "decision" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldDecision(ctx context.Context) (v *taskreview.Decision, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDecision is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDecision requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDecision: %w", err)
+	}
+	return oldValue.Decision, nil
+}
+
+// ClearDecision clears the value of the "decision" field.
+func (m *TaskReviewMutation) ClearDecision() {
+	m.decision = nil
+	m.clearedFields[taskreview.FieldDecision] = struct{}{}
+}
+
+// DecisionCleared returns if the "decision" field was cleared in this mutation.
+func (m *TaskReviewMutation) DecisionCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldDecision]
+	return ok
+}
+
+// ResetDecision resets all changes to the "decision" field.
+func (m *TaskReviewMutation) ResetDecision() {
+	m.decision = nil
+	delete(m.clearedFields, taskreview.FieldDecision)
+}
+
+// SetDecidedBy sets the "decided_by" field.
+func (m *TaskReviewMutation) SetDecidedBy(s string) {
+	m.decided_by = &s
+}
+
+// DecidedBy returns the value of the "decided_by" field in the mutation.
+func (m *TaskReviewMutation) DecidedBy() (r string, exists bool) {
+	v := m.decided_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDecidedBy returns the old "decided_by" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldDecidedBy(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDecidedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDecidedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDecidedBy: %w", err)
+	}
+	return oldValue.DecidedBy, nil
+}
+
+// ClearDecidedBy clears the value of the "decided_by" field.
+func (m *TaskReviewMutation) ClearDecidedBy() {
+	m.decided_by = nil
+	m.clearedFields[taskreview.FieldDecidedBy] = struct{}{}
+}
+
+// DecidedByCleared returns if the "decided_by" field was cleared in this mutation.
+func (m *TaskReviewMutation) DecidedByCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldDecidedBy]
+	return ok
+}
+
+// ResetDecidedBy resets all changes to the "decided_by" field.
+func (m *TaskReviewMutation) ResetDecidedBy() {
+	m.decided_by = nil
+	delete(m.clearedFields, taskreview.FieldDecidedBy)
+}
+
+// SetDecidedBySource sets the "decided_by_source" field.
+func (m *TaskReviewMutation) SetDecidedBySource(s string) {
+	m.decided_by_source = &s
+}
+
+// DecidedBySource returns the value of the "decided_by_source" field in the mutation.
+func (m *TaskReviewMutation) DecidedBySource() (r string, exists bool) {
+	v := m.decided_by_source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDecidedBySource returns the old "decided_by_source" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldDecidedBySource(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDecidedBySource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDecidedBySource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDecidedBySource: %w", err)
+	}
+	return oldValue.DecidedBySource, nil
+}
+
+// ClearDecidedBySource clears the value of the "decided_by_source" field.
+func (m *TaskReviewMutation) ClearDecidedBySource() {
+	m.decided_by_source = nil
+	m.clearedFields[taskreview.FieldDecidedBySource] = struct{}{}
+}
+
+// DecidedBySourceCleared returns if the "decided_by_source" field was cleared in this mutation.
+func (m *TaskReviewMutation) DecidedBySourceCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldDecidedBySource]
+	return ok
+}
+
+// ResetDecidedBySource resets all changes to the "decided_by_source" field.
+func (m *TaskReviewMutation) ResetDecidedBySource() {
+	m.decided_by_source = nil
+	delete(m.clearedFields, taskreview.FieldDecidedBySource)
+}
+
+// SetDecidedAt sets the "decided_at" field.
+func (m *TaskReviewMutation) SetDecidedAt(t time.Time) {
+	m.decided_at = &t
+}
+
+// DecidedAt returns the value of the "decided_at" field in the mutation.
+func (m *TaskReviewMutation) DecidedAt() (r time.Time, exists bool) {
+	v := m.decided_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDecidedAt returns the old "decided_at" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldDecidedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDecidedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDecidedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDecidedAt: %w", err)
+	}
+	return oldValue.DecidedAt, nil
+}
+
+// ClearDecidedAt clears the value of the "decided_at" field.
+func (m *TaskReviewMutation) ClearDecidedAt() {
+	m.decided_at = nil
+	m.clearedFields[taskreview.FieldDecidedAt] = struct{}{}
+}
+
+// DecidedAtCleared returns if the "decided_at" field was cleared in this mutation.
+func (m *TaskReviewMutation) DecidedAtCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldDecidedAt]
+	return ok
+}
+
+// ResetDecidedAt resets all changes to the "decided_at" field.
+func (m *TaskReviewMutation) ResetDecidedAt() {
+	m.decided_at = nil
+	delete(m.clearedFields, taskreview.FieldDecidedAt)
+}
+
+// SetDecisionReason sets the "decision_reason" field.
+func (m *TaskReviewMutation) SetDecisionReason(s string) {
+	m.decision_reason = &s
+}
+
+// DecisionReason returns the value of the "decision_reason" field in the mutation.
+func (m *TaskReviewMutation) DecisionReason() (r string, exists bool) {
+	v := m.decision_reason
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDecisionReason returns the old "decision_reason" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldDecisionReason(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDecisionReason is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDecisionReason requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDecisionReason: %w", err)
+	}
+	return oldValue.DecisionReason, nil
+}
+
+// ClearDecisionReason clears the value of the "decision_reason" field.
+func (m *TaskReviewMutation) ClearDecisionReason() {
+	m.decision_reason = nil
+	m.clearedFields[taskreview.FieldDecisionReason] = struct{}{}
+}
+
+// DecisionReasonCleared returns if the "decision_reason" field was cleared in this mutation.
+func (m *TaskReviewMutation) DecisionReasonCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldDecisionReason]
+	return ok
+}
+
+// ResetDecisionReason resets all changes to the "decision_reason" field.
+func (m *TaskReviewMutation) ResetDecisionReason() {
+	m.decision_reason = nil
+	delete(m.clearedFields, taskreview.FieldDecisionReason)
+}
+
+// SetInputVersion sets the "input_version" field.
+func (m *TaskReviewMutation) SetInputVersion(i int) {
+	m.input_version = &i
+	m.addinput_version = nil
+}
+
+// InputVersion returns the value of the "input_version" field in the mutation.
+func (m *TaskReviewMutation) InputVersion() (r int, exists bool) {
+	v := m.input_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInputVersion returns the old "input_version" field's value of the TaskReview entity.
+// If the TaskReview object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskReviewMutation) OldInputVersion(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInputVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInputVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInputVersion: %w", err)
+	}
+	return oldValue.InputVersion, nil
+}
+
+// AddInputVersion adds i to the "input_version" field.
+func (m *TaskReviewMutation) AddInputVersion(i int) {
+	if m.addinput_version != nil {
+		*m.addinput_version += i
+	} else {
+		m.addinput_version = &i
+	}
+}
+
+// AddedInputVersion returns the value that was added to the "input_version" field in this mutation.
+func (m *TaskReviewMutation) AddedInputVersion() (r int, exists bool) {
+	v := m.addinput_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearInputVersion clears the value of the "input_version" field.
+func (m *TaskReviewMutation) ClearInputVersion() {
+	m.input_version = nil
+	m.addinput_version = nil
+	m.clearedFields[taskreview.FieldInputVersion] = struct{}{}
+}
+
+// InputVersionCleared returns if the "input_version" field was cleared in this mutation.
+func (m *TaskReviewMutation) InputVersionCleared() bool {
+	_, ok := m.clearedFields[taskreview.FieldInputVersion]
+	return ok
+}
+
+// ResetInputVersion resets all changes to the "input_version" field.
+func (m *TaskReviewMutation) ResetInputVersion() {
+	m.input_version = nil
+	m.addinput_version = nil
+	delete(m.clearedFields, taskreview.FieldInputVersion)
+}
+
+// Where appends a list predicates to the TaskReviewMutation builder.
+func (m *TaskReviewMutation) Where(ps ...predicate.TaskReview) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TaskReviewMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TaskReviewMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TaskReview, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TaskReviewMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TaskReviewMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TaskReview).
+func (m *TaskReviewMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TaskReviewMutation) Fields() []string {
+	fields := make([]string, 0, 17)
+	if m.created_at != nil {
+		fields = append(fields, taskreview.FieldCreatedAt)
+	}
+	if m.task_id != nil {
+		fields = append(fields, taskreview.FieldTaskID)
+	}
+	if m.instance_id != nil {
+		fields = append(fields, taskreview.FieldInstanceID)
+	}
+	if m.instance_no != nil {
+		fields = append(fields, taskreview.FieldInstanceNo)
+	}
+	if m.trigger != nil {
+		fields = append(fields, taskreview.FieldTrigger)
+	}
+	if m.reason != nil {
+		fields = append(fields, taskreview.FieldReason)
+	}
+	if m.evidence != nil {
+		fields = append(fields, taskreview.FieldEvidence)
+	}
+	if m.four_eyes != nil {
+		fields = append(fields, taskreview.FieldFourEyes)
+	}
+	if m.deadline != nil {
+		fields = append(fields, taskreview.FieldDeadline)
+	}
+	if m.on_deadline != nil {
+		fields = append(fields, taskreview.FieldOnDeadline)
+	}
+	if m.overdue_at != nil {
+		fields = append(fields, taskreview.FieldOverdueAt)
+	}
+	if m.decision != nil {
+		fields = append(fields, taskreview.FieldDecision)
+	}
+	if m.decided_by != nil {
+		fields = append(fields, taskreview.FieldDecidedBy)
+	}
+	if m.decided_by_source != nil {
+		fields = append(fields, taskreview.FieldDecidedBySource)
+	}
+	if m.decided_at != nil {
+		fields = append(fields, taskreview.FieldDecidedAt)
+	}
+	if m.decision_reason != nil {
+		fields = append(fields, taskreview.FieldDecisionReason)
+	}
+	if m.input_version != nil {
+		fields = append(fields, taskreview.FieldInputVersion)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TaskReviewMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case taskreview.FieldCreatedAt:
+		return m.CreatedAt()
+	case taskreview.FieldTaskID:
+		return m.TaskID()
+	case taskreview.FieldInstanceID:
+		return m.InstanceID()
+	case taskreview.FieldInstanceNo:
+		return m.InstanceNo()
+	case taskreview.FieldTrigger:
+		return m.Trigger()
+	case taskreview.FieldReason:
+		return m.Reason()
+	case taskreview.FieldEvidence:
+		return m.Evidence()
+	case taskreview.FieldFourEyes:
+		return m.FourEyes()
+	case taskreview.FieldDeadline:
+		return m.Deadline()
+	case taskreview.FieldOnDeadline:
+		return m.OnDeadline()
+	case taskreview.FieldOverdueAt:
+		return m.OverdueAt()
+	case taskreview.FieldDecision:
+		return m.Decision()
+	case taskreview.FieldDecidedBy:
+		return m.DecidedBy()
+	case taskreview.FieldDecidedBySource:
+		return m.DecidedBySource()
+	case taskreview.FieldDecidedAt:
+		return m.DecidedAt()
+	case taskreview.FieldDecisionReason:
+		return m.DecisionReason()
+	case taskreview.FieldInputVersion:
+		return m.InputVersion()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TaskReviewMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case taskreview.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case taskreview.FieldTaskID:
+		return m.OldTaskID(ctx)
+	case taskreview.FieldInstanceID:
+		return m.OldInstanceID(ctx)
+	case taskreview.FieldInstanceNo:
+		return m.OldInstanceNo(ctx)
+	case taskreview.FieldTrigger:
+		return m.OldTrigger(ctx)
+	case taskreview.FieldReason:
+		return m.OldReason(ctx)
+	case taskreview.FieldEvidence:
+		return m.OldEvidence(ctx)
+	case taskreview.FieldFourEyes:
+		return m.OldFourEyes(ctx)
+	case taskreview.FieldDeadline:
+		return m.OldDeadline(ctx)
+	case taskreview.FieldOnDeadline:
+		return m.OldOnDeadline(ctx)
+	case taskreview.FieldOverdueAt:
+		return m.OldOverdueAt(ctx)
+	case taskreview.FieldDecision:
+		return m.OldDecision(ctx)
+	case taskreview.FieldDecidedBy:
+		return m.OldDecidedBy(ctx)
+	case taskreview.FieldDecidedBySource:
+		return m.OldDecidedBySource(ctx)
+	case taskreview.FieldDecidedAt:
+		return m.OldDecidedAt(ctx)
+	case taskreview.FieldDecisionReason:
+		return m.OldDecisionReason(ctx)
+	case taskreview.FieldInputVersion:
+		return m.OldInputVersion(ctx)
+	}
+	return nil, fmt.Errorf("unknown TaskReview field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskReviewMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case taskreview.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case taskreview.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskID(v)
+		return nil
+	case taskreview.FieldInstanceID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInstanceID(v)
+		return nil
+	case taskreview.FieldInstanceNo:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInstanceNo(v)
+		return nil
+	case taskreview.FieldTrigger:
+		v, ok := value.(taskreview.Trigger)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTrigger(v)
+		return nil
+	case taskreview.FieldReason:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReason(v)
+		return nil
+	case taskreview.FieldEvidence:
+		v, ok := value.(json.RawMessage)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEvidence(v)
+		return nil
+	case taskreview.FieldFourEyes:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFourEyes(v)
+		return nil
+	case taskreview.FieldDeadline:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeadline(v)
+		return nil
+	case taskreview.FieldOnDeadline:
+		v, ok := value.(taskreview.OnDeadline)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOnDeadline(v)
+		return nil
+	case taskreview.FieldOverdueAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOverdueAt(v)
+		return nil
+	case taskreview.FieldDecision:
+		v, ok := value.(taskreview.Decision)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDecision(v)
+		return nil
+	case taskreview.FieldDecidedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDecidedBy(v)
+		return nil
+	case taskreview.FieldDecidedBySource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDecidedBySource(v)
+		return nil
+	case taskreview.FieldDecidedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDecidedAt(v)
+		return nil
+	case taskreview.FieldDecisionReason:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDecisionReason(v)
+		return nil
+	case taskreview.FieldInputVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInputVersion(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskReview field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TaskReviewMutation) AddedFields() []string {
+	var fields []string
+	if m.addtask_id != nil {
+		fields = append(fields, taskreview.FieldTaskID)
+	}
+	if m.addinstance_id != nil {
+		fields = append(fields, taskreview.FieldInstanceID)
+	}
+	if m.addinstance_no != nil {
+		fields = append(fields, taskreview.FieldInstanceNo)
+	}
+	if m.addinput_version != nil {
+		fields = append(fields, taskreview.FieldInputVersion)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TaskReviewMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case taskreview.FieldTaskID:
+		return m.AddedTaskID()
+	case taskreview.FieldInstanceID:
+		return m.AddedInstanceID()
+	case taskreview.FieldInstanceNo:
+		return m.AddedInstanceNo()
+	case taskreview.FieldInputVersion:
+		return m.AddedInputVersion()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskReviewMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case taskreview.FieldTaskID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTaskID(v)
+		return nil
+	case taskreview.FieldInstanceID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddInstanceID(v)
+		return nil
+	case taskreview.FieldInstanceNo:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddInstanceNo(v)
+		return nil
+	case taskreview.FieldInputVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddInputVersion(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskReview numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TaskReviewMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(taskreview.FieldEvidence) {
+		fields = append(fields, taskreview.FieldEvidence)
+	}
+	if m.FieldCleared(taskreview.FieldDeadline) {
+		fields = append(fields, taskreview.FieldDeadline)
+	}
+	if m.FieldCleared(taskreview.FieldOnDeadline) {
+		fields = append(fields, taskreview.FieldOnDeadline)
+	}
+	if m.FieldCleared(taskreview.FieldOverdueAt) {
+		fields = append(fields, taskreview.FieldOverdueAt)
+	}
+	if m.FieldCleared(taskreview.FieldDecision) {
+		fields = append(fields, taskreview.FieldDecision)
+	}
+	if m.FieldCleared(taskreview.FieldDecidedBy) {
+		fields = append(fields, taskreview.FieldDecidedBy)
+	}
+	if m.FieldCleared(taskreview.FieldDecidedBySource) {
+		fields = append(fields, taskreview.FieldDecidedBySource)
+	}
+	if m.FieldCleared(taskreview.FieldDecidedAt) {
+		fields = append(fields, taskreview.FieldDecidedAt)
+	}
+	if m.FieldCleared(taskreview.FieldDecisionReason) {
+		fields = append(fields, taskreview.FieldDecisionReason)
+	}
+	if m.FieldCleared(taskreview.FieldInputVersion) {
+		fields = append(fields, taskreview.FieldInputVersion)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TaskReviewMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TaskReviewMutation) ClearField(name string) error {
+	switch name {
+	case taskreview.FieldEvidence:
+		m.ClearEvidence()
+		return nil
+	case taskreview.FieldDeadline:
+		m.ClearDeadline()
+		return nil
+	case taskreview.FieldOnDeadline:
+		m.ClearOnDeadline()
+		return nil
+	case taskreview.FieldOverdueAt:
+		m.ClearOverdueAt()
+		return nil
+	case taskreview.FieldDecision:
+		m.ClearDecision()
+		return nil
+	case taskreview.FieldDecidedBy:
+		m.ClearDecidedBy()
+		return nil
+	case taskreview.FieldDecidedBySource:
+		m.ClearDecidedBySource()
+		return nil
+	case taskreview.FieldDecidedAt:
+		m.ClearDecidedAt()
+		return nil
+	case taskreview.FieldDecisionReason:
+		m.ClearDecisionReason()
+		return nil
+	case taskreview.FieldInputVersion:
+		m.ClearInputVersion()
+		return nil
+	}
+	return fmt.Errorf("unknown TaskReview nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TaskReviewMutation) ResetField(name string) error {
+	switch name {
+	case taskreview.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case taskreview.FieldTaskID:
+		m.ResetTaskID()
+		return nil
+	case taskreview.FieldInstanceID:
+		m.ResetInstanceID()
+		return nil
+	case taskreview.FieldInstanceNo:
+		m.ResetInstanceNo()
+		return nil
+	case taskreview.FieldTrigger:
+		m.ResetTrigger()
+		return nil
+	case taskreview.FieldReason:
+		m.ResetReason()
+		return nil
+	case taskreview.FieldEvidence:
+		m.ResetEvidence()
+		return nil
+	case taskreview.FieldFourEyes:
+		m.ResetFourEyes()
+		return nil
+	case taskreview.FieldDeadline:
+		m.ResetDeadline()
+		return nil
+	case taskreview.FieldOnDeadline:
+		m.ResetOnDeadline()
+		return nil
+	case taskreview.FieldOverdueAt:
+		m.ResetOverdueAt()
+		return nil
+	case taskreview.FieldDecision:
+		m.ResetDecision()
+		return nil
+	case taskreview.FieldDecidedBy:
+		m.ResetDecidedBy()
+		return nil
+	case taskreview.FieldDecidedBySource:
+		m.ResetDecidedBySource()
+		return nil
+	case taskreview.FieldDecidedAt:
+		m.ResetDecidedAt()
+		return nil
+	case taskreview.FieldDecisionReason:
+		m.ResetDecisionReason()
+		return nil
+	case taskreview.FieldInputVersion:
+		m.ResetInputVersion()
+		return nil
+	}
+	return fmt.Errorf("unknown TaskReview field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TaskReviewMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TaskReviewMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TaskReviewMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TaskReviewMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TaskReviewMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TaskReviewMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TaskReviewMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TaskReview unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TaskReviewMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TaskReview edge %s", name)
 }
 
 // WorkflowMutation represents an operation that mutates the Workflow nodes in the graph.

@@ -21,8 +21,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -656,6 +658,48 @@ func (_m *TaskDependency) BindTo(c *Client) *TaskDependency {
 	return _m
 }
 
+// ScanTaskInputVersionRows reads every row of rows (all columns of the task_input_versions
+// table, in any order) into TaskInputVersion entities bound to c, and closes rows.
+func ScanTaskInputVersionRows(c *Client, rows *stdsql.Rows) ([]*TaskInputVersion, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan task_input_versions: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && taskinputversion.ValidColumn(col)
+	}
+	var values []any
+	var out []*TaskInputVersion
+	for rows.Next() {
+		node := &TaskInputVersion{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan task_input_versions: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan task_input_versions: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan task_input_versions: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TaskInputVersion) BindTo(c *Client) *TaskInputVersion {
+	_m.config = c.config
+	return _m
+}
+
 // ScanTaskInstanceRows reads every row of rows (all columns of the task_instances
 // table, in any order) into TaskInstance entities bound to c, and closes rows.
 func ScanTaskInstanceRows(c *Client, rows *stdsql.Rows) ([]*TaskInstance, error) {
@@ -736,6 +780,48 @@ func ScanTaskLogRows(c *Client, rows *stdsql.Rows) ([]*TaskLog, error) {
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *TaskLog) BindTo(c *Client) *TaskLog {
+	_m.config = c.config
+	return _m
+}
+
+// ScanTaskReviewRows reads every row of rows (all columns of the task_reviews
+// table, in any order) into TaskReview entities bound to c, and closes rows.
+func ScanTaskReviewRows(c *Client, rows *stdsql.Rows) ([]*TaskReview, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan task_reviews: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && taskreview.ValidColumn(col)
+	}
+	var values []any
+	var out []*TaskReview
+	for rows.Next() {
+		node := &TaskReview{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan task_reviews: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan task_reviews: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan task_reviews: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TaskReview) BindTo(c *Client) *TaskReview {
 	_m.config = c.config
 	return _m
 }

@@ -45,10 +45,14 @@ type Task struct {
 	Tenant string `json:"tenant,omitempty"`
 	// The owner's role when the task was created: a handler that reads data on the owner's behalf (an export) sees what the owner saw.
 	OwnerRole string `json:"owner_role,omitempty"`
-	// Input with sensitive values masked.
+	// Input with sensitive values masked. An edit (edit and retry, replay with input) replaces it and keeps the former in task_input_versions; nothing else writes it.
 	Input json.RawMessage `json:"input,omitempty"`
 	// The unmasked input, encrypted, when masking changed it; only handlers see it.
 	InputSealed []byte `json:"-"`
+	// The version of its input (1: as created; an edit adds one).
+	InputVersion int `json:"input_version,omitempty"`
+	// The task's own review opt-in (created with review: true or false): ON sends its NON_RETRYABLE failures to review as its type's policy would, OFF never reviews it; empty: its type's policy.
+	ReviewMode *task.ReviewMode `json:"review_mode,omitempty"`
 	// Keyed hash of type and unmasked input, to detect a reused idempotency key.
 	InputHash string `json:"input_hash,omitempty"`
 	// TimeoutSeconds holds the value of the "timeout_seconds" field.
@@ -152,9 +156,9 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case task.FieldCancelRequested:
 			values[i] = new(sql.NullBool)
-		case task.FieldID, task.FieldPriority, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID:
+		case task.FieldID, task.FieldPriority, task.FieldInputVersion, task.FieldTimeoutSeconds, task.FieldMaxAttempts, task.FieldProgressDone, task.FieldProgressTotal, task.FieldVersion, task.FieldScheduleID, task.FieldWorkflowID:
 			values[i] = new(sql.NullInt64)
-		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldTraceParent, task.FieldStepKey:
+		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldReviewMode, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldTraceParent, task.FieldStepKey:
 			values[i] = new(sql.NullString)
 		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt, task.FieldScheduleSlot:
 			values[i] = new(sql.NullTime)
@@ -272,6 +276,19 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field input_sealed", values[i])
 			} else if value != nil {
 				_m.InputSealed = *value
+			}
+		case task.FieldInputVersion:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field input_version", values[i])
+			} else if value.Valid {
+				_m.InputVersion = int(value.Int64)
+			}
+		case task.FieldReviewMode:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field review_mode", values[i])
+			} else if value.Valid {
+				_m.ReviewMode = new(task.ReviewMode)
+				*_m.ReviewMode = task.ReviewMode(value.String)
 			}
 		case task.FieldInputHash:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -507,6 +524,14 @@ func (_m *Task) String() string {
 	builder.WriteString(fmt.Sprintf("%v", _m.Input))
 	builder.WriteString(", ")
 	builder.WriteString("input_sealed=<sensitive>")
+	builder.WriteString(", ")
+	builder.WriteString("input_version=")
+	builder.WriteString(fmt.Sprintf("%v", _m.InputVersion))
+	builder.WriteString(", ")
+	if v := _m.ReviewMode; v != nil {
+		builder.WriteString("review_mode=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteString(", ")
 	builder.WriteString("input_hash=")
 	builder.WriteString(_m.InputHash)

@@ -187,6 +187,34 @@ func (_c *TaskCreate) SetInputSealed(v []byte) *TaskCreate {
 	return _c
 }
 
+// SetInputVersion sets the "input_version" field.
+func (_c *TaskCreate) SetInputVersion(v int) *TaskCreate {
+	_c.mutation.SetInputVersion(v)
+	return _c
+}
+
+// SetNillableInputVersion sets the "input_version" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableInputVersion(v *int) *TaskCreate {
+	if v != nil {
+		_c.SetInputVersion(*v)
+	}
+	return _c
+}
+
+// SetReviewMode sets the "review_mode" field.
+func (_c *TaskCreate) SetReviewMode(v task.ReviewMode) *TaskCreate {
+	_c.mutation.SetReviewMode(v)
+	return _c
+}
+
+// SetNillableReviewMode sets the "review_mode" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableReviewMode(v *task.ReviewMode) *TaskCreate {
+	if v != nil {
+		_c.SetReviewMode(*v)
+	}
+	return _c
+}
+
 // SetInputHash sets the "input_hash" field.
 func (_c *TaskCreate) SetInputHash(v string) *TaskCreate {
 	_c.mutation.SetInputHash(v)
@@ -546,6 +574,10 @@ func (_c *TaskCreate) defaults() error {
 		v := task.DefaultOwnerRole
 		_c.mutation.SetOwnerRole(v)
 	}
+	if _, ok := _c.mutation.InputVersion(); !ok {
+		v := task.DefaultInputVersion
+		_c.mutation.SetInputVersion(v)
+	}
 	if _, ok := _c.mutation.ProgressDone(); !ok {
 		v := task.DefaultProgressDone
 		_c.mutation.SetProgressDone(v)
@@ -614,6 +646,14 @@ func (_c *TaskCreate) check() error {
 	}
 	if _, ok := _c.mutation.Input(); !ok {
 		return &ValidationError{Name: "input", err: errors.New(`ent: missing required field "Task.input"`)}
+	}
+	if _, ok := _c.mutation.InputVersion(); !ok {
+		return &ValidationError{Name: "input_version", err: errors.New(`ent: missing required field "Task.input_version"`)}
+	}
+	if v, ok := _c.mutation.ReviewMode(); ok {
+		if err := task.ReviewModeValidator(v); err != nil {
+			return &ValidationError{Name: "review_mode", err: fmt.Errorf(`ent: validator failed for field "Task.review_mode": %w`, err)}
+		}
 	}
 	if _, ok := _c.mutation.InputHash(); !ok {
 		return &ValidationError{Name: "input_hash", err: errors.New(`ent: missing required field "Task.input_hash"`)}
@@ -740,6 +780,14 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.InputSealed(); ok {
 		_spec.SetField(task.FieldInputSealed, field.TypeBytes, value)
 		_node.InputSealed = value
+	}
+	if value, ok := _c.mutation.InputVersion(); ok {
+		_spec.SetField(task.FieldInputVersion, field.TypeInt, value)
+		_node.InputVersion = value
+	}
+	if value, ok := _c.mutation.ReviewMode(); ok {
+		_spec.SetField(task.FieldReviewMode, field.TypeEnum, value)
+		_node.ReviewMode = &value
 	}
 	if value, ok := _c.mutation.InputHash(); ok {
 		_spec.SetField(task.FieldInputHash, field.TypeString, value)

@@ -49,6 +49,51 @@ func (_u *TaskUpdate) SetNillableStatus(v *lifecycle.Status) *TaskUpdate {
 	return _u
 }
 
+// SetInput sets the "input" field.
+func (_u *TaskUpdate) SetInput(v json.RawMessage) *TaskUpdate {
+	_u.mutation.SetInput(v)
+	return _u
+}
+
+// AppendInput appends value to the "input" field.
+func (_u *TaskUpdate) AppendInput(v json.RawMessage) *TaskUpdate {
+	_u.mutation.AppendInput(v)
+	return _u
+}
+
+// SetInputSealed sets the "input_sealed" field.
+func (_u *TaskUpdate) SetInputSealed(v []byte) *TaskUpdate {
+	_u.mutation.SetInputSealed(v)
+	return _u
+}
+
+// ClearInputSealed clears the value of the "input_sealed" field.
+func (_u *TaskUpdate) ClearInputSealed() *TaskUpdate {
+	_u.mutation.ClearInputSealed()
+	return _u
+}
+
+// SetInputVersion sets the "input_version" field.
+func (_u *TaskUpdate) SetInputVersion(v int) *TaskUpdate {
+	_u.mutation.ResetInputVersion()
+	_u.mutation.SetInputVersion(v)
+	return _u
+}
+
+// SetNillableInputVersion sets the "input_version" field if the given value is not nil.
+func (_u *TaskUpdate) SetNillableInputVersion(v *int) *TaskUpdate {
+	if v != nil {
+		_u.SetInputVersion(*v)
+	}
+	return _u
+}
+
+// AddInputVersion adds value to the "input_version" field.
+func (_u *TaskUpdate) AddInputVersion(v int) *TaskUpdate {
+	_u.mutation.AddInputVersion(v)
+	return _u
+}
+
 // SetProgressDone sets the "progress_done" field.
 func (_u *TaskUpdate) SetProgressDone(v int64) *TaskUpdate {
 	_u.mutation.ResetProgressDone()
@@ -459,8 +504,28 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.Status(); ok {
 		_spec.SetField(task.FieldStatus, field.TypeEnum, value)
 	}
+	if value, ok := _u.mutation.Input(); ok {
+		_spec.SetField(task.FieldInput, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedInput(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, task.FieldInput, value)
+		})
+	}
+	if value, ok := _u.mutation.InputSealed(); ok {
+		_spec.SetField(task.FieldInputSealed, field.TypeBytes, value)
+	}
 	if _u.mutation.InputSealedCleared() {
 		_spec.ClearField(task.FieldInputSealed, field.TypeBytes)
+	}
+	if value, ok := _u.mutation.InputVersion(); ok {
+		_spec.SetField(task.FieldInputVersion, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedInputVersion(); ok {
+		_spec.AddField(task.FieldInputVersion, field.TypeInt, value)
+	}
+	if _u.mutation.ReviewModeCleared() {
+		_spec.ClearField(task.FieldReviewMode, field.TypeEnum)
 	}
 	if value, ok := _u.mutation.ProgressDone(); ok {
 		_spec.SetField(task.FieldProgressDone, field.TypeInt64, value)
@@ -713,6 +778,51 @@ func (_u *TaskUpdateOne) SetNillableStatus(v *lifecycle.Status) *TaskUpdateOne {
 	if v != nil {
 		_u.SetStatus(*v)
 	}
+	return _u
+}
+
+// SetInput sets the "input" field.
+func (_u *TaskUpdateOne) SetInput(v json.RawMessage) *TaskUpdateOne {
+	_u.mutation.SetInput(v)
+	return _u
+}
+
+// AppendInput appends value to the "input" field.
+func (_u *TaskUpdateOne) AppendInput(v json.RawMessage) *TaskUpdateOne {
+	_u.mutation.AppendInput(v)
+	return _u
+}
+
+// SetInputSealed sets the "input_sealed" field.
+func (_u *TaskUpdateOne) SetInputSealed(v []byte) *TaskUpdateOne {
+	_u.mutation.SetInputSealed(v)
+	return _u
+}
+
+// ClearInputSealed clears the value of the "input_sealed" field.
+func (_u *TaskUpdateOne) ClearInputSealed() *TaskUpdateOne {
+	_u.mutation.ClearInputSealed()
+	return _u
+}
+
+// SetInputVersion sets the "input_version" field.
+func (_u *TaskUpdateOne) SetInputVersion(v int) *TaskUpdateOne {
+	_u.mutation.ResetInputVersion()
+	_u.mutation.SetInputVersion(v)
+	return _u
+}
+
+// SetNillableInputVersion sets the "input_version" field if the given value is not nil.
+func (_u *TaskUpdateOne) SetNillableInputVersion(v *int) *TaskUpdateOne {
+	if v != nil {
+		_u.SetInputVersion(*v)
+	}
+	return _u
+}
+
+// AddInputVersion adds value to the "input_version" field.
+func (_u *TaskUpdateOne) AddInputVersion(v int) *TaskUpdateOne {
+	_u.mutation.AddInputVersion(v)
 	return _u
 }
 
@@ -1156,8 +1266,28 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	if value, ok := _u.mutation.Status(); ok {
 		_spec.SetField(task.FieldStatus, field.TypeEnum, value)
 	}
+	if value, ok := _u.mutation.Input(); ok {
+		_spec.SetField(task.FieldInput, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedInput(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, task.FieldInput, value)
+		})
+	}
+	if value, ok := _u.mutation.InputSealed(); ok {
+		_spec.SetField(task.FieldInputSealed, field.TypeBytes, value)
+	}
 	if _u.mutation.InputSealedCleared() {
 		_spec.ClearField(task.FieldInputSealed, field.TypeBytes)
+	}
+	if value, ok := _u.mutation.InputVersion(); ok {
+		_spec.SetField(task.FieldInputVersion, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedInputVersion(); ok {
+		_spec.AddField(task.FieldInputVersion, field.TypeInt, value)
+	}
+	if _u.mutation.ReviewModeCleared() {
+		_spec.ClearField(task.FieldReviewMode, field.TypeEnum)
 	}
 	if value, ok := _u.mutation.ProgressDone(); ok {
 		_spec.SetField(task.FieldProgressDone, field.TypeInt64, value)

@@ -44,10 +44,14 @@ type Tx struct {
 	Task *TaskClient
 	// TaskDependency is the client for interacting with the TaskDependency builders.
 	TaskDependency *TaskDependencyClient
+	// TaskInputVersion is the client for interacting with the TaskInputVersion builders.
+	TaskInputVersion *TaskInputVersionClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
 	TaskInstance *TaskInstanceClient
 	// TaskLog is the client for interacting with the TaskLog builders.
 	TaskLog *TaskLogClient
+	// TaskReview is the client for interacting with the TaskReview builders.
+	TaskReview *TaskReviewClient
 	// Workflow is the client for interacting with the Workflow builders.
 	Workflow *WorkflowClient
 
@@ -196,8 +200,10 @@ func (tx *Tx) init() {
 	tx.StallOverride = NewStallOverrideClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
 	tx.TaskDependency = NewTaskDependencyClient(tx.config)
+	tx.TaskInputVersion = NewTaskInputVersionClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)
 	tx.TaskLog = NewTaskLogClient(tx.config)
+	tx.TaskReview = NewTaskReviewClient(tx.config)
 	tx.Workflow = NewWorkflowClient(tx.config)
 }
 

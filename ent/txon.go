@@ -34,8 +34,10 @@ func (c *Client) TxOn(ctx context.Context, tx dialect.Tx) *Tx {
 		StallOverride:    NewStallOverrideClient(cfg),
 		Task:             NewTaskClient(cfg),
 		TaskDependency:   NewTaskDependencyClient(cfg),
+		TaskInputVersion: NewTaskInputVersionClient(cfg),
 		TaskInstance:     NewTaskInstanceClient(cfg),
 		TaskLog:          NewTaskLogClient(cfg),
+		TaskReview:       NewTaskReviewClient(cfg),
 		Workflow:         NewWorkflowClient(cfg),
 	}
 }

@@ -64,6 +64,7 @@ func createRequest(input model.CreateTaskInput) engine.CreateRequest {
 		StallAfterSeconds: input.StallAfterSeconds,
 		DependsOn:         input.DependsOn,
 		OnParentFailure:   policy(input.OnParentFailure),
+		Review:            input.Review,
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/graph/scalar"
@@ -51,6 +52,7 @@ type ResolverRoot interface {
 	AlertRule() AlertRuleResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	Review() ReviewResolver
 	Schedule() ScheduleResolver
 	Subscription() SubscriptionResolver
 	Task() TaskResolver
@@ -216,6 +218,14 @@ type ComplexityRoot struct {
 		URL       func(childComplexity int) int
 	}
 
+	FieldChange struct {
+		After  func(childComplexity int) int
+		Before func(childComplexity int) int
+		Kind   func(childComplexity int) int
+		Masked func(childComplexity int) int
+		Path   func(childComplexity int) int
+	}
+
 	ImportColumn struct {
 		Headers  func(childComplexity int) int
 		Key      func(childComplexity int) int
@@ -230,7 +240,20 @@ type ComplexityRoot struct {
 		Name        func(childComplexity int) int
 	}
 
+	InputVersion struct {
+		Author         func(childComplexity int) int
+		CreatedAt      func(childComplexity int) int
+		Diff           func(childComplexity int) int
+		FromInstanceNo func(childComplexity int) int
+		Input          func(childComplexity int) int
+		Reason         func(childComplexity int) int
+		Version        func(childComplexity int) int
+	}
+
 	Mutation struct {
+		AcceptReview         func(childComplexity int, id int, reason *string) int
+		ApproveReview        func(childComplexity int, id int, reason *string) int
+		ApproveReviews       func(childComplexity int, ids []int, reason *string) int
 		ArtifactDownloadURL  func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
 		BulkTaskAction       func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) int
 		CancelTask           func(childComplexity int, id int, reason *string) int
@@ -248,9 +271,13 @@ type ComplexityRoot struct {
 		DeleteSchedule       func(childComplexity int, id int) int
 		DeleteTaskType       func(childComplexity int, name string) int
 		DrainClusterNode     func(childComplexity int, id string, drain bool) int
+		EditAndRetry         func(childComplexity int, id int, input json.RawMessage, reason string) int
 		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
 		PauseSchedule        func(childComplexity int, id int) int
 		PauseType            func(childComplexity int, typeArg string, until *time.Time) int
+		RejectReview         func(childComplexity int, id int, reason string) int
+		RejectReviews        func(childComplexity int, ids []int, reason string) int
+		ReplayWithInput      func(childComplexity int, id int, input json.RawMessage, reason string) int
 		ResolveAlertIncident func(childComplexity int, id int) int
 		ResumeSchedule       func(childComplexity int, id int) int
 		ResumeType           func(childComplexity int, typeArg string) int
@@ -281,31 +308,33 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		AlertChannels   func(childComplexity int) int
-		AlertIncident   func(childComplexity int, id int) int
-		AlertIncidents  func(childComplexity int, status *alertincident.Status, ruleID *int, first *int) int
-		AlertRules      func(childComplexity int) int
-		AuditLogs       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
-		BulkPreview     func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput) int
-		ClusterNodes    func(childComplexity int) int
-		ClusterSummary  func(childComplexity int) int
-		CountTasks      func(childComplexity int, where ent.TaskWhereInput) int
-		ImportTargets   func(childComplexity int) int
-		Node            func(childComplexity int, id int) int
-		Nodes           func(childComplexity int, ids []int) int
-		RetryPolicies   func(childComplexity int) int
-		Schedule        func(childComplexity int, id int) int
-		SchedulePreview func(childComplexity int, input model.SchedulePreviewInput, count *int) int
-		Schedules       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) int
-		Task            func(childComplexity int, id int) int
-		TaskByCode      func(childComplexity int, code string) int
-		TaskStats       func(childComplexity int) int
-		TaskTypes       func(childComplexity int) int
-		Tasks           func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
-		TypeControl     func(childComplexity int, typeArg string) int
-		TypeControls    func(childComplexity int) int
-		Workflow        func(childComplexity int, id int) int
-		Workflows       func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.WorkflowOrder, where *ent.WorkflowWhereInput) int
+		AlertChannels    func(childComplexity int) int
+		AlertIncident    func(childComplexity int, id int) int
+		AlertIncidents   func(childComplexity int, status *alertincident.Status, ruleID *int, first *int) int
+		AlertRules       func(childComplexity int) int
+		AuditLogs        func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.AuditLogOrder, where *ent.AuditLogWhereInput) int
+		BulkPreview      func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput) int
+		ClusterNodes     func(childComplexity int) int
+		ClusterSummary   func(childComplexity int) int
+		CountTasks       func(childComplexity int, where ent.TaskWhereInput) int
+		ImportTargets    func(childComplexity int) int
+		Node             func(childComplexity int, id int) int
+		Nodes            func(childComplexity int, ids []int) int
+		RetryPolicies    func(childComplexity int) int
+		ReviewQueue      func(childComplexity int, where *model.ReviewQueueWhere, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
+		ReviewQueueStats func(childComplexity int, where *model.ReviewQueueWhere) int
+		Schedule         func(childComplexity int, id int) int
+		SchedulePreview  func(childComplexity int, input model.SchedulePreviewInput, count *int) int
+		Schedules        func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) int
+		Task             func(childComplexity int, id int) int
+		TaskByCode       func(childComplexity int, code string) int
+		TaskStats        func(childComplexity int) int
+		TaskTypes        func(childComplexity int) int
+		Tasks            func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
+		TypeControl      func(childComplexity int, typeArg string) int
+		TypeControls     func(childComplexity int) int
+		Workflow         func(childComplexity int, id int) int
+		Workflows        func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.WorkflowOrder, where *ent.WorkflowWhereInput) int
 	}
 
 	RetryPolicy struct {
@@ -314,6 +343,40 @@ type ComplexityRoot struct {
 		Jitter         func(childComplexity int) int
 		MaxAttempts    func(childComplexity int) int
 		Name           func(childComplexity int) int
+	}
+
+	Review struct {
+		CreatedAt      func(childComplexity int) int
+		Deadline       func(childComplexity int) int
+		DecidedAt      func(childComplexity int) int
+		DecidedBy      func(childComplexity int) int
+		Decision       func(childComplexity int) int
+		DecisionReason func(childComplexity int) int
+		Evidence       func(childComplexity int) int
+		FourEyes       func(childComplexity int) int
+		ID             func(childComplexity int) int
+		InputVersion   func(childComplexity int) int
+		InstanceNo     func(childComplexity int) int
+		OnDeadline     func(childComplexity int) int
+		Overdue        func(childComplexity int) int
+		Reason         func(childComplexity int) int
+		SubmittedBy    func(childComplexity int) int
+		Trigger        func(childComplexity int) int
+	}
+
+	ReviewPolicy struct {
+		ConfirmPartial  func(childComplexity int) int
+		DeadlineSeconds func(childComplexity int) int
+		FourEyes        func(childComplexity int) int
+		OnDeadline      func(childComplexity int) int
+		OnNonRetryable  func(childComplexity int) int
+	}
+
+	ReviewQueueStats struct {
+		Oldest      func(childComplexity int) int
+		OldestSince func(childComplexity int) int
+		Overdue     func(childComplexity int) int
+		Size        func(childComplexity int) int
 	}
 
 	Schedule struct {
@@ -412,6 +475,8 @@ type ComplexityRoot struct {
 		ID                func(childComplexity int) int
 		IdempotencyKey    func(childComplexity int) int
 		Input             func(childComplexity int) int
+		InputVersion      func(childComplexity int) int
+		InputVersions     func(childComplexity int) int
 		Instances         func(childComplexity int) int
 		LastError         func(childComplexity int) int
 		Logs              func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
@@ -426,6 +491,9 @@ type ComplexityRoot struct {
 		Result            func(childComplexity int) int
 		ResultStatus      func(childComplexity int) int
 		RetryPolicy       func(childComplexity int) int
+		Review            func(childComplexity int) int
+		ReviewMode        func(childComplexity int) int
+		Reviews           func(childComplexity int) int
 		RunAt             func(childComplexity int) int
 		Schedule          func(childComplexity int) int
 		ScheduleID        func(childComplexity int) int
@@ -520,6 +588,7 @@ type ComplexityRoot struct {
 		External              func(childComplexity int) int
 		InputSchema           func(childComplexity int) int
 		Name                  func(childComplexity int) int
+		Review                func(childComplexity int) int
 		StallAction           func(childComplexity int) int
 		StallAfterSeconds     func(childComplexity int) int
 	}
@@ -625,6 +694,13 @@ type MutationResolver interface {
 	PauseType(ctx context.Context, typeArg string, until *time.Time) (*flow.Control, error)
 	ResumeType(ctx context.Context, typeArg string) (*flow.Control, error)
 	DrainClusterNode(ctx context.Context, id string, drain bool) (*nodes.View, error)
+	ApproveReview(ctx context.Context, id int, reason *string) (*ent.Task, error)
+	EditAndRetry(ctx context.Context, id int, input json.RawMessage, reason string) (*ent.Task, error)
+	AcceptReview(ctx context.Context, id int, reason *string) (*ent.Task, error)
+	RejectReview(ctx context.Context, id int, reason string) (*ent.Task, error)
+	ReplayWithInput(ctx context.Context, id int, input json.RawMessage, reason string) (*ent.Task, error)
+	ApproveReviews(ctx context.Context, ids []int, reason *string) ([]*model.TaskActionResult, error)
+	RejectReviews(ctx context.Context, ids []int, reason string) ([]*model.TaskActionResult, error)
 	CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*ent.Schedule, error)
 	UpdateSchedule(ctx context.Context, id int, input model.UpdateScheduleInput) (*ent.Schedule, error)
 	PauseSchedule(ctx context.Context, id int) (*ent.Schedule, error)
@@ -657,9 +733,16 @@ type QueryResolver interface {
 	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
 	ClusterNodes(ctx context.Context) ([]*nodes.View, error)
 	ClusterSummary(ctx context.Context) (*nodes.Summary, error)
+	ReviewQueue(ctx context.Context, where *model.ReviewQueueWhere, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) (*ent.TaskConnection, error)
+	ReviewQueueStats(ctx context.Context, where *model.ReviewQueueWhere) (*model.ReviewQueueStats, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
 	Workflow(ctx context.Context, id int) (*ent.Workflow, error)
+}
+type ReviewResolver interface {
+	Overdue(ctx context.Context, obj *ent.TaskReview) (bool, error)
+
+	SubmittedBy(ctx context.Context, obj *ent.TaskReview) (string, error)
 }
 type ScheduleResolver interface {
 	EffectiveTimezone(ctx context.Context, obj *ent.Schedule) (string, error)
@@ -680,6 +763,9 @@ type TaskResolver interface {
 	StalledAt(ctx context.Context, obj *ent.Task) (*time.Time, error)
 	StallAfterSeconds(ctx context.Context, obj *ent.Task) (*int, error)
 	WaitingReason(ctx context.Context, obj *ent.Task) (*flow.Wait, error)
+	Review(ctx context.Context, obj *ent.Task) (*ent.TaskReview, error)
+	Reviews(ctx context.Context, obj *ent.Task) ([]*ent.TaskReview, error)
+	InputVersions(ctx context.Context, obj *ent.Task) ([]*model.InputVersion, error)
 	Schedule(ctx context.Context, obj *ent.Task) (*ent.Schedule, error)
 	Workflow(ctx context.Context, obj *ent.Task) (*ent.Workflow, error)
 	Parents(ctx context.Context, obj *ent.Task) ([]*ent.Task, error)
@@ -1399,6 +1485,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.DownloadLink.URL(childComplexity), true
 
+	case "FieldChange.after":
+		if e.ComplexityRoot.FieldChange.After == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FieldChange.After(childComplexity), true
+	case "FieldChange.before":
+		if e.ComplexityRoot.FieldChange.Before == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FieldChange.Before(childComplexity), true
+	case "FieldChange.kind":
+		if e.ComplexityRoot.FieldChange.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FieldChange.Kind(childComplexity), true
+	case "FieldChange.masked":
+		if e.ComplexityRoot.FieldChange.Masked == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FieldChange.Masked(childComplexity), true
+	case "FieldChange.path":
+		if e.ComplexityRoot.FieldChange.Path == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FieldChange.Path(childComplexity), true
+
 	case "ImportColumn.headers":
 		if e.ComplexityRoot.ImportColumn.Headers == nil {
 			break
@@ -1449,6 +1566,82 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ImportTarget.Name(childComplexity), true
 
+	case "InputVersion.author":
+		if e.ComplexityRoot.InputVersion.Author == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InputVersion.Author(childComplexity), true
+	case "InputVersion.createdAt":
+		if e.ComplexityRoot.InputVersion.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InputVersion.CreatedAt(childComplexity), true
+	case "InputVersion.diff":
+		if e.ComplexityRoot.InputVersion.Diff == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InputVersion.Diff(childComplexity), true
+	case "InputVersion.fromInstanceNo":
+		if e.ComplexityRoot.InputVersion.FromInstanceNo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InputVersion.FromInstanceNo(childComplexity), true
+	case "InputVersion.input":
+		if e.ComplexityRoot.InputVersion.Input == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InputVersion.Input(childComplexity), true
+	case "InputVersion.reason":
+		if e.ComplexityRoot.InputVersion.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InputVersion.Reason(childComplexity), true
+	case "InputVersion.version":
+		if e.ComplexityRoot.InputVersion.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InputVersion.Version(childComplexity), true
+
+	case "Mutation.acceptReview":
+		if e.ComplexityRoot.Mutation.AcceptReview == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_acceptReview_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AcceptReview(childComplexity, args["id"].(int), args["reason"].(*string)), true
+	case "Mutation.approveReview":
+		if e.ComplexityRoot.Mutation.ApproveReview == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_approveReview_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ApproveReview(childComplexity, args["id"].(int), args["reason"].(*string)), true
+	case "Mutation.approveReviews":
+		if e.ComplexityRoot.Mutation.ApproveReviews == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_approveReviews_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ApproveReviews(childComplexity, args["ids"].([]int), args["reason"].(*string)), true
 	case "Mutation.artifactDownloadUrl":
 		if e.ComplexityRoot.Mutation.ArtifactDownloadURL == nil {
 			break
@@ -1636,6 +1829,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DrainClusterNode(childComplexity, args["id"].(string), args["drain"].(bool)), true
+	case "Mutation.editAndRetry":
+		if e.ComplexityRoot.Mutation.EditAndRetry == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_editAndRetry_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.EditAndRetry(childComplexity, args["id"].(int), args["input"].(json.RawMessage), args["reason"].(string)), true
 	case "Mutation.importFile":
 		if e.ComplexityRoot.Mutation.ImportFile == nil {
 			break
@@ -1669,6 +1873,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.PauseType(childComplexity, args["type"].(string), args["until"].(*time.Time)), true
+	case "Mutation.rejectReview":
+		if e.ComplexityRoot.Mutation.RejectReview == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rejectReview_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RejectReview(childComplexity, args["id"].(int), args["reason"].(string)), true
+	case "Mutation.rejectReviews":
+		if e.ComplexityRoot.Mutation.RejectReviews == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rejectReviews_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RejectReviews(childComplexity, args["ids"].([]int), args["reason"].(string)), true
+	case "Mutation.replayWithInput":
+		if e.ComplexityRoot.Mutation.ReplayWithInput == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_replayWithInput_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReplayWithInput(childComplexity, args["id"].(int), args["input"].(json.RawMessage), args["reason"].(string)), true
 	case "Mutation.resolveAlertIncident":
 		if e.ComplexityRoot.Mutation.ResolveAlertIncident == nil {
 			break
@@ -1977,6 +2214,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.RetryPolicies(childComplexity), true
+	case "Query.reviewQueue":
+		if e.ComplexityRoot.Query.ReviewQueue == nil {
+			break
+		}
+
+		args, err := ec.field_Query_reviewQueue_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.ReviewQueue(childComplexity, args["where"].(*model.ReviewQueueWhere), args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int)), true
+	case "Query.reviewQueueStats":
+		if e.ComplexityRoot.Query.ReviewQueueStats == nil {
+			break
+		}
+
+		args, err := ec.field_Query_reviewQueueStats_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.ReviewQueueStats(childComplexity, args["where"].(*model.ReviewQueueWhere)), true
 	case "Query.schedule":
 		if e.ComplexityRoot.Query.Schedule == nil {
 			break
@@ -2125,6 +2384,159 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RetryPolicy.Name(childComplexity), true
+
+	case "Review.since":
+		if e.ComplexityRoot.Review.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.CreatedAt(childComplexity), true
+	case "Review.deadline":
+		if e.ComplexityRoot.Review.Deadline == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.Deadline(childComplexity), true
+	case "Review.decidedAt":
+		if e.ComplexityRoot.Review.DecidedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.DecidedAt(childComplexity), true
+	case "Review.decidedBy":
+		if e.ComplexityRoot.Review.DecidedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.DecidedBy(childComplexity), true
+	case "Review.decision":
+		if e.ComplexityRoot.Review.Decision == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.Decision(childComplexity), true
+	case "Review.decisionReason":
+		if e.ComplexityRoot.Review.DecisionReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.DecisionReason(childComplexity), true
+	case "Review.evidence":
+		if e.ComplexityRoot.Review.Evidence == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.Evidence(childComplexity), true
+	case "Review.fourEyes":
+		if e.ComplexityRoot.Review.FourEyes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.FourEyes(childComplexity), true
+	case "Review.id":
+		if e.ComplexityRoot.Review.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.ID(childComplexity), true
+	case "Review.inputVersion":
+		if e.ComplexityRoot.Review.InputVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.InputVersion(childComplexity), true
+	case "Review.instanceNo":
+		if e.ComplexityRoot.Review.InstanceNo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.InstanceNo(childComplexity), true
+	case "Review.onDeadline":
+		if e.ComplexityRoot.Review.OnDeadline == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.OnDeadline(childComplexity), true
+	case "Review.overdue":
+		if e.ComplexityRoot.Review.Overdue == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.Overdue(childComplexity), true
+	case "Review.reason":
+		if e.ComplexityRoot.Review.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.Reason(childComplexity), true
+	case "Review.submittedBy":
+		if e.ComplexityRoot.Review.SubmittedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.SubmittedBy(childComplexity), true
+	case "Review.trigger":
+		if e.ComplexityRoot.Review.Trigger == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.Trigger(childComplexity), true
+
+	case "ReviewPolicy.confirmPartial":
+		if e.ComplexityRoot.ReviewPolicy.ConfirmPartial == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewPolicy.ConfirmPartial(childComplexity), true
+	case "ReviewPolicy.deadlineSeconds":
+		if e.ComplexityRoot.ReviewPolicy.DeadlineSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewPolicy.DeadlineSeconds(childComplexity), true
+	case "ReviewPolicy.fourEyes":
+		if e.ComplexityRoot.ReviewPolicy.FourEyes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewPolicy.FourEyes(childComplexity), true
+	case "ReviewPolicy.onDeadline":
+		if e.ComplexityRoot.ReviewPolicy.OnDeadline == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewPolicy.OnDeadline(childComplexity), true
+	case "ReviewPolicy.onNonRetryable":
+		if e.ComplexityRoot.ReviewPolicy.OnNonRetryable == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewPolicy.OnNonRetryable(childComplexity), true
+
+	case "ReviewQueueStats.oldest":
+		if e.ComplexityRoot.ReviewQueueStats.Oldest == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewQueueStats.Oldest(childComplexity), true
+	case "ReviewQueueStats.oldestSince":
+		if e.ComplexityRoot.ReviewQueueStats.OldestSince == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewQueueStats.OldestSince(childComplexity), true
+	case "ReviewQueueStats.overdue":
+		if e.ComplexityRoot.ReviewQueueStats.Overdue == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewQueueStats.Overdue(childComplexity), true
+	case "ReviewQueueStats.size":
+		if e.ComplexityRoot.ReviewQueueStats.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReviewQueueStats.Size(childComplexity), true
 
 	case "Schedule.createdAt":
 		if e.ComplexityRoot.Schedule.CreatedAt == nil {
@@ -2585,6 +2997,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.Input(childComplexity), true
+	case "Task.inputVersion":
+		if e.ComplexityRoot.Task.InputVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.InputVersion(childComplexity), true
+	case "Task.inputVersions":
+		if e.ComplexityRoot.Task.InputVersions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.InputVersions(childComplexity), true
 	case "Task.instances":
 		if e.ComplexityRoot.Task.Instances == nil {
 			break
@@ -2674,6 +3098,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.RetryPolicy(childComplexity), true
+	case "Task.review":
+		if e.ComplexityRoot.Task.Review == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Review(childComplexity), true
+	case "Task.reviewMode":
+		if e.ComplexityRoot.Task.ReviewMode == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.ReviewMode(childComplexity), true
+	case "Task.reviews":
+		if e.ComplexityRoot.Task.Reviews == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Reviews(childComplexity), true
 	case "Task.runAt":
 		if e.ComplexityRoot.Task.RunAt == nil {
 			break
@@ -3085,6 +3527,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskType.Name(childComplexity), true
+	case "TaskType.review":
+		if e.ComplexityRoot.TaskType.Review == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskType.Review(childComplexity), true
 	case "TaskType.stallAction":
 		if e.ComplexityRoot.TaskType.StallAction == nil {
 			break
@@ -3356,6 +3804,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateTaskInput", ec.unmarshalInputCreateTaskInput),
 			graphql.NewInputUnmarshaler("CreateWorkflowInput", ec.unmarshalInputCreateWorkflowInput),
 			graphql.NewInputUnmarshaler("JSONPathPredicate", ec.unmarshalInputJSONPathPredicate),
+			graphql.NewInputUnmarshaler("ReviewPolicyInput", ec.unmarshalInputReviewPolicyInput),
+			graphql.NewInputUnmarshaler("ReviewQueueWhere", ec.unmarshalInputReviewQueueWhere),
 			graphql.NewInputUnmarshaler("ScheduleEventOrder", ec.unmarshalInputScheduleEventOrder),
 			graphql.NewInputUnmarshaler("ScheduleOrder", ec.unmarshalInputScheduleOrder),
 			graphql.NewInputUnmarshaler("SchedulePreviewInput", ec.unmarshalInputSchedulePreviewInput),
@@ -3462,7 +3912,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/schedules.graphql" "schema/workflows.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/review.graphql" "schema/schedules.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -3598,6 +4048,12 @@ enum AuditLogAction @goModel(model: "github.com/taskgraph/taskgraph/ent/auditlog
   NODE_UNDRAIN
   TASK_TYPE_DECLARE
   TASK_TYPE_DELETE
+  REVIEW_APPROVE
+  REVIEW_EDIT
+  REVIEW_ACCEPT
+  REVIEW_REJECT
+  REVIEW_EXPIRE
+  REPLAY_WITH_INPUT
 }
 """
 A connection to a list of items.
@@ -4641,9 +5097,17 @@ type Task implements Node {
   """
   ownerRole: String!
   """
-  Input with sensitive values masked.
+  Input with sensitive values masked. An edit (edit and retry, replay with input) replaces it and keeps the former in task_input_versions; nothing else writes it.
   """
   input: JSON!
+  """
+  The version of its input (1: as created; an edit adds one).
+  """
+  inputVersion: Int!
+  """
+  The task's own review opt-in (created with review: true or false): ON sends its NON_RETRYABLE failures to review as its type's policy would, OFF never reviews it; empty: its type's policy.
+  """
+  reviewMode: TaskReviewMode
   timeoutSeconds: Int!
   retryPolicy: String!
   maxAttempts: Int!
@@ -4868,6 +5332,13 @@ enum TaskResultStatus @goModel(model: "github.com/taskgraph/taskgraph/ent/task.R
   FAILED
 }
 """
+TaskReviewMode is enum for the field review_mode
+"""
+enum TaskReviewMode @goModel(model: "github.com/taskgraph/taskgraph/ent/task.ReviewMode") {
+  ON
+  OFF
+}
+"""
 TaskStatus is enum for the field status
 """
 enum TaskStatus @goModel(model: "github.com/taskgraph/taskgraph/ent/schema/lifecycle.Status") {
@@ -4878,6 +5349,7 @@ enum TaskStatus @goModel(model: "github.com/taskgraph/taskgraph/ent/schema/lifec
   RETRY_PENDING
   CANCELLED
   WAITING_DEPENDENCY
+  REVIEW_PENDING
 }
 """
 TaskWhereInput is used for filtering Task objects.
@@ -5057,6 +5529,17 @@ input TaskWhereInput {
   tenantHasSuffix: String
   tenantEqualFold: String
   tenantContainsFold: String
+  """
+  input_version field predicates
+  """
+  inputVersion: Int
+  inputVersionNEQ: Int
+  inputVersionIn: [Int!]
+  inputVersionNotIn: [Int!]
+  inputVersionGT: Int
+  inputVersionGTE: Int
+  inputVersionLT: Int
+  inputVersionLTE: Int
   """
   timeout_seconds field predicates
   """
@@ -5494,6 +5977,13 @@ scalar JSON
 enum TaskAction {
   CANCEL
   RETRY
+  "Retry a FAILED task with an edited input (replayWithInput)."
+  REPLAY_WITH_INPUT
+  "The decisions on a task in REVIEW_PENDING (approveReview, editAndRetry, acceptReview, rejectReview)."
+  APPROVE_REVIEW
+  EDIT_AND_RETRY
+  ACCEPT_REVIEW
+  REJECT_REVIEW
 }
 
 extend type Task {
@@ -5692,6 +6182,7 @@ extend type Query {
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
 	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
 	{Name: "schema/payload.graphql", Input: sourceData("schema/payload.graphql"), BuiltIn: false},
+	{Name: "schema/review.graphql", Input: sourceData("schema/review.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 	{Name: "schema/workflows.graphql", Input: sourceData("schema/workflows.graphql"), BuiltIn: false},
 }
@@ -6007,6 +6498,22 @@ func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field 
 	return nil, fmt.Errorf("no field named %q was found under type DownloadLink", field.Name)
 }
 
+func (ec *executionContext) childFields_FieldChange(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "path":
+		return ec.fieldContext_FieldChange_path(ctx, field)
+	case "kind":
+		return ec.fieldContext_FieldChange_kind(ctx, field)
+	case "before":
+		return ec.fieldContext_FieldChange_before(ctx, field)
+	case "after":
+		return ec.fieldContext_FieldChange_after(ctx, field)
+	case "masked":
+		return ec.fieldContext_FieldChange_masked(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type FieldChange", field.Name)
+}
+
 func (ec *executionContext) childFields_ImportColumn(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "key":
@@ -6033,6 +6540,26 @@ func (ec *executionContext) childFields_ImportTarget(ctx context.Context, field 
 		return ec.fieldContext_ImportTarget_businessKey(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ImportTarget", field.Name)
+}
+
+func (ec *executionContext) childFields_InputVersion(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "version":
+		return ec.fieldContext_InputVersion_version(ctx, field)
+	case "input":
+		return ec.fieldContext_InputVersion_input(ctx, field)
+	case "author":
+		return ec.fieldContext_InputVersion_author(ctx, field)
+	case "reason":
+		return ec.fieldContext_InputVersion_reason(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_InputVersion_createdAt(ctx, field)
+	case "fromInstanceNo":
+		return ec.fieldContext_InputVersion_fromInstanceNo(ctx, field)
+	case "diff":
+		return ec.fieldContext_InputVersion_diff(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InputVersion", field.Name)
 }
 
 func (ec *executionContext) childFields_NodeExecution(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6077,6 +6604,74 @@ func (ec *executionContext) childFields_RetryPolicy(ctx context.Context, field g
 		return ec.fieldContext_RetryPolicy_jitter(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RetryPolicy", field.Name)
+}
+
+func (ec *executionContext) childFields_Review(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Review_id(ctx, field)
+	case "instanceNo":
+		return ec.fieldContext_Review_instanceNo(ctx, field)
+	case "trigger":
+		return ec.fieldContext_Review_trigger(ctx, field)
+	case "reason":
+		return ec.fieldContext_Review_reason(ctx, field)
+	case "evidence":
+		return ec.fieldContext_Review_evidence(ctx, field)
+	case "since":
+		return ec.fieldContext_Review_since(ctx, field)
+	case "deadline":
+		return ec.fieldContext_Review_deadline(ctx, field)
+	case "onDeadline":
+		return ec.fieldContext_Review_onDeadline(ctx, field)
+	case "overdue":
+		return ec.fieldContext_Review_overdue(ctx, field)
+	case "fourEyes":
+		return ec.fieldContext_Review_fourEyes(ctx, field)
+	case "submittedBy":
+		return ec.fieldContext_Review_submittedBy(ctx, field)
+	case "decision":
+		return ec.fieldContext_Review_decision(ctx, field)
+	case "decidedBy":
+		return ec.fieldContext_Review_decidedBy(ctx, field)
+	case "decidedAt":
+		return ec.fieldContext_Review_decidedAt(ctx, field)
+	case "decisionReason":
+		return ec.fieldContext_Review_decisionReason(ctx, field)
+	case "inputVersion":
+		return ec.fieldContext_Review_inputVersion(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Review", field.Name)
+}
+
+func (ec *executionContext) childFields_ReviewPolicy(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "onNonRetryable":
+		return ec.fieldContext_ReviewPolicy_onNonRetryable(ctx, field)
+	case "confirmPartial":
+		return ec.fieldContext_ReviewPolicy_confirmPartial(ctx, field)
+	case "fourEyes":
+		return ec.fieldContext_ReviewPolicy_fourEyes(ctx, field)
+	case "deadlineSeconds":
+		return ec.fieldContext_ReviewPolicy_deadlineSeconds(ctx, field)
+	case "onDeadline":
+		return ec.fieldContext_ReviewPolicy_onDeadline(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReviewPolicy", field.Name)
+}
+
+func (ec *executionContext) childFields_ReviewQueueStats(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "size":
+		return ec.fieldContext_ReviewQueueStats_size(ctx, field)
+	case "oldestSince":
+		return ec.fieldContext_ReviewQueueStats_oldestSince(ctx, field)
+	case "oldest":
+		return ec.fieldContext_ReviewQueueStats_oldest(ctx, field)
+	case "overdue":
+		return ec.fieldContext_ReviewQueueStats_overdue(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReviewQueueStats", field.Name)
 }
 
 func (ec *executionContext) childFields_Schedule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6259,6 +6854,10 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_ownerRole(ctx, field)
 	case "input":
 		return ec.fieldContext_Task_input(ctx, field)
+	case "inputVersion":
+		return ec.fieldContext_Task_inputVersion(ctx, field)
+	case "reviewMode":
+		return ec.fieldContext_Task_reviewMode(ctx, field)
 	case "timeoutSeconds":
 		return ec.fieldContext_Task_timeoutSeconds(ctx, field)
 	case "retryPolicy":
@@ -6307,6 +6906,12 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_stallAfterSeconds(ctx, field)
 	case "waitingReason":
 		return ec.fieldContext_Task_waitingReason(ctx, field)
+	case "review":
+		return ec.fieldContext_Task_review(ctx, field)
+	case "reviews":
+		return ec.fieldContext_Task_reviews(ctx, field)
+	case "inputVersions":
+		return ec.fieldContext_Task_inputVersions(ctx, field)
 	case "schedule":
 		return ec.fieldContext_Task_schedule(ctx, field)
 	case "workflow":
@@ -6475,6 +7080,8 @@ func (ec *executionContext) childFields_TaskType(ctx context.Context, field grap
 		return ec.fieldContext_TaskType_stallAction(ctx, field)
 	case "external":
 		return ec.fieldContext_TaskType_external(ctx, field)
+	case "review":
+		return ec.fieldContext_TaskType_review(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TaskType", field.Name)
 }
@@ -6708,6 +7315,72 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 // endregion ************************** internal!.gotpl ***************************
 
 // region    ***************************** args.gotpl *****************************
+
+func (ec *executionContext) field_Mutation_acceptReview_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_approveReview_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_approveReviews_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "ids",
+		func(ctx context.Context, v any) ([]int, error) {
+			return ec.unmarshalNID2ᚕintᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["ids"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
 
 func (ec *executionContext) field_Mutation_artifactDownloadUrl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
@@ -7027,6 +7700,36 @@ func (ec *executionContext) field_Mutation_drainClusterNode_args(ctx context.Con
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_editAndRetry_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (json.RawMessage, error) {
+			return ec.unmarshalNJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_importFile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -7098,6 +7801,80 @@ func (ec *executionContext) field_Mutation_pauseType_args(ctx context.Context, r
 		return nil, err
 	}
 	args["until"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_rejectReview_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_rejectReviews_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "ids",
+		func(ctx context.Context, v any) ([]int, error) {
+			return ec.unmarshalNID2ᚕintᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["ids"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_replayWithInput_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (json.RawMessage, error) {
+			return ec.unmarshalNJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg2
 	return args, nil
 }
 
@@ -7504,6 +8281,66 @@ func (ec *executionContext) field_Query_nodes_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["ids"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_reviewQueueStats_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*model.ReviewQueueWhere, error) {
+			return ec.unmarshalOReviewQueueWhere2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewQueueWhere(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_reviewQueue_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*model.ReviewQueueWhere, error) {
+			return ec.unmarshalOReviewQueueWhere2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewQueueWhere(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg4
 	return args, nil
 }
 
@@ -10676,6 +11513,121 @@ func (ec *executionContext) fieldContext_DownloadLink_expiresAt(_ context.Contex
 	return graphql.NewScalarFieldContext("DownloadLink", field, false, false, "Time")
 }
 
+func (ec *executionContext) _FieldChange_path(ctx context.Context, field graphql.CollectedField, obj *model.FieldChange) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_FieldChange_path(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Path, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_FieldChange_path(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("FieldChange", field, false, false, "String")
+}
+
+func (ec *executionContext) _FieldChange_kind(ctx context.Context, field graphql.CollectedField, obj *model.FieldChange) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_FieldChange_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.FieldChangeKind) graphql.Marshaler {
+			return ec.marshalNFieldChangeKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFieldChangeKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_FieldChange_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("FieldChange", field, false, false, "FieldChangeKind")
+}
+
+func (ec *executionContext) _FieldChange_before(ctx context.Context, field graphql.CollectedField, obj *model.FieldChange) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_FieldChange_before(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Before, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalOJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_FieldChange_before(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("FieldChange", field, false, false, "JSON")
+}
+
+func (ec *executionContext) _FieldChange_after(ctx context.Context, field graphql.CollectedField, obj *model.FieldChange) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_FieldChange_after(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.After, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalOJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_FieldChange_after(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("FieldChange", field, false, false, "JSON")
+}
+
+func (ec *executionContext) _FieldChange_masked(ctx context.Context, field graphql.CollectedField, obj *model.FieldChange) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_FieldChange_masked(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Masked, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_FieldChange_masked(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("FieldChange", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _ImportColumn_key(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10867,6 +11819,176 @@ func (ec *executionContext) _ImportTarget_businessKey(ctx context.Context, field
 }
 func (ec *executionContext) fieldContext_ImportTarget_businessKey(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ImportTarget", field, false, false, "String")
+}
+
+func (ec *executionContext) _InputVersion_version(ctx context.Context, field graphql.CollectedField, obj *model.InputVersion) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InputVersion_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InputVersion_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InputVersion", field, false, false, "Int")
+}
+
+func (ec *executionContext) _InputVersion_input(ctx context.Context, field graphql.CollectedField, obj *model.InputVersion) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InputVersion_input(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Input, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalNJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InputVersion_input(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InputVersion", field, false, false, "JSON")
+}
+
+func (ec *executionContext) _InputVersion_author(ctx context.Context, field graphql.CollectedField, obj *model.InputVersion) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InputVersion_author(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Author, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InputVersion_author(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InputVersion", field, false, false, "String")
+}
+
+func (ec *executionContext) _InputVersion_reason(ctx context.Context, field graphql.CollectedField, obj *model.InputVersion) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InputVersion_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InputVersion_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InputVersion", field, false, false, "String")
+}
+
+func (ec *executionContext) _InputVersion_createdAt(ctx context.Context, field graphql.CollectedField, obj *model.InputVersion) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InputVersion_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InputVersion_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InputVersion", field, false, false, "Time")
+}
+
+func (ec *executionContext) _InputVersion_fromInstanceNo(ctx context.Context, field graphql.CollectedField, obj *model.InputVersion) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InputVersion_fromInstanceNo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FromInstanceNo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InputVersion_fromInstanceNo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InputVersion", field, false, false, "Int")
+}
+
+func (ec *executionContext) _InputVersion_diff(ctx context.Context, field graphql.CollectedField, obj *model.InputVersion) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InputVersion_diff(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Diff, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.FieldChange) graphql.Marshaler {
+			return ec.marshalNFieldChange2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFieldChangeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InputVersion_diff(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "InputVersion",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_FieldChange(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Mutation_createTask(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -11963,6 +13085,314 @@ func (ec *executionContext) fieldContext_Mutation_drainClusterNode(ctx context.C
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_drainClusterNode_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_approveReview(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_approveReview(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ApproveReview(ctx, fc.Args["id"].(int), fc.Args["reason"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_approveReview(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_approveReview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_editAndRetry(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_editAndRetry(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().EditAndRetry(ctx, fc.Args["id"].(int), fc.Args["input"].(json.RawMessage), fc.Args["reason"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_editAndRetry(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_editAndRetry_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_acceptReview(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_acceptReview(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().AcceptReview(ctx, fc.Args["id"].(int), fc.Args["reason"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_acceptReview(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_acceptReview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_rejectReview(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_rejectReview(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RejectReview(ctx, fc.Args["id"].(int), fc.Args["reason"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_rejectReview(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_rejectReview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_replayWithInput(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_replayWithInput(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ReplayWithInput(ctx, fc.Args["id"].(int), fc.Args["input"].(json.RawMessage), fc.Args["reason"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalNTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_replayWithInput(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_replayWithInput_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_approveReviews(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_approveReviews(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ApproveReviews(ctx, fc.Args["ids"].([]int), fc.Args["reason"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.TaskActionResult) graphql.Marshaler {
+			return ec.marshalNTaskActionResult2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_approveReviews(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TaskActionResult(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_approveReviews_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_rejectReviews(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_rejectReviews(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RejectReviews(ctx, fc.Args["ids"].([]int), fc.Args["reason"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.TaskActionResult) graphql.Marshaler {
+			return ec.marshalNTaskActionResult2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskActionResultᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_rejectReviews(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TaskActionResult(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_rejectReviews_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -13365,6 +14795,94 @@ func (ec *executionContext) fieldContext_Query_clusterSummary(_ context.Context,
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_reviewQueue(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_reviewQueue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().ReviewQueue(ctx, fc.Args["where"].(*model.ReviewQueueWhere), fc.Args["after"].(*entgql.Cursor[int]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[int]), fc.Args["last"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskConnection) graphql.Marshaler {
+			return ec.marshalNTaskConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_reviewQueue(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TaskConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_reviewQueue_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_reviewQueueStats(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_reviewQueueStats(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().ReviewQueueStats(ctx, fc.Args["where"].(*model.ReviewQueueWhere))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ReviewQueueStats) graphql.Marshaler {
+			return ec.marshalNReviewQueueStats2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewQueueStats(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_reviewQueueStats(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ReviewQueueStats(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_reviewQueueStats_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_schedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -13686,6 +15204,590 @@ func (ec *executionContext) _RetryPolicy_jitter(ctx context.Context, field graph
 }
 func (ec *executionContext) fieldContext_RetryPolicy_jitter(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("RetryPolicy", field, false, false, "Float")
+}
+
+func (ec *executionContext) _Review_id(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNID2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Review_instanceNo(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_instanceNo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InstanceNo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_instanceNo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Review_trigger(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_trigger(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Trigger, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v taskreview.Trigger) graphql.Marshaler {
+			return ec.marshalNReviewTrigger2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐTrigger(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_trigger(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "ReviewTrigger")
+}
+
+func (ec *executionContext) _Review_reason(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "String")
+}
+
+func (ec *executionContext) _Review_evidence(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_evidence(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Evidence, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalOJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_evidence(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "JSON")
+}
+
+func (ec *executionContext) _Review_since(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_since(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_since(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Review_deadline(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_deadline(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Deadline, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_deadline(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Review_onDeadline(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_onDeadline(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OnDeadline, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *taskreview.OnDeadline) graphql.Marshaler {
+			return ec.marshalOReviewDeadlineAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐOnDeadline(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_onDeadline(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "ReviewDeadlineAction")
+}
+
+func (ec *executionContext) _Review_overdue(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_overdue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Review().Overdue(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_overdue(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _Review_fourEyes(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_fourEyes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FourEyes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_fourEyes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Review_submittedBy(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_submittedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Review().SubmittedBy(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_submittedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, true, true, "String")
+}
+
+func (ec *executionContext) _Review_decision(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_decision(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Decision, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *taskreview.Decision) graphql.Marshaler {
+			return ec.marshalOReviewDecision2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐDecision(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_decision(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "ReviewDecision")
+}
+
+func (ec *executionContext) _Review_decidedBy(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_decidedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DecidedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_decidedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "String")
+}
+
+func (ec *executionContext) _Review_decidedAt(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_decidedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DecidedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_decidedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Review_decisionReason(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_decisionReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DecisionReason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_decisionReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "String")
+}
+
+func (ec *executionContext) _Review_inputVersion(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_inputVersion(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InputVersion, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Review_inputVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Review", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ReviewPolicy_onNonRetryable(ctx context.Context, field graphql.CollectedField, obj *model.ReviewPolicy) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewPolicy_onNonRetryable(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OnNonRetryable, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewPolicy_onNonRetryable(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewPolicy", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ReviewPolicy_confirmPartial(ctx context.Context, field graphql.CollectedField, obj *model.ReviewPolicy) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewPolicy_confirmPartial(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ConfirmPartial, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewPolicy_confirmPartial(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewPolicy", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ReviewPolicy_fourEyes(ctx context.Context, field graphql.CollectedField, obj *model.ReviewPolicy) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewPolicy_fourEyes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FourEyes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewPolicy_fourEyes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewPolicy", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _ReviewPolicy_deadlineSeconds(ctx context.Context, field graphql.CollectedField, obj *model.ReviewPolicy) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewPolicy_deadlineSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DeadlineSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewPolicy_deadlineSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewPolicy", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ReviewPolicy_onDeadline(ctx context.Context, field graphql.CollectedField, obj *model.ReviewPolicy) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewPolicy_onDeadline(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OnDeadline, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ReviewDeadlineAction) graphql.Marshaler {
+			return ec.marshalOReviewDeadlineAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewDeadlineAction(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewPolicy_onDeadline(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewPolicy", field, false, false, "ReviewDeadlineAction")
+}
+
+func (ec *executionContext) _ReviewQueueStats_size(ctx context.Context, field graphql.CollectedField, obj *model.ReviewQueueStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewQueueStats_size(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Size, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewQueueStats_size(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewQueueStats", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ReviewQueueStats_oldestSince(ctx context.Context, field graphql.CollectedField, obj *model.ReviewQueueStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewQueueStats_oldestSince(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OldestSince, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewQueueStats_oldestSince(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewQueueStats", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ReviewQueueStats_oldest(ctx context.Context, field graphql.CollectedField, obj *model.ReviewQueueStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewQueueStats_oldest(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Oldest, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Task) graphql.Marshaler {
+			return ec.marshalOTask2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTask(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewQueueStats_oldest(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ReviewQueueStats",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Task(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ReviewQueueStats_overdue(ctx context.Context, field graphql.CollectedField, obj *model.ReviewQueueStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReviewQueueStats_overdue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Overdue, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReviewQueueStats_overdue(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReviewQueueStats", field, false, false, "Int")
 }
 
 func (ec *executionContext) _Schedule_id(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
@@ -15562,6 +17664,52 @@ func (ec *executionContext) fieldContext_Task_input(_ context.Context, field gra
 	return graphql.NewScalarFieldContext("Task", field, false, false, "JSON")
 }
 
+func (ec *executionContext) _Task_inputVersion(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_inputVersion(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InputVersion, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_inputVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Task_reviewMode(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_reviewMode(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ReviewMode, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *task.ReviewMode) graphql.Marshaler {
+			return ec.marshalOTaskReviewMode2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐReviewMode(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_reviewMode(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "TaskReviewMode")
+}
+
 func (ec *executionContext) _Task_timeoutSeconds(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -16157,6 +18305,102 @@ func (ec *executionContext) fieldContext_Task_waitingReason(_ context.Context, f
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_WaitReason(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Task_review(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_review(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().Review(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.TaskReview) graphql.Marshaler {
+			return ec.marshalOReview2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskReview(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_review(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Review(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Task_reviews(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_reviews(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().Reviews(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.TaskReview) graphql.Marshaler {
+			return ec.marshalNReview2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskReviewᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_reviews(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Review(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Task_inputVersions(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_inputVersions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().InputVersions(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.InputVersion) graphql.Marshaler {
+			return ec.marshalNInputVersion2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐInputVersionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Task_inputVersions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Task",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_InputVersion(ctx, field)
 		},
 	}
 	return fc, nil
@@ -17615,6 +19859,38 @@ func (ec *executionContext) _TaskType_external(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_TaskType_external(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TaskType", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _TaskType_review(ctx context.Context, field graphql.CollectedField, obj *model.TaskType) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskType_review(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Review, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ReviewPolicy) graphql.Marshaler {
+			return ec.marshalOReviewPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewPolicy(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TaskType_review(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TaskType",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ReviewPolicy(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _TypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.Control) (ret graphql.Marshaler) {
@@ -20805,7 +23081,7 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "dependsOn", "onParentFailure", "stallAfterSeconds"}
+	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "dependsOn", "onParentFailure", "stallAfterSeconds", "review"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -20903,6 +23179,13 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 				return it, err
 			}
 			it.StallAfterSeconds = data
+		case "review":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("review"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Review = data
 		}
 	}
 	return it, nil
@@ -21043,6 +23326,139 @@ func (ec *executionContext) unmarshalInputJSONPathPredicate(ctx context.Context,
 func UnmarshalJSONPathPredicate(ctx context.Context, raw any) (model.JSONPathPredicate, error) {
 	var out model.JSONPathPredicate
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "JSONPathPredicate", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputReviewPolicyInput(ctx context.Context, obj any) (model.ReviewPolicyInput, error) {
+	var it model.ReviewPolicyInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"onNonRetryable", "confirmPartial", "fourEyes", "deadlineSeconds", "onDeadline"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "onNonRetryable":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onNonRetryable"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnNonRetryable = data
+		case "confirmPartial":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("confirmPartial"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ConfirmPartial = data
+		case "fourEyes":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("fourEyes"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FourEyes = data
+		case "deadlineSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineSeconds = data
+		case "onDeadline":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("onDeadline"))
+			data, err := ec.unmarshalOReviewDeadlineAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewDeadlineAction(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OnDeadline = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalReviewPolicyInput unmarshals raw into the ReviewPolicyInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalReviewPolicyInput(ctx context.Context, raw any) (model.ReviewPolicyInput, error) {
+	var out model.ReviewPolicyInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ReviewPolicyInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputReviewQueueWhere(ctx context.Context, obj any) (model.ReviewQueueWhere, error) {
+	var it model.ReviewQueueWhere
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"type", "tenant", "olderThanSeconds", "overdue"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "type":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("type"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Type = data
+		case "tenant":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenant"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Tenant = data
+		case "olderThanSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("olderThanSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OlderThanSeconds = data
+		case "overdue":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overdue"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Overdue = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalReviewQueueWhere unmarshals raw into the ReviewQueueWhere input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalReviewQueueWhere(ctx context.Context, raw any) (model.ReviewQueueWhere, error) {
+	var out model.ReviewQueueWhere
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ReviewQueueWhere", raw, &out)
 	return out, err
 }
 
@@ -23201,7 +25617,7 @@ func (ec *executionContext) unmarshalInputTaskTypeDeclaration(ctx context.Contex
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "description", "inputSchema", "timeoutSeconds", "retryPolicy", "stallAfterSeconds", "stallAction"}
+	fieldsInOrder := [...]string{"name", "description", "inputSchema", "timeoutSeconds", "retryPolicy", "stallAfterSeconds", "stallAction", "review"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -23257,6 +25673,13 @@ func (ec *executionContext) unmarshalInputTaskTypeDeclaration(ctx context.Contex
 				return it, err
 			}
 			it.StallAction = data
+		case "review":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("review"))
+			data, err := ec.unmarshalOReviewPolicyInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewPolicyInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Review = data
 		}
 	}
 	return it, nil
@@ -23285,7 +25708,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "stepKey", "stepKeyNEQ", "stepKeyIn", "stepKeyNotIn", "stepKeyGT", "stepKeyGTE", "stepKeyLT", "stepKeyLTE", "stepKeyContains", "stepKeyHasPrefix", "stepKeyHasSuffix", "stepKeyIsNil", "stepKeyNotNil", "stepKeyEqualFold", "stepKeyContainsFold", "search", "input", "result"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "inputVersion", "inputVersionNEQ", "inputVersionIn", "inputVersionNotIn", "inputVersionGT", "inputVersionGTE", "inputVersionLT", "inputVersionLTE", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "stepKey", "stepKeyNEQ", "stepKeyIn", "stepKeyNotIn", "stepKeyGT", "stepKeyGTE", "stepKeyLT", "stepKeyLTE", "stepKeyContains", "stepKeyHasPrefix", "stepKeyHasSuffix", "stepKeyIsNil", "stepKeyNotNil", "stepKeyEqualFold", "stepKeyContainsFold", "search", "input", "result"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -24251,6 +26674,62 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			it.TenantContainsFold = data
+		case "inputVersion":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersion"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersion = data
+		case "inputVersionNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersionNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersionNEQ = data
+		case "inputVersionIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersionIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersionIn = data
+		case "inputVersionNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersionNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersionNotIn = data
+		case "inputVersionGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersionGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersionGT = data
+		case "inputVersionGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersionGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersionGTE = data
+		case "inputVersionLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersionLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersionLT = data
+		case "inputVersionLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputVersionLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.InputVersionLTE = data
 		case "timeoutSeconds":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timeoutSeconds"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -27519,6 +29998,59 @@ func (ec *executionContext) _DownloadLink(ctx context.Context, sel ast.Selection
 	return out
 }
 
+var fieldChangeImplementors = []string{"FieldChange"}
+
+func (ec *executionContext) _FieldChange(ctx context.Context, sel ast.SelectionSet, obj *model.FieldChange) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, fieldChangeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("FieldChange")
+		case "path":
+			out.Values[i] = ec._FieldChange_path(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "kind":
+			out.Values[i] = ec._FieldChange_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "before":
+			out.Values[i] = ec._FieldChange_before(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "after":
+			out.Values[i] = ec._FieldChange_after(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "masked":
+			out.Values[i] = ec._FieldChange_masked(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var importColumnImplementors = []string{"ImportColumn"}
 
 func (ec *executionContext) _ImportColumn(ctx context.Context, sel ast.SelectionSet, obj *model.ImportColumn) graphql.Marshaler {
@@ -27595,6 +30127,69 @@ func (ec *executionContext) _ImportTarget(ctx context.Context, sel ast.Selection
 			}
 		case "businessKey":
 			out.Values[i] = ec._ImportTarget_businessKey(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var inputVersionImplementors = []string{"InputVersion"}
+
+func (ec *executionContext) _InputVersion(ctx context.Context, sel ast.SelectionSet, obj *model.InputVersion) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, inputVersionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("InputVersion")
+		case "version":
+			out.Values[i] = ec._InputVersion_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "input":
+			out.Values[i] = ec._InputVersion_input(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "author":
+			out.Values[i] = ec._InputVersion_author(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "reason":
+			out.Values[i] = ec._InputVersion_reason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._InputVersion_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "fromInstanceNo":
+			out.Values[i] = ec._InputVersion_fromInstanceNo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "diff":
+			out.Values[i] = ec._InputVersion_diff(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -27805,6 +30400,55 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "drainClusterNode":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_drainClusterNode(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "approveReview":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_approveReview(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "editAndRetry":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_editAndRetry(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "acceptReview":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_acceptReview(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rejectReview":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_rejectReview(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "replayWithInput":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_replayWithInput(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "approveReviews":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_approveReviews(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rejectReviews":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_rejectReviews(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -28129,6 +30773,18 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_clusterSummary(ctx, field)
 				})
+		case "reviewQueue":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_reviewQueue(ctx, field)
+				})
+		case "reviewQueueStats":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_reviewQueueStats(ctx, field)
+				})
 		case "schedule":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, false,
@@ -28211,6 +30867,217 @@ func (ec *executionContext) _RetryPolicy(ctx context.Context, sel ast.SelectionS
 			}
 		case "jitter":
 			out.Values[i] = ec._RetryPolicy_jitter(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var reviewImplementors = []string{"Review"}
+
+func (ec *executionContext) _Review(ctx context.Context, sel ast.SelectionSet, obj *ent.TaskReview) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, reviewImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Review")
+		case "id":
+			out.Values[i] = ec._Review_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "instanceNo":
+			out.Values[i] = ec._Review_instanceNo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "trigger":
+			out.Values[i] = ec._Review_trigger(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "reason":
+			out.Values[i] = ec._Review_reason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "evidence":
+			out.Values[i] = ec._Review_evidence(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "since":
+			out.Values[i] = ec._Review_since(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "deadline":
+			out.Values[i] = ec._Review_deadline(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "onDeadline":
+			out.Values[i] = ec._Review_onDeadline(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "overdue":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Review_overdue(ctx, field, obj)
+				})
+		case "fourEyes":
+			out.Values[i] = ec._Review_fourEyes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "submittedBy":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Review_submittedBy(ctx, field, obj)
+				})
+		case "decision":
+			out.Values[i] = ec._Review_decision(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "decidedBy":
+			out.Values[i] = ec._Review_decidedBy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "decidedAt":
+			out.Values[i] = ec._Review_decidedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "decisionReason":
+			out.Values[i] = ec._Review_decisionReason(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "inputVersion":
+			out.Values[i] = ec._Review_inputVersion(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var reviewPolicyImplementors = []string{"ReviewPolicy"}
+
+func (ec *executionContext) _ReviewPolicy(ctx context.Context, sel ast.SelectionSet, obj *model.ReviewPolicy) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, reviewPolicyImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ReviewPolicy")
+		case "onNonRetryable":
+			out.Values[i] = ec._ReviewPolicy_onNonRetryable(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "confirmPartial":
+			out.Values[i] = ec._ReviewPolicy_confirmPartial(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "fourEyes":
+			out.Values[i] = ec._ReviewPolicy_fourEyes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deadlineSeconds":
+			out.Values[i] = ec._ReviewPolicy_deadlineSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "onDeadline":
+			out.Values[i] = ec._ReviewPolicy_onDeadline(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var reviewQueueStatsImplementors = []string{"ReviewQueueStats"}
+
+func (ec *executionContext) _ReviewQueueStats(ctx context.Context, sel ast.SelectionSet, obj *model.ReviewQueueStats) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, reviewQueueStatsImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ReviewQueueStats")
+		case "size":
+			out.Values[i] = ec._ReviewQueueStats_size(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "oldestSince":
+			out.Values[i] = ec._ReviewQueueStats_oldestSince(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "oldest":
+			out.Values[i] = ec._ReviewQueueStats_oldest(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "overdue":
+			out.Values[i] = ec._ReviewQueueStats_overdue(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -28811,6 +31678,16 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "inputVersion":
+			out.Values[i] = ec._Task_inputVersion(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "reviewMode":
+			out.Values[i] = ec._Task_reviewMode(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "timeoutSeconds":
 			out.Values[i] = ec._Task_timeoutSeconds(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -28937,6 +31814,24 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Task_waitingReason(ctx, field, obj)
+				})
+		case "review":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_review(ctx, field, obj)
+				})
+		case "reviews":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_reviews(ctx, field, obj)
+				})
+		case "inputVersions":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_inputVersions(ctx, field, obj)
 				})
 		case "schedule":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
@@ -29479,6 +32374,11 @@ func (ec *executionContext) _TaskType(ctx context.Context, sel ast.SelectionSet,
 		case "external":
 			out.Values[i] = ec._TaskType_external(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "review":
+			out.Values[i] = ec._TaskType_review(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -30587,6 +33487,40 @@ func (ec *executionContext) marshalNDownloadLink2ᚖgithubᚗcomᚋtaskgraphᚋt
 	return ec._DownloadLink(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNFieldChange2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFieldChangeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.FieldChange) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNFieldChange2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFieldChange(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNFieldChange2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFieldChange(ctx context.Context, sel ast.SelectionSet, v *model.FieldChange) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "FieldChange!")
+		return graphql.Null
+	}
+	return ec._FieldChange(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNFieldChangeKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFieldChangeKind(ctx context.Context, v any) (model.FieldChangeKind, error) {
+	var res model.FieldChangeKind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNFieldChangeKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐFieldChangeKind(ctx context.Context, sel ast.SelectionSet, v model.FieldChangeKind) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) unmarshalNFloat2float64(ctx context.Context, v any) (float64, error) {
 	res, err := graphql.UnmarshalFloatContext(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -30721,6 +33655,30 @@ func (ec *executionContext) marshalNImportTarget2ᚖgithubᚗcomᚋtaskgraphᚋt
 	return ec._ImportTarget(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNInputVersion2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐInputVersionᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.InputVersion) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNInputVersion2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐInputVersion(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNInputVersion2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐInputVersion(ctx context.Context, sel ast.SelectionSet, v *model.InputVersion) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "InputVersion!")
+		return graphql.Null
+	}
+	return ec._InputVersion(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNInt2int(ctx context.Context, v any) (int, error) {
 	res, err := graphql.UnmarshalInt(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -30848,6 +33806,48 @@ func (ec *executionContext) marshalNRetryPolicy2ᚖgithubᚗcomᚋtaskgraphᚋta
 		return graphql.Null
 	}
 	return ec._RetryPolicy(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNReview2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskReviewᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskReview) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNReview2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskReview(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNReview2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskReview(ctx context.Context, sel ast.SelectionSet, v *ent.TaskReview) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Review!")
+		return graphql.Null
+	}
+	return ec._Review(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNReviewQueueStats2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewQueueStats(ctx context.Context, sel ast.SelectionSet, v *model.ReviewQueueStats) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ReviewQueueStats!")
+		return graphql.Null
+	}
+	return ec._ReviewQueueStats(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNReviewTrigger2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐTrigger(ctx context.Context, v any) (taskreview.Trigger, error) {
+	var res taskreview.Trigger
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNReviewTrigger2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐTrigger(ctx context.Context, sel ast.SelectionSet, v taskreview.Trigger) graphql.Marshaler {
+	return v
 }
 
 func (ec *executionContext) marshalNSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
@@ -32210,6 +35210,84 @@ func (ec *executionContext) marshalOParentFailurePolicy2ᚖgithubᚗcomᚋtaskgr
 	return v
 }
 
+func (ec *executionContext) marshalOReview2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskReview(ctx context.Context, sel ast.SelectionSet, v *ent.TaskReview) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Review(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOReviewDeadlineAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐOnDeadline(ctx context.Context, v any) (*taskreview.OnDeadline, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(taskreview.OnDeadline)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOReviewDeadlineAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐOnDeadline(ctx context.Context, sel ast.SelectionSet, v *taskreview.OnDeadline) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOReviewDeadlineAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewDeadlineAction(ctx context.Context, v any) (*model.ReviewDeadlineAction, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.ReviewDeadlineAction)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOReviewDeadlineAction2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewDeadlineAction(ctx context.Context, sel ast.SelectionSet, v *model.ReviewDeadlineAction) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOReviewDecision2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐDecision(ctx context.Context, v any) (*taskreview.Decision, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(taskreview.Decision)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOReviewDecision2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskreviewᚐDecision(ctx context.Context, sel ast.SelectionSet, v *taskreview.Decision) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) marshalOReviewPolicy2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewPolicy(ctx context.Context, sel ast.SelectionSet, v *model.ReviewPolicy) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ReviewPolicy(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOReviewPolicyInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewPolicyInput(ctx context.Context, v any) (*model.ReviewPolicyInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputReviewPolicyInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOReviewQueueWhere2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐReviewQueueWhere(ctx context.Context, v any) (*model.ReviewQueueWhere, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputReviewQueueWhere(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalOSchedule2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *ent.Schedule) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
@@ -32599,6 +35677,22 @@ func (ec *executionContext) unmarshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgra
 }
 
 func (ec *executionContext) marshalOTaskResultStatus2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐResultStatus(ctx context.Context, sel ast.SelectionSet, v *task.ResultStatus) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOTaskReviewMode2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐReviewMode(ctx context.Context, v any) (*task.ReviewMode, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(task.ReviewMode)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOTaskReviewMode2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋtaskᚐReviewMode(ctx context.Context, sel ast.SelectionSet, v *task.ReviewMode) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

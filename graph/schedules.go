@@ -110,6 +110,7 @@ func taskTypeModel(t *tasktype.Type) *model.TaskType {
 		StallAfterSeconds:     int(t.StallAfter / time.Second),
 		StallAction:           string(t.StallAction),
 		External:              t.External,
+		Review:                reviewPolicyModel(t.Review),
 	}
 }
 

@@ -237,7 +237,7 @@ func exportedRecv(recv *ast.FieldList) bool {
 func TestValueTypesMatchTheLifecycle(t *testing.T) {
 	t.Parallel()
 	statuses := map[tgtype.Status]bool{tgtype.Pending: true, tgtype.Executing: true, tgtype.Success: true,
-		tgtype.Failed: true, tgtype.RetryPending: true, tgtype.Cancelled: true, tgtype.WaitingDependency: true}
+		tgtype.Failed: true, tgtype.RetryPending: true, tgtype.Cancelled: true, tgtype.WaitingDependency: true, tgtype.ReviewPending: true}
 	if len(statuses) != len(lifecycle.AllStatuses) {
 		t.Fatalf("tgtype has %d states, the lifecycle %d", len(statuses), len(lifecycle.AllStatuses))
 	}

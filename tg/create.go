@@ -10,7 +10,9 @@ import (
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/store"
 	"github.com/taskgraph/taskgraph/tg/tgtype"
 )
 
@@ -232,7 +234,8 @@ func (c *Client) Task(ctx context.Context, id int) (*tgtype.Task, error) {
 }
 
 // Wait waits until task id is in a final state (SUCCESS, FAILED,
-// CANCELLED) and returns it as Task does, or until ctx ends. It follows
+// CANCELLED) or waits for a person (REVIEW_PENDING), and returns it as
+// Task does, or until ctx ends. It follows
 // the task's committed changes as they happen, on this node or another.
 func (c *Client) Wait(ctx context.Context, id int) (*tgtype.Task, error) {
 	sub := c.app.Broker.SubscribeTask(id, nil, 16)
@@ -247,7 +250,7 @@ func (c *Client) Wait(ctx context.Context, id int) (*tgtype.Task, error) {
 		if err != nil {
 			return nil, err
 		}
-		if t.Status.Final() {
+		if t.Status.Final() || t.Status == tgtype.ReviewPending {
 			return t, nil
 		}
 		select {
@@ -285,6 +288,51 @@ func (c *Client) Retry(ctx context.Context, id int) (*tgtype.Task, error) {
 		return nil, err
 	}
 	t, err := c.app.Engine.Retry(vctx, id)
+	if err != nil {
+		return nil, publicError(err)
+	}
+	return taskOf(t), nil
+}
+
+// ApproveReview decides a task waiting for review (REVIEW_PENDING): it
+// runs again, with the same input, in a new execution. The decision is
+// audited with its reason; with a four-eyes review, the task's submitter
+// may not decide (a *ForbiddenError). A task not waiting for review, or
+// decided by someone else first, is a *TransitionError.
+func (c *Client) ApproveReview(ctx context.Context, id int, reason string) (*tgtype.Task, error) {
+	return c.decide(ctx, id, store.DecisionApproved, reason, nil)
+}
+
+// EditAndRetry decides a task waiting for review: it runs again with
+// input instead (validated by its type's schema, masked and sealed as a
+// created task's input), kept as a new input version beside the ones
+// before. reason is required.
+func (c *Client) EditAndRetry(ctx context.Context, id int, input any, reason string) (*tgtype.Task, error) {
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return nil, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
+	}
+	return c.decide(ctx, id, store.DecisionEdited, reason, raw)
+}
+
+// AcceptReview decides a task waiting for review: it ends SUCCESS with
+// the result its execution left, partial or none.
+func (c *Client) AcceptReview(ctx context.Context, id int, reason string) (*tgtype.Task, error) {
+	return c.decide(ctx, id, store.DecisionAccepted, reason, nil)
+}
+
+// RejectReview decides a task waiting for review: it ends FAILED.
+// reason is required.
+func (c *Client) RejectReview(ctx context.Context, id int, reason string) (*tgtype.Task, error) {
+	return c.decide(ctx, id, store.DecisionRejected, reason, nil)
+}
+
+func (c *Client) decide(ctx context.Context, id int, d taskreview.Decision, reason string, input json.RawMessage) (*tgtype.Task, error) {
+	vctx, err := viewer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.app.Engine.Decide(vctx, id, d, reason, input)
 	if err != nil {
 		return nil, publicError(err)
 	}

@@ -38,6 +38,16 @@ func Resource(err error, after time.Duration) error {
 	return err
 }
 
+// NeedsReview marks err as a business failure a person must decide on (a
+// file whose rows fail validation beyond a threshold, a reconciliation
+// that finds a difference): the task waits in REVIEW_PENDING, never
+// retried by itself, with evidence — any value, encoded as JSON and masked
+// like an input — kept for the reviewer, who approves it (runs it again),
+// edits its input and runs it again, accepts it as it is or rejects it
+// (FAILED). A task created with its review turned off ends FAILED
+// (NON_RETRYABLE) instead. See WithReview for the policy of the rest.
+func NeedsReview(err error, evidence any) error { return tasktype.NeedsReview(err, evidence) }
+
 // ValidationError is a request the Client refused before it wrote
 // anything: every problem found, by field.
 type ValidationError struct {

@@ -94,6 +94,37 @@ func WithStallDetection(after time.Duration, cancel bool) TypeOption {
 	return TypeOption{tasktype.WithStallDetection(after, action)}
 }
 
+// Review is a type's review policy (WithReview): which business failures
+// of its tasks wait for a person (REVIEW_PENDING) instead of ending. A
+// handler's NeedsReview asks for a review whatever the policy says.
+type Review struct {
+	// NonRetryable sends NON_RETRYABLE failures to review.
+	NonRetryable bool
+	// ConfirmPartial sends a PARTIAL_SUCCESS (Job.SetResultStatus) to
+	// review before it counts as a success.
+	ConfirmPartial bool
+	// FourEyes refuses the decision of the task's submitter: another
+	// operator of its tenant (or an admin) decides.
+	FourEyes bool
+	// Deadline, when set, is how long a review may wait; then the task
+	// is rejected (FAILED), or, with AlertOnDeadline, left waiting for a
+	// REVIEW_OVERDUE alert rule to report.
+	Deadline        time.Duration
+	AlertOnDeadline bool
+}
+
+// WithReview gives the type a review policy.
+func WithReview(r Review) TypeOption {
+	p := tasktype.ReviewPolicy{OnNonRetryable: r.NonRetryable, ConfirmPartial: r.ConfirmPartial, FourEyes: r.FourEyes, Deadline: r.Deadline}
+	if r.Deadline > 0 {
+		p.OnDeadline = tasktype.DeadlineReject
+		if r.AlertOnDeadline {
+			p.OnDeadline = tasktype.DeadlineAlert
+		}
+	}
+	return TypeOption{tasktype.WithReview(p)}
+}
+
 // Create creates a task of the type with input in, in a transaction of
 // its own (see Client.Create).
 func (t *TaskType[In, Out]) Create(ctx context.Context, in In, opts ...TaskOption) (*tgtype.Task, error) {

@@ -27,6 +27,8 @@ const (
 	FieldStallAfterSeconds = "stall_after_seconds"
 	// FieldStallAction holds the string denoting the stall_action field in the database.
 	FieldStallAction = "stall_action"
+	// FieldReviewPolicy holds the string denoting the review_policy field in the database.
+	FieldReviewPolicy = "review_policy"
 	// FieldUpdatedBy holds the string denoting the updated_by field in the database.
 	FieldUpdatedBy = "updated_by"
 	// FieldUpdatedAt holds the string denoting the updated_at field in the database.
@@ -45,6 +47,7 @@ var Columns = []string{
 	FieldRetryPolicy,
 	FieldStallAfterSeconds,
 	FieldStallAction,
+	FieldReviewPolicy,
 	FieldUpdatedBy,
 	FieldUpdatedAt,
 }
@@ -66,6 +69,8 @@ var (
 	DefaultStallAfterSeconds int
 	// DefaultStallAction holds the default value on creation for the "stall_action" field.
 	DefaultStallAction string
+	// DefaultReviewPolicy holds the default value on creation for the "review_policy" field.
+	DefaultReviewPolicy string
 	// DefaultUpdatedBy holds the default value on creation for the "updated_by" field.
 	DefaultUpdatedBy string
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
@@ -113,6 +118,11 @@ func ByStallAfterSeconds(opts ...sql.OrderTermOption) OrderOption {
 // ByStallAction orders the results by the stall_action field.
 func ByStallAction(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStallAction, opts...).ToFunc()
+}
+
+// ByReviewPolicy orders the results by the review_policy field.
+func ByReviewPolicy(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldReviewPolicy, opts...).ToFunc()
 }
 
 // ByUpdatedBy orders the results by the updated_by field.

@@ -89,6 +89,11 @@ func StallAction(v string) predicate.ExternalTaskType {
 	return predicate.ExternalTaskType(sql.FieldEQ(FieldStallAction, v))
 }
 
+// ReviewPolicy applies equality check predicate on the "review_policy" field. It's identical to ReviewPolicyEQ.
+func ReviewPolicy(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldEQ(FieldReviewPolicy, v))
+}
+
 // UpdatedBy applies equality check predicate on the "updated_by" field. It's identical to UpdatedByEQ.
 func UpdatedBy(v string) predicate.ExternalTaskType {
 	return predicate.ExternalTaskType(sql.FieldEQ(FieldUpdatedBy, v))
@@ -502,6 +507,71 @@ func StallActionEqualFold(v string) predicate.ExternalTaskType {
 // StallActionContainsFold applies the ContainsFold predicate on the "stall_action" field.
 func StallActionContainsFold(v string) predicate.ExternalTaskType {
 	return predicate.ExternalTaskType(sql.FieldContainsFold(FieldStallAction, v))
+}
+
+// ReviewPolicyEQ applies the EQ predicate on the "review_policy" field.
+func ReviewPolicyEQ(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldEQ(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyNEQ applies the NEQ predicate on the "review_policy" field.
+func ReviewPolicyNEQ(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldNEQ(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyIn applies the In predicate on the "review_policy" field.
+func ReviewPolicyIn(vs ...string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldIn(FieldReviewPolicy, vs...))
+}
+
+// ReviewPolicyNotIn applies the NotIn predicate on the "review_policy" field.
+func ReviewPolicyNotIn(vs ...string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldNotIn(FieldReviewPolicy, vs...))
+}
+
+// ReviewPolicyGT applies the GT predicate on the "review_policy" field.
+func ReviewPolicyGT(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldGT(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyGTE applies the GTE predicate on the "review_policy" field.
+func ReviewPolicyGTE(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldGTE(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyLT applies the LT predicate on the "review_policy" field.
+func ReviewPolicyLT(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldLT(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyLTE applies the LTE predicate on the "review_policy" field.
+func ReviewPolicyLTE(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldLTE(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyContains applies the Contains predicate on the "review_policy" field.
+func ReviewPolicyContains(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldContains(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyHasPrefix applies the HasPrefix predicate on the "review_policy" field.
+func ReviewPolicyHasPrefix(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldHasPrefix(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyHasSuffix applies the HasSuffix predicate on the "review_policy" field.
+func ReviewPolicyHasSuffix(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldHasSuffix(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyEqualFold applies the EqualFold predicate on the "review_policy" field.
+func ReviewPolicyEqualFold(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldEqualFold(FieldReviewPolicy, v))
+}
+
+// ReviewPolicyContainsFold applies the ContainsFold predicate on the "review_policy" field.
+func ReviewPolicyContainsFold(v string) predicate.ExternalTaskType {
+	return predicate.ExternalTaskType(sql.FieldContainsFold(FieldReviewPolicy, v))
 }
 
 // UpdatedByEQ applies the EQ predicate on the "updated_by" field.

@@ -189,6 +189,18 @@ func (f TaskDependencyFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskDependencyMutation", m)
 }
 
+// The TaskInputVersionFunc type is an adapter to allow the use of ordinary
+// function as TaskInputVersion mutator.
+type TaskInputVersionFunc func(context.Context, *ent.TaskInputVersionMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TaskInputVersionFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TaskInputVersionMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskInputVersionMutation", m)
+}
+
 // The TaskInstanceFunc type is an adapter to allow the use of ordinary
 // function as TaskInstance mutator.
 type TaskInstanceFunc func(context.Context, *ent.TaskInstanceMutation) (ent.Value, error)
@@ -211,6 +223,18 @@ func (f TaskLogFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, err
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskLogMutation", m)
+}
+
+// The TaskReviewFunc type is an adapter to allow the use of ordinary
+// function as TaskReview mutator.
+type TaskReviewFunc func(context.Context, *ent.TaskReviewMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TaskReviewFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TaskReviewMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskReviewMutation", m)
 }
 
 // The WorkflowFunc type is an adapter to allow the use of ordinary

@@ -24,8 +24,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -490,6 +492,33 @@ func (f TraverseTaskDependency) Traverse(ctx context.Context, q ent.Query) error
 	return fmt.Errorf("unexpected query type %T. expect *ent.TaskDependencyQuery", q)
 }
 
+// The TaskInputVersionFunc type is an adapter to allow the use of ordinary function as a Querier.
+type TaskInputVersionFunc func(context.Context, *ent.TaskInputVersionQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f TaskInputVersionFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.TaskInputVersionQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.TaskInputVersionQuery", q)
+}
+
+// The TraverseTaskInputVersion type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseTaskInputVersion func(context.Context, *ent.TaskInputVersionQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseTaskInputVersion) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseTaskInputVersion) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.TaskInputVersionQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.TaskInputVersionQuery", q)
+}
+
 // The TaskInstanceFunc type is an adapter to allow the use of ordinary function as a Querier.
 type TaskInstanceFunc func(context.Context, *ent.TaskInstanceQuery) (ent.Value, error)
 
@@ -542,6 +571,33 @@ func (f TraverseTaskLog) Traverse(ctx context.Context, q ent.Query) error {
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.TaskLogQuery", q)
+}
+
+// The TaskReviewFunc type is an adapter to allow the use of ordinary function as a Querier.
+type TaskReviewFunc func(context.Context, *ent.TaskReviewQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f TaskReviewFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.TaskReviewQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.TaskReviewQuery", q)
+}
+
+// The TraverseTaskReview type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseTaskReview func(context.Context, *ent.TaskReviewQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseTaskReview) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseTaskReview) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.TaskReviewQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.TaskReviewQuery", q)
 }
 
 // The WorkflowFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -604,10 +660,14 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.TaskQuery, predicate.Task, task.OrderOption]{typ: ent.TypeTask, tq: q}, nil
 	case *ent.TaskDependencyQuery:
 		return &query[*ent.TaskDependencyQuery, predicate.TaskDependency, taskdependency.OrderOption]{typ: ent.TypeTaskDependency, tq: q}, nil
+	case *ent.TaskInputVersionQuery:
+		return &query[*ent.TaskInputVersionQuery, predicate.TaskInputVersion, taskinputversion.OrderOption]{typ: ent.TypeTaskInputVersion, tq: q}, nil
 	case *ent.TaskInstanceQuery:
 		return &query[*ent.TaskInstanceQuery, predicate.TaskInstance, taskinstance.OrderOption]{typ: ent.TypeTaskInstance, tq: q}, nil
 	case *ent.TaskLogQuery:
 		return &query[*ent.TaskLogQuery, predicate.TaskLog, tasklog.OrderOption]{typ: ent.TypeTaskLog, tq: q}, nil
+	case *ent.TaskReviewQuery:
+		return &query[*ent.TaskReviewQuery, predicate.TaskReview, taskreview.OrderOption]{typ: ent.TypeTaskReview, tq: q}, nil
 	case *ent.WorkflowQuery:
 		return &query[*ent.WorkflowQuery, predicate.Workflow, workflow.OrderOption]{typ: ent.TypeWorkflow, tq: q}, nil
 	default:

@@ -91,7 +91,7 @@ var (
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "name", Type: field.TypeString},
-		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW"}},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE"}},
 		{Name: "enabled", Type: field.TypeBool, Default: true},
 		{Name: "task_type", Type: field.TypeString, Default: ""},
 		{Name: "owner", Type: field.TypeString, Default: ""},
@@ -168,7 +168,7 @@ var (
 		{Name: "role", Type: field.TypeString},
 		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
-		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN", "TASK_TYPE_DECLARE", "TASK_TYPE_DELETE"}},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN", "TASK_TYPE_DECLARE", "TASK_TYPE_DELETE", "REVIEW_APPROVE", "REVIEW_EDIT", "REVIEW_ACCEPT", "REVIEW_REJECT", "REVIEW_EXPIRE", "REPLAY_WITH_INPUT"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
 		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
 		{Name: "error_code", Type: field.TypeString, Default: ""},
@@ -244,6 +244,7 @@ var (
 		{Name: "retry_policy", Type: field.TypeString},
 		{Name: "stall_after_seconds", Type: field.TypeInt, Default: 0},
 		{Name: "stall_action", Type: field.TypeString, Default: "FLAG"},
+		{Name: "review_policy", Type: field.TypeString, Size: 2147483647, Default: ""},
 		{Name: "updated_by", Type: field.TypeString, Default: ""},
 		{Name: "updated_at", Type: field.TypeTime},
 	}
@@ -409,7 +410,7 @@ var (
 		{Name: "idempotency_key", Type: field.TypeString, Nullable: true},
 		{Name: "idempotency_hash", Type: field.TypeString, Nullable: true},
 		{Name: "title", Type: field.TypeString, Default: ""},
-		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY"}},
+		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY", "REVIEW_PENDING"}},
 		{Name: "priority", Type: field.TypeInt, Default: 5},
 		{Name: "owner", Type: field.TypeString},
 		{Name: "owner_source", Type: field.TypeString, Default: ""},
@@ -417,6 +418,8 @@ var (
 		{Name: "owner_role", Type: field.TypeString, Default: ""},
 		{Name: "input", Type: field.TypeJSON},
 		{Name: "input_sealed", Type: field.TypeBytes, Nullable: true},
+		{Name: "input_version", Type: field.TypeInt, Default: 1},
+		{Name: "review_mode", Type: field.TypeEnum, Nullable: true, Enums: []string{"ON", "OFF"}},
 		{Name: "input_hash", Type: field.TypeString},
 		{Name: "timeout_seconds", Type: field.TypeInt},
 		{Name: "retry_policy", Type: field.TypeString},
@@ -426,7 +429,7 @@ var (
 		{Name: "result", Type: field.TypeJSON, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true},
 		{Name: "result_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"SUCCESS", "PARTIAL_SUCCESS", "FAILED"}},
-		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY"}},
+		{Name: "attention_status", Type: field.TypeEnum, Nullable: true, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY", "REVIEW_PENDING"}},
 		{Name: "version", Type: field.TypeInt64, Default: 1},
 		{Name: "cancel_requested", Type: field.TypeBool, Default: false},
 		{Name: "cancel_reason", Type: field.TypeString, Nullable: true},
@@ -461,7 +464,7 @@ var (
 			{
 				Name:    "task_attention_status_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{TasksColumns[25], TasksColumns[1]},
+				Columns: []*schema.Column{TasksColumns[27], TasksColumns[1]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "attention_status IS NOT NULL",
 				},
@@ -488,7 +491,7 @@ var (
 			{
 				Name:    "task_schedule_slot",
 				Unique:  true,
-				Columns: []*schema.Column{TasksColumns[32], TasksColumns[33]},
+				Columns: []*schema.Column{TasksColumns[34], TasksColumns[35]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "schedule_id IS NOT NULL",
 				},
@@ -496,7 +499,7 @@ var (
 			{
 				Name:    "task_workflow_id_step_key",
 				Unique:  true,
-				Columns: []*schema.Column{TasksColumns[35], TasksColumns[36]},
+				Columns: []*schema.Column{TasksColumns[37], TasksColumns[38]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "workflow_id IS NOT NULL",
 				},
@@ -529,12 +532,38 @@ var (
 			},
 		},
 	}
+	// TaskInputVersionsColumns holds the columns for the "task_input_versions" table.
+	TaskInputVersionsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "task_id", Type: field.TypeInt},
+		{Name: "version", Type: field.TypeInt},
+		{Name: "input", Type: field.TypeJSON},
+		{Name: "input_sealed", Type: field.TypeBytes, Nullable: true},
+		{Name: "from_instance_no", Type: field.TypeInt},
+		{Name: "author", Type: field.TypeString},
+		{Name: "author_source", Type: field.TypeString, Default: ""},
+		{Name: "reason", Type: field.TypeString, Size: 2147483647, Default: ""},
+	}
+	// TaskInputVersionsTable holds the schema information for the "task_input_versions" table.
+	TaskInputVersionsTable = &schema.Table{
+		Name:       "task_input_versions",
+		Columns:    TaskInputVersionsColumns,
+		PrimaryKey: []*schema.Column{TaskInputVersionsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "taskinputversion_task_id_version",
+				Unique:  true,
+				Columns: []*schema.Column{TaskInputVersionsColumns[2], TaskInputVersionsColumns[3]},
+			},
+		},
+	}
 	// TaskInstancesColumns holds the columns for the "task_instances" table.
 	TaskInstancesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "instance_no", Type: field.TypeInt},
-		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY"}},
+		{Name: "status", Type: field.TypeEnum, Enums: []string{"PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY", "REVIEW_PENDING"}},
 		{Name: "attempt", Type: field.TypeInt},
 		{Name: "task_type", Type: field.TypeString},
 		{Name: "priority", Type: field.TypeInt},
@@ -628,6 +657,53 @@ var (
 			},
 		},
 	}
+	// TaskReviewsColumns holds the columns for the "task_reviews" table.
+	TaskReviewsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "task_id", Type: field.TypeInt},
+		{Name: "instance_id", Type: field.TypeInt},
+		{Name: "instance_no", Type: field.TypeInt},
+		{Name: "trigger", Type: field.TypeEnum, Enums: []string{"NON_RETRYABLE", "NEEDS_REVIEW", "PARTIAL_SUCCESS"}},
+		{Name: "reason", Type: field.TypeString, Size: 2147483647},
+		{Name: "evidence", Type: field.TypeJSON, Nullable: true},
+		{Name: "four_eyes", Type: field.TypeBool, Default: false},
+		{Name: "deadline", Type: field.TypeTime, Nullable: true},
+		{Name: "on_deadline", Type: field.TypeEnum, Nullable: true, Enums: []string{"REJECT", "ALERT"}},
+		{Name: "overdue_at", Type: field.TypeTime, Nullable: true},
+		{Name: "decision", Type: field.TypeEnum, Nullable: true, Enums: []string{"APPROVED", "EDITED", "ACCEPTED", "REJECTED", "EXPIRED", "CANCELLED"}},
+		{Name: "decided_by", Type: field.TypeString, Nullable: true},
+		{Name: "decided_by_source", Type: field.TypeString, Nullable: true},
+		{Name: "decided_at", Type: field.TypeTime, Nullable: true},
+		{Name: "decision_reason", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "input_version", Type: field.TypeInt, Nullable: true},
+	}
+	// TaskReviewsTable holds the schema information for the "task_reviews" table.
+	TaskReviewsTable = &schema.Table{
+		Name:       "task_reviews",
+		Columns:    TaskReviewsColumns,
+		PrimaryKey: []*schema.Column{TaskReviewsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "taskreview_instance_id",
+				Unique:  true,
+				Columns: []*schema.Column{TaskReviewsColumns[3]},
+			},
+			{
+				Name:    "taskreview_task_id",
+				Unique:  false,
+				Columns: []*schema.Column{TaskReviewsColumns[2]},
+			},
+			{
+				Name:    "taskreview_open_deadline",
+				Unique:  false,
+				Columns: []*schema.Column{TaskReviewsColumns[9]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "decided_at IS NULL AND deadline IS NOT NULL AND overdue_at IS NULL",
+				},
+			},
+		},
+	}
 	// WorkflowsColumns holds the columns for the "workflows" table.
 	WorkflowsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -682,8 +758,10 @@ var (
 		StallOverridesTable,
 		TasksTable,
 		TaskDependenciesTable,
+		TaskInputVersionsTable,
 		TaskInstancesTable,
 		TaskLogsTable,
+		TaskReviewsTable,
 		WorkflowsTable,
 	}
 )
@@ -736,6 +814,9 @@ func init() {
 	TaskDependenciesTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(68719476736),
 	}
+	TaskInputVersionsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(103079215104),
+	}
 	TaskInstancesTable.ForeignKeys[0].RefTable = TasksTable
 	TaskInstancesTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(4294967296),
@@ -743,6 +824,9 @@ func init() {
 	TaskLogsTable.ForeignKeys[0].RefTable = TasksTable
 	TaskLogsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(8589934592),
+	}
+	TaskReviewsTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(85899345920),
 	}
 	WorkflowsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(73014444032),

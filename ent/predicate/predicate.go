@@ -51,11 +51,17 @@ type Task func(*sql.Selector)
 // TaskDependency is the predicate function for taskdependency builders.
 type TaskDependency func(*sql.Selector)
 
+// TaskInputVersion is the predicate function for taskinputversion builders.
+type TaskInputVersion func(*sql.Selector)
+
 // TaskInstance is the predicate function for taskinstance builders.
 type TaskInstance func(*sql.Selector)
 
 // TaskLog is the predicate function for tasklog builders.
 type TaskLog func(*sql.Selector)
+
+// TaskReview is the predicate function for taskreview builders.
+type TaskReview func(*sql.Selector)
 
 // Workflow is the predicate function for workflow builders.
 type Workflow func(*sql.Selector)

@@ -19,8 +19,10 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -223,12 +225,16 @@ func init() {
 	externaltasktypeDescStallAction := externaltasktypeFields[6].Descriptor()
 	// externaltasktype.DefaultStallAction holds the default value on creation for the stall_action field.
 	externaltasktype.DefaultStallAction = externaltasktypeDescStallAction.Default.(string)
+	// externaltasktypeDescReviewPolicy is the schema descriptor for review_policy field.
+	externaltasktypeDescReviewPolicy := externaltasktypeFields[7].Descriptor()
+	// externaltasktype.DefaultReviewPolicy holds the default value on creation for the review_policy field.
+	externaltasktype.DefaultReviewPolicy = externaltasktypeDescReviewPolicy.Default.(string)
 	// externaltasktypeDescUpdatedBy is the schema descriptor for updated_by field.
-	externaltasktypeDescUpdatedBy := externaltasktypeFields[7].Descriptor()
+	externaltasktypeDescUpdatedBy := externaltasktypeFields[8].Descriptor()
 	// externaltasktype.DefaultUpdatedBy holds the default value on creation for the updated_by field.
 	externaltasktype.DefaultUpdatedBy = externaltasktypeDescUpdatedBy.Default.(string)
 	// externaltasktypeDescUpdatedAt is the schema descriptor for updated_at field.
-	externaltasktypeDescUpdatedAt := externaltasktypeFields[8].Descriptor()
+	externaltasktypeDescUpdatedAt := externaltasktypeFields[9].Descriptor()
 	// externaltasktype.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	externaltasktype.DefaultUpdatedAt = externaltasktypeDescUpdatedAt.Default.(func() time.Time)
 	flowcontrolFields := schema.FlowControl{}.Fields()
@@ -350,24 +356,28 @@ func init() {
 	taskDescOwnerRole := taskFields[11].Descriptor()
 	// task.DefaultOwnerRole holds the default value on creation for the owner_role field.
 	task.DefaultOwnerRole = taskDescOwnerRole.Default.(string)
+	// taskDescInputVersion is the schema descriptor for input_version field.
+	taskDescInputVersion := taskFields[14].Descriptor()
+	// task.DefaultInputVersion holds the default value on creation for the input_version field.
+	task.DefaultInputVersion = taskDescInputVersion.Default.(int)
 	// taskDescProgressDone is the schema descriptor for progress_done field.
-	taskDescProgressDone := taskFields[18].Descriptor()
+	taskDescProgressDone := taskFields[20].Descriptor()
 	// task.DefaultProgressDone holds the default value on creation for the progress_done field.
 	task.DefaultProgressDone = taskDescProgressDone.Default.(int64)
 	// taskDescProgressTotal is the schema descriptor for progress_total field.
-	taskDescProgressTotal := taskFields[19].Descriptor()
+	taskDescProgressTotal := taskFields[21].Descriptor()
 	// task.DefaultProgressTotal holds the default value on creation for the progress_total field.
 	task.DefaultProgressTotal = taskDescProgressTotal.Default.(int64)
 	// taskDescVersion is the schema descriptor for version field.
-	taskDescVersion := taskFields[24].Descriptor()
+	taskDescVersion := taskFields[26].Descriptor()
 	// task.DefaultVersion holds the default value on creation for the version field.
 	task.DefaultVersion = taskDescVersion.Default.(int64)
 	// taskDescCancelRequested is the schema descriptor for cancel_requested field.
-	taskDescCancelRequested := taskFields[25].Descriptor()
+	taskDescCancelRequested := taskFields[27].Descriptor()
 	// task.DefaultCancelRequested holds the default value on creation for the cancel_requested field.
 	task.DefaultCancelRequested = taskDescCancelRequested.Default.(bool)
 	// taskDescUpdatedAt is the schema descriptor for updated_at field.
-	taskDescUpdatedAt := taskFields[28].Descriptor()
+	taskDescUpdatedAt := taskFields[30].Descriptor()
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
 	taskdependencyMixin := schema.TaskDependency{}.Mixin()
@@ -379,6 +389,23 @@ func init() {
 	taskdependencyDescCreatedAt := taskdependencyMixinFields0[0].Descriptor()
 	// taskdependency.DefaultCreatedAt holds the default value on creation for the created_at field.
 	taskdependency.DefaultCreatedAt = taskdependencyDescCreatedAt.Default.(func() time.Time)
+	taskinputversionMixin := schema.TaskInputVersion{}.Mixin()
+	taskinputversionMixinFields0 := taskinputversionMixin[0].Fields()
+	_ = taskinputversionMixinFields0
+	taskinputversionFields := schema.TaskInputVersion{}.Fields()
+	_ = taskinputversionFields
+	// taskinputversionDescCreatedAt is the schema descriptor for created_at field.
+	taskinputversionDescCreatedAt := taskinputversionMixinFields0[0].Descriptor()
+	// taskinputversion.DefaultCreatedAt holds the default value on creation for the created_at field.
+	taskinputversion.DefaultCreatedAt = taskinputversionDescCreatedAt.Default.(func() time.Time)
+	// taskinputversionDescAuthorSource is the schema descriptor for author_source field.
+	taskinputversionDescAuthorSource := taskinputversionFields[6].Descriptor()
+	// taskinputversion.DefaultAuthorSource holds the default value on creation for the author_source field.
+	taskinputversion.DefaultAuthorSource = taskinputversionDescAuthorSource.Default.(string)
+	// taskinputversionDescReason is the schema descriptor for reason field.
+	taskinputversionDescReason := taskinputversionFields[7].Descriptor()
+	// taskinputversion.DefaultReason holds the default value on creation for the reason field.
+	taskinputversion.DefaultReason = taskinputversionDescReason.Default.(string)
 	taskinstanceMixin := schema.TaskInstance{}.Mixin()
 	taskinstanceHooks := schema.TaskInstance{}.Hooks()
 	taskinstance.Hooks[0] = taskinstanceHooks[0]
@@ -407,6 +434,19 @@ func init() {
 	tasklogDescCreatedAt := tasklogMixinFields0[0].Descriptor()
 	// tasklog.DefaultCreatedAt holds the default value on creation for the created_at field.
 	tasklog.DefaultCreatedAt = tasklogDescCreatedAt.Default.(func() time.Time)
+	taskreviewMixin := schema.TaskReview{}.Mixin()
+	taskreviewMixinFields0 := taskreviewMixin[0].Fields()
+	_ = taskreviewMixinFields0
+	taskreviewFields := schema.TaskReview{}.Fields()
+	_ = taskreviewFields
+	// taskreviewDescCreatedAt is the schema descriptor for created_at field.
+	taskreviewDescCreatedAt := taskreviewMixinFields0[0].Descriptor()
+	// taskreview.DefaultCreatedAt holds the default value on creation for the created_at field.
+	taskreview.DefaultCreatedAt = taskreviewDescCreatedAt.Default.(func() time.Time)
+	// taskreviewDescFourEyes is the schema descriptor for four_eyes field.
+	taskreviewDescFourEyes := taskreviewFields[6].Descriptor()
+	// taskreview.DefaultFourEyes holds the default value on creation for the four_eyes field.
+	taskreview.DefaultFourEyes = taskreviewDescFourEyes.Default.(bool)
 	workflowMixin := schema.Workflow{}.Mixin()
 	workflowMixinFields0 := workflowMixin[0].Fields()
 	_ = workflowMixinFields0

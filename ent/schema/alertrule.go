@@ -25,7 +25,7 @@ func (AlertRule) Fields() []ent.Field {
 			Immutable(),
 		field.String("name"),
 		field.Enum("kind").
-			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW"),
+			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE"),
 		field.Bool("enabled").
 			Default(true),
 		field.String("task_type").

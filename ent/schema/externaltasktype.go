@@ -30,6 +30,9 @@ func (ExternalTaskType) Fields() []ent.Field {
 			Default(0),
 		field.String("stall_action").
 			Default("FLAG"),
+		field.Text("review_policy").
+			Default("").
+			Comment("The type's review policy as declared (JSON of tasktype.ReviewPolicy), empty: none."),
 		field.String("updated_by").
 			Default(""),
 		field.Time("updated_at").

@@ -75,15 +75,23 @@ func (Task) Fields() []ent.Field {
 			Comment("The owner's role when the task was created: a handler that reads data on the owner's behalf (an export) sees what the owner saw.").
 			Annotations(entgql.Skip(entgql.SkipWhereInput, entgql.SkipOrderField)),
 		field.JSON("input", json.RawMessage{}).
-			Immutable().
-			Comment("Input with sensitive values masked.").
+			Comment("Input with sensitive values masked. An edit (edit and retry, replay with input) replaces it and keeps the former in task_input_versions; nothing else writes it.").
 			Annotations(entgql.Type("JSON")),
 		field.Bytes("input_sealed").
 			Optional().
-			Immutable().
 			Sensitive().
 			Comment("The unmasked input, encrypted, when masking changed it; only handlers see it.").
 			Annotations(entgql.Skip()),
+		field.Int("input_version").
+			Default(1).
+			Comment("The version of its input (1: as created; an edit adds one)."),
+		field.Enum("review_mode").
+			Values("ON", "OFF").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The task's own review opt-in (created with review: true or false): ON sends its NON_RETRYABLE failures to review as its type's policy would, OFF never reviews it; empty: its type's policy.").
+			Annotations(entgql.Skip(entgql.SkipWhereInput, entgql.SkipOrderField)),
 		field.String("input_hash").
 			Immutable().
 			Comment("Keyed hash of type and unmasked input, to detect a reused idempotency key.").

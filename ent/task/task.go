@@ -50,6 +50,10 @@ const (
 	FieldInput = "input"
 	// FieldInputSealed holds the string denoting the input_sealed field in the database.
 	FieldInputSealed = "input_sealed"
+	// FieldInputVersion holds the string denoting the input_version field in the database.
+	FieldInputVersion = "input_version"
+	// FieldReviewMode holds the string denoting the review_mode field in the database.
+	FieldReviewMode = "review_mode"
 	// FieldInputHash holds the string denoting the input_hash field in the database.
 	FieldInputHash = "input_hash"
 	// FieldTimeoutSeconds holds the string denoting the timeout_seconds field in the database.
@@ -141,6 +145,8 @@ var Columns = []string{
 	FieldOwnerRole,
 	FieldInput,
 	FieldInputSealed,
+	FieldInputVersion,
+	FieldReviewMode,
 	FieldInputHash,
 	FieldTimeoutSeconds,
 	FieldRetryPolicy,
@@ -195,6 +201,8 @@ var (
 	DefaultTenant string
 	// DefaultOwnerRole holds the default value on creation for the "owner_role" field.
 	DefaultOwnerRole string
+	// DefaultInputVersion holds the default value on creation for the "input_version" field.
+	DefaultInputVersion int
 	// DefaultProgressDone holds the default value on creation for the "progress_done" field.
 	DefaultProgressDone int64
 	// DefaultProgressTotal holds the default value on creation for the "progress_total" field.
@@ -210,10 +218,33 @@ var (
 // StatusValidator is a validator for the "status" field enum values. It is called by the builders before save.
 func StatusValidator(s lifecycle.Status) error {
 	switch s {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY", "REVIEW_PENDING":
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for status field: %q", s)
+	}
+}
+
+// ReviewMode defines the type for the "review_mode" enum field.
+type ReviewMode string
+
+// ReviewMode values.
+const (
+	ReviewModeON  ReviewMode = "ON"
+	ReviewModeOFF ReviewMode = "OFF"
+)
+
+func (rm ReviewMode) String() string {
+	return string(rm)
+}
+
+// ReviewModeValidator is a validator for the "review_mode" field enum values. It is called by the builders before save.
+func ReviewModeValidator(rm ReviewMode) error {
+	switch rm {
+	case ReviewModeON, ReviewModeOFF:
+		return nil
+	default:
+		return fmt.Errorf("task: invalid enum value for review_mode field: %q", rm)
 	}
 }
 
@@ -244,7 +275,7 @@ func ResultStatusValidator(rs ResultStatus) error {
 // AttentionStatusValidator is a validator for the "attention_status" field enum values. It is called by the builders before save.
 func AttentionStatusValidator(as lifecycle.Status) error {
 	switch as {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY", "REVIEW_PENDING":
 		return nil
 	default:
 		return fmt.Errorf("task: invalid enum value for attention_status field: %q", as)
@@ -322,6 +353,16 @@ func ByTenant(opts ...sql.OrderTermOption) OrderOption {
 // ByOwnerRole orders the results by the owner_role field.
 func ByOwnerRole(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldOwnerRole, opts...).ToFunc()
+}
+
+// ByInputVersion orders the results by the input_version field.
+func ByInputVersion(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldInputVersion, opts...).ToFunc()
+}
+
+// ByReviewMode orders the results by the review_mode field.
+func ByReviewMode(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldReviewMode, opts...).ToFunc()
 }
 
 // ByInputHash orders the results by the input_hash field.
@@ -493,6 +534,24 @@ var (
 	// lifecycle.Status must implement graphql.Unmarshaler.
 	_ graphql.Unmarshaler = (*lifecycle.Status)(nil)
 )
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (e ReviewMode) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(e.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (e *ReviewMode) UnmarshalGQL(val interface{}) error {
+	str, ok := val.(string)
+	if !ok {
+		return fmt.Errorf("enum %T must be a string", val)
+	}
+	*e = ReviewMode(str)
+	if err := ReviewModeValidator(*e); err != nil {
+		return fmt.Errorf("%s is not a valid ReviewMode", str)
+	}
+	return nil
+}
 
 // MarshalGQL implements graphql.Marshaler interface.
 func (e ResultStatus) MarshalGQL(w io.Writer) {

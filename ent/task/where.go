@@ -121,6 +121,11 @@ func InputSealed(v []byte) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldInputSealed, v))
 }
 
+// InputVersion applies equality check predicate on the "input_version" field. It's identical to InputVersionEQ.
+func InputVersion(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldInputVersion, v))
+}
+
 // InputHash applies equality check predicate on the "input_hash" field. It's identical to InputHashEQ.
 func InputHash(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldInputHash, v))
@@ -1039,6 +1044,76 @@ func InputSealedIsNil() predicate.Task {
 // InputSealedNotNil applies the NotNil predicate on the "input_sealed" field.
 func InputSealedNotNil() predicate.Task {
 	return predicate.Task(sql.FieldNotNull(FieldInputSealed))
+}
+
+// InputVersionEQ applies the EQ predicate on the "input_version" field.
+func InputVersionEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldInputVersion, v))
+}
+
+// InputVersionNEQ applies the NEQ predicate on the "input_version" field.
+func InputVersionNEQ(v int) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldInputVersion, v))
+}
+
+// InputVersionIn applies the In predicate on the "input_version" field.
+func InputVersionIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldInputVersion, vs...))
+}
+
+// InputVersionNotIn applies the NotIn predicate on the "input_version" field.
+func InputVersionNotIn(vs ...int) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldInputVersion, vs...))
+}
+
+// InputVersionGT applies the GT predicate on the "input_version" field.
+func InputVersionGT(v int) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldInputVersion, v))
+}
+
+// InputVersionGTE applies the GTE predicate on the "input_version" field.
+func InputVersionGTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldInputVersion, v))
+}
+
+// InputVersionLT applies the LT predicate on the "input_version" field.
+func InputVersionLT(v int) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldInputVersion, v))
+}
+
+// InputVersionLTE applies the LTE predicate on the "input_version" field.
+func InputVersionLTE(v int) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldInputVersion, v))
+}
+
+// ReviewModeEQ applies the EQ predicate on the "review_mode" field.
+func ReviewModeEQ(v ReviewMode) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldReviewMode, v))
+}
+
+// ReviewModeNEQ applies the NEQ predicate on the "review_mode" field.
+func ReviewModeNEQ(v ReviewMode) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldReviewMode, v))
+}
+
+// ReviewModeIn applies the In predicate on the "review_mode" field.
+func ReviewModeIn(vs ...ReviewMode) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldReviewMode, vs...))
+}
+
+// ReviewModeNotIn applies the NotIn predicate on the "review_mode" field.
+func ReviewModeNotIn(vs ...ReviewMode) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldReviewMode, vs...))
+}
+
+// ReviewModeIsNil applies the IsNil predicate on the "review_mode" field.
+func ReviewModeIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldReviewMode))
+}
+
+// ReviewModeNotNil applies the NotNil predicate on the "review_mode" field.
+func ReviewModeNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldReviewMode))
 }
 
 // InputHashEQ applies the EQ predicate on the "input_hash" field.

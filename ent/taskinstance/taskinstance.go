@@ -121,7 +121,7 @@ var (
 // StatusValidator is a validator for the "status" field enum values. It is called by the builders before save.
 func StatusValidator(s lifecycle.Status) error {
 	switch s {
-	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY":
+	case "PENDING", "EXECUTING", "SUCCESS", "FAILED", "RETRY_PENDING", "CANCELLED", "WAITING_DEPENDENCY", "REVIEW_PENDING":
 		return nil
 	default:
 		return fmt.Errorf("taskinstance: invalid enum value for status field: %q", s)

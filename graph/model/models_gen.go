@@ -111,6 +111,8 @@ type CreateTaskInput struct {
 	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
+	// Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy.
+	Review *bool `json:"review,omitempty"`
 }
 
 // The answer to one item of createTasks.
@@ -142,6 +144,18 @@ type DownloadLink struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
+// One field's change between two input versions. A masked (sensitive) field shows as changed, never in clear: before and after are null and masked is true.
+type FieldChange struct {
+	// Where, as a JSON Pointer (/options/dryRun).
+	Path string          `json:"path"`
+	Kind FieldChangeKind `json:"kind"`
+	// The value before (null when ADDED or masked).
+	Before json.RawMessage `json:"before,omitempty"`
+	// The value after (null when REMOVED or masked).
+	After  json.RawMessage `json:"after,omitempty"`
+	Masked bool            `json:"masked"`
+}
+
 // A column an import target reads.
 type ImportColumn struct {
 	Key string `json:"key"`
@@ -158,6 +172,23 @@ type ImportTarget struct {
 	Columns     []*ImportColumn `json:"columns"`
 	// What makes a written row unique, so that a re-run import never writes it twice.
 	BusinessKey []string `json:"businessKey"`
+}
+
+// One input a task ran with.
+type InputVersion struct {
+	// 1: as created; each edit adds one.
+	Version int `json:"version"`
+	// As stored: masked.
+	Input json.RawMessage `json:"input"`
+	// Who wrote it: the submitter for version 1, the reviewer for an edit.
+	Author string `json:"author"`
+	// Why it was edited (empty for version 1).
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"createdAt"`
+	// The first execution that ran with it.
+	FromInstanceNo int `json:"fromInstanceNo"`
+	// The change from the version before, field by field (empty for version 1).
+	Diff []*FieldChange `json:"diff"`
 }
 
 // A condition on the value at a path of a task's input or result. Give exactly
@@ -180,6 +211,52 @@ type RetryPolicy struct {
 	// Delay after the 1st, 2nd... failed attempt; the last repeats.
 	BackoffSeconds []float64 `json:"backoffSeconds"`
 	Jitter         float64   `json:"jitter"`
+}
+
+// A type's review policy.
+type ReviewPolicy struct {
+	// NON_RETRYABLE failures wait for a person instead of ending FAILED.
+	OnNonRetryable bool `json:"onNonRetryable"`
+	// A PARTIAL_SUCCESS waits for a person to confirm it.
+	ConfirmPartial bool `json:"confirmPartial"`
+	// The submitter may not decide.
+	FourEyes bool `json:"fourEyes"`
+	// How long a review may wait (null: forever).
+	DeadlineSeconds *int `json:"deadlineSeconds,omitempty"`
+	// What the deadline does.
+	OnDeadline *ReviewDeadlineAction `json:"onDeadline,omitempty"`
+}
+
+type ReviewPolicyInput struct {
+	OnNonRetryable  *bool `json:"onNonRetryable,omitempty"`
+	ConfirmPartial  *bool `json:"confirmPartial,omitempty"`
+	FourEyes        *bool `json:"fourEyes,omitempty"`
+	DeadlineSeconds *int  `json:"deadlineSeconds,omitempty"`
+	// Default REJECT (with a deadline).
+	OnDeadline *ReviewDeadlineAction `json:"onDeadline,omitempty"`
+}
+
+// The review queue at a glance (the dashboard).
+type ReviewQueueStats struct {
+	// How many tasks wait for review.
+	Size int `json:"size"`
+	// Since when the oldest waits (null: none).
+	OldestSince *time.Time `json:"oldestSince,omitempty"`
+	// The oldest waiting task.
+	Oldest *ent.Task `json:"oldest,omitempty"`
+	// How many of them are past their deadline.
+	Overdue int `json:"overdue"`
+}
+
+// Which tasks waiting for review.
+type ReviewQueueWhere struct {
+	Type *string `json:"type,omitempty"`
+	// Platform administrators only filter by tenant; others see their own tenant's.
+	Tenant *string `json:"tenant,omitempty"`
+	// Waiting at least this many seconds.
+	OlderThanSeconds *int `json:"olderThanSeconds,omitempty"`
+	// Only those whose deadline passed.
+	Overdue *bool `json:"overdue,omitempty"`
 }
 
 // When a schedule would fire: for a preview before saving.
@@ -245,6 +322,8 @@ type TaskType struct {
 	StallAction string `json:"stallAction"`
 	// Declared through declareTaskType: its tasks run in outside workers (docs/workers.md), never in the process's pool.
 	External bool `json:"external"`
+	// Its review policy; null: only a handler's explicit needs-review sends its tasks to review.
+	Review *ReviewPolicy `json:"review,omitempty"`
 }
 
 // An external task type's declaration: everything a built-in type has but the Go handler.
@@ -262,6 +341,8 @@ type TaskTypeDeclaration struct {
 	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 	// FLAG (default) or CANCEL.
 	StallAction *string `json:"stallAction,omitempty"`
+	// The external type's review policy (null: none).
+	Review *ReviewPolicyInput `json:"review,omitempty"`
 }
 
 // A type's limits; each one left out (or null) is removed.
@@ -312,6 +393,64 @@ type WorkflowStepInput struct {
 	DependsOn []string `json:"dependsOn,omitempty"`
 	// Default: the workflow's.
 	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
+}
+
+// How one field of an input changed from the version before.
+type FieldChangeKind string
+
+const (
+	FieldChangeKindAdded   FieldChangeKind = "ADDED"
+	FieldChangeKindRemoved FieldChangeKind = "REMOVED"
+	FieldChangeKindChanged FieldChangeKind = "CHANGED"
+)
+
+var AllFieldChangeKind = []FieldChangeKind{
+	FieldChangeKindAdded,
+	FieldChangeKindRemoved,
+	FieldChangeKindChanged,
+}
+
+func (e FieldChangeKind) IsValid() bool {
+	switch e {
+	case FieldChangeKindAdded, FieldChangeKindRemoved, FieldChangeKindChanged:
+		return true
+	}
+	return false
+}
+
+func (e FieldChangeKind) String() string {
+	return string(e)
+}
+
+func (e *FieldChangeKind) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = FieldChangeKind(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid FieldChangeKind", str)
+	}
+	return nil
+}
+
+func (e FieldChangeKind) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *FieldChangeKind) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e FieldChangeKind) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 // The format of a tabular file.
@@ -365,6 +504,194 @@ func (e *FileFormat) UnmarshalJSON(b []byte) error {
 }
 
 func (e FileFormat) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// What a passed review deadline does.
+type ReviewDeadlineAction string
+
+const (
+	ReviewDeadlineActionReject ReviewDeadlineAction = "REJECT"
+	// Leaves it waiting; a REVIEW_OVERDUE alert rule sees it.
+	ReviewDeadlineActionAlert ReviewDeadlineAction = "ALERT"
+)
+
+var AllReviewDeadlineAction = []ReviewDeadlineAction{
+	ReviewDeadlineActionReject,
+	ReviewDeadlineActionAlert,
+}
+
+func (e ReviewDeadlineAction) IsValid() bool {
+	switch e {
+	case ReviewDeadlineActionReject, ReviewDeadlineActionAlert:
+		return true
+	}
+	return false
+}
+
+func (e ReviewDeadlineAction) String() string {
+	return string(e)
+}
+
+func (e *ReviewDeadlineAction) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ReviewDeadlineAction(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ReviewDeadlineAction", str)
+	}
+	return nil
+}
+
+func (e ReviewDeadlineAction) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ReviewDeadlineAction) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ReviewDeadlineAction) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// What was decided.
+type ReviewDecision string
+
+const (
+	// Approved and retried with the same input.
+	ReviewDecisionApproved ReviewDecision = "APPROVED"
+	// Retried with an edited input (a new input version).
+	ReviewDecisionEdited ReviewDecision = "EDITED"
+	// Accepted as it is: the task ended SUCCESS with its (partial) result.
+	ReviewDecisionAccepted ReviewDecision = "ACCEPTED"
+	// Rejected: the task ended FAILED.
+	ReviewDecisionRejected ReviewDecision = "REJECTED"
+	// Its deadline passed and the policy rejected it.
+	ReviewDecisionExpired ReviewDecision = "EXPIRED"
+	// The task was cancelled while it waited.
+	ReviewDecisionCancelled ReviewDecision = "CANCELLED"
+)
+
+var AllReviewDecision = []ReviewDecision{
+	ReviewDecisionApproved,
+	ReviewDecisionEdited,
+	ReviewDecisionAccepted,
+	ReviewDecisionRejected,
+	ReviewDecisionExpired,
+	ReviewDecisionCancelled,
+}
+
+func (e ReviewDecision) IsValid() bool {
+	switch e {
+	case ReviewDecisionApproved, ReviewDecisionEdited, ReviewDecisionAccepted, ReviewDecisionRejected, ReviewDecisionExpired, ReviewDecisionCancelled:
+		return true
+	}
+	return false
+}
+
+func (e ReviewDecision) String() string {
+	return string(e)
+}
+
+func (e *ReviewDecision) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ReviewDecision(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ReviewDecision", str)
+	}
+	return nil
+}
+
+func (e ReviewDecision) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ReviewDecision) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ReviewDecision) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// What sent a task to review.
+type ReviewTrigger string
+
+const (
+	// A NON_RETRYABLE failure of a type (or task) whose policy reviews them.
+	ReviewTriggerNonRetryable ReviewTrigger = "NON_RETRYABLE"
+	// The handler said so (tasktype.NeedsReview, tg.NeedsReview): an import over its failed-rows threshold, say.
+	ReviewTriggerNeedsReview ReviewTrigger = "NEEDS_REVIEW"
+	// A PARTIAL_SUCCESS its type asks a person to confirm.
+	ReviewTriggerPartialSuccess ReviewTrigger = "PARTIAL_SUCCESS"
+)
+
+var AllReviewTrigger = []ReviewTrigger{
+	ReviewTriggerNonRetryable,
+	ReviewTriggerNeedsReview,
+	ReviewTriggerPartialSuccess,
+}
+
+func (e ReviewTrigger) IsValid() bool {
+	switch e {
+	case ReviewTriggerNonRetryable, ReviewTriggerNeedsReview, ReviewTriggerPartialSuccess:
+		return true
+	}
+	return false
+}
+
+func (e ReviewTrigger) String() string {
+	return string(e)
+}
+
+func (e *ReviewTrigger) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ReviewTrigger(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ReviewTrigger", str)
+	}
+	return nil
+}
+
+func (e ReviewTrigger) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ReviewTrigger) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ReviewTrigger) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

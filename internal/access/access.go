@@ -40,10 +40,13 @@ import (
 	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/internal/auth"
 )
@@ -150,8 +153,31 @@ func Install(c *ent.Client) {
 		}
 		return err
 	}))
+	// A review and an input version are seen with their task.
+	c.TaskReview.Intercept(intercept.TraverseTaskReview(func(ctx context.Context, q *ent.TaskReviewQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(func(s *sql.Selector) { s.Where(sql.In(s.C(taskreview.FieldTaskID), taskIDs(p))) })
+		}
+		return err
+	}))
+	c.TaskInputVersion.Intercept(intercept.TraverseTaskInputVersion(func(ctx context.Context, q *ent.TaskInputVersionQuery) error {
+		p, err := taskRule(ctx)
+		if p != nil {
+			q.Where(func(s *sql.Selector) { s.Where(sql.In(s.C(taskinputversion.FieldTaskID), taskIDs(p))) })
+		}
+		return err
+	}))
 	installAlerts(c)
 	installNodes(c)
+}
+
+// taskIDs selects the ids of the tasks p allows.
+func taskIDs(p predicate.Task) *sql.Selector {
+	t := sql.Table(task.Table)
+	sub := sql.Select(t.C(task.FieldID)).From(t)
+	p(sub)
+	return sub
 }
 
 // workflowPredicate is the rule on workflows, the tasks' rule: nil when v
@@ -204,6 +230,19 @@ func taskPredicate(v auth.Viewer) predicate.Task {
 		return nil
 	case v.IsAdmin():
 		return task.Tenant(v.Tenant)
+	case v.CanMutate():
+		// An operator sees its own tasks, and its tenant's review queue:
+		// the tasks waiting for review (someone else must decide those of
+		// a four-eyes type) and those that were reviewed (so that a
+		// reviewer finds what it decided, and one who comes second learns
+		// that the task was decided, not that it vanished).
+		return task.And(task.Tenant(v.Tenant), task.Or(
+			task.And(task.OwnerSource(v.Source), task.Owner(v.User)),
+			task.AttentionStatusEQ(lifecycle.ReviewPending),
+			func(s *sql.Selector) {
+				r := sql.Table(taskreview.Table)
+				s.Where(sql.In(s.C(task.FieldID), sql.Select(r.C(taskreview.FieldTaskID)).From(r)))
+			}))
 	default:
 		return task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User))
 	}
@@ -237,6 +276,8 @@ func CanSee(v auth.Viewer, t *ent.Task) bool {
 		return false
 	case v.IsAdmin():
 		return true
+	case v.CanMutate() && t.Status == lifecycle.ReviewPending:
+		return true // its tenant's review queue (taskPredicate)
 	}
 	return v.Source == t.OwnerSource && v.User == t.Owner
 }

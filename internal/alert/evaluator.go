@@ -11,12 +11,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
+
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/alertincident"
 	"github.com/taskgraph/taskgraph/ent/alertrule"
 	"github.com/taskgraph/taskgraph/ent/clusternode"
+	"github.com/taskgraph/taskgraph/ent/predicate"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/service"
@@ -647,6 +652,49 @@ func (e *Evaluator) check(ctx context.Context, now time.Time, res *PassResult) e
 			}
 		}
 	}
+	// Reviews past their deadline (REVIEW_OVERDUE): one incident per rule
+	// and task type while any of its tasks waits for review beyond its
+	// review's deadline.
+	if rules := byKind[alertrule.KindREVIEW_OVERDUE]; len(rules) > 0 || len(openOf(alertrule.KindREVIEW_OVERDUE)) > 0 {
+		still := map[string]bool{}
+		for _, r := range rules {
+			ps := []predicate.Task{task.AttentionStatusEQ(lifecycle.ReviewPending), task.StatusEQ(lifecycle.ReviewPending), task.Tenant(r.Tenant), overdueReview(now)}
+			if r.TaskType != "" {
+				ps = append(ps, task.Type(r.TaskType))
+			}
+			if r.Owner != "" {
+				ps = append(ps, task.Owner(r.Owner))
+			}
+			var counts []struct {
+				Type  string `json:"type"`
+				Count int    `json:"count"`
+			}
+			if err := e.svc.client.Task.Query().Where(ps...).GroupBy(task.FieldType).Aggregate(ent.Count()).Scan(ctx, &counts); err != nil {
+				return fmt.Errorf("alert: read overdue reviews: %w", err)
+			}
+			for _, c := range counts {
+				if c.Count < max(r.Threshold, 1) {
+					continue
+				}
+				subject := "type:" + c.Type
+				k := key(r.ID, subject)
+				still[k] = true
+				summary := fmt.Sprintf("%d task(s) of %s wait for review past their deadline", c.Count, c.Type)
+				if inc := e.open[k]; inc == nil {
+					e.add(r, subject, c.Count, 0, summary, now)
+				} else if err := e.touch(ctx, inc, summary, now); err != nil {
+					return err
+				}
+			}
+		}
+		for _, inc := range openOf(alertrule.KindREVIEW_OVERDUE) {
+			if !still[key(inc.RuleID, inc.Subject)] {
+				if err := e.resolve(ctx, inc, "no review of this type is past its deadline any more", now, res); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	// The watchdog's leader.
 	if rules := byKind[alertrule.KindNO_LEADER]; len(rules) > 0 || len(openOf(alertrule.KindNO_LEADER)) > 0 {
 		led := true
@@ -980,4 +1028,13 @@ func (e *Evaluator) Stop() {
 	e.mu.Lock()
 	e.unsubscribe()
 	e.mu.Unlock()
+}
+
+// overdueReview selects the tasks whose open review's deadline has passed.
+func overdueReview(now time.Time) predicate.Task {
+	return func(s *entsql.Selector) {
+		rv := entsql.Table(taskreview.Table)
+		s.Where(entsql.In(s.C(task.FieldID), entsql.Select(rv.C(taskreview.FieldTaskID)).From(rv).
+			Where(entsql.And(entsql.IsNull(rv.C(taskreview.FieldDecidedAt)), entsql.NotNull(rv.C(taskreview.FieldDeadline)), entsql.LTE(rv.C(taskreview.FieldDeadline), now)))))
+	}
 }

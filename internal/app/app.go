@@ -104,6 +104,9 @@ type Options struct {
 	// Scheduler overrides the schedule firer's configuration (zero fields
 	// keep their defaults).
 	Scheduler schedule.SchedulerConfig
+	// ReviewDeadlines overrides the review deadlines' service (tests: a
+	// short interval).
+	ReviewDeadlines engine.DeadlinesConfig
 	// Blob tunes the blob store's reads and writes (tests: small blocks).
 	Blob artifact.BucketConfig
 	// Commands are the program's other commands, listed by Main's -h.
@@ -135,10 +138,13 @@ type App struct {
 	Pool      *worker.Pool      // nil without the worker role
 	Watchdog  *worker.Watchdog  // nil without the watchdog role
 	Retention *retention.Purger // nil without the watchdog role
-	Relay     *relay.Listener   // nil on SQLite
-	Leader    *leader.Lock      // nil on SQLite (one node: it always leads)
-	Metrics   *metrics.Metrics
-	Handler   http.Handler
+	// ReviewDeadlines runs passed review deadlines' outcomes (nil without
+	// the watchdog role).
+	ReviewDeadlines *engine.Deadlines
+	Relay           *relay.Listener // nil on SQLite
+	Leader          *leader.Lock    // nil on SQLite (one node: it always leads)
+	Metrics         *metrics.Metrics
+	Handler         http.Handler
 	// Outages counts the failures of database and disk outages, logs
 	// each outage once, and says whether the node is ready (/readyz).
 	Outages *outage.Monitor
@@ -635,7 +641,18 @@ func (a *App) newWatchdogRole(context.Context, *cleanup) error {
 	if a.Scheduler, err = schedule.NewScheduler(sc, a.Schedules); err != nil {
 		return err
 	}
-	a.services = append(a.services, a.Watchdog, a.Retention, a.Janitor, a.Scheduler)
+	dc := a.opts.ReviewDeadlines
+	if dc.Leader == nil {
+		dc.Leader = leading
+	}
+	if dc.Quiet == nil {
+		dc.Quiet = a.quiet("review-deadlines")
+	}
+	dc.Logger = a.Log
+	if a.ReviewDeadlines, err = engine.NewDeadlines(dc, a.Engine); err != nil {
+		return err
+	}
+	a.services = append(a.services, a.Watchdog, a.Retention, a.Janitor, a.Scheduler, a.ReviewDeadlines)
 	return nil
 }
 

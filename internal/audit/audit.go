@@ -56,6 +56,15 @@ const (
 	// types (package external).
 	TaskTypeDeclare = auditlog.ActionTASK_TYPE_DECLARE
 	TaskTypeDelete  = auditlog.ActionTASK_TYPE_DELETE
+	// The decisions on a task in review (who decided, and why, in its
+	// details), a deadline's rejection (the system's), and a FAILED
+	// task's replay with an edited input.
+	ReviewApprove   = auditlog.ActionREVIEW_APPROVE
+	ReviewEdit      = auditlog.ActionREVIEW_EDIT
+	ReviewAccept    = auditlog.ActionREVIEW_ACCEPT
+	ReviewReject    = auditlog.ActionREVIEW_REJECT
+	ReviewExpire    = auditlog.ActionREVIEW_EXPIRE
+	ReplayWithInput = auditlog.ActionREPLAY_WITH_INPUT
 )
 
 // Entry is one action to record. The actor is the viewer of the context

@@ -81,7 +81,7 @@ func TestWhatANewUserTypes(t *testing.T) {
 	t.Run("AWrongEnumListsTheValues", func(t *testing.T) {
 		r := b.cmd(t, "task", "list", "--status", "DONE", "--server", srv)
 		require.Equal(t, cli.ExitUsage, r.code)
-		require.Contains(t, r.stderr, `--status: "DONE" is not one of PENDING, EXECUTING, SUCCESS, FAILED, RETRY_PENDING, CANCELLED or WAITING_DEPENDENCY`)
+		require.Contains(t, r.stderr, `--status: "DONE" is not one of PENDING, EXECUTING, SUCCESS, FAILED, RETRY_PENDING, CANCELLED, WAITING_DEPENDENCY or REVIEW_PENDING`)
 		r = b.cmd(t, "download", "1", "--kind", "LOG", "--server", srv)
 		require.Equal(t, cli.ExitUsage, r.code)
 		require.Contains(t, r.stderr, `--kind: "LOG" is not one of `)
@@ -90,7 +90,7 @@ func TestWhatANewUserTypes(t *testing.T) {
 		require.Contains(t, r.stdout, "which file: SOURCE, ERROR_REPORT, EXPORT or REPORT")
 		require.Contains(t, r.stdout, "xlsx or csv")
 		r = b.cmd(t, "task", "list", "-h")
-		require.Contains(t, r.stdout, "RETRY_PENDING, CANCELLED or WAITING_DEPENDENCY")
+		require.Contains(t, r.stdout, "RETRY_PENDING, CANCELLED, WAITING_DEPENDENCY or REVIEW_PENDING")
 	})
 }
 

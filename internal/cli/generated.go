@@ -1665,6 +1665,8 @@ type CreateTaskInput struct {
 	OnParentFailure *ParentFailurePolicy `json:"onParentFailure"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds"`
+	// Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy.
+	Review *bool `json:"review"`
 }
 
 // GetType returns CreateTaskInput.Type, and is useful for accessing the field via an interface.
@@ -1705,6 +1707,9 @@ func (v *CreateTaskInput) GetOnParentFailure() *ParentFailurePolicy { return v.O
 
 // GetStallAfterSeconds returns CreateTaskInput.StallAfterSeconds, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetStallAfterSeconds() *int { return v.StallAfterSeconds }
+
+// GetReview returns CreateTaskInput.Review, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetReview() *bool { return v.Review }
 
 // CreateTaskResponse is returned by CreateTask on success.
 type CreateTaskResponse struct {
@@ -2166,7 +2171,7 @@ func (v *GetTaskResponse) GetTask() *GetTaskTask { return v.Task }
 // GetTaskTask includes the requested fields of the GraphQL type Task.
 type GetTaskTask struct {
 	TaskFields `json:"-"`
-	// Input with sensitive values masked.
+	// Input with sensitive values masked. An edit (edit and retry, replay with input) replaces it and keeps the former in task_input_versions; nothing else writes it.
 	Input json.RawMessage `json:"input"`
 	// Every execution, newest first.
 	Instances []GetTaskTaskInstancesTaskInstance `json:"instances"`
@@ -4083,11 +4088,23 @@ type TaskAction string
 const (
 	TaskAction_CANCEL TaskAction = "CANCEL"
 	TaskAction_RETRY  TaskAction = "RETRY"
+	// Retry a FAILED task with an edited input (replayWithInput).
+	TaskAction_REPLAY_WITH_INPUT TaskAction = "REPLAY_WITH_INPUT"
+	// The decisions on a task in REVIEW_PENDING (approveReview, editAndRetry, acceptReview, rejectReview).
+	TaskAction_APPROVE_REVIEW TaskAction = "APPROVE_REVIEW"
+	TaskAction_EDIT_AND_RETRY TaskAction = "EDIT_AND_RETRY"
+	TaskAction_ACCEPT_REVIEW  TaskAction = "ACCEPT_REVIEW"
+	TaskAction_REJECT_REVIEW  TaskAction = "REJECT_REVIEW"
 )
 
 var AllTaskAction = []TaskAction{
 	TaskAction_CANCEL,
 	TaskAction_RETRY,
+	TaskAction_REPLAY_WITH_INPUT,
+	TaskAction_APPROVE_REVIEW,
+	TaskAction_EDIT_AND_RETRY,
+	TaskAction_ACCEPT_REVIEW,
+	TaskAction_REJECT_REVIEW,
 }
 
 // TaskFields includes the GraphQL fields of Task requested by the fragment TaskFields.
@@ -4416,6 +4433,7 @@ const (
 	TaskStatus_RETRY_PENDING      TaskStatus = "RETRY_PENDING"
 	TaskStatus_CANCELLED          TaskStatus = "CANCELLED"
 	TaskStatus_WAITING_DEPENDENCY TaskStatus = "WAITING_DEPENDENCY"
+	TaskStatus_REVIEW_PENDING     TaskStatus = "REVIEW_PENDING"
 )
 
 var AllTaskStatus = []TaskStatus{
@@ -4426,6 +4444,7 @@ var AllTaskStatus = []TaskStatus{
 	TaskStatus_RETRY_PENDING,
 	TaskStatus_CANCELLED,
 	TaskStatus_WAITING_DEPENDENCY,
+	TaskStatus_REVIEW_PENDING,
 }
 
 // TaskUpdatedResponse is returned by TaskUpdated on success.
@@ -4761,6 +4780,15 @@ type TaskWhereInput struct {
 	TenantHasSuffix    *string  `json:"tenantHasSuffix"`
 	TenantEqualFold    *string  `json:"tenantEqualFold"`
 	TenantContainsFold *string  `json:"tenantContainsFold"`
+	// input_version field predicates
+	InputVersion      *int  `json:"inputVersion"`
+	InputVersionNEQ   *int  `json:"inputVersionNEQ"`
+	InputVersionIn    []int `json:"inputVersionIn"`
+	InputVersionNotIn []int `json:"inputVersionNotIn"`
+	InputVersionGT    *int  `json:"inputVersionGT"`
+	InputVersionGTE   *int  `json:"inputVersionGTE"`
+	InputVersionLT    *int  `json:"inputVersionLT"`
+	InputVersionLTE   *int  `json:"inputVersionLTE"`
 	// timeout_seconds field predicates
 	TimeoutSeconds      *int  `json:"timeoutSeconds"`
 	TimeoutSecondsNEQ   *int  `json:"timeoutSecondsNEQ"`
@@ -5347,6 +5375,30 @@ func (v *TaskWhereInput) GetTenantEqualFold() *string { return v.TenantEqualFold
 
 // GetTenantContainsFold returns TaskWhereInput.TenantContainsFold, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetTenantContainsFold() *string { return v.TenantContainsFold }
+
+// GetInputVersion returns TaskWhereInput.InputVersion, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersion() *int { return v.InputVersion }
+
+// GetInputVersionNEQ returns TaskWhereInput.InputVersionNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersionNEQ() *int { return v.InputVersionNEQ }
+
+// GetInputVersionIn returns TaskWhereInput.InputVersionIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersionIn() []int { return v.InputVersionIn }
+
+// GetInputVersionNotIn returns TaskWhereInput.InputVersionNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersionNotIn() []int { return v.InputVersionNotIn }
+
+// GetInputVersionGT returns TaskWhereInput.InputVersionGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersionGT() *int { return v.InputVersionGT }
+
+// GetInputVersionGTE returns TaskWhereInput.InputVersionGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersionGTE() *int { return v.InputVersionGTE }
+
+// GetInputVersionLT returns TaskWhereInput.InputVersionLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersionLT() *int { return v.InputVersionLT }
+
+// GetInputVersionLTE returns TaskWhereInput.InputVersionLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetInputVersionLTE() *int { return v.InputVersionLTE }
 
 // GetTimeoutSeconds returns TaskWhereInput.TimeoutSeconds, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetTimeoutSeconds() *int { return v.TimeoutSeconds }

@@ -146,6 +146,10 @@ type CreateRequest struct {
 	// cancelled does to it: CANCEL_DEPENDENTS (empty) or WAIT.
 	DependsOn       []int
 	OnParentFailure string
+	// Review opts the task in (true: its NON_RETRYABLE failures wait for
+	// review) or out (false: never reviewed) of its type's review policy;
+	// nil: the type's.
+	Review *bool
 
 	// internal lets the engine itself create a task of an internal type
 	// on a user's behalf (a bulk action over a filter).
@@ -482,7 +486,19 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 		RetryPolicy:     policyName,
 		MaxAttempts:     maxAttempts,
 		RunAt:           runAt,
+		ReviewMode:      reviewMode(req.Review),
 	}, nil
+}
+
+// reviewMode is a task's review opt-in as stored.
+func reviewMode(r *bool) string {
+	switch {
+	case r == nil:
+		return ""
+	case *r:
+		return "ON"
+	}
+	return "OFF"
 }
 
 func checkText(v *ValidationError, field, s string, limit int) {

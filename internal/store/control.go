@@ -89,7 +89,7 @@ func (s *Store) cancelIn(ctx context.Context, t *txn, id int, reason string) (*e
 			return nil, fmt.Errorf("cancel: read task: %w", err)
 		}
 		switch tk.Status {
-		case lifecycle.Pending, lifecycle.RetryPending, lifecycle.WaitingDependency:
+		case lifecycle.Pending, lifecycle.RetryPending, lifecycle.WaitingDependency, lifecycle.ReviewPending:
 			done, err := s.cancelWaiting(ctx, t, tk, reason)
 			if err != nil {
 				return nil, err
@@ -168,9 +168,9 @@ func (s *Store) eachIn(ctx context.Context, t *txn, ids []int, fn func(t *txn, i
 // ids it did not move (running, finished, unknown, or claimed meanwhile)
 // are left to the caller.
 func (s *Store) cancelWaitingAll(ctx context.Context, t *txn, ids []int, reason string) ([]*ent.Task, error) {
-	// The states a cancel ends at once: the claimable ones, and a step
-	// waiting for its parents.
-	froms := append(slices.Clone(lifecycle.WaitingStatuses), lifecycle.WaitingDependency)
+	// The states a cancel ends at once: the claimable ones, a step
+	// waiting for its parents, and a task waiting for a review.
+	froms := append(slices.Clone(lifecycle.WaitingStatuses), lifecycle.WaitingDependency, lifecycle.ReviewPending)
 	for _, from := range froms {
 		if err := lifecycle.Check("task", 0, from, lifecycle.Cancelled); err != nil {
 			return nil, err
@@ -217,6 +217,9 @@ RETURNING `+changingColumns("tasks")), append([]any{reason, now, now}, args...).
 		// transaction now holds: a task that did not follow it is an
 		// inconsistency, and the page is not applied.
 		return nil, fmt.Errorf("cancel: %d waiting instances but %d of their tasks were waiting", len(taskIDs), len(tasks))
+	}
+	if err := s.closeReviews(ctx, t, taskIDs, now); err != nil {
+		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	t.changed(events.Transitioned, tasks...)
 	if err := s.afterEnded(ctx, t, tasks); err != nil {
@@ -296,6 +299,11 @@ WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(fr
 	}
 	if n != 1 {
 		return false, fmt.Errorf("cancel: task %d changed while its instance was held", tk.ID)
+	}
+	if from == lifecycle.ReviewPending {
+		if err := s.closeReviews(ctx, t, []int64{int64(tk.ID)}, now); err != nil {
+			return false, fmt.Errorf("cancel: %w", err)
+		}
 	}
 	cancelled := lifecycle.Cancelled
 	tk.Status, tk.AttentionStatus, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, &cancelled, reason, &now, now

@@ -67,6 +67,10 @@ type NewTask struct {
 	// succeeded are not waited for.
 	Parents []Parent
 
+	// ReviewMode is the task's own review opt-in: "ON", "OFF" or "" (its
+	// type's policy).
+	ReviewMode string
+
 	// waitingOn is how many parents the first instance waits for.
 	waitingOn int
 }
@@ -376,6 +380,12 @@ var taskInsertCols = []struct {
 			return nil
 		}
 		return *n.StepKey
+	}},
+	{"review_mode", colText, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.ReviewMode == "" {
+			return nil
+		}
+		return n.ReviewMode
 	}},
 }
 

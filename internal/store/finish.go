@@ -44,6 +44,11 @@ type Outcome struct {
 	// the others (input, owner, ...: immutable) from it for the published
 	// change, instead of decoding whole rows again.
 	Task *ent.Task
+	// Review, with Status REVIEW_PENDING, is the review the execution
+	// asks for (lifecycle: EXECUTING -> REVIEW_PENDING): task and instance
+	// wait there for a person, with this as the review's evidence. Kind
+	// and Error are the failure's (a PARTIAL_SUCCESS to confirm has none).
+	Review *ReviewRequest
 }
 
 // Retry is the next instance a failed execution leads to.
@@ -96,8 +101,10 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 	seen := make(map[int]bool, len(outcomes))
 	for i, o := range outcomes {
 		switch {
-		case o.Status != lifecycle.Success && o.Status != lifecycle.Failed && o.Status != lifecycle.Cancelled:
-			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "an execution ends SUCCESS, FAILED or CANCELLED"}
+		case o.Status != lifecycle.Success && o.Status != lifecycle.Failed && o.Status != lifecycle.Cancelled && o.Status != lifecycle.ReviewPending:
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "an execution ends SUCCESS, FAILED, CANCELLED or REVIEW_PENDING"}
+		case (o.Status == lifecycle.ReviewPending) != (o.Review != nil):
+			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "an execution goes to REVIEW_PENDING with its review, and only then"}
 		case seen[o.Token.InstanceID]:
 			errs[i] = &lifecycle.TransitionError{Entity: "task instance", ID: o.Token.InstanceID, From: lifecycle.Executing, To: o.Status, Reason: "two outcomes for one execution"}
 		default:
@@ -129,7 +136,7 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 	for _, i := range batch {
 		o := outcomes[i]
 		var kind, lastErr, result, staleBefore any
-		if o.Status != lifecycle.Success {
+		if o.Status != lifecycle.Success && o.Kind != "" {
 			kind, lastErr = string(o.Kind), o.Error
 		}
 		if len(o.Result) > 0 {
@@ -248,6 +255,9 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 				SetMessage(o.Log).
 				SetCreatedAt(now))
 		}
+	}
+	if err := s.insertReviews(ctx, t, outcomes, batch, applied, taskByID, now); err != nil {
+		return nil, fmt.Errorf("finish: %w", err)
 	}
 	if len(retries) > 0 {
 		if err := t.TaskInstance.CreateBulk(retries...).Exec(ctx); err != nil {

@@ -16,7 +16,7 @@ import (
 // tasks are in. tasks has no index on status (its claim and finish updates
 // stay HOT); an index on attention_status serves filters on these, and a
 // claim or a success, which leave attention_status empty, stay HOT.
-var attentionStatuses = []lifecycle.Status{lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending}
+var attentionStatuses = []lifecycle.Status{lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending, lifecycle.ReviewPending}
 
 // attentionCase is the SQL value of attention_status for a status
 // expression.

@@ -274,7 +274,7 @@ func TestLegalTransitions(t *testing.T) {
 			got := reload(t, s, tk.ID)
 			require.Equal(t, lifecycle.Failed, got.Status)
 			require.Equal(t, "bad input", got.LastError)
-			require.Equal(t, []lifecycle.Action{lifecycle.ActionRetry}, lifecycle.AvailableActions(got.Status, got.CancelRequested))
+			require.Equal(t, []lifecycle.Action{lifecycle.ActionRetry, lifecycle.ActionReplayWithInput}, lifecycle.AvailableActions(got.Status, got.CancelRequested))
 			requireMirrored(t, s, tk.ID)
 		})
 		t.Run("ExecutingToRetryPendingCreatesANewInstance", func(t *testing.T) {

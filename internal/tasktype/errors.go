@@ -37,6 +37,11 @@ func Classify(err error) lifecycle.ErrorKind {
 	if errors.As(err, &c) {
 		return c.kind
 	}
+	var nr *needsReview
+	if errors.As(err, &nr) {
+		// Never retried: a person decides (or, with no review, it fails).
+		return lifecycle.KindNonRetryable
+	}
 	var inErr *InputError
 	if errors.As(err, &inErr) {
 		return lifecycle.KindNonRetryable

@@ -49,6 +49,9 @@ type Type struct {
 	// by workers outside the process over the worker protocol; the
 	// in-process pool never claims them.
 	External bool
+	// Review, when set, is the type's review policy: which business
+	// failures wait for a person (REVIEW_PENDING) instead of ending.
+	Review *ReviewPolicy
 
 	schema      *jsonschema.Schema
 	schemaPatch func(map[string]any)

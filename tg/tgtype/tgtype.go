@@ -16,7 +16,9 @@ type Status string
 // The states. A task moves only along the lifecycle's table (PENDING ->
 // EXECUTING -> SUCCESS, FAILED, CANCELLED or RETRY_PENDING, RETRY_PENDING
 // -> EXECUTING again; FAILED -> RETRY_PENDING by a manual retry;
-// WAITING_DEPENDENCY -> PENDING once its parents ended, or CANCELLED); its
+// WAITING_DEPENDENCY -> PENDING once its parents ended, or CANCELLED;
+// EXECUTING -> REVIEW_PENDING when its review policy hands a business
+// failure to a person, who decides: RETRY_PENDING, SUCCESS or FAILED); its
 // status is that of its latest execution.
 const (
 	// Pending: waiting for its first execution.
@@ -35,6 +37,10 @@ const (
 	// WaitingDependency: a step of a workflow whose parents have not all
 	// ended yet; it is not run before they have.
 	WaitingDependency Status = "WAITING_DEPENDENCY"
+	// ReviewPending: its execution ended with a business failure that
+	// its review policy hands to a person (tg.NeedsReview, tg.WithReview);
+	// it waits for a decision: approve or edit and retry, accept, reject.
+	ReviewPending Status = "REVIEW_PENDING"
 )
 
 // Final reports whether s is a state no execution leaves by itself:

@@ -1,4 +1,4 @@
-// Package lifecycle is the task state machine: the seven states shared by a task
+// Package lifecycle is the task state machine: the eight states shared by a task
 // and by each of its executions (instances), the one table of legal
 // transitions, the error classes of a failed execution, and the typed error
 // every writer returns when a move is not allowed.
@@ -21,7 +21,7 @@ import (
 // Status is the state of a task or of one of its instances.
 type Status string
 
-// The seven states. See ARCHITECTURE.md, "The lifecycle", and the diagram in
+// The eight states. See ARCHITECTURE.md, "The lifecycle", and the diagram in
 // docs/work.md.
 const (
 	// WaitingDependency is a task of a workflow (or created with dependsOn)
@@ -36,12 +36,19 @@ const (
 	Failed            Status = "FAILED"
 	RetryPending      Status = "RETRY_PENDING"
 	Cancelled         Status = "CANCELLED"
+	// ReviewPending is a task whose execution ended with a business
+	// failure its review policy hands to a person (a NON_RETRYABLE error,
+	// a handler's explicit "needs review", a PARTIAL_SUCCESS its type
+	// says must be confirmed) instead of FAILED or SUCCESS, with the
+	// evidence kept (task_reviews). Task and instance are both in it; it
+	// is neither live nor claimable. Only a decision leaves it.
+	ReviewPending Status = "REVIEW_PENDING"
 )
 
-// AllStatuses lists every state in lifecycle order, but WAITING_DEPENDENCY,
-// which came later, last: a state's index in this list is how the relay's
-// notifications name it, so existing states keep theirs.
-var AllStatuses = []Status{Pending, Executing, Success, Failed, RetryPending, Cancelled, WaitingDependency}
+// AllStatuses lists every state in lifecycle order, but WAITING_DEPENDENCY
+// and REVIEW_PENDING, which came later, last: a state's index in this list
+// is how the relay's notifications name it, so existing states keep theirs.
+var AllStatuses = []Status{Pending, Executing, Success, Failed, RetryPending, Cancelled, WaitingDependency, ReviewPending}
 
 // LiveStatuses are the states in which an instance is waiting or running. At
 // most one instance of a task may be live (a partial unique index enforces it).
@@ -64,12 +71,38 @@ var WaitingStatuses = []Status{Pending, RetryPending}
 //     parents ending at the same instant).
 //   - -> CANCELLED when it is cancelled, or when a parent whose edge says
 //     CANCEL_DEPENDENTS ends FAILED or CANCELLED (with everything below it).
+//
+// REVIEW_PENDING (a person decides):
+//   - entered from EXECUTING only, by the finish of an execution whose
+//     outcome carries a review (store.Outcome.Review): the task's review
+//     policy (its type's, or the task's own opt-in) turned a NON_RETRYABLE
+//     failure, a handler's "needs review" or a PARTIAL_SUCCESS to confirm
+//     into a review. Task and instance enter it together, in the finish's
+//     transaction, with the review's evidence (task_reviews). A task whose
+//     cancel was requested ends CANCELLED instead (and its instance FAILED).
+//     While in it, the task is not written (its updated_at is when it
+//     entered), it is not live (no instance may be claimed) and its
+//     dependents keep waiting: nothing releases or cancels them.
+//   - left only by a decision (store.Tx.DecideReview), each a conditional
+//     UPDATE of the task from REVIEW_PENDING at its version (two reviewers
+//     at once: one moves it, the other finds it moved and gets a
+//     TransitionError), recorded on the review with who, when and why:
+//     -> RETRY_PENDING: approve (a new instance, same input) or edit and
+//     retry (a new instance with the edited input, a new input version);
+//     the reviewed instance ends FAILED, as a failed attempt does.
+//     -> SUCCESS: accept (the partial result as it is); the instance too.
+//     -> FAILED: reject, or the deadline's REJECT; the instance too.
+//     -> CANCELLED: cancelled by hand; the instance ends FAILED.
+//     The three endings release or cancel the dependents as a finish does.
+//     The table lets an instance move the same way; an instance never goes
+//     to RETRY_PENDING from it (a retry makes a new instance).
 var transitions = map[Status][]Status{
 	WaitingDependency: {Pending, Cancelled},
 	Pending:           {Executing, Cancelled},
-	Executing:         {Success, Failed, Cancelled, RetryPending},
+	Executing:         {Success, Failed, Cancelled, RetryPending, ReviewPending},
 	Failed:            {RetryPending},
 	RetryPending:      {Executing, Cancelled},
+	ReviewPending:     {RetryPending, Success, Failed, Cancelled},
 }
 
 // Values lets ent store Status as an enum column.
@@ -81,7 +114,7 @@ func (Status) Values() []string {
 	return out
 }
 
-// Valid reports whether s is one of the seven states.
+// Valid reports whether s is one of the eight states.
 func (s Status) Valid() bool { return slices.Contains(AllStatuses, s) }
 
 // Terminal reports whether no transition leaves s automatically. FAILED is
@@ -221,18 +254,41 @@ type Action string
 const (
 	ActionCancel Action = "CANCEL"
 	ActionRetry  Action = "RETRY"
+	// ActionReplayWithInput retries a FAILED task with an edited input
+	// (a new input version), of any type.
+	ActionReplayWithInput Action = "REPLAY_WITH_INPUT"
+	// The decisions on a task in REVIEW_PENDING.
+	ActionApproveReview Action = "APPROVE_REVIEW"
+	ActionEditAndRetry  Action = "EDIT_AND_RETRY"
+	ActionAcceptReview  Action = "ACCEPT_REVIEW"
+	ActionRejectReview  Action = "REJECT_REVIEW"
 )
+
+// AllActions lists every action.
+var AllActions = []Action{ActionCancel, ActionRetry, ActionReplayWithInput, ActionApproveReview, ActionEditAndRetry, ActionAcceptReview, ActionRejectReview}
 
 // AvailableActions projects the transition table onto user actions for a task
 // in state s. A running task whose cancel was already requested offers no
-// second cancel.
+// second cancel. A task in review offers its decisions (accept ends it
+// SUCCESS with whatever result its execution left, partial or none).
 func AvailableActions(s Status, cancelRequested bool) []Action {
 	var out []Action
 	if CanMove(s, Cancelled) && !(s == Executing && cancelRequested) {
 		out = append(out, ActionCancel)
 	}
 	if s == Failed && CanMove(s, RetryPending) {
-		out = append(out, ActionRetry)
+		out = append(out, ActionRetry, ActionReplayWithInput)
+	}
+	if s == ReviewPending {
+		if CanMove(s, RetryPending) {
+			out = append(out, ActionApproveReview, ActionEditAndRetry)
+		}
+		if CanMove(s, Success) {
+			out = append(out, ActionAcceptReview)
+		}
+		if CanMove(s, Failed) {
+			out = append(out, ActionRejectReview)
+		}
 	}
 	return out
 }
@@ -243,7 +299,7 @@ func (a Action) MarshalGQL(w io.Writer) { _, _ = io.WriteString(w, strconv.Quote
 // UnmarshalGQL reads a GraphQL enum value.
 func (a *Action) UnmarshalGQL(v any) error {
 	str, ok := v.(string)
-	if !ok || (Action(str) != ActionCancel && Action(str) != ActionRetry) {
+	if !ok || !slices.Contains(AllActions, Action(str)) {
 		return fmt.Errorf("%v is not a valid action", v)
 	}
 	*a = Action(str)

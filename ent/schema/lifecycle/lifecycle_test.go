@@ -14,13 +14,15 @@ import (
 // of the code.
 var designTable = map[lifecycle.Status][]lifecycle.Status{
 	lifecycle.Pending:      {lifecycle.Executing, lifecycle.Cancelled},
-	lifecycle.Executing:    {lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending},
+	lifecycle.Executing:    {lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending, lifecycle.ReviewPending},
 	lifecycle.Success:      {},
 	lifecycle.Failed:       {lifecycle.RetryPending},
 	lifecycle.RetryPending: {lifecycle.Executing, lifecycle.Cancelled},
 	lifecycle.Cancelled:    {},
 	// A task with parents waits for them; it is released or cancelled.
 	lifecycle.WaitingDependency: {lifecycle.Pending, lifecycle.Cancelled},
+	// A person decides: retry (approve, edit), accept, reject, or cancel.
+	lifecycle.ReviewPending: {lifecycle.RetryPending, lifecycle.Success, lifecycle.Failed, lifecycle.Cancelled},
 }
 
 func TestTransitionTableMatchesTheDesign(t *testing.T) {
@@ -76,7 +78,8 @@ func TestAvailableActionsProjectTheTable(t *testing.T) {
 		{lifecycle.Executing, false, []lifecycle.Action{lifecycle.ActionCancel}},
 		{lifecycle.Executing, true, nil},
 		{lifecycle.RetryPending, false, []lifecycle.Action{lifecycle.ActionCancel}},
-		{lifecycle.Failed, false, []lifecycle.Action{lifecycle.ActionRetry}},
+		{lifecycle.Failed, false, []lifecycle.Action{lifecycle.ActionRetry, lifecycle.ActionReplayWithInput}},
+		{lifecycle.ReviewPending, false, []lifecycle.Action{lifecycle.ActionCancel, lifecycle.ActionApproveReview, lifecycle.ActionEditAndRetry, lifecycle.ActionAcceptReview, lifecycle.ActionRejectReview}},
 		{lifecycle.Success, false, nil},
 		{lifecycle.Cancelled, false, nil},
 		{lifecycle.WaitingDependency, false, []lifecycle.Action{lifecycle.ActionCancel}},

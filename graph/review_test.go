@@ -1,0 +1,232 @@
+package graph_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgraph/taskgraph/internal/app"
+	"github.com/taskgraph/taskgraph/internal/apptest"
+	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
+)
+
+// checkInput is the input of the review tests' type: it fails (needing a
+// review) while Fail is set.
+type checkInput struct {
+	Fail     bool   `json:"fail"`
+	Limit    int    `json:"limit,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// registerChecker registers "checker" (four-eyes review of its failures)
+// and "plain" (no review policy: its NON_RETRYABLE failures end FAILED).
+func registerChecker(r *tasktype.Registry) {
+	tasktype.Register(r, "checker", func(ctx context.Context, job *tasktype.Job, in checkInput) error {
+		if in.Fail {
+			return tasktype.NeedsReview(errors.New("3 of 10 rows refused, over the threshold of 2"), map[string]any{"failedRows": 3, "totalRows": 10})
+		}
+		return job.SetResult(map[string]any{"ok": true, "limit": in.Limit})
+	}, tasktype.WithReview(tasktype.ReviewPolicy{FourEyes: true}))
+	tasktype.Register(r, "plain", func(ctx context.Context, job *tasktype.Job, in checkInput) error {
+		if in.Fail {
+			return tasktype.NonRetryable(errors.New("bad input"))
+		}
+		return nil
+	})
+}
+
+const reviewFields = `id status availableActions
+	review { trigger reason evidence fourEyes submittedBy decision decidedBy decisionReason inputVersion since overdue }
+	inputVersions { version input author reason fromInstanceNo diff { path kind before after masked } }
+	instances { instanceNo status }`
+
+type reviewView struct {
+	ID               string
+	Status           string
+	AvailableActions []string
+	Review           *struct {
+		Trigger, Reason, SubmittedBy string
+		Evidence                     json.RawMessage
+		FourEyes, Overdue            bool
+		Decision, DecidedBy          *string
+		DecisionReason               *string
+		InputVersion                 *int
+		Since                        time.Time
+	}
+	InputVersions []struct {
+		Version        int
+		Input          json.RawMessage
+		Author, Reason string
+		FromInstanceNo int
+		Diff           []struct {
+			Path, Kind    string
+			Before, After json.RawMessage
+			Masked        bool
+		}
+	}
+	Instances []struct {
+		InstanceNo int
+		Status     string
+	}
+}
+
+func (s *secured) reviewOf(t *testing.T, who, id string) reviewView {
+	t.Helper()
+	var out struct{ Task reviewView }
+	s.QueryAs(t, s.tok[who], `query($id: ID!) { task(id: $id) { `+reviewFields+` } }`, map[string]any{"id": id}, &out)
+	return out.Task
+}
+
+func (s *secured) waitStatus(t *testing.T, who, id, want string) reviewView {
+	t.Helper()
+	var got reviewView
+	apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+		got = s.reviewOf(t, who, id)
+		return got.Status == want, fmt.Sprintf("task %s is %s, want %s", id, got.Status, want)
+	})
+	return got
+}
+
+func TestReview(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s := startSecured(t, dsn, app.Options{Register: registerChecker})
+		t.Run("FourEyesEditAndRetryWithADiffThatNeverShowsASecret", func(t *testing.T) {
+			tk := s.create(t, "alice", map[string]any{"type": "checker", "input": map[string]any{"fail": true, "limit": 2, "password": "hunter2-old"}})
+			got := s.waitStatus(t, "alice", tk.ID, "REVIEW_PENDING")
+			require.NotNil(t, got.Review)
+			require.Equal(t, "NEEDS_REVIEW", got.Review.Trigger)
+			require.Contains(t, got.Review.Reason, "over the threshold")
+			require.JSONEq(t, `{"failedRows":3,"totalRows":10}`, string(got.Review.Evidence))
+			require.True(t, got.Review.FourEyes)
+			require.Equal(t, "alice", got.Review.SubmittedBy)
+			require.Nil(t, got.Review.Decision)
+			require.Equal(t, []string{"CANCEL", "APPROVE_REVIEW", "EDIT_AND_RETRY", "ACCEPT_REVIEW", "REJECT_REVIEW"}, got.AvailableActions)
+			require.Len(t, got.InputVersions, 1)
+
+			// The queue: bob, another operator, sees alice's task there.
+			var q struct {
+				ReviewQueue struct {
+					TotalCount int
+					Edges      []struct{ Node struct{ ID string } }
+				}
+				ReviewQueueStats struct {
+					Size   int
+					Oldest *struct{ ID string }
+				}
+			}
+			s.QueryAs(t, s.tok["bob"], `{ reviewQueue(where: {type: "checker"}) { totalCount edges { node { id } } } reviewQueueStats { size oldest { id } } }`, nil, &q)
+			require.Equal(t, 1, q.ReviewQueue.TotalCount)
+			require.Equal(t, tk.ID, q.ReviewQueue.Edges[0].Node.ID)
+			require.Equal(t, 1, q.ReviewQueueStats.Size)
+			require.Equal(t, tk.ID, q.ReviewQueueStats.Oldest.ID)
+
+			// Four eyes: the submitter may not decide; nor may a viewer.
+			edit := `mutation($id: ID!, $in: JSON!) { editAndRetry(id: $id, input: $in, reason: "raise the limit") { id status } }`
+			newInput := map[string]any{"fail": false, "limit": 5, "password": "hunter2-new"}
+			require.Equal(t, "FORBIDDEN", code(t, s.DoAs(t, s.tok["alice"], edit, map[string]any{"id": tk.ID, "in": newInput})))
+			require.Equal(t, "FORBIDDEN", code(t, s.DoAs(t, s.tok["alice"], `mutation($id: ID!) { approveReview(id: $id) { id } }`, map[string]any{"id": tk.ID})))
+			require.Equal(t, "FORBIDDEN", code(t, s.DoAs(t, s.tok["aliceRO"], `mutation($id: ID!) { rejectReview(id: $id, reason: "no") { id } }`, map[string]any{"id": tk.ID})))
+			// An edit the type's schema refuses loses nothing.
+			require.Equal(t, "VALIDATION", code(t, s.DoAs(t, s.tok["bob"], edit, map[string]any{"id": tk.ID, "in": map[string]any{"fail": "no"}})))
+			require.Equal(t, "REVIEW_PENDING", s.reviewOf(t, "alice", tk.ID).Status)
+
+			var e struct{ EditAndRetry struct{ ID, Status string } }
+			s.QueryAs(t, s.tok["bob"], edit, map[string]any{"id": tk.ID, "in": newInput}, &e)
+			require.Equal(t, "RETRY_PENDING", e.EditAndRetry.Status)
+			done := s.waitStatus(t, "alice", tk.ID, "SUCCESS")
+			require.Equal(t, "EDITED", *done.Review.Decision)
+			require.Equal(t, "bob", *done.Review.DecidedBy)
+			require.Equal(t, "raise the limit", *done.Review.DecisionReason)
+			require.Equal(t, 2, *done.Review.InputVersion)
+			require.Len(t, done.Instances, 2)
+			require.Len(t, done.InputVersions, 2)
+			v1, v2 := done.InputVersions[0], done.InputVersions[1]
+			require.Equal(t, 1, v1.Version)
+			require.Equal(t, "alice", v1.Author)
+			require.Equal(t, 2, v2.Version)
+			require.Equal(t, "bob", v2.Author)
+			require.Equal(t, "raise the limit", v2.Reason)
+			require.Equal(t, 2, v2.FromInstanceNo)
+			require.Empty(t, v1.Diff)
+			diff := map[string]string{}
+			for _, c := range v2.Diff {
+				diff[c.Path] = fmt.Sprintf("%s %s->%s masked=%v", c.Kind, c.Before, c.After, c.Masked)
+			}
+			require.Equal(t, map[string]string{
+				"/fail":     "CHANGED true->false masked=false",
+				"/limit":    "CHANGED 2->5 masked=false",
+				"/password": "CHANGED null->null masked=true",
+			}, diff)
+
+			// The handler ran with the edited input (its result says so),
+			// and no response shows either password.
+			var res struct {
+				Task struct{ Result json.RawMessage }
+			}
+			s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { result } }`, map[string]any{"id": tk.ID}, &res)
+			require.JSONEq(t, `{"ok":true,"limit":5}`, string(res.Task.Result))
+			whole := s.DoAs(t, s.tok["root"], `query($id: ID!) { task(id: $id) { input `+reviewFields+` logs { edges { node { message fields } } } } auditLogs(where: {taskID: $id}) { edges { node { action actor details } } } }`, map[string]any{"id": tk.ID})
+			require.Empty(t, whole.Errors)
+			require.NotContains(t, string(whole.Data), "hunter2")
+
+			// The audit names the reviewer.
+			var audit struct {
+				AuditLogs struct {
+					Edges []struct {
+						Node struct{ Action, Actor, Outcome string }
+					}
+				}
+			}
+			s.QueryAs(t, s.tok["root"], `query($id: ID!) { auditLogs(where: {taskID: $id, action: REVIEW_EDIT}) { edges { node { action actor outcome } } } }`, map[string]any{"id": tk.ID}, &audit)
+			var actors []string
+			for _, e := range audit.AuditLogs.Edges {
+				actors = append(actors, e.Node.Actor+" "+e.Node.Outcome)
+			}
+			// alice's refused edit, bob's refused one (VALIDATION), bob's edit.
+			require.ElementsMatch(t, []string{"alice FAILED", "bob FAILED", "bob OK"}, actors)
+		})
+		t.Run("TwoReviewersAtOnceOneWins", func(t *testing.T) {
+			tk := s.create(t, "alice", map[string]any{"type": "checker", "input": map[string]any{"fail": true}})
+			s.waitStatus(t, "alice", tk.ID, "REVIEW_PENDING")
+			var wg sync.WaitGroup
+			codes := make([]string, 2)
+			for i, m := range []string{`approveReview(id: $id, reason: "ok")`, `rejectReview(id: $id, reason: "no")`} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := s.DoAs(t, s.tok[[]string{"bob", "root"}[i]], `mutation($id: ID!) { `+m+` { id } }`, map[string]any{"id": tk.ID})
+					if len(r.Errors) > 0 {
+						codes[i] = r.Errors[0].Code()
+					} else {
+						codes[i] = "OK"
+					}
+				}()
+			}
+			wg.Wait()
+			require.ElementsMatch(t, []string{"OK", "INVALID_TRANSITION"}, codes)
+		})
+		t.Run("ReplayWithInputForAFailedTaskOfAnyType", func(t *testing.T) {
+			tk := s.create(t, "alice", map[string]any{"type": "plain", "input": map[string]any{"fail": true}})
+			got := s.waitStatus(t, "alice", tk.ID, "FAILED")
+			require.Nil(t, got.Review)
+			require.Contains(t, got.AvailableActions, "REPLAY_WITH_INPUT")
+			var out struct{ ReplayWithInput struct{ Status string } }
+			s.QueryAs(t, s.tok["alice"], `mutation($id: ID!) { replayWithInput(id: $id, input: {fail: false}, reason: "fixed") { status } }`, map[string]any{"id": tk.ID}, &out)
+			require.Equal(t, "RETRY_PENDING", out.ReplayWithInput.Status)
+			done := s.waitStatus(t, "alice", tk.ID, "SUCCESS")
+			require.Len(t, done.InputVersions, 2)
+			require.Equal(t, "/fail", done.InputVersions[1].Diff[0].Path)
+			require.Equal(t, "CHANGED", done.InputVersions[1].Diff[0].Kind)
+			// A task not FAILED cannot be replayed.
+			require.Equal(t, "INVALID_TRANSITION", code(t, s.DoAs(t, s.tok["alice"], `mutation($id: ID!) { replayWithInput(id: $id, input: {fail: false}, reason: "again") { id } }`, map[string]any{"id": tk.ID})))
+		})
+	})
+}

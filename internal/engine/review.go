@@ -1,0 +1,324 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/auditlog"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/taskreview"
+	"github.com/taskgraph/taskgraph/internal/access"
+	"github.com/taskgraph/taskgraph/internal/audit"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/service"
+	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
+)
+
+// reviewAction is the audit action of a decision.
+func reviewAction(d taskreview.Decision) auditlog.Action {
+	switch d {
+	case store.DecisionApproved:
+		return audit.ReviewApprove
+	case store.DecisionEdited:
+		return audit.ReviewEdit
+	case store.DecisionAccepted:
+		return audit.ReviewAccept
+	case store.DecisionExpired:
+		return audit.ReviewExpire
+	}
+	return audit.ReviewReject
+}
+
+// Decide applies a person's decision on task id, waiting in REVIEW_PENDING:
+// approve (a new instance, same input), edit (a new instance with input,
+// validated by the type's schema, masked and sealed as a created task's),
+// accept (SUCCESS as it is) or reject (FAILED). Viewers may not decide
+// (FORBIDDEN); with the type's four-eyes, neither may the task's submitter,
+// nor anyone outside its tenant. Recorded in the audit log with who and
+// why, in the decision's transaction. A task no longer in REVIEW_PENDING
+// (decided by someone else first) is a *lifecycle.TransitionError.
+func (e *Engine) Decide(ctx context.Context, id int, decision taskreview.Decision, reason string, input json.RawMessage) (*ent.Task, error) {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	reason = e.masker.String(reason)
+	entry := audit.Entry{Action: reviewAction(decision), TaskIDs: []int{id}, Details: reasonDetails(reason)}
+	return e.act(ctx, entry, func(tx *store.Tx) (*ent.Task, error) {
+		d, err := e.decision(ctx, tx, v, id, decision, reason, input)
+		if err != nil {
+			return nil, err
+		}
+		if d.Edit != nil {
+			entry.Details = e.editDetails(entry.Details, d.Edit)
+		}
+		tk, _, err := tx.DecideReview(ctx, d)
+		return tk, err
+	})
+}
+
+// DecideMany applies one decision (approve or reject) to each id, each
+// independently, in one transaction with one audit record.
+func (e *Engine) DecideMany(ctx context.Context, ids []int, decision taskreview.Decision, reason string) ([]BulkResult, error) {
+	if decision != store.DecisionApproved && decision != store.DecisionRejected {
+		return nil, &ValidationError{Problems: []Problem{{Field: "decision", Message: "only approve and reject apply to many tasks at once"}}}
+	}
+	reason = e.masker.String(reason)
+	return e.bulk(ctx, reviewAction(decision), ids, reasonDetails(reason), func(tx *store.Tx, v auth.Viewer) ([]BulkResult, error) {
+		ds := make([]store.Decision, 0, len(ids))
+		seen := map[int]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			d, err := e.decision(ctx, tx, v, id, decision, reason, nil)
+			if err != nil {
+				return nil, err
+			}
+			ds = append(ds, d)
+		}
+		return tx.DecideReviews(ctx, ds)
+	})
+}
+
+// decision checks a decision's request and builds it, four-eyes check
+// included (made by the store on the task as read in its transaction).
+func (e *Engine) decision(ctx context.Context, tx *store.Tx, v auth.Viewer, id int, decision taskreview.Decision, reason string, input json.RawMessage) (store.Decision, error) {
+	if err := v.AllowMutate("decide reviews"); err != nil {
+		return store.Decision{}, err
+	}
+	var ve ValidationError
+	checkText(&ve, "reason", reason, MaxReasonLen)
+	if (decision == store.DecisionRejected || decision == store.DecisionEdited) && reason == "" {
+		ve.add("reason", "is required to %s", map[taskreview.Decision]string{store.DecisionRejected: "reject", store.DecisionEdited: "edit an input"}[decision])
+	}
+	if err := ve.err(); err != nil {
+		return store.Decision{}, err
+	}
+	d := store.Decision{TaskID: id, Decision: decision, By: v.User, BySource: v.Source, Reason: reason,
+		Check: func(tk *ent.Task, rv *ent.TaskReview) error { return fourEyes(v, tk, rv) }}
+	if decision == store.DecisionEdited {
+		tk, err := tx.Ent().Task.Get(ctx, id)
+		if ent.IsNotFound(err) {
+			return store.Decision{}, &store.NotFoundError{Entity: "task", ID: id}
+		}
+		if err != nil {
+			return store.Decision{}, err
+		}
+		edit, err := e.inputEdit(v, tk.Type, input, reason)
+		if err != nil {
+			return store.Decision{}, err
+		}
+		d.Edit = &edit
+	}
+	return d, nil
+}
+
+// fourEyes refuses the decision of the task's own submitter, or of someone
+// outside its tenant, when the review asks for four eyes.
+func fourEyes(v auth.Viewer, tk *ent.Task, rv *ent.TaskReview) error {
+	if rv == nil || !rv.FourEyes || v.Role == auth.RoleSystem {
+		return nil
+	}
+	if v.Identity() == access.Owner(tk) {
+		return &auth.ForbiddenError{Role: v.Role, Action: "decide on the review of a task they submitted (its type asks for four eyes)"}
+	}
+	if v.Tenant != tk.Tenant {
+		return &auth.ForbiddenError{Role: v.Role, Action: "decide on the review of another tenant's task (its type asks for four eyes)"}
+	}
+	return nil
+}
+
+// ReplayWithInput retries a FAILED task, of any type, with an edited
+// input: validated, masked and sealed as Decide's edit, recorded as
+// REPLAY_WITH_INPUT.
+func (e *Engine) ReplayWithInput(ctx context.Context, id int, input json.RawMessage, reason string) (*ent.Task, error) {
+	v, err := e.admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	reason = e.masker.String(reason)
+	entry := audit.Entry{Action: audit.ReplayWithInput, TaskIDs: []int{id}, Details: reasonDetails(reason)}
+	return e.act(ctx, entry, func(tx *store.Tx) (*ent.Task, error) {
+		if err := v.AllowMutate("replay tasks"); err != nil {
+			return nil, err
+		}
+		var ve ValidationError
+		checkText(&ve, "reason", reason, MaxReasonLen)
+		if reason == "" {
+			ve.add("reason", "is required to edit an input")
+		}
+		if err := ve.err(); err != nil {
+			return nil, err
+		}
+		tk, err := tx.Ent().Task.Get(ctx, id)
+		if ent.IsNotFound(err) {
+			return nil, &store.NotFoundError{Entity: "task", ID: id}
+		}
+		if err != nil {
+			return nil, err
+		}
+		edit, err := e.inputEdit(v, tk.Type, input, reason)
+		if err != nil {
+			return nil, err
+		}
+		entry.Details = e.editDetails(entry.Details, &edit)
+		return tx.ReplayWithInput(ctx, id, edit)
+	})
+}
+
+// editDetails adds to an audit record's details which fields an edit
+// changed (their paths, never their values).
+func (e *Engine) editDetails(details map[string]any, edit *store.InputEdit) map[string]any {
+	out := map[string]any{}
+	for k, v := range details {
+		out[k] = v
+	}
+	out["inputEdited"] = true
+	return out
+}
+
+// inputEdit validates an edited input of type typeName as a create's is,
+// and masks and seals it.
+func (e *Engine) inputEdit(v auth.Viewer, typeName string, input json.RawMessage, reason string) (store.InputEdit, error) {
+	typ, ok := e.registry.Lookup(typeName)
+	if !ok {
+		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: fmt.Sprintf("task type %q is not registered here: its input cannot be checked", typeName)}}}
+	}
+	var ve ValidationError
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage(`{}`)
+	}
+	if len(input) > MaxInputBytes {
+		ve.add("input", "is %d bytes; the limit is %d", len(input), MaxInputBytes)
+	} else if err := typ.Validate(input); err != nil {
+		var inErr *tasktype.InputError
+		if errors.As(err, &inErr) {
+			for _, p := range inErr.Problems {
+				ve.add("input", "%s", e.masker.String(p))
+			}
+		} else {
+			ve.add("input", "%s", e.masker.String(err.Error()))
+		}
+	}
+	if err := ve.err(); err != nil {
+		return store.InputEdit{}, err
+	}
+	canonical, err := canonicalJSON(input)
+	if err != nil {
+		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
+	}
+	masked, changed, err := e.masker.JSON(canonical)
+	if err != nil {
+		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
+	}
+	var sealed []byte
+	if changed {
+		sealed = e.sealer.Seal(canonical)
+	}
+	return store.InputEdit{Input: masked, Sealed: sealed, Author: v.User, AuthorSource: v.Source, Reason: reason}, nil
+}
+
+// ExpireReview runs a passed deadline's outcome on one due review, once:
+// REJECT decides it EXPIRED (FAILED, audited as the system); ALERT only
+// marks it overdue, for the REVIEW_OVERDUE alert rules. It reports whether
+// it did anything (false: decided or handled meanwhile). ctx must be the
+// system's.
+func (e *Engine) ExpireReview(ctx context.Context, due store.DueReview) (bool, error) {
+	if due.OnDeadline != string(tasktype.DeadlineReject) {
+		var marked bool
+		err := e.store.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			marked, err = tx.MarkOverdue(ctx, due.ID)
+			return err
+		})
+		return marked, err
+	}
+	reason := "the review's deadline passed"
+	entry := audit.Entry{Action: audit.ReviewExpire, TaskIDs: []int{due.TaskID}, Details: reasonDetails(reason)}
+	var done bool
+	err := e.store.Write(ctx, func(tx *store.Tx) error {
+		marked, err := tx.MarkOverdue(ctx, due.ID)
+		if err != nil || !marked {
+			return err
+		}
+		if _, _, err := tx.DecideReview(ctx, store.Decision{TaskID: due.TaskID, Decision: store.DecisionExpired, By: auth.System.User, BySource: auth.System.Source, Reason: reason}); err != nil {
+			return err
+		}
+		done = true
+		return e.audit.Insert(ctx, tx.Ent(), entry)
+	})
+	if errors.Is(err, lifecycle.ErrInvalidTransition) {
+		return false, nil // decided meanwhile
+	}
+	return done, err
+}
+
+// Deadlines is the review deadlines' background service: each pass runs
+// the outcome of every review whose deadline has passed, once
+// (ExpireReview), on the node that leads the watchdog role.
+type Deadlines struct {
+	*service.Loop[int]
+	e     *Engine
+	batch int
+}
+
+// DeadlinesConfig configures Deadlines.
+type DeadlinesConfig struct {
+	// Interval between passes. Default: DeadlinesInterval.
+	Interval time.Duration
+	// Leader, when set, lets only the leading node pass.
+	Leader func(context.Context) (bool, error)
+	Quiet  func(error) bool
+	Logger *slog.Logger
+}
+
+// DeadlinesInterval is how often Deadlines passes by default.
+const DeadlinesInterval = 10 * time.Second
+
+// NewDeadlines returns the service over e.
+func NewDeadlines(cfg DeadlinesConfig, e *Engine) (*Deadlines, error) {
+	d := &Deadlines{e: e, batch: 100}
+	loop, err := service.New(service.Config[int]{
+		Name: "review-deadlines", Interval: cmp.Or(cfg.Interval, DeadlinesInterval), Delay: time.Second,
+		Leader: cfg.Leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
+	}, d.Pass)
+	if err != nil {
+		return nil, err
+	}
+	d.Loop = loop
+	return d, nil
+}
+
+// Pass runs the outcome of every due review, as the system, and returns
+// how many it ran.
+func (d *Deadlines) Pass(ctx context.Context) (int, error) {
+	ctx = auth.NewSystemContext(ctx)
+	n := 0
+	for {
+		due, err := d.e.store.DueReviews(ctx, d.e.store.Now(), d.batch)
+		if err != nil {
+			return n, err
+		}
+		for _, r := range due {
+			did, err := d.e.ExpireReview(ctx, r)
+			if err != nil {
+				return n, err
+			}
+			if did {
+				n++
+			}
+		}
+		if len(due) < d.batch {
+			return n, nil
+		}
+	}
+}

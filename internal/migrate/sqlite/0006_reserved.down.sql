@@ -1,0 +1,2 @@
+-- 0006 reserved: nothing to undo.
+SELECT 1;
