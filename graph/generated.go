@@ -353,6 +353,7 @@ type ComplexityRoot struct {
 		Decision       func(childComplexity int) int
 		DecisionReason func(childComplexity int) int
 		Evidence       func(childComplexity int) int
+		Files          func(childComplexity int) int
 		FourEyes       func(childComplexity int) int
 		ID             func(childComplexity int) int
 		InputVersion   func(childComplexity int) int
@@ -743,6 +744,8 @@ type ReviewResolver interface {
 	Overdue(ctx context.Context, obj *ent.TaskReview) (bool, error)
 
 	SubmittedBy(ctx context.Context, obj *ent.TaskReview) (string, error)
+
+	Files(ctx context.Context, obj *ent.TaskReview) ([]*ent.Artifact, error)
 }
 type ScheduleResolver interface {
 	EffectiveTimezone(ctx context.Context, obj *ent.Schedule) (string, error)
@@ -2427,6 +2430,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Review.Evidence(childComplexity), true
+	case "Review.files":
+		if e.ComplexityRoot.Review.Files == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Review.Files(childComplexity), true
 	case "Review.fourEyes":
 		if e.ComplexityRoot.Review.FourEyes == nil {
 			break
@@ -6640,6 +6649,8 @@ func (ec *executionContext) childFields_Review(ctx context.Context, field graphq
 		return ec.fieldContext_Review_decisionReason(ctx, field)
 	case "inputVersion":
 		return ec.fieldContext_Review_inputVersion(ctx, field)
+	case "files":
+		return ec.fieldContext_Review_files(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Review", field.Name)
 }
@@ -15572,6 +15583,38 @@ func (ec *executionContext) _Review_inputVersion(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_Review_inputVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Review", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Review_files(ctx context.Context, field graphql.CollectedField, obj *ent.TaskReview) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Review_files(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Review().Files(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
+			return ec.marshalNArtifact2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifactᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Review_files(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Review",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Artifact(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _ReviewPolicy_onNonRetryable(ctx context.Context, field graphql.CollectedField, obj *model.ReviewPolicy) (ret graphql.Marshaler) {
@@ -30980,6 +31023,12 @@ func (ec *executionContext) _Review(ctx context.Context, sel ast.SelectionSet, o
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "files":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Review_files(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -33237,6 +33286,22 @@ func (ec *executionContext) unmarshalNAlertRuleKind2githubᚗcomᚋtaskgraphᚋt
 
 func (ec *executionContext) marshalNAlertRuleKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋalertruleᚐKind(ctx context.Context, sel ast.SelectionSet, v alertrule.Kind) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalNArtifact2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifactᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.Artifact) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNArtifact2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifact(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) marshalNArtifact2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐArtifact(ctx context.Context, sel ast.SelectionSet, v *ent.Artifact) graphql.Marshaler {

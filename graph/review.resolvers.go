@@ -11,6 +11,7 @@ import (
 
 	"entgo.io/contrib/entgql"
 	"github.com/taskgraph/taskgraph/ent"
+	"github.com/taskgraph/taskgraph/ent/artifact"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
@@ -74,6 +75,11 @@ func (r *reviewResolver) SubmittedBy(ctx context.Context, obj *ent.TaskReview) (
 		return "", err
 	}
 	return tk.Owner, nil
+}
+
+// Files is the resolver for the files field.
+func (r *reviewResolver) Files(ctx context.Context, obj *ent.TaskReview) ([]*ent.Artifact, error) {
+	return r.Client.Artifact.Query().Where(artifact.TaskID(obj.TaskID), artifact.KindEQ(artifact.KindERROR_REPORT)).Order(ent.Asc(artifact.FieldID)).All(ctx)
 }
 
 // Review is the resolver for the review field.

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,9 @@ import (
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
 	"github.com/taskgraph/taskgraph/internal/dbtest"
+	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/importer"
+	"github.com/taskgraph/taskgraph/internal/importtest"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
@@ -193,6 +199,73 @@ func TestReview(t *testing.T) {
 			// alice's refused edit, bob's refused one (VALIDATION), bob's edit.
 			require.ElementsMatch(t, []string{"alice FAILED", "bob FAILED", "bob OK"}, actors)
 		})
+		t.Run("AnImportOverItsFailedRowsThresholdIsEditedAndRetried", func(t *testing.T) {
+			r, status := importtest.UploadAs(t, s.Server, s.tok["alice"], "c.csv",
+				importtest.CSV(importtest.ContactsHeader, importtest.Rows(4, func(i int) bool { return i == 1 || i == 2 }), false),
+				"contacts", map[string]any{"maxFailedRows": 1}, "")
+			require.Equal(t, http.StatusOK, status, "%+v", r.Errors)
+			var up struct{ ImportFile struct{ ID string } }
+			require.NoError(t, json.Unmarshal(r.Data, &up))
+			id := up.ImportFile.ID
+			got := s.waitStatus(t, "alice", id, "REVIEW_PENDING")
+			require.Equal(t, "NEEDS_REVIEW", got.Review.Trigger)
+			require.Contains(t, got.Review.Reason, "2 of 4 rows were refused, over the threshold of 1")
+			var ev importer.ReviewEvidence
+			require.NoError(t, json.Unmarshal(got.Review.Evidence, &ev))
+			require.Equal(t, 4, ev.TotalCount)
+			require.Equal(t, 2, ev.FailedCount)
+			require.Equal(t, 2, ev.SuccessCount)
+			require.NotEmpty(t, ev.ReportFile)
+			var files struct {
+				Task struct {
+					Review struct {
+						Files []struct{ Kind, Filename string }
+					}
+				}
+			}
+			s.QueryAs(t, s.tok["bob"], `query($id: ID!) { task(id: $id) { review { files { kind filename } } } }`, map[string]any{"id": id}, &files)
+			require.Len(t, files.Task.Review.Files, 2, "the xlsx and CSV error reports")
+			for _, f := range files.Task.Review.Files {
+				require.Equal(t, "ERROR_REPORT", f.Kind)
+			}
+
+			// bob, a reviewer, downloads the error report of alice's import.
+			var link struct{ ArtifactDownloadURL struct{ URL string } }
+			s.QueryAs(t, s.tok["bob"], `mutation($id: ID!) { artifactDownloadUrl(taskId: $id, kind: ERROR_REPORT, format: CSV) { url } }`, map[string]any{"id": id}, &link)
+			resp, err := http.Get(link.ArtifactDownloadURL.URL)
+			require.NoError(t, err)
+			report, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.Equal(t, 3, strings.Count(strings.TrimSpace(string(report)), "\n")+1, "the header and the two refused rows: %s", report)
+
+			// bob raises the threshold and runs it again.
+			var in map[string]any
+			require.NoError(t, json.Unmarshal(got.InputVersions[0].Input, &in))
+			in["options"] = map[string]any{"maxFailedRows": 5}
+			var e struct{ EditAndRetry struct{ Status string } }
+			s.QueryAs(t, s.tok["bob"], `mutation($id: ID!, $in: JSON!) { editAndRetry(id: $id, input: $in, reason: "two bad rows are known") { status } }`, map[string]any{"id": id, "in": in}, &e)
+			require.Equal(t, "RETRY_PENDING", e.EditAndRetry.Status)
+			done := s.waitStatus(t, "alice", id, "SUCCESS")
+			require.Len(t, done.Instances, 2)
+			require.Equal(t, "FAILED", done.Instances[1].Status, "newest first: %+v", done.Instances)
+			require.Len(t, done.InputVersions, 2)
+			require.Len(t, done.InputVersions[1].Diff, 1)
+			c := done.InputVersions[1].Diff[0]
+			require.Equal(t, "/options/maxFailedRows CHANGED 1 5 false", fmt.Sprintf("%s %s %s %s %v", c.Path, c.Kind, c.Before, c.After, c.Masked))
+			var res struct{ Task struct{ ResultStatus string } }
+			s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { resultStatus } }`, map[string]any{"id": id}, &res)
+			require.Equal(t, "PARTIAL_SUCCESS", res.Task.ResultStatus)
+			var audit struct {
+				AuditLogs struct {
+					Edges []struct{ Node struct{ Actor string } }
+				}
+			}
+			s.QueryAs(t, s.tok["root"], `query($id: ID!) { auditLogs(where: {taskID: $id, action: REVIEW_EDIT}) { edges { node { actor } } } }`, map[string]any{"id": id}, &audit)
+			require.Len(t, audit.AuditLogs.Edges, 1)
+			require.Equal(t, "bob", audit.AuditLogs.Edges[0].Node.Actor)
+		})
 		t.Run("TwoReviewersAtOnceOneWins", func(t *testing.T) {
 			tk := s.create(t, "alice", map[string]any{"type": "checker", "input": map[string]any{"fail": true}})
 			s.waitStatus(t, "alice", tk.ID, "REVIEW_PENDING")
@@ -228,5 +301,73 @@ func TestReview(t *testing.T) {
 			// A task not FAILED cannot be replayed.
 			require.Equal(t, "INVALID_TRANSITION", code(t, s.DoAs(t, s.tok["alice"], `mutation($id: ID!) { replayWithInput(id: $id, input: {fail: false}, reason: "again") { id } }`, map[string]any{"id": tk.ID})))
 		})
+	})
+}
+
+// TestReviewDeadlines: a review whose deadline passed gets its policy's
+// outcome once, however many passes meet it at once: REJECT ends the task
+// FAILED (EXPIRED, audited as the system); ALERT leaves it waiting,
+// overdue, for the REVIEW_OVERDUE alert rules.
+func TestReviewDeadlines(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		register := func(r *tasktype.Registry) {
+			for name, on := range map[string]tasktype.DeadlineAction{"late-reject": tasktype.DeadlineReject, "late-alert": tasktype.DeadlineAlert} {
+				tasktype.Register(r, name, func(ctx context.Context, job *tasktype.Job, _ struct{}) error {
+					return tasktype.NonRetryable(errors.New("the totals differ"))
+				}, tasktype.WithReview(tasktype.ReviewPolicy{OnNonRetryable: true, Deadline: time.Millisecond, OnDeadline: on}))
+			}
+		}
+		// The loop never passes by itself during the test: its passes are
+		// the test's.
+		s := startSecured(t, dsn, app.Options{Register: register, ReviewDeadlines: engine.DeadlinesConfig{Delay: time.Hour, Interval: time.Hour}})
+		rejected := s.create(t, "alice", map[string]any{"type": "late-reject"})
+		alerted := s.create(t, "alice", map[string]any{"type": "late-alert"})
+		s.waitStatus(t, "alice", rejected.ID, "REVIEW_PENDING")
+		s.waitStatus(t, "alice", alerted.ID, "REVIEW_PENDING")
+
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		ran := make([]int, 3)
+		for i := range ran {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := s.App.ReviewDeadlines.Pass(ctx)
+				require.NoError(t, err)
+				ran[i] = n
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, 2, ran[0]+ran[1]+ran[2], "each review's outcome once: %v", ran)
+		n, err := s.App.ReviewDeadlines.Pass(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+
+		got := s.reviewOf(t, "alice", rejected.ID)
+		require.Equal(t, "FAILED", got.Status)
+		require.Equal(t, "EXPIRED", *got.Review.Decision)
+		require.Equal(t, "system", *got.Review.DecidedBy)
+		require.True(t, got.Review.Overdue)
+		var audit struct {
+			AuditLogs struct {
+				TotalCount int
+				Edges      []struct {
+					Node struct{ Actor, Outcome string }
+				}
+			}
+		}
+		s.QueryAs(t, s.tok["root"], `query($id: ID!) { auditLogs(where: {taskID: $id, action: REVIEW_EXPIRE}) { totalCount edges { node { actor outcome } } } }`, map[string]any{"id": rejected.ID}, &audit)
+		require.Equal(t, 1, audit.AuditLogs.TotalCount)
+		require.Equal(t, "system", audit.AuditLogs.Edges[0].Node.Actor)
+
+		still := s.reviewOf(t, "alice", alerted.ID)
+		require.Equal(t, "REVIEW_PENDING", still.Status)
+		require.True(t, still.Review.Overdue)
+		require.Nil(t, still.Review.Decision)
+		var q struct{ ReviewQueueStats struct{ Size, Overdue int } }
+		s.QueryAs(t, s.tok["bob"], `{ reviewQueueStats { size overdue } }`, nil, &q)
+		require.Equal(t, 1, q.ReviewQueueStats.Size)
+		require.Equal(t, 1, q.ReviewQueueStats.Overdue)
 	})
 }

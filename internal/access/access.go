@@ -90,6 +90,12 @@ func Install(c *ent.Client) {
 		case v.SeesEveryTenant():
 		case v.IsAdmin():
 			q.Where(artifact.Tenant(v.Tenant))
+		case v.CanMutate():
+			// An operator also sees the files of its tenant's review
+			// queue (an import's error report is a reviewer's evidence).
+			q.Where(artifact.Tenant(v.Tenant), artifact.Or(
+				artifact.And(artifact.OwnerSource(v.Source), artifact.Owner(v.User)),
+				func(s *sql.Selector) { s.Where(sql.In(s.C(artifact.FieldTaskID), taskIDs(reviewed(v)))) }))
 		default:
 			q.Where(artifact.Tenant(v.Tenant), artifact.OwnerSource(v.Source), artifact.Owner(v.User))
 		}
@@ -236,16 +242,21 @@ func taskPredicate(v auth.Viewer) predicate.Task {
 		// a four-eyes type) and those that were reviewed (so that a
 		// reviewer finds what it decided, and one who comes second learns
 		// that the task was decided, not that it vanished).
-		return task.And(task.Tenant(v.Tenant), task.Or(
-			task.And(task.OwnerSource(v.Source), task.Owner(v.User)),
-			task.AttentionStatusEQ(lifecycle.ReviewPending),
-			func(s *sql.Selector) {
-				r := sql.Table(taskreview.Table)
-				s.Where(sql.In(s.C(task.FieldID), sql.Select(r.C(taskreview.FieldTaskID)).From(r)))
-			}))
+		return task.Or(task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User)), reviewed(v))
 	default:
 		return task.And(task.Tenant(v.Tenant), task.OwnerSource(v.Source), task.Owner(v.User))
 	}
+}
+
+// reviewed is the review queue of v's tenant: the tasks waiting for
+// review, and those that were reviewed.
+func reviewed(v auth.Viewer) predicate.Task {
+	return task.And(task.Tenant(v.Tenant), task.Or(
+		task.AttentionStatusEQ(lifecycle.ReviewPending),
+		func(s *sql.Selector) {
+			r := sql.Table(taskreview.Table)
+			s.Where(sql.In(s.C(task.FieldID), sql.Select(r.C(taskreview.FieldTaskID)).From(r)))
+		}))
 }
 
 // schedulePredicate is the rule on schedules, the tasks' rule: nil when v

@@ -30,6 +30,7 @@ const (
 	ExitUsage     = 2 // the command line is wrong
 	ExitFailed    = 3 // the task ended FAILED
 	ExitCancelled = 4 // the task ended CANCELLED
+	ExitReview    = 5 // the task waits for a person's review (REVIEW_PENDING)
 )
 
 // Env is what a command runs with: its streams and environment.

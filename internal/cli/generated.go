@@ -12,6 +12,185 @@ import (
 	"github.com/Khan/genqlient/graphql"
 )
 
+// AcceptReviewAcceptReviewTask includes the requested fields of the GraphQL type Task.
+type AcceptReviewAcceptReviewTask struct {
+	TaskFields `json:"-"`
+}
+
+// GetId returns AcceptReviewAcceptReviewTask.Id, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetId() string { return v.TaskFields.Id }
+
+// GetCode returns AcceptReviewAcceptReviewTask.Code, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetCode() string { return v.TaskFields.Code }
+
+// GetType returns AcceptReviewAcceptReviewTask.Type, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetType() string { return v.TaskFields.Type }
+
+// GetTitle returns AcceptReviewAcceptReviewTask.Title, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetTitle() string { return v.TaskFields.Title }
+
+// GetStatus returns AcceptReviewAcceptReviewTask.Status, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetStatus() TaskStatus { return v.TaskFields.Status }
+
+// GetResultStatus returns AcceptReviewAcceptReviewTask.ResultStatus, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetResultStatus() *TaskResultStatus {
+	return v.TaskFields.ResultStatus
+}
+
+// GetOwner returns AcceptReviewAcceptReviewTask.Owner, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetOwner() string { return v.TaskFields.Owner }
+
+// GetPriority returns AcceptReviewAcceptReviewTask.Priority, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetPriority() int { return v.TaskFields.Priority }
+
+// GetProgressDone returns AcceptReviewAcceptReviewTask.ProgressDone, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetProgressDone() int { return v.TaskFields.ProgressDone }
+
+// GetProgressTotal returns AcceptReviewAcceptReviewTask.ProgressTotal, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetProgressTotal() int { return v.TaskFields.ProgressTotal }
+
+// GetCancelRequested returns AcceptReviewAcceptReviewTask.CancelRequested, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetCancelRequested() bool { return v.TaskFields.CancelRequested }
+
+// GetLastError returns AcceptReviewAcceptReviewTask.LastError, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetLastError() *string { return v.TaskFields.LastError }
+
+// GetMaxAttempts returns AcceptReviewAcceptReviewTask.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetMaxAttempts() int { return v.TaskFields.MaxAttempts }
+
+// GetRetryPolicy returns AcceptReviewAcceptReviewTask.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetRetryPolicy() string { return v.TaskFields.RetryPolicy }
+
+// GetAvailableActions returns AcceptReviewAcceptReviewTask.AvailableActions, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetAvailableActions() []TaskAction {
+	return v.TaskFields.AvailableActions
+}
+
+// GetVersion returns AcceptReviewAcceptReviewTask.Version, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetVersion() int { return v.TaskFields.Version }
+
+// GetCreatedAt returns AcceptReviewAcceptReviewTask.CreatedAt, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetCreatedAt() time.Time { return v.TaskFields.CreatedAt }
+
+// GetUpdatedAt returns AcceptReviewAcceptReviewTask.UpdatedAt, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetUpdatedAt() time.Time { return v.TaskFields.UpdatedAt }
+
+// GetFinishedAt returns AcceptReviewAcceptReviewTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetFinishedAt() *time.Time { return v.TaskFields.FinishedAt }
+
+// GetResult returns AcceptReviewAcceptReviewTask.Result, and is useful for accessing the field via an interface.
+func (v *AcceptReviewAcceptReviewTask) GetResult() *json.RawMessage { return v.TaskFields.Result }
+
+func (v *AcceptReviewAcceptReviewTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*AcceptReviewAcceptReviewTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.AcceptReviewAcceptReviewTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TaskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalAcceptReviewAcceptReviewTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Type string `json:"type"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	ResultStatus *TaskResultStatus `json:"resultStatus"`
+
+	Owner string `json:"owner"`
+
+	Priority int `json:"priority"`
+
+	ProgressDone int `json:"progressDone"`
+
+	ProgressTotal int `json:"progressTotal"`
+
+	CancelRequested bool `json:"cancelRequested"`
+
+	LastError *string `json:"lastError"`
+
+	MaxAttempts int `json:"maxAttempts"`
+
+	RetryPolicy string `json:"retryPolicy"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+
+	Version int `json:"version"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+
+	Result *json.RawMessage `json:"result"`
+}
+
+func (v *AcceptReviewAcceptReviewTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *AcceptReviewAcceptReviewTask) __premarshalJSON() (*__premarshalAcceptReviewAcceptReviewTask, error) {
+	var retval __premarshalAcceptReviewAcceptReviewTask
+
+	retval.Id = v.TaskFields.Id
+	retval.Code = v.TaskFields.Code
+	retval.Type = v.TaskFields.Type
+	retval.Title = v.TaskFields.Title
+	retval.Status = v.TaskFields.Status
+	retval.ResultStatus = v.TaskFields.ResultStatus
+	retval.Owner = v.TaskFields.Owner
+	retval.Priority = v.TaskFields.Priority
+	retval.ProgressDone = v.TaskFields.ProgressDone
+	retval.ProgressTotal = v.TaskFields.ProgressTotal
+	retval.CancelRequested = v.TaskFields.CancelRequested
+	retval.LastError = v.TaskFields.LastError
+	retval.MaxAttempts = v.TaskFields.MaxAttempts
+	retval.RetryPolicy = v.TaskFields.RetryPolicy
+	retval.AvailableActions = v.TaskFields.AvailableActions
+	retval.Version = v.TaskFields.Version
+	retval.CreatedAt = v.TaskFields.CreatedAt
+	retval.UpdatedAt = v.TaskFields.UpdatedAt
+	retval.FinishedAt = v.TaskFields.FinishedAt
+	retval.Result = v.TaskFields.Result
+	return &retval, nil
+}
+
+// AcceptReviewResponse is returned by AcceptReview on success.
+type AcceptReviewResponse struct {
+	// Accepts a task in REVIEW_PENDING as it is: it ends SUCCESS with its (partial) result.
+	AcceptReview AcceptReviewAcceptReviewTask `json:"acceptReview"`
+}
+
+// GetAcceptReview returns AcceptReviewResponse.AcceptReview, and is useful for accessing the field via an interface.
+func (v *AcceptReviewResponse) GetAcceptReview() AcceptReviewAcceptReviewTask { return v.AcceptReview }
+
 // AlertChannelFields includes the GraphQL fields of AlertChannel requested by the fragment AlertChannelFields.
 // The GraphQL type's documentation follows.
 //
@@ -439,6 +618,189 @@ type AlertRulesResponse struct {
 
 // GetAlertRules returns AlertRulesResponse.AlertRules, and is useful for accessing the field via an interface.
 func (v *AlertRulesResponse) GetAlertRules() []AlertRulesAlertRulesAlertRule { return v.AlertRules }
+
+// ApproveReviewApproveReviewTask includes the requested fields of the GraphQL type Task.
+type ApproveReviewApproveReviewTask struct {
+	TaskFields `json:"-"`
+}
+
+// GetId returns ApproveReviewApproveReviewTask.Id, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetId() string { return v.TaskFields.Id }
+
+// GetCode returns ApproveReviewApproveReviewTask.Code, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetCode() string { return v.TaskFields.Code }
+
+// GetType returns ApproveReviewApproveReviewTask.Type, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetType() string { return v.TaskFields.Type }
+
+// GetTitle returns ApproveReviewApproveReviewTask.Title, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetTitle() string { return v.TaskFields.Title }
+
+// GetStatus returns ApproveReviewApproveReviewTask.Status, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetStatus() TaskStatus { return v.TaskFields.Status }
+
+// GetResultStatus returns ApproveReviewApproveReviewTask.ResultStatus, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetResultStatus() *TaskResultStatus {
+	return v.TaskFields.ResultStatus
+}
+
+// GetOwner returns ApproveReviewApproveReviewTask.Owner, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetOwner() string { return v.TaskFields.Owner }
+
+// GetPriority returns ApproveReviewApproveReviewTask.Priority, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetPriority() int { return v.TaskFields.Priority }
+
+// GetProgressDone returns ApproveReviewApproveReviewTask.ProgressDone, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetProgressDone() int { return v.TaskFields.ProgressDone }
+
+// GetProgressTotal returns ApproveReviewApproveReviewTask.ProgressTotal, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetProgressTotal() int { return v.TaskFields.ProgressTotal }
+
+// GetCancelRequested returns ApproveReviewApproveReviewTask.CancelRequested, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetCancelRequested() bool {
+	return v.TaskFields.CancelRequested
+}
+
+// GetLastError returns ApproveReviewApproveReviewTask.LastError, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetLastError() *string { return v.TaskFields.LastError }
+
+// GetMaxAttempts returns ApproveReviewApproveReviewTask.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetMaxAttempts() int { return v.TaskFields.MaxAttempts }
+
+// GetRetryPolicy returns ApproveReviewApproveReviewTask.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetRetryPolicy() string { return v.TaskFields.RetryPolicy }
+
+// GetAvailableActions returns ApproveReviewApproveReviewTask.AvailableActions, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetAvailableActions() []TaskAction {
+	return v.TaskFields.AvailableActions
+}
+
+// GetVersion returns ApproveReviewApproveReviewTask.Version, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetVersion() int { return v.TaskFields.Version }
+
+// GetCreatedAt returns ApproveReviewApproveReviewTask.CreatedAt, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetCreatedAt() time.Time { return v.TaskFields.CreatedAt }
+
+// GetUpdatedAt returns ApproveReviewApproveReviewTask.UpdatedAt, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetUpdatedAt() time.Time { return v.TaskFields.UpdatedAt }
+
+// GetFinishedAt returns ApproveReviewApproveReviewTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetFinishedAt() *time.Time { return v.TaskFields.FinishedAt }
+
+// GetResult returns ApproveReviewApproveReviewTask.Result, and is useful for accessing the field via an interface.
+func (v *ApproveReviewApproveReviewTask) GetResult() *json.RawMessage { return v.TaskFields.Result }
+
+func (v *ApproveReviewApproveReviewTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ApproveReviewApproveReviewTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ApproveReviewApproveReviewTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TaskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalApproveReviewApproveReviewTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Type string `json:"type"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	ResultStatus *TaskResultStatus `json:"resultStatus"`
+
+	Owner string `json:"owner"`
+
+	Priority int `json:"priority"`
+
+	ProgressDone int `json:"progressDone"`
+
+	ProgressTotal int `json:"progressTotal"`
+
+	CancelRequested bool `json:"cancelRequested"`
+
+	LastError *string `json:"lastError"`
+
+	MaxAttempts int `json:"maxAttempts"`
+
+	RetryPolicy string `json:"retryPolicy"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+
+	Version int `json:"version"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+
+	Result *json.RawMessage `json:"result"`
+}
+
+func (v *ApproveReviewApproveReviewTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ApproveReviewApproveReviewTask) __premarshalJSON() (*__premarshalApproveReviewApproveReviewTask, error) {
+	var retval __premarshalApproveReviewApproveReviewTask
+
+	retval.Id = v.TaskFields.Id
+	retval.Code = v.TaskFields.Code
+	retval.Type = v.TaskFields.Type
+	retval.Title = v.TaskFields.Title
+	retval.Status = v.TaskFields.Status
+	retval.ResultStatus = v.TaskFields.ResultStatus
+	retval.Owner = v.TaskFields.Owner
+	retval.Priority = v.TaskFields.Priority
+	retval.ProgressDone = v.TaskFields.ProgressDone
+	retval.ProgressTotal = v.TaskFields.ProgressTotal
+	retval.CancelRequested = v.TaskFields.CancelRequested
+	retval.LastError = v.TaskFields.LastError
+	retval.MaxAttempts = v.TaskFields.MaxAttempts
+	retval.RetryPolicy = v.TaskFields.RetryPolicy
+	retval.AvailableActions = v.TaskFields.AvailableActions
+	retval.Version = v.TaskFields.Version
+	retval.CreatedAt = v.TaskFields.CreatedAt
+	retval.UpdatedAt = v.TaskFields.UpdatedAt
+	retval.FinishedAt = v.TaskFields.FinishedAt
+	retval.Result = v.TaskFields.Result
+	return &retval, nil
+}
+
+// ApproveReviewResponse is returned by ApproveReview on success.
+type ApproveReviewResponse struct {
+	// Approves a task in REVIEW_PENDING: a new instance with the same input (RETRY_PENDING). Operators and admins; with four-eyes, not the submitter (FORBIDDEN). A task already decided is INVALID_TRANSITION.
+	ApproveReview ApproveReviewApproveReviewTask `json:"approveReview"`
+}
+
+// GetApproveReview returns ApproveReviewResponse.ApproveReview, and is useful for accessing the field via an interface.
+func (v *ApproveReviewResponse) GetApproveReview() ApproveReviewApproveReviewTask {
+	return v.ApproveReview
+}
 
 // ArtifactDownloadUrlArtifactDownloadUrlDownloadLink includes the requested fields of the GraphQL type DownloadLink.
 // The GraphQL type's documentation follows.
@@ -2123,6 +2485,185 @@ func (v *DrainClusterNodeResponse) GetDrainClusterNode() DrainClusterNodeDrainCl
 	return v.DrainClusterNode
 }
 
+// EditAndRetryEditAndRetryTask includes the requested fields of the GraphQL type Task.
+type EditAndRetryEditAndRetryTask struct {
+	TaskFields `json:"-"`
+}
+
+// GetId returns EditAndRetryEditAndRetryTask.Id, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetId() string { return v.TaskFields.Id }
+
+// GetCode returns EditAndRetryEditAndRetryTask.Code, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetCode() string { return v.TaskFields.Code }
+
+// GetType returns EditAndRetryEditAndRetryTask.Type, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetType() string { return v.TaskFields.Type }
+
+// GetTitle returns EditAndRetryEditAndRetryTask.Title, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetTitle() string { return v.TaskFields.Title }
+
+// GetStatus returns EditAndRetryEditAndRetryTask.Status, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetStatus() TaskStatus { return v.TaskFields.Status }
+
+// GetResultStatus returns EditAndRetryEditAndRetryTask.ResultStatus, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetResultStatus() *TaskResultStatus {
+	return v.TaskFields.ResultStatus
+}
+
+// GetOwner returns EditAndRetryEditAndRetryTask.Owner, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetOwner() string { return v.TaskFields.Owner }
+
+// GetPriority returns EditAndRetryEditAndRetryTask.Priority, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetPriority() int { return v.TaskFields.Priority }
+
+// GetProgressDone returns EditAndRetryEditAndRetryTask.ProgressDone, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetProgressDone() int { return v.TaskFields.ProgressDone }
+
+// GetProgressTotal returns EditAndRetryEditAndRetryTask.ProgressTotal, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetProgressTotal() int { return v.TaskFields.ProgressTotal }
+
+// GetCancelRequested returns EditAndRetryEditAndRetryTask.CancelRequested, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetCancelRequested() bool { return v.TaskFields.CancelRequested }
+
+// GetLastError returns EditAndRetryEditAndRetryTask.LastError, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetLastError() *string { return v.TaskFields.LastError }
+
+// GetMaxAttempts returns EditAndRetryEditAndRetryTask.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetMaxAttempts() int { return v.TaskFields.MaxAttempts }
+
+// GetRetryPolicy returns EditAndRetryEditAndRetryTask.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetRetryPolicy() string { return v.TaskFields.RetryPolicy }
+
+// GetAvailableActions returns EditAndRetryEditAndRetryTask.AvailableActions, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetAvailableActions() []TaskAction {
+	return v.TaskFields.AvailableActions
+}
+
+// GetVersion returns EditAndRetryEditAndRetryTask.Version, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetVersion() int { return v.TaskFields.Version }
+
+// GetCreatedAt returns EditAndRetryEditAndRetryTask.CreatedAt, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetCreatedAt() time.Time { return v.TaskFields.CreatedAt }
+
+// GetUpdatedAt returns EditAndRetryEditAndRetryTask.UpdatedAt, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetUpdatedAt() time.Time { return v.TaskFields.UpdatedAt }
+
+// GetFinishedAt returns EditAndRetryEditAndRetryTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetFinishedAt() *time.Time { return v.TaskFields.FinishedAt }
+
+// GetResult returns EditAndRetryEditAndRetryTask.Result, and is useful for accessing the field via an interface.
+func (v *EditAndRetryEditAndRetryTask) GetResult() *json.RawMessage { return v.TaskFields.Result }
+
+func (v *EditAndRetryEditAndRetryTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*EditAndRetryEditAndRetryTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.EditAndRetryEditAndRetryTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TaskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalEditAndRetryEditAndRetryTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Type string `json:"type"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	ResultStatus *TaskResultStatus `json:"resultStatus"`
+
+	Owner string `json:"owner"`
+
+	Priority int `json:"priority"`
+
+	ProgressDone int `json:"progressDone"`
+
+	ProgressTotal int `json:"progressTotal"`
+
+	CancelRequested bool `json:"cancelRequested"`
+
+	LastError *string `json:"lastError"`
+
+	MaxAttempts int `json:"maxAttempts"`
+
+	RetryPolicy string `json:"retryPolicy"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+
+	Version int `json:"version"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+
+	Result *json.RawMessage `json:"result"`
+}
+
+func (v *EditAndRetryEditAndRetryTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *EditAndRetryEditAndRetryTask) __premarshalJSON() (*__premarshalEditAndRetryEditAndRetryTask, error) {
+	var retval __premarshalEditAndRetryEditAndRetryTask
+
+	retval.Id = v.TaskFields.Id
+	retval.Code = v.TaskFields.Code
+	retval.Type = v.TaskFields.Type
+	retval.Title = v.TaskFields.Title
+	retval.Status = v.TaskFields.Status
+	retval.ResultStatus = v.TaskFields.ResultStatus
+	retval.Owner = v.TaskFields.Owner
+	retval.Priority = v.TaskFields.Priority
+	retval.ProgressDone = v.TaskFields.ProgressDone
+	retval.ProgressTotal = v.TaskFields.ProgressTotal
+	retval.CancelRequested = v.TaskFields.CancelRequested
+	retval.LastError = v.TaskFields.LastError
+	retval.MaxAttempts = v.TaskFields.MaxAttempts
+	retval.RetryPolicy = v.TaskFields.RetryPolicy
+	retval.AvailableActions = v.TaskFields.AvailableActions
+	retval.Version = v.TaskFields.Version
+	retval.CreatedAt = v.TaskFields.CreatedAt
+	retval.UpdatedAt = v.TaskFields.UpdatedAt
+	retval.FinishedAt = v.TaskFields.FinishedAt
+	retval.Result = v.TaskFields.Result
+	return &retval, nil
+}
+
+// EditAndRetryResponse is returned by EditAndRetry on success.
+type EditAndRetryResponse struct {
+	// Retries a task in REVIEW_PENDING with an edited input, validated by its type's schema and masked like any input (a new input version; the diff is on inputVersions).
+	EditAndRetry EditAndRetryEditAndRetryTask `json:"editAndRetry"`
+}
+
+// GetEditAndRetry returns EditAndRetryResponse.EditAndRetry, and is useful for accessing the field via an interface.
+func (v *EditAndRetryResponse) GetEditAndRetry() EditAndRetryEditAndRetryTask { return v.EditAndRetry }
+
 // ErrorKind is enum for the field error_kind
 type ErrorKind string
 
@@ -3225,6 +3766,185 @@ type PauseTypeResponse struct {
 
 // GetPauseType returns PauseTypeResponse.PauseType, and is useful for accessing the field via an interface.
 func (v *PauseTypeResponse) GetPauseType() PauseTypePauseTypeTypeControl { return v.PauseType }
+
+// RejectReviewRejectReviewTask includes the requested fields of the GraphQL type Task.
+type RejectReviewRejectReviewTask struct {
+	TaskFields `json:"-"`
+}
+
+// GetId returns RejectReviewRejectReviewTask.Id, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetId() string { return v.TaskFields.Id }
+
+// GetCode returns RejectReviewRejectReviewTask.Code, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetCode() string { return v.TaskFields.Code }
+
+// GetType returns RejectReviewRejectReviewTask.Type, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetType() string { return v.TaskFields.Type }
+
+// GetTitle returns RejectReviewRejectReviewTask.Title, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetTitle() string { return v.TaskFields.Title }
+
+// GetStatus returns RejectReviewRejectReviewTask.Status, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetStatus() TaskStatus { return v.TaskFields.Status }
+
+// GetResultStatus returns RejectReviewRejectReviewTask.ResultStatus, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetResultStatus() *TaskResultStatus {
+	return v.TaskFields.ResultStatus
+}
+
+// GetOwner returns RejectReviewRejectReviewTask.Owner, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetOwner() string { return v.TaskFields.Owner }
+
+// GetPriority returns RejectReviewRejectReviewTask.Priority, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetPriority() int { return v.TaskFields.Priority }
+
+// GetProgressDone returns RejectReviewRejectReviewTask.ProgressDone, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetProgressDone() int { return v.TaskFields.ProgressDone }
+
+// GetProgressTotal returns RejectReviewRejectReviewTask.ProgressTotal, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetProgressTotal() int { return v.TaskFields.ProgressTotal }
+
+// GetCancelRequested returns RejectReviewRejectReviewTask.CancelRequested, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetCancelRequested() bool { return v.TaskFields.CancelRequested }
+
+// GetLastError returns RejectReviewRejectReviewTask.LastError, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetLastError() *string { return v.TaskFields.LastError }
+
+// GetMaxAttempts returns RejectReviewRejectReviewTask.MaxAttempts, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetMaxAttempts() int { return v.TaskFields.MaxAttempts }
+
+// GetRetryPolicy returns RejectReviewRejectReviewTask.RetryPolicy, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetRetryPolicy() string { return v.TaskFields.RetryPolicy }
+
+// GetAvailableActions returns RejectReviewRejectReviewTask.AvailableActions, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetAvailableActions() []TaskAction {
+	return v.TaskFields.AvailableActions
+}
+
+// GetVersion returns RejectReviewRejectReviewTask.Version, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetVersion() int { return v.TaskFields.Version }
+
+// GetCreatedAt returns RejectReviewRejectReviewTask.CreatedAt, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetCreatedAt() time.Time { return v.TaskFields.CreatedAt }
+
+// GetUpdatedAt returns RejectReviewRejectReviewTask.UpdatedAt, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetUpdatedAt() time.Time { return v.TaskFields.UpdatedAt }
+
+// GetFinishedAt returns RejectReviewRejectReviewTask.FinishedAt, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetFinishedAt() *time.Time { return v.TaskFields.FinishedAt }
+
+// GetResult returns RejectReviewRejectReviewTask.Result, and is useful for accessing the field via an interface.
+func (v *RejectReviewRejectReviewTask) GetResult() *json.RawMessage { return v.TaskFields.Result }
+
+func (v *RejectReviewRejectReviewTask) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*RejectReviewRejectReviewTask
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.RejectReviewRejectReviewTask = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.TaskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalRejectReviewRejectReviewTask struct {
+	Id string `json:"id"`
+
+	Code string `json:"code"`
+
+	Type string `json:"type"`
+
+	Title string `json:"title"`
+
+	Status TaskStatus `json:"status"`
+
+	ResultStatus *TaskResultStatus `json:"resultStatus"`
+
+	Owner string `json:"owner"`
+
+	Priority int `json:"priority"`
+
+	ProgressDone int `json:"progressDone"`
+
+	ProgressTotal int `json:"progressTotal"`
+
+	CancelRequested bool `json:"cancelRequested"`
+
+	LastError *string `json:"lastError"`
+
+	MaxAttempts int `json:"maxAttempts"`
+
+	RetryPolicy string `json:"retryPolicy"`
+
+	AvailableActions []TaskAction `json:"availableActions"`
+
+	Version int `json:"version"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	FinishedAt *time.Time `json:"finishedAt"`
+
+	Result *json.RawMessage `json:"result"`
+}
+
+func (v *RejectReviewRejectReviewTask) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *RejectReviewRejectReviewTask) __premarshalJSON() (*__premarshalRejectReviewRejectReviewTask, error) {
+	var retval __premarshalRejectReviewRejectReviewTask
+
+	retval.Id = v.TaskFields.Id
+	retval.Code = v.TaskFields.Code
+	retval.Type = v.TaskFields.Type
+	retval.Title = v.TaskFields.Title
+	retval.Status = v.TaskFields.Status
+	retval.ResultStatus = v.TaskFields.ResultStatus
+	retval.Owner = v.TaskFields.Owner
+	retval.Priority = v.TaskFields.Priority
+	retval.ProgressDone = v.TaskFields.ProgressDone
+	retval.ProgressTotal = v.TaskFields.ProgressTotal
+	retval.CancelRequested = v.TaskFields.CancelRequested
+	retval.LastError = v.TaskFields.LastError
+	retval.MaxAttempts = v.TaskFields.MaxAttempts
+	retval.RetryPolicy = v.TaskFields.RetryPolicy
+	retval.AvailableActions = v.TaskFields.AvailableActions
+	retval.Version = v.TaskFields.Version
+	retval.CreatedAt = v.TaskFields.CreatedAt
+	retval.UpdatedAt = v.TaskFields.UpdatedAt
+	retval.FinishedAt = v.TaskFields.FinishedAt
+	retval.Result = v.TaskFields.Result
+	return &retval, nil
+}
+
+// RejectReviewResponse is returned by RejectReview on success.
+type RejectReviewResponse struct {
+	// Rejects a task in REVIEW_PENDING: it ends FAILED with the reason.
+	RejectReview RejectReviewRejectReviewTask `json:"rejectReview"`
+}
+
+// GetRejectReview returns RejectReviewResponse.RejectReview, and is useful for accessing the field via an interface.
+func (v *RejectReviewResponse) GetRejectReview() RejectReviewRejectReviewTask { return v.RejectReview }
 
 // ResumeScheduleResponse is returned by ResumeSchedule on success.
 type ResumeScheduleResponse struct {
@@ -6188,6 +6908,30 @@ func (v *TypeControlsTypeControlsTypeControl) __premarshalJSON() (*__premarshalT
 	return &retval, nil
 }
 
+// __AcceptReviewInput is used internally by genqlient
+type __AcceptReviewInput struct {
+	Id     string  `json:"id"`
+	Reason *string `json:"reason"`
+}
+
+// GetId returns __AcceptReviewInput.Id, and is useful for accessing the field via an interface.
+func (v *__AcceptReviewInput) GetId() string { return v.Id }
+
+// GetReason returns __AcceptReviewInput.Reason, and is useful for accessing the field via an interface.
+func (v *__AcceptReviewInput) GetReason() *string { return v.Reason }
+
+// __ApproveReviewInput is used internally by genqlient
+type __ApproveReviewInput struct {
+	Id     string  `json:"id"`
+	Reason *string `json:"reason"`
+}
+
+// GetId returns __ApproveReviewInput.Id, and is useful for accessing the field via an interface.
+func (v *__ApproveReviewInput) GetId() string { return v.Id }
+
+// GetReason returns __ApproveReviewInput.Reason, and is useful for accessing the field via an interface.
+func (v *__ApproveReviewInput) GetReason() *string { return v.Reason }
+
 // __ArtifactDownloadUrlInput is used internally by genqlient
 type __ArtifactDownloadUrlInput struct {
 	TaskId string        `json:"taskId"`
@@ -6327,6 +7071,22 @@ func (v *__DrainClusterNodeInput) GetId() string { return v.Id }
 
 // GetDrain returns __DrainClusterNodeInput.Drain, and is useful for accessing the field via an interface.
 func (v *__DrainClusterNodeInput) GetDrain() bool { return v.Drain }
+
+// __EditAndRetryInput is used internally by genqlient
+type __EditAndRetryInput struct {
+	Id     string          `json:"id"`
+	Input  json.RawMessage `json:"input"`
+	Reason string          `json:"reason"`
+}
+
+// GetId returns __EditAndRetryInput.Id, and is useful for accessing the field via an interface.
+func (v *__EditAndRetryInput) GetId() string { return v.Id }
+
+// GetInput returns __EditAndRetryInput.Input, and is useful for accessing the field via an interface.
+func (v *__EditAndRetryInput) GetInput() json.RawMessage { return v.Input }
+
+// GetReason returns __EditAndRetryInput.Reason, and is useful for accessing the field via an interface.
+func (v *__EditAndRetryInput) GetReason() string { return v.Reason }
 
 // __GetTaskInput is used internally by genqlient
 type __GetTaskInput struct {
@@ -6468,6 +7228,18 @@ func (v *__PauseTypeInput) GetTypeName() string { return v.TypeName }
 // GetUntil returns __PauseTypeInput.Until, and is useful for accessing the field via an interface.
 func (v *__PauseTypeInput) GetUntil() *time.Time { return v.Until }
 
+// __RejectReviewInput is used internally by genqlient
+type __RejectReviewInput struct {
+	Id     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// GetId returns __RejectReviewInput.Id, and is useful for accessing the field via an interface.
+func (v *__RejectReviewInput) GetId() string { return v.Id }
+
+// GetReason returns __RejectReviewInput.Reason, and is useful for accessing the field via an interface.
+func (v *__RejectReviewInput) GetReason() string { return v.Reason }
+
 // __ResumeScheduleInput is used internally by genqlient
 type __ResumeScheduleInput struct {
 	Id string `json:"id"`
@@ -6568,6 +7340,64 @@ type __TypeControlInput struct {
 // GetTypeName returns __TypeControlInput.TypeName, and is useful for accessing the field via an interface.
 func (v *__TypeControlInput) GetTypeName() string { return v.TypeName }
 
+// The mutation executed by AcceptReview.
+const AcceptReview_Operation = `
+mutation AcceptReview ($id: ID!, $reason: String) {
+	acceptReview(id: $id, reason: $reason) {
+		... TaskFields
+	}
+}
+fragment TaskFields on Task {
+	id
+	code
+	type
+	title
+	status
+	resultStatus
+	owner
+	priority
+	progressDone
+	progressTotal
+	cancelRequested
+	lastError
+	maxAttempts
+	retryPolicy
+	availableActions
+	version
+	createdAt
+	updatedAt
+	finishedAt
+	result
+}
+`
+
+func AcceptReview(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	reason *string,
+) (data_ *AcceptReviewResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AcceptReview",
+		Query:  AcceptReview_Operation,
+		Variables: &__AcceptReviewInput{
+			Id:     id,
+			Reason: reason,
+		},
+	}
+
+	data_ = &AcceptReviewResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by AlertChannels.
 const AlertChannels_Operation = `
 query AlertChannels {
@@ -6639,6 +7469,64 @@ func AlertRules(
 	}
 
 	data_ = &AlertRulesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ApproveReview.
+const ApproveReview_Operation = `
+mutation ApproveReview ($id: ID!, $reason: String) {
+	approveReview(id: $id, reason: $reason) {
+		... TaskFields
+	}
+}
+fragment TaskFields on Task {
+	id
+	code
+	type
+	title
+	status
+	resultStatus
+	owner
+	priority
+	progressDone
+	progressTotal
+	cancelRequested
+	lastError
+	maxAttempts
+	retryPolicy
+	availableActions
+	version
+	createdAt
+	updatedAt
+	finishedAt
+	result
+}
+`
+
+func ApproveReview(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	reason *string,
+) (data_ *ApproveReviewResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ApproveReview",
+		Query:  ApproveReview_Operation,
+		Variables: &__ApproveReviewInput{
+			Id:     id,
+			Reason: reason,
+		},
+	}
+
+	data_ = &ApproveReviewResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -7298,6 +8186,66 @@ func DrainClusterNode(
 	return data_, err_
 }
 
+// The mutation executed by EditAndRetry.
+const EditAndRetry_Operation = `
+mutation EditAndRetry ($id: ID!, $input: JSON!, $reason: String!) {
+	editAndRetry(id: $id, input: $input, reason: $reason) {
+		... TaskFields
+	}
+}
+fragment TaskFields on Task {
+	id
+	code
+	type
+	title
+	status
+	resultStatus
+	owner
+	priority
+	progressDone
+	progressTotal
+	cancelRequested
+	lastError
+	maxAttempts
+	retryPolicy
+	availableActions
+	version
+	createdAt
+	updatedAt
+	finishedAt
+	result
+}
+`
+
+func EditAndRetry(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	input json.RawMessage,
+	reason string,
+) (data_ *EditAndRetryResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "EditAndRetry",
+		Query:  EditAndRetry_Operation,
+		Variables: &__EditAndRetryInput{
+			Id:     id,
+			Input:  input,
+			Reason: reason,
+		},
+	}
+
+	data_ = &EditAndRetryResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by GetTask.
 const GetTask_Operation = `
 query GetTask ($id: ID!) {
@@ -7586,6 +8534,64 @@ func PauseType(
 	}
 
 	data_ = &PauseTypeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by RejectReview.
+const RejectReview_Operation = `
+mutation RejectReview ($id: ID!, $reason: String!) {
+	rejectReview(id: $id, reason: $reason) {
+		... TaskFields
+	}
+}
+fragment TaskFields on Task {
+	id
+	code
+	type
+	title
+	status
+	resultStatus
+	owner
+	priority
+	progressDone
+	progressTotal
+	cancelRequested
+	lastError
+	maxAttempts
+	retryPolicy
+	availableActions
+	version
+	createdAt
+	updatedAt
+	finishedAt
+	result
+}
+`
+
+func RejectReview(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	reason string,
+) (data_ *RejectReviewResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "RejectReview",
+		Query:  RejectReview_Operation,
+		Variables: &__RejectReviewInput{
+			Id:     id,
+			Reason: reason,
+		},
+	}
+
+	data_ = &RejectReviewResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -20,11 +20,13 @@ Commands:
   list           tasks, newest first (--status, --type, --search, --all...)
   cancel ID      cancel a task (a running one stops when its handler sees it)
   retry ID       run a FAILED task again (a new execution; the failed one is kept)
+  review approve|edit|accept|reject ID
+                 decide on a task waiting for review (REVIEW_PENDING)
   watch ID       follow a task's changes until it ends (--follow: until interrupted)
   logs ID        a task's log lines (--follow: and the new ones as they come)
 
 taskgraph task COMMAND -h shows a command's flags.
-Exit codes: 0 done (the task succeeded), 1 failure, 2 usage error, 3 the task FAILED, 4 the task was CANCELLED.
+Exit codes: 0 done (the task succeeded), 1 failure, 2 usage error, 3 the task FAILED, 4 the task was CANCELLED, 5 the task waits for review.
 `
 
 func runTask(env *Env, args []string) int {
@@ -37,7 +39,7 @@ func runTask(env *Env, args []string) int {
 	}
 	sub := map[string]func(*Env, []string) int{
 		"create": taskCreate, "get": taskGet, "list": taskList, "cancel": taskCancel,
-		"retry": taskRetry, "watch": taskWatch, "logs": taskLogs,
+		"retry": taskRetry, "watch": taskWatch, "logs": taskLogs, "review": taskReview,
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
 		fmt.Fprint(env.Stdout, taskUsage)

@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// terminal reports whether a task in status s has ended: no automatic
-// execution follows (a FAILED task may still be retried by hand).
+// terminal reports whether a task in status s has ended, or waits for a
+// person: no automatic execution follows (a FAILED task may still be
+// retried by hand, one in REVIEW_PENDING is decided by a reviewer).
 func terminal(s TaskStatus) bool {
-	return s == "SUCCESS" || s == "FAILED" || s == "CANCELLED"
+	return s == "SUCCESS" || s == "FAILED" || s == "CANCELLED" || s == "REVIEW_PENDING"
 }
 
 // outcome is the exit of a command that waited for a task.
@@ -24,6 +25,8 @@ func outcome(t *TaskFields) error {
 		return &exitError{code: ExitFailed, msg: fmt.Sprintf("task %s FAILED: %s", t.Id, deref(t.LastError))}
 	case "CANCELLED":
 		return &exitError{code: ExitCancelled, msg: fmt.Sprintf("task %s was CANCELLED", t.Id)}
+	case "REVIEW_PENDING":
+		return &exitError{code: ExitReview, msg: fmt.Sprintf("task %s waits for review: %s (taskgraph task review approve|edit|accept|reject %s)", t.Id, deref(t.LastError), t.Id)}
 	}
 	return nil
 }

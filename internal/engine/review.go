@@ -275,6 +275,8 @@ type Deadlines struct {
 type DeadlinesConfig struct {
 	// Interval between passes. Default: DeadlinesInterval.
 	Interval time.Duration
+	// Delay before the first pass. Default: a second.
+	Delay time.Duration
 	// Leader, when set, lets only the leading node pass.
 	Leader func(context.Context) (bool, error)
 	Quiet  func(error) bool
@@ -288,7 +290,7 @@ const DeadlinesInterval = 10 * time.Second
 func NewDeadlines(cfg DeadlinesConfig, e *Engine) (*Deadlines, error) {
 	d := &Deadlines{e: e, batch: 100}
 	loop, err := service.New(service.Config[int]{
-		Name: "review-deadlines", Interval: cmp.Or(cfg.Interval, DeadlinesInterval), Delay: time.Second,
+		Name: "review-deadlines", Interval: cmp.Or(cfg.Interval, DeadlinesInterval), Delay: cmp.Or(cfg.Delay, time.Second),
 		Leader: cfg.Leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
 	}, d.Pass)
 	if err != nil {

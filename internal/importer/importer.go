@@ -100,6 +100,24 @@ type Options struct {
 	// DryRun validates every row and writes the error report, but writes
 	// no row.
 	DryRun bool `json:"dryRun,omitempty" jsonschema:"description=Validate only: write the error report but no rows"`
+	// MaxFailedRows, when set, is how many refused rows an import may
+	// have before a person must decide on it: past it, the import waits
+	// for review (REVIEW_PENDING) with its counts and its error report
+	// as evidence, instead of ending PARTIAL_SUCCESS or FAILED.
+	MaxFailedRows *int `json:"maxFailedRows,omitempty" jsonschema:"minimum=0,description=Refused rows allowed before a person must review the import"`
+}
+
+// ReviewEvidence is what an import over its failed-rows threshold leaves
+// for its reviewer.
+type ReviewEvidence struct {
+	TotalCount    int    `json:"totalCount"`
+	SuccessCount  int    `json:"successCount"`
+	FailedCount   int    `json:"failedCount"`
+	MaxFailedRows int    `json:"maxFailedRows"`
+	// ReportFile names the error report (xlsx; a CSV twin beside it):
+	// the task's artifacts of kind ERROR_REPORT, which the review's
+	// files list (artifactDownloadUrl downloads them).
+	ReportFile string `json:"reportFile"`
 }
 
 // FileInfo is what the upload learnt about the file.
@@ -229,6 +247,17 @@ func (im *Importer) run(ctx context.Context, job *tasktype.Job, in Input) (*Summ
 			return summary, err
 		}
 		summary.ReportFile = &name
+	}
+	if limit := in.Options.MaxFailedRows; limit != nil && total > 0 && sp.rows > *limit {
+		summary.Status = StatusPartialSuccess
+		if sp.rows == total {
+			summary.Status = StatusFailed
+		}
+		job.Warn("import over its failed-rows threshold: waiting for review", "failed", sp.rows, "threshold", *limit)
+		return summary, tasktype.NeedsReview(
+			fmt.Errorf("%d of %d rows were refused, over the threshold of %d; see the error report", sp.rows, total, *limit),
+			ReviewEvidence{TotalCount: total, SuccessCount: summary.SuccessCount, FailedCount: sp.rows, MaxFailedRows: *limit,
+				ReportFile: *summary.ReportFile})
 	}
 	switch {
 	case total == 0:
