@@ -15,7 +15,7 @@ after(async () => {
   await env.close();
 });
 
-const specs = ['./specs/launch.spec.mjs', './specs/actions.spec.mjs', './specs/list.spec.mjs', './specs/dashboard.spec.mjs', './specs/login.spec.mjs', './specs/responsive.spec.mjs', './specs/connection.spec.mjs', './specs/schedules.spec.mjs', './specs/alerts.spec.mjs', './specs/bulkfilter.spec.mjs', './specs/nodes.spec.mjs', './specs/payload.spec.mjs', './specs/audit.spec.mjs'];
+const specs = ['./specs/launch.spec.mjs', './specs/actions.spec.mjs', './specs/list.spec.mjs', './specs/dashboard.spec.mjs', './specs/login.spec.mjs', './specs/responsive.spec.mjs', './specs/connection.spec.mjs', './specs/schedules.spec.mjs', './specs/alerts.spec.mjs', './specs/bulkfilter.spec.mjs', './specs/nodes.spec.mjs', './specs/payload.spec.mjs', './specs/audit.spec.mjs', './specs/review.spec.mjs'];
 const hasImport = await env.server.supports(IMPORT_PROBE, 'importFile');
 if (hasImport) {
   specs.push('./specs/import.spec.mjs');

@@ -25,6 +25,8 @@ export interface Review {
   decidedAt: string | null;
   decisionReason: string | null;
   inputVersion: number | null;
+  // The evidence's files (an import's error reports), downloaded by kind.
+  files: { id: string; kind: string; filename: string; size: number }[];
 }
 
 export interface InputVersion {
@@ -59,6 +61,7 @@ export interface QueueStats {
 const REVIEW = `
   id instanceNo trigger reason evidence since deadline onDeadline overdue fourEyes submittedBy
   decision decidedBy decidedAt decisionReason inputVersion
+  files { id kind filename size }
 `;
 
 const QUEUE_ROW = `${ROW} tenant review { ${REVIEW} }`;

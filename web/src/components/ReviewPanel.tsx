@@ -133,10 +133,18 @@ function ReviewSummary({ review: r }: { review: Review }) {
   );
 }
 
+// The counts an import leaves, by their names; any other count shows its key.
+const COUNT_LABELS: Record<string, MessageKey> = {
+  totalCount: 'detail.import.total',
+  successCount: 'detail.import.success',
+  failedCount: 'detail.import.failed',
+  maxFailedRows: 'review.threshold',
+};
+
 function Evidence({ task, review }: { task: ReviewTask; review: Review }) {
   const { t } = useI18n();
   const parts = evidenceParts(review.evidence);
-  const report = parts.hasReport || !!importResult(task.result)?.reportFile;
+  const report = (review.files ?? []).some((f) => f.kind === 'ERROR_REPORT') || parts.hasReport || !!importResult(task.result)?.reportFile;
   const empty = !parts.counts.length && !parts.rows.length && !parts.rest && parts.raw === null;
   if (empty && !report) return null;
   return (
@@ -146,7 +154,7 @@ function Evidence({ task, review }: { task: ReviewTask; review: Review }) {
         <dl className="counters">
           {parts.counts.map(([k, v]) => (
             <div key={k}>
-              <dt>{k}</dt>
+              <dt>{COUNT_LABELS[k] ? t(COUNT_LABELS[k]) : k}</dt>
               <dd data-testid={`evidence-${k}`}>{v}</dd>
             </div>
           ))}

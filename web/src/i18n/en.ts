@@ -465,6 +465,7 @@ export const en = {
   'review.decisionReason': 'Reason',
   'review.execution': 'Execution #{n}',
   'review.evidence': 'Evidence',
+  'review.threshold': 'Refused rows allowed',
   'review.failedRows': 'Failed rows',
   'review.rowNo': 'Row',
   'review.rowProblems': 'Problems',

@@ -466,6 +466,7 @@ export const zh: Record<MessageKey, string> = {
   'review.decisionReason': '理由',
   'review.execution': '第 {n} 次执行',
   'review.evidence': '证据',
+  'review.threshold': '允许拒绝的行数',
   'review.failedRows': '失败的行',
   'review.rowNo': '行号',
   'review.rowProblems': '问题',
