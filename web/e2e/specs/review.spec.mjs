@@ -3,7 +3,8 @@
 // shows it live, opens it with its evidence, edits its input (the server's
 // validation inline, the diff field by field with the sensitive header
 // "changed" and never in clear), retries it; another is rejected with a
-// reason; a bulk reject over the filter after typing the count; an import
+// reason, then replayed from its task page with an edited input; a bulk
+// reject over the filter after typing the count; an import
 // over its failed-rows threshold shows its counts and error report and is
 // accepted; the dashboard shows the queue's size and oldest item. (The
 // four-eyes refusal's sentence is a component test: no type this server
@@ -161,6 +162,16 @@ export function register(env) {
       assert.equal(rejected.task.status, 'FAILED');
       assert.equal(rejected.task.review.decision, 'REJECTED');
       assert.equal(rejected.task.review.decisionReason, 'e2e: the order was withdrawn');
+
+      // FAILED now: its page offers a replay with an edited input, kept as a new version.
+      await page.goto(env.url(`tasks/${b.id}`));
+      await page.getByTestId('decide-REPLAY_WITH_INPUT').click();
+      await page.getByTestId('input-editor-json').fill(JSON.stringify({ url: `${rcv.base}/ok` }));
+      await page.getByTestId('input-editor-reason').fill('e2e: the order came back');
+      await page.getByTestId('input-editor-submit').click();
+      await page.locator('.task-head [data-testid="status-chip"][data-status="SUCCESS"]').waitFor({ timeout: 45_000 });
+      await page.locator('[data-testid="input-version"][data-version="2"] [data-testid="diff-row"][data-path="/url"]').waitFor();
+      await page.locator('[data-testid="review-current"][data-decision="REJECTED"]').waitFor();
 
       // Bulk reject over the filter, after typing the count.
       const c = await env.server.createTask({ type: 'webhook', title: 'e2e review: bulk 1', maxAttempts: 1, review: true, input: { url: `${rcv.base}/bad` } });
