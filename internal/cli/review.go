@@ -114,7 +114,6 @@ func taskReview(env *Env, args []string) int {
 	}())
 }
 
-
 // optional is s, or nil when it is empty.
 func optional(s string) *string {
 	if s == "" {

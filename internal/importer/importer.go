@@ -110,10 +110,10 @@ type Options struct {
 // ReviewEvidence is what an import over its failed-rows threshold leaves
 // for its reviewer.
 type ReviewEvidence struct {
-	TotalCount    int    `json:"totalCount"`
-	SuccessCount  int    `json:"successCount"`
-	FailedCount   int    `json:"failedCount"`
-	MaxFailedRows int    `json:"maxFailedRows"`
+	TotalCount    int `json:"totalCount"`
+	SuccessCount  int `json:"successCount"`
+	FailedCount   int `json:"failedCount"`
+	MaxFailedRows int `json:"maxFailedRows"`
 	// ReportFile names the error report (xlsx; a CSV twin beside it):
 	// the task's artifacts of kind ERROR_REPORT, which the review's
 	// files list (artifactDownloadUrl downloads them).

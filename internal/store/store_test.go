@@ -207,7 +207,7 @@ func requireMirrored(t testing.TB, s *store.Store, taskID int) {
 	}
 	require.LessOrEqual(t, live, 1, "live instances")
 	switch tk.Status {
-	case lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending:
+	case lifecycle.Failed, lifecycle.Cancelled, lifecycle.RetryPending, lifecycle.ReviewPending:
 		require.NotNil(t, tk.AttentionStatus, "attention_status of a %s task", tk.Status)
 		require.Equal(t, tk.Status, *tk.AttentionStatus, "attention_status follows status")
 	default:
