@@ -14,7 +14,7 @@ after(async () => {
   await env.close();
 });
 
-const specs = ['./specs/launch.spec.mjs', './specs/actions.spec.mjs', './specs/list.spec.mjs', './specs/dashboard.spec.mjs', './specs/login.spec.mjs', './specs/responsive.spec.mjs', './specs/connection.spec.mjs', './specs/schedules.spec.mjs', './specs/alerts.spec.mjs', './specs/bulkfilter.spec.mjs', './specs/nodes.spec.mjs', './specs/workers.spec.mjs', './specs/payload.spec.mjs', './specs/audit.spec.mjs', './specs/import.spec.mjs', './specs/times.spec.mjs', './specs/pageloads.spec.mjs', './specs/workflow.spec.mjs'];
+const specs = ['./specs/launch.spec.mjs', './specs/actions.spec.mjs', './specs/list.spec.mjs', './specs/dashboard.spec.mjs', './specs/login.spec.mjs', './specs/responsive.spec.mjs', './specs/connection.spec.mjs', './specs/schedules.spec.mjs', './specs/alerts.spec.mjs', './specs/bulkfilter.spec.mjs', './specs/nodes.spec.mjs', './specs/workers.spec.mjs', './specs/payload.spec.mjs', './specs/audit.spec.mjs', './specs/import.spec.mjs', './specs/times.spec.mjs', './specs/pageloads.spec.mjs', './specs/workflow.spec.mjs', './specs/review.spec.mjs'];
 for (const spec of specs) {
   const mod = await import(spec);
   mod.register(env);

@@ -11,6 +11,7 @@ import { Dashboard } from './pages/Dashboard';
 import { ImportPage } from './pages/Import';
 import { Launch } from './pages/Launch';
 import { Nodes } from './pages/Nodes';
+import { ReviewQueue } from './pages/Review';
 import { Login } from './pages/Login';
 import { ScheduleDetail } from './pages/ScheduleDetail';
 import { Schedules } from './pages/Schedules';
@@ -53,6 +54,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
     { to: '/', label: t('nav.dashboard'), id: 'dashboard', show: true },
     { to: '/tasks', label: t('nav.tasks'), id: 'tasks', show: true },
     { to: '/workflows', label: t('nav.workflows'), id: 'workflows', show: true },
+    { to: '/review', label: t('nav.review'), id: 'review', show: true },
     { to: '/launch', label: t('nav.launch'), id: 'launch', show: true },
     { to: '/import', label: t('nav.import'), id: 'import', show: true },
     { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
@@ -119,6 +121,7 @@ function Routes({ path }: { path: string }) {
         <WorkflowDetail key={m[1]} id={decodeURIComponent(m[1])} />
       </Suspense>
     );
+  if (path === '/review') return <ReviewQueue />;
   if (path === '/launch') return <Launch type={null} />;
   if ((m = /^\/launch\/([^/]+)$/.exec(path))) return <Launch key={m[1]} type={decodeURIComponent(m[1])} />;
   if (path === '/import') return <ImportPage />;

@@ -2,9 +2,9 @@
 // ent.graphql + schema.graphql at the repository root.
 import { gql } from '@urql/core';
 
-export type TaskStatus = 'WAITING_DEPENDENCY' | 'PENDING' | 'EXECUTING' | 'SUCCESS' | 'FAILED' | 'RETRY_PENDING' | 'CANCELLED';
-export const STATUSES: TaskStatus[] = ['WAITING_DEPENDENCY', 'PENDING', 'EXECUTING', 'RETRY_PENDING', 'SUCCESS', 'FAILED', 'CANCELLED'];
-export type TaskAction = 'CANCEL' | 'RETRY' | 'RETRY_WORKFLOW';
+export type TaskStatus = 'WAITING_DEPENDENCY' | 'PENDING' | 'EXECUTING' | 'SUCCESS' | 'FAILED' | 'RETRY_PENDING' | 'CANCELLED' | 'REVIEW_PENDING';
+export const STATUSES: TaskStatus[] = ['WAITING_DEPENDENCY', 'PENDING', 'EXECUTING', 'RETRY_PENDING', 'REVIEW_PENDING', 'SUCCESS', 'FAILED', 'CANCELLED'];
+export type TaskAction = 'CANCEL' | 'RETRY' | 'RETRY_WORKFLOW' | 'REPLAY_WITH_INPUT' | 'APPROVE_REVIEW' | 'EDIT_AND_RETRY' | 'ACCEPT_REVIEW' | 'REJECT_REVIEW';
 export type ArtifactKind = 'SOURCE' | 'ERROR_REPORT' | 'EXPORT' | 'REPORT';
 
 export interface TaskRow {
@@ -109,7 +109,7 @@ export interface ActionResult {
 
 // The fields a row, a chip or a button needs; subscriptions select the
 // same so that an event refreshes every place a task is shown.
-const ROW = `
+export const ROW = `
   id code type title bizID status owner priority progressDone progressTotal
   createdAt updatedAt finishedAt cancelRequested availableActions lastError result
 `;

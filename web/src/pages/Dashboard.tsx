@@ -4,10 +4,12 @@ import { ANY_TASK_UPDATED, dashboardQuery, STATUSES, type TaskRow, type TaskStat
 import { ActionButtons } from '../components/ActionButtons';
 import { FailureRateChart, ThroughputChart } from '../components/Charts';
 import { ErrorBox } from '../components/ErrorBox';
+import { REVIEW_QUEUE_STATS, type QueueStats } from '../api/review';
+import { hasCode } from '../api/errors';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { BUCKET_MS, BUCKETS, bucketEdges, edgeVariables, toBuckets } from '../lib/buckets';
-import { useOnReconnect, useThrottle } from '../lib/hooks';
+import { useNow, useOnReconnect, useThrottle } from '../lib/hooks';
 import { age, formatDateTime } from '../lib/time';
 import { Link } from '../router';
 import { RelativeTime, useLabelClock } from '../components/RelativeTime';
@@ -20,11 +22,15 @@ type DashboardData = {
 
 export function Dashboard() {
   const { t, locale } = useI18n();
+  const now = useNow();
   const [clock, setClock] = useState(() => Date.now());
   const edges = useMemo(() => bucketEdges(clock), [clock]);
   const query = useMemo(() => dashboardQuery(BUCKETS), []);
   const variables = useMemo(() => edgeVariables(edges), [edges]);
   const [res, reexecute] = useQuery<DashboardData>({ query, variables });
+  // The review queue's size and oldest item: a query of its own, so that
+  // a server without the review API still shows the rest.
+  const [review, reexecuteReview] = useQuery<{ reviewQueueStats: QueueStats }>({ query: REVIEW_QUEUE_STATS, variables: { where: null } });
 
   // The window slides when a bucket ends: a clock, not a poll for state.
   useEffect(() => {
@@ -36,7 +42,8 @@ export function Dashboard() {
   const refresh = useCallback(() => {
     setClock(Date.now());
     reexecute({ requestPolicy: 'network-only' });
-  }, [reexecute]);
+    reexecuteReview({ requestPolicy: 'network-only' });
+  }, [reexecute, reexecuteReview]);
   const throttled = useThrottle(refresh, 2000);
   // Every committed change of any task refreshes the counts (throttled).
   useSubscription({ query: ANY_TASK_UPDATED }, (_prev: unknown, data: unknown) => {
@@ -140,6 +147,8 @@ export function Dashboard() {
         </section>
       </div>
 
+      {!hasCode(review.error, 'GRAPHQL_VALIDATION_FAILED') && <ReviewCard stats={review.data?.reviewQueueStats} now={now} />}
+
       <section className="card" aria-labelledby="by-type">
         <h2 id="by-type">{t('dash.byType')}</h2>
         <div className="table-wrap">
@@ -185,5 +194,42 @@ function WaitingFor({ since }: { since: string }) {
     <time dateTime={since} title={formatDateTime(since, locale)} data-testid="oldest-waiting">
       {t('dash.waitingFor', { age: age(now - new Date(since).getTime(), t) })}
     </time>
+  );
+}
+
+function ReviewCard({ stats, now }: { stats: QueueStats | undefined; now: number }) {
+  const { t, locale } = useI18n();
+  const oldest = stats?.oldest;
+  return (
+    <section className="card" aria-labelledby="review-queue" data-testid="dash-review" data-size={stats?.size ?? ''}>
+      <h2 id="review-queue">
+        <Link to="/review">{t('dash.review')}</Link>
+      </h2>
+      {!stats ? (
+        <p className="muted">—</p>
+      ) : stats.size === 0 ? (
+        <p className="muted" data-testid="dash-review-empty">
+          {t('dash.reviewEmpty')}
+        </p>
+      ) : (
+        <div className="oldest">
+          <Link to="/review" className="stat-value" data-testid="dash-review-size">
+            {t('dash.reviewSize', { n: stats.size })}
+          </Link>
+          {stats.overdue > 0 && (
+            <div className="error-text small" data-testid="dash-review-overdue">
+              {t('dash.reviewOverdue', { n: stats.overdue })}
+            </div>
+          )}
+          {oldest && stats.oldestSince && (
+            <div className="muted" data-testid="dash-review-oldest" title={formatDateTime(stats.oldestSince, locale)}>
+              <Link to={`/review?open=${encodeURIComponent(oldest.id)}`} className="mono">
+                {t('dash.reviewOldest', { code: oldest.code, age: age(now - new Date(stats.oldestSince).getTime(), t) })}
+              </Link>
+            </div>
+          )}
+        </div>
+      )}
+    </section>
   );
 }

@@ -6,6 +6,7 @@ import { ActionButtons } from '../components/ActionButtons';
 import { ErrorBox } from '../components/ErrorBox';
 import { JsonView } from '../components/JsonView';
 import { ProgressBar } from '../components/ProgressBar';
+import { ReviewPanel } from '../components/ReviewPanel';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
 import { artifactKinds, importResult } from '../lib/artifacts';
@@ -93,6 +94,8 @@ export function TaskDetail({ id }: { id: string }) {
       )}
       {(task.status === 'PENDING' || task.status === 'RETRY_PENDING') && <Waiting id={task.id} version={task.version} />}
       {sub.error && <ErrorBox error={sub.error} />}
+      {/* A review waiting for a decision comes first; a decided one, input versions and the replay of a FAILED task after the result. */}
+      {task.status === 'REVIEW_PENDING' && <ReviewPanel id={task.id} refreshKey={`${task.status}:${task.instances.length}`} />}
 
       {(task.progressTotal > 0 || !['FAILED', 'CANCELLED'].includes(task.status)) && (
         <section className="card" aria-labelledby="progress">
@@ -165,6 +168,8 @@ export function TaskDetail({ id }: { id: string }) {
         </section>
         <Artifacts task={task} />
       </div>
+
+      {task.status !== 'REVIEW_PENDING' && <ReviewPanel id={task.id} refreshKey={`${task.status}:${task.instances.length}`} />}
 
       <section className="card" aria-labelledby="instances">
         <h2 id="instances">{t('detail.instances')}</h2>
