@@ -116,7 +116,7 @@ func TestRetryWorkflowRerunsTheFailedAndCancelledStepsOnly(t *testing.T) {
 		require.Equal(t, "CANCELLED", wf.step("d").Status)
 		require.Equal(t, "SUCCESS", wf.step("c").Status)
 		require.Equal(t, []string{"RETRY_WORKFLOW"}, wf.AvailableActions)
-		require.Equal(t, []string{"RETRY", "RETRY_WORKFLOW"}, wf.step("b").AvailableActions)
+		require.Equal(t, []string{"RETRY", "REPLAY_WITH_INPUT", "RETRY_WORKFLOW"}, wf.step("b").AvailableActions)
 		require.Equal(t, []string{"RETRY_WORKFLOW"}, wf.step("d").AvailableActions)
 		require.Empty(t, wf.step("a").AvailableActions)
 		require.Zero(t, f.count("d"), "d never ran")

@@ -766,12 +766,12 @@ func oldestWaitingQuery(postgres bool) string {
 	waiting := "status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")"
 	q := `
 WITH RECURSIVE p(pr) AS (
-	SELECT MIN(priority) FROM task_instances WHERE task_type = ? AND ` + waiting + `
+	SELECT (SELECT priority FROM task_instances WHERE task_type = ? AND ` + waiting + ` ORDER BY priority LIMIT 1)
 	UNION ALL
-	SELECT (SELECT MIN(priority) FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority > p.pr)
+	SELECT (SELECT priority FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority > p.pr ORDER BY priority LIMIT 1)
 	FROM p WHERE p.pr IS NOT NULL
 )
-SELECT (SELECT MIN(run_at) FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority = p.pr) FROM p WHERE p.pr IS NOT NULL`
+SELECT (SELECT run_at FROM task_instances WHERE task_type = ? AND ` + waiting + ` AND priority = p.pr ORDER BY run_at LIMIT 1) FROM p WHERE p.pr IS NOT NULL`
 	if postgres {
 		q = strings.Replace(strings.Replace(strings.Replace(q, "?", "$1", 1), "?", "$2", 1), "?", "$3", 1)
 	}

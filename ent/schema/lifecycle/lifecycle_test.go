@@ -89,7 +89,7 @@ func TestWorkflowActionsProjectTheTable(t *testing.T) {
 	for _, c := range cases {
 		require.Equal(t, c.want, lifecycle.WorkflowActions(c.states), "%v", c.states)
 	}
-	require.Equal(t, []lifecycle.Action{lifecycle.ActionRetry, W}, lifecycle.StepActions(lifecycle.Failed, false))
+	require.Equal(t, []lifecycle.Action{lifecycle.ActionRetry, lifecycle.ActionReplayWithInput, W}, lifecycle.StepActions(lifecycle.Failed, false))
 	require.Equal(t, []lifecycle.Action{W}, lifecycle.StepActions(lifecycle.Cancelled, false))
 	require.Empty(t, lifecycle.StepActions(lifecycle.Success, false))
 	require.Equal(t, []lifecycle.Action{C}, lifecycle.StepActions(lifecycle.WaitingDependency, false))
