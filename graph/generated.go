@@ -6364,6 +6364,11 @@ input CreateTaskInput {
   dependsOn: [ID!]
   "What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS."
   onParentFailure: ParentFailurePolicy
+  # review is declared here, not in graph/schema/review.graphql: an input
+  # extended in two files comes out of the CLI's generator (genqlient) with
+  # its extensions' fields in either order, and its output would not be stable.
+  "Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy."
+  review: Boolean
 }
 
 "The outcome of one id in a bulk action."
@@ -24715,7 +24720,7 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "dependsOn", "onParentFailure", "stallAfterSeconds", "review"}
+	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "dependsOn", "onParentFailure", "review", "stallAfterSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -24806,13 +24811,6 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 				return it, err
 			}
 			it.OnParentFailure = data
-		case "stallAfterSeconds":
-			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stallAfterSeconds"))
-			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
-			if err != nil {
-				return it, err
-			}
-			it.StallAfterSeconds = data
 		case "review":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("review"))
 			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
@@ -24820,6 +24818,13 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 				return it, err
 			}
 			it.Review = data
+		case "stallAfterSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stallAfterSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StallAfterSeconds = data
 		}
 	}
 	return it, nil

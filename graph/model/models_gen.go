@@ -109,10 +109,10 @@ type CreateTaskInput struct {
 	DependsOn []int `json:"dependsOn,omitempty"`
 	// What a parent that fails or is cancelled does to it. Default CANCEL_DEPENDENTS.
 	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
-	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
-	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 	// Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy.
 	Review *bool `json:"review,omitempty"`
+	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
+	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 }
 
 // The answer to one item of createTasks.
