@@ -850,8 +850,7 @@ func (m *Masker) classOf(k string) *class {
 }
 
 // byClass masks val, held under a key of class c: a string or a number by
-// c's rule (after the value patterns, which may mask more of it); anything
-// else as any value.
+// the value patterns, then by c's rule; anything else as any value.
 func (m *Masker) byClass(c *class, val any) any {
 	var s string
 	switch x := val.(type) {
@@ -867,10 +866,11 @@ func (m *Masker) byClass(c *class, val any) any {
 	if s == "" {
 		return s
 	}
-	if out := m.String(s); out != s {
-		return out
-	}
-	return c.mask(s)
+	// The value patterns first (they may mask more of it), then the
+	// class's rule over what they left: masking what is masked already
+	// changes nothing (a card number the patterns kept the head of loses
+	// it at once, not at the next pass).
+	return c.mask(m.String(s))
 }
 
 // JSON masks a JSON document and reports whether anything changed.
