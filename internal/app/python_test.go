@@ -223,9 +223,9 @@ func TestPythonWorker(t *testing.T) {
 // workerRow is an external worker as the API shows it.
 type workerRow struct {
 	ID, Name, Tenant, User, Language, Version, State string
-	Types                                         []string
-	Draining                                      bool
-	RunningExecutions                             []struct{ TaskID string }
+	Types                                            []string
+	Draining                                         bool
+	RunningExecutions                                []struct{ TaskID string }
 }
 
 const workersQuery = `{ externalWorkers { id name tenant user language version state types draining runningExecutions { taskId } } }`
