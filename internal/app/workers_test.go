@@ -162,7 +162,9 @@ func TestExternalTaskTypes(t *testing.T) {
 func TestWorkerProtocol(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, dsn string) {
-		s, tokens := workerNode(t, dsn, app.Options{}, func(c *app.Config) { c.HeartbeatTimeout = 3 * time.Second })
+		// The lease is long enough for the checks between two beats under
+		// -race on a loaded machine (a 3 s one expired there now and then).
+		s, tokens := workerNode(t, dsn, app.Options{}, func(c *app.Config) { c.HeartbeatTimeout = 10 * time.Second })
 		ctx := context.Background()
 		wa := &external.Client{URL: s.URL, Token: tokens["wa"]}
 		const secret = "13912345678"
@@ -287,14 +289,14 @@ func TestWorkerProtocol(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "CANCELLED", done.TaskStatus)
 
-		// A worker that stops beating is recovered by the watchdog (3 s
+		// A worker that stops beating is recovered by the watchdog (10 s
 		// heartbeat timeout); its late writes are fenced; the task ends once.
 		id4 := createExternal(t, s, tokens["otto"], "py.a", map[string]any{"n": 4})
 		got, err = wa.Claim(ctx, external.ClaimRequest{WorkerID: "py-dead", Types: []string{"py.a"}, Max: 10, WaitSeconds: 5})
 		require.NoError(t, err)
 		require.Len(t, got.Tasks, 1)
 		zombie := got.Tasks[0].Token
-		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
+		apptest.Eventually(t, 60*time.Second, func() (bool, string) {
 			tv := readTask(t, s, tokens["otto"], id4)
 			return tv.Status == "FAILED" || tv.Status == "RETRY_PENDING", tv.Status
 		})
