@@ -500,6 +500,16 @@ func (_q *ScheduleQuery) collectField(ctx context.Context, oneNode bool, opCtx *
 				selectedFields = append(selectedFields, schedule.FieldTaskMaxAttempts)
 				fieldSeen[schedule.FieldTaskMaxAttempts] = struct{}{}
 			}
+		case "workflow":
+			if _, ok := fieldSeen[schedule.FieldWorkflow]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldWorkflow)
+				fieldSeen[schedule.FieldWorkflow] = struct{}{}
+			}
+		case "lastWorkflowID":
+			if _, ok := fieldSeen[schedule.FieldLastWorkflowID]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldLastWorkflowID)
+				fieldSeen[schedule.FieldLastWorkflowID] = struct{}{}
+			}
 		case "paused":
 			if _, ok := fieldSeen[schedule.FieldPaused]; !ok {
 				selectedFields = append(selectedFields, schedule.FieldPaused)
@@ -1394,6 +1404,16 @@ func (_q *WorkflowQuery) collectField(ctx context.Context, oneNode bool, opCtx *
 			if _, ok := fieldSeen[workflow.FieldStepCount]; !ok {
 				selectedFields = append(selectedFields, workflow.FieldStepCount)
 				fieldSeen[workflow.FieldStepCount] = struct{}{}
+			}
+		case "scheduleID":
+			if _, ok := fieldSeen[workflow.FieldScheduleID]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldScheduleID)
+				fieldSeen[workflow.FieldScheduleID] = struct{}{}
+			}
+		case "scheduleSlot":
+			if _, ok := fieldSeen[workflow.FieldScheduleSlot]; !ok {
+				selectedFields = append(selectedFields, workflow.FieldScheduleSlot)
+				fieldSeen[workflow.FieldScheduleSlot] = struct{}{}
 			}
 		case "id":
 		case "__typename":

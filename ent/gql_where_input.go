@@ -730,6 +730,18 @@ type ScheduleWhereInput struct {
 	TaskMaxAttemptsIsNil  bool  `json:"taskMaxAttemptsIsNil,omitempty"`
 	TaskMaxAttemptsNotNil bool  `json:"taskMaxAttemptsNotNil,omitempty"`
 
+	// "last_workflow_id" field predicates.
+	LastWorkflowID       *int  `json:"lastWorkflowID,omitempty"`
+	LastWorkflowIDNEQ    *int  `json:"lastWorkflowIDNEQ,omitempty"`
+	LastWorkflowIDIn     []int `json:"lastWorkflowIDIn,omitempty"`
+	LastWorkflowIDNotIn  []int `json:"lastWorkflowIDNotIn,omitempty"`
+	LastWorkflowIDGT     *int  `json:"lastWorkflowIDGT,omitempty"`
+	LastWorkflowIDGTE    *int  `json:"lastWorkflowIDGTE,omitempty"`
+	LastWorkflowIDLT     *int  `json:"lastWorkflowIDLT,omitempty"`
+	LastWorkflowIDLTE    *int  `json:"lastWorkflowIDLTE,omitempty"`
+	LastWorkflowIDIsNil  bool  `json:"lastWorkflowIDIsNil,omitempty"`
+	LastWorkflowIDNotNil bool  `json:"lastWorkflowIDNotNil,omitempty"`
+
 	// "paused" field predicates.
 	Paused    *bool `json:"paused,omitempty"`
 	PausedNEQ *bool `json:"pausedNEQ,omitempty"`
@@ -1393,6 +1405,36 @@ func (i *ScheduleWhereInput) P() (predicate.Schedule, error) {
 	}
 	if i.TaskMaxAttemptsNotNil {
 		predicates = append(predicates, schedule.TaskMaxAttemptsNotNil())
+	}
+	if i.LastWorkflowID != nil {
+		predicates = append(predicates, schedule.LastWorkflowIDEQ(*i.LastWorkflowID))
+	}
+	if i.LastWorkflowIDNEQ != nil {
+		predicates = append(predicates, schedule.LastWorkflowIDNEQ(*i.LastWorkflowIDNEQ))
+	}
+	if len(i.LastWorkflowIDIn) > 0 {
+		predicates = append(predicates, schedule.LastWorkflowIDIn(i.LastWorkflowIDIn...))
+	}
+	if len(i.LastWorkflowIDNotIn) > 0 {
+		predicates = append(predicates, schedule.LastWorkflowIDNotIn(i.LastWorkflowIDNotIn...))
+	}
+	if i.LastWorkflowIDGT != nil {
+		predicates = append(predicates, schedule.LastWorkflowIDGT(*i.LastWorkflowIDGT))
+	}
+	if i.LastWorkflowIDGTE != nil {
+		predicates = append(predicates, schedule.LastWorkflowIDGTE(*i.LastWorkflowIDGTE))
+	}
+	if i.LastWorkflowIDLT != nil {
+		predicates = append(predicates, schedule.LastWorkflowIDLT(*i.LastWorkflowIDLT))
+	}
+	if i.LastWorkflowIDLTE != nil {
+		predicates = append(predicates, schedule.LastWorkflowIDLTE(*i.LastWorkflowIDLTE))
+	}
+	if i.LastWorkflowIDIsNil {
+		predicates = append(predicates, schedule.LastWorkflowIDIsNil())
+	}
+	if i.LastWorkflowIDNotNil {
+		predicates = append(predicates, schedule.LastWorkflowIDNotNil())
 	}
 	if i.Paused != nil {
 		predicates = append(predicates, schedule.PausedEQ(*i.Paused))
@@ -3115,6 +3157,30 @@ type WorkflowWhereInput struct {
 	StepCountGTE   *int  `json:"stepCountGTE,omitempty"`
 	StepCountLT    *int  `json:"stepCountLT,omitempty"`
 	StepCountLTE   *int  `json:"stepCountLTE,omitempty"`
+
+	// "schedule_id" field predicates.
+	ScheduleID       *int  `json:"scheduleID,omitempty"`
+	ScheduleIDNEQ    *int  `json:"scheduleIDNEQ,omitempty"`
+	ScheduleIDIn     []int `json:"scheduleIDIn,omitempty"`
+	ScheduleIDNotIn  []int `json:"scheduleIDNotIn,omitempty"`
+	ScheduleIDGT     *int  `json:"scheduleIDGT,omitempty"`
+	ScheduleIDGTE    *int  `json:"scheduleIDGTE,omitempty"`
+	ScheduleIDLT     *int  `json:"scheduleIDLT,omitempty"`
+	ScheduleIDLTE    *int  `json:"scheduleIDLTE,omitempty"`
+	ScheduleIDIsNil  bool  `json:"scheduleIDIsNil,omitempty"`
+	ScheduleIDNotNil bool  `json:"scheduleIDNotNil,omitempty"`
+
+	// "schedule_slot" field predicates.
+	ScheduleSlot       *time.Time  `json:"scheduleSlot,omitempty"`
+	ScheduleSlotNEQ    *time.Time  `json:"scheduleSlotNEQ,omitempty"`
+	ScheduleSlotIn     []time.Time `json:"scheduleSlotIn,omitempty"`
+	ScheduleSlotNotIn  []time.Time `json:"scheduleSlotNotIn,omitempty"`
+	ScheduleSlotGT     *time.Time  `json:"scheduleSlotGT,omitempty"`
+	ScheduleSlotGTE    *time.Time  `json:"scheduleSlotGTE,omitempty"`
+	ScheduleSlotLT     *time.Time  `json:"scheduleSlotLT,omitempty"`
+	ScheduleSlotLTE    *time.Time  `json:"scheduleSlotLTE,omitempty"`
+	ScheduleSlotIsNil  bool        `json:"scheduleSlotIsNil,omitempty"`
+	ScheduleSlotNotNil bool        `json:"scheduleSlotNotNil,omitempty"`
 }
 
 // AddPredicates adds custom predicates to the where input to be used during the filtering phase.
@@ -3511,6 +3577,66 @@ func (i *WorkflowWhereInput) P() (predicate.Workflow, error) {
 	}
 	if i.StepCountLTE != nil {
 		predicates = append(predicates, workflow.StepCountLTE(*i.StepCountLTE))
+	}
+	if i.ScheduleID != nil {
+		predicates = append(predicates, workflow.ScheduleIDEQ(*i.ScheduleID))
+	}
+	if i.ScheduleIDNEQ != nil {
+		predicates = append(predicates, workflow.ScheduleIDNEQ(*i.ScheduleIDNEQ))
+	}
+	if len(i.ScheduleIDIn) > 0 {
+		predicates = append(predicates, workflow.ScheduleIDIn(i.ScheduleIDIn...))
+	}
+	if len(i.ScheduleIDNotIn) > 0 {
+		predicates = append(predicates, workflow.ScheduleIDNotIn(i.ScheduleIDNotIn...))
+	}
+	if i.ScheduleIDGT != nil {
+		predicates = append(predicates, workflow.ScheduleIDGT(*i.ScheduleIDGT))
+	}
+	if i.ScheduleIDGTE != nil {
+		predicates = append(predicates, workflow.ScheduleIDGTE(*i.ScheduleIDGTE))
+	}
+	if i.ScheduleIDLT != nil {
+		predicates = append(predicates, workflow.ScheduleIDLT(*i.ScheduleIDLT))
+	}
+	if i.ScheduleIDLTE != nil {
+		predicates = append(predicates, workflow.ScheduleIDLTE(*i.ScheduleIDLTE))
+	}
+	if i.ScheduleIDIsNil {
+		predicates = append(predicates, workflow.ScheduleIDIsNil())
+	}
+	if i.ScheduleIDNotNil {
+		predicates = append(predicates, workflow.ScheduleIDNotNil())
+	}
+	if i.ScheduleSlot != nil {
+		predicates = append(predicates, workflow.ScheduleSlotEQ(*i.ScheduleSlot))
+	}
+	if i.ScheduleSlotNEQ != nil {
+		predicates = append(predicates, workflow.ScheduleSlotNEQ(*i.ScheduleSlotNEQ))
+	}
+	if len(i.ScheduleSlotIn) > 0 {
+		predicates = append(predicates, workflow.ScheduleSlotIn(i.ScheduleSlotIn...))
+	}
+	if len(i.ScheduleSlotNotIn) > 0 {
+		predicates = append(predicates, workflow.ScheduleSlotNotIn(i.ScheduleSlotNotIn...))
+	}
+	if i.ScheduleSlotGT != nil {
+		predicates = append(predicates, workflow.ScheduleSlotGT(*i.ScheduleSlotGT))
+	}
+	if i.ScheduleSlotGTE != nil {
+		predicates = append(predicates, workflow.ScheduleSlotGTE(*i.ScheduleSlotGTE))
+	}
+	if i.ScheduleSlotLT != nil {
+		predicates = append(predicates, workflow.ScheduleSlotLT(*i.ScheduleSlotLT))
+	}
+	if i.ScheduleSlotLTE != nil {
+		predicates = append(predicates, workflow.ScheduleSlotLTE(*i.ScheduleSlotLTE))
+	}
+	if i.ScheduleSlotIsNil {
+		predicates = append(predicates, workflow.ScheduleSlotIsNil())
+	}
+	if i.ScheduleSlotNotNil {
+		predicates = append(predicates, workflow.ScheduleSlotNotNil())
 	}
 
 	switch len(predicates) {

@@ -10911,6 +10911,11 @@ type ScheduleMutation struct {
 	task_retry_policy       *string
 	task_max_attempts       *int
 	addtask_max_attempts    *int
+	workflow                *json.RawMessage
+	appendworkflow          json.RawMessage
+	workflow_sealed         *[]byte
+	last_workflow_id        *int
+	addlast_workflow_id     *int
 	paused                  *bool
 	start_at                *time.Time
 	end_at                  *time.Time
@@ -11823,6 +11828,190 @@ func (m *ScheduleMutation) ResetTaskMaxAttempts() {
 	delete(m.clearedFields, schedule.FieldTaskMaxAttempts)
 }
 
+// SetWorkflow sets the "workflow" field.
+func (m *ScheduleMutation) SetWorkflow(jm json.RawMessage) {
+	m.workflow = &jm
+	m.appendworkflow = nil
+}
+
+// Workflow returns the value of the "workflow" field in the mutation.
+func (m *ScheduleMutation) Workflow() (r json.RawMessage, exists bool) {
+	v := m.workflow
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWorkflow returns the old "workflow" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldWorkflow(ctx context.Context) (v json.RawMessage, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWorkflow is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWorkflow requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWorkflow: %w", err)
+	}
+	return oldValue.Workflow, nil
+}
+
+// AppendWorkflow adds jm to the "workflow" field.
+func (m *ScheduleMutation) AppendWorkflow(jm json.RawMessage) {
+	m.appendworkflow = append(m.appendworkflow, jm...)
+}
+
+// AppendedWorkflow returns the list of values that were appended to the "workflow" field in this mutation.
+func (m *ScheduleMutation) AppendedWorkflow() (json.RawMessage, bool) {
+	if len(m.appendworkflow) == 0 {
+		return nil, false
+	}
+	return m.appendworkflow, true
+}
+
+// ClearWorkflow clears the value of the "workflow" field.
+func (m *ScheduleMutation) ClearWorkflow() {
+	m.workflow = nil
+	m.appendworkflow = nil
+	m.clearedFields[schedule.FieldWorkflow] = struct{}{}
+}
+
+// WorkflowCleared returns if the "workflow" field was cleared in this mutation.
+func (m *ScheduleMutation) WorkflowCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldWorkflow]
+	return ok
+}
+
+// ResetWorkflow resets all changes to the "workflow" field.
+func (m *ScheduleMutation) ResetWorkflow() {
+	m.workflow = nil
+	m.appendworkflow = nil
+	delete(m.clearedFields, schedule.FieldWorkflow)
+}
+
+// SetWorkflowSealed sets the "workflow_sealed" field.
+func (m *ScheduleMutation) SetWorkflowSealed(b []byte) {
+	m.workflow_sealed = &b
+}
+
+// WorkflowSealed returns the value of the "workflow_sealed" field in the mutation.
+func (m *ScheduleMutation) WorkflowSealed() (r []byte, exists bool) {
+	v := m.workflow_sealed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWorkflowSealed returns the old "workflow_sealed" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldWorkflowSealed(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWorkflowSealed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWorkflowSealed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWorkflowSealed: %w", err)
+	}
+	return oldValue.WorkflowSealed, nil
+}
+
+// ClearWorkflowSealed clears the value of the "workflow_sealed" field.
+func (m *ScheduleMutation) ClearWorkflowSealed() {
+	m.workflow_sealed = nil
+	m.clearedFields[schedule.FieldWorkflowSealed] = struct{}{}
+}
+
+// WorkflowSealedCleared returns if the "workflow_sealed" field was cleared in this mutation.
+func (m *ScheduleMutation) WorkflowSealedCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldWorkflowSealed]
+	return ok
+}
+
+// ResetWorkflowSealed resets all changes to the "workflow_sealed" field.
+func (m *ScheduleMutation) ResetWorkflowSealed() {
+	m.workflow_sealed = nil
+	delete(m.clearedFields, schedule.FieldWorkflowSealed)
+}
+
+// SetLastWorkflowID sets the "last_workflow_id" field.
+func (m *ScheduleMutation) SetLastWorkflowID(i int) {
+	m.last_workflow_id = &i
+	m.addlast_workflow_id = nil
+}
+
+// LastWorkflowID returns the value of the "last_workflow_id" field in the mutation.
+func (m *ScheduleMutation) LastWorkflowID() (r int, exists bool) {
+	v := m.last_workflow_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastWorkflowID returns the old "last_workflow_id" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldLastWorkflowID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastWorkflowID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastWorkflowID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastWorkflowID: %w", err)
+	}
+	return oldValue.LastWorkflowID, nil
+}
+
+// AddLastWorkflowID adds i to the "last_workflow_id" field.
+func (m *ScheduleMutation) AddLastWorkflowID(i int) {
+	if m.addlast_workflow_id != nil {
+		*m.addlast_workflow_id += i
+	} else {
+		m.addlast_workflow_id = &i
+	}
+}
+
+// AddedLastWorkflowID returns the value that was added to the "last_workflow_id" field in this mutation.
+func (m *ScheduleMutation) AddedLastWorkflowID() (r int, exists bool) {
+	v := m.addlast_workflow_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearLastWorkflowID clears the value of the "last_workflow_id" field.
+func (m *ScheduleMutation) ClearLastWorkflowID() {
+	m.last_workflow_id = nil
+	m.addlast_workflow_id = nil
+	m.clearedFields[schedule.FieldLastWorkflowID] = struct{}{}
+}
+
+// LastWorkflowIDCleared returns if the "last_workflow_id" field was cleared in this mutation.
+func (m *ScheduleMutation) LastWorkflowIDCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldLastWorkflowID]
+	return ok
+}
+
+// ResetLastWorkflowID resets all changes to the "last_workflow_id" field.
+func (m *ScheduleMutation) ResetLastWorkflowID() {
+	m.last_workflow_id = nil
+	m.addlast_workflow_id = nil
+	delete(m.clearedFields, schedule.FieldLastWorkflowID)
+}
+
 // SetPaused sets the "paused" field.
 func (m *ScheduleMutation) SetPaused(b bool) {
 	m.paused = &b
@@ -12498,7 +12687,7 @@ func (m *ScheduleMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ScheduleMutation) Fields() []string {
-	fields := make([]string, 0, 29)
+	fields := make([]string, 0, 32)
 	if m.created_at != nil {
 		fields = append(fields, schedule.FieldCreatedAt)
 	}
@@ -12549,6 +12738,15 @@ func (m *ScheduleMutation) Fields() []string {
 	}
 	if m.task_max_attempts != nil {
 		fields = append(fields, schedule.FieldTaskMaxAttempts)
+	}
+	if m.workflow != nil {
+		fields = append(fields, schedule.FieldWorkflow)
+	}
+	if m.workflow_sealed != nil {
+		fields = append(fields, schedule.FieldWorkflowSealed)
+	}
+	if m.last_workflow_id != nil {
+		fields = append(fields, schedule.FieldLastWorkflowID)
 	}
 	if m.paused != nil {
 		fields = append(fields, schedule.FieldPaused)
@@ -12628,6 +12826,12 @@ func (m *ScheduleMutation) Field(name string) (ent.Value, bool) {
 		return m.TaskRetryPolicy()
 	case schedule.FieldTaskMaxAttempts:
 		return m.TaskMaxAttempts()
+	case schedule.FieldWorkflow:
+		return m.Workflow()
+	case schedule.FieldWorkflowSealed:
+		return m.WorkflowSealed()
+	case schedule.FieldLastWorkflowID:
+		return m.LastWorkflowID()
 	case schedule.FieldPaused:
 		return m.Paused()
 	case schedule.FieldStartAt:
@@ -12695,6 +12899,12 @@ func (m *ScheduleMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldTaskRetryPolicy(ctx)
 	case schedule.FieldTaskMaxAttempts:
 		return m.OldTaskMaxAttempts(ctx)
+	case schedule.FieldWorkflow:
+		return m.OldWorkflow(ctx)
+	case schedule.FieldWorkflowSealed:
+		return m.OldWorkflowSealed(ctx)
+	case schedule.FieldLastWorkflowID:
+		return m.OldLastWorkflowID(ctx)
 	case schedule.FieldPaused:
 		return m.OldPaused(ctx)
 	case schedule.FieldStartAt:
@@ -12847,6 +13057,27 @@ func (m *ScheduleMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetTaskMaxAttempts(v)
 		return nil
+	case schedule.FieldWorkflow:
+		v, ok := value.(json.RawMessage)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWorkflow(v)
+		return nil
+	case schedule.FieldWorkflowSealed:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWorkflowSealed(v)
+		return nil
+	case schedule.FieldLastWorkflowID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastWorkflowID(v)
+		return nil
 	case schedule.FieldPaused:
 		v, ok := value.(bool)
 		if !ok {
@@ -12951,6 +13182,9 @@ func (m *ScheduleMutation) AddedFields() []string {
 	if m.addtask_max_attempts != nil {
 		fields = append(fields, schedule.FieldTaskMaxAttempts)
 	}
+	if m.addlast_workflow_id != nil {
+		fields = append(fields, schedule.FieldLastWorkflowID)
+	}
 	if m.addlast_task_id != nil {
 		fields = append(fields, schedule.FieldLastTaskID)
 	}
@@ -12976,6 +13210,8 @@ func (m *ScheduleMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedTaskTimeoutSeconds()
 	case schedule.FieldTaskMaxAttempts:
 		return m.AddedTaskMaxAttempts()
+	case schedule.FieldLastWorkflowID:
+		return m.AddedLastWorkflowID()
 	case schedule.FieldLastTaskID:
 		return m.AddedLastTaskID()
 	case schedule.FieldQueuedCount:
@@ -13018,6 +13254,13 @@ func (m *ScheduleMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddTaskMaxAttempts(v)
+		return nil
+	case schedule.FieldLastWorkflowID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddLastWorkflowID(v)
 		return nil
 	case schedule.FieldLastTaskID:
 		v, ok := value.(int)
@@ -13065,6 +13308,15 @@ func (m *ScheduleMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(schedule.FieldTaskMaxAttempts) {
 		fields = append(fields, schedule.FieldTaskMaxAttempts)
+	}
+	if m.FieldCleared(schedule.FieldWorkflow) {
+		fields = append(fields, schedule.FieldWorkflow)
+	}
+	if m.FieldCleared(schedule.FieldWorkflowSealed) {
+		fields = append(fields, schedule.FieldWorkflowSealed)
+	}
+	if m.FieldCleared(schedule.FieldLastWorkflowID) {
+		fields = append(fields, schedule.FieldLastWorkflowID)
 	}
 	if m.FieldCleared(schedule.FieldStartAt) {
 		fields = append(fields, schedule.FieldStartAt)
@@ -13115,6 +13367,15 @@ func (m *ScheduleMutation) ClearField(name string) error {
 		return nil
 	case schedule.FieldTaskMaxAttempts:
 		m.ClearTaskMaxAttempts()
+		return nil
+	case schedule.FieldWorkflow:
+		m.ClearWorkflow()
+		return nil
+	case schedule.FieldWorkflowSealed:
+		m.ClearWorkflowSealed()
+		return nil
+	case schedule.FieldLastWorkflowID:
+		m.ClearLastWorkflowID()
 		return nil
 	case schedule.FieldStartAt:
 		m.ClearStartAt()
@@ -13192,6 +13453,15 @@ func (m *ScheduleMutation) ResetField(name string) error {
 		return nil
 	case schedule.FieldTaskMaxAttempts:
 		m.ResetTaskMaxAttempts()
+		return nil
+	case schedule.FieldWorkflow:
+		m.ResetWorkflow()
+		return nil
+	case schedule.FieldWorkflowSealed:
+		m.ResetWorkflowSealed()
+		return nil
+	case schedule.FieldLastWorkflowID:
+		m.ResetLastWorkflowID()
 		return nil
 	case schedule.FieldPaused:
 		m.ResetPaused()
@@ -25168,6 +25438,9 @@ type WorkflowMutation struct {
 	on_parent_failure *workflow.OnParentFailure
 	step_count        *int
 	addstep_count     *int
+	schedule_id       *int
+	addschedule_id    *int
+	schedule_slot     *time.Time
 	clearedFields     map[string]struct{}
 	done              bool
 	oldValue          func(context.Context) (*Workflow, error)
@@ -25750,6 +26023,125 @@ func (m *WorkflowMutation) ResetStepCount() {
 	m.addstep_count = nil
 }
 
+// SetScheduleID sets the "schedule_id" field.
+func (m *WorkflowMutation) SetScheduleID(i int) {
+	m.schedule_id = &i
+	m.addschedule_id = nil
+}
+
+// ScheduleID returns the value of the "schedule_id" field in the mutation.
+func (m *WorkflowMutation) ScheduleID() (r int, exists bool) {
+	v := m.schedule_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScheduleID returns the old "schedule_id" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldScheduleID(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScheduleID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScheduleID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScheduleID: %w", err)
+	}
+	return oldValue.ScheduleID, nil
+}
+
+// AddScheduleID adds i to the "schedule_id" field.
+func (m *WorkflowMutation) AddScheduleID(i int) {
+	if m.addschedule_id != nil {
+		*m.addschedule_id += i
+	} else {
+		m.addschedule_id = &i
+	}
+}
+
+// AddedScheduleID returns the value that was added to the "schedule_id" field in this mutation.
+func (m *WorkflowMutation) AddedScheduleID() (r int, exists bool) {
+	v := m.addschedule_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearScheduleID clears the value of the "schedule_id" field.
+func (m *WorkflowMutation) ClearScheduleID() {
+	m.schedule_id = nil
+	m.addschedule_id = nil
+	m.clearedFields[workflow.FieldScheduleID] = struct{}{}
+}
+
+// ScheduleIDCleared returns if the "schedule_id" field was cleared in this mutation.
+func (m *WorkflowMutation) ScheduleIDCleared() bool {
+	_, ok := m.clearedFields[workflow.FieldScheduleID]
+	return ok
+}
+
+// ResetScheduleID resets all changes to the "schedule_id" field.
+func (m *WorkflowMutation) ResetScheduleID() {
+	m.schedule_id = nil
+	m.addschedule_id = nil
+	delete(m.clearedFields, workflow.FieldScheduleID)
+}
+
+// SetScheduleSlot sets the "schedule_slot" field.
+func (m *WorkflowMutation) SetScheduleSlot(t time.Time) {
+	m.schedule_slot = &t
+}
+
+// ScheduleSlot returns the value of the "schedule_slot" field in the mutation.
+func (m *WorkflowMutation) ScheduleSlot() (r time.Time, exists bool) {
+	v := m.schedule_slot
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScheduleSlot returns the old "schedule_slot" field's value of the Workflow entity.
+// If the Workflow object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WorkflowMutation) OldScheduleSlot(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScheduleSlot is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScheduleSlot requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScheduleSlot: %w", err)
+	}
+	return oldValue.ScheduleSlot, nil
+}
+
+// ClearScheduleSlot clears the value of the "schedule_slot" field.
+func (m *WorkflowMutation) ClearScheduleSlot() {
+	m.schedule_slot = nil
+	m.clearedFields[workflow.FieldScheduleSlot] = struct{}{}
+}
+
+// ScheduleSlotCleared returns if the "schedule_slot" field was cleared in this mutation.
+func (m *WorkflowMutation) ScheduleSlotCleared() bool {
+	_, ok := m.clearedFields[workflow.FieldScheduleSlot]
+	return ok
+}
+
+// ResetScheduleSlot resets all changes to the "schedule_slot" field.
+func (m *WorkflowMutation) ResetScheduleSlot() {
+	m.schedule_slot = nil
+	delete(m.clearedFields, workflow.FieldScheduleSlot)
+}
+
 // Where appends a list predicates to the WorkflowMutation builder.
 func (m *WorkflowMutation) Where(ps ...predicate.Workflow) {
 	m.predicates = append(m.predicates, ps...)
@@ -25784,7 +26176,7 @@ func (m *WorkflowMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *WorkflowMutation) Fields() []string {
-	fields := make([]string, 0, 12)
+	fields := make([]string, 0, 14)
 	if m.created_at != nil {
 		fields = append(fields, workflow.FieldCreatedAt)
 	}
@@ -25821,6 +26213,12 @@ func (m *WorkflowMutation) Fields() []string {
 	if m.step_count != nil {
 		fields = append(fields, workflow.FieldStepCount)
 	}
+	if m.schedule_id != nil {
+		fields = append(fields, workflow.FieldScheduleID)
+	}
+	if m.schedule_slot != nil {
+		fields = append(fields, workflow.FieldScheduleSlot)
+	}
 	return fields
 }
 
@@ -25853,6 +26251,10 @@ func (m *WorkflowMutation) Field(name string) (ent.Value, bool) {
 		return m.OnParentFailure()
 	case workflow.FieldStepCount:
 		return m.StepCount()
+	case workflow.FieldScheduleID:
+		return m.ScheduleID()
+	case workflow.FieldScheduleSlot:
+		return m.ScheduleSlot()
 	}
 	return nil, false
 }
@@ -25886,6 +26288,10 @@ func (m *WorkflowMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldOnParentFailure(ctx)
 	case workflow.FieldStepCount:
 		return m.OldStepCount(ctx)
+	case workflow.FieldScheduleID:
+		return m.OldScheduleID(ctx)
+	case workflow.FieldScheduleSlot:
+		return m.OldScheduleSlot(ctx)
 	}
 	return nil, fmt.Errorf("unknown Workflow field %s", name)
 }
@@ -25979,6 +26385,20 @@ func (m *WorkflowMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetStepCount(v)
 		return nil
+	case workflow.FieldScheduleID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScheduleID(v)
+		return nil
+	case workflow.FieldScheduleSlot:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScheduleSlot(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Workflow field %s", name)
 }
@@ -25990,6 +26410,9 @@ func (m *WorkflowMutation) AddedFields() []string {
 	if m.addstep_count != nil {
 		fields = append(fields, workflow.FieldStepCount)
 	}
+	if m.addschedule_id != nil {
+		fields = append(fields, workflow.FieldScheduleID)
+	}
 	return fields
 }
 
@@ -26000,6 +26423,8 @@ func (m *WorkflowMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
 	case workflow.FieldStepCount:
 		return m.AddedStepCount()
+	case workflow.FieldScheduleID:
+		return m.AddedScheduleID()
 	}
 	return nil, false
 }
@@ -26016,6 +26441,13 @@ func (m *WorkflowMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddStepCount(v)
 		return nil
+	case workflow.FieldScheduleID:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddScheduleID(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Workflow numeric field %s", name)
 }
@@ -26029,6 +26461,12 @@ func (m *WorkflowMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(workflow.FieldIdempotencyHash) {
 		fields = append(fields, workflow.FieldIdempotencyHash)
+	}
+	if m.FieldCleared(workflow.FieldScheduleID) {
+		fields = append(fields, workflow.FieldScheduleID)
+	}
+	if m.FieldCleared(workflow.FieldScheduleSlot) {
+		fields = append(fields, workflow.FieldScheduleSlot)
 	}
 	return fields
 }
@@ -26049,6 +26487,12 @@ func (m *WorkflowMutation) ClearField(name string) error {
 		return nil
 	case workflow.FieldIdempotencyHash:
 		m.ClearIdempotencyHash()
+		return nil
+	case workflow.FieldScheduleID:
+		m.ClearScheduleID()
+		return nil
+	case workflow.FieldScheduleSlot:
+		m.ClearScheduleSlot()
 		return nil
 	}
 	return fmt.Errorf("unknown Workflow nullable field %s", name)
@@ -26093,6 +26537,12 @@ func (m *WorkflowMutation) ResetField(name string) error {
 		return nil
 	case workflow.FieldStepCount:
 		m.ResetStepCount()
+		return nil
+	case workflow.FieldScheduleID:
+		m.ResetScheduleID()
+		return nil
+	case workflow.FieldScheduleSlot:
+		m.ResetScheduleSlot()
 		return nil
 	}
 	return fmt.Errorf("unknown Workflow field %s", name)

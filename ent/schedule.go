@@ -52,6 +52,12 @@ type Schedule struct {
 	TaskRetryPolicy *string `json:"task_retry_policy,omitempty"`
 	// TaskMaxAttempts holds the value of the "task_max_attempts" field.
 	TaskMaxAttempts *int `json:"task_max_attempts,omitempty"`
+	// The workflow to create at each slot instead of a task: createWorkflow's definition (title, onParentFailure, steps), the steps' inputs masked like a task's; empty for a task schedule.
+	Workflow json.RawMessage `json:"workflow,omitempty"`
+	// The unmasked workflow definition, encrypted, when masking changed it.
+	WorkflowSealed []byte `json:"-"`
+	// The latest workflow it created: the previous run its overlap policy looks at.
+	LastWorkflowID *int `json:"last_workflow_id,omitempty"`
 	// Paused holds the value of the "paused" field.
 	Paused bool `json:"paused,omitempty"`
 	// No slot before this time.
@@ -109,11 +115,11 @@ func (*Schedule) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case schedule.FieldTaskInput, schedule.FieldTaskInputSealed, schedule.FieldQueuedSlots:
+		case schedule.FieldTaskInput, schedule.FieldTaskInputSealed, schedule.FieldWorkflow, schedule.FieldWorkflowSealed, schedule.FieldQueuedSlots:
 			values[i] = new([]byte)
 		case schedule.FieldPaused:
 			values[i] = new(sql.NullBool)
-		case schedule.FieldID, schedule.FieldIntervalSeconds, schedule.FieldTaskPriority, schedule.FieldTaskTimeoutSeconds, schedule.FieldTaskMaxAttempts, schedule.FieldLastTaskID, schedule.FieldQueuedCount, schedule.FieldVersion:
+		case schedule.FieldID, schedule.FieldIntervalSeconds, schedule.FieldTaskPriority, schedule.FieldTaskTimeoutSeconds, schedule.FieldTaskMaxAttempts, schedule.FieldLastWorkflowID, schedule.FieldLastTaskID, schedule.FieldQueuedCount, schedule.FieldVersion:
 			values[i] = new(sql.NullInt64)
 		case schedule.FieldName, schedule.FieldOwner, schedule.FieldOwnerSource, schedule.FieldOwnerRole, schedule.FieldTenant, schedule.FieldCron, schedule.FieldTimezone, schedule.FieldTaskType, schedule.FieldTaskTitle, schedule.FieldTaskRetryPolicy, schedule.FieldMisfirePolicy, schedule.FieldOverlapPolicy:
 			values[i] = new(sql.NullString)
@@ -248,6 +254,27 @@ func (_m *Schedule) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.TaskMaxAttempts = new(int)
 				*_m.TaskMaxAttempts = int(value.Int64)
+			}
+		case schedule.FieldWorkflow:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field workflow", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.Workflow); err != nil {
+					return fmt.Errorf("unmarshal field workflow: %w", err)
+				}
+			}
+		case schedule.FieldWorkflowSealed:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field workflow_sealed", values[i])
+			} else if value != nil {
+				_m.WorkflowSealed = *value
+			}
+		case schedule.FieldLastWorkflowID:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field last_workflow_id", values[i])
+			} else if value.Valid {
+				_m.LastWorkflowID = new(int)
+				*_m.LastWorkflowID = int(value.Int64)
 			}
 		case schedule.FieldPaused:
 			if value, ok := values[i].(*sql.NullBool); !ok {
@@ -426,6 +453,16 @@ func (_m *Schedule) String() string {
 	builder.WriteString(", ")
 	if v := _m.TaskMaxAttempts; v != nil {
 		builder.WriteString("task_max_attempts=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	builder.WriteString("workflow=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Workflow))
+	builder.WriteString(", ")
+	builder.WriteString("workflow_sealed=<sensitive>")
+	builder.WriteString(", ")
+	if v := _m.LastWorkflowID; v != nil {
+		builder.WriteString("last_workflow_id=")
 		builder.WriteString(fmt.Sprintf("%v", *v))
 	}
 	builder.WriteString(", ")

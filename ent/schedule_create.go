@@ -220,6 +220,32 @@ func (_c *ScheduleCreate) SetNillableTaskMaxAttempts(v *int) *ScheduleCreate {
 	return _c
 }
 
+// SetWorkflow sets the "workflow" field.
+func (_c *ScheduleCreate) SetWorkflow(v json.RawMessage) *ScheduleCreate {
+	_c.mutation.SetWorkflow(v)
+	return _c
+}
+
+// SetWorkflowSealed sets the "workflow_sealed" field.
+func (_c *ScheduleCreate) SetWorkflowSealed(v []byte) *ScheduleCreate {
+	_c.mutation.SetWorkflowSealed(v)
+	return _c
+}
+
+// SetLastWorkflowID sets the "last_workflow_id" field.
+func (_c *ScheduleCreate) SetLastWorkflowID(v int) *ScheduleCreate {
+	_c.mutation.SetLastWorkflowID(v)
+	return _c
+}
+
+// SetNillableLastWorkflowID sets the "last_workflow_id" field if the given value is not nil.
+func (_c *ScheduleCreate) SetNillableLastWorkflowID(v *int) *ScheduleCreate {
+	if v != nil {
+		_c.SetLastWorkflowID(*v)
+	}
+	return _c
+}
+
 // SetPaused sets the "paused" field.
 func (_c *ScheduleCreate) SetPaused(v bool) *ScheduleCreate {
 	_c.mutation.SetPaused(v)
@@ -640,6 +666,18 @@ func (_c *ScheduleCreate) createSpec() (*Schedule, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.TaskMaxAttempts(); ok {
 		_spec.SetField(schedule.FieldTaskMaxAttempts, field.TypeInt, value)
 		_node.TaskMaxAttempts = &value
+	}
+	if value, ok := _c.mutation.Workflow(); ok {
+		_spec.SetField(schedule.FieldWorkflow, field.TypeJSON, value)
+		_node.Workflow = value
+	}
+	if value, ok := _c.mutation.WorkflowSealed(); ok {
+		_spec.SetField(schedule.FieldWorkflowSealed, field.TypeBytes, value)
+		_node.WorkflowSealed = value
+	}
+	if value, ok := _c.mutation.LastWorkflowID(); ok {
+		_spec.SetField(schedule.FieldLastWorkflowID, field.TypeInt, value)
+		_node.LastWorkflowID = &value
 	}
 	if value, ok := _c.mutation.Paused(); ok {
 		_spec.SetField(schedule.FieldPaused, field.TypeBool, value)

@@ -254,6 +254,63 @@ func (_u *ScheduleUpdate) ClearTaskMaxAttempts() *ScheduleUpdate {
 	return _u
 }
 
+// SetWorkflow sets the "workflow" field.
+func (_u *ScheduleUpdate) SetWorkflow(v json.RawMessage) *ScheduleUpdate {
+	_u.mutation.SetWorkflow(v)
+	return _u
+}
+
+// AppendWorkflow appends value to the "workflow" field.
+func (_u *ScheduleUpdate) AppendWorkflow(v json.RawMessage) *ScheduleUpdate {
+	_u.mutation.AppendWorkflow(v)
+	return _u
+}
+
+// ClearWorkflow clears the value of the "workflow" field.
+func (_u *ScheduleUpdate) ClearWorkflow() *ScheduleUpdate {
+	_u.mutation.ClearWorkflow()
+	return _u
+}
+
+// SetWorkflowSealed sets the "workflow_sealed" field.
+func (_u *ScheduleUpdate) SetWorkflowSealed(v []byte) *ScheduleUpdate {
+	_u.mutation.SetWorkflowSealed(v)
+	return _u
+}
+
+// ClearWorkflowSealed clears the value of the "workflow_sealed" field.
+func (_u *ScheduleUpdate) ClearWorkflowSealed() *ScheduleUpdate {
+	_u.mutation.ClearWorkflowSealed()
+	return _u
+}
+
+// SetLastWorkflowID sets the "last_workflow_id" field.
+func (_u *ScheduleUpdate) SetLastWorkflowID(v int) *ScheduleUpdate {
+	_u.mutation.ResetLastWorkflowID()
+	_u.mutation.SetLastWorkflowID(v)
+	return _u
+}
+
+// SetNillableLastWorkflowID sets the "last_workflow_id" field if the given value is not nil.
+func (_u *ScheduleUpdate) SetNillableLastWorkflowID(v *int) *ScheduleUpdate {
+	if v != nil {
+		_u.SetLastWorkflowID(*v)
+	}
+	return _u
+}
+
+// AddLastWorkflowID adds value to the "last_workflow_id" field.
+func (_u *ScheduleUpdate) AddLastWorkflowID(v int) *ScheduleUpdate {
+	_u.mutation.AddLastWorkflowID(v)
+	return _u
+}
+
+// ClearLastWorkflowID clears the value of the "last_workflow_id" field.
+func (_u *ScheduleUpdate) ClearLastWorkflowID() *ScheduleUpdate {
+	_u.mutation.ClearLastWorkflowID()
+	return _u
+}
+
 // SetPaused sets the "paused" field.
 func (_u *ScheduleUpdate) SetPaused(v bool) *ScheduleUpdate {
 	_u.mutation.SetPaused(v)
@@ -649,6 +706,32 @@ func (_u *ScheduleUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.TaskMaxAttemptsCleared() {
 		_spec.ClearField(schedule.FieldTaskMaxAttempts, field.TypeInt)
 	}
+	if value, ok := _u.mutation.Workflow(); ok {
+		_spec.SetField(schedule.FieldWorkflow, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedWorkflow(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, schedule.FieldWorkflow, value)
+		})
+	}
+	if _u.mutation.WorkflowCleared() {
+		_spec.ClearField(schedule.FieldWorkflow, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.WorkflowSealed(); ok {
+		_spec.SetField(schedule.FieldWorkflowSealed, field.TypeBytes, value)
+	}
+	if _u.mutation.WorkflowSealedCleared() {
+		_spec.ClearField(schedule.FieldWorkflowSealed, field.TypeBytes)
+	}
+	if value, ok := _u.mutation.LastWorkflowID(); ok {
+		_spec.SetField(schedule.FieldLastWorkflowID, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedLastWorkflowID(); ok {
+		_spec.AddField(schedule.FieldLastWorkflowID, field.TypeInt, value)
+	}
+	if _u.mutation.LastWorkflowIDCleared() {
+		_spec.ClearField(schedule.FieldLastWorkflowID, field.TypeInt)
+	}
 	if value, ok := _u.mutation.Paused(); ok {
 		_spec.SetField(schedule.FieldPaused, field.TypeBool, value)
 	}
@@ -1003,6 +1086,63 @@ func (_u *ScheduleUpdateOne) AddTaskMaxAttempts(v int) *ScheduleUpdateOne {
 // ClearTaskMaxAttempts clears the value of the "task_max_attempts" field.
 func (_u *ScheduleUpdateOne) ClearTaskMaxAttempts() *ScheduleUpdateOne {
 	_u.mutation.ClearTaskMaxAttempts()
+	return _u
+}
+
+// SetWorkflow sets the "workflow" field.
+func (_u *ScheduleUpdateOne) SetWorkflow(v json.RawMessage) *ScheduleUpdateOne {
+	_u.mutation.SetWorkflow(v)
+	return _u
+}
+
+// AppendWorkflow appends value to the "workflow" field.
+func (_u *ScheduleUpdateOne) AppendWorkflow(v json.RawMessage) *ScheduleUpdateOne {
+	_u.mutation.AppendWorkflow(v)
+	return _u
+}
+
+// ClearWorkflow clears the value of the "workflow" field.
+func (_u *ScheduleUpdateOne) ClearWorkflow() *ScheduleUpdateOne {
+	_u.mutation.ClearWorkflow()
+	return _u
+}
+
+// SetWorkflowSealed sets the "workflow_sealed" field.
+func (_u *ScheduleUpdateOne) SetWorkflowSealed(v []byte) *ScheduleUpdateOne {
+	_u.mutation.SetWorkflowSealed(v)
+	return _u
+}
+
+// ClearWorkflowSealed clears the value of the "workflow_sealed" field.
+func (_u *ScheduleUpdateOne) ClearWorkflowSealed() *ScheduleUpdateOne {
+	_u.mutation.ClearWorkflowSealed()
+	return _u
+}
+
+// SetLastWorkflowID sets the "last_workflow_id" field.
+func (_u *ScheduleUpdateOne) SetLastWorkflowID(v int) *ScheduleUpdateOne {
+	_u.mutation.ResetLastWorkflowID()
+	_u.mutation.SetLastWorkflowID(v)
+	return _u
+}
+
+// SetNillableLastWorkflowID sets the "last_workflow_id" field if the given value is not nil.
+func (_u *ScheduleUpdateOne) SetNillableLastWorkflowID(v *int) *ScheduleUpdateOne {
+	if v != nil {
+		_u.SetLastWorkflowID(*v)
+	}
+	return _u
+}
+
+// AddLastWorkflowID adds value to the "last_workflow_id" field.
+func (_u *ScheduleUpdateOne) AddLastWorkflowID(v int) *ScheduleUpdateOne {
+	_u.mutation.AddLastWorkflowID(v)
+	return _u
+}
+
+// ClearLastWorkflowID clears the value of the "last_workflow_id" field.
+func (_u *ScheduleUpdateOne) ClearLastWorkflowID() *ScheduleUpdateOne {
+	_u.mutation.ClearLastWorkflowID()
 	return _u
 }
 
@@ -1430,6 +1570,32 @@ func (_u *ScheduleUpdateOne) sqlSave(ctx context.Context) (_node *Schedule, err 
 	}
 	if _u.mutation.TaskMaxAttemptsCleared() {
 		_spec.ClearField(schedule.FieldTaskMaxAttempts, field.TypeInt)
+	}
+	if value, ok := _u.mutation.Workflow(); ok {
+		_spec.SetField(schedule.FieldWorkflow, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedWorkflow(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, schedule.FieldWorkflow, value)
+		})
+	}
+	if _u.mutation.WorkflowCleared() {
+		_spec.ClearField(schedule.FieldWorkflow, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.WorkflowSealed(); ok {
+		_spec.SetField(schedule.FieldWorkflowSealed, field.TypeBytes, value)
+	}
+	if _u.mutation.WorkflowSealedCleared() {
+		_spec.ClearField(schedule.FieldWorkflowSealed, field.TypeBytes)
+	}
+	if value, ok := _u.mutation.LastWorkflowID(); ok {
+		_spec.SetField(schedule.FieldLastWorkflowID, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedLastWorkflowID(); ok {
+		_spec.AddField(schedule.FieldLastWorkflowID, field.TypeInt, value)
+	}
+	if _u.mutation.LastWorkflowIDCleared() {
+		_spec.ClearField(schedule.FieldLastWorkflowID, field.TypeInt)
 	}
 	if value, ok := _u.mutation.Paused(); ok {
 		_spec.SetField(schedule.FieldPaused, field.TypeBool, value)

@@ -40,7 +40,11 @@ type Workflow struct {
 	// The failure policy of its edges that name none.
 	OnParentFailure workflow.OnParentFailure `json:"on_parent_failure,omitempty"`
 	// How many steps it was created with.
-	StepCount    int `json:"step_count,omitempty"`
+	StepCount int `json:"step_count,omitempty"`
+	// The schedule that created it, if one did (it stays when the schedule is deleted).
+	ScheduleID *int `json:"schedule_id,omitempty"`
+	// The slot of its schedule it was created for; its idempotency key names it too.
+	ScheduleSlot *time.Time `json:"schedule_slot,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -49,11 +53,11 @@ func (*Workflow) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case workflow.FieldID, workflow.FieldStepCount:
+		case workflow.FieldID, workflow.FieldStepCount, workflow.FieldScheduleID:
 			values[i] = new(sql.NullInt64)
 		case workflow.FieldCode, workflow.FieldTitle, workflow.FieldIdempotencyKey, workflow.FieldIdempotencyHash, workflow.FieldInputHash, workflow.FieldOwner, workflow.FieldOwnerSource, workflow.FieldTenant, workflow.FieldOwnerRole, workflow.FieldOnParentFailure:
 			values[i] = new(sql.NullString)
-		case workflow.FieldCreatedAt:
+		case workflow.FieldCreatedAt, workflow.FieldScheduleSlot:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -150,6 +154,20 @@ func (_m *Workflow) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.StepCount = int(value.Int64)
 			}
+		case workflow.FieldScheduleID:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field schedule_id", values[i])
+			} else if value.Valid {
+				_m.ScheduleID = new(int)
+				*_m.ScheduleID = int(value.Int64)
+			}
+		case workflow.FieldScheduleSlot:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field schedule_slot", values[i])
+			} else if value.Valid {
+				_m.ScheduleSlot = new(time.Time)
+				*_m.ScheduleSlot = value.Time
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -225,6 +243,16 @@ func (_m *Workflow) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("step_count=")
 	builder.WriteString(fmt.Sprintf("%v", _m.StepCount))
+	builder.WriteString(", ")
+	if v := _m.ScheduleID; v != nil {
+		builder.WriteString("schedule_id=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.ScheduleSlot; v != nil {
+		builder.WriteString("schedule_slot=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
 	builder.WriteByte(')')
 	return builder.String()
 }

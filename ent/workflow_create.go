@@ -156,6 +156,34 @@ func (_c *WorkflowCreate) SetStepCount(v int) *WorkflowCreate {
 	return _c
 }
 
+// SetScheduleID sets the "schedule_id" field.
+func (_c *WorkflowCreate) SetScheduleID(v int) *WorkflowCreate {
+	_c.mutation.SetScheduleID(v)
+	return _c
+}
+
+// SetNillableScheduleID sets the "schedule_id" field if the given value is not nil.
+func (_c *WorkflowCreate) SetNillableScheduleID(v *int) *WorkflowCreate {
+	if v != nil {
+		_c.SetScheduleID(*v)
+	}
+	return _c
+}
+
+// SetScheduleSlot sets the "schedule_slot" field.
+func (_c *WorkflowCreate) SetScheduleSlot(v time.Time) *WorkflowCreate {
+	_c.mutation.SetScheduleSlot(v)
+	return _c
+}
+
+// SetNillableScheduleSlot sets the "schedule_slot" field if the given value is not nil.
+func (_c *WorkflowCreate) SetNillableScheduleSlot(v *time.Time) *WorkflowCreate {
+	if v != nil {
+		_c.SetScheduleSlot(*v)
+	}
+	return _c
+}
+
 // Mutation returns the WorkflowMutation object of the builder.
 func (_c *WorkflowCreate) Mutation() *WorkflowMutation {
 	return _c.mutation
@@ -327,6 +355,14 @@ func (_c *WorkflowCreate) createSpec() (*Workflow, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.StepCount(); ok {
 		_spec.SetField(workflow.FieldStepCount, field.TypeInt, value)
 		_node.StepCount = value
+	}
+	if value, ok := _c.mutation.ScheduleID(); ok {
+		_spec.SetField(workflow.FieldScheduleID, field.TypeInt, value)
+		_node.ScheduleID = &value
+	}
+	if value, ok := _c.mutation.ScheduleSlot(); ok {
+		_spec.SetField(workflow.FieldScheduleSlot, field.TypeTime, value)
+		_node.ScheduleSlot = &value
 	}
 	return _node, _spec
 }

@@ -81,6 +81,12 @@ func (_u *WorkflowUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.IdempotencyHashCleared() {
 		_spec.ClearField(workflow.FieldIdempotencyHash, field.TypeString)
 	}
+	if _u.mutation.ScheduleIDCleared() {
+		_spec.ClearField(workflow.FieldScheduleID, field.TypeInt)
+	}
+	if _u.mutation.ScheduleSlotCleared() {
+		_spec.ClearField(workflow.FieldScheduleSlot, field.TypeTime)
+	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -185,6 +191,12 @@ func (_u *WorkflowUpdateOne) sqlSave(ctx context.Context) (_node *Workflow, err 
 	}
 	if _u.mutation.IdempotencyHashCleared() {
 		_spec.ClearField(workflow.FieldIdempotencyHash, field.TypeString)
+	}
+	if _u.mutation.ScheduleIDCleared() {
+		_spec.ClearField(workflow.FieldScheduleID, field.TypeInt)
+	}
+	if _u.mutation.ScheduleSlotCleared() {
+		_spec.ClearField(workflow.FieldScheduleSlot, field.TypeTime)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Workflow{config: _u.config}

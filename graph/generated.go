@@ -268,51 +268,52 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		AcceptReview         func(childComplexity int, id int, reason *string) int
-		ApproveReview        func(childComplexity int, id int, reason *string) int
-		ApproveReviews       func(childComplexity int, ids []int, reason *string) int
-		ArtifactDownloadURL  func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
-		BulkTaskAction       func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) int
-		CancelTask           func(childComplexity int, id int, reason *string) int
-		CancelTasks          func(childComplexity int, ids []int, reason *string) int
-		CancelWorkflow       func(childComplexity int, id int, reason *string) int
-		CreateAlertChannel   func(childComplexity int, input model.AlertChannelInput) int
-		CreateAlertRule      func(childComplexity int, input model.AlertRuleInput) int
-		CreateSchedule       func(childComplexity int, input model.CreateScheduleInput) int
-		CreateTask           func(childComplexity int, input model.CreateTaskInput) int
-		CreateTasks          func(childComplexity int, inputs []*model.CreateTaskInput) int
-		CreateWorkflow       func(childComplexity int, input model.CreateWorkflowInput) int
-		DeclareTaskType      func(childComplexity int, input model.TaskTypeDeclaration) int
-		DeleteAlertChannel   func(childComplexity int, id int) int
-		DeleteAlertRule      func(childComplexity int, id int) int
-		DeleteSchedule       func(childComplexity int, id int) int
-		DeleteTaskType       func(childComplexity int, name string) int
-		DrainClusterNode     func(childComplexity int, id string, drain bool) int
-		DrainWorker          func(childComplexity int, id int, drain bool) int
-		EditAndRetry         func(childComplexity int, id int, input json.RawMessage, reason string) int
-		ImportFile           func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
-		PauseSchedule        func(childComplexity int, id int) int
-		PauseTenantType      func(childComplexity int, typeArg string, tenant *string, until *time.Time) int
-		PauseType            func(childComplexity int, typeArg string, until *time.Time) int
-		RejectReview         func(childComplexity int, id int, reason string) int
-		RejectReviews        func(childComplexity int, ids []int, reason string) int
-		ReplayWithInput      func(childComplexity int, id int, input json.RawMessage, reason string) int
-		ResolveAlertIncident func(childComplexity int, id int) int
-		ResumeSchedule       func(childComplexity int, id int) int
-		ResumeTenantType     func(childComplexity int, typeArg string, tenant *string) int
-		ResumeType           func(childComplexity int, typeArg string) int
-		RetryTask            func(childComplexity int, id int) int
-		RetryTasks           func(childComplexity int, ids []int) int
-		RetryWorkflow        func(childComplexity int, id int, reason *string) int
-		RunScheduleNow       func(childComplexity int, id int) int
-		SetTenantTypeControl func(childComplexity int, typeArg string, tenant *string, input model.TenantTypeControlInput) int
-		SetTypeControl       func(childComplexity int, typeArg string, input model.TypeControlInput) int
-		SilenceAlertIncident func(childComplexity int, id int, until *time.Time) int
-		SilenceAlertRule     func(childComplexity int, id int, until *time.Time) int
-		TestAlertChannel     func(childComplexity int, id int) int
-		UpdateAlertChannel   func(childComplexity int, id int, input model.AlertChannelInput) int
-		UpdateAlertRule      func(childComplexity int, id int, input model.AlertRuleInput) int
-		UpdateSchedule       func(childComplexity int, id int, input model.UpdateScheduleInput) int
+		AcceptReview           func(childComplexity int, id int, reason *string) int
+		ApproveReview          func(childComplexity int, id int, reason *string) int
+		ApproveReviews         func(childComplexity int, ids []int, reason *string) int
+		ArtifactDownloadURL    func(childComplexity int, taskID int, kind *artifact.Kind, format *model.FileFormat) int
+		BulkTaskAction         func(childComplexity int, action lifecycle.Action, where ent.TaskWhereInput, reason *string, confirm int, idempotencyKey *string) int
+		CancelTask             func(childComplexity int, id int, reason *string) int
+		CancelTasks            func(childComplexity int, ids []int, reason *string) int
+		CancelWorkflow         func(childComplexity int, id int, reason *string) int
+		CreateAlertChannel     func(childComplexity int, input model.AlertChannelInput) int
+		CreateAlertRule        func(childComplexity int, input model.AlertRuleInput) int
+		CreateSchedule         func(childComplexity int, input model.CreateScheduleInput) int
+		CreateTask             func(childComplexity int, input model.CreateTaskInput) int
+		CreateTasks            func(childComplexity int, inputs []*model.CreateTaskInput) int
+		CreateWorkflow         func(childComplexity int, input model.CreateWorkflowInput) int
+		DeclareTaskType        func(childComplexity int, input model.TaskTypeDeclaration) int
+		DeleteAlertChannel     func(childComplexity int, id int) int
+		DeleteAlertRule        func(childComplexity int, id int) int
+		DeleteSchedule         func(childComplexity int, id int) int
+		DeleteTaskType         func(childComplexity int, name string) int
+		DrainClusterNode       func(childComplexity int, id string, drain bool) int
+		DrainWorker            func(childComplexity int, id int, drain bool) int
+		EditAndRetry           func(childComplexity int, id int, input json.RawMessage, reason string) int
+		ImportFile             func(childComplexity int, file graphql.Upload, target string, options json.RawMessage, idempotencyKey *string) int
+		PauseSchedule          func(childComplexity int, id int) int
+		PauseTenantType        func(childComplexity int, typeArg string, tenant *string, until *time.Time) int
+		PauseType              func(childComplexity int, typeArg string, until *time.Time) int
+		RejectReview           func(childComplexity int, id int, reason string) int
+		RejectReviews          func(childComplexity int, ids []int, reason string) int
+		ReplayWithInput        func(childComplexity int, id int, input json.RawMessage, reason string) int
+		ResolveAlertIncident   func(childComplexity int, id int) int
+		ResumeSchedule         func(childComplexity int, id int) int
+		ResumeTenantType       func(childComplexity int, typeArg string, tenant *string) int
+		ResumeType             func(childComplexity int, typeArg string) int
+		RetryTask              func(childComplexity int, id int) int
+		RetryTasks             func(childComplexity int, ids []int) int
+		RetryWorkflow          func(childComplexity int, id int, reason *string) int
+		RunScheduleNow         func(childComplexity int, id int) int
+		RunScheduleWorkflowNow func(childComplexity int, id int) int
+		SetTenantTypeControl   func(childComplexity int, typeArg string, tenant *string, input model.TenantTypeControlInput) int
+		SetTypeControl         func(childComplexity int, typeArg string, input model.TypeControlInput) int
+		SilenceAlertIncident   func(childComplexity int, id int, until *time.Time) int
+		SilenceAlertRule       func(childComplexity int, id int, until *time.Time) int
+		TestAlertChannel       func(childComplexity int, id int) int
+		UpdateAlertChannel     func(childComplexity int, id int, input model.AlertChannelInput) int
+		UpdateAlertRule        func(childComplexity int, id int, input model.AlertRuleInput) int
+		UpdateSchedule         func(childComplexity int, id int, input model.UpdateScheduleInput) int
 	}
 
 	NodeExecution struct {
@@ -413,6 +414,7 @@ type ComplexityRoot struct {
 		IntervalSeconds    func(childComplexity int) int
 		LastFiredAt        func(childComplexity int) int
 		LastTaskID         func(childComplexity int) int
+		LastWorkflowID     func(childComplexity int) int
 		MisfirePolicy      func(childComplexity int) int
 		Name               func(childComplexity int) int
 		NextFireAt         func(childComplexity int) int
@@ -436,6 +438,8 @@ type ComplexityRoot struct {
 		Upcoming           func(childComplexity int, count *int) int
 		UpdatedAt          func(childComplexity int) int
 		Version            func(childComplexity int) int
+		Workflow           func(childComplexity int) int
+		Workflows          func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
 	}
 
 	ScheduleConnection struct {
@@ -678,6 +682,8 @@ type ComplexityRoot struct {
 		OnParentFailure  func(childComplexity int) int
 		Owner            func(childComplexity int) int
 		OwnerSource      func(childComplexity int) int
+		ScheduleID       func(childComplexity int) int
+		ScheduleSlot     func(childComplexity int) int
 		Status           func(childComplexity int) int
 		StepCount        func(childComplexity int) int
 		Steps            func(childComplexity int) int
@@ -754,6 +760,7 @@ type MutationResolver interface {
 	ResumeSchedule(ctx context.Context, id int) (*ent.Schedule, error)
 	DeleteSchedule(ctx context.Context, id int) (int, error)
 	RunScheduleNow(ctx context.Context, id int) (*ent.Task, error)
+	RunScheduleWorkflowNow(ctx context.Context, id int) (*ent.Workflow, error)
 	SetTenantTypeControl(ctx context.Context, typeArg string, tenant *string, input model.TenantTypeControlInput) (*flow.TenantControl, error)
 	PauseTenantType(ctx context.Context, typeArg string, tenant *string, until *time.Time) (*flow.TenantControl, error)
 	ResumeTenantType(ctx context.Context, typeArg string, tenant *string) (*flow.TenantControl, error)
@@ -803,6 +810,7 @@ type ScheduleResolver interface {
 	EffectiveTimezone(ctx context.Context, obj *ent.Schedule) (string, error)
 	Upcoming(ctx context.Context, obj *ent.Schedule, count *int) ([]*time.Time, error)
 	Tasks(ctx context.Context, obj *ent.Schedule, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, where *ent.TaskWhereInput) (*ent.TaskConnection, error)
+	Workflows(ctx context.Context, obj *ent.Schedule, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) (*ent.WorkflowConnection, error)
 }
 type SubscriptionResolver interface {
 	TaskUpdated(ctx context.Context, id *int, where *ent.TaskWhereInput) (<-chan *ent.Task, error)
@@ -2157,6 +2165,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RunScheduleNow(childComplexity, args["id"].(int)), true
+	case "Mutation.runScheduleWorkflowNow":
+		if e.ComplexityRoot.Mutation.RunScheduleWorkflowNow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_runScheduleWorkflowNow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RunScheduleWorkflowNow(childComplexity, args["id"].(int)), true
 	case "Mutation.setTenantTypeControl":
 		if e.ComplexityRoot.Mutation.SetTenantTypeControl == nil {
 			break
@@ -2805,6 +2824,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Schedule.LastTaskID(childComplexity), true
+	case "Schedule.lastWorkflowID":
+		if e.ComplexityRoot.Schedule.LastWorkflowID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.LastWorkflowID(childComplexity), true
 	case "Schedule.misfirePolicy":
 		if e.ComplexityRoot.Schedule.MisfirePolicy == nil {
 			break
@@ -2953,6 +2978,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Schedule.Version(childComplexity), true
+	case "Schedule.workflow":
+		if e.ComplexityRoot.Schedule.Workflow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Workflow(childComplexity), true
+	case "Schedule.workflows":
+		if e.ComplexityRoot.Schedule.Workflows == nil {
+			break
+		}
+
+		args, err := ec.field_Schedule_workflows_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Schedule.Workflows(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int)), true
 
 	case "ScheduleConnection.edges":
 		if e.ComplexityRoot.ScheduleConnection.Edges == nil {
@@ -4046,6 +4088,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Workflow.OwnerSource(childComplexity), true
+	case "Workflow.scheduleID":
+		if e.ComplexityRoot.Workflow.ScheduleID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ScheduleID(childComplexity), true
+	case "Workflow.scheduleSlot":
+		if e.ComplexityRoot.Workflow.ScheduleSlot == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ScheduleSlot(childComplexity), true
 	case "Workflow.status":
 		if e.ComplexityRoot.Workflow.Status == nil {
 			break
@@ -4844,6 +4898,14 @@ type Schedule implements Node {
   taskTimeoutSeconds: Int
   taskRetryPolicy: String
   taskMaxAttempts: Int
+  """
+  The workflow to create at each slot instead of a task: createWorkflow's definition (title, onParentFailure, steps), the steps' inputs masked like a task's; empty for a task schedule.
+  """
+  workflow: JSON
+  """
+  The latest workflow it created: the previous run its overlap policy looks at.
+  """
+  lastWorkflowID: ID
   paused: Boolean!
   """
   No slot before this time.
@@ -5275,6 +5337,19 @@ input ScheduleWhereInput {
   taskMaxAttemptsLTE: Int
   taskMaxAttemptsIsNil: Boolean
   taskMaxAttemptsNotNil: Boolean
+  """
+  last_workflow_id field predicates
+  """
+  lastWorkflowID: ID
+  lastWorkflowIDNEQ: ID
+  lastWorkflowIDIn: [ID!]
+  lastWorkflowIDNotIn: [ID!]
+  lastWorkflowIDGT: ID
+  lastWorkflowIDGTE: ID
+  lastWorkflowIDLT: ID
+  lastWorkflowIDLTE: ID
+  lastWorkflowIDIsNil: Boolean
+  lastWorkflowIDNotNil: Boolean
   """
   paused field predicates
   """
@@ -6100,6 +6175,14 @@ type Workflow implements Node {
   How many steps it was created with.
   """
   stepCount: Int!
+  """
+  The schedule that created it, if one did (it stays when the schedule is deleted).
+  """
+  scheduleID: ID
+  """
+  The slot of its schedule it was created for; its idempotency key names it too.
+  """
+  scheduleSlot: Time
 }
 """
 A connection to a list of items.
@@ -6297,6 +6380,32 @@ input WorkflowWhereInput {
   stepCountGTE: Int
   stepCountLT: Int
   stepCountLTE: Int
+  """
+  schedule_id field predicates
+  """
+  scheduleID: ID
+  scheduleIDNEQ: ID
+  scheduleIDIn: [ID!]
+  scheduleIDNotIn: [ID!]
+  scheduleIDGT: ID
+  scheduleIDGTE: ID
+  scheduleIDLT: ID
+  scheduleIDLTE: ID
+  scheduleIDIsNil: Boolean
+  scheduleIDNotNil: Boolean
+  """
+  schedule_slot field predicates
+  """
+  scheduleSlot: Time
+  scheduleSlotNEQ: Time
+  scheduleSlotIn: [Time!]
+  scheduleSlotNotIn: [Time!]
+  scheduleSlotGT: Time
+  scheduleSlotGTE: Time
+  scheduleSlotLT: Time
+  scheduleSlotLTE: Time
+  scheduleSlotIsNil: Boolean
+  scheduleSlotNotNil: Boolean
 }
 `, BuiltIn: false},
 	{Name: "../schema.graphql", Input: `# Hand-written parts of the API. ent.graphql is generated from ent/schema by
@@ -7086,6 +7195,10 @@ func (ec *executionContext) childFields_Schedule(ctx context.Context, field grap
 		return ec.fieldContext_Schedule_taskRetryPolicy(ctx, field)
 	case "taskMaxAttempts":
 		return ec.fieldContext_Schedule_taskMaxAttempts(ctx, field)
+	case "workflow":
+		return ec.fieldContext_Schedule_workflow(ctx, field)
+	case "lastWorkflowID":
+		return ec.fieldContext_Schedule_lastWorkflowID(ctx, field)
 	case "paused":
 		return ec.fieldContext_Schedule_paused(ctx, field)
 	case "startAt":
@@ -7116,6 +7229,8 @@ func (ec *executionContext) childFields_Schedule(ctx context.Context, field grap
 		return ec.fieldContext_Schedule_upcoming(ctx, field)
 	case "tasks":
 		return ec.fieldContext_Schedule_tasks(ctx, field)
+	case "workflows":
+		return ec.fieldContext_Schedule_workflows(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Schedule", field.Name)
 }
@@ -7586,6 +7701,10 @@ func (ec *executionContext) childFields_Workflow(ctx context.Context, field grap
 		return ec.fieldContext_Workflow_onParentFailure(ctx, field)
 	case "stepCount":
 		return ec.fieldContext_Workflow_stepCount(ctx, field)
+	case "scheduleID":
+		return ec.fieldContext_Workflow_scheduleID(ctx, field)
+	case "scheduleSlot":
+		return ec.fieldContext_Workflow_scheduleSlot(ctx, field)
 	case "status":
 		return ec.fieldContext_Workflow_status(ctx, field)
 	case "stepsDone":
@@ -8478,6 +8597,20 @@ func (ec *executionContext) field_Mutation_runScheduleNow_args(ctx context.Conte
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_runScheduleWorkflowNow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNID2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_setTenantTypeControl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -9247,6 +9380,44 @@ func (ec *executionContext) field_Schedule_upcoming_args(ctx context.Context, ra
 		return nil, err
 	}
 	args["count"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Schedule_workflows_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[int], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
 	return args, nil
 }
 
@@ -14540,6 +14711,50 @@ func (ec *executionContext) fieldContext_Mutation_runScheduleNow(ctx context.Con
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_runScheduleWorkflowNow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_runScheduleWorkflowNow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RunScheduleWorkflowNow(ctx, fc.Args["id"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Workflow) graphql.Marshaler {
+			return ec.marshalNWorkflow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_runScheduleWorkflowNow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_runScheduleWorkflowNow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_setTenantTypeControl(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -17342,6 +17557,52 @@ func (ec *executionContext) fieldContext_Schedule_taskMaxAttempts(_ context.Cont
 	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
 }
 
+func (ec *executionContext) _Schedule_workflow(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_workflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Workflow, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalOJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_workflow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "JSON")
+}
+
+func (ec *executionContext) _Schedule_lastWorkflowID(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_lastWorkflowID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastWorkflowID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOID2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_lastWorkflowID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "ID")
+}
+
 func (ec *executionContext) _Schedule_paused(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -17744,6 +18005,50 @@ func (ec *executionContext) fieldContext_Schedule_tasks(ctx context.Context, fie
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Schedule_tasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Schedule_workflows(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_workflows(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Schedule().Workflows(ctx, obj, fc.Args["after"].(*entgql.Cursor[int]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[int]), fc.Args["last"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.WorkflowConnection) graphql.Marshaler {
+			return ec.marshalNWorkflowConnection2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐWorkflowConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_workflows(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Schedule",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WorkflowConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Schedule_workflows_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -22231,6 +22536,52 @@ func (ec *executionContext) fieldContext_Workflow_stepCount(_ context.Context, f
 	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Int")
 }
 
+func (ec *executionContext) _Workflow_scheduleID(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_scheduleID(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ScheduleID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOID2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_scheduleID(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Workflow_scheduleSlot(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Workflow_scheduleSlot(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ScheduleSlot, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Workflow_scheduleSlot(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "Time")
+}
+
 func (ec *executionContext) _Workflow_status(ctx context.Context, field graphql.CollectedField, obj *ent.Workflow) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -24615,7 +24966,7 @@ func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Contex
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "endAt", "misfirePolicy", "overlapPolicy", "paused", "task"}
+	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "endAt", "misfirePolicy", "overlapPolicy", "paused", "task", "workflow"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -24687,11 +25038,18 @@ func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Contex
 			it.Paused = data
 		case "task":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("task"))
-			data, err := ec.unmarshalNScheduleTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
+			data, err := ec.unmarshalOScheduleTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Task = data
+		case "workflow":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("workflow"))
+			data, err := ec.unmarshalOCreateWorkflowInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateWorkflowInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Workflow = data
 		}
 	}
 	return it, nil
@@ -25372,7 +25730,7 @@ func (ec *executionContext) unmarshalInputScheduleWhereInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "name", "nameNEQ", "nameIn", "nameNotIn", "nameGT", "nameGTE", "nameLT", "nameLTE", "nameContains", "nameHasPrefix", "nameHasSuffix", "nameEqualFold", "nameContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "cron", "cronNEQ", "cronIn", "cronNotIn", "cronGT", "cronGTE", "cronLT", "cronLTE", "cronContains", "cronHasPrefix", "cronHasSuffix", "cronEqualFold", "cronContainsFold", "intervalSeconds", "intervalSecondsNEQ", "intervalSecondsIn", "intervalSecondsNotIn", "intervalSecondsGT", "intervalSecondsGTE", "intervalSecondsLT", "intervalSecondsLTE", "intervalSecondsIsNil", "intervalSecondsNotNil", "timezone", "timezoneNEQ", "timezoneIn", "timezoneNotIn", "timezoneGT", "timezoneGTE", "timezoneLT", "timezoneLTE", "timezoneContains", "timezoneHasPrefix", "timezoneHasSuffix", "timezoneEqualFold", "timezoneContainsFold", "taskType", "taskTypeNEQ", "taskTypeIn", "taskTypeNotIn", "taskTypeGT", "taskTypeGTE", "taskTypeLT", "taskTypeLTE", "taskTypeContains", "taskTypeHasPrefix", "taskTypeHasSuffix", "taskTypeEqualFold", "taskTypeContainsFold", "taskTitle", "taskTitleNEQ", "taskTitleIn", "taskTitleNotIn", "taskTitleGT", "taskTitleGTE", "taskTitleLT", "taskTitleLTE", "taskTitleContains", "taskTitleHasPrefix", "taskTitleHasSuffix", "taskTitleEqualFold", "taskTitleContainsFold", "taskPriority", "taskPriorityNEQ", "taskPriorityIn", "taskPriorityNotIn", "taskPriorityGT", "taskPriorityGTE", "taskPriorityLT", "taskPriorityLTE", "taskPriorityIsNil", "taskPriorityNotNil", "taskTimeoutSeconds", "taskTimeoutSecondsNEQ", "taskTimeoutSecondsIn", "taskTimeoutSecondsNotIn", "taskTimeoutSecondsGT", "taskTimeoutSecondsGTE", "taskTimeoutSecondsLT", "taskTimeoutSecondsLTE", "taskTimeoutSecondsIsNil", "taskTimeoutSecondsNotNil", "taskRetryPolicy", "taskRetryPolicyNEQ", "taskRetryPolicyIn", "taskRetryPolicyNotIn", "taskRetryPolicyGT", "taskRetryPolicyGTE", "taskRetryPolicyLT", "taskRetryPolicyLTE", "taskRetryPolicyContains", "taskRetryPolicyHasPrefix", "taskRetryPolicyHasSuffix", "taskRetryPolicyIsNil", "taskRetryPolicyNotNil", "taskRetryPolicyEqualFold", "taskRetryPolicyContainsFold", "taskMaxAttempts", "taskMaxAttemptsNEQ", "taskMaxAttemptsIn", "taskMaxAttemptsNotIn", "taskMaxAttemptsGT", "taskMaxAttemptsGTE", "taskMaxAttemptsLT", "taskMaxAttemptsLTE", "taskMaxAttemptsIsNil", "taskMaxAttemptsNotNil", "paused", "pausedNEQ", "startAt", "startAtNEQ", "startAtIn", "startAtNotIn", "startAtGT", "startAtGTE", "startAtLT", "startAtLTE", "startAtIsNil", "startAtNotNil", "endAt", "endAtNEQ", "endAtIn", "endAtNotIn", "endAtGT", "endAtGTE", "endAtLT", "endAtLTE", "endAtIsNil", "endAtNotNil", "misfirePolicy", "misfirePolicyNEQ", "misfirePolicyIn", "misfirePolicyNotIn", "overlapPolicy", "overlapPolicyNEQ", "overlapPolicyIn", "overlapPolicyNotIn", "nextFireAt", "nextFireAtNEQ", "nextFireAtIn", "nextFireAtNotIn", "nextFireAtGT", "nextFireAtGTE", "nextFireAtLT", "nextFireAtLTE", "nextFireAtIsNil", "nextFireAtNotNil", "lastFiredAt", "lastFiredAtNEQ", "lastFiredAtIn", "lastFiredAtNotIn", "lastFiredAtGT", "lastFiredAtGTE", "lastFiredAtLT", "lastFiredAtLTE", "lastFiredAtIsNil", "lastFiredAtNotNil", "lastTaskID", "lastTaskIDNEQ", "lastTaskIDIn", "lastTaskIDNotIn", "lastTaskIDGT", "lastTaskIDGTE", "lastTaskIDLT", "lastTaskIDLTE", "lastTaskIDIsNil", "lastTaskIDNotNil", "queuedCount", "queuedCountNEQ", "queuedCountIn", "queuedCountNotIn", "queuedCountGT", "queuedCountGTE", "queuedCountLT", "queuedCountLTE", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "name", "nameNEQ", "nameIn", "nameNotIn", "nameGT", "nameGTE", "nameLT", "nameLTE", "nameContains", "nameHasPrefix", "nameHasSuffix", "nameEqualFold", "nameContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "cron", "cronNEQ", "cronIn", "cronNotIn", "cronGT", "cronGTE", "cronLT", "cronLTE", "cronContains", "cronHasPrefix", "cronHasSuffix", "cronEqualFold", "cronContainsFold", "intervalSeconds", "intervalSecondsNEQ", "intervalSecondsIn", "intervalSecondsNotIn", "intervalSecondsGT", "intervalSecondsGTE", "intervalSecondsLT", "intervalSecondsLTE", "intervalSecondsIsNil", "intervalSecondsNotNil", "timezone", "timezoneNEQ", "timezoneIn", "timezoneNotIn", "timezoneGT", "timezoneGTE", "timezoneLT", "timezoneLTE", "timezoneContains", "timezoneHasPrefix", "timezoneHasSuffix", "timezoneEqualFold", "timezoneContainsFold", "taskType", "taskTypeNEQ", "taskTypeIn", "taskTypeNotIn", "taskTypeGT", "taskTypeGTE", "taskTypeLT", "taskTypeLTE", "taskTypeContains", "taskTypeHasPrefix", "taskTypeHasSuffix", "taskTypeEqualFold", "taskTypeContainsFold", "taskTitle", "taskTitleNEQ", "taskTitleIn", "taskTitleNotIn", "taskTitleGT", "taskTitleGTE", "taskTitleLT", "taskTitleLTE", "taskTitleContains", "taskTitleHasPrefix", "taskTitleHasSuffix", "taskTitleEqualFold", "taskTitleContainsFold", "taskPriority", "taskPriorityNEQ", "taskPriorityIn", "taskPriorityNotIn", "taskPriorityGT", "taskPriorityGTE", "taskPriorityLT", "taskPriorityLTE", "taskPriorityIsNil", "taskPriorityNotNil", "taskTimeoutSeconds", "taskTimeoutSecondsNEQ", "taskTimeoutSecondsIn", "taskTimeoutSecondsNotIn", "taskTimeoutSecondsGT", "taskTimeoutSecondsGTE", "taskTimeoutSecondsLT", "taskTimeoutSecondsLTE", "taskTimeoutSecondsIsNil", "taskTimeoutSecondsNotNil", "taskRetryPolicy", "taskRetryPolicyNEQ", "taskRetryPolicyIn", "taskRetryPolicyNotIn", "taskRetryPolicyGT", "taskRetryPolicyGTE", "taskRetryPolicyLT", "taskRetryPolicyLTE", "taskRetryPolicyContains", "taskRetryPolicyHasPrefix", "taskRetryPolicyHasSuffix", "taskRetryPolicyIsNil", "taskRetryPolicyNotNil", "taskRetryPolicyEqualFold", "taskRetryPolicyContainsFold", "taskMaxAttempts", "taskMaxAttemptsNEQ", "taskMaxAttemptsIn", "taskMaxAttemptsNotIn", "taskMaxAttemptsGT", "taskMaxAttemptsGTE", "taskMaxAttemptsLT", "taskMaxAttemptsLTE", "taskMaxAttemptsIsNil", "taskMaxAttemptsNotNil", "lastWorkflowID", "lastWorkflowIDNEQ", "lastWorkflowIDIn", "lastWorkflowIDNotIn", "lastWorkflowIDGT", "lastWorkflowIDGTE", "lastWorkflowIDLT", "lastWorkflowIDLTE", "lastWorkflowIDIsNil", "lastWorkflowIDNotNil", "paused", "pausedNEQ", "startAt", "startAtNEQ", "startAtIn", "startAtNotIn", "startAtGT", "startAtGTE", "startAtLT", "startAtLTE", "startAtIsNil", "startAtNotNil", "endAt", "endAtNEQ", "endAtIn", "endAtNotIn", "endAtGT", "endAtGTE", "endAtLT", "endAtLTE", "endAtIsNil", "endAtNotNil", "misfirePolicy", "misfirePolicyNEQ", "misfirePolicyIn", "misfirePolicyNotIn", "overlapPolicy", "overlapPolicyNEQ", "overlapPolicyIn", "overlapPolicyNotIn", "nextFireAt", "nextFireAtNEQ", "nextFireAtIn", "nextFireAtNotIn", "nextFireAtGT", "nextFireAtGTE", "nextFireAtLT", "nextFireAtLTE", "nextFireAtIsNil", "nextFireAtNotNil", "lastFiredAt", "lastFiredAtNEQ", "lastFiredAtIn", "lastFiredAtNotIn", "lastFiredAtGT", "lastFiredAtGTE", "lastFiredAtLT", "lastFiredAtLTE", "lastFiredAtIsNil", "lastFiredAtNotNil", "lastTaskID", "lastTaskIDNEQ", "lastTaskIDIn", "lastTaskIDNotIn", "lastTaskIDGT", "lastTaskIDGTE", "lastTaskIDLT", "lastTaskIDLTE", "lastTaskIDIsNil", "lastTaskIDNotNil", "queuedCount", "queuedCountNEQ", "queuedCountIn", "queuedCountNotIn", "queuedCountGT", "queuedCountGTE", "queuedCountLT", "queuedCountLTE", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -26534,6 +26892,76 @@ func (ec *executionContext) unmarshalInputScheduleWhereInput(ctx context.Context
 				return it, err
 			}
 			it.TaskMaxAttemptsNotNil = data
+		case "lastWorkflowID":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowID"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowID = data
+		case "lastWorkflowIDNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDNEQ"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDNEQ = data
+		case "lastWorkflowIDIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDIn = data
+		case "lastWorkflowIDNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDNotIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDNotIn = data
+		case "lastWorkflowIDGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDGT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDGT = data
+		case "lastWorkflowIDGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDGTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDGTE = data
+		case "lastWorkflowIDLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDLT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDLT = data
+		case "lastWorkflowIDLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDLTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDLTE = data
+		case "lastWorkflowIDIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDIsNil = data
+		case "lastWorkflowIDNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lastWorkflowIDNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.LastWorkflowIDNotNil = data
 		case "paused":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("paused"))
 			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
@@ -29600,7 +30028,7 @@ func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Contex
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "clearStartAt", "endAt", "clearEndAt", "misfirePolicy", "overlapPolicy", "task"}
+	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "clearStartAt", "endAt", "clearEndAt", "misfirePolicy", "overlapPolicy", "task", "workflow"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -29684,6 +30112,13 @@ func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Contex
 				return it, err
 			}
 			it.Task = data
+		case "workflow":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("workflow"))
+			data, err := ec.unmarshalOCreateWorkflowInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateWorkflowInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Workflow = data
 		}
 	}
 	return it, nil
@@ -29877,7 +30312,7 @@ func (ec *executionContext) unmarshalInputWorkflowWhereInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "onParentFailure", "onParentFailureNEQ", "onParentFailureIn", "onParentFailureNotIn", "stepCount", "stepCountNEQ", "stepCountIn", "stepCountNotIn", "stepCountGT", "stepCountGTE", "stepCountLT", "stepCountLTE"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "onParentFailure", "onParentFailureNEQ", "onParentFailureIn", "onParentFailureNotIn", "stepCount", "stepCountNEQ", "stepCountIn", "stepCountNotIn", "stepCountGT", "stepCountGTE", "stepCountLT", "stepCountLTE", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -30661,6 +31096,146 @@ func (ec *executionContext) unmarshalInputWorkflowWhereInput(ctx context.Context
 				return it, err
 			}
 			it.StepCountLTE = data
+		case "scheduleID":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleID"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleID = data
+		case "scheduleIDNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDNEQ"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDNEQ = data
+		case "scheduleIDIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDIn = data
+		case "scheduleIDNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDNotIn"))
+			data, err := ec.unmarshalOID2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDNotIn = data
+		case "scheduleIDGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDGT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDGT = data
+		case "scheduleIDGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDGTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDGTE = data
+		case "scheduleIDLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDLT"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDLT = data
+		case "scheduleIDLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDLTE"))
+			data, err := ec.unmarshalOID2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDLTE = data
+		case "scheduleIDIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDIsNil = data
+		case "scheduleIDNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleIDNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleIDNotNil = data
+		case "scheduleSlot":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlot"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlot = data
+		case "scheduleSlotNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotNEQ = data
+		case "scheduleSlotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotIn = data
+		case "scheduleSlotNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotNotIn = data
+		case "scheduleSlotGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotGT = data
+		case "scheduleSlotGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotGTE = data
+		case "scheduleSlotLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotLT = data
+		case "scheduleSlotLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotLTE = data
+		case "scheduleSlotIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotIsNil = data
+		case "scheduleSlotNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scheduleSlotNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScheduleSlotNotNil = data
 		}
 	}
 	return it, nil
@@ -32288,6 +32863,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "runScheduleWorkflowNow":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_runScheduleWorkflowNow(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "setTenantTypeControl":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_setTenantTypeControl(ctx, field)
@@ -33034,6 +33616,16 @@ func (ec *executionContext) _Schedule(ctx context.Context, sel ast.SelectionSet,
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "workflow":
+			out.Values[i] = ec._Schedule_workflow(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "lastWorkflowID":
+			out.Values[i] = ec._Schedule_lastWorkflowID(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "paused":
 			out.Values[i] = ec._Schedule_paused(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -33112,6 +33704,12 @@ func (ec *executionContext) _Schedule(ctx context.Context, sel ast.SelectionSet,
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Schedule_tasks(ctx, field, obj)
+				})
+		case "workflows":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Schedule_workflows(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -34608,6 +35206,16 @@ func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet,
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "scheduleID":
+			out.Values[i] = ec._Workflow_scheduleID(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "scheduleSlot":
+			out.Values[i] = ec._Workflow_scheduleSlot(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "status":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,
@@ -35942,11 +36550,6 @@ func (ec *executionContext) unmarshalNSchedulePreviewInput2githubᚗcomᚋtaskgr
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNScheduleTaskInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐScheduleTaskInput(ctx context.Context, v any) (*model.ScheduleTaskInput, error) {
-	res, err := ec.unmarshalInputScheduleTaskInput(ctx, v)
-	return &res, graphql.ErrorOnPath(ctx, err)
-}
-
 func (ec *executionContext) unmarshalNScheduleWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐScheduleWhereInput(ctx context.Context, v any) (*ent.ScheduleWhereInput, error) {
 	res, err := ec.unmarshalInputScheduleWhereInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
@@ -36915,6 +37518,14 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	_ = ctx
 	res := graphql.MarshalBoolean(*v)
 	return res
+}
+
+func (ec *executionContext) unmarshalOCreateWorkflowInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateWorkflowInput(ctx context.Context, v any) (*model.CreateWorkflowInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputCreateWorkflowInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx context.Context, v any) (*entgql.Cursor[int], error) {

@@ -34,6 +34,10 @@ func createScheduleInput(in model.CreateScheduleInput) schedule.Input {
 	if in.Task != nil {
 		out.Task = scheduleTask(in.Task)
 	}
+	if in.Workflow != nil {
+		wf := workflowRequest(*in.Workflow)
+		out.Workflow = &wf
+	}
 	return out
 }
 
@@ -71,7 +75,11 @@ func applyScheduleUpdate(in model.UpdateScheduleInput) func(*schedule.Input) {
 			s.OverlapPolicy = *in.OverlapPolicy
 		}
 		if in.Task != nil {
-			s.Task = scheduleTask(in.Task)
+			s.Task, s.Workflow = scheduleTask(in.Task), nil
+		}
+		if in.Workflow != nil {
+			wf := workflowRequest(*in.Workflow)
+			s.Task, s.Workflow = engine.CreateRequest{}, &wf
 		}
 	}
 }

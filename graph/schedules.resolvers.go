@@ -13,6 +13,7 @@ import (
 	"entgo.io/contrib/entgql"
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/graph/model"
 	"github.com/taskgraph/taskgraph/internal/schedule"
 	"github.com/taskgraph/taskgraph/internal/store"
@@ -67,6 +68,14 @@ func (r *mutationResolver) RunScheduleNow(ctx context.Context, id int) (*ent.Tas
 		return nil, errNoSchedules
 	}
 	return r.ScheduleService.RunNow(ctx, id)
+}
+
+// RunScheduleWorkflowNow is the resolver for the runScheduleWorkflowNow field.
+func (r *mutationResolver) RunScheduleWorkflowNow(ctx context.Context, id int) (*ent.Workflow, error) {
+	if r.ScheduleService == nil {
+		return nil, errNoSchedules
+	}
+	return r.ScheduleService.RunWorkflowNow(ctx, id)
 }
 
 // Schedule is the resolver for the schedule field.
@@ -129,6 +138,18 @@ func (r *scheduleResolver) Tasks(ctx context.Context, obj *ent.Schedule, after *
 			ent.WithTaskOrder([]*ent.TaskOrder{{Field: ent.TaskOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}}),
 			ent.WithTaskFilter(where.Filter),
 		)
+}
+
+// Workflows is the resolver for the workflows field.
+func (r *scheduleResolver) Workflows(ctx context.Context, obj *ent.Schedule, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) (*ent.WorkflowConnection, error) {
+	first, last, err := pageSize(first, last)
+	if err != nil {
+		return nil, err
+	}
+	return r.Client.Workflow.Query().
+		Where(workflow.ScheduleID(obj.ID)).
+		Paginate(ctx, after, first, before, last,
+			ent.WithWorkflowOrder(&ent.WorkflowOrder{Field: ent.WorkflowOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}))
 }
 
 // Schedule is the resolver for the schedule field.

@@ -343,6 +343,9 @@ var (
 		{Name: "task_timeout_seconds", Type: field.TypeInt, Nullable: true},
 		{Name: "task_retry_policy", Type: field.TypeString, Nullable: true},
 		{Name: "task_max_attempts", Type: field.TypeInt, Nullable: true},
+		{Name: "workflow", Type: field.TypeJSON, Nullable: true},
+		{Name: "workflow_sealed", Type: field.TypeBytes, Nullable: true},
+		{Name: "last_workflow_id", Type: field.TypeInt, Nullable: true},
 		{Name: "paused", Type: field.TypeBool, Default: false},
 		{Name: "start_at", Type: field.TypeTime, Nullable: true},
 		{Name: "end_at", Type: field.TypeTime, Nullable: true},
@@ -365,7 +368,7 @@ var (
 			{
 				Name:    "schedule_due",
 				Unique:  false,
-				Columns: []*schema.Column{SchedulesColumns[23]},
+				Columns: []*schema.Column{SchedulesColumns[26]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "paused = false AND next_fire_at IS NOT NULL",
 				},
@@ -373,7 +376,7 @@ var (
 			{
 				Name:    "schedule_queued",
 				Unique:  false,
-				Columns: []*schema.Column{SchedulesColumns[27]},
+				Columns: []*schema.Column{SchedulesColumns[30]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "queued_count > 0",
 				},
@@ -810,6 +813,8 @@ var (
 		{Name: "owner_role", Type: field.TypeString, Default: ""},
 		{Name: "on_parent_failure", Type: field.TypeEnum, Enums: []string{"CANCEL_DEPENDENTS", "WAIT", "RUN_ANYWAY"}, Default: "CANCEL_DEPENDENTS"},
 		{Name: "step_count", Type: field.TypeInt},
+		{Name: "schedule_id", Type: field.TypeInt, Nullable: true},
+		{Name: "schedule_slot", Type: field.TypeTime, Nullable: true},
 	}
 	// WorkflowsTable holds the schema information for the "workflows" table.
 	WorkflowsTable = &schema.Table{
@@ -829,6 +834,14 @@ var (
 				Name:    "workflow_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{WorkflowsColumns[1]},
+			},
+			{
+				Name:    "workflow_schedule_id_schedule_slot",
+				Unique:  false,
+				Columns: []*schema.Column{WorkflowsColumns[13], WorkflowsColumns[14]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "schedule_id IS NOT NULL",
+				},
 			},
 		},
 	}

@@ -325,19 +325,19 @@ func init() {
 	// schedule.DefaultTaskTitle holds the default value on creation for the task_title field.
 	schedule.DefaultTaskTitle = scheduleDescTaskTitle.Default.(string)
 	// scheduleDescPaused is the schema descriptor for paused field.
-	scheduleDescPaused := scheduleFields[16].Descriptor()
+	scheduleDescPaused := scheduleFields[19].Descriptor()
 	// schedule.DefaultPaused holds the default value on creation for the paused field.
 	schedule.DefaultPaused = scheduleDescPaused.Default.(bool)
 	// scheduleDescQueuedCount is the schema descriptor for queued_count field.
-	scheduleDescQueuedCount := scheduleFields[25].Descriptor()
+	scheduleDescQueuedCount := scheduleFields[28].Descriptor()
 	// schedule.DefaultQueuedCount holds the default value on creation for the queued_count field.
 	schedule.DefaultQueuedCount = scheduleDescQueuedCount.Default.(int)
 	// scheduleDescVersion is the schema descriptor for version field.
-	scheduleDescVersion := scheduleFields[26].Descriptor()
+	scheduleDescVersion := scheduleFields[29].Descriptor()
 	// schedule.DefaultVersion holds the default value on creation for the version field.
 	schedule.DefaultVersion = scheduleDescVersion.Default.(int64)
 	// scheduleDescUpdatedAt is the schema descriptor for updated_at field.
-	scheduleDescUpdatedAt := scheduleFields[27].Descriptor()
+	scheduleDescUpdatedAt := scheduleFields[30].Descriptor()
 	// schedule.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	schedule.DefaultUpdatedAt = scheduleDescUpdatedAt.Default.(func() time.Time)
 	scheduleeventMixin := schema.ScheduleEvent{}.Mixin()

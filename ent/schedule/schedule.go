@@ -51,6 +51,12 @@ const (
 	FieldTaskRetryPolicy = "task_retry_policy"
 	// FieldTaskMaxAttempts holds the string denoting the task_max_attempts field in the database.
 	FieldTaskMaxAttempts = "task_max_attempts"
+	// FieldWorkflow holds the string denoting the workflow field in the database.
+	FieldWorkflow = "workflow"
+	// FieldWorkflowSealed holds the string denoting the workflow_sealed field in the database.
+	FieldWorkflowSealed = "workflow_sealed"
+	// FieldLastWorkflowID holds the string denoting the last_workflow_id field in the database.
+	FieldLastWorkflowID = "last_workflow_id"
 	// FieldPaused holds the string denoting the paused field in the database.
 	FieldPaused = "paused"
 	// FieldStartAt holds the string denoting the start_at field in the database.
@@ -108,6 +114,9 @@ var Columns = []string{
 	FieldTaskTimeoutSeconds,
 	FieldTaskRetryPolicy,
 	FieldTaskMaxAttempts,
+	FieldWorkflow,
+	FieldWorkflowSealed,
+	FieldLastWorkflowID,
 	FieldPaused,
 	FieldStartAt,
 	FieldEndAt,
@@ -292,6 +301,11 @@ func ByTaskRetryPolicy(opts ...sql.OrderTermOption) OrderOption {
 // ByTaskMaxAttempts orders the results by the task_max_attempts field.
 func ByTaskMaxAttempts(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldTaskMaxAttempts, opts...).ToFunc()
+}
+
+// ByLastWorkflowID orders the results by the last_workflow_id field.
+func ByLastWorkflowID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldLastWorkflowID, opts...).ToFunc()
 }
 
 // ByPaused orders the results by the paused field.

@@ -135,6 +135,16 @@ func TaskMaxAttempts(v int) predicate.Schedule {
 	return predicate.Schedule(sql.FieldEQ(FieldTaskMaxAttempts, v))
 }
 
+// WorkflowSealed applies equality check predicate on the "workflow_sealed" field. It's identical to WorkflowSealedEQ.
+func WorkflowSealed(v []byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldWorkflowSealed, v))
+}
+
+// LastWorkflowID applies equality check predicate on the "last_workflow_id" field. It's identical to LastWorkflowIDEQ.
+func LastWorkflowID(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldLastWorkflowID, v))
+}
+
 // Paused applies equality check predicate on the "paused" field. It's identical to PausedEQ.
 func Paused(v bool) predicate.Schedule {
 	return predicate.Schedule(sql.FieldEQ(FieldPaused, v))
@@ -1128,6 +1138,116 @@ func TaskMaxAttemptsIsNil() predicate.Schedule {
 // TaskMaxAttemptsNotNil applies the NotNil predicate on the "task_max_attempts" field.
 func TaskMaxAttemptsNotNil() predicate.Schedule {
 	return predicate.Schedule(sql.FieldNotNull(FieldTaskMaxAttempts))
+}
+
+// WorkflowIsNil applies the IsNil predicate on the "workflow" field.
+func WorkflowIsNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldIsNull(FieldWorkflow))
+}
+
+// WorkflowNotNil applies the NotNil predicate on the "workflow" field.
+func WorkflowNotNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotNull(FieldWorkflow))
+}
+
+// WorkflowSealedEQ applies the EQ predicate on the "workflow_sealed" field.
+func WorkflowSealedEQ(v []byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldWorkflowSealed, v))
+}
+
+// WorkflowSealedNEQ applies the NEQ predicate on the "workflow_sealed" field.
+func WorkflowSealedNEQ(v []byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNEQ(FieldWorkflowSealed, v))
+}
+
+// WorkflowSealedIn applies the In predicate on the "workflow_sealed" field.
+func WorkflowSealedIn(vs ...[]byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldIn(FieldWorkflowSealed, vs...))
+}
+
+// WorkflowSealedNotIn applies the NotIn predicate on the "workflow_sealed" field.
+func WorkflowSealedNotIn(vs ...[]byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotIn(FieldWorkflowSealed, vs...))
+}
+
+// WorkflowSealedGT applies the GT predicate on the "workflow_sealed" field.
+func WorkflowSealedGT(v []byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGT(FieldWorkflowSealed, v))
+}
+
+// WorkflowSealedGTE applies the GTE predicate on the "workflow_sealed" field.
+func WorkflowSealedGTE(v []byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGTE(FieldWorkflowSealed, v))
+}
+
+// WorkflowSealedLT applies the LT predicate on the "workflow_sealed" field.
+func WorkflowSealedLT(v []byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLT(FieldWorkflowSealed, v))
+}
+
+// WorkflowSealedLTE applies the LTE predicate on the "workflow_sealed" field.
+func WorkflowSealedLTE(v []byte) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLTE(FieldWorkflowSealed, v))
+}
+
+// WorkflowSealedIsNil applies the IsNil predicate on the "workflow_sealed" field.
+func WorkflowSealedIsNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldIsNull(FieldWorkflowSealed))
+}
+
+// WorkflowSealedNotNil applies the NotNil predicate on the "workflow_sealed" field.
+func WorkflowSealedNotNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotNull(FieldWorkflowSealed))
+}
+
+// LastWorkflowIDEQ applies the EQ predicate on the "last_workflow_id" field.
+func LastWorkflowIDEQ(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldLastWorkflowID, v))
+}
+
+// LastWorkflowIDNEQ applies the NEQ predicate on the "last_workflow_id" field.
+func LastWorkflowIDNEQ(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNEQ(FieldLastWorkflowID, v))
+}
+
+// LastWorkflowIDIn applies the In predicate on the "last_workflow_id" field.
+func LastWorkflowIDIn(vs ...int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldIn(FieldLastWorkflowID, vs...))
+}
+
+// LastWorkflowIDNotIn applies the NotIn predicate on the "last_workflow_id" field.
+func LastWorkflowIDNotIn(vs ...int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotIn(FieldLastWorkflowID, vs...))
+}
+
+// LastWorkflowIDGT applies the GT predicate on the "last_workflow_id" field.
+func LastWorkflowIDGT(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGT(FieldLastWorkflowID, v))
+}
+
+// LastWorkflowIDGTE applies the GTE predicate on the "last_workflow_id" field.
+func LastWorkflowIDGTE(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGTE(FieldLastWorkflowID, v))
+}
+
+// LastWorkflowIDLT applies the LT predicate on the "last_workflow_id" field.
+func LastWorkflowIDLT(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLT(FieldLastWorkflowID, v))
+}
+
+// LastWorkflowIDLTE applies the LTE predicate on the "last_workflow_id" field.
+func LastWorkflowIDLTE(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLTE(FieldLastWorkflowID, v))
+}
+
+// LastWorkflowIDIsNil applies the IsNil predicate on the "last_workflow_id" field.
+func LastWorkflowIDIsNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldIsNull(FieldLastWorkflowID))
+}
+
+// LastWorkflowIDNotNil applies the NotNil predicate on the "last_workflow_id" field.
+func LastWorkflowIDNotNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotNull(FieldLastWorkflowID))
 }
 
 // PausedEQ applies the EQ predicate on the "paused" field.

@@ -74,6 +74,20 @@ func (Schedule) Fields() []ent.Field {
 		field.Int("task_max_attempts").
 			Optional().
 			Nillable(),
+		field.JSON("workflow", json.RawMessage{}).
+			Optional().
+			Comment("The workflow to create at each slot instead of a task: createWorkflow's definition (title, onParentFailure, steps), the steps' inputs masked like a task's; empty for a task schedule.").
+			Annotations(entgql.Type("JSON")),
+		field.Bytes("workflow_sealed").
+			Optional().
+			Sensitive().
+			Comment("The unmasked workflow definition, encrypted, when masking changed it.").
+			Annotations(entgql.Skip()),
+		field.Int("last_workflow_id").
+			Optional().
+			Nillable().
+			Comment("The latest workflow it created: the previous run its overlap policy looks at.").
+			Annotations(entgql.Type("ID")),
 		field.Bool("paused").
 			Default(false),
 		field.Time("start_at").

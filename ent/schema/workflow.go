@@ -64,6 +64,17 @@ func (Workflow) Fields() []ent.Field {
 		field.Int("step_count").
 			Immutable().
 			Comment("How many steps it was created with."),
+		field.Int("schedule_id").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The schedule that created it, if one did (it stays when the schedule is deleted).").
+			Annotations(entgql.Type("ID")),
+		field.Time("schedule_slot").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The slot of its schedule it was created for; its idempotency key names it too."),
 	}
 }
 
@@ -74,6 +85,8 @@ func (Workflow) Indexes() []ent.Index {
 			Unique().
 			Annotations(entsql.IndexWhere("idempotency_hash IS NOT NULL")),
 		index.Fields("created_at"),
+		index.Fields("schedule_id", "schedule_slot").
+			Annotations(entsql.IndexWhere("schedule_id IS NOT NULL")),
 	}
 }
 

@@ -109,6 +109,16 @@ func StepCount(v int) predicate.Workflow {
 	return predicate.Workflow(sql.FieldEQ(FieldStepCount, v))
 }
 
+// ScheduleID applies equality check predicate on the "schedule_id" field. It's identical to ScheduleIDEQ.
+func ScheduleID(v int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldEQ(FieldScheduleID, v))
+}
+
+// ScheduleSlot applies equality check predicate on the "schedule_slot" field. It's identical to ScheduleSlotEQ.
+func ScheduleSlot(v time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldEQ(FieldScheduleSlot, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Workflow {
 	return predicate.Workflow(sql.FieldEQ(FieldCreatedAt, v))
@@ -812,6 +822,106 @@ func StepCountLT(v int) predicate.Workflow {
 // StepCountLTE applies the LTE predicate on the "step_count" field.
 func StepCountLTE(v int) predicate.Workflow {
 	return predicate.Workflow(sql.FieldLTE(FieldStepCount, v))
+}
+
+// ScheduleIDEQ applies the EQ predicate on the "schedule_id" field.
+func ScheduleIDEQ(v int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldEQ(FieldScheduleID, v))
+}
+
+// ScheduleIDNEQ applies the NEQ predicate on the "schedule_id" field.
+func ScheduleIDNEQ(v int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldNEQ(FieldScheduleID, v))
+}
+
+// ScheduleIDIn applies the In predicate on the "schedule_id" field.
+func ScheduleIDIn(vs ...int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldIn(FieldScheduleID, vs...))
+}
+
+// ScheduleIDNotIn applies the NotIn predicate on the "schedule_id" field.
+func ScheduleIDNotIn(vs ...int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldNotIn(FieldScheduleID, vs...))
+}
+
+// ScheduleIDGT applies the GT predicate on the "schedule_id" field.
+func ScheduleIDGT(v int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldGT(FieldScheduleID, v))
+}
+
+// ScheduleIDGTE applies the GTE predicate on the "schedule_id" field.
+func ScheduleIDGTE(v int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldGTE(FieldScheduleID, v))
+}
+
+// ScheduleIDLT applies the LT predicate on the "schedule_id" field.
+func ScheduleIDLT(v int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldLT(FieldScheduleID, v))
+}
+
+// ScheduleIDLTE applies the LTE predicate on the "schedule_id" field.
+func ScheduleIDLTE(v int) predicate.Workflow {
+	return predicate.Workflow(sql.FieldLTE(FieldScheduleID, v))
+}
+
+// ScheduleIDIsNil applies the IsNil predicate on the "schedule_id" field.
+func ScheduleIDIsNil() predicate.Workflow {
+	return predicate.Workflow(sql.FieldIsNull(FieldScheduleID))
+}
+
+// ScheduleIDNotNil applies the NotNil predicate on the "schedule_id" field.
+func ScheduleIDNotNil() predicate.Workflow {
+	return predicate.Workflow(sql.FieldNotNull(FieldScheduleID))
+}
+
+// ScheduleSlotEQ applies the EQ predicate on the "schedule_slot" field.
+func ScheduleSlotEQ(v time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldEQ(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotNEQ applies the NEQ predicate on the "schedule_slot" field.
+func ScheduleSlotNEQ(v time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldNEQ(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotIn applies the In predicate on the "schedule_slot" field.
+func ScheduleSlotIn(vs ...time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldIn(FieldScheduleSlot, vs...))
+}
+
+// ScheduleSlotNotIn applies the NotIn predicate on the "schedule_slot" field.
+func ScheduleSlotNotIn(vs ...time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldNotIn(FieldScheduleSlot, vs...))
+}
+
+// ScheduleSlotGT applies the GT predicate on the "schedule_slot" field.
+func ScheduleSlotGT(v time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldGT(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotGTE applies the GTE predicate on the "schedule_slot" field.
+func ScheduleSlotGTE(v time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldGTE(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotLT applies the LT predicate on the "schedule_slot" field.
+func ScheduleSlotLT(v time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldLT(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotLTE applies the LTE predicate on the "schedule_slot" field.
+func ScheduleSlotLTE(v time.Time) predicate.Workflow {
+	return predicate.Workflow(sql.FieldLTE(FieldScheduleSlot, v))
+}
+
+// ScheduleSlotIsNil applies the IsNil predicate on the "schedule_slot" field.
+func ScheduleSlotIsNil() predicate.Workflow {
+	return predicate.Workflow(sql.FieldIsNull(FieldScheduleSlot))
+}
+
+// ScheduleSlotNotNil applies the NotNil predicate on the "schedule_slot" field.
+func ScheduleSlotNotNil() predicate.Workflow {
+	return predicate.Workflow(sql.FieldNotNull(FieldScheduleSlot))
 }
 
 // And groups predicates with the AND operator between them.

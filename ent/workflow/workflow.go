@@ -40,6 +40,10 @@ const (
 	FieldOnParentFailure = "on_parent_failure"
 	// FieldStepCount holds the string denoting the step_count field in the database.
 	FieldStepCount = "step_count"
+	// FieldScheduleID holds the string denoting the schedule_id field in the database.
+	FieldScheduleID = "schedule_id"
+	// FieldScheduleSlot holds the string denoting the schedule_slot field in the database.
+	FieldScheduleSlot = "schedule_slot"
 	// Table holds the table name of the workflow in the database.
 	Table = "workflows"
 )
@@ -59,6 +63,8 @@ var Columns = []string{
 	FieldOwnerRole,
 	FieldOnParentFailure,
 	FieldStepCount,
+	FieldScheduleID,
+	FieldScheduleSlot,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -177,6 +183,16 @@ func ByOnParentFailure(opts ...sql.OrderTermOption) OrderOption {
 // ByStepCount orders the results by the step_count field.
 func ByStepCount(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStepCount, opts...).ToFunc()
+}
+
+// ByScheduleID orders the results by the schedule_id field.
+func ByScheduleID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldScheduleID, opts...).ToFunc()
+}
+
+// ByScheduleSlot orders the results by the schedule_slot field.
+func ByScheduleSlot(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldScheduleSlot, opts...).ToFunc()
 }
 
 // MarshalGQL implements graphql.Marshaler interface.

@@ -82,8 +82,11 @@ type CreateScheduleInput struct {
 	// Default SKIP.
 	OverlapPolicy *schedule.OverlapPolicy `json:"overlapPolicy,omitempty"`
 	// Created paused. Default false.
-	Paused *bool              `json:"paused,omitempty"`
-	Task   *ScheduleTaskInput `json:"task"`
+	Paused *bool `json:"paused,omitempty"`
+	// The task to create at each slot. Give this or workflow.
+	Task *ScheduleTaskInput `json:"task,omitempty"`
+	// A workflow to create whole at each slot instead of a task: createWorkflow's definition, less its key (each slot is its own key: one workflow per slot, across nodes).
+	Workflow *CreateWorkflowInput `json:"workflow,omitempty"`
 }
 
 type CreateTaskInput struct {
@@ -380,8 +383,10 @@ type UpdateScheduleInput struct {
 	ClearEndAt    *bool                   `json:"clearEndAt,omitempty"`
 	MisfirePolicy *schedule.MisfirePolicy `json:"misfirePolicy,omitempty"`
 	OverlapPolicy *schedule.OverlapPolicy `json:"overlapPolicy,omitempty"`
-	// Replaces the task as a whole.
+	// Replaces the task as a whole (and a workflow the schedule had).
 	Task *ScheduleTaskInput `json:"task,omitempty"`
+	// Replaces the workflow as a whole (and a task the schedule had).
+	Workflow *CreateWorkflowInput `json:"workflow,omitempty"`
 }
 
 // One step of a workflow: a task, its key among the steps and the keys of the steps it waits for.

@@ -1910,8 +1910,11 @@ type CreateScheduleInput struct {
 	// Default SKIP.
 	OverlapPolicy *ScheduleOverlapPolicy `json:"overlapPolicy"`
 	// Created paused. Default false.
-	Paused *bool             `json:"paused"`
-	Task   ScheduleTaskInput `json:"task"`
+	Paused *bool `json:"paused"`
+	// The task to create at each slot. Give this or workflow.
+	Task *ScheduleTaskInput `json:"task"`
+	// A workflow to create whole at each slot instead of a task: createWorkflow's definition, less its key (each slot is its own key: one workflow per slot, across nodes).
+	Workflow *CreateWorkflowInput `json:"workflow"`
 }
 
 // GetName returns CreateScheduleInput.Name, and is useful for accessing the field via an interface.
@@ -1942,7 +1945,10 @@ func (v *CreateScheduleInput) GetOverlapPolicy() *ScheduleOverlapPolicy { return
 func (v *CreateScheduleInput) GetPaused() *bool { return v.Paused }
 
 // GetTask returns CreateScheduleInput.Task, and is useful for accessing the field via an interface.
-func (v *CreateScheduleInput) GetTask() ScheduleTaskInput { return v.Task }
+func (v *CreateScheduleInput) GetTask() *ScheduleTaskInput { return v.Task }
+
+// GetWorkflow returns CreateScheduleInput.Workflow, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetWorkflow() *CreateWorkflowInput { return v.Workflow }
 
 // CreateScheduleResponse is returned by CreateSchedule on success.
 type CreateScheduleResponse struct {
@@ -8901,6 +8907,28 @@ type WorkflowWhereInput struct {
 	StepCountGTE   *int  `json:"stepCountGTE"`
 	StepCountLT    *int  `json:"stepCountLT"`
 	StepCountLTE   *int  `json:"stepCountLTE"`
+	// schedule_id field predicates
+	ScheduleID       *string  `json:"scheduleID"`
+	ScheduleIDNEQ    *string  `json:"scheduleIDNEQ"`
+	ScheduleIDIn     []string `json:"scheduleIDIn"`
+	ScheduleIDNotIn  []string `json:"scheduleIDNotIn"`
+	ScheduleIDGT     *string  `json:"scheduleIDGT"`
+	ScheduleIDGTE    *string  `json:"scheduleIDGTE"`
+	ScheduleIDLT     *string  `json:"scheduleIDLT"`
+	ScheduleIDLTE    *string  `json:"scheduleIDLTE"`
+	ScheduleIDIsNil  *bool    `json:"scheduleIDIsNil"`
+	ScheduleIDNotNil *bool    `json:"scheduleIDNotNil"`
+	// schedule_slot field predicates
+	ScheduleSlot       *time.Time  `json:"scheduleSlot"`
+	ScheduleSlotNEQ    *time.Time  `json:"scheduleSlotNEQ"`
+	ScheduleSlotIn     []time.Time `json:"scheduleSlotIn"`
+	ScheduleSlotNotIn  []time.Time `json:"scheduleSlotNotIn"`
+	ScheduleSlotGT     *time.Time  `json:"scheduleSlotGT"`
+	ScheduleSlotGTE    *time.Time  `json:"scheduleSlotGTE"`
+	ScheduleSlotLT     *time.Time  `json:"scheduleSlotLT"`
+	ScheduleSlotLTE    *time.Time  `json:"scheduleSlotLTE"`
+	ScheduleSlotIsNil  *bool       `json:"scheduleSlotIsNil"`
+	ScheduleSlotNotNil *bool       `json:"scheduleSlotNotNil"`
 }
 
 // GetNot returns WorkflowWhereInput.Not, and is useful for accessing the field via an interface.
@@ -9241,6 +9269,66 @@ func (v *WorkflowWhereInput) GetStepCountLT() *int { return v.StepCountLT }
 
 // GetStepCountLTE returns WorkflowWhereInput.StepCountLTE, and is useful for accessing the field via an interface.
 func (v *WorkflowWhereInput) GetStepCountLTE() *int { return v.StepCountLTE }
+
+// GetScheduleID returns WorkflowWhereInput.ScheduleID, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleID() *string { return v.ScheduleID }
+
+// GetScheduleIDNEQ returns WorkflowWhereInput.ScheduleIDNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDNEQ() *string { return v.ScheduleIDNEQ }
+
+// GetScheduleIDIn returns WorkflowWhereInput.ScheduleIDIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDIn() []string { return v.ScheduleIDIn }
+
+// GetScheduleIDNotIn returns WorkflowWhereInput.ScheduleIDNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDNotIn() []string { return v.ScheduleIDNotIn }
+
+// GetScheduleIDGT returns WorkflowWhereInput.ScheduleIDGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDGT() *string { return v.ScheduleIDGT }
+
+// GetScheduleIDGTE returns WorkflowWhereInput.ScheduleIDGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDGTE() *string { return v.ScheduleIDGTE }
+
+// GetScheduleIDLT returns WorkflowWhereInput.ScheduleIDLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDLT() *string { return v.ScheduleIDLT }
+
+// GetScheduleIDLTE returns WorkflowWhereInput.ScheduleIDLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDLTE() *string { return v.ScheduleIDLTE }
+
+// GetScheduleIDIsNil returns WorkflowWhereInput.ScheduleIDIsNil, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDIsNil() *bool { return v.ScheduleIDIsNil }
+
+// GetScheduleIDNotNil returns WorkflowWhereInput.ScheduleIDNotNil, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleIDNotNil() *bool { return v.ScheduleIDNotNil }
+
+// GetScheduleSlot returns WorkflowWhereInput.ScheduleSlot, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlot() *time.Time { return v.ScheduleSlot }
+
+// GetScheduleSlotNEQ returns WorkflowWhereInput.ScheduleSlotNEQ, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotNEQ() *time.Time { return v.ScheduleSlotNEQ }
+
+// GetScheduleSlotIn returns WorkflowWhereInput.ScheduleSlotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotIn() []time.Time { return v.ScheduleSlotIn }
+
+// GetScheduleSlotNotIn returns WorkflowWhereInput.ScheduleSlotNotIn, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotNotIn() []time.Time { return v.ScheduleSlotNotIn }
+
+// GetScheduleSlotGT returns WorkflowWhereInput.ScheduleSlotGT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotGT() *time.Time { return v.ScheduleSlotGT }
+
+// GetScheduleSlotGTE returns WorkflowWhereInput.ScheduleSlotGTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotGTE() *time.Time { return v.ScheduleSlotGTE }
+
+// GetScheduleSlotLT returns WorkflowWhereInput.ScheduleSlotLT, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotLT() *time.Time { return v.ScheduleSlotLT }
+
+// GetScheduleSlotLTE returns WorkflowWhereInput.ScheduleSlotLTE, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotLTE() *time.Time { return v.ScheduleSlotLTE }
+
+// GetScheduleSlotIsNil returns WorkflowWhereInput.ScheduleSlotIsNil, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotIsNil() *bool { return v.ScheduleSlotIsNil }
+
+// GetScheduleSlotNotNil returns WorkflowWhereInput.ScheduleSlotNotNil, and is useful for accessing the field via an interface.
+func (v *WorkflowWhereInput) GetScheduleSlotNotNil() *bool { return v.ScheduleSlotNotNil }
 
 // __AcceptReviewInput is used internally by genqlient
 type __AcceptReviewInput struct {

@@ -14,7 +14,8 @@ const scheduleUsage = `Usage: taskgraph schedule COMMAND [args] [flags]
 
 Commands:
   list                      schedules, with their next slot
-  create NAME TYPE          a schedule (--cron EXPR or --every SECONDS; --input JSON, --timezone, --paused)
+  create NAME TYPE          a schedule (--cron EXPR or --every SECONDS; --input JSON, --timezone, --paused;
+                            --workflow-file F instead of TYPE: a whole workflow at every slot)
   pause ID, resume ID       stop firing, fire again
   delete ID                 delete a schedule (the tasks it created stay)
 
@@ -86,7 +87,11 @@ func (c *cmd) printSchedules(ss ...*ScheduleFields) error {
 		if s.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Id, s.Name, slots, s.TaskType, state, when(s.NextFireAt))
+		typ := s.TaskType
+		if typ == "" {
+			typ = "workflow" // a schedule that creates workflows has no task type
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Id, s.Name, slots, typ, state, when(s.NextFireAt))
 	}
 	return tw.Flush()
 }
@@ -125,22 +130,38 @@ func scheduleList(env *Env, args []string) int {
 }
 
 func scheduleCreate(env *Env, args []string) int {
-	c := newCmd(env, "schedule create", "NAME TYPE", "Creates a schedule that creates a task of TYPE at every slot of --cron or --every.")
+	c := newCmd(env, "schedule create", "NAME [TYPE]", "Creates a schedule that creates a task of TYPE (or, with --workflow-file, a whole workflow) at every slot of --cron or --every.")
 	cron := c.fs.String("cron", "", `a cron expression: five fields, six with seconds first, or @hourly, @daily...`)
 	every := c.fs.Int("every", 0, "a fixed interval in seconds instead of --cron")
 	tz := c.fs.String("timezone", "", "the IANA zone --cron is read in (default: the server's)")
 	input := c.fs.String("input", "", "the tasks' input as JSON, @FILE or - for stdin")
 	title := c.fs.String("title", "", "the tasks' title")
 	paused := c.fs.Bool("paused", false, "create it paused")
+	wfFile := c.fs.String("workflow-file", "", "create this workflow at every slot instead of a task: JSON as workflow create --file takes, without a key (- for stdin)")
 	return c.finish(func() error {
-		pos, err := c.parse(args, 2, 2)
+		pos, err := c.parse(args, 1, 2)
 		if err != nil {
 			return err
 		}
 		if (*cron == "") == (*every == 0) {
 			return usageErrorf("give --cron or --every (one of them)")
 		}
-		in := CreateScheduleInput{Name: pos[0], Task: ScheduleTaskInput{Type: pos[1]}}
+		in := CreateScheduleInput{Name: pos[0]}
+		if *wfFile != "" {
+			if len(pos) > 1 || *input != "" || *title != "" {
+				return usageErrorf("--workflow-file replaces TYPE, --input and --title: give the steps in the file")
+			}
+			wf, err := readWorkflowFile(env, *wfFile)
+			if err != nil {
+				return err
+			}
+			in.Workflow = &wf
+		} else {
+			if len(pos) < 2 {
+				return usageErrorf("give a TYPE, or --workflow-file")
+			}
+			in.Task = &ScheduleTaskInput{Type: pos[1]}
+		}
 		if *cron != "" {
 			in.Cron = cron
 		}
@@ -150,7 +171,7 @@ func scheduleCreate(env *Env, args []string) int {
 		if *tz != "" {
 			in.Timezone = tz
 		}
-		if *title != "" {
+		if *title != "" && in.Task != nil {
 			in.Task.Title = title
 		}
 		if *paused {
@@ -160,7 +181,7 @@ func scheduleCreate(env *Env, args []string) int {
 		if err != nil {
 			return err
 		}
-		if raw != nil {
+		if raw != nil && in.Task != nil {
 			in.Task.Input = &raw
 		}
 		cl, err := c.client()

@@ -8,10 +8,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/audit"
+	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/store"
 )
 
@@ -169,77 +171,9 @@ func (e *Engine) CreateWorkflow(ctx context.Context, req WorkflowRequest) (*ent.
 		if err := v.AllowMutate("create workflows"); err != nil {
 			return err
 		}
-		var problems ValidationError
-		checkText(&problems, "title", req.Title, MaxTitleLen)
-		checkPolicy(&problems, "onParentFailure", req.OnParentFailure)
-		switch {
-		case len(req.Steps) == 0:
-			problems.add("steps", "a workflow has at least one step")
-		case len(req.Steps) > MaxWorkflowSteps:
-			problems.add("steps", "%d steps; the limit is %d", len(req.Steps), MaxWorkflowSteps)
-		}
-		if k := req.IdempotencyKey; k != nil {
-			if *k == "" {
-				problems.add("idempotencyKey", "must not be empty when given")
-			}
-			checkText(&problems, "idempotencyKey", *k, MaxKeyLen)
-		}
-		if err := problems.err(); err != nil {
+		nw, err := e.prepareWorkflow(v, req)
+		if err != nil {
 			return err
-		}
-		sorted := order(&problems, req.Steps)
-		if err := problems.err(); err != nil {
-			return err
-		}
-		pos := make(map[string]int, len(sorted))
-		steps := make([]store.NewTask, len(sorted))
-		hashes := make([]string, 0, len(sorted)*2)
-		for p, i := range sorted {
-			st := req.Steps[i]
-			prefix := fmt.Sprintf("steps[%d].", i)
-			checkPolicy(&problems, prefix+"onParentFailure", st.OnParentFailure)
-			n, err := e.prepare(v, st.Task)
-			if err != nil {
-				var ve *ValidationError
-				if !errors.As(err, &ve) {
-					return err
-				}
-				for _, pr := range ve.Problems {
-					problems.add(prefix+pr.Field, "%s", pr.Message)
-				}
-				continue
-			}
-			key := st.Key
-			n.StepKey = &key
-			deps := slices.Clone(st.DependsOn)
-			slices.Sort(deps)
-			deps = slices.Compact(deps)
-			for _, k := range deps {
-				n.Parents = append(n.Parents, store.Parent{Step: pos[k], Policy: st.OnParentFailure})
-			}
-			pos[key] = p
-			steps[p] = n
-			hashes = append(hashes, key, n.InputHash, strings.Join(deps, "\x00"), st.OnParentFailure)
-		}
-		if err := problems.err(); err != nil {
-			return err
-		}
-		def, _ := json.Marshal(hashes)
-		nw := store.NewWorkflow{
-			Title:           e.masker.String(req.Title),
-			Owner:           v.User,
-			OwnerSource:     v.Source,
-			Tenant:          v.Tenant,
-			OwnerRole:       string(v.Role),
-			InputHash:       e.sealer.Hash([]byte("workflow"), []byte(req.Title), []byte(req.OnParentFailure), def),
-			OnParentFailure: req.OnParentFailure,
-			Steps:           steps,
-		}
-		if k := req.IdempotencyKey; k != nil {
-			shown := e.masker.String(*k)
-			id := v.Identity()
-			h := e.sealer.Hash([]byte("workflow idempotency key"), []byte(id.Source), []byte(id.Tenant), []byte(id.User), []byte(*k))
-			nw.IdempotencyKey, nw.IdempotencyHash = &shown, &h
 		}
 		return e.store.Write(ctx, func(tx *store.Tx) error {
 			var created bool
@@ -258,6 +192,146 @@ func (e *Engine) CreateWorkflow(ctx context.Context, req WorkflowRequest) (*ent.
 		return nil, err
 	}
 	return wf, nil
+}
+
+// prepareWorkflow validates a workflow for viewer v and returns it as the
+// store creates it, its steps sorted, masked and sealed like tasks.
+func (e *Engine) prepareWorkflow(v auth.Viewer, req WorkflowRequest) (store.NewWorkflow, error) {
+	var problems ValidationError
+	checkText(&problems, "title", req.Title, MaxTitleLen)
+	checkPolicy(&problems, "onParentFailure", req.OnParentFailure)
+	switch {
+	case len(req.Steps) == 0:
+		problems.add("steps", "a workflow has at least one step")
+	case len(req.Steps) > MaxWorkflowSteps:
+		problems.add("steps", "%d steps; the limit is %d", len(req.Steps), MaxWorkflowSteps)
+	}
+	if k := req.IdempotencyKey; k != nil {
+		if *k == "" {
+			problems.add("idempotencyKey", "must not be empty when given")
+		}
+		checkText(&problems, "idempotencyKey", *k, MaxKeyLen)
+	}
+	if err := problems.err(); err != nil {
+		return store.NewWorkflow{}, err
+	}
+	sorted := order(&problems, req.Steps)
+	if err := problems.err(); err != nil {
+		return store.NewWorkflow{}, err
+	}
+	pos := make(map[string]int, len(sorted))
+	steps := make([]store.NewTask, len(sorted))
+	hashes := make([]string, 0, len(sorted)*2)
+	for p, i := range sorted {
+		st := req.Steps[i]
+		prefix := fmt.Sprintf("steps[%d].", i)
+		checkPolicy(&problems, prefix+"onParentFailure", st.OnParentFailure)
+		n, err := e.prepare(v, st.Task)
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				return store.NewWorkflow{}, err
+			}
+			for _, pr := range ve.Problems {
+				problems.add(prefix+pr.Field, "%s", pr.Message)
+			}
+			continue
+		}
+		key := st.Key
+		n.StepKey = &key
+		deps := slices.Clone(st.DependsOn)
+		slices.Sort(deps)
+		deps = slices.Compact(deps)
+		for _, k := range deps {
+			n.Parents = append(n.Parents, store.Parent{Step: pos[k], Policy: st.OnParentFailure})
+		}
+		pos[key] = p
+		steps[p] = n
+		hashes = append(hashes, key, n.InputHash, strings.Join(deps, "\x00"), st.OnParentFailure)
+	}
+	if err := problems.err(); err != nil {
+		return store.NewWorkflow{}, err
+	}
+	def, _ := json.Marshal(hashes)
+	nw := store.NewWorkflow{
+		Title:           e.masker.String(req.Title),
+		Owner:           v.User,
+		OwnerSource:     v.Source,
+		Tenant:          v.Tenant,
+		OwnerRole:       string(v.Role),
+		InputHash:       e.sealer.Hash([]byte("workflow"), []byte(req.Title), []byte(req.OnParentFailure), def),
+		OnParentFailure: req.OnParentFailure,
+		Steps:           steps,
+	}
+	if k := req.IdempotencyKey; k != nil {
+		shown := e.masker.String(*k)
+		id := v.Identity()
+		h := e.sealer.Hash([]byte("workflow idempotency key"), []byte(id.Source), []byte(id.Tenant), []byte(id.User), []byte(*k))
+		nw.IdempotencyKey, nw.IdempotencyHash = &shown, &h
+	}
+	return nw, nil
+}
+
+// ValidateWorkflow checks a workflow as CreateWorkflow would for viewer v,
+// without creating anything (a schedule's, when it is saved). Its result
+// has the steps' inputs masked (NewTask.Input) and sealed (InputSealed).
+func (e *Engine) ValidateWorkflow(v auth.Viewer, req WorkflowRequest) (store.NewWorkflow, error) {
+	return e.prepareWorkflow(v, req)
+}
+
+// ScheduleSlotKey is the idempotency key of the workflow a schedule
+// creates for a slot: one workflow per slot, across nodes.
+func ScheduleSlotKey(scheduleID int, slot time.Time) string {
+	return fmt.Sprintf("schedule %d slot %s", scheduleID, slot.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano))
+}
+
+// CreateScheduledWorkflow creates the workflow of one slot of a schedule,
+// whole, in one transaction, on behalf of the schedule's owner (the viewer
+// of ctx), validated, masked and audited like CreateWorkflow, with
+// ScheduleSlotKey as its idempotency key (req's is not used). Not rate
+// limited, as CreateScheduled. A workflow already created for the slot is
+// returned with created false. With a version, it is created only if the
+// schedule is still at it, and moves it on; store.ErrScheduleMoved
+// otherwise, unaudited.
+func (e *Engine) CreateScheduledWorkflow(ctx context.Context, req WorkflowRequest, scheduleID int, slot time.Time, version *int64) (_ *ent.Workflow, created bool, err error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	key := ScheduleSlotKey(scheduleID, slot)
+	req.IdempotencyKey = &key
+	details := map[string]any{"workflow": req.Title, "steps": len(req.Steps), "schedule": scheduleID, "slot": slot.UTC().Format(time.RFC3339Nano)}
+	entry := audit.Entry{Action: audit.Create, Details: details}
+	var wf *ent.Workflow
+	err = func() error {
+		if err := v.AllowMutate("create workflows"); err != nil {
+			return err
+		}
+		nw, err := e.prepareWorkflow(v, req)
+		if err != nil {
+			return err
+		}
+		at := slot.UTC().Truncate(time.Microsecond)
+		nw.ScheduleID, nw.ScheduleSlot, nw.ScheduleVersion = &scheduleID, &at, version
+		return e.store.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			if wf, created, err = tx.CreateWorkflow(ctx, nw); err != nil {
+				return err
+			}
+			recorded := entry
+			recorded.Details = withCode(details, wf.Code, !created)
+			return e.audit.Insert(ctx, tx.Ent(), recorded)
+		})
+	}()
+	if errors.Is(err, store.ErrScheduleMoved) {
+		return nil, false, err
+	}
+	if err != nil {
+		entry.Err = err
+		_ = e.audit.Record(ctx, entry)
+		return nil, false, err
+	}
+	return wf, created, nil
 }
 
 // CancelWorkflow cancels every step of workflow id not finished yet, as

@@ -14,6 +14,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
+	"github.com/taskgraph/taskgraph/ent/workflow"
 	"github.com/taskgraph/taskgraph/internal/access"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
@@ -160,6 +161,18 @@ type run struct {
 	fired    *ent.Task // the latest task this pass created
 	firedAt  time.Time
 	created  []int // the tasks this pass created
+	// A workflow schedule's: the latest run, and what this pass created.
+	lastWF    *ent.Workflow
+	firedWF   *ent.Workflow
+	createdWF []int
+}
+
+// live is the previous run of a schedule while it is live: a task, or a
+// workflow with steps not finished.
+type live struct {
+	what  string
+	task  *ent.Task // a task schedule's
+	steps []int     // a workflow schedule's steps not finished
 }
 
 func (s *Scheduler) pass(ctx context.Context, sch *ent.Schedule, now time.Time, res *PassResult) error {
@@ -173,7 +186,7 @@ func (s *Scheduler) pass(ctx context.Context, sch *ent.Schedule, now time.Time, 
 
 	// 1. A run queued behind one that has ended goes first.
 	if len(r.queue) > 0 {
-		prev, err := s.previous(ctx, r)
+		prev, err := s.previousRun(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -258,12 +271,12 @@ func (s *Scheduler) fire(ctx context.Context, r *run, slot, now time.Time, res *
 	if done, err := s.slotTaken(ctx, r.sch.ID, slot); err != nil || done {
 		return err
 	}
-	prev, err := s.previous(ctx, r)
+	prev, err := s.previousRun(ctx, r)
 	if err != nil {
 		return err
 	}
 	if prev != nil {
-		what := fmt.Sprintf("the previous run (task %s) is still %s", prev.Code, prev.Status)
+		what := prev.what
 		switch r.sch.OverlapPolicy {
 		case entschedule.OverlapPolicySKIP:
 			s.event(r, scheduleevent.KindSKIPPED, &slot, nil, what+": slot skipped (overlap policy SKIP)")
@@ -281,17 +294,24 @@ func (s *Scheduler) fire(ctx context.Context, r *run, slot, now time.Time, res *
 			return nil
 		case entschedule.OverlapPolicyCANCEL_PREVIOUS:
 			reason := fmt.Sprintf("superseded by slot %s of schedule %d", slot.Format(time.RFC3339), r.sch.ID)
-			// On condition that the schedule is as this pass read it: a
-			// stale pass cancels nothing, as it fires nothing.
-			_, err := s.svc.store.CancelTaskForSchedule(ctx, prev.ID, reason, r.sch.ID, r.sch.Version)
-			if errors.Is(err, store.ErrScheduleMoved) {
-				return errStale
+			ids, taskID := prev.steps, (*int)(nil)
+			if prev.task != nil {
+				ids, taskID = []int{prev.task.ID}, &prev.task.ID
 			}
-			if err != nil && !errors.Is(err, lifecycle.ErrInvalidTransition) {
-				// (A run that ended meanwhile has nothing left to cancel.)
-				return fmt.Errorf("cancel previous run %d: %w", prev.ID, err)
+			for _, id := range ids {
+				// On condition that the schedule is as this pass read it: a
+				// stale pass cancels nothing, as it fires nothing. (A
+				// workflow's steps waiting on one cancelled go with it.)
+				_, err := s.svc.store.CancelTaskForSchedule(ctx, id, reason, r.sch.ID, r.sch.Version)
+				if errors.Is(err, store.ErrScheduleMoved) {
+					return errStale
+				}
+				if err != nil && !errors.Is(err, lifecycle.ErrInvalidTransition) && !ent.IsNotFound(err) {
+					// (A run that ended meanwhile has nothing left to cancel.)
+					return fmt.Errorf("cancel previous run %d: %w", id, err)
+				}
 			}
-			s.eventNow(ctx, r, scheduleevent.KindCANCELLED_PREVIOUS, &slot, &prev.ID, fmt.Sprintf("%s: cancelled (overlap policy CANCEL_PREVIOUS)", what))
+			s.eventNow(ctx, r, scheduleevent.KindCANCELLED_PREVIOUS, &slot, taskID, fmt.Sprintf("%s: cancelled (overlap policy CANCEL_PREVIOUS)", what))
 		}
 	}
 	return s.create(ctx, r, slot, scheduleevent.KindFIRED, "", res)
@@ -302,6 +322,10 @@ func (s *Scheduler) fire(ctx context.Context, r *run, slot, now time.Time, res *
 // longer validates) is logged and the slot is done; any other error ends
 // the schedule's pass, to be tried again at the next.
 func (s *Scheduler) create(ctx context.Context, r *run, slot time.Time, kind scheduleevent.Kind, note string, res *PassResult) error {
+	wreq, isWorkflow, err := s.svc.workflowRequest(r.sch)
+	if isWorkflow {
+		return s.createWorkflow(ctx, r, wreq, err, slot, kind, note, res)
+	}
 	req, err := s.svc.taskRequest(r.sch)
 	if err == nil {
 		var tk *ent.Task
@@ -340,6 +364,43 @@ func (s *Scheduler) create(ctx context.Context, r *run, slot time.Time, kind sch
 	return nil
 }
 
+// createWorkflow creates the workflow of a slot, whole, as create creates
+// a task.
+func (s *Scheduler) createWorkflow(ctx context.Context, r *run, req engine.WorkflowRequest, err error, slot time.Time, kind scheduleevent.Kind, note string, res *PassResult) error {
+	if err == nil {
+		version := r.sch.Version
+		var wf *ent.Workflow
+		var created bool
+		wf, created, err = s.svc.engine.CreateScheduledWorkflow(auth.NewContext(ctx, ownerOf(r.sch)), req, r.sch.ID, slot, &version)
+		if errors.Is(err, store.ErrScheduleMoved) {
+			return errStale
+		}
+		if err == nil {
+			r.lastWF, r.looked, r.firedWF, r.firedAt = wf, true, wf, slot
+			if !created {
+				return nil
+			}
+			r.sch.Version++
+			r.createdWF = append(r.createdWF, wf.ID)
+			res.Fired++
+			msg := fmt.Sprintf("workflow %s (%d steps)", wf.Code, wf.StepCount)
+			if note != "" {
+				msg = note + ": " + msg
+			}
+			s.eventNow(ctx, r, kind, &slot, nil, msg)
+			s.log.Info("schedule fired", "schedule_id", r.sch.ID, "slot", slot, "workflow_id", wf.ID, "code", wf.Code)
+			return nil
+		}
+	}
+	if !refused(err) {
+		return err
+	}
+	res.Failed++
+	s.eventNow(ctx, r, scheduleevent.KindFAILED, &slot, nil, "workflow not created: "+err.Error())
+	s.log.Warn("schedule could not fire", "schedule_id", r.sch.ID, "slot", slot, "err", err)
+	return nil
+}
+
 // refused reports errors of a request that will not succeed by trying again.
 func refused(err error) bool {
 	var ve *engine.ValidationError
@@ -348,15 +409,60 @@ func refused(err error) bool {
 	return errors.As(err, &ve) || errors.As(err, &fe) || errors.As(err, &ue) || errors.Is(err, access.ErrNoViewer)
 }
 
-// slotTaken reports whether a task exists for a slot.
+// slotTaken reports whether a task or a workflow exists for a slot.
 func (s *Scheduler) slotTaken(ctx context.Context, id int, slot time.Time) (bool, error) {
-	n, err := s.svc.store.Client().Task.Query().
-		Where(task.ScheduleID(id), task.ScheduleSlot(slot.UTC().Truncate(time.Microsecond))).
-		Count(ctx)
+	taken, err := takenIn(ctx, s.svc.store.Client(), id, slot)
 	if err != nil {
 		return false, fmt.Errorf("look up slot: %w", err)
 	}
-	return n > 0, nil
+	return taken, nil
+}
+
+// takenIn reports whether a task or a workflow exists for a slot.
+func takenIn(ctx context.Context, c *ent.Client, id int, slot time.Time) (bool, error) {
+	at := slot.UTC().Truncate(time.Microsecond)
+	taken, err := c.Task.Query().Where(task.ScheduleID(id), task.ScheduleSlot(at)).Exist(ctx)
+	if err != nil || taken {
+		return taken, err
+	}
+	return c.Workflow.Query().Where(workflow.ScheduleID(id), workflow.ScheduleSlot(at)).Exist(ctx)
+}
+
+// previousRun returns the schedule's latest run if it is still live: its
+// task, or its workflow while a step is not finished (waiting for a
+// parent included).
+func (s *Scheduler) previousRun(ctx context.Context, r *run) (*live, error) {
+	if len(r.sch.Workflow) == 0 || string(r.sch.Workflow) == "null" {
+		tk, err := s.previous(ctx, r)
+		if tk == nil || err != nil {
+			return nil, err
+		}
+		return &live{what: fmt.Sprintf("the previous run (task %s) is still %s", tk.Code, tk.Status), task: tk}, nil
+	}
+	if !r.looked {
+		r.looked = true
+		if r.sch.LastWorkflowID != nil {
+			wf, err := s.svc.store.Client().Workflow.Get(ctx, *r.sch.LastWorkflowID)
+			if err != nil && !ent.IsNotFound(err) {
+				return nil, fmt.Errorf("read previous run: %w", err)
+			}
+			r.lastWF = wf
+		}
+	}
+	if r.lastWF == nil {
+		return nil, nil
+	}
+	steps, err := s.svc.store.Client().Task.Query().
+		Where(task.WorkflowID(r.lastWF.ID), task.StatusIn(append(slices.Clone(lifecycle.LiveStatuses), lifecycle.WaitingDependency)...)).
+		Order(ent.Asc(task.FieldID)).
+		IDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read previous run: %w", err)
+	}
+	if len(steps) == 0 {
+		return nil, nil
+	}
+	return &live{what: fmt.Sprintf("the previous run (workflow %s) has %d of its %d steps not finished", r.lastWF.Code, len(steps), r.lastWF.StepCount), steps: steps}, nil
 }
 
 // previous returns the schedule's latest run if it is still live.
@@ -428,7 +534,7 @@ func (s *Scheduler) eventNow(ctx context.Context, r *run, kind scheduleevent.Kin
 // from what is stored now.
 func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNext bool, res *PassResult) error {
 	queueChanged := len(r.queue) != len(r.sch.QueuedSlots)
-	if !moveNext && !queueChanged && r.fired == nil && len(r.events) == 0 {
+	if !moveNext && !queueChanged && r.fired == nil && r.firedWF == nil && len(r.events) == 0 {
 		return nil
 	}
 	st := s.svc.store
@@ -453,6 +559,9 @@ func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNex
 		if r.fired != nil {
 			up.SetLastTaskID(r.fired.ID).SetLastFiredAt(r.firedAt)
 		}
+		if r.firedWF != nil {
+			up.SetLastWorkflowID(r.firedWF.ID).SetLastFiredAt(r.firedAt)
+		}
 		n, err := up.Save(ctx)
 		if err != nil {
 			return err
@@ -465,7 +574,7 @@ func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNex
 			// fired meanwhile (several nodes on one SQLite file all lead)
 			// was not skipped: say nothing about it.
 			if (e.kind == scheduleevent.KindSKIPPED || e.kind == scheduleevent.KindQUEUED) && e.slot != nil {
-				taken, err := tx.Task.Query().Where(task.ScheduleID(r.sch.ID), task.ScheduleSlot(*e.slot)).Exist(ctx)
+				taken, err := takenIn(ctx, tx.Client(), r.sch.ID, *e.slot)
 				if err != nil {
 					return err
 				}
@@ -482,6 +591,15 @@ func (s *Scheduler) commit(ctx context.Context, r *run, next *time.Time, moveNex
 				if err != nil {
 					return err
 				}
+				wq := tx.Workflow.Query().Where(workflow.ScheduleID(r.sch.ID), workflow.ScheduleSlotGTE(*e.slot), workflow.ScheduleSlotLTE(e.last))
+				if len(r.createdWF) > 0 {
+					wq.Where(workflow.IDNotIn(r.createdWF...))
+				}
+				wtaken, err := wq.Count(ctx)
+				if err != nil {
+					return err
+				}
+				taken += wtaken
 				if taken >= e.missed {
 					continue
 				}

@@ -38,6 +38,9 @@ type Input struct {
 	// Task is the task to create at each slot (its IdempotencyKey and
 	// RunAt are not used: each slot is its own key, and runs at once).
 	Task engine.CreateRequest
+	// Workflow, instead of Task, is a workflow to create whole at each
+	// slot (its IdempotencyKey is not used: each slot is its own key).
+	Workflow *engine.WorkflowRequest
 }
 
 // Service carries out the API's schedule requests on behalf of the viewer
@@ -94,6 +97,10 @@ func validation(err error) error {
 type checked struct {
 	spec Spec
 	task store.NewTask
+	// A workflow schedule's definition, masked, and the unmasked one
+	// sealed (when masking changed it).
+	workflow       json.RawMessage
+	workflowSealed []byte
 }
 
 // check validates in for the schedule's owner. anchor is the first slot
@@ -134,22 +141,48 @@ func (s *Service) check(owner auth.Viewer, in Input, anchor time.Time) (checked,
 	if in.OverlapPolicy != "" && entschedule.OverlapPolicyValidator(in.OverlapPolicy) != nil {
 		add("overlapPolicy", "must be SKIP, QUEUE, CANCEL_PREVIOUS or ALLOW")
 	}
-	req := in.Task
-	req.IdempotencyKey, req.RunAt = nil, nil
-	task, err := s.engine.Validate(owner, req)
-	if err != nil {
-		var tve *engine.ValidationError
-		if !errors.As(err, &tve) {
+	var c checked
+	if wf := in.Workflow; wf != nil {
+		if in.Task.Type != "" {
+			add("task", "give a task or a workflow, not both")
+		}
+		if wf.IdempotencyKey != nil {
+			add("workflow.key", "each slot is its own key: give none")
+		}
+		req := *wf
+		req.IdempotencyKey = nil
+		nw, err := s.engine.ValidateWorkflow(owner, req)
+		if err != nil {
+			var tve *engine.ValidationError
+			if !errors.As(err, &tve) {
+				return checked{}, err
+			}
+			for _, p := range tve.Problems {
+				add("workflow."+p.Field, p.Message)
+			}
+		} else if c.workflow, c.workflowSealed, err = s.storedWorkflow(req, nw); err != nil {
 			return checked{}, err
 		}
-		for _, p := range tve.Problems {
-			add("task."+p.Field, p.Message)
+	} else {
+		req := in.Task
+		req.IdempotencyKey, req.RunAt = nil, nil
+		task, err := s.engine.Validate(owner, req)
+		if err != nil {
+			var tve *engine.ValidationError
+			if !errors.As(err, &tve) {
+				return checked{}, err
+			}
+			for _, p := range tve.Problems {
+				add("task."+p.Field, p.Message)
+			}
 		}
+		c.task = task
 	}
 	if len(ve.Problems) > 0 {
 		return checked{}, ve
 	}
-	return checked{spec: spec, task: task}, nil
+	c.spec = spec
+	return c, nil
 }
 
 // ownerOf is the viewer a schedule acts as: its owner, in the role it had.
@@ -169,15 +202,23 @@ func SpecOf(sch *ent.Schedule) (Spec, error) {
 // InputOf returns a stored schedule as an Input (its task input unsealed),
 // for an edit to start from.
 func (s *Service) InputOf(sch *ent.Schedule) (Input, error) {
-	req, err := s.taskRequest(sch)
+	in := Input{
+		Name: sch.Name, Cron: sch.Cron, IntervalSeconds: sch.IntervalSeconds, Timezone: sch.Timezone,
+		StartAt: sch.StartAt, EndAt: sch.EndAt, MisfirePolicy: sch.MisfirePolicy, OverlapPolicy: sch.OverlapPolicy,
+		Paused: sch.Paused,
+	}
+	wf, isWorkflow, err := s.workflowRequest(sch)
 	if err != nil {
 		return Input{}, err
 	}
-	return Input{
-		Name: sch.Name, Cron: sch.Cron, IntervalSeconds: sch.IntervalSeconds, Timezone: sch.Timezone,
-		StartAt: sch.StartAt, EndAt: sch.EndAt, MisfirePolicy: sch.MisfirePolicy, OverlapPolicy: sch.OverlapPolicy,
-		Paused: sch.Paused, Task: req,
-	}, nil
+	if isWorkflow {
+		in.Workflow = &wf
+		return in, nil
+	}
+	if in.Task, err = s.taskRequest(sch); err != nil {
+		return Input{}, err
+	}
+	return in, nil
 }
 
 // taskRequest is the task a schedule creates, with its input unsealed.
@@ -270,6 +311,26 @@ func setFields(m *ent.ScheduleMutation, in Input, c checked) {
 	m.SetMisfirePolicy(orDefault(in.MisfirePolicy, entschedule.MisfirePolicySKIP))
 	m.SetOverlapPolicy(orDefault(in.OverlapPolicy, entschedule.OverlapPolicySKIP))
 	m.SetPaused(in.Paused)
+	if c.workflow != nil {
+		// A workflow schedule has no task of its own.
+		m.SetWorkflow(c.workflow)
+		if len(c.workflowSealed) > 0 {
+			m.SetWorkflowSealed(c.workflowSealed)
+		} else {
+			m.ClearWorkflowSealed()
+		}
+		m.SetTaskType("")
+		m.SetTaskTitle("")
+		m.SetTaskInput(json.RawMessage("null"))
+		m.ClearTaskInputSealed()
+		m.ClearTaskPriority()
+		m.ClearTaskTimeoutSeconds()
+		m.ClearTaskRetryPolicy()
+		m.ClearTaskMaxAttempts()
+		return
+	}
+	m.ClearWorkflow()
+	m.ClearWorkflowSealed()
 	m.SetTaskType(c.task.Type)
 	m.SetTaskTitle(c.task.Title)
 	m.SetTaskInput(c.task.Input)
@@ -309,6 +370,9 @@ func orDefault[T ~string](v, def T) T {
 
 func inputDetails(in Input) map[string]any {
 	d := map[string]any{"name": in.Name, "type": in.Task.Type}
+	if in.Workflow != nil {
+		d = map[string]any{"name": in.Name, "workflow": in.Workflow.Title, "steps": len(in.Workflow.Steps)}
+	}
 	if in.Cron != "" {
 		d["cron"] = in.Cron
 	}
@@ -457,6 +521,12 @@ func (s *Service) RunNow(ctx context.Context, id int) (*ent.Task, error) {
 		if err != nil {
 			return nil, err
 		}
+		if _, isWorkflow, err := s.workflowRequest(sch); err != nil || isWorkflow {
+			if err == nil {
+				err = &engine.ValidationError{Problems: []engine.Problem{{Field: "id", Message: "the schedule creates workflows: run it with runScheduleWorkflowNow"}}}
+			}
+			return sch, err
+		}
 		req, err := s.taskRequest(sch)
 		if err != nil {
 			return nil, err
@@ -488,4 +558,48 @@ func (s *Service) RunNow(ctx context.Context, id int) (*ent.Task, error) {
 		return nil, err
 	}
 	return tk, nil
+}
+
+// RunWorkflowNow creates the schedule's workflow at once, whatever its
+// slots, paused or not, as RunNow creates a task: its slot is the time of
+// the request; the workflow is the schedule owner's. A schedule that
+// creates tasks is a VALIDATION error.
+func (s *Service) RunWorkflowNow(ctx context.Context, id int) (*ent.Workflow, error) {
+	var wf *ent.Workflow
+	_, err := s.act(ctx, audit.Entry{Action: audit.ScheduleRunNow, Details: map[string]any{"schedule": id}}, func(v auth.Viewer) (*ent.Schedule, error) {
+		sch, err := s.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		req, isWorkflow, err := s.workflowRequest(sch)
+		if err != nil {
+			return sch, err
+		}
+		if !isWorkflow {
+			return sch, &engine.ValidationError{Problems: []engine.Problem{{Field: "id", Message: "the schedule creates tasks: run it with runScheduleNow"}}}
+		}
+		slot := s.store.Now()
+		wf, _, err = s.engine.CreateScheduledWorkflow(auth.NewContext(ctx, ownerOf(sch)), req, id, slot, nil)
+		if err != nil {
+			return sch, err
+		}
+		err = s.store.Tx(ctx, func(tx *ent.Tx) error {
+			if err := tx.ScheduleEvent.Create().
+				SetScheduleID(id).SetKind(scheduleevent.KindRUN_NOW).SetSlot(slot).
+				SetMessage(fmt.Sprintf("run now by %s: workflow %s", v.User, wf.Code)).
+				SetNode(s.node).SetCreatedAt(slot).Exec(ctx); err != nil {
+				return err
+			}
+			// As RunNow: the overlap policy looks at this run too.
+			return tx.Schedule.UpdateOneID(id).SetLastWorkflowID(wf.ID).AddVersion(1).Exec(ctx)
+		})
+		if err != nil {
+			return sch, fmt.Errorf("run schedule %d now: %w", id, err)
+		}
+		return sch, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wf, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
@@ -27,6 +28,15 @@ type NewWorkflow struct {
 	InputHash       string
 	OnParentFailure string
 	Steps           []NewTask
+	// ScheduleID and ScheduleSlot name the schedule slot the workflow is
+	// created for (its idempotency key names the slot too, so that a slot
+	// has one workflow however many nodes fire it). ScheduleVersion, when
+	// set, makes the creation conditional on the schedule still being at
+	// that version, and moves it on by one in the same transaction;
+	// otherwise the result is ErrScheduleMoved (as NewTask's).
+	ScheduleID      *int
+	ScheduleSlot    *time.Time
+	ScheduleVersion *int64
 }
 
 // CreateWorkflow creates a workflow and all its steps in tx, as one: with
@@ -57,6 +67,22 @@ func (tx *Tx) CreateWorkflow(ctx context.Context, n NewWorkflow) (*ent.Workflow,
 	if wf, err := existing(); wf != nil || err != nil {
 		return wf, false, err
 	}
+	if n.ScheduleVersion != nil && n.ScheduleID != nil {
+		moved, err := s.exec(ctx, t, `UPDATE schedules SET version = version + 1 WHERE id = ? AND version = ?`, *n.ScheduleID, *n.ScheduleVersion)
+		if err != nil {
+			return nil, false, fmt.Errorf("move schedule %d on: %w", *n.ScheduleID, err)
+		}
+		if moved == 0 {
+			return nil, false, ErrScheduleMoved
+		}
+	}
+	var schedule, slot any
+	if n.ScheduleID != nil {
+		schedule = int64(*n.ScheduleID)
+	}
+	if n.ScheduleSlot != nil {
+		slot = n.ScheduleSlot.UTC().Truncate(time.Microsecond)
+	}
 	policy := n.OnParentFailure
 	if policy == "" {
 		policy = CancelDependents
@@ -68,9 +94,9 @@ func (tx *Tx) CreateWorkflow(ctx context.Context, n NewWorkflow) (*ent.Workflow,
 	}
 	// A workflow of the same key committed meanwhile is skipped by the
 	// insert, not an error, and answered by the look-up.
-	ids, err := s.queryInts(ctx, t, 1, `INSERT INTO workflows (created_at, code, title, idempotency_key, idempotency_hash, input_hash, owner, owner_source, tenant, owner_role, on_parent_failure, step_count)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
-		now, newCode("WF", now), n.Title, key, hash, n.InputHash, n.Owner, n.OwnerSource, n.Tenant, n.OwnerRole, policy, len(n.Steps))
+	ids, err := s.queryInts(ctx, t, 1, `INSERT INTO workflows (created_at, code, title, idempotency_key, idempotency_hash, input_hash, owner, owner_source, tenant, owner_role, on_parent_failure, step_count, schedule_id, schedule_slot)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+		now, newCode("WF", now), n.Title, key, hash, n.InputHash, n.Owner, n.OwnerSource, n.Tenant, n.OwnerRole, policy, len(n.Steps), schedule, slot)
 	if err != nil {
 		return nil, false, fmt.Errorf("create workflow: %w", err)
 	}

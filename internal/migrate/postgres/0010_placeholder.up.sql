@@ -1,0 +1,1 @@
+-- 0010 placeholder (dropped at merge).

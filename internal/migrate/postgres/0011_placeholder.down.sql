@@ -1,0 +1,1 @@
+-- 0011 placeholder (dropped at merge).

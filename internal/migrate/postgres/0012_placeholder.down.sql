@@ -1,0 +1,1 @@
+-- 0012 placeholder (dropped at merge).
