@@ -39,6 +39,7 @@ var commands = func() []command {
 		command{"bench", "measure throughput: tasks per second from PENDING to SUCCESS", helpIsNoError(bench.Run)},
 		command{"bench-latency", "measure the delay from a commit to its subscribers", helpIsNoError(bench.RunLatency)},
 		command{"bench-import", "measure imports and exports: rows per second, peak memory", helpIsNoError(bench.RunImport)},
+		command{"bench-history", "measure a long history: list pages, counts, the claim, the watchdog and the purge over N finished tasks", helpIsNoError(bench.RunHistory)},
 	)
 }()
 
