@@ -1,0 +1,2 @@
+-- placeholder (dropped at merge): another branch owns this number.
+SELECT 1;
