@@ -958,6 +958,26 @@ func (_q *TaskQuery) collectField(ctx context.Context, oneNode bool, opCtx *grap
 				selectedFields = append(selectedFields, task.FieldStepKey)
 				fieldSeen[task.FieldStepKey] = struct{}{}
 			}
+		case "deadline":
+			if _, ok := fieldSeen[task.FieldDeadline]; !ok {
+				selectedFields = append(selectedFields, task.FieldDeadline)
+				fieldSeen[task.FieldDeadline] = struct{}{}
+			}
+		case "deadlineAtRiskAt":
+			if _, ok := fieldSeen[task.FieldDeadlineAtRiskAt]; !ok {
+				selectedFields = append(selectedFields, task.FieldDeadlineAtRiskAt)
+				fieldSeen[task.FieldDeadlineAtRiskAt] = struct{}{}
+			}
+		case "deadlineMissedAt":
+			if _, ok := fieldSeen[task.FieldDeadlineMissedAt]; !ok {
+				selectedFields = append(selectedFields, task.FieldDeadlineMissedAt)
+				fieldSeen[task.FieldDeadlineMissedAt] = struct{}{}
+			}
+		case "deadlineMetAt":
+			if _, ok := fieldSeen[task.FieldDeadlineMetAt]; !ok {
+				selectedFields = append(selectedFields, task.FieldDeadlineMetAt)
+				fieldSeen[task.FieldDeadlineMetAt] = struct{}{}
+			}
 		case "id":
 		case "__typename":
 		default:

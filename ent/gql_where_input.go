@@ -2057,6 +2057,54 @@ type TaskWhereInput struct {
 	StepKeyNotNil       bool     `json:"stepKeyNotNil,omitempty"`
 	StepKeyEqualFold    *string  `json:"stepKeyEqualFold,omitempty"`
 	StepKeyContainsFold *string  `json:"stepKeyContainsFold,omitempty"`
+
+	// "deadline" field predicates.
+	Deadline       *time.Time  `json:"deadline,omitempty"`
+	DeadlineNEQ    *time.Time  `json:"deadlineNEQ,omitempty"`
+	DeadlineIn     []time.Time `json:"deadlineIn,omitempty"`
+	DeadlineNotIn  []time.Time `json:"deadlineNotIn,omitempty"`
+	DeadlineGT     *time.Time  `json:"deadlineGT,omitempty"`
+	DeadlineGTE    *time.Time  `json:"deadlineGTE,omitempty"`
+	DeadlineLT     *time.Time  `json:"deadlineLT,omitempty"`
+	DeadlineLTE    *time.Time  `json:"deadlineLTE,omitempty"`
+	DeadlineIsNil  bool        `json:"deadlineIsNil,omitempty"`
+	DeadlineNotNil bool        `json:"deadlineNotNil,omitempty"`
+
+	// "deadline_at_risk_at" field predicates.
+	DeadlineAtRiskAt       *time.Time  `json:"deadlineAtRiskAt,omitempty"`
+	DeadlineAtRiskAtNEQ    *time.Time  `json:"deadlineAtRiskAtNEQ,omitempty"`
+	DeadlineAtRiskAtIn     []time.Time `json:"deadlineAtRiskAtIn,omitempty"`
+	DeadlineAtRiskAtNotIn  []time.Time `json:"deadlineAtRiskAtNotIn,omitempty"`
+	DeadlineAtRiskAtGT     *time.Time  `json:"deadlineAtRiskAtGT,omitempty"`
+	DeadlineAtRiskAtGTE    *time.Time  `json:"deadlineAtRiskAtGTE,omitempty"`
+	DeadlineAtRiskAtLT     *time.Time  `json:"deadlineAtRiskAtLT,omitempty"`
+	DeadlineAtRiskAtLTE    *time.Time  `json:"deadlineAtRiskAtLTE,omitempty"`
+	DeadlineAtRiskAtIsNil  bool        `json:"deadlineAtRiskAtIsNil,omitempty"`
+	DeadlineAtRiskAtNotNil bool        `json:"deadlineAtRiskAtNotNil,omitempty"`
+
+	// "deadline_missed_at" field predicates.
+	DeadlineMissedAt       *time.Time  `json:"deadlineMissedAt,omitempty"`
+	DeadlineMissedAtNEQ    *time.Time  `json:"deadlineMissedAtNEQ,omitempty"`
+	DeadlineMissedAtIn     []time.Time `json:"deadlineMissedAtIn,omitempty"`
+	DeadlineMissedAtNotIn  []time.Time `json:"deadlineMissedAtNotIn,omitempty"`
+	DeadlineMissedAtGT     *time.Time  `json:"deadlineMissedAtGT,omitempty"`
+	DeadlineMissedAtGTE    *time.Time  `json:"deadlineMissedAtGTE,omitempty"`
+	DeadlineMissedAtLT     *time.Time  `json:"deadlineMissedAtLT,omitempty"`
+	DeadlineMissedAtLTE    *time.Time  `json:"deadlineMissedAtLTE,omitempty"`
+	DeadlineMissedAtIsNil  bool        `json:"deadlineMissedAtIsNil,omitempty"`
+	DeadlineMissedAtNotNil bool        `json:"deadlineMissedAtNotNil,omitempty"`
+
+	// "deadline_met_at" field predicates.
+	DeadlineMetAt       *time.Time  `json:"deadlineMetAt,omitempty"`
+	DeadlineMetAtNEQ    *time.Time  `json:"deadlineMetAtNEQ,omitempty"`
+	DeadlineMetAtIn     []time.Time `json:"deadlineMetAtIn,omitempty"`
+	DeadlineMetAtNotIn  []time.Time `json:"deadlineMetAtNotIn,omitempty"`
+	DeadlineMetAtGT     *time.Time  `json:"deadlineMetAtGT,omitempty"`
+	DeadlineMetAtGTE    *time.Time  `json:"deadlineMetAtGTE,omitempty"`
+	DeadlineMetAtLT     *time.Time  `json:"deadlineMetAtLT,omitempty"`
+	DeadlineMetAtLTE    *time.Time  `json:"deadlineMetAtLTE,omitempty"`
+	DeadlineMetAtIsNil  bool        `json:"deadlineMetAtIsNil,omitempty"`
+	DeadlineMetAtNotNil bool        `json:"deadlineMetAtNotNil,omitempty"`
 }
 
 // AddPredicates adds custom predicates to the where input to be used during the filtering phase.
@@ -3011,6 +3059,126 @@ func (i *TaskWhereInput) P() (predicate.Task, error) {
 	}
 	if i.StepKeyContainsFold != nil {
 		predicates = append(predicates, task.StepKeyContainsFold(*i.StepKeyContainsFold))
+	}
+	if i.Deadline != nil {
+		predicates = append(predicates, task.DeadlineEQ(*i.Deadline))
+	}
+	if i.DeadlineNEQ != nil {
+		predicates = append(predicates, task.DeadlineNEQ(*i.DeadlineNEQ))
+	}
+	if len(i.DeadlineIn) > 0 {
+		predicates = append(predicates, task.DeadlineIn(i.DeadlineIn...))
+	}
+	if len(i.DeadlineNotIn) > 0 {
+		predicates = append(predicates, task.DeadlineNotIn(i.DeadlineNotIn...))
+	}
+	if i.DeadlineGT != nil {
+		predicates = append(predicates, task.DeadlineGT(*i.DeadlineGT))
+	}
+	if i.DeadlineGTE != nil {
+		predicates = append(predicates, task.DeadlineGTE(*i.DeadlineGTE))
+	}
+	if i.DeadlineLT != nil {
+		predicates = append(predicates, task.DeadlineLT(*i.DeadlineLT))
+	}
+	if i.DeadlineLTE != nil {
+		predicates = append(predicates, task.DeadlineLTE(*i.DeadlineLTE))
+	}
+	if i.DeadlineIsNil {
+		predicates = append(predicates, task.DeadlineIsNil())
+	}
+	if i.DeadlineNotNil {
+		predicates = append(predicates, task.DeadlineNotNil())
+	}
+	if i.DeadlineAtRiskAt != nil {
+		predicates = append(predicates, task.DeadlineAtRiskAtEQ(*i.DeadlineAtRiskAt))
+	}
+	if i.DeadlineAtRiskAtNEQ != nil {
+		predicates = append(predicates, task.DeadlineAtRiskAtNEQ(*i.DeadlineAtRiskAtNEQ))
+	}
+	if len(i.DeadlineAtRiskAtIn) > 0 {
+		predicates = append(predicates, task.DeadlineAtRiskAtIn(i.DeadlineAtRiskAtIn...))
+	}
+	if len(i.DeadlineAtRiskAtNotIn) > 0 {
+		predicates = append(predicates, task.DeadlineAtRiskAtNotIn(i.DeadlineAtRiskAtNotIn...))
+	}
+	if i.DeadlineAtRiskAtGT != nil {
+		predicates = append(predicates, task.DeadlineAtRiskAtGT(*i.DeadlineAtRiskAtGT))
+	}
+	if i.DeadlineAtRiskAtGTE != nil {
+		predicates = append(predicates, task.DeadlineAtRiskAtGTE(*i.DeadlineAtRiskAtGTE))
+	}
+	if i.DeadlineAtRiskAtLT != nil {
+		predicates = append(predicates, task.DeadlineAtRiskAtLT(*i.DeadlineAtRiskAtLT))
+	}
+	if i.DeadlineAtRiskAtLTE != nil {
+		predicates = append(predicates, task.DeadlineAtRiskAtLTE(*i.DeadlineAtRiskAtLTE))
+	}
+	if i.DeadlineAtRiskAtIsNil {
+		predicates = append(predicates, task.DeadlineAtRiskAtIsNil())
+	}
+	if i.DeadlineAtRiskAtNotNil {
+		predicates = append(predicates, task.DeadlineAtRiskAtNotNil())
+	}
+	if i.DeadlineMissedAt != nil {
+		predicates = append(predicates, task.DeadlineMissedAtEQ(*i.DeadlineMissedAt))
+	}
+	if i.DeadlineMissedAtNEQ != nil {
+		predicates = append(predicates, task.DeadlineMissedAtNEQ(*i.DeadlineMissedAtNEQ))
+	}
+	if len(i.DeadlineMissedAtIn) > 0 {
+		predicates = append(predicates, task.DeadlineMissedAtIn(i.DeadlineMissedAtIn...))
+	}
+	if len(i.DeadlineMissedAtNotIn) > 0 {
+		predicates = append(predicates, task.DeadlineMissedAtNotIn(i.DeadlineMissedAtNotIn...))
+	}
+	if i.DeadlineMissedAtGT != nil {
+		predicates = append(predicates, task.DeadlineMissedAtGT(*i.DeadlineMissedAtGT))
+	}
+	if i.DeadlineMissedAtGTE != nil {
+		predicates = append(predicates, task.DeadlineMissedAtGTE(*i.DeadlineMissedAtGTE))
+	}
+	if i.DeadlineMissedAtLT != nil {
+		predicates = append(predicates, task.DeadlineMissedAtLT(*i.DeadlineMissedAtLT))
+	}
+	if i.DeadlineMissedAtLTE != nil {
+		predicates = append(predicates, task.DeadlineMissedAtLTE(*i.DeadlineMissedAtLTE))
+	}
+	if i.DeadlineMissedAtIsNil {
+		predicates = append(predicates, task.DeadlineMissedAtIsNil())
+	}
+	if i.DeadlineMissedAtNotNil {
+		predicates = append(predicates, task.DeadlineMissedAtNotNil())
+	}
+	if i.DeadlineMetAt != nil {
+		predicates = append(predicates, task.DeadlineMetAtEQ(*i.DeadlineMetAt))
+	}
+	if i.DeadlineMetAtNEQ != nil {
+		predicates = append(predicates, task.DeadlineMetAtNEQ(*i.DeadlineMetAtNEQ))
+	}
+	if len(i.DeadlineMetAtIn) > 0 {
+		predicates = append(predicates, task.DeadlineMetAtIn(i.DeadlineMetAtIn...))
+	}
+	if len(i.DeadlineMetAtNotIn) > 0 {
+		predicates = append(predicates, task.DeadlineMetAtNotIn(i.DeadlineMetAtNotIn...))
+	}
+	if i.DeadlineMetAtGT != nil {
+		predicates = append(predicates, task.DeadlineMetAtGT(*i.DeadlineMetAtGT))
+	}
+	if i.DeadlineMetAtGTE != nil {
+		predicates = append(predicates, task.DeadlineMetAtGTE(*i.DeadlineMetAtGTE))
+	}
+	if i.DeadlineMetAtLT != nil {
+		predicates = append(predicates, task.DeadlineMetAtLT(*i.DeadlineMetAtLT))
+	}
+	if i.DeadlineMetAtLTE != nil {
+		predicates = append(predicates, task.DeadlineMetAtLTE(*i.DeadlineMetAtLTE))
+	}
+	if i.DeadlineMetAtIsNil {
+		predicates = append(predicates, task.DeadlineMetAtIsNil())
+	}
+	if i.DeadlineMetAtNotNil {
+		predicates = append(predicates, task.DeadlineMetAtNotNil())
 	}
 
 	switch len(predicates) {

@@ -14908,73 +14908,77 @@ func (m *StallOverrideMutation) ResetEdge(name string) error {
 // TaskMutation represents an operation that mutates the Task nodes in the graph.
 type TaskMutation struct {
 	config
-	op                 Op
-	typ                string
-	id                 *int
-	created_at         *time.Time
-	code               *string
-	_type              *string
-	biz_id             *string
-	idempotency_key    *string
-	idempotency_hash   *string
-	title              *string
-	status             *lifecycle.Status
-	priority           *int
-	addpriority        *int
-	owner              *string
-	owner_source       *string
-	tenant             *string
-	owner_role         *string
-	input              *json.RawMessage
-	appendinput        json.RawMessage
-	input_sealed       *[]byte
-	input_version      *int
-	addinput_version   *int
-	review_mode        *task.ReviewMode
-	input_hash         *string
-	timeout_seconds    *int
-	addtimeout_seconds *int
-	retry_policy       *string
-	max_attempts       *int
-	addmax_attempts    *int
-	progress_done      *int64
-	addprogress_done   *int64
-	progress_total     *int64
-	addprogress_total  *int64
-	result             *json.RawMessage
-	appendresult       json.RawMessage
-	last_error         *string
-	result_status      *task.ResultStatus
-	attention_status   *lifecycle.Status
-	version            *int64
-	addversion         *int64
-	cancel_requested   *bool
-	cancel_reason      *string
-	run_at             *time.Time
-	updated_at         *time.Time
-	finished_at        *time.Time
-	schedule_id        *int
-	addschedule_id     *int
-	schedule_slot      *time.Time
-	trace_parent       *string
-	workflow_id        *int
-	addworkflow_id     *int
-	step_key           *string
-	parent_count       *int
-	addparent_count    *int
-	clearedFields      map[string]struct{}
-	instances          map[int]struct{}
-	removedinstances   map[int]struct{}
-	clearedinstances   bool
-	logs               map[int]struct{}
-	removedlogs        map[int]struct{}
-	clearedlogs        bool
-	artifacts          map[int]struct{}
-	removedartifacts   map[int]struct{}
-	clearedartifacts   bool
-	done               bool
-	oldValue           func(context.Context) (*Task, error)
-	predicates         []predicate.Task
+	op                  Op
+	typ                 string
+	id                  *int
+	created_at          *time.Time
+	code                *string
+	_type               *string
+	biz_id              *string
+	idempotency_key     *string
+	idempotency_hash    *string
+	title               *string
+	status              *lifecycle.Status
+	priority            *int
+	addpriority         *int
+	owner               *string
+	owner_source        *string
+	tenant              *string
+	owner_role          *string
+	input               *json.RawMessage
+	appendinput         json.RawMessage
+	input_sealed        *[]byte
+	input_version       *int
+	addinput_version    *int
+	review_mode         *task.ReviewMode
+	input_hash          *string
+	timeout_seconds     *int
+	addtimeout_seconds  *int
+	retry_policy        *string
+	max_attempts        *int
+	addmax_attempts     *int
+	progress_done       *int64
+	addprogress_done    *int64
+	progress_total      *int64
+	addprogress_total   *int64
+	result              *json.RawMessage
+	appendresult        json.RawMessage
+	last_error          *string
+	result_status       *task.ResultStatus
+	attention_status    *lifecycle.Status
+	version             *int64
+	addversion          *int64
+	cancel_requested    *bool
+	cancel_reason       *string
+	run_at              *time.Time
+	updated_at          *time.Time
+	finished_at         *time.Time
+	schedule_id         *int
+	addschedule_id      *int
+	schedule_slot       *time.Time
+	trace_parent        *string
+	workflow_id         *int
+	addworkflow_id      *int
+	step_key            *string
+	deadline            *time.Time
+	deadline_at_risk_at *time.Time
+	deadline_missed_at  *time.Time
+	deadline_met_at     *time.Time
+	parent_count        *int
+	addparent_count     *int
+	clearedFields       map[string]struct{}
+	instances           map[int]struct{}
+	removedinstances    map[int]struct{}
+	clearedinstances    bool
+	logs                map[int]struct{}
+	removedlogs         map[int]struct{}
+	clearedlogs         bool
+	artifacts           map[int]struct{}
+	removedartifacts    map[int]struct{}
+	clearedartifacts    bool
+	done                bool
+	oldValue            func(context.Context) (*Task, error)
+	predicates          []predicate.Task
 }
 
 var _ ent.Mutation = (*TaskMutation)(nil)
@@ -16851,6 +16855,202 @@ func (m *TaskMutation) ResetStepKey() {
 	delete(m.clearedFields, task.FieldStepKey)
 }
 
+// SetDeadline sets the "deadline" field.
+func (m *TaskMutation) SetDeadline(t time.Time) {
+	m.deadline = &t
+}
+
+// Deadline returns the value of the "deadline" field in the mutation.
+func (m *TaskMutation) Deadline() (r time.Time, exists bool) {
+	v := m.deadline
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeadline returns the old "deadline" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldDeadline(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeadline is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeadline requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeadline: %w", err)
+	}
+	return oldValue.Deadline, nil
+}
+
+// ClearDeadline clears the value of the "deadline" field.
+func (m *TaskMutation) ClearDeadline() {
+	m.deadline = nil
+	m.clearedFields[task.FieldDeadline] = struct{}{}
+}
+
+// DeadlineCleared returns if the "deadline" field was cleared in this mutation.
+func (m *TaskMutation) DeadlineCleared() bool {
+	_, ok := m.clearedFields[task.FieldDeadline]
+	return ok
+}
+
+// ResetDeadline resets all changes to the "deadline" field.
+func (m *TaskMutation) ResetDeadline() {
+	m.deadline = nil
+	delete(m.clearedFields, task.FieldDeadline)
+}
+
+// SetDeadlineAtRiskAt sets the "deadline_at_risk_at" field.
+func (m *TaskMutation) SetDeadlineAtRiskAt(t time.Time) {
+	m.deadline_at_risk_at = &t
+}
+
+// DeadlineAtRiskAt returns the value of the "deadline_at_risk_at" field in the mutation.
+func (m *TaskMutation) DeadlineAtRiskAt() (r time.Time, exists bool) {
+	v := m.deadline_at_risk_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeadlineAtRiskAt returns the old "deadline_at_risk_at" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldDeadlineAtRiskAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeadlineAtRiskAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeadlineAtRiskAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeadlineAtRiskAt: %w", err)
+	}
+	return oldValue.DeadlineAtRiskAt, nil
+}
+
+// ClearDeadlineAtRiskAt clears the value of the "deadline_at_risk_at" field.
+func (m *TaskMutation) ClearDeadlineAtRiskAt() {
+	m.deadline_at_risk_at = nil
+	m.clearedFields[task.FieldDeadlineAtRiskAt] = struct{}{}
+}
+
+// DeadlineAtRiskAtCleared returns if the "deadline_at_risk_at" field was cleared in this mutation.
+func (m *TaskMutation) DeadlineAtRiskAtCleared() bool {
+	_, ok := m.clearedFields[task.FieldDeadlineAtRiskAt]
+	return ok
+}
+
+// ResetDeadlineAtRiskAt resets all changes to the "deadline_at_risk_at" field.
+func (m *TaskMutation) ResetDeadlineAtRiskAt() {
+	m.deadline_at_risk_at = nil
+	delete(m.clearedFields, task.FieldDeadlineAtRiskAt)
+}
+
+// SetDeadlineMissedAt sets the "deadline_missed_at" field.
+func (m *TaskMutation) SetDeadlineMissedAt(t time.Time) {
+	m.deadline_missed_at = &t
+}
+
+// DeadlineMissedAt returns the value of the "deadline_missed_at" field in the mutation.
+func (m *TaskMutation) DeadlineMissedAt() (r time.Time, exists bool) {
+	v := m.deadline_missed_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeadlineMissedAt returns the old "deadline_missed_at" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldDeadlineMissedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeadlineMissedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeadlineMissedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeadlineMissedAt: %w", err)
+	}
+	return oldValue.DeadlineMissedAt, nil
+}
+
+// ClearDeadlineMissedAt clears the value of the "deadline_missed_at" field.
+func (m *TaskMutation) ClearDeadlineMissedAt() {
+	m.deadline_missed_at = nil
+	m.clearedFields[task.FieldDeadlineMissedAt] = struct{}{}
+}
+
+// DeadlineMissedAtCleared returns if the "deadline_missed_at" field was cleared in this mutation.
+func (m *TaskMutation) DeadlineMissedAtCleared() bool {
+	_, ok := m.clearedFields[task.FieldDeadlineMissedAt]
+	return ok
+}
+
+// ResetDeadlineMissedAt resets all changes to the "deadline_missed_at" field.
+func (m *TaskMutation) ResetDeadlineMissedAt() {
+	m.deadline_missed_at = nil
+	delete(m.clearedFields, task.FieldDeadlineMissedAt)
+}
+
+// SetDeadlineMetAt sets the "deadline_met_at" field.
+func (m *TaskMutation) SetDeadlineMetAt(t time.Time) {
+	m.deadline_met_at = &t
+}
+
+// DeadlineMetAt returns the value of the "deadline_met_at" field in the mutation.
+func (m *TaskMutation) DeadlineMetAt() (r time.Time, exists bool) {
+	v := m.deadline_met_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeadlineMetAt returns the old "deadline_met_at" field's value of the Task entity.
+// If the Task object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskMutation) OldDeadlineMetAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeadlineMetAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeadlineMetAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeadlineMetAt: %w", err)
+	}
+	return oldValue.DeadlineMetAt, nil
+}
+
+// ClearDeadlineMetAt clears the value of the "deadline_met_at" field.
+func (m *TaskMutation) ClearDeadlineMetAt() {
+	m.deadline_met_at = nil
+	m.clearedFields[task.FieldDeadlineMetAt] = struct{}{}
+}
+
+// DeadlineMetAtCleared returns if the "deadline_met_at" field was cleared in this mutation.
+func (m *TaskMutation) DeadlineMetAtCleared() bool {
+	_, ok := m.clearedFields[task.FieldDeadlineMetAt]
+	return ok
+}
+
+// ResetDeadlineMetAt resets all changes to the "deadline_met_at" field.
+func (m *TaskMutation) ResetDeadlineMetAt() {
+	m.deadline_met_at = nil
+	delete(m.clearedFields, task.FieldDeadlineMetAt)
+}
+
 // SetParentCount sets the "parent_count" field.
 func (m *TaskMutation) SetParentCount(i int) {
 	m.parent_count = &i
@@ -17103,7 +17303,7 @@ func (m *TaskMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskMutation) Fields() []string {
-	fields := make([]string, 0, 39)
+	fields := make([]string, 0, 43)
 	if m.created_at != nil {
 		fields = append(fields, task.FieldCreatedAt)
 	}
@@ -17218,6 +17418,18 @@ func (m *TaskMutation) Fields() []string {
 	if m.step_key != nil {
 		fields = append(fields, task.FieldStepKey)
 	}
+	if m.deadline != nil {
+		fields = append(fields, task.FieldDeadline)
+	}
+	if m.deadline_at_risk_at != nil {
+		fields = append(fields, task.FieldDeadlineAtRiskAt)
+	}
+	if m.deadline_missed_at != nil {
+		fields = append(fields, task.FieldDeadlineMissedAt)
+	}
+	if m.deadline_met_at != nil {
+		fields = append(fields, task.FieldDeadlineMetAt)
+	}
 	if m.parent_count != nil {
 		fields = append(fields, task.FieldParentCount)
 	}
@@ -17305,6 +17517,14 @@ func (m *TaskMutation) Field(name string) (ent.Value, bool) {
 		return m.WorkflowID()
 	case task.FieldStepKey:
 		return m.StepKey()
+	case task.FieldDeadline:
+		return m.Deadline()
+	case task.FieldDeadlineAtRiskAt:
+		return m.DeadlineAtRiskAt()
+	case task.FieldDeadlineMissedAt:
+		return m.DeadlineMissedAt()
+	case task.FieldDeadlineMetAt:
+		return m.DeadlineMetAt()
 	case task.FieldParentCount:
 		return m.ParentCount()
 	}
@@ -17392,6 +17612,14 @@ func (m *TaskMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldWorkflowID(ctx)
 	case task.FieldStepKey:
 		return m.OldStepKey(ctx)
+	case task.FieldDeadline:
+		return m.OldDeadline(ctx)
+	case task.FieldDeadlineAtRiskAt:
+		return m.OldDeadlineAtRiskAt(ctx)
+	case task.FieldDeadlineMissedAt:
+		return m.OldDeadlineMissedAt(ctx)
+	case task.FieldDeadlineMetAt:
+		return m.OldDeadlineMetAt(ctx)
 	case task.FieldParentCount:
 		return m.OldParentCount(ctx)
 	}
@@ -17669,6 +17897,34 @@ func (m *TaskMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetStepKey(v)
 		return nil
+	case task.FieldDeadline:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeadline(v)
+		return nil
+	case task.FieldDeadlineAtRiskAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeadlineAtRiskAt(v)
+		return nil
+	case task.FieldDeadlineMissedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeadlineMissedAt(v)
+		return nil
+	case task.FieldDeadlineMetAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeadlineMetAt(v)
+		return nil
 	case task.FieldParentCount:
 		v, ok := value.(int)
 		if !ok {
@@ -17874,6 +18130,18 @@ func (m *TaskMutation) ClearedFields() []string {
 	if m.FieldCleared(task.FieldStepKey) {
 		fields = append(fields, task.FieldStepKey)
 	}
+	if m.FieldCleared(task.FieldDeadline) {
+		fields = append(fields, task.FieldDeadline)
+	}
+	if m.FieldCleared(task.FieldDeadlineAtRiskAt) {
+		fields = append(fields, task.FieldDeadlineAtRiskAt)
+	}
+	if m.FieldCleared(task.FieldDeadlineMissedAt) {
+		fields = append(fields, task.FieldDeadlineMissedAt)
+	}
+	if m.FieldCleared(task.FieldDeadlineMetAt) {
+		fields = append(fields, task.FieldDeadlineMetAt)
+	}
 	return fields
 }
 
@@ -17932,6 +18200,18 @@ func (m *TaskMutation) ClearField(name string) error {
 		return nil
 	case task.FieldStepKey:
 		m.ClearStepKey()
+		return nil
+	case task.FieldDeadline:
+		m.ClearDeadline()
+		return nil
+	case task.FieldDeadlineAtRiskAt:
+		m.ClearDeadlineAtRiskAt()
+		return nil
+	case task.FieldDeadlineMissedAt:
+		m.ClearDeadlineMissedAt()
+		return nil
+	case task.FieldDeadlineMetAt:
+		m.ClearDeadlineMetAt()
 		return nil
 	}
 	return fmt.Errorf("unknown Task nullable field %s", name)
@@ -18054,6 +18334,18 @@ func (m *TaskMutation) ResetField(name string) error {
 		return nil
 	case task.FieldStepKey:
 		m.ResetStepKey()
+		return nil
+	case task.FieldDeadline:
+		m.ResetDeadline()
+		return nil
+	case task.FieldDeadlineAtRiskAt:
+		m.ResetDeadlineAtRiskAt()
+		return nil
+	case task.FieldDeadlineMissedAt:
+		m.ResetDeadlineMissedAt()
+		return nil
+	case task.FieldDeadlineMetAt:
+		m.ResetDeadlineMetAt()
 		return nil
 	case task.FieldParentCount:
 		m.ResetParentCount()

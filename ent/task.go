@@ -95,6 +95,14 @@ type Task struct {
 	WorkflowID *int `json:"workflow_id,omitempty"`
 	// Its key among its workflow's steps: its children find its result by it.
 	StepKey *string `json:"step_key,omitempty"`
+	// The absolute time it must finish by (SUCCESS), if any: its own finishBy, its type's or its schedule's.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// When the deadlines loop flagged it at risk (still open within its margin of the deadline), once.
+	DeadlineAtRiskAt *time.Time `json:"deadline_at_risk_at,omitempty"`
+	// When it was found to have missed its deadline (the loop, or a late finish), once.
+	DeadlineMissedAt *time.Time `json:"deadline_missed_at,omitempty"`
+	// When it finished by its deadline.
+	DeadlineMetAt *time.Time `json:"deadline_met_at,omitempty"`
 	// How many tasks it was created to wait for (a step's parents, or createTask's dependsOn): a claimed task with parents is handed their results.
 	ParentCount int `json:"parent_count,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
@@ -162,7 +170,7 @@ func (*Task) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullInt64)
 		case task.FieldCode, task.FieldType, task.FieldBizID, task.FieldIdempotencyKey, task.FieldIdempotencyHash, task.FieldTitle, task.FieldStatus, task.FieldOwner, task.FieldOwnerSource, task.FieldTenant, task.FieldOwnerRole, task.FieldReviewMode, task.FieldInputHash, task.FieldRetryPolicy, task.FieldLastError, task.FieldResultStatus, task.FieldAttentionStatus, task.FieldCancelReason, task.FieldTraceParent, task.FieldStepKey:
 			values[i] = new(sql.NullString)
-		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt, task.FieldScheduleSlot:
+		case task.FieldCreatedAt, task.FieldRunAt, task.FieldUpdatedAt, task.FieldFinishedAt, task.FieldScheduleSlot, task.FieldDeadline, task.FieldDeadlineAtRiskAt, task.FieldDeadlineMissedAt, task.FieldDeadlineMetAt:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -428,6 +436,34 @@ func (_m *Task) assignValues(columns []string, values []any) error {
 				_m.StepKey = new(string)
 				*_m.StepKey = value.String
 			}
+		case task.FieldDeadline:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field deadline", values[i])
+			} else if value.Valid {
+				_m.Deadline = new(time.Time)
+				*_m.Deadline = value.Time
+			}
+		case task.FieldDeadlineAtRiskAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field deadline_at_risk_at", values[i])
+			} else if value.Valid {
+				_m.DeadlineAtRiskAt = new(time.Time)
+				*_m.DeadlineAtRiskAt = value.Time
+			}
+		case task.FieldDeadlineMissedAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field deadline_missed_at", values[i])
+			} else if value.Valid {
+				_m.DeadlineMissedAt = new(time.Time)
+				*_m.DeadlineMissedAt = value.Time
+			}
+		case task.FieldDeadlineMetAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field deadline_met_at", values[i])
+			} else if value.Valid {
+				_m.DeadlineMetAt = new(time.Time)
+				*_m.DeadlineMetAt = value.Time
+			}
 		case task.FieldParentCount:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
 				return fmt.Errorf("unexpected type %T for field parent_count", values[i])
@@ -618,6 +654,26 @@ func (_m *Task) String() string {
 	if v := _m.StepKey; v != nil {
 		builder.WriteString("step_key=")
 		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.Deadline; v != nil {
+		builder.WriteString("deadline=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.DeadlineAtRiskAt; v != nil {
+		builder.WriteString("deadline_at_risk_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.DeadlineMissedAt; v != nil {
+		builder.WriteString("deadline_missed_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.DeadlineMetAt; v != nil {
+		builder.WriteString("deadline_met_at=")
+		builder.WriteString(v.Format(time.ANSIC))
 	}
 	builder.WriteString(", ")
 	builder.WriteString("parent_count=")

@@ -461,6 +461,62 @@ func (_c *TaskCreate) SetNillableStepKey(v *string) *TaskCreate {
 	return _c
 }
 
+// SetDeadline sets the "deadline" field.
+func (_c *TaskCreate) SetDeadline(v time.Time) *TaskCreate {
+	_c.mutation.SetDeadline(v)
+	return _c
+}
+
+// SetNillableDeadline sets the "deadline" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableDeadline(v *time.Time) *TaskCreate {
+	if v != nil {
+		_c.SetDeadline(*v)
+	}
+	return _c
+}
+
+// SetDeadlineAtRiskAt sets the "deadline_at_risk_at" field.
+func (_c *TaskCreate) SetDeadlineAtRiskAt(v time.Time) *TaskCreate {
+	_c.mutation.SetDeadlineAtRiskAt(v)
+	return _c
+}
+
+// SetNillableDeadlineAtRiskAt sets the "deadline_at_risk_at" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableDeadlineAtRiskAt(v *time.Time) *TaskCreate {
+	if v != nil {
+		_c.SetDeadlineAtRiskAt(*v)
+	}
+	return _c
+}
+
+// SetDeadlineMissedAt sets the "deadline_missed_at" field.
+func (_c *TaskCreate) SetDeadlineMissedAt(v time.Time) *TaskCreate {
+	_c.mutation.SetDeadlineMissedAt(v)
+	return _c
+}
+
+// SetNillableDeadlineMissedAt sets the "deadline_missed_at" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableDeadlineMissedAt(v *time.Time) *TaskCreate {
+	if v != nil {
+		_c.SetDeadlineMissedAt(*v)
+	}
+	return _c
+}
+
+// SetDeadlineMetAt sets the "deadline_met_at" field.
+func (_c *TaskCreate) SetDeadlineMetAt(v time.Time) *TaskCreate {
+	_c.mutation.SetDeadlineMetAt(v)
+	return _c
+}
+
+// SetNillableDeadlineMetAt sets the "deadline_met_at" field if the given value is not nil.
+func (_c *TaskCreate) SetNillableDeadlineMetAt(v *time.Time) *TaskCreate {
+	if v != nil {
+		_c.SetDeadlineMetAt(*v)
+	}
+	return _c
+}
+
 // SetParentCount sets the "parent_count" field.
 func (_c *TaskCreate) SetParentCount(v int) *TaskCreate {
 	_c.mutation.SetParentCount(v)
@@ -893,6 +949,22 @@ func (_c *TaskCreate) createSpec() (*Task, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.StepKey(); ok {
 		_spec.SetField(task.FieldStepKey, field.TypeString, value)
 		_node.StepKey = &value
+	}
+	if value, ok := _c.mutation.Deadline(); ok {
+		_spec.SetField(task.FieldDeadline, field.TypeTime, value)
+		_node.Deadline = &value
+	}
+	if value, ok := _c.mutation.DeadlineAtRiskAt(); ok {
+		_spec.SetField(task.FieldDeadlineAtRiskAt, field.TypeTime, value)
+		_node.DeadlineAtRiskAt = &value
+	}
+	if value, ok := _c.mutation.DeadlineMissedAt(); ok {
+		_spec.SetField(task.FieldDeadlineMissedAt, field.TypeTime, value)
+		_node.DeadlineMissedAt = &value
+	}
+	if value, ok := _c.mutation.DeadlineMetAt(); ok {
+		_spec.SetField(task.FieldDeadlineMetAt, field.TypeTime, value)
+		_node.DeadlineMetAt = &value
 	}
 	if value, ok := _c.mutation.ParentCount(); ok {
 		_spec.SetField(task.FieldParentCount, field.TypeInt, value)

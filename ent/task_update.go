@@ -317,6 +317,66 @@ func (_u *TaskUpdate) ClearFinishedAt() *TaskUpdate {
 	return _u
 }
 
+// SetDeadlineAtRiskAt sets the "deadline_at_risk_at" field.
+func (_u *TaskUpdate) SetDeadlineAtRiskAt(v time.Time) *TaskUpdate {
+	_u.mutation.SetDeadlineAtRiskAt(v)
+	return _u
+}
+
+// SetNillableDeadlineAtRiskAt sets the "deadline_at_risk_at" field if the given value is not nil.
+func (_u *TaskUpdate) SetNillableDeadlineAtRiskAt(v *time.Time) *TaskUpdate {
+	if v != nil {
+		_u.SetDeadlineAtRiskAt(*v)
+	}
+	return _u
+}
+
+// ClearDeadlineAtRiskAt clears the value of the "deadline_at_risk_at" field.
+func (_u *TaskUpdate) ClearDeadlineAtRiskAt() *TaskUpdate {
+	_u.mutation.ClearDeadlineAtRiskAt()
+	return _u
+}
+
+// SetDeadlineMissedAt sets the "deadline_missed_at" field.
+func (_u *TaskUpdate) SetDeadlineMissedAt(v time.Time) *TaskUpdate {
+	_u.mutation.SetDeadlineMissedAt(v)
+	return _u
+}
+
+// SetNillableDeadlineMissedAt sets the "deadline_missed_at" field if the given value is not nil.
+func (_u *TaskUpdate) SetNillableDeadlineMissedAt(v *time.Time) *TaskUpdate {
+	if v != nil {
+		_u.SetDeadlineMissedAt(*v)
+	}
+	return _u
+}
+
+// ClearDeadlineMissedAt clears the value of the "deadline_missed_at" field.
+func (_u *TaskUpdate) ClearDeadlineMissedAt() *TaskUpdate {
+	_u.mutation.ClearDeadlineMissedAt()
+	return _u
+}
+
+// SetDeadlineMetAt sets the "deadline_met_at" field.
+func (_u *TaskUpdate) SetDeadlineMetAt(v time.Time) *TaskUpdate {
+	_u.mutation.SetDeadlineMetAt(v)
+	return _u
+}
+
+// SetNillableDeadlineMetAt sets the "deadline_met_at" field if the given value is not nil.
+func (_u *TaskUpdate) SetNillableDeadlineMetAt(v *time.Time) *TaskUpdate {
+	if v != nil {
+		_u.SetDeadlineMetAt(*v)
+	}
+	return _u
+}
+
+// ClearDeadlineMetAt clears the value of the "deadline_met_at" field.
+func (_u *TaskUpdate) ClearDeadlineMetAt() *TaskUpdate {
+	_u.mutation.ClearDeadlineMetAt()
+	return _u
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_u *TaskUpdate) AddInstanceIDs(ids ...int) *TaskUpdate {
 	_u.mutation.AddInstanceIDs(ids...)
@@ -609,6 +669,27 @@ func (_u *TaskUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.StepKeyCleared() {
 		_spec.ClearField(task.FieldStepKey, field.TypeString)
+	}
+	if _u.mutation.DeadlineCleared() {
+		_spec.ClearField(task.FieldDeadline, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DeadlineAtRiskAt(); ok {
+		_spec.SetField(task.FieldDeadlineAtRiskAt, field.TypeTime, value)
+	}
+	if _u.mutation.DeadlineAtRiskAtCleared() {
+		_spec.ClearField(task.FieldDeadlineAtRiskAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DeadlineMissedAt(); ok {
+		_spec.SetField(task.FieldDeadlineMissedAt, field.TypeTime, value)
+	}
+	if _u.mutation.DeadlineMissedAtCleared() {
+		_spec.ClearField(task.FieldDeadlineMissedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DeadlineMetAt(); ok {
+		_spec.SetField(task.FieldDeadlineMetAt, field.TypeTime, value)
+	}
+	if _u.mutation.DeadlineMetAtCleared() {
+		_spec.ClearField(task.FieldDeadlineMetAt, field.TypeTime)
 	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{
@@ -1049,6 +1130,66 @@ func (_u *TaskUpdateOne) ClearFinishedAt() *TaskUpdateOne {
 	return _u
 }
 
+// SetDeadlineAtRiskAt sets the "deadline_at_risk_at" field.
+func (_u *TaskUpdateOne) SetDeadlineAtRiskAt(v time.Time) *TaskUpdateOne {
+	_u.mutation.SetDeadlineAtRiskAt(v)
+	return _u
+}
+
+// SetNillableDeadlineAtRiskAt sets the "deadline_at_risk_at" field if the given value is not nil.
+func (_u *TaskUpdateOne) SetNillableDeadlineAtRiskAt(v *time.Time) *TaskUpdateOne {
+	if v != nil {
+		_u.SetDeadlineAtRiskAt(*v)
+	}
+	return _u
+}
+
+// ClearDeadlineAtRiskAt clears the value of the "deadline_at_risk_at" field.
+func (_u *TaskUpdateOne) ClearDeadlineAtRiskAt() *TaskUpdateOne {
+	_u.mutation.ClearDeadlineAtRiskAt()
+	return _u
+}
+
+// SetDeadlineMissedAt sets the "deadline_missed_at" field.
+func (_u *TaskUpdateOne) SetDeadlineMissedAt(v time.Time) *TaskUpdateOne {
+	_u.mutation.SetDeadlineMissedAt(v)
+	return _u
+}
+
+// SetNillableDeadlineMissedAt sets the "deadline_missed_at" field if the given value is not nil.
+func (_u *TaskUpdateOne) SetNillableDeadlineMissedAt(v *time.Time) *TaskUpdateOne {
+	if v != nil {
+		_u.SetDeadlineMissedAt(*v)
+	}
+	return _u
+}
+
+// ClearDeadlineMissedAt clears the value of the "deadline_missed_at" field.
+func (_u *TaskUpdateOne) ClearDeadlineMissedAt() *TaskUpdateOne {
+	_u.mutation.ClearDeadlineMissedAt()
+	return _u
+}
+
+// SetDeadlineMetAt sets the "deadline_met_at" field.
+func (_u *TaskUpdateOne) SetDeadlineMetAt(v time.Time) *TaskUpdateOne {
+	_u.mutation.SetDeadlineMetAt(v)
+	return _u
+}
+
+// SetNillableDeadlineMetAt sets the "deadline_met_at" field if the given value is not nil.
+func (_u *TaskUpdateOne) SetNillableDeadlineMetAt(v *time.Time) *TaskUpdateOne {
+	if v != nil {
+		_u.SetDeadlineMetAt(*v)
+	}
+	return _u
+}
+
+// ClearDeadlineMetAt clears the value of the "deadline_met_at" field.
+func (_u *TaskUpdateOne) ClearDeadlineMetAt() *TaskUpdateOne {
+	_u.mutation.ClearDeadlineMetAt()
+	return _u
+}
+
 // AddInstanceIDs adds the "instances" edge to the TaskInstance entity by IDs.
 func (_u *TaskUpdateOne) AddInstanceIDs(ids ...int) *TaskUpdateOne {
 	_u.mutation.AddInstanceIDs(ids...)
@@ -1371,6 +1512,27 @@ func (_u *TaskUpdateOne) sqlSave(ctx context.Context) (_node *Task, err error) {
 	}
 	if _u.mutation.StepKeyCleared() {
 		_spec.ClearField(task.FieldStepKey, field.TypeString)
+	}
+	if _u.mutation.DeadlineCleared() {
+		_spec.ClearField(task.FieldDeadline, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DeadlineAtRiskAt(); ok {
+		_spec.SetField(task.FieldDeadlineAtRiskAt, field.TypeTime, value)
+	}
+	if _u.mutation.DeadlineAtRiskAtCleared() {
+		_spec.ClearField(task.FieldDeadlineAtRiskAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DeadlineMissedAt(); ok {
+		_spec.SetField(task.FieldDeadlineMissedAt, field.TypeTime, value)
+	}
+	if _u.mutation.DeadlineMissedAtCleared() {
+		_spec.ClearField(task.FieldDeadlineMissedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DeadlineMetAt(); ok {
+		_spec.SetField(task.FieldDeadlineMetAt, field.TypeTime, value)
+	}
+	if _u.mutation.DeadlineMetAtCleared() {
+		_spec.ClearField(task.FieldDeadlineMetAt, field.TypeTime)
 	}
 	if _u.mutation.InstancesCleared() {
 		edge := &sqlgraph.EdgeSpec{

@@ -500,6 +500,10 @@ type ComplexityRoot struct {
 		Children          func(childComplexity int) int
 		Code              func(childComplexity int) int
 		CreatedAt         func(childComplexity int) int
+		Deadline          func(childComplexity int) int
+		DeadlineAtRiskAt  func(childComplexity int) int
+		DeadlineMetAt     func(childComplexity int) int
+		DeadlineMissedAt  func(childComplexity int) int
 		FinishedAt        func(childComplexity int) int
 		ID                func(childComplexity int) int
 		IdempotencyKey    func(childComplexity int) int
@@ -3229,6 +3233,30 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.CreatedAt(childComplexity), true
+	case "Task.deadline":
+		if e.ComplexityRoot.Task.Deadline == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.Deadline(childComplexity), true
+	case "Task.deadlineAtRiskAt":
+		if e.ComplexityRoot.Task.DeadlineAtRiskAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.DeadlineAtRiskAt(childComplexity), true
+	case "Task.deadlineMetAt":
+		if e.ComplexityRoot.Task.DeadlineMetAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.DeadlineMetAt(childComplexity), true
+	case "Task.deadlineMissedAt":
+		if e.ComplexityRoot.Task.DeadlineMissedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.DeadlineMissedAt(childComplexity), true
 	case "Task.finishedAt":
 		if e.ComplexityRoot.Task.FinishedAt == nil {
 			break
@@ -5557,6 +5585,22 @@ type Task implements Node {
   """
   stepKey: String
   """
+  The absolute time it must finish by (SUCCESS), if any: its own finishBy, its type's or its schedule's.
+  """
+  deadline: Time
+  """
+  When the deadlines loop flagged it at risk (still open within its margin of the deadline), once.
+  """
+  deadlineAtRiskAt: Time
+  """
+  When it was found to have missed its deadline (the loop, or a late finish), once.
+  """
+  deadlineMissedAt: Time
+  """
+  When it finished by its deadline.
+  """
+  deadlineMetAt: Time
+  """
   Files the task read or wrote (source, error report, export, report).
   """
   artifacts: [Artifact!]
@@ -6147,6 +6191,58 @@ input TaskWhereInput {
   stepKeyNotNil: Boolean
   stepKeyEqualFold: String
   stepKeyContainsFold: String
+  """
+  deadline field predicates
+  """
+  deadline: Time
+  deadlineNEQ: Time
+  deadlineIn: [Time!]
+  deadlineNotIn: [Time!]
+  deadlineGT: Time
+  deadlineGTE: Time
+  deadlineLT: Time
+  deadlineLTE: Time
+  deadlineIsNil: Boolean
+  deadlineNotNil: Boolean
+  """
+  deadline_at_risk_at field predicates
+  """
+  deadlineAtRiskAt: Time
+  deadlineAtRiskAtNEQ: Time
+  deadlineAtRiskAtIn: [Time!]
+  deadlineAtRiskAtNotIn: [Time!]
+  deadlineAtRiskAtGT: Time
+  deadlineAtRiskAtGTE: Time
+  deadlineAtRiskAtLT: Time
+  deadlineAtRiskAtLTE: Time
+  deadlineAtRiskAtIsNil: Boolean
+  deadlineAtRiskAtNotNil: Boolean
+  """
+  deadline_missed_at field predicates
+  """
+  deadlineMissedAt: Time
+  deadlineMissedAtNEQ: Time
+  deadlineMissedAtIn: [Time!]
+  deadlineMissedAtNotIn: [Time!]
+  deadlineMissedAtGT: Time
+  deadlineMissedAtGTE: Time
+  deadlineMissedAtLT: Time
+  deadlineMissedAtLTE: Time
+  deadlineMissedAtIsNil: Boolean
+  deadlineMissedAtNotNil: Boolean
+  """
+  deadline_met_at field predicates
+  """
+  deadlineMetAt: Time
+  deadlineMetAtNEQ: Time
+  deadlineMetAtIn: [Time!]
+  deadlineMetAtNotIn: [Time!]
+  deadlineMetAtGT: Time
+  deadlineMetAtGTE: Time
+  deadlineMetAtLT: Time
+  deadlineMetAtLTE: Time
+  deadlineMetAtIsNil: Boolean
+  deadlineMetAtNotNil: Boolean
 }
 """
 The builtin Time type
@@ -7383,6 +7479,14 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_scheduleSlot(ctx, field)
 	case "stepKey":
 		return ec.fieldContext_Task_stepKey(ctx, field)
+	case "deadline":
+		return ec.fieldContext_Task_deadline(ctx, field)
+	case "deadlineAtRiskAt":
+		return ec.fieldContext_Task_deadlineAtRiskAt(ctx, field)
+	case "deadlineMissedAt":
+		return ec.fieldContext_Task_deadlineMissedAt(ctx, field)
+	case "deadlineMetAt":
+		return ec.fieldContext_Task_deadlineMetAt(ctx, field)
 	case "artifacts":
 		return ec.fieldContext_Task_artifacts(ctx, field)
 	case "instances":
@@ -19599,6 +19703,98 @@ func (ec *executionContext) fieldContext_Task_stepKey(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Task", field, false, false, "String")
 }
 
+func (ec *executionContext) _Task_deadline(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_deadline(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Deadline, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_deadline(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Task_deadlineAtRiskAt(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_deadlineAtRiskAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DeadlineAtRiskAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_deadlineAtRiskAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Task_deadlineMissedAt(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_deadlineMissedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DeadlineMissedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_deadlineMissedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Task_deadlineMetAt(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_deadlineMetAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DeadlineMetAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_deadlineMetAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, false, false, "Time")
+}
+
 func (ec *executionContext) _Task_artifacts(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -27768,7 +27964,7 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "inputVersion", "inputVersionNEQ", "inputVersionIn", "inputVersionNotIn", "inputVersionGT", "inputVersionGTE", "inputVersionLT", "inputVersionLTE", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "stepKey", "stepKeyNEQ", "stepKeyIn", "stepKeyNotIn", "stepKeyGT", "stepKeyGTE", "stepKeyLT", "stepKeyLTE", "stepKeyContains", "stepKeyHasPrefix", "stepKeyHasSuffix", "stepKeyIsNil", "stepKeyNotNil", "stepKeyEqualFold", "stepKeyContainsFold", "search", "input", "result"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "type", "typeNEQ", "typeIn", "typeNotIn", "typeGT", "typeGTE", "typeLT", "typeLTE", "typeContains", "typeHasPrefix", "typeHasSuffix", "typeEqualFold", "typeContainsFold", "bizID", "bizIDNEQ", "bizIDIn", "bizIDNotIn", "bizIDGT", "bizIDGTE", "bizIDLT", "bizIDLTE", "bizIDContains", "bizIDHasPrefix", "bizIDHasSuffix", "bizIDEqualFold", "bizIDContainsFold", "idempotencyKey", "idempotencyKeyNEQ", "idempotencyKeyIn", "idempotencyKeyNotIn", "idempotencyKeyGT", "idempotencyKeyGTE", "idempotencyKeyLT", "idempotencyKeyLTE", "idempotencyKeyContains", "idempotencyKeyHasPrefix", "idempotencyKeyHasSuffix", "idempotencyKeyIsNil", "idempotencyKeyNotNil", "idempotencyKeyEqualFold", "idempotencyKeyContainsFold", "title", "titleNEQ", "titleIn", "titleNotIn", "titleGT", "titleGTE", "titleLT", "titleLTE", "titleContains", "titleHasPrefix", "titleHasSuffix", "titleEqualFold", "titleContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "priority", "priorityNEQ", "priorityIn", "priorityNotIn", "priorityGT", "priorityGTE", "priorityLT", "priorityLTE", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "ownerSource", "ownerSourceNEQ", "ownerSourceIn", "ownerSourceNotIn", "ownerSourceGT", "ownerSourceGTE", "ownerSourceLT", "ownerSourceLTE", "ownerSourceContains", "ownerSourceHasPrefix", "ownerSourceHasSuffix", "ownerSourceEqualFold", "ownerSourceContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "inputVersion", "inputVersionNEQ", "inputVersionIn", "inputVersionNotIn", "inputVersionGT", "inputVersionGTE", "inputVersionLT", "inputVersionLTE", "timeoutSeconds", "timeoutSecondsNEQ", "timeoutSecondsIn", "timeoutSecondsNotIn", "timeoutSecondsGT", "timeoutSecondsGTE", "timeoutSecondsLT", "timeoutSecondsLTE", "retryPolicy", "retryPolicyNEQ", "retryPolicyIn", "retryPolicyNotIn", "retryPolicyGT", "retryPolicyGTE", "retryPolicyLT", "retryPolicyLTE", "retryPolicyContains", "retryPolicyHasPrefix", "retryPolicyHasSuffix", "retryPolicyEqualFold", "retryPolicyContainsFold", "maxAttempts", "maxAttemptsNEQ", "maxAttemptsIn", "maxAttemptsNotIn", "maxAttemptsGT", "maxAttemptsGTE", "maxAttemptsLT", "maxAttemptsLTE", "progressDone", "progressDoneNEQ", "progressDoneIn", "progressDoneNotIn", "progressDoneGT", "progressDoneGTE", "progressDoneLT", "progressDoneLTE", "progressTotal", "progressTotalNEQ", "progressTotalIn", "progressTotalNotIn", "progressTotalGT", "progressTotalGTE", "progressTotalLT", "progressTotalLTE", "lastError", "lastErrorNEQ", "lastErrorIn", "lastErrorNotIn", "lastErrorGT", "lastErrorGTE", "lastErrorLT", "lastErrorLTE", "lastErrorContains", "lastErrorHasPrefix", "lastErrorHasSuffix", "lastErrorIsNil", "lastErrorNotNil", "lastErrorEqualFold", "lastErrorContainsFold", "resultStatus", "resultStatusNEQ", "resultStatusIn", "resultStatusNotIn", "resultStatusIsNil", "resultStatusNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "cancelRequested", "cancelRequestedNEQ", "cancelReason", "cancelReasonNEQ", "cancelReasonIn", "cancelReasonNotIn", "cancelReasonGT", "cancelReasonGTE", "cancelReasonLT", "cancelReasonLTE", "cancelReasonContains", "cancelReasonHasPrefix", "cancelReasonHasSuffix", "cancelReasonIsNil", "cancelReasonNotNil", "cancelReasonEqualFold", "cancelReasonContainsFold", "runAt", "runAtNEQ", "runAtIn", "runAtNotIn", "runAtGT", "runAtGTE", "runAtLT", "runAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "finishedAt", "finishedAtNEQ", "finishedAtIn", "finishedAtNotIn", "finishedAtGT", "finishedAtGTE", "finishedAtLT", "finishedAtLTE", "finishedAtIsNil", "finishedAtNotNil", "scheduleID", "scheduleIDNEQ", "scheduleIDIn", "scheduleIDNotIn", "scheduleIDGT", "scheduleIDGTE", "scheduleIDLT", "scheduleIDLTE", "scheduleIDIsNil", "scheduleIDNotNil", "scheduleSlot", "scheduleSlotNEQ", "scheduleSlotIn", "scheduleSlotNotIn", "scheduleSlotGT", "scheduleSlotGTE", "scheduleSlotLT", "scheduleSlotLTE", "scheduleSlotIsNil", "scheduleSlotNotNil", "stepKey", "stepKeyNEQ", "stepKeyIn", "stepKeyNotIn", "stepKeyGT", "stepKeyGTE", "stepKeyLT", "stepKeyLTE", "stepKeyContains", "stepKeyHasPrefix", "stepKeyHasSuffix", "stepKeyIsNil", "stepKeyNotNil", "stepKeyEqualFold", "stepKeyContainsFold", "deadline", "deadlineNEQ", "deadlineIn", "deadlineNotIn", "deadlineGT", "deadlineGTE", "deadlineLT", "deadlineLTE", "deadlineIsNil", "deadlineNotNil", "deadlineAtRiskAt", "deadlineAtRiskAtNEQ", "deadlineAtRiskAtIn", "deadlineAtRiskAtNotIn", "deadlineAtRiskAtGT", "deadlineAtRiskAtGTE", "deadlineAtRiskAtLT", "deadlineAtRiskAtLTE", "deadlineAtRiskAtIsNil", "deadlineAtRiskAtNotNil", "deadlineMissedAt", "deadlineMissedAtNEQ", "deadlineMissedAtIn", "deadlineMissedAtNotIn", "deadlineMissedAtGT", "deadlineMissedAtGTE", "deadlineMissedAtLT", "deadlineMissedAtLTE", "deadlineMissedAtIsNil", "deadlineMissedAtNotNil", "deadlineMetAt", "deadlineMetAtNEQ", "deadlineMetAtIn", "deadlineMetAtNotIn", "deadlineMetAtGT", "deadlineMetAtGTE", "deadlineMetAtLT", "deadlineMetAtLTE", "deadlineMetAtIsNil", "deadlineMetAtNotNil", "search", "input", "result"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -29854,6 +30050,286 @@ func (ec *executionContext) unmarshalInputTaskWhereInput(ctx context.Context, ob
 				return it, err
 			}
 			it.StepKeyContainsFold = data
+		case "deadline":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadline"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Deadline = data
+		case "deadlineNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineNEQ = data
+		case "deadlineIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineIn = data
+		case "deadlineNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineNotIn = data
+		case "deadlineGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineGT = data
+		case "deadlineGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineGTE = data
+		case "deadlineLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineLT = data
+		case "deadlineLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineLTE = data
+		case "deadlineIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineIsNil = data
+		case "deadlineNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineNotNil = data
+		case "deadlineAtRiskAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAt = data
+		case "deadlineAtRiskAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtNEQ = data
+		case "deadlineAtRiskAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtIn = data
+		case "deadlineAtRiskAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtNotIn = data
+		case "deadlineAtRiskAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtGT = data
+		case "deadlineAtRiskAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtGTE = data
+		case "deadlineAtRiskAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtLT = data
+		case "deadlineAtRiskAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtLTE = data
+		case "deadlineAtRiskAtIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtIsNil = data
+		case "deadlineAtRiskAtNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineAtRiskAtNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineAtRiskAtNotNil = data
+		case "deadlineMissedAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAt = data
+		case "deadlineMissedAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtNEQ = data
+		case "deadlineMissedAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtIn = data
+		case "deadlineMissedAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtNotIn = data
+		case "deadlineMissedAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtGT = data
+		case "deadlineMissedAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtGTE = data
+		case "deadlineMissedAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtLT = data
+		case "deadlineMissedAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtLTE = data
+		case "deadlineMissedAtIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtIsNil = data
+		case "deadlineMissedAtNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMissedAtNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMissedAtNotNil = data
+		case "deadlineMetAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAt = data
+		case "deadlineMetAtNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtNEQ"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtNEQ = data
+		case "deadlineMetAtIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtIn = data
+		case "deadlineMetAtNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtNotIn"))
+			data, err := ec.unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtNotIn = data
+		case "deadlineMetAtGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtGT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtGT = data
+		case "deadlineMetAtGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtGTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtGTE = data
+		case "deadlineMetAtLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtLT"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtLT = data
+		case "deadlineMetAtLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtLTE"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtLTE = data
+		case "deadlineMetAtIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtIsNil = data
+		case "deadlineMetAtNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadlineMetAtNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DeadlineMetAtNotNil = data
 		case "search":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("search"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -34210,6 +34686,26 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 			}
 		case "stepKey":
 			out.Values[i] = ec._Task_stepKey(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "deadline":
+			out.Values[i] = ec._Task_deadline(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "deadlineAtRiskAt":
+			out.Values[i] = ec._Task_deadlineAtRiskAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "deadlineMissedAt":
+			out.Values[i] = ec._Task_deadlineMissedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "deadlineMetAt":
+			out.Values[i] = ec._Task_deadlineMetAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

@@ -474,6 +474,10 @@ var (
 		{Name: "trace_parent", Type: field.TypeString, Nullable: true},
 		{Name: "workflow_id", Type: field.TypeInt, Nullable: true},
 		{Name: "step_key", Type: field.TypeString, Nullable: true},
+		{Name: "deadline", Type: field.TypeTime, Nullable: true},
+		{Name: "deadline_at_risk_at", Type: field.TypeTime, Nullable: true},
+		{Name: "deadline_missed_at", Type: field.TypeTime, Nullable: true},
+		{Name: "deadline_met_at", Type: field.TypeTime, Nullable: true},
 		{Name: "parent_count", Type: field.TypeInt, Default: 0},
 	}
 	// TasksTable holds the schema information for the "tasks" table.
@@ -528,6 +532,14 @@ var (
 				Columns: []*schema.Column{TasksColumns[34], TasksColumns[35]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "schedule_id IS NOT NULL",
+				},
+			},
+			{
+				Name:    "task_deadline_open",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[39]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "deadline IS NOT NULL AND deadline_missed_at IS NULL AND deadline_met_at IS NULL",
 				},
 			},
 			{

@@ -417,7 +417,7 @@ func init() {
 	// task.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	task.DefaultUpdatedAt = taskDescUpdatedAt.Default.(func() time.Time)
 	// taskDescParentCount is the schema descriptor for parent_count field.
-	taskDescParentCount := taskFields[37].Descriptor()
+	taskDescParentCount := taskFields[41].Descriptor()
 	// task.DefaultParentCount holds the default value on creation for the parent_count field.
 	task.DefaultParentCount = taskDescParentCount.Default.(int)
 	taskdependencyMixin := schema.TaskDependency{}.Mixin()

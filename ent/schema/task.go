@@ -168,6 +168,23 @@ func (Task) Fields() []ent.Field {
 			Nillable().
 			Immutable().
 			Comment("Its key among its workflow's steps: its children find its result by it."),
+		field.Time("deadline").
+			Optional().
+			Nillable().
+			Immutable().
+			Comment("The absolute time it must finish by (SUCCESS), if any: its own finishBy, its type's or its schedule's."),
+		field.Time("deadline_at_risk_at").
+			Optional().
+			Nillable().
+			Comment("When the deadlines loop flagged it at risk (still open within its margin of the deadline), once."),
+		field.Time("deadline_missed_at").
+			Optional().
+			Nillable().
+			Comment("When it was found to have missed its deadline (the loop, or a late finish), once."),
+		field.Time("deadline_met_at").
+			Optional().
+			Nillable().
+			Comment("When it finished by its deadline."),
 		field.Int("parent_count").
 			Default(0).
 			Immutable().
@@ -227,6 +244,11 @@ func (Task) Indexes() []ent.Index {
 			Unique().
 			StorageKey("task_schedule_slot").
 			Annotations(entsql.IndexWhere("schedule_id IS NOT NULL")),
+		// The tasks still open against their deadline, for the deadlines
+		// loop (its predicate changes only for tasks with a deadline).
+		index.Fields("deadline").
+			StorageKey("task_deadline_open").
+			Annotations(entsql.IndexWhere("deadline IS NOT NULL AND deadline_missed_at IS NULL AND deadline_met_at IS NULL")),
 		// A workflow's steps (immutable columns only).
 		index.Fields("workflow_id", "step_key").
 			Unique().

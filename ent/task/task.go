@@ -96,6 +96,14 @@ const (
 	FieldWorkflowID = "workflow_id"
 	// FieldStepKey holds the string denoting the step_key field in the database.
 	FieldStepKey = "step_key"
+	// FieldDeadline holds the string denoting the deadline field in the database.
+	FieldDeadline = "deadline"
+	// FieldDeadlineAtRiskAt holds the string denoting the deadline_at_risk_at field in the database.
+	FieldDeadlineAtRiskAt = "deadline_at_risk_at"
+	// FieldDeadlineMissedAt holds the string denoting the deadline_missed_at field in the database.
+	FieldDeadlineMissedAt = "deadline_missed_at"
+	// FieldDeadlineMetAt holds the string denoting the deadline_met_at field in the database.
+	FieldDeadlineMetAt = "deadline_met_at"
 	// FieldParentCount holds the string denoting the parent_count field in the database.
 	FieldParentCount = "parent_count"
 	// EdgeInstances holds the string denoting the instances edge name in mutations.
@@ -170,6 +178,10 @@ var Columns = []string{
 	FieldTraceParent,
 	FieldWorkflowID,
 	FieldStepKey,
+	FieldDeadline,
+	FieldDeadlineAtRiskAt,
+	FieldDeadlineMissedAt,
+	FieldDeadlineMetAt,
 	FieldParentCount,
 }
 
@@ -468,6 +480,26 @@ func ByWorkflowID(opts ...sql.OrderTermOption) OrderOption {
 // ByStepKey orders the results by the step_key field.
 func ByStepKey(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStepKey, opts...).ToFunc()
+}
+
+// ByDeadline orders the results by the deadline field.
+func ByDeadline(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDeadline, opts...).ToFunc()
+}
+
+// ByDeadlineAtRiskAt orders the results by the deadline_at_risk_at field.
+func ByDeadlineAtRiskAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDeadlineAtRiskAt, opts...).ToFunc()
+}
+
+// ByDeadlineMissedAt orders the results by the deadline_missed_at field.
+func ByDeadlineMissedAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDeadlineMissedAt, opts...).ToFunc()
+}
+
+// ByDeadlineMetAt orders the results by the deadline_met_at field.
+func ByDeadlineMetAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDeadlineMetAt, opts...).ToFunc()
 }
 
 // ByParentCount orders the results by the parent_count field.

@@ -216,6 +216,26 @@ func StepKey(v string) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldStepKey, v))
 }
 
+// Deadline applies equality check predicate on the "deadline" field. It's identical to DeadlineEQ.
+func Deadline(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadline, v))
+}
+
+// DeadlineAtRiskAt applies equality check predicate on the "deadline_at_risk_at" field. It's identical to DeadlineAtRiskAtEQ.
+func DeadlineAtRiskAt(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadlineAtRiskAt, v))
+}
+
+// DeadlineMissedAt applies equality check predicate on the "deadline_missed_at" field. It's identical to DeadlineMissedAtEQ.
+func DeadlineMissedAt(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadlineMissedAt, v))
+}
+
+// DeadlineMetAt applies equality check predicate on the "deadline_met_at" field. It's identical to DeadlineMetAtEQ.
+func DeadlineMetAt(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadlineMetAt, v))
+}
+
 // ParentCount applies equality check predicate on the "parent_count" field. It's identical to ParentCountEQ.
 func ParentCount(v int) predicate.Task {
 	return predicate.Task(sql.FieldEQ(FieldParentCount, v))
@@ -2119,6 +2139,206 @@ func StepKeyEqualFold(v string) predicate.Task {
 // StepKeyContainsFold applies the ContainsFold predicate on the "step_key" field.
 func StepKeyContainsFold(v string) predicate.Task {
 	return predicate.Task(sql.FieldContainsFold(FieldStepKey, v))
+}
+
+// DeadlineEQ applies the EQ predicate on the "deadline" field.
+func DeadlineEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadline, v))
+}
+
+// DeadlineNEQ applies the NEQ predicate on the "deadline" field.
+func DeadlineNEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldDeadline, v))
+}
+
+// DeadlineIn applies the In predicate on the "deadline" field.
+func DeadlineIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldDeadline, vs...))
+}
+
+// DeadlineNotIn applies the NotIn predicate on the "deadline" field.
+func DeadlineNotIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldDeadline, vs...))
+}
+
+// DeadlineGT applies the GT predicate on the "deadline" field.
+func DeadlineGT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldDeadline, v))
+}
+
+// DeadlineGTE applies the GTE predicate on the "deadline" field.
+func DeadlineGTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldDeadline, v))
+}
+
+// DeadlineLT applies the LT predicate on the "deadline" field.
+func DeadlineLT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldDeadline, v))
+}
+
+// DeadlineLTE applies the LTE predicate on the "deadline" field.
+func DeadlineLTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldDeadline, v))
+}
+
+// DeadlineIsNil applies the IsNil predicate on the "deadline" field.
+func DeadlineIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldDeadline))
+}
+
+// DeadlineNotNil applies the NotNil predicate on the "deadline" field.
+func DeadlineNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldDeadline))
+}
+
+// DeadlineAtRiskAtEQ applies the EQ predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadlineAtRiskAt, v))
+}
+
+// DeadlineAtRiskAtNEQ applies the NEQ predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtNEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldDeadlineAtRiskAt, v))
+}
+
+// DeadlineAtRiskAtIn applies the In predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldDeadlineAtRiskAt, vs...))
+}
+
+// DeadlineAtRiskAtNotIn applies the NotIn predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtNotIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldDeadlineAtRiskAt, vs...))
+}
+
+// DeadlineAtRiskAtGT applies the GT predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtGT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldDeadlineAtRiskAt, v))
+}
+
+// DeadlineAtRiskAtGTE applies the GTE predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtGTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldDeadlineAtRiskAt, v))
+}
+
+// DeadlineAtRiskAtLT applies the LT predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtLT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldDeadlineAtRiskAt, v))
+}
+
+// DeadlineAtRiskAtLTE applies the LTE predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtLTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldDeadlineAtRiskAt, v))
+}
+
+// DeadlineAtRiskAtIsNil applies the IsNil predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldDeadlineAtRiskAt))
+}
+
+// DeadlineAtRiskAtNotNil applies the NotNil predicate on the "deadline_at_risk_at" field.
+func DeadlineAtRiskAtNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldDeadlineAtRiskAt))
+}
+
+// DeadlineMissedAtEQ applies the EQ predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadlineMissedAt, v))
+}
+
+// DeadlineMissedAtNEQ applies the NEQ predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtNEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldDeadlineMissedAt, v))
+}
+
+// DeadlineMissedAtIn applies the In predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldDeadlineMissedAt, vs...))
+}
+
+// DeadlineMissedAtNotIn applies the NotIn predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtNotIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldDeadlineMissedAt, vs...))
+}
+
+// DeadlineMissedAtGT applies the GT predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtGT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldDeadlineMissedAt, v))
+}
+
+// DeadlineMissedAtGTE applies the GTE predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtGTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldDeadlineMissedAt, v))
+}
+
+// DeadlineMissedAtLT applies the LT predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtLT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldDeadlineMissedAt, v))
+}
+
+// DeadlineMissedAtLTE applies the LTE predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtLTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldDeadlineMissedAt, v))
+}
+
+// DeadlineMissedAtIsNil applies the IsNil predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldDeadlineMissedAt))
+}
+
+// DeadlineMissedAtNotNil applies the NotNil predicate on the "deadline_missed_at" field.
+func DeadlineMissedAtNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldDeadlineMissedAt))
+}
+
+// DeadlineMetAtEQ applies the EQ predicate on the "deadline_met_at" field.
+func DeadlineMetAtEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldEQ(FieldDeadlineMetAt, v))
+}
+
+// DeadlineMetAtNEQ applies the NEQ predicate on the "deadline_met_at" field.
+func DeadlineMetAtNEQ(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNEQ(FieldDeadlineMetAt, v))
+}
+
+// DeadlineMetAtIn applies the In predicate on the "deadline_met_at" field.
+func DeadlineMetAtIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldIn(FieldDeadlineMetAt, vs...))
+}
+
+// DeadlineMetAtNotIn applies the NotIn predicate on the "deadline_met_at" field.
+func DeadlineMetAtNotIn(vs ...time.Time) predicate.Task {
+	return predicate.Task(sql.FieldNotIn(FieldDeadlineMetAt, vs...))
+}
+
+// DeadlineMetAtGT applies the GT predicate on the "deadline_met_at" field.
+func DeadlineMetAtGT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGT(FieldDeadlineMetAt, v))
+}
+
+// DeadlineMetAtGTE applies the GTE predicate on the "deadline_met_at" field.
+func DeadlineMetAtGTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldGTE(FieldDeadlineMetAt, v))
+}
+
+// DeadlineMetAtLT applies the LT predicate on the "deadline_met_at" field.
+func DeadlineMetAtLT(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLT(FieldDeadlineMetAt, v))
+}
+
+// DeadlineMetAtLTE applies the LTE predicate on the "deadline_met_at" field.
+func DeadlineMetAtLTE(v time.Time) predicate.Task {
+	return predicate.Task(sql.FieldLTE(FieldDeadlineMetAt, v))
+}
+
+// DeadlineMetAtIsNil applies the IsNil predicate on the "deadline_met_at" field.
+func DeadlineMetAtIsNil() predicate.Task {
+	return predicate.Task(sql.FieldIsNull(FieldDeadlineMetAt))
+}
+
+// DeadlineMetAtNotNil applies the NotNil predicate on the "deadline_met_at" field.
+func DeadlineMetAtNotNil() predicate.Task {
+	return predicate.Task(sql.FieldNotNull(FieldDeadlineMetAt))
 }
 
 // ParentCountEQ applies the EQ predicate on the "parent_count" field.

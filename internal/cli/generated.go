@@ -6910,6 +6910,50 @@ type TaskWhereInput struct {
 	StepKeyNotNil       *bool    `json:"stepKeyNotNil"`
 	StepKeyEqualFold    *string  `json:"stepKeyEqualFold"`
 	StepKeyContainsFold *string  `json:"stepKeyContainsFold"`
+	// deadline field predicates
+	Deadline       *time.Time  `json:"deadline"`
+	DeadlineNEQ    *time.Time  `json:"deadlineNEQ"`
+	DeadlineIn     []time.Time `json:"deadlineIn"`
+	DeadlineNotIn  []time.Time `json:"deadlineNotIn"`
+	DeadlineGT     *time.Time  `json:"deadlineGT"`
+	DeadlineGTE    *time.Time  `json:"deadlineGTE"`
+	DeadlineLT     *time.Time  `json:"deadlineLT"`
+	DeadlineLTE    *time.Time  `json:"deadlineLTE"`
+	DeadlineIsNil  *bool       `json:"deadlineIsNil"`
+	DeadlineNotNil *bool       `json:"deadlineNotNil"`
+	// deadline_at_risk_at field predicates
+	DeadlineAtRiskAt       *time.Time  `json:"deadlineAtRiskAt"`
+	DeadlineAtRiskAtNEQ    *time.Time  `json:"deadlineAtRiskAtNEQ"`
+	DeadlineAtRiskAtIn     []time.Time `json:"deadlineAtRiskAtIn"`
+	DeadlineAtRiskAtNotIn  []time.Time `json:"deadlineAtRiskAtNotIn"`
+	DeadlineAtRiskAtGT     *time.Time  `json:"deadlineAtRiskAtGT"`
+	DeadlineAtRiskAtGTE    *time.Time  `json:"deadlineAtRiskAtGTE"`
+	DeadlineAtRiskAtLT     *time.Time  `json:"deadlineAtRiskAtLT"`
+	DeadlineAtRiskAtLTE    *time.Time  `json:"deadlineAtRiskAtLTE"`
+	DeadlineAtRiskAtIsNil  *bool       `json:"deadlineAtRiskAtIsNil"`
+	DeadlineAtRiskAtNotNil *bool       `json:"deadlineAtRiskAtNotNil"`
+	// deadline_missed_at field predicates
+	DeadlineMissedAt       *time.Time  `json:"deadlineMissedAt"`
+	DeadlineMissedAtNEQ    *time.Time  `json:"deadlineMissedAtNEQ"`
+	DeadlineMissedAtIn     []time.Time `json:"deadlineMissedAtIn"`
+	DeadlineMissedAtNotIn  []time.Time `json:"deadlineMissedAtNotIn"`
+	DeadlineMissedAtGT     *time.Time  `json:"deadlineMissedAtGT"`
+	DeadlineMissedAtGTE    *time.Time  `json:"deadlineMissedAtGTE"`
+	DeadlineMissedAtLT     *time.Time  `json:"deadlineMissedAtLT"`
+	DeadlineMissedAtLTE    *time.Time  `json:"deadlineMissedAtLTE"`
+	DeadlineMissedAtIsNil  *bool       `json:"deadlineMissedAtIsNil"`
+	DeadlineMissedAtNotNil *bool       `json:"deadlineMissedAtNotNil"`
+	// deadline_met_at field predicates
+	DeadlineMetAt       *time.Time  `json:"deadlineMetAt"`
+	DeadlineMetAtNEQ    *time.Time  `json:"deadlineMetAtNEQ"`
+	DeadlineMetAtIn     []time.Time `json:"deadlineMetAtIn"`
+	DeadlineMetAtNotIn  []time.Time `json:"deadlineMetAtNotIn"`
+	DeadlineMetAtGT     *time.Time  `json:"deadlineMetAtGT"`
+	DeadlineMetAtGTE    *time.Time  `json:"deadlineMetAtGTE"`
+	DeadlineMetAtLT     *time.Time  `json:"deadlineMetAtLT"`
+	DeadlineMetAtLTE    *time.Time  `json:"deadlineMetAtLTE"`
+	DeadlineMetAtIsNil  *bool       `json:"deadlineMetAtIsNil"`
+	DeadlineMetAtNotNil *bool       `json:"deadlineMetAtNotNil"`
 	// Case-insensitive text in code, title or biz id.
 	Search *string `json:"search"`
 	// Every condition holds on the task's input (as stored, masked). Equality is served by an index on PostgreSQL (JSONPathPredicate: graph/schema/payload.graphql).
@@ -7808,6 +7852,126 @@ func (v *TaskWhereInput) GetStepKeyEqualFold() *string { return v.StepKeyEqualFo
 
 // GetStepKeyContainsFold returns TaskWhereInput.StepKeyContainsFold, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetStepKeyContainsFold() *string { return v.StepKeyContainsFold }
+
+// GetDeadline returns TaskWhereInput.Deadline, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadline() *time.Time { return v.Deadline }
+
+// GetDeadlineNEQ returns TaskWhereInput.DeadlineNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineNEQ() *time.Time { return v.DeadlineNEQ }
+
+// GetDeadlineIn returns TaskWhereInput.DeadlineIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineIn() []time.Time { return v.DeadlineIn }
+
+// GetDeadlineNotIn returns TaskWhereInput.DeadlineNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineNotIn() []time.Time { return v.DeadlineNotIn }
+
+// GetDeadlineGT returns TaskWhereInput.DeadlineGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineGT() *time.Time { return v.DeadlineGT }
+
+// GetDeadlineGTE returns TaskWhereInput.DeadlineGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineGTE() *time.Time { return v.DeadlineGTE }
+
+// GetDeadlineLT returns TaskWhereInput.DeadlineLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineLT() *time.Time { return v.DeadlineLT }
+
+// GetDeadlineLTE returns TaskWhereInput.DeadlineLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineLTE() *time.Time { return v.DeadlineLTE }
+
+// GetDeadlineIsNil returns TaskWhereInput.DeadlineIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineIsNil() *bool { return v.DeadlineIsNil }
+
+// GetDeadlineNotNil returns TaskWhereInput.DeadlineNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineNotNil() *bool { return v.DeadlineNotNil }
+
+// GetDeadlineAtRiskAt returns TaskWhereInput.DeadlineAtRiskAt, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAt() *time.Time { return v.DeadlineAtRiskAt }
+
+// GetDeadlineAtRiskAtNEQ returns TaskWhereInput.DeadlineAtRiskAtNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtNEQ() *time.Time { return v.DeadlineAtRiskAtNEQ }
+
+// GetDeadlineAtRiskAtIn returns TaskWhereInput.DeadlineAtRiskAtIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtIn() []time.Time { return v.DeadlineAtRiskAtIn }
+
+// GetDeadlineAtRiskAtNotIn returns TaskWhereInput.DeadlineAtRiskAtNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtNotIn() []time.Time { return v.DeadlineAtRiskAtNotIn }
+
+// GetDeadlineAtRiskAtGT returns TaskWhereInput.DeadlineAtRiskAtGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtGT() *time.Time { return v.DeadlineAtRiskAtGT }
+
+// GetDeadlineAtRiskAtGTE returns TaskWhereInput.DeadlineAtRiskAtGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtGTE() *time.Time { return v.DeadlineAtRiskAtGTE }
+
+// GetDeadlineAtRiskAtLT returns TaskWhereInput.DeadlineAtRiskAtLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtLT() *time.Time { return v.DeadlineAtRiskAtLT }
+
+// GetDeadlineAtRiskAtLTE returns TaskWhereInput.DeadlineAtRiskAtLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtLTE() *time.Time { return v.DeadlineAtRiskAtLTE }
+
+// GetDeadlineAtRiskAtIsNil returns TaskWhereInput.DeadlineAtRiskAtIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtIsNil() *bool { return v.DeadlineAtRiskAtIsNil }
+
+// GetDeadlineAtRiskAtNotNil returns TaskWhereInput.DeadlineAtRiskAtNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineAtRiskAtNotNil() *bool { return v.DeadlineAtRiskAtNotNil }
+
+// GetDeadlineMissedAt returns TaskWhereInput.DeadlineMissedAt, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAt() *time.Time { return v.DeadlineMissedAt }
+
+// GetDeadlineMissedAtNEQ returns TaskWhereInput.DeadlineMissedAtNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtNEQ() *time.Time { return v.DeadlineMissedAtNEQ }
+
+// GetDeadlineMissedAtIn returns TaskWhereInput.DeadlineMissedAtIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtIn() []time.Time { return v.DeadlineMissedAtIn }
+
+// GetDeadlineMissedAtNotIn returns TaskWhereInput.DeadlineMissedAtNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtNotIn() []time.Time { return v.DeadlineMissedAtNotIn }
+
+// GetDeadlineMissedAtGT returns TaskWhereInput.DeadlineMissedAtGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtGT() *time.Time { return v.DeadlineMissedAtGT }
+
+// GetDeadlineMissedAtGTE returns TaskWhereInput.DeadlineMissedAtGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtGTE() *time.Time { return v.DeadlineMissedAtGTE }
+
+// GetDeadlineMissedAtLT returns TaskWhereInput.DeadlineMissedAtLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtLT() *time.Time { return v.DeadlineMissedAtLT }
+
+// GetDeadlineMissedAtLTE returns TaskWhereInput.DeadlineMissedAtLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtLTE() *time.Time { return v.DeadlineMissedAtLTE }
+
+// GetDeadlineMissedAtIsNil returns TaskWhereInput.DeadlineMissedAtIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtIsNil() *bool { return v.DeadlineMissedAtIsNil }
+
+// GetDeadlineMissedAtNotNil returns TaskWhereInput.DeadlineMissedAtNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMissedAtNotNil() *bool { return v.DeadlineMissedAtNotNil }
+
+// GetDeadlineMetAt returns TaskWhereInput.DeadlineMetAt, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAt() *time.Time { return v.DeadlineMetAt }
+
+// GetDeadlineMetAtNEQ returns TaskWhereInput.DeadlineMetAtNEQ, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtNEQ() *time.Time { return v.DeadlineMetAtNEQ }
+
+// GetDeadlineMetAtIn returns TaskWhereInput.DeadlineMetAtIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtIn() []time.Time { return v.DeadlineMetAtIn }
+
+// GetDeadlineMetAtNotIn returns TaskWhereInput.DeadlineMetAtNotIn, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtNotIn() []time.Time { return v.DeadlineMetAtNotIn }
+
+// GetDeadlineMetAtGT returns TaskWhereInput.DeadlineMetAtGT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtGT() *time.Time { return v.DeadlineMetAtGT }
+
+// GetDeadlineMetAtGTE returns TaskWhereInput.DeadlineMetAtGTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtGTE() *time.Time { return v.DeadlineMetAtGTE }
+
+// GetDeadlineMetAtLT returns TaskWhereInput.DeadlineMetAtLT, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtLT() *time.Time { return v.DeadlineMetAtLT }
+
+// GetDeadlineMetAtLTE returns TaskWhereInput.DeadlineMetAtLTE, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtLTE() *time.Time { return v.DeadlineMetAtLTE }
+
+// GetDeadlineMetAtIsNil returns TaskWhereInput.DeadlineMetAtIsNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtIsNil() *bool { return v.DeadlineMetAtIsNil }
+
+// GetDeadlineMetAtNotNil returns TaskWhereInput.DeadlineMetAtNotNil, and is useful for accessing the field via an interface.
+func (v *TaskWhereInput) GetDeadlineMetAtNotNil() *bool { return v.DeadlineMetAtNotNil }
 
 // GetSearch returns TaskWhereInput.Search, and is useful for accessing the field via an interface.
 func (v *TaskWhereInput) GetSearch() *string { return v.Search }

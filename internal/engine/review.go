@@ -276,8 +276,9 @@ func (e *Engine) ExpireReview(ctx context.Context, due store.DueReview) (bool, e
 // (ExpireReview), on the node that leads the watchdog role.
 type Deadlines struct {
 	*service.Loop[int]
-	e     *Engine
-	batch int
+	e      *Engine
+	batch  int
+	margin time.Duration
 }
 
 // DeadlinesConfig configures Deadlines.
@@ -290,14 +291,20 @@ type DeadlinesConfig struct {
 	Leader func(context.Context) (bool, error)
 	Quiet  func(error) bool
 	Logger *slog.Logger
+	// Margin is how long before a task's deadline an open task is at
+	// risk. Default: DeadlineMargin.
+	Margin time.Duration
 }
+
+// DeadlineMargin is the default margin before a task's deadline.
+const DeadlineMargin = 15 * time.Minute
 
 // DeadlinesInterval is how often Deadlines passes by default.
 const DeadlinesInterval = 10 * time.Second
 
 // NewDeadlines returns the service over e.
 func NewDeadlines(cfg DeadlinesConfig, e *Engine) (*Deadlines, error) {
-	d := &Deadlines{e: e, batch: 100}
+	d := &Deadlines{e: e, batch: 100, margin: cmp.Or(cfg.Margin, DeadlineMargin)}
 	loop, err := service.New(service.Config[int]{
 		Name: "review-deadlines", Interval: cmp.Or(cfg.Interval, DeadlinesInterval), Delay: cmp.Or(cfg.Delay, time.Second),
 		Leader: cfg.Leader, Quiet: cfg.Quiet, Logger: cfg.Logger,
@@ -309,10 +316,65 @@ func NewDeadlines(cfg DeadlinesConfig, e *Engine) (*Deadlines, error) {
 	return d, nil
 }
 
-// Pass runs the outcome of every due review, as the system, and returns
-// how many it ran.
+// Pass runs the outcome of every due review, as the system, then flags
+// the tasks' deadlines (TaskDeadlines), and returns how many it did.
 func (d *Deadlines) Pass(ctx context.Context) (int, error) {
 	ctx = auth.NewSystemContext(ctx)
+	n, err := d.reviews(ctx)
+	if err != nil {
+		return n, err
+	}
+	m, err := d.TaskDeadlines(ctx)
+	return n + m, err
+}
+
+// TaskDeadlines flags each task still open against its deadline: AT_RISK
+// once the database's clock is past deadline - margin, MISSED once it is
+// past the deadline, each once (store.Tx.FlagDeadline is conditional, so
+// two nodes passing at once flag it once). It returns how many flags it
+// set. It reads only the tasks whose deadline falls within the margin
+// (the partial index task_deadline_open).
+func (d *Deadlines) TaskDeadlines(ctx context.Context) (int, error) {
+	ctx = auth.NewSystemContext(ctx)
+	now := d.e.store.Now()
+	n, after := 0, 0
+	for {
+		open, err := d.e.store.OpenDeadlines(ctx, now.Add(d.margin), after, d.batch)
+		if err != nil {
+			return n, err
+		}
+		for _, o := range open {
+			after = o.TaskID
+			flags := []string{}
+			if !o.AtRisk {
+				flags = append(flags, store.DeadlineAtRisk)
+			}
+			if o.Deadline.Before(now) {
+				flags = append(flags, store.DeadlineMissed)
+			}
+			for _, f := range flags {
+				var did bool
+				err := d.e.store.Write(ctx, func(tx *store.Tx) error {
+					var err error
+					did, err = tx.FlagDeadline(ctx, o.TaskID, f)
+					return err
+				})
+				if err != nil {
+					return n, err
+				}
+				if did {
+					n++
+				}
+			}
+		}
+		if len(open) < d.batch {
+			return n, nil
+		}
+	}
+}
+
+// reviews runs the outcome of every due review and returns how many it ran.
+func (d *Deadlines) reviews(ctx context.Context) (int, error) {
 	n := 0
 	for {
 		due, err := d.e.store.DueReviews(ctx, d.e.store.Now(), d.batch)

@@ -23,6 +23,10 @@ const (
 	// watchdog, or un-flagged because it moved again (its instance's
 	// stalled_at says which).
 	StallChanged
+	// DeadlineChanged is a task flagged at risk of missing its deadline,
+	// or as having missed it, by the deadlines loop (its
+	// deadline_at_risk_at and deadline_missed_at say which).
+	DeadlineChanged
 )
 
 func (k ChangeKind) String() string {
@@ -37,6 +41,8 @@ func (k ChangeKind) String() string {
 		return "cancel_requested"
 	case StallChanged:
 		return "stall_changed"
+	case DeadlineChanged:
+		return "deadline_changed"
 	}
 	return "unknown"
 }

@@ -71,6 +71,9 @@ type NewTask struct {
 	// type's policy).
 	ReviewMode string
 
+	// Deadline, when set, is the absolute time the task must finish by.
+	Deadline *time.Time
+
 	// waitingOn is how many parents the first instance waits for.
 	waitingOn int
 }
@@ -390,6 +393,12 @@ var taskInsertCols = []struct {
 			return nil
 		}
 		return n.ReviewMode
+	}},
+	{"deadline", colTime, func(n *NewTask, _ string, _, _ time.Time) any {
+		if n.Deadline == nil {
+			return nil
+		}
+		return n.Deadline.UTC().Truncate(time.Microsecond)
 	}},
 }
 

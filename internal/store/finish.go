@@ -208,7 +208,7 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 			snapshots[in.TaskID] = outcomes[i].Task
 		}
 	}
-	rows, err = s.query(ctx, t, s.d.finishTasksSQL(v), append([]any{now, now}, vArgs...)...)
+	rows, err = s.query(ctx, t, s.d.finishTasksSQL(v), append([]any{now, now, now, now, now, now}, vArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update tasks: %w", err)
 	}
@@ -347,8 +347,19 @@ func (d sqlDialect) finishTasksSQL(v string) string {
 	final := `CASE WHEN v.status <> ` + lifecycle.QuotedList(lifecycle.Success) + ` AND tasks.cancel_requested THEN ` + lifecycle.QuotedList(lifecycle.Cancelled) + ` ELSE v.status END`
 	return `UPDATE tasks SET status = ` + final + `, attention_status = ` + attentionCase(final) + `, last_error = v.last_error, result = v.result, result_status = v.result_status,
 	finished_at = CASE WHEN ` + final + ` IN (` + sqlTerminal + `) THEN ` + d.timeParam() + ` ELSE NULL END,
-	updated_at = ` + d.timeParam() + `, version = tasks.version + 1
+	updated_at = ` + d.timeParam() + `, version = tasks.version + 1,
+	` + deadlineOnSuccess(final, d.timeParam()) + `
 FROM ` + v + `
 WHERE tasks.id = v.id AND tasks.status = ` + sqlExecuting + `
 RETURNING ` + changingColumns("tasks")
+}
+
+// deadlineOnSuccess is the SET clause that records, when a task with a
+// deadline still open ends SUCCESS (final), whether it met it (finished at
+// or before it) or missed it (a late finish counts as missed, set here, no
+// scan needed). now is the time's parameter, used four times.
+func deadlineOnSuccess(final, now string) string {
+	open := `tasks.deadline IS NOT NULL AND tasks.deadline_missed_at IS NULL AND tasks.deadline_met_at IS NULL AND ` + final + ` = ` + lifecycle.QuotedList(lifecycle.Success)
+	return `deadline_met_at = CASE WHEN ` + open + ` AND tasks.deadline >= ` + now + ` THEN ` + now + ` ELSE tasks.deadline_met_at END,
+	deadline_missed_at = CASE WHEN ` + open + ` AND tasks.deadline < ` + now + ` THEN ` + now + ` ELSE tasks.deadline_missed_at END`
 }

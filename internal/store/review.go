@@ -247,6 +247,16 @@ func (s *Store) moveReviewed(ctx context.Context, t *txn, tk *ent.Task, from, to
 		set += `, cancel_requested = ?, progress_done = 0`
 		args = append(args, false)
 	}
+	if to == lifecycle.Success && deadlineOpen(tk) {
+		if tk.Deadline.Before(now) {
+			set += `, deadline_missed_at = ?`
+			tk.DeadlineMissedAt = &now
+		} else {
+			set += `, deadline_met_at = ?`
+			tk.DeadlineMetAt = &now
+		}
+		args = append(args, now)
+	}
 	if edit != nil {
 		var sealed any
 		if len(edit.Sealed) > 0 {

@@ -21,7 +21,7 @@ var changingTaskColumns = []string{
 	task.FieldID, task.FieldStatus, task.FieldVersion, task.FieldUpdatedAt, task.FieldFinishedAt,
 	task.FieldResult, task.FieldLastError, task.FieldResultStatus, task.FieldProgressDone,
 	task.FieldProgressTotal, task.FieldCancelRequested, task.FieldCancelReason, task.FieldRunAt,
-	task.FieldAttentionStatus,
+	task.FieldAttentionStatus, task.FieldDeadlineAtRiskAt, task.FieldDeadlineMissedAt, task.FieldDeadlineMetAt,
 }
 
 // editedTaskColumns are the task's columns an edit of its input (edit and
@@ -60,8 +60,9 @@ func (s *Store) scanChanged(ctx context.Context, t *txn, rows *sql.Rows, snapsho
 			lastErr, resStatus, cause sql.NullString
 			attention                 sql.NullString
 			cancel                    bool
+			atRisk, missed, met       sql.NullTime
 		)
-		if err := rows.Scan(&id, &status, &version, &updatedAt, &finishedAt, &result, &lastErr, &resStatus, &done, &total, &cancel, &cause, &runAt, &attention); err != nil {
+		if err := rows.Scan(&id, &status, &version, &updatedAt, &finishedAt, &result, &lastErr, &resStatus, &done, &total, &cancel, &cause, &runAt, &attention, &atRisk, &missed, &met); err != nil {
 			return nil, err
 		}
 		snap := snapshots[int(id)]
@@ -92,6 +93,7 @@ func (s *Store) scanChanged(ctx context.Context, t *txn, rows *sql.Rows, snapsho
 			a := lifecycle.Status(attention.String)
 			tk.AttentionStatus = &a
 		}
+		tk.DeadlineAtRiskAt, tk.DeadlineMissedAt, tk.DeadlineMetAt = nullTime(atRisk), nullTime(missed), nullTime(met)
 		out = append(out, &tk)
 	}
 	if err := rows.Err(); err != nil {
@@ -123,4 +125,13 @@ func scanInts(rows *sql.Rows, cols int) ([][]int64, error) {
 		out = append(out, row)
 	}
 	return out, rows.Err()
+}
+
+// nullTime is t as a pointer, nil when NULL.
+func nullTime(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	at := t.Time
+	return &at
 }

@@ -1,1 +1,0 @@
--- 0012 placeholder (dropped at merge).
