@@ -375,7 +375,9 @@ func TestReview(t *testing.T) {
 			tk := s.create(t, "alice", map[string]any{"type": "keeper", "input": map[string]any{"fail": true, "limit": 1, "password": keptPassword, "phone": keptPhone}})
 			s.waitStatus(t, "alice", tk.ID, "REVIEW_PENDING")
 			// The reviewer edits the input as the console shows it: masked.
-			var shown struct{ Task struct{ Input map[string]any } }
+			var shown struct {
+				Task struct{ Input map[string]any }
+			}
 			s.QueryAs(t, s.tok["bob"], `query($id: ID!) { task(id: $id) { input } }`, map[string]any{"id": tk.ID}, &shown)
 			in := shown.Task.Input
 			require.Equal(t, "138****1234", in["phone"])
@@ -385,7 +387,9 @@ func TestReview(t *testing.T) {
 			edit := `mutation($id: ID!, $in: JSON!, $why: String!) { editAndRetry(id: $id, input: $in, reason: $why) { status } }`
 			s.QueryAs(t, s.tok["bob"], edit, map[string]any{"id": tk.ID, "in": in, "why": "raise the limit"}, nil)
 			done := s.waitStatus(t, "alice", tk.ID, "SUCCESS")
-			var res struct{ Task struct{ Result json.RawMessage } }
+			var res struct {
+				Task struct{ Result json.RawMessage }
+			}
 			s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { result } }`, map[string]any{"id": tk.ID}, &res)
 			require.JSONEq(t, `{"keptOld":true,"tookNew":false,"keptPhone":true,"limit":2}`, string(res.Task.Result), "the handler ran with the sealed secrets, not the masks")
 			diffOf := func(v reviewView, version int) map[string]string {
