@@ -13,6 +13,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
@@ -143,4 +144,19 @@ func reviewPolicyModel(p *tasktype.ReviewPolicy) *model.ReviewPolicy {
 		out.DeadlineSeconds, out.OnDeadline = &s, &on
 	}
 	return out
+}
+
+// offered narrows the actions the transition table allows to those the
+// viewer of ctx may take: a viewer (read-only), a worker or nobody is
+// offered none, since the engine would refuse each (FORBIDDEN). Four eyes
+// is not narrowed here: the submitter is offered a decision and told why
+// it is refused, which the console shows.
+func offered(ctx context.Context, actions []lifecycle.Action) []lifecycle.Action {
+	if v, ok := auth.FromContext(ctx); !ok || !v.CanMutate() {
+		return []lifecycle.Action{}
+	}
+	if actions == nil {
+		return []lifecycle.Action{}
+	}
+	return actions
 }

@@ -29,7 +29,16 @@ type checkInput struct {
 	Fail     bool   `json:"fail"`
 	Limit    int    `json:"limit,omitempty"`
 	Password string `json:"password,omitempty"`
+	Phone    string `json:"phone,omitempty"`
 }
+
+// The secrets of "keeper"'s tests: its result says which its handler was
+// given, never the values.
+const (
+	keptPassword = "s3cret-Keep-9"
+	keptPhone    = "13812341234"
+	newPassword  = "n3w-Secret-7"
+)
 
 // registerChecker registers "checker" (four-eyes review of its failures)
 // and "plain" (no review policy: its NON_RETRYABLE failures end FAILED).
@@ -46,6 +55,25 @@ func registerChecker(r *tasktype.Registry) {
 		}
 		return nil
 	})
+	// "strict" fails NON_RETRYABLE (no review: it ends FAILED) and asks
+	// for four eyes, which its replays with an edited input obey.
+	tasktype.Register(r, "strict", func(ctx context.Context, job *tasktype.Job, in checkInput) error {
+		if in.Fail {
+			return tasktype.NonRetryable(errors.New("bad input"))
+		}
+		return nil
+	}, tasktype.WithReview(tasktype.ReviewPolicy{FourEyes: true}))
+	// "keeper" needs a review while Fail is set; its result says whether
+	// it was given the secrets it was created with, or the new password.
+	tasktype.Register(r, "keeper", func(ctx context.Context, job *tasktype.Job, in checkInput) error {
+		if in.Fail {
+			return tasktype.NeedsReview(errors.New("look at it"), nil)
+		}
+		return job.SetResult(map[string]any{
+			"keptOld": in.Password == keptPassword, "tookNew": in.Password == newPassword,
+			"keptPhone": in.Phone == keptPhone, "limit": in.Limit,
+		})
+	}, tasktype.WithReview(tasktype.ReviewPolicy{}))
 }
 
 const reviewFields = `id status availableActions
@@ -285,6 +313,123 @@ func TestReview(t *testing.T) {
 			}
 			wg.Wait()
 			require.ElementsMatch(t, []string{"OK", "INVALID_TRANSITION"}, codes)
+		})
+		t.Run("AViewerIsOfferedNoActionAnOperatorTheDecisions", func(t *testing.T) {
+			tk := s.create(t, "alice", map[string]any{"type": "checker", "input": map[string]any{"fail": true}})
+			s.waitStatus(t, "alice", tk.ID, "REVIEW_PENDING")
+			decisions := []string{"CANCEL", "APPROVE_REVIEW", "EDIT_AND_RETRY", "ACCEPT_REVIEW", "REJECT_REVIEW"}
+			// alice's read-only token sees her task, and is offered nothing
+			// (the engine would refuse each).
+			require.Empty(t, s.reviewOf(t, "aliceRO", tk.ID).AvailableActions)
+			require.Equal(t, "FORBIDDEN", code(t, s.DoAs(t, s.tok["aliceRO"], `mutation($id: ID!) { approveReview(id: $id) { id } }`, map[string]any{"id": tk.ID})))
+			// bob, an operator, sees it in his tenant's queue, with the decisions.
+			require.Equal(t, decisions, s.reviewOf(t, "bob", tk.ID).AvailableActions)
+			var q struct {
+				ReviewQueue struct {
+					Edges []struct {
+						Node struct {
+							ID               string
+							AvailableActions []string
+						}
+					}
+				}
+			}
+			for who, want := range map[string][]string{"aliceRO": {}, "bob": decisions} {
+				s.QueryAs(t, s.tok[who], `{ reviewQueue(where: {type: "checker"}) { edges { node { id availableActions } } } }`, nil, &q)
+				found := false
+				for _, e := range q.ReviewQueue.Edges {
+					if e.Node.ID == tk.ID {
+						found = true
+						require.Equal(t, want, append([]string{}, e.Node.AvailableActions...), who)
+					}
+				}
+				require.True(t, found, "%s's queue: %+v", who, q.ReviewQueue.Edges)
+			}
+			// A FAILED task: alice may retry it, her read-only token may not.
+			plain := s.create(t, "alice", map[string]any{"type": "plain", "input": map[string]any{"fail": true}})
+			require.Equal(t, []string{"RETRY", "REPLAY_WITH_INPUT"}, s.waitStatus(t, "alice", plain.ID, "FAILED").AvailableActions)
+			require.Empty(t, s.reviewOf(t, "aliceRO", plain.ID).AvailableActions)
+			s.QueryAs(t, s.tok["bob"], `mutation($id: ID!) { rejectReview(id: $id, reason: "no") { id } }`, map[string]any{"id": tk.ID}, nil)
+		})
+		t.Run("ReplayWithInputObeysFourEyes", func(t *testing.T) {
+			tk := s.create(t, "alice", map[string]any{"type": "strict", "input": map[string]any{"fail": true}})
+			got := s.waitStatus(t, "alice", tk.ID, "FAILED")
+			require.Nil(t, got.Review)
+			replay := `mutation($id: ID!) { replayWithInput(id: $id, input: {fail: false}, reason: "fixed") { status } }`
+			// The submitter may not replay her own task of a four-eyes type.
+			require.Equal(t, "FORBIDDEN", code(t, s.DoAs(t, s.tok["alice"], replay, map[string]any{"id": tk.ID})))
+			require.Equal(t, "FAILED", s.reviewOf(t, "alice", tk.ID).Status)
+			require.Len(t, s.reviewOf(t, "alice", tk.ID).InputVersions, 1, "a refused replay writes no input version")
+			// An admin of her tenant, someone else, may.
+			var out struct{ ReplayWithInput struct{ Status string } }
+			s.QueryAs(t, s.tok["root"], replay, map[string]any{"id": tk.ID}, &out)
+			require.Equal(t, "RETRY_PENDING", out.ReplayWithInput.Status)
+			s.waitStatus(t, "alice", tk.ID, "SUCCESS")
+			// A type without four eyes: the submitter replays her own.
+			p := s.create(t, "alice", map[string]any{"type": "plain", "input": map[string]any{"fail": true}})
+			s.waitStatus(t, "alice", p.ID, "FAILED")
+			s.QueryAs(t, s.tok["alice"], replay, map[string]any{"id": p.ID}, &out)
+			require.Equal(t, "RETRY_PENDING", out.ReplayWithInput.Status)
+		})
+		t.Run("AnEditThatLeavesAMaskedValueKeepsTheSecret", func(t *testing.T) {
+			tk := s.create(t, "alice", map[string]any{"type": "keeper", "input": map[string]any{"fail": true, "limit": 1, "password": keptPassword, "phone": keptPhone}})
+			s.waitStatus(t, "alice", tk.ID, "REVIEW_PENDING")
+			// The reviewer edits the input as the console shows it: masked.
+			var shown struct {
+				Task struct{ Input map[string]any }
+			}
+			s.QueryAs(t, s.tok["bob"], `query($id: ID!) { task(id: $id) { input } }`, map[string]any{"id": tk.ID}, &shown)
+			in := shown.Task.Input
+			require.Equal(t, "138****1234", in["phone"])
+			require.NotEqual(t, keptPassword, in["password"])
+			in["fail"] = false
+			in["limit"] = 2
+			edit := `mutation($id: ID!, $in: JSON!, $why: String!) { editAndRetry(id: $id, input: $in, reason: $why) { status } }`
+			s.QueryAs(t, s.tok["bob"], edit, map[string]any{"id": tk.ID, "in": in, "why": "raise the limit"}, nil)
+			done := s.waitStatus(t, "alice", tk.ID, "SUCCESS")
+			var res struct {
+				Task struct{ Result json.RawMessage }
+			}
+			s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { result } }`, map[string]any{"id": tk.ID}, &res)
+			require.JSONEq(t, `{"keptOld":true,"tookNew":false,"keptPhone":true,"limit":2}`, string(res.Task.Result), "the handler ran with the sealed secrets, not the masks")
+			diffOf := func(v reviewView, version int) map[string]string {
+				out := map[string]string{}
+				for _, c := range v.InputVersions[version-1].Diff {
+					out[c.Path] = fmt.Sprintf("%s %s->%s masked=%v", c.Kind, c.Before, c.After, c.Masked)
+				}
+				return out
+			}
+			require.Equal(t, map[string]string{"/fail": "CHANGED true->false masked=false", "/limit": "CHANGED 1->2 masked=false"}, diffOf(done, 2), "the masked fields did not change")
+
+			// A second review: a new password replaces the old one; the
+			// phone, left masked, is kept.
+			tk2 := s.create(t, "alice", map[string]any{"type": "keeper", "input": map[string]any{"fail": true, "password": keptPassword, "phone": keptPhone}})
+			s.waitStatus(t, "alice", tk2.ID, "REVIEW_PENDING")
+			shown.Task.Input = nil
+			s.QueryAs(t, s.tok["bob"], `query($id: ID!) { task(id: $id) { input } }`, map[string]any{"id": tk2.ID}, &shown)
+			in = shown.Task.Input
+			in["fail"] = false
+			in["password"] = newPassword
+			s.QueryAs(t, s.tok["bob"], edit, map[string]any{"id": tk2.ID, "in": in, "why": "new password " + newPassword}, nil)
+			done2 := s.waitStatus(t, "alice", tk2.ID, "SUCCESS")
+			s.QueryAs(t, s.tok["alice"], `query($id: ID!) { task(id: $id) { result } }`, map[string]any{"id": tk2.ID}, &res)
+			require.JSONEq(t, `{"keptOld":false,"tookNew":true,"keptPhone":true,"limit":0}`, string(res.Task.Result))
+			require.Equal(t, map[string]string{"/fail": "CHANGED true->false masked=false", "/password": "CHANGED null->null masked=true"}, diffOf(done2, 2))
+
+			// Neither secret, old or new, is in clear anywhere.
+			for _, id := range []string{tk.ID, tk2.ID} {
+				whole := s.DoAs(t, s.tok["root"], `query($id: ID!) { task(id: $id) { input `+reviewFields+` logs { edges { node { message fields } } } } auditLogs(where: {taskID: $id}) { edges { node { action actor details } } } }`, map[string]any{"id": id})
+				require.Empty(t, whole.Errors)
+				for _, secret := range []string{keptPassword, keptPhone, newPassword} {
+					require.NotContains(t, string(whole.Data), secret)
+				}
+			}
+			for _, table := range []string{"tasks", "task_input_versions", "task_logs", "audit_logs", "task_reviews", "task_instances"} {
+				rows := dumpRows(t, s.Server, table)
+				for _, secret := range []string{keptPassword, keptPhone, newPassword} {
+					require.NotContains(t, rows, secret, "table %s", table)
+				}
+			}
 		})
 		t.Run("ReplayWithInputForAFailedTaskOfAnyType", func(t *testing.T) {
 			tk := s.create(t, "alice", map[string]any{"type": "plain", "input": map[string]any{"fail": true}})

@@ -139,9 +139,9 @@ func (r *taskResolver) Logs(ctx context.Context, obj *ent.Task, after *entgql.Cu
 // AvailableActions is the resolver for the availableActions field.
 func (r *taskResolver) AvailableActions(ctx context.Context, obj *ent.Task) ([]lifecycle.Action, error) {
 	if obj.WorkflowID != nil {
-		return lifecycle.StepActions(obj.Status, obj.CancelRequested), nil
+		return offered(ctx, lifecycle.StepActions(obj.Status, obj.CancelRequested)), nil
 	}
-	return lifecycle.AvailableActions(obj.Status, obj.CancelRequested), nil
+	return offered(ctx, lifecycle.AvailableActions(obj.Status, obj.CancelRequested)), nil
 }
 
 // TaskID is the resolver for the taskID field.

@@ -706,7 +706,13 @@ func mustAtoi(t *testing.T, s string) int {
 // dumpTasks renders every column of every task row as text.
 func dumpTasks(t *testing.T, s *apptest.Server) string {
 	t.Helper()
-	rows, err := s.App.Store.DB().QueryContext(context.Background(), `SELECT * FROM tasks`)
+	return dumpRows(t, s, "tasks")
+}
+
+// dumpRows renders every column of every row of table as text.
+func dumpRows(t *testing.T, s *apptest.Server, table string) string {
+	t.Helper()
+	rows, err := s.App.Store.DB().QueryContext(context.Background(), `SELECT * FROM `+table)
 	require.NoError(t, err)
 	defer rows.Close()
 	cols, err := rows.Columns()

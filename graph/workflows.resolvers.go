@@ -84,5 +84,5 @@ func (r *workflowResolver) AvailableActions(ctx context.Context, obj *ent.Workfl
 	if err != nil {
 		return nil, err
 	}
-	return lifecycle.WorkflowActions(steps), nil
+	return offered(ctx, lifecycle.WorkflowActions(steps)), nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
@@ -81,7 +82,7 @@ func (e *Engine) editOf(ctx context.Context, v auth.Viewer, id int, input json.R
 	if err != nil {
 		return nil, err
 	}
-	edit, err := e.inputEdit(v, tk.Type, input, reason)
+	edit, err := e.inputEdit(v, tk, input, reason)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +149,9 @@ func fourEyes(v auth.Viewer, tk *ent.Task, rv *ent.TaskReview) error {
 
 // ReplayWithInput retries a FAILED task, of any type, with an edited
 // input: validated, masked and sealed as Decide's edit, recorded as
-// REPLAY_WITH_INPUT.
+// REPLAY_WITH_INPUT. When the task's type asks for four eyes, the rule of
+// the review decisions applies: its submitter may not replay it, nor may
+// anyone outside its tenant (FORBIDDEN).
 func (e *Engine) ReplayWithInput(ctx context.Context, id int, input json.RawMessage, reason string) (*ent.Task, error) {
 	v, err := e.admit(ctx, 1)
 	if err != nil {
@@ -178,8 +181,20 @@ func (e *Engine) ReplayWithInput(ctx context.Context, id int, input json.RawMess
 	}
 	entry.Details = e.editDetails(reasonDetails(edit.Reason), edit)
 	return e.act(ctx, entry, func(tx *store.Tx) (*ent.Task, error) {
-		return tx.ReplayWithInput(ctx, id, *edit)
+		return tx.ReplayWithInput(ctx, id, *edit, func(tk *ent.Task) error {
+			if !e.asksFourEyes(tk.Type) {
+				return nil
+			}
+			return fourEyes(v, tk, &ent.TaskReview{FourEyes: true})
+		})
 	})
+}
+
+// asksFourEyes reports whether task type typeName's review policy asks
+// for four eyes.
+func (e *Engine) asksFourEyes(typeName string) bool {
+	typ, ok := e.registry.Lookup(typeName)
+	return ok && typ.Review != nil && typ.Review.FourEyes
 }
 
 // editDetails adds to an audit record's details which fields an edit
@@ -193,35 +208,41 @@ func (e *Engine) editDetails(details map[string]any, edit *store.InputEdit) map[
 	return out
 }
 
-// inputEdit validates an edited input of type typeName as a create's is,
-// and masks and seals it.
-func (e *Engine) inputEdit(v auth.Viewer, typeName string, input json.RawMessage, reason string) (store.InputEdit, error) {
-	typ, ok := e.registry.Lookup(typeName)
+// inputEdit validates an edited input of task tk as a create's is, and
+// masks and seals it. A field the edit leaves as the console showed it,
+// masked ("138****1234", "******"), keeps the value it hides: tk's input
+// is the one the edit starts from, and where the edit's value is that
+// input's masked value at the same place, and masking hid something
+// there, the unmasked value (opened from tk's seal) is kept instead of
+// the mask's text. Any other value, a new secret included, replaces it.
+func (e *Engine) inputEdit(v auth.Viewer, tk *ent.Task, input json.RawMessage, reason string) (store.InputEdit, error) {
+	typ, ok := e.registry.Lookup(tk.Type)
 	if !ok {
-		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: fmt.Sprintf("task type %q is not registered here: its input cannot be checked", typeName)}}}
+		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: fmt.Sprintf("task type %q is not registered here: its input cannot be checked", tk.Type)}}}
 	}
-	var ve ValidationError
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
 	}
 	if len(input) > MaxInputBytes {
-		ve.add("input", "is %d bytes; the limit is %d", len(input), MaxInputBytes)
-	} else if err := typ.Validate(input); err != nil {
+		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(input), MaxInputBytes)}}}
+	}
+	canonical, err := e.unmaskEdit(tk, input)
+	if err != nil {
+		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
+	}
+	var ve ValidationError
+	if err := typ.Validate(canonical); err != nil {
 		var inErr *tasktype.InputError
 		if errors.As(err, &inErr) {
 			for _, p := range inErr.Problems {
-				ve.add("input", "%s", e.masker.String(p))
+				ve.add("input", "%s", e.masker.WithValuesOf(canonical).String(p))
 			}
 		} else {
-			ve.add("input", "%s", e.masker.String(err.Error()))
+			ve.add("input", "%s", e.masker.WithValuesOf(canonical).String(err.Error()))
 		}
 	}
 	if err := ve.err(); err != nil {
 		return store.InputEdit{}, err
-	}
-	canonical, err := canonicalJSON(input)
-	if err != nil {
-		return store.InputEdit{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
 	}
 	masked, changed, err := e.masker.JSON(canonical)
 	if err != nil {
@@ -234,6 +255,68 @@ func (e *Engine) inputEdit(v auth.Viewer, typeName string, input json.RawMessage
 		reason = e.masker.WithValuesOf(canonical).String(reason)
 	}
 	return store.InputEdit{Input: masked, Sealed: sealed, Author: v.User, AuthorSource: v.Source, Reason: reason}, nil
+}
+
+// unmaskEdit is the edited input, canonical, with each value the edit
+// left masked as tk's input showed it put back to the value it hides.
+func (e *Engine) unmaskEdit(tk *ent.Task, input json.RawMessage) (json.RawMessage, error) {
+	canonical, err := canonicalJSON(input)
+	if err != nil {
+		return nil, err
+	}
+	if len(tk.InputSealed) == 0 || len(tk.Input) == 0 {
+		return canonical, nil // masking hid nothing of tk's input
+	}
+	shown, plain, err := e.decodeVersion(tk.Input, tk.InputSealed)
+	if err != nil {
+		return canonical, nil
+	}
+	edited, err := decodeJSON(canonical)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(keepMasked(edited, shown, plain))
+}
+
+// keepMasked walks the edited document b alongside the document it was
+// edited from, as shown (masked) and unmasked: where b is what was shown
+// and masking hid something there, the unmasked value is kept. Objects
+// are walked key by key, arrays of one length index by index.
+func keepMasked(b, shown, plain any) any {
+	if reflect.DeepEqual(b, shown) && !reflect.DeepEqual(shown, plain) {
+		return plain
+	}
+	switch x := b.(type) {
+	case map[string]any:
+		ms, ok1 := shown.(map[string]any)
+		mp, ok2 := plain.(map[string]any)
+		if !ok1 || !ok2 {
+			return b
+		}
+		out := make(map[string]any, len(x))
+		for k, v := range x {
+			s, inS := ms[k]
+			p, inP := mp[k]
+			if inS && inP {
+				out[k] = keepMasked(v, s, p)
+			} else {
+				out[k] = v
+			}
+		}
+		return out
+	case []any:
+		as, ok1 := shown.([]any)
+		ap, ok2 := plain.([]any)
+		if !ok1 || !ok2 || len(as) != len(ap) || len(as) != len(x) {
+			return b
+		}
+		out := make([]any, len(x))
+		for i, v := range x {
+			out[i] = keepMasked(v, as[i], ap[i])
+		}
+		return out
+	}
+	return b
 }
 
 // ExpireReview runs a passed deadline's outcome on one due review, once:

@@ -369,8 +369,10 @@ func (s *Store) afterMove(ctx context.Context, t *txn, tk *ent.Task, last *ent.T
 // ReplayWithInput retries a FAILED task, of any type, with an edited
 // input: a new input version and a new instance (RETRY_PENDING), the
 // failed instances kept. Any other state yields a
-// *lifecycle.TransitionError; of concurrent replays one succeeds.
-func (tx *Tx) ReplayWithInput(ctx context.Context, id int, edit InputEdit) (*ent.Task, error) {
+// *lifecycle.TransitionError; of concurrent replays one succeeds. check,
+// when set, is asked about the task as read in the transaction before
+// anything is written (the four-eyes rule); its error is returned.
+func (tx *Tx) ReplayWithInput(ctx context.Context, id int, edit InputEdit, check func(*ent.Task) error) (*ent.Task, error) {
 	ctx = lifecycle.Guarded(ctx)
 	t, s := tx.t, tx.s
 	tk, err := t.Task.Get(ctx, id)
@@ -382,6 +384,11 @@ func (tx *Tx) ReplayWithInput(ctx context.Context, id int, edit InputEdit) (*ent
 	}
 	if tk.Status != lifecycle.Failed {
 		return nil, &lifecycle.TransitionError{Entity: "task", ID: tk.ID, From: tk.Status, To: lifecycle.RetryPending, Reason: "only a FAILED task can be replayed"}
+	}
+	if check != nil {
+		if err := check(tk); err != nil {
+			return nil, err
+		}
 	}
 	if err := lifecycle.Check("task", tk.ID, tk.Status, lifecycle.RetryPending); err != nil {
 		return nil, err
