@@ -322,7 +322,7 @@ func (c *Column) check(raw string) (any, string) {
 			p = p[2:]
 		}
 		if !phoneDigits.MatchString(p) {
-			return nil, "is not a valid mobile number (11 digits starting with 1)"
+			return nil, "is not a valid mobile number (" + phoneProblem(p) + ")"
 		}
 		v = p
 	case Email:
@@ -418,4 +418,25 @@ func (c Column) TypeName() string {
 		return "list"
 	}
 	return "text"
+}
+
+// phoneProblem says precisely what is wrong with p, the digits of a value
+// that is not a mobile number (spaces, dashes, brackets and a country code
+// removed): the report shows the value masked, so the reason must say it.
+func phoneProblem(p string) string {
+	n := 0
+	for _, r := range p {
+		if r < '0' || r > '9' {
+			return fmt.Sprintf("has %q, which is not a digit; needs 11 digits starting with 1", r)
+		}
+		n++
+	}
+	switch {
+	case n != 11:
+		return fmt.Sprintf("has %d digits, needs 11 starting with 1", n)
+	case p[0] != '1':
+		return fmt.Sprintf("starts with %c, needs 11 digits starting with 1", p[0])
+	default:
+		return fmt.Sprintf("starts with 1%c, needs 13 to 19", p[1])
+	}
 }

@@ -32,8 +32,11 @@ func GoodRow(i int) []string {
 		"某某科技有限公司", cities[i%len(cities)], "vip,new", "男", "1990-01-02"}
 }
 
-// BadPhone is the reason a row with a malformed phone is refused.
-const BadPhone = "is not a valid mobile number (11 digits starting with 1)"
+// BadPhone is the reason a row whose phone has n digits (not 11) is
+// refused.
+func BadPhone(n int) string {
+	return fmt.Sprintf("is not a valid mobile number (has %d digits, needs 11 starting with 1)", n)
+}
 
 // Rows returns n data rows; every row i with bad(i) has a malformed phone.
 func Rows(n int, bad func(i int) bool) [][]string {
