@@ -1,0 +1,1 @@
+-- 0010 placeholder (another branch's migration).
