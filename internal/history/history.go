@@ -155,8 +155,8 @@ func (h Histogram) Quantile(q float64) (time.Duration, bool) {
 // Executions are counted in the bucket in which they ended.
 type Counts struct {
 	Created, Started, Succeeded, Failed, Cancelled, Retries int64
-	RowsImported, RowsExported                               int64
-	RunTimeMs                                                int64
+	RowsImported, RowsExported                              int64
+	RunTimeMs                                               int64
 	// Waiting is the waiting depth last sampled in the bucket (for a
 	// coarser row: the largest of its finer rows').
 	Waiting int64

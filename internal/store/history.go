@@ -159,4 +159,3 @@ func (s *Store) PurgeHistory(ctx context.Context, rt history.Retention, now time
 	})
 	return n, err
 }
-
