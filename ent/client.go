@@ -31,6 +31,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskhistory"
 	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
@@ -79,6 +80,8 @@ type Client struct {
 	Task *TaskClient
 	// TaskDependency is the client for interacting with the TaskDependency builders.
 	TaskDependency *TaskDependencyClient
+	// TaskHistory is the client for interacting with the TaskHistory builders.
+	TaskHistory *TaskHistoryClient
 	// TaskInputVersion is the client for interacting with the TaskInputVersion builders.
 	TaskInputVersion *TaskInputVersionClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
@@ -120,6 +123,7 @@ func (c *Client) init() {
 	c.StallOverride = NewStallOverrideClient(c.config)
 	c.Task = NewTaskClient(c.config)
 	c.TaskDependency = NewTaskDependencyClient(c.config)
+	c.TaskHistory = NewTaskHistoryClient(c.config)
 	c.TaskInputVersion = NewTaskInputVersionClient(c.config)
 	c.TaskInstance = NewTaskInstanceClient(c.config)
 	c.TaskLog = NewTaskLogClient(c.config)
@@ -235,6 +239,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		StallOverride:     NewStallOverrideClient(cfg),
 		Task:              NewTaskClient(cfg),
 		TaskDependency:    NewTaskDependencyClient(cfg),
+		TaskHistory:       NewTaskHistoryClient(cfg),
 		TaskInputVersion:  NewTaskInputVersionClient(cfg),
 		TaskInstance:      NewTaskInstanceClient(cfg),
 		TaskLog:           NewTaskLogClient(cfg),
@@ -277,6 +282,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		StallOverride:     NewStallOverrideClient(cfg),
 		Task:              NewTaskClient(cfg),
 		TaskDependency:    NewTaskDependencyClient(cfg),
+		TaskHistory:       NewTaskHistoryClient(cfg),
 		TaskInputVersion:  NewTaskInputVersionClient(cfg),
 		TaskInstance:      NewTaskInstanceClient(cfg),
 		TaskLog:           NewTaskLogClient(cfg),
@@ -316,8 +322,8 @@ func (c *Client) Use(hooks ...Hook) {
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
 		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
 		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
-		c.Task, c.TaskDependency, c.TaskInputVersion, c.TaskInstance, c.TaskLog,
-		c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
+		c.Task, c.TaskDependency, c.TaskHistory, c.TaskInputVersion, c.TaskInstance,
+		c.TaskLog, c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
 	} {
 		n.Use(hooks...)
 	}
@@ -330,8 +336,8 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.AlertChannel, c.AlertIncident, c.AlertRule, c.Artifact, c.AuditLog,
 		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
 		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
-		c.Task, c.TaskDependency, c.TaskInputVersion, c.TaskInstance, c.TaskLog,
-		c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
+		c.Task, c.TaskDependency, c.TaskHistory, c.TaskInputVersion, c.TaskInstance,
+		c.TaskLog, c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -372,6 +378,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Task.mutate(ctx, m)
 	case *TaskDependencyMutation:
 		return c.TaskDependency.mutate(ctx, m)
+	case *TaskHistoryMutation:
+		return c.TaskHistory.mutate(ctx, m)
 	case *TaskInputVersionMutation:
 		return c.TaskInputVersion.mutate(ctx, m)
 	case *TaskInstanceMutation:
@@ -2616,6 +2624,139 @@ func (c *TaskDependencyClient) mutate(ctx context.Context, m *TaskDependencyMuta
 	}
 }
 
+// TaskHistoryClient is a client for the TaskHistory schema.
+type TaskHistoryClient struct {
+	config
+}
+
+// NewTaskHistoryClient returns a client for the TaskHistory from the given config.
+func NewTaskHistoryClient(c config) *TaskHistoryClient {
+	return &TaskHistoryClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `taskhistory.Hooks(f(g(h())))`.
+func (c *TaskHistoryClient) Use(hooks ...Hook) {
+	c.hooks.TaskHistory = append(c.hooks.TaskHistory, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `taskhistory.Intercept(f(g(h())))`.
+func (c *TaskHistoryClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TaskHistory = append(c.inters.TaskHistory, interceptors...)
+}
+
+// Create returns a builder for creating a TaskHistory entity.
+func (c *TaskHistoryClient) Create() *TaskHistoryCreate {
+	mutation := newTaskHistoryMutation(c.config, OpCreate)
+	return &TaskHistoryCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TaskHistory entities.
+func (c *TaskHistoryClient) CreateBulk(builders ...*TaskHistoryCreate) *TaskHistoryCreateBulk {
+	return &TaskHistoryCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TaskHistoryClient) MapCreateBulk(slice any, setFunc func(*TaskHistoryCreate, int)) *TaskHistoryCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TaskHistoryCreateBulk{err: fmt.Errorf("calling to TaskHistoryClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TaskHistoryCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TaskHistoryCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TaskHistory.
+func (c *TaskHistoryClient) Update() *TaskHistoryUpdate {
+	mutation := newTaskHistoryMutation(c.config, OpUpdate)
+	return &TaskHistoryUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TaskHistoryClient) UpdateOne(_m *TaskHistory) *TaskHistoryUpdateOne {
+	mutation := newTaskHistoryMutation(c.config, OpUpdateOne, withTaskHistory(_m))
+	return &TaskHistoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TaskHistoryClient) UpdateOneID(id int) *TaskHistoryUpdateOne {
+	mutation := newTaskHistoryMutation(c.config, OpUpdateOne, withTaskHistoryID(id))
+	return &TaskHistoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TaskHistory.
+func (c *TaskHistoryClient) Delete() *TaskHistoryDelete {
+	mutation := newTaskHistoryMutation(c.config, OpDelete)
+	return &TaskHistoryDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TaskHistoryClient) DeleteOne(_m *TaskHistory) *TaskHistoryDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TaskHistoryClient) DeleteOneID(id int) *TaskHistoryDeleteOne {
+	builder := c.Delete().Where(taskhistory.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TaskHistoryDeleteOne{builder}
+}
+
+// Query returns a query builder for TaskHistory.
+func (c *TaskHistoryClient) Query() *TaskHistoryQuery {
+	return &TaskHistoryQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTaskHistory},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TaskHistory entity by its id.
+func (c *TaskHistoryClient) Get(ctx context.Context, id int) (*TaskHistory, error) {
+	return c.Query().Where(taskhistory.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TaskHistoryClient) GetX(ctx context.Context, id int) *TaskHistory {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TaskHistoryClient) Hooks() []Hook {
+	return c.hooks.TaskHistory
+}
+
+// Interceptors returns the client interceptors.
+func (c *TaskHistoryClient) Interceptors() []Interceptor {
+	return c.inters.TaskHistory
+}
+
+func (c *TaskHistoryClient) mutate(ctx context.Context, m *TaskHistoryMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TaskHistoryCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TaskHistoryUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TaskHistoryUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TaskHistoryDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TaskHistory mutation op: %q", m.Op())
+	}
+}
+
 // TaskInputVersionClient is a client for the TaskInputVersion schema.
 type TaskInputVersionClient struct {
 	config
@@ -3585,16 +3726,16 @@ type (
 	hooks struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
 		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
-		ScheduleEvent, StallOverride, Task, TaskDependency, TaskInputVersion,
-		TaskInstance, TaskLog, TaskReview, TenantFlowControl, TenantFlowStart,
-		Workflow []ent.Hook
+		ScheduleEvent, StallOverride, Task, TaskDependency, TaskHistory,
+		TaskInputVersion, TaskInstance, TaskLog, TaskReview, TenantFlowControl,
+		TenantFlowStart, Workflow []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
 		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
-		ScheduleEvent, StallOverride, Task, TaskDependency, TaskInputVersion,
-		TaskInstance, TaskLog, TaskReview, TenantFlowControl, TenantFlowStart,
-		Workflow []ent.Interceptor
+		ScheduleEvent, StallOverride, Task, TaskDependency, TaskHistory,
+		TaskInputVersion, TaskInstance, TaskLog, TaskReview, TenantFlowControl,
+		TenantFlowStart, Workflow []ent.Interceptor
 	}
 )
 

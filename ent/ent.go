@@ -28,6 +28,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskhistory"
 	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
@@ -111,6 +112,7 @@ func checkColumn(t, c string) error {
 			stalloverride.Table:     stalloverride.ValidColumn,
 			task.Table:              task.ValidColumn,
 			taskdependency.Table:    taskdependency.ValidColumn,
+			taskhistory.Table:       taskhistory.ValidColumn,
 			taskinputversion.Table:  taskinputversion.ValidColumn,
 			taskinstance.Table:      taskinstance.ValidColumn,
 			tasklog.Table:           tasklog.ValidColumn,

@@ -30,6 +30,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskhistory"
 	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
@@ -64,6 +65,7 @@ const (
 	TypeStallOverride     = "StallOverride"
 	TypeTask              = "Task"
 	TypeTaskDependency    = "TaskDependency"
+	TypeTaskHistory       = "TaskHistory"
 	TypeTaskInputVersion  = "TaskInputVersion"
 	TypeTaskInstance      = "TaskInstance"
 	TypeTaskLog           = "TaskLog"
@@ -19045,6 +19047,5543 @@ func (m *TaskDependencyMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *TaskDependencyMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown TaskDependency edge %s", name)
+}
+
+// TaskHistoryMutation represents an operation that mutates the TaskHistory nodes in the graph.
+type TaskHistoryMutation struct {
+	config
+	op               Op
+	typ              string
+	id               *int
+	bucket_start     *time.Time
+	resolution       *string
+	task_type        *string
+	tenant           *string
+	created          *int64
+	addcreated       *int64
+	started          *int64
+	addstarted       *int64
+	succeeded        *int64
+	addsucceeded     *int64
+	failed           *int64
+	addfailed        *int64
+	cancelled        *int64
+	addcancelled     *int64
+	retries          *int64
+	addretries       *int64
+	rows_imported    *int64
+	addrows_imported *int64
+	rows_exported    *int64
+	addrows_exported *int64
+	run_time_ms      *int64
+	addrun_time_ms   *int64
+	waiting          *int64
+	addwaiting       *int64
+	wait_h00         *int64
+	addwait_h00      *int64
+	wait_h01         *int64
+	addwait_h01      *int64
+	wait_h02         *int64
+	addwait_h02      *int64
+	wait_h03         *int64
+	addwait_h03      *int64
+	wait_h04         *int64
+	addwait_h04      *int64
+	wait_h05         *int64
+	addwait_h05      *int64
+	wait_h06         *int64
+	addwait_h06      *int64
+	wait_h07         *int64
+	addwait_h07      *int64
+	wait_h08         *int64
+	addwait_h08      *int64
+	wait_h09         *int64
+	addwait_h09      *int64
+	wait_h10         *int64
+	addwait_h10      *int64
+	wait_h11         *int64
+	addwait_h11      *int64
+	wait_h12         *int64
+	addwait_h12      *int64
+	wait_h13         *int64
+	addwait_h13      *int64
+	wait_h14         *int64
+	addwait_h14      *int64
+	wait_h15         *int64
+	addwait_h15      *int64
+	wait_h16         *int64
+	addwait_h16      *int64
+	wait_h17         *int64
+	addwait_h17      *int64
+	wait_h18         *int64
+	addwait_h18      *int64
+	wait_h19         *int64
+	addwait_h19      *int64
+	wait_h20         *int64
+	addwait_h20      *int64
+	wait_h21         *int64
+	addwait_h21      *int64
+	wait_h22         *int64
+	addwait_h22      *int64
+	wait_h23         *int64
+	addwait_h23      *int64
+	run_h00          *int64
+	addrun_h00       *int64
+	run_h01          *int64
+	addrun_h01       *int64
+	run_h02          *int64
+	addrun_h02       *int64
+	run_h03          *int64
+	addrun_h03       *int64
+	run_h04          *int64
+	addrun_h04       *int64
+	run_h05          *int64
+	addrun_h05       *int64
+	run_h06          *int64
+	addrun_h06       *int64
+	run_h07          *int64
+	addrun_h07       *int64
+	run_h08          *int64
+	addrun_h08       *int64
+	run_h09          *int64
+	addrun_h09       *int64
+	run_h10          *int64
+	addrun_h10       *int64
+	run_h11          *int64
+	addrun_h11       *int64
+	run_h12          *int64
+	addrun_h12       *int64
+	run_h13          *int64
+	addrun_h13       *int64
+	run_h14          *int64
+	addrun_h14       *int64
+	run_h15          *int64
+	addrun_h15       *int64
+	run_h16          *int64
+	addrun_h16       *int64
+	run_h17          *int64
+	addrun_h17       *int64
+	run_h18          *int64
+	addrun_h18       *int64
+	run_h19          *int64
+	addrun_h19       *int64
+	run_h20          *int64
+	addrun_h20       *int64
+	run_h21          *int64
+	addrun_h21       *int64
+	run_h22          *int64
+	addrun_h22       *int64
+	run_h23          *int64
+	addrun_h23       *int64
+	clearedFields    map[string]struct{}
+	done             bool
+	oldValue         func(context.Context) (*TaskHistory, error)
+	predicates       []predicate.TaskHistory
+}
+
+var _ ent.Mutation = (*TaskHistoryMutation)(nil)
+
+// taskhistoryOption allows management of the mutation configuration using functional options.
+type taskhistoryOption func(*TaskHistoryMutation)
+
+// newTaskHistoryMutation creates new mutation for the TaskHistory entity.
+func newTaskHistoryMutation(c config, op Op, opts ...taskhistoryOption) *TaskHistoryMutation {
+	m := &TaskHistoryMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTaskHistory,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTaskHistoryID sets the ID field of the mutation.
+func withTaskHistoryID(id int) taskhistoryOption {
+	return func(m *TaskHistoryMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TaskHistory
+		)
+		m.oldValue = func(ctx context.Context) (*TaskHistory, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TaskHistory.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTaskHistory sets the old TaskHistory of the mutation.
+func withTaskHistory(node *TaskHistory) taskhistoryOption {
+	return func(m *TaskHistoryMutation) {
+		m.oldValue = func(context.Context) (*TaskHistory, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TaskHistoryMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TaskHistoryMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TaskHistoryMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TaskHistoryMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TaskHistory.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetBucketStart sets the "bucket_start" field.
+func (m *TaskHistoryMutation) SetBucketStart(t time.Time) {
+	m.bucket_start = &t
+}
+
+// BucketStart returns the value of the "bucket_start" field in the mutation.
+func (m *TaskHistoryMutation) BucketStart() (r time.Time, exists bool) {
+	v := m.bucket_start
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBucketStart returns the old "bucket_start" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldBucketStart(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBucketStart is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBucketStart requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBucketStart: %w", err)
+	}
+	return oldValue.BucketStart, nil
+}
+
+// ResetBucketStart resets all changes to the "bucket_start" field.
+func (m *TaskHistoryMutation) ResetBucketStart() {
+	m.bucket_start = nil
+}
+
+// SetResolution sets the "resolution" field.
+func (m *TaskHistoryMutation) SetResolution(s string) {
+	m.resolution = &s
+}
+
+// Resolution returns the value of the "resolution" field in the mutation.
+func (m *TaskHistoryMutation) Resolution() (r string, exists bool) {
+	v := m.resolution
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldResolution returns the old "resolution" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldResolution(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldResolution is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldResolution requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldResolution: %w", err)
+	}
+	return oldValue.Resolution, nil
+}
+
+// ResetResolution resets all changes to the "resolution" field.
+func (m *TaskHistoryMutation) ResetResolution() {
+	m.resolution = nil
+}
+
+// SetTaskType sets the "task_type" field.
+func (m *TaskHistoryMutation) SetTaskType(s string) {
+	m.task_type = &s
+}
+
+// TaskType returns the value of the "task_type" field in the mutation.
+func (m *TaskHistoryMutation) TaskType() (r string, exists bool) {
+	v := m.task_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTaskType returns the old "task_type" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldTaskType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTaskType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTaskType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTaskType: %w", err)
+	}
+	return oldValue.TaskType, nil
+}
+
+// ResetTaskType resets all changes to the "task_type" field.
+func (m *TaskHistoryMutation) ResetTaskType() {
+	m.task_type = nil
+}
+
+// SetTenant sets the "tenant" field.
+func (m *TaskHistoryMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TaskHistoryMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TaskHistoryMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetCreated sets the "created" field.
+func (m *TaskHistoryMutation) SetCreated(i int64) {
+	m.created = &i
+	m.addcreated = nil
+}
+
+// Created returns the value of the "created" field in the mutation.
+func (m *TaskHistoryMutation) Created() (r int64, exists bool) {
+	v := m.created
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreated returns the old "created" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldCreated(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreated is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreated requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreated: %w", err)
+	}
+	return oldValue.Created, nil
+}
+
+// AddCreated adds i to the "created" field.
+func (m *TaskHistoryMutation) AddCreated(i int64) {
+	if m.addcreated != nil {
+		*m.addcreated += i
+	} else {
+		m.addcreated = &i
+	}
+}
+
+// AddedCreated returns the value that was added to the "created" field in this mutation.
+func (m *TaskHistoryMutation) AddedCreated() (r int64, exists bool) {
+	v := m.addcreated
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetCreated resets all changes to the "created" field.
+func (m *TaskHistoryMutation) ResetCreated() {
+	m.created = nil
+	m.addcreated = nil
+}
+
+// SetStarted sets the "started" field.
+func (m *TaskHistoryMutation) SetStarted(i int64) {
+	m.started = &i
+	m.addstarted = nil
+}
+
+// Started returns the value of the "started" field in the mutation.
+func (m *TaskHistoryMutation) Started() (r int64, exists bool) {
+	v := m.started
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStarted returns the old "started" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldStarted(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStarted is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStarted requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStarted: %w", err)
+	}
+	return oldValue.Started, nil
+}
+
+// AddStarted adds i to the "started" field.
+func (m *TaskHistoryMutation) AddStarted(i int64) {
+	if m.addstarted != nil {
+		*m.addstarted += i
+	} else {
+		m.addstarted = &i
+	}
+}
+
+// AddedStarted returns the value that was added to the "started" field in this mutation.
+func (m *TaskHistoryMutation) AddedStarted() (r int64, exists bool) {
+	v := m.addstarted
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetStarted resets all changes to the "started" field.
+func (m *TaskHistoryMutation) ResetStarted() {
+	m.started = nil
+	m.addstarted = nil
+}
+
+// SetSucceeded sets the "succeeded" field.
+func (m *TaskHistoryMutation) SetSucceeded(i int64) {
+	m.succeeded = &i
+	m.addsucceeded = nil
+}
+
+// Succeeded returns the value of the "succeeded" field in the mutation.
+func (m *TaskHistoryMutation) Succeeded() (r int64, exists bool) {
+	v := m.succeeded
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSucceeded returns the old "succeeded" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldSucceeded(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSucceeded is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSucceeded requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSucceeded: %w", err)
+	}
+	return oldValue.Succeeded, nil
+}
+
+// AddSucceeded adds i to the "succeeded" field.
+func (m *TaskHistoryMutation) AddSucceeded(i int64) {
+	if m.addsucceeded != nil {
+		*m.addsucceeded += i
+	} else {
+		m.addsucceeded = &i
+	}
+}
+
+// AddedSucceeded returns the value that was added to the "succeeded" field in this mutation.
+func (m *TaskHistoryMutation) AddedSucceeded() (r int64, exists bool) {
+	v := m.addsucceeded
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetSucceeded resets all changes to the "succeeded" field.
+func (m *TaskHistoryMutation) ResetSucceeded() {
+	m.succeeded = nil
+	m.addsucceeded = nil
+}
+
+// SetFailed sets the "failed" field.
+func (m *TaskHistoryMutation) SetFailed(i int64) {
+	m.failed = &i
+	m.addfailed = nil
+}
+
+// Failed returns the value of the "failed" field in the mutation.
+func (m *TaskHistoryMutation) Failed() (r int64, exists bool) {
+	v := m.failed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFailed returns the old "failed" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldFailed(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFailed is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFailed requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFailed: %w", err)
+	}
+	return oldValue.Failed, nil
+}
+
+// AddFailed adds i to the "failed" field.
+func (m *TaskHistoryMutation) AddFailed(i int64) {
+	if m.addfailed != nil {
+		*m.addfailed += i
+	} else {
+		m.addfailed = &i
+	}
+}
+
+// AddedFailed returns the value that was added to the "failed" field in this mutation.
+func (m *TaskHistoryMutation) AddedFailed() (r int64, exists bool) {
+	v := m.addfailed
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetFailed resets all changes to the "failed" field.
+func (m *TaskHistoryMutation) ResetFailed() {
+	m.failed = nil
+	m.addfailed = nil
+}
+
+// SetCancelled sets the "cancelled" field.
+func (m *TaskHistoryMutation) SetCancelled(i int64) {
+	m.cancelled = &i
+	m.addcancelled = nil
+}
+
+// Cancelled returns the value of the "cancelled" field in the mutation.
+func (m *TaskHistoryMutation) Cancelled() (r int64, exists bool) {
+	v := m.cancelled
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCancelled returns the old "cancelled" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldCancelled(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCancelled is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCancelled requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCancelled: %w", err)
+	}
+	return oldValue.Cancelled, nil
+}
+
+// AddCancelled adds i to the "cancelled" field.
+func (m *TaskHistoryMutation) AddCancelled(i int64) {
+	if m.addcancelled != nil {
+		*m.addcancelled += i
+	} else {
+		m.addcancelled = &i
+	}
+}
+
+// AddedCancelled returns the value that was added to the "cancelled" field in this mutation.
+func (m *TaskHistoryMutation) AddedCancelled() (r int64, exists bool) {
+	v := m.addcancelled
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetCancelled resets all changes to the "cancelled" field.
+func (m *TaskHistoryMutation) ResetCancelled() {
+	m.cancelled = nil
+	m.addcancelled = nil
+}
+
+// SetRetries sets the "retries" field.
+func (m *TaskHistoryMutation) SetRetries(i int64) {
+	m.retries = &i
+	m.addretries = nil
+}
+
+// Retries returns the value of the "retries" field in the mutation.
+func (m *TaskHistoryMutation) Retries() (r int64, exists bool) {
+	v := m.retries
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRetries returns the old "retries" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRetries(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRetries is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRetries requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRetries: %w", err)
+	}
+	return oldValue.Retries, nil
+}
+
+// AddRetries adds i to the "retries" field.
+func (m *TaskHistoryMutation) AddRetries(i int64) {
+	if m.addretries != nil {
+		*m.addretries += i
+	} else {
+		m.addretries = &i
+	}
+}
+
+// AddedRetries returns the value that was added to the "retries" field in this mutation.
+func (m *TaskHistoryMutation) AddedRetries() (r int64, exists bool) {
+	v := m.addretries
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRetries resets all changes to the "retries" field.
+func (m *TaskHistoryMutation) ResetRetries() {
+	m.retries = nil
+	m.addretries = nil
+}
+
+// SetRowsImported sets the "rows_imported" field.
+func (m *TaskHistoryMutation) SetRowsImported(i int64) {
+	m.rows_imported = &i
+	m.addrows_imported = nil
+}
+
+// RowsImported returns the value of the "rows_imported" field in the mutation.
+func (m *TaskHistoryMutation) RowsImported() (r int64, exists bool) {
+	v := m.rows_imported
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRowsImported returns the old "rows_imported" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRowsImported(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRowsImported is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRowsImported requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRowsImported: %w", err)
+	}
+	return oldValue.RowsImported, nil
+}
+
+// AddRowsImported adds i to the "rows_imported" field.
+func (m *TaskHistoryMutation) AddRowsImported(i int64) {
+	if m.addrows_imported != nil {
+		*m.addrows_imported += i
+	} else {
+		m.addrows_imported = &i
+	}
+}
+
+// AddedRowsImported returns the value that was added to the "rows_imported" field in this mutation.
+func (m *TaskHistoryMutation) AddedRowsImported() (r int64, exists bool) {
+	v := m.addrows_imported
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRowsImported resets all changes to the "rows_imported" field.
+func (m *TaskHistoryMutation) ResetRowsImported() {
+	m.rows_imported = nil
+	m.addrows_imported = nil
+}
+
+// SetRowsExported sets the "rows_exported" field.
+func (m *TaskHistoryMutation) SetRowsExported(i int64) {
+	m.rows_exported = &i
+	m.addrows_exported = nil
+}
+
+// RowsExported returns the value of the "rows_exported" field in the mutation.
+func (m *TaskHistoryMutation) RowsExported() (r int64, exists bool) {
+	v := m.rows_exported
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRowsExported returns the old "rows_exported" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRowsExported(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRowsExported is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRowsExported requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRowsExported: %w", err)
+	}
+	return oldValue.RowsExported, nil
+}
+
+// AddRowsExported adds i to the "rows_exported" field.
+func (m *TaskHistoryMutation) AddRowsExported(i int64) {
+	if m.addrows_exported != nil {
+		*m.addrows_exported += i
+	} else {
+		m.addrows_exported = &i
+	}
+}
+
+// AddedRowsExported returns the value that was added to the "rows_exported" field in this mutation.
+func (m *TaskHistoryMutation) AddedRowsExported() (r int64, exists bool) {
+	v := m.addrows_exported
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRowsExported resets all changes to the "rows_exported" field.
+func (m *TaskHistoryMutation) ResetRowsExported() {
+	m.rows_exported = nil
+	m.addrows_exported = nil
+}
+
+// SetRunTimeMs sets the "run_time_ms" field.
+func (m *TaskHistoryMutation) SetRunTimeMs(i int64) {
+	m.run_time_ms = &i
+	m.addrun_time_ms = nil
+}
+
+// RunTimeMs returns the value of the "run_time_ms" field in the mutation.
+func (m *TaskHistoryMutation) RunTimeMs() (r int64, exists bool) {
+	v := m.run_time_ms
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunTimeMs returns the old "run_time_ms" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunTimeMs(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunTimeMs is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunTimeMs requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunTimeMs: %w", err)
+	}
+	return oldValue.RunTimeMs, nil
+}
+
+// AddRunTimeMs adds i to the "run_time_ms" field.
+func (m *TaskHistoryMutation) AddRunTimeMs(i int64) {
+	if m.addrun_time_ms != nil {
+		*m.addrun_time_ms += i
+	} else {
+		m.addrun_time_ms = &i
+	}
+}
+
+// AddedRunTimeMs returns the value that was added to the "run_time_ms" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunTimeMs() (r int64, exists bool) {
+	v := m.addrun_time_ms
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunTimeMs resets all changes to the "run_time_ms" field.
+func (m *TaskHistoryMutation) ResetRunTimeMs() {
+	m.run_time_ms = nil
+	m.addrun_time_ms = nil
+}
+
+// SetWaiting sets the "waiting" field.
+func (m *TaskHistoryMutation) SetWaiting(i int64) {
+	m.waiting = &i
+	m.addwaiting = nil
+}
+
+// Waiting returns the value of the "waiting" field in the mutation.
+func (m *TaskHistoryMutation) Waiting() (r int64, exists bool) {
+	v := m.waiting
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaiting returns the old "waiting" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaiting(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaiting is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaiting requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaiting: %w", err)
+	}
+	return oldValue.Waiting, nil
+}
+
+// AddWaiting adds i to the "waiting" field.
+func (m *TaskHistoryMutation) AddWaiting(i int64) {
+	if m.addwaiting != nil {
+		*m.addwaiting += i
+	} else {
+		m.addwaiting = &i
+	}
+}
+
+// AddedWaiting returns the value that was added to the "waiting" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaiting() (r int64, exists bool) {
+	v := m.addwaiting
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaiting resets all changes to the "waiting" field.
+func (m *TaskHistoryMutation) ResetWaiting() {
+	m.waiting = nil
+	m.addwaiting = nil
+}
+
+// SetWaitH00 sets the "wait_h00" field.
+func (m *TaskHistoryMutation) SetWaitH00(i int64) {
+	m.wait_h00 = &i
+	m.addwait_h00 = nil
+}
+
+// WaitH00 returns the value of the "wait_h00" field in the mutation.
+func (m *TaskHistoryMutation) WaitH00() (r int64, exists bool) {
+	v := m.wait_h00
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH00 returns the old "wait_h00" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH00(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH00 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH00 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH00: %w", err)
+	}
+	return oldValue.WaitH00, nil
+}
+
+// AddWaitH00 adds i to the "wait_h00" field.
+func (m *TaskHistoryMutation) AddWaitH00(i int64) {
+	if m.addwait_h00 != nil {
+		*m.addwait_h00 += i
+	} else {
+		m.addwait_h00 = &i
+	}
+}
+
+// AddedWaitH00 returns the value that was added to the "wait_h00" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH00() (r int64, exists bool) {
+	v := m.addwait_h00
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH00 resets all changes to the "wait_h00" field.
+func (m *TaskHistoryMutation) ResetWaitH00() {
+	m.wait_h00 = nil
+	m.addwait_h00 = nil
+}
+
+// SetWaitH01 sets the "wait_h01" field.
+func (m *TaskHistoryMutation) SetWaitH01(i int64) {
+	m.wait_h01 = &i
+	m.addwait_h01 = nil
+}
+
+// WaitH01 returns the value of the "wait_h01" field in the mutation.
+func (m *TaskHistoryMutation) WaitH01() (r int64, exists bool) {
+	v := m.wait_h01
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH01 returns the old "wait_h01" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH01(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH01 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH01 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH01: %w", err)
+	}
+	return oldValue.WaitH01, nil
+}
+
+// AddWaitH01 adds i to the "wait_h01" field.
+func (m *TaskHistoryMutation) AddWaitH01(i int64) {
+	if m.addwait_h01 != nil {
+		*m.addwait_h01 += i
+	} else {
+		m.addwait_h01 = &i
+	}
+}
+
+// AddedWaitH01 returns the value that was added to the "wait_h01" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH01() (r int64, exists bool) {
+	v := m.addwait_h01
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH01 resets all changes to the "wait_h01" field.
+func (m *TaskHistoryMutation) ResetWaitH01() {
+	m.wait_h01 = nil
+	m.addwait_h01 = nil
+}
+
+// SetWaitH02 sets the "wait_h02" field.
+func (m *TaskHistoryMutation) SetWaitH02(i int64) {
+	m.wait_h02 = &i
+	m.addwait_h02 = nil
+}
+
+// WaitH02 returns the value of the "wait_h02" field in the mutation.
+func (m *TaskHistoryMutation) WaitH02() (r int64, exists bool) {
+	v := m.wait_h02
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH02 returns the old "wait_h02" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH02(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH02 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH02 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH02: %w", err)
+	}
+	return oldValue.WaitH02, nil
+}
+
+// AddWaitH02 adds i to the "wait_h02" field.
+func (m *TaskHistoryMutation) AddWaitH02(i int64) {
+	if m.addwait_h02 != nil {
+		*m.addwait_h02 += i
+	} else {
+		m.addwait_h02 = &i
+	}
+}
+
+// AddedWaitH02 returns the value that was added to the "wait_h02" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH02() (r int64, exists bool) {
+	v := m.addwait_h02
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH02 resets all changes to the "wait_h02" field.
+func (m *TaskHistoryMutation) ResetWaitH02() {
+	m.wait_h02 = nil
+	m.addwait_h02 = nil
+}
+
+// SetWaitH03 sets the "wait_h03" field.
+func (m *TaskHistoryMutation) SetWaitH03(i int64) {
+	m.wait_h03 = &i
+	m.addwait_h03 = nil
+}
+
+// WaitH03 returns the value of the "wait_h03" field in the mutation.
+func (m *TaskHistoryMutation) WaitH03() (r int64, exists bool) {
+	v := m.wait_h03
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH03 returns the old "wait_h03" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH03(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH03 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH03 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH03: %w", err)
+	}
+	return oldValue.WaitH03, nil
+}
+
+// AddWaitH03 adds i to the "wait_h03" field.
+func (m *TaskHistoryMutation) AddWaitH03(i int64) {
+	if m.addwait_h03 != nil {
+		*m.addwait_h03 += i
+	} else {
+		m.addwait_h03 = &i
+	}
+}
+
+// AddedWaitH03 returns the value that was added to the "wait_h03" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH03() (r int64, exists bool) {
+	v := m.addwait_h03
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH03 resets all changes to the "wait_h03" field.
+func (m *TaskHistoryMutation) ResetWaitH03() {
+	m.wait_h03 = nil
+	m.addwait_h03 = nil
+}
+
+// SetWaitH04 sets the "wait_h04" field.
+func (m *TaskHistoryMutation) SetWaitH04(i int64) {
+	m.wait_h04 = &i
+	m.addwait_h04 = nil
+}
+
+// WaitH04 returns the value of the "wait_h04" field in the mutation.
+func (m *TaskHistoryMutation) WaitH04() (r int64, exists bool) {
+	v := m.wait_h04
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH04 returns the old "wait_h04" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH04(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH04 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH04 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH04: %w", err)
+	}
+	return oldValue.WaitH04, nil
+}
+
+// AddWaitH04 adds i to the "wait_h04" field.
+func (m *TaskHistoryMutation) AddWaitH04(i int64) {
+	if m.addwait_h04 != nil {
+		*m.addwait_h04 += i
+	} else {
+		m.addwait_h04 = &i
+	}
+}
+
+// AddedWaitH04 returns the value that was added to the "wait_h04" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH04() (r int64, exists bool) {
+	v := m.addwait_h04
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH04 resets all changes to the "wait_h04" field.
+func (m *TaskHistoryMutation) ResetWaitH04() {
+	m.wait_h04 = nil
+	m.addwait_h04 = nil
+}
+
+// SetWaitH05 sets the "wait_h05" field.
+func (m *TaskHistoryMutation) SetWaitH05(i int64) {
+	m.wait_h05 = &i
+	m.addwait_h05 = nil
+}
+
+// WaitH05 returns the value of the "wait_h05" field in the mutation.
+func (m *TaskHistoryMutation) WaitH05() (r int64, exists bool) {
+	v := m.wait_h05
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH05 returns the old "wait_h05" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH05(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH05 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH05 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH05: %w", err)
+	}
+	return oldValue.WaitH05, nil
+}
+
+// AddWaitH05 adds i to the "wait_h05" field.
+func (m *TaskHistoryMutation) AddWaitH05(i int64) {
+	if m.addwait_h05 != nil {
+		*m.addwait_h05 += i
+	} else {
+		m.addwait_h05 = &i
+	}
+}
+
+// AddedWaitH05 returns the value that was added to the "wait_h05" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH05() (r int64, exists bool) {
+	v := m.addwait_h05
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH05 resets all changes to the "wait_h05" field.
+func (m *TaskHistoryMutation) ResetWaitH05() {
+	m.wait_h05 = nil
+	m.addwait_h05 = nil
+}
+
+// SetWaitH06 sets the "wait_h06" field.
+func (m *TaskHistoryMutation) SetWaitH06(i int64) {
+	m.wait_h06 = &i
+	m.addwait_h06 = nil
+}
+
+// WaitH06 returns the value of the "wait_h06" field in the mutation.
+func (m *TaskHistoryMutation) WaitH06() (r int64, exists bool) {
+	v := m.wait_h06
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH06 returns the old "wait_h06" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH06(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH06 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH06 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH06: %w", err)
+	}
+	return oldValue.WaitH06, nil
+}
+
+// AddWaitH06 adds i to the "wait_h06" field.
+func (m *TaskHistoryMutation) AddWaitH06(i int64) {
+	if m.addwait_h06 != nil {
+		*m.addwait_h06 += i
+	} else {
+		m.addwait_h06 = &i
+	}
+}
+
+// AddedWaitH06 returns the value that was added to the "wait_h06" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH06() (r int64, exists bool) {
+	v := m.addwait_h06
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH06 resets all changes to the "wait_h06" field.
+func (m *TaskHistoryMutation) ResetWaitH06() {
+	m.wait_h06 = nil
+	m.addwait_h06 = nil
+}
+
+// SetWaitH07 sets the "wait_h07" field.
+func (m *TaskHistoryMutation) SetWaitH07(i int64) {
+	m.wait_h07 = &i
+	m.addwait_h07 = nil
+}
+
+// WaitH07 returns the value of the "wait_h07" field in the mutation.
+func (m *TaskHistoryMutation) WaitH07() (r int64, exists bool) {
+	v := m.wait_h07
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH07 returns the old "wait_h07" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH07(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH07 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH07 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH07: %w", err)
+	}
+	return oldValue.WaitH07, nil
+}
+
+// AddWaitH07 adds i to the "wait_h07" field.
+func (m *TaskHistoryMutation) AddWaitH07(i int64) {
+	if m.addwait_h07 != nil {
+		*m.addwait_h07 += i
+	} else {
+		m.addwait_h07 = &i
+	}
+}
+
+// AddedWaitH07 returns the value that was added to the "wait_h07" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH07() (r int64, exists bool) {
+	v := m.addwait_h07
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH07 resets all changes to the "wait_h07" field.
+func (m *TaskHistoryMutation) ResetWaitH07() {
+	m.wait_h07 = nil
+	m.addwait_h07 = nil
+}
+
+// SetWaitH08 sets the "wait_h08" field.
+func (m *TaskHistoryMutation) SetWaitH08(i int64) {
+	m.wait_h08 = &i
+	m.addwait_h08 = nil
+}
+
+// WaitH08 returns the value of the "wait_h08" field in the mutation.
+func (m *TaskHistoryMutation) WaitH08() (r int64, exists bool) {
+	v := m.wait_h08
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH08 returns the old "wait_h08" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH08(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH08 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH08 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH08: %w", err)
+	}
+	return oldValue.WaitH08, nil
+}
+
+// AddWaitH08 adds i to the "wait_h08" field.
+func (m *TaskHistoryMutation) AddWaitH08(i int64) {
+	if m.addwait_h08 != nil {
+		*m.addwait_h08 += i
+	} else {
+		m.addwait_h08 = &i
+	}
+}
+
+// AddedWaitH08 returns the value that was added to the "wait_h08" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH08() (r int64, exists bool) {
+	v := m.addwait_h08
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH08 resets all changes to the "wait_h08" field.
+func (m *TaskHistoryMutation) ResetWaitH08() {
+	m.wait_h08 = nil
+	m.addwait_h08 = nil
+}
+
+// SetWaitH09 sets the "wait_h09" field.
+func (m *TaskHistoryMutation) SetWaitH09(i int64) {
+	m.wait_h09 = &i
+	m.addwait_h09 = nil
+}
+
+// WaitH09 returns the value of the "wait_h09" field in the mutation.
+func (m *TaskHistoryMutation) WaitH09() (r int64, exists bool) {
+	v := m.wait_h09
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH09 returns the old "wait_h09" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH09(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH09 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH09 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH09: %w", err)
+	}
+	return oldValue.WaitH09, nil
+}
+
+// AddWaitH09 adds i to the "wait_h09" field.
+func (m *TaskHistoryMutation) AddWaitH09(i int64) {
+	if m.addwait_h09 != nil {
+		*m.addwait_h09 += i
+	} else {
+		m.addwait_h09 = &i
+	}
+}
+
+// AddedWaitH09 returns the value that was added to the "wait_h09" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH09() (r int64, exists bool) {
+	v := m.addwait_h09
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH09 resets all changes to the "wait_h09" field.
+func (m *TaskHistoryMutation) ResetWaitH09() {
+	m.wait_h09 = nil
+	m.addwait_h09 = nil
+}
+
+// SetWaitH10 sets the "wait_h10" field.
+func (m *TaskHistoryMutation) SetWaitH10(i int64) {
+	m.wait_h10 = &i
+	m.addwait_h10 = nil
+}
+
+// WaitH10 returns the value of the "wait_h10" field in the mutation.
+func (m *TaskHistoryMutation) WaitH10() (r int64, exists bool) {
+	v := m.wait_h10
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH10 returns the old "wait_h10" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH10(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH10 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH10 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH10: %w", err)
+	}
+	return oldValue.WaitH10, nil
+}
+
+// AddWaitH10 adds i to the "wait_h10" field.
+func (m *TaskHistoryMutation) AddWaitH10(i int64) {
+	if m.addwait_h10 != nil {
+		*m.addwait_h10 += i
+	} else {
+		m.addwait_h10 = &i
+	}
+}
+
+// AddedWaitH10 returns the value that was added to the "wait_h10" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH10() (r int64, exists bool) {
+	v := m.addwait_h10
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH10 resets all changes to the "wait_h10" field.
+func (m *TaskHistoryMutation) ResetWaitH10() {
+	m.wait_h10 = nil
+	m.addwait_h10 = nil
+}
+
+// SetWaitH11 sets the "wait_h11" field.
+func (m *TaskHistoryMutation) SetWaitH11(i int64) {
+	m.wait_h11 = &i
+	m.addwait_h11 = nil
+}
+
+// WaitH11 returns the value of the "wait_h11" field in the mutation.
+func (m *TaskHistoryMutation) WaitH11() (r int64, exists bool) {
+	v := m.wait_h11
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH11 returns the old "wait_h11" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH11(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH11 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH11 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH11: %w", err)
+	}
+	return oldValue.WaitH11, nil
+}
+
+// AddWaitH11 adds i to the "wait_h11" field.
+func (m *TaskHistoryMutation) AddWaitH11(i int64) {
+	if m.addwait_h11 != nil {
+		*m.addwait_h11 += i
+	} else {
+		m.addwait_h11 = &i
+	}
+}
+
+// AddedWaitH11 returns the value that was added to the "wait_h11" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH11() (r int64, exists bool) {
+	v := m.addwait_h11
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH11 resets all changes to the "wait_h11" field.
+func (m *TaskHistoryMutation) ResetWaitH11() {
+	m.wait_h11 = nil
+	m.addwait_h11 = nil
+}
+
+// SetWaitH12 sets the "wait_h12" field.
+func (m *TaskHistoryMutation) SetWaitH12(i int64) {
+	m.wait_h12 = &i
+	m.addwait_h12 = nil
+}
+
+// WaitH12 returns the value of the "wait_h12" field in the mutation.
+func (m *TaskHistoryMutation) WaitH12() (r int64, exists bool) {
+	v := m.wait_h12
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH12 returns the old "wait_h12" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH12(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH12 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH12 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH12: %w", err)
+	}
+	return oldValue.WaitH12, nil
+}
+
+// AddWaitH12 adds i to the "wait_h12" field.
+func (m *TaskHistoryMutation) AddWaitH12(i int64) {
+	if m.addwait_h12 != nil {
+		*m.addwait_h12 += i
+	} else {
+		m.addwait_h12 = &i
+	}
+}
+
+// AddedWaitH12 returns the value that was added to the "wait_h12" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH12() (r int64, exists bool) {
+	v := m.addwait_h12
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH12 resets all changes to the "wait_h12" field.
+func (m *TaskHistoryMutation) ResetWaitH12() {
+	m.wait_h12 = nil
+	m.addwait_h12 = nil
+}
+
+// SetWaitH13 sets the "wait_h13" field.
+func (m *TaskHistoryMutation) SetWaitH13(i int64) {
+	m.wait_h13 = &i
+	m.addwait_h13 = nil
+}
+
+// WaitH13 returns the value of the "wait_h13" field in the mutation.
+func (m *TaskHistoryMutation) WaitH13() (r int64, exists bool) {
+	v := m.wait_h13
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH13 returns the old "wait_h13" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH13(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH13 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH13 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH13: %w", err)
+	}
+	return oldValue.WaitH13, nil
+}
+
+// AddWaitH13 adds i to the "wait_h13" field.
+func (m *TaskHistoryMutation) AddWaitH13(i int64) {
+	if m.addwait_h13 != nil {
+		*m.addwait_h13 += i
+	} else {
+		m.addwait_h13 = &i
+	}
+}
+
+// AddedWaitH13 returns the value that was added to the "wait_h13" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH13() (r int64, exists bool) {
+	v := m.addwait_h13
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH13 resets all changes to the "wait_h13" field.
+func (m *TaskHistoryMutation) ResetWaitH13() {
+	m.wait_h13 = nil
+	m.addwait_h13 = nil
+}
+
+// SetWaitH14 sets the "wait_h14" field.
+func (m *TaskHistoryMutation) SetWaitH14(i int64) {
+	m.wait_h14 = &i
+	m.addwait_h14 = nil
+}
+
+// WaitH14 returns the value of the "wait_h14" field in the mutation.
+func (m *TaskHistoryMutation) WaitH14() (r int64, exists bool) {
+	v := m.wait_h14
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH14 returns the old "wait_h14" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH14(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH14 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH14 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH14: %w", err)
+	}
+	return oldValue.WaitH14, nil
+}
+
+// AddWaitH14 adds i to the "wait_h14" field.
+func (m *TaskHistoryMutation) AddWaitH14(i int64) {
+	if m.addwait_h14 != nil {
+		*m.addwait_h14 += i
+	} else {
+		m.addwait_h14 = &i
+	}
+}
+
+// AddedWaitH14 returns the value that was added to the "wait_h14" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH14() (r int64, exists bool) {
+	v := m.addwait_h14
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH14 resets all changes to the "wait_h14" field.
+func (m *TaskHistoryMutation) ResetWaitH14() {
+	m.wait_h14 = nil
+	m.addwait_h14 = nil
+}
+
+// SetWaitH15 sets the "wait_h15" field.
+func (m *TaskHistoryMutation) SetWaitH15(i int64) {
+	m.wait_h15 = &i
+	m.addwait_h15 = nil
+}
+
+// WaitH15 returns the value of the "wait_h15" field in the mutation.
+func (m *TaskHistoryMutation) WaitH15() (r int64, exists bool) {
+	v := m.wait_h15
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH15 returns the old "wait_h15" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH15(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH15 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH15 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH15: %w", err)
+	}
+	return oldValue.WaitH15, nil
+}
+
+// AddWaitH15 adds i to the "wait_h15" field.
+func (m *TaskHistoryMutation) AddWaitH15(i int64) {
+	if m.addwait_h15 != nil {
+		*m.addwait_h15 += i
+	} else {
+		m.addwait_h15 = &i
+	}
+}
+
+// AddedWaitH15 returns the value that was added to the "wait_h15" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH15() (r int64, exists bool) {
+	v := m.addwait_h15
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH15 resets all changes to the "wait_h15" field.
+func (m *TaskHistoryMutation) ResetWaitH15() {
+	m.wait_h15 = nil
+	m.addwait_h15 = nil
+}
+
+// SetWaitH16 sets the "wait_h16" field.
+func (m *TaskHistoryMutation) SetWaitH16(i int64) {
+	m.wait_h16 = &i
+	m.addwait_h16 = nil
+}
+
+// WaitH16 returns the value of the "wait_h16" field in the mutation.
+func (m *TaskHistoryMutation) WaitH16() (r int64, exists bool) {
+	v := m.wait_h16
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH16 returns the old "wait_h16" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH16(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH16 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH16 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH16: %w", err)
+	}
+	return oldValue.WaitH16, nil
+}
+
+// AddWaitH16 adds i to the "wait_h16" field.
+func (m *TaskHistoryMutation) AddWaitH16(i int64) {
+	if m.addwait_h16 != nil {
+		*m.addwait_h16 += i
+	} else {
+		m.addwait_h16 = &i
+	}
+}
+
+// AddedWaitH16 returns the value that was added to the "wait_h16" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH16() (r int64, exists bool) {
+	v := m.addwait_h16
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH16 resets all changes to the "wait_h16" field.
+func (m *TaskHistoryMutation) ResetWaitH16() {
+	m.wait_h16 = nil
+	m.addwait_h16 = nil
+}
+
+// SetWaitH17 sets the "wait_h17" field.
+func (m *TaskHistoryMutation) SetWaitH17(i int64) {
+	m.wait_h17 = &i
+	m.addwait_h17 = nil
+}
+
+// WaitH17 returns the value of the "wait_h17" field in the mutation.
+func (m *TaskHistoryMutation) WaitH17() (r int64, exists bool) {
+	v := m.wait_h17
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH17 returns the old "wait_h17" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH17(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH17 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH17 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH17: %w", err)
+	}
+	return oldValue.WaitH17, nil
+}
+
+// AddWaitH17 adds i to the "wait_h17" field.
+func (m *TaskHistoryMutation) AddWaitH17(i int64) {
+	if m.addwait_h17 != nil {
+		*m.addwait_h17 += i
+	} else {
+		m.addwait_h17 = &i
+	}
+}
+
+// AddedWaitH17 returns the value that was added to the "wait_h17" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH17() (r int64, exists bool) {
+	v := m.addwait_h17
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH17 resets all changes to the "wait_h17" field.
+func (m *TaskHistoryMutation) ResetWaitH17() {
+	m.wait_h17 = nil
+	m.addwait_h17 = nil
+}
+
+// SetWaitH18 sets the "wait_h18" field.
+func (m *TaskHistoryMutation) SetWaitH18(i int64) {
+	m.wait_h18 = &i
+	m.addwait_h18 = nil
+}
+
+// WaitH18 returns the value of the "wait_h18" field in the mutation.
+func (m *TaskHistoryMutation) WaitH18() (r int64, exists bool) {
+	v := m.wait_h18
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH18 returns the old "wait_h18" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH18(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH18 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH18 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH18: %w", err)
+	}
+	return oldValue.WaitH18, nil
+}
+
+// AddWaitH18 adds i to the "wait_h18" field.
+func (m *TaskHistoryMutation) AddWaitH18(i int64) {
+	if m.addwait_h18 != nil {
+		*m.addwait_h18 += i
+	} else {
+		m.addwait_h18 = &i
+	}
+}
+
+// AddedWaitH18 returns the value that was added to the "wait_h18" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH18() (r int64, exists bool) {
+	v := m.addwait_h18
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH18 resets all changes to the "wait_h18" field.
+func (m *TaskHistoryMutation) ResetWaitH18() {
+	m.wait_h18 = nil
+	m.addwait_h18 = nil
+}
+
+// SetWaitH19 sets the "wait_h19" field.
+func (m *TaskHistoryMutation) SetWaitH19(i int64) {
+	m.wait_h19 = &i
+	m.addwait_h19 = nil
+}
+
+// WaitH19 returns the value of the "wait_h19" field in the mutation.
+func (m *TaskHistoryMutation) WaitH19() (r int64, exists bool) {
+	v := m.wait_h19
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH19 returns the old "wait_h19" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH19(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH19 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH19 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH19: %w", err)
+	}
+	return oldValue.WaitH19, nil
+}
+
+// AddWaitH19 adds i to the "wait_h19" field.
+func (m *TaskHistoryMutation) AddWaitH19(i int64) {
+	if m.addwait_h19 != nil {
+		*m.addwait_h19 += i
+	} else {
+		m.addwait_h19 = &i
+	}
+}
+
+// AddedWaitH19 returns the value that was added to the "wait_h19" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH19() (r int64, exists bool) {
+	v := m.addwait_h19
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH19 resets all changes to the "wait_h19" field.
+func (m *TaskHistoryMutation) ResetWaitH19() {
+	m.wait_h19 = nil
+	m.addwait_h19 = nil
+}
+
+// SetWaitH20 sets the "wait_h20" field.
+func (m *TaskHistoryMutation) SetWaitH20(i int64) {
+	m.wait_h20 = &i
+	m.addwait_h20 = nil
+}
+
+// WaitH20 returns the value of the "wait_h20" field in the mutation.
+func (m *TaskHistoryMutation) WaitH20() (r int64, exists bool) {
+	v := m.wait_h20
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH20 returns the old "wait_h20" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH20(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH20 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH20 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH20: %w", err)
+	}
+	return oldValue.WaitH20, nil
+}
+
+// AddWaitH20 adds i to the "wait_h20" field.
+func (m *TaskHistoryMutation) AddWaitH20(i int64) {
+	if m.addwait_h20 != nil {
+		*m.addwait_h20 += i
+	} else {
+		m.addwait_h20 = &i
+	}
+}
+
+// AddedWaitH20 returns the value that was added to the "wait_h20" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH20() (r int64, exists bool) {
+	v := m.addwait_h20
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH20 resets all changes to the "wait_h20" field.
+func (m *TaskHistoryMutation) ResetWaitH20() {
+	m.wait_h20 = nil
+	m.addwait_h20 = nil
+}
+
+// SetWaitH21 sets the "wait_h21" field.
+func (m *TaskHistoryMutation) SetWaitH21(i int64) {
+	m.wait_h21 = &i
+	m.addwait_h21 = nil
+}
+
+// WaitH21 returns the value of the "wait_h21" field in the mutation.
+func (m *TaskHistoryMutation) WaitH21() (r int64, exists bool) {
+	v := m.wait_h21
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH21 returns the old "wait_h21" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH21(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH21 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH21 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH21: %w", err)
+	}
+	return oldValue.WaitH21, nil
+}
+
+// AddWaitH21 adds i to the "wait_h21" field.
+func (m *TaskHistoryMutation) AddWaitH21(i int64) {
+	if m.addwait_h21 != nil {
+		*m.addwait_h21 += i
+	} else {
+		m.addwait_h21 = &i
+	}
+}
+
+// AddedWaitH21 returns the value that was added to the "wait_h21" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH21() (r int64, exists bool) {
+	v := m.addwait_h21
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH21 resets all changes to the "wait_h21" field.
+func (m *TaskHistoryMutation) ResetWaitH21() {
+	m.wait_h21 = nil
+	m.addwait_h21 = nil
+}
+
+// SetWaitH22 sets the "wait_h22" field.
+func (m *TaskHistoryMutation) SetWaitH22(i int64) {
+	m.wait_h22 = &i
+	m.addwait_h22 = nil
+}
+
+// WaitH22 returns the value of the "wait_h22" field in the mutation.
+func (m *TaskHistoryMutation) WaitH22() (r int64, exists bool) {
+	v := m.wait_h22
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH22 returns the old "wait_h22" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH22(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH22 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH22 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH22: %w", err)
+	}
+	return oldValue.WaitH22, nil
+}
+
+// AddWaitH22 adds i to the "wait_h22" field.
+func (m *TaskHistoryMutation) AddWaitH22(i int64) {
+	if m.addwait_h22 != nil {
+		*m.addwait_h22 += i
+	} else {
+		m.addwait_h22 = &i
+	}
+}
+
+// AddedWaitH22 returns the value that was added to the "wait_h22" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH22() (r int64, exists bool) {
+	v := m.addwait_h22
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH22 resets all changes to the "wait_h22" field.
+func (m *TaskHistoryMutation) ResetWaitH22() {
+	m.wait_h22 = nil
+	m.addwait_h22 = nil
+}
+
+// SetWaitH23 sets the "wait_h23" field.
+func (m *TaskHistoryMutation) SetWaitH23(i int64) {
+	m.wait_h23 = &i
+	m.addwait_h23 = nil
+}
+
+// WaitH23 returns the value of the "wait_h23" field in the mutation.
+func (m *TaskHistoryMutation) WaitH23() (r int64, exists bool) {
+	v := m.wait_h23
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitH23 returns the old "wait_h23" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldWaitH23(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitH23 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitH23 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitH23: %w", err)
+	}
+	return oldValue.WaitH23, nil
+}
+
+// AddWaitH23 adds i to the "wait_h23" field.
+func (m *TaskHistoryMutation) AddWaitH23(i int64) {
+	if m.addwait_h23 != nil {
+		*m.addwait_h23 += i
+	} else {
+		m.addwait_h23 = &i
+	}
+}
+
+// AddedWaitH23 returns the value that was added to the "wait_h23" field in this mutation.
+func (m *TaskHistoryMutation) AddedWaitH23() (r int64, exists bool) {
+	v := m.addwait_h23
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWaitH23 resets all changes to the "wait_h23" field.
+func (m *TaskHistoryMutation) ResetWaitH23() {
+	m.wait_h23 = nil
+	m.addwait_h23 = nil
+}
+
+// SetRunH00 sets the "run_h00" field.
+func (m *TaskHistoryMutation) SetRunH00(i int64) {
+	m.run_h00 = &i
+	m.addrun_h00 = nil
+}
+
+// RunH00 returns the value of the "run_h00" field in the mutation.
+func (m *TaskHistoryMutation) RunH00() (r int64, exists bool) {
+	v := m.run_h00
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH00 returns the old "run_h00" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH00(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH00 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH00 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH00: %w", err)
+	}
+	return oldValue.RunH00, nil
+}
+
+// AddRunH00 adds i to the "run_h00" field.
+func (m *TaskHistoryMutation) AddRunH00(i int64) {
+	if m.addrun_h00 != nil {
+		*m.addrun_h00 += i
+	} else {
+		m.addrun_h00 = &i
+	}
+}
+
+// AddedRunH00 returns the value that was added to the "run_h00" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH00() (r int64, exists bool) {
+	v := m.addrun_h00
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH00 resets all changes to the "run_h00" field.
+func (m *TaskHistoryMutation) ResetRunH00() {
+	m.run_h00 = nil
+	m.addrun_h00 = nil
+}
+
+// SetRunH01 sets the "run_h01" field.
+func (m *TaskHistoryMutation) SetRunH01(i int64) {
+	m.run_h01 = &i
+	m.addrun_h01 = nil
+}
+
+// RunH01 returns the value of the "run_h01" field in the mutation.
+func (m *TaskHistoryMutation) RunH01() (r int64, exists bool) {
+	v := m.run_h01
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH01 returns the old "run_h01" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH01(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH01 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH01 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH01: %w", err)
+	}
+	return oldValue.RunH01, nil
+}
+
+// AddRunH01 adds i to the "run_h01" field.
+func (m *TaskHistoryMutation) AddRunH01(i int64) {
+	if m.addrun_h01 != nil {
+		*m.addrun_h01 += i
+	} else {
+		m.addrun_h01 = &i
+	}
+}
+
+// AddedRunH01 returns the value that was added to the "run_h01" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH01() (r int64, exists bool) {
+	v := m.addrun_h01
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH01 resets all changes to the "run_h01" field.
+func (m *TaskHistoryMutation) ResetRunH01() {
+	m.run_h01 = nil
+	m.addrun_h01 = nil
+}
+
+// SetRunH02 sets the "run_h02" field.
+func (m *TaskHistoryMutation) SetRunH02(i int64) {
+	m.run_h02 = &i
+	m.addrun_h02 = nil
+}
+
+// RunH02 returns the value of the "run_h02" field in the mutation.
+func (m *TaskHistoryMutation) RunH02() (r int64, exists bool) {
+	v := m.run_h02
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH02 returns the old "run_h02" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH02(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH02 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH02 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH02: %w", err)
+	}
+	return oldValue.RunH02, nil
+}
+
+// AddRunH02 adds i to the "run_h02" field.
+func (m *TaskHistoryMutation) AddRunH02(i int64) {
+	if m.addrun_h02 != nil {
+		*m.addrun_h02 += i
+	} else {
+		m.addrun_h02 = &i
+	}
+}
+
+// AddedRunH02 returns the value that was added to the "run_h02" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH02() (r int64, exists bool) {
+	v := m.addrun_h02
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH02 resets all changes to the "run_h02" field.
+func (m *TaskHistoryMutation) ResetRunH02() {
+	m.run_h02 = nil
+	m.addrun_h02 = nil
+}
+
+// SetRunH03 sets the "run_h03" field.
+func (m *TaskHistoryMutation) SetRunH03(i int64) {
+	m.run_h03 = &i
+	m.addrun_h03 = nil
+}
+
+// RunH03 returns the value of the "run_h03" field in the mutation.
+func (m *TaskHistoryMutation) RunH03() (r int64, exists bool) {
+	v := m.run_h03
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH03 returns the old "run_h03" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH03(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH03 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH03 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH03: %w", err)
+	}
+	return oldValue.RunH03, nil
+}
+
+// AddRunH03 adds i to the "run_h03" field.
+func (m *TaskHistoryMutation) AddRunH03(i int64) {
+	if m.addrun_h03 != nil {
+		*m.addrun_h03 += i
+	} else {
+		m.addrun_h03 = &i
+	}
+}
+
+// AddedRunH03 returns the value that was added to the "run_h03" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH03() (r int64, exists bool) {
+	v := m.addrun_h03
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH03 resets all changes to the "run_h03" field.
+func (m *TaskHistoryMutation) ResetRunH03() {
+	m.run_h03 = nil
+	m.addrun_h03 = nil
+}
+
+// SetRunH04 sets the "run_h04" field.
+func (m *TaskHistoryMutation) SetRunH04(i int64) {
+	m.run_h04 = &i
+	m.addrun_h04 = nil
+}
+
+// RunH04 returns the value of the "run_h04" field in the mutation.
+func (m *TaskHistoryMutation) RunH04() (r int64, exists bool) {
+	v := m.run_h04
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH04 returns the old "run_h04" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH04(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH04 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH04 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH04: %w", err)
+	}
+	return oldValue.RunH04, nil
+}
+
+// AddRunH04 adds i to the "run_h04" field.
+func (m *TaskHistoryMutation) AddRunH04(i int64) {
+	if m.addrun_h04 != nil {
+		*m.addrun_h04 += i
+	} else {
+		m.addrun_h04 = &i
+	}
+}
+
+// AddedRunH04 returns the value that was added to the "run_h04" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH04() (r int64, exists bool) {
+	v := m.addrun_h04
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH04 resets all changes to the "run_h04" field.
+func (m *TaskHistoryMutation) ResetRunH04() {
+	m.run_h04 = nil
+	m.addrun_h04 = nil
+}
+
+// SetRunH05 sets the "run_h05" field.
+func (m *TaskHistoryMutation) SetRunH05(i int64) {
+	m.run_h05 = &i
+	m.addrun_h05 = nil
+}
+
+// RunH05 returns the value of the "run_h05" field in the mutation.
+func (m *TaskHistoryMutation) RunH05() (r int64, exists bool) {
+	v := m.run_h05
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH05 returns the old "run_h05" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH05(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH05 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH05 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH05: %w", err)
+	}
+	return oldValue.RunH05, nil
+}
+
+// AddRunH05 adds i to the "run_h05" field.
+func (m *TaskHistoryMutation) AddRunH05(i int64) {
+	if m.addrun_h05 != nil {
+		*m.addrun_h05 += i
+	} else {
+		m.addrun_h05 = &i
+	}
+}
+
+// AddedRunH05 returns the value that was added to the "run_h05" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH05() (r int64, exists bool) {
+	v := m.addrun_h05
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH05 resets all changes to the "run_h05" field.
+func (m *TaskHistoryMutation) ResetRunH05() {
+	m.run_h05 = nil
+	m.addrun_h05 = nil
+}
+
+// SetRunH06 sets the "run_h06" field.
+func (m *TaskHistoryMutation) SetRunH06(i int64) {
+	m.run_h06 = &i
+	m.addrun_h06 = nil
+}
+
+// RunH06 returns the value of the "run_h06" field in the mutation.
+func (m *TaskHistoryMutation) RunH06() (r int64, exists bool) {
+	v := m.run_h06
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH06 returns the old "run_h06" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH06(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH06 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH06 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH06: %w", err)
+	}
+	return oldValue.RunH06, nil
+}
+
+// AddRunH06 adds i to the "run_h06" field.
+func (m *TaskHistoryMutation) AddRunH06(i int64) {
+	if m.addrun_h06 != nil {
+		*m.addrun_h06 += i
+	} else {
+		m.addrun_h06 = &i
+	}
+}
+
+// AddedRunH06 returns the value that was added to the "run_h06" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH06() (r int64, exists bool) {
+	v := m.addrun_h06
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH06 resets all changes to the "run_h06" field.
+func (m *TaskHistoryMutation) ResetRunH06() {
+	m.run_h06 = nil
+	m.addrun_h06 = nil
+}
+
+// SetRunH07 sets the "run_h07" field.
+func (m *TaskHistoryMutation) SetRunH07(i int64) {
+	m.run_h07 = &i
+	m.addrun_h07 = nil
+}
+
+// RunH07 returns the value of the "run_h07" field in the mutation.
+func (m *TaskHistoryMutation) RunH07() (r int64, exists bool) {
+	v := m.run_h07
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH07 returns the old "run_h07" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH07(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH07 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH07 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH07: %w", err)
+	}
+	return oldValue.RunH07, nil
+}
+
+// AddRunH07 adds i to the "run_h07" field.
+func (m *TaskHistoryMutation) AddRunH07(i int64) {
+	if m.addrun_h07 != nil {
+		*m.addrun_h07 += i
+	} else {
+		m.addrun_h07 = &i
+	}
+}
+
+// AddedRunH07 returns the value that was added to the "run_h07" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH07() (r int64, exists bool) {
+	v := m.addrun_h07
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH07 resets all changes to the "run_h07" field.
+func (m *TaskHistoryMutation) ResetRunH07() {
+	m.run_h07 = nil
+	m.addrun_h07 = nil
+}
+
+// SetRunH08 sets the "run_h08" field.
+func (m *TaskHistoryMutation) SetRunH08(i int64) {
+	m.run_h08 = &i
+	m.addrun_h08 = nil
+}
+
+// RunH08 returns the value of the "run_h08" field in the mutation.
+func (m *TaskHistoryMutation) RunH08() (r int64, exists bool) {
+	v := m.run_h08
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH08 returns the old "run_h08" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH08(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH08 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH08 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH08: %w", err)
+	}
+	return oldValue.RunH08, nil
+}
+
+// AddRunH08 adds i to the "run_h08" field.
+func (m *TaskHistoryMutation) AddRunH08(i int64) {
+	if m.addrun_h08 != nil {
+		*m.addrun_h08 += i
+	} else {
+		m.addrun_h08 = &i
+	}
+}
+
+// AddedRunH08 returns the value that was added to the "run_h08" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH08() (r int64, exists bool) {
+	v := m.addrun_h08
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH08 resets all changes to the "run_h08" field.
+func (m *TaskHistoryMutation) ResetRunH08() {
+	m.run_h08 = nil
+	m.addrun_h08 = nil
+}
+
+// SetRunH09 sets the "run_h09" field.
+func (m *TaskHistoryMutation) SetRunH09(i int64) {
+	m.run_h09 = &i
+	m.addrun_h09 = nil
+}
+
+// RunH09 returns the value of the "run_h09" field in the mutation.
+func (m *TaskHistoryMutation) RunH09() (r int64, exists bool) {
+	v := m.run_h09
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH09 returns the old "run_h09" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH09(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH09 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH09 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH09: %w", err)
+	}
+	return oldValue.RunH09, nil
+}
+
+// AddRunH09 adds i to the "run_h09" field.
+func (m *TaskHistoryMutation) AddRunH09(i int64) {
+	if m.addrun_h09 != nil {
+		*m.addrun_h09 += i
+	} else {
+		m.addrun_h09 = &i
+	}
+}
+
+// AddedRunH09 returns the value that was added to the "run_h09" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH09() (r int64, exists bool) {
+	v := m.addrun_h09
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH09 resets all changes to the "run_h09" field.
+func (m *TaskHistoryMutation) ResetRunH09() {
+	m.run_h09 = nil
+	m.addrun_h09 = nil
+}
+
+// SetRunH10 sets the "run_h10" field.
+func (m *TaskHistoryMutation) SetRunH10(i int64) {
+	m.run_h10 = &i
+	m.addrun_h10 = nil
+}
+
+// RunH10 returns the value of the "run_h10" field in the mutation.
+func (m *TaskHistoryMutation) RunH10() (r int64, exists bool) {
+	v := m.run_h10
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH10 returns the old "run_h10" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH10(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH10 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH10 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH10: %w", err)
+	}
+	return oldValue.RunH10, nil
+}
+
+// AddRunH10 adds i to the "run_h10" field.
+func (m *TaskHistoryMutation) AddRunH10(i int64) {
+	if m.addrun_h10 != nil {
+		*m.addrun_h10 += i
+	} else {
+		m.addrun_h10 = &i
+	}
+}
+
+// AddedRunH10 returns the value that was added to the "run_h10" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH10() (r int64, exists bool) {
+	v := m.addrun_h10
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH10 resets all changes to the "run_h10" field.
+func (m *TaskHistoryMutation) ResetRunH10() {
+	m.run_h10 = nil
+	m.addrun_h10 = nil
+}
+
+// SetRunH11 sets the "run_h11" field.
+func (m *TaskHistoryMutation) SetRunH11(i int64) {
+	m.run_h11 = &i
+	m.addrun_h11 = nil
+}
+
+// RunH11 returns the value of the "run_h11" field in the mutation.
+func (m *TaskHistoryMutation) RunH11() (r int64, exists bool) {
+	v := m.run_h11
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH11 returns the old "run_h11" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH11(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH11 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH11 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH11: %w", err)
+	}
+	return oldValue.RunH11, nil
+}
+
+// AddRunH11 adds i to the "run_h11" field.
+func (m *TaskHistoryMutation) AddRunH11(i int64) {
+	if m.addrun_h11 != nil {
+		*m.addrun_h11 += i
+	} else {
+		m.addrun_h11 = &i
+	}
+}
+
+// AddedRunH11 returns the value that was added to the "run_h11" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH11() (r int64, exists bool) {
+	v := m.addrun_h11
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH11 resets all changes to the "run_h11" field.
+func (m *TaskHistoryMutation) ResetRunH11() {
+	m.run_h11 = nil
+	m.addrun_h11 = nil
+}
+
+// SetRunH12 sets the "run_h12" field.
+func (m *TaskHistoryMutation) SetRunH12(i int64) {
+	m.run_h12 = &i
+	m.addrun_h12 = nil
+}
+
+// RunH12 returns the value of the "run_h12" field in the mutation.
+func (m *TaskHistoryMutation) RunH12() (r int64, exists bool) {
+	v := m.run_h12
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH12 returns the old "run_h12" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH12(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH12 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH12 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH12: %w", err)
+	}
+	return oldValue.RunH12, nil
+}
+
+// AddRunH12 adds i to the "run_h12" field.
+func (m *TaskHistoryMutation) AddRunH12(i int64) {
+	if m.addrun_h12 != nil {
+		*m.addrun_h12 += i
+	} else {
+		m.addrun_h12 = &i
+	}
+}
+
+// AddedRunH12 returns the value that was added to the "run_h12" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH12() (r int64, exists bool) {
+	v := m.addrun_h12
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH12 resets all changes to the "run_h12" field.
+func (m *TaskHistoryMutation) ResetRunH12() {
+	m.run_h12 = nil
+	m.addrun_h12 = nil
+}
+
+// SetRunH13 sets the "run_h13" field.
+func (m *TaskHistoryMutation) SetRunH13(i int64) {
+	m.run_h13 = &i
+	m.addrun_h13 = nil
+}
+
+// RunH13 returns the value of the "run_h13" field in the mutation.
+func (m *TaskHistoryMutation) RunH13() (r int64, exists bool) {
+	v := m.run_h13
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH13 returns the old "run_h13" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH13(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH13 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH13 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH13: %w", err)
+	}
+	return oldValue.RunH13, nil
+}
+
+// AddRunH13 adds i to the "run_h13" field.
+func (m *TaskHistoryMutation) AddRunH13(i int64) {
+	if m.addrun_h13 != nil {
+		*m.addrun_h13 += i
+	} else {
+		m.addrun_h13 = &i
+	}
+}
+
+// AddedRunH13 returns the value that was added to the "run_h13" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH13() (r int64, exists bool) {
+	v := m.addrun_h13
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH13 resets all changes to the "run_h13" field.
+func (m *TaskHistoryMutation) ResetRunH13() {
+	m.run_h13 = nil
+	m.addrun_h13 = nil
+}
+
+// SetRunH14 sets the "run_h14" field.
+func (m *TaskHistoryMutation) SetRunH14(i int64) {
+	m.run_h14 = &i
+	m.addrun_h14 = nil
+}
+
+// RunH14 returns the value of the "run_h14" field in the mutation.
+func (m *TaskHistoryMutation) RunH14() (r int64, exists bool) {
+	v := m.run_h14
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH14 returns the old "run_h14" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH14(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH14 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH14 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH14: %w", err)
+	}
+	return oldValue.RunH14, nil
+}
+
+// AddRunH14 adds i to the "run_h14" field.
+func (m *TaskHistoryMutation) AddRunH14(i int64) {
+	if m.addrun_h14 != nil {
+		*m.addrun_h14 += i
+	} else {
+		m.addrun_h14 = &i
+	}
+}
+
+// AddedRunH14 returns the value that was added to the "run_h14" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH14() (r int64, exists bool) {
+	v := m.addrun_h14
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH14 resets all changes to the "run_h14" field.
+func (m *TaskHistoryMutation) ResetRunH14() {
+	m.run_h14 = nil
+	m.addrun_h14 = nil
+}
+
+// SetRunH15 sets the "run_h15" field.
+func (m *TaskHistoryMutation) SetRunH15(i int64) {
+	m.run_h15 = &i
+	m.addrun_h15 = nil
+}
+
+// RunH15 returns the value of the "run_h15" field in the mutation.
+func (m *TaskHistoryMutation) RunH15() (r int64, exists bool) {
+	v := m.run_h15
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH15 returns the old "run_h15" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH15(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH15 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH15 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH15: %w", err)
+	}
+	return oldValue.RunH15, nil
+}
+
+// AddRunH15 adds i to the "run_h15" field.
+func (m *TaskHistoryMutation) AddRunH15(i int64) {
+	if m.addrun_h15 != nil {
+		*m.addrun_h15 += i
+	} else {
+		m.addrun_h15 = &i
+	}
+}
+
+// AddedRunH15 returns the value that was added to the "run_h15" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH15() (r int64, exists bool) {
+	v := m.addrun_h15
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH15 resets all changes to the "run_h15" field.
+func (m *TaskHistoryMutation) ResetRunH15() {
+	m.run_h15 = nil
+	m.addrun_h15 = nil
+}
+
+// SetRunH16 sets the "run_h16" field.
+func (m *TaskHistoryMutation) SetRunH16(i int64) {
+	m.run_h16 = &i
+	m.addrun_h16 = nil
+}
+
+// RunH16 returns the value of the "run_h16" field in the mutation.
+func (m *TaskHistoryMutation) RunH16() (r int64, exists bool) {
+	v := m.run_h16
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH16 returns the old "run_h16" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH16(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH16 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH16 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH16: %w", err)
+	}
+	return oldValue.RunH16, nil
+}
+
+// AddRunH16 adds i to the "run_h16" field.
+func (m *TaskHistoryMutation) AddRunH16(i int64) {
+	if m.addrun_h16 != nil {
+		*m.addrun_h16 += i
+	} else {
+		m.addrun_h16 = &i
+	}
+}
+
+// AddedRunH16 returns the value that was added to the "run_h16" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH16() (r int64, exists bool) {
+	v := m.addrun_h16
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH16 resets all changes to the "run_h16" field.
+func (m *TaskHistoryMutation) ResetRunH16() {
+	m.run_h16 = nil
+	m.addrun_h16 = nil
+}
+
+// SetRunH17 sets the "run_h17" field.
+func (m *TaskHistoryMutation) SetRunH17(i int64) {
+	m.run_h17 = &i
+	m.addrun_h17 = nil
+}
+
+// RunH17 returns the value of the "run_h17" field in the mutation.
+func (m *TaskHistoryMutation) RunH17() (r int64, exists bool) {
+	v := m.run_h17
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH17 returns the old "run_h17" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH17(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH17 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH17 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH17: %w", err)
+	}
+	return oldValue.RunH17, nil
+}
+
+// AddRunH17 adds i to the "run_h17" field.
+func (m *TaskHistoryMutation) AddRunH17(i int64) {
+	if m.addrun_h17 != nil {
+		*m.addrun_h17 += i
+	} else {
+		m.addrun_h17 = &i
+	}
+}
+
+// AddedRunH17 returns the value that was added to the "run_h17" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH17() (r int64, exists bool) {
+	v := m.addrun_h17
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH17 resets all changes to the "run_h17" field.
+func (m *TaskHistoryMutation) ResetRunH17() {
+	m.run_h17 = nil
+	m.addrun_h17 = nil
+}
+
+// SetRunH18 sets the "run_h18" field.
+func (m *TaskHistoryMutation) SetRunH18(i int64) {
+	m.run_h18 = &i
+	m.addrun_h18 = nil
+}
+
+// RunH18 returns the value of the "run_h18" field in the mutation.
+func (m *TaskHistoryMutation) RunH18() (r int64, exists bool) {
+	v := m.run_h18
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH18 returns the old "run_h18" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH18(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH18 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH18 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH18: %w", err)
+	}
+	return oldValue.RunH18, nil
+}
+
+// AddRunH18 adds i to the "run_h18" field.
+func (m *TaskHistoryMutation) AddRunH18(i int64) {
+	if m.addrun_h18 != nil {
+		*m.addrun_h18 += i
+	} else {
+		m.addrun_h18 = &i
+	}
+}
+
+// AddedRunH18 returns the value that was added to the "run_h18" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH18() (r int64, exists bool) {
+	v := m.addrun_h18
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH18 resets all changes to the "run_h18" field.
+func (m *TaskHistoryMutation) ResetRunH18() {
+	m.run_h18 = nil
+	m.addrun_h18 = nil
+}
+
+// SetRunH19 sets the "run_h19" field.
+func (m *TaskHistoryMutation) SetRunH19(i int64) {
+	m.run_h19 = &i
+	m.addrun_h19 = nil
+}
+
+// RunH19 returns the value of the "run_h19" field in the mutation.
+func (m *TaskHistoryMutation) RunH19() (r int64, exists bool) {
+	v := m.run_h19
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH19 returns the old "run_h19" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH19(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH19 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH19 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH19: %w", err)
+	}
+	return oldValue.RunH19, nil
+}
+
+// AddRunH19 adds i to the "run_h19" field.
+func (m *TaskHistoryMutation) AddRunH19(i int64) {
+	if m.addrun_h19 != nil {
+		*m.addrun_h19 += i
+	} else {
+		m.addrun_h19 = &i
+	}
+}
+
+// AddedRunH19 returns the value that was added to the "run_h19" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH19() (r int64, exists bool) {
+	v := m.addrun_h19
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH19 resets all changes to the "run_h19" field.
+func (m *TaskHistoryMutation) ResetRunH19() {
+	m.run_h19 = nil
+	m.addrun_h19 = nil
+}
+
+// SetRunH20 sets the "run_h20" field.
+func (m *TaskHistoryMutation) SetRunH20(i int64) {
+	m.run_h20 = &i
+	m.addrun_h20 = nil
+}
+
+// RunH20 returns the value of the "run_h20" field in the mutation.
+func (m *TaskHistoryMutation) RunH20() (r int64, exists bool) {
+	v := m.run_h20
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH20 returns the old "run_h20" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH20(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH20 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH20 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH20: %w", err)
+	}
+	return oldValue.RunH20, nil
+}
+
+// AddRunH20 adds i to the "run_h20" field.
+func (m *TaskHistoryMutation) AddRunH20(i int64) {
+	if m.addrun_h20 != nil {
+		*m.addrun_h20 += i
+	} else {
+		m.addrun_h20 = &i
+	}
+}
+
+// AddedRunH20 returns the value that was added to the "run_h20" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH20() (r int64, exists bool) {
+	v := m.addrun_h20
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH20 resets all changes to the "run_h20" field.
+func (m *TaskHistoryMutation) ResetRunH20() {
+	m.run_h20 = nil
+	m.addrun_h20 = nil
+}
+
+// SetRunH21 sets the "run_h21" field.
+func (m *TaskHistoryMutation) SetRunH21(i int64) {
+	m.run_h21 = &i
+	m.addrun_h21 = nil
+}
+
+// RunH21 returns the value of the "run_h21" field in the mutation.
+func (m *TaskHistoryMutation) RunH21() (r int64, exists bool) {
+	v := m.run_h21
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH21 returns the old "run_h21" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH21(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH21 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH21 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH21: %w", err)
+	}
+	return oldValue.RunH21, nil
+}
+
+// AddRunH21 adds i to the "run_h21" field.
+func (m *TaskHistoryMutation) AddRunH21(i int64) {
+	if m.addrun_h21 != nil {
+		*m.addrun_h21 += i
+	} else {
+		m.addrun_h21 = &i
+	}
+}
+
+// AddedRunH21 returns the value that was added to the "run_h21" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH21() (r int64, exists bool) {
+	v := m.addrun_h21
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH21 resets all changes to the "run_h21" field.
+func (m *TaskHistoryMutation) ResetRunH21() {
+	m.run_h21 = nil
+	m.addrun_h21 = nil
+}
+
+// SetRunH22 sets the "run_h22" field.
+func (m *TaskHistoryMutation) SetRunH22(i int64) {
+	m.run_h22 = &i
+	m.addrun_h22 = nil
+}
+
+// RunH22 returns the value of the "run_h22" field in the mutation.
+func (m *TaskHistoryMutation) RunH22() (r int64, exists bool) {
+	v := m.run_h22
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH22 returns the old "run_h22" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH22(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH22 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH22 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH22: %w", err)
+	}
+	return oldValue.RunH22, nil
+}
+
+// AddRunH22 adds i to the "run_h22" field.
+func (m *TaskHistoryMutation) AddRunH22(i int64) {
+	if m.addrun_h22 != nil {
+		*m.addrun_h22 += i
+	} else {
+		m.addrun_h22 = &i
+	}
+}
+
+// AddedRunH22 returns the value that was added to the "run_h22" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH22() (r int64, exists bool) {
+	v := m.addrun_h22
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH22 resets all changes to the "run_h22" field.
+func (m *TaskHistoryMutation) ResetRunH22() {
+	m.run_h22 = nil
+	m.addrun_h22 = nil
+}
+
+// SetRunH23 sets the "run_h23" field.
+func (m *TaskHistoryMutation) SetRunH23(i int64) {
+	m.run_h23 = &i
+	m.addrun_h23 = nil
+}
+
+// RunH23 returns the value of the "run_h23" field in the mutation.
+func (m *TaskHistoryMutation) RunH23() (r int64, exists bool) {
+	v := m.run_h23
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRunH23 returns the old "run_h23" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldRunH23(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRunH23 is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRunH23 requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRunH23: %w", err)
+	}
+	return oldValue.RunH23, nil
+}
+
+// AddRunH23 adds i to the "run_h23" field.
+func (m *TaskHistoryMutation) AddRunH23(i int64) {
+	if m.addrun_h23 != nil {
+		*m.addrun_h23 += i
+	} else {
+		m.addrun_h23 = &i
+	}
+}
+
+// AddedRunH23 returns the value that was added to the "run_h23" field in this mutation.
+func (m *TaskHistoryMutation) AddedRunH23() (r int64, exists bool) {
+	v := m.addrun_h23
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRunH23 resets all changes to the "run_h23" field.
+func (m *TaskHistoryMutation) ResetRunH23() {
+	m.run_h23 = nil
+	m.addrun_h23 = nil
+}
+
+// Where appends a list predicates to the TaskHistoryMutation builder.
+func (m *TaskHistoryMutation) Where(ps ...predicate.TaskHistory) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TaskHistoryMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TaskHistoryMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TaskHistory, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TaskHistoryMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TaskHistoryMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TaskHistory).
+func (m *TaskHistoryMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TaskHistoryMutation) Fields() []string {
+	fields := make([]string, 0, 62)
+	if m.bucket_start != nil {
+		fields = append(fields, taskhistory.FieldBucketStart)
+	}
+	if m.resolution != nil {
+		fields = append(fields, taskhistory.FieldResolution)
+	}
+	if m.task_type != nil {
+		fields = append(fields, taskhistory.FieldTaskType)
+	}
+	if m.tenant != nil {
+		fields = append(fields, taskhistory.FieldTenant)
+	}
+	if m.created != nil {
+		fields = append(fields, taskhistory.FieldCreated)
+	}
+	if m.started != nil {
+		fields = append(fields, taskhistory.FieldStarted)
+	}
+	if m.succeeded != nil {
+		fields = append(fields, taskhistory.FieldSucceeded)
+	}
+	if m.failed != nil {
+		fields = append(fields, taskhistory.FieldFailed)
+	}
+	if m.cancelled != nil {
+		fields = append(fields, taskhistory.FieldCancelled)
+	}
+	if m.retries != nil {
+		fields = append(fields, taskhistory.FieldRetries)
+	}
+	if m.rows_imported != nil {
+		fields = append(fields, taskhistory.FieldRowsImported)
+	}
+	if m.rows_exported != nil {
+		fields = append(fields, taskhistory.FieldRowsExported)
+	}
+	if m.run_time_ms != nil {
+		fields = append(fields, taskhistory.FieldRunTimeMs)
+	}
+	if m.waiting != nil {
+		fields = append(fields, taskhistory.FieldWaiting)
+	}
+	if m.wait_h00 != nil {
+		fields = append(fields, taskhistory.FieldWaitH00)
+	}
+	if m.wait_h01 != nil {
+		fields = append(fields, taskhistory.FieldWaitH01)
+	}
+	if m.wait_h02 != nil {
+		fields = append(fields, taskhistory.FieldWaitH02)
+	}
+	if m.wait_h03 != nil {
+		fields = append(fields, taskhistory.FieldWaitH03)
+	}
+	if m.wait_h04 != nil {
+		fields = append(fields, taskhistory.FieldWaitH04)
+	}
+	if m.wait_h05 != nil {
+		fields = append(fields, taskhistory.FieldWaitH05)
+	}
+	if m.wait_h06 != nil {
+		fields = append(fields, taskhistory.FieldWaitH06)
+	}
+	if m.wait_h07 != nil {
+		fields = append(fields, taskhistory.FieldWaitH07)
+	}
+	if m.wait_h08 != nil {
+		fields = append(fields, taskhistory.FieldWaitH08)
+	}
+	if m.wait_h09 != nil {
+		fields = append(fields, taskhistory.FieldWaitH09)
+	}
+	if m.wait_h10 != nil {
+		fields = append(fields, taskhistory.FieldWaitH10)
+	}
+	if m.wait_h11 != nil {
+		fields = append(fields, taskhistory.FieldWaitH11)
+	}
+	if m.wait_h12 != nil {
+		fields = append(fields, taskhistory.FieldWaitH12)
+	}
+	if m.wait_h13 != nil {
+		fields = append(fields, taskhistory.FieldWaitH13)
+	}
+	if m.wait_h14 != nil {
+		fields = append(fields, taskhistory.FieldWaitH14)
+	}
+	if m.wait_h15 != nil {
+		fields = append(fields, taskhistory.FieldWaitH15)
+	}
+	if m.wait_h16 != nil {
+		fields = append(fields, taskhistory.FieldWaitH16)
+	}
+	if m.wait_h17 != nil {
+		fields = append(fields, taskhistory.FieldWaitH17)
+	}
+	if m.wait_h18 != nil {
+		fields = append(fields, taskhistory.FieldWaitH18)
+	}
+	if m.wait_h19 != nil {
+		fields = append(fields, taskhistory.FieldWaitH19)
+	}
+	if m.wait_h20 != nil {
+		fields = append(fields, taskhistory.FieldWaitH20)
+	}
+	if m.wait_h21 != nil {
+		fields = append(fields, taskhistory.FieldWaitH21)
+	}
+	if m.wait_h22 != nil {
+		fields = append(fields, taskhistory.FieldWaitH22)
+	}
+	if m.wait_h23 != nil {
+		fields = append(fields, taskhistory.FieldWaitH23)
+	}
+	if m.run_h00 != nil {
+		fields = append(fields, taskhistory.FieldRunH00)
+	}
+	if m.run_h01 != nil {
+		fields = append(fields, taskhistory.FieldRunH01)
+	}
+	if m.run_h02 != nil {
+		fields = append(fields, taskhistory.FieldRunH02)
+	}
+	if m.run_h03 != nil {
+		fields = append(fields, taskhistory.FieldRunH03)
+	}
+	if m.run_h04 != nil {
+		fields = append(fields, taskhistory.FieldRunH04)
+	}
+	if m.run_h05 != nil {
+		fields = append(fields, taskhistory.FieldRunH05)
+	}
+	if m.run_h06 != nil {
+		fields = append(fields, taskhistory.FieldRunH06)
+	}
+	if m.run_h07 != nil {
+		fields = append(fields, taskhistory.FieldRunH07)
+	}
+	if m.run_h08 != nil {
+		fields = append(fields, taskhistory.FieldRunH08)
+	}
+	if m.run_h09 != nil {
+		fields = append(fields, taskhistory.FieldRunH09)
+	}
+	if m.run_h10 != nil {
+		fields = append(fields, taskhistory.FieldRunH10)
+	}
+	if m.run_h11 != nil {
+		fields = append(fields, taskhistory.FieldRunH11)
+	}
+	if m.run_h12 != nil {
+		fields = append(fields, taskhistory.FieldRunH12)
+	}
+	if m.run_h13 != nil {
+		fields = append(fields, taskhistory.FieldRunH13)
+	}
+	if m.run_h14 != nil {
+		fields = append(fields, taskhistory.FieldRunH14)
+	}
+	if m.run_h15 != nil {
+		fields = append(fields, taskhistory.FieldRunH15)
+	}
+	if m.run_h16 != nil {
+		fields = append(fields, taskhistory.FieldRunH16)
+	}
+	if m.run_h17 != nil {
+		fields = append(fields, taskhistory.FieldRunH17)
+	}
+	if m.run_h18 != nil {
+		fields = append(fields, taskhistory.FieldRunH18)
+	}
+	if m.run_h19 != nil {
+		fields = append(fields, taskhistory.FieldRunH19)
+	}
+	if m.run_h20 != nil {
+		fields = append(fields, taskhistory.FieldRunH20)
+	}
+	if m.run_h21 != nil {
+		fields = append(fields, taskhistory.FieldRunH21)
+	}
+	if m.run_h22 != nil {
+		fields = append(fields, taskhistory.FieldRunH22)
+	}
+	if m.run_h23 != nil {
+		fields = append(fields, taskhistory.FieldRunH23)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TaskHistoryMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case taskhistory.FieldBucketStart:
+		return m.BucketStart()
+	case taskhistory.FieldResolution:
+		return m.Resolution()
+	case taskhistory.FieldTaskType:
+		return m.TaskType()
+	case taskhistory.FieldTenant:
+		return m.Tenant()
+	case taskhistory.FieldCreated:
+		return m.Created()
+	case taskhistory.FieldStarted:
+		return m.Started()
+	case taskhistory.FieldSucceeded:
+		return m.Succeeded()
+	case taskhistory.FieldFailed:
+		return m.Failed()
+	case taskhistory.FieldCancelled:
+		return m.Cancelled()
+	case taskhistory.FieldRetries:
+		return m.Retries()
+	case taskhistory.FieldRowsImported:
+		return m.RowsImported()
+	case taskhistory.FieldRowsExported:
+		return m.RowsExported()
+	case taskhistory.FieldRunTimeMs:
+		return m.RunTimeMs()
+	case taskhistory.FieldWaiting:
+		return m.Waiting()
+	case taskhistory.FieldWaitH00:
+		return m.WaitH00()
+	case taskhistory.FieldWaitH01:
+		return m.WaitH01()
+	case taskhistory.FieldWaitH02:
+		return m.WaitH02()
+	case taskhistory.FieldWaitH03:
+		return m.WaitH03()
+	case taskhistory.FieldWaitH04:
+		return m.WaitH04()
+	case taskhistory.FieldWaitH05:
+		return m.WaitH05()
+	case taskhistory.FieldWaitH06:
+		return m.WaitH06()
+	case taskhistory.FieldWaitH07:
+		return m.WaitH07()
+	case taskhistory.FieldWaitH08:
+		return m.WaitH08()
+	case taskhistory.FieldWaitH09:
+		return m.WaitH09()
+	case taskhistory.FieldWaitH10:
+		return m.WaitH10()
+	case taskhistory.FieldWaitH11:
+		return m.WaitH11()
+	case taskhistory.FieldWaitH12:
+		return m.WaitH12()
+	case taskhistory.FieldWaitH13:
+		return m.WaitH13()
+	case taskhistory.FieldWaitH14:
+		return m.WaitH14()
+	case taskhistory.FieldWaitH15:
+		return m.WaitH15()
+	case taskhistory.FieldWaitH16:
+		return m.WaitH16()
+	case taskhistory.FieldWaitH17:
+		return m.WaitH17()
+	case taskhistory.FieldWaitH18:
+		return m.WaitH18()
+	case taskhistory.FieldWaitH19:
+		return m.WaitH19()
+	case taskhistory.FieldWaitH20:
+		return m.WaitH20()
+	case taskhistory.FieldWaitH21:
+		return m.WaitH21()
+	case taskhistory.FieldWaitH22:
+		return m.WaitH22()
+	case taskhistory.FieldWaitH23:
+		return m.WaitH23()
+	case taskhistory.FieldRunH00:
+		return m.RunH00()
+	case taskhistory.FieldRunH01:
+		return m.RunH01()
+	case taskhistory.FieldRunH02:
+		return m.RunH02()
+	case taskhistory.FieldRunH03:
+		return m.RunH03()
+	case taskhistory.FieldRunH04:
+		return m.RunH04()
+	case taskhistory.FieldRunH05:
+		return m.RunH05()
+	case taskhistory.FieldRunH06:
+		return m.RunH06()
+	case taskhistory.FieldRunH07:
+		return m.RunH07()
+	case taskhistory.FieldRunH08:
+		return m.RunH08()
+	case taskhistory.FieldRunH09:
+		return m.RunH09()
+	case taskhistory.FieldRunH10:
+		return m.RunH10()
+	case taskhistory.FieldRunH11:
+		return m.RunH11()
+	case taskhistory.FieldRunH12:
+		return m.RunH12()
+	case taskhistory.FieldRunH13:
+		return m.RunH13()
+	case taskhistory.FieldRunH14:
+		return m.RunH14()
+	case taskhistory.FieldRunH15:
+		return m.RunH15()
+	case taskhistory.FieldRunH16:
+		return m.RunH16()
+	case taskhistory.FieldRunH17:
+		return m.RunH17()
+	case taskhistory.FieldRunH18:
+		return m.RunH18()
+	case taskhistory.FieldRunH19:
+		return m.RunH19()
+	case taskhistory.FieldRunH20:
+		return m.RunH20()
+	case taskhistory.FieldRunH21:
+		return m.RunH21()
+	case taskhistory.FieldRunH22:
+		return m.RunH22()
+	case taskhistory.FieldRunH23:
+		return m.RunH23()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TaskHistoryMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case taskhistory.FieldBucketStart:
+		return m.OldBucketStart(ctx)
+	case taskhistory.FieldResolution:
+		return m.OldResolution(ctx)
+	case taskhistory.FieldTaskType:
+		return m.OldTaskType(ctx)
+	case taskhistory.FieldTenant:
+		return m.OldTenant(ctx)
+	case taskhistory.FieldCreated:
+		return m.OldCreated(ctx)
+	case taskhistory.FieldStarted:
+		return m.OldStarted(ctx)
+	case taskhistory.FieldSucceeded:
+		return m.OldSucceeded(ctx)
+	case taskhistory.FieldFailed:
+		return m.OldFailed(ctx)
+	case taskhistory.FieldCancelled:
+		return m.OldCancelled(ctx)
+	case taskhistory.FieldRetries:
+		return m.OldRetries(ctx)
+	case taskhistory.FieldRowsImported:
+		return m.OldRowsImported(ctx)
+	case taskhistory.FieldRowsExported:
+		return m.OldRowsExported(ctx)
+	case taskhistory.FieldRunTimeMs:
+		return m.OldRunTimeMs(ctx)
+	case taskhistory.FieldWaiting:
+		return m.OldWaiting(ctx)
+	case taskhistory.FieldWaitH00:
+		return m.OldWaitH00(ctx)
+	case taskhistory.FieldWaitH01:
+		return m.OldWaitH01(ctx)
+	case taskhistory.FieldWaitH02:
+		return m.OldWaitH02(ctx)
+	case taskhistory.FieldWaitH03:
+		return m.OldWaitH03(ctx)
+	case taskhistory.FieldWaitH04:
+		return m.OldWaitH04(ctx)
+	case taskhistory.FieldWaitH05:
+		return m.OldWaitH05(ctx)
+	case taskhistory.FieldWaitH06:
+		return m.OldWaitH06(ctx)
+	case taskhistory.FieldWaitH07:
+		return m.OldWaitH07(ctx)
+	case taskhistory.FieldWaitH08:
+		return m.OldWaitH08(ctx)
+	case taskhistory.FieldWaitH09:
+		return m.OldWaitH09(ctx)
+	case taskhistory.FieldWaitH10:
+		return m.OldWaitH10(ctx)
+	case taskhistory.FieldWaitH11:
+		return m.OldWaitH11(ctx)
+	case taskhistory.FieldWaitH12:
+		return m.OldWaitH12(ctx)
+	case taskhistory.FieldWaitH13:
+		return m.OldWaitH13(ctx)
+	case taskhistory.FieldWaitH14:
+		return m.OldWaitH14(ctx)
+	case taskhistory.FieldWaitH15:
+		return m.OldWaitH15(ctx)
+	case taskhistory.FieldWaitH16:
+		return m.OldWaitH16(ctx)
+	case taskhistory.FieldWaitH17:
+		return m.OldWaitH17(ctx)
+	case taskhistory.FieldWaitH18:
+		return m.OldWaitH18(ctx)
+	case taskhistory.FieldWaitH19:
+		return m.OldWaitH19(ctx)
+	case taskhistory.FieldWaitH20:
+		return m.OldWaitH20(ctx)
+	case taskhistory.FieldWaitH21:
+		return m.OldWaitH21(ctx)
+	case taskhistory.FieldWaitH22:
+		return m.OldWaitH22(ctx)
+	case taskhistory.FieldWaitH23:
+		return m.OldWaitH23(ctx)
+	case taskhistory.FieldRunH00:
+		return m.OldRunH00(ctx)
+	case taskhistory.FieldRunH01:
+		return m.OldRunH01(ctx)
+	case taskhistory.FieldRunH02:
+		return m.OldRunH02(ctx)
+	case taskhistory.FieldRunH03:
+		return m.OldRunH03(ctx)
+	case taskhistory.FieldRunH04:
+		return m.OldRunH04(ctx)
+	case taskhistory.FieldRunH05:
+		return m.OldRunH05(ctx)
+	case taskhistory.FieldRunH06:
+		return m.OldRunH06(ctx)
+	case taskhistory.FieldRunH07:
+		return m.OldRunH07(ctx)
+	case taskhistory.FieldRunH08:
+		return m.OldRunH08(ctx)
+	case taskhistory.FieldRunH09:
+		return m.OldRunH09(ctx)
+	case taskhistory.FieldRunH10:
+		return m.OldRunH10(ctx)
+	case taskhistory.FieldRunH11:
+		return m.OldRunH11(ctx)
+	case taskhistory.FieldRunH12:
+		return m.OldRunH12(ctx)
+	case taskhistory.FieldRunH13:
+		return m.OldRunH13(ctx)
+	case taskhistory.FieldRunH14:
+		return m.OldRunH14(ctx)
+	case taskhistory.FieldRunH15:
+		return m.OldRunH15(ctx)
+	case taskhistory.FieldRunH16:
+		return m.OldRunH16(ctx)
+	case taskhistory.FieldRunH17:
+		return m.OldRunH17(ctx)
+	case taskhistory.FieldRunH18:
+		return m.OldRunH18(ctx)
+	case taskhistory.FieldRunH19:
+		return m.OldRunH19(ctx)
+	case taskhistory.FieldRunH20:
+		return m.OldRunH20(ctx)
+	case taskhistory.FieldRunH21:
+		return m.OldRunH21(ctx)
+	case taskhistory.FieldRunH22:
+		return m.OldRunH22(ctx)
+	case taskhistory.FieldRunH23:
+		return m.OldRunH23(ctx)
+	}
+	return nil, fmt.Errorf("unknown TaskHistory field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskHistoryMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case taskhistory.FieldBucketStart:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBucketStart(v)
+		return nil
+	case taskhistory.FieldResolution:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetResolution(v)
+		return nil
+	case taskhistory.FieldTaskType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTaskType(v)
+		return nil
+	case taskhistory.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case taskhistory.FieldCreated:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreated(v)
+		return nil
+	case taskhistory.FieldStarted:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStarted(v)
+		return nil
+	case taskhistory.FieldSucceeded:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSucceeded(v)
+		return nil
+	case taskhistory.FieldFailed:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFailed(v)
+		return nil
+	case taskhistory.FieldCancelled:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCancelled(v)
+		return nil
+	case taskhistory.FieldRetries:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRetries(v)
+		return nil
+	case taskhistory.FieldRowsImported:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRowsImported(v)
+		return nil
+	case taskhistory.FieldRowsExported:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRowsExported(v)
+		return nil
+	case taskhistory.FieldRunTimeMs:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunTimeMs(v)
+		return nil
+	case taskhistory.FieldWaiting:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaiting(v)
+		return nil
+	case taskhistory.FieldWaitH00:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH00(v)
+		return nil
+	case taskhistory.FieldWaitH01:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH01(v)
+		return nil
+	case taskhistory.FieldWaitH02:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH02(v)
+		return nil
+	case taskhistory.FieldWaitH03:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH03(v)
+		return nil
+	case taskhistory.FieldWaitH04:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH04(v)
+		return nil
+	case taskhistory.FieldWaitH05:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH05(v)
+		return nil
+	case taskhistory.FieldWaitH06:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH06(v)
+		return nil
+	case taskhistory.FieldWaitH07:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH07(v)
+		return nil
+	case taskhistory.FieldWaitH08:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH08(v)
+		return nil
+	case taskhistory.FieldWaitH09:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH09(v)
+		return nil
+	case taskhistory.FieldWaitH10:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH10(v)
+		return nil
+	case taskhistory.FieldWaitH11:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH11(v)
+		return nil
+	case taskhistory.FieldWaitH12:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH12(v)
+		return nil
+	case taskhistory.FieldWaitH13:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH13(v)
+		return nil
+	case taskhistory.FieldWaitH14:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH14(v)
+		return nil
+	case taskhistory.FieldWaitH15:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH15(v)
+		return nil
+	case taskhistory.FieldWaitH16:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH16(v)
+		return nil
+	case taskhistory.FieldWaitH17:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH17(v)
+		return nil
+	case taskhistory.FieldWaitH18:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH18(v)
+		return nil
+	case taskhistory.FieldWaitH19:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH19(v)
+		return nil
+	case taskhistory.FieldWaitH20:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH20(v)
+		return nil
+	case taskhistory.FieldWaitH21:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH21(v)
+		return nil
+	case taskhistory.FieldWaitH22:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH22(v)
+		return nil
+	case taskhistory.FieldWaitH23:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitH23(v)
+		return nil
+	case taskhistory.FieldRunH00:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH00(v)
+		return nil
+	case taskhistory.FieldRunH01:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH01(v)
+		return nil
+	case taskhistory.FieldRunH02:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH02(v)
+		return nil
+	case taskhistory.FieldRunH03:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH03(v)
+		return nil
+	case taskhistory.FieldRunH04:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH04(v)
+		return nil
+	case taskhistory.FieldRunH05:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH05(v)
+		return nil
+	case taskhistory.FieldRunH06:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH06(v)
+		return nil
+	case taskhistory.FieldRunH07:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH07(v)
+		return nil
+	case taskhistory.FieldRunH08:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH08(v)
+		return nil
+	case taskhistory.FieldRunH09:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH09(v)
+		return nil
+	case taskhistory.FieldRunH10:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH10(v)
+		return nil
+	case taskhistory.FieldRunH11:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH11(v)
+		return nil
+	case taskhistory.FieldRunH12:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH12(v)
+		return nil
+	case taskhistory.FieldRunH13:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH13(v)
+		return nil
+	case taskhistory.FieldRunH14:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH14(v)
+		return nil
+	case taskhistory.FieldRunH15:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH15(v)
+		return nil
+	case taskhistory.FieldRunH16:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH16(v)
+		return nil
+	case taskhistory.FieldRunH17:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH17(v)
+		return nil
+	case taskhistory.FieldRunH18:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH18(v)
+		return nil
+	case taskhistory.FieldRunH19:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH19(v)
+		return nil
+	case taskhistory.FieldRunH20:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH20(v)
+		return nil
+	case taskhistory.FieldRunH21:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH21(v)
+		return nil
+	case taskhistory.FieldRunH22:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH22(v)
+		return nil
+	case taskhistory.FieldRunH23:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRunH23(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskHistory field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TaskHistoryMutation) AddedFields() []string {
+	var fields []string
+	if m.addcreated != nil {
+		fields = append(fields, taskhistory.FieldCreated)
+	}
+	if m.addstarted != nil {
+		fields = append(fields, taskhistory.FieldStarted)
+	}
+	if m.addsucceeded != nil {
+		fields = append(fields, taskhistory.FieldSucceeded)
+	}
+	if m.addfailed != nil {
+		fields = append(fields, taskhistory.FieldFailed)
+	}
+	if m.addcancelled != nil {
+		fields = append(fields, taskhistory.FieldCancelled)
+	}
+	if m.addretries != nil {
+		fields = append(fields, taskhistory.FieldRetries)
+	}
+	if m.addrows_imported != nil {
+		fields = append(fields, taskhistory.FieldRowsImported)
+	}
+	if m.addrows_exported != nil {
+		fields = append(fields, taskhistory.FieldRowsExported)
+	}
+	if m.addrun_time_ms != nil {
+		fields = append(fields, taskhistory.FieldRunTimeMs)
+	}
+	if m.addwaiting != nil {
+		fields = append(fields, taskhistory.FieldWaiting)
+	}
+	if m.addwait_h00 != nil {
+		fields = append(fields, taskhistory.FieldWaitH00)
+	}
+	if m.addwait_h01 != nil {
+		fields = append(fields, taskhistory.FieldWaitH01)
+	}
+	if m.addwait_h02 != nil {
+		fields = append(fields, taskhistory.FieldWaitH02)
+	}
+	if m.addwait_h03 != nil {
+		fields = append(fields, taskhistory.FieldWaitH03)
+	}
+	if m.addwait_h04 != nil {
+		fields = append(fields, taskhistory.FieldWaitH04)
+	}
+	if m.addwait_h05 != nil {
+		fields = append(fields, taskhistory.FieldWaitH05)
+	}
+	if m.addwait_h06 != nil {
+		fields = append(fields, taskhistory.FieldWaitH06)
+	}
+	if m.addwait_h07 != nil {
+		fields = append(fields, taskhistory.FieldWaitH07)
+	}
+	if m.addwait_h08 != nil {
+		fields = append(fields, taskhistory.FieldWaitH08)
+	}
+	if m.addwait_h09 != nil {
+		fields = append(fields, taskhistory.FieldWaitH09)
+	}
+	if m.addwait_h10 != nil {
+		fields = append(fields, taskhistory.FieldWaitH10)
+	}
+	if m.addwait_h11 != nil {
+		fields = append(fields, taskhistory.FieldWaitH11)
+	}
+	if m.addwait_h12 != nil {
+		fields = append(fields, taskhistory.FieldWaitH12)
+	}
+	if m.addwait_h13 != nil {
+		fields = append(fields, taskhistory.FieldWaitH13)
+	}
+	if m.addwait_h14 != nil {
+		fields = append(fields, taskhistory.FieldWaitH14)
+	}
+	if m.addwait_h15 != nil {
+		fields = append(fields, taskhistory.FieldWaitH15)
+	}
+	if m.addwait_h16 != nil {
+		fields = append(fields, taskhistory.FieldWaitH16)
+	}
+	if m.addwait_h17 != nil {
+		fields = append(fields, taskhistory.FieldWaitH17)
+	}
+	if m.addwait_h18 != nil {
+		fields = append(fields, taskhistory.FieldWaitH18)
+	}
+	if m.addwait_h19 != nil {
+		fields = append(fields, taskhistory.FieldWaitH19)
+	}
+	if m.addwait_h20 != nil {
+		fields = append(fields, taskhistory.FieldWaitH20)
+	}
+	if m.addwait_h21 != nil {
+		fields = append(fields, taskhistory.FieldWaitH21)
+	}
+	if m.addwait_h22 != nil {
+		fields = append(fields, taskhistory.FieldWaitH22)
+	}
+	if m.addwait_h23 != nil {
+		fields = append(fields, taskhistory.FieldWaitH23)
+	}
+	if m.addrun_h00 != nil {
+		fields = append(fields, taskhistory.FieldRunH00)
+	}
+	if m.addrun_h01 != nil {
+		fields = append(fields, taskhistory.FieldRunH01)
+	}
+	if m.addrun_h02 != nil {
+		fields = append(fields, taskhistory.FieldRunH02)
+	}
+	if m.addrun_h03 != nil {
+		fields = append(fields, taskhistory.FieldRunH03)
+	}
+	if m.addrun_h04 != nil {
+		fields = append(fields, taskhistory.FieldRunH04)
+	}
+	if m.addrun_h05 != nil {
+		fields = append(fields, taskhistory.FieldRunH05)
+	}
+	if m.addrun_h06 != nil {
+		fields = append(fields, taskhistory.FieldRunH06)
+	}
+	if m.addrun_h07 != nil {
+		fields = append(fields, taskhistory.FieldRunH07)
+	}
+	if m.addrun_h08 != nil {
+		fields = append(fields, taskhistory.FieldRunH08)
+	}
+	if m.addrun_h09 != nil {
+		fields = append(fields, taskhistory.FieldRunH09)
+	}
+	if m.addrun_h10 != nil {
+		fields = append(fields, taskhistory.FieldRunH10)
+	}
+	if m.addrun_h11 != nil {
+		fields = append(fields, taskhistory.FieldRunH11)
+	}
+	if m.addrun_h12 != nil {
+		fields = append(fields, taskhistory.FieldRunH12)
+	}
+	if m.addrun_h13 != nil {
+		fields = append(fields, taskhistory.FieldRunH13)
+	}
+	if m.addrun_h14 != nil {
+		fields = append(fields, taskhistory.FieldRunH14)
+	}
+	if m.addrun_h15 != nil {
+		fields = append(fields, taskhistory.FieldRunH15)
+	}
+	if m.addrun_h16 != nil {
+		fields = append(fields, taskhistory.FieldRunH16)
+	}
+	if m.addrun_h17 != nil {
+		fields = append(fields, taskhistory.FieldRunH17)
+	}
+	if m.addrun_h18 != nil {
+		fields = append(fields, taskhistory.FieldRunH18)
+	}
+	if m.addrun_h19 != nil {
+		fields = append(fields, taskhistory.FieldRunH19)
+	}
+	if m.addrun_h20 != nil {
+		fields = append(fields, taskhistory.FieldRunH20)
+	}
+	if m.addrun_h21 != nil {
+		fields = append(fields, taskhistory.FieldRunH21)
+	}
+	if m.addrun_h22 != nil {
+		fields = append(fields, taskhistory.FieldRunH22)
+	}
+	if m.addrun_h23 != nil {
+		fields = append(fields, taskhistory.FieldRunH23)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TaskHistoryMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case taskhistory.FieldCreated:
+		return m.AddedCreated()
+	case taskhistory.FieldStarted:
+		return m.AddedStarted()
+	case taskhistory.FieldSucceeded:
+		return m.AddedSucceeded()
+	case taskhistory.FieldFailed:
+		return m.AddedFailed()
+	case taskhistory.FieldCancelled:
+		return m.AddedCancelled()
+	case taskhistory.FieldRetries:
+		return m.AddedRetries()
+	case taskhistory.FieldRowsImported:
+		return m.AddedRowsImported()
+	case taskhistory.FieldRowsExported:
+		return m.AddedRowsExported()
+	case taskhistory.FieldRunTimeMs:
+		return m.AddedRunTimeMs()
+	case taskhistory.FieldWaiting:
+		return m.AddedWaiting()
+	case taskhistory.FieldWaitH00:
+		return m.AddedWaitH00()
+	case taskhistory.FieldWaitH01:
+		return m.AddedWaitH01()
+	case taskhistory.FieldWaitH02:
+		return m.AddedWaitH02()
+	case taskhistory.FieldWaitH03:
+		return m.AddedWaitH03()
+	case taskhistory.FieldWaitH04:
+		return m.AddedWaitH04()
+	case taskhistory.FieldWaitH05:
+		return m.AddedWaitH05()
+	case taskhistory.FieldWaitH06:
+		return m.AddedWaitH06()
+	case taskhistory.FieldWaitH07:
+		return m.AddedWaitH07()
+	case taskhistory.FieldWaitH08:
+		return m.AddedWaitH08()
+	case taskhistory.FieldWaitH09:
+		return m.AddedWaitH09()
+	case taskhistory.FieldWaitH10:
+		return m.AddedWaitH10()
+	case taskhistory.FieldWaitH11:
+		return m.AddedWaitH11()
+	case taskhistory.FieldWaitH12:
+		return m.AddedWaitH12()
+	case taskhistory.FieldWaitH13:
+		return m.AddedWaitH13()
+	case taskhistory.FieldWaitH14:
+		return m.AddedWaitH14()
+	case taskhistory.FieldWaitH15:
+		return m.AddedWaitH15()
+	case taskhistory.FieldWaitH16:
+		return m.AddedWaitH16()
+	case taskhistory.FieldWaitH17:
+		return m.AddedWaitH17()
+	case taskhistory.FieldWaitH18:
+		return m.AddedWaitH18()
+	case taskhistory.FieldWaitH19:
+		return m.AddedWaitH19()
+	case taskhistory.FieldWaitH20:
+		return m.AddedWaitH20()
+	case taskhistory.FieldWaitH21:
+		return m.AddedWaitH21()
+	case taskhistory.FieldWaitH22:
+		return m.AddedWaitH22()
+	case taskhistory.FieldWaitH23:
+		return m.AddedWaitH23()
+	case taskhistory.FieldRunH00:
+		return m.AddedRunH00()
+	case taskhistory.FieldRunH01:
+		return m.AddedRunH01()
+	case taskhistory.FieldRunH02:
+		return m.AddedRunH02()
+	case taskhistory.FieldRunH03:
+		return m.AddedRunH03()
+	case taskhistory.FieldRunH04:
+		return m.AddedRunH04()
+	case taskhistory.FieldRunH05:
+		return m.AddedRunH05()
+	case taskhistory.FieldRunH06:
+		return m.AddedRunH06()
+	case taskhistory.FieldRunH07:
+		return m.AddedRunH07()
+	case taskhistory.FieldRunH08:
+		return m.AddedRunH08()
+	case taskhistory.FieldRunH09:
+		return m.AddedRunH09()
+	case taskhistory.FieldRunH10:
+		return m.AddedRunH10()
+	case taskhistory.FieldRunH11:
+		return m.AddedRunH11()
+	case taskhistory.FieldRunH12:
+		return m.AddedRunH12()
+	case taskhistory.FieldRunH13:
+		return m.AddedRunH13()
+	case taskhistory.FieldRunH14:
+		return m.AddedRunH14()
+	case taskhistory.FieldRunH15:
+		return m.AddedRunH15()
+	case taskhistory.FieldRunH16:
+		return m.AddedRunH16()
+	case taskhistory.FieldRunH17:
+		return m.AddedRunH17()
+	case taskhistory.FieldRunH18:
+		return m.AddedRunH18()
+	case taskhistory.FieldRunH19:
+		return m.AddedRunH19()
+	case taskhistory.FieldRunH20:
+		return m.AddedRunH20()
+	case taskhistory.FieldRunH21:
+		return m.AddedRunH21()
+	case taskhistory.FieldRunH22:
+		return m.AddedRunH22()
+	case taskhistory.FieldRunH23:
+		return m.AddedRunH23()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TaskHistoryMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case taskhistory.FieldCreated:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddCreated(v)
+		return nil
+	case taskhistory.FieldStarted:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddStarted(v)
+		return nil
+	case taskhistory.FieldSucceeded:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddSucceeded(v)
+		return nil
+	case taskhistory.FieldFailed:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddFailed(v)
+		return nil
+	case taskhistory.FieldCancelled:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddCancelled(v)
+		return nil
+	case taskhistory.FieldRetries:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRetries(v)
+		return nil
+	case taskhistory.FieldRowsImported:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRowsImported(v)
+		return nil
+	case taskhistory.FieldRowsExported:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRowsExported(v)
+		return nil
+	case taskhistory.FieldRunTimeMs:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunTimeMs(v)
+		return nil
+	case taskhistory.FieldWaiting:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaiting(v)
+		return nil
+	case taskhistory.FieldWaitH00:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH00(v)
+		return nil
+	case taskhistory.FieldWaitH01:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH01(v)
+		return nil
+	case taskhistory.FieldWaitH02:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH02(v)
+		return nil
+	case taskhistory.FieldWaitH03:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH03(v)
+		return nil
+	case taskhistory.FieldWaitH04:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH04(v)
+		return nil
+	case taskhistory.FieldWaitH05:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH05(v)
+		return nil
+	case taskhistory.FieldWaitH06:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH06(v)
+		return nil
+	case taskhistory.FieldWaitH07:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH07(v)
+		return nil
+	case taskhistory.FieldWaitH08:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH08(v)
+		return nil
+	case taskhistory.FieldWaitH09:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH09(v)
+		return nil
+	case taskhistory.FieldWaitH10:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH10(v)
+		return nil
+	case taskhistory.FieldWaitH11:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH11(v)
+		return nil
+	case taskhistory.FieldWaitH12:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH12(v)
+		return nil
+	case taskhistory.FieldWaitH13:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH13(v)
+		return nil
+	case taskhistory.FieldWaitH14:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH14(v)
+		return nil
+	case taskhistory.FieldWaitH15:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH15(v)
+		return nil
+	case taskhistory.FieldWaitH16:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH16(v)
+		return nil
+	case taskhistory.FieldWaitH17:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH17(v)
+		return nil
+	case taskhistory.FieldWaitH18:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH18(v)
+		return nil
+	case taskhistory.FieldWaitH19:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH19(v)
+		return nil
+	case taskhistory.FieldWaitH20:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH20(v)
+		return nil
+	case taskhistory.FieldWaitH21:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH21(v)
+		return nil
+	case taskhistory.FieldWaitH22:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH22(v)
+		return nil
+	case taskhistory.FieldWaitH23:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitH23(v)
+		return nil
+	case taskhistory.FieldRunH00:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH00(v)
+		return nil
+	case taskhistory.FieldRunH01:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH01(v)
+		return nil
+	case taskhistory.FieldRunH02:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH02(v)
+		return nil
+	case taskhistory.FieldRunH03:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH03(v)
+		return nil
+	case taskhistory.FieldRunH04:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH04(v)
+		return nil
+	case taskhistory.FieldRunH05:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH05(v)
+		return nil
+	case taskhistory.FieldRunH06:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH06(v)
+		return nil
+	case taskhistory.FieldRunH07:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH07(v)
+		return nil
+	case taskhistory.FieldRunH08:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH08(v)
+		return nil
+	case taskhistory.FieldRunH09:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH09(v)
+		return nil
+	case taskhistory.FieldRunH10:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH10(v)
+		return nil
+	case taskhistory.FieldRunH11:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH11(v)
+		return nil
+	case taskhistory.FieldRunH12:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH12(v)
+		return nil
+	case taskhistory.FieldRunH13:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH13(v)
+		return nil
+	case taskhistory.FieldRunH14:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH14(v)
+		return nil
+	case taskhistory.FieldRunH15:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH15(v)
+		return nil
+	case taskhistory.FieldRunH16:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH16(v)
+		return nil
+	case taskhistory.FieldRunH17:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH17(v)
+		return nil
+	case taskhistory.FieldRunH18:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH18(v)
+		return nil
+	case taskhistory.FieldRunH19:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH19(v)
+		return nil
+	case taskhistory.FieldRunH20:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH20(v)
+		return nil
+	case taskhistory.FieldRunH21:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH21(v)
+		return nil
+	case taskhistory.FieldRunH22:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH22(v)
+		return nil
+	case taskhistory.FieldRunH23:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRunH23(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TaskHistory numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TaskHistoryMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TaskHistoryMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TaskHistoryMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown TaskHistory nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TaskHistoryMutation) ResetField(name string) error {
+	switch name {
+	case taskhistory.FieldBucketStart:
+		m.ResetBucketStart()
+		return nil
+	case taskhistory.FieldResolution:
+		m.ResetResolution()
+		return nil
+	case taskhistory.FieldTaskType:
+		m.ResetTaskType()
+		return nil
+	case taskhistory.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case taskhistory.FieldCreated:
+		m.ResetCreated()
+		return nil
+	case taskhistory.FieldStarted:
+		m.ResetStarted()
+		return nil
+	case taskhistory.FieldSucceeded:
+		m.ResetSucceeded()
+		return nil
+	case taskhistory.FieldFailed:
+		m.ResetFailed()
+		return nil
+	case taskhistory.FieldCancelled:
+		m.ResetCancelled()
+		return nil
+	case taskhistory.FieldRetries:
+		m.ResetRetries()
+		return nil
+	case taskhistory.FieldRowsImported:
+		m.ResetRowsImported()
+		return nil
+	case taskhistory.FieldRowsExported:
+		m.ResetRowsExported()
+		return nil
+	case taskhistory.FieldRunTimeMs:
+		m.ResetRunTimeMs()
+		return nil
+	case taskhistory.FieldWaiting:
+		m.ResetWaiting()
+		return nil
+	case taskhistory.FieldWaitH00:
+		m.ResetWaitH00()
+		return nil
+	case taskhistory.FieldWaitH01:
+		m.ResetWaitH01()
+		return nil
+	case taskhistory.FieldWaitH02:
+		m.ResetWaitH02()
+		return nil
+	case taskhistory.FieldWaitH03:
+		m.ResetWaitH03()
+		return nil
+	case taskhistory.FieldWaitH04:
+		m.ResetWaitH04()
+		return nil
+	case taskhistory.FieldWaitH05:
+		m.ResetWaitH05()
+		return nil
+	case taskhistory.FieldWaitH06:
+		m.ResetWaitH06()
+		return nil
+	case taskhistory.FieldWaitH07:
+		m.ResetWaitH07()
+		return nil
+	case taskhistory.FieldWaitH08:
+		m.ResetWaitH08()
+		return nil
+	case taskhistory.FieldWaitH09:
+		m.ResetWaitH09()
+		return nil
+	case taskhistory.FieldWaitH10:
+		m.ResetWaitH10()
+		return nil
+	case taskhistory.FieldWaitH11:
+		m.ResetWaitH11()
+		return nil
+	case taskhistory.FieldWaitH12:
+		m.ResetWaitH12()
+		return nil
+	case taskhistory.FieldWaitH13:
+		m.ResetWaitH13()
+		return nil
+	case taskhistory.FieldWaitH14:
+		m.ResetWaitH14()
+		return nil
+	case taskhistory.FieldWaitH15:
+		m.ResetWaitH15()
+		return nil
+	case taskhistory.FieldWaitH16:
+		m.ResetWaitH16()
+		return nil
+	case taskhistory.FieldWaitH17:
+		m.ResetWaitH17()
+		return nil
+	case taskhistory.FieldWaitH18:
+		m.ResetWaitH18()
+		return nil
+	case taskhistory.FieldWaitH19:
+		m.ResetWaitH19()
+		return nil
+	case taskhistory.FieldWaitH20:
+		m.ResetWaitH20()
+		return nil
+	case taskhistory.FieldWaitH21:
+		m.ResetWaitH21()
+		return nil
+	case taskhistory.FieldWaitH22:
+		m.ResetWaitH22()
+		return nil
+	case taskhistory.FieldWaitH23:
+		m.ResetWaitH23()
+		return nil
+	case taskhistory.FieldRunH00:
+		m.ResetRunH00()
+		return nil
+	case taskhistory.FieldRunH01:
+		m.ResetRunH01()
+		return nil
+	case taskhistory.FieldRunH02:
+		m.ResetRunH02()
+		return nil
+	case taskhistory.FieldRunH03:
+		m.ResetRunH03()
+		return nil
+	case taskhistory.FieldRunH04:
+		m.ResetRunH04()
+		return nil
+	case taskhistory.FieldRunH05:
+		m.ResetRunH05()
+		return nil
+	case taskhistory.FieldRunH06:
+		m.ResetRunH06()
+		return nil
+	case taskhistory.FieldRunH07:
+		m.ResetRunH07()
+		return nil
+	case taskhistory.FieldRunH08:
+		m.ResetRunH08()
+		return nil
+	case taskhistory.FieldRunH09:
+		m.ResetRunH09()
+		return nil
+	case taskhistory.FieldRunH10:
+		m.ResetRunH10()
+		return nil
+	case taskhistory.FieldRunH11:
+		m.ResetRunH11()
+		return nil
+	case taskhistory.FieldRunH12:
+		m.ResetRunH12()
+		return nil
+	case taskhistory.FieldRunH13:
+		m.ResetRunH13()
+		return nil
+	case taskhistory.FieldRunH14:
+		m.ResetRunH14()
+		return nil
+	case taskhistory.FieldRunH15:
+		m.ResetRunH15()
+		return nil
+	case taskhistory.FieldRunH16:
+		m.ResetRunH16()
+		return nil
+	case taskhistory.FieldRunH17:
+		m.ResetRunH17()
+		return nil
+	case taskhistory.FieldRunH18:
+		m.ResetRunH18()
+		return nil
+	case taskhistory.FieldRunH19:
+		m.ResetRunH19()
+		return nil
+	case taskhistory.FieldRunH20:
+		m.ResetRunH20()
+		return nil
+	case taskhistory.FieldRunH21:
+		m.ResetRunH21()
+		return nil
+	case taskhistory.FieldRunH22:
+		m.ResetRunH22()
+		return nil
+	case taskhistory.FieldRunH23:
+		m.ResetRunH23()
+		return nil
+	}
+	return fmt.Errorf("unknown TaskHistory field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TaskHistoryMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TaskHistoryMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TaskHistoryMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TaskHistoryMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TaskHistoryMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TaskHistoryMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TaskHistoryMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TaskHistory unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TaskHistoryMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TaskHistory edge %s", name)
 }
 
 // TaskInputVersionMutation represents an operation that mutates the TaskInputVersion nodes in the graph.

@@ -22,6 +22,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskhistory"
 	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
@@ -699,6 +700,48 @@ func ScanTaskDependencyRows(c *Client, rows *stdsql.Rows) ([]*TaskDependency, er
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *TaskDependency) BindTo(c *Client) *TaskDependency {
+	_m.config = c.config
+	return _m
+}
+
+// ScanTaskHistoryRows reads every row of rows (all columns of the task_histories
+// table, in any order) into TaskHistory entities bound to c, and closes rows.
+func ScanTaskHistoryRows(c *Client, rows *stdsql.Rows) ([]*TaskHistory, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan task_histories: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && taskhistory.ValidColumn(col)
+	}
+	var values []any
+	var out []*TaskHistory
+	for rows.Next() {
+		node := &TaskHistory{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan task_histories: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan task_histories: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan task_histories: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TaskHistory) BindTo(c *Client) *TaskHistory {
 	_m.config = c.config
 	return _m
 }

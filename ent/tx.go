@@ -46,6 +46,8 @@ type Tx struct {
 	Task *TaskClient
 	// TaskDependency is the client for interacting with the TaskDependency builders.
 	TaskDependency *TaskDependencyClient
+	// TaskHistory is the client for interacting with the TaskHistory builders.
+	TaskHistory *TaskHistoryClient
 	// TaskInputVersion is the client for interacting with the TaskInputVersion builders.
 	TaskInputVersion *TaskInputVersionClient
 	// TaskInstance is the client for interacting with the TaskInstance builders.
@@ -207,6 +209,7 @@ func (tx *Tx) init() {
 	tx.StallOverride = NewStallOverrideClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
 	tx.TaskDependency = NewTaskDependencyClient(tx.config)
+	tx.TaskHistory = NewTaskHistoryClient(tx.config)
 	tx.TaskInputVersion = NewTaskInputVersionClient(tx.config)
 	tx.TaskInstance = NewTaskInstanceClient(tx.config)
 	tx.TaskLog = NewTaskLogClient(tx.config)

@@ -35,6 +35,7 @@ func (c *Client) TxOn(ctx context.Context, tx dialect.Tx) *Tx {
 		StallOverride:     NewStallOverrideClient(cfg),
 		Task:              NewTaskClient(cfg),
 		TaskDependency:    NewTaskDependencyClient(cfg),
+		TaskHistory:       NewTaskHistoryClient(cfg),
 		TaskInputVersion:  NewTaskInputVersionClient(cfg),
 		TaskInstance:      NewTaskInstanceClient(cfg),
 		TaskLog:           NewTaskLogClient(cfg),

@@ -201,6 +201,18 @@ func (f TaskDependencyFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskDependencyMutation", m)
 }
 
+// The TaskHistoryFunc type is an adapter to allow the use of ordinary
+// function as TaskHistory mutator.
+type TaskHistoryFunc func(context.Context, *ent.TaskHistoryMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TaskHistoryFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TaskHistoryMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TaskHistoryMutation", m)
+}
+
 // The TaskInputVersionFunc type is an adapter to allow the use of ordinary
 // function as TaskInputVersion mutator.
 type TaskInputVersionFunc func(context.Context, *ent.TaskInputVersionMutation) (ent.Value, error)

@@ -25,6 +25,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/stalloverride"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskhistory"
 	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
@@ -522,6 +523,33 @@ func (f TraverseTaskDependency) Traverse(ctx context.Context, q ent.Query) error
 	return fmt.Errorf("unexpected query type %T. expect *ent.TaskDependencyQuery", q)
 }
 
+// The TaskHistoryFunc type is an adapter to allow the use of ordinary function as a Querier.
+type TaskHistoryFunc func(context.Context, *ent.TaskHistoryQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f TaskHistoryFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.TaskHistoryQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.TaskHistoryQuery", q)
+}
+
+// The TraverseTaskHistory type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseTaskHistory func(context.Context, *ent.TaskHistoryQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseTaskHistory) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseTaskHistory) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.TaskHistoryQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.TaskHistoryQuery", q)
+}
+
 // The TaskInputVersionFunc type is an adapter to allow the use of ordinary function as a Querier.
 type TaskInputVersionFunc func(context.Context, *ent.TaskInputVersionQuery) (ent.Value, error)
 
@@ -746,6 +774,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.TaskQuery, predicate.Task, task.OrderOption]{typ: ent.TypeTask, tq: q}, nil
 	case *ent.TaskDependencyQuery:
 		return &query[*ent.TaskDependencyQuery, predicate.TaskDependency, taskdependency.OrderOption]{typ: ent.TypeTaskDependency, tq: q}, nil
+	case *ent.TaskHistoryQuery:
+		return &query[*ent.TaskHistoryQuery, predicate.TaskHistory, taskhistory.OrderOption]{typ: ent.TypeTaskHistory, tq: q}, nil
 	case *ent.TaskInputVersionQuery:
 		return &query[*ent.TaskInputVersionQuery, predicate.TaskInputVersion, taskinputversion.OrderOption]{typ: ent.TypeTaskInputVersion, tq: q}, nil
 	case *ent.TaskInstanceQuery:

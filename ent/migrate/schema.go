@@ -578,6 +578,85 @@ var (
 			},
 		},
 	}
+	// TaskHistoriesColumns holds the columns for the "task_histories" table.
+	TaskHistoriesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "bucket_start", Type: field.TypeTime},
+		{Name: "resolution", Type: field.TypeString},
+		{Name: "task_type", Type: field.TypeString},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "created", Type: field.TypeInt64, Default: 0},
+		{Name: "started", Type: field.TypeInt64, Default: 0},
+		{Name: "succeeded", Type: field.TypeInt64, Default: 0},
+		{Name: "failed", Type: field.TypeInt64, Default: 0},
+		{Name: "cancelled", Type: field.TypeInt64, Default: 0},
+		{Name: "retries", Type: field.TypeInt64, Default: 0},
+		{Name: "rows_imported", Type: field.TypeInt64, Default: 0},
+		{Name: "rows_exported", Type: field.TypeInt64, Default: 0},
+		{Name: "run_time_ms", Type: field.TypeInt64, Default: 0},
+		{Name: "waiting", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h00", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h01", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h02", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h03", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h04", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h05", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h06", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h07", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h08", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h09", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h10", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h11", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h12", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h13", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h14", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h15", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h16", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h17", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h18", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h19", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h20", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h21", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h22", Type: field.TypeInt64, Default: 0},
+		{Name: "wait_h23", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h00", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h01", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h02", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h03", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h04", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h05", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h06", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h07", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h08", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h09", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h10", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h11", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h12", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h13", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h14", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h15", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h16", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h17", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h18", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h19", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h20", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h21", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h22", Type: field.TypeInt64, Default: 0},
+		{Name: "run_h23", Type: field.TypeInt64, Default: 0},
+	}
+	// TaskHistoriesTable holds the schema information for the "task_histories" table.
+	TaskHistoriesTable = &schema.Table{
+		Name:       "task_histories",
+		Columns:    TaskHistoriesColumns,
+		PrimaryKey: []*schema.Column{TaskHistoriesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "taskhistory_resolution_bucket_start_task_type_tenant",
+				Unique:  true,
+				Columns: []*schema.Column{TaskHistoriesColumns[2], TaskHistoriesColumns[1], TaskHistoriesColumns[3], TaskHistoriesColumns[4]},
+			},
+		},
+	}
 	// TaskInputVersionsColumns holds the columns for the "task_input_versions" table.
 	TaskInputVersionsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -875,6 +954,7 @@ var (
 		StallOverridesTable,
 		TasksTable,
 		TaskDependenciesTable,
+		TaskHistoriesTable,
 		TaskInputVersionsTable,
 		TaskInstancesTable,
 		TaskLogsTable,
@@ -935,6 +1015,9 @@ func init() {
 	}
 	TaskDependenciesTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(68719476736),
+	}
+	TaskHistoriesTable.Annotation = &entsql.Annotation{
+		IncrementStart: func(i int) *int { return &i }(98784247808),
 	}
 	TaskInputVersionsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(103079215104),

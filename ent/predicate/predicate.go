@@ -54,6 +54,9 @@ type Task func(*sql.Selector)
 // TaskDependency is the predicate function for taskdependency builders.
 type TaskDependency func(*sql.Selector)
 
+// TaskHistory is the predicate function for taskhistory builders.
+type TaskHistory func(*sql.Selector)
+
 // TaskInputVersion is the predicate function for taskinputversion builders.
 type TaskInputVersion func(*sql.Selector)
 

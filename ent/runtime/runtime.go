@@ -20,6 +20,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/ent/taskdependency"
+	"github.com/taskgraph/taskgraph/ent/taskhistory"
 	"github.com/taskgraph/taskgraph/ent/taskinputversion"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
@@ -429,6 +430,244 @@ func init() {
 	taskdependencyDescCreatedAt := taskdependencyMixinFields0[0].Descriptor()
 	// taskdependency.DefaultCreatedAt holds the default value on creation for the created_at field.
 	taskdependency.DefaultCreatedAt = taskdependencyDescCreatedAt.Default.(func() time.Time)
+	taskhistoryFields := schema.TaskHistory{}.Fields()
+	_ = taskhistoryFields
+	// taskhistoryDescTenant is the schema descriptor for tenant field.
+	taskhistoryDescTenant := taskhistoryFields[3].Descriptor()
+	// taskhistory.DefaultTenant holds the default value on creation for the tenant field.
+	taskhistory.DefaultTenant = taskhistoryDescTenant.Default.(string)
+	// taskhistoryDescCreated is the schema descriptor for created field.
+	taskhistoryDescCreated := taskhistoryFields[4].Descriptor()
+	// taskhistory.DefaultCreated holds the default value on creation for the created field.
+	taskhistory.DefaultCreated = taskhistoryDescCreated.Default.(int64)
+	// taskhistoryDescStarted is the schema descriptor for started field.
+	taskhistoryDescStarted := taskhistoryFields[5].Descriptor()
+	// taskhistory.DefaultStarted holds the default value on creation for the started field.
+	taskhistory.DefaultStarted = taskhistoryDescStarted.Default.(int64)
+	// taskhistoryDescSucceeded is the schema descriptor for succeeded field.
+	taskhistoryDescSucceeded := taskhistoryFields[6].Descriptor()
+	// taskhistory.DefaultSucceeded holds the default value on creation for the succeeded field.
+	taskhistory.DefaultSucceeded = taskhistoryDescSucceeded.Default.(int64)
+	// taskhistoryDescFailed is the schema descriptor for failed field.
+	taskhistoryDescFailed := taskhistoryFields[7].Descriptor()
+	// taskhistory.DefaultFailed holds the default value on creation for the failed field.
+	taskhistory.DefaultFailed = taskhistoryDescFailed.Default.(int64)
+	// taskhistoryDescCancelled is the schema descriptor for cancelled field.
+	taskhistoryDescCancelled := taskhistoryFields[8].Descriptor()
+	// taskhistory.DefaultCancelled holds the default value on creation for the cancelled field.
+	taskhistory.DefaultCancelled = taskhistoryDescCancelled.Default.(int64)
+	// taskhistoryDescRetries is the schema descriptor for retries field.
+	taskhistoryDescRetries := taskhistoryFields[9].Descriptor()
+	// taskhistory.DefaultRetries holds the default value on creation for the retries field.
+	taskhistory.DefaultRetries = taskhistoryDescRetries.Default.(int64)
+	// taskhistoryDescRowsImported is the schema descriptor for rows_imported field.
+	taskhistoryDescRowsImported := taskhistoryFields[10].Descriptor()
+	// taskhistory.DefaultRowsImported holds the default value on creation for the rows_imported field.
+	taskhistory.DefaultRowsImported = taskhistoryDescRowsImported.Default.(int64)
+	// taskhistoryDescRowsExported is the schema descriptor for rows_exported field.
+	taskhistoryDescRowsExported := taskhistoryFields[11].Descriptor()
+	// taskhistory.DefaultRowsExported holds the default value on creation for the rows_exported field.
+	taskhistory.DefaultRowsExported = taskhistoryDescRowsExported.Default.(int64)
+	// taskhistoryDescRunTimeMs is the schema descriptor for run_time_ms field.
+	taskhistoryDescRunTimeMs := taskhistoryFields[12].Descriptor()
+	// taskhistory.DefaultRunTimeMs holds the default value on creation for the run_time_ms field.
+	taskhistory.DefaultRunTimeMs = taskhistoryDescRunTimeMs.Default.(int64)
+	// taskhistoryDescWaiting is the schema descriptor for waiting field.
+	taskhistoryDescWaiting := taskhistoryFields[13].Descriptor()
+	// taskhistory.DefaultWaiting holds the default value on creation for the waiting field.
+	taskhistory.DefaultWaiting = taskhistoryDescWaiting.Default.(int64)
+	// taskhistoryDescWaitH00 is the schema descriptor for wait_h00 field.
+	taskhistoryDescWaitH00 := taskhistoryFields[14].Descriptor()
+	// taskhistory.DefaultWaitH00 holds the default value on creation for the wait_h00 field.
+	taskhistory.DefaultWaitH00 = taskhistoryDescWaitH00.Default.(int64)
+	// taskhistoryDescWaitH01 is the schema descriptor for wait_h01 field.
+	taskhistoryDescWaitH01 := taskhistoryFields[15].Descriptor()
+	// taskhistory.DefaultWaitH01 holds the default value on creation for the wait_h01 field.
+	taskhistory.DefaultWaitH01 = taskhistoryDescWaitH01.Default.(int64)
+	// taskhistoryDescWaitH02 is the schema descriptor for wait_h02 field.
+	taskhistoryDescWaitH02 := taskhistoryFields[16].Descriptor()
+	// taskhistory.DefaultWaitH02 holds the default value on creation for the wait_h02 field.
+	taskhistory.DefaultWaitH02 = taskhistoryDescWaitH02.Default.(int64)
+	// taskhistoryDescWaitH03 is the schema descriptor for wait_h03 field.
+	taskhistoryDescWaitH03 := taskhistoryFields[17].Descriptor()
+	// taskhistory.DefaultWaitH03 holds the default value on creation for the wait_h03 field.
+	taskhistory.DefaultWaitH03 = taskhistoryDescWaitH03.Default.(int64)
+	// taskhistoryDescWaitH04 is the schema descriptor for wait_h04 field.
+	taskhistoryDescWaitH04 := taskhistoryFields[18].Descriptor()
+	// taskhistory.DefaultWaitH04 holds the default value on creation for the wait_h04 field.
+	taskhistory.DefaultWaitH04 = taskhistoryDescWaitH04.Default.(int64)
+	// taskhistoryDescWaitH05 is the schema descriptor for wait_h05 field.
+	taskhistoryDescWaitH05 := taskhistoryFields[19].Descriptor()
+	// taskhistory.DefaultWaitH05 holds the default value on creation for the wait_h05 field.
+	taskhistory.DefaultWaitH05 = taskhistoryDescWaitH05.Default.(int64)
+	// taskhistoryDescWaitH06 is the schema descriptor for wait_h06 field.
+	taskhistoryDescWaitH06 := taskhistoryFields[20].Descriptor()
+	// taskhistory.DefaultWaitH06 holds the default value on creation for the wait_h06 field.
+	taskhistory.DefaultWaitH06 = taskhistoryDescWaitH06.Default.(int64)
+	// taskhistoryDescWaitH07 is the schema descriptor for wait_h07 field.
+	taskhistoryDescWaitH07 := taskhistoryFields[21].Descriptor()
+	// taskhistory.DefaultWaitH07 holds the default value on creation for the wait_h07 field.
+	taskhistory.DefaultWaitH07 = taskhistoryDescWaitH07.Default.(int64)
+	// taskhistoryDescWaitH08 is the schema descriptor for wait_h08 field.
+	taskhistoryDescWaitH08 := taskhistoryFields[22].Descriptor()
+	// taskhistory.DefaultWaitH08 holds the default value on creation for the wait_h08 field.
+	taskhistory.DefaultWaitH08 = taskhistoryDescWaitH08.Default.(int64)
+	// taskhistoryDescWaitH09 is the schema descriptor for wait_h09 field.
+	taskhistoryDescWaitH09 := taskhistoryFields[23].Descriptor()
+	// taskhistory.DefaultWaitH09 holds the default value on creation for the wait_h09 field.
+	taskhistory.DefaultWaitH09 = taskhistoryDescWaitH09.Default.(int64)
+	// taskhistoryDescWaitH10 is the schema descriptor for wait_h10 field.
+	taskhistoryDescWaitH10 := taskhistoryFields[24].Descriptor()
+	// taskhistory.DefaultWaitH10 holds the default value on creation for the wait_h10 field.
+	taskhistory.DefaultWaitH10 = taskhistoryDescWaitH10.Default.(int64)
+	// taskhistoryDescWaitH11 is the schema descriptor for wait_h11 field.
+	taskhistoryDescWaitH11 := taskhistoryFields[25].Descriptor()
+	// taskhistory.DefaultWaitH11 holds the default value on creation for the wait_h11 field.
+	taskhistory.DefaultWaitH11 = taskhistoryDescWaitH11.Default.(int64)
+	// taskhistoryDescWaitH12 is the schema descriptor for wait_h12 field.
+	taskhistoryDescWaitH12 := taskhistoryFields[26].Descriptor()
+	// taskhistory.DefaultWaitH12 holds the default value on creation for the wait_h12 field.
+	taskhistory.DefaultWaitH12 = taskhistoryDescWaitH12.Default.(int64)
+	// taskhistoryDescWaitH13 is the schema descriptor for wait_h13 field.
+	taskhistoryDescWaitH13 := taskhistoryFields[27].Descriptor()
+	// taskhistory.DefaultWaitH13 holds the default value on creation for the wait_h13 field.
+	taskhistory.DefaultWaitH13 = taskhistoryDescWaitH13.Default.(int64)
+	// taskhistoryDescWaitH14 is the schema descriptor for wait_h14 field.
+	taskhistoryDescWaitH14 := taskhistoryFields[28].Descriptor()
+	// taskhistory.DefaultWaitH14 holds the default value on creation for the wait_h14 field.
+	taskhistory.DefaultWaitH14 = taskhistoryDescWaitH14.Default.(int64)
+	// taskhistoryDescWaitH15 is the schema descriptor for wait_h15 field.
+	taskhistoryDescWaitH15 := taskhistoryFields[29].Descriptor()
+	// taskhistory.DefaultWaitH15 holds the default value on creation for the wait_h15 field.
+	taskhistory.DefaultWaitH15 = taskhistoryDescWaitH15.Default.(int64)
+	// taskhistoryDescWaitH16 is the schema descriptor for wait_h16 field.
+	taskhistoryDescWaitH16 := taskhistoryFields[30].Descriptor()
+	// taskhistory.DefaultWaitH16 holds the default value on creation for the wait_h16 field.
+	taskhistory.DefaultWaitH16 = taskhistoryDescWaitH16.Default.(int64)
+	// taskhistoryDescWaitH17 is the schema descriptor for wait_h17 field.
+	taskhistoryDescWaitH17 := taskhistoryFields[31].Descriptor()
+	// taskhistory.DefaultWaitH17 holds the default value on creation for the wait_h17 field.
+	taskhistory.DefaultWaitH17 = taskhistoryDescWaitH17.Default.(int64)
+	// taskhistoryDescWaitH18 is the schema descriptor for wait_h18 field.
+	taskhistoryDescWaitH18 := taskhistoryFields[32].Descriptor()
+	// taskhistory.DefaultWaitH18 holds the default value on creation for the wait_h18 field.
+	taskhistory.DefaultWaitH18 = taskhistoryDescWaitH18.Default.(int64)
+	// taskhistoryDescWaitH19 is the schema descriptor for wait_h19 field.
+	taskhistoryDescWaitH19 := taskhistoryFields[33].Descriptor()
+	// taskhistory.DefaultWaitH19 holds the default value on creation for the wait_h19 field.
+	taskhistory.DefaultWaitH19 = taskhistoryDescWaitH19.Default.(int64)
+	// taskhistoryDescWaitH20 is the schema descriptor for wait_h20 field.
+	taskhistoryDescWaitH20 := taskhistoryFields[34].Descriptor()
+	// taskhistory.DefaultWaitH20 holds the default value on creation for the wait_h20 field.
+	taskhistory.DefaultWaitH20 = taskhistoryDescWaitH20.Default.(int64)
+	// taskhistoryDescWaitH21 is the schema descriptor for wait_h21 field.
+	taskhistoryDescWaitH21 := taskhistoryFields[35].Descriptor()
+	// taskhistory.DefaultWaitH21 holds the default value on creation for the wait_h21 field.
+	taskhistory.DefaultWaitH21 = taskhistoryDescWaitH21.Default.(int64)
+	// taskhistoryDescWaitH22 is the schema descriptor for wait_h22 field.
+	taskhistoryDescWaitH22 := taskhistoryFields[36].Descriptor()
+	// taskhistory.DefaultWaitH22 holds the default value on creation for the wait_h22 field.
+	taskhistory.DefaultWaitH22 = taskhistoryDescWaitH22.Default.(int64)
+	// taskhistoryDescWaitH23 is the schema descriptor for wait_h23 field.
+	taskhistoryDescWaitH23 := taskhistoryFields[37].Descriptor()
+	// taskhistory.DefaultWaitH23 holds the default value on creation for the wait_h23 field.
+	taskhistory.DefaultWaitH23 = taskhistoryDescWaitH23.Default.(int64)
+	// taskhistoryDescRunH00 is the schema descriptor for run_h00 field.
+	taskhistoryDescRunH00 := taskhistoryFields[38].Descriptor()
+	// taskhistory.DefaultRunH00 holds the default value on creation for the run_h00 field.
+	taskhistory.DefaultRunH00 = taskhistoryDescRunH00.Default.(int64)
+	// taskhistoryDescRunH01 is the schema descriptor for run_h01 field.
+	taskhistoryDescRunH01 := taskhistoryFields[39].Descriptor()
+	// taskhistory.DefaultRunH01 holds the default value on creation for the run_h01 field.
+	taskhistory.DefaultRunH01 = taskhistoryDescRunH01.Default.(int64)
+	// taskhistoryDescRunH02 is the schema descriptor for run_h02 field.
+	taskhistoryDescRunH02 := taskhistoryFields[40].Descriptor()
+	// taskhistory.DefaultRunH02 holds the default value on creation for the run_h02 field.
+	taskhistory.DefaultRunH02 = taskhistoryDescRunH02.Default.(int64)
+	// taskhistoryDescRunH03 is the schema descriptor for run_h03 field.
+	taskhistoryDescRunH03 := taskhistoryFields[41].Descriptor()
+	// taskhistory.DefaultRunH03 holds the default value on creation for the run_h03 field.
+	taskhistory.DefaultRunH03 = taskhistoryDescRunH03.Default.(int64)
+	// taskhistoryDescRunH04 is the schema descriptor for run_h04 field.
+	taskhistoryDescRunH04 := taskhistoryFields[42].Descriptor()
+	// taskhistory.DefaultRunH04 holds the default value on creation for the run_h04 field.
+	taskhistory.DefaultRunH04 = taskhistoryDescRunH04.Default.(int64)
+	// taskhistoryDescRunH05 is the schema descriptor for run_h05 field.
+	taskhistoryDescRunH05 := taskhistoryFields[43].Descriptor()
+	// taskhistory.DefaultRunH05 holds the default value on creation for the run_h05 field.
+	taskhistory.DefaultRunH05 = taskhistoryDescRunH05.Default.(int64)
+	// taskhistoryDescRunH06 is the schema descriptor for run_h06 field.
+	taskhistoryDescRunH06 := taskhistoryFields[44].Descriptor()
+	// taskhistory.DefaultRunH06 holds the default value on creation for the run_h06 field.
+	taskhistory.DefaultRunH06 = taskhistoryDescRunH06.Default.(int64)
+	// taskhistoryDescRunH07 is the schema descriptor for run_h07 field.
+	taskhistoryDescRunH07 := taskhistoryFields[45].Descriptor()
+	// taskhistory.DefaultRunH07 holds the default value on creation for the run_h07 field.
+	taskhistory.DefaultRunH07 = taskhistoryDescRunH07.Default.(int64)
+	// taskhistoryDescRunH08 is the schema descriptor for run_h08 field.
+	taskhistoryDescRunH08 := taskhistoryFields[46].Descriptor()
+	// taskhistory.DefaultRunH08 holds the default value on creation for the run_h08 field.
+	taskhistory.DefaultRunH08 = taskhistoryDescRunH08.Default.(int64)
+	// taskhistoryDescRunH09 is the schema descriptor for run_h09 field.
+	taskhistoryDescRunH09 := taskhistoryFields[47].Descriptor()
+	// taskhistory.DefaultRunH09 holds the default value on creation for the run_h09 field.
+	taskhistory.DefaultRunH09 = taskhistoryDescRunH09.Default.(int64)
+	// taskhistoryDescRunH10 is the schema descriptor for run_h10 field.
+	taskhistoryDescRunH10 := taskhistoryFields[48].Descriptor()
+	// taskhistory.DefaultRunH10 holds the default value on creation for the run_h10 field.
+	taskhistory.DefaultRunH10 = taskhistoryDescRunH10.Default.(int64)
+	// taskhistoryDescRunH11 is the schema descriptor for run_h11 field.
+	taskhistoryDescRunH11 := taskhistoryFields[49].Descriptor()
+	// taskhistory.DefaultRunH11 holds the default value on creation for the run_h11 field.
+	taskhistory.DefaultRunH11 = taskhistoryDescRunH11.Default.(int64)
+	// taskhistoryDescRunH12 is the schema descriptor for run_h12 field.
+	taskhistoryDescRunH12 := taskhistoryFields[50].Descriptor()
+	// taskhistory.DefaultRunH12 holds the default value on creation for the run_h12 field.
+	taskhistory.DefaultRunH12 = taskhistoryDescRunH12.Default.(int64)
+	// taskhistoryDescRunH13 is the schema descriptor for run_h13 field.
+	taskhistoryDescRunH13 := taskhistoryFields[51].Descriptor()
+	// taskhistory.DefaultRunH13 holds the default value on creation for the run_h13 field.
+	taskhistory.DefaultRunH13 = taskhistoryDescRunH13.Default.(int64)
+	// taskhistoryDescRunH14 is the schema descriptor for run_h14 field.
+	taskhistoryDescRunH14 := taskhistoryFields[52].Descriptor()
+	// taskhistory.DefaultRunH14 holds the default value on creation for the run_h14 field.
+	taskhistory.DefaultRunH14 = taskhistoryDescRunH14.Default.(int64)
+	// taskhistoryDescRunH15 is the schema descriptor for run_h15 field.
+	taskhistoryDescRunH15 := taskhistoryFields[53].Descriptor()
+	// taskhistory.DefaultRunH15 holds the default value on creation for the run_h15 field.
+	taskhistory.DefaultRunH15 = taskhistoryDescRunH15.Default.(int64)
+	// taskhistoryDescRunH16 is the schema descriptor for run_h16 field.
+	taskhistoryDescRunH16 := taskhistoryFields[54].Descriptor()
+	// taskhistory.DefaultRunH16 holds the default value on creation for the run_h16 field.
+	taskhistory.DefaultRunH16 = taskhistoryDescRunH16.Default.(int64)
+	// taskhistoryDescRunH17 is the schema descriptor for run_h17 field.
+	taskhistoryDescRunH17 := taskhistoryFields[55].Descriptor()
+	// taskhistory.DefaultRunH17 holds the default value on creation for the run_h17 field.
+	taskhistory.DefaultRunH17 = taskhistoryDescRunH17.Default.(int64)
+	// taskhistoryDescRunH18 is the schema descriptor for run_h18 field.
+	taskhistoryDescRunH18 := taskhistoryFields[56].Descriptor()
+	// taskhistory.DefaultRunH18 holds the default value on creation for the run_h18 field.
+	taskhistory.DefaultRunH18 = taskhistoryDescRunH18.Default.(int64)
+	// taskhistoryDescRunH19 is the schema descriptor for run_h19 field.
+	taskhistoryDescRunH19 := taskhistoryFields[57].Descriptor()
+	// taskhistory.DefaultRunH19 holds the default value on creation for the run_h19 field.
+	taskhistory.DefaultRunH19 = taskhistoryDescRunH19.Default.(int64)
+	// taskhistoryDescRunH20 is the schema descriptor for run_h20 field.
+	taskhistoryDescRunH20 := taskhistoryFields[58].Descriptor()
+	// taskhistory.DefaultRunH20 holds the default value on creation for the run_h20 field.
+	taskhistory.DefaultRunH20 = taskhistoryDescRunH20.Default.(int64)
+	// taskhistoryDescRunH21 is the schema descriptor for run_h21 field.
+	taskhistoryDescRunH21 := taskhistoryFields[59].Descriptor()
+	// taskhistory.DefaultRunH21 holds the default value on creation for the run_h21 field.
+	taskhistory.DefaultRunH21 = taskhistoryDescRunH21.Default.(int64)
+	// taskhistoryDescRunH22 is the schema descriptor for run_h22 field.
+	taskhistoryDescRunH22 := taskhistoryFields[60].Descriptor()
+	// taskhistory.DefaultRunH22 holds the default value on creation for the run_h22 field.
+	taskhistory.DefaultRunH22 = taskhistoryDescRunH22.Default.(int64)
+	// taskhistoryDescRunH23 is the schema descriptor for run_h23 field.
+	taskhistoryDescRunH23 := taskhistoryFields[61].Descriptor()
+	// taskhistory.DefaultRunH23 holds the default value on creation for the run_h23 field.
+	taskhistory.DefaultRunH23 = taskhistoryDescRunH23.Default.(int64)
 	taskinputversionMixin := schema.TaskInputVersion{}.Mixin()
 	taskinputversionMixinFields0 := taskinputversionMixin[0].Fields()
 	_ = taskinputversionMixinFields0

@@ -1,1 +1,0 @@
--- 0011 placeholder (dropped at merge).

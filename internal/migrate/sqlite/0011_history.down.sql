@@ -1,0 +1,2 @@
+-- 0011 history, down: the task history goes.
+DROP TABLE task_histories;
