@@ -1,4 +1,4 @@
--- 0013 schedule workflow, down: schedules create tasks only.
+-- 0012 schedule workflow, down: schedules create tasks only.
 DROP INDEX workflow_schedule_id_schedule_slot;
 ALTER TABLE workflows DROP COLUMN schedule_slot;
 ALTER TABLE workflows DROP COLUMN schedule_id;

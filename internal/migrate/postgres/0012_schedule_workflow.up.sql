@@ -1,4 +1,4 @@
--- 0013 schedule workflow: a schedule may create a workflow at each slot
+-- 0012 schedule workflow: a schedule may create a workflow at each slot
 -- instead of a task (its definition, masked, and the unmasked one sealed;
 -- the latest workflow it created, for its overlap policy), and a workflow
 -- knows the schedule and slot that created it.

@@ -1,4 +1,4 @@
--- 0011 history: the task history's compact time series, one row per
+-- 0010 history: the task history's compact time series, one row per
 -- bucket of time (resolution MINUTE, HOUR or DAY), task type and tenant:
 -- counts, run time, and 24-bucket log2 histograms of wait and run times
 -- (package history has the arithmetic).

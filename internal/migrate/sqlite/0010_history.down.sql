@@ -1,0 +1,2 @@
+-- 0010 history, down: the task history goes.
+DROP TABLE task_histories;

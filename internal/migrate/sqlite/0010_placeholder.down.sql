@@ -1,1 +1,0 @@
--- 0010 placeholder (dropped at merge).

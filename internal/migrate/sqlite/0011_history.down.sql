@@ -1,2 +1,0 @@
--- 0011 history, down: the task history goes.
-DROP TABLE task_histories;
