@@ -149,9 +149,9 @@ type wfNode struct {
 	stderr *serverbin.Output // read while the process writes it
 }
 
-// startWorkflowNode starts a testnode with a data directory of its own
-// and the files at blobURL, shared by the nodes, and a short heartbeat timeout (the watchdog's recovery of a killed
-// node's executions).
+// startWorkflowNode starts a testnode with a data directory of its own,
+// the files at blobURL (shared by the nodes) and a short heartbeat timeout
+// (the watchdog's recovery of a killed node's executions).
 func startWorkflowNode(t *testing.T, bin, dsn, blobURL string) *wfNode {
 	t.Helper()
 	n := &wfNode{addr: serverbin.FreeAddr(t), stderr: &serverbin.Output{}}
