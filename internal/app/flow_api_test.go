@@ -148,5 +148,18 @@ func TestFlowControlAPI(t *testing.T) {
 			"TYPE_PAUSE:OK:ada", "TYPE_PAUSE:OK:root", "TYPE_RESUME:FAILED:ada", "TYPE_RESUME:OK:root"} {
 			require.True(t, seen[want], "audit %s in %v", want, seen)
 		}
+
+		// A resubmit of a waiting task by its idempotency key is answered
+		// with that task, even at the cap: it is not one more waiting task.
+		s.QueryAs(t, tokens["ada"], `mutation { setTenantTypeControl(type: "noop", input: {maxWaiting: 2}) { maxWaiting } }`, nil, nil)
+		var keyed [2]struct{ CreateTask struct{ ID string } }
+		for i := range keyed {
+			s.QueryAs(t, tokens["otto"], `mutation { createTask(input: {type: "noop", idempotencyKey: "nightly-1"}) { id } }`, nil, &keyed[i])
+		}
+		require.NotEmpty(t, keyed[0].CreateTask.ID)
+		require.Equal(t, keyed[0].CreateTask.ID, keyed[1].CreateTask.ID, "the same task, at the cap")
+		r = s.DoAs(t, tokens["otto"], `mutation { createTask(input: {type: "noop", idempotencyKey: "nightly-2"}) { id } }`, nil)
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "QUOTA_EXCEEDED", r.Errors[0].Code(), "a new key is a new task, beyond the cap")
 	})
 }

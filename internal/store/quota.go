@@ -28,7 +28,9 @@ func (e *QuotaError) Error() string {
 // pairs that cap waiting, locking them on PostgreSQL so that concurrent
 // creates count one after the other, and counts each capped pair's
 // waiting instances up to its cap (the (task_type, tenant, ...) claimable
-// index): what it reads grows with the caps, never past them.
+// index): what it reads grows with the caps, never past them. An item
+// that its idempotency key or schedule slot answers with an existing task
+// is answered here, and neither takes room nor is refused.
 func (s *Store) checkWaitingCaps(ctx context.Context, t *txn, ns []NewTask, out []Created) error {
 	type pair struct{ typ, tenant string }
 	seen := map[pair]bool{}
@@ -81,6 +83,21 @@ func (s *Store) checkWaitingCaps(ctx context.Context, t *txn, ns []NewTask, out 
 	if err != nil || len(caps) == 0 {
 		return err
 	}
+	// An item whose idempotency key (or schedule slot) names a task that
+	// exists is answered with that task, and takes no room: a resubmit of
+	// what already waits is not one more waiting task.
+	var keyed []int
+	for i, n := range ns {
+		if _, capped := caps[pair{n.Type, n.Tenant}]; capped && out[i].Err == nil && n.waitingOn == 0 &&
+			(n.IdempotencyHash != nil || (n.ScheduleID != nil && n.ScheduleSlot != nil)) {
+			keyed = append(keyed, i)
+		}
+	}
+	if len(keyed) > 0 {
+		if err := s.resolveKeys(ctx, t, ns, keyed, out); err != nil {
+			return err
+		}
+	}
 	room := map[pair]int{}
 	waiting := map[pair]int{}
 	for p, c := range caps {
@@ -102,7 +119,7 @@ func (s *Store) checkWaitingCaps(ctx context.Context, t *txn, ns []NewTask, out 
 		waiting[p], room[p] = n, c-n
 	}
 	for i, n := range ns {
-		if out[i].Err != nil || n.waitingOn > 0 {
+		if out[i].Err != nil || out[i].Task != nil || n.waitingOn > 0 {
 			continue
 		}
 		p := pair{n.Type, n.Tenant}
