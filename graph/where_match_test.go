@@ -280,6 +280,20 @@ func setupWhereMatch(t *testing.T, ctx context.Context, dsn string) (*store.Stor
 			raw(`UPDATE tasks SET status = ?, cancel_requested = ?, cancel_reason = ?, progress_done = ?, progress_total = ?, version = version + ? WHERE id = ?`,
 				string(lifecycle.Executing), true, "stop", int64(i), int64(100), int64(i%4), id)
 		}
+		// Deadlines on about half the tasks, some of them flagged at risk,
+		// missed or met, so that the deadline predicates select some tasks.
+		if i%2 == 0 {
+			due := base.Add(time.Duration(r.IntN(5)) * time.Hour).UTC()
+			raw(`UPDATE tasks SET deadline = ? WHERE id = ?`, due, id)
+			switch r.IntN(4) {
+			case 1:
+				raw(`UPDATE tasks SET deadline_at_risk_at = ? WHERE id = ?`, due.Add(-15*time.Minute), id)
+			case 2:
+				raw(`UPDATE tasks SET deadline_at_risk_at = ?, deadline_missed_at = ? WHERE id = ?`, due.Add(-15*time.Minute), due, id)
+			case 3:
+				raw(`UPDATE tasks SET deadline_met_at = ? WHERE id = ?`, due.Add(-time.Duration(r.IntN(60))*time.Minute), id)
+			}
+		}
 	}
 	tasks, err := s.Client().Task.Query().Order(task.ByID()).All(ctx)
 	require.NoError(t, err)

@@ -17,8 +17,10 @@ import (
 // PostgreSQL it fills the history by COPY and prints every figure on the
 // empty and on the filled history, then the purge of the oldest month,
 // which deletes tasks; it refuses SQLite with a usage error.
+//
+// Not parallel: TestBench checks that its runs leave no bench schema behind,
+// and would see this one's while it runs.
 func TestBenchHistory(t *testing.T) {
-	t.Parallel()
 	bin := serverbin.Build(t)
 	t.Run("sqlite is refused", func(t *testing.T) {
 		cmd := exec.Command(bin, "bench-history", "-db", "")
