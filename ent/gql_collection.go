@@ -465,6 +465,16 @@ func (_q *ScheduleQuery) collectField(ctx context.Context, oneNode bool, opCtx *
 				selectedFields = append(selectedFields, schedule.FieldTimezone)
 				fieldSeen[schedule.FieldTimezone] = struct{}{}
 			}
+		case "finishBy":
+			if _, ok := fieldSeen[schedule.FieldFinishBy]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldFinishBy)
+				fieldSeen[schedule.FieldFinishBy] = struct{}{}
+			}
+		case "finishWithinSeconds":
+			if _, ok := fieldSeen[schedule.FieldFinishWithinSeconds]; !ok {
+				selectedFields = append(selectedFields, schedule.FieldFinishWithinSeconds)
+				fieldSeen[schedule.FieldFinishWithinSeconds] = struct{}{}
+			}
 		case "taskType":
 			if _, ok := fieldSeen[schedule.FieldTaskType]; !ok {
 				selectedFields = append(selectedFields, schedule.FieldTaskType)

@@ -647,6 +647,33 @@ type ScheduleWhereInput struct {
 	TimezoneEqualFold    *string  `json:"timezoneEqualFold,omitempty"`
 	TimezoneContainsFold *string  `json:"timezoneContainsFold,omitempty"`
 
+	// "finish_by" field predicates.
+	FinishBy             *string  `json:"finishBy,omitempty"`
+	FinishByNEQ          *string  `json:"finishByNEQ,omitempty"`
+	FinishByIn           []string `json:"finishByIn,omitempty"`
+	FinishByNotIn        []string `json:"finishByNotIn,omitempty"`
+	FinishByGT           *string  `json:"finishByGT,omitempty"`
+	FinishByGTE          *string  `json:"finishByGTE,omitempty"`
+	FinishByLT           *string  `json:"finishByLT,omitempty"`
+	FinishByLTE          *string  `json:"finishByLTE,omitempty"`
+	FinishByContains     *string  `json:"finishByContains,omitempty"`
+	FinishByHasPrefix    *string  `json:"finishByHasPrefix,omitempty"`
+	FinishByHasSuffix    *string  `json:"finishByHasSuffix,omitempty"`
+	FinishByEqualFold    *string  `json:"finishByEqualFold,omitempty"`
+	FinishByContainsFold *string  `json:"finishByContainsFold,omitempty"`
+
+	// "finish_within_seconds" field predicates.
+	FinishWithinSeconds       *int  `json:"finishWithinSeconds,omitempty"`
+	FinishWithinSecondsNEQ    *int  `json:"finishWithinSecondsNEQ,omitempty"`
+	FinishWithinSecondsIn     []int `json:"finishWithinSecondsIn,omitempty"`
+	FinishWithinSecondsNotIn  []int `json:"finishWithinSecondsNotIn,omitempty"`
+	FinishWithinSecondsGT     *int  `json:"finishWithinSecondsGT,omitempty"`
+	FinishWithinSecondsGTE    *int  `json:"finishWithinSecondsGTE,omitempty"`
+	FinishWithinSecondsLT     *int  `json:"finishWithinSecondsLT,omitempty"`
+	FinishWithinSecondsLTE    *int  `json:"finishWithinSecondsLTE,omitempty"`
+	FinishWithinSecondsIsNil  bool  `json:"finishWithinSecondsIsNil,omitempty"`
+	FinishWithinSecondsNotNil bool  `json:"finishWithinSecondsNotNil,omitempty"`
+
 	// "task_type" field predicates.
 	TaskType             *string  `json:"taskType,omitempty"`
 	TaskTypeNEQ          *string  `json:"taskTypeNEQ,omitempty"`
@@ -1192,6 +1219,75 @@ func (i *ScheduleWhereInput) P() (predicate.Schedule, error) {
 	}
 	if i.TimezoneContainsFold != nil {
 		predicates = append(predicates, schedule.TimezoneContainsFold(*i.TimezoneContainsFold))
+	}
+	if i.FinishBy != nil {
+		predicates = append(predicates, schedule.FinishByEQ(*i.FinishBy))
+	}
+	if i.FinishByNEQ != nil {
+		predicates = append(predicates, schedule.FinishByNEQ(*i.FinishByNEQ))
+	}
+	if len(i.FinishByIn) > 0 {
+		predicates = append(predicates, schedule.FinishByIn(i.FinishByIn...))
+	}
+	if len(i.FinishByNotIn) > 0 {
+		predicates = append(predicates, schedule.FinishByNotIn(i.FinishByNotIn...))
+	}
+	if i.FinishByGT != nil {
+		predicates = append(predicates, schedule.FinishByGT(*i.FinishByGT))
+	}
+	if i.FinishByGTE != nil {
+		predicates = append(predicates, schedule.FinishByGTE(*i.FinishByGTE))
+	}
+	if i.FinishByLT != nil {
+		predicates = append(predicates, schedule.FinishByLT(*i.FinishByLT))
+	}
+	if i.FinishByLTE != nil {
+		predicates = append(predicates, schedule.FinishByLTE(*i.FinishByLTE))
+	}
+	if i.FinishByContains != nil {
+		predicates = append(predicates, schedule.FinishByContains(*i.FinishByContains))
+	}
+	if i.FinishByHasPrefix != nil {
+		predicates = append(predicates, schedule.FinishByHasPrefix(*i.FinishByHasPrefix))
+	}
+	if i.FinishByHasSuffix != nil {
+		predicates = append(predicates, schedule.FinishByHasSuffix(*i.FinishByHasSuffix))
+	}
+	if i.FinishByEqualFold != nil {
+		predicates = append(predicates, schedule.FinishByEqualFold(*i.FinishByEqualFold))
+	}
+	if i.FinishByContainsFold != nil {
+		predicates = append(predicates, schedule.FinishByContainsFold(*i.FinishByContainsFold))
+	}
+	if i.FinishWithinSeconds != nil {
+		predicates = append(predicates, schedule.FinishWithinSecondsEQ(*i.FinishWithinSeconds))
+	}
+	if i.FinishWithinSecondsNEQ != nil {
+		predicates = append(predicates, schedule.FinishWithinSecondsNEQ(*i.FinishWithinSecondsNEQ))
+	}
+	if len(i.FinishWithinSecondsIn) > 0 {
+		predicates = append(predicates, schedule.FinishWithinSecondsIn(i.FinishWithinSecondsIn...))
+	}
+	if len(i.FinishWithinSecondsNotIn) > 0 {
+		predicates = append(predicates, schedule.FinishWithinSecondsNotIn(i.FinishWithinSecondsNotIn...))
+	}
+	if i.FinishWithinSecondsGT != nil {
+		predicates = append(predicates, schedule.FinishWithinSecondsGT(*i.FinishWithinSecondsGT))
+	}
+	if i.FinishWithinSecondsGTE != nil {
+		predicates = append(predicates, schedule.FinishWithinSecondsGTE(*i.FinishWithinSecondsGTE))
+	}
+	if i.FinishWithinSecondsLT != nil {
+		predicates = append(predicates, schedule.FinishWithinSecondsLT(*i.FinishWithinSecondsLT))
+	}
+	if i.FinishWithinSecondsLTE != nil {
+		predicates = append(predicates, schedule.FinishWithinSecondsLTE(*i.FinishWithinSecondsLTE))
+	}
+	if i.FinishWithinSecondsIsNil {
+		predicates = append(predicates, schedule.FinishWithinSecondsIsNil())
+	}
+	if i.FinishWithinSecondsNotNil {
+		predicates = append(predicates, schedule.FinishWithinSecondsNotNil())
 	}
 	if i.TaskType != nil {
 		predicates = append(predicates, schedule.TaskTypeEQ(*i.TaskType))

@@ -10888,59 +10888,62 @@ func (m *FlowStartMutation) ResetEdge(name string) error {
 // ScheduleMutation represents an operation that mutates the Schedule nodes in the graph.
 type ScheduleMutation struct {
 	config
-	op                      Op
-	typ                     string
-	id                      *int
-	created_at              *time.Time
-	name                    *string
-	owner                   *string
-	owner_source            *string
-	owner_role              *string
-	tenant                  *string
-	cron                    *string
-	interval_seconds        *int
-	addinterval_seconds     *int
-	timezone                *string
-	task_type               *string
-	task_title              *string
-	task_input              *json.RawMessage
-	appendtask_input        json.RawMessage
-	task_input_sealed       *[]byte
-	task_priority           *int
-	addtask_priority        *int
-	task_timeout_seconds    *int
-	addtask_timeout_seconds *int
-	task_retry_policy       *string
-	task_max_attempts       *int
-	addtask_max_attempts    *int
-	workflow                *json.RawMessage
-	appendworkflow          json.RawMessage
-	workflow_sealed         *[]byte
-	last_workflow_id        *int
-	addlast_workflow_id     *int
-	paused                  *bool
-	start_at                *time.Time
-	end_at                  *time.Time
-	misfire_policy          *schedule.MisfirePolicy
-	overlap_policy          *schedule.OverlapPolicy
-	next_fire_at            *time.Time
-	last_fired_at           *time.Time
-	last_task_id            *int
-	addlast_task_id         *int
-	queued_slots            *[]string
-	appendqueued_slots      []string
-	queued_count            *int
-	addqueued_count         *int
-	version                 *int64
-	addversion              *int64
-	updated_at              *time.Time
-	clearedFields           map[string]struct{}
-	events                  map[int]struct{}
-	removedevents           map[int]struct{}
-	clearedevents           bool
-	done                    bool
-	oldValue                func(context.Context) (*Schedule, error)
-	predicates              []predicate.Schedule
+	op                       Op
+	typ                      string
+	id                       *int
+	created_at               *time.Time
+	name                     *string
+	owner                    *string
+	owner_source             *string
+	owner_role               *string
+	tenant                   *string
+	cron                     *string
+	interval_seconds         *int
+	addinterval_seconds      *int
+	timezone                 *string
+	finish_by                *string
+	finish_within_seconds    *int
+	addfinish_within_seconds *int
+	task_type                *string
+	task_title               *string
+	task_input               *json.RawMessage
+	appendtask_input         json.RawMessage
+	task_input_sealed        *[]byte
+	task_priority            *int
+	addtask_priority         *int
+	task_timeout_seconds     *int
+	addtask_timeout_seconds  *int
+	task_retry_policy        *string
+	task_max_attempts        *int
+	addtask_max_attempts     *int
+	workflow                 *json.RawMessage
+	appendworkflow           json.RawMessage
+	workflow_sealed          *[]byte
+	last_workflow_id         *int
+	addlast_workflow_id      *int
+	paused                   *bool
+	start_at                 *time.Time
+	end_at                   *time.Time
+	misfire_policy           *schedule.MisfirePolicy
+	overlap_policy           *schedule.OverlapPolicy
+	next_fire_at             *time.Time
+	last_fired_at            *time.Time
+	last_task_id             *int
+	addlast_task_id          *int
+	queued_slots             *[]string
+	appendqueued_slots       []string
+	queued_count             *int
+	addqueued_count          *int
+	version                  *int64
+	addversion               *int64
+	updated_at               *time.Time
+	clearedFields            map[string]struct{}
+	events                   map[int]struct{}
+	removedevents            map[int]struct{}
+	clearedevents            bool
+	done                     bool
+	oldValue                 func(context.Context) (*Schedule, error)
+	predicates               []predicate.Schedule
 }
 
 var _ ent.Mutation = (*ScheduleMutation)(nil)
@@ -11397,6 +11400,112 @@ func (m *ScheduleMutation) OldTimezone(ctx context.Context) (v string, err error
 // ResetTimezone resets all changes to the "timezone" field.
 func (m *ScheduleMutation) ResetTimezone() {
 	m.timezone = nil
+}
+
+// SetFinishBy sets the "finish_by" field.
+func (m *ScheduleMutation) SetFinishBy(s string) {
+	m.finish_by = &s
+}
+
+// FinishBy returns the value of the "finish_by" field in the mutation.
+func (m *ScheduleMutation) FinishBy() (r string, exists bool) {
+	v := m.finish_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFinishBy returns the old "finish_by" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldFinishBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFinishBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFinishBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFinishBy: %w", err)
+	}
+	return oldValue.FinishBy, nil
+}
+
+// ResetFinishBy resets all changes to the "finish_by" field.
+func (m *ScheduleMutation) ResetFinishBy() {
+	m.finish_by = nil
+}
+
+// SetFinishWithinSeconds sets the "finish_within_seconds" field.
+func (m *ScheduleMutation) SetFinishWithinSeconds(i int) {
+	m.finish_within_seconds = &i
+	m.addfinish_within_seconds = nil
+}
+
+// FinishWithinSeconds returns the value of the "finish_within_seconds" field in the mutation.
+func (m *ScheduleMutation) FinishWithinSeconds() (r int, exists bool) {
+	v := m.finish_within_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFinishWithinSeconds returns the old "finish_within_seconds" field's value of the Schedule entity.
+// If the Schedule object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduleMutation) OldFinishWithinSeconds(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFinishWithinSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFinishWithinSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFinishWithinSeconds: %w", err)
+	}
+	return oldValue.FinishWithinSeconds, nil
+}
+
+// AddFinishWithinSeconds adds i to the "finish_within_seconds" field.
+func (m *ScheduleMutation) AddFinishWithinSeconds(i int) {
+	if m.addfinish_within_seconds != nil {
+		*m.addfinish_within_seconds += i
+	} else {
+		m.addfinish_within_seconds = &i
+	}
+}
+
+// AddedFinishWithinSeconds returns the value that was added to the "finish_within_seconds" field in this mutation.
+func (m *ScheduleMutation) AddedFinishWithinSeconds() (r int, exists bool) {
+	v := m.addfinish_within_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearFinishWithinSeconds clears the value of the "finish_within_seconds" field.
+func (m *ScheduleMutation) ClearFinishWithinSeconds() {
+	m.finish_within_seconds = nil
+	m.addfinish_within_seconds = nil
+	m.clearedFields[schedule.FieldFinishWithinSeconds] = struct{}{}
+}
+
+// FinishWithinSecondsCleared returns if the "finish_within_seconds" field was cleared in this mutation.
+func (m *ScheduleMutation) FinishWithinSecondsCleared() bool {
+	_, ok := m.clearedFields[schedule.FieldFinishWithinSeconds]
+	return ok
+}
+
+// ResetFinishWithinSeconds resets all changes to the "finish_within_seconds" field.
+func (m *ScheduleMutation) ResetFinishWithinSeconds() {
+	m.finish_within_seconds = nil
+	m.addfinish_within_seconds = nil
+	delete(m.clearedFields, schedule.FieldFinishWithinSeconds)
 }
 
 // SetTaskType sets the "task_type" field.
@@ -12689,7 +12798,7 @@ func (m *ScheduleMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ScheduleMutation) Fields() []string {
-	fields := make([]string, 0, 32)
+	fields := make([]string, 0, 34)
 	if m.created_at != nil {
 		fields = append(fields, schedule.FieldCreatedAt)
 	}
@@ -12716,6 +12825,12 @@ func (m *ScheduleMutation) Fields() []string {
 	}
 	if m.timezone != nil {
 		fields = append(fields, schedule.FieldTimezone)
+	}
+	if m.finish_by != nil {
+		fields = append(fields, schedule.FieldFinishBy)
+	}
+	if m.finish_within_seconds != nil {
+		fields = append(fields, schedule.FieldFinishWithinSeconds)
 	}
 	if m.task_type != nil {
 		fields = append(fields, schedule.FieldTaskType)
@@ -12812,6 +12927,10 @@ func (m *ScheduleMutation) Field(name string) (ent.Value, bool) {
 		return m.IntervalSeconds()
 	case schedule.FieldTimezone:
 		return m.Timezone()
+	case schedule.FieldFinishBy:
+		return m.FinishBy()
+	case schedule.FieldFinishWithinSeconds:
+		return m.FinishWithinSeconds()
 	case schedule.FieldTaskType:
 		return m.TaskType()
 	case schedule.FieldTaskTitle:
@@ -12885,6 +13004,10 @@ func (m *ScheduleMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldIntervalSeconds(ctx)
 	case schedule.FieldTimezone:
 		return m.OldTimezone(ctx)
+	case schedule.FieldFinishBy:
+		return m.OldFinishBy(ctx)
+	case schedule.FieldFinishWithinSeconds:
+		return m.OldFinishWithinSeconds(ctx)
 	case schedule.FieldTaskType:
 		return m.OldTaskType(ctx)
 	case schedule.FieldTaskTitle:
@@ -13002,6 +13125,20 @@ func (m *ScheduleMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetTimezone(v)
+		return nil
+	case schedule.FieldFinishBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFinishBy(v)
+		return nil
+	case schedule.FieldFinishWithinSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFinishWithinSeconds(v)
 		return nil
 	case schedule.FieldTaskType:
 		v, ok := value.(string)
@@ -13175,6 +13312,9 @@ func (m *ScheduleMutation) AddedFields() []string {
 	if m.addinterval_seconds != nil {
 		fields = append(fields, schedule.FieldIntervalSeconds)
 	}
+	if m.addfinish_within_seconds != nil {
+		fields = append(fields, schedule.FieldFinishWithinSeconds)
+	}
 	if m.addtask_priority != nil {
 		fields = append(fields, schedule.FieldTaskPriority)
 	}
@@ -13206,6 +13346,8 @@ func (m *ScheduleMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
 	case schedule.FieldIntervalSeconds:
 		return m.AddedIntervalSeconds()
+	case schedule.FieldFinishWithinSeconds:
+		return m.AddedFinishWithinSeconds()
 	case schedule.FieldTaskPriority:
 		return m.AddedTaskPriority()
 	case schedule.FieldTaskTimeoutSeconds:
@@ -13235,6 +13377,13 @@ func (m *ScheduleMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddIntervalSeconds(v)
+		return nil
+	case schedule.FieldFinishWithinSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddFinishWithinSeconds(v)
 		return nil
 	case schedule.FieldTaskPriority:
 		v, ok := value.(int)
@@ -13296,6 +13445,9 @@ func (m *ScheduleMutation) ClearedFields() []string {
 	if m.FieldCleared(schedule.FieldIntervalSeconds) {
 		fields = append(fields, schedule.FieldIntervalSeconds)
 	}
+	if m.FieldCleared(schedule.FieldFinishWithinSeconds) {
+		fields = append(fields, schedule.FieldFinishWithinSeconds)
+	}
 	if m.FieldCleared(schedule.FieldTaskInputSealed) {
 		fields = append(fields, schedule.FieldTaskInputSealed)
 	}
@@ -13354,6 +13506,9 @@ func (m *ScheduleMutation) ClearField(name string) error {
 	switch name {
 	case schedule.FieldIntervalSeconds:
 		m.ClearIntervalSeconds()
+		return nil
+	case schedule.FieldFinishWithinSeconds:
+		m.ClearFinishWithinSeconds()
 		return nil
 	case schedule.FieldTaskInputSealed:
 		m.ClearTaskInputSealed()
@@ -13431,6 +13586,12 @@ func (m *ScheduleMutation) ResetField(name string) error {
 		return nil
 	case schedule.FieldTimezone:
 		m.ResetTimezone()
+		return nil
+	case schedule.FieldFinishBy:
+		m.ResetFinishBy()
+		return nil
+	case schedule.FieldFinishWithinSeconds:
+		m.ResetFinishWithinSeconds()
 		return nil
 	case schedule.FieldTaskType:
 		m.ResetTaskType()

@@ -36,6 +36,10 @@ type Schedule struct {
 	IntervalSeconds *int `json:"interval_seconds,omitempty"`
 	// IANA zone the cron expression is read in; empty: the server's.
 	Timezone string `json:"timezone,omitempty"`
+	// The time of day (HH:MM, in the schedule's timezone) each fire's task must finish by: the first such time after its slot; empty: none.
+	FinishBy string `json:"finish_by,omitempty"`
+	// Instead of finishBy: each fire's task must finish within this many seconds of its slot.
+	FinishWithinSeconds *int `json:"finish_within_seconds,omitempty"`
 	// TaskType holds the value of the "task_type" field.
 	TaskType string `json:"task_type,omitempty"`
 	// TaskTitle holds the value of the "task_title" field.
@@ -119,9 +123,9 @@ func (*Schedule) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case schedule.FieldPaused:
 			values[i] = new(sql.NullBool)
-		case schedule.FieldID, schedule.FieldIntervalSeconds, schedule.FieldTaskPriority, schedule.FieldTaskTimeoutSeconds, schedule.FieldTaskMaxAttempts, schedule.FieldLastWorkflowID, schedule.FieldLastTaskID, schedule.FieldQueuedCount, schedule.FieldVersion:
+		case schedule.FieldID, schedule.FieldIntervalSeconds, schedule.FieldFinishWithinSeconds, schedule.FieldTaskPriority, schedule.FieldTaskTimeoutSeconds, schedule.FieldTaskMaxAttempts, schedule.FieldLastWorkflowID, schedule.FieldLastTaskID, schedule.FieldQueuedCount, schedule.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case schedule.FieldName, schedule.FieldOwner, schedule.FieldOwnerSource, schedule.FieldOwnerRole, schedule.FieldTenant, schedule.FieldCron, schedule.FieldTimezone, schedule.FieldTaskType, schedule.FieldTaskTitle, schedule.FieldTaskRetryPolicy, schedule.FieldMisfirePolicy, schedule.FieldOverlapPolicy:
+		case schedule.FieldName, schedule.FieldOwner, schedule.FieldOwnerSource, schedule.FieldOwnerRole, schedule.FieldTenant, schedule.FieldCron, schedule.FieldTimezone, schedule.FieldFinishBy, schedule.FieldTaskType, schedule.FieldTaskTitle, schedule.FieldTaskRetryPolicy, schedule.FieldMisfirePolicy, schedule.FieldOverlapPolicy:
 			values[i] = new(sql.NullString)
 		case schedule.FieldCreatedAt, schedule.FieldStartAt, schedule.FieldEndAt, schedule.FieldNextFireAt, schedule.FieldLastFiredAt, schedule.FieldUpdatedAt:
 			values[i] = new(sql.NullTime)
@@ -200,6 +204,19 @@ func (_m *Schedule) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field timezone", values[i])
 			} else if value.Valid {
 				_m.Timezone = value.String
+			}
+		case schedule.FieldFinishBy:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field finish_by", values[i])
+			} else if value.Valid {
+				_m.FinishBy = value.String
+			}
+		case schedule.FieldFinishWithinSeconds:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field finish_within_seconds", values[i])
+			} else if value.Valid {
+				_m.FinishWithinSeconds = new(int)
+				*_m.FinishWithinSeconds = int(value.Int64)
 			}
 		case schedule.FieldTaskType:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -424,6 +441,14 @@ func (_m *Schedule) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("timezone=")
 	builder.WriteString(_m.Timezone)
+	builder.WriteString(", ")
+	builder.WriteString("finish_by=")
+	builder.WriteString(_m.FinishBy)
+	builder.WriteString(", ")
+	if v := _m.FinishWithinSeconds; v != nil {
+		builder.WriteString("finish_within_seconds=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteString(", ")
 	builder.WriteString("task_type=")
 	builder.WriteString(_m.TaskType)

@@ -132,6 +132,34 @@ func (_c *ScheduleCreate) SetNillableTimezone(v *string) *ScheduleCreate {
 	return _c
 }
 
+// SetFinishBy sets the "finish_by" field.
+func (_c *ScheduleCreate) SetFinishBy(v string) *ScheduleCreate {
+	_c.mutation.SetFinishBy(v)
+	return _c
+}
+
+// SetNillableFinishBy sets the "finish_by" field if the given value is not nil.
+func (_c *ScheduleCreate) SetNillableFinishBy(v *string) *ScheduleCreate {
+	if v != nil {
+		_c.SetFinishBy(*v)
+	}
+	return _c
+}
+
+// SetFinishWithinSeconds sets the "finish_within_seconds" field.
+func (_c *ScheduleCreate) SetFinishWithinSeconds(v int) *ScheduleCreate {
+	_c.mutation.SetFinishWithinSeconds(v)
+	return _c
+}
+
+// SetNillableFinishWithinSeconds sets the "finish_within_seconds" field if the given value is not nil.
+func (_c *ScheduleCreate) SetNillableFinishWithinSeconds(v *int) *ScheduleCreate {
+	if v != nil {
+		_c.SetFinishWithinSeconds(*v)
+	}
+	return _c
+}
+
 // SetTaskType sets the "task_type" field.
 func (_c *ScheduleCreate) SetTaskType(v string) *ScheduleCreate {
 	_c.mutation.SetTaskType(v)
@@ -480,6 +508,10 @@ func (_c *ScheduleCreate) defaults() {
 		v := schedule.DefaultTimezone
 		_c.mutation.SetTimezone(v)
 	}
+	if _, ok := _c.mutation.FinishBy(); !ok {
+		v := schedule.DefaultFinishBy
+		_c.mutation.SetFinishBy(v)
+	}
 	if _, ok := _c.mutation.TaskTitle(); !ok {
 		v := schedule.DefaultTaskTitle
 		_c.mutation.SetTaskTitle(v)
@@ -535,6 +567,9 @@ func (_c *ScheduleCreate) check() error {
 	}
 	if _, ok := _c.mutation.Timezone(); !ok {
 		return &ValidationError{Name: "timezone", err: errors.New(`ent: missing required field "Schedule.timezone"`)}
+	}
+	if _, ok := _c.mutation.FinishBy(); !ok {
+		return &ValidationError{Name: "finish_by", err: errors.New(`ent: missing required field "Schedule.finish_by"`)}
 	}
 	if _, ok := _c.mutation.TaskType(); !ok {
 		return &ValidationError{Name: "task_type", err: errors.New(`ent: missing required field "Schedule.task_type"`)}
@@ -634,6 +669,14 @@ func (_c *ScheduleCreate) createSpec() (*Schedule, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Timezone(); ok {
 		_spec.SetField(schedule.FieldTimezone, field.TypeString, value)
 		_node.Timezone = value
+	}
+	if value, ok := _c.mutation.FinishBy(); ok {
+		_spec.SetField(schedule.FieldFinishBy, field.TypeString, value)
+		_node.FinishBy = value
+	}
+	if value, ok := _c.mutation.FinishWithinSeconds(); ok {
+		_spec.SetField(schedule.FieldFinishWithinSeconds, field.TypeInt, value)
+		_node.FinishWithinSeconds = &value
 	}
 	if value, ok := _c.mutation.TaskType(); ok {
 		_spec.SetField(schedule.FieldTaskType, field.TypeString, value)

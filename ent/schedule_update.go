@@ -101,6 +101,47 @@ func (_u *ScheduleUpdate) SetNillableTimezone(v *string) *ScheduleUpdate {
 	return _u
 }
 
+// SetFinishBy sets the "finish_by" field.
+func (_u *ScheduleUpdate) SetFinishBy(v string) *ScheduleUpdate {
+	_u.mutation.SetFinishBy(v)
+	return _u
+}
+
+// SetNillableFinishBy sets the "finish_by" field if the given value is not nil.
+func (_u *ScheduleUpdate) SetNillableFinishBy(v *string) *ScheduleUpdate {
+	if v != nil {
+		_u.SetFinishBy(*v)
+	}
+	return _u
+}
+
+// SetFinishWithinSeconds sets the "finish_within_seconds" field.
+func (_u *ScheduleUpdate) SetFinishWithinSeconds(v int) *ScheduleUpdate {
+	_u.mutation.ResetFinishWithinSeconds()
+	_u.mutation.SetFinishWithinSeconds(v)
+	return _u
+}
+
+// SetNillableFinishWithinSeconds sets the "finish_within_seconds" field if the given value is not nil.
+func (_u *ScheduleUpdate) SetNillableFinishWithinSeconds(v *int) *ScheduleUpdate {
+	if v != nil {
+		_u.SetFinishWithinSeconds(*v)
+	}
+	return _u
+}
+
+// AddFinishWithinSeconds adds value to the "finish_within_seconds" field.
+func (_u *ScheduleUpdate) AddFinishWithinSeconds(v int) *ScheduleUpdate {
+	_u.mutation.AddFinishWithinSeconds(v)
+	return _u
+}
+
+// ClearFinishWithinSeconds clears the value of the "finish_within_seconds" field.
+func (_u *ScheduleUpdate) ClearFinishWithinSeconds() *ScheduleUpdate {
+	_u.mutation.ClearFinishWithinSeconds()
+	return _u
+}
+
 // SetTaskType sets the "task_type" field.
 func (_u *ScheduleUpdate) SetTaskType(v string) *ScheduleUpdate {
 	_u.mutation.SetTaskType(v)
@@ -653,6 +694,18 @@ func (_u *ScheduleUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.Timezone(); ok {
 		_spec.SetField(schedule.FieldTimezone, field.TypeString, value)
 	}
+	if value, ok := _u.mutation.FinishBy(); ok {
+		_spec.SetField(schedule.FieldFinishBy, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.FinishWithinSeconds(); ok {
+		_spec.SetField(schedule.FieldFinishWithinSeconds, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedFinishWithinSeconds(); ok {
+		_spec.AddField(schedule.FieldFinishWithinSeconds, field.TypeInt, value)
+	}
+	if _u.mutation.FinishWithinSecondsCleared() {
+		_spec.ClearField(schedule.FieldFinishWithinSeconds, field.TypeInt)
+	}
 	if value, ok := _u.mutation.TaskType(); ok {
 		_spec.SetField(schedule.FieldTaskType, field.TypeString, value)
 	}
@@ -933,6 +986,47 @@ func (_u *ScheduleUpdateOne) SetNillableTimezone(v *string) *ScheduleUpdateOne {
 	if v != nil {
 		_u.SetTimezone(*v)
 	}
+	return _u
+}
+
+// SetFinishBy sets the "finish_by" field.
+func (_u *ScheduleUpdateOne) SetFinishBy(v string) *ScheduleUpdateOne {
+	_u.mutation.SetFinishBy(v)
+	return _u
+}
+
+// SetNillableFinishBy sets the "finish_by" field if the given value is not nil.
+func (_u *ScheduleUpdateOne) SetNillableFinishBy(v *string) *ScheduleUpdateOne {
+	if v != nil {
+		_u.SetFinishBy(*v)
+	}
+	return _u
+}
+
+// SetFinishWithinSeconds sets the "finish_within_seconds" field.
+func (_u *ScheduleUpdateOne) SetFinishWithinSeconds(v int) *ScheduleUpdateOne {
+	_u.mutation.ResetFinishWithinSeconds()
+	_u.mutation.SetFinishWithinSeconds(v)
+	return _u
+}
+
+// SetNillableFinishWithinSeconds sets the "finish_within_seconds" field if the given value is not nil.
+func (_u *ScheduleUpdateOne) SetNillableFinishWithinSeconds(v *int) *ScheduleUpdateOne {
+	if v != nil {
+		_u.SetFinishWithinSeconds(*v)
+	}
+	return _u
+}
+
+// AddFinishWithinSeconds adds value to the "finish_within_seconds" field.
+func (_u *ScheduleUpdateOne) AddFinishWithinSeconds(v int) *ScheduleUpdateOne {
+	_u.mutation.AddFinishWithinSeconds(v)
+	return _u
+}
+
+// ClearFinishWithinSeconds clears the value of the "finish_within_seconds" field.
+func (_u *ScheduleUpdateOne) ClearFinishWithinSeconds() *ScheduleUpdateOne {
+	_u.mutation.ClearFinishWithinSeconds()
 	return _u
 }
 
@@ -1517,6 +1611,18 @@ func (_u *ScheduleUpdateOne) sqlSave(ctx context.Context) (_node *Schedule, err 
 	}
 	if value, ok := _u.mutation.Timezone(); ok {
 		_spec.SetField(schedule.FieldTimezone, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.FinishBy(); ok {
+		_spec.SetField(schedule.FieldFinishBy, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.FinishWithinSeconds(); ok {
+		_spec.SetField(schedule.FieldFinishWithinSeconds, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedFinishWithinSeconds(); ok {
+		_spec.AddField(schedule.FieldFinishWithinSeconds, field.TypeInt, value)
+	}
+	if _u.mutation.FinishWithinSecondsCleared() {
+		_spec.ClearField(schedule.FieldFinishWithinSeconds, field.TypeInt)
 	}
 	if value, ok := _u.mutation.TaskType(); ok {
 		_spec.SetField(schedule.FieldTaskType, field.TypeString, value)

@@ -65,6 +65,7 @@ func createRequest(input model.CreateTaskInput) engine.CreateRequest {
 		DependsOn:         input.DependsOn,
 		OnParentFailure:   policy(input.OnParentFailure),
 		Review:            input.Review,
+		Deadline:          input.Deadline,
 	}
 }
 

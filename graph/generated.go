@@ -213,6 +213,15 @@ type ComplexityRoot struct {
 		Task    func(childComplexity int) int
 	}
 
+	DeadlineReportRow struct {
+		Key           func(childComplexity int) int
+		Met           func(childComplexity int) int
+		Missed        func(childComplexity int) int
+		OnTimePercent func(childComplexity int) int
+		Open          func(childComplexity int) int
+		Total         func(childComplexity int) int
+	}
+
 	DownloadLink struct {
 		ExpiresAt func(childComplexity int) int
 		URL       func(childComplexity int) int
@@ -340,6 +349,7 @@ type ComplexityRoot struct {
 		ClusterNodes     func(childComplexity int) int
 		ClusterSummary   func(childComplexity int) int
 		CountTasks       func(childComplexity int, where ent.TaskWhereInput) int
+		DeadlineReport   func(childComplexity int, from time.Time, to time.Time, groupBy *model.DeadlineReportGroup) int
 		ExternalWorkers  func(childComplexity int) int
 		ImportTargets    func(childComplexity int) int
 		Node             func(childComplexity int, id int) int
@@ -405,41 +415,43 @@ type ComplexityRoot struct {
 	}
 
 	Schedule struct {
-		CreatedAt          func(childComplexity int) int
-		Cron               func(childComplexity int) int
-		EffectiveTimezone  func(childComplexity int) int
-		EndAt              func(childComplexity int) int
-		Events             func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleEventOrder) int
-		ID                 func(childComplexity int) int
-		IntervalSeconds    func(childComplexity int) int
-		LastFiredAt        func(childComplexity int) int
-		LastTaskID         func(childComplexity int) int
-		LastWorkflowID     func(childComplexity int) int
-		MisfirePolicy      func(childComplexity int) int
-		Name               func(childComplexity int) int
-		NextFireAt         func(childComplexity int) int
-		OverlapPolicy      func(childComplexity int) int
-		Owner              func(childComplexity int) int
-		OwnerRole          func(childComplexity int) int
-		OwnerSource        func(childComplexity int) int
-		Paused             func(childComplexity int) int
-		QueuedCount        func(childComplexity int) int
-		StartAt            func(childComplexity int) int
-		TaskInput          func(childComplexity int) int
-		TaskMaxAttempts    func(childComplexity int) int
-		TaskPriority       func(childComplexity int) int
-		TaskRetryPolicy    func(childComplexity int) int
-		TaskTimeoutSeconds func(childComplexity int) int
-		TaskTitle          func(childComplexity int) int
-		TaskType           func(childComplexity int) int
-		Tasks              func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, where *ent.TaskWhereInput) int
-		Tenant             func(childComplexity int) int
-		Timezone           func(childComplexity int) int
-		Upcoming           func(childComplexity int, count *int) int
-		UpdatedAt          func(childComplexity int) int
-		Version            func(childComplexity int) int
-		Workflow           func(childComplexity int) int
-		Workflows          func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
+		CreatedAt           func(childComplexity int) int
+		Cron                func(childComplexity int) int
+		EffectiveTimezone   func(childComplexity int) int
+		EndAt               func(childComplexity int) int
+		Events              func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleEventOrder) int
+		FinishBy            func(childComplexity int) int
+		FinishWithinSeconds func(childComplexity int) int
+		ID                  func(childComplexity int) int
+		IntervalSeconds     func(childComplexity int) int
+		LastFiredAt         func(childComplexity int) int
+		LastTaskID          func(childComplexity int) int
+		LastWorkflowID      func(childComplexity int) int
+		MisfirePolicy       func(childComplexity int) int
+		Name                func(childComplexity int) int
+		NextFireAt          func(childComplexity int) int
+		OverlapPolicy       func(childComplexity int) int
+		Owner               func(childComplexity int) int
+		OwnerRole           func(childComplexity int) int
+		OwnerSource         func(childComplexity int) int
+		Paused              func(childComplexity int) int
+		QueuedCount         func(childComplexity int) int
+		StartAt             func(childComplexity int) int
+		TaskInput           func(childComplexity int) int
+		TaskMaxAttempts     func(childComplexity int) int
+		TaskPriority        func(childComplexity int) int
+		TaskRetryPolicy     func(childComplexity int) int
+		TaskTimeoutSeconds  func(childComplexity int) int
+		TaskTitle           func(childComplexity int) int
+		TaskType            func(childComplexity int) int
+		Tasks               func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, where *ent.TaskWhereInput) int
+		Tenant              func(childComplexity int) int
+		Timezone            func(childComplexity int) int
+		Upcoming            func(childComplexity int, count *int) int
+		UpdatedAt           func(childComplexity int) int
+		Version             func(childComplexity int) int
+		Workflow            func(childComplexity int) int
+		Workflows           func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
 	}
 
 	ScheduleConnection struct {
@@ -504,6 +516,7 @@ type ComplexityRoot struct {
 		DeadlineAtRiskAt  func(childComplexity int) int
 		DeadlineMetAt     func(childComplexity int) int
 		DeadlineMissedAt  func(childComplexity int) int
+		DeadlineState     func(childComplexity int) int
 		FinishedAt        func(childComplexity int) int
 		ID                func(childComplexity int) int
 		IdempotencyKey    func(childComplexity int) int
@@ -792,6 +805,7 @@ type QueryResolver interface {
 	AlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
 	CountTasks(ctx context.Context, where ent.TaskWhereInput) (int, error)
 	BulkPreview(ctx context.Context, action lifecycle.Action, where ent.TaskWhereInput) (*model.BulkPreview, error)
+	DeadlineReport(ctx context.Context, from time.Time, to time.Time, groupBy *model.DeadlineReportGroup) ([]*model.DeadlineReportRow, error)
 	TypeControls(ctx context.Context) ([]*flow.Control, error)
 	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
 	ClusterNodes(ctx context.Context) ([]*nodes.View, error)
@@ -830,6 +844,7 @@ type TaskResolver interface {
 	AvailableActions(ctx context.Context, obj *ent.Task) ([]lifecycle.Action, error)
 	StalledAt(ctx context.Context, obj *ent.Task) (*time.Time, error)
 	StallAfterSeconds(ctx context.Context, obj *ent.Task) (*int, error)
+	DeadlineState(ctx context.Context, obj *ent.Task) (*model.DeadlineState, error)
 	WaitingReason(ctx context.Context, obj *ent.Task) (*flow.Wait, error)
 	Review(ctx context.Context, obj *ent.Task) (*ent.TaskReview, error)
 	Reviews(ctx context.Context, obj *ent.Task) ([]*ent.TaskReview, error)
@@ -1539,6 +1554,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.CreateTaskResult.Task(childComplexity), true
+
+	case "DeadlineReportRow.key":
+		if e.ComplexityRoot.DeadlineReportRow.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadlineReportRow.Key(childComplexity), true
+	case "DeadlineReportRow.met":
+		if e.ComplexityRoot.DeadlineReportRow.Met == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadlineReportRow.Met(childComplexity), true
+	case "DeadlineReportRow.missed":
+		if e.ComplexityRoot.DeadlineReportRow.Missed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadlineReportRow.Missed(childComplexity), true
+	case "DeadlineReportRow.onTimePercent":
+		if e.ComplexityRoot.DeadlineReportRow.OnTimePercent == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadlineReportRow.OnTimePercent(childComplexity), true
+	case "DeadlineReportRow.open":
+		if e.ComplexityRoot.DeadlineReportRow.Open == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadlineReportRow.Open(childComplexity), true
+	case "DeadlineReportRow.total":
+		if e.ComplexityRoot.DeadlineReportRow.Total == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadlineReportRow.Total(childComplexity), true
 
 	case "DownloadLink.expiresAt":
 		if e.ComplexityRoot.DownloadLink.ExpiresAt == nil {
@@ -2398,6 +2450,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.CountTasks(childComplexity, args["where"].(ent.TaskWhereInput)), true
+	case "Query.deadlineReport":
+		if e.ComplexityRoot.Query.DeadlineReport == nil {
+			break
+		}
+
+		args, err := ec.field_Query_deadlineReport_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.DeadlineReport(childComplexity, args["from"].(time.Time), args["to"].(time.Time), args["groupBy"].(*model.DeadlineReportGroup)), true
 	case "Query.externalWorkers":
 		if e.ComplexityRoot.Query.ExternalWorkers == nil {
 			break
@@ -2804,6 +2867,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Schedule.Events(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].(*ent.ScheduleEventOrder)), true
+	case "Schedule.finishBy":
+		if e.ComplexityRoot.Schedule.FinishBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.FinishBy(childComplexity), true
+	case "Schedule.finishWithinSeconds":
+		if e.ComplexityRoot.Schedule.FinishWithinSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.FinishWithinSeconds(childComplexity), true
 	case "Schedule.id":
 		if e.ComplexityRoot.Schedule.ID == nil {
 			break
@@ -3257,6 +3332,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Task.DeadlineMissedAt(childComplexity), true
+	case "Task.deadlineState":
+		if e.ComplexityRoot.Task.DeadlineState == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Task.DeadlineState(childComplexity), true
 	case "Task.finishedAt":
 		if e.ComplexityRoot.Task.FinishedAt == nil {
 			break
@@ -4324,7 +4405,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/review.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workers.graphql" "schema/workflowengine.graphql" "schema/workflows.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/deadlines.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/review.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workers.graphql" "schema/workflowengine.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -4916,6 +4997,14 @@ type Schedule implements Node {
   IANA zone the cron expression is read in; empty: the server's.
   """
   timezone: String!
+  """
+  The time of day (HH:MM, in the schedule's timezone) each fire's task must finish by: the first such time after its slot; empty: none.
+  """
+  finishBy: String!
+  """
+  Instead of finishBy: each fire's task must finish within this many seconds of its slot.
+  """
+  finishWithinSeconds: Int
   taskType: String!
   taskTitle: String!
   """
@@ -5276,6 +5365,35 @@ input ScheduleWhereInput {
   timezoneHasSuffix: String
   timezoneEqualFold: String
   timezoneContainsFold: String
+  """
+  finish_by field predicates
+  """
+  finishBy: String
+  finishByNEQ: String
+  finishByIn: [String!]
+  finishByNotIn: [String!]
+  finishByGT: String
+  finishByGTE: String
+  finishByLT: String
+  finishByLTE: String
+  finishByContains: String
+  finishByHasPrefix: String
+  finishByHasSuffix: String
+  finishByEqualFold: String
+  finishByContainsFold: String
+  """
+  finish_within_seconds field predicates
+  """
+  finishWithinSeconds: Int
+  finishWithinSecondsNEQ: Int
+  finishWithinSecondsIn: [Int!]
+  finishWithinSecondsNotIn: [Int!]
+  finishWithinSecondsGT: Int
+  finishWithinSecondsGTE: Int
+  finishWithinSecondsLT: Int
+  finishWithinSecondsLTE: Int
+  finishWithinSecondsIsNil: Boolean
+  finishWithinSecondsNotNil: Boolean
   """
   task_type field predicates
   """
@@ -6574,6 +6692,8 @@ input CreateTaskInput {
   # its extensions' fields in either order, and its output would not be stable.
   "Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy."
   review: Boolean
+  "The time it must finish (SUCCESS) by: flagged AT_RISK within the deadlines' margin of it, MISSED past it (see deadlineState). Ahead, after runAt, within two years. Default: its type's FinishWithin after it may first run, if the type sets one."
+  deadline: Time
 }
 
 "The outcome of one id in a bulk action."
@@ -6720,6 +6840,7 @@ extend type Query {
 	{Name: "schema/alerts.graphql", Input: sourceData("schema/alerts.graphql"), BuiltIn: false},
 	{Name: "schema/bulk.graphql", Input: sourceData("schema/bulk.graphql"), BuiltIn: false},
 	{Name: "schema/bulkfilter.graphql", Input: sourceData("schema/bulkfilter.graphql"), BuiltIn: false},
+	{Name: "schema/deadlines.graphql", Input: sourceData("schema/deadlines.graphql"), BuiltIn: false},
 	{Name: "schema/external.graphql", Input: sourceData("schema/external.graphql"), BuiltIn: false},
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
 	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
@@ -7033,6 +7154,24 @@ func (ec *executionContext) childFields_CreateTaskResult(ctx context.Context, fi
 	return nil, fmt.Errorf("no field named %q was found under type CreateTaskResult", field.Name)
 }
 
+func (ec *executionContext) childFields_DeadlineReportRow(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_DeadlineReportRow_key(ctx, field)
+	case "total":
+		return ec.fieldContext_DeadlineReportRow_total(ctx, field)
+	case "met":
+		return ec.fieldContext_DeadlineReportRow_met(ctx, field)
+	case "missed":
+		return ec.fieldContext_DeadlineReportRow_missed(ctx, field)
+	case "open":
+		return ec.fieldContext_DeadlineReportRow_open(ctx, field)
+	case "onTimePercent":
+		return ec.fieldContext_DeadlineReportRow_onTimePercent(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeadlineReportRow", field.Name)
+}
+
 func (ec *executionContext) childFields_DownloadLink(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "url":
@@ -7277,6 +7416,10 @@ func (ec *executionContext) childFields_Schedule(ctx context.Context, field grap
 		return ec.fieldContext_Schedule_intervalSeconds(ctx, field)
 	case "timezone":
 		return ec.fieldContext_Schedule_timezone(ctx, field)
+	case "finishBy":
+		return ec.fieldContext_Schedule_finishBy(ctx, field)
+	case "finishWithinSeconds":
+		return ec.fieldContext_Schedule_finishWithinSeconds(ctx, field)
 	case "taskType":
 		return ec.fieldContext_Schedule_taskType(ctx, field)
 	case "taskTitle":
@@ -7499,6 +7642,8 @@ func (ec *executionContext) childFields_Task(ctx context.Context, field graphql.
 		return ec.fieldContext_Task_stalledAt(ctx, field)
 	case "stallAfterSeconds":
 		return ec.fieldContext_Task_stallAfterSeconds(ctx, field)
+	case "deadlineState":
+		return ec.fieldContext_Task_deadlineState(ctx, field)
 	case "waitingReason":
 		return ec.fieldContext_Task_waitingReason(ctx, field)
 	case "review":
@@ -9036,6 +9181,36 @@ func (ec *executionContext) field_Query_countTasks_args(ctx context.Context, raw
 		return nil, err
 	}
 	args["where"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_deadlineReport_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "from",
+		func(ctx context.Context, v any) (time.Time, error) {
+			return ec.unmarshalNTime2timeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["from"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "to",
+		func(ctx context.Context, v any) (time.Time, error) {
+			return ec.unmarshalNTime2timeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["to"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "groupBy",
+		func(ctx context.Context, v any) (*model.DeadlineReportGroup, error) {
+			return ec.unmarshalODeadlineReportGroup2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineReportGroup(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["groupBy"] = arg2
 	return args, nil
 }
 
@@ -12286,6 +12461,144 @@ func (ec *executionContext) fieldContext_CreateTaskResult_error(_ context.Contex
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _DeadlineReportRow_key(ctx context.Context, field graphql.CollectedField, obj *model.DeadlineReportRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadlineReportRow_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadlineReportRow_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadlineReportRow", field, false, false, "String")
+}
+
+func (ec *executionContext) _DeadlineReportRow_total(ctx context.Context, field graphql.CollectedField, obj *model.DeadlineReportRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadlineReportRow_total(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Total, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadlineReportRow_total(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadlineReportRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _DeadlineReportRow_met(ctx context.Context, field graphql.CollectedField, obj *model.DeadlineReportRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadlineReportRow_met(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Met, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadlineReportRow_met(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadlineReportRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _DeadlineReportRow_missed(ctx context.Context, field graphql.CollectedField, obj *model.DeadlineReportRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadlineReportRow_missed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Missed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadlineReportRow_missed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadlineReportRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _DeadlineReportRow_open(ctx context.Context, field graphql.CollectedField, obj *model.DeadlineReportRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadlineReportRow_open(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Open, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadlineReportRow_open(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadlineReportRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _DeadlineReportRow_onTimePercent(ctx context.Context, field graphql.CollectedField, obj *model.DeadlineReportRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadlineReportRow_onTimePercent(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OnTimePercent, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DeadlineReportRow_onTimePercent(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadlineReportRow", field, false, false, "Float")
 }
 
 func (ec *executionContext) _DownloadLink_url(ctx context.Context, field graphql.CollectedField, obj *model.DownloadLink) (ret graphql.Marshaler) {
@@ -16071,6 +16384,50 @@ func (ec *executionContext) fieldContext_Query_bulkPreview(ctx context.Context, 
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_deadlineReport(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_deadlineReport(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().DeadlineReport(ctx, fc.Args["from"].(time.Time), fc.Args["to"].(time.Time), fc.Args["groupBy"].(*model.DeadlineReportGroup))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.DeadlineReportRow) graphql.Marshaler {
+			return ec.marshalNDeadlineReportRow2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineReportRowᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_deadlineReport(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeadlineReportRow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_deadlineReport_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_typeControls(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -17498,6 +17855,52 @@ func (ec *executionContext) _Schedule_timezone(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_Schedule_timezone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_finishBy(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_finishBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FinishBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_finishBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _Schedule_finishWithinSeconds(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_finishWithinSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FinishWithinSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_finishWithinSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, "Int")
 }
 
 func (ec *executionContext) _Schedule_taskType(ctx context.Context, field graphql.CollectedField, obj *ent.Schedule) (ret graphql.Marshaler) {
@@ -19970,6 +20373,29 @@ func (ec *executionContext) _Task_stallAfterSeconds(ctx context.Context, field g
 }
 func (ec *executionContext) fieldContext_Task_stallAfterSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Task", field, true, true, "Int")
+}
+
+func (ec *executionContext) _Task_deadlineState(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Task_deadlineState(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Task().DeadlineState(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DeadlineState) graphql.Marshaler {
+			return ec.marshalODeadlineState2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineState(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Task_deadlineState(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Task", field, true, true, "DeadlineState")
 }
 
 func (ec *executionContext) _Task_waitingReason(ctx context.Context, field graphql.CollectedField, obj *ent.Task) (ret graphql.Marshaler) {
@@ -25162,7 +25588,7 @@ func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Contex
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "endAt", "misfirePolicy", "overlapPolicy", "paused", "task", "workflow"}
+	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "endAt", "misfirePolicy", "overlapPolicy", "paused", "task", "workflow", "finishBy", "finishWithinSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -25246,6 +25672,20 @@ func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Contex
 				return it, err
 			}
 			it.Workflow = data
+		case "finishBy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishBy"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishBy = data
+		case "finishWithinSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSeconds = data
 		}
 	}
 	return it, nil
@@ -25274,7 +25714,7 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "dependsOn", "onParentFailure", "review", "stallAfterSeconds"}
+	fieldsInOrder := [...]string{"type", "title", "bizId", "input", "priority", "timeoutSeconds", "retryPolicy", "maxAttempts", "idempotencyKey", "runAt", "dependsOn", "onParentFailure", "review", "deadline", "stallAfterSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -25372,6 +25812,13 @@ func (ec *executionContext) unmarshalInputCreateTaskInput(ctx context.Context, o
 				return it, err
 			}
 			it.Review = data
+		case "deadline":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("deadline"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Deadline = data
 		case "stallAfterSeconds":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stallAfterSeconds"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -25926,7 +26373,7 @@ func (ec *executionContext) unmarshalInputScheduleWhereInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "name", "nameNEQ", "nameIn", "nameNotIn", "nameGT", "nameGTE", "nameLT", "nameLTE", "nameContains", "nameHasPrefix", "nameHasSuffix", "nameEqualFold", "nameContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "cron", "cronNEQ", "cronIn", "cronNotIn", "cronGT", "cronGTE", "cronLT", "cronLTE", "cronContains", "cronHasPrefix", "cronHasSuffix", "cronEqualFold", "cronContainsFold", "intervalSeconds", "intervalSecondsNEQ", "intervalSecondsIn", "intervalSecondsNotIn", "intervalSecondsGT", "intervalSecondsGTE", "intervalSecondsLT", "intervalSecondsLTE", "intervalSecondsIsNil", "intervalSecondsNotNil", "timezone", "timezoneNEQ", "timezoneIn", "timezoneNotIn", "timezoneGT", "timezoneGTE", "timezoneLT", "timezoneLTE", "timezoneContains", "timezoneHasPrefix", "timezoneHasSuffix", "timezoneEqualFold", "timezoneContainsFold", "taskType", "taskTypeNEQ", "taskTypeIn", "taskTypeNotIn", "taskTypeGT", "taskTypeGTE", "taskTypeLT", "taskTypeLTE", "taskTypeContains", "taskTypeHasPrefix", "taskTypeHasSuffix", "taskTypeEqualFold", "taskTypeContainsFold", "taskTitle", "taskTitleNEQ", "taskTitleIn", "taskTitleNotIn", "taskTitleGT", "taskTitleGTE", "taskTitleLT", "taskTitleLTE", "taskTitleContains", "taskTitleHasPrefix", "taskTitleHasSuffix", "taskTitleEqualFold", "taskTitleContainsFold", "taskPriority", "taskPriorityNEQ", "taskPriorityIn", "taskPriorityNotIn", "taskPriorityGT", "taskPriorityGTE", "taskPriorityLT", "taskPriorityLTE", "taskPriorityIsNil", "taskPriorityNotNil", "taskTimeoutSeconds", "taskTimeoutSecondsNEQ", "taskTimeoutSecondsIn", "taskTimeoutSecondsNotIn", "taskTimeoutSecondsGT", "taskTimeoutSecondsGTE", "taskTimeoutSecondsLT", "taskTimeoutSecondsLTE", "taskTimeoutSecondsIsNil", "taskTimeoutSecondsNotNil", "taskRetryPolicy", "taskRetryPolicyNEQ", "taskRetryPolicyIn", "taskRetryPolicyNotIn", "taskRetryPolicyGT", "taskRetryPolicyGTE", "taskRetryPolicyLT", "taskRetryPolicyLTE", "taskRetryPolicyContains", "taskRetryPolicyHasPrefix", "taskRetryPolicyHasSuffix", "taskRetryPolicyIsNil", "taskRetryPolicyNotNil", "taskRetryPolicyEqualFold", "taskRetryPolicyContainsFold", "taskMaxAttempts", "taskMaxAttemptsNEQ", "taskMaxAttemptsIn", "taskMaxAttemptsNotIn", "taskMaxAttemptsGT", "taskMaxAttemptsGTE", "taskMaxAttemptsLT", "taskMaxAttemptsLTE", "taskMaxAttemptsIsNil", "taskMaxAttemptsNotNil", "lastWorkflowID", "lastWorkflowIDNEQ", "lastWorkflowIDIn", "lastWorkflowIDNotIn", "lastWorkflowIDGT", "lastWorkflowIDGTE", "lastWorkflowIDLT", "lastWorkflowIDLTE", "lastWorkflowIDIsNil", "lastWorkflowIDNotNil", "paused", "pausedNEQ", "startAt", "startAtNEQ", "startAtIn", "startAtNotIn", "startAtGT", "startAtGTE", "startAtLT", "startAtLTE", "startAtIsNil", "startAtNotNil", "endAt", "endAtNEQ", "endAtIn", "endAtNotIn", "endAtGT", "endAtGTE", "endAtLT", "endAtLTE", "endAtIsNil", "endAtNotNil", "misfirePolicy", "misfirePolicyNEQ", "misfirePolicyIn", "misfirePolicyNotIn", "overlapPolicy", "overlapPolicyNEQ", "overlapPolicyIn", "overlapPolicyNotIn", "nextFireAt", "nextFireAtNEQ", "nextFireAtIn", "nextFireAtNotIn", "nextFireAtGT", "nextFireAtGTE", "nextFireAtLT", "nextFireAtLTE", "nextFireAtIsNil", "nextFireAtNotNil", "lastFiredAt", "lastFiredAtNEQ", "lastFiredAtIn", "lastFiredAtNotIn", "lastFiredAtGT", "lastFiredAtGTE", "lastFiredAtLT", "lastFiredAtLTE", "lastFiredAtIsNil", "lastFiredAtNotNil", "lastTaskID", "lastTaskIDNEQ", "lastTaskIDIn", "lastTaskIDNotIn", "lastTaskIDGT", "lastTaskIDGTE", "lastTaskIDLT", "lastTaskIDLTE", "lastTaskIDIsNil", "lastTaskIDNotNil", "queuedCount", "queuedCountNEQ", "queuedCountIn", "queuedCountNotIn", "queuedCountGT", "queuedCountGTE", "queuedCountLT", "queuedCountLTE", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "name", "nameNEQ", "nameIn", "nameNotIn", "nameGT", "nameGTE", "nameLT", "nameLTE", "nameContains", "nameHasPrefix", "nameHasSuffix", "nameEqualFold", "nameContainsFold", "owner", "ownerNEQ", "ownerIn", "ownerNotIn", "ownerGT", "ownerGTE", "ownerLT", "ownerLTE", "ownerContains", "ownerHasPrefix", "ownerHasSuffix", "ownerEqualFold", "ownerContainsFold", "tenant", "tenantNEQ", "tenantIn", "tenantNotIn", "tenantGT", "tenantGTE", "tenantLT", "tenantLTE", "tenantContains", "tenantHasPrefix", "tenantHasSuffix", "tenantEqualFold", "tenantContainsFold", "cron", "cronNEQ", "cronIn", "cronNotIn", "cronGT", "cronGTE", "cronLT", "cronLTE", "cronContains", "cronHasPrefix", "cronHasSuffix", "cronEqualFold", "cronContainsFold", "intervalSeconds", "intervalSecondsNEQ", "intervalSecondsIn", "intervalSecondsNotIn", "intervalSecondsGT", "intervalSecondsGTE", "intervalSecondsLT", "intervalSecondsLTE", "intervalSecondsIsNil", "intervalSecondsNotNil", "timezone", "timezoneNEQ", "timezoneIn", "timezoneNotIn", "timezoneGT", "timezoneGTE", "timezoneLT", "timezoneLTE", "timezoneContains", "timezoneHasPrefix", "timezoneHasSuffix", "timezoneEqualFold", "timezoneContainsFold", "finishBy", "finishByNEQ", "finishByIn", "finishByNotIn", "finishByGT", "finishByGTE", "finishByLT", "finishByLTE", "finishByContains", "finishByHasPrefix", "finishByHasSuffix", "finishByEqualFold", "finishByContainsFold", "finishWithinSeconds", "finishWithinSecondsNEQ", "finishWithinSecondsIn", "finishWithinSecondsNotIn", "finishWithinSecondsGT", "finishWithinSecondsGTE", "finishWithinSecondsLT", "finishWithinSecondsLTE", "finishWithinSecondsIsNil", "finishWithinSecondsNotNil", "taskType", "taskTypeNEQ", "taskTypeIn", "taskTypeNotIn", "taskTypeGT", "taskTypeGTE", "taskTypeLT", "taskTypeLTE", "taskTypeContains", "taskTypeHasPrefix", "taskTypeHasSuffix", "taskTypeEqualFold", "taskTypeContainsFold", "taskTitle", "taskTitleNEQ", "taskTitleIn", "taskTitleNotIn", "taskTitleGT", "taskTitleGTE", "taskTitleLT", "taskTitleLTE", "taskTitleContains", "taskTitleHasPrefix", "taskTitleHasSuffix", "taskTitleEqualFold", "taskTitleContainsFold", "taskPriority", "taskPriorityNEQ", "taskPriorityIn", "taskPriorityNotIn", "taskPriorityGT", "taskPriorityGTE", "taskPriorityLT", "taskPriorityLTE", "taskPriorityIsNil", "taskPriorityNotNil", "taskTimeoutSeconds", "taskTimeoutSecondsNEQ", "taskTimeoutSecondsIn", "taskTimeoutSecondsNotIn", "taskTimeoutSecondsGT", "taskTimeoutSecondsGTE", "taskTimeoutSecondsLT", "taskTimeoutSecondsLTE", "taskTimeoutSecondsIsNil", "taskTimeoutSecondsNotNil", "taskRetryPolicy", "taskRetryPolicyNEQ", "taskRetryPolicyIn", "taskRetryPolicyNotIn", "taskRetryPolicyGT", "taskRetryPolicyGTE", "taskRetryPolicyLT", "taskRetryPolicyLTE", "taskRetryPolicyContains", "taskRetryPolicyHasPrefix", "taskRetryPolicyHasSuffix", "taskRetryPolicyIsNil", "taskRetryPolicyNotNil", "taskRetryPolicyEqualFold", "taskRetryPolicyContainsFold", "taskMaxAttempts", "taskMaxAttemptsNEQ", "taskMaxAttemptsIn", "taskMaxAttemptsNotIn", "taskMaxAttemptsGT", "taskMaxAttemptsGTE", "taskMaxAttemptsLT", "taskMaxAttemptsLTE", "taskMaxAttemptsIsNil", "taskMaxAttemptsNotNil", "lastWorkflowID", "lastWorkflowIDNEQ", "lastWorkflowIDIn", "lastWorkflowIDNotIn", "lastWorkflowIDGT", "lastWorkflowIDGTE", "lastWorkflowIDLT", "lastWorkflowIDLTE", "lastWorkflowIDIsNil", "lastWorkflowIDNotNil", "paused", "pausedNEQ", "startAt", "startAtNEQ", "startAtIn", "startAtNotIn", "startAtGT", "startAtGTE", "startAtLT", "startAtLTE", "startAtIsNil", "startAtNotNil", "endAt", "endAtNEQ", "endAtIn", "endAtNotIn", "endAtGT", "endAtGTE", "endAtLT", "endAtLTE", "endAtIsNil", "endAtNotNil", "misfirePolicy", "misfirePolicyNEQ", "misfirePolicyIn", "misfirePolicyNotIn", "overlapPolicy", "overlapPolicyNEQ", "overlapPolicyIn", "overlapPolicyNotIn", "nextFireAt", "nextFireAtNEQ", "nextFireAtIn", "nextFireAtNotIn", "nextFireAtGT", "nextFireAtGTE", "nextFireAtLT", "nextFireAtLTE", "nextFireAtIsNil", "nextFireAtNotNil", "lastFiredAt", "lastFiredAtNEQ", "lastFiredAtIn", "lastFiredAtNotIn", "lastFiredAtGT", "lastFiredAtGTE", "lastFiredAtLT", "lastFiredAtLTE", "lastFiredAtIsNil", "lastFiredAtNotNil", "lastTaskID", "lastTaskIDNEQ", "lastTaskIDIn", "lastTaskIDNotIn", "lastTaskIDGT", "lastTaskIDGTE", "lastTaskIDLT", "lastTaskIDLTE", "lastTaskIDIsNil", "lastTaskIDNotNil", "queuedCount", "queuedCountNEQ", "queuedCountIn", "queuedCountNotIn", "queuedCountGT", "queuedCountGTE", "queuedCountLT", "queuedCountLTE", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -26591,6 +27038,167 @@ func (ec *executionContext) unmarshalInputScheduleWhereInput(ctx context.Context
 				return it, err
 			}
 			it.TimezoneContainsFold = data
+		case "finishBy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishBy"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishBy = data
+		case "finishByNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByNEQ = data
+		case "finishByIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByIn = data
+		case "finishByNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByNotIn = data
+		case "finishByGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByGT = data
+		case "finishByGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByGTE = data
+		case "finishByLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByLT = data
+		case "finishByLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByLTE = data
+		case "finishByContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByContains = data
+		case "finishByHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByHasPrefix = data
+		case "finishByHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByHasSuffix = data
+		case "finishByEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByEqualFold = data
+		case "finishByContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishByContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishByContainsFold = data
+		case "finishWithinSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSeconds = data
+		case "finishWithinSecondsNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsNEQ"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsNEQ = data
+		case "finishWithinSecondsIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsIn = data
+		case "finishWithinSecondsNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsNotIn"))
+			data, err := ec.unmarshalOInt2ᚕintᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsNotIn = data
+		case "finishWithinSecondsGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsGT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsGT = data
+		case "finishWithinSecondsGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsGTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsGTE = data
+		case "finishWithinSecondsLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsLT"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsLT = data
+		case "finishWithinSecondsLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsLTE"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsLTE = data
+		case "finishWithinSecondsIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsIsNil = data
+		case "finishWithinSecondsNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSecondsNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSecondsNotNil = data
 		case "taskType":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taskType"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -30504,7 +31112,7 @@ func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Contex
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "clearStartAt", "endAt", "clearEndAt", "misfirePolicy", "overlapPolicy", "task", "workflow"}
+	fieldsInOrder := [...]string{"name", "cron", "intervalSeconds", "timezone", "startAt", "clearStartAt", "endAt", "clearEndAt", "misfirePolicy", "overlapPolicy", "task", "workflow", "finishBy", "finishWithinSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -30595,6 +31203,20 @@ func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Contex
 				return it, err
 			}
 			it.Workflow = data
+		case "finishBy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishBy"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishBy = data
+		case "finishWithinSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("finishWithinSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.FinishWithinSeconds = data
 		}
 	}
 	return it, nil
@@ -32706,6 +33328,64 @@ func (ec *executionContext) _CreateTaskResult(ctx context.Context, sel ast.Selec
 	return out
 }
 
+var deadlineReportRowImplementors = []string{"DeadlineReportRow"}
+
+func (ec *executionContext) _DeadlineReportRow(ctx context.Context, sel ast.SelectionSet, obj *model.DeadlineReportRow) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, deadlineReportRowImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DeadlineReportRow")
+		case "key":
+			out.Values[i] = ec._DeadlineReportRow_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "total":
+			out.Values[i] = ec._DeadlineReportRow_total(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "met":
+			out.Values[i] = ec._DeadlineReportRow_met(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "missed":
+			out.Values[i] = ec._DeadlineReportRow_missed(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "open":
+			out.Values[i] = ec._DeadlineReportRow_open(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "onTimePercent":
+			out.Values[i] = ec._DeadlineReportRow_onTimePercent(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var downloadLinkImplementors = []string{"DownloadLink"}
 
 func (ec *executionContext) _DownloadLink(ctx context.Context, sel ast.SelectionSet, obj *model.DownloadLink) graphql.Marshaler {
@@ -33635,6 +34315,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_bulkPreview(ctx, field)
 				})
+		case "deadlineReport":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_deadlineReport(ctx, field)
+				})
 		case "typeControls":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, true,
@@ -34055,6 +34741,16 @@ func (ec *executionContext) _Schedule(ctx context.Context, sel ast.SelectionSet,
 		case "timezone":
 			out.Values[i] = ec._Schedule_timezone(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "finishBy":
+			out.Values[i] = ec._Schedule_finishBy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "finishWithinSeconds":
+			out.Values[i] = ec._Schedule_finishWithinSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "taskType":
@@ -34744,6 +35440,12 @@ func (ec *executionContext) _Task(ctx context.Context, sel ast.SelectionSet, obj
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Task_stallAfterSeconds(ctx, field, obj)
+				})
+		case "deadlineState":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Task_deadlineState(ctx, field, obj)
 				})
 		case "waitingReason":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
@@ -36564,6 +37266,30 @@ func (ec *executionContext) marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCurso
 	return v
 }
 
+func (ec *executionContext) marshalNDeadlineReportRow2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineReportRowᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.DeadlineReportRow) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNDeadlineReportRow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineReportRow(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNDeadlineReportRow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineReportRow(ctx context.Context, sel ast.SelectionSet, v *model.DeadlineReportRow) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DeadlineReportRow!")
+		return graphql.Null
+	}
+	return ec._DeadlineReportRow(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNDownloadLink2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDownloadLink(ctx context.Context, sel ast.SelectionSet, v *model.DownloadLink) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "DownloadLink!")
@@ -38040,6 +38766,38 @@ func (ec *executionContext) marshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCu
 	return v
 }
 
+func (ec *executionContext) unmarshalODeadlineReportGroup2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineReportGroup(ctx context.Context, v any) (*model.DeadlineReportGroup, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.DeadlineReportGroup)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalODeadlineReportGroup2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineReportGroup(ctx context.Context, sel ast.SelectionSet, v *model.DeadlineReportGroup) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalODeadlineState2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineState(ctx context.Context, v any) (*model.DeadlineState, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.DeadlineState)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalODeadlineState2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐDeadlineState(ctx context.Context, sel ast.SelectionSet, v *model.DeadlineState) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
 func (ec *executionContext) unmarshalOErrorKind2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚋschemaᚋlifecycleᚐErrorKind(ctx context.Context, v any) (*lifecycle.ErrorKind, error) {
 	if v == nil {
 		return nil, nil
@@ -38070,6 +38828,23 @@ func (ec *executionContext) marshalOFileFormat2ᚖgithubᚗcomᚋtaskgraphᚋtas
 		return graphql.Null
 	}
 	return v
+}
+
+func (ec *executionContext) unmarshalOFloat2ᚖfloat64(ctx context.Context, v any) (*float64, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := graphql.UnmarshalFloatContext(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOFloat2ᚖfloat64(ctx context.Context, sel ast.SelectionSet, v *float64) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	res := graphql.MarshalFloatContext(*v)
+	return graphql.WrapContextMarshaler(ctx, res)
 }
 
 func (ec *executionContext) unmarshalOID2ᚕintᚄ(ctx context.Context, v any) ([]int, error) {

@@ -24,6 +24,7 @@ func createScheduleInput(in model.CreateScheduleInput) schedule.Input {
 	out := schedule.Input{
 		Name: in.Name, Cron: deref(in.Cron), IntervalSeconds: in.IntervalSeconds, Timezone: deref(in.Timezone),
 		StartAt: in.StartAt, EndAt: in.EndAt, Paused: deref(in.Paused),
+		FinishBy: deref(in.FinishBy), FinishWithinSeconds: in.FinishWithinSeconds,
 	}
 	if in.MisfirePolicy != nil {
 		out.MisfirePolicy = *in.MisfirePolicy
@@ -80,6 +81,15 @@ func applyScheduleUpdate(in model.UpdateScheduleInput) func(*schedule.Input) {
 		if in.Workflow != nil {
 			wf := workflowRequest(*in.Workflow)
 			s.Task, s.Workflow = engine.CreateRequest{}, &wf
+		}
+		if in.FinishBy != nil {
+			s.FinishBy, s.FinishWithinSeconds = *in.FinishBy, nil
+		}
+		if in.FinishWithinSeconds != nil {
+			s.FinishWithinSeconds, s.FinishBy = in.FinishWithinSeconds, ""
+			if *in.FinishWithinSeconds == 0 {
+				s.FinishWithinSeconds = nil
+			}
 		}
 	}
 }

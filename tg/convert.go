@@ -1,6 +1,7 @@
 package tg
 
 import (
+	"github.com/taskgraph/taskgraph/internal/store"
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
@@ -23,6 +24,9 @@ func taskOf(t *ent.Task) *tgtype.Task {
 	}
 	if t.IdempotencyKey != nil {
 		out.IdempotencyKey = *t.IdempotencyKey
+	}
+	if t.Deadline != nil {
+		out.Deadline, out.DeadlineState = *t.Deadline, tgtype.DeadlineState(store.DeadlineState(t))
 	}
 	if t.ResultStatus != nil {
 		out.ResultStatus = tgtype.ResultStatus(*t.ResultStatus)

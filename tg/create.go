@@ -59,6 +59,14 @@ func RetryPolicy(name string) TaskOption {
 	return TaskOption{func(r *engine.CreateRequest) { r.RetryPolicy = &name }}
 }
 
+// FinishBy gives the task a deadline: it must finish (SUCCESS) by t, which
+// must lie ahead (and after its RunAt). The server flags it at risk when
+// it is still open within its margin of t, and missed once t has passed
+// (tgtype.Task.DeadlineState); alert rules (DEADLINE_AT_RISK,
+// DEADLINE_MISSED) and the on-time report read those flags. Without it,
+// the type's WithFinishWithin applies, if it has one.
+func FinishBy(t time.Time) TaskOption { return TaskOption{func(r *engine.CreateRequest) { r.Deadline = &t }} }
+
 // StallAfter replaces the type's stall detection for this task (0: none).
 func StallAfter(d time.Duration) TaskOption {
 	return TaskOption{func(r *engine.CreateRequest) {

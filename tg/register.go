@@ -72,6 +72,11 @@ func WithDescription(d string) TypeOption { return TypeOption{tasktype.WithDescr
 // error kind TIMEOUT (default: five minutes; a task may set its own).
 func WithTimeout(d time.Duration) TypeOption { return TypeOption{tasktype.WithTimeout(d)} }
 
+// WithFinishWithin gives the type's tasks a deadline d after they may
+// first run (their RunAt, or their creation), for those created without a
+// FinishBy of their own: see FinishBy. At most 366 days.
+func WithFinishWithin(d time.Duration) TypeOption { return TypeOption{tasktype.WithFinishWithin(d)} }
+
 // WithRetryPolicy names the retry policy of the type's tasks: "default"
 // (3 attempts, backing off 5 s, 30 s, 5 min), "none", or another of the
 // server's (the API's retryPolicies lists them).

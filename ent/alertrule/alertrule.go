@@ -113,15 +113,17 @@ type Kind string
 
 // Kind values.
 const (
-	KindTASK_FAILED    Kind = "TASK_FAILED"
-	KindTIMEOUT        Kind = "TIMEOUT"
-	KindSTALLED        Kind = "STALLED"
-	KindFAILURE_RATE   Kind = "FAILURE_RATE"
-	KindBACKLOG        Kind = "BACKLOG"
-	KindNO_LEADER      Kind = "NO_LEADER"
-	KindNODE_GONE      Kind = "NODE_GONE"
-	KindCLOCK_SKEW     Kind = "CLOCK_SKEW"
-	KindREVIEW_OVERDUE Kind = "REVIEW_OVERDUE"
+	KindTASK_FAILED      Kind = "TASK_FAILED"
+	KindTIMEOUT          Kind = "TIMEOUT"
+	KindSTALLED          Kind = "STALLED"
+	KindFAILURE_RATE     Kind = "FAILURE_RATE"
+	KindBACKLOG          Kind = "BACKLOG"
+	KindNO_LEADER        Kind = "NO_LEADER"
+	KindNODE_GONE        Kind = "NODE_GONE"
+	KindCLOCK_SKEW       Kind = "CLOCK_SKEW"
+	KindREVIEW_OVERDUE   Kind = "REVIEW_OVERDUE"
+	KindDEADLINE_AT_RISK Kind = "DEADLINE_AT_RISK"
+	KindDEADLINE_MISSED  Kind = "DEADLINE_MISSED"
 )
 
 func (k Kind) String() string {
@@ -131,7 +133,7 @@ func (k Kind) String() string {
 // KindValidator is a validator for the "kind" field enum values. It is called by the builders before save.
 func KindValidator(k Kind) error {
 	switch k {
-	case KindTASK_FAILED, KindTIMEOUT, KindSTALLED, KindFAILURE_RATE, KindBACKLOG, KindNO_LEADER, KindNODE_GONE, KindCLOCK_SKEW, KindREVIEW_OVERDUE:
+	case KindTASK_FAILED, KindTIMEOUT, KindSTALLED, KindFAILURE_RATE, KindBACKLOG, KindNO_LEADER, KindNODE_GONE, KindCLOCK_SKEW, KindREVIEW_OVERDUE, KindDEADLINE_AT_RISK, KindDEADLINE_MISSED:
 		return nil
 	default:
 		return fmt.Errorf("alertrule: invalid enum value for kind field: %q", k)

@@ -42,7 +42,7 @@ var (
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "rule_id", Type: field.TypeInt},
 		{Name: "rule_name", Type: field.TypeString},
-		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW"}},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE", "DEADLINE_AT_RISK", "DEADLINE_MISSED"}},
 		{Name: "subject", Type: field.TypeString},
 		{Name: "status", Type: field.TypeEnum, Enums: []string{"OPEN", "RESOLVED"}},
 		{Name: "occurrences", Type: field.TypeInt, Default: 1},
@@ -91,7 +91,7 @@ var (
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "name", Type: field.TypeString},
-		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE"}},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE", "DEADLINE_AT_RISK", "DEADLINE_MISSED"}},
 		{Name: "enabled", Type: field.TypeBool, Default: true},
 		{Name: "task_type", Type: field.TypeString, Default: ""},
 		{Name: "owner", Type: field.TypeString, Default: ""},
@@ -335,6 +335,8 @@ var (
 		{Name: "cron", Type: field.TypeString, Default: ""},
 		{Name: "interval_seconds", Type: field.TypeInt, Nullable: true},
 		{Name: "timezone", Type: field.TypeString, Default: ""},
+		{Name: "finish_by", Type: field.TypeString, Default: ""},
+		{Name: "finish_within_seconds", Type: field.TypeInt, Nullable: true},
 		{Name: "task_type", Type: field.TypeString},
 		{Name: "task_title", Type: field.TypeString, Default: ""},
 		{Name: "task_input", Type: field.TypeJSON},
@@ -368,7 +370,7 @@ var (
 			{
 				Name:    "schedule_due",
 				Unique:  false,
-				Columns: []*schema.Column{SchedulesColumns[26]},
+				Columns: []*schema.Column{SchedulesColumns[28]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "paused = false AND next_fire_at IS NOT NULL",
 				},
@@ -376,7 +378,7 @@ var (
 			{
 				Name:    "schedule_queued",
 				Unique:  false,
-				Columns: []*schema.Column{SchedulesColumns[30]},
+				Columns: []*schema.Column{SchedulesColumns[32]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "queued_count > 0",
 				},
@@ -540,6 +542,22 @@ var (
 				Columns: []*schema.Column{TasksColumns[39]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "deadline IS NOT NULL AND deadline_missed_at IS NULL AND deadline_met_at IS NULL",
+				},
+			},
+			{
+				Name:    "task_deadline",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[39]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "deadline IS NOT NULL",
+				},
+			},
+			{
+				Name:    "task_deadline_missed",
+				Unique:  false,
+				Columns: []*schema.Column{TasksColumns[41]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "deadline_missed_at IS NOT NULL",
 				},
 			},
 			{

@@ -321,24 +321,28 @@ func init() {
 	scheduleDescTimezone := scheduleFields[7].Descriptor()
 	// schedule.DefaultTimezone holds the default value on creation for the timezone field.
 	schedule.DefaultTimezone = scheduleDescTimezone.Default.(string)
+	// scheduleDescFinishBy is the schema descriptor for finish_by field.
+	scheduleDescFinishBy := scheduleFields[8].Descriptor()
+	// schedule.DefaultFinishBy holds the default value on creation for the finish_by field.
+	schedule.DefaultFinishBy = scheduleDescFinishBy.Default.(string)
 	// scheduleDescTaskTitle is the schema descriptor for task_title field.
-	scheduleDescTaskTitle := scheduleFields[9].Descriptor()
+	scheduleDescTaskTitle := scheduleFields[11].Descriptor()
 	// schedule.DefaultTaskTitle holds the default value on creation for the task_title field.
 	schedule.DefaultTaskTitle = scheduleDescTaskTitle.Default.(string)
 	// scheduleDescPaused is the schema descriptor for paused field.
-	scheduleDescPaused := scheduleFields[19].Descriptor()
+	scheduleDescPaused := scheduleFields[21].Descriptor()
 	// schedule.DefaultPaused holds the default value on creation for the paused field.
 	schedule.DefaultPaused = scheduleDescPaused.Default.(bool)
 	// scheduleDescQueuedCount is the schema descriptor for queued_count field.
-	scheduleDescQueuedCount := scheduleFields[28].Descriptor()
+	scheduleDescQueuedCount := scheduleFields[30].Descriptor()
 	// schedule.DefaultQueuedCount holds the default value on creation for the queued_count field.
 	schedule.DefaultQueuedCount = scheduleDescQueuedCount.Default.(int)
 	// scheduleDescVersion is the schema descriptor for version field.
-	scheduleDescVersion := scheduleFields[29].Descriptor()
+	scheduleDescVersion := scheduleFields[31].Descriptor()
 	// schedule.DefaultVersion holds the default value on creation for the version field.
 	schedule.DefaultVersion = scheduleDescVersion.Default.(int64)
 	// scheduleDescUpdatedAt is the schema descriptor for updated_at field.
-	scheduleDescUpdatedAt := scheduleFields[30].Descriptor()
+	scheduleDescUpdatedAt := scheduleFields[32].Descriptor()
 	// schedule.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	schedule.DefaultUpdatedAt = scheduleDescUpdatedAt.Default.(func() time.Time)
 	scheduleeventMixin := schema.ScheduleEvent{}.Mixin()

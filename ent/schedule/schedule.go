@@ -35,6 +35,10 @@ const (
 	FieldIntervalSeconds = "interval_seconds"
 	// FieldTimezone holds the string denoting the timezone field in the database.
 	FieldTimezone = "timezone"
+	// FieldFinishBy holds the string denoting the finish_by field in the database.
+	FieldFinishBy = "finish_by"
+	// FieldFinishWithinSeconds holds the string denoting the finish_within_seconds field in the database.
+	FieldFinishWithinSeconds = "finish_within_seconds"
 	// FieldTaskType holds the string denoting the task_type field in the database.
 	FieldTaskType = "task_type"
 	// FieldTaskTitle holds the string denoting the task_title field in the database.
@@ -106,6 +110,8 @@ var Columns = []string{
 	FieldCron,
 	FieldIntervalSeconds,
 	FieldTimezone,
+	FieldFinishBy,
+	FieldFinishWithinSeconds,
 	FieldTaskType,
 	FieldTaskTitle,
 	FieldTaskInput,
@@ -154,6 +160,8 @@ var (
 	DefaultCron string
 	// DefaultTimezone holds the default value on creation for the "timezone" field.
 	DefaultTimezone string
+	// DefaultFinishBy holds the default value on creation for the "finish_by" field.
+	DefaultFinishBy string
 	// DefaultTaskTitle holds the default value on creation for the "task_title" field.
 	DefaultTaskTitle string
 	// DefaultPaused holds the default value on creation for the "paused" field.
@@ -271,6 +279,16 @@ func ByIntervalSeconds(opts ...sql.OrderTermOption) OrderOption {
 // ByTimezone orders the results by the timezone field.
 func ByTimezone(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldTimezone, opts...).ToFunc()
+}
+
+// ByFinishBy orders the results by the finish_by field.
+func ByFinishBy(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldFinishBy, opts...).ToFunc()
+}
+
+// ByFinishWithinSeconds orders the results by the finish_within_seconds field.
+func ByFinishWithinSeconds(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldFinishWithinSeconds, opts...).ToFunc()
 }
 
 // ByTaskType orders the results by the task_type field.

@@ -100,6 +100,16 @@ func Timezone(v string) predicate.Schedule {
 	return predicate.Schedule(sql.FieldEQ(FieldTimezone, v))
 }
 
+// FinishBy applies equality check predicate on the "finish_by" field. It's identical to FinishByEQ.
+func FinishBy(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldFinishBy, v))
+}
+
+// FinishWithinSeconds applies equality check predicate on the "finish_within_seconds" field. It's identical to FinishWithinSecondsEQ.
+func FinishWithinSeconds(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldFinishWithinSeconds, v))
+}
+
 // TaskType applies equality check predicate on the "task_type" field. It's identical to TaskTypeEQ.
 func TaskType(v string) predicate.Schedule {
 	return predicate.Schedule(sql.FieldEQ(FieldTaskType, v))
@@ -733,6 +743,121 @@ func TimezoneEqualFold(v string) predicate.Schedule {
 // TimezoneContainsFold applies the ContainsFold predicate on the "timezone" field.
 func TimezoneContainsFold(v string) predicate.Schedule {
 	return predicate.Schedule(sql.FieldContainsFold(FieldTimezone, v))
+}
+
+// FinishByEQ applies the EQ predicate on the "finish_by" field.
+func FinishByEQ(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldFinishBy, v))
+}
+
+// FinishByNEQ applies the NEQ predicate on the "finish_by" field.
+func FinishByNEQ(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNEQ(FieldFinishBy, v))
+}
+
+// FinishByIn applies the In predicate on the "finish_by" field.
+func FinishByIn(vs ...string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldIn(FieldFinishBy, vs...))
+}
+
+// FinishByNotIn applies the NotIn predicate on the "finish_by" field.
+func FinishByNotIn(vs ...string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotIn(FieldFinishBy, vs...))
+}
+
+// FinishByGT applies the GT predicate on the "finish_by" field.
+func FinishByGT(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGT(FieldFinishBy, v))
+}
+
+// FinishByGTE applies the GTE predicate on the "finish_by" field.
+func FinishByGTE(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGTE(FieldFinishBy, v))
+}
+
+// FinishByLT applies the LT predicate on the "finish_by" field.
+func FinishByLT(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLT(FieldFinishBy, v))
+}
+
+// FinishByLTE applies the LTE predicate on the "finish_by" field.
+func FinishByLTE(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLTE(FieldFinishBy, v))
+}
+
+// FinishByContains applies the Contains predicate on the "finish_by" field.
+func FinishByContains(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldContains(FieldFinishBy, v))
+}
+
+// FinishByHasPrefix applies the HasPrefix predicate on the "finish_by" field.
+func FinishByHasPrefix(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldHasPrefix(FieldFinishBy, v))
+}
+
+// FinishByHasSuffix applies the HasSuffix predicate on the "finish_by" field.
+func FinishByHasSuffix(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldHasSuffix(FieldFinishBy, v))
+}
+
+// FinishByEqualFold applies the EqualFold predicate on the "finish_by" field.
+func FinishByEqualFold(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEqualFold(FieldFinishBy, v))
+}
+
+// FinishByContainsFold applies the ContainsFold predicate on the "finish_by" field.
+func FinishByContainsFold(v string) predicate.Schedule {
+	return predicate.Schedule(sql.FieldContainsFold(FieldFinishBy, v))
+}
+
+// FinishWithinSecondsEQ applies the EQ predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsEQ(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldEQ(FieldFinishWithinSeconds, v))
+}
+
+// FinishWithinSecondsNEQ applies the NEQ predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsNEQ(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNEQ(FieldFinishWithinSeconds, v))
+}
+
+// FinishWithinSecondsIn applies the In predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsIn(vs ...int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldIn(FieldFinishWithinSeconds, vs...))
+}
+
+// FinishWithinSecondsNotIn applies the NotIn predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsNotIn(vs ...int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotIn(FieldFinishWithinSeconds, vs...))
+}
+
+// FinishWithinSecondsGT applies the GT predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsGT(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGT(FieldFinishWithinSeconds, v))
+}
+
+// FinishWithinSecondsGTE applies the GTE predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsGTE(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldGTE(FieldFinishWithinSeconds, v))
+}
+
+// FinishWithinSecondsLT applies the LT predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsLT(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLT(FieldFinishWithinSeconds, v))
+}
+
+// FinishWithinSecondsLTE applies the LTE predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsLTE(v int) predicate.Schedule {
+	return predicate.Schedule(sql.FieldLTE(FieldFinishWithinSeconds, v))
+}
+
+// FinishWithinSecondsIsNil applies the IsNil predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsIsNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldIsNull(FieldFinishWithinSeconds))
+}
+
+// FinishWithinSecondsNotNil applies the NotNil predicate on the "finish_within_seconds" field.
+func FinishWithinSecondsNotNil() predicate.Schedule {
+	return predicate.Schedule(sql.FieldNotNull(FieldFinishWithinSeconds))
 }
 
 // TaskTypeEQ applies the EQ predicate on the "task_type" field.

@@ -25,7 +25,7 @@ func (AlertRule) Fields() []ent.Field {
 			Immutable(),
 		field.String("name"),
 		field.Enum("kind").
-			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE"),
+			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE", "DEADLINE_AT_RISK", "DEADLINE_MISSED"),
 		field.Bool("enabled").
 			Default(true),
 		field.String("task_type").

@@ -51,6 +51,13 @@ func (Schedule) Fields() []ent.Field {
 		field.String("timezone").
 			Default("").
 			Comment("IANA zone the cron expression is read in; empty: the server's."),
+		field.String("finish_by").
+			Default("").
+			Comment("The time of day (HH:MM, in the schedule's timezone) each fire's task must finish by: the first such time after its slot; empty: none."),
+		field.Int("finish_within_seconds").
+			Optional().
+			Nillable().
+			Comment("Instead of finishBy: each fire's task must finish within this many seconds of its slot."),
 		field.String("task_type"),
 		field.String("task_title").
 			Default(""),

@@ -249,6 +249,14 @@ func (Task) Indexes() []ent.Index {
 		index.Fields("deadline").
 			StorageKey("task_deadline_open").
 			Annotations(entsql.IndexWhere("deadline IS NOT NULL AND deadline_missed_at IS NULL AND deadline_met_at IS NULL")),
+		// Every task with a deadline, by it: the on-time report's range.
+		index.Fields("deadline").
+			StorageKey("task_deadline").
+			Annotations(entsql.IndexWhere("deadline IS NOT NULL")),
+		// The missed ones, by when: the DEADLINE_MISSED alert's window.
+		index.Fields("deadline_missed_at").
+			StorageKey("task_deadline_missed").
+			Annotations(entsql.IndexWhere("deadline_missed_at IS NOT NULL")),
 		// A workflow's steps (immutable columns only).
 		index.Fields("workflow_id", "step_key").
 			Unique().

@@ -87,6 +87,10 @@ type CreateScheduleInput struct {
 	Task *ScheduleTaskInput `json:"task,omitempty"`
 	// A workflow to create whole at each slot instead of a task: createWorkflow's definition, less its key (each slot is its own key: one workflow per slot, across nodes).
 	Workflow *CreateWorkflowInput `json:"workflow,omitempty"`
+	// A time of day, HH:MM in the schedule's timezone, by which each fire's task must finish: the first such time after its slot ("08:00": a 02:00 slot's task by 08:00 that day). For a task only, not a workflow.
+	FinishBy *string `json:"finishBy,omitempty"`
+	// Instead of finishBy: each fire's task must finish within this many seconds of its slot.
+	FinishWithinSeconds *int `json:"finishWithinSeconds,omitempty"`
 }
 
 type CreateTaskInput struct {
@@ -114,6 +118,8 @@ type CreateTaskInput struct {
 	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
 	// Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy.
 	Review *bool `json:"review,omitempty"`
+	// The time it must finish (SUCCESS) by: flagged AT_RISK within the deadlines' margin of it, MISSED past it (see deadlineState). Ahead, after runAt, within two years. Default: its type's FinishWithin after it may first run, if the type sets one.
+	Deadline *time.Time `json:"deadline,omitempty"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds,omitempty"`
 }
@@ -138,6 +144,21 @@ type CreateWorkflowInput struct {
 	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
 	// At most 10,000 steps, with no cycle and no unknown key.
 	Steps []*WorkflowStepInput `json:"steps"`
+}
+
+// One row of the on-time report: the tasks of a type, tenant or schedule whose deadline fell in the range.
+type DeadlineReportRow struct {
+	// The type, the tenant, or the schedule's id; the empty string for tasks of no schedule.
+	Key   string `json:"key"`
+	Total int    `json:"total"`
+	// Finished SUCCESS by their deadline.
+	Met int `json:"met"`
+	// Not finished SUCCESS by their deadline.
+	Missed int `json:"missed"`
+	// Neither yet: their deadline is ahead, or the loop has not passed it yet.
+	Open int `json:"open"`
+	// met / (met + missed) in percent; null while none is decided.
+	OnTimePercent *float64 `json:"onTimePercent,omitempty"`
 }
 
 // A short-lived signed link to one artifact.
@@ -387,6 +408,10 @@ type UpdateScheduleInput struct {
 	Task *ScheduleTaskInput `json:"task,omitempty"`
 	// Replaces the workflow as a whole (and a task the schedule had).
 	Workflow *CreateWorkflowInput `json:"workflow,omitempty"`
+	// Setting it clears finishWithinSeconds; an empty string clears it.
+	FinishBy *string `json:"finishBy,omitempty"`
+	// Setting it clears finishBy; 0 clears it.
+	FinishWithinSeconds *int `json:"finishWithinSeconds,omitempty"`
 }
 
 // One step of a workflow: a task, its key among the steps and the keys of the steps it waits for.
@@ -405,6 +430,128 @@ type WorkflowStepInput struct {
 	DependsOn []string `json:"dependsOn,omitempty"`
 	// Default: the workflow's.
 	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
+}
+
+// What the on-time report's rows are per.
+type DeadlineReportGroup string
+
+const (
+	DeadlineReportGroupType     DeadlineReportGroup = "TYPE"
+	DeadlineReportGroupTenant   DeadlineReportGroup = "TENANT"
+	DeadlineReportGroupSchedule DeadlineReportGroup = "SCHEDULE"
+)
+
+var AllDeadlineReportGroup = []DeadlineReportGroup{
+	DeadlineReportGroupType,
+	DeadlineReportGroupTenant,
+	DeadlineReportGroupSchedule,
+}
+
+func (e DeadlineReportGroup) IsValid() bool {
+	switch e {
+	case DeadlineReportGroupType, DeadlineReportGroupTenant, DeadlineReportGroupSchedule:
+		return true
+	}
+	return false
+}
+
+func (e DeadlineReportGroup) String() string {
+	return string(e)
+}
+
+func (e *DeadlineReportGroup) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = DeadlineReportGroup(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid DeadlineReportGroup", str)
+	}
+	return nil
+}
+
+func (e DeadlineReportGroup) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *DeadlineReportGroup) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e DeadlineReportGroup) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// Where a task stands against its deadline.
+type DeadlineState string
+
+const (
+	// Open, and not yet within the margin of its deadline.
+	DeadlineStateOnTime DeadlineState = "ON_TIME"
+	// Open (waiting or running) within the margin of its deadline.
+	DeadlineStateAtRisk DeadlineState = "AT_RISK"
+	// Not finished SUCCESS by its deadline: flagged once it passed, or finished late.
+	DeadlineStateMissed DeadlineState = "MISSED"
+	// Finished SUCCESS by its deadline.
+	DeadlineStateMet DeadlineState = "MET"
+)
+
+var AllDeadlineState = []DeadlineState{
+	DeadlineStateOnTime,
+	DeadlineStateAtRisk,
+	DeadlineStateMissed,
+	DeadlineStateMet,
+}
+
+func (e DeadlineState) IsValid() bool {
+	switch e {
+	case DeadlineStateOnTime, DeadlineStateAtRisk, DeadlineStateMissed, DeadlineStateMet:
+		return true
+	}
+	return false
+}
+
+func (e DeadlineState) String() string {
+	return string(e)
+}
+
+func (e *DeadlineState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = DeadlineState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid DeadlineState", str)
+	}
+	return nil
+}
+
+func (e DeadlineState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *DeadlineState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e DeadlineState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 // How one field of an input changed from the version before.

@@ -652,13 +652,20 @@ func (e *Evaluator) check(ctx context.Context, now time.Time, res *PassResult) e
 			}
 		}
 	}
-	// Reviews past their deadline (REVIEW_OVERDUE): one incident per rule
-	// and task type while any of its tasks waits for review beyond its
-	// review's deadline.
-	if rules := byKind[alertrule.KindREVIEW_OVERDUE]; len(rules) > 0 || len(openOf(alertrule.KindREVIEW_OVERDUE)) > 0 {
+	// Counts per task type of what a rule's kind watches, one incident per
+	// rule and type while its count is at the rule's threshold (at least
+	// 1), resolved when it is not: reviews past their deadline
+	// (REVIEW_OVERDUE), tasks open within the deadlines' margin
+	// (DEADLINE_AT_RISK), tasks that missed their deadline within the
+	// rule's window (DEADLINE_MISSED).
+	perType := func(kind alertrule.Kind, preds func(r *ent.AlertRule) []predicate.Task, summary func(n int, typ string, r *ent.AlertRule) string, cleared string) error {
+		rules := byKind[kind]
+		if len(rules) == 0 && len(openOf(kind)) == 0 {
+			return nil
+		}
 		still := map[string]bool{}
 		for _, r := range rules {
-			ps := []predicate.Task{task.AttentionStatusEQ(lifecycle.ReviewPending), task.StatusEQ(lifecycle.ReviewPending), task.Tenant(r.Tenant), overdueReview(now)}
+			ps := append([]predicate.Task{task.Tenant(r.Tenant)}, preds(r)...)
 			if r.TaskType != "" {
 				ps = append(ps, task.Type(r.TaskType))
 			}
@@ -670,7 +677,7 @@ func (e *Evaluator) check(ctx context.Context, now time.Time, res *PassResult) e
 				Count int    `json:"count"`
 			}
 			if err := e.svc.client.Task.Query().Where(ps...).GroupBy(task.FieldType).Aggregate(ent.Count()).Scan(ctx, &counts); err != nil {
-				return fmt.Errorf("alert: read overdue reviews: %w", err)
+				return fmt.Errorf("alert: read %s: %w", kind, err)
 			}
 			for _, c := range counts {
 				if c.Count < max(r.Threshold, 1) {
@@ -679,21 +686,51 @@ func (e *Evaluator) check(ctx context.Context, now time.Time, res *PassResult) e
 				subject := "type:" + c.Type
 				k := key(r.ID, subject)
 				still[k] = true
-				summary := fmt.Sprintf("%d task(s) of %s wait for review past their deadline", c.Count, c.Type)
+				text := summary(c.Count, c.Type, r)
 				if inc := e.open[k]; inc == nil {
-					e.add(r, subject, c.Count, 0, summary, now)
-				} else if err := e.touch(ctx, inc, summary, now); err != nil {
+					e.add(r, subject, c.Count, 0, text, now)
+				} else if err := e.touch(ctx, inc, text, now); err != nil {
 					return err
 				}
 			}
 		}
-		for _, inc := range openOf(alertrule.KindREVIEW_OVERDUE) {
+		for _, inc := range openOf(kind) {
 			if !still[key(inc.RuleID, inc.Subject)] {
-				if err := e.resolve(ctx, inc, "no review of this type is past its deadline any more", now, res); err != nil {
+				if err := e.resolve(ctx, inc, cleared, now, res); err != nil {
 					return err
 				}
 			}
 		}
+		return nil
+	}
+	if err := perType(alertrule.KindREVIEW_OVERDUE,
+		func(*ent.AlertRule) []predicate.Task {
+			return []predicate.Task{task.AttentionStatusEQ(lifecycle.ReviewPending), task.StatusEQ(lifecycle.ReviewPending), overdueReview(now)}
+		},
+		func(n int, typ string, _ *ent.AlertRule) string {
+			return fmt.Sprintf("%d task(s) of %s wait for review past their deadline", n, typ)
+		}, "no review of this type is past its deadline any more"); err != nil {
+		return err
+	}
+	// At risk: flagged by the deadlines loop and still open (the partial
+	// index of the open deadlines).
+	if err := perType(alertrule.KindDEADLINE_AT_RISK,
+		func(*ent.AlertRule) []predicate.Task {
+			return []predicate.Task{task.DeadlineNotNil(), task.DeadlineMissedAtIsNil(), task.DeadlineMetAtIsNil(), task.DeadlineAtRiskAtNotNil()}
+		},
+		func(n int, typ string, _ *ent.AlertRule) string {
+			return fmt.Sprintf("%d task(s) of %s are not done and their deadline is near", n, typ)
+		}, "no task of this type is at risk of its deadline any more (each met or missed)"); err != nil {
+		return err
+	}
+	if err := perType(alertrule.KindDEADLINE_MISSED,
+		func(r *ent.AlertRule) []predicate.Task {
+			return []predicate.Task{task.DeadlineMissedAtGT(now.Add(-missedWindow(r)))}
+		},
+		func(n int, typ string, r *ent.AlertRule) string {
+			return fmt.Sprintf("%d task(s) of %s missed their deadline in the last %s", n, typ, missedWindow(r))
+		}, "no task of this type missed its deadline within the window"); err != nil {
+		return err
 	}
 	// The watchdog's leader.
 	if rules := byKind[alertrule.KindNO_LEADER]; len(rules) > 0 || len(openOf(alertrule.KindNO_LEADER)) > 0 {
@@ -1031,6 +1068,11 @@ func (e *Evaluator) Stop() {
 }
 
 // overdueReview selects the tasks whose open review's deadline has passed.
+// missedWindow is how far back a DEADLINE_MISSED rule looks.
+func missedWindow(r *ent.AlertRule) time.Duration {
+	return cmp.Or(time.Duration(r.WindowSeconds)*time.Second, time.Hour)
+}
+
 func overdueReview(now time.Time) predicate.Task {
 	return func(s *entsql.Selector) {
 		rv := entsql.Table(taskreview.Table)

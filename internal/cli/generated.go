@@ -483,6 +483,12 @@ const (
 	AlertRuleKind_NODE_GONE AlertRuleKind = "NODE_GONE"
 	// A live node's wall clock is off the database's by more than threshold seconds (its own --clock-skew-threshold when 0); one incident per node, resolved when it agrees again. The cluster runs on the database's clock either way: this is the node's time sync to fix.
 	AlertRuleKind_CLOCK_SKEW AlertRuleKind = "CLOCK_SKEW"
+	// Tasks of a type wait for review past their review's deadline (threshold of them, at least 1); one incident per type, resolved when none is.
+	AlertRuleKind_REVIEW_OVERDUE AlertRuleKind = "REVIEW_OVERDUE"
+	// Tasks of a type are open within the deadlines' margin of their deadline (threshold of them, at least 1): waiting or running when they should be nearly done; one incident per type, resolved when none is (each met or missed).
+	AlertRuleKind_DEADLINE_AT_RISK AlertRuleKind = "DEADLINE_AT_RISK"
+	// Tasks of a type missed their deadline within the last windowSeconds (1 hour when 0; threshold of them, at least 1); one incident per type, resolved when the window holds none.
+	AlertRuleKind_DEADLINE_MISSED AlertRuleKind = "DEADLINE_MISSED"
 )
 
 var AllAlertRuleKind = []AlertRuleKind{
@@ -494,6 +500,9 @@ var AllAlertRuleKind = []AlertRuleKind{
 	AlertRuleKind_NO_LEADER,
 	AlertRuleKind_NODE_GONE,
 	AlertRuleKind_CLOCK_SKEW,
+	AlertRuleKind_REVIEW_OVERDUE,
+	AlertRuleKind_DEADLINE_AT_RISK,
+	AlertRuleKind_DEADLINE_MISSED,
 }
 
 // AlertRulesAlertRulesAlertRule includes the requested fields of the GraphQL type AlertRule.
@@ -1915,6 +1924,10 @@ type CreateScheduleInput struct {
 	Task *ScheduleTaskInput `json:"task"`
 	// A workflow to create whole at each slot instead of a task: createWorkflow's definition, less its key (each slot is its own key: one workflow per slot, across nodes).
 	Workflow *CreateWorkflowInput `json:"workflow"`
+	// A time of day, HH:MM in the schedule's timezone, by which each fire's task must finish: the first such time after its slot ("08:00": a 02:00 slot's task by 08:00 that day). For a task only, not a workflow.
+	FinishBy *string `json:"finishBy"`
+	// Instead of finishBy: each fire's task must finish within this many seconds of its slot.
+	FinishWithinSeconds *int `json:"finishWithinSeconds"`
 }
 
 // GetName returns CreateScheduleInput.Name, and is useful for accessing the field via an interface.
@@ -1949,6 +1962,12 @@ func (v *CreateScheduleInput) GetTask() *ScheduleTaskInput { return v.Task }
 
 // GetWorkflow returns CreateScheduleInput.Workflow, and is useful for accessing the field via an interface.
 func (v *CreateScheduleInput) GetWorkflow() *CreateWorkflowInput { return v.Workflow }
+
+// GetFinishBy returns CreateScheduleInput.FinishBy, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetFinishBy() *string { return v.FinishBy }
+
+// GetFinishWithinSeconds returns CreateScheduleInput.FinishWithinSeconds, and is useful for accessing the field via an interface.
+func (v *CreateScheduleInput) GetFinishWithinSeconds() *int { return v.FinishWithinSeconds }
 
 // CreateScheduleResponse is returned by CreateSchedule on success.
 type CreateScheduleResponse struct {
@@ -2154,6 +2173,8 @@ type CreateTaskInput struct {
 	OnParentFailure *ParentFailurePolicy `json:"onParentFailure"`
 	// Opt this task in (true: its NON_RETRYABLE failures are reviewed, with its type's four-eyes and deadline) or out (false: never reviewed) of review. Default: its type's policy.
 	Review *bool `json:"review"`
+	// The time it must finish (SUCCESS) by: flagged AT_RISK within the deadlines' margin of it, MISSED past it (see deadlineState). Ahead, after runAt, within two years. Default: its type's FinishWithin after it may first run, if the type sets one.
+	Deadline *time.Time `json:"deadline"`
 	// Flag the task's executions as stalled after this many seconds without progress or a log line (0: never); default: the type's.
 	StallAfterSeconds *int `json:"stallAfterSeconds"`
 }
@@ -2196,6 +2217,9 @@ func (v *CreateTaskInput) GetOnParentFailure() *ParentFailurePolicy { return v.O
 
 // GetReview returns CreateTaskInput.Review, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetReview() *bool { return v.Review }
+
+// GetDeadline returns CreateTaskInput.Deadline, and is useful for accessing the field via an interface.
+func (v *CreateTaskInput) GetDeadline() *time.Time { return v.Deadline }
 
 // GetStallAfterSeconds returns CreateTaskInput.StallAfterSeconds, and is useful for accessing the field via an interface.
 func (v *CreateTaskInput) GetStallAfterSeconds() *int { return v.StallAfterSeconds }

@@ -43,7 +43,10 @@ const (
 	DefaultPriority   = 5
 	MaxTimeoutSeconds = 7 * 24 * 3600
 	MaxRunAtAhead     = 366 * 24 * time.Hour
-	MaxBulk           = 1000
+	// MaxDeadlineAhead bounds a deadline: a runAt a year ahead, and a
+	// year after it.
+	MaxDeadlineAhead = 2 * MaxRunAtAhead
+	MaxBulk          = 1000
 )
 
 // Engine carries out task requests on behalf of the viewer of their
@@ -150,6 +153,18 @@ type CreateRequest struct {
 	// review) or out (false: never reviewed) of its type's review policy;
 	// nil: the type's.
 	Review *bool
+	// Deadline is the absolute time the task must finish by (nil: its
+	// type's FinishWithin after it may first run, if the type sets one).
+	// It must lie ahead, after RunAt, and within a year; the deadlines
+	// loop flags an open task at risk within its margin of the deadline,
+	// then missed, and the finish records met or missed.
+	Deadline *time.Time
+
+	// scheduled marks a schedule's fire (CreateScheduled), whose deadline
+	// the schedule computed from its slot: a fire made late (a misfire
+	// caught up) may be past it already, and is recorded missed rather
+	// than refused.
+	scheduled bool
 
 	// internal lets the engine itself create a task of an internal type
 	// on a user's behalf (a bulk action over a filter).
@@ -298,6 +313,7 @@ func (e *Engine) CreateScheduled(ctx context.Context, req CreateRequest, schedul
 		if err := v.AllowMutate("create tasks"); err != nil {
 			return err
 		}
+		req.scheduled = true
 		n, err := e.prepare(v, req)
 		if err != nil {
 			return err
@@ -417,6 +433,7 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 			runAt = now
 		}
 	}
+	deadline := checkDeadline(&v, req, typ, now, runAt)
 	input := req.Input
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
@@ -487,7 +504,36 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 		MaxAttempts:     maxAttempts,
 		RunAt:           runAt,
 		ReviewMode:      reviewMode(req.Review),
+		Deadline:        deadline,
 	}, nil
+}
+
+// checkDeadline returns the deadline of a task: the request's, checked,
+// or its type's FinishWithin after the task may first run (runAt, or now).
+func checkDeadline(v *ValidationError, req CreateRequest, typ *tasktype.Type, now, runAt time.Time) *time.Time {
+	start := now
+	if runAt.After(now) {
+		start = runAt
+	}
+	if req.Deadline == nil {
+		if typ.FinishWithin <= 0 {
+			return nil
+		}
+		d := start.Add(typ.FinishWithin)
+		return &d
+	}
+	d := req.Deadline.UTC()
+	switch {
+	case req.scheduled:
+		// The schedule's own arithmetic (its slot plus its finishBy).
+	case !d.After(now):
+		v.add("deadline", "is %s, which has passed (now %s)", d.Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	case !d.After(start):
+		v.add("deadline", "is %s, not after runAt %s", d.Format(time.RFC3339), start.UTC().Format(time.RFC3339))
+	case d.After(now.Add(MaxDeadlineAhead)):
+		v.add("deadline", "must be within %d days from now", int(MaxDeadlineAhead/(24*time.Hour)))
+	}
+	return &d
 }
 
 // reviewMode is a task's review opt-in as stored.

@@ -328,6 +328,9 @@ func (s *Scheduler) create(ctx context.Context, r *run, slot time.Time, kind sch
 	}
 	req, err := s.svc.taskRequest(r.sch)
 	if err == nil {
+		req.Deadline, err = Deadline(r.sch, slot)
+	}
+	if err == nil {
 		var tk *ent.Task
 		var created bool
 		// Fired on condition that the schedule is as this pass read it

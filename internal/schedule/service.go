@@ -18,6 +18,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/seal"
 	"github.com/taskgraph/taskgraph/internal/store"
+	"github.com/taskgraph/taskgraph/internal/tasktype"
 )
 
 // MaxNameLen is the longest schedule name.
@@ -41,6 +42,13 @@ type Input struct {
 	// Workflow, instead of Task, is a workflow to create whole at each
 	// slot (its IdempotencyKey is not used: each slot is its own key).
 	Workflow *engine.WorkflowRequest
+	// FinishBy is a time of day, "HH:MM" in Timezone, by which each
+	// fire's task must finish: the first such time after its slot (see
+	// Deadline). Empty: none.
+	FinishBy string
+	// FinishWithinSeconds, instead of FinishBy, gives each fire's task
+	// the deadline slot + this many seconds.
+	FinishWithinSeconds *int
 }
 
 // Service carries out the API's schedule requests on behalf of the viewer
@@ -141,6 +149,20 @@ func (s *Service) check(owner auth.Viewer, in Input, anchor time.Time) (checked,
 	if in.OverlapPolicy != "" && entschedule.OverlapPolicyValidator(in.OverlapPolicy) != nil {
 		add("overlapPolicy", "must be SKIP, QUEUE, CANCEL_PREVIOUS or ALLOW")
 	}
+	if in.FinishBy != "" || in.FinishWithinSeconds != nil {
+		switch {
+		case in.Workflow != nil:
+			add("finishBy", "applies to a schedule of a task, not of a workflow")
+		case in.FinishBy != "" && in.FinishWithinSeconds != nil:
+			add("finishBy", "give finishBy or finishWithinSeconds, not both")
+		case in.FinishBy != "":
+			if _, err := time.Parse(finishByLayout, in.FinishBy); err != nil || len(in.FinishBy) != len(finishByLayout) {
+				add("finishBy", fmt.Sprintf("%q is not a time of day HH:MM (24-hour, as 08:00)", in.FinishBy))
+			}
+		case *in.FinishWithinSeconds < 1 || time.Duration(*in.FinishWithinSeconds)*time.Second > tasktype.MaxFinishWithin:
+			add("finishWithinSeconds", fmt.Sprintf("must be between 1 and %d", int(tasktype.MaxFinishWithin/time.Second)))
+		}
+	}
 	var c checked
 	if wf := in.Workflow; wf != nil {
 		if in.Task.Type != "" {
@@ -185,6 +207,41 @@ func (s *Service) check(owner auth.Viewer, in Input, anchor time.Time) (checked,
 	return c, nil
 }
 
+// finishByLayout is the form of a schedule's FinishBy.
+const finishByLayout = "15:04"
+
+// Deadline is the deadline a schedule gives the task of its slot: slot +
+// FinishWithinSeconds, or the first FinishBy time of day strictly after
+// the slot in the schedule's timezone (a 02:00 slot with "08:00": 08:00
+// that day; a 09:00 slot: 08:00 the next day); nil when it gives none.
+// On a day a zone's clocks skip the time, the time after the gap.
+func Deadline(sch *ent.Schedule, slot time.Time) (*time.Time, error) {
+	if sch.FinishWithinSeconds != nil {
+		d := slot.Add(time.Duration(*sch.FinishWithinSeconds) * time.Second).UTC()
+		return &d, nil
+	}
+	if sch.FinishBy == "" {
+		return nil, nil
+	}
+	at, err := time.Parse(finishByLayout, sch.FinishBy)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %d: finishBy %q: %w", sch.ID, sch.FinishBy, err)
+	}
+	loc := time.Local
+	if sch.Timezone != "" {
+		if loc, err = time.LoadLocation(sch.Timezone); err != nil {
+			return nil, fmt.Errorf("schedule %d: timezone %q: %w", sch.ID, sch.Timezone, err)
+		}
+	}
+	s := slot.In(loc)
+	d := time.Date(s.Year(), s.Month(), s.Day(), at.Hour(), at.Minute(), 0, 0, loc)
+	if !d.After(slot) {
+		d = time.Date(s.Year(), s.Month(), s.Day()+1, at.Hour(), at.Minute(), 0, 0, loc)
+	}
+	d = d.UTC()
+	return &d, nil
+}
+
 // ownerOf is the viewer a schedule acts as: its owner, in the role it had.
 func ownerOf(sch *ent.Schedule) auth.Viewer {
 	return auth.Viewer{User: sch.Owner, Role: auth.Role(sch.OwnerRole), Source: sch.OwnerSource, Tenant: sch.Tenant}
@@ -205,7 +262,7 @@ func (s *Service) InputOf(sch *ent.Schedule) (Input, error) {
 	in := Input{
 		Name: sch.Name, Cron: sch.Cron, IntervalSeconds: sch.IntervalSeconds, Timezone: sch.Timezone,
 		StartAt: sch.StartAt, EndAt: sch.EndAt, MisfirePolicy: sch.MisfirePolicy, OverlapPolicy: sch.OverlapPolicy,
-		Paused: sch.Paused,
+		Paused: sch.Paused, FinishBy: sch.FinishBy, FinishWithinSeconds: sch.FinishWithinSeconds,
 	}
 	wf, isWorkflow, err := s.workflowRequest(sch)
 	if err != nil {
@@ -311,6 +368,8 @@ func setFields(m *ent.ScheduleMutation, in Input, c checked) {
 	m.SetMisfirePolicy(orDefault(in.MisfirePolicy, entschedule.MisfirePolicySKIP))
 	m.SetOverlapPolicy(orDefault(in.OverlapPolicy, entschedule.OverlapPolicySKIP))
 	m.SetPaused(in.Paused)
+	m.SetFinishBy(in.FinishBy)
+	setPtr(m.SetFinishWithinSeconds, m.ClearFinishWithinSeconds, in.FinishWithinSeconds)
 	if c.workflow != nil {
 		// A workflow schedule has no task of its own.
 		m.SetWorkflow(c.workflow)
@@ -532,6 +591,9 @@ func (s *Service) RunNow(ctx context.Context, id int) (*ent.Task, error) {
 			return nil, err
 		}
 		slot := s.store.Now()
+		if req.Deadline, err = Deadline(sch, slot); err != nil {
+			return nil, err
+		}
 		tk, _, err = s.engine.CreateScheduled(auth.NewContext(ctx, ownerOf(sch)), req, id, slot, nil)
 		if err != nil {
 			return sch, err

@@ -52,6 +52,11 @@ type Type struct {
 	// Review, when set, is the type's review policy: which business
 	// failures wait for a person (REVIEW_PENDING) instead of ending.
 	Review *ReviewPolicy
+	// FinishWithin, when set, gives each task of the type that names no
+	// deadline of its own the deadline "FinishWithin after it may first
+	// run" (its runAt, or its creation): the deadlines loop flags it at
+	// risk, then missed, and its finish records met or missed.
+	FinishWithin time.Duration
 
 	schema      *jsonschema.Schema
 	schemaPatch func(map[string]any)
@@ -162,6 +167,13 @@ func WithDescription(d string) Option { return func(t *Type) { t.Description = d
 // WithTimeout sets a type's default timeout.
 func WithTimeout(d time.Duration) Option { return func(t *Type) { t.Timeout = d } }
 
+// MaxFinishWithin is the longest default deadline a type may give.
+const MaxFinishWithin = 366 * 24 * time.Hour
+
+// WithFinishWithin gives a type's tasks a default deadline (see
+// Type.FinishWithin).
+func WithFinishWithin(d time.Duration) Option { return func(t *Type) { t.FinishWithin = d } }
+
 // WithRetryPolicy sets a type's default retry policy.
 func WithRetryPolicy(name string) Option { return func(t *Type) { t.RetryPolicy = name } }
 
@@ -250,6 +262,9 @@ func New[In any](name string, handle func(ctx context.Context, job *Job, in In) 
 	}
 	if t.StallAction == "" {
 		t.StallAction = StallFlag
+	}
+	if t.FinishWithin < 0 || t.FinishWithin > MaxFinishWithin {
+		return nil, fmt.Errorf("tasktype: %q: FinishWithin %s must be between 0 and %s", name, t.FinishWithin, MaxFinishWithin)
 	}
 	ref := invjs.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
 	var zero In

@@ -122,10 +122,33 @@ type Task struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	FinishedAt time.Time // zero until it ends
+	// Deadline is the time it must finish (SUCCESS) by: its own, its
+	// type's or its schedule's; zero without one.
+	Deadline time.Time
+	// DeadlineState is where it stands against its deadline; "" without
+	// one.
+	DeadlineState DeadlineState
 	// Instances are its executions, the latest first, when they were read
 	// with it (nil otherwise).
 	Instances []Instance
 }
+
+// DeadlineState is where a task stands against its deadline: a flag
+// beside its Status, never a state of it.
+type DeadlineState string
+
+// The deadline states.
+const (
+	// DeadlineOnTime: open, and not yet within the margin of its deadline.
+	DeadlineOnTime DeadlineState = "ON_TIME"
+	// DeadlineAtRisk: open (waiting or running) within the margin of its
+	// deadline (15 minutes unless the server says otherwise).
+	DeadlineAtRisk DeadlineState = "AT_RISK"
+	// DeadlineMissed: not finished SUCCESS by its deadline.
+	DeadlineMissed DeadlineState = "MISSED"
+	// DeadlineMet: finished SUCCESS by its deadline.
+	DeadlineMet DeadlineState = "MET"
+)
 
 // Instance is one execution of a task. A retry is a new instance; the
 // one that failed keeps its status and error.
