@@ -134,6 +134,31 @@ func (d sqlDialect) inInts(col string, ids []int64) (string, []any) {
 	return col + " IN (" + placeholders(len(ids)) + ")", args
 }
 
+// liveByKeys is what an UPDATE ... FROM a valuesTable of executions adds to
+// its WHERE on PostgreSQL so that its plan reads the rows it moves by key,
+// whatever the statistics say: " AND col = ANY(ids)" (ids: the derived
+// table's key column, int64 values), an index probe per row of the batch.
+// The statement's condition on status must then be a join condition (the
+// status the rows move from, a column of the derived table), not a
+// constant: ANALYZE on a long history samples no live row (every task but
+// the few running ones is finished), so a constant status = 'EXECUTING'
+// is estimated at one row, and PostgreSQL drove the join from the tasks
+// table, reading every live row (a sequential scan of every task, or all
+// the live instances) and the derived table again for each of them: the
+// finish of 2,000 tasks took seconds while it held their instances, and
+// the heartbeats of those instances waited on it. SQLite keeps no
+// statistics and joins by key already: nothing added.
+func (d sqlDialect) liveByKeys(col string, ids []any) (string, []any) {
+	if !d.postgres() {
+		return "", nil
+	}
+	a := make(pq.Int64Array, len(ids))
+	for i, v := range ids {
+		a[i] = v.(int64)
+	}
+	return ` AND ` + col + ` = ANY(CAST(? AS BIGINT[]))`, []any{a}
+}
+
 // stringArray is a text[] parameter (PostgreSQL only).
 func stringArray(ss []string) any { return pq.StringArray(ss) }
 

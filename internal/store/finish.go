@@ -132,6 +132,7 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 		make([]any, 0, len(batch)), // last_error
 		make([]any, 0, len(batch)), // result
 		make([]any, 0, len(batch)), // stale_before
+		make([]any, 0, len(batch)), // from_status
 	}
 	for _, i := range batch {
 		o := outcomes[i]
@@ -145,12 +146,13 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 		if !o.StaleBefore.IsZero() {
 			staleBefore = o.StaleBefore.UTC()
 		}
-		for c, v := range []any{int64(o.Token.InstanceID), o.Token.Version, string(o.Status), kind, lastErr, result, staleBefore} {
+		for c, v := range []any{int64(o.Token.InstanceID), o.Token.Version, string(o.Status), kind, lastErr, result, staleBefore, string(lifecycle.Executing)} {
 			cols[c] = append(cols[c], v)
 		}
 	}
 	v, vArgs := s.d.valuesTable("v", finishInstanceCols, finishInstanceTypes, cols)
-	rows, err := s.query(ctx, t, s.d.finishInstancesSQL(v), append([]any{now}, vArgs...)...)
+	keys, keyArgs := s.d.liveByKeys("task_instances.id", cols[0])
+	rows, err := s.query(ctx, t, s.d.finishInstancesSQL(v, keys), append(append([]any{now}, vArgs...), keyArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update instances: %w", err)
 	}
@@ -173,7 +175,7 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 
 	// 2. Their tasks. A retryable failure of a task whose cancel was
 	// requested ends the task CANCELLED instead of scheduling a retry.
-	for c := range cols[:5] {
+	for c := range cols[:6] {
 		cols[c] = cols[c][:0]
 	}
 	for _, i := range batch {
@@ -196,19 +198,20 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 		if o.ResultStatus != "" {
 			resultStatus = o.ResultStatus
 		}
-		for c, v := range []any{int64(in.TaskID), string(to), lastErr, result, resultStatus} {
+		for c, v := range []any{int64(in.TaskID), string(to), lastErr, result, resultStatus, string(lifecycle.Executing)} {
 			cols[c] = append(cols[c], v)
 		}
 	}
 	n := len(cols[0])
-	v, vArgs = s.d.valuesTable("v", finishTaskCols, finishTaskTypes, cols[:5])
+	v, vArgs = s.d.valuesTable("v", finishTaskCols, finishTaskTypes, cols[:6])
+	keys, keyArgs = s.d.liveByKeys("tasks.id", cols[0])
 	snapshots := make(map[int]*ent.Task, n)
 	for _, i := range batch {
 		if in := applied[outcomes[i].Token.InstanceID]; in != nil && outcomes[i].Task != nil && outcomes[i].Task.ID == in.TaskID {
 			snapshots[in.TaskID] = outcomes[i].Task
 		}
 	}
-	rows, err = s.query(ctx, t, s.d.finishTasksSQL(v), append([]any{now, now, now, now, now, now}, vArgs...)...)
+	rows, err = s.query(ctx, t, s.d.finishTasksSQL(v, keys), append(append([]any{now, now, now, now, now, now}, vArgs...), keyArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update tasks: %w", err)
 	}
@@ -321,36 +324,40 @@ func (s *Store) explainRefusals(ctx context.Context, t *txn, outcomes []Outcome,
 
 // The derived tables of the finish's two statements.
 var (
-	finishInstanceCols  = []string{"id", "version", "status", "error_kind", "last_error", "result", "stale_before"}
-	finishInstanceTypes = []colType{colInt, colInt, colText, colText, colText, colJSON, colTime}
-	finishTaskCols      = []string{"id", "status", "last_error", "result", "result_status"}
-	finishTaskTypes     = []colType{colInt, colText, colText, colJSON, colText}
+	finishInstanceCols  = []string{"id", "version", "status", "error_kind", "last_error", "result", "stale_before", "from_status"}
+	finishInstanceTypes = []colType{colInt, colInt, colText, colText, colText, colJSON, colTime, colText}
+	finishTaskCols      = []string{"id", "status", "last_error", "result", "result_status", "from_status"}
+	finishTaskTypes     = []colType{colInt, colText, colText, colJSON, colText, colText}
 )
 
 // finishInstancesSQL is the finish's first statement over the derived
 // table v of outcomes: the executions end, fenced by their token (and the
-// watchdog's heartbeat guard), where their task mirrors them.
-func (d sqlDialect) finishInstancesSQL(v string) string {
+// watchdog's heartbeat guard), where their task mirrors them. The status
+// they move from (EXECUTING) is v's from_status and keys reads them by id
+// (see liveByKeys: a plan that does not depend on the statistics).
+func (d sqlDialect) finishInstancesSQL(v, keys string) string {
 	return `UPDATE task_instances SET status = v.status, error_kind = v.error_kind, last_error = v.last_error, result = v.result,
 	finished_at = ` + d.timeParam() + `, version = task_instances.version + 1
 FROM ` + v + `, tasks
-WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = ` + sqlExecuting + `
+WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = v.from_status
 	AND (v.stale_before IS NULL OR task_instances.heartbeat_at < v.stale_before)
-	AND tasks.id = task_instances.task_id AND tasks.status = ` + sqlExecuting + `
+	AND tasks.id = task_instances.task_id AND tasks.status = v.from_status` + keys + `
 RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`
 }
 
 // finishTasksSQL is the finish's second statement over the derived table v
 // of the tasks whose execution ended: a failure of a task whose cancel was
-// requested ends it CANCELLED instead of scheduling a retry.
-func (d sqlDialect) finishTasksSQL(v string) string {
+// requested ends it CANCELLED instead of scheduling a retry. As in
+// finishInstancesSQL, the status they move from is v's from_status and
+// keys reads them by id.
+func (d sqlDialect) finishTasksSQL(v, keys string) string {
 	final := `CASE WHEN v.status <> ` + lifecycle.QuotedList(lifecycle.Success) + ` AND tasks.cancel_requested THEN ` + lifecycle.QuotedList(lifecycle.Cancelled) + ` ELSE v.status END`
 	return `UPDATE tasks SET status = ` + final + `, attention_status = ` + attentionCase(final) + `, last_error = v.last_error, result = v.result, result_status = v.result_status,
 	finished_at = CASE WHEN ` + final + ` IN (` + sqlTerminal + `) THEN ` + d.timeParam() + ` ELSE NULL END,
 	updated_at = ` + d.timeParam() + `, version = tasks.version + 1,
 	` + deadlineOnSuccess(final, d.timeParam()) + `
 FROM ` + v + `
-WHERE tasks.id = v.id AND tasks.status = ` + sqlExecuting + `
+WHERE tasks.id = v.id AND tasks.status = v.from_status` + keys + `
 RETURNING ` + changingColumns("tasks")
 }
 

@@ -50,6 +50,20 @@ type Pulse struct {
 	MovedAt time.Time
 }
 
+// heartbeatSQL is the heartbeat's statement over the derived table v of
+// pulses (iid, moved, live_status): the running executions among them are
+// seen alive now, their progress time moved forward; keys reads them by id
+// (see liveByKeys).
+func (d sqlDialect) heartbeatSQL(v, keys string) string {
+	return `
+UPDATE task_instances SET heartbeat_at = ` + d.timeParam() + `,
+	progress_at = CASE WHEN v.moved IS NOT NULL AND (task_instances.progress_at IS NULL OR v.moved > task_instances.progress_at)
+		THEN v.moved ELSE task_instances.progress_at END
+FROM ` + v + `
+WHERE task_instances.id = v.iid AND task_instances.status = v.live_status` + keys + `
+RETURNING id, version, task_id, CASE WHEN stalled_at IS NULL THEN 0 ELSE 1 END`
+}
+
 // Heartbeat records that the executions behind tokens are alive.
 func (s *Store) Heartbeat(ctx context.Context, tokens []Token) (Beat, error) {
 	pulses := make([]Pulse, len(tokens))
@@ -80,22 +94,18 @@ func (s *Store) heartbeat(ctx context.Context, pulses []Pulse) (Beat, error) {
 	var beat Beat
 	err := s.write(ctx, func(t *txn) error {
 		beat = Beat{}
-		cols := [][]any{make([]any, len(pulses)), make([]any, len(pulses))}
+		cols := [][]any{make([]any, len(pulses)), make([]any, len(pulses)), make([]any, len(pulses))}
 		for i, p := range pulses {
 			cols[0][i] = int64(p.Token.InstanceID)
 			if !p.MovedAt.IsZero() {
 				cols[1][i] = p.MovedAt.UTC().Truncate(time.Microsecond)
 			}
+			cols[2][i] = string(lifecycle.Executing)
 		}
-		v, vArgs := s.d.valuesTable("v", []string{"iid", "moved"}, []colType{colInt, colTime}, cols)
+		v, vArgs := s.d.valuesTable("v", []string{"iid", "moved", "live_status"}, []colType{colInt, colTime, colText}, cols)
+		keys, keyArgs := s.d.liveByKeys("task_instances.id", cols[0])
 		const returned = 4 // id, version, task_id, stalled: the RETURNING list
-		rows, err := s.queryInts(ctx, t, returned, `
-UPDATE task_instances SET heartbeat_at = `+s.d.timeParam()+`,
-	progress_at = CASE WHEN v.moved IS NOT NULL AND (task_instances.progress_at IS NULL OR v.moved > task_instances.progress_at)
-		THEN v.moved ELSE task_instances.progress_at END
-FROM `+v+`
-WHERE task_instances.id = v.iid AND task_instances.status = `+sqlExecuting+`
-RETURNING id, version, task_id, CASE WHEN stalled_at IS NULL THEN 0 ELSE 1 END`, append([]any{s.Now()}, vArgs...)...)
+		rows, err := s.queryInts(ctx, t, returned, s.d.heartbeatSQL(v, keys), append(append([]any{s.Now()}, vArgs...), keyArgs...)...)
 		if err != nil {
 			return fmt.Errorf("heartbeat: %w", err)
 		}
