@@ -256,7 +256,8 @@ func (s *Store) checkTenantQuotas(ctx context.Context, t *txn, ns []NewTask, out
 			continue
 		}
 		if room[n.Tenant] <= 0 {
-			out[i].Err = &TenantQuotaError{Tenant: n.Tenant, Quota: QuotaMaxWaiting, Limit: c, Count: waiting[n.Tenant]}
+			// Count: what waits, with the call's items before this one.
+			out[i].Err = &TenantQuotaError{Tenant: n.Tenant, Quota: QuotaMaxWaiting, Limit: c, Count: max(waiting[n.Tenant], c-room[n.Tenant])}
 			continue
 		}
 		room[n.Tenant]--
