@@ -38,6 +38,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
 	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 
 	stdsql "database/sql"
@@ -94,6 +95,8 @@ type Client struct {
 	TenantFlowControl *TenantFlowControlClient
 	// TenantFlowStart is the client for interacting with the TenantFlowStart builders.
 	TenantFlowStart *TenantFlowStartClient
+	// TenantQuota is the client for interacting with the TenantQuota builders.
+	TenantQuota *TenantQuotaClient
 	// Workflow is the client for interacting with the Workflow builders.
 	Workflow *WorkflowClient
 }
@@ -130,6 +133,7 @@ func (c *Client) init() {
 	c.TaskReview = NewTaskReviewClient(c.config)
 	c.TenantFlowControl = NewTenantFlowControlClient(c.config)
 	c.TenantFlowStart = NewTenantFlowStartClient(c.config)
+	c.TenantQuota = NewTenantQuotaClient(c.config)
 	c.Workflow = NewWorkflowClient(c.config)
 }
 
@@ -246,6 +250,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		TaskReview:        NewTaskReviewClient(cfg),
 		TenantFlowControl: NewTenantFlowControlClient(cfg),
 		TenantFlowStart:   NewTenantFlowStartClient(cfg),
+		TenantQuota:       NewTenantQuotaClient(cfg),
 		Workflow:          NewWorkflowClient(cfg),
 	}, nil
 }
@@ -289,6 +294,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		TaskReview:        NewTaskReviewClient(cfg),
 		TenantFlowControl: NewTenantFlowControlClient(cfg),
 		TenantFlowStart:   NewTenantFlowStartClient(cfg),
+		TenantQuota:       NewTenantQuotaClient(cfg),
 		Workflow:          NewWorkflowClient(cfg),
 	}, nil
 }
@@ -323,7 +329,8 @@ func (c *Client) Use(hooks ...Hook) {
 		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
 		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
 		c.Task, c.TaskDependency, c.TaskHistory, c.TaskInputVersion, c.TaskInstance,
-		c.TaskLog, c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
+		c.TaskLog, c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.TenantQuota,
+		c.Workflow,
 	} {
 		n.Use(hooks...)
 	}
@@ -337,7 +344,8 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.ClusterNode, c.Deployment, c.ExternalTaskType, c.ExternalWorker,
 		c.FlowControl, c.FlowStart, c.Schedule, c.ScheduleEvent, c.StallOverride,
 		c.Task, c.TaskDependency, c.TaskHistory, c.TaskInputVersion, c.TaskInstance,
-		c.TaskLog, c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.Workflow,
+		c.TaskLog, c.TaskReview, c.TenantFlowControl, c.TenantFlowStart, c.TenantQuota,
+		c.Workflow,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -392,6 +400,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.TenantFlowControl.mutate(ctx, m)
 	case *TenantFlowStartMutation:
 		return c.TenantFlowStart.mutate(ctx, m)
+	case *TenantQuotaMutation:
+		return c.TenantQuota.mutate(ctx, m)
 	case *WorkflowMutation:
 		return c.Workflow.mutate(ctx, m)
 	default:
@@ -3588,6 +3598,139 @@ func (c *TenantFlowStartClient) mutate(ctx context.Context, m *TenantFlowStartMu
 	}
 }
 
+// TenantQuotaClient is a client for the TenantQuota schema.
+type TenantQuotaClient struct {
+	config
+}
+
+// NewTenantQuotaClient returns a client for the TenantQuota from the given config.
+func NewTenantQuotaClient(c config) *TenantQuotaClient {
+	return &TenantQuotaClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `tenantquota.Hooks(f(g(h())))`.
+func (c *TenantQuotaClient) Use(hooks ...Hook) {
+	c.hooks.TenantQuota = append(c.hooks.TenantQuota, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `tenantquota.Intercept(f(g(h())))`.
+func (c *TenantQuotaClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TenantQuota = append(c.inters.TenantQuota, interceptors...)
+}
+
+// Create returns a builder for creating a TenantQuota entity.
+func (c *TenantQuotaClient) Create() *TenantQuotaCreate {
+	mutation := newTenantQuotaMutation(c.config, OpCreate)
+	return &TenantQuotaCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TenantQuota entities.
+func (c *TenantQuotaClient) CreateBulk(builders ...*TenantQuotaCreate) *TenantQuotaCreateBulk {
+	return &TenantQuotaCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TenantQuotaClient) MapCreateBulk(slice any, setFunc func(*TenantQuotaCreate, int)) *TenantQuotaCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TenantQuotaCreateBulk{err: fmt.Errorf("calling to TenantQuotaClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TenantQuotaCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TenantQuotaCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TenantQuota.
+func (c *TenantQuotaClient) Update() *TenantQuotaUpdate {
+	mutation := newTenantQuotaMutation(c.config, OpUpdate)
+	return &TenantQuotaUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TenantQuotaClient) UpdateOne(_m *TenantQuota) *TenantQuotaUpdateOne {
+	mutation := newTenantQuotaMutation(c.config, OpUpdateOne, withTenantQuota(_m))
+	return &TenantQuotaUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TenantQuotaClient) UpdateOneID(id int) *TenantQuotaUpdateOne {
+	mutation := newTenantQuotaMutation(c.config, OpUpdateOne, withTenantQuotaID(id))
+	return &TenantQuotaUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TenantQuota.
+func (c *TenantQuotaClient) Delete() *TenantQuotaDelete {
+	mutation := newTenantQuotaMutation(c.config, OpDelete)
+	return &TenantQuotaDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TenantQuotaClient) DeleteOne(_m *TenantQuota) *TenantQuotaDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TenantQuotaClient) DeleteOneID(id int) *TenantQuotaDeleteOne {
+	builder := c.Delete().Where(tenantquota.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TenantQuotaDeleteOne{builder}
+}
+
+// Query returns a query builder for TenantQuota.
+func (c *TenantQuotaClient) Query() *TenantQuotaQuery {
+	return &TenantQuotaQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTenantQuota},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TenantQuota entity by its id.
+func (c *TenantQuotaClient) Get(ctx context.Context, id int) (*TenantQuota, error) {
+	return c.Query().Where(tenantquota.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TenantQuotaClient) GetX(ctx context.Context, id int) *TenantQuota {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TenantQuotaClient) Hooks() []Hook {
+	return c.hooks.TenantQuota
+}
+
+// Interceptors returns the client interceptors.
+func (c *TenantQuotaClient) Interceptors() []Interceptor {
+	return c.inters.TenantQuota
+}
+
+func (c *TenantQuotaClient) mutate(ctx context.Context, m *TenantQuotaMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TenantQuotaCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TenantQuotaUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TenantQuotaUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TenantQuotaDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TenantQuota mutation op: %q", m.Op())
+	}
+}
+
 // WorkflowClient is a client for the Workflow schema.
 type WorkflowClient struct {
 	config
@@ -3728,14 +3871,14 @@ type (
 		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
 		ScheduleEvent, StallOverride, Task, TaskDependency, TaskHistory,
 		TaskInputVersion, TaskInstance, TaskLog, TaskReview, TenantFlowControl,
-		TenantFlowStart, Workflow []ent.Hook
+		TenantFlowStart, TenantQuota, Workflow []ent.Hook
 	}
 	inters struct {
 		AlertChannel, AlertIncident, AlertRule, Artifact, AuditLog, ClusterNode,
 		Deployment, ExternalTaskType, ExternalWorker, FlowControl, FlowStart, Schedule,
 		ScheduleEvent, StallOverride, Task, TaskDependency, TaskHistory,
 		TaskInputVersion, TaskInstance, TaskLog, TaskReview, TenantFlowControl,
-		TenantFlowStart, Workflow []ent.Interceptor
+		TenantFlowStart, TenantQuota, Workflow []ent.Interceptor
 	}
 )
 

@@ -35,6 +35,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
 	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -119,6 +120,7 @@ func checkColumn(t, c string) error {
 			taskreview.Table:        taskreview.ValidColumn,
 			tenantflowcontrol.Table: tenantflowcontrol.ValidColumn,
 			tenantflowstart.Table:   tenantflowstart.ValidColumn,
+			tenantquota.Table:       tenantquota.ValidColumn,
 			workflow.Table:          workflow.ValidColumn,
 		})
 	})

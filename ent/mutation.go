@@ -37,6 +37,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
 	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -72,6 +73,7 @@ const (
 	TypeTaskReview        = "TaskReview"
 	TypeTenantFlowControl = "TenantFlowControl"
 	TypeTenantFlowStart   = "TenantFlowStart"
+	TypeTenantQuota       = "TenantQuota"
 	TypeWorkflow          = "Workflow"
 )
 
@@ -31409,6 +31411,767 @@ func (m *TenantFlowStartMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *TenantFlowStartMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown TenantFlowStart edge %s", name)
+}
+
+// TenantQuotaMutation represents an operation that mutates the TenantQuota nodes in the graph.
+type TenantQuotaMutation struct {
+	config
+	op                               Op
+	typ                              string
+	id                               *int
+	tenant                           *string
+	max_waiting                      *int
+	addmax_waiting                   *int
+	max_schedules                    *int
+	addmax_schedules                 *int
+	min_schedule_interval_seconds    *int
+	addmin_schedule_interval_seconds *int
+	updated_by                       *string
+	updated_at                       *time.Time
+	clearedFields                    map[string]struct{}
+	done                             bool
+	oldValue                         func(context.Context) (*TenantQuota, error)
+	predicates                       []predicate.TenantQuota
+}
+
+var _ ent.Mutation = (*TenantQuotaMutation)(nil)
+
+// tenantquotaOption allows management of the mutation configuration using functional options.
+type tenantquotaOption func(*TenantQuotaMutation)
+
+// newTenantQuotaMutation creates new mutation for the TenantQuota entity.
+func newTenantQuotaMutation(c config, op Op, opts ...tenantquotaOption) *TenantQuotaMutation {
+	m := &TenantQuotaMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTenantQuota,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTenantQuotaID sets the ID field of the mutation.
+func withTenantQuotaID(id int) tenantquotaOption {
+	return func(m *TenantQuotaMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TenantQuota
+		)
+		m.oldValue = func(ctx context.Context) (*TenantQuota, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TenantQuota.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTenantQuota sets the old TenantQuota of the mutation.
+func withTenantQuota(node *TenantQuota) tenantquotaOption {
+	return func(m *TenantQuotaMutation) {
+		m.oldValue = func(context.Context) (*TenantQuota, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TenantQuotaMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TenantQuotaMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TenantQuotaMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TenantQuotaMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TenantQuota.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTenant sets the "tenant" field.
+func (m *TenantQuotaMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TenantQuotaMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TenantQuotaMutation) ResetTenant() {
+	m.tenant = nil
+}
+
+// SetMaxWaiting sets the "max_waiting" field.
+func (m *TenantQuotaMutation) SetMaxWaiting(i int) {
+	m.max_waiting = &i
+	m.addmax_waiting = nil
+}
+
+// MaxWaiting returns the value of the "max_waiting" field in the mutation.
+func (m *TenantQuotaMutation) MaxWaiting() (r int, exists bool) {
+	v := m.max_waiting
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxWaiting returns the old "max_waiting" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldMaxWaiting(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxWaiting is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxWaiting requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxWaiting: %w", err)
+	}
+	return oldValue.MaxWaiting, nil
+}
+
+// AddMaxWaiting adds i to the "max_waiting" field.
+func (m *TenantQuotaMutation) AddMaxWaiting(i int) {
+	if m.addmax_waiting != nil {
+		*m.addmax_waiting += i
+	} else {
+		m.addmax_waiting = &i
+	}
+}
+
+// AddedMaxWaiting returns the value that was added to the "max_waiting" field in this mutation.
+func (m *TenantQuotaMutation) AddedMaxWaiting() (r int, exists bool) {
+	v := m.addmax_waiting
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMaxWaiting clears the value of the "max_waiting" field.
+func (m *TenantQuotaMutation) ClearMaxWaiting() {
+	m.max_waiting = nil
+	m.addmax_waiting = nil
+	m.clearedFields[tenantquota.FieldMaxWaiting] = struct{}{}
+}
+
+// MaxWaitingCleared returns if the "max_waiting" field was cleared in this mutation.
+func (m *TenantQuotaMutation) MaxWaitingCleared() bool {
+	_, ok := m.clearedFields[tenantquota.FieldMaxWaiting]
+	return ok
+}
+
+// ResetMaxWaiting resets all changes to the "max_waiting" field.
+func (m *TenantQuotaMutation) ResetMaxWaiting() {
+	m.max_waiting = nil
+	m.addmax_waiting = nil
+	delete(m.clearedFields, tenantquota.FieldMaxWaiting)
+}
+
+// SetMaxSchedules sets the "max_schedules" field.
+func (m *TenantQuotaMutation) SetMaxSchedules(i int) {
+	m.max_schedules = &i
+	m.addmax_schedules = nil
+}
+
+// MaxSchedules returns the value of the "max_schedules" field in the mutation.
+func (m *TenantQuotaMutation) MaxSchedules() (r int, exists bool) {
+	v := m.max_schedules
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxSchedules returns the old "max_schedules" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldMaxSchedules(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxSchedules is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxSchedules requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxSchedules: %w", err)
+	}
+	return oldValue.MaxSchedules, nil
+}
+
+// AddMaxSchedules adds i to the "max_schedules" field.
+func (m *TenantQuotaMutation) AddMaxSchedules(i int) {
+	if m.addmax_schedules != nil {
+		*m.addmax_schedules += i
+	} else {
+		m.addmax_schedules = &i
+	}
+}
+
+// AddedMaxSchedules returns the value that was added to the "max_schedules" field in this mutation.
+func (m *TenantQuotaMutation) AddedMaxSchedules() (r int, exists bool) {
+	v := m.addmax_schedules
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMaxSchedules clears the value of the "max_schedules" field.
+func (m *TenantQuotaMutation) ClearMaxSchedules() {
+	m.max_schedules = nil
+	m.addmax_schedules = nil
+	m.clearedFields[tenantquota.FieldMaxSchedules] = struct{}{}
+}
+
+// MaxSchedulesCleared returns if the "max_schedules" field was cleared in this mutation.
+func (m *TenantQuotaMutation) MaxSchedulesCleared() bool {
+	_, ok := m.clearedFields[tenantquota.FieldMaxSchedules]
+	return ok
+}
+
+// ResetMaxSchedules resets all changes to the "max_schedules" field.
+func (m *TenantQuotaMutation) ResetMaxSchedules() {
+	m.max_schedules = nil
+	m.addmax_schedules = nil
+	delete(m.clearedFields, tenantquota.FieldMaxSchedules)
+}
+
+// SetMinScheduleIntervalSeconds sets the "min_schedule_interval_seconds" field.
+func (m *TenantQuotaMutation) SetMinScheduleIntervalSeconds(i int) {
+	m.min_schedule_interval_seconds = &i
+	m.addmin_schedule_interval_seconds = nil
+}
+
+// MinScheduleIntervalSeconds returns the value of the "min_schedule_interval_seconds" field in the mutation.
+func (m *TenantQuotaMutation) MinScheduleIntervalSeconds() (r int, exists bool) {
+	v := m.min_schedule_interval_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMinScheduleIntervalSeconds returns the old "min_schedule_interval_seconds" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldMinScheduleIntervalSeconds(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMinScheduleIntervalSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMinScheduleIntervalSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMinScheduleIntervalSeconds: %w", err)
+	}
+	return oldValue.MinScheduleIntervalSeconds, nil
+}
+
+// AddMinScheduleIntervalSeconds adds i to the "min_schedule_interval_seconds" field.
+func (m *TenantQuotaMutation) AddMinScheduleIntervalSeconds(i int) {
+	if m.addmin_schedule_interval_seconds != nil {
+		*m.addmin_schedule_interval_seconds += i
+	} else {
+		m.addmin_schedule_interval_seconds = &i
+	}
+}
+
+// AddedMinScheduleIntervalSeconds returns the value that was added to the "min_schedule_interval_seconds" field in this mutation.
+func (m *TenantQuotaMutation) AddedMinScheduleIntervalSeconds() (r int, exists bool) {
+	v := m.addmin_schedule_interval_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMinScheduleIntervalSeconds clears the value of the "min_schedule_interval_seconds" field.
+func (m *TenantQuotaMutation) ClearMinScheduleIntervalSeconds() {
+	m.min_schedule_interval_seconds = nil
+	m.addmin_schedule_interval_seconds = nil
+	m.clearedFields[tenantquota.FieldMinScheduleIntervalSeconds] = struct{}{}
+}
+
+// MinScheduleIntervalSecondsCleared returns if the "min_schedule_interval_seconds" field was cleared in this mutation.
+func (m *TenantQuotaMutation) MinScheduleIntervalSecondsCleared() bool {
+	_, ok := m.clearedFields[tenantquota.FieldMinScheduleIntervalSeconds]
+	return ok
+}
+
+// ResetMinScheduleIntervalSeconds resets all changes to the "min_schedule_interval_seconds" field.
+func (m *TenantQuotaMutation) ResetMinScheduleIntervalSeconds() {
+	m.min_schedule_interval_seconds = nil
+	m.addmin_schedule_interval_seconds = nil
+	delete(m.clearedFields, tenantquota.FieldMinScheduleIntervalSeconds)
+}
+
+// SetUpdatedBy sets the "updated_by" field.
+func (m *TenantQuotaMutation) SetUpdatedBy(s string) {
+	m.updated_by = &s
+}
+
+// UpdatedBy returns the value of the "updated_by" field in the mutation.
+func (m *TenantQuotaMutation) UpdatedBy() (r string, exists bool) {
+	v := m.updated_by
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedBy returns the old "updated_by" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldUpdatedBy(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedBy is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedBy requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedBy: %w", err)
+	}
+	return oldValue.UpdatedBy, nil
+}
+
+// ResetUpdatedBy resets all changes to the "updated_by" field.
+func (m *TenantQuotaMutation) ResetUpdatedBy() {
+	m.updated_by = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *TenantQuotaMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *TenantQuotaMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *TenantQuotaMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the TenantQuotaMutation builder.
+func (m *TenantQuotaMutation) Where(ps ...predicate.TenantQuota) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TenantQuotaMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TenantQuotaMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TenantQuota, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TenantQuotaMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TenantQuotaMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TenantQuota).
+func (m *TenantQuotaMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TenantQuotaMutation) Fields() []string {
+	fields := make([]string, 0, 6)
+	if m.tenant != nil {
+		fields = append(fields, tenantquota.FieldTenant)
+	}
+	if m.max_waiting != nil {
+		fields = append(fields, tenantquota.FieldMaxWaiting)
+	}
+	if m.max_schedules != nil {
+		fields = append(fields, tenantquota.FieldMaxSchedules)
+	}
+	if m.min_schedule_interval_seconds != nil {
+		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
+	}
+	if m.updated_by != nil {
+		fields = append(fields, tenantquota.FieldUpdatedBy)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, tenantquota.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TenantQuotaMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case tenantquota.FieldTenant:
+		return m.Tenant()
+	case tenantquota.FieldMaxWaiting:
+		return m.MaxWaiting()
+	case tenantquota.FieldMaxSchedules:
+		return m.MaxSchedules()
+	case tenantquota.FieldMinScheduleIntervalSeconds:
+		return m.MinScheduleIntervalSeconds()
+	case tenantquota.FieldUpdatedBy:
+		return m.UpdatedBy()
+	case tenantquota.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TenantQuotaMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case tenantquota.FieldTenant:
+		return m.OldTenant(ctx)
+	case tenantquota.FieldMaxWaiting:
+		return m.OldMaxWaiting(ctx)
+	case tenantquota.FieldMaxSchedules:
+		return m.OldMaxSchedules(ctx)
+	case tenantquota.FieldMinScheduleIntervalSeconds:
+		return m.OldMinScheduleIntervalSeconds(ctx)
+	case tenantquota.FieldUpdatedBy:
+		return m.OldUpdatedBy(ctx)
+	case tenantquota.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown TenantQuota field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TenantQuotaMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case tenantquota.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
+		return nil
+	case tenantquota.FieldMaxWaiting:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxWaiting(v)
+		return nil
+	case tenantquota.FieldMaxSchedules:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxSchedules(v)
+		return nil
+	case tenantquota.FieldMinScheduleIntervalSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMinScheduleIntervalSeconds(v)
+		return nil
+	case tenantquota.FieldUpdatedBy:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedBy(v)
+		return nil
+	case tenantquota.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TenantQuota field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TenantQuotaMutation) AddedFields() []string {
+	var fields []string
+	if m.addmax_waiting != nil {
+		fields = append(fields, tenantquota.FieldMaxWaiting)
+	}
+	if m.addmax_schedules != nil {
+		fields = append(fields, tenantquota.FieldMaxSchedules)
+	}
+	if m.addmin_schedule_interval_seconds != nil {
+		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TenantQuotaMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case tenantquota.FieldMaxWaiting:
+		return m.AddedMaxWaiting()
+	case tenantquota.FieldMaxSchedules:
+		return m.AddedMaxSchedules()
+	case tenantquota.FieldMinScheduleIntervalSeconds:
+		return m.AddedMinScheduleIntervalSeconds()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TenantQuotaMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case tenantquota.FieldMaxWaiting:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxWaiting(v)
+		return nil
+	case tenantquota.FieldMaxSchedules:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxSchedules(v)
+		return nil
+	case tenantquota.FieldMinScheduleIntervalSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMinScheduleIntervalSeconds(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TenantQuota numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TenantQuotaMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(tenantquota.FieldMaxWaiting) {
+		fields = append(fields, tenantquota.FieldMaxWaiting)
+	}
+	if m.FieldCleared(tenantquota.FieldMaxSchedules) {
+		fields = append(fields, tenantquota.FieldMaxSchedules)
+	}
+	if m.FieldCleared(tenantquota.FieldMinScheduleIntervalSeconds) {
+		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TenantQuotaMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TenantQuotaMutation) ClearField(name string) error {
+	switch name {
+	case tenantquota.FieldMaxWaiting:
+		m.ClearMaxWaiting()
+		return nil
+	case tenantquota.FieldMaxSchedules:
+		m.ClearMaxSchedules()
+		return nil
+	case tenantquota.FieldMinScheduleIntervalSeconds:
+		m.ClearMinScheduleIntervalSeconds()
+		return nil
+	}
+	return fmt.Errorf("unknown TenantQuota nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TenantQuotaMutation) ResetField(name string) error {
+	switch name {
+	case tenantquota.FieldTenant:
+		m.ResetTenant()
+		return nil
+	case tenantquota.FieldMaxWaiting:
+		m.ResetMaxWaiting()
+		return nil
+	case tenantquota.FieldMaxSchedules:
+		m.ResetMaxSchedules()
+		return nil
+	case tenantquota.FieldMinScheduleIntervalSeconds:
+		m.ResetMinScheduleIntervalSeconds()
+		return nil
+	case tenantquota.FieldUpdatedBy:
+		m.ResetUpdatedBy()
+		return nil
+	case tenantquota.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown TenantQuota field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TenantQuotaMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TenantQuotaMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TenantQuotaMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TenantQuotaMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TenantQuotaMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TenantQuotaMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TenantQuotaMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TenantQuota unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TenantQuotaMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TenantQuota edge %s", name)
 }
 
 // WorkflowMutation represents an operation that mutates the Workflow nodes in the graph.

@@ -29,6 +29,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
 	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -994,6 +995,48 @@ func ScanTenantFlowStartRows(c *Client, rows *stdsql.Rows) ([]*TenantFlowStart, 
 // BindTo makes later queries of the entity's edges go through c, for an
 // entity read or written in a transaction that has since ended.
 func (_m *TenantFlowStart) BindTo(c *Client) *TenantFlowStart {
+	_m.config = c.config
+	return _m
+}
+
+// ScanTenantQuotaRows reads every row of rows (all columns of the tenant_quotas
+// table, in any order) into TenantQuota entities bound to c, and closes rows.
+func ScanTenantQuotaRows(c *Client, rows *stdsql.Rows) ([]*TenantQuota, error) {
+	defer rows.Close()
+	columns, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("ent: scan tenant_quotas: %w", err)
+	}
+	// The scan targets are allocated once and reused for every row: each
+	// row's values are copied out of them (assignValues), unless a column
+	// is not the schema's (kept as it was scanned, so new targets per row).
+	reuse := true
+	for _, col := range columns {
+		reuse = reuse && tenantquota.ValidColumn(col)
+	}
+	var values []any
+	var out []*TenantQuota
+	for rows.Next() {
+		node := &TenantQuota{config: c.config}
+		if values == nil || !reuse {
+			if values, err = node.scanValues(columns); err != nil {
+				return nil, fmt.Errorf("ent: scan tenant_quotas: %w", err)
+			}
+		}
+		if err := rows.Scan(values...); err != nil {
+			return nil, fmt.Errorf("ent: scan tenant_quotas: %w", err)
+		}
+		if err := node.assignValues(columns, values); err != nil {
+			return nil, fmt.Errorf("ent: scan tenant_quotas: %w", err)
+		}
+		out = append(out, node)
+	}
+	return out, rows.Err()
+}
+
+// BindTo makes later queries of the entity's edges go through c, for an
+// entity read or written in a transaction that has since ended.
+func (_m *TenantQuota) BindTo(c *Client) *TenantQuota {
 	_m.config = c.config
 	return _m
 }

@@ -60,6 +60,8 @@ type Tx struct {
 	TenantFlowControl *TenantFlowControlClient
 	// TenantFlowStart is the client for interacting with the TenantFlowStart builders.
 	TenantFlowStart *TenantFlowStartClient
+	// TenantQuota is the client for interacting with the TenantQuota builders.
+	TenantQuota *TenantQuotaClient
 	// Workflow is the client for interacting with the Workflow builders.
 	Workflow *WorkflowClient
 
@@ -216,6 +218,7 @@ func (tx *Tx) init() {
 	tx.TaskReview = NewTaskReviewClient(tx.config)
 	tx.TenantFlowControl = NewTenantFlowControlClient(tx.config)
 	tx.TenantFlowStart = NewTenantFlowStartClient(tx.config)
+	tx.TenantQuota = NewTenantQuotaClient(tx.config)
 	tx.Workflow = NewWorkflowClient(tx.config)
 }
 

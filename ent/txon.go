@@ -42,6 +42,7 @@ func (c *Client) TxOn(ctx context.Context, tx dialect.Tx) *Tx {
 		TaskReview:        NewTaskReviewClient(cfg),
 		TenantFlowControl: NewTenantFlowControlClient(cfg),
 		TenantFlowStart:   NewTenantFlowStartClient(cfg),
+		TenantQuota:       NewTenantQuotaClient(cfg),
 		Workflow:          NewWorkflowClient(cfg),
 	}
 }

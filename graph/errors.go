@@ -79,6 +79,7 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 	var fe *auth.ForbiddenError
 	var rl *ratelimit.Error
 	var qe *store.QuotaError
+	var tq *store.TenantQuotaError
 	switch {
 	case errors.As(err, &ue), errors.Is(err, access.ErrNoViewer):
 		return CodeUnauthenticated, nil, true
@@ -88,6 +89,8 @@ func classifyDomain(err error) (code string, ext map[string]any, ok bool) {
 		return CodeRateLimited, map[string]any{"retryAfterSeconds": rl.RetryAfterSeconds()}, true
 	case errors.As(err, &qe):
 		return CodeQuotaExceeded, map[string]any{"type": qe.Type, "tenant": qe.Tenant, "limit": qe.Limit}, true
+	case errors.As(err, &tq):
+		return CodeQuotaExceeded, map[string]any{"tenant": tq.Tenant, "quota": tq.Quota, "limit": tq.Limit, "count": tq.Count}, true
 	case errors.As(err, &te):
 		return CodeInvalidTransition, map[string]any{"from": te.From, "to": te.To}, true
 	case errors.As(err, &ve):

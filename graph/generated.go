@@ -315,6 +315,7 @@ type ComplexityRoot struct {
 		RetryWorkflow          func(childComplexity int, id int, reason *string) int
 		RunScheduleNow         func(childComplexity int, id int) int
 		RunScheduleWorkflowNow func(childComplexity int, id int) int
+		SetTenantQuota         func(childComplexity int, tenant string, input model.TenantQuotaInput) int
 		SetTenantTypeControl   func(childComplexity int, typeArg string, tenant *string, input model.TenantTypeControlInput) int
 		SetTypeControl         func(childComplexity int, typeArg string, input model.TypeControlInput) int
 		SilenceAlertIncident   func(childComplexity int, id int, until *time.Time) int
@@ -365,6 +366,8 @@ type ComplexityRoot struct {
 		TaskStats        func(childComplexity int) int
 		TaskTypes        func(childComplexity int) int
 		Tasks            func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
+		TenantQuota      func(childComplexity int, tenant *string) int
+		TenantQuotas     func(childComplexity int) int
 		TypeControl      func(childComplexity int, typeArg string) int
 		TypeControls     func(childComplexity int) int
 		Workflow         func(childComplexity int, id int) int
@@ -639,6 +642,17 @@ type ComplexityRoot struct {
 		StallAfterSeconds     func(childComplexity int) int
 	}
 
+	TenantQuota struct {
+		MaxSchedules               func(childComplexity int) int
+		MaxWaiting                 func(childComplexity int) int
+		MinScheduleIntervalSeconds func(childComplexity int) int
+		Schedules                  func(childComplexity int) int
+		Tenant                     func(childComplexity int) int
+		UpdatedAt                  func(childComplexity int) int
+		UpdatedBy                  func(childComplexity int) int
+		Waiting                    func(childComplexity int) int
+	}
+
 	TenantTypeControl struct {
 		MaxRunning        func(childComplexity int) int
 		MaxWaiting        func(childComplexity int) int
@@ -781,6 +795,7 @@ type MutationResolver interface {
 	SetTenantTypeControl(ctx context.Context, typeArg string, tenant *string, input model.TenantTypeControlInput) (*flow.TenantControl, error)
 	PauseTenantType(ctx context.Context, typeArg string, tenant *string, until *time.Time) (*flow.TenantControl, error)
 	ResumeTenantType(ctx context.Context, typeArg string, tenant *string) (*flow.TenantControl, error)
+	SetTenantQuota(ctx context.Context, tenant string, input model.TenantQuotaInput) (*flow.TenantQuota, error)
 	DrainWorker(ctx context.Context, id int, drain bool) (*nodes.WorkerView, error)
 	RetryWorkflow(ctx context.Context, id int, reason *string) (*ent.Workflow, error)
 	CreateWorkflow(ctx context.Context, input model.CreateWorkflowInput) (*ent.Workflow, error)
@@ -814,6 +829,8 @@ type QueryResolver interface {
 	ReviewQueueStats(ctx context.Context, where *model.ReviewQueueWhere) (*model.ReviewQueueStats, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
+	TenantQuota(ctx context.Context, tenant *string) (*flow.TenantQuota, error)
+	TenantQuotas(ctx context.Context) ([]*flow.TenantQuota, error)
 	ExternalWorkers(ctx context.Context) ([]*nodes.WorkerView, error)
 	Workflow(ctx context.Context, id int) (*ent.Workflow, error)
 }
@@ -2232,6 +2249,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RunScheduleWorkflowNow(childComplexity, args["id"].(int)), true
+	case "Mutation.setTenantQuota":
+		if e.ComplexityRoot.Mutation.SetTenantQuota == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setTenantQuota_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetTenantQuota(childComplexity, args["tenant"].(string), args["input"].(model.TenantQuotaInput)), true
 	case "Mutation.setTenantTypeControl":
 		if e.ComplexityRoot.Mutation.SetTenantTypeControl == nil {
 			break
@@ -2602,6 +2630,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Tasks(childComplexity, args["after"].(*entgql.Cursor[int]), args["first"].(*int), args["before"].(*entgql.Cursor[int]), args["last"].(*int), args["orderBy"].([]*ent.TaskOrder), args["where"].(*ent.TaskWhereInput)), true
+	case "Query.tenantQuota":
+		if e.ComplexityRoot.Query.TenantQuota == nil {
+			break
+		}
+
+		args, err := ec.field_Query_tenantQuota_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TenantQuota(childComplexity, args["tenant"].(*string)), true
+	case "Query.tenantQuotas":
+		if e.ComplexityRoot.Query.TenantQuotas == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.TenantQuotas(childComplexity), true
 	case "Query.typeControl":
 		if e.ComplexityRoot.Query.TypeControl == nil {
 			break
@@ -3911,6 +3956,55 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TaskType.StallAfterSeconds(childComplexity), true
 
+	case "TenantQuota.maxSchedules":
+		if e.ComplexityRoot.TenantQuota.MaxSchedules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.MaxSchedules(childComplexity), true
+	case "TenantQuota.maxWaiting":
+		if e.ComplexityRoot.TenantQuota.MaxWaiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.MaxWaiting(childComplexity), true
+	case "TenantQuota.minScheduleIntervalSeconds":
+		if e.ComplexityRoot.TenantQuota.MinScheduleIntervalSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.MinScheduleIntervalSeconds(childComplexity), true
+	case "TenantQuota.schedules":
+		if e.ComplexityRoot.TenantQuota.Schedules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.Schedules(childComplexity), true
+	case "TenantQuota.tenant":
+		if e.ComplexityRoot.TenantQuota.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.Tenant(childComplexity), true
+	case "TenantQuota.updatedAt":
+		if e.ComplexityRoot.TenantQuota.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.UpdatedAt(childComplexity), true
+	case "TenantQuota.updatedBy":
+		if e.ComplexityRoot.TenantQuota.UpdatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.UpdatedBy(childComplexity), true
+	case "TenantQuota.waiting":
+		if e.ComplexityRoot.TenantQuota.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.Waiting(childComplexity), true
+
 	case "TenantTypeControl.maxRunning":
 		if e.ComplexityRoot.TenantTypeControl.MaxRunning == nil {
 			break
@@ -4307,6 +4401,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("TaskOrder", ec.unmarshalInputTaskOrder),
 			graphql.NewInputUnmarshaler("TaskTypeDeclaration", ec.unmarshalInputTaskTypeDeclaration),
 			graphql.NewInputUnmarshaler("TaskWhereInput", ec.unmarshalInputTaskWhereInput),
+			graphql.NewInputUnmarshaler("TenantQuotaInput", ec.unmarshalInputTenantQuotaInput),
 			graphql.NewInputUnmarshaler("TenantTypeControlInput", ec.unmarshalInputTenantTypeControlInput),
 			graphql.NewInputUnmarshaler("TypeControlInput", ec.unmarshalInputTypeControlInput),
 			graphql.NewInputUnmarshaler("UpdateScheduleInput", ec.unmarshalInputUpdateScheduleInput),
@@ -4549,6 +4644,7 @@ enum AuditLogAction @goModel(model: "github.com/taskgraph/taskgraph/ent/auditlog
   REVIEW_REJECT
   REVIEW_EXPIRE
   REPLAY_WITH_INPUT
+  TENANT_QUOTA_SET
 }
 """
 A connection to a list of items.
@@ -7826,6 +7922,28 @@ func (ec *executionContext) childFields_TaskType(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type TaskType", field.Name)
 }
 
+func (ec *executionContext) childFields_TenantQuota(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "tenant":
+		return ec.fieldContext_TenantQuota_tenant(ctx, field)
+	case "maxWaiting":
+		return ec.fieldContext_TenantQuota_maxWaiting(ctx, field)
+	case "maxSchedules":
+		return ec.fieldContext_TenantQuota_maxSchedules(ctx, field)
+	case "minScheduleIntervalSeconds":
+		return ec.fieldContext_TenantQuota_minScheduleIntervalSeconds(ctx, field)
+	case "waiting":
+		return ec.fieldContext_TenantQuota_waiting(ctx, field)
+	case "schedules":
+		return ec.fieldContext_TenantQuota_schedules(ctx, field)
+	case "updatedBy":
+		return ec.fieldContext_TenantQuota_updatedBy(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_TenantQuota_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TenantQuota", field.Name)
+}
+
 func (ec *executionContext) childFields_TenantTypeControl(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "type":
@@ -8860,6 +8978,28 @@ func (ec *executionContext) field_Mutation_runScheduleWorkflowNow_args(ctx conte
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_setTenantQuota_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "tenant",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenant"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.TenantQuotaInput, error) {
+			return ec.unmarshalNTenantQuotaInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTenantQuotaInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_setTenantTypeControl_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -9471,6 +9611,20 @@ func (ec *executionContext) field_Query_tasks_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["where"] = arg5
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_tenantQuota_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "tenant",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenant"] = arg0
 	return args, nil
 }
 
@@ -15304,6 +15458,50 @@ func (ec *executionContext) fieldContext_Mutation_resumeTenantType(ctx context.C
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_setTenantQuota(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setTenantQuota(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetTenantQuota(ctx, fc.Args["tenant"].(string), fc.Args["input"].(model.TenantQuotaInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.TenantQuota) graphql.Marshaler {
+			return ec.marshalNTenantQuota2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantQuota(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setTenantQuota(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantQuota(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setTenantQuota_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_drainWorker(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -16740,6 +16938,82 @@ func (ec *executionContext) fieldContext_Query_schedulePreview(ctx context.Conte
 	if fc.Args, err = ec.field_Query_schedulePreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_tenantQuota(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_tenantQuota(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().TenantQuota(ctx, fc.Args["tenant"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *flow.TenantQuota) graphql.Marshaler {
+			return ec.marshalOTenantQuota2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantQuota(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_tenantQuota(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantQuota(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_tenantQuota_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_tenantQuotas(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_tenantQuotas(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().TenantQuotas(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*flow.TenantQuota) graphql.Marshaler {
+			return ec.marshalNTenantQuota2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantQuotaᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_tenantQuotas(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantQuota(ctx, field)
+		},
 	}
 	return fc, nil
 }
@@ -22011,6 +22285,190 @@ func (ec *executionContext) fieldContext_TaskType_review(_ context.Context, fiel
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _TenantQuota_tenant(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantQuota_maxWaiting(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_maxWaiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxWaiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_maxWaiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_maxSchedules(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_maxSchedules(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxSchedules, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_maxSchedules(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_minScheduleIntervalSeconds(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_minScheduleIntervalSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MinScheduleIntervalSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_minScheduleIntervalSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_waiting(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_schedules(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_schedules(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Schedules, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_schedules(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_updatedBy(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_updatedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_updatedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantQuota_updatedAt(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Time")
 }
 
 func (ec *executionContext) _TenantTypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
@@ -30982,6 +31440,62 @@ func UnmarshalTaskWhereInput(ctx context.Context, raw any) (ent.TaskWhereInput, 
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputTenantQuotaInput(ctx context.Context, obj any) (model.TenantQuotaInput, error) {
+	var it model.TenantQuotaInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"maxWaiting", "maxSchedules", "minScheduleIntervalSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxWaiting":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxWaiting"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxWaiting = data
+		case "maxSchedules":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxSchedules"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxSchedules = data
+		case "minScheduleIntervalSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("minScheduleIntervalSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MinScheduleIntervalSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalTenantQuotaInput unmarshals raw into the TenantQuotaInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalTenantQuotaInput(ctx context.Context, raw any) (model.TenantQuotaInput, error) {
+	var out model.TenantQuotaInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "TenantQuotaInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputTenantTypeControlInput(ctx context.Context, obj any) (model.TenantTypeControlInput, error) {
 	var it model.TenantTypeControlInput
 	if obj == nil {
@@ -34047,6 +34561,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "setTenantQuota":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setTenantQuota(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "drainWorker":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_drainWorker(ctx, field)
@@ -34368,6 +34889,18 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_schedulePreview(ctx, field)
+				})
+		case "tenantQuota":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_tenantQuota(ctx, field)
+				})
+		case "tenantQuotas":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_tenantQuotas(ctx, field)
 				})
 		case "externalWorkers":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -36016,6 +36549,74 @@ func (ec *executionContext) _TaskType(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "review":
 			out.Values[i] = ec._TaskType_review(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var tenantQuotaImplementors = []string{"TenantQuota"}
+
+func (ec *executionContext) _TenantQuota(ctx context.Context, sel ast.SelectionSet, obj *flow.TenantQuota) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, tenantQuotaImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TenantQuota")
+		case "tenant":
+			out.Values[i] = ec._TenantQuota_tenant(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "maxWaiting":
+			out.Values[i] = ec._TenantQuota_maxWaiting(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "maxSchedules":
+			out.Values[i] = ec._TenantQuota_maxSchedules(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "minScheduleIntervalSeconds":
+			out.Values[i] = ec._TenantQuota_minScheduleIntervalSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._TenantQuota_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "schedules":
+			out.Values[i] = ec._TenantQuota_schedules(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updatedBy":
+			out.Values[i] = ec._TenantQuota_updatedBy(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._TenantQuota_updatedAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
@@ -38090,6 +38691,35 @@ func (ec *executionContext) unmarshalNTaskWhereInput2ᚖgithubᚗcomᚋtaskgraph
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) marshalNTenantQuota2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantQuotaᚄ(ctx context.Context, sel ast.SelectionSet, v []*flow.TenantQuota) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTenantQuota2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantQuota(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNTenantQuota2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantQuota(ctx context.Context, sel ast.SelectionSet, v *flow.TenantQuota) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TenantQuota!")
+		return graphql.Null
+	}
+	return ec._TenantQuota(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNTenantQuotaInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTenantQuotaInput(ctx context.Context, v any) (model.TenantQuotaInput, error) {
+	res, err := ec.unmarshalInputTenantQuotaInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNTenantTypeControl2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx context.Context, sel ast.SelectionSet, v flow.TenantControl) graphql.Marshaler {
 	return ec._TenantTypeControl(ctx, sel, &v)
 }
@@ -39686,6 +40316,13 @@ func (ec *executionContext) unmarshalOTaskWhereInput2ᚖgithubᚗcomᚋtaskgraph
 	}
 	res, err := ec.unmarshalInputTaskWhereInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOTenantQuota2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantQuota(ctx context.Context, sel ast.SelectionSet, v *flow.TenantQuota) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._TenantQuota(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOTime2ᚕtimeᚐTimeᚄ(ctx context.Context, v any) ([]time.Time, error) {

@@ -39,3 +39,27 @@ func (r *mutationResolver) ResumeTenantType(ctx context.Context, typeArg string,
 	c, err := r.Flow.ResumeTenant(ctx, typeArg, tenant)
 	return shareOrNil(c, err)
 }
+
+// SetTenantQuota is the resolver for the setTenantQuota field.
+func (r *mutationResolver) SetTenantQuota(ctx context.Context, tenant string, input model.TenantQuotaInput) (*flow.TenantQuota, error) {
+	if r.Flow == nil {
+		return nil, errNoFlow
+	}
+	return r.Flow.SetTenantQuota(ctx, tenant, flow.QuotaLimits{MaxWaiting: input.MaxWaiting, MaxSchedules: input.MaxSchedules, MinScheduleIntervalSeconds: input.MinScheduleIntervalSeconds})
+}
+
+// TenantQuota is the resolver for the tenantQuota field.
+func (r *queryResolver) TenantQuota(ctx context.Context, tenant *string) (*flow.TenantQuota, error) {
+	if r.Flow == nil {
+		return nil, errNoFlow
+	}
+	return r.Flow.TenantQuota(ctx, tenant)
+}
+
+// TenantQuotas is the resolver for the tenantQuotas field.
+func (r *queryResolver) TenantQuotas(ctx context.Context) ([]*flow.TenantQuota, error) {
+	if r.Flow == nil {
+		return nil, errNoFlow
+	}
+	return r.Flow.TenantQuotas(ctx)
+}

@@ -115,6 +115,7 @@ const (
 	ActionREVIEW_REJECT     Action = "REVIEW_REJECT"
 	ActionREVIEW_EXPIRE     Action = "REVIEW_EXPIRE"
 	ActionREPLAY_WITH_INPUT Action = "REPLAY_WITH_INPUT"
+	ActionTENANT_QUOTA_SET  Action = "TENANT_QUOTA_SET"
 )
 
 func (a Action) String() string {
@@ -124,7 +125,7 @@ func (a Action) String() string {
 // ActionValidator is a validator for the "action" field enum values. It is called by the builders before save.
 func ActionValidator(a Action) error {
 	switch a {
-	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME, ActionNODE_DRAIN, ActionNODE_UNDRAIN, ActionWORKER_DRAIN, ActionWORKER_UNDRAIN, ActionTASK_TYPE_DECLARE, ActionTASK_TYPE_DELETE, ActionREVIEW_APPROVE, ActionREVIEW_EDIT, ActionREVIEW_ACCEPT, ActionREVIEW_REJECT, ActionREVIEW_EXPIRE, ActionREPLAY_WITH_INPUT:
+	case ActionCREATE, ActionCANCEL, ActionRETRY, ActionCANCEL_MANY, ActionRETRY_MANY, ActionBULK_CANCEL, ActionBULK_RETRY, ActionDOWNLOAD, ActionSCHEDULE_CREATE, ActionSCHEDULE_UPDATE, ActionSCHEDULE_PAUSE, ActionSCHEDULE_RESUME, ActionSCHEDULE_DELETE, ActionSCHEDULE_RUN_NOW, ActionFLOW_CONTROL_SET, ActionTYPE_PAUSE, ActionTYPE_RESUME, ActionNODE_DRAIN, ActionNODE_UNDRAIN, ActionWORKER_DRAIN, ActionWORKER_UNDRAIN, ActionTASK_TYPE_DECLARE, ActionTASK_TYPE_DELETE, ActionREVIEW_APPROVE, ActionREVIEW_EDIT, ActionREVIEW_ACCEPT, ActionREVIEW_REJECT, ActionREVIEW_EXPIRE, ActionREPLAY_WITH_INPUT, ActionTENANT_QUOTA_SET:
 		return nil
 	default:
 		return fmt.Errorf("auditlog: invalid enum value for action field: %q", a)

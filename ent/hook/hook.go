@@ -285,6 +285,18 @@ func (f TenantFlowStartFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Va
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TenantFlowStartMutation", m)
 }
 
+// The TenantQuotaFunc type is an adapter to allow the use of ordinary
+// function as TenantQuota mutator.
+type TenantQuotaFunc func(context.Context, *ent.TenantQuotaMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TenantQuotaFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TenantQuotaMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TenantQuotaMutation", m)
+}
+
 // The WorkflowFunc type is an adapter to allow the use of ordinary
 // function as Workflow mutator.
 type WorkflowFunc func(context.Context, *ent.WorkflowMutation) (ent.Value, error)

@@ -32,6 +32,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
 	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -712,6 +713,33 @@ func (f TraverseTenantFlowStart) Traverse(ctx context.Context, q ent.Query) erro
 	return fmt.Errorf("unexpected query type %T. expect *ent.TenantFlowStartQuery", q)
 }
 
+// The TenantQuotaFunc type is an adapter to allow the use of ordinary function as a Querier.
+type TenantQuotaFunc func(context.Context, *ent.TenantQuotaQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f TenantQuotaFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.TenantQuotaQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.TenantQuotaQuery", q)
+}
+
+// The TraverseTenantQuota type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseTenantQuota func(context.Context, *ent.TenantQuotaQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseTenantQuota) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseTenantQuota) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.TenantQuotaQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.TenantQuotaQuery", q)
+}
+
 // The WorkflowFunc type is an adapter to allow the use of ordinary function as a Querier.
 type WorkflowFunc func(context.Context, *ent.WorkflowQuery) (ent.Value, error)
 
@@ -788,6 +816,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.TenantFlowControlQuery, predicate.TenantFlowControl, tenantflowcontrol.OrderOption]{typ: ent.TypeTenantFlowControl, tq: q}, nil
 	case *ent.TenantFlowStartQuery:
 		return &query[*ent.TenantFlowStartQuery, predicate.TenantFlowStart, tenantflowstart.OrderOption]{typ: ent.TypeTenantFlowStart, tq: q}, nil
+	case *ent.TenantQuotaQuery:
+		return &query[*ent.TenantQuotaQuery, predicate.TenantQuota, tenantquota.OrderOption]{typ: ent.TypeTenantQuota, tq: q}, nil
 	case *ent.WorkflowQuery:
 		return &query[*ent.WorkflowQuery, predicate.Workflow, workflow.OrderOption]{typ: ent.TypeWorkflow, tq: q}, nil
 	default:

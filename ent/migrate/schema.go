@@ -168,7 +168,7 @@ var (
 		{Name: "role", Type: field.TypeString},
 		{Name: "source", Type: field.TypeString, Default: ""},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
-		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN", "WORKER_DRAIN", "WORKER_UNDRAIN", "TASK_TYPE_DECLARE", "TASK_TYPE_DELETE", "REVIEW_APPROVE", "REVIEW_EDIT", "REVIEW_ACCEPT", "REVIEW_REJECT", "REVIEW_EXPIRE", "REPLAY_WITH_INPUT"}},
+		{Name: "action", Type: field.TypeEnum, Enums: []string{"CREATE", "CANCEL", "RETRY", "CANCEL_MANY", "RETRY_MANY", "BULK_CANCEL", "BULK_RETRY", "DOWNLOAD", "SCHEDULE_CREATE", "SCHEDULE_UPDATE", "SCHEDULE_PAUSE", "SCHEDULE_RESUME", "SCHEDULE_DELETE", "SCHEDULE_RUN_NOW", "FLOW_CONTROL_SET", "TYPE_PAUSE", "TYPE_RESUME", "NODE_DRAIN", "NODE_UNDRAIN", "WORKER_DRAIN", "WORKER_UNDRAIN", "TASK_TYPE_DECLARE", "TASK_TYPE_DELETE", "REVIEW_APPROVE", "REVIEW_EDIT", "REVIEW_ACCEPT", "REVIEW_REJECT", "REVIEW_EXPIRE", "REPLAY_WITH_INPUT", "TENANT_QUOTA_SET"}},
 		{Name: "task_ids", Type: field.TypeJSON, Nullable: true},
 		{Name: "outcome", Type: field.TypeEnum, Enums: []string{"OK", "PARTIAL", "FAILED"}},
 		{Name: "error_code", Type: field.TypeString, Default: ""},
@@ -769,6 +769,14 @@ var (
 				},
 			},
 			{
+				Name:    "taskinstance_tenant_waiting",
+				Unique:  false,
+				Columns: []*schema.Column{TaskInstancesColumns[7]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "status IN ('PENDING', 'RETRY_PENDING')",
+				},
+			},
+			{
 				Name:    "taskinstance_running",
 				Unique:  false,
 				Columns: []*schema.Column{TaskInstancesColumns[11]},
@@ -907,6 +915,22 @@ var (
 			},
 		},
 	}
+	// TenantQuotasColumns holds the columns for the "tenant_quotas" table.
+	TenantQuotasColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "tenant", Type: field.TypeString, Unique: true},
+		{Name: "max_waiting", Type: field.TypeInt, Nullable: true},
+		{Name: "max_schedules", Type: field.TypeInt, Nullable: true},
+		{Name: "min_schedule_interval_seconds", Type: field.TypeInt, Nullable: true},
+		{Name: "updated_by", Type: field.TypeString, Default: ""},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// TenantQuotasTable holds the schema information for the "tenant_quotas" table.
+	TenantQuotasTable = &schema.Table{
+		Name:       "tenant_quotas",
+		Columns:    TenantQuotasColumns,
+		PrimaryKey: []*schema.Column{TenantQuotasColumns[0]},
+	}
 	// WorkflowsColumns holds the columns for the "workflows" table.
 	WorkflowsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -979,6 +1003,7 @@ var (
 		TaskReviewsTable,
 		TenantFlowControlsTable,
 		TenantFlowStartsTable,
+		TenantQuotasTable,
 		WorkflowsTable,
 	}
 )
@@ -1056,6 +1081,10 @@ func init() {
 	}
 	TenantFlowStartsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(107374182400),
+	}
+	TenantQuotasTable.Annotation = &entsql.Annotation{
+		Table:          "tenant_quotas",
+		IncrementStart: func(i int) *int { return &i }(111669149696),
 	}
 	WorkflowsTable.Annotation = &entsql.Annotation{
 		IncrementStart: func(i int) *int { return &i }(73014444032),

@@ -75,5 +75,8 @@ type TenantFlowControl func(*sql.Selector)
 // TenantFlowStart is the predicate function for tenantflowstart builders.
 type TenantFlowStart func(*sql.Selector)
 
+// TenantQuota is the predicate function for tenantquota builders.
+type TenantQuota func(*sql.Selector)
+
 // Workflow is the predicate function for workflow builders.
 type Workflow func(*sql.Selector)

@@ -26,6 +26,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/ent/taskreview"
 	"github.com/taskgraph/taskgraph/ent/tenantflowcontrol"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/ent/workflow"
 )
 
@@ -760,6 +761,16 @@ func init() {
 	tenantflowcontrolDescUpdatedAt := tenantflowcontrolFields[11].Descriptor()
 	// tenantflowcontrol.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	tenantflowcontrol.DefaultUpdatedAt = tenantflowcontrolDescUpdatedAt.Default.(func() time.Time)
+	tenantquotaFields := schema.TenantQuota{}.Fields()
+	_ = tenantquotaFields
+	// tenantquotaDescUpdatedBy is the schema descriptor for updated_by field.
+	tenantquotaDescUpdatedBy := tenantquotaFields[4].Descriptor()
+	// tenantquota.DefaultUpdatedBy holds the default value on creation for the updated_by field.
+	tenantquota.DefaultUpdatedBy = tenantquotaDescUpdatedBy.Default.(string)
+	// tenantquotaDescUpdatedAt is the schema descriptor for updated_at field.
+	tenantquotaDescUpdatedAt := tenantquotaFields[5].Descriptor()
+	// tenantquota.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	tenantquota.DefaultUpdatedAt = tenantquotaDescUpdatedAt.Default.(func() time.Time)
 	workflowMixin := schema.Workflow{}.Mixin()
 	workflowMixinFields0 := workflowMixin[0].Fields()
 	_ = workflowMixinFields0

@@ -122,6 +122,12 @@ func (TaskInstance) Indexes() []ent.Index {
 		index.Fields("task_type", "tenant", "priority", "run_at", "id").
 			StorageKey("taskinstance_tenant_claimable").
 			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")")),
+		// What a create counts against its tenant's quota (tenant_quotas.
+		// max_waiting): a tenant's waiting instances of every type, up to
+		// the cap (store/quota.go).
+		index.Fields("tenant").
+			StorageKey("taskinstance_tenant_waiting").
+			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")")),
 		// What the watchdog reads: the running instances only.
 		index.Fields("heartbeat_at").
 			StorageKey("taskinstance_running").

@@ -367,6 +367,14 @@ type TaskTypeDeclaration struct {
 	StallAction *string `json:"stallAction,omitempty"`
 }
 
+// A tenant's quota; each limit left out (or null) is removed.
+type TenantQuotaInput struct {
+	MaxWaiting   *int `json:"maxWaiting,omitempty"`
+	MaxSchedules *int `json:"maxSchedules,omitempty"`
+	// 1..31622400 (366 days).
+	MinScheduleIntervalSeconds *int `json:"minScheduleIntervalSeconds,omitempty"`
+}
+
 // A tenant's limits of a type; each one left out (or null) is removed.
 type TenantTypeControlInput struct {
 	MaxRunning *int `json:"maxRunning,omitempty"`

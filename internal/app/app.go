@@ -510,6 +510,7 @@ func (a *App) newAPIServices(ctx context.Context, undo *cleanup) error {
 		return err
 	}
 	a.Schedules = schedule.NewService(a.Engine, a.sealer, a.Node, a.Log)
+	a.Schedules.SetMinInterval(a.Config.MinScheduleInterval)
 	a.Flow = flow.NewService(a.Engine, flow.Tenanted(len(a.Config.Access.PlatformAdmins) > 0))
 	a.External = external.NewCatalog(a.Store, a.Engine)
 	if _, err := a.External.Sync(ctx); err != nil {

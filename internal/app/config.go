@@ -63,6 +63,10 @@ type Config struct {
 	// database's past which the node says so (log, /readyz, Nodes page,
 	// the CLOCK_SKEW alert).
 	ClockSkew time.Duration
+	// MinScheduleInterval is the deployment's floor on how often a
+	// schedule fires (its interval, or its cron's shortest gap), for
+	// tenants whose quota sets none (0: none).
+	MinScheduleInterval time.Duration
 }
 
 // AccessConfig is who may use the server and how hard it is to abuse
@@ -248,6 +252,7 @@ func declareFlags(c *Config, getenv func(string) string) *Flags {
 	f.Duration(&c.AlertInterval, "alert-interval", 2*time.Second, 100*time.Millisecond, time.Hour, "how often the alert evaluator checks stalls, backlogs and the watchdog's leader, and sends notices held back by a quiet period (task failures are handled as they come)")
 	f.Duration(&c.NodeRefresh, "node-refresh", nodes.RefreshDefault, 100*time.Millisecond, time.Hour, "how often this node refreshes its row in the cluster's node registry (console: Nodes)")
 	f.Duration(&c.NodeLease, "node-lease", 0, 0, 0, "how long a node may go without refreshing its row before it shows GONE (default: three refreshes)")
+	f.Duration(&c.MinScheduleInterval, "min-schedule-interval", 10*time.Second, 0, 366*24*time.Hour, "the shortest interval (or a cron's shortest gap between two fires) a schedule may have: one created, edited or resumed below it is refused with QUOTA_EXCEEDED, unless its tenant's quota sets a floor of its own (setTenantQuota); 0: none")
 	f.Duration(&c.ClockSkew, "clock-skew-threshold", nodes.SkewThresholdDefault, time.Millisecond, 0, "how far this node's wall clock may be from the database's before the node says so (log, /readyz, Nodes page); the cluster runs on the database's clock either way")
 	Var(f, &c.BlobURL, "blob-url", "", "url", "where uploads, error reports and exports live, the same on every node: file:///srv/taskgraph/files (a directory every node mounts) or s3://bucket?endpoint=...&region=... (default: the artifacts directory in the data directory, for one node)", parseBlobURL, str)
 	Var(f, &c.Network.PublicURL, "public-url", "", "url", "scheme and host clients reach this server by (https://tasks.example.com); download links are built from it (default: http://<addr>)", parsePublicURL, str)

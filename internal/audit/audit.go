@@ -1,6 +1,6 @@
 // Package audit records who asked for what: one AuditLog row per create,
-// cancel, retry, bulk action, download, schedule change and flow-control
-// change, whatever its outcome, with the
+// cancel, retry, bulk action, download, schedule change, flow-control
+// change and quota change, whatever its outcome, with the
 // actor's identity (source, tenant, user), role, client address and time.
 // A bulk action writes one record listing its ids, with each id's outcome
 // in details. Records are read through package access: an admin reads its
@@ -70,6 +70,9 @@ const (
 	ReviewReject    = auditlog.ActionREVIEW_REJECT
 	ReviewExpire    = auditlog.ActionREVIEW_EXPIRE
 	ReplayWithInput = auditlog.ActionREPLAY_WITH_INPUT
+	// TenantQuotaSet is a platform administrator's change of a tenant's
+	// quota (package flow).
+	TenantQuotaSet = auditlog.ActionTENANT_QUOTA_SET
 )
 
 // Entry is one action to record. The actor is the viewer of the context

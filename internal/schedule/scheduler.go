@@ -404,12 +404,17 @@ func (s *Scheduler) createWorkflow(ctx context.Context, r *run, req engine.Workf
 	return nil
 }
 
-// refused reports errors of a request that will not succeed by trying again.
+// refused reports errors of a request that will not succeed by trying
+// again at once: the slot is recorded FAILED and the schedule moves on (a
+// quota's refusal, QUOTA_EXCEEDED, too: a later slot may find room).
 func refused(err error) bool {
 	var ve *engine.ValidationError
 	var fe *auth.ForbiddenError
 	var ue *auth.UnauthenticatedError
-	return errors.As(err, &ve) || errors.As(err, &fe) || errors.As(err, &ue) || errors.Is(err, access.ErrNoViewer)
+	var qe *store.QuotaError
+	var tq *store.TenantQuotaError
+	return errors.As(err, &ve) || errors.As(err, &fe) || errors.As(err, &ue) || errors.Is(err, access.ErrNoViewer) ||
+		errors.As(err, &qe) || errors.As(err, &tq)
 }
 
 // slotTaken reports whether a task or a workflow exists for a slot.

@@ -13,6 +13,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent"
 	entschedule "github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/scheduleevent"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
@@ -61,6 +62,65 @@ type Service struct {
 	sealer *seal.Sealer
 	node   string
 	log    *slog.Logger
+	// minInterval is the deployment's floor on how often a schedule fires
+	// (--min-schedule-interval), for tenants whose quota sets none; zero:
+	// none (MinInterval holds).
+	minInterval time.Duration
+}
+
+// SetMinInterval sets the deployment's floor on how often a schedule fires
+// (its interval, or its cron's shortest gap): a schedule created, edited
+// or resumed below it is refused with a *store.TenantQuotaError, unless
+// its tenant's quota sets a floor of its own (tenant_quotas.
+// min_schedule_interval_seconds), which replaces it. Zero: no floor.
+func (s *Service) SetMinInterval(d time.Duration) { s.minInterval = d }
+
+// MinIntervalFloor is the deployment's floor (SetMinInterval).
+func (s *Service) MinIntervalFloor() time.Duration { return s.minInterval }
+
+// checkQuota refuses, with a *store.TenantQuotaError, a schedule of tenant
+// (self: its id, zero for a new one) firing more often than the tenant's
+// floor, or, when it is to be enabled, one beyond the tenant's cap on
+// enabled schedules. It reads the tenant's quota in tx, locking it on
+// PostgreSQL so that concurrent creates count one after the other, and
+// counts the tenant's other enabled schedules up to one past the cap.
+func (s *Service) checkQuota(ctx context.Context, tx *ent.Tx, tenant string, self int, spec Spec, enabled bool) error {
+	sys := auth.NewSystemContext(ctx)
+	q := tx.TenantQuota.Query().Where(tenantquota.Tenant(tenant))
+	if s.store.Postgres() {
+		q.ForUpdate()
+	}
+	row, err := q.Only(sys)
+	if err != nil && !ent.IsNotFound(err) {
+		return fmt.Errorf("read quota of tenant %q: %w", tenant, err)
+	}
+	floor := s.minInterval
+	if row != nil && row.MinScheduleIntervalSeconds != nil {
+		floor = time.Duration(*row.MinScheduleIntervalSeconds) * time.Second
+	}
+	if floor > 0 {
+		if gap := spec.ShortestGap(s.store.Now()); gap > 0 && gap < floor {
+			return &store.TenantQuotaError{Tenant: tenant, Quota: store.QuotaMinScheduleInterval,
+				Limit: int((floor + time.Second - 1) / time.Second), Count: int(gap / time.Second)}
+		}
+	}
+	if !enabled || row == nil || row.MaxSchedules == nil {
+		return nil
+	}
+	others := tx.Schedule.Query().Where(entschedule.Tenant(tenant), entschedule.Paused(false))
+	if self != 0 {
+		others.Where(entschedule.IDNEQ(self))
+	}
+	// IDs, not Count: ent's Count puts the limit on the count's one row.
+	ids, err := others.Limit(*row.MaxSchedules + 1).IDs(sys)
+	n := len(ids)
+	if err != nil {
+		return fmt.Errorf("count schedules of tenant %q: %w", tenant, err)
+	}
+	if n >= *row.MaxSchedules {
+		return &store.TenantQuotaError{Tenant: tenant, Quota: store.QuotaMaxSchedules, Limit: *row.MaxSchedules, Count: n}
+	}
+	return nil
 }
 
 // NewService returns a Service. node names this process in schedule logs.
@@ -333,6 +393,9 @@ func (s *Service) Create(ctx context.Context, in Input) (*ent.Schedule, error) {
 		}
 		var out *ent.Schedule
 		err = s.store.Tx(ctx, func(tx *ent.Tx) error {
+			if err := s.checkQuota(ctx, tx, v.Tenant, 0, c.spec, !in.Paused); err != nil {
+				return err
+			}
 			cr := tx.Schedule.Create().
 				SetOwner(v.User).
 				SetOwnerSource(v.Source).
@@ -345,6 +408,10 @@ func (s *Service) Create(ctx context.Context, in Input) (*ent.Schedule, error) {
 			out, err = cr.Save(ctx)
 			return err
 		})
+		var qe *store.TenantQuotaError
+		if errors.As(err, &qe) {
+			return nil, qe
+		}
 		if err != nil {
 			return nil, fmt.Errorf("create schedule: %w", err)
 		}
@@ -479,6 +546,9 @@ func (s *Service) Update(ctx context.Context, id int, edit func(*Input)) (*ent.S
 		next, ok := c.spec.Next(now)
 		var out *ent.Schedule
 		err = s.store.Tx(ctx, func(tx *ent.Tx) error {
+			if err := s.checkQuota(ctx, tx, sch.Tenant, id, c.spec, !in.Paused); err != nil {
+				return err
+			}
 			up := tx.Schedule.UpdateOneID(id).AddVersion(1).SetUpdatedAt(now)
 			setFields(up.Mutation(), in, c)
 			if ok {
@@ -491,6 +561,10 @@ func (s *Service) Update(ctx context.Context, id int, edit func(*Input)) (*ent.S
 		})
 		if ent.IsNotFound(err) {
 			return nil, &store.NotFoundError{Entity: "schedule", ID: id}
+		}
+		var qe *store.TenantQuotaError
+		if errors.As(err, &qe) {
+			return nil, qe
 		}
 		if err != nil {
 			return nil, fmt.Errorf("update schedule %d: %w", id, err)
@@ -533,6 +607,9 @@ func (s *Service) Resume(ctx context.Context, id int) (*ent.Schedule, error) {
 		now := s.store.Now()
 		var out *ent.Schedule
 		err = s.store.Tx(ctx, func(tx *ent.Tx) (err error) {
+			if err := s.checkQuota(ctx, tx, sch.Tenant, id, spec, true); err != nil {
+				return err
+			}
 			up := tx.Schedule.UpdateOneID(id).SetPaused(false).AddVersion(1).SetUpdatedAt(now)
 			if next, ok := spec.Next(now); ok {
 				up.SetNextFireAt(next)
@@ -542,6 +619,10 @@ func (s *Service) Resume(ctx context.Context, id int) (*ent.Schedule, error) {
 			out, err = up.Save(ctx)
 			return err
 		})
+		var qe *store.TenantQuotaError
+		if errors.As(err, &qe) {
+			return nil, qe
+		}
 		if err != nil {
 			return nil, fmt.Errorf("resume schedule %d: %w", id, err)
 		}

@@ -192,3 +192,31 @@ func IsSpecError(err error) bool {
 	var se *SpecError
 	return errors.As(err, &se)
 }
+
+// gapFires is how many fires ShortestGap looks at.
+const gapFires = 1000
+
+// ShortestGap returns the shortest time between two consecutive slots
+// from t on: a fixed interval's interval; for a cron expression, the
+// shortest gap among its next gapFires slots (a cron's slots within a day
+// repeat every day it fires, so its shortest gap shows within its first
+// days, or within the first thousand slots of a sparse one). Zero: fewer
+// than two slots are left.
+func (s Spec) ShortestGap(t time.Time) time.Duration {
+	if s.interval > 0 {
+		return s.interval
+	}
+	var gap time.Duration
+	prev, ok := s.Next(t)
+	for i := 0; ok && i < gapFires; i++ {
+		next, more := s.Next(prev)
+		if !more {
+			break
+		}
+		if d := next.Sub(prev); gap == 0 || d < gap {
+			gap = d
+		}
+		prev = next
+	}
+	return gap
+}

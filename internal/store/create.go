@@ -147,6 +147,9 @@ func (tx *Tx) CreateTasks(ctx context.Context, ns []NewTask) ([]Created, error) 
 	if err := tx.s.checkWaitingCaps(ctx, tx.t, ns, out); err != nil {
 		return nil, fmt.Errorf("create tasks: %w", err)
 	}
+	if err := tx.s.checkTenantQuotas(ctx, tx.t, ns, out); err != nil {
+		return nil, fmt.Errorf("create tasks: %w", err)
+	}
 	chunk := tx.s.d.insertChunk(len(taskInsertCols))
 	for start := 0; start < len(ns); start += chunk {
 		end := min(start+chunk, len(ns))

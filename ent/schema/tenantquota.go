@@ -1,0 +1,49 @@
+package schema
+
+import (
+	"entgo.io/contrib/entgql"
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/field"
+)
+
+// TenantQuota is what one tenant may hold at once, across all its task
+// types: its waiting instances, its enabled schedules, and how often a
+// schedule of its may fire. Platform administrators set it (package flow);
+// a create beyond it (store/quota.go) and a schedule beyond it (package
+// schedule) are refused with QUOTA_EXCEEDED, the row locked on PostgreSQL
+// so that concurrent requests count one after the other. A tenant without
+// a row, or a limit left empty, has no such limit (the schedule interval
+// floor then is the deployment's, --min-schedule-interval).
+type TenantQuota struct{ ent.Schema }
+
+// Fields of TenantQuota.
+func (TenantQuota) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("tenant").
+			Unique().
+			Immutable(),
+		field.Int("max_waiting").
+			Optional().
+			Nillable().
+			Comment("At most this many of the tenant's instances waiting (PENDING, RETRY_PENDING), of every type: a create beyond it is refused."),
+		field.Int("max_schedules").
+			Optional().
+			Nillable().
+			Comment("At most this many of the tenant's schedules enabled (not paused): creating, editing or resuming one beyond it is refused."),
+		field.Int("min_schedule_interval_seconds").
+			Optional().
+			Nillable().
+			Comment("A schedule of the tenant fires at most this often (its interval, or its cron's shortest gap); replaces the deployment's floor."),
+		field.String("updated_by").
+			Default(""),
+		field.Time("updated_at").
+			Default(utcNow),
+	}
+}
+
+// Annotations of TenantQuota.
+func (TenantQuota) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: "tenant_quotas"}, entgql.Skip(entgql.SkipAll)}
+}

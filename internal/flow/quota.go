@@ -1,0 +1,228 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/taskgraph/taskgraph/ent"
+	entschedule "github.com/taskgraph/taskgraph/ent/schedule"
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tenantquota"
+	"github.com/taskgraph/taskgraph/internal/audit"
+	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/engine"
+)
+
+// A tenant's quota (tenant_quotas): what one tenant may hold at once
+// across all its task types. The store refuses a create beyond its cap on
+// waiting instances (store.TenantQuotaError), package schedule a schedule
+// beyond its cap on enabled schedules or below its interval floor; here it
+// is read and set. Platform administrators set it (or, in a deployment
+// without tenants, the admins of the empty tenant); any viewer reads their
+// own tenant's, a platform administrator every tenant's.
+
+// MaxQuotaIntervalSeconds is the highest interval floor a quota sets (the
+// longest interval a schedule may have).
+const MaxQuotaIntervalSeconds = 366 * 24 * 3600
+
+// TenantQuota is a tenant's quota and what the tenant holds now.
+type TenantQuota struct {
+	Tenant string
+	// MaxWaiting caps the tenant's waiting instances (PENDING,
+	// RETRY_PENDING) of every type; MaxSchedules its enabled (not paused)
+	// schedules; MinScheduleIntervalSeconds how often a schedule of its
+	// fires. Nil: no such limit of the tenant's (the interval floor then
+	// is the deployment's).
+	MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
+	// Waiting and Schedules count what the tenant holds now.
+	Waiting, Schedules int
+	UpdatedBy          *string
+	UpdatedAt          *time.Time
+}
+
+// QuotaLimits are the limits SetTenantQuota writes; nil removes one.
+type QuotaLimits struct {
+	MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
+}
+
+// TenantQuota returns a tenant's quota (the viewer's own tenant's when
+// tenant is nil) with its usage; a tenant without a row has no limits.
+// Naming another tenant is for platform administrators (FORBIDDEN).
+func (s *Service) TenantQuota(ctx context.Context, tenant *string) (*TenantQuota, error) {
+	v, err := s.engine.Admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	t := v.Tenant
+	if tenant != nil {
+		t = *tenant
+	}
+	if t != v.Tenant && !platform(v) {
+		return nil, &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("read tenant %q's quota (platform administrators only)", t)}
+	}
+	return s.quotaOf(ctx, t)
+}
+
+// TenantQuotas returns the quotas the viewer may see: every tenant's that
+// has one for a platform administrator, the viewer's own tenant's (with or
+// without one) for anyone else.
+func (s *Service) TenantQuotas(ctx context.Context) ([]*TenantQuota, error) {
+	v, err := s.engine.Admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	if !platform(v) {
+		q, err := s.quotaOf(ctx, v.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		return []*TenantQuota{q}, nil
+	}
+	rows, err := s.store.Client().TenantQuota.Query().Order(ent.Asc(tenantquota.FieldTenant)).All(auth.NewSystemContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("read tenant quotas: %w", err)
+	}
+	out := make([]*TenantQuota, 0, len(rows))
+	for _, r := range rows {
+		q, err := s.quota(ctx, r.Tenant, r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
+	return out, nil
+}
+
+// quotaOf reads tenant's quota row (none: no limits) and its usage.
+func (s *Service) quotaOf(ctx context.Context, tenant string) (*TenantQuota, error) {
+	row, err := s.store.Client().TenantQuota.Query().Where(tenantquota.Tenant(tenant)).Only(auth.NewSystemContext(ctx))
+	if err != nil && !ent.IsNotFound(err) {
+		return nil, fmt.Errorf("read quota of tenant %q: %w", tenant, err)
+	}
+	return s.quota(ctx, tenant, row)
+}
+
+// quota is a tenant's quota row (nil: none) and what the tenant holds.
+func (s *Service) quota(ctx context.Context, tenant string, r *ent.TenantQuota) (*TenantQuota, error) {
+	sys := auth.NewSystemContext(ctx)
+	q := &TenantQuota{Tenant: tenant}
+	if r != nil {
+		q.MaxWaiting, q.MaxSchedules, q.MinScheduleIntervalSeconds = r.MaxWaiting, r.MaxSchedules, r.MinScheduleIntervalSeconds
+		q.UpdatedBy, q.UpdatedAt = &r.UpdatedBy, &r.UpdatedAt
+	}
+	var err error
+	// Through the taskinstance_tenant_waiting index.
+	q.Waiting, err = s.store.Client().TaskInstance.Query().
+		Where(taskinstance.Tenant(tenant), taskinstance.StatusIn(lifecycle.WaitingStatuses...)).Count(sys)
+	if err != nil {
+		return nil, fmt.Errorf("count waiting tasks of tenant %q: %w", tenant, err)
+	}
+	q.Schedules, err = s.store.Client().Schedule.Query().Where(entschedule.Tenant(tenant), entschedule.Paused(false)).Count(sys)
+	if err != nil {
+		return nil, fmt.Errorf("count schedules of tenant %q: %w", tenant, err)
+	}
+	return q, nil
+}
+
+// mayChangeQuota says whether v may set a tenant's quota: platform
+// administrators only (a tenant's admin may not raise their own), or, in
+// a deployment without tenants, the admins of its one (empty) tenant.
+func (s *Service) mayChangeQuota(v auth.Viewer, tenant string) error {
+	switch {
+	case platform(v):
+		return nil
+	case v.Role == auth.RoleAdmin && v.Tenant == "" && tenant == "" && !s.tenanted:
+		return nil
+	}
+	return &auth.ForbiddenError{Role: v.Role, Action: fmt.Sprintf("set tenant %q's quota (platform administrators only)", tenant)}
+}
+
+// SetTenantQuota replaces a tenant's quota (each limit nil: none), for
+// platform administrators, audited (TENANT_QUOTA_SET). It takes effect at
+// the next create and the next schedule change; what the tenant holds
+// beyond a lowered limit stays (its waiting tasks run, its schedules fire).
+func (s *Service) SetTenantQuota(ctx context.Context, tenant string, l QuotaLimits) (*TenantQuota, error) {
+	v, err := s.engine.Admit(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	details := map[string]any{"tenant": tenant}
+	for k, p := range map[string]*int{"maxWaiting": l.MaxWaiting, "maxSchedules": l.MaxSchedules, "minScheduleIntervalSeconds": l.MinScheduleIntervalSeconds} {
+		if p != nil {
+			details[k] = *p
+		}
+	}
+	err = func() error {
+		if err := v.AllowMutate("set a tenant's quota"); err != nil {
+			return err
+		}
+		if err := s.mayChangeQuota(v, tenant); err != nil {
+			return err
+		}
+		ve := &engine.ValidationError{}
+		if l.MaxWaiting != nil && *l.MaxWaiting < 0 {
+			ve.Problems = append(ve.Problems, engine.Problem{Field: "maxWaiting", Message: "must be at least 0"})
+		}
+		if l.MaxSchedules != nil && *l.MaxSchedules < 0 {
+			ve.Problems = append(ve.Problems, engine.Problem{Field: "maxSchedules", Message: "must be at least 0"})
+		}
+		if p := l.MinScheduleIntervalSeconds; p != nil && (*p < 1 || *p > MaxQuotaIntervalSeconds) {
+			ve.Problems = append(ve.Problems, engine.Problem{Field: "minScheduleIntervalSeconds", Message: fmt.Sprintf("must be between 1 and %d", MaxQuotaIntervalSeconds)})
+		}
+		if len(ve.Problems) > 0 {
+			return ve
+		}
+		return s.upsertQuota(ctx, v, tenant, l)
+	}()
+	s.engine.Record(ctx, audit.Entry{Action: audit.TenantQuotaSet, Details: details, Err: err})
+	if err != nil {
+		return nil, err
+	}
+	return s.quotaOf(ctx, tenant)
+}
+
+// upsertQuota writes a tenant's quota row, creating it if need be.
+func (s *Service) upsertQuota(ctx context.Context, v auth.Viewer, tenant string, l QuotaLimits) error {
+	ctx = auth.NewSystemContext(ctx)
+	now := s.store.Now()
+	write := func() error {
+		return s.store.Tx(ctx, func(tx *ent.Tx) error {
+			row, err := tx.TenantQuota.Query().Where(tenantquota.Tenant(tenant)).Only(ctx)
+			if err != nil && !ent.IsNotFound(err) {
+				return err
+			}
+			var m *ent.TenantQuotaMutation
+			var exec func(context.Context) error
+			if row == nil {
+				c := tx.TenantQuota.Create().SetTenant(tenant)
+				m, exec = c.Mutation(), c.Exec
+			} else {
+				u := tx.TenantQuota.UpdateOne(row)
+				m, exec = u.Mutation(), u.Exec
+			}
+			m.SetUpdatedBy(v.User)
+			m.SetUpdatedAt(now)
+			setOrClear(m.SetMaxWaiting, m.ClearMaxWaiting, l.MaxWaiting)
+			setOrClear(m.SetMaxSchedules, m.ClearMaxSchedules, l.MaxSchedules)
+			setOrClear(m.SetMinScheduleIntervalSeconds, m.ClearMinScheduleIntervalSeconds, l.MinScheduleIntervalSeconds)
+			return exec(ctx)
+		})
+	}
+	err := write()
+	if ent.IsConstraintError(err) {
+		err = write() // created by another request meanwhile
+	}
+	if err != nil {
+		var fe *auth.ForbiddenError
+		if errors.As(err, &fe) {
+			return err
+		}
+		return fmt.Errorf("write quota of tenant %q: %w", tenant, err)
+	}
+	return nil
+}

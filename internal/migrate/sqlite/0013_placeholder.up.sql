@@ -1,0 +1,1 @@
+-- 0013 placeholder (another branch's migration).

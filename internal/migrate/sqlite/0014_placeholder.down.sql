@@ -1,0 +1,1 @@
+-- 0014 placeholder (another branch's migration).
