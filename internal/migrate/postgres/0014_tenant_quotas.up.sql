@@ -1,4 +1,4 @@
--- 0015 tenant quotas: what one tenant may hold at once across all its task
+-- 0014 tenant quotas: what one tenant may hold at once across all its task
 -- types (waiting instances, enabled schedules, how often a schedule fires),
 -- set by platform administrators, and the index a create counts a tenant's
 -- waiting instances through (up to the cap).

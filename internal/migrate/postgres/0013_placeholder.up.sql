@@ -1,1 +1,0 @@
--- 0013 placeholder (another branch's migration).

@@ -1,1 +1,0 @@
--- 0014 placeholder (another branch's migration).
