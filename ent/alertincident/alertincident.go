@@ -111,14 +111,15 @@ type Kind string
 
 // Kind values.
 const (
-	KindTASK_FAILED  Kind = "TASK_FAILED"
-	KindTIMEOUT      Kind = "TIMEOUT"
-	KindSTALLED      Kind = "STALLED"
-	KindFAILURE_RATE Kind = "FAILURE_RATE"
-	KindBACKLOG      Kind = "BACKLOG"
-	KindNO_LEADER    Kind = "NO_LEADER"
-	KindNODE_GONE    Kind = "NODE_GONE"
-	KindCLOCK_SKEW   Kind = "CLOCK_SKEW"
+	KindTASK_FAILED    Kind = "TASK_FAILED"
+	KindTIMEOUT        Kind = "TIMEOUT"
+	KindSTALLED        Kind = "STALLED"
+	KindFAILURE_RATE   Kind = "FAILURE_RATE"
+	KindBACKLOG        Kind = "BACKLOG"
+	KindNO_LEADER      Kind = "NO_LEADER"
+	KindNODE_GONE      Kind = "NODE_GONE"
+	KindCLOCK_SKEW     Kind = "CLOCK_SKEW"
+	KindREVIEW_OVERDUE Kind = "REVIEW_OVERDUE"
 )
 
 func (k Kind) String() string {
@@ -128,7 +129,7 @@ func (k Kind) String() string {
 // KindValidator is a validator for the "kind" field enum values. It is called by the builders before save.
 func KindValidator(k Kind) error {
 	switch k {
-	case KindTASK_FAILED, KindTIMEOUT, KindSTALLED, KindFAILURE_RATE, KindBACKLOG, KindNO_LEADER, KindNODE_GONE, KindCLOCK_SKEW:
+	case KindTASK_FAILED, KindTIMEOUT, KindSTALLED, KindFAILURE_RATE, KindBACKLOG, KindNO_LEADER, KindNODE_GONE, KindCLOCK_SKEW, KindREVIEW_OVERDUE:
 		return nil
 	default:
 		return fmt.Errorf("alertincident: invalid enum value for kind field: %q", k)

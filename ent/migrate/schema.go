@@ -42,7 +42,7 @@ var (
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "rule_id", Type: field.TypeInt},
 		{Name: "rule_name", Type: field.TypeString},
-		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW"}},
+		{Name: "kind", Type: field.TypeEnum, Enums: []string{"TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE"}},
 		{Name: "subject", Type: field.TypeString},
 		{Name: "status", Type: field.TypeEnum, Enums: []string{"OPEN", "RESOLVED"}},
 		{Name: "occurrences", Type: field.TypeInt, Default: 1},

@@ -26,7 +26,7 @@ func (AlertIncident) Fields() []ent.Field {
 			Immutable(),
 		field.String("rule_name"),
 		field.Enum("kind").
-			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW").
+			Values("TASK_FAILED", "TIMEOUT", "STALLED", "FAILURE_RATE", "BACKLOG", "NO_LEADER", "NODE_GONE", "CLOCK_SKEW", "REVIEW_OVERDUE").
 			Immutable(),
 		field.String("subject").
 			Immutable().

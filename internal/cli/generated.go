@@ -483,6 +483,8 @@ const (
 	AlertRuleKind_NODE_GONE AlertRuleKind = "NODE_GONE"
 	// A live node's wall clock is off the database's by more than threshold seconds (its own --clock-skew-threshold when 0); one incident per node, resolved when it agrees again. The cluster runs on the database's clock either way: this is the node's time sync to fix.
 	AlertRuleKind_CLOCK_SKEW AlertRuleKind = "CLOCK_SKEW"
+	// threshold (at least 1) tasks of a type wait for review past their review's deadline (a policy whose deadline alerts rather than rejects); one incident per type, resolved when none is overdue any more.
+	AlertRuleKind_REVIEW_OVERDUE AlertRuleKind = "REVIEW_OVERDUE"
 )
 
 var AllAlertRuleKind = []AlertRuleKind{
@@ -494,6 +496,7 @@ var AllAlertRuleKind = []AlertRuleKind{
 	AlertRuleKind_NO_LEADER,
 	AlertRuleKind_NODE_GONE,
 	AlertRuleKind_CLOCK_SKEW,
+	AlertRuleKind_REVIEW_OVERDUE,
 }
 
 // AlertRulesAlertRulesAlertRule includes the requested fields of the GraphQL type AlertRule.
