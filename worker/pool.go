@@ -508,7 +508,7 @@ func (p *Pool) start(c store.Claimed, claim trace.SpanContext, parents []store.P
 		o, write := p.outcome(ex, err, context.Cause(runCtx))
 		o.ResultStatus = ctl.ResultStatus()
 		if write {
-			o = Reviewed(typ, o, err, ctl.Masker(), p.deps.Store.Now())
+			o = tasktype.ReviewOutcome(typ, o, err, ctl.Masker(), p.deps.Store.Now())
 		}
 		stopTimer()
 		cancel(nil)
@@ -678,45 +678,6 @@ func FailureAfter(ps *tasktype.Policies, m *mask.Masker, c store.Claimed, kind l
 		o.Retry = &store.Retry{RunAt: d.RunAt, Attempt: d.Attempt}
 	}
 	return o
-}
-
-// Reviewed returns o sent to review (REVIEW_PENDING, with its review)
-// when the task's review policy — its type's (typ, nil when not
-// registered here), or its own opt-in — asks for one: a handler's
-// NeedsReview, a NON_RETRYABLE failure, or a PARTIAL_SUCCESS to confirm;
-// otherwise o as it is. err is the handler's error. A cancelled, timed
-// out or retried execution is never reviewed.
-func Reviewed(typ *tasktype.Type, o store.Outcome, err error, m *mask.Masker, now time.Time) store.Outcome {
-	var mode string
-	if o.Task != nil && o.Task.ReviewMode != nil {
-		mode = string(*o.Task.ReviewMode)
-	}
-	switch {
-	case o.Status == lifecycle.Failed && o.Retry == nil && o.Kind == lifecycle.KindNonRetryable:
-	case o.Status == lifecycle.Success && o.ResultStatus == tasktype.TriggerPartialSuccess:
-		err = nil
-	default:
-		return o
-	}
-	r := tasktype.ReviewFor(typ, mode, err, o.Kind, o.ResultStatus, false, now, maskJSON(m), m.String)
-	if r == nil {
-		return o
-	}
-	o.Status = lifecycle.ReviewPending
-	o.Review = &store.ReviewRequest{Trigger: r.Trigger, Reason: dbText(r.Reason), Evidence: r.Evidence, FourEyes: r.FourEyes, Deadline: r.Deadline, OnDeadline: string(r.OnDeadline)}
-	o.Log = fmt.Sprintf("waiting for review (%s): %s", r.Trigger, firstLine(o.Review.Reason))
-	return o
-}
-
-// maskJSON masks a document with m; one that cannot be read is dropped.
-func maskJSON(m *mask.Masker) func(json.RawMessage) json.RawMessage {
-	return func(raw json.RawMessage) json.RawMessage {
-		out, _, err := m.JSON(raw)
-		if err != nil {
-			return nil
-		}
-		return out
-	}
 }
 
 func firstLine(s string) string {

@@ -723,6 +723,15 @@ type CompleteError struct {
 	Kind              string  `json:"kind"`
 	Message           string  `json:"message"`
 	RetryAfterSeconds float64 `json:"retryAfterSeconds,omitempty"`
+	// NeedsReview hands the failure to a person, as a handler's
+	// tasktype.NeedsReview does: the task waits in REVIEW_PENDING
+	// (whatever its type's policy; a task created with review: false
+	// ends FAILED instead). Never retried: the kind is NON_RETRYABLE
+	// (empty means it).
+	NeedsReview bool `json:"needsReview,omitempty"`
+	// Evidence, with NeedsReview: any JSON the reviewer is shown
+	// (Task.review.evidence), masked as an input is.
+	Evidence json.RawMessage `json:"evidence,omitempty"`
 }
 
 // CompleteResponse is the state the outcome moved the task to.
@@ -841,6 +850,17 @@ func check(req CompleteRequest) (store.Token, *ErrorDetail) {
 			return tok, itemError(CodeValidation, "a FAILED completion needs error {kind, message}")
 		}
 		kind := lifecycle.ErrorKind(req.Error.Kind)
+		if req.Error.NeedsReview {
+			if kind != "" && kind != lifecycle.KindNonRetryable {
+				return tok, itemError(CodeValidation, fmt.Sprintf("a failure that needs review is never retried: its kind is NON_RETRYABLE (or empty), not %q", req.Error.Kind))
+			}
+			kind = lifecycle.KindNonRetryable
+		} else if len(req.Error.Evidence) > 0 {
+			return tok, itemError(CodeValidation, "evidence goes with needsReview: true")
+		}
+		if len(req.Error.Evidence) > MaxResultBytes {
+			return tok, itemError(CodeTooLarge, fmt.Sprintf("evidence is at most %d bytes", MaxResultBytes))
+		}
 		if kind != lifecycle.KindRetryable && kind != lifecycle.KindNonRetryable && kind != lifecycle.KindResource {
 			return tok, itemError(CodeValidation, fmt.Sprintf("error kind %q is not RETRYABLE, NON_RETRYABLE or RESOURCE", req.Error.Kind))
 		}
@@ -964,7 +984,24 @@ func (h *Handler) outcome(req CompleteRequest, tok store.Token, in *ent.TaskInst
 	if req.Error.RetryAfterSeconds > 0 {
 		after = time.Duration(req.Error.RetryAfterSeconds * float64(time.Second))
 	}
-	return h.failure(m, c, lifecycle.ErrorKind(req.Error.Kind), req.Error.Message, result, after), nil
+	kind := lifecycle.ErrorKind(req.Error.Kind)
+	err := errors.New(req.Error.Message)
+	if req.Error.NeedsReview {
+		kind = lifecycle.KindNonRetryable
+		var evidence any
+		if len(req.Error.Evidence) > 0 && string(req.Error.Evidence) != "null" {
+			evidence = req.Error.Evidence
+		}
+		err = tasktype.NeedsReview(err, evidence)
+	}
+	o := h.failure(m, c, kind, req.Error.Message, result, after)
+	// The review the task's policy (its type's, or its own opt-in) or the
+	// worker asks for, as the pool decides it.
+	var typ *tasktype.Type
+	if h.cfg.Registry != nil {
+		typ, _ = h.cfg.Registry.Lookup(tk.Type)
+	}
+	return tasktype.ReviewOutcome(typ, o, err, m, h.cfg.Store.Now()), nil
 }
 
 // failure is the outcome of a failed execution, as the pool's

@@ -162,15 +162,32 @@ func (s *Store) decideIn(ctx context.Context, t *txn, d Decision) (*ent.Task, *e
 	if err != nil {
 		return nil, nil, fmt.Errorf("review: read instance: %w", err)
 	}
-	n, err := s.exec(ctx, t, `UPDATE task_instances SET status = ?, version = version + 1 WHERE id = ? AND status = ?`,
-		string(toInst), last.ID, string(lifecycle.ReviewPending))
+	msg := fmt.Sprintf("review: %s by %s", d.Decision, d.By)
+	if d.Reason != "" {
+		msg += ": " + d.Reason
+	}
+	// A rejected (or expired) review whose execution left no error (a
+	// PARTIAL_SUCCESS to confirm) says why it failed: the decision.
+	instSet, instArgs := `status = ?, version = version + 1`, []any{string(toInst)}
+	var why string
+	if toTask == lifecycle.Failed {
+		if last.LastError == "" {
+			instSet += `, last_error = ?`
+			instArgs = append(instArgs, msg)
+		}
+		if tk.LastError == "" {
+			why = msg
+		}
+	}
+	n, err := s.exec(ctx, t, `UPDATE task_instances SET `+instSet+` WHERE id = ? AND status = ?`,
+		append(instArgs, last.ID, string(lifecycle.ReviewPending))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("review: update instance: %w", err)
 	}
 	if n == 0 {
 		return nil, nil, s.movedMeanwhile(ctx, t, tk.ID, toTask)
 	}
-	if err := s.moveReviewed(ctx, t, tk, lifecycle.ReviewPending, toTask, d.Edit, now); err != nil {
+	if err := s.moveReviewed(ctx, t, tk, lifecycle.ReviewPending, toTask, d.Edit, why, now); err != nil {
 		return nil, nil, err
 	}
 	if rv != nil {
@@ -192,10 +209,6 @@ func (s *Store) decideIn(ctx context.Context, t *txn, d Decision) (*ent.Task, *e
 		if rv, err = upd.Save(ctx); err != nil {
 			return nil, nil, fmt.Errorf("review: record decision: %w", err)
 		}
-	}
-	msg := fmt.Sprintf("review: %s by %s", d.Decision, d.By)
-	if d.Reason != "" {
-		msg += ": " + d.Reason
 	}
 	if err := s.afterMove(ctx, t, tk, last, toTask, msg, now); err != nil {
 		return nil, nil, err
@@ -231,8 +244,9 @@ func (s *Store) movedMeanwhile(ctx context.Context, t *txn, id int, to lifecycle
 
 // moveReviewed moves tk from `from` to `to` (a conditional UPDATE at its
 // version) and, with edit, writes its new input, keeping the former as a
-// version (the first edit keeps version 1 too). tk is updated in place.
-func (s *Store) moveReviewed(ctx context.Context, t *txn, tk *ent.Task, from, to lifecycle.Status, edit *InputEdit, now time.Time) error {
+// version (the first edit keeps version 1 too); a non-empty lastError
+// becomes its last_error. tk is updated in place.
+func (s *Store) moveReviewed(ctx context.Context, t *txn, tk *ent.Task, from, to lifecycle.Status, edit *InputEdit, lastError string, now time.Time) error {
 	var attention any
 	if containsStatus(attentionStatuses, to) {
 		attention = string(to)
@@ -256,6 +270,10 @@ func (s *Store) moveReviewed(ctx context.Context, t *txn, tk *ent.Task, from, to
 			tk.DeadlineMetAt = &now
 		}
 		args = append(args, now)
+	}
+	if lastError != "" {
+		set += `, last_error = ?`
+		args = append(args, lastError)
 	}
 	if edit != nil {
 		var sealed any
@@ -281,6 +299,9 @@ func (s *Store) moveReviewed(ctx context.Context, t *txn, tk *ent.Task, from, to
 		tk.InputVersion++
 	}
 	tk.Status, tk.UpdatedAt = to, now
+	if lastError != "" {
+		tk.LastError = lastError
+	}
 	if attention != nil {
 		st := to
 		tk.AttentionStatus = &st
@@ -398,7 +419,7 @@ func (tx *Tx) ReplayWithInput(ctx context.Context, id int, edit InputEdit, check
 	if err != nil {
 		return nil, fmt.Errorf("replay: read last instance: %w", err)
 	}
-	if err := s.moveReviewed(ctx, t, tk, lifecycle.Failed, lifecycle.RetryPending, &edit, now); err != nil {
+	if err := s.moveReviewed(ctx, t, tk, lifecycle.Failed, lifecycle.RetryPending, &edit, "", now); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	msg := "replay with input version " + fmt.Sprint(tk.InputVersion) + " by " + edit.Author

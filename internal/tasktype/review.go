@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
+	"github.com/taskgraph/taskgraph/internal/mask"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // ReviewPolicy is what a type (or a task, by its own opt-in) asks of a
@@ -149,4 +152,51 @@ func ReviewFor(t *Type, mode string, err error, kind lifecycle.ErrorKind, result
 func IsNeedsReview(err error) bool {
 	var nr *needsReview
 	return errors.As(err, &nr)
+}
+
+// ReviewOutcome returns o sent to review (REVIEW_PENDING, with its review)
+// when the task's review policy — its type's (typ, nil when not
+// registered here), or its own opt-in — asks for one: a handler's
+// NeedsReview, a NON_RETRYABLE failure, or a PARTIAL_SUCCESS to confirm;
+// otherwise o as it is. err is the handler's error (an external worker's
+// "needs review" outcome is made a NeedsReview error). A cancelled, timed
+// out or retried execution is never reviewed. The in-process pool and the
+// worker protocol both decide with it.
+func ReviewOutcome(typ *Type, o store.Outcome, err error, m *mask.Masker, now time.Time) store.Outcome {
+	var mode string
+	if o.Task != nil && o.Task.ReviewMode != nil {
+		mode = string(*o.Task.ReviewMode)
+	}
+	switch {
+	case o.Status == lifecycle.Failed && o.Retry == nil && o.Kind == lifecycle.KindNonRetryable:
+	case o.Status == lifecycle.Success && o.ResultStatus == TriggerPartialSuccess:
+		err = nil
+	default:
+		return o
+	}
+	r := ReviewFor(typ, mode, err, o.Kind, o.ResultStatus, false, now, maskJSON(m), m.String)
+	if r == nil {
+		return o
+	}
+	o.Status = lifecycle.ReviewPending
+	o.Review = &store.ReviewRequest{Trigger: r.Trigger, Reason: dbText(r.Reason), Evidence: r.Evidence, FourEyes: r.FourEyes, Deadline: r.Deadline, OnDeadline: string(r.OnDeadline)}
+	first, _, _ := strings.Cut(o.Review.Reason, "\n")
+	o.Log = fmt.Sprintf("waiting for review (%s): %s", r.Trigger, first)
+	return o
+}
+
+// maskJSON masks a document with m; one that cannot be read is dropped.
+func maskJSON(m *mask.Masker) func(json.RawMessage) json.RawMessage {
+	return func(raw json.RawMessage) json.RawMessage {
+		out, _, err := m.JSON(raw)
+		if err != nil {
+			return nil
+		}
+		return out
+	}
+}
+
+// dbText is text the databases store: valid UTF-8 without NUL.
+func dbText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
