@@ -584,7 +584,6 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		// transaction again on top of it.
 		return nil, &commitError{err}
 	}
-	s.hist.merge(t.hist)
 	s.order.done(ticket, func() {
 		if len(t.changes) > 0 {
 			s.pub.PublishTasks(t.changes)
@@ -593,6 +592,9 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 			s.pub.PublishLogs(t.logs)
 		}
 	})
+	// Counted after the publishing: the next transactions' tickets do not
+	// wait on it.
+	s.hist.merge(t.hist)
 	return t, nil
 }
 
