@@ -252,6 +252,24 @@ type ComplexityRoot struct {
 		Path   func(childComplexity int) int
 	}
 
+	HistoryPoint struct {
+		Cancelled  func(childComplexity int) int
+		Created    func(childComplexity int) int
+		Failed     func(childComplexity int) int
+		Resolution func(childComplexity int) int
+		Retries    func(childComplexity int) int
+		RunP50Ms   func(childComplexity int) int
+		RunP95Ms   func(childComplexity int) int
+		RunP99Ms   func(childComplexity int) int
+		Start      func(childComplexity int) int
+		Started    func(childComplexity int) int
+		Succeeded  func(childComplexity int) int
+		WaitP50Ms  func(childComplexity int) int
+		WaitP95Ms  func(childComplexity int) int
+		WaitP99Ms  func(childComplexity int) int
+		Waiting    func(childComplexity int) int
+	}
+
 	ImportColumn struct {
 		Headers  func(childComplexity int) int
 		Key      func(childComplexity int) int
@@ -363,6 +381,7 @@ type ComplexityRoot struct {
 		Schedules        func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) int
 		Task             func(childComplexity int, id int) int
 		TaskByCode       func(childComplexity int, code string) int
+		TaskHistory      func(childComplexity int, from time.Time, to time.Time, resolution *model.HistoryResolution, typeArg *string, tenant *string) int
 		TaskStats        func(childComplexity int) int
 		TaskTypes        func(childComplexity int) int
 		Tasks            func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
@@ -823,6 +842,7 @@ type QueryResolver interface {
 	DeadlineReport(ctx context.Context, from time.Time, to time.Time, groupBy *model.DeadlineReportGroup) ([]*model.DeadlineReportRow, error)
 	TypeControls(ctx context.Context) ([]*flow.Control, error)
 	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
+	TaskHistory(ctx context.Context, from time.Time, to time.Time, resolution *model.HistoryResolution, typeArg *string, tenant *string) ([]*model.HistoryPoint, error)
 	ClusterNodes(ctx context.Context) ([]*nodes.View, error)
 	ClusterSummary(ctx context.Context) (*nodes.Summary, error)
 	ReviewQueue(ctx context.Context, where *model.ReviewQueueWhere, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) (*ent.TaskConnection, error)
@@ -1738,6 +1758,97 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.FieldChange.Path(childComplexity), true
 
+	case "HistoryPoint.cancelled":
+		if e.ComplexityRoot.HistoryPoint.Cancelled == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Cancelled(childComplexity), true
+	case "HistoryPoint.created":
+		if e.ComplexityRoot.HistoryPoint.Created == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Created(childComplexity), true
+	case "HistoryPoint.failed":
+		if e.ComplexityRoot.HistoryPoint.Failed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Failed(childComplexity), true
+	case "HistoryPoint.resolution":
+		if e.ComplexityRoot.HistoryPoint.Resolution == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Resolution(childComplexity), true
+	case "HistoryPoint.retries":
+		if e.ComplexityRoot.HistoryPoint.Retries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Retries(childComplexity), true
+	case "HistoryPoint.runP50Ms":
+		if e.ComplexityRoot.HistoryPoint.RunP50Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.RunP50Ms(childComplexity), true
+	case "HistoryPoint.runP95Ms":
+		if e.ComplexityRoot.HistoryPoint.RunP95Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.RunP95Ms(childComplexity), true
+	case "HistoryPoint.runP99Ms":
+		if e.ComplexityRoot.HistoryPoint.RunP99Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.RunP99Ms(childComplexity), true
+	case "HistoryPoint.start":
+		if e.ComplexityRoot.HistoryPoint.Start == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Start(childComplexity), true
+	case "HistoryPoint.started":
+		if e.ComplexityRoot.HistoryPoint.Started == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Started(childComplexity), true
+	case "HistoryPoint.succeeded":
+		if e.ComplexityRoot.HistoryPoint.Succeeded == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Succeeded(childComplexity), true
+	case "HistoryPoint.waitP50Ms":
+		if e.ComplexityRoot.HistoryPoint.WaitP50Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.WaitP50Ms(childComplexity), true
+	case "HistoryPoint.waitP95Ms":
+		if e.ComplexityRoot.HistoryPoint.WaitP95Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.WaitP95Ms(childComplexity), true
+	case "HistoryPoint.waitP99Ms":
+		if e.ComplexityRoot.HistoryPoint.WaitP99Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.WaitP99Ms(childComplexity), true
+	case "HistoryPoint.waiting":
+		if e.ComplexityRoot.HistoryPoint.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HistoryPoint.Waiting(childComplexity), true
+
 	case "ImportColumn.headers":
 		if e.ComplexityRoot.ImportColumn.Headers == nil {
 			break
@@ -2607,6 +2718,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.TaskByCode(childComplexity, args["code"].(string)), true
+	case "Query.taskHistory":
+		if e.ComplexityRoot.Query.TaskHistory == nil {
+			break
+		}
+
+		args, err := ec.field_Query_taskHistory_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TaskHistory(childComplexity, args["from"].(time.Time), args["to"].(time.Time), args["resolution"].(*model.HistoryResolution), args["type"].(*string), args["tenant"].(*string)), true
 	case "Query.taskStats":
 		if e.ComplexityRoot.Query.TaskStats == nil {
 			break
@@ -4500,7 +4622,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/deadlines.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/review.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workers.graphql" "schema/workflowengine.graphql" "schema/workflows.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/deadlines.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/history.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/review.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workers.graphql" "schema/workflowengine.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -6939,6 +7061,7 @@ extend type Query {
 	{Name: "schema/deadlines.graphql", Input: sourceData("schema/deadlines.graphql"), BuiltIn: false},
 	{Name: "schema/external.graphql", Input: sourceData("schema/external.graphql"), BuiltIn: false},
 	{Name: "schema/flow.graphql", Input: sourceData("schema/flow.graphql"), BuiltIn: false},
+	{Name: "schema/history.graphql", Input: sourceData("schema/history.graphql"), BuiltIn: false},
 	{Name: "schema/nodes.graphql", Input: sourceData("schema/nodes.graphql"), BuiltIn: false},
 	{Name: "schema/payload.graphql", Input: sourceData("schema/payload.graphql"), BuiltIn: false},
 	{Name: "schema/review.graphql", Input: sourceData("schema/review.graphql"), BuiltIn: false},
@@ -7326,6 +7449,42 @@ func (ec *executionContext) childFields_FieldChange(ctx context.Context, field g
 		return ec.fieldContext_FieldChange_masked(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type FieldChange", field.Name)
+}
+
+func (ec *executionContext) childFields_HistoryPoint(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "start":
+		return ec.fieldContext_HistoryPoint_start(ctx, field)
+	case "resolution":
+		return ec.fieldContext_HistoryPoint_resolution(ctx, field)
+	case "created":
+		return ec.fieldContext_HistoryPoint_created(ctx, field)
+	case "started":
+		return ec.fieldContext_HistoryPoint_started(ctx, field)
+	case "succeeded":
+		return ec.fieldContext_HistoryPoint_succeeded(ctx, field)
+	case "failed":
+		return ec.fieldContext_HistoryPoint_failed(ctx, field)
+	case "cancelled":
+		return ec.fieldContext_HistoryPoint_cancelled(ctx, field)
+	case "retries":
+		return ec.fieldContext_HistoryPoint_retries(ctx, field)
+	case "waiting":
+		return ec.fieldContext_HistoryPoint_waiting(ctx, field)
+	case "waitP50Ms":
+		return ec.fieldContext_HistoryPoint_waitP50Ms(ctx, field)
+	case "waitP95Ms":
+		return ec.fieldContext_HistoryPoint_waitP95Ms(ctx, field)
+	case "waitP99Ms":
+		return ec.fieldContext_HistoryPoint_waitP99Ms(ctx, field)
+	case "runP50Ms":
+		return ec.fieldContext_HistoryPoint_runP50Ms(ctx, field)
+	case "runP95Ms":
+		return ec.fieldContext_HistoryPoint_runP95Ms(ctx, field)
+	case "runP99Ms":
+		return ec.fieldContext_HistoryPoint_runP99Ms(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HistoryPoint", field.Name)
 }
 
 func (ec *executionContext) childFields_ImportColumn(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -9543,6 +9702,52 @@ func (ec *executionContext) field_Query_taskByCode_args(ctx context.Context, raw
 		return nil, err
 	}
 	args["code"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_taskHistory_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "from",
+		func(ctx context.Context, v any) (time.Time, error) {
+			return ec.unmarshalNTime2timeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["from"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "to",
+		func(ctx context.Context, v any) (time.Time, error) {
+			return ec.unmarshalNTime2timeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["to"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "resolution",
+		func(ctx context.Context, v any) (*model.HistoryResolution, error) {
+			return ec.unmarshalOHistoryResolution2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryResolution(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["resolution"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "tenant",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenant"] = arg4
 	return args, nil
 }
 
@@ -13247,6 +13452,351 @@ func (ec *executionContext) fieldContext_FieldChange_masked(_ context.Context, f
 	return graphql.NewScalarFieldContext("FieldChange", field, false, false, "Boolean")
 }
 
+func (ec *executionContext) _HistoryPoint_start(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_start(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Start, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_start(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Time")
+}
+
+func (ec *executionContext) _HistoryPoint_resolution(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_resolution(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Resolution, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.HistoryResolution) graphql.Marshaler {
+			return ec.marshalNHistoryResolution2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryResolution(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_resolution(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "HistoryResolution")
+}
+
+func (ec *executionContext) _HistoryPoint_created(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_created(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Created, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_created(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_started(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_started(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Started, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_started(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_succeeded(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_succeeded(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Succeeded, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_succeeded(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_failed(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_failed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Failed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_failed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_cancelled(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_cancelled(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cancelled, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_cancelled(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_retries(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_retries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Retries, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_retries(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_waiting(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_waitP50Ms(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_waitP50Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WaitP50Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_waitP50Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_waitP95Ms(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_waitP95Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WaitP95Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_waitP95Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_waitP99Ms(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_waitP99Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WaitP99Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_waitP99Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_runP50Ms(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_runP50Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RunP50Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_runP50Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_runP95Ms(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_runP95Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RunP95Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_runP95Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
+func (ec *executionContext) _HistoryPoint_runP99Ms(ctx context.Context, field graphql.CollectedField, obj *model.HistoryPoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HistoryPoint_runP99Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RunP99Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HistoryPoint_runP99Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HistoryPoint", field, false, false, "Int")
+}
+
 func (ec *executionContext) _ImportColumn_key(ctx context.Context, field graphql.CollectedField, obj *model.ImportColumn) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -16696,6 +17246,50 @@ func (ec *executionContext) fieldContext_Query_typeControl(ctx context.Context, 
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_typeControl_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_taskHistory(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_taskHistory(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().TaskHistory(ctx, fc.Args["from"].(time.Time), fc.Args["to"].(time.Time), fc.Args["resolution"].(*model.HistoryResolution), fc.Args["type"].(*string), fc.Args["tenant"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.HistoryPoint) graphql.Marshaler {
+			return ec.marshalNHistoryPoint2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryPointᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_taskHistory(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_HistoryPoint(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_taskHistory_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -34089,6 +34683,109 @@ func (ec *executionContext) _FieldChange(ctx context.Context, sel ast.SelectionS
 	return out
 }
 
+var historyPointImplementors = []string{"HistoryPoint"}
+
+func (ec *executionContext) _HistoryPoint(ctx context.Context, sel ast.SelectionSet, obj *model.HistoryPoint) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, historyPointImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("HistoryPoint")
+		case "start":
+			out.Values[i] = ec._HistoryPoint_start(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resolution":
+			out.Values[i] = ec._HistoryPoint_resolution(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "created":
+			out.Values[i] = ec._HistoryPoint_created(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "started":
+			out.Values[i] = ec._HistoryPoint_started(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "succeeded":
+			out.Values[i] = ec._HistoryPoint_succeeded(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "failed":
+			out.Values[i] = ec._HistoryPoint_failed(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cancelled":
+			out.Values[i] = ec._HistoryPoint_cancelled(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "retries":
+			out.Values[i] = ec._HistoryPoint_retries(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._HistoryPoint_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waitP50Ms":
+			out.Values[i] = ec._HistoryPoint_waitP50Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "waitP95Ms":
+			out.Values[i] = ec._HistoryPoint_waitP95Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "waitP99Ms":
+			out.Values[i] = ec._HistoryPoint_waitP99Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "runP50Ms":
+			out.Values[i] = ec._HistoryPoint_runP50Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "runP95Ms":
+			out.Values[i] = ec._HistoryPoint_runP95Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "runP99Ms":
+			out.Values[i] = ec._HistoryPoint_runP99Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var importColumnImplementors = []string{"ImportColumn"}
 
 func (ec *executionContext) _ImportColumn(ctx context.Context, sel ast.SelectionSet, obj *model.ImportColumn) graphql.Marshaler {
@@ -34853,6 +35550,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_typeControl(ctx, field)
+				})
+		case "taskHistory":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_taskHistory(ctx, field)
 				})
 		case "clusterNodes":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -38000,6 +38703,40 @@ func (ec *executionContext) marshalNFloat2ᚕfloat64ᚄ(ctx context.Context, sel
 	return ret
 }
 
+func (ec *executionContext) marshalNHistoryPoint2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryPointᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.HistoryPoint) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNHistoryPoint2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryPoint(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNHistoryPoint2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryPoint(ctx context.Context, sel ast.SelectionSet, v *model.HistoryPoint) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "HistoryPoint!")
+		return graphql.Null
+	}
+	return ec._HistoryPoint(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNHistoryResolution2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryResolution(ctx context.Context, v any) (model.HistoryResolution, error) {
+	var res model.HistoryResolution
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNHistoryResolution2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryResolution(ctx context.Context, sel ast.SelectionSet, v model.HistoryResolution) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) unmarshalNID2int(ctx context.Context, v any) (int, error) {
 	res, err := scalar.UnmarshalID(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -39475,6 +40212,22 @@ func (ec *executionContext) marshalOFloat2ᚖfloat64(ctx context.Context, sel as
 	_ = sel
 	res := graphql.MarshalFloatContext(*v)
 	return graphql.WrapContextMarshaler(ctx, res)
+}
+
+func (ec *executionContext) unmarshalOHistoryResolution2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryResolution(ctx context.Context, v any) (*model.HistoryResolution, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.HistoryResolution)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOHistoryResolution2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐHistoryResolution(ctx context.Context, sel ast.SelectionSet, v *model.HistoryResolution) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) unmarshalOID2ᚕintᚄ(ctx context.Context, v any) ([]int, error) {

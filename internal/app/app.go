@@ -109,6 +109,9 @@ type Options struct {
 	ReviewDeadlines engine.DeadlinesConfig
 	// Blob tunes the blob store's reads and writes (tests: small blocks).
 	Blob artifact.BucketConfig
+	// History overrides the task history's loops (zero fields keep their
+	// defaults).
+	History HistoryConfig
 	// Commands are the program's other commands, listed by Main's -h.
 	Commands []Command
 	// TracerProvider, when set, is what the process traces with instead of
@@ -141,10 +144,13 @@ type App struct {
 	// ReviewDeadlines runs passed review deadlines' outcomes (nil without
 	// the watchdog role).
 	ReviewDeadlines *engine.Deadlines
-	Relay           *relay.Listener // nil on SQLite
-	Leader          *leader.Lock    // nil on SQLite (one node: it always leads)
-	Metrics         *metrics.Metrics
-	Handler         http.Handler
+	// HistoryRollUp samples, rolls up and purges the task history (nil
+	// without the watchdog role).
+	HistoryRollUp *HistoryRollUp
+	Relay         *relay.Listener // nil on SQLite
+	Leader        *leader.Lock    // nil on SQLite (one node: it always leads)
+	Metrics       *metrics.Metrics
+	Handler       http.Handler
 	// Outages counts the failures of database and disk outages, logs
 	// each outage once, and says whether the node is ready (/readyz).
 	Outages *outage.Monitor
@@ -231,6 +237,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		a.newRelay,         // other nodes' changes (PostgreSQL)
 		a.newPool,          // the worker role
 		a.newWatchdogRole,  // watchdog, retention, scheduler, artifact janitor
+		a.newHistory,       // the task history's flush and roll-up
 		a.newAlertServices, // alert evaluator and incident listener
 		a.newNodes,         // this node's row in the node registry
 	}

@@ -157,7 +157,7 @@ type Counts struct {
 	Created, Started, Succeeded, Failed, Cancelled, Retries int64
 	RowsImported, RowsExported                              int64
 	RunTimeMs                                               int64
-	// Waiting is the waiting depth last sampled in the bucket (for a
+	// Waiting is the largest waiting depth sampled in the bucket (for a
 	// coarser row: the largest of its finer rows').
 	Waiting int64
 	Wait    Histogram
@@ -241,6 +241,41 @@ func (b Batch) Ended(e Execution) {
 	c.Run.Observe(e.Run)
 }
 
+// Started counts an execution started at at, after waiting wait (from
+// when it could run: its run_at, or its creation if later).
+func (b Batch) Started(typ, tenant string, at time.Time, wait time.Duration) {
+	c := b.Row(Key{Start: Minute.Truncate(at), Resolution: Minute, Type: typ, Tenant: tenant})
+	c.Started++
+	c.Wait.Observe(max(wait, 0))
+}
+
+// Finished counts an execution that ended at at after running run: its
+// outcome (SUCCESS, FAILED, CANCELLED; any other counts its run time
+// only), and a retry it led to (retried, with outcome FAILED).
+func (b Batch) Finished(typ, tenant string, at time.Time, outcome string, retried bool, run time.Duration) {
+	c := b.Row(Key{Start: Minute.Truncate(at), Resolution: Minute, Type: typ, Tenant: tenant})
+	switch outcome {
+	case "SUCCESS":
+		c.Succeeded++
+	case "FAILED":
+		c.Failed++
+	case "CANCELLED":
+		c.Cancelled++
+	}
+	if retried {
+		c.Retries++
+	}
+	run = max(run, 0)
+	c.RunTimeMs += run.Milliseconds()
+	c.Run.Observe(run)
+}
+
+// CancelledWaiting counts a task cancelled at at before it ran: no
+// execution started, none is timed.
+func (b Batch) CancelledWaiting(typ, tenant string, at time.Time) {
+	b.Row(Key{Start: Minute.Truncate(at), Resolution: Minute, Type: typ, Tenant: tenant}).Cancelled++
+}
+
 // Merge adds the rows of o into b.
 func (b Batch) Merge(o Batch) {
 	for k, c := range o {
@@ -293,7 +328,8 @@ func (f Filter) match(k Key) bool {
 
 // Series returns the points of resolution r over [from, to) from rows
 // (rows of other resolutions, and outside the range, are ignored), in
-// order of time, one point per bucket that has rows.
+// order of time, one point per bucket that has rows. A point's waiting
+// depth is the sum of its rows' (types and tenants wait side by side).
 func Series(rows Batch, r Resolution, from, to time.Time, f Filter) []Point {
 	by := map[time.Time]*Point{}
 	for k, c := range rows {
@@ -305,7 +341,11 @@ func Series(rows Batch, r Resolution, from, to time.Time, f Filter) []Point {
 			p = &Point{Start: k.Start}
 			by[k.Start] = p
 		}
+		// Rows of one bucket are of other types or tenants: their
+		// waiting depths add up.
+		w := p.Waiting
 		p.Add(*c)
+		p.Waiting = w + c.Waiting
 	}
 	out := make([]Point, 0, len(by))
 	for _, p := range by {

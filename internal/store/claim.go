@@ -183,8 +183,12 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 		// Hand out work in claim order.
 		slices.SortFunc(insts, cmpClaimOrder)
 		out = make([]Claimed, len(insts))
+		hist := t.history()
 		for i, in := range insts {
 			out[i] = Claimed{Task: byID[in.TaskID], Instance: in}
+			// Waited from when it could run (its run_at, or its
+			// creation if later) to now.
+			hist.Started(in.TaskType, byID[in.TaskID].Tenant, now, now.Sub(later(in.RunAt, in.CreatedAt)))
 		}
 		t.changed(events.Transitioned, tasks...)
 		if adm.Record != nil || adm.Took != nil {

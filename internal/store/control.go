@@ -222,6 +222,7 @@ RETURNING `+changingColumns("tasks")), append([]any{reason, now, now}, args...).
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	t.changed(events.Transitioned, tasks...)
+	t.histCancelled(tasks, now)
 	if err := s.afterEnded(ctx, t, tasks); err != nil {
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
@@ -309,6 +310,7 @@ WHERE id = ? AND status = ? AND version = ?`, reason, now, now, tk.ID, string(fr
 	tk.Status, tk.AttentionStatus, tk.CancelReason, tk.FinishedAt, tk.UpdatedAt = lifecycle.Cancelled, &cancelled, reason, &now, now
 	tk.Version++
 	t.changed(events.Transitioned, tk)
+	t.histCancelled([]*ent.Task{tk}, now)
 	if err := s.afterEnded(ctx, t, []*ent.Task{tk}); err != nil {
 		return false, fmt.Errorf("cancel: %w", err)
 	}

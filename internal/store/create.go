@@ -482,6 +482,7 @@ func (s *Store) insertTasks(ctx context.Context, t *txn, ns []NewTask, idx []int
 		return fmt.Errorf("insert first instances: %w", err)
 	}
 	t.changed(events.Created, tasks...)
+	t.histCreated(tasks, now)
 	return nil
 }
 

@@ -221,6 +221,7 @@ RETURNING `+changingColumns("tasks")), append([]any{now, now}, idArgs...)...)
 		return nil, fmt.Errorf("cancel dependents: %d instances cancelled but %d of their tasks were waiting", len(ids), len(tasks))
 	}
 	t.changed(events.Transitioned, tasks...)
+	t.histCancelled(tasks, now)
 	return ids, nil
 }
 

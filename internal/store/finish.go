@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -156,13 +157,9 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 	if err != nil {
 		return nil, fmt.Errorf("finish: update instances: %w", err)
 	}
-	moved, err := scanInts(rows, 3)
+	applied, err := scanFinished(rows)
 	if err != nil {
 		return nil, fmt.Errorf("finish: update instances: %w", err)
-	}
-	applied := make(map[int]*ent.TaskInstance, len(moved))
-	for _, r := range moved {
-		applied[int(r[0])] = &ent.TaskInstance{ID: int(r[0]), TaskID: int(r[1]), InstanceNo: int(r[2])}
 	}
 	if len(applied) < len(batch) {
 		if err := s.explainRefusals(ctx, t, outcomes, batch, applied, errs); err != nil {
@@ -276,6 +273,18 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 		t.logged(created...)
 	}
 	t.changed(events.Transitioned, tasks...)
+	hist := t.history()
+	for _, i := range batch {
+		if in := applied[outcomes[i].Token.InstanceID]; in != nil {
+			tk := taskByID[in.TaskID]
+			outcome, retried := histOutcome(tk.Status)
+			var run time.Duration
+			if in.StartedAt != nil {
+				run = now.Sub(*in.StartedAt)
+			}
+			hist.Finished(tk.Type, tk.Tenant, now, outcome, retried, run)
+		}
+	}
 	// 4. Their dependents: released, or cancelled, in this transaction.
 	if err := s.afterEnded(ctx, t, tasks); err != nil {
 		return nil, fmt.Errorf("finish: %w", err)
@@ -342,7 +351,24 @@ FROM ` + v + `, tasks
 WHERE task_instances.id = v.id AND task_instances.version = v.version AND task_instances.status = v.from_status
 	AND (v.stale_before IS NULL OR task_instances.heartbeat_at < v.stale_before)
 	AND tasks.id = task_instances.task_id AND tasks.status = v.from_status` + keys + `
-RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no`
+RETURNING task_instances.id, task_instances.task_id, task_instances.instance_no, task_instances.started_at`
+}
+
+// scanFinished reads the rows finishInstancesSQL returns, by instance id,
+// and closes rows.
+func scanFinished(rows *sql.Rows) (map[int]*ent.TaskInstance, error) {
+	defer rows.Close()
+	out := map[int]*ent.TaskInstance{}
+	for rows.Next() {
+		in := &ent.TaskInstance{}
+		var started sql.NullTime
+		if err := rows.Scan(&in.ID, &in.TaskID, &in.InstanceNo, &started); err != nil {
+			return nil, err
+		}
+		in.StartedAt = nullTime(started)
+		out[in.ID] = in
+	}
+	return out, rows.Err()
 }
 
 // finishTasksSQL is the finish's second statement over the derived table v

@@ -61,7 +61,13 @@ func (d sqlDialect) historyUpsertSQL(add bool) string {
 		case !add:
 			b.WriteString(c + " = excluded." + c)
 		case c == "waiting":
-			b.WriteString(c + " = excluded." + c)
+			// The largest depth sampled: a flush of counts (waiting 0)
+			// leaves a sample alone.
+			greatest := "max"
+			if d.postgres() {
+				greatest = "GREATEST"
+			}
+			b.WriteString(c + " = " + greatest + "(task_histories." + c + ", excluded." + c + ")")
 		default:
 			b.WriteString(c + " = task_histories." + c + " + excluded." + c)
 		}

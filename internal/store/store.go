@@ -36,6 +36,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/events"
+	"github.com/taskgraph/taskgraph/internal/history"
 	"github.com/taskgraph/taskgraph/internal/migrate"
 	"github.com/taskgraph/taskgraph/internal/pgdsn"
 )
@@ -110,6 +111,9 @@ type Store struct {
 	foreignCommits foreignCommits
 
 	inconsistencies atomic.Int64
+	// hist is the task history counted by committed transactions and not
+	// yet written (historyrec.go).
+	hist historyAcc
 }
 
 // Open connects, checks the connection and the schema's version (see
@@ -349,6 +353,12 @@ func (s *Store) Postgres() bool { return s.d.postgres() }
 // Close closes the connection pool.
 func (s *Store) Close() error {
 	s.foreignCommits.close()
+	// The history counted since the last flush.
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if _, err := s.FlushHistory(fctx); err != nil {
+		s.log.Warn("the task history of the last seconds was not written", "err", err)
+	}
+	cancel()
 	var werr error
 	if s.writers != nil {
 		// Once the transaction under way, if any, has ended (and an
@@ -378,6 +388,9 @@ type txn struct {
 	client  *ent.Client // what published entities are bound to
 	changes []events.TaskChange
 	logs    []*ent.TaskLog
+	// hist is what the transaction adds to the task history, counted once
+	// it committed.
+	hist history.Batch
 	// foreign marks a transaction of the store's caller (In): it holds one
 	// of the pool's connections or one of its own, and a statement
 	// prepared on the pool would wait for another, which a caller's many
@@ -455,6 +468,9 @@ func (s *Store) In(ctx context.Context, sqlTx *sql.Tx, fn func(tx *Tx) error) er
 	if err := fn(&Tx{s: s, t: t}); err != nil {
 		return err
 	}
+	// The caller's commit is out of the store's sight: what it did is
+	// counted now (a caller that then rolls back is counted still).
+	s.hist.merge(t.hist)
 	if len(t.changes)+len(t.logs) == 0 {
 		return nil
 	}
@@ -558,6 +574,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 		if err := sqlTx.Commit(); err != nil {
 			return nil, &commitError{err}
 		}
+		s.hist.merge(t.hist)
 		return t, nil
 	}
 	ticket := s.order.take()
@@ -575,6 +592,9 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *txn) error) (*txn, err
 			s.pub.PublishLogs(t.logs)
 		}
 	})
+	// Counted after the publishing: the next transactions' tickets do not
+	// wait on it.
+	s.hist.merge(t.hist)
 	return t, nil
 }
 
