@@ -209,6 +209,13 @@ func TestCancelWorkflowCancelsEveryOpenStep(t *testing.T) {
 		}
 		apptest.Eventually(t, 30*time.Second, func() (bool, string) {
 			s.Query(t, `query($id: ID!) { workflow(id: $id) { status availableActions steps { status } } }`, map[string]any{"id": out.CreateWorkflow.ID}, &got)
+			// The running root ends CANCELLED once its handler has
+			// stopped, which may come after the workflow's status says so.
+			for _, st := range got.Workflow.Steps {
+				if st.Status != "CANCELLED" {
+					return false, fmt.Sprintf("workflow %s, a step %s", got.Workflow.Status, st.Status)
+				}
+			}
 			return got.Workflow.Status == "CANCELLED", got.Workflow.Status
 		})
 		require.Equal(t, []string{"RETRY_WORKFLOW"}, got.Workflow.AvailableActions, "nothing to cancel; a retry runs it again")
