@@ -65,7 +65,9 @@ func RetryPolicy(name string) TaskOption {
 // (tgtype.Task.DeadlineState); alert rules (DEADLINE_AT_RISK,
 // DEADLINE_MISSED) and the on-time report read those flags. Without it,
 // the type's WithFinishWithin applies, if it has one.
-func FinishBy(t time.Time) TaskOption { return TaskOption{func(r *engine.CreateRequest) { r.Deadline = &t }} }
+func FinishBy(t time.Time) TaskOption {
+	return TaskOption{func(r *engine.CreateRequest) { r.Deadline = &t }}
+}
 
 // StallAfter replaces the type's stall detection for this task (0: none).
 func StallAfter(d time.Duration) TaskOption {
