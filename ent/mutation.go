@@ -31426,6 +31426,8 @@ type TenantQuotaMutation struct {
 	addmax_schedules                 *int
 	min_schedule_interval_seconds    *int
 	addmin_schedule_interval_seconds *int
+	weight                           *int
+	addweight                        *int
 	updated_by                       *string
 	updated_at                       *time.Time
 	clearedFields                    map[string]struct{}
@@ -31778,6 +31780,62 @@ func (m *TenantQuotaMutation) ResetMinScheduleIntervalSeconds() {
 	delete(m.clearedFields, tenantquota.FieldMinScheduleIntervalSeconds)
 }
 
+// SetWeight sets the "weight" field.
+func (m *TenantQuotaMutation) SetWeight(i int) {
+	m.weight = &i
+	m.addweight = nil
+}
+
+// Weight returns the value of the "weight" field in the mutation.
+func (m *TenantQuotaMutation) Weight() (r int, exists bool) {
+	v := m.weight
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWeight returns the old "weight" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldWeight(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWeight is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWeight requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWeight: %w", err)
+	}
+	return oldValue.Weight, nil
+}
+
+// AddWeight adds i to the "weight" field.
+func (m *TenantQuotaMutation) AddWeight(i int) {
+	if m.addweight != nil {
+		*m.addweight += i
+	} else {
+		m.addweight = &i
+	}
+}
+
+// AddedWeight returns the value that was added to the "weight" field in this mutation.
+func (m *TenantQuotaMutation) AddedWeight() (r int, exists bool) {
+	v := m.addweight
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetWeight resets all changes to the "weight" field.
+func (m *TenantQuotaMutation) ResetWeight() {
+	m.weight = nil
+	m.addweight = nil
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (m *TenantQuotaMutation) SetUpdatedBy(s string) {
 	m.updated_by = &s
@@ -31884,7 +31942,7 @@ func (m *TenantQuotaMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TenantQuotaMutation) Fields() []string {
-	fields := make([]string, 0, 6)
+	fields := make([]string, 0, 7)
 	if m.tenant != nil {
 		fields = append(fields, tenantquota.FieldTenant)
 	}
@@ -31896,6 +31954,9 @@ func (m *TenantQuotaMutation) Fields() []string {
 	}
 	if m.min_schedule_interval_seconds != nil {
 		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
+	}
+	if m.weight != nil {
+		fields = append(fields, tenantquota.FieldWeight)
 	}
 	if m.updated_by != nil {
 		fields = append(fields, tenantquota.FieldUpdatedBy)
@@ -31919,6 +31980,8 @@ func (m *TenantQuotaMutation) Field(name string) (ent.Value, bool) {
 		return m.MaxSchedules()
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		return m.MinScheduleIntervalSeconds()
+	case tenantquota.FieldWeight:
+		return m.Weight()
 	case tenantquota.FieldUpdatedBy:
 		return m.UpdatedBy()
 	case tenantquota.FieldUpdatedAt:
@@ -31940,6 +32003,8 @@ func (m *TenantQuotaMutation) OldField(ctx context.Context, name string) (ent.Va
 		return m.OldMaxSchedules(ctx)
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		return m.OldMinScheduleIntervalSeconds(ctx)
+	case tenantquota.FieldWeight:
+		return m.OldWeight(ctx)
 	case tenantquota.FieldUpdatedBy:
 		return m.OldUpdatedBy(ctx)
 	case tenantquota.FieldUpdatedAt:
@@ -31981,6 +32046,13 @@ func (m *TenantQuotaMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetMinScheduleIntervalSeconds(v)
 		return nil
+	case tenantquota.FieldWeight:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWeight(v)
+		return nil
 	case tenantquota.FieldUpdatedBy:
 		v, ok := value.(string)
 		if !ok {
@@ -32012,6 +32084,9 @@ func (m *TenantQuotaMutation) AddedFields() []string {
 	if m.addmin_schedule_interval_seconds != nil {
 		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
 	}
+	if m.addweight != nil {
+		fields = append(fields, tenantquota.FieldWeight)
+	}
 	return fields
 }
 
@@ -32026,6 +32101,8 @@ func (m *TenantQuotaMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedMaxSchedules()
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		return m.AddedMinScheduleIntervalSeconds()
+	case tenantquota.FieldWeight:
+		return m.AddedWeight()
 	}
 	return nil, false
 }
@@ -32055,6 +32132,13 @@ func (m *TenantQuotaMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddMinScheduleIntervalSeconds(v)
+		return nil
+	case tenantquota.FieldWeight:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWeight(v)
 		return nil
 	}
 	return fmt.Errorf("unknown TenantQuota numeric field %s", name)
@@ -32115,6 +32199,9 @@ func (m *TenantQuotaMutation) ResetField(name string) error {
 		return nil
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		m.ResetMinScheduleIntervalSeconds()
+		return nil
+	case tenantquota.FieldWeight:
+		m.ResetWeight()
 		return nil
 	case tenantquota.FieldUpdatedBy:
 		m.ResetUpdatedBy()

@@ -25,6 +25,8 @@ type TenantQuota struct {
 	MaxSchedules *int `json:"max_schedules,omitempty"`
 	// A schedule of the tenant fires at most this often (its interval, or its cron's shortest gap); replaces the deployment's floor.
 	MinScheduleIntervalSeconds *int `json:"min_schedule_interval_seconds,omitempty"`
+	// The tenant's weight in the claim's fair share (1..1000): of a task type that several tenants wait for, each claim takes their tasks in proportion to their weights (store/fair.go).
+	Weight int `json:"weight,omitempty"`
 	// UpdatedBy holds the value of the "updated_by" field.
 	UpdatedBy string `json:"updated_by,omitempty"`
 	// UpdatedAt holds the value of the "updated_at" field.
@@ -37,7 +39,7 @@ func (*TenantQuota) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case tenantquota.FieldID, tenantquota.FieldMaxWaiting, tenantquota.FieldMaxSchedules, tenantquota.FieldMinScheduleIntervalSeconds:
+		case tenantquota.FieldID, tenantquota.FieldMaxWaiting, tenantquota.FieldMaxSchedules, tenantquota.FieldMinScheduleIntervalSeconds, tenantquota.FieldWeight:
 			values[i] = new(sql.NullInt64)
 		case tenantquota.FieldTenant, tenantquota.FieldUpdatedBy:
 			values[i] = new(sql.NullString)
@@ -90,6 +92,12 @@ func (_m *TenantQuota) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.MinScheduleIntervalSeconds = new(int)
 				*_m.MinScheduleIntervalSeconds = int(value.Int64)
+			}
+		case tenantquota.FieldWeight:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field weight", values[i])
+			} else if value.Valid {
+				_m.Weight = int(value.Int64)
 			}
 		case tenantquota.FieldUpdatedBy:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -156,6 +164,9 @@ func (_m *TenantQuota) String() string {
 		builder.WriteString("min_schedule_interval_seconds=")
 		builder.WriteString(fmt.Sprintf("%v", *v))
 	}
+	builder.WriteString(", ")
+	builder.WriteString("weight=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Weight))
 	builder.WriteString(", ")
 	builder.WriteString("updated_by=")
 	builder.WriteString(_m.UpdatedBy)

@@ -68,6 +68,20 @@ func (_c *TenantQuotaCreate) SetNillableMinScheduleIntervalSeconds(v *int) *Tena
 	return _c
 }
 
+// SetWeight sets the "weight" field.
+func (_c *TenantQuotaCreate) SetWeight(v int) *TenantQuotaCreate {
+	_c.mutation.SetWeight(v)
+	return _c
+}
+
+// SetNillableWeight sets the "weight" field if the given value is not nil.
+func (_c *TenantQuotaCreate) SetNillableWeight(v *int) *TenantQuotaCreate {
+	if v != nil {
+		_c.SetWeight(*v)
+	}
+	return _c
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_c *TenantQuotaCreate) SetUpdatedBy(v string) *TenantQuotaCreate {
 	_c.mutation.SetUpdatedBy(v)
@@ -131,6 +145,10 @@ func (_c *TenantQuotaCreate) ExecX(ctx context.Context) {
 
 // defaults sets the default values of the builder before save.
 func (_c *TenantQuotaCreate) defaults() {
+	if _, ok := _c.mutation.Weight(); !ok {
+		v := tenantquota.DefaultWeight
+		_c.mutation.SetWeight(v)
+	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		v := tenantquota.DefaultUpdatedBy
 		_c.mutation.SetUpdatedBy(v)
@@ -145,6 +163,9 @@ func (_c *TenantQuotaCreate) defaults() {
 func (_c *TenantQuotaCreate) check() error {
 	if _, ok := _c.mutation.Tenant(); !ok {
 		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "TenantQuota.tenant"`)}
+	}
+	if _, ok := _c.mutation.Weight(); !ok {
+		return &ValidationError{Name: "weight", err: errors.New(`ent: missing required field "TenantQuota.weight"`)}
 	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		return &ValidationError{Name: "updated_by", err: errors.New(`ent: missing required field "TenantQuota.updated_by"`)}
@@ -193,6 +214,10 @@ func (_c *TenantQuotaCreate) createSpec() (*TenantQuota, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.MinScheduleIntervalSeconds(); ok {
 		_spec.SetField(tenantquota.FieldMinScheduleIntervalSeconds, field.TypeInt, value)
 		_node.MinScheduleIntervalSeconds = &value
+	}
+	if value, ok := _c.mutation.Weight(); ok {
+		_spec.SetField(tenantquota.FieldWeight, field.TypeInt, value)
+		_node.Weight = value
 	}
 	if value, ok := _c.mutation.UpdatedBy(); ok {
 		_spec.SetField(tenantquota.FieldUpdatedBy, field.TypeString, value)

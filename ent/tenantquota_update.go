@@ -110,6 +110,27 @@ func (_u *TenantQuotaUpdate) ClearMinScheduleIntervalSeconds() *TenantQuotaUpdat
 	return _u
 }
 
+// SetWeight sets the "weight" field.
+func (_u *TenantQuotaUpdate) SetWeight(v int) *TenantQuotaUpdate {
+	_u.mutation.ResetWeight()
+	_u.mutation.SetWeight(v)
+	return _u
+}
+
+// SetNillableWeight sets the "weight" field if the given value is not nil.
+func (_u *TenantQuotaUpdate) SetNillableWeight(v *int) *TenantQuotaUpdate {
+	if v != nil {
+		_u.SetWeight(*v)
+	}
+	return _u
+}
+
+// AddWeight adds value to the "weight" field.
+func (_u *TenantQuotaUpdate) AddWeight(v int) *TenantQuotaUpdate {
+	_u.mutation.AddWeight(v)
+	return _u
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_u *TenantQuotaUpdate) SetUpdatedBy(v string) *TenantQuotaUpdate {
 	_u.mutation.SetUpdatedBy(v)
@@ -211,6 +232,12 @@ func (_u *TenantQuotaUpdate) sqlSave(ctx context.Context) (_node int, err error)
 	}
 	if _u.mutation.MinScheduleIntervalSecondsCleared() {
 		_spec.ClearField(tenantquota.FieldMinScheduleIntervalSeconds, field.TypeInt)
+	}
+	if value, ok := _u.mutation.Weight(); ok {
+		_spec.SetField(tenantquota.FieldWeight, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedWeight(); ok {
+		_spec.AddField(tenantquota.FieldWeight, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(tenantquota.FieldUpdatedBy, field.TypeString, value)
@@ -318,6 +345,27 @@ func (_u *TenantQuotaUpdateOne) AddMinScheduleIntervalSeconds(v int) *TenantQuot
 // ClearMinScheduleIntervalSeconds clears the value of the "min_schedule_interval_seconds" field.
 func (_u *TenantQuotaUpdateOne) ClearMinScheduleIntervalSeconds() *TenantQuotaUpdateOne {
 	_u.mutation.ClearMinScheduleIntervalSeconds()
+	return _u
+}
+
+// SetWeight sets the "weight" field.
+func (_u *TenantQuotaUpdateOne) SetWeight(v int) *TenantQuotaUpdateOne {
+	_u.mutation.ResetWeight()
+	_u.mutation.SetWeight(v)
+	return _u
+}
+
+// SetNillableWeight sets the "weight" field if the given value is not nil.
+func (_u *TenantQuotaUpdateOne) SetNillableWeight(v *int) *TenantQuotaUpdateOne {
+	if v != nil {
+		_u.SetWeight(*v)
+	}
+	return _u
+}
+
+// AddWeight adds value to the "weight" field.
+func (_u *TenantQuotaUpdateOne) AddWeight(v int) *TenantQuotaUpdateOne {
+	_u.mutation.AddWeight(v)
 	return _u
 }
 
@@ -452,6 +500,12 @@ func (_u *TenantQuotaUpdateOne) sqlSave(ctx context.Context) (_node *TenantQuota
 	}
 	if _u.mutation.MinScheduleIntervalSecondsCleared() {
 		_spec.ClearField(tenantquota.FieldMinScheduleIntervalSeconds, field.TypeInt)
+	}
+	if value, ok := _u.mutation.Weight(); ok {
+		_spec.SetField(tenantquota.FieldWeight, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedWeight(); ok {
+		_spec.AddField(tenantquota.FieldWeight, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(tenantquota.FieldUpdatedBy, field.TypeString, value)

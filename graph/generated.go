@@ -670,6 +670,7 @@ type ComplexityRoot struct {
 		UpdatedAt                  func(childComplexity int) int
 		UpdatedBy                  func(childComplexity int) int
 		Waiting                    func(childComplexity int) int
+		Weight                     func(childComplexity int) int
 	}
 
 	TenantTypeControl struct {
@@ -4126,6 +4127,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TenantQuota.Waiting(childComplexity), true
+	case "TenantQuota.weight":
+		if e.ComplexityRoot.TenantQuota.Weight == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.Weight(childComplexity), true
 
 	case "TenantTypeControl.maxRunning":
 		if e.ComplexityRoot.TenantTypeControl.MaxRunning == nil {
@@ -8091,6 +8098,8 @@ func (ec *executionContext) childFields_TenantQuota(ctx context.Context, field g
 		return ec.fieldContext_TenantQuota_maxSchedules(ctx, field)
 	case "minScheduleIntervalSeconds":
 		return ec.fieldContext_TenantQuota_minScheduleIntervalSeconds(ctx, field)
+	case "weight":
+		return ec.fieldContext_TenantQuota_weight(ctx, field)
 	case "waiting":
 		return ec.fieldContext_TenantQuota_waiting(ctx, field)
 	case "schedules":
@@ -22973,6 +22982,29 @@ func (ec *executionContext) fieldContext_TenantQuota_minScheduleIntervalSeconds(
 	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
 }
 
+func (ec *executionContext) _TenantQuota_weight(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_weight(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Weight, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_weight(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
 func (ec *executionContext) _TenantQuota_waiting(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -32045,7 +32077,7 @@ func (ec *executionContext) unmarshalInputTenantQuotaInput(ctx context.Context, 
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"maxWaiting", "maxSchedules", "minScheduleIntervalSeconds"}
+	fieldsInOrder := [...]string{"maxWaiting", "maxSchedules", "minScheduleIntervalSeconds", "weight"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -32073,6 +32105,13 @@ func (ec *executionContext) unmarshalInputTenantQuotaInput(ctx context.Context, 
 				return it, err
 			}
 			it.MinScheduleIntervalSeconds = data
+		case "weight":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("weight"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Weight = data
 		}
 	}
 	return it, nil
@@ -37301,6 +37340,11 @@ func (ec *executionContext) _TenantQuota(ctx context.Context, sel ast.SelectionS
 		case "minScheduleIntervalSeconds":
 			out.Values[i] = ec._TenantQuota_minScheduleIntervalSeconds(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "weight":
+			out.Values[i] = ec._TenantQuota_weight(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		case "waiting":

@@ -922,6 +922,7 @@ var (
 		{Name: "max_waiting", Type: field.TypeInt, Nullable: true},
 		{Name: "max_schedules", Type: field.TypeInt, Nullable: true},
 		{Name: "min_schedule_interval_seconds", Type: field.TypeInt, Nullable: true},
+		{Name: "weight", Type: field.TypeInt, Default: 1},
 		{Name: "updated_by", Type: field.TypeString, Default: ""},
 		{Name: "updated_at", Type: field.TypeTime},
 	}

@@ -10,7 +10,7 @@ import (
 
 // TenantQuota is what one tenant may hold at once, across all its task
 // types: its waiting instances, its enabled schedules, and how often a
-// schedule of its may fire. Platform administrators set it (package flow);
+// schedule of its may fire; and its weight in the claim's fair share. Platform administrators set it (package flow);
 // a create beyond it (store/quota.go) and a schedule beyond it (package
 // schedule) are refused with QUOTA_EXCEEDED, the row locked on PostgreSQL
 // so that concurrent requests count one after the other. A tenant without
@@ -36,6 +36,9 @@ func (TenantQuota) Fields() []ent.Field {
 			Optional().
 			Nillable().
 			Comment("A schedule of the tenant fires at most this often (its interval, or its cron's shortest gap); replaces the deployment's floor."),
+		field.Int("weight").
+			Default(1).
+			Comment("The tenant's weight in the claim's fair share (1..1000): of a task type that several tenants wait for, each claim takes their tasks in proportion to their weights (store/fair.go)."),
 		field.String("updated_by").
 			Default(""),
 		field.Time("updated_at").

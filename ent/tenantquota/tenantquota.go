@@ -21,6 +21,8 @@ const (
 	FieldMaxSchedules = "max_schedules"
 	// FieldMinScheduleIntervalSeconds holds the string denoting the min_schedule_interval_seconds field in the database.
 	FieldMinScheduleIntervalSeconds = "min_schedule_interval_seconds"
+	// FieldWeight holds the string denoting the weight field in the database.
+	FieldWeight = "weight"
 	// FieldUpdatedBy holds the string denoting the updated_by field in the database.
 	FieldUpdatedBy = "updated_by"
 	// FieldUpdatedAt holds the string denoting the updated_at field in the database.
@@ -36,6 +38,7 @@ var Columns = []string{
 	FieldMaxWaiting,
 	FieldMaxSchedules,
 	FieldMinScheduleIntervalSeconds,
+	FieldWeight,
 	FieldUpdatedBy,
 	FieldUpdatedAt,
 }
@@ -51,6 +54,8 @@ func ValidColumn(column string) bool {
 }
 
 var (
+	// DefaultWeight holds the default value on creation for the "weight" field.
+	DefaultWeight int
 	// DefaultUpdatedBy holds the default value on creation for the "updated_by" field.
 	DefaultUpdatedBy string
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
@@ -83,6 +88,11 @@ func ByMaxSchedules(opts ...sql.OrderTermOption) OrderOption {
 // ByMinScheduleIntervalSeconds orders the results by the min_schedule_interval_seconds field.
 func ByMinScheduleIntervalSeconds(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldMinScheduleIntervalSeconds, opts...).ToFunc()
+}
+
+// ByWeight orders the results by the weight field.
+func ByWeight(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWeight, opts...).ToFunc()
 }
 
 // ByUpdatedBy orders the results by the updated_by field.

@@ -74,6 +74,11 @@ func MinScheduleIntervalSeconds(v int) predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldEQ(FieldMinScheduleIntervalSeconds, v))
 }
 
+// Weight applies equality check predicate on the "weight" field. It's identical to WeightEQ.
+func Weight(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldWeight, v))
+}
+
 // UpdatedBy applies equality check predicate on the "updated_by" field. It's identical to UpdatedByEQ.
 func UpdatedBy(v string) predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldEQ(FieldUpdatedBy, v))
@@ -297,6 +302,46 @@ func MinScheduleIntervalSecondsIsNil() predicate.TenantQuota {
 // MinScheduleIntervalSecondsNotNil applies the NotNil predicate on the "min_schedule_interval_seconds" field.
 func MinScheduleIntervalSecondsNotNil() predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldNotNull(FieldMinScheduleIntervalSeconds))
+}
+
+// WeightEQ applies the EQ predicate on the "weight" field.
+func WeightEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldWeight, v))
+}
+
+// WeightNEQ applies the NEQ predicate on the "weight" field.
+func WeightNEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNEQ(FieldWeight, v))
+}
+
+// WeightIn applies the In predicate on the "weight" field.
+func WeightIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldIn(FieldWeight, vs...))
+}
+
+// WeightNotIn applies the NotIn predicate on the "weight" field.
+func WeightNotIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNotIn(FieldWeight, vs...))
+}
+
+// WeightGT applies the GT predicate on the "weight" field.
+func WeightGT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGT(FieldWeight, v))
+}
+
+// WeightGTE applies the GTE predicate on the "weight" field.
+func WeightGTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGTE(FieldWeight, v))
+}
+
+// WeightLT applies the LT predicate on the "weight" field.
+func WeightLT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLT(FieldWeight, v))
+}
+
+// WeightLTE applies the LTE predicate on the "weight" field.
+func WeightLTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLTE(FieldWeight, v))
 }
 
 // UpdatedByEQ applies the EQ predicate on the "updated_by" field.

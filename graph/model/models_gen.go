@@ -409,6 +409,8 @@ type TenantQuotaInput struct {
 	MaxSchedules *int `json:"maxSchedules,omitempty"`
 	// 1..31622400 (366 days).
 	MinScheduleIntervalSeconds *int `json:"minScheduleIntervalSeconds,omitempty"`
+	// 1..1000; left out, 1.
+	Weight *int `json:"weight,omitempty"`
 }
 
 // A tenant's limits of a type; each one left out (or null) is removed.

@@ -41,6 +41,11 @@ func TestTenantQuotaAPI(t *testing.T) {
 		}
 		r := s.DoAs(t, tokens["root"], set, map[string]any{"t": "acme", "in": map[string]any{"minScheduleIntervalSeconds": 0}})
 		require.Equal(t, "VALIDATION", r.Errors[0].Code())
+		for _, w := range []int{0, 1001} {
+			r = s.DoAs(t, tokens["root"], set, map[string]any{"t": "acme", "in": map[string]any{"weight": w}})
+			require.Equal(t, "VALIDATION", r.Errors[0].Code(), "weight %d", w)
+			require.Contains(t, r.Errors[0].Message, "weight")
+		}
 		var setQ struct {
 			SetTenantQuota struct {
 				Tenant                                               string
@@ -149,5 +154,14 @@ func TestTenantQuotaAPI(t *testing.T) {
 		}
 		require.Equal(t, 2, seen["ada FAILED"], "%v", seen)
 		require.Equal(t, 2, seen["root OK"], "%v", seen)
+		// The fair share's weight: set, read back, 1 when left out.
+		var weighted struct{ SetTenantQuota struct{ Weight int } }
+		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {weight: 3}) { weight } }`, nil, &weighted)
+		require.Equal(t, 3, weighted.SetTenantQuota.Weight)
+		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {maxWaiting: 5}) { weight } }`, nil, &weighted)
+		require.Equal(t, 1, weighted.SetTenantQuota.Weight, "replaced: the weight left out is 1")
+		var unset struct{ TenantQuota struct{ Weight int } }
+		s.QueryAs(t, tokens["root"], `{ tenantQuota(tenant: "nobody") { weight } }`, nil, &unset)
+		require.Equal(t, 1, unset.TenantQuota.Weight, "a tenant without a quota weighs 1")
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/auth"
 	"github.com/taskgraph/taskgraph/internal/engine"
+	"github.com/taskgraph/taskgraph/internal/store"
 )
 
 // A tenant's quota (tenant_quotas): what one tenant may hold at once
@@ -38,15 +39,20 @@ type TenantQuota struct {
 	// fires. Nil: no such limit of the tenant's (the interval floor then
 	// is the deployment's).
 	MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
+	// Weight is the tenant's weight in the claim's fair share of a task
+	// type several tenants wait for (1..store.MaxWeight; 1 by default).
+	Weight int
 	// Waiting and Schedules count what the tenant holds now.
 	Waiting, Schedules int
 	UpdatedBy          *string
 	UpdatedAt          *time.Time
 }
 
-// QuotaLimits are the limits SetTenantQuota writes; nil removes one.
+// QuotaLimits are the limits SetTenantQuota writes; nil removes one (a
+// nil Weight is the default weight, 1).
 type QuotaLimits struct {
 	MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
+	Weight                                               *int
 }
 
 // TenantQuota returns a tenant's quota (the viewer's own tenant's when
@@ -110,9 +116,10 @@ func (s *Service) quotaOf(ctx context.Context, tenant string) (*TenantQuota, err
 // quota is a tenant's quota row (nil: none) and what the tenant holds.
 func (s *Service) quota(ctx context.Context, tenant string, r *ent.TenantQuota) (*TenantQuota, error) {
 	sys := auth.NewSystemContext(ctx)
-	q := &TenantQuota{Tenant: tenant}
+	q := &TenantQuota{Tenant: tenant, Weight: 1}
 	if r != nil {
 		q.MaxWaiting, q.MaxSchedules, q.MinScheduleIntervalSeconds = r.MaxWaiting, r.MaxSchedules, r.MinScheduleIntervalSeconds
+		q.Weight = r.Weight
 		q.UpdatedBy, q.UpdatedAt = &r.UpdatedBy, &r.UpdatedAt
 	}
 	var err error
@@ -152,7 +159,7 @@ func (s *Service) SetTenantQuota(ctx context.Context, tenant string, l QuotaLimi
 		return nil, err
 	}
 	details := map[string]any{"tenant": tenant}
-	for k, p := range map[string]*int{"maxWaiting": l.MaxWaiting, "maxSchedules": l.MaxSchedules, "minScheduleIntervalSeconds": l.MinScheduleIntervalSeconds} {
+	for k, p := range map[string]*int{"maxWaiting": l.MaxWaiting, "maxSchedules": l.MaxSchedules, "minScheduleIntervalSeconds": l.MinScheduleIntervalSeconds, "weight": l.Weight} {
 		if p != nil {
 			details[k] = *p
 		}
@@ -173,6 +180,9 @@ func (s *Service) SetTenantQuota(ctx context.Context, tenant string, l QuotaLimi
 		}
 		if p := l.MinScheduleIntervalSeconds; p != nil && (*p < 1 || *p > MaxQuotaIntervalSeconds) {
 			ve.Problems = append(ve.Problems, engine.Problem{Field: "minScheduleIntervalSeconds", Message: fmt.Sprintf("must be between 1 and %d", MaxQuotaIntervalSeconds)})
+		}
+		if p := l.Weight; p != nil && (*p < 1 || *p > store.MaxWeight) {
+			ve.Problems = append(ve.Problems, engine.Problem{Field: "weight", Message: fmt.Sprintf("must be between 1 and %d", store.MaxWeight)})
 		}
 		if len(ve.Problems) > 0 {
 			return ve
@@ -210,6 +220,10 @@ func (s *Service) upsertQuota(ctx context.Context, v auth.Viewer, tenant string,
 			setOrClear(m.SetMaxWaiting, m.ClearMaxWaiting, l.MaxWaiting)
 			setOrClear(m.SetMaxSchedules, m.ClearMaxSchedules, l.MaxSchedules)
 			setOrClear(m.SetMinScheduleIntervalSeconds, m.ClearMinScheduleIntervalSeconds, l.MinScheduleIntervalSeconds)
+			m.SetWeight(1)
+			if l.Weight != nil {
+				m.SetWeight(*l.Weight)
+			}
 			return exec(ctx)
 		})
 	}

@@ -128,8 +128,9 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 		}
 	}
 	var out []Claimed
+	var shares map[string][]share
 	err := s.write(ctx, func(t *txn) error {
-		out = nil
+		out, shares = nil, nil
 		q := txQuerier{s: s, t: t}
 		limits := slices.Clone(wanted)
 		adm, err := s.admit(ctx, q, types, limits)
@@ -137,7 +138,7 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 			return err
 		}
 		now := adm.Now
-		shares, err := s.split(ctx, q, types, limits, adm)
+		shares, err = s.split(ctx, q, types, limits, adm, tenant)
 		if err != nil {
 			return err
 		}
@@ -225,6 +226,20 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 	if err != nil {
 		return nil, err
 	}
+	if tenant == nil && len(shares) > 0 {
+		given := map[string]map[string]int{}
+		for _, c := range out {
+			if _, ok := shares[c.Task.Type]; ok {
+				if given[c.Task.Type] == nil {
+					given[c.Task.Type] = map[string]int{}
+				}
+				given[c.Task.Type][c.Task.Tenant]++
+			}
+		}
+		for ty, sh := range shares {
+			s.fair.took(ty, sh, given[ty])
+		}
+	}
 	return out, nil
 }
 
@@ -269,56 +284,76 @@ type Admission struct {
 	RecordShares func(ctx context.Context, q Querier, claimed map[string]map[string]int) error
 }
 
-// share is the room of one tenant in a claim of a type read tenant by
-// tenant.
+// share is one tenant's part in a claim of a type read tenant by tenant:
+// its room (how far its range is read), its pass and its stride (1/weight;
+// fair.go).
 type share struct {
 	tenant string
 	limit  int
+	start  float64
+	stride float64
 }
 
 // maxShareTenants bounds how many tenants with waiting instances one
-// claim reads of a type whose tenants are held back.
+// claim reads of a type read tenant by tenant.
 const maxShareTenants = 1000
 
-// waitingTenantsSQL lists the tenants with waiting instances of a type, in
-// order, one probe of the (task_type, tenant, ...) claimable index per
-// tenant (a skip scan): what it reads does not grow with the backlog.
-var waitingTenantsSQL = `WITH RECURSIVE t(tenant) AS (
-	SELECT MIN(tenant) FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = ?
-	UNION ALL
-	SELECT (SELECT MIN(i.tenant) FROM task_instances i WHERE i.status IN (` + sqlWaiting + `) AND i.task_type = ? AND i.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
-) SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT ?`
-
-// split returns, for each type of the claim whose tenants' shares the
-// admission holds back, the room of each tenant with waiting instances:
-// the tenant's own room, never more than the type's.
-func (s *Store) split(ctx context.Context, q Querier, types []string, limits []int, adm Admission) (map[string][]share, error) {
-	if len(adm.Shares) == 0 {
-		return nil, nil
-	}
-	var out map[string][]share
+// split returns the types of the claim read tenant by tenant, with each
+// waiting tenant's share: those whose tenants' shares the admission holds
+// back, and (when the claim is not of one tenant) those that more than one
+// tenant waits for, to share them fairly (fair.go). A tenant's room is its
+// own (a held share's), never more than the type's, and, for fairness,
+// what fairReads says.
+func (s *Store) split(ctx context.Context, q Querier, types []string, limits []int, adm Admission, tenant *string) (map[string][]share, error) {
+	read := map[string]bool{}
+	var open []string
 	for i, ty := range types {
-		rooms, ok := adm.Shares[ty]
-		if !ok || limits[i] <= 0 {
+		if limits[i] <= 0 {
 			continue
 		}
+		if _, held := adm.Shares[ty]; held {
+			read[ty] = true
+		} else if tenant == nil {
+			open = append(open, ty)
+		}
+	}
+	if len(open) > 0 {
+		multi, err := multiTenant(ctx, q, open)
+		if err != nil {
+			return nil, err
+		}
+		for ty := range multi {
+			read[ty] = true
+		}
+	}
+	if len(read) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]share, len(read))
+	for i, ty := range types {
+		if !read[ty] {
+			continue
+		}
+		rooms := adm.Shares[ty]
 		rows, err := q.Query(ctx, waitingTenantsSQL, ty, ty, maxShareTenants)
 		if err != nil {
 			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 		}
-		var shares []share
+		var tenants []string
+		var weights, lims []int
 		for rows.Next() {
-			var tenant string
-			if err := rows.Scan(&tenant); err != nil {
+			var tn string
+			var w int
+			if err := rows.Scan(&tn, &w); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 			}
 			l := limits[i]
-			if room, held := rooms[tenant]; held && room != Unlimited {
+			if room, held := rooms[tn]; held && room != Unlimited {
 				l = min(max(room, 0), l)
 			}
 			if l > 0 {
-				shares = append(shares, share{tenant: tenant, limit: l})
+				tenants, weights, lims = append(tenants, tn), append(weights, min(max(w, 1), MaxWeight)), append(lims, l)
 			}
 		}
 		err = rows.Err()
@@ -326,8 +361,11 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 		if err != nil {
 			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 		}
-		if out == nil {
-			out = map[string][]share{}
+		reads := fairReads(limits[i], weights)
+		starts := s.fair.starts(ty, tenants)
+		shares := make([]share, len(tenants))
+		for j, tn := range tenants {
+			shares[j] = share{tenant: tn, limit: min(lims[j], reads[j]), start: starts[j], stride: 1 / float64(weights[j])}
 		}
 		out[ty] = shares
 	}
@@ -369,7 +407,7 @@ func (s *Store) anyClaimable(ctx context.Context, tenant *string, types []string
 	if !slices.ContainsFunc(limits, func(l int) bool { return l > 0 }) {
 		return false, nil
 	}
-	shares, err := s.split(ctx, dbQuerier{s}, types, limits, adm)
+	shares, err := s.split(ctx, dbQuerier{s}, types, limits, adm, tenant)
 	if err != nil {
 		return false, err
 	}
@@ -511,10 +549,12 @@ func scanClaimedInstances(c *ent.Client, rows *sql.Rows, workerID string, now ti
 // that tenant's instances are selected (task_instances.tenant, copied from
 // its task).
 //
-// A type in shares (its tenants' shares held back) is read tenant by
-// tenant instead, each tenant's range of the (task_type, tenant, ...)
-// claimable index up to the tenant's room, and the type's first limit of
-// those taken: a held tenant's backlog is never read past.
+// A type in shares (its tenants' shares held back, or several tenants
+// waiting for it) is read tenant by tenant instead, each tenant's range of
+// the (task_type, tenant, ...) claimable index up to the tenant's room,
+// and the type's first limit of those taken by the fair share's virtual
+// time (fair.go): a held tenant's backlog is never read past, and no
+// tenant's backlog holds another's tasks back.
 func (d sqlDialect) claimQuery(types []string, limits []int, shares map[string][]share, now any, tenant *string, limit int) (string, []any) {
 	var of string
 	var ofArgs []any
@@ -556,12 +596,19 @@ func (d sqlDialect) claimQuery(types []string, limits []int, shares map[string][
 			}
 			tenants := make([]string, len(sh))
 			lims := make(pq.Int64Array, len(sh))
+			starts := make(pq.Float64Array, len(sh))
+			strides := make(pq.Float64Array, len(sh))
 			for j, x := range sh {
-				tenants[j], lims[j] = x.tenant, int64(x.limit)
+				tenants[j], lims[j], starts[j], strides[j] = x.tenant, int64(x.limit), x.start, x.stride
 			}
-			arms = append(arms, fmt.Sprintf(`SELECT * FROM (SELECT c.task_id, c.priority, c.run_at, c.id FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) tn(name, lim),
-	LATERAL (SELECT `+fmt.Sprintf(tenantCols, "tn.name", "tn.lim")+` FOR UPDATE SKIP LOCKED) c ORDER BY c.priority, c.run_at, c.id LIMIT ?) s%d`, i))
-			args = append(args, stringArray(tenants), lims, ty, now, limits[i])
+			// Each tenant's candidates in claim order, the j-th at the
+			// virtual time start + j*stride; the type's first limit of
+			// them by that time (fair.go).
+			arms = append(arms, fmt.Sprintf(`SELECT * FROM (SELECT v.task_id, v.priority, v.run_at, v.id FROM (
+	SELECT c.task_id, c.priority, c.run_at, c.id, tn.start + tn.stride * row_number() OVER (PARTITION BY tn.ord ORDER BY c.priority, c.run_at, c.id) AS vt
+	FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS FLOAT8[]), CAST(? AS FLOAT8[])) WITH ORDINALITY tn(name, lim, start, stride, ord),
+	LATERAL (SELECT `+fmt.Sprintf(tenantCols, "tn.name", "tn.lim")+` FOR UPDATE SKIP LOCKED) c) v ORDER BY v.vt, v.priority, v.run_at, v.id LIMIT ?) s%d`, i))
+			args = append(args, stringArray(tenants), lims, starts, strides, ty, now, limits[i])
 		}
 		if len(arms) == 0 {
 			return `SELECT task_id, priority, run_at, id FROM task_instances WHERE false`, nil
@@ -582,10 +629,10 @@ func (d sqlDialect) claimQuery(types []string, limits []int, shares map[string][
 			}
 			var tarms []string
 			for _, x := range sh {
-				tarms = append(tarms, `SELECT * FROM (SELECT `+fmt.Sprintf(tenantCols, "?", "?")+`)`)
-				args = append(args, ty, x.tenant, now, x.limit)
+				tarms = append(tarms, `SELECT task_id, priority, run_at, id, ? + ? * ROW_NUMBER() OVER (ORDER BY priority, run_at, id) AS vt FROM (SELECT `+fmt.Sprintf(tenantCols, "?", "?")+`)`)
+				args = append(args, x.start, x.stride, ty, x.tenant, now, x.limit)
 			}
-			arms = append(arms, `SELECT * FROM (SELECT * FROM (`+strings.Join(tarms, " UNION ALL ")+`) ORDER BY priority, run_at, id LIMIT ?)`)
+			arms = append(arms, `SELECT * FROM (SELECT task_id, priority, run_at, id FROM (`+strings.Join(tarms, " UNION ALL ")+`) ORDER BY vt, priority, run_at, id LIMIT ?)`)
 			args = append(args, limits[i])
 			continue
 		}
@@ -644,7 +691,13 @@ func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]
 	for i := range limits {
 		limits[i] = limit
 	}
-	pick, pickArgs := s.d.claimQuery(types, limits, nil, now, nil, limit)
+	// The types several tenants wait for are read tenant by tenant, as
+	// the claim reads them.
+	shares, err := s.split(ctx, txQuerierOf{tx: tx, d: s.d}, types, limits, Admission{Now: now}, nil)
+	if err != nil {
+		return nil, err
+	}
+	pick, pickArgs := s.d.claimQuery(types, limits, shares, now, nil, limit)
 	first, firstArgs := s.d.rebind(claimTasks(pick)), append([]any{now}, pickArgs...)
 	prefix := "EXPLAIN QUERY PLAN "
 	if s.d.postgres() {
@@ -723,3 +776,23 @@ func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]
 	}
 	return append(plans, p), nil
 }
+
+// txQuerierOf is a Querier of an ent transaction (ExplainClaim's).
+type txQuerierOf struct {
+	tx *ent.Tx
+	d  sqlDialect
+}
+
+func (q txQuerierOf) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.tx.ExecContext(ctx, q.d.rebind(query), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q txQuerierOf) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.tx.QueryContext(ctx, q.d.rebind(query), args...)
+}
+
+func (q txQuerierOf) Postgres() bool { return q.d.postgres() }

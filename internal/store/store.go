@@ -114,6 +114,8 @@ type Store struct {
 	// hist is the task history counted by committed transactions and not
 	// yet written (historyrec.go).
 	hist historyAcc
+	// fair is the node's passes of the claim's fair share (fair.go).
+	fair fairness
 }
 
 // Open connects, checks the connection and the schema's version (see

@@ -1,0 +1,2 @@
+-- 0015 fair share, down: the weights go.
+ALTER TABLE tenant_quotas DROP COLUMN weight;
