@@ -31426,6 +31426,8 @@ type TenantQuotaMutation struct {
 	addmax_schedules                 *int
 	min_schedule_interval_seconds    *int
 	addmin_schedule_interval_seconds *int
+	max_running                      *int
+	addmax_running                   *int
 	weight                           *int
 	addweight                        *int
 	updated_by                       *string
@@ -31780,6 +31782,76 @@ func (m *TenantQuotaMutation) ResetMinScheduleIntervalSeconds() {
 	delete(m.clearedFields, tenantquota.FieldMinScheduleIntervalSeconds)
 }
 
+// SetMaxRunning sets the "max_running" field.
+func (m *TenantQuotaMutation) SetMaxRunning(i int) {
+	m.max_running = &i
+	m.addmax_running = nil
+}
+
+// MaxRunning returns the value of the "max_running" field in the mutation.
+func (m *TenantQuotaMutation) MaxRunning() (r int, exists bool) {
+	v := m.max_running
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaxRunning returns the old "max_running" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldMaxRunning(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaxRunning is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaxRunning requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaxRunning: %w", err)
+	}
+	return oldValue.MaxRunning, nil
+}
+
+// AddMaxRunning adds i to the "max_running" field.
+func (m *TenantQuotaMutation) AddMaxRunning(i int) {
+	if m.addmax_running != nil {
+		*m.addmax_running += i
+	} else {
+		m.addmax_running = &i
+	}
+}
+
+// AddedMaxRunning returns the value that was added to the "max_running" field in this mutation.
+func (m *TenantQuotaMutation) AddedMaxRunning() (r int, exists bool) {
+	v := m.addmax_running
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearMaxRunning clears the value of the "max_running" field.
+func (m *TenantQuotaMutation) ClearMaxRunning() {
+	m.max_running = nil
+	m.addmax_running = nil
+	m.clearedFields[tenantquota.FieldMaxRunning] = struct{}{}
+}
+
+// MaxRunningCleared returns if the "max_running" field was cleared in this mutation.
+func (m *TenantQuotaMutation) MaxRunningCleared() bool {
+	_, ok := m.clearedFields[tenantquota.FieldMaxRunning]
+	return ok
+}
+
+// ResetMaxRunning resets all changes to the "max_running" field.
+func (m *TenantQuotaMutation) ResetMaxRunning() {
+	m.max_running = nil
+	m.addmax_running = nil
+	delete(m.clearedFields, tenantquota.FieldMaxRunning)
+}
+
 // SetWeight sets the "weight" field.
 func (m *TenantQuotaMutation) SetWeight(i int) {
 	m.weight = &i
@@ -31942,7 +32014,7 @@ func (m *TenantQuotaMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TenantQuotaMutation) Fields() []string {
-	fields := make([]string, 0, 7)
+	fields := make([]string, 0, 8)
 	if m.tenant != nil {
 		fields = append(fields, tenantquota.FieldTenant)
 	}
@@ -31954,6 +32026,9 @@ func (m *TenantQuotaMutation) Fields() []string {
 	}
 	if m.min_schedule_interval_seconds != nil {
 		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
+	}
+	if m.max_running != nil {
+		fields = append(fields, tenantquota.FieldMaxRunning)
 	}
 	if m.weight != nil {
 		fields = append(fields, tenantquota.FieldWeight)
@@ -31980,6 +32055,8 @@ func (m *TenantQuotaMutation) Field(name string) (ent.Value, bool) {
 		return m.MaxSchedules()
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		return m.MinScheduleIntervalSeconds()
+	case tenantquota.FieldMaxRunning:
+		return m.MaxRunning()
 	case tenantquota.FieldWeight:
 		return m.Weight()
 	case tenantquota.FieldUpdatedBy:
@@ -32003,6 +32080,8 @@ func (m *TenantQuotaMutation) OldField(ctx context.Context, name string) (ent.Va
 		return m.OldMaxSchedules(ctx)
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		return m.OldMinScheduleIntervalSeconds(ctx)
+	case tenantquota.FieldMaxRunning:
+		return m.OldMaxRunning(ctx)
 	case tenantquota.FieldWeight:
 		return m.OldWeight(ctx)
 	case tenantquota.FieldUpdatedBy:
@@ -32046,6 +32125,13 @@ func (m *TenantQuotaMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetMinScheduleIntervalSeconds(v)
 		return nil
+	case tenantquota.FieldMaxRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaxRunning(v)
+		return nil
 	case tenantquota.FieldWeight:
 		v, ok := value.(int)
 		if !ok {
@@ -32084,6 +32170,9 @@ func (m *TenantQuotaMutation) AddedFields() []string {
 	if m.addmin_schedule_interval_seconds != nil {
 		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
 	}
+	if m.addmax_running != nil {
+		fields = append(fields, tenantquota.FieldMaxRunning)
+	}
 	if m.addweight != nil {
 		fields = append(fields, tenantquota.FieldWeight)
 	}
@@ -32101,6 +32190,8 @@ func (m *TenantQuotaMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedMaxSchedules()
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		return m.AddedMinScheduleIntervalSeconds()
+	case tenantquota.FieldMaxRunning:
+		return m.AddedMaxRunning()
 	case tenantquota.FieldWeight:
 		return m.AddedWeight()
 	}
@@ -32133,6 +32224,13 @@ func (m *TenantQuotaMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddMinScheduleIntervalSeconds(v)
 		return nil
+	case tenantquota.FieldMaxRunning:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddMaxRunning(v)
+		return nil
 	case tenantquota.FieldWeight:
 		v, ok := value.(int)
 		if !ok {
@@ -32157,6 +32255,9 @@ func (m *TenantQuotaMutation) ClearedFields() []string {
 	if m.FieldCleared(tenantquota.FieldMinScheduleIntervalSeconds) {
 		fields = append(fields, tenantquota.FieldMinScheduleIntervalSeconds)
 	}
+	if m.FieldCleared(tenantquota.FieldMaxRunning) {
+		fields = append(fields, tenantquota.FieldMaxRunning)
+	}
 	return fields
 }
 
@@ -32180,6 +32281,9 @@ func (m *TenantQuotaMutation) ClearField(name string) error {
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		m.ClearMinScheduleIntervalSeconds()
 		return nil
+	case tenantquota.FieldMaxRunning:
+		m.ClearMaxRunning()
+		return nil
 	}
 	return fmt.Errorf("unknown TenantQuota nullable field %s", name)
 }
@@ -32199,6 +32303,9 @@ func (m *TenantQuotaMutation) ResetField(name string) error {
 		return nil
 	case tenantquota.FieldMinScheduleIntervalSeconds:
 		m.ResetMinScheduleIntervalSeconds()
+		return nil
+	case tenantquota.FieldMaxRunning:
+		m.ResetMaxRunning()
 		return nil
 	case tenantquota.FieldWeight:
 		m.ResetWeight()

@@ -25,6 +25,8 @@ type TenantQuota struct {
 	MaxSchedules *int `json:"max_schedules,omitempty"`
 	// A schedule of the tenant fires at most this often (its interval, or its cron's shortest gap); replaces the deployment's floor.
 	MinScheduleIntervalSeconds *int `json:"min_schedule_interval_seconds,omitempty"`
+	// At most this many of the tenant's instances running (EXECUTING), of every type: the claim takes no more of the tenant's tasks until some end.
+	MaxRunning *int `json:"max_running,omitempty"`
 	// The tenant's weight in the claim's fair share (1..1000): of a task type that several tenants wait for, each claim takes their tasks in proportion to their weights (store/fair.go).
 	Weight int `json:"weight,omitempty"`
 	// UpdatedBy holds the value of the "updated_by" field.
@@ -39,7 +41,7 @@ func (*TenantQuota) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case tenantquota.FieldID, tenantquota.FieldMaxWaiting, tenantquota.FieldMaxSchedules, tenantquota.FieldMinScheduleIntervalSeconds, tenantquota.FieldWeight:
+		case tenantquota.FieldID, tenantquota.FieldMaxWaiting, tenantquota.FieldMaxSchedules, tenantquota.FieldMinScheduleIntervalSeconds, tenantquota.FieldMaxRunning, tenantquota.FieldWeight:
 			values[i] = new(sql.NullInt64)
 		case tenantquota.FieldTenant, tenantquota.FieldUpdatedBy:
 			values[i] = new(sql.NullString)
@@ -92,6 +94,13 @@ func (_m *TenantQuota) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.MinScheduleIntervalSeconds = new(int)
 				*_m.MinScheduleIntervalSeconds = int(value.Int64)
+			}
+		case tenantquota.FieldMaxRunning:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field max_running", values[i])
+			} else if value.Valid {
+				_m.MaxRunning = new(int)
+				*_m.MaxRunning = int(value.Int64)
 			}
 		case tenantquota.FieldWeight:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
@@ -162,6 +171,11 @@ func (_m *TenantQuota) String() string {
 	builder.WriteString(", ")
 	if v := _m.MinScheduleIntervalSeconds; v != nil {
 		builder.WriteString("min_schedule_interval_seconds=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.MaxRunning; v != nil {
+		builder.WriteString("max_running=")
 		builder.WriteString(fmt.Sprintf("%v", *v))
 	}
 	builder.WriteString(", ")

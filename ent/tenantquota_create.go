@@ -68,6 +68,20 @@ func (_c *TenantQuotaCreate) SetNillableMinScheduleIntervalSeconds(v *int) *Tena
 	return _c
 }
 
+// SetMaxRunning sets the "max_running" field.
+func (_c *TenantQuotaCreate) SetMaxRunning(v int) *TenantQuotaCreate {
+	_c.mutation.SetMaxRunning(v)
+	return _c
+}
+
+// SetNillableMaxRunning sets the "max_running" field if the given value is not nil.
+func (_c *TenantQuotaCreate) SetNillableMaxRunning(v *int) *TenantQuotaCreate {
+	if v != nil {
+		_c.SetMaxRunning(*v)
+	}
+	return _c
+}
+
 // SetWeight sets the "weight" field.
 func (_c *TenantQuotaCreate) SetWeight(v int) *TenantQuotaCreate {
 	_c.mutation.SetWeight(v)
@@ -214,6 +228,10 @@ func (_c *TenantQuotaCreate) createSpec() (*TenantQuota, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.MinScheduleIntervalSeconds(); ok {
 		_spec.SetField(tenantquota.FieldMinScheduleIntervalSeconds, field.TypeInt, value)
 		_node.MinScheduleIntervalSeconds = &value
+	}
+	if value, ok := _c.mutation.MaxRunning(); ok {
+		_spec.SetField(tenantquota.FieldMaxRunning, field.TypeInt, value)
+		_node.MaxRunning = &value
 	}
 	if value, ok := _c.mutation.Weight(); ok {
 		_spec.SetField(tenantquota.FieldWeight, field.TypeInt, value)

@@ -110,6 +110,33 @@ func (_u *TenantQuotaUpdate) ClearMinScheduleIntervalSeconds() *TenantQuotaUpdat
 	return _u
 }
 
+// SetMaxRunning sets the "max_running" field.
+func (_u *TenantQuotaUpdate) SetMaxRunning(v int) *TenantQuotaUpdate {
+	_u.mutation.ResetMaxRunning()
+	_u.mutation.SetMaxRunning(v)
+	return _u
+}
+
+// SetNillableMaxRunning sets the "max_running" field if the given value is not nil.
+func (_u *TenantQuotaUpdate) SetNillableMaxRunning(v *int) *TenantQuotaUpdate {
+	if v != nil {
+		_u.SetMaxRunning(*v)
+	}
+	return _u
+}
+
+// AddMaxRunning adds value to the "max_running" field.
+func (_u *TenantQuotaUpdate) AddMaxRunning(v int) *TenantQuotaUpdate {
+	_u.mutation.AddMaxRunning(v)
+	return _u
+}
+
+// ClearMaxRunning clears the value of the "max_running" field.
+func (_u *TenantQuotaUpdate) ClearMaxRunning() *TenantQuotaUpdate {
+	_u.mutation.ClearMaxRunning()
+	return _u
+}
+
 // SetWeight sets the "weight" field.
 func (_u *TenantQuotaUpdate) SetWeight(v int) *TenantQuotaUpdate {
 	_u.mutation.ResetWeight()
@@ -233,6 +260,15 @@ func (_u *TenantQuotaUpdate) sqlSave(ctx context.Context) (_node int, err error)
 	if _u.mutation.MinScheduleIntervalSecondsCleared() {
 		_spec.ClearField(tenantquota.FieldMinScheduleIntervalSeconds, field.TypeInt)
 	}
+	if value, ok := _u.mutation.MaxRunning(); ok {
+		_spec.SetField(tenantquota.FieldMaxRunning, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedMaxRunning(); ok {
+		_spec.AddField(tenantquota.FieldMaxRunning, field.TypeInt, value)
+	}
+	if _u.mutation.MaxRunningCleared() {
+		_spec.ClearField(tenantquota.FieldMaxRunning, field.TypeInt)
+	}
 	if value, ok := _u.mutation.Weight(); ok {
 		_spec.SetField(tenantquota.FieldWeight, field.TypeInt, value)
 	}
@@ -345,6 +381,33 @@ func (_u *TenantQuotaUpdateOne) AddMinScheduleIntervalSeconds(v int) *TenantQuot
 // ClearMinScheduleIntervalSeconds clears the value of the "min_schedule_interval_seconds" field.
 func (_u *TenantQuotaUpdateOne) ClearMinScheduleIntervalSeconds() *TenantQuotaUpdateOne {
 	_u.mutation.ClearMinScheduleIntervalSeconds()
+	return _u
+}
+
+// SetMaxRunning sets the "max_running" field.
+func (_u *TenantQuotaUpdateOne) SetMaxRunning(v int) *TenantQuotaUpdateOne {
+	_u.mutation.ResetMaxRunning()
+	_u.mutation.SetMaxRunning(v)
+	return _u
+}
+
+// SetNillableMaxRunning sets the "max_running" field if the given value is not nil.
+func (_u *TenantQuotaUpdateOne) SetNillableMaxRunning(v *int) *TenantQuotaUpdateOne {
+	if v != nil {
+		_u.SetMaxRunning(*v)
+	}
+	return _u
+}
+
+// AddMaxRunning adds value to the "max_running" field.
+func (_u *TenantQuotaUpdateOne) AddMaxRunning(v int) *TenantQuotaUpdateOne {
+	_u.mutation.AddMaxRunning(v)
+	return _u
+}
+
+// ClearMaxRunning clears the value of the "max_running" field.
+func (_u *TenantQuotaUpdateOne) ClearMaxRunning() *TenantQuotaUpdateOne {
+	_u.mutation.ClearMaxRunning()
 	return _u
 }
 
@@ -500,6 +563,15 @@ func (_u *TenantQuotaUpdateOne) sqlSave(ctx context.Context) (_node *TenantQuota
 	}
 	if _u.mutation.MinScheduleIntervalSecondsCleared() {
 		_spec.ClearField(tenantquota.FieldMinScheduleIntervalSeconds, field.TypeInt)
+	}
+	if value, ok := _u.mutation.MaxRunning(); ok {
+		_spec.SetField(tenantquota.FieldMaxRunning, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedMaxRunning(); ok {
+		_spec.AddField(tenantquota.FieldMaxRunning, field.TypeInt, value)
+	}
+	if _u.mutation.MaxRunningCleared() {
+		_spec.ClearField(tenantquota.FieldMaxRunning, field.TypeInt)
 	}
 	if value, ok := _u.mutation.Weight(); ok {
 		_spec.SetField(tenantquota.FieldWeight, field.TypeInt, value)

@@ -662,9 +662,11 @@ type ComplexityRoot struct {
 	}
 
 	TenantQuota struct {
+		MaxRunning                 func(childComplexity int) int
 		MaxSchedules               func(childComplexity int) int
 		MaxWaiting                 func(childComplexity int) int
 		MinScheduleIntervalSeconds func(childComplexity int) int
+		Running                    func(childComplexity int) int
 		Schedules                  func(childComplexity int) int
 		Tenant                     func(childComplexity int) int
 		UpdatedAt                  func(childComplexity int) int
@@ -4079,6 +4081,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TaskType.StallAfterSeconds(childComplexity), true
 
+	case "TenantQuota.maxRunning":
+		if e.ComplexityRoot.TenantQuota.MaxRunning == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.MaxRunning(childComplexity), true
 	case "TenantQuota.maxSchedules":
 		if e.ComplexityRoot.TenantQuota.MaxSchedules == nil {
 			break
@@ -4097,6 +4105,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TenantQuota.MinScheduleIntervalSeconds(childComplexity), true
+	case "TenantQuota.running":
+		if e.ComplexityRoot.TenantQuota.Running == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.Running(childComplexity), true
 	case "TenantQuota.schedules":
 		if e.ComplexityRoot.TenantQuota.Schedules == nil {
 			break
@@ -8092,6 +8106,8 @@ func (ec *executionContext) childFields_TenantQuota(ctx context.Context, field g
 	switch field.Name {
 	case "tenant":
 		return ec.fieldContext_TenantQuota_tenant(ctx, field)
+	case "maxRunning":
+		return ec.fieldContext_TenantQuota_maxRunning(ctx, field)
 	case "maxWaiting":
 		return ec.fieldContext_TenantQuota_maxWaiting(ctx, field)
 	case "maxSchedules":
@@ -8100,6 +8116,8 @@ func (ec *executionContext) childFields_TenantQuota(ctx context.Context, field g
 		return ec.fieldContext_TenantQuota_minScheduleIntervalSeconds(ctx, field)
 	case "weight":
 		return ec.fieldContext_TenantQuota_weight(ctx, field)
+	case "running":
+		return ec.fieldContext_TenantQuota_running(ctx, field)
 	case "waiting":
 		return ec.fieldContext_TenantQuota_waiting(ctx, field)
 	case "schedules":
@@ -22913,6 +22931,29 @@ func (ec *executionContext) fieldContext_TenantQuota_tenant(_ context.Context, f
 	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "String")
 }
 
+func (ec *executionContext) _TenantQuota_maxRunning(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_maxRunning(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxRunning, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_maxRunning(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
 func (ec *executionContext) _TenantQuota_maxWaiting(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -23002,6 +23043,29 @@ func (ec *executionContext) _TenantQuota_weight(ctx context.Context, field graph
 	)
 }
 func (ec *executionContext) fieldContext_TenantQuota_weight(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_running(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_running(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Running, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_running(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
 }
 
@@ -32077,13 +32141,20 @@ func (ec *executionContext) unmarshalInputTenantQuotaInput(ctx context.Context, 
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"maxWaiting", "maxSchedules", "minScheduleIntervalSeconds", "weight"}
+	fieldsInOrder := [...]string{"maxRunning", "maxWaiting", "maxSchedules", "minScheduleIntervalSeconds", "weight"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
 			continue
 		}
 		switch k {
+		case "maxRunning":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxRunning"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxRunning = data
 		case "maxWaiting":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxWaiting"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -37327,6 +37398,11 @@ func (ec *executionContext) _TenantQuota(ctx context.Context, sel ast.SelectionS
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "maxRunning":
+			out.Values[i] = ec._TenantQuota_maxRunning(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		case "maxWaiting":
 			out.Values[i] = ec._TenantQuota_maxWaiting(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
@@ -37344,6 +37420,11 @@ func (ec *executionContext) _TenantQuota(ctx context.Context, sel ast.SelectionS
 			}
 		case "weight":
 			out.Values[i] = ec._TenantQuota_weight(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "running":
+			out.Values[i] = ec._TenantQuota_running(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

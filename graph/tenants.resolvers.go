@@ -45,7 +45,7 @@ func (r *mutationResolver) SetTenantQuota(ctx context.Context, tenant string, in
 	if r.Flow == nil {
 		return nil, errNoFlow
 	}
-	return r.Flow.SetTenantQuota(ctx, tenant, flow.QuotaLimits{MaxWaiting: input.MaxWaiting, MaxSchedules: input.MaxSchedules, MinScheduleIntervalSeconds: input.MinScheduleIntervalSeconds, Weight: input.Weight})
+	return r.Flow.SetTenantQuota(ctx, tenant, flow.QuotaLimits{MaxRunning: input.MaxRunning, MaxWaiting: input.MaxWaiting, MaxSchedules: input.MaxSchedules, MinScheduleIntervalSeconds: input.MinScheduleIntervalSeconds, Weight: input.Weight})
 }
 
 // TenantQuota is the resolver for the tenantQuota field.

@@ -769,6 +769,14 @@ var (
 				},
 			},
 			{
+				Name:    "taskinstance_tenant_running",
+				Unique:  false,
+				Columns: []*schema.Column{TaskInstancesColumns[7]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "status = 'EXECUTING'",
+				},
+			},
+			{
 				Name:    "taskinstance_tenant_waiting",
 				Unique:  false,
 				Columns: []*schema.Column{TaskInstancesColumns[7]},
@@ -922,6 +930,7 @@ var (
 		{Name: "max_waiting", Type: field.TypeInt, Nullable: true},
 		{Name: "max_schedules", Type: field.TypeInt, Nullable: true},
 		{Name: "min_schedule_interval_seconds", Type: field.TypeInt, Nullable: true},
+		{Name: "max_running", Type: field.TypeInt, Nullable: true},
 		{Name: "weight", Type: field.TypeInt, Default: 1},
 		{Name: "updated_by", Type: field.TypeString, Default: ""},
 		{Name: "updated_at", Type: field.TypeTime},

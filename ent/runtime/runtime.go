@@ -764,15 +764,15 @@ func init() {
 	tenantquotaFields := schema.TenantQuota{}.Fields()
 	_ = tenantquotaFields
 	// tenantquotaDescWeight is the schema descriptor for weight field.
-	tenantquotaDescWeight := tenantquotaFields[4].Descriptor()
+	tenantquotaDescWeight := tenantquotaFields[5].Descriptor()
 	// tenantquota.DefaultWeight holds the default value on creation for the weight field.
 	tenantquota.DefaultWeight = tenantquotaDescWeight.Default.(int)
 	// tenantquotaDescUpdatedBy is the schema descriptor for updated_by field.
-	tenantquotaDescUpdatedBy := tenantquotaFields[5].Descriptor()
+	tenantquotaDescUpdatedBy := tenantquotaFields[6].Descriptor()
 	// tenantquota.DefaultUpdatedBy holds the default value on creation for the updated_by field.
 	tenantquota.DefaultUpdatedBy = tenantquotaDescUpdatedBy.Default.(string)
 	// tenantquotaDescUpdatedAt is the schema descriptor for updated_at field.
-	tenantquotaDescUpdatedAt := tenantquotaFields[6].Descriptor()
+	tenantquotaDescUpdatedAt := tenantquotaFields[7].Descriptor()
 	// tenantquota.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	tenantquota.DefaultUpdatedAt = tenantquotaDescUpdatedAt.Default.(func() time.Time)
 	workflowMixin := schema.Workflow{}.Mixin()

@@ -117,11 +117,18 @@ func (TaskInstance) Indexes() []ent.Index {
 			StorageKey("taskinstance_claimable").
 			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")")),
 		// What the claim reads of a type whose tenants' shares are held
-		// back (a tenant's pause, cap or rate): per type and tenant, in
+		// back (a tenant's pause, cap or rate), or that several tenants
+		// wait for (the fair share): per type and tenant, in
 		// claim order, only the waiting instances (store/claim.go).
 		index.Fields("task_type", "tenant", "priority", "run_at", "id").
 			StorageKey("taskinstance_tenant_claimable").
 			Annotations(entsql.IndexWhere("status IN (" + lifecycle.QuotedList(lifecycle.WaitingStatuses...) + ")")),
+		// What a claim counts against its tenant's quota (tenant_quotas.
+		// max_running): a tenant's running instances of every type, up to
+		// the cap (store/fair.go).
+		index.Fields("tenant").
+			StorageKey("taskinstance_tenant_running").
+			Annotations(entsql.IndexWhere("status = " + lifecycle.QuotedList(lifecycle.Executing))),
 		// What a create counts against its tenant's quota (tenant_quotas.
 		// max_waiting): a tenant's waiting instances of every type, up to
 		// the cap (store/quota.go).

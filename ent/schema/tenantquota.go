@@ -9,7 +9,7 @@ import (
 )
 
 // TenantQuota is what one tenant may hold at once, across all its task
-// types: its waiting instances, its enabled schedules, and how often a
+// types: its running and its waiting instances, its enabled schedules, and how often a
 // schedule of its may fire; and its weight in the claim's fair share. Platform administrators set it (package flow);
 // a create beyond it (store/quota.go) and a schedule beyond it (package
 // schedule) are refused with QUOTA_EXCEEDED, the row locked on PostgreSQL
@@ -36,6 +36,10 @@ func (TenantQuota) Fields() []ent.Field {
 			Optional().
 			Nillable().
 			Comment("A schedule of the tenant fires at most this often (its interval, or its cron's shortest gap); replaces the deployment's floor."),
+		field.Int("max_running").
+			Optional().
+			Nillable().
+			Comment("At most this many of the tenant's instances running (EXECUTING), of every type: the claim takes no more of the tenant's tasks until some end."),
 		field.Int("weight").
 			Default(1).
 			Comment("The tenant's weight in the claim's fair share (1..1000): of a task type that several tenants wait for, each claim takes their tasks in proportion to their weights (store/fair.go)."),

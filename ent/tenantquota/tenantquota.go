@@ -21,6 +21,8 @@ const (
 	FieldMaxSchedules = "max_schedules"
 	// FieldMinScheduleIntervalSeconds holds the string denoting the min_schedule_interval_seconds field in the database.
 	FieldMinScheduleIntervalSeconds = "min_schedule_interval_seconds"
+	// FieldMaxRunning holds the string denoting the max_running field in the database.
+	FieldMaxRunning = "max_running"
 	// FieldWeight holds the string denoting the weight field in the database.
 	FieldWeight = "weight"
 	// FieldUpdatedBy holds the string denoting the updated_by field in the database.
@@ -38,6 +40,7 @@ var Columns = []string{
 	FieldMaxWaiting,
 	FieldMaxSchedules,
 	FieldMinScheduleIntervalSeconds,
+	FieldMaxRunning,
 	FieldWeight,
 	FieldUpdatedBy,
 	FieldUpdatedAt,
@@ -88,6 +91,11 @@ func ByMaxSchedules(opts ...sql.OrderTermOption) OrderOption {
 // ByMinScheduleIntervalSeconds orders the results by the min_schedule_interval_seconds field.
 func ByMinScheduleIntervalSeconds(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldMinScheduleIntervalSeconds, opts...).ToFunc()
+}
+
+// ByMaxRunning orders the results by the max_running field.
+func ByMaxRunning(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldMaxRunning, opts...).ToFunc()
 }
 
 // ByWeight orders the results by the weight field.

@@ -74,6 +74,11 @@ func MinScheduleIntervalSeconds(v int) predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldEQ(FieldMinScheduleIntervalSeconds, v))
 }
 
+// MaxRunning applies equality check predicate on the "max_running" field. It's identical to MaxRunningEQ.
+func MaxRunning(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldMaxRunning, v))
+}
+
 // Weight applies equality check predicate on the "weight" field. It's identical to WeightEQ.
 func Weight(v int) predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldEQ(FieldWeight, v))
@@ -302,6 +307,56 @@ func MinScheduleIntervalSecondsIsNil() predicate.TenantQuota {
 // MinScheduleIntervalSecondsNotNil applies the NotNil predicate on the "min_schedule_interval_seconds" field.
 func MinScheduleIntervalSecondsNotNil() predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldNotNull(FieldMinScheduleIntervalSeconds))
+}
+
+// MaxRunningEQ applies the EQ predicate on the "max_running" field.
+func MaxRunningEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldMaxRunning, v))
+}
+
+// MaxRunningNEQ applies the NEQ predicate on the "max_running" field.
+func MaxRunningNEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNEQ(FieldMaxRunning, v))
+}
+
+// MaxRunningIn applies the In predicate on the "max_running" field.
+func MaxRunningIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldIn(FieldMaxRunning, vs...))
+}
+
+// MaxRunningNotIn applies the NotIn predicate on the "max_running" field.
+func MaxRunningNotIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNotIn(FieldMaxRunning, vs...))
+}
+
+// MaxRunningGT applies the GT predicate on the "max_running" field.
+func MaxRunningGT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGT(FieldMaxRunning, v))
+}
+
+// MaxRunningGTE applies the GTE predicate on the "max_running" field.
+func MaxRunningGTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGTE(FieldMaxRunning, v))
+}
+
+// MaxRunningLT applies the LT predicate on the "max_running" field.
+func MaxRunningLT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLT(FieldMaxRunning, v))
+}
+
+// MaxRunningLTE applies the LTE predicate on the "max_running" field.
+func MaxRunningLTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLTE(FieldMaxRunning, v))
+}
+
+// MaxRunningIsNil applies the IsNil predicate on the "max_running" field.
+func MaxRunningIsNil() predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldIsNull(FieldMaxRunning))
+}
+
+// MaxRunningNotNil applies the NotNil predicate on the "max_running" field.
+func MaxRunningNotNil() predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNotNull(FieldMaxRunning))
 }
 
 // WeightEQ applies the EQ predicate on the "weight" field.

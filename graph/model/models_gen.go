@@ -405,6 +405,7 @@ type TaskTypeDeclaration struct {
 
 // A tenant's quota; each limit left out (or null) is removed.
 type TenantQuotaInput struct {
+	MaxRunning   *int `json:"maxRunning,omitempty"`
 	MaxWaiting   *int `json:"maxWaiting,omitempty"`
 	MaxSchedules *int `json:"maxSchedules,omitempty"`
 	// 1..31622400 (366 days).

@@ -41,6 +41,9 @@ func TestTenantQuotaAPI(t *testing.T) {
 		}
 		r := s.DoAs(t, tokens["root"], set, map[string]any{"t": "acme", "in": map[string]any{"minScheduleIntervalSeconds": 0}})
 		require.Equal(t, "VALIDATION", r.Errors[0].Code())
+		r = s.DoAs(t, tokens["root"], set, map[string]any{"t": "acme", "in": map[string]any{"maxRunning": -1}})
+		require.Equal(t, "VALIDATION", r.Errors[0].Code())
+		require.Contains(t, r.Errors[0].Message, "maxRunning")
 		for _, w := range []int{0, 1001} {
 			r = s.DoAs(t, tokens["root"], set, map[string]any{"t": "acme", "in": map[string]any{"weight": w}})
 			require.Equal(t, "VALIDATION", r.Errors[0].Code(), "weight %d", w)
@@ -160,6 +163,15 @@ func TestTenantQuotaAPI(t *testing.T) {
 		require.Equal(t, 3, weighted.SetTenantQuota.Weight)
 		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {maxWaiting: 5}) { weight } }`, nil, &weighted)
 		require.Equal(t, 1, weighted.SetTenantQuota.Weight, "replaced: the weight left out is 1")
+		var capped struct {
+			SetTenantQuota struct {
+				MaxRunning *int
+				Running    int
+			}
+		}
+		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {maxRunning: 2}) { maxRunning running } }`, nil, &capped)
+		require.Equal(t, 2, *capped.SetTenantQuota.MaxRunning)
+		require.Zero(t, capped.SetTenantQuota.Running)
 		var unset struct{ TenantQuota struct{ Weight int } }
 		s.QueryAs(t, tokens["root"], `{ tenantQuota(tenant: "nobody") { weight } }`, nil, &unset)
 		require.Equal(t, 1, unset.TenantQuota.Weight, "a tenant without a quota weighs 1")

@@ -163,6 +163,7 @@ func Run(args []string) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the burn-down to this file")
 	memProfile := fs.String("memprofile", "", "write a profile of the burn-down's allocations to this file")
 	workflows := fs.Int("workflows", 0, "instead of the burn-down, alternate this many rounds of workflows (1,000 chains of 10 steps, one 10,000-wide fan-out and fan-in) with plain burn-downs of as many tasks, and compare their rates")
+	tenants := fs.Int("tenants", 1, "spread the tasks over this many tenants, in turn, so that the claim shares each type among them (the fair share)")
 	nodes := fs.Int("nodes", 1, "nodes in this process, each with its own connection pool, broker, relay and workers (more than one needs PostgreSQL)")
 	ext := fs.Bool("external", false, "the external-worker mode: alternated rounds of the in-process burn-down of -n noop tasks and of -n tasks of an external type by Go clients of the worker protocol (over loopback HTTP); prints each one's tasks/s, their ratio and the requests per task")
 	rounds := fs.Int("rounds", 2, "with -external: rounds of the two burn-downs")
@@ -235,8 +236,8 @@ func Run(args []string) int {
 	if *workflows > 0 {
 		return runWorkflowBench(ctx, apps, *workflows)
 	}
-	fmt.Printf("bench: %s, %d noop tasks (+%d waiting behind), %d node(s) x %d workers, GOMAXPROCS=%d\n",
-		a.Store.Dialect(), *n, *backlog, *nodes, a.Config.Workers, runtime.GOMAXPROCS(0))
+	fmt.Printf("bench: %s, %d noop tasks (+%d waiting behind) of %d tenant(s), %d node(s) x %d workers, GOMAXPROCS=%d\n",
+		a.Store.Dialect(), *n, *backlog, max(*tenants, 1), *nodes, a.Config.Workers, runtime.GOMAXPROCS(0))
 
 	// The backlog first, so that the measured tasks sit behind it in the
 	// tables (their ids are larger), then the measured ones.
@@ -244,9 +245,13 @@ func Run(args []string) int {
 		tasks := make([]store.NewTask, 0, 5000)
 		for left := count; left > 0; {
 			tasks = tasks[:0]
-			for range min(left, cap(tasks)) {
-				tasks = append(tasks, store.NewTask{Type: "noop", Owner: "bench", Input: json.RawMessage(`{}`), InputHash: "-",
-					TimeoutSeconds: 60, RetryPolicy: "none", MaxAttempts: 1, RunAt: runAt})
+			for i := range min(left, cap(tasks)) {
+				nt := store.NewTask{Type: "noop", Owner: "bench", Input: json.RawMessage(`{}`), InputHash: "-",
+					TimeoutSeconds: 60, RetryPolicy: "none", MaxAttempts: 1, RunAt: runAt}
+				if *tenants > 1 {
+					nt.Tenant = fmt.Sprintf("tenant-%d", (left-i)%*tenants)
+				}
+				tasks = append(tasks, nt)
 			}
 			if _, err := a.Store.CreateTasks(ctx, tasks); err != nil {
 				return err

@@ -39,20 +39,24 @@ type TenantQuota struct {
 	// fires. Nil: no such limit of the tenant's (the interval floor then
 	// is the deployment's).
 	MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
+	// MaxRunning caps the tenant's running instances (EXECUTING) of every
+	// type: the claim takes no more of its tasks until some end. Nil: no
+	// such limit.
+	MaxRunning *int
 	// Weight is the tenant's weight in the claim's fair share of a task
 	// type several tenants wait for (1..store.MaxWeight; 1 by default).
 	Weight int
-	// Waiting and Schedules count what the tenant holds now.
-	Waiting, Schedules int
-	UpdatedBy          *string
-	UpdatedAt          *time.Time
+	// Running, Waiting and Schedules count what the tenant holds now.
+	Running, Waiting, Schedules int
+	UpdatedBy                   *string
+	UpdatedAt                   *time.Time
 }
 
 // QuotaLimits are the limits SetTenantQuota writes; nil removes one (a
 // nil Weight is the default weight, 1).
 type QuotaLimits struct {
-	MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
-	Weight                                               *int
+	MaxRunning, MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
+	Weight                                                           *int
 }
 
 // TenantQuota returns a tenant's quota (the viewer's own tenant's when
@@ -119,7 +123,7 @@ func (s *Service) quota(ctx context.Context, tenant string, r *ent.TenantQuota) 
 	q := &TenantQuota{Tenant: tenant, Weight: 1}
 	if r != nil {
 		q.MaxWaiting, q.MaxSchedules, q.MinScheduleIntervalSeconds = r.MaxWaiting, r.MaxSchedules, r.MinScheduleIntervalSeconds
-		q.Weight = r.Weight
+		q.Weight, q.MaxRunning = r.Weight, r.MaxRunning
 		q.UpdatedBy, q.UpdatedAt = &r.UpdatedBy, &r.UpdatedAt
 	}
 	var err error
@@ -128,6 +132,12 @@ func (s *Service) quota(ctx context.Context, tenant string, r *ent.TenantQuota) 
 		Where(taskinstance.Tenant(tenant), taskinstance.StatusIn(lifecycle.WaitingStatuses...)).Count(sys)
 	if err != nil {
 		return nil, fmt.Errorf("count waiting tasks of tenant %q: %w", tenant, err)
+	}
+	// Through the taskinstance_tenant_running index.
+	q.Running, err = s.store.Client().TaskInstance.Query().
+		Where(taskinstance.Tenant(tenant), taskinstance.StatusEQ(lifecycle.Executing)).Count(sys)
+	if err != nil {
+		return nil, fmt.Errorf("count running tasks of tenant %q: %w", tenant, err)
 	}
 	q.Schedules, err = s.store.Client().Schedule.Query().Where(entschedule.Tenant(tenant), entschedule.Paused(false)).Count(sys)
 	if err != nil {
@@ -159,7 +169,7 @@ func (s *Service) SetTenantQuota(ctx context.Context, tenant string, l QuotaLimi
 		return nil, err
 	}
 	details := map[string]any{"tenant": tenant}
-	for k, p := range map[string]*int{"maxWaiting": l.MaxWaiting, "maxSchedules": l.MaxSchedules, "minScheduleIntervalSeconds": l.MinScheduleIntervalSeconds, "weight": l.Weight} {
+	for k, p := range map[string]*int{"maxWaiting": l.MaxWaiting, "maxSchedules": l.MaxSchedules, "minScheduleIntervalSeconds": l.MinScheduleIntervalSeconds, "weight": l.Weight, "maxRunning": l.MaxRunning} {
 		if p != nil {
 			details[k] = *p
 		}
@@ -174,6 +184,9 @@ func (s *Service) SetTenantQuota(ctx context.Context, tenant string, l QuotaLimi
 		ve := &engine.ValidationError{}
 		if l.MaxWaiting != nil && *l.MaxWaiting < 0 {
 			ve.Problems = append(ve.Problems, engine.Problem{Field: "maxWaiting", Message: "must be at least 0"})
+		}
+		if l.MaxRunning != nil && *l.MaxRunning < 0 {
+			ve.Problems = append(ve.Problems, engine.Problem{Field: "maxRunning", Message: "must be at least 0"})
 		}
 		if l.MaxSchedules != nil && *l.MaxSchedules < 0 {
 			ve.Problems = append(ve.Problems, engine.Problem{Field: "maxSchedules", Message: "must be at least 0"})
@@ -217,6 +230,7 @@ func (s *Service) upsertQuota(ctx context.Context, v auth.Viewer, tenant string,
 			}
 			m.SetUpdatedBy(v.User)
 			m.SetUpdatedAt(now)
+			setOrClear(m.SetMaxRunning, m.ClearMaxRunning, l.MaxRunning)
 			setOrClear(m.SetMaxWaiting, m.ClearMaxWaiting, l.MaxWaiting)
 			setOrClear(m.SetMaxSchedules, m.ClearMaxSchedules, l.MaxSchedules)
 			setOrClear(m.SetMinScheduleIntervalSeconds, m.ClearMinScheduleIntervalSeconds, l.MinScheduleIntervalSeconds)

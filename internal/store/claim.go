@@ -300,60 +300,81 @@ const maxShareTenants = 1000
 
 // split returns the types of the claim read tenant by tenant, with each
 // waiting tenant's share: those whose tenants' shares the admission holds
-// back, and (when the claim is not of one tenant) those that more than one
-// tenant waits for, to share them fairly (fair.go). A tenant's room is its
-// own (a held share's), never more than the type's, and, for fairness,
-// what fairReads says.
+// back; (when the claim is not of one tenant) those that more than one
+// tenant waits for, to share them fairly (fair.go); and those that a
+// tenant whose quota caps its running instances waits for. A tenant's room
+// is its own (a held share's; its part of its room under its running cap,
+// divided among the claim's types it waits for), never more than the
+// type's, and, for fairness, what fairReads says.
 func (s *Store) split(ctx context.Context, q Querier, types []string, limits []int, adm Admission, tenant *string) (map[string][]share, error) {
-	read := map[string]bool{}
 	var open []string
+	lim := map[string]int{}
 	for i, ty := range types {
-		if limits[i] <= 0 {
-			continue
-		}
-		if _, held := adm.Shares[ty]; held {
-			read[ty] = true
-		} else if tenant == nil {
+		if limits[i] > 0 {
 			open = append(open, ty)
+			lim[ty] = limits[i]
 		}
 	}
-	if len(open) > 0 {
-		multi, err := multiTenant(ctx, q, open)
-		if err != nil {
-			return nil, err
-		}
-		for ty := range multi {
-			read[ty] = true
+	if len(open) == 0 {
+		return nil, nil
+	}
+	w, err := readWaiters(ctx, q, open)
+	if err != nil {
+		return nil, err
+	}
+	isCapped := func(tn string) bool { _, ok := w.capped[tn]; return ok }
+	var read []string
+	for _, ty := range open {
+		_, held := adm.Shares[ty]
+		_, waits := w.first[ty]
+		switch {
+		case held:
+			// Read tenant by tenant even when nobody seemed to wait: a
+			// held tenant's task created since must not be read plainly.
+			read = append(read, ty)
+		case len(w.capped) > 0 && (tenant == nil || isCapped(*tenant)):
+			// Likewise while a tenant's running instances are capped:
+			// only the tenants listed are read, each up to its room.
+			read = append(read, ty)
+		case !waits:
+			// Nobody waits: nothing to share.
+		case tenant == nil && w.multi[ty]:
+			read = append(read, ty)
 		}
 	}
+	s.fair.held.Store(false)
 	if len(read) == 0 {
 		return nil, nil
 	}
-	out := make(map[string][]share, len(read))
-	for i, ty := range types {
-		if !read[ty] {
-			continue
-		}
+	type waiting struct {
+		tenant       string
+		weight, room int
+	}
+	lists := make(map[string][]waiting, len(read))
+	typesOf := map[string][]string{} // a capped tenant's types, in the claim's order
+	for _, ty := range read {
 		rooms := adm.Shares[ty]
 		rows, err := q.Query(ctx, waitingTenantsSQL, ty, ty, maxShareTenants)
 		if err != nil {
 			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 		}
-		var tenants []string
-		var weights, lims []int
+		var list []waiting
 		for rows.Next() {
 			var tn string
-			var w int
-			if err := rows.Scan(&tn, &w); err != nil {
+			var wt int
+			if err := rows.Scan(&tn, &wt); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 			}
-			l := limits[i]
+			l := lim[ty]
 			if room, held := rooms[tn]; held && room != Unlimited {
 				l = min(max(room, 0), l)
 			}
-			if l > 0 {
-				tenants, weights, lims = append(tenants, tn), append(weights, min(max(w, 1), MaxWeight)), append(lims, l)
+			if l > 0 && (tenant == nil || tn == *tenant) {
+				list = append(list, waiting{tenant: tn, weight: min(max(wt, 1), MaxWeight), room: l})
+				if isCapped(tn) {
+					typesOf[tn] = append(typesOf[tn], ty)
+				}
 			}
 		}
 		err = rows.Err()
@@ -361,11 +382,53 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 		if err != nil {
 			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 		}
-		reads := fairReads(limits[i], weights)
+		lists[ty] = list
+	}
+	var parts map[string]map[string]int // capped tenant → type → its part of the room
+	if len(typesOf) > 0 {
+		tenants := make([]string, 0, len(typesOf))
+		for tn := range typesOf {
+			tenants = append(tenants, tn)
+		}
+		room, err := runningRoom(ctx, q, tenants)
+		if err != nil {
+			return nil, err
+		}
+		turn := int(s.fair.turn.Add(1) % 1024)
+		parts = make(map[string]map[string]int, len(room))
+		for tn, r := range room {
+			parts[tn] = allot(r, typesOf[tn], turn)
+			want := 0
+			for _, ty := range typesOf[tn] {
+				want += lim[ty]
+			}
+			if r < want {
+				s.fair.held.Store(true)
+			}
+		}
+	}
+	out := make(map[string][]share, len(read))
+	for _, ty := range read {
+		list := lists[ty]
+		var kept []waiting
+		for _, x := range list {
+			if part, capped := parts[x.tenant]; capped {
+				x.room = min(x.room, part[ty])
+			}
+			if x.room > 0 {
+				kept = append(kept, x)
+			}
+		}
+		weights := make([]int, len(kept))
+		tenants := make([]string, len(kept))
+		for j, x := range kept {
+			weights[j], tenants[j] = x.weight, x.tenant
+		}
+		reads := fairReads(lim[ty], weights)
 		starts := s.fair.starts(ty, tenants)
-		shares := make([]share, len(tenants))
-		for j, tn := range tenants {
-			shares[j] = share{tenant: tn, limit: min(lims[j], reads[j]), start: starts[j], stride: 1 / float64(weights[j])}
+		shares := make([]share, len(kept))
+		for j, x := range kept {
+			shares[j] = share{tenant: x.tenant, limit: min(x.room, reads[j]), start: starts[j], stride: 1 / float64(x.weight)}
 		}
 		out[ty] = shares
 	}
@@ -448,10 +511,14 @@ func (s *Store) NextAdmission() time.Time {
 	return time.Time{}
 }
 
-// HeldAtCap reports whether the gate (if it says) found a type at its
-// cap in a recent claim: the end of an execution may then free a slot that
+// HeldAtCap reports whether the last claim found a tenant at its cap on
+// running instances (tenant_quotas.max_running), or the gate (if it says)
+// a type at its cap in a recent claim: the end of an execution may then free a slot that
 // a waiting task of that type can take at once.
 func (s *Store) HeldAtCap() bool {
+	if s.fair.held.Load() {
+		return true // a tenant at its cap on running instances
+	}
 	if g, ok := s.gate.(interface{ HeldAtCap() bool }); ok {
 		return g.HeldAtCap()
 	}

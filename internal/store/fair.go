@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Fair share: of a task type that several tenants wait for, a claim takes
@@ -44,6 +46,11 @@ const fairReadBudget = 4096
 type fairness struct {
 	mu   sync.Mutex
 	pass map[string]map[string]float64
+	// turn rotates the order in which a capped tenant's room is divided
+	// among types; held says a recent claim found a tenant at its cap
+	// on running instances (Store.HeldAtCap).
+	turn atomic.Uint64
+	held atomic.Bool
 }
 
 // starts returns the passes of tenants of type ty, for a claim.
@@ -94,49 +101,139 @@ func (f *fairness) took(ty string, listed []share, given map[string]int) {
 	f.pass[ty] = next
 }
 
-// multiTenantSQL returns a statement listing which of n types have
-// instances of more than one tenant waiting: per type, the smallest tenant
-// waiting and whether any other waits, each a probe of the claimable
-// index by (task_type, tenant).
-func multiTenantSQL(n int) string {
-	arm := `SELECT CAST(? AS TEXT) AS name WHERE EXISTS (SELECT 1 FROM task_instances i WHERE i.status IN (` + sqlWaiting + `) AND i.task_type = ? AND i.tenant > (SELECT MIN(m.tenant) FROM task_instances m WHERE m.status IN (` + sqlWaiting + `) AND m.task_type = ?))`
-	arms := make([]string, n)
+// waitersSQL returns a statement telling, for n types, the smallest
+// tenant waiting and whether any other waits (kind 't': name, tenant,
+// 1 or 0), each a probe of the claimable index by (task_type, tenant); and
+// the tenants whose quota caps their running instances (kind 'q': tenant,
+// cap).
+func waitersSQL(n int) string {
+	arm := `SELECT 't', CAST(? AS TEXT), m.t1, CASE WHEN EXISTS (SELECT 1 FROM task_instances i WHERE i.status IN (` + sqlWaiting + `) AND i.task_type = ? AND i.tenant > m.t1) THEN 1 ELSE 0 END
+FROM (SELECT MIN(tenant) AS t1 FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = ?) m WHERE m.t1 IS NOT NULL`
+	arms := make([]string, n, n+1)
 	for i := range arms {
 		arms[i] = arm
 	}
+	arms = append(arms, `SELECT 'q', '', tenant, max_running FROM tenant_quotas WHERE max_running IS NOT NULL`)
 	return strings.Join(arms, " UNION ALL ")
 }
 
-// multiTenant returns which of types (those with room) have more than one
-// tenant waiting.
-func multiTenant(ctx context.Context, q Querier, types []string) (map[string]bool, error) {
-	if len(types) == 0 {
-		return nil, nil
-	}
+// waiters is who waits for the types of a claim: per type, the smallest
+// tenant waiting and whether others wait too; and the tenants whose quota
+// caps their running instances, with the cap.
+type waiters struct {
+	first  map[string]string
+	multi  map[string]bool
+	capped map[string]int
+}
+
+// readWaiters reads the waiters of types (those with room).
+func readWaiters(ctx context.Context, q Querier, types []string) (waiters, error) {
+	w := waiters{first: map[string]string{}, multi: map[string]bool{}}
 	args := make([]any, 0, 3*len(types))
 	for _, ty := range types {
 		args = append(args, ty, ty, ty)
 	}
-	rows, err := q.Query(ctx, multiTenantSQL(len(types)), args...)
+	rows, err := q.Query(ctx, waitersSQL(len(types)), args...)
 	if err != nil {
-		return nil, fmt.Errorf("claim: tenants waiting: %w", err)
+		return w, fmt.Errorf("claim: tenants waiting: %w", err)
 	}
 	defer rows.Close()
-	var out map[string]bool
 	for rows.Next() {
-		var ty string
-		if err := rows.Scan(&ty); err != nil {
-			return nil, fmt.Errorf("claim: tenants waiting: %w", err)
+		var kind, ty, tenant string
+		var n int
+		if err := rows.Scan(&kind, &ty, &tenant, &n); err != nil {
+			return w, fmt.Errorf("claim: tenants waiting: %w", err)
 		}
-		if out == nil {
-			out = map[string]bool{}
+		if kind == "q" {
+			if w.capped == nil {
+				w.capped = map[string]int{}
+			}
+			w.capped[tenant] = n
+			continue
 		}
-		out[ty] = true
+		w.first[ty] = tenant
+		if n == 1 {
+			w.multi[ty] = true
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim: tenants waiting: %w", err)
+		return w, fmt.Errorf("claim: tenants waiting: %w", err)
 	}
-	return out, nil
+	return w, nil
+}
+
+// runningRoom locks the quotas of tenants (on PostgreSQL, so that
+// concurrent claims of a capped tenant count one after the other) and
+// returns each one's room under its cap on running instances: its cap less
+// what runs, counted up to the cap through taskinstance_tenant_running.
+func runningRoom(ctx context.Context, q Querier, tenants []string) (map[string]int, error) {
+	slices.Sort(tenants)
+	args := make([]any, len(tenants))
+	for i, tn := range tenants {
+		args[i] = tn
+	}
+	stmt := `SELECT tenant, max_running FROM tenant_quotas WHERE max_running IS NOT NULL AND tenant IN (` +
+		strings.TrimSuffix(strings.Repeat("?, ", len(tenants)), ", ") + `) ORDER BY tenant`
+	if q.Postgres() {
+		stmt += ` FOR UPDATE`
+	}
+	rows, err := q.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: tenants' running caps: %w", err)
+	}
+	caps := map[string]int{}
+	for rows.Next() {
+		var tn string
+		var c int
+		if err := rows.Scan(&tn, &c); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim: tenants' running caps: %w", err)
+		}
+		caps[tn] = c
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("claim: tenants' running caps: %w", err)
+	}
+	room := make(map[string]int, len(caps))
+	for tn, c := range caps {
+		rows, err := q.Query(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM task_instances WHERE status = `+sqlExecuting+` AND tenant = ? LIMIT ?) r`, tn, c)
+		if err != nil {
+			return nil, fmt.Errorf("claim: count running tasks of tenant %q: %w", tn, err)
+		}
+		n := 0
+		if rows.Next() {
+			err = rows.Scan(&n)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("claim: count running tasks of tenant %q: %w", tn, err)
+		}
+		room[tn] = max(c-n, 0)
+	}
+	return room, nil
+}
+
+// allot divides a capped tenant's room among the types of a claim it waits
+// for (in types' order, starting at the offset turn so that no type is
+// always served first): each gets an equal part, the rest one each.
+func allot(room int, types []string, turn int) map[string]int {
+	out := make(map[string]int, len(types))
+	if len(types) == 0 {
+		return out
+	}
+	for i := range types {
+		ty := types[(i+turn)%len(types)]
+		out[ty] = room / len(types)
+		if i < room%len(types) {
+			out[ty]++
+		}
+	}
+	return out
 }
 
 // waitingTenantsSQL lists the tenants with waiting instances of a type, in

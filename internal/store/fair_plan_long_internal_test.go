@@ -90,11 +90,12 @@ func TestFairClaimPlanDoesNotDependOnTheBacklog(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return b.String()
 	}
-	check("which types several tenants wait for", explain(multiTenantSQL(3), "noop", "noop", "noop", "webhook", "webhook", "webhook", "import", "import", "import"), 4)
+	check("who waits for which type", explain(waitersSQL(3), "noop", "noop", "noop", "webhook", "webhook", "webhook", "import", "import", "import"), 4)
 	check("the tenants waiting", explain(waitingTenantsSQL, "noop", "noop", maxShareTenants), 4)
-	multi, err := multiTenant(ctx, dbQuerier{s}, []string{"noop", "webhook"})
+	w, err := readWaiters(ctx, dbQuerier{s}, []string{"noop", "webhook"})
 	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"noop": true}, multi)
+	require.Equal(t, map[string]bool{"noop": true}, w.multi)
+	require.Equal(t, map[string]string{"noop": "big"}, w.first)
 
 	for _, limit := range []int{1, 256, 1000} {
 		t.Run(fmt.Sprintf("Limit%d", limit), func(t *testing.T) {
