@@ -136,6 +136,26 @@ export function register(env) {
     assert.ok(Number(await page.getByTestId('hist-throughput').getAttribute('data-total')) >= 2);
     await env.shot(page, 'dashboard-history-type');
 
+    // The deadlines report of the same range: a task due before its end,
+    // met at once, is counted for its type, and downloaded as CSV.
+    const due = new Date(Math.min(Date.parse(to) - 1000, Date.now() + 600_000)).toISOString();
+    const dueTask = await env.server.createTask({ type: 'noop', title: 'e2e history deadline', deadline: due });
+    await until('the task with a deadline', async () => (await env.server.gql('query($id: ID!) { task(id: $id) { deadlineState } }', { id: dueTask.id })).data?.task?.deadlineState, (s) => s === 'MET');
+    const row = page.locator('[data-testid="deadlines"] [data-testid="deadline-row"][data-key="noop"]');
+    await row.waitFor();
+    const api = await env.server.gql('query($from: Time!, $to: Time!) { deadlineReport(from: $from, to: $to) { key total met missed open } }', { from, to });
+    const want = api.data.deadlineReport.find((r) => r.key === 'noop');
+    assert.ok(want && want.met >= 1, `the API's report: ${JSON.stringify(api)}`);
+    await page.waitForFunction((w) => {
+      const cells = [...document.querySelectorAll('[data-testid="deadline-row"][data-key="noop"] td')].map((td) => td.textContent);
+      return cells[1] === String(w.total) && cells[2] === String(w.met);
+    }, want);
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('deadlines-csv').click()]);
+    const csv = (await (await import('node:fs/promises')).readFile(await download.path(), 'utf8')).replace(/^\uFEFF/, '');
+    const lines = csv.trim().split('\r\n');
+    assert.equal(lines[0], 'Type,Total,Met,Missed,Open,On time');
+    assert.ok(lines.some((l) => l.startsWith(`noop,${want.total},${want.met},${want.missed},${want.open},`)), csv);
+
     // The types page draws a trend line per type.
     await page.goto(env.url('types'));
     await page.locator('[data-testid="type-noop"] [data-testid="type-trend"]').waitFor();
