@@ -5,6 +5,7 @@
 import { useEffect, useMemo, useRef } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
+import { useI18n } from '../i18n';
 
 /** One line (or set of bars) of a chart. */
 export interface ChartSeries {
@@ -58,7 +59,7 @@ export function seriesTotal(series: ChartSeries[]): number {
   return series.reduce((n, s) => n + s.values.reduce<number>((m, v) => m + (v ?? 0), 0), 0);
 }
 
-function options(p: TimeChartProps, width: number): uPlot.Options {
+function options(p: TimeChartProps, width: number, timeLabel: string): uPlot.Options {
   const height = p.height ?? (p.sparkline ? 36 : 200);
   const zone = new Intl.DateTimeFormat(p.locale, { timeZoneName: 'short' }).formatToParts(new Date()).find((x) => x.type === 'timeZoneName')?.value ?? '';
   const axisStroke = resolveColor('--muted');
@@ -88,7 +89,7 @@ function options(p: TimeChartProps, width: number): uPlot.Options {
           { stroke: axisStroke, grid, ticks: grid, font: '11px system-ui', size: 48, values: (_u, splits) => splits.map((v) => (p.yFormat ? p.yFormat(v) : String(v))) },
         ],
     series: [
-      { value: (_u, v) => (v == null ? '—' : new Intl.DateTimeFormat(p.locale, { dateStyle: 'short', timeStyle: 'short' }).format(new Date(v * 1000))) },
+      { label: timeLabel, value: (_u, v) => (v == null ? '—' : new Intl.DateTimeFormat(p.locale, { dateStyle: 'short', timeStyle: 'short' }).format(new Date(v * 1000))) },
       ...p.series.map((s) => {
         const color = resolveColor(s.color);
         return {
@@ -108,6 +109,8 @@ function options(p: TimeChartProps, width: number): uPlot.Options {
 
 /** A time series chart (uPlot), sized to its container's width. */
 export function TimeChart(p: TimeChartProps) {
+  const { t } = useI18n();
+  const timeLabel = t('chart.time');
   const el = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const latest = useRef(p);
@@ -121,7 +124,7 @@ export function TimeChart(p: TimeChartProps) {
     const node = el.current;
     if (!node) return;
     const width = () => Math.max(120, node.clientWidth || 600);
-    const u = new uPlot(options(latest.current, width()), dataRef.current, node);
+    const u = new uPlot(options(latest.current, width(), timeLabel), dataRef.current, node);
     plot.current = u;
     let ro: ResizeObserver | undefined;
     if (typeof ResizeObserver !== 'undefined') {
@@ -133,7 +136,7 @@ export function TimeChart(p: TimeChartProps) {
       u.destroy();
       plot.current = null;
     };
-  }, [shape]);
+  }, [shape, timeLabel]);
   useEffect(() => {
     plot.current?.setData(data);
   }, [data]);

@@ -5,6 +5,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { fromValue, never } from 'wonka';
 import { I18nProvider } from '../i18n';
 import { rangeWindow, resolutionFor, type HistoryPoint } from '../lib/history';
+import { TimeChart, type ChartSeries } from './Chart';
 import { HistoryPanel, RangePicker, type RangeChoice } from './History';
 
 // uPlot draws on a canvas, which jsdom has not: the charts are checked by
@@ -158,5 +159,31 @@ describe('HistoryPanel', () => {
     });
     expect(screen.getByTestId('range-problem').textContent).toBe('The end must come after the start.');
     expect(asked.length).toBe(n);
+  });
+});
+
+describe('TimeChart', () => {
+  const xs = [0, 60_000, 120_000];
+  const draw = (series: ChartSeries[], lang: 'en' | 'zh' = 'en') => (
+    <I18nProvider lang={lang}>
+      <TimeChart xs={xs} series={series} title="t" testId="tc" locale="en" />
+    </I18nProvider>
+  );
+  it('hands uPlot its series, sets new values on the same chart, and makes a new one for new series', () => {
+    const { rerender } = render(draw([{ label: 'a', color: '#112233', values: [1, null, 3] }]));
+    const first = plotOf('tc');
+    expect(first.data).toEqual([[0, 60, 120], [1, null, 3]]);
+    expect(first.opts.series.map((s) => s.label)).toEqual(['Time', 'a']);
+    expect(screen.getByTestId('tc').dataset).toMatchObject({ points: '3', total: '4', colors: '#112233' });
+    rerender(draw([{ label: 'a', color: '#112233', values: [2, 2, 2] }]));
+    expect(plotOf('tc')).toBe(first);
+    expect(first.data).toEqual([[0, 60, 120], [2, 2, 2]]);
+    rerender(draw([{ label: 'a', color: '#112233', values: [2, 2, 2] }, { label: 'b', color: '#445566', values: [0, 0, 1] }]));
+    expect(first.destroyed).toBe(true);
+    expect(plotOf('tc').opts.series.map((s) => s.label)).toEqual(['Time', 'a', 'b']);
+  });
+  it("labels the time in the viewer's language", () => {
+    render(draw([{ label: 'a', color: '#112233', values: [1, 2, 3] }], 'zh'));
+    expect(plotOf('tc').opts.series[0].label).toBe('时间');
   });
 });

@@ -582,6 +582,7 @@ export const en = {
   'alerts.skewSeconds': "Max skew (s; 0: the node's own threshold)",
   'alerts.taskCount': 'Tasks (at least)',
   'alerts.missedWindow': 'Window (s; 0: one hour)',
+  'chart.time': 'Time',
   'hist.title': 'History',
   'hist.range': 'Range',
   'hist.range.1h': '1 h',

@@ -583,6 +583,7 @@ export const zh: Record<MessageKey, string> = {
   'alerts.skewSeconds': '最大偏差（秒；0：使用节点自身的阈值）',
   'alerts.taskCount': '任务数（至少）',
   'alerts.missedWindow': '时间窗口（秒；0：一小时）',
+  'chart.time': '时间',
   'hist.title': '历史',
   'hist.range': '时间范围',
   'hist.range.1h': '1 小时',
