@@ -31,7 +31,11 @@ export function RangePicker({ value, onChange }: { value: RangeChoice; onChange:
           type="button"
           aria-pressed={value.id === id}
           className={`chip-toggle ${value.id === id ? 'on chip-executing' : ''}`}
-          onClick={() => onChange(id === 'custom' ? { id, from: value.from ?? new Date(Date.now() - 86_400_000).toISOString(), to: value.to ?? new Date().toISOString() } : { ...value, id })}
+          onClick={() => {
+            // A custom range starts as the last 24 hours.
+            const now = Date.now();
+            onChange(id === 'custom' ? { id, from: value.from ?? new Date(now - 86_400_000).toISOString(), to: value.to ?? new Date(now).toISOString() } : { ...value, id });
+          }}
           data-testid={`range-${id}`}
         >
           {t(`hist.range.${id}` as MessageKey)}

@@ -630,6 +630,7 @@ export const en = {
   'tenants.none': 'No tenant has a quota.',
   'tenants.updated': 'Changed by {who} at {at}',
   'tenants.notInteger': 'A whole number, or empty for no limit.',
+  'tenants.notNumber': 'A number, or empty for no limit.',
   'tenants.emptyHint': 'Empty: no limit.',
   'dl.title': 'Deadlines',
   'dl.intro': 'Tasks whose deadline falls in the range above.',

@@ -631,6 +631,7 @@ export const zh: Record<MessageKey, string> = {
   'tenants.none': '还没有租户设置配额。',
   'tenants.updated': '由 {who} 于 {at} 修改',
   'tenants.notInteger': '请输入整数，留空表示不限。',
+  'tenants.notNumber': '请输入数字，留空表示不限。',
   'tenants.emptyHint': '留空：不限。',
   'dl.title': '截止时间',
   'dl.intro': '截止时间落在上方时间范围内的任务。',

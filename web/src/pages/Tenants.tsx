@@ -10,16 +10,17 @@ import { formatDateTime } from '../lib/time';
 
 /**
  * The limits of TenantQuotaInput, in the form's order. A new numeric limit
- * of the API is one entry here (and its label, tenants.field.<key>, in
- * i18n): the query, the table and the form follow from this list.
+ * of the API is one entry here (integer: an Int; false: a Float), its name
+ * in the key type, and its label (tenants.field.<key>) in i18n: the query,
+ * the cards and the form follow from this list.
  */
-export const QUOTA_FIELDS = [
-  { key: 'maxWaiting', min: 0 },
-  { key: 'maxSchedules', min: 0 },
-  { key: 'minScheduleIntervalSeconds', min: 1 },
-] as const;
+export const QUOTA_FIELDS: readonly { key: 'maxWaiting' | 'maxSchedules' | 'minScheduleIntervalSeconds'; integer: boolean }[] = [
+  { key: 'maxWaiting', integer: true },
+  { key: 'maxSchedules', integer: true },
+  { key: 'minScheduleIntervalSeconds', integer: true },
+];
 
-/** A limit of a tenant's quota. */
+/** A limit of a tenant's quota (a new one is added to QUOTA_FIELDS' key type too). */
 export type QuotaKey = (typeof QUOTA_FIELDS)[number]['key'];
 
 /** A tenant's quota and usage, as tenantQuotas answers. */
@@ -46,8 +47,9 @@ export function draftOf(q: Partial<Record<QuotaKey, number | null>> | null): Quo
 
 /**
  * quotaInput is setTenantQuota's input of a draft: an empty field is null
- * (no limit), a whole number is itself; others are listed in bad (the API
- * checks the ranges and says so in its VALIDATION problems).
+ * (no limit), a whole number (or, for a field that is not integer, any
+ * number) is itself; others are listed in bad (the API checks the ranges
+ * and says so in its VALIDATION problems).
  */
 export function quotaInput(d: QuotaDraft): { input: Record<QuotaKey, number | null>; bad: QuotaKey[] } {
   const input = {} as Record<QuotaKey, number | null>;
@@ -55,7 +57,7 @@ export function quotaInput(d: QuotaDraft): { input: Record<QuotaKey, number | nu
   for (const f of QUOTA_FIELDS) {
     const s = d[f.key].trim();
     if (s === '') input[f.key] = null;
-    else if (/^-?\d+$/.test(s) && Number.isSafeInteger(Number(s))) input[f.key] = Number(s);
+    else if (f.integer ? /^-?\d+$/.test(s) && Number.isSafeInteger(Number(s)) : s !== '' && Number.isFinite(Number(s))) input[f.key] = Number(s);
     else bad.push(f.key);
   }
   return { input, bad };
@@ -184,7 +186,7 @@ function QuotaForm({ tenant, initial, onDone, onCancel }: { tenant: string | nul
           />
           {bad.includes(f.key) && (
             <span className="field-error" data-testid={`quota-error-${f.key}`}>
-              {t('tenants.notInteger')}
+              {t(f.integer ? 'tenants.notInteger' : 'tenants.notNumber')}
             </span>
           )}
           {problems[f.key] && (
