@@ -14,8 +14,12 @@ after(async () => {
   await env.close();
 });
 
-const specs = ['./specs/launch.spec.mjs', './specs/actions.spec.mjs', './specs/list.spec.mjs', './specs/dashboard.spec.mjs', './specs/login.spec.mjs', './specs/responsive.spec.mjs', './specs/connection.spec.mjs', './specs/schedules.spec.mjs', './specs/alerts.spec.mjs', './specs/bulkfilter.spec.mjs', './specs/nodes.spec.mjs', './specs/workers.spec.mjs', './specs/payload.spec.mjs', './specs/audit.spec.mjs', './specs/import.spec.mjs', './specs/times.spec.mjs', './specs/pageloads.spec.mjs', './specs/workflow.spec.mjs', './specs/review.spec.mjs'];
-for (const spec of specs) {
+const specs = ['./specs/launch.spec.mjs', './specs/actions.spec.mjs', './specs/list.spec.mjs', './specs/dashboard.spec.mjs', './specs/login.spec.mjs', './specs/responsive.spec.mjs', './specs/connection.spec.mjs', './specs/schedules.spec.mjs', './specs/alerts.spec.mjs', './specs/bulkfilter.spec.mjs', './specs/nodes.spec.mjs', './specs/workers.spec.mjs', './specs/payload.spec.mjs', './specs/audit.spec.mjs', './specs/import.spec.mjs', './specs/times.spec.mjs', './specs/pageloads.spec.mjs', './specs/workflow.spec.mjs', './specs/review.spec.mjs', './specs/history.spec.mjs', './specs/tenants.spec.mjs'];
+// E2E_SPECS=history,tenants runs only those specs (by name), in this order.
+const only = (process.env.E2E_SPECS || '').split(',').map((s) => s.trim()).filter(Boolean);
+const unknown = only.filter((o) => !specs.includes(`./specs/${o}.spec.mjs`));
+if (unknown.length) throw new Error(`E2E_SPECS names no spec: ${unknown.join(', ')}`);
+for (const spec of only.length ? specs.filter((s) => only.some((o) => s === `./specs/${o}.spec.mjs`)) : specs) {
   const mod = await import(spec);
   mod.register(env);
 }

@@ -1,5 +1,6 @@
 import { lazy, Suspense, useEffect, useState } from 'react';
 import { Provider } from 'urql';
+import { useAccess } from './api/access';
 import { createApi, Uncached, type Api } from './api/client';
 import { connection, signOut, useAuth, useConnection } from './api/session';
 import { ConnectionBanner } from './components/ConnectionBanner';
@@ -17,6 +18,7 @@ import { ScheduleDetail } from './pages/ScheduleDetail';
 import { Schedules } from './pages/Schedules';
 import { TaskDetail } from './pages/TaskDetail';
 import { TaskList } from './pages/TaskList';
+import { Tenants } from './pages/Tenants';
 import { Types } from './pages/Types';
 import { Workflows } from './pages/Workflows';
 import { Link, useLocation } from './router';
@@ -50,6 +52,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
   const { t, lang, setLang } = useI18n();
   const { path } = useLocation();
   const conn = useConnection();
+  const access = useAccess(signedIn);
   const nav: { to: string; label: string; id: string; show: boolean }[] = [
     { to: '/', label: t('nav.dashboard'), id: 'dashboard', show: true },
     { to: '/tasks', label: t('nav.tasks'), id: 'tasks', show: true },
@@ -60,6 +63,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
     { to: '/alerts', label: t('nav.alerts'), id: 'alerts', show: true },
     { to: '/schedules', label: t('nav.schedules'), id: 'schedules', show: true },
     { to: '/types', label: t('nav.types'), id: 'types', show: true },
+    { to: '/tenants', label: t('nav.tenants'), id: 'tenants', show: access.admin },
     { to: '/nodes', label: t('nav.nodes'), id: 'nodes', show: true },
     { to: '/audit', label: t('nav.audit'), id: 'audit', show: true },
   ];
@@ -71,7 +75,7 @@ function Shell({ signedIn }: { signedIn: boolean }) {
         <Link to="/" className="brand">
           taskgraph
         </Link>
-        <nav aria-label={t('nav.menu')} className="nav">
+        <nav aria-label={t('nav.menu')} className="nav" data-access={access.known ? (access.platform ? 'platform' : access.admin ? 'admin' : 'none') : ''}>
           {nav
             .filter((n) => n.show)
             .map((n) => (
@@ -104,13 +108,13 @@ function Shell({ signedIn }: { signedIn: boolean }) {
       <ConnectionBanner />
       <IncidentBanner />
       <main className="main">
-        <Routes path={path} />
+        <Routes path={path} platform={access.platform} />
       </main>
     </div>
   );
 }
 
-function Routes({ path }: { path: string }) {
+function Routes({ path, platform }: { path: string; platform: boolean }) {
   let m: RegExpExecArray | null;
   if (path === '/' || path === '') return <Dashboard />;
   if (path === '/tasks') return <TaskList />;
@@ -129,6 +133,7 @@ function Routes({ path }: { path: string }) {
   if (path === '/schedules') return <Schedules />;
   if ((m = /^\/schedules\/([^/]+)$/.exec(path))) return <ScheduleDetail key={m[1]} id={decodeURIComponent(m[1])} />;
   if (path === '/types') return <Types />;
+  if (path === '/tenants') return <Tenants platform={platform} />;
   if (path === '/nodes') return <Nodes />;
   if (path === '/audit') return <Audit />;
   return <NotFound />;

@@ -18,6 +18,7 @@ export function register(env) {
       ['alerts', 'page-alerts'],
       ['schedules', 'page-schedules'],
       ['types', 'page-types'],
+      ['tenants', 'page-tenants'],
       ['nodes', 'page-nodes'],
       ['audit', 'page-audit'],
     ];

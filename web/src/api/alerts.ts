@@ -1,8 +1,83 @@
 // The alert API (graph/schema/alerts.graphql): rules, channels, incidents.
 import { gql } from '@urql/core';
 
-export type RuleKind = 'TASK_FAILED' | 'TIMEOUT' | 'STALLED' | 'FAILURE_RATE' | 'BACKLOG' | 'NO_LEADER' | 'NODE_GONE';
-export const RULE_KINDS: RuleKind[] = ['TASK_FAILED', 'TIMEOUT', 'STALLED', 'FAILURE_RATE', 'BACKLOG', 'NO_LEADER', 'NODE_GONE'];
+export type RuleKind =
+  | 'TASK_FAILED'
+  | 'TIMEOUT'
+  | 'STALLED'
+  | 'FAILURE_RATE'
+  | 'BACKLOG'
+  | 'NO_LEADER'
+  | 'NODE_GONE'
+  | 'CLOCK_SKEW'
+  | 'REVIEW_OVERDUE'
+  | 'DEADLINE_AT_RISK'
+  | 'DEADLINE_MISSED';
+export const RULE_KINDS: RuleKind[] = [
+  'TASK_FAILED',
+  'TIMEOUT',
+  'STALLED',
+  'FAILURE_RATE',
+  'BACKLOG',
+  'NO_LEADER',
+  'NODE_GONE',
+  'CLOCK_SKEW',
+  'REVIEW_OVERDUE',
+  'DEADLINE_AT_RISK',
+  'DEADLINE_MISSED',
+];
+
+/** A number a rule of a kind takes: its label (an i18n key), its least value and its default. */
+export interface RuleNumber {
+  label: 'alerts.threshold' | 'alerts.window' | 'alerts.age' | 'alerts.skewSeconds' | 'alerts.taskCount' | 'alerts.missedWindow';
+  min: number;
+  initial: number;
+}
+
+/** What the form asks for a rule of a kind (docs/alerts.md): a task type, a threshold, a window. */
+export interface RuleFields {
+  /** The rule watches one type (or any): the cluster-wide kinds watch none. */
+  taskType: boolean;
+  threshold?: RuleNumber;
+  windowSeconds?: RuleNumber;
+}
+
+export const RULE_FIELDS: Record<RuleKind, RuleFields> = {
+  TASK_FAILED: { taskType: true },
+  TIMEOUT: { taskType: true },
+  STALLED: { taskType: true },
+  FAILURE_RATE: { taskType: true, threshold: { label: 'alerts.threshold', min: 1, initial: 5 }, windowSeconds: { label: 'alerts.window', min: 1, initial: 60 } },
+  BACKLOG: { taskType: true, windowSeconds: { label: 'alerts.age', min: 1, initial: 300 } },
+  NO_LEADER: { taskType: false, windowSeconds: { label: 'alerts.age', min: 1, initial: 30 } },
+  NODE_GONE: { taskType: false },
+  // 0: each node's own --clock-skew-threshold.
+  CLOCK_SKEW: { taskType: false, threshold: { label: 'alerts.skewSeconds', min: 0, initial: 0 } },
+  REVIEW_OVERDUE: { taskType: true, threshold: { label: 'alerts.taskCount', min: 1, initial: 1 } },
+  DEADLINE_AT_RISK: { taskType: true, threshold: { label: 'alerts.taskCount', min: 1, initial: 1 } },
+  // 0: the last hour.
+  DEADLINE_MISSED: { taskType: true, threshold: { label: 'alerts.taskCount', min: 1, initial: 1 }, windowSeconds: { label: 'alerts.missedWindow', min: 0, initial: 0 } },
+};
+
+/** The form's values of a new rule. */
+export interface RuleDraft {
+  name: string;
+  kind: RuleKind;
+  taskType: string;
+  threshold: string;
+  windowSeconds: string;
+  quietSeconds: string;
+  channelIds: string[];
+}
+
+/** ruleInput is createAlertRule's input: only the fields the kind takes. */
+export function ruleInput(d: RuleDraft): Record<string, unknown> {
+  const f = RULE_FIELDS[d.kind];
+  const input: Record<string, unknown> = { name: d.name, kind: d.kind, taskType: f.taskType ? d.taskType : '', quietSeconds: Number(d.quietSeconds) || 0, channelIds: d.channelIds };
+  if (f.threshold) input.threshold = d.threshold.trim() === '' ? f.threshold.initial : Number(d.threshold);
+  if (f.windowSeconds) input.windowSeconds = d.windowSeconds.trim() === '' ? f.windowSeconds.initial : Number(d.windowSeconds);
+  return input;
+}
+
 export type ChannelKind = 'WEBHOOK' | 'DINGTALK' | 'FEISHU' | 'WECOM' | 'SLACK';
 export const CHANNEL_KINDS: ChannelKind[] = ['WEBHOOK', 'DINGTALK', 'FEISHU', 'WECOM', 'SLACK'];
 

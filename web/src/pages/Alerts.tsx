@@ -9,8 +9,10 @@ import {
   INCIDENT_CHANGED,
   INCIDENTS,
   RESOLVE_INCIDENT,
+  RULE_FIELDS,
   RULE_KINDS,
   RULES,
+  ruleInput,
   SILENCE_INCIDENT,
   SILENCE_RULE,
   TEST_CHANNEL,
@@ -168,21 +170,24 @@ function Rules() {
   const [name, setName] = useState('');
   const [kind, setKind] = useState<RuleKind>('TASK_FAILED');
   const [taskType, setTaskType] = useState('');
-  const [threshold, setThreshold] = useState('5');
-  const [windowSeconds, setWindowSeconds] = useState('60');
+  const [threshold, setThreshold] = useState(String(RULE_FIELDS.TASK_FAILED.threshold?.initial ?? ''));
+  const [windowSeconds, setWindowSeconds] = useState(String(RULE_FIELDS.TASK_FAILED.windowSeconds?.initial ?? ''));
   const [quietSeconds, setQuietSeconds] = useState('0');
   const [channels, setChannels] = useState<string[]>([]);
   const rules = res.data?.alertRules ?? [];
   const allChannels = res.data?.alertChannels ?? [];
   const types = (res.data?.taskTypes ?? []).map((x) => x.name).filter((n) => !n.startsWith('alert.'));
-  const needsWindow = kind === 'FAILURE_RATE' || kind === 'BACKLOG' || kind === 'NO_LEADER';
+  const fields = RULE_FIELDS[kind];
+  // A kind's own defaults: a threshold of 5 failures is no clock skew.
+  const chooseKind = (k: RuleKind) => {
+    setKind(k);
+    setThreshold(String(RULE_FIELDS[k].threshold?.initial ?? ''));
+    setWindowSeconds(String(RULE_FIELDS[k].windowSeconds?.initial ?? ''));
+  };
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    const input: Record<string, unknown> = { name, kind, taskType, quietSeconds: Number(quietSeconds) || 0, channelIds: channels };
-    if (kind === 'FAILURE_RATE') input.threshold = Number(threshold) || 0;
-    if (needsWindow) input.windowSeconds = Number(windowSeconds) || 0;
-    const r = await create({ input });
+    const r = await create({ input: ruleInput({ name, kind, taskType, threshold, windowSeconds, quietSeconds, channelIds: channels }) });
     if (!r.error) {
       setName('');
       refresh();
@@ -236,7 +241,7 @@ function Rules() {
           </label>
           <label className="field">
             <span>{t('alerts.kind')}</span>
-            <select value={kind} onChange={(e) => setKind(e.target.value as RuleKind)} data-testid="rule-kind">
+            <select value={kind} onChange={(e) => chooseKind(e.target.value as RuleKind)} data-testid="rule-kind">
               {RULE_KINDS.map((k) => (
                 <option key={k} value={k}>
                   {t(`alerts.kind.${k}` as MessageKey)}
@@ -244,7 +249,7 @@ function Rules() {
               ))}
             </select>
           </label>
-          {kind !== 'NO_LEADER' && kind !== 'NODE_GONE' && (
+          {fields.taskType && (
             <label className="field">
               <span>{t('alerts.taskType')}</span>
               <select value={taskType} onChange={(e) => setTaskType(e.target.value)} data-testid="rule-type">
@@ -257,16 +262,16 @@ function Rules() {
               </select>
             </label>
           )}
-          {kind === 'FAILURE_RATE' && (
+          {fields.threshold && (
             <label className="field">
-              <span>{t('alerts.threshold')}</span>
-              <input type="number" min={1} value={threshold} onChange={(e) => setThreshold(e.target.value)} />
+              <span>{t(fields.threshold.label)}</span>
+              <input type="number" min={fields.threshold.min} value={threshold} onChange={(e) => setThreshold(e.target.value)} data-testid="rule-threshold" />
             </label>
           )}
-          {needsWindow && (
+          {fields.windowSeconds && (
             <label className="field">
-              <span>{t(kind === 'FAILURE_RATE' ? 'alerts.window' : 'alerts.age')}</span>
-              <input type="number" min={1} value={windowSeconds} onChange={(e) => setWindowSeconds(e.target.value)} />
+              <span>{t(fields.windowSeconds.label)}</span>
+              <input type="number" min={fields.windowSeconds.min} value={windowSeconds} onChange={(e) => setWindowSeconds(e.target.value)} data-testid="rule-window" />
             </label>
           )}
           <label className="field">

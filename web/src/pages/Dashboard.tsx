@@ -3,6 +3,7 @@ import { useQuery, useSubscription } from 'urql';
 import { ANY_TASK_UPDATED, dashboardQuery, STATUSES, type TaskRow, type TaskStats } from '../api/queries';
 import { ActionButtons } from '../components/ActionButtons';
 import { FailureRateChart, ThroughputChart } from '../components/Charts';
+import { HistoryPanel } from '../components/History';
 import { ErrorBox } from '../components/ErrorBox';
 import { REVIEW_QUEUE_STATS, type QueueStats } from '../api/review';
 import { hasCode } from '../api/errors';
@@ -39,8 +40,11 @@ export function Dashboard() {
     return () => clearTimeout(id);
   }, [edges]);
 
+  // Moves of tasks re-read the history too (HistoryPanel).
+  const [moved, setMoved] = useState(0);
   const refresh = useCallback(() => {
     setClock(Date.now());
+    setMoved((n) => n + 1);
     reexecute({ requestPolicy: 'network-only' });
     reexecuteReview({ requestPolicy: 'network-only' });
   }, [reexecute, reexecuteReview]);
@@ -59,6 +63,7 @@ export function Dashboard() {
   const oldest = data?.oldest.edges[0]?.node;
   const failures = data?.failures.edges.map((e) => e.node) ?? [];
   const anyFinished = buckets.some((b) => b.succeeded + b.failed > 0);
+  const types = useMemo(() => (stats?.byType ?? []).map((b) => b.type).sort(), [stats]);
 
   return (
     <div className="page" data-testid="page-dashboard">
@@ -97,6 +102,8 @@ export function Dashboard() {
           {!anyFinished && <p className="muted small">{t('dash.noData')}</p>}
         </section>
       </div>
+
+      <HistoryPanel types={types} refreshKey={moved} />
 
       <div className="grid-2">
         <section className="card" aria-labelledby="oldest" data-testid="oldest-pending">
