@@ -376,6 +376,7 @@ type ComplexityRoot struct {
 		RetryPolicies    func(childComplexity int) int
 		ReviewQueue      func(childComplexity int, where *model.ReviewQueueWhere, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) int
 		ReviewQueueStats func(childComplexity int, where *model.ReviewQueueWhere) int
+		RunningByTenant  func(childComplexity int) int
 		Schedule         func(childComplexity int, id int) int
 		SchedulePreview  func(childComplexity int, input model.SchedulePreviewInput, count *int) int
 		Schedules        func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) int
@@ -675,6 +676,11 @@ type ComplexityRoot struct {
 		Weight                     func(childComplexity int) int
 	}
 
+	TenantRunning struct {
+		Running func(childComplexity int) int
+		Tenant  func(childComplexity int) int
+	}
+
 	TenantTypeControl struct {
 		MaxRunning        func(childComplexity int) int
 		MaxWaiting        func(childComplexity int) int
@@ -852,6 +858,7 @@ type QueryResolver interface {
 	ReviewQueueStats(ctx context.Context, where *model.ReviewQueueWhere) (*model.ReviewQueueStats, error)
 	Schedule(ctx context.Context, id int) (*ent.Schedule, error)
 	SchedulePreview(ctx context.Context, input model.SchedulePreviewInput, count *int) ([]*time.Time, error)
+	RunningByTenant(ctx context.Context) ([]*flow.TenantRunning, error)
 	TenantQuota(ctx context.Context, tenant *string) (*flow.TenantQuota, error)
 	TenantQuotas(ctx context.Context) ([]*flow.TenantQuota, error)
 	ExternalWorkers(ctx context.Context) ([]*nodes.WorkerView, error)
@@ -2666,6 +2673,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.ReviewQueueStats(childComplexity, args["where"].(*model.ReviewQueueWhere)), true
+	case "Query.runningByTenant":
+		if e.ComplexityRoot.Query.RunningByTenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.RunningByTenant(childComplexity), true
 	case "Query.schedule":
 		if e.ComplexityRoot.Query.Schedule == nil {
 			break
@@ -4147,6 +4160,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TenantQuota.Weight(childComplexity), true
+
+	case "TenantRunning.running":
+		if e.ComplexityRoot.TenantRunning.Running == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantRunning.Running(childComplexity), true
+	case "TenantRunning.tenant":
+		if e.ComplexityRoot.TenantRunning.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantRunning.Tenant(childComplexity), true
 
 	case "TenantTypeControl.maxRunning":
 		if e.ComplexityRoot.TenantTypeControl.MaxRunning == nil {
@@ -8128,6 +8154,16 @@ func (ec *executionContext) childFields_TenantQuota(ctx context.Context, field g
 		return ec.fieldContext_TenantQuota_updatedAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TenantQuota", field.Name)
+}
+
+func (ec *executionContext) childFields_TenantRunning(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "tenant":
+		return ec.fieldContext_TenantRunning_tenant(ctx, field)
+	case "running":
+		return ec.fieldContext_TenantRunning_running(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TenantRunning", field.Name)
 }
 
 func (ec *executionContext) childFields_TenantTypeControl(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -17563,6 +17599,38 @@ func (ec *executionContext) fieldContext_Query_schedulePreview(ctx context.Conte
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_runningByTenant(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_runningByTenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().RunningByTenant(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*flow.TenantRunning) graphql.Marshaler {
+			return ec.marshalNTenantRunning2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantRunningᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_runningByTenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantRunning(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_tenantQuota(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -23159,6 +23227,52 @@ func (ec *executionContext) _TenantQuota_updatedAt(ctx context.Context, field gr
 }
 func (ec *executionContext) fieldContext_TenantQuota_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TenantRunning_tenant(ctx context.Context, field graphql.CollectedField, obj *flow.TenantRunning) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantRunning_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantRunning_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantRunning", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantRunning_running(ctx context.Context, field graphql.CollectedField, obj *flow.TenantRunning) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantRunning_running(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Running, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantRunning_running(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantRunning", field, false, false, "Int")
 }
 
 func (ec *executionContext) _TenantTypeControl_type(ctx context.Context, field graphql.CollectedField, obj *flow.TenantControl) (ret graphql.Marshaler) {
@@ -35703,6 +35817,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_schedulePreview(ctx, field)
 				})
+		case "runningByTenant":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_runningByTenant(ctx, field)
+				})
 		case "tenantQuota":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, false,
@@ -37446,6 +37566,44 @@ func (ec *executionContext) _TenantQuota(ctx context.Context, sel ast.SelectionS
 		case "updatedAt":
 			out.Values[i] = ec._TenantQuota_updatedAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var tenantRunningImplementors = []string{"TenantRunning"}
+
+func (ec *executionContext) _TenantRunning(ctx context.Context, sel ast.SelectionSet, obj *flow.TenantRunning) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, tenantRunningImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TenantRunning")
+		case "tenant":
+			out.Values[i] = ec._TenantRunning_tenant(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "running":
+			out.Values[i] = ec._TenantRunning_running(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:
@@ -39580,6 +39738,30 @@ func (ec *executionContext) marshalNTenantQuota2ᚖgithubᚗcomᚋtaskgraphᚋta
 func (ec *executionContext) unmarshalNTenantQuotaInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTenantQuotaInput(ctx context.Context, v any) (model.TenantQuotaInput, error) {
 	res, err := ec.unmarshalInputTenantQuotaInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTenantRunning2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantRunningᚄ(ctx context.Context, sel ast.SelectionSet, v []*flow.TenantRunning) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTenantRunning2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantRunning(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNTenantRunning2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantRunning(ctx context.Context, sel ast.SelectionSet, v *flow.TenantRunning) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TenantRunning!")
+		return graphql.Null
+	}
+	return ec._TenantRunning(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNTenantTypeControl2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐTenantControl(ctx context.Context, sel ast.SelectionSet, v flow.TenantControl) graphql.Marshaler {

@@ -48,6 +48,22 @@ func (r *mutationResolver) SetTenantQuota(ctx context.Context, tenant string, in
 	return r.Flow.SetTenantQuota(ctx, tenant, flow.QuotaLimits{MaxRunning: input.MaxRunning, MaxWaiting: input.MaxWaiting, MaxSchedules: input.MaxSchedules, MinScheduleIntervalSeconds: input.MinScheduleIntervalSeconds, Weight: input.Weight})
 }
 
+// RunningByTenant is the resolver for the runningByTenant field.
+func (r *queryResolver) RunningByTenant(ctx context.Context) ([]*flow.TenantRunning, error) {
+	if r.Flow == nil {
+		return nil, errNoFlow
+	}
+	rows, err := r.Flow.RunningByTenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*flow.TenantRunning, len(rows))
+	for i := range rows {
+		out[i] = &rows[i]
+	}
+	return out, nil
+}
+
 // TenantQuota is the resolver for the tenantQuota field.
 func (r *queryResolver) TenantQuota(ctx context.Context, tenant *string) (*flow.TenantQuota, error) {
 	if r.Flow == nil {

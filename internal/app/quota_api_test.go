@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -172,6 +173,33 @@ func TestTenantQuotaAPI(t *testing.T) {
 		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {maxRunning: 2}) { maxRunning running } }`, nil, &capped)
 		require.Equal(t, 2, *capped.SetTenantQuota.MaxRunning)
 		require.Zero(t, capped.SetTenantQuota.Running)
+		// Running work by tenant: a platform administrator sees every
+		// tenant's, anyone else their own (claimed here by the store: this
+		// node runs no workers).
+		var mine0 struct{ CreateTask struct{ ID string } }
+		s.QueryAs(t, tokens["bea"], `mutation { createTask(input: {type: "other"}) { id } }`, nil, &mine0)
+		cl, err := s.App.Store.Claim(auth.NewSystemContext(context.Background()), "w", []string{"noop", "other"}, 100)
+		require.NoError(t, err)
+		require.NotEmpty(t, cl)
+		type share struct {
+			Tenant  string
+			Running int
+		}
+		var all, own struct{ RunningByTenant []share }
+		s.QueryAs(t, tokens["root"], `{ runningByTenant { tenant running } }`, nil, &all)
+		want := map[string]int{}
+		for _, c := range cl {
+			want[c.Task.Tenant]++
+		}
+		got := map[string]int{}
+		for _, x := range all.RunningByTenant {
+			got[x.Tenant] = x.Running
+		}
+		require.Equal(t, want, got)
+		require.Contains(t, got, "acme")
+		require.Contains(t, got, "beta")
+		s.QueryAs(t, tokens["bea"], `{ runningByTenant { tenant running } }`, nil, &own)
+		require.Equal(t, []share{{Tenant: "beta", Running: want["beta"]}}, own.RunningByTenant, "a tenant's user sees their own only")
 		var unset struct{ TenantQuota struct{ Weight int } }
 		s.QueryAs(t, tokens["root"], `{ tenantQuota(tenant: "nobody") { weight } }`, nil, &unset)
 		require.Equal(t, 1, unset.TenantQuota.Weight, "a tenant without a quota weighs 1")

@@ -16,6 +16,20 @@ export function register(env) {
     await page.close();
   });
 
+  test("dashboard: each tenant's share of the running work", async () => {
+    const task = await env.server.createTask({ type: 'noop', title: 'e2e tenant share', input: { sleepMs: 60000 } });
+    const page = await env.page();
+    await page.goto(env.url(''));
+    // The running task is counted, under the empty tenant of a deployment without tenants.
+    const row = page.locator('[data-testid="tenant-share-row"][data-tenant=""]');
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid="tenant-share-row"][data-tenant=""]')?.getAttribute('data-running')) >= 1, null, { timeout: 45_000 });
+    assert.match(await row.textContent(), /\(no tenant\)/);
+    const api = await env.server.gql('{ runningByTenant { tenant running } }');
+    assert.ok(api.data.runningByTenant.some((r) => r.tenant === '' && r.running >= 1), JSON.stringify(api));
+    await env.server.gql('mutation($id: ID!) { cancelTask(id: $id, reason: "e2e: share seen") { id } }', { id: task.id });
+    await page.close();
+  });
+
   test('language switch: Chinese labels, remembered after reload', async () => {
     const page = await env.page();
     await page.goto(env.url(''));

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { DEADLINE_REPORT } from '../components/Deadlines';
 import { TASK_HISTORY, typeTrendsQuery } from '../lib/history';
 import { SET_TENANT_QUOTA, TENANT_QUOTAS } from '../pages/Tenants';
+import { RUNNING_BY_TENANT } from '../pages/Dashboard';
 import { ADMIN_PROBE, PLATFORM_PROBE } from './access';
 
 interface Fs {
@@ -34,6 +35,7 @@ describe('console documents', () => {
     ['PLATFORM_PROBE', PLATFORM_PROBE],
     ['ADMIN_PROBE', ADMIN_PROBE],
     ['DEADLINE_REPORT', DEADLINE_REPORT],
+    ['RUNNING_BY_TENANT', parse(RUNNING_BY_TENANT)],
   ];
   for (const [name, doc] of docs) {
     it(`${name} validates against the schema`, () => {

@@ -32,6 +32,8 @@ export function Dashboard() {
   // The review queue's size and oldest item: a query of its own, so that
   // a server without the review API still shows the rest.
   const [review, reexecuteReview] = useQuery<{ reviewQueueStats: QueueStats }>({ query: REVIEW_QUEUE_STATS, variables: { where: null } });
+  // Each tenant's share of the running work: a query of its own too.
+  const [running, reexecuteRunning] = useQuery<{ runningByTenant: TenantRunning[] }>({ query: RUNNING_BY_TENANT });
 
   // The window slides when a bucket ends: a clock, not a poll for state.
   useEffect(() => {
@@ -47,7 +49,8 @@ export function Dashboard() {
     setMoved((n) => n + 1);
     reexecute({ requestPolicy: 'network-only' });
     reexecuteReview({ requestPolicy: 'network-only' });
-  }, [reexecute, reexecuteReview]);
+    reexecuteRunning({ requestPolicy: 'network-only' });
+  }, [reexecute, reexecuteReview, reexecuteRunning]);
   const throttled = useThrottle(refresh, 2000);
   // Every committed change of any task refreshes the counts (throttled).
   useSubscription({ query: ANY_TASK_UPDATED }, (_prev: unknown, data: unknown) => {
@@ -155,6 +158,7 @@ export function Dashboard() {
       </div>
 
       {!hasCode(review.error, 'GRAPHQL_VALIDATION_FAILED') && <ReviewCard stats={review.data?.reviewQueueStats} now={now} />}
+      {!hasCode(running.error, 'GRAPHQL_VALIDATION_FAILED') && <TenantShareCard rows={running.data?.runningByTenant} />}
 
       <section className="card" aria-labelledby="by-type">
         <h2 id="by-type">{t('dash.byType')}</h2>
@@ -201,6 +205,42 @@ function WaitingFor({ since }: { since: string }) {
     <time dateTime={since} title={formatDateTime(since, locale)} data-testid="oldest-waiting">
       {t('dash.waitingFor', { age: age(now - new Date(since).getTime(), t) })}
     </time>
+  );
+}
+
+/** How many instances run now per tenant, as runningByTenant answers. */
+export type TenantRunning = { tenant: string; running: number };
+
+export const RUNNING_BY_TENANT = `query RunningByTenant { runningByTenant { tenant running } }`;
+
+/** TenantShareCard shows each tenant's share of the work running now. */
+export function TenantShareCard({ rows }: { rows: TenantRunning[] | undefined }) {
+  const { t } = useI18n();
+  const total = (rows ?? []).reduce((n, r) => n + r.running, 0);
+  return (
+    <section className="card" aria-labelledby="tenant-share" data-testid="dash-tenant-share" data-total={rows ? total : ''}>
+      <h2 id="tenant-share">{t('dash.tenantShare')}</h2>
+      {!rows ? (
+        <p className="muted">{t('common.loading')}</p>
+      ) : rows.length === 0 ? (
+        <p className="muted">{t('dash.tenantShareNone')}</p>
+      ) : (
+        <ul className="share-list">
+          {rows.map((r) => {
+            const pct = Math.round((100 * r.running) / total);
+            return (
+              <li key={r.tenant} data-testid="tenant-share-row" data-tenant={r.tenant} data-running={r.running}>
+                <span className="share-name">{r.tenant === '' ? t('dash.noTenant') : r.tenant}</span>
+                <span className="share-bar" aria-hidden="true">
+                  <span style={{ width: `${pct}%` }} />
+                </span>
+                <span className="num">{t('dash.tenantShareRow', { running: r.running, pct })}</span>
+              </li>
+            );
+          })}
+        </ul>
+      )}
+    </section>
   );
 }
 

@@ -14,7 +14,9 @@ import { formatDateTime } from '../lib/time';
  * in the key type, and its label (tenants.field.<key>) in i18n: the query,
  * the cards and the form follow from this list.
  */
-export const QUOTA_FIELDS: readonly { key: 'maxWaiting' | 'maxSchedules' | 'minScheduleIntervalSeconds'; integer: boolean }[] = [
+export const QUOTA_FIELDS: readonly { key: 'weight' | 'maxRunning' | 'maxWaiting' | 'maxSchedules' | 'minScheduleIntervalSeconds'; integer: boolean }[] = [
+  { key: 'weight', integer: true },
+  { key: 'maxRunning', integer: true },
   { key: 'maxWaiting', integer: true },
   { key: 'maxSchedules', integer: true },
   { key: 'minScheduleIntervalSeconds', integer: true },
@@ -26,13 +28,14 @@ export type QuotaKey = (typeof QUOTA_FIELDS)[number]['key'];
 /** A tenant's quota and usage, as tenantQuotas answers. */
 export type TenantQuota = {
   tenant: string;
+  running: number;
   waiting: number;
   schedules: number;
   updatedBy: string | null;
   updatedAt: string | null;
 } & Record<QuotaKey, number | null>;
 
-const QUOTA = `tenant ${QUOTA_FIELDS.map((f) => f.key).join(' ')} waiting schedules updatedBy updatedAt`;
+const QUOTA = `tenant ${QUOTA_FIELDS.map((f) => f.key).join(' ')} running waiting schedules updatedBy updatedAt`;
 
 export const TENANT_QUOTAS = gql(`query TenantQuotas { tenantQuotas { ${QUOTA} } }`);
 export const SET_TENANT_QUOTA = gql(`mutation SetTenantQuota($tenant: String!, $input: TenantQuotaInput!) { setTenantQuota(tenant: $tenant, input: $input) { ${QUOTA} } }`);
@@ -126,7 +129,7 @@ function QuotaView({ q }: { q: TenantQuota }) {
         ))}
       </dl>
       <p className="small" data-testid="quota-usage">
-        {t('tenants.usage', { waiting: q.waiting, schedules: q.schedules })}
+        {t('tenants.usage', { running: q.running, waiting: q.waiting, schedules: q.schedules })}
       </p>
       {q.updatedBy && <p className="muted small">{t('tenants.updated', { who: q.updatedBy, at: formatDateTime(q.updatedAt, locale) })}</p>}
     </>
