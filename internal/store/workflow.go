@@ -178,7 +178,9 @@ func WorkflowStatus(steps []lifecycle.Status) lifecycle.Status {
 // ParentResult is what a parent left its child: its step key (its code
 // when it has none), its state and its result (as stored: masked as the
 // worker stores results), or its error (the last error of a FAILED one,
-// the reason of a CANCELLED one, masked).
+// the reason of a CANCELLED one, masked), and its tenant (a parent a
+// platform administrator named across tenants is another tenant's: the
+// worker protocol leaves it out for a tenant's worker).
 type ParentResult struct {
 	Key    string
 	ID     int
@@ -186,6 +188,7 @@ type ParentResult struct {
 	Status lifecycle.Status
 	Result json.RawMessage
 	Error  string
+	Tenant string
 }
 
 // ParentResults returns, per child among children, the results of its
@@ -197,7 +200,7 @@ func (s *Store) ParentResults(ctx context.Context, children []int) (map[int][]Pa
 	}
 	in, args := s.d.inInts("d.child_id", intsTo64(children))
 	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT d.child_id, COALESCE(p.step_key, p.code), p.id, p.code, p.status, p.result,
-	COALESCE(NULLIF(p.last_error, ''), p.cancel_reason, '')
+	COALESCE(NULLIF(p.last_error, ''), p.cancel_reason, ''), p.tenant
 FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...)
 	if err != nil {
 		return nil, fmt.Errorf("read parent results: %w", err)
@@ -209,7 +212,7 @@ FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...
 		var r ParentResult
 		var status string
 		var result []byte
-		if err := rows.Scan(&child, &r.Key, &r.ID, &r.Code, &status, &result, &r.Error); err != nil {
+		if err := rows.Scan(&child, &r.Key, &r.ID, &r.Code, &status, &result, &r.Error, &r.Tenant); err != nil {
 			return nil, fmt.Errorf("read parent results: %w", err)
 		}
 		r.Status = lifecycle.Status(status)
