@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/apptest"
@@ -237,5 +239,84 @@ func TestWorkerProtocolParentsStayInTheirTenant(t *testing.T) {
 		require.Equal(t, "FORBIDDEN", codeOf(t, err))
 		completeOK(t, wt, b.Token, `{}`)
 		completeOK(t, wa, got.tasks["cross"].Token, `{}`)
+	})
+}
+
+// pyParentsDriver runs the reference client with a "py.a" handler that
+// fails NON_RETRYABLE when input.fail is set, and otherwise returns what
+// it was given of its parents: job.parents, and job.parent_outcomes as
+// [task_id, code, status, result, error] by key.
+const pyParentsDriver = `
+import sys
+sys.path.insert(0, sys.argv[1])
+from taskgraph_worker import Worker, NonRetryableError
+w = Worker(sys.argv[2], token=sys.argv[3], worker_id=sys.argv[4], concurrency=int(sys.argv[5]), wait_seconds=1)
+
+@w.handler("py.a")
+def handle(job):
+    sys.stdout.write("started %d %s\n" % (job.task_id, job.token))
+    sys.stdout.flush()
+    if job.input.get("fail"):
+        raise NonRetryableError("disk full")
+    return {"n": job.input["n"], "parents": job.parents,
+            "outcomes": {k: [o.task_id, o.code, o.status, o.result, o.error] for k, o in job.parent_outcomes.items()}}
+
+w.run()
+`
+
+// TestPythonWorkerGetsParents: the reference Python client runs a
+// workflow: a diamond a -> (b, c) -> d, and a cleanup that runs after d
+// and after x, which fails. Each handler is given its parents' results
+// by step key (job.parents) and their outcomes (job.parent_outcomes):
+// the cleanup, x's FAILED status and error; a root, neither.
+func TestPythonWorkerGetsParents(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, dsn string) {
+		s, tokens := workerNode(t, dsn, app.Options{})
+		cleanup := pyStep("cleanup", 6, "d", "x")
+		cleanup.OnParentFailure = engine.PolicyRunAnyway
+		fail := pyStep("x", 5)
+		fail.Task.Input = json.RawMessage(`{"n":5,"fail":true}`)
+		ids, _ := createWorkflow(t, s, otto, engine.WorkflowRequest{Title: "python diamond", Steps: []engine.StepRequest{
+			pyStep("a", 1), pyStep("b", 2, "a"), pyStep("c", 3, "a"), pyStep("d", 4, "b", "c"), fail, cleanup,
+		}})
+		startPythonDriver(t, pyParentsDriver, s.URL, tokens["wa"], "py-parents", 4)
+		apptest.Eventually(t, time.Minute, func() (bool, string) {
+			st := statusOf(t, s, ids["cleanup"])
+			return st.Terminal(), "the cleanup is " + string(st)
+		})
+		for _, k := range []string{"a", "b", "c", "d", "cleanup"} {
+			require.Equal(t, lifecycle.Success, statusOf(t, s, ids[k]), k)
+		}
+		type given struct {
+			N        int
+			Parents  map[string]json.RawMessage
+			Outcomes map[string][]any
+		}
+		read := func(key string) given {
+			var g given
+			require.NoError(t, json.Unmarshal(storedResult(t, s, ids[key]), &g), key)
+			return g
+		}
+		a := read("a")
+		require.Empty(t, a.Parents, "a root has no parents")
+		require.Empty(t, a.Outcomes)
+		b := read("b")
+		require.JSONEq(t, string(storedResult(t, s, ids["a"])), string(b.Parents["a"]), "b gets a's result")
+		d := read("d")
+		require.Len(t, d.Parents, 2)
+		require.JSONEq(t, string(storedResult(t, s, ids["b"])), string(d.Parents["b"]))
+		require.JSONEq(t, string(storedResult(t, s, ids["c"])), string(d.Parents["c"]))
+		require.Equal(t, []any{float64(ids["c"]), storedCode(t, s, ids["c"]), "SUCCESS"}, d.Outcomes["c"][:3])
+		require.Equal(t, "", d.Outcomes["c"][4])
+
+		c := read("cleanup")
+		require.Equal(t, lifecycle.Failed, statusOf(t, s, ids["x"]))
+		x := c.Outcomes["x"]
+		require.Equal(t, []any{float64(ids["x"]), storedCode(t, s, ids["x"]), "FAILED", nil}, x[:4], "x's outcome, no result")
+		require.Contains(t, x[4], "disk full", "x's error")
+		require.JSONEq(t, `null`, string(c.Parents["x"]))
+		require.Equal(t, "SUCCESS", c.Outcomes["d"][2])
+		require.JSONEq(t, string(storedResult(t, s, ids["d"])), string(c.Parents["d"]))
 	})
 }
