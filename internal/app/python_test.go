@@ -40,7 +40,8 @@ w = Worker(sys.argv[2], token=sys.argv[3], worker_id=sys.argv[4], concurrency=in
 
 @w.handler("py.a")
 def handle(job):
-    print("started", job.task_id, job.token, flush=True)
+    sys.stdout.write("started %d %s\n" % (job.task_id, job.token))  # one write: print() from several threads merges lines
+    sys.stdout.flush()
     n = job.input["n"]
     job.log("doing %d" % n, n=n)
     job.progress(1, 1)
