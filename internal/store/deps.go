@@ -330,9 +330,10 @@ func (s *Store) insertEdges(ctx context.Context, t *txn, ns []NewTask, out []Cre
 			cols[2] = append(cols[2], policy)
 		}
 	}
-	// One statement of all the edges (a chunk on SQLite, within its
-	// parameters), prepared on PostgreSQL: a fan-in of 10,000 parents is
-	// one round trip, and so is a chain step's one edge.
+	// Statements of many edges (insertChunk's: 5,000 on PostgreSQL, where
+	// the statement is prepared; on SQLite within its parameters): a
+	// fan-in of 10,000 parents is two round trips, a chain step's one
+	// edge one.
 	now := s.Now()
 	chunk := s.d.insertChunk(len(edgeInsertCols))
 	for start := 0; start < len(cols[0]); start += chunk {
