@@ -13,6 +13,12 @@ protocol (docs/workers.md). Standard library only, one file.
             return None                  # the worker completes it CANCELLED
         return {"pdf": "..."}            # the result (any JSON value)
 
+    @w.handler("py.report")             # a workflow's step
+    def report(job):
+        imported = job.parents["import"]  # a parent's result, by step key
+        # job.parent_outcomes["import"].status (.error): how it ended
+        return {"rows": imported["rows"]}
+
     w.run()                              # until SIGTERM/SIGINT or w.stop()
 
 A handler raises RetryableError, NonRetryableError or ResourceError (with
@@ -37,7 +43,7 @@ import time
 import urllib.error
 import urllib.request
 
-__all__ = ["Worker", "Job", "ProtocolError", "RetryableError", "NonRetryableError", "ResourceError"]
+__all__ = ["Worker", "Job", "ParentOutcome", "ProtocolError", "RetryableError", "NonRetryableError", "ResourceError"]
 
 
 class ProtocolError(Exception):
@@ -70,8 +76,34 @@ class ResourceError(Exception):
         self.retry_after = retry_after
 
 
+class ParentOutcome:
+    """How a parent of a job's task ended: its status (SUCCESS, FAILED or
+    CANCELLED), its result (SUCCESS) or its error (FAILED: its last error;
+    CANCELLED: the reason), as stored: masked."""
+
+    __slots__ = ("task_id", "code", "status", "result", "error")
+
+    def __init__(self, outcome):
+        self.task_id = outcome.get("taskId")
+        self.code = outcome.get("code", "")
+        self.status = outcome.get("status", "")
+        self.result = outcome.get("result")
+        self.error = outcome.get("error", "")
+
+    def __repr__(self):
+        return "ParentOutcome(task_id=%r, code=%r, status=%r, result=%r, error=%r)" % (
+            self.task_id, self.code, self.status, self.result, self.error)
+
+
 class Job:
-    """One claimed execution, as a handler sees it."""
+    """One claimed execution, as a handler sees it.
+
+    job.parents holds the results of the tasks it waited for (a workflow's
+    step: by its parents' step keys; a task created with dependsOn: by their
+    codes), None for one that left none; job.parent_outcomes how each ended
+    (ParentOutcome: a RUN_ANYWAY cleanup reads a failed parent's error
+    there). Both are empty for a task without parents, and masked as
+    stored."""
 
     def __init__(self, worker, claimed):
         self._worker = worker
@@ -82,6 +114,8 @@ class Job:
         self.attempt = claimed["attempt"]
         self.deadline = claimed["deadline"]
         self.input = claimed["input"]
+        self.parents = dict(claimed.get("parents") or {})
+        self.parent_outcomes = {k: ParentOutcome(o) for k, o in (claimed.get("parentOutcomes") or {}).items()}
         # Set when a cancel was requested (stop, return: completed CANCELLED).
         self.cancelled = threading.Event()
         if claimed.get("cancelRequested"):

@@ -40,7 +40,8 @@ w = Worker(sys.argv[2], token=sys.argv[3], worker_id=sys.argv[4], concurrency=in
 
 @w.handler("py.a")
 def handle(job):
-    print("started", job.task_id, job.token, flush=True)
+    sys.stdout.write("started %d %s\n" % (job.task_id, job.token))  # one write: print() from several threads merges lines
+    sys.stdout.flush()
     n = job.input["n"]
     job.log("doing %d" % n, n=n)
     job.progress(1, 1)
@@ -64,8 +65,15 @@ type pyWorker struct {
 
 func startPython(t *testing.T, url, token, id string, concurrency int) *pyWorker {
 	t.Helper()
+	return startPythonDriver(t, pyDriver, url, token, id, concurrency)
+}
+
+// startPythonDriver runs driver (a script taking pyDriver's arguments)
+// as startPython runs pyDriver.
+func startPythonDriver(t *testing.T, driver, url, token, id string, concurrency int) *pyWorker {
+	t.Helper()
 	script := filepath.Join(t.TempDir(), "driver.py")
-	require.NoError(t, os.WriteFile(script, []byte(pyDriver), 0o600))
+	require.NoError(t, os.WriteFile(script, []byte(driver), 0o600))
 	client, err := filepath.Abs("../../clients/python")
 	require.NoError(t, err)
 	cmd := exec.Command("python3", script, client, url, token, id, strconv.Itoa(concurrency))

@@ -34,7 +34,8 @@ func TestRoutesMatchTheOpenAPIDescription(t *testing.T) {
 	}
 	require.ElementsMatch(t, external.Routes(), described)
 	for name, v := range map[string]any{
-		"ClaimRequest": external.ClaimRequest{}, "ClaimResponse": external.ClaimResponse{Draining: true}, "ClaimedTask": external.ClaimedTask{},
+		"ClaimRequest": external.ClaimRequest{}, "ClaimResponse": external.ClaimResponse{Draining: true}, "ClaimedTask": external.ClaimedTask{Parents: map[string]json.RawMessage{"a": nil}, ParentOutcomes: map[string]external.ParentOutcome{"a": {}}},
+		"ParentOutcome":   external.ParentOutcome{Result: json.RawMessage(`{}`), Error: "e"},
 		"CompleteRequest": external.CompleteRequest{}, "CompleteResponse": external.CompleteResponse{},
 		"CompleteManyRequest": external.CompleteManyRequest{}, "CompleteManyResponse": external.CompleteManyResponse{},
 		"HeartbeatRequest": external.HeartbeatRequest{}, "HeartbeatResponse": external.HeartbeatResponse{},

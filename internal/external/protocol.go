@@ -243,6 +243,27 @@ type ClaimedTask struct {
 	// CancelRequested: a cancel was asked already; stop and complete
 	// CANCELLED.
 	CancelRequested bool `json:"cancelRequested"`
+	// Parents are the results of the tasks this one waited for, by their
+	// step key (a parent outside a workflow: by its code), as stored
+	// (masked); null for a parent that left none. Absent for a task
+	// without parents. What an in-process handler gets as Job.Parents.
+	Parents map[string]json.RawMessage `json:"parents,omitempty"`
+	// ParentOutcomes are how those tasks ended, by the same keys: a step
+	// that runs whatever its parents did (RUN_ANYWAY) reads a failed or
+	// cancelled parent's error here. Absent for a task without parents.
+	ParentOutcomes map[string]ParentOutcome `json:"parentOutcomes,omitempty"`
+}
+
+// ParentOutcome is how a parent of a claimed task ended (or stands): its
+// state, and its result (SUCCESS) or its error (FAILED: its last error;
+// CANCELLED: the reason), as stored: masked, as the parent's own are
+// shown.
+type ParentOutcome struct {
+	TaskID int             `json:"taskId"`
+	Code   string          `json:"code"`
+	Status string          `json:"status"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
 }
 
 func (h *Handler) claim(w http.ResponseWriter, r *http.Request) {
@@ -316,9 +337,10 @@ func (h *Handler) claim(w http.ResponseWriter, r *http.Request) {
 		}
 		left := time.Until(deadline)
 		if len(claimed) > 0 || left <= 0 {
+			parents := h.parentResults(ctx, v, claimed)
 			out := ClaimResponse{Tasks: make([]ClaimedTask, 0, len(claimed)), HeartbeatIntervalSeconds: h.cfg.HeartbeatInterval.Seconds()}
 			for _, c := range claimed {
-				out.Tasks = append(out.Tasks, h.claimedTask(c))
+				out.Tasks = append(out.Tasks, h.claimedTask(c, parents[c.Task.ID]))
 			}
 			writeJSON(w, http.StatusOK, out)
 			return
@@ -349,9 +371,42 @@ func (h *Handler) claimFor(ctx context.Context, v auth.Viewer, worker string, ty
 	return h.cfg.Store.Claim(ctx, worker, types, n)
 }
 
+// parentResults reads, in one query, the parents' results of the claimed
+// tasks that have parents (steps of workflows, tasks created with
+// dependsOn), as the pool reads them for in-process handlers; the others
+// cost nothing here. A worker whose credentials are a tenant's is given
+// its own tenant's parents only: an edge across tenants is one only a
+// platform administrator can make (a workflow's steps are all of its
+// creator's tenant). The executions are claimed already: when the read
+// fails they are handed over without their parents' results, as the
+// pool runs them (a handler that needs one finds none, and fails).
+func (h *Handler) parentResults(ctx context.Context, v auth.Viewer, claimed []store.Claimed) map[int][]store.ParentResult {
+	var ids []int
+	for _, c := range claimed {
+		if c.Task.WorkflowID != nil || c.Task.ParentCount > 0 {
+			ids = append(ids, c.Task.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	out, err := h.cfg.Store.ParentResults(ctx, ids)
+	if err != nil {
+		h.cfg.Logger.Warn("worker protocol: reading the results of the claimed tasks' parents failed", "err", err)
+		return nil
+	}
+	if v.Role == auth.RoleWorker {
+		for child, rs := range out {
+			out[child] = slices.DeleteFunc(rs, func(r store.ParentResult) bool { return r.Tenant != v.Tenant })
+		}
+	}
+	return out
+}
+
 // claimedTask is what a worker is given of a claimed execution: the
-// unmasked input (opened as the pool opens it for in-process handlers).
-func (h *Handler) claimedTask(c store.Claimed) ClaimedTask {
+// unmasked input (opened as the pool opens it for in-process handlers),
+// and its parents' results and outcomes when it has parents.
+func (h *Handler) claimedTask(c store.Claimed, parents []store.ParentResult) ClaimedTask {
 	tk, in := c.Task, c.Instance
 	input := json.RawMessage(tk.Input)
 	if len(tk.InputSealed) > 0 {
@@ -370,11 +425,20 @@ func (h *Handler) claimedTask(c store.Claimed) ClaimedTask {
 		deadline = in.StartedAt.Add(timeout)
 	}
 	tok := c.Token()
-	return ClaimedTask{
+	ct := ClaimedTask{
 		Token: formatToken(tok), TaskID: tk.ID, Code: tk.Code, Type: tk.Type, InstanceID: tok.InstanceID, Version: tok.Version,
 		Attempt: in.Attempt, MaxAttempt: tk.MaxAttempts, Deadline: deadline, TimeoutSeconds: tk.TimeoutSeconds,
 		Input: input, CancelRequested: tk.CancelRequested,
 	}
+	if len(parents) > 0 {
+		ct.Parents = make(map[string]json.RawMessage, len(parents))
+		ct.ParentOutcomes = make(map[string]ParentOutcome, len(parents))
+		for _, r := range parents {
+			ct.Parents[r.Key] = r.Result
+			ct.ParentOutcomes[r.Key] = ParentOutcome{TaskID: r.ID, Code: r.Code, Status: string(r.Status), Result: r.Result, Error: r.Error}
+		}
+	}
+	return ct
 }
 
 // execution is a token's execution as read for a write: its task's type

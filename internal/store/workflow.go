@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
@@ -94,20 +95,26 @@ func (tx *Tx) CreateWorkflow(ctx context.Context, n NewWorkflow) (*ent.Workflow,
 	}
 	// A workflow of the same key committed meanwhile is skipped by the
 	// insert, not an error, and answered by the look-up.
-	ids, err := s.queryInts(ctx, t, 1, `INSERT INTO workflows (created_at, code, title, idempotency_key, idempotency_hash, input_hash, owner, owner_source, tenant, owner_role, on_parent_failure, step_count, schedule_id, schedule_slot)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
-		now, newCode("WF", now), n.Title, key, hash, n.InputHash, n.Owner, n.OwnerSource, n.Tenant, n.OwnerRole, policy, len(n.Steps), schedule, slot)
+	// One prepared statement that returns the row: no read-back (a
+	// workflow of many small ones is created round trip by round trip).
+	rows, err := s.query(ctx, t, insertWorkflowSQL,
+		now, newCode("WF", now), n.Title, key, hash, n.InputHash, n.Owner, n.OwnerSource, n.Tenant, n.OwnerRole, policy, int64(len(n.Steps)), schedule, slot)
 	if err != nil {
 		return nil, false, fmt.Errorf("create workflow: %w", err)
 	}
-	if len(ids) == 0 {
+	inserted, err := ent.ScanWorkflowRows(s.client, rows)
+	if err != nil {
+		return nil, false, fmt.Errorf("create workflow: %w", err)
+	}
+	if len(inserted) == 0 {
 		wf, err := existing()
 		if wf == nil && err == nil {
 			err = fmt.Errorf("create workflow: its code was drawn twice; try again")
 		}
 		return wf, false, err
 	}
-	id := int(ids[0][0])
+	wf := inserted[0]
+	id := wf.ID
 	steps := make([]NewTask, len(n.Steps))
 	for i, st := range n.Steps {
 		st.WorkflowID = &id
@@ -129,12 +136,14 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNI
 			return nil, false, fmt.Errorf("step %d: %w", i, r.Err)
 		}
 	}
-	wf, err := t.Workflow.Get(internal(ctx), id)
-	if err != nil {
-		return nil, false, fmt.Errorf("create workflow: read it back: %w", err)
-	}
-	return wf.BindTo(s.client), true, nil
+	return wf, true, nil
 }
+
+// insertWorkflowSQL inserts a workflow's row and returns it whole; a row
+// whose idempotency key another transaction took (or whose code was
+// drawn twice) is skipped, and nothing is returned.
+var insertWorkflowSQL = `INSERT INTO workflows (created_at, code, title, idempotency_key, idempotency_hash, input_hash, owner, owner_source, tenant, owner_role, on_parent_failure, step_count, schedule_id, schedule_slot)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING ` + strings.Join(workflow.Columns, ", ")
 
 // WorkflowSteps returns the steps of workflow id the viewer of ctx sees.
 func (s *Store) WorkflowSteps(ctx context.Context, id int) ([]*ent.Task, error) {
@@ -178,7 +187,9 @@ func WorkflowStatus(steps []lifecycle.Status) lifecycle.Status {
 // ParentResult is what a parent left its child: its step key (its code
 // when it has none), its state and its result (as stored: masked as the
 // worker stores results), or its error (the last error of a FAILED one,
-// the reason of a CANCELLED one, masked).
+// the reason of a CANCELLED one, masked), and its tenant (a parent a
+// platform administrator named across tenants is another tenant's: the
+// worker protocol leaves it out for a tenant's worker).
 type ParentResult struct {
 	Key    string
 	ID     int
@@ -186,6 +197,7 @@ type ParentResult struct {
 	Status lifecycle.Status
 	Result json.RawMessage
 	Error  string
+	Tenant string
 }
 
 // ParentResults returns, per child among children, the results of its
@@ -197,7 +209,7 @@ func (s *Store) ParentResults(ctx context.Context, children []int) (map[int][]Pa
 	}
 	in, args := s.d.inInts("d.child_id", intsTo64(children))
 	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT d.child_id, COALESCE(p.step_key, p.code), p.id, p.code, p.status, p.result,
-	COALESCE(NULLIF(p.last_error, ''), p.cancel_reason, '')
+	COALESCE(NULLIF(p.last_error, ''), p.cancel_reason, ''), p.tenant
 FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...)
 	if err != nil {
 		return nil, fmt.Errorf("read parent results: %w", err)
@@ -209,7 +221,7 @@ FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE `+in), args...
 		var r ParentResult
 		var status string
 		var result []byte
-		if err := rows.Scan(&child, &r.Key, &r.ID, &r.Code, &status, &result, &r.Error); err != nil {
+		if err := rows.Scan(&child, &r.Key, &r.ID, &r.Code, &status, &result, &r.Error, &r.Tenant); err != nil {
 			return nil, fmt.Errorf("read parent results: %w", err)
 		}
 		r.Status = lifecycle.Status(status)
