@@ -18,8 +18,9 @@ import (
 // order within a tenant) the virtual time pass + j/weight; the claim takes
 // the candidates of the smallest virtual times, then the tenants' passes
 // advance by what each was given (1/weight a task). A tenant that starts
-// waiting, or has had nothing to take, joins at the smallest pass of those
-// that took some: waiting earns no credit.
+// waiting joins at the smallest pass, and one that had nothing more to
+// take at the claim's cutoff (the largest virtual time taken): waiting
+// earns no credit.
 //
 // The bound: while tenant B has claimable tasks, a node's claims give any
 // other tenant A at most w_A/w_B tasks for each of B's, plus one claim's
@@ -29,8 +30,10 @@ import (
 //
 // Its cost: one statement a claim finds out which of the claim's types have
 // more than one tenant waiting (two probes of the (task_type, tenant, ...)
-// claimable index per type); only those types are then read tenant by
-// tenant, each tenant's range up to what it may be given.
+// claimable index per type) and which tenants' quotas cap their running
+// instances; only those types (all of them while a tenant is capped) are
+// then read tenant by tenant, each tenant's range up to what it may be
+// given.
 
 // MaxWeight is the largest weight a tenant may have in the fair share
 // (tenant_quotas.weight; the smallest is 1).
@@ -41,8 +44,8 @@ const MaxWeight = 1000
 // of the claim rather than up to the whole claim.
 const fairReadBudget = 4096
 
-// fairness is a node's passes: per task type, per tenant, relative to the
-// smallest pass of the tenants that took some at the type's last claim.
+// fairness is a node's passes: per task type, per tenant listed at the
+// type's last claim, relative to the smallest of them.
 type fairness struct {
 	mu   sync.Mutex
 	pass map[string]map[string]float64
