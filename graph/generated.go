@@ -390,6 +390,7 @@ type ComplexityRoot struct {
 		TenantQuotas     func(childComplexity int) int
 		TypeControl      func(childComplexity int, typeArg string) int
 		TypeControls     func(childComplexity int) int
+		Viewer           func(childComplexity int) int
 		Workflow         func(childComplexity int, id int) int
 		Workflows        func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.WorkflowOrder, where *ent.WorkflowWhereInput) int
 	}
@@ -723,6 +724,16 @@ type ComplexityRoot struct {
 		Type     func(childComplexity int) int
 	}
 
+	Viewer struct {
+		Admin     func(childComplexity int) int
+		ExpiresAt func(childComplexity int) int
+		Platform  func(childComplexity int) int
+		Role      func(childComplexity int) int
+		Source    func(childComplexity int) int
+		Tenant    func(childComplexity int) int
+		User      func(childComplexity int) int
+	}
+
 	WaitReason struct {
 		Current func(childComplexity int) int
 		Kind    func(childComplexity int) int
@@ -861,6 +872,7 @@ type QueryResolver interface {
 	RunningByTenant(ctx context.Context) ([]*flow.TenantRunning, error)
 	TenantQuota(ctx context.Context, tenant *string) (*flow.TenantQuota, error)
 	TenantQuotas(ctx context.Context) ([]*flow.TenantQuota, error)
+	Viewer(ctx context.Context) (*model.Viewer, error)
 	ExternalWorkers(ctx context.Context) ([]*nodes.WorkerView, error)
 	Workflow(ctx context.Context, id int) (*ent.Workflow, error)
 }
@@ -2802,6 +2814,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.TypeControls(childComplexity), true
+	case "Query.viewer":
+		if e.ComplexityRoot.Query.Viewer == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Viewer(childComplexity), true
 	case "Query.workflow":
 		if e.ComplexityRoot.Query.Workflow == nil {
 			break
@@ -4375,6 +4393,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TypeCount.Type(childComplexity), true
 
+	case "Viewer.admin":
+		if e.ComplexityRoot.Viewer.Admin == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.Admin(childComplexity), true
+	case "Viewer.expiresAt":
+		if e.ComplexityRoot.Viewer.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.ExpiresAt(childComplexity), true
+	case "Viewer.platform":
+		if e.ComplexityRoot.Viewer.Platform == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.Platform(childComplexity), true
+	case "Viewer.role":
+		if e.ComplexityRoot.Viewer.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.Role(childComplexity), true
+	case "Viewer.source":
+		if e.ComplexityRoot.Viewer.Source == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.Source(childComplexity), true
+	case "Viewer.tenant":
+		if e.ComplexityRoot.Viewer.Tenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.Tenant(childComplexity), true
+	case "Viewer.user":
+		if e.ComplexityRoot.Viewer.User == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.User(childComplexity), true
+
 	case "WaitReason.current":
 		if e.ComplexityRoot.WaitReason.Current == nil {
 			break
@@ -4669,7 +4730,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/deadlines.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/history.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/review.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/workers.graphql" "schema/workflowengine.graphql" "schema/workflows.graphql"
+//go:embed "schema/alerts.graphql" "schema/bulk.graphql" "schema/bulkfilter.graphql" "schema/deadlines.graphql" "schema/external.graphql" "schema/flow.graphql" "schema/history.graphql" "schema/nodes.graphql" "schema/payload.graphql" "schema/review.graphql" "schema/schedules.graphql" "schema/tenants.graphql" "schema/viewer.graphql" "schema/workers.graphql" "schema/workflowengine.graphql" "schema/workflows.graphql"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -7114,6 +7175,7 @@ extend type Query {
 	{Name: "schema/review.graphql", Input: sourceData("schema/review.graphql"), BuiltIn: false},
 	{Name: "schema/schedules.graphql", Input: sourceData("schema/schedules.graphql"), BuiltIn: false},
 	{Name: "schema/tenants.graphql", Input: sourceData("schema/tenants.graphql"), BuiltIn: false},
+	{Name: "schema/viewer.graphql", Input: sourceData("schema/viewer.graphql"), BuiltIn: false},
 	{Name: "schema/workers.graphql", Input: sourceData("schema/workers.graphql"), BuiltIn: false},
 	{Name: "schema/workflowengine.graphql", Input: sourceData("schema/workflowengine.graphql"), BuiltIn: false},
 	{Name: "schema/workflows.graphql", Input: sourceData("schema/workflows.graphql"), BuiltIn: false},
@@ -8248,6 +8310,26 @@ func (ec *executionContext) childFields_TypeCount(ctx context.Context, field gra
 		return ec.fieldContext_TypeCount_byStatus(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TypeCount", field.Name)
+}
+
+func (ec *executionContext) childFields_Viewer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "user":
+		return ec.fieldContext_Viewer_user(ctx, field)
+	case "tenant":
+		return ec.fieldContext_Viewer_tenant(ctx, field)
+	case "source":
+		return ec.fieldContext_Viewer_source(ctx, field)
+	case "role":
+		return ec.fieldContext_Viewer_role(ctx, field)
+	case "admin":
+		return ec.fieldContext_Viewer_admin(ctx, field)
+	case "platform":
+		return ec.fieldContext_Viewer_platform(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_Viewer_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Viewer", field.Name)
 }
 
 func (ec *executionContext) childFields_WaitReason(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -17707,6 +17789,38 @@ func (ec *executionContext) fieldContext_Query_tenantQuotas(_ context.Context, f
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_viewer(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_viewer(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().Viewer(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Viewer) graphql.Marshaler {
+			return ec.marshalNViewer2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐViewer(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_viewer(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Viewer(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_externalWorkers(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -24050,6 +24164,167 @@ func (ec *executionContext) fieldContext_TypeCount_byStatus(_ context.Context, f
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Viewer_user(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_user(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.User, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_user(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, false, false, "String")
+}
+
+func (ec *executionContext) _Viewer_tenant(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_tenant(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tenant, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, false, false, "String")
+}
+
+func (ec *executionContext) _Viewer_source(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_source(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Source, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_source(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, false, false, "String")
+}
+
+func (ec *executionContext) _Viewer_role(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_role(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Role, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, false, false, "String")
+}
+
+func (ec *executionContext) _Viewer_admin(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_admin(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Admin, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_admin(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Viewer_platform(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_platform(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Platform, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_platform(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Viewer_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, false, false, "Time")
 }
 
 func (ec *executionContext) _WaitReason_kind(ctx context.Context, field graphql.CollectedField, obj *flow.Wait) (ret graphql.Marshaler) {
@@ -35835,6 +36110,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_tenantQuotas(ctx, field)
 				})
+		case "viewer":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_viewer(ctx, field)
+				})
 		case "externalWorkers":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, true,
@@ -37853,6 +38134,69 @@ func (ec *executionContext) _TypeCount(ctx context.Context, sel ast.SelectionSet
 		case "byStatus":
 			out.Values[i] = ec._TypeCount_byStatus(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var viewerImplementors = []string{"Viewer"}
+
+func (ec *executionContext) _Viewer(ctx context.Context, sel ast.SelectionSet, obj *model.Viewer) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, viewerImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Viewer")
+		case "user":
+			out.Values[i] = ec._Viewer_user(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "tenant":
+			out.Values[i] = ec._Viewer_tenant(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "source":
+			out.Values[i] = ec._Viewer_source(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "role":
+			out.Values[i] = ec._Viewer_role(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "admin":
+			out.Values[i] = ec._Viewer_admin(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "platform":
+			out.Values[i] = ec._Viewer_platform(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._Viewer_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -39928,6 +40272,14 @@ func (ec *executionContext) marshalNUpload2githubᚗcomᚋ99designsᚋgqlgenᚋg
 		graphql.AddInvalidNullFromMarshaler(ctx, "Upload!")
 	}
 	return res
+}
+
+func (ec *executionContext) marshalNViewer2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐViewer(ctx context.Context, sel ast.SelectionSet, v *model.Viewer) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Viewer!")
+		return graphql.Null
+	}
+	return ec._Viewer(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNWaitKind2githubᚗcomᚋtaskgraphᚋtaskgraphᚋinternalᚋflowᚐWaitKind(ctx context.Context, v any) (flow.WaitKind, error) {

@@ -461,6 +461,23 @@ type UpdateScheduleInput struct {
 	FinishWithinSeconds *int `json:"finishWithinSeconds,omitempty"`
 }
 
+// The viewer of a request: who the credentials say they are and what they may see.
+type Viewer struct {
+	User string `json:"user"`
+	// The tenant the credentials name (empty: the tenant of credentials that name none).
+	Tenant string `json:"tenant"`
+	// Where the credentials came from (token, jwt, ...; local on a server that authenticates nobody).
+	Source string `json:"source"`
+	// viewer, operator, admin, platform or worker.
+	Role string `json:"role"`
+	// Whether the viewer sees every task of its tenant (or of every tenant) and may read the audit log: an admin or a platform administrator.
+	Admin bool `json:"admin"`
+	// Whether the viewer sees and acts on every tenant: a platform administrator (everyone, on a server that authenticates nobody).
+	Platform bool `json:"platform"`
+	// When the credentials stop being valid (a JWT's exp); null for static tokens.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
 // One step of a workflow: a task, its key among the steps and the keys of the steps it waits for.
 type WorkflowStepInput struct {
 	// Unique among the workflow's steps; its children find its result by it.

@@ -7,7 +7,7 @@ import { DEADLINE_REPORT } from '../components/Deadlines';
 import { TASK_HISTORY, typeTrendsQuery } from '../lib/history';
 import { SET_TENANT_QUOTA, TENANT_QUOTAS } from '../pages/Tenants';
 import { RUNNING_BY_TENANT } from '../pages/Dashboard';
-import { ADMIN_PROBE, PLATFORM_PROBE } from './access';
+import { VIEWER } from './access';
 
 interface Fs {
   readFileSync(p: string, enc: 'utf8'): string;
@@ -32,8 +32,7 @@ describe('console documents', () => {
     ['typeTrendsQuery(3)', parse(typeTrendsQuery(3))],
     ['TENANT_QUOTAS', TENANT_QUOTAS],
     ['SET_TENANT_QUOTA', SET_TENANT_QUOTA],
-    ['PLATFORM_PROBE', PLATFORM_PROBE],
-    ['ADMIN_PROBE', ADMIN_PROBE],
+    ['VIEWER', VIEWER],
     ['DEADLINE_REPORT', DEADLINE_REPORT],
     ['RUNNING_BY_TENANT', parse(RUNNING_BY_TENANT)],
   ];
