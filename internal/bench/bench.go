@@ -236,8 +236,11 @@ func Run(args []string) int {
 	if *workflows > 0 {
 		return runWorkflowBench(ctx, apps, *workflows)
 	}
-	fmt.Printf("bench: %s, %d noop tasks (+%d waiting behind) of %d tenant(s), %d node(s) x %d workers, GOMAXPROCS=%d\n",
-		a.Store.Dialect(), *n, *backlog, max(*tenants, 1), *nodes, a.Config.Workers, runtime.GOMAXPROCS(0))
+	fmt.Printf("bench: %s, %d noop tasks (+%d waiting behind), %d node(s) x %d workers, GOMAXPROCS=%d\n",
+		a.Store.Dialect(), *n, *backlog, *nodes, a.Config.Workers, runtime.GOMAXPROCS(0))
+	if *tenants > 1 {
+		fmt.Printf("bench: the tasks are spread over %d tenants, in turn (the claim shares the type fairly among them)\n", *tenants)
+	}
 
 	// The backlog first, so that the measured tasks sit behind it in the
 	// tables (their ids are larger), then the measured ones.
