@@ -206,6 +206,18 @@ type ComplexityRoot struct {
 		Total    func(childComplexity int) int
 	}
 
+	CostRow struct {
+		Cancelled  func(childComplexity int) int
+		Created    func(childComplexity int) int
+		Executions func(childComplexity int) int
+		Failed     func(childComplexity int) int
+		Key        func(childComplexity int) int
+		Retries    func(childComplexity int) int
+		RunP95Ms   func(childComplexity int) int
+		RunTimeMs  func(childComplexity int) int
+		Succeeded  func(childComplexity int) int
+	}
+
 	CreateTaskResult struct {
 		Created func(childComplexity int) int
 		Error   func(childComplexity int) int
@@ -382,6 +394,7 @@ type ComplexityRoot struct {
 		Schedules        func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.ScheduleOrder, where *ent.ScheduleWhereInput) int
 		Task             func(childComplexity int, id int) int
 		TaskByCode       func(childComplexity int, code string) int
+		TaskCost         func(childComplexity int, from time.Time, to time.Time, groupBy *model.CostGroup, tenant *string) int
 		TaskHistory      func(childComplexity int, from time.Time, to time.Time, resolution *model.HistoryResolution, typeArg *string, tenant *string) int
 		TaskStats        func(childComplexity int) int
 		TaskTypes        func(childComplexity int) int
@@ -863,6 +876,7 @@ type QueryResolver interface {
 	TypeControls(ctx context.Context) ([]*flow.Control, error)
 	TypeControl(ctx context.Context, typeArg string) (*flow.Control, error)
 	TaskHistory(ctx context.Context, from time.Time, to time.Time, resolution *model.HistoryResolution, typeArg *string, tenant *string) ([]*model.HistoryPoint, error)
+	TaskCost(ctx context.Context, from time.Time, to time.Time, groupBy *model.CostGroup, tenant *string) ([]*model.CostRow, error)
 	ClusterNodes(ctx context.Context) ([]*nodes.View, error)
 	ClusterSummary(ctx context.Context) (*nodes.Summary, error)
 	ReviewQueue(ctx context.Context, where *model.ReviewQueueWhere, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int) (*ent.TaskConnection, error)
@@ -1588,6 +1602,61 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ClusterSummary.Total(childComplexity), true
+
+	case "CostRow.cancelled":
+		if e.ComplexityRoot.CostRow.Cancelled == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.Cancelled(childComplexity), true
+	case "CostRow.created":
+		if e.ComplexityRoot.CostRow.Created == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.Created(childComplexity), true
+	case "CostRow.executions":
+		if e.ComplexityRoot.CostRow.Executions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.Executions(childComplexity), true
+	case "CostRow.failed":
+		if e.ComplexityRoot.CostRow.Failed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.Failed(childComplexity), true
+	case "CostRow.key":
+		if e.ComplexityRoot.CostRow.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.Key(childComplexity), true
+	case "CostRow.retries":
+		if e.ComplexityRoot.CostRow.Retries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.Retries(childComplexity), true
+	case "CostRow.runP95Ms":
+		if e.ComplexityRoot.CostRow.RunP95Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.RunP95Ms(childComplexity), true
+	case "CostRow.runTimeMs":
+		if e.ComplexityRoot.CostRow.RunTimeMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.RunTimeMs(childComplexity), true
+	case "CostRow.succeeded":
+		if e.ComplexityRoot.CostRow.Succeeded == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.Succeeded(childComplexity), true
 
 	case "CreateTaskResult.created":
 		if e.ComplexityRoot.CreateTaskResult.Created == nil {
@@ -2746,6 +2815,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.TaskByCode(childComplexity, args["code"].(string)), true
+	case "Query.taskCost":
+		if e.ComplexityRoot.Query.TaskCost == nil {
+			break
+		}
+
+		args, err := ec.field_Query_taskCost_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TaskCost(childComplexity, args["from"].(time.Time), args["to"].(time.Time), args["groupBy"].(*model.CostGroup), args["tenant"].(*string)), true
 	case "Query.taskHistory":
 		if e.ComplexityRoot.Query.TaskHistory == nil {
 			break
@@ -7468,6 +7548,30 @@ func (ec *executionContext) childFields_ClusterSummary(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type ClusterSummary", field.Name)
 }
 
+func (ec *executionContext) childFields_CostRow(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_CostRow_key(ctx, field)
+	case "executions":
+		return ec.fieldContext_CostRow_executions(ctx, field)
+	case "succeeded":
+		return ec.fieldContext_CostRow_succeeded(ctx, field)
+	case "failed":
+		return ec.fieldContext_CostRow_failed(ctx, field)
+	case "cancelled":
+		return ec.fieldContext_CostRow_cancelled(ctx, field)
+	case "retries":
+		return ec.fieldContext_CostRow_retries(ctx, field)
+	case "created":
+		return ec.fieldContext_CostRow_created(ctx, field)
+	case "runTimeMs":
+		return ec.fieldContext_CostRow_runTimeMs(ctx, field)
+	case "runP95Ms":
+		return ec.fieldContext_CostRow_runP95Ms(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CostRow", field.Name)
+}
+
 func (ec *executionContext) childFields_CreateTaskResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "index":
@@ -9847,6 +9951,44 @@ func (ec *executionContext) field_Query_taskByCode_args(ctx context.Context, raw
 		return nil, err
 	}
 	args["code"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_taskCost_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "from",
+		func(ctx context.Context, v any) (time.Time, error) {
+			return ec.unmarshalNTime2timeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["from"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "to",
+		func(ctx context.Context, v any) (time.Time, error) {
+			return ec.unmarshalNTime2timeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["to"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "groupBy",
+		func(ctx context.Context, v any) (*model.CostGroup, error) {
+			return ec.unmarshalOCostGroup2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCostGroup(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["groupBy"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "tenant",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenant"] = arg3
 	return args, nil
 }
 
@@ -12855,6 +12997,213 @@ func (ec *executionContext) _ClusterSummary_total(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_ClusterSummary_total(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ClusterSummary", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_key(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "String")
+}
+
+func (ec *executionContext) _CostRow_executions(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_executions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Executions, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_executions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_succeeded(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_succeeded(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Succeeded, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_succeeded(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_failed(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_failed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Failed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_failed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_cancelled(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_cancelled(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cancelled, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_cancelled(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_retries(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_retries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Retries, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_retries(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_created(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_created(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Created, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_created(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_runTimeMs(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_runTimeMs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RunTimeMs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_runTimeMs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Float")
+}
+
+func (ec *executionContext) _CostRow_runP95Ms(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_runP95Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RunP95Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_runP95Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
 }
 
 func (ec *executionContext) _CreateTaskResult_index(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
@@ -17435,6 +17784,50 @@ func (ec *executionContext) fieldContext_Query_taskHistory(ctx context.Context, 
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_taskHistory_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_taskCost(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_taskCost(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().TaskCost(ctx, fc.Args["from"].(time.Time), fc.Args["to"].(time.Time), fc.Args["groupBy"].(*model.CostGroup), fc.Args["tenant"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.CostRow) graphql.Marshaler {
+			return ec.marshalNCostRow2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCostRowᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_taskCost(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CostRow(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_taskCost_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -34887,6 +35280,79 @@ func (ec *executionContext) _ClusterSummary(ctx context.Context, sel ast.Selecti
 	return out
 }
 
+var costRowImplementors = []string{"CostRow"}
+
+func (ec *executionContext) _CostRow(ctx context.Context, sel ast.SelectionSet, obj *model.CostRow) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, costRowImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("CostRow")
+		case "key":
+			out.Values[i] = ec._CostRow_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "executions":
+			out.Values[i] = ec._CostRow_executions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "succeeded":
+			out.Values[i] = ec._CostRow_succeeded(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "failed":
+			out.Values[i] = ec._CostRow_failed(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cancelled":
+			out.Values[i] = ec._CostRow_cancelled(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "retries":
+			out.Values[i] = ec._CostRow_retries(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "created":
+			out.Values[i] = ec._CostRow_created(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "runTimeMs":
+			out.Values[i] = ec._CostRow_runTimeMs(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "runP95Ms":
+			out.Values[i] = ec._CostRow_runP95Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var createTaskResultImplementors = []string{"CreateTaskResult"}
 
 func (ec *executionContext) _CreateTaskResult(ctx context.Context, sel ast.SelectionSet, obj *model.CreateTaskResult) graphql.Marshaler {
@@ -36055,6 +36521,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_taskHistory(ctx, field)
+				})
+		case "taskCost":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_taskCost(ctx, field)
 				})
 		case "clusterNodes":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -39129,6 +39601,30 @@ func (ec *executionContext) marshalNClusterSummary2ᚖgithubᚗcomᚋtaskgraph�
 	return ec._ClusterSummary(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNCostRow2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCostRowᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.CostRow) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNCostRow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCostRow(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNCostRow2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCostRow(ctx context.Context, sel ast.SelectionSet, v *model.CostRow) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "CostRow!")
+		return graphql.Null
+	}
+	return ec._CostRow(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNCreateScheduleInput2githubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx context.Context, v any) (model.CreateScheduleInput, error) {
 	res, err := ec.unmarshalInputCreateScheduleInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -40766,6 +41262,22 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	_ = ctx
 	res := graphql.MarshalBoolean(*v)
 	return res
+}
+
+func (ec *executionContext) unmarshalOCostGroup2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCostGroup(ctx context.Context, v any) (*model.CostGroup, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.CostGroup)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOCostGroup2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCostGroup(ctx context.Context, sel ast.SelectionSet, v *model.CostGroup) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) unmarshalOCreateWorkflowInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐCreateWorkflowInput(ctx context.Context, v any) (*model.CreateWorkflowInput, error) {

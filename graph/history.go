@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/taskgraph/taskgraph/graph/model"
@@ -85,4 +86,71 @@ func historyPoint(res history.Resolution, at time.Time, c history.Counts) *model
 		WaitP50Ms: q(c.Wait, 0.50), WaitP95Ms: q(c.Wait, 0.95), WaitP99Ms: q(c.Wait, 0.99),
 		RunP50Ms: q(c.Run, 0.50), RunP95Ms: q(c.Run, 0.95), RunP99Ms: q(c.Run, 0.99),
 	}
+}
+
+// taskCost answers the taskCost query: the history's rows over [from, to)
+// in the viewer's scope (as taskHistory's), added up per type or tenant,
+// most run time first.
+func (r *Resolver) taskCost(ctx context.Context, from, to time.Time, groupBy model.CostGroup, tenant *string) ([]*model.CostRow, error) {
+	v, err := auth.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	scope := v.Tenant
+	switch {
+	case v.Role == auth.RoleWorker:
+		return nil, &auth.ForbiddenError{Role: v.Role, Action: "read the cost report"}
+	case v.SeesEveryTenant():
+		scope = "*"
+		if tenant != nil {
+			scope = *tenant
+		}
+	case tenant != nil && *tenant != v.Tenant:
+		return nil, &auth.ForbiddenError{Role: v.Role, Action: "read another tenant's cost report"}
+	}
+	if !groupBy.IsValid() {
+		return nil, &engine.ValidationError{Problems: []engine.Problem{{Field: "groupBy", Message: fmt.Sprintf("unknown grouping %q", groupBy)}}}
+	}
+	from, to = from.UTC(), to.UTC()
+	if !to.After(from) {
+		return nil, &engine.ValidationError{Problems: []engine.Problem{{Field: "to", Message: "to must be after from"}}}
+	}
+	res := history.AutoResolution(from, to)
+	rows, err := r.Engine.Store().ReadHistory(ctx, res, from, to)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*history.Counts{}
+	for k, c := range rows {
+		if k.Resolution != res || (scope != "*" && k.Tenant != scope) {
+			continue
+		}
+		key := k.Type
+		if groupBy == model.CostGroupTenant {
+			key = k.Tenant
+		}
+		if by[key] == nil {
+			by[key] = &history.Counts{}
+		}
+		by[key].Add(*c)
+	}
+	out := make([]*model.CostRow, 0, len(by))
+	for key, c := range by {
+		row := &model.CostRow{
+			Key: key, Executions: int(c.Started), Succeeded: int(c.Succeeded), Failed: int(c.Failed),
+			Cancelled: int(c.Cancelled), Retries: int(c.Retries), Created: int(c.Created), RunTimeMs: float64(c.RunTimeMs),
+		}
+		if d, ok := c.Run.Quantile(0.95); ok {
+			ms := int(d.Milliseconds())
+			row.RunP95Ms = &ms
+		}
+		out = append(out, row)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].RunTimeMs != out[j].RunTimeMs {
+			return out[i].RunTimeMs > out[j].RunTimeMs
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out, nil
 }

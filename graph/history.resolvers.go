@@ -16,3 +16,12 @@ import (
 func (r *queryResolver) TaskHistory(ctx context.Context, from time.Time, to time.Time, resolution *model.HistoryResolution, typeArg *string, tenant *string) ([]*model.HistoryPoint, error) {
 	return r.taskHistory(ctx, from, to, resolution, typeArg, tenant)
 }
+
+// TaskCost is the resolver for the taskCost field.
+func (r *queryResolver) TaskCost(ctx context.Context, from time.Time, to time.Time, groupBy *model.CostGroup, tenant *string) ([]*model.CostRow, error) {
+	g := model.CostGroupType
+	if groupBy != nil {
+		g = *groupBy
+	}
+	return r.taskCost(ctx, from, to, g, tenant)
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -330,6 +331,87 @@ func TestTaskHistoryOverThreeDays(t *testing.T) {
 		require.Empty(t, resp.Errors)
 		require.Len(t, auto, 72)
 		require.Equal(t, "HOUR", auto[0].Resolution)
+
+		// The cost report over the whole run, per type and per tenant, is
+		// what the test did: executions started, outcomes, retries,
+		// creates and the run time added up.
+		type costRow struct {
+			Key                                                        string
+			Executions, Succeeded, Failed, Cancelled, Retries, Created int
+			RunTimeMs                                                  float64
+		}
+		const costQuery = `query($from: Time!, $to: Time!, $by: CostGroup, $tenant: String) {
+  taskCost(from: $from, to: $to, groupBy: $by, tenant: $tenant) { key executions succeeded failed cancelled retries created runTimeMs runP95Ms }
+}`
+		expectCost := func(by, tenant string) []costRow {
+			rows := map[string]*costRow{}
+			for _, e := range events {
+				if tenant != "*" && e.tenant != tenant {
+					continue
+				}
+				key := e.typ
+				if by == "TENANT" {
+					key = e.tenant
+				}
+				r := rows[key]
+				if r == nil {
+					r = &costRow{Key: key}
+					rows[key] = r
+				}
+				switch e.kind {
+				case "created":
+					r.Created++
+				case "started":
+					r.Executions++
+				case "ended":
+					switch e.outcome {
+					case "SUCCESS":
+						r.Succeeded++
+					case "FAILED":
+						r.Failed++
+					case "CANCELLED":
+						r.Cancelled++
+					}
+					if e.retried {
+						r.Retries++
+					}
+					if e.sure {
+						r.RunTimeMs += float64(e.dur.Milliseconds())
+					}
+				}
+			}
+			var out []costRow
+			for _, r := range rows {
+				out = append(out, *r)
+			}
+			slices.SortFunc(out, func(a, b costRow) int {
+				if a.RunTimeMs != b.RunTimeMs {
+					if a.RunTimeMs > b.RunTimeMs {
+						return -1
+					}
+					return 1
+				}
+				return strings.Compare(a.Key, b.Key)
+			})
+			return out
+		}
+		costOf := func(who string, vars map[string]any) []costRow {
+			t.Helper()
+			var out struct{ TaskCost []costRow }
+			srv.QueryAs(t, tok[who], costQuery, vars, &out)
+			return out.TaskCost
+		}
+		whole := map[string]any{"from": start, "to": start.Add(96 * time.Hour)}
+		require.Equal(t, expectCost("TYPE", "*"), costOf("root", whole))
+		require.Len(t, costOf("root", whole), 3)
+		require.Equal(t, expectCost("TYPE", "A"), costOf("viewA", whole), "a tenant's viewer: its own tenant's cost")
+		byTenant := map[string]any{"from": start, "to": start.Add(96 * time.Hour), "by": "TENANT"}
+		require.Equal(t, expectCost("TENANT", "*"), costOf("root", byTenant))
+		require.Equal(t, expectCost("TENANT", "B"), costOf("root", map[string]any{"from": start, "to": start.Add(96 * time.Hour), "by": "TENANT", "tenant": "B"}))
+		resp = srv.DoAs(t, tok["viewA"], costQuery, map[string]any{"from": start, "to": end, "tenant": "B"})
+		require.Equal(t, "FORBIDDEN", resp.Errors[0].Code(), "%v", resp.Errors)
+		resp = srv.DoAs(t, tok["root"], costQuery, map[string]any{"from": end, "to": start})
+		require.Equal(t, "VALIDATION", resp.Errors[0].Code(), "%v", resp.Errors)
 
 		// A tenant's viewer reads its own tenant only.
 		_, resp = query("viewA", map[string]any{"from": start, "to": end, "res": "DAY", "tenant": "B"})

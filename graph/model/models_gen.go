@@ -65,6 +65,27 @@ type BulkStatusCount struct {
 	Accepted bool `json:"accepted"`
 }
 
+// What a task type or a tenant cost over a range, from the task history
+// (docs/history.md#cost): its executions and their outcomes, its retries and
+// its run time. Executions count in the bucket in which they ended.
+type CostRow struct {
+	// The task type or the tenant (empty: the tenant of credentials that name none).
+	Key string `json:"key"`
+	// Executions started in the range (each retry is one).
+	Executions int `json:"executions"`
+	Succeeded  int `json:"succeeded"`
+	Failed     int `json:"failed"`
+	Cancelled  int `json:"cancelled"`
+	// Failed executions that led to a retry.
+	Retries int `json:"retries"`
+	// Tasks created in the range.
+	Created int `json:"created"`
+	// The executions' run time added up, in milliseconds.
+	RunTimeMs float64 `json:"runTimeMs"`
+	// The run time's 95th percentile (the upper bound of its log2 bucket); null without executions.
+	RunP95Ms *int `json:"runP95Ms,omitempty"`
+}
+
 type CreateScheduleInput struct {
 	Name string `json:"name"`
 	// A cron expression: five fields, or six with seconds first ("*/10 * * * * *"), or @hourly, @daily, @weekly, @monthly. Give this or intervalSeconds.
@@ -494,6 +515,62 @@ type WorkflowStepInput struct {
 	DependsOn []string `json:"dependsOn,omitempty"`
 	// Default: the workflow's.
 	OnParentFailure *workflow.OnParentFailure `json:"onParentFailure,omitempty"`
+}
+
+// What a cost report adds its rows up by.
+type CostGroup string
+
+const (
+	CostGroupType   CostGroup = "TYPE"
+	CostGroupTenant CostGroup = "TENANT"
+)
+
+var AllCostGroup = []CostGroup{
+	CostGroupType,
+	CostGroupTenant,
+}
+
+func (e CostGroup) IsValid() bool {
+	switch e {
+	case CostGroupType, CostGroupTenant:
+		return true
+	}
+	return false
+}
+
+func (e CostGroup) String() string {
+	return string(e)
+}
+
+func (e *CostGroup) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = CostGroup(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid CostGroup", str)
+	}
+	return nil
+}
+
+func (e CostGroup) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *CostGroup) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e CostGroup) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 // What the on-time report's rows are per.

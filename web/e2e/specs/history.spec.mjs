@@ -156,6 +156,17 @@ export function register(env) {
     assert.equal(lines[0], 'Type,Total,Met,Missed,Open,On time');
     assert.ok(lines.some((l) => l.startsWith(`noop,${want.total},${want.met},${want.missed},${want.open},`)), csv);
 
+    // The cost report of the same range: each type's executions as the
+    // API counts them, webhook's failures among them; downloaded as CSV.
+    const cost = await env.server.gql('query($from: Time!, $to: Time!) { taskCost(from: $from, to: $to) { key executions failed } }', { from, to });
+    const costOf = (k) => cost.data.taskCost.find((r) => r.key === k);
+    assert.ok(costOf('noop')?.executions >= 4 && costOf('webhook')?.failed >= 2, `the API's cost: ${JSON.stringify(cost)}`);
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid="cost-row"][data-key="noop"]')?.getAttribute('data-executions')) >= 4);
+    const [costDownload] = await Promise.all([page.waitForEvent('download'), page.getByTestId('cost-csv').click()]);
+    const costCsv = (await (await import('node:fs/promises')).readFile(await costDownload.path(), 'utf8')).replace(/^\uFEFF/, '');
+    assert.equal(costCsv.trim().split('\r\n')[0], 'Type,Executions,Succeeded,Failed,Cancelled,Retries,Created,Run time,Run p95');
+    assert.ok(costCsv.includes('\r\nwebhook,'), costCsv);
+
     // The types page draws a trend line per type.
     await page.goto(env.url('types'));
     await page.locator('[data-testid="type-noop"] [data-testid="type-trend"]').waitFor();

@@ -3,6 +3,7 @@
 // (as review.schema.test.ts does for the review documents).
 import { buildASTSchema, concatAST, parse, validate, type DocumentNode } from 'graphql';
 import { describe, expect, it } from 'vitest';
+import { TASK_COST } from '../components/Cost';
 import { DEADLINE_REPORT } from '../components/Deadlines';
 import { TASK_HISTORY, typeTrendsQuery } from '../lib/history';
 import { SET_TENANT_QUOTA, TENANT_QUOTAS } from '../pages/Tenants';
@@ -34,6 +35,7 @@ describe('console documents', () => {
     ['SET_TENANT_QUOTA', SET_TENANT_QUOTA],
     ['VIEWER', VIEWER],
     ['DEADLINE_REPORT', DEADLINE_REPORT],
+    ['TASK_COST', TASK_COST],
     ['RUNNING_BY_TENANT', parse(RUNNING_BY_TENANT)],
   ];
   for (const [name, doc] of docs) {

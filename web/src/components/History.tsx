@@ -7,6 +7,7 @@ import { useI18n, type MessageKey } from '../i18n';
 import { columns, PRESETS, RESOLUTION_MS, rangeWindow, TASK_HISTORY, totals, type HistoryPoint, type RangeId, type RangeProblem } from '../lib/history';
 import { formatDuration, fromLocalInput, toLocalInput } from '../lib/time';
 import { TimeChart, type ChartSeries } from './Chart';
+import { CostPanel } from './Cost';
 import { DeadlinesPanel } from './Deadlines';
 import { ErrorBox } from './ErrorBox';
 
@@ -159,6 +160,7 @@ export function HistoryPanel({ types, refreshKey }: { types: string[]; refreshKe
         {card('wait', 'hist.waitTime', charts.wait, ms)}
         {card('run', 'hist.runTime', charts.run, ms)}
       </div>
+      {ok && <CostPanel from={win.from} to={win.to} refreshKey={refreshKey} />}
       {ok && <DeadlinesPanel from={win.from} to={win.to} refreshKey={refreshKey} />}
     </section>
   );
