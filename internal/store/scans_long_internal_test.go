@@ -73,7 +73,9 @@ func TestBackgroundScansDoNotReadTheBacklog(t *testing.T) {
 
 	// The watchdog: the twenty running executions, through their index.
 	plan := explain(false, `SELECT id FROM task_instances WHERE status = `+sqlExecuting)
-	require.Contains(t, plan, "taskinstance_running", plan)
+	// Either partial index of the running instances only (the watchdog's,
+	// or the tenants' running caps'): both hold the twenty alone.
+	require.Regexp(t, `taskinstance_(tenant_)?running`, plan)
 	require.NotContains(t, plan, "Seq Scan", plan)
 	running, err := s.Executing(ctx)
 	require.NoError(t, err)
