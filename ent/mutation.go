@@ -31430,6 +31430,10 @@ type TenantQuotaMutation struct {
 	addmax_running                   *int
 	weight                           *int
 	addweight                        *int
+	rate_limit                       *int
+	addrate_limit                    *int
+	rate_period_seconds              *int
+	addrate_period_seconds           *int
 	updated_by                       *string
 	updated_at                       *time.Time
 	clearedFields                    map[string]struct{}
@@ -31908,6 +31912,132 @@ func (m *TenantQuotaMutation) ResetWeight() {
 	m.addweight = nil
 }
 
+// SetRateLimit sets the "rate_limit" field.
+func (m *TenantQuotaMutation) SetRateLimit(i int) {
+	m.rate_limit = &i
+	m.addrate_limit = nil
+}
+
+// RateLimit returns the value of the "rate_limit" field in the mutation.
+func (m *TenantQuotaMutation) RateLimit() (r int, exists bool) {
+	v := m.rate_limit
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRateLimit returns the old "rate_limit" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldRateLimit(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRateLimit is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRateLimit requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRateLimit: %w", err)
+	}
+	return oldValue.RateLimit, nil
+}
+
+// AddRateLimit adds i to the "rate_limit" field.
+func (m *TenantQuotaMutation) AddRateLimit(i int) {
+	if m.addrate_limit != nil {
+		*m.addrate_limit += i
+	} else {
+		m.addrate_limit = &i
+	}
+}
+
+// AddedRateLimit returns the value that was added to the "rate_limit" field in this mutation.
+func (m *TenantQuotaMutation) AddedRateLimit() (r int, exists bool) {
+	v := m.addrate_limit
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearRateLimit clears the value of the "rate_limit" field.
+func (m *TenantQuotaMutation) ClearRateLimit() {
+	m.rate_limit = nil
+	m.addrate_limit = nil
+	m.clearedFields[tenantquota.FieldRateLimit] = struct{}{}
+}
+
+// RateLimitCleared returns if the "rate_limit" field was cleared in this mutation.
+func (m *TenantQuotaMutation) RateLimitCleared() bool {
+	_, ok := m.clearedFields[tenantquota.FieldRateLimit]
+	return ok
+}
+
+// ResetRateLimit resets all changes to the "rate_limit" field.
+func (m *TenantQuotaMutation) ResetRateLimit() {
+	m.rate_limit = nil
+	m.addrate_limit = nil
+	delete(m.clearedFields, tenantquota.FieldRateLimit)
+}
+
+// SetRatePeriodSeconds sets the "rate_period_seconds" field.
+func (m *TenantQuotaMutation) SetRatePeriodSeconds(i int) {
+	m.rate_period_seconds = &i
+	m.addrate_period_seconds = nil
+}
+
+// RatePeriodSeconds returns the value of the "rate_period_seconds" field in the mutation.
+func (m *TenantQuotaMutation) RatePeriodSeconds() (r int, exists bool) {
+	v := m.rate_period_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRatePeriodSeconds returns the old "rate_period_seconds" field's value of the TenantQuota entity.
+// If the TenantQuota object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TenantQuotaMutation) OldRatePeriodSeconds(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRatePeriodSeconds is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRatePeriodSeconds requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRatePeriodSeconds: %w", err)
+	}
+	return oldValue.RatePeriodSeconds, nil
+}
+
+// AddRatePeriodSeconds adds i to the "rate_period_seconds" field.
+func (m *TenantQuotaMutation) AddRatePeriodSeconds(i int) {
+	if m.addrate_period_seconds != nil {
+		*m.addrate_period_seconds += i
+	} else {
+		m.addrate_period_seconds = &i
+	}
+}
+
+// AddedRatePeriodSeconds returns the value that was added to the "rate_period_seconds" field in this mutation.
+func (m *TenantQuotaMutation) AddedRatePeriodSeconds() (r int, exists bool) {
+	v := m.addrate_period_seconds
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRatePeriodSeconds resets all changes to the "rate_period_seconds" field.
+func (m *TenantQuotaMutation) ResetRatePeriodSeconds() {
+	m.rate_period_seconds = nil
+	m.addrate_period_seconds = nil
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (m *TenantQuotaMutation) SetUpdatedBy(s string) {
 	m.updated_by = &s
@@ -32014,7 +32144,7 @@ func (m *TenantQuotaMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TenantQuotaMutation) Fields() []string {
-	fields := make([]string, 0, 8)
+	fields := make([]string, 0, 10)
 	if m.tenant != nil {
 		fields = append(fields, tenantquota.FieldTenant)
 	}
@@ -32032,6 +32162,12 @@ func (m *TenantQuotaMutation) Fields() []string {
 	}
 	if m.weight != nil {
 		fields = append(fields, tenantquota.FieldWeight)
+	}
+	if m.rate_limit != nil {
+		fields = append(fields, tenantquota.FieldRateLimit)
+	}
+	if m.rate_period_seconds != nil {
+		fields = append(fields, tenantquota.FieldRatePeriodSeconds)
 	}
 	if m.updated_by != nil {
 		fields = append(fields, tenantquota.FieldUpdatedBy)
@@ -32059,6 +32195,10 @@ func (m *TenantQuotaMutation) Field(name string) (ent.Value, bool) {
 		return m.MaxRunning()
 	case tenantquota.FieldWeight:
 		return m.Weight()
+	case tenantquota.FieldRateLimit:
+		return m.RateLimit()
+	case tenantquota.FieldRatePeriodSeconds:
+		return m.RatePeriodSeconds()
 	case tenantquota.FieldUpdatedBy:
 		return m.UpdatedBy()
 	case tenantquota.FieldUpdatedAt:
@@ -32084,6 +32224,10 @@ func (m *TenantQuotaMutation) OldField(ctx context.Context, name string) (ent.Va
 		return m.OldMaxRunning(ctx)
 	case tenantquota.FieldWeight:
 		return m.OldWeight(ctx)
+	case tenantquota.FieldRateLimit:
+		return m.OldRateLimit(ctx)
+	case tenantquota.FieldRatePeriodSeconds:
+		return m.OldRatePeriodSeconds(ctx)
 	case tenantquota.FieldUpdatedBy:
 		return m.OldUpdatedBy(ctx)
 	case tenantquota.FieldUpdatedAt:
@@ -32139,6 +32283,20 @@ func (m *TenantQuotaMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetWeight(v)
 		return nil
+	case tenantquota.FieldRateLimit:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRateLimit(v)
+		return nil
+	case tenantquota.FieldRatePeriodSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRatePeriodSeconds(v)
+		return nil
 	case tenantquota.FieldUpdatedBy:
 		v, ok := value.(string)
 		if !ok {
@@ -32176,6 +32334,12 @@ func (m *TenantQuotaMutation) AddedFields() []string {
 	if m.addweight != nil {
 		fields = append(fields, tenantquota.FieldWeight)
 	}
+	if m.addrate_limit != nil {
+		fields = append(fields, tenantquota.FieldRateLimit)
+	}
+	if m.addrate_period_seconds != nil {
+		fields = append(fields, tenantquota.FieldRatePeriodSeconds)
+	}
 	return fields
 }
 
@@ -32194,6 +32358,10 @@ func (m *TenantQuotaMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedMaxRunning()
 	case tenantquota.FieldWeight:
 		return m.AddedWeight()
+	case tenantquota.FieldRateLimit:
+		return m.AddedRateLimit()
+	case tenantquota.FieldRatePeriodSeconds:
+		return m.AddedRatePeriodSeconds()
 	}
 	return nil, false
 }
@@ -32238,6 +32406,20 @@ func (m *TenantQuotaMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddWeight(v)
 		return nil
+	case tenantquota.FieldRateLimit:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRateLimit(v)
+		return nil
+	case tenantquota.FieldRatePeriodSeconds:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRatePeriodSeconds(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TenantQuota numeric field %s", name)
 }
@@ -32257,6 +32439,9 @@ func (m *TenantQuotaMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(tenantquota.FieldMaxRunning) {
 		fields = append(fields, tenantquota.FieldMaxRunning)
+	}
+	if m.FieldCleared(tenantquota.FieldRateLimit) {
+		fields = append(fields, tenantquota.FieldRateLimit)
 	}
 	return fields
 }
@@ -32284,6 +32469,9 @@ func (m *TenantQuotaMutation) ClearField(name string) error {
 	case tenantquota.FieldMaxRunning:
 		m.ClearMaxRunning()
 		return nil
+	case tenantquota.FieldRateLimit:
+		m.ClearRateLimit()
+		return nil
 	}
 	return fmt.Errorf("unknown TenantQuota nullable field %s", name)
 }
@@ -32309,6 +32497,12 @@ func (m *TenantQuotaMutation) ResetField(name string) error {
 		return nil
 	case tenantquota.FieldWeight:
 		m.ResetWeight()
+		return nil
+	case tenantquota.FieldRateLimit:
+		m.ResetRateLimit()
+		return nil
+	case tenantquota.FieldRatePeriodSeconds:
+		m.ResetRatePeriodSeconds()
 		return nil
 	case tenantquota.FieldUpdatedBy:
 		m.ResetUpdatedBy()

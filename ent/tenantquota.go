@@ -29,6 +29,10 @@ type TenantQuota struct {
 	MaxRunning *int `json:"max_running,omitempty"`
 	// The tenant's weight in the claim's fair share (1..1000): of a task type that several tenants wait for, each claim takes their tasks in proportion to their weights (store/fair.go).
 	Weight int `json:"weight,omitempty"`
+	// At most this many starts of the tenant's tasks, of every type, in any window of rate_period_seconds (counted in tenant_flow_starts under the task type '').
+	RateLimit *int `json:"rate_limit,omitempty"`
+	// RatePeriodSeconds holds the value of the "rate_period_seconds" field.
+	RatePeriodSeconds int `json:"rate_period_seconds,omitempty"`
 	// UpdatedBy holds the value of the "updated_by" field.
 	UpdatedBy string `json:"updated_by,omitempty"`
 	// UpdatedAt holds the value of the "updated_at" field.
@@ -41,7 +45,7 @@ func (*TenantQuota) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case tenantquota.FieldID, tenantquota.FieldMaxWaiting, tenantquota.FieldMaxSchedules, tenantquota.FieldMinScheduleIntervalSeconds, tenantquota.FieldMaxRunning, tenantquota.FieldWeight:
+		case tenantquota.FieldID, tenantquota.FieldMaxWaiting, tenantquota.FieldMaxSchedules, tenantquota.FieldMinScheduleIntervalSeconds, tenantquota.FieldMaxRunning, tenantquota.FieldWeight, tenantquota.FieldRateLimit, tenantquota.FieldRatePeriodSeconds:
 			values[i] = new(sql.NullInt64)
 		case tenantquota.FieldTenant, tenantquota.FieldUpdatedBy:
 			values[i] = new(sql.NullString)
@@ -107,6 +111,19 @@ func (_m *TenantQuota) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field weight", values[i])
 			} else if value.Valid {
 				_m.Weight = int(value.Int64)
+			}
+		case tenantquota.FieldRateLimit:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field rate_limit", values[i])
+			} else if value.Valid {
+				_m.RateLimit = new(int)
+				*_m.RateLimit = int(value.Int64)
+			}
+		case tenantquota.FieldRatePeriodSeconds:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field rate_period_seconds", values[i])
+			} else if value.Valid {
+				_m.RatePeriodSeconds = int(value.Int64)
 			}
 		case tenantquota.FieldUpdatedBy:
 			if value, ok := values[i].(*sql.NullString); !ok {
@@ -181,6 +198,14 @@ func (_m *TenantQuota) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("weight=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Weight))
+	builder.WriteString(", ")
+	if v := _m.RateLimit; v != nil {
+		builder.WriteString("rate_limit=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	builder.WriteString("rate_period_seconds=")
+	builder.WriteString(fmt.Sprintf("%v", _m.RatePeriodSeconds))
 	builder.WriteString(", ")
 	builder.WriteString("updated_by=")
 	builder.WriteString(_m.UpdatedBy)

@@ -96,6 +96,34 @@ func (_c *TenantQuotaCreate) SetNillableWeight(v *int) *TenantQuotaCreate {
 	return _c
 }
 
+// SetRateLimit sets the "rate_limit" field.
+func (_c *TenantQuotaCreate) SetRateLimit(v int) *TenantQuotaCreate {
+	_c.mutation.SetRateLimit(v)
+	return _c
+}
+
+// SetNillableRateLimit sets the "rate_limit" field if the given value is not nil.
+func (_c *TenantQuotaCreate) SetNillableRateLimit(v *int) *TenantQuotaCreate {
+	if v != nil {
+		_c.SetRateLimit(*v)
+	}
+	return _c
+}
+
+// SetRatePeriodSeconds sets the "rate_period_seconds" field.
+func (_c *TenantQuotaCreate) SetRatePeriodSeconds(v int) *TenantQuotaCreate {
+	_c.mutation.SetRatePeriodSeconds(v)
+	return _c
+}
+
+// SetNillableRatePeriodSeconds sets the "rate_period_seconds" field if the given value is not nil.
+func (_c *TenantQuotaCreate) SetNillableRatePeriodSeconds(v *int) *TenantQuotaCreate {
+	if v != nil {
+		_c.SetRatePeriodSeconds(*v)
+	}
+	return _c
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_c *TenantQuotaCreate) SetUpdatedBy(v string) *TenantQuotaCreate {
 	_c.mutation.SetUpdatedBy(v)
@@ -163,6 +191,10 @@ func (_c *TenantQuotaCreate) defaults() {
 		v := tenantquota.DefaultWeight
 		_c.mutation.SetWeight(v)
 	}
+	if _, ok := _c.mutation.RatePeriodSeconds(); !ok {
+		v := tenantquota.DefaultRatePeriodSeconds
+		_c.mutation.SetRatePeriodSeconds(v)
+	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		v := tenantquota.DefaultUpdatedBy
 		_c.mutation.SetUpdatedBy(v)
@@ -180,6 +212,9 @@ func (_c *TenantQuotaCreate) check() error {
 	}
 	if _, ok := _c.mutation.Weight(); !ok {
 		return &ValidationError{Name: "weight", err: errors.New(`ent: missing required field "TenantQuota.weight"`)}
+	}
+	if _, ok := _c.mutation.RatePeriodSeconds(); !ok {
+		return &ValidationError{Name: "rate_period_seconds", err: errors.New(`ent: missing required field "TenantQuota.rate_period_seconds"`)}
 	}
 	if _, ok := _c.mutation.UpdatedBy(); !ok {
 		return &ValidationError{Name: "updated_by", err: errors.New(`ent: missing required field "TenantQuota.updated_by"`)}
@@ -236,6 +271,14 @@ func (_c *TenantQuotaCreate) createSpec() (*TenantQuota, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Weight(); ok {
 		_spec.SetField(tenantquota.FieldWeight, field.TypeInt, value)
 		_node.Weight = value
+	}
+	if value, ok := _c.mutation.RateLimit(); ok {
+		_spec.SetField(tenantquota.FieldRateLimit, field.TypeInt, value)
+		_node.RateLimit = &value
+	}
+	if value, ok := _c.mutation.RatePeriodSeconds(); ok {
+		_spec.SetField(tenantquota.FieldRatePeriodSeconds, field.TypeInt, value)
+		_node.RatePeriodSeconds = value
 	}
 	if value, ok := _c.mutation.UpdatedBy(); ok {
 		_spec.SetField(tenantquota.FieldUpdatedBy, field.TypeString, value)

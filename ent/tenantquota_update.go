@@ -158,6 +158,54 @@ func (_u *TenantQuotaUpdate) AddWeight(v int) *TenantQuotaUpdate {
 	return _u
 }
 
+// SetRateLimit sets the "rate_limit" field.
+func (_u *TenantQuotaUpdate) SetRateLimit(v int) *TenantQuotaUpdate {
+	_u.mutation.ResetRateLimit()
+	_u.mutation.SetRateLimit(v)
+	return _u
+}
+
+// SetNillableRateLimit sets the "rate_limit" field if the given value is not nil.
+func (_u *TenantQuotaUpdate) SetNillableRateLimit(v *int) *TenantQuotaUpdate {
+	if v != nil {
+		_u.SetRateLimit(*v)
+	}
+	return _u
+}
+
+// AddRateLimit adds value to the "rate_limit" field.
+func (_u *TenantQuotaUpdate) AddRateLimit(v int) *TenantQuotaUpdate {
+	_u.mutation.AddRateLimit(v)
+	return _u
+}
+
+// ClearRateLimit clears the value of the "rate_limit" field.
+func (_u *TenantQuotaUpdate) ClearRateLimit() *TenantQuotaUpdate {
+	_u.mutation.ClearRateLimit()
+	return _u
+}
+
+// SetRatePeriodSeconds sets the "rate_period_seconds" field.
+func (_u *TenantQuotaUpdate) SetRatePeriodSeconds(v int) *TenantQuotaUpdate {
+	_u.mutation.ResetRatePeriodSeconds()
+	_u.mutation.SetRatePeriodSeconds(v)
+	return _u
+}
+
+// SetNillableRatePeriodSeconds sets the "rate_period_seconds" field if the given value is not nil.
+func (_u *TenantQuotaUpdate) SetNillableRatePeriodSeconds(v *int) *TenantQuotaUpdate {
+	if v != nil {
+		_u.SetRatePeriodSeconds(*v)
+	}
+	return _u
+}
+
+// AddRatePeriodSeconds adds value to the "rate_period_seconds" field.
+func (_u *TenantQuotaUpdate) AddRatePeriodSeconds(v int) *TenantQuotaUpdate {
+	_u.mutation.AddRatePeriodSeconds(v)
+	return _u
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_u *TenantQuotaUpdate) SetUpdatedBy(v string) *TenantQuotaUpdate {
 	_u.mutation.SetUpdatedBy(v)
@@ -274,6 +322,21 @@ func (_u *TenantQuotaUpdate) sqlSave(ctx context.Context) (_node int, err error)
 	}
 	if value, ok := _u.mutation.AddedWeight(); ok {
 		_spec.AddField(tenantquota.FieldWeight, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.RateLimit(); ok {
+		_spec.SetField(tenantquota.FieldRateLimit, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedRateLimit(); ok {
+		_spec.AddField(tenantquota.FieldRateLimit, field.TypeInt, value)
+	}
+	if _u.mutation.RateLimitCleared() {
+		_spec.ClearField(tenantquota.FieldRateLimit, field.TypeInt)
+	}
+	if value, ok := _u.mutation.RatePeriodSeconds(); ok {
+		_spec.SetField(tenantquota.FieldRatePeriodSeconds, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedRatePeriodSeconds(); ok {
+		_spec.AddField(tenantquota.FieldRatePeriodSeconds, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(tenantquota.FieldUpdatedBy, field.TypeString, value)
@@ -432,6 +495,54 @@ func (_u *TenantQuotaUpdateOne) AddWeight(v int) *TenantQuotaUpdateOne {
 	return _u
 }
 
+// SetRateLimit sets the "rate_limit" field.
+func (_u *TenantQuotaUpdateOne) SetRateLimit(v int) *TenantQuotaUpdateOne {
+	_u.mutation.ResetRateLimit()
+	_u.mutation.SetRateLimit(v)
+	return _u
+}
+
+// SetNillableRateLimit sets the "rate_limit" field if the given value is not nil.
+func (_u *TenantQuotaUpdateOne) SetNillableRateLimit(v *int) *TenantQuotaUpdateOne {
+	if v != nil {
+		_u.SetRateLimit(*v)
+	}
+	return _u
+}
+
+// AddRateLimit adds value to the "rate_limit" field.
+func (_u *TenantQuotaUpdateOne) AddRateLimit(v int) *TenantQuotaUpdateOne {
+	_u.mutation.AddRateLimit(v)
+	return _u
+}
+
+// ClearRateLimit clears the value of the "rate_limit" field.
+func (_u *TenantQuotaUpdateOne) ClearRateLimit() *TenantQuotaUpdateOne {
+	_u.mutation.ClearRateLimit()
+	return _u
+}
+
+// SetRatePeriodSeconds sets the "rate_period_seconds" field.
+func (_u *TenantQuotaUpdateOne) SetRatePeriodSeconds(v int) *TenantQuotaUpdateOne {
+	_u.mutation.ResetRatePeriodSeconds()
+	_u.mutation.SetRatePeriodSeconds(v)
+	return _u
+}
+
+// SetNillableRatePeriodSeconds sets the "rate_period_seconds" field if the given value is not nil.
+func (_u *TenantQuotaUpdateOne) SetNillableRatePeriodSeconds(v *int) *TenantQuotaUpdateOne {
+	if v != nil {
+		_u.SetRatePeriodSeconds(*v)
+	}
+	return _u
+}
+
+// AddRatePeriodSeconds adds value to the "rate_period_seconds" field.
+func (_u *TenantQuotaUpdateOne) AddRatePeriodSeconds(v int) *TenantQuotaUpdateOne {
+	_u.mutation.AddRatePeriodSeconds(v)
+	return _u
+}
+
 // SetUpdatedBy sets the "updated_by" field.
 func (_u *TenantQuotaUpdateOne) SetUpdatedBy(v string) *TenantQuotaUpdateOne {
 	_u.mutation.SetUpdatedBy(v)
@@ -578,6 +689,21 @@ func (_u *TenantQuotaUpdateOne) sqlSave(ctx context.Context) (_node *TenantQuota
 	}
 	if value, ok := _u.mutation.AddedWeight(); ok {
 		_spec.AddField(tenantquota.FieldWeight, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.RateLimit(); ok {
+		_spec.SetField(tenantquota.FieldRateLimit, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedRateLimit(); ok {
+		_spec.AddField(tenantquota.FieldRateLimit, field.TypeInt, value)
+	}
+	if _u.mutation.RateLimitCleared() {
+		_spec.ClearField(tenantquota.FieldRateLimit, field.TypeInt)
+	}
+	if value, ok := _u.mutation.RatePeriodSeconds(); ok {
+		_spec.SetField(tenantquota.FieldRatePeriodSeconds, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedRatePeriodSeconds(); ok {
+		_spec.AddField(tenantquota.FieldRatePeriodSeconds, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.UpdatedBy(); ok {
 		_spec.SetField(tenantquota.FieldUpdatedBy, field.TypeString, value)

@@ -681,8 +681,12 @@ type ComplexityRoot struct {
 		MaxSchedules               func(childComplexity int) int
 		MaxWaiting                 func(childComplexity int) int
 		MinScheduleIntervalSeconds func(childComplexity int) int
+		NextStartAt                func(childComplexity int) int
+		RateLimit                  func(childComplexity int) int
+		RatePeriodSeconds          func(childComplexity int) int
 		Running                    func(childComplexity int) int
 		Schedules                  func(childComplexity int) int
+		StartedInWindow            func(childComplexity int) int
 		Tenant                     func(childComplexity int) int
 		UpdatedAt                  func(childComplexity int) int
 		UpdatedBy                  func(childComplexity int) int
@@ -4216,6 +4220,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TenantQuota.MinScheduleIntervalSeconds(childComplexity), true
+	case "TenantQuota.nextStartAt":
+		if e.ComplexityRoot.TenantQuota.NextStartAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.NextStartAt(childComplexity), true
+	case "TenantQuota.rateLimit":
+		if e.ComplexityRoot.TenantQuota.RateLimit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.RateLimit(childComplexity), true
+	case "TenantQuota.ratePeriodSeconds":
+		if e.ComplexityRoot.TenantQuota.RatePeriodSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.RatePeriodSeconds(childComplexity), true
 	case "TenantQuota.running":
 		if e.ComplexityRoot.TenantQuota.Running == nil {
 			break
@@ -4228,6 +4250,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TenantQuota.Schedules(childComplexity), true
+	case "TenantQuota.startedInWindow":
+		if e.ComplexityRoot.TenantQuota.StartedInWindow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantQuota.StartedInWindow(childComplexity), true
 	case "TenantQuota.tenant":
 		if e.ComplexityRoot.TenantQuota.Tenant == nil {
 			break
@@ -8308,6 +8336,14 @@ func (ec *executionContext) childFields_TenantQuota(ctx context.Context, field g
 		return ec.fieldContext_TenantQuota_minScheduleIntervalSeconds(ctx, field)
 	case "weight":
 		return ec.fieldContext_TenantQuota_weight(ctx, field)
+	case "rateLimit":
+		return ec.fieldContext_TenantQuota_rateLimit(ctx, field)
+	case "ratePeriodSeconds":
+		return ec.fieldContext_TenantQuota_ratePeriodSeconds(ctx, field)
+	case "startedInWindow":
+		return ec.fieldContext_TenantQuota_startedInWindow(ctx, field)
+	case "nextStartAt":
+		return ec.fieldContext_TenantQuota_nextStartAt(ctx, field)
 	case "running":
 		return ec.fieldContext_TenantQuota_running(ctx, field)
 	case "waiting":
@@ -23621,6 +23657,98 @@ func (ec *executionContext) fieldContext_TenantQuota_weight(_ context.Context, f
 	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
 }
 
+func (ec *executionContext) _TenantQuota_rateLimit(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_rateLimit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RateLimit, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_rateLimit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_ratePeriodSeconds(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_ratePeriodSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RatePeriodSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_ratePeriodSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_startedInWindow(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_startedInWindow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedInWindow, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_startedInWindow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TenantQuota_nextStartAt(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantQuota_nextStartAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NextStartAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantQuota_nextStartAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantQuota", field, false, false, "Time")
+}
+
 func (ec *executionContext) _TenantQuota_running(ctx context.Context, field graphql.CollectedField, obj *flow.TenantQuota) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -32923,7 +33051,7 @@ func (ec *executionContext) unmarshalInputTenantQuotaInput(ctx context.Context, 
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"maxRunning", "maxWaiting", "maxSchedules", "minScheduleIntervalSeconds", "weight"}
+	fieldsInOrder := [...]string{"maxRunning", "maxWaiting", "maxSchedules", "minScheduleIntervalSeconds", "weight", "rateLimit", "ratePeriodSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -32965,6 +33093,20 @@ func (ec *executionContext) unmarshalInputTenantQuotaInput(ctx context.Context, 
 				return it, err
 			}
 			it.Weight = data
+		case "rateLimit":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("rateLimit"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RateLimit = data
+		case "ratePeriodSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePeriodSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePeriodSeconds = data
 		}
 	}
 	return it, nil
@@ -38294,6 +38436,26 @@ func (ec *executionContext) _TenantQuota(ctx context.Context, sel ast.SelectionS
 		case "weight":
 			out.Values[i] = ec._TenantQuota_weight(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rateLimit":
+			out.Values[i] = ec._TenantQuota_rateLimit(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "ratePeriodSeconds":
+			out.Values[i] = ec._TenantQuota_ratePeriodSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "startedInWindow":
+			out.Values[i] = ec._TenantQuota_startedInWindow(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nextStartAt":
+			out.Values[i] = ec._TenantQuota_nextStartAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		case "running":

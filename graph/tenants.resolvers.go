@@ -45,7 +45,8 @@ func (r *mutationResolver) SetTenantQuota(ctx context.Context, tenant string, in
 	if r.Flow == nil {
 		return nil, errNoFlow
 	}
-	return r.Flow.SetTenantQuota(ctx, tenant, flow.QuotaLimits{MaxRunning: input.MaxRunning, MaxWaiting: input.MaxWaiting, MaxSchedules: input.MaxSchedules, MinScheduleIntervalSeconds: input.MinScheduleIntervalSeconds, Weight: input.Weight})
+	return r.Flow.SetTenantQuota(ctx, tenant, flow.QuotaLimits{MaxRunning: input.MaxRunning, MaxWaiting: input.MaxWaiting, MaxSchedules: input.MaxSchedules, MinScheduleIntervalSeconds: input.MinScheduleIntervalSeconds, Weight: input.Weight,
+		RateLimit: input.RateLimit, RatePeriodSeconds: input.RatePeriodSeconds})
 }
 
 // RunningByTenant is the resolver for the runningByTenant field.

@@ -932,6 +932,8 @@ var (
 		{Name: "min_schedule_interval_seconds", Type: field.TypeInt, Nullable: true},
 		{Name: "max_running", Type: field.TypeInt, Nullable: true},
 		{Name: "weight", Type: field.TypeInt, Default: 1},
+		{Name: "rate_limit", Type: field.TypeInt, Nullable: true},
+		{Name: "rate_period_seconds", Type: field.TypeInt, Default: 1},
 		{Name: "updated_by", Type: field.TypeString, Default: ""},
 		{Name: "updated_at", Type: field.TypeTime},
 	}

@@ -767,12 +767,16 @@ func init() {
 	tenantquotaDescWeight := tenantquotaFields[5].Descriptor()
 	// tenantquota.DefaultWeight holds the default value on creation for the weight field.
 	tenantquota.DefaultWeight = tenantquotaDescWeight.Default.(int)
+	// tenantquotaDescRatePeriodSeconds is the schema descriptor for rate_period_seconds field.
+	tenantquotaDescRatePeriodSeconds := tenantquotaFields[7].Descriptor()
+	// tenantquota.DefaultRatePeriodSeconds holds the default value on creation for the rate_period_seconds field.
+	tenantquota.DefaultRatePeriodSeconds = tenantquotaDescRatePeriodSeconds.Default.(int)
 	// tenantquotaDescUpdatedBy is the schema descriptor for updated_by field.
-	tenantquotaDescUpdatedBy := tenantquotaFields[6].Descriptor()
+	tenantquotaDescUpdatedBy := tenantquotaFields[8].Descriptor()
 	// tenantquota.DefaultUpdatedBy holds the default value on creation for the updated_by field.
 	tenantquota.DefaultUpdatedBy = tenantquotaDescUpdatedBy.Default.(string)
 	// tenantquotaDescUpdatedAt is the schema descriptor for updated_at field.
-	tenantquotaDescUpdatedAt := tenantquotaFields[7].Descriptor()
+	tenantquotaDescUpdatedAt := tenantquotaFields[9].Descriptor()
 	// tenantquota.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	tenantquota.DefaultUpdatedAt = tenantquotaDescUpdatedAt.Default.(func() time.Time)
 	workflowMixin := schema.Workflow{}.Mixin()

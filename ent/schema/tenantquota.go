@@ -9,8 +9,9 @@ import (
 )
 
 // TenantQuota is what one tenant may hold at once, across all its task
-// types: its running and its waiting instances, its enabled schedules, and how often a
-// schedule of its may fire; and its weight in the claim's fair share. Platform administrators set it (package flow);
+// types: its running and its waiting instances, its starts in a window
+// (a rate), its enabled schedules, and how often a schedule of its may
+// fire; and its weight in the claim's fair share. Platform administrators set it (package flow);
 // a create beyond it (store/quota.go) and a schedule beyond it (package
 // schedule) are refused with QUOTA_EXCEEDED, the row locked on PostgreSQL
 // so that concurrent requests count one after the other. A tenant without
@@ -43,6 +44,12 @@ func (TenantQuota) Fields() []ent.Field {
 		field.Int("weight").
 			Default(1).
 			Comment("The tenant's weight in the claim's fair share (1..1000): of a task type that several tenants wait for, each claim takes their tasks in proportion to their weights (store/fair.go)."),
+		field.Int("rate_limit").
+			Optional().
+			Nillable().
+			Comment("At most this many starts of the tenant's tasks, of every type, in any window of rate_period_seconds (counted in tenant_flow_starts under the task type '')."),
+		field.Int("rate_period_seconds").
+			Default(1),
 		field.String("updated_by").
 			Default(""),
 		field.Time("updated_at").

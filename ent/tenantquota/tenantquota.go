@@ -25,6 +25,10 @@ const (
 	FieldMaxRunning = "max_running"
 	// FieldWeight holds the string denoting the weight field in the database.
 	FieldWeight = "weight"
+	// FieldRateLimit holds the string denoting the rate_limit field in the database.
+	FieldRateLimit = "rate_limit"
+	// FieldRatePeriodSeconds holds the string denoting the rate_period_seconds field in the database.
+	FieldRatePeriodSeconds = "rate_period_seconds"
 	// FieldUpdatedBy holds the string denoting the updated_by field in the database.
 	FieldUpdatedBy = "updated_by"
 	// FieldUpdatedAt holds the string denoting the updated_at field in the database.
@@ -42,6 +46,8 @@ var Columns = []string{
 	FieldMinScheduleIntervalSeconds,
 	FieldMaxRunning,
 	FieldWeight,
+	FieldRateLimit,
+	FieldRatePeriodSeconds,
 	FieldUpdatedBy,
 	FieldUpdatedAt,
 }
@@ -59,6 +65,8 @@ func ValidColumn(column string) bool {
 var (
 	// DefaultWeight holds the default value on creation for the "weight" field.
 	DefaultWeight int
+	// DefaultRatePeriodSeconds holds the default value on creation for the "rate_period_seconds" field.
+	DefaultRatePeriodSeconds int
 	// DefaultUpdatedBy holds the default value on creation for the "updated_by" field.
 	DefaultUpdatedBy string
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
@@ -101,6 +109,16 @@ func ByMaxRunning(opts ...sql.OrderTermOption) OrderOption {
 // ByWeight orders the results by the weight field.
 func ByWeight(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldWeight, opts...).ToFunc()
+}
+
+// ByRateLimit orders the results by the rate_limit field.
+func ByRateLimit(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRateLimit, opts...).ToFunc()
+}
+
+// ByRatePeriodSeconds orders the results by the rate_period_seconds field.
+func ByRatePeriodSeconds(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRatePeriodSeconds, opts...).ToFunc()
 }
 
 // ByUpdatedBy orders the results by the updated_by field.

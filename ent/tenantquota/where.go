@@ -84,6 +84,16 @@ func Weight(v int) predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldEQ(FieldWeight, v))
 }
 
+// RateLimit applies equality check predicate on the "rate_limit" field. It's identical to RateLimitEQ.
+func RateLimit(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldRateLimit, v))
+}
+
+// RatePeriodSeconds applies equality check predicate on the "rate_period_seconds" field. It's identical to RatePeriodSecondsEQ.
+func RatePeriodSeconds(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldRatePeriodSeconds, v))
+}
+
 // UpdatedBy applies equality check predicate on the "updated_by" field. It's identical to UpdatedByEQ.
 func UpdatedBy(v string) predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldEQ(FieldUpdatedBy, v))
@@ -397,6 +407,96 @@ func WeightLT(v int) predicate.TenantQuota {
 // WeightLTE applies the LTE predicate on the "weight" field.
 func WeightLTE(v int) predicate.TenantQuota {
 	return predicate.TenantQuota(sql.FieldLTE(FieldWeight, v))
+}
+
+// RateLimitEQ applies the EQ predicate on the "rate_limit" field.
+func RateLimitEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldRateLimit, v))
+}
+
+// RateLimitNEQ applies the NEQ predicate on the "rate_limit" field.
+func RateLimitNEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNEQ(FieldRateLimit, v))
+}
+
+// RateLimitIn applies the In predicate on the "rate_limit" field.
+func RateLimitIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldIn(FieldRateLimit, vs...))
+}
+
+// RateLimitNotIn applies the NotIn predicate on the "rate_limit" field.
+func RateLimitNotIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNotIn(FieldRateLimit, vs...))
+}
+
+// RateLimitGT applies the GT predicate on the "rate_limit" field.
+func RateLimitGT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGT(FieldRateLimit, v))
+}
+
+// RateLimitGTE applies the GTE predicate on the "rate_limit" field.
+func RateLimitGTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGTE(FieldRateLimit, v))
+}
+
+// RateLimitLT applies the LT predicate on the "rate_limit" field.
+func RateLimitLT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLT(FieldRateLimit, v))
+}
+
+// RateLimitLTE applies the LTE predicate on the "rate_limit" field.
+func RateLimitLTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLTE(FieldRateLimit, v))
+}
+
+// RateLimitIsNil applies the IsNil predicate on the "rate_limit" field.
+func RateLimitIsNil() predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldIsNull(FieldRateLimit))
+}
+
+// RateLimitNotNil applies the NotNil predicate on the "rate_limit" field.
+func RateLimitNotNil() predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNotNull(FieldRateLimit))
+}
+
+// RatePeriodSecondsEQ applies the EQ predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldEQ(FieldRatePeriodSeconds, v))
+}
+
+// RatePeriodSecondsNEQ applies the NEQ predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsNEQ(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNEQ(FieldRatePeriodSeconds, v))
+}
+
+// RatePeriodSecondsIn applies the In predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldIn(FieldRatePeriodSeconds, vs...))
+}
+
+// RatePeriodSecondsNotIn applies the NotIn predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsNotIn(vs ...int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldNotIn(FieldRatePeriodSeconds, vs...))
+}
+
+// RatePeriodSecondsGT applies the GT predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsGT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGT(FieldRatePeriodSeconds, v))
+}
+
+// RatePeriodSecondsGTE applies the GTE predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsGTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldGTE(FieldRatePeriodSeconds, v))
+}
+
+// RatePeriodSecondsLT applies the LT predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsLT(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLT(FieldRatePeriodSeconds, v))
+}
+
+// RatePeriodSecondsLTE applies the LTE predicate on the "rate_period_seconds" field.
+func RatePeriodSecondsLTE(v int) predicate.TenantQuota {
+	return predicate.TenantQuota(sql.FieldLTE(FieldRatePeriodSeconds, v))
 }
 
 // UpdatedByEQ applies the EQ predicate on the "updated_by" field.

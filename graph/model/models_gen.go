@@ -433,6 +433,10 @@ type TenantQuotaInput struct {
 	MinScheduleIntervalSeconds *int `json:"minScheduleIntervalSeconds,omitempty"`
 	// 1..1000; left out, 1.
 	Weight *int `json:"weight,omitempty"`
+	// At least 1: starts of the tenant's tasks, of every type, in any window of ratePeriodSeconds.
+	RateLimit *int `json:"rateLimit,omitempty"`
+	// 1..86400; left out, 1.
+	RatePeriodSeconds *int `json:"ratePeriodSeconds,omitempty"`
 }
 
 // A tenant's limits of a type; each one left out (or null) is removed.

@@ -164,6 +164,28 @@ func TestTenantQuotaAPI(t *testing.T) {
 		require.Equal(t, 3, weighted.SetTenantQuota.Weight)
 		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {maxWaiting: 5}) { weight } }`, nil, &weighted)
 		require.Equal(t, 1, weighted.SetTenantQuota.Weight, "replaced: the weight left out is 1")
+		// The rate across types: set and read back with its use; its
+		// period is 1 when left out; bad values are VALIDATION by field.
+		var rated struct {
+			SetTenantQuota struct {
+				RateLimit                          *int
+				RatePeriodSeconds, StartedInWindow int
+				NextStartAt                        *string
+			}
+		}
+		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {rateLimit: 30, ratePeriodSeconds: 60}) { rateLimit ratePeriodSeconds startedInWindow nextStartAt } }`, nil, &rated)
+		require.Equal(t, 30, *rated.SetTenantQuota.RateLimit)
+		require.Equal(t, 60, rated.SetTenantQuota.RatePeriodSeconds)
+		require.Zero(t, rated.SetTenantQuota.StartedInWindow)
+		require.Nil(t, rated.SetTenantQuota.NextStartAt)
+		for field, in := range map[string]map[string]any{"rateLimit": {"rateLimit": 0}, "ratePeriodSeconds": {"rateLimit": 5, "ratePeriodSeconds": 86401}} {
+			r = s.DoAs(t, tokens["root"], set, map[string]any{"t": "gamma", "in": in})
+			require.Equal(t, "VALIDATION", r.Errors[0].Code(), field)
+			require.Contains(t, r.Errors[0].Message, field)
+		}
+		s.QueryAs(t, tokens["root"], `mutation { setTenantQuota(tenant: "gamma", input: {maxWaiting: 5}) { rateLimit ratePeriodSeconds startedInWindow nextStartAt } }`, nil, &rated)
+		require.Nil(t, rated.SetTenantQuota.RateLimit, "replaced: no rate")
+		require.Equal(t, 1, rated.SetTenantQuota.RatePeriodSeconds)
 		var capped struct {
 			SetTenantQuota struct {
 				MaxRunning *int

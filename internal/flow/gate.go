@@ -291,6 +291,54 @@ func (g *Gate) admitShares(ctx context.Context, q Querier, types []string, adm *
 	return nil
 }
 
+// TenantRoom is store.TenantRater: of each tenant whose quota rates its
+// starts of every type (the claim has locked its quota row), how many the
+// rate admits now, from its starts of the last two periods, kept in
+// tenant_flow_starts under the task type '' (anyTypeOfTenant). A tenant
+// the rate holds back is admitted again at its window's next slot
+// (NextAdmission).
+func (g *Gate) TenantRoom(ctx context.Context, q Querier, rates map[string]store.Rate, now time.Time) (map[string]int, func(context.Context, Querier, map[string]int) error, error) {
+	tenants := make([]string, 0, len(rates))
+	for tn := range rates {
+		tenants = append(tenants, tn)
+	}
+	sort.Strings(tenants)
+	room := make(map[string]int, len(rates))
+	windows := map[shareKey]*rateWindow{}
+	for _, tn := range tenants {
+		r := rates[tn]
+		period := time.Duration(max(r.PeriodSeconds, 1)) * time.Second
+		starts, err := readTenantStarts(ctx, q, anyTypeOfTenant, tn, horizon(now, period))
+		if err != nil {
+			return nil, nil, fmt.Errorf("flow gate: read starts of tenant %q: %w", tn, err)
+		}
+		w := newRateWindow(r.Limit, period, now, starts)
+		left := len(w.take(maxRoom))
+		if left < maxRoom {
+			if at := w.next(); at.After(now) {
+				g.admitAt(at)
+			}
+		}
+		room[tn] = left
+		if left > 0 {
+			windows[shareKey{anyTypeOfTenant, tn}] = newRateWindow(r.Limit, period, now, starts)
+		}
+	}
+	if len(windows) == 0 {
+		return room, nil, nil
+	}
+	return room, func(ctx context.Context, q Querier, started map[string]int) error {
+		return recordShares(ctx, q, windows, map[string]map[string]int{anyTypeOfTenant: started}, now)
+	}, nil
+}
+
+// anyTypeOfTenant is the task type under which tenant_flow_starts keeps a
+// tenant's starts of every type, counted by its quota's rate: no task type
+// has an empty name.
+const anyTypeOfTenant = ""
+
+var _ store.TenantRater = (*Gate)(nil)
+
 // shareKey is one tenant's share of one type.
 type shareKey struct{ typ, tenant string }
 

@@ -11,6 +11,7 @@ import (
 	entschedule "github.com/taskgraph/taskgraph/ent/schedule"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
+	"github.com/taskgraph/taskgraph/ent/tenantflowstart"
 	"github.com/taskgraph/taskgraph/ent/tenantquota"
 	"github.com/taskgraph/taskgraph/internal/audit"
 	"github.com/taskgraph/taskgraph/internal/auth"
@@ -46,6 +47,17 @@ type TenantQuota struct {
 	// Weight is the tenant's weight in the claim's fair share of a task
 	// type several tenants wait for (1..store.MaxWeight; 1 by default).
 	Weight int
+	// RateLimit limits the tenant's starts of every type to this many in
+	// any window of RatePeriodSeconds: the claim takes no more of its
+	// tasks until the window moves on. Nil: no such limit.
+	RateLimit         *int
+	RatePeriodSeconds int
+	// StartedInWindow is how many of the tenant's starts the rate counts
+	// in its window now, and NextStartAt when the next may start when the
+	// rate holds the tenant back now (nil otherwise); both only with a
+	// RateLimit.
+	StartedInWindow int
+	NextStartAt     *time.Time
 	// Running, Waiting and Schedules count what the tenant holds now.
 	Running, Waiting, Schedules int
 	UpdatedBy                   *string
@@ -53,10 +65,12 @@ type TenantQuota struct {
 }
 
 // QuotaLimits are the limits SetTenantQuota writes; nil removes one (a
-// nil Weight is the default weight, 1).
+// nil Weight is the default weight, 1; a nil RatePeriodSeconds is one
+// second).
 type QuotaLimits struct {
 	MaxRunning, MaxWaiting, MaxSchedules, MinScheduleIntervalSeconds *int
 	Weight                                                           *int
+	RateLimit, RatePeriodSeconds                                     *int
 }
 
 // TenantQuota returns a tenant's quota (the viewer's own tenant's when
@@ -120,11 +134,15 @@ func (s *Service) quotaOf(ctx context.Context, tenant string) (*TenantQuota, err
 // quota is a tenant's quota row (nil: none) and what the tenant holds.
 func (s *Service) quota(ctx context.Context, tenant string, r *ent.TenantQuota) (*TenantQuota, error) {
 	sys := auth.NewSystemContext(ctx)
-	q := &TenantQuota{Tenant: tenant, Weight: 1}
+	q := &TenantQuota{Tenant: tenant, Weight: 1, RatePeriodSeconds: 1}
 	if r != nil {
 		q.MaxWaiting, q.MaxSchedules, q.MinScheduleIntervalSeconds = r.MaxWaiting, r.MaxSchedules, r.MinScheduleIntervalSeconds
 		q.Weight, q.MaxRunning = r.Weight, r.MaxRunning
+		q.RateLimit, q.RatePeriodSeconds = r.RateLimit, r.RatePeriodSeconds
 		q.UpdatedBy, q.UpdatedAt = &r.UpdatedBy, &r.UpdatedAt
+	}
+	if err := s.quotaRate(ctx, q); err != nil {
+		return nil, err
 	}
 	var err error
 	// Through the taskinstance_tenant_waiting index.
@@ -144,6 +162,66 @@ func (s *Service) quota(ctx context.Context, tenant string, r *ent.TenantQuota) 
 		return nil, fmt.Errorf("count schedules of tenant %q: %w", tenant, err)
 	}
 	return q, nil
+}
+
+// quotaRate fills in how far q's rate (if any) is used now: the starts
+// its window counts and when the next may start if the rate holds the
+// tenant back now.
+func (s *Service) quotaRate(ctx context.Context, q *TenantQuota) error {
+	if q.RateLimit == nil {
+		return nil
+	}
+	var err error
+	q.StartedInWindow, q.NextStartAt, err = s.tenantWindow(ctx, anyTypeOfTenant, q.Tenant, *q.RateLimit, q.RatePeriodSeconds, s.store.Now())
+	return err
+}
+
+// quotaWait says why a tenant's quota holds its waiting tasks back (its
+// cap on running instances, then its rate), or nil; read at most once per
+// stateTTL.
+func (s *Service) quotaWait(ctx context.Context, tenant string, now time.Time) (*Wait, error) {
+	s.mu.Lock()
+	c, ok := s.quotas[tenant]
+	s.mu.Unlock()
+	if ok && time.Since(c.at) < stateTTL {
+		return c.w, nil
+	}
+	sys := auth.NewSystemContext(ctx)
+	row, err := s.store.Client().TenantQuota.Query().Where(tenantquota.Tenant(tenant)).Only(sys)
+	if err != nil && !ent.IsNotFound(err) {
+		return nil, fmt.Errorf("read quota of tenant %q: %w", tenant, err)
+	}
+	var w *Wait
+	who := "tenant " + tenant
+	if tenant == "" {
+		who = `tenant ""`
+	}
+	if row != nil && row.MaxRunning != nil {
+		// Through the taskinstance_tenant_running index.
+		running, err := s.store.Client().TaskInstance.Query().
+			Where(taskinstance.Tenant(tenant), taskinstance.StatusEQ(lifecycle.Executing)).Count(sys)
+		if err != nil {
+			return nil, fmt.Errorf("count running tasks of tenant %q: %w", tenant, err)
+		}
+		if running >= *row.MaxRunning {
+			w = &Wait{Kind: AtCap, Message: fmt.Sprintf("waiting: %s at its quota's cap %d/%d running, of every type", who, running, *row.MaxRunning),
+				Limit: *row.MaxRunning, Current: running, Tenant: &tenant}
+		}
+	}
+	if w == nil && row != nil && row.RateLimit != nil {
+		n, next, err := s.tenantWindow(ctx, anyTypeOfTenant, tenant, *row.RateLimit, row.RatePeriodSeconds, now)
+		if err != nil {
+			return nil, err
+		}
+		if next != nil {
+			w = &Wait{Kind: RateLimited, Message: fmt.Sprintf("rate limited: %s started %d of %d per %ds (its quota, of every type), next start at %s",
+				who, n, *row.RateLimit, row.RatePeriodSeconds, next.UTC().Format(time.RFC3339)), Until: next, Limit: *row.RateLimit, Current: n, Tenant: &tenant}
+		}
+	}
+	s.mu.Lock()
+	s.quotas[tenant] = cachedQuotaWait{at: time.Now(), w: w}
+	s.mu.Unlock()
+	return w, nil
 }
 
 // mayChangeQuota says whether v may set a tenant's quota: platform
@@ -169,7 +247,8 @@ func (s *Service) SetTenantQuota(ctx context.Context, tenant string, l QuotaLimi
 		return nil, err
 	}
 	details := map[string]any{"tenant": tenant}
-	for k, p := range map[string]*int{"maxWaiting": l.MaxWaiting, "maxSchedules": l.MaxSchedules, "minScheduleIntervalSeconds": l.MinScheduleIntervalSeconds, "weight": l.Weight, "maxRunning": l.MaxRunning} {
+	for k, p := range map[string]*int{"maxWaiting": l.MaxWaiting, "maxSchedules": l.MaxSchedules, "minScheduleIntervalSeconds": l.MinScheduleIntervalSeconds, "weight": l.Weight, "maxRunning": l.MaxRunning,
+		"rateLimit": l.RateLimit, "ratePeriodSeconds": l.RatePeriodSeconds} {
 		if p != nil {
 			details[k] = *p
 		}
@@ -196,6 +275,12 @@ func (s *Service) SetTenantQuota(ctx context.Context, tenant string, l QuotaLimi
 		}
 		if p := l.Weight; p != nil && (*p < 1 || *p > store.MaxWeight) {
 			ve.Problems = append(ve.Problems, engine.Problem{Field: "weight", Message: fmt.Sprintf("must be between 1 and %d", store.MaxWeight)})
+		}
+		if l.RateLimit != nil && *l.RateLimit < 1 {
+			ve.Problems = append(ve.Problems, engine.Problem{Field: "rateLimit", Message: "must be at least 1 (to hold a tenant's tasks, set maxRunning to 0)"})
+		}
+		if p := l.RatePeriodSeconds; p != nil && (*p < 1 || *p > MaxRatePeriodSeconds) {
+			ve.Problems = append(ve.Problems, engine.Problem{Field: "ratePeriodSeconds", Message: fmt.Sprintf("must be between 1 and %d", MaxRatePeriodSeconds)})
 		}
 		if len(ve.Problems) > 0 {
 			return ve
@@ -238,13 +323,30 @@ func (s *Service) upsertQuota(ctx context.Context, v auth.Viewer, tenant string,
 			if l.Weight != nil {
 				m.SetWeight(*l.Weight)
 			}
-			return exec(ctx)
+			setOrClear(m.SetRateLimit, m.ClearRateLimit, l.RateLimit)
+			m.SetRatePeriodSeconds(1)
+			if l.RatePeriodSeconds != nil {
+				m.SetRatePeriodSeconds(*l.RatePeriodSeconds)
+			}
+			if err := exec(ctx); err != nil {
+				return err
+			}
+			if l.RateLimit != nil {
+				return nil
+			}
+			// Without a rate, its starts are of no more use (a rate set
+			// again later starts from an empty window).
+			_, err = tx.TenantFlowStart.Delete().Where(tenantflowstart.TaskType(anyTypeOfTenant), tenantflowstart.Tenant(tenant)).Exec(ctx)
+			return err
 		})
 	}
 	err := write()
 	if ent.IsConstraintError(err) {
 		err = write() // created by another request meanwhile
 	}
+	s.mu.Lock()
+	delete(s.quotas, tenant) // this node's wait reasons read the new quota
+	s.mu.Unlock()
 	if err != nil {
 		var fe *auth.ForbiddenError
 		if errors.As(err, &fe) {

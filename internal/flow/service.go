@@ -83,6 +83,7 @@ type Service struct {
 	mu     sync.Mutex
 	cache  map[string]cached
 	shares map[shareKey]cachedShare
+	quotas map[string]cachedQuotaWait
 }
 
 type cached struct {
@@ -95,6 +96,11 @@ type cachedShare struct {
 	c  *TenantControl
 }
 
+type cachedQuotaWait struct {
+	at time.Time
+	w  *Wait
+}
+
 // Option configures a Service.
 type Option func(*Service)
 
@@ -104,7 +110,7 @@ func Tenanted(yes bool) Option { return func(s *Service) { s.tenanted = yes } }
 
 // NewService returns a Service.
 func NewService(e *engine.Engine, opts ...Option) *Service {
-	s := &Service{store: e.Store(), engine: e, cache: map[string]cached{}, shares: map[shareKey]cachedShare{}}
+	s := &Service{store: e.Store(), engine: e, cache: map[string]cached{}, shares: map[shareKey]cachedShare{}, quotas: map[string]cachedQuotaWait{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -603,7 +609,10 @@ func (s *Service) WaitReason(ctx context.Context, tk *ent.Task) (*Wait, error) {
 		}
 		return &Wait{Kind: RateLimited, Message: msg, Until: c.NextStartAt, Limit: *c.RateLimit, Current: c.StartedInWindow}, nil
 	}
-	return shareWait(tk.Type, sh), nil
+	if w := shareWait(tk.Type, sh); w != nil {
+		return w, nil
+	}
+	return s.quotaWait(ctx, tk.Tenant, now)
 }
 
 // state is a type's control, read at most once per stateTTL.

@@ -49,7 +49,6 @@ func (s *Service) sharesOf(ctx context.Context, typ string, tenant *string) ([]T
 
 // share is a tenant control row and where the tenant's instances stand.
 func (s *Service) share(ctx context.Context, r *ent.TenantFlowControl) (TenantControl, error) {
-	sys := auth.NewSystemContext(ctx)
 	now := s.store.Now()
 	c := TenantControl{Type: r.TaskType, Tenant: r.Tenant, MaxRunning: r.MaxRunning, MaxWaiting: r.MaxWaiting, RateLimit: r.RateLimit,
 		RatePeriodSeconds: r.RatePeriodSeconds, UpdatedBy: r.UpdatedBy, UpdatedAt: &r.UpdatedAt}
@@ -63,27 +62,38 @@ func (s *Service) share(ctx context.Context, r *ent.TenantFlowControl) (TenantCo
 	}
 	c.Running, c.Waiting = counts[r.TaskType].running, counts[r.TaskType].waiting
 	if r.RateLimit != nil {
-		period := time.Duration(max(r.RatePeriodSeconds, 1)) * time.Second
-		rows, err := s.store.Client().TenantFlowStart.Query().
-			Where(tenantflowstart.TaskType(r.TaskType), tenantflowstart.Tenant(r.Tenant), tenantflowstart.StartedAtGT(horizon(now, period))).
-			All(sys)
+		c.StartedInWindow, c.NextStartAt, err = s.tenantWindow(ctx, r.TaskType, r.Tenant, *r.RateLimit, r.RatePeriodSeconds, now)
 		if err != nil {
-			return c, fmt.Errorf("read starts of %s of tenant %q: %w", r.TaskType, r.Tenant, err)
-		}
-		starts := make([]startRow, len(rows))
-		for i, x := range rows {
-			starts[i] = startRow{claimed: x.StartedAt, stamp: x.StartedAt, count: x.Count}
-			if x.AdmittedAt != nil {
-				starts[i].stamp = *x.AdmittedAt
-			}
-		}
-		w := newRateWindow(*r.RateLimit, period, now, starts)
-		c.StartedInWindow = w.inWindow()
-		if at := w.next(); at.After(now) {
-			c.NextStartAt = &at
+			return c, err
 		}
 	}
 	return c, nil
+}
+
+// tenantWindow reads a tenant's starts of typ (anyTypeOfTenant: of every
+// type, its quota's) under a rate of limit per periodSeconds, and says how
+// many the window counts at now and, if the rate holds the tenant back
+// now, when the next may start.
+func (s *Service) tenantWindow(ctx context.Context, typ, tenant string, limit, periodSeconds int, now time.Time) (int, *time.Time, error) {
+	period := time.Duration(max(periodSeconds, 1)) * time.Second
+	rows, err := s.store.Client().TenantFlowStart.Query().
+		Where(tenantflowstart.TaskType(typ), tenantflowstart.Tenant(tenant), tenantflowstart.StartedAtGT(horizon(now, period))).
+		All(auth.NewSystemContext(ctx))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read starts of %q of tenant %q: %w", typ, tenant, err)
+	}
+	starts := make([]startRow, len(rows))
+	for i, x := range rows {
+		starts[i] = startRow{claimed: x.StartedAt, stamp: x.StartedAt, count: x.Count}
+		if x.AdmittedAt != nil {
+			starts[i].stamp = *x.AdmittedAt
+		}
+	}
+	w := newRateWindow(limit, period, now, starts)
+	if at := w.next(); at.After(now) {
+		return w.inWindow(), &at, nil
+	}
+	return w.inWindow(), nil, nil
 }
 
 // actShare runs one audited change of tenant's share of typ for the

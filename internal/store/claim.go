@@ -138,7 +138,8 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 			return err
 		}
 		now := adm.Now
-		shares, err = s.split(ctx, q, types, limits, adm, tenant)
+		var recordRates func(ctx context.Context, q Querier, started map[string]int) error
+		shares, recordRates, err = s.split(ctx, q, types, limits, adm, tenant)
 		if err != nil {
 			return err
 		}
@@ -204,6 +205,16 @@ func (s *Store) claimEach(ctx context.Context, workerID string, tenant *string, 
 			}
 			if adm.Took != nil {
 				adm.Took(counts)
+			}
+		}
+		if recordRates != nil {
+			// The starts of tenants whose quotas rate them.
+			started := map[string]int{}
+			for _, tk := range tasks {
+				started[tk.Tenant]++
+			}
+			if err := recordRates(ctx, q, started); err != nil {
+				return fmt.Errorf("claim: tenants' rates: %w", err)
 			}
 		}
 		if adm.RecordShares != nil {
@@ -302,11 +313,14 @@ const maxShareTenants = 1000
 // waiting tenant's share: those whose tenants' shares the admission holds
 // back; (when the claim is not of one tenant) those that more than one
 // tenant waits for, to share them fairly (fair.go); and those that a
-// tenant whose quota caps its running instances waits for. A tenant's room
-// is its own (a held share's; its part of its room under its running cap,
-// divided among the claim's types it waits for), never more than the
-// type's, and, for fairness, what fairReads says.
-func (s *Store) split(ctx context.Context, q Querier, types []string, limits []int, adm Admission, tenant *string) (map[string][]share, error) {
+// tenant whose quota caps its running instances or rates its starts waits
+// for. A tenant's room is its own (a held share's; its part of the room
+// its quota leaves, divided among the claim's types it waits for), never
+// more than the type's, and, for fairness, what fairReads says. The
+// function it returns, when not nil, records in the claim's transaction
+// how many of each tenant's instances the claim started (a quota's rate
+// counts them).
+func (s *Store) split(ctx context.Context, q Querier, types []string, limits []int, adm Admission, tenant *string) (map[string][]share, func(ctx context.Context, q Querier, started map[string]int) error, error) {
 	var open []string
 	lim := map[string]int{}
 	for i, ty := range types {
@@ -316,11 +330,11 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 		}
 	}
 	if len(open) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	w, err := readWaiters(ctx, q, open)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	isCapped := func(tn string) bool { _, ok := w.capped[tn]; return ok }
 	var read []string
@@ -344,7 +358,7 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 	}
 	s.fair.held.Store(false)
 	if len(read) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	type waiting struct {
 		tenant       string
@@ -356,7 +370,7 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 		rooms := adm.Shares[ty]
 		rows, err := q.Query(ctx, waitingTenantsSQL, ty, ty, maxShareTenants)
 		if err != nil {
-			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
+			return nil, nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 		}
 		var list []waiting
 		for rows.Next() {
@@ -364,7 +378,7 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 			var wt int
 			if err := rows.Scan(&tn, &wt); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
+				return nil, nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 			}
 			l := lim[ty]
 			if room, held := rooms[tn]; held && room != Unlimited {
@@ -380,31 +394,37 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
+			return nil, nil, fmt.Errorf("claim: tenants waiting for %s: %w", ty, err)
 		}
 		lists[ty] = list
 	}
 	var parts map[string]map[string]int // capped tenant → type → its part of the room
+	var record func(ctx context.Context, q Querier, started map[string]int) error
 	if len(typesOf) > 0 {
 		tenants := make([]string, 0, len(typesOf))
 		for tn := range typesOf {
 			tenants = append(tenants, tn)
 		}
-		room, err := runningRoom(ctx, q, tenants)
+		qr, err := s.quotaRooms(ctx, q, tenants, adm.Now)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		record = qr.record
 		turn := int(s.fair.turn.Add(1) % 1024)
-		parts = make(map[string]map[string]int, len(room))
-		for tn, r := range room {
-			parts[tn] = allot(r, typesOf[tn], turn)
+		parts = make(map[string]map[string]int, len(qr.room))
+		for tn, r := range qr.room {
 			want := 0
 			for _, ty := range typesOf[tn] {
 				want += lim[ty]
 			}
-			if r < want {
+			if c, capped := qr.capRoom[tn]; capped && c < want {
+				// A finish may free a slot: worth a claim at once.
 				s.fair.held.Store(true)
 			}
+			if r == Unlimited {
+				continue
+			}
+			parts[tn] = allot(r, typesOf[tn], turn)
 		}
 	}
 	out := make(map[string][]share, len(read))
@@ -432,7 +452,7 @@ func (s *Store) split(ctx context.Context, q Querier, types []string, limits []i
 		}
 		out[ty] = shares
 	}
-	return out, nil
+	return out, record, nil
 }
 
 // admit lowers limits (one per type) to what the gate admits, and returns
@@ -470,7 +490,7 @@ func (s *Store) anyClaimable(ctx context.Context, tenant *string, types []string
 	if !slices.ContainsFunc(limits, func(l int) bool { return l > 0 }) {
 		return false, nil
 	}
-	shares, err := s.split(ctx, dbQuerier{s}, types, limits, adm, tenant)
+	shares, _, err := s.split(ctx, dbQuerier{s}, types, limits, adm, tenant)
 	if err != nil {
 		return false, err
 	}
@@ -760,7 +780,7 @@ func (s *Store) ExplainClaim(ctx context.Context, types []string, limit int) ([]
 	}
 	// The types several tenants wait for are read tenant by tenant, as
 	// the claim reads them.
-	shares, err := s.split(ctx, txQuerierOf{tx: tx, d: s.d}, types, limits, Admission{Now: now}, nil)
+	shares, _, err := s.split(ctx, txQuerierOf{tx: tx, d: s.d}, types, limits, Admission{Now: now}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Fair share: of a task type that several tenants wait for, a claim takes
@@ -107,8 +109,8 @@ func (f *fairness) took(ty string, listed []share, given map[string]int) {
 // waitersSQL returns a statement telling, for n types, the smallest
 // tenant waiting and whether any other waits (kind 't': name, tenant,
 // 1 or 0), each a probe of the claimable index by (task_type, tenant); and
-// the tenants whose quota caps their running instances (kind 'q': tenant,
-// cap).
+// the tenants whose quota caps their running instances or rates their
+// starts (kind 'q': tenant, the cap or -1).
 func waitersSQL(n int) string {
 	arm := `SELECT 't', CAST(? AS TEXT), m.t1, CASE WHEN EXISTS (SELECT 1 FROM task_instances i WHERE i.status IN (` + sqlWaiting + `) AND i.task_type = ? AND i.tenant > m.t1) THEN 1 ELSE 0 END
 FROM (SELECT MIN(tenant) AS t1 FROM task_instances WHERE status IN (` + sqlWaiting + `) AND task_type = ?) m WHERE m.t1 IS NOT NULL`
@@ -116,13 +118,15 @@ FROM (SELECT MIN(tenant) AS t1 FROM task_instances WHERE status IN (` + sqlWaiti
 	for i := range arms {
 		arms[i] = arm
 	}
-	arms = append(arms, `SELECT 'q', '', tenant, max_running FROM tenant_quotas WHERE max_running IS NOT NULL`)
+	arms = append(arms, `SELECT 'q', '', tenant, COALESCE(max_running, -1) FROM tenant_quotas WHERE max_running IS NOT NULL OR rate_limit IS NOT NULL`)
 	return strings.Join(arms, " UNION ALL ")
 }
 
 // waiters is who waits for the types of a claim: per type, the smallest
 // tenant waiting and whether others wait too; and the tenants whose quota
-// caps their running instances, with the cap.
+// caps their running instances (with the cap) or rates their starts (-1
+// when only that): the claim reads every type tenant by tenant while there
+// are any.
 type waiters struct {
 	first  map[string]string
 	multi  map[string]bool
@@ -165,45 +169,85 @@ func readWaiters(ctx context.Context, q Querier, types []string) (waiters, error
 	return w, nil
 }
 
-// runningRoom locks the quotas of tenants (on PostgreSQL, so that
-// concurrent claims of a capped tenant count one after the other) and
-// returns each one's room under its cap on running instances: its cap less
-// what runs, counted up to the cap through taskinstance_tenant_running.
-func runningRoom(ctx context.Context, q Querier, tenants []string) (map[string]int, error) {
+// Rate is a rate of starts: at most Limit in any window of PeriodSeconds.
+type Rate struct {
+	Limit, PeriodSeconds int
+}
+
+// TenantRater is a Gate that also counts the starts of tenants whose quota
+// rates them (tenant_quotas.rate_limit), across all their task types. The
+// claim calls it in its transaction, after it has locked those tenants'
+// quota rows; a store whose gate is not one leaves the quotas' rates
+// unenforced (package flow's gate is one).
+type TenantRater interface {
+	// TenantRoom returns how many of each rated tenant's instances the
+	// claim may start now, and a function the claim calls, in the same
+	// transaction, with how many of each tenant's it started (nil when
+	// there is nothing to record). Its cost must not depend on how many
+	// instances wait.
+	TenantRoom(ctx context.Context, q Querier, rates map[string]Rate, now time.Time) (map[string]int, func(ctx context.Context, q Querier, started map[string]int) error, error)
+}
+
+// quotaRoom is what tenants' quotas leave a claim: each capped or rated
+// tenant's room (its cap less what runs, and no more than its rate
+// admits); which of them a cap on running instances holds (capRoom: the
+// room that cap leaves, a finish may free a slot of it); and the rate's
+// record, nil when no rated tenant may start anything.
+type quotaRoom struct {
+	room    map[string]int
+	capRoom map[string]int
+	record  func(ctx context.Context, q Querier, started map[string]int) error
+}
+
+// quotaRooms locks the quotas of tenants (on PostgreSQL, so that
+// concurrent claims of a capped or rated tenant count one after the other)
+// and returns each one's room: under its cap on running instances, its cap
+// less what runs, counted up to the cap through
+// taskinstance_tenant_running; under its rate, what the gate's TenantRoom
+// admits.
+func (s *Store) quotaRooms(ctx context.Context, q Querier, tenants []string, now time.Time) (quotaRoom, error) {
 	slices.Sort(tenants)
 	args := make([]any, len(tenants))
 	for i, tn := range tenants {
 		args[i] = tn
 	}
-	stmt := `SELECT tenant, max_running FROM tenant_quotas WHERE max_running IS NOT NULL AND tenant IN (` +
+	stmt := `SELECT tenant, max_running, rate_limit, rate_period_seconds FROM tenant_quotas WHERE (max_running IS NOT NULL OR rate_limit IS NOT NULL) AND tenant IN (` +
 		strings.TrimSuffix(strings.Repeat("?, ", len(tenants)), ", ") + `) ORDER BY tenant`
 	if q.Postgres() {
 		stmt += ` FOR UPDATE`
 	}
+	out := quotaRoom{room: map[string]int{}, capRoom: map[string]int{}}
 	rows, err := q.Query(ctx, stmt, args...)
 	if err != nil {
-		return nil, fmt.Errorf("claim: tenants' running caps: %w", err)
+		return out, fmt.Errorf("claim: tenants' quotas: %w", err)
 	}
 	caps := map[string]int{}
+	rates := map[string]Rate{}
 	for rows.Next() {
 		var tn string
-		var c int
-		if err := rows.Scan(&tn, &c); err != nil {
+		var c, r sql.NullInt64
+		var period int64
+		if err := rows.Scan(&tn, &c, &r, &period); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("claim: tenants' running caps: %w", err)
+			return out, fmt.Errorf("claim: tenants' quotas: %w", err)
 		}
-		caps[tn] = c
+		if c.Valid {
+			caps[tn] = int(c.Int64)
+		}
+		if r.Valid {
+			rates[tn] = Rate{Limit: int(r.Int64), PeriodSeconds: int(period)}
+		}
+		out.room[tn] = Unlimited
 	}
 	err = rows.Err()
 	rows.Close()
 	if err != nil {
-		return nil, fmt.Errorf("claim: tenants' running caps: %w", err)
+		return out, fmt.Errorf("claim: tenants' quotas: %w", err)
 	}
-	room := make(map[string]int, len(caps))
 	for tn, c := range caps {
 		rows, err := q.Query(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM task_instances WHERE status = `+sqlExecuting+` AND tenant = ? LIMIT ?) r`, tn, c)
 		if err != nil {
-			return nil, fmt.Errorf("claim: count running tasks of tenant %q: %w", tn, err)
+			return out, fmt.Errorf("claim: count running tasks of tenant %q: %w", tn, err)
 		}
 		n := 0
 		if rows.Next() {
@@ -214,11 +258,24 @@ func runningRoom(ctx context.Context, q Querier, tenants []string) (map[string]i
 		}
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("claim: count running tasks of tenant %q: %w", tn, err)
+			return out, fmt.Errorf("claim: count running tasks of tenant %q: %w", tn, err)
 		}
-		room[tn] = max(c-n, 0)
+		out.capRoom[tn] = max(c-n, 0)
+		out.room[tn] = out.capRoom[tn]
 	}
-	return room, nil
+	if r, ok := s.gate.(TenantRater); ok && len(rates) > 0 {
+		room, record, err := r.TenantRoom(ctx, q, rates, now)
+		if err != nil {
+			return out, fmt.Errorf("claim: tenants' rates: %w", err)
+		}
+		for tn, n := range room {
+			if out.room[tn] == Unlimited || n < out.room[tn] {
+				out.room[tn] = max(n, 0)
+			}
+		}
+		out.record = record
+	}
+	return out, nil
 }
 
 // allot divides a capped tenant's room among the types of a claim it waits
