@@ -41,6 +41,8 @@ export function register(env) {
       await form.getByTestId('quota-input-maxSchedules').fill('2');
       await form.getByTestId('quota-input-maxRunning').fill('3');
       await form.getByTestId('quota-input-weight').fill('4');
+      await form.getByTestId('quota-input-rateLimit').fill('50');
+      await form.getByTestId('quota-input-ratePeriodSeconds').fill('60');
       // Below the API's least interval: its VALIDATION problem, by the field.
       await form.getByTestId('quota-input-minScheduleIntervalSeconds').fill('0');
       await form.getByTestId('quota-save').click();
@@ -59,8 +61,10 @@ export function register(env) {
       assert.equal(await card.getByTestId('quota-minScheduleIntervalSeconds').getAttribute('data-value'), '30');
       assert.equal(await card.getByTestId('quota-maxRunning').getAttribute('data-value'), '3');
       assert.equal(await card.getByTestId('quota-weight').getAttribute('data-value'), '4');
-      const saved = await secured.gql('{ tenantQuota(tenant: "acme") { weight maxRunning maxWaiting maxSchedules minScheduleIntervalSeconds updatedBy } }');
-      assert.deepEqual(saved.data.tenantQuota, { weight: 4, maxRunning: 3, maxWaiting: 5, maxSchedules: 2, minScheduleIntervalSeconds: 30, updatedBy: 'root' });
+      assert.equal(await card.getByTestId('quota-rateLimit').getAttribute('data-value'), '50');
+      assert.equal(await card.getByTestId('quota-rate-usage').getAttribute('data-started'), '0');
+      const saved = await secured.gql('{ tenantQuota(tenant: "acme") { weight maxRunning rateLimit ratePeriodSeconds maxWaiting maxSchedules minScheduleIntervalSeconds updatedBy } }');
+      assert.deepEqual(saved.data.tenantQuota, { weight: 4, maxRunning: 3, rateLimit: 50, ratePeriodSeconds: 60, maxWaiting: 5, maxSchedules: 2, minScheduleIntervalSeconds: 30, updatedBy: 'root' });
       // Edited in place: no limit of schedules any more.
       await card.getByTestId('tenant-edit').click();
       await card.getByTestId('quota-input-maxWaiting').fill('7');

@@ -14,9 +14,14 @@ import { formatDateTime } from '../lib/time';
  * in the key type, and its label (tenants.field.<key>) in i18n: the query,
  * the cards and the form follow from this list.
  */
-export const QUOTA_FIELDS: readonly { key: 'weight' | 'maxRunning' | 'maxWaiting' | 'maxSchedules' | 'minScheduleIntervalSeconds'; integer: boolean }[] = [
+export const QUOTA_FIELDS: readonly {
+  key: 'weight' | 'maxRunning' | 'rateLimit' | 'ratePeriodSeconds' | 'maxWaiting' | 'maxSchedules' | 'minScheduleIntervalSeconds';
+  integer: boolean;
+}[] = [
   { key: 'weight', integer: true },
   { key: 'maxRunning', integer: true },
+  { key: 'rateLimit', integer: true },
+  { key: 'ratePeriodSeconds', integer: true },
   { key: 'maxWaiting', integer: true },
   { key: 'maxSchedules', integer: true },
   { key: 'minScheduleIntervalSeconds', integer: true },
@@ -31,11 +36,13 @@ export type TenantQuota = {
   running: number;
   waiting: number;
   schedules: number;
+  startedInWindow: number;
+  nextStartAt: string | null;
   updatedBy: string | null;
   updatedAt: string | null;
 } & Record<QuotaKey, number | null>;
 
-const QUOTA = `tenant ${QUOTA_FIELDS.map((f) => f.key).join(' ')} running waiting schedules updatedBy updatedAt`;
+const QUOTA = `tenant ${QUOTA_FIELDS.map((f) => f.key).join(' ')} running waiting schedules startedInWindow nextStartAt updatedBy updatedAt`;
 
 export const TENANT_QUOTAS = gql(`query TenantQuotas { tenantQuotas { ${QUOTA} } }`);
 export const SET_TENANT_QUOTA = gql(`mutation SetTenantQuota($tenant: String!, $input: TenantQuotaInput!) { setTenantQuota(tenant: $tenant, input: $input) { ${QUOTA} } }`);
@@ -131,6 +138,12 @@ function QuotaView({ q }: { q: TenantQuota }) {
       <p className="small" data-testid="quota-usage">
         {t('tenants.usage', { running: q.running, waiting: q.waiting, schedules: q.schedules })}
       </p>
+      {q.rateLimit != null && (
+        <p className="small" data-testid="quota-rate-usage" data-started={q.startedInWindow}>
+          {t('tenants.rateUsage', { started: q.startedInWindow, limit: q.rateLimit, period: q.ratePeriodSeconds ?? 1 })}
+          {q.nextStartAt && <> — {t('tenants.rateNext', { at: formatDateTime(q.nextStartAt, locale) })}</>}
+        </p>
+      )}
       {q.updatedBy && <p className="muted small">{t('tenants.updated', { who: q.updatedBy, at: formatDateTime(q.updatedAt, locale) })}</p>}
     </>
   );

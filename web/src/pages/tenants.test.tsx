@@ -21,17 +21,44 @@ describe('quota fields', () => {
   });
 
   it('read empty as no limit, and refuse what is not a whole number', () => {
-    expect(draftOf({ weight: 2, maxWaiting: 5, maxSchedules: null })).toEqual({ weight: '2', maxRunning: '', maxWaiting: '5', maxSchedules: '', minScheduleIntervalSeconds: '' });
-    expect(quotaInput({ weight: '', maxRunning: '3', maxWaiting: ' 5 ', maxSchedules: '', minScheduleIntervalSeconds: '-1' })).toEqual({
-      input: { weight: null, maxRunning: 3, maxWaiting: 5, maxSchedules: null, minScheduleIntervalSeconds: -1 },
+    expect(draftOf({ weight: 2, maxWaiting: 5, maxSchedules: null, ratePeriodSeconds: 60 })).toEqual({
+      weight: '2',
+      maxRunning: '',
+      rateLimit: '',
+      ratePeriodSeconds: '60',
+      maxWaiting: '5',
+      maxSchedules: '',
+      minScheduleIntervalSeconds: '',
+    });
+    expect(quotaInput({ weight: '', maxRunning: '3', rateLimit: '10', ratePeriodSeconds: '', maxWaiting: ' 5 ', maxSchedules: '', minScheduleIntervalSeconds: '-1' })).toEqual({
+      input: { weight: null, maxRunning: 3, rateLimit: 10, ratePeriodSeconds: null, maxWaiting: 5, maxSchedules: null, minScheduleIntervalSeconds: -1 },
       bad: [],
     });
-    expect(quotaInput({ weight: '1', maxRunning: '', maxWaiting: '1.5', maxSchedules: 'x', minScheduleIntervalSeconds: '30' }).bad).toEqual(['maxWaiting', 'maxSchedules']);
+    expect(
+      quotaInput({ weight: '1', maxRunning: '', rateLimit: '2.5', ratePeriodSeconds: '60', maxWaiting: '1.5', maxSchedules: 'x', minScheduleIntervalSeconds: '30' }).bad,
+    ).toEqual(['rateLimit', 'maxWaiting', 'maxSchedules']);
   });
 });
 
 describe('Tenants page', () => {
-  const quota = { __typename: 'TenantQuota', tenant: 'acme', weight: 1, maxRunning: null, maxWaiting: 5, maxSchedules: null, minScheduleIntervalSeconds: 30, running: 0, waiting: 2, schedules: 1, updatedBy: 'root', updatedAt: '2026-12-03T10:00:00Z' };
+  const quota = {
+    __typename: 'TenantQuota',
+    tenant: 'acme',
+    weight: 1,
+    maxRunning: null,
+    rateLimit: 100,
+    ratePeriodSeconds: 60,
+    maxWaiting: 5,
+    maxSchedules: null,
+    minScheduleIntervalSeconds: 30,
+    running: 0,
+    waiting: 2,
+    schedules: 1,
+    startedInWindow: 100,
+    nextStartAt: '2026-12-03T10:01:00Z',
+    updatedBy: 'root',
+    updatedAt: '2026-12-03T10:00:00Z',
+  };
   function client(mutation: () => unknown) {
     const respond = (op: { query: { definitions: { name?: { value: string } }[] }; variables: Record<string, unknown> }) => {
       const name = op.query.definitions[0]?.name?.value;
@@ -54,6 +81,10 @@ describe('Tenants page', () => {
     await screen.findByTestId('tenant-quota');
     expect(screen.getByTestId('quota-maxWaiting').textContent).toBe('5');
     expect(screen.getByTestId('quota-maxSchedules').textContent).toBe('no limit');
+    const rate = screen.getByTestId('quota-rate-usage');
+    expect(rate.dataset.started).toBe('100');
+    expect(rate.textContent).toContain('Rate: 100 of 100 started in the last 60 s');
+    expect(rate.textContent).toContain('held back until');
     expect(screen.queryByTestId('tenant-edit')).toBeNull();
     expect(screen.queryByTestId('quota-form')).toBeNull();
   });
@@ -69,7 +100,7 @@ describe('Tenants page', () => {
     fireEvent.change(card.getByTestId('quota-input-minScheduleIntervalSeconds'), { target: { value: '0' } });
     fireEvent.click(card.getByTestId('quota-save'));
     await waitFor(() => expect(c.executeMutation).toHaveBeenCalled());
-    expect(c.executeMutation.mock.calls[0][0].variables).toEqual({ tenant: 'acme', input: { weight: 1, maxRunning: null, maxWaiting: 5, maxSchedules: null, minScheduleIntervalSeconds: 0 } });
+    expect(c.executeMutation.mock.calls[0][0].variables).toEqual({ tenant: 'acme', input: { weight: 1, maxRunning: null, rateLimit: 100, ratePeriodSeconds: 60, maxWaiting: 5, maxSchedules: null, minScheduleIntervalSeconds: 0 } });
     expect((await card.findByTestId('quota-error-minScheduleIntervalSeconds')).textContent).toBe('must be between 1 and 31622400');
     expect(screen.getByTestId('tenant-new')).toBeTruthy();
   });
