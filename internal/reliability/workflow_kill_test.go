@@ -23,9 +23,25 @@ import (
 // paused cluster-wide, so no node may start it). The release was part of
 // the parent's committing transaction, so nothing is lost with A: once
 // node B is up and the type resumed, the child runs exactly once, on B,
-// with the parent's result, and the workflow ends SUCCESS.
+// with the parent's result, and the workflow ends SUCCESS. The fan-in
+// variant does the same with three parents of one child: the last
+// parent's success released it, and it receives all three results.
 func TestWorkflowChildSurvivesAKillAfterItsParent(t *testing.T) {
 	t.Parallel()
+	for _, shape := range []struct {
+		name    string
+		parents []string
+	}{{"one parent", []string{"parent"}}, {"fan-in", []string{"p1", "p2", "p3"}}} {
+		t.Run(shape.name, func(t *testing.T) {
+			t.Parallel()
+			killAfterParents(t, shape.parents)
+		})
+	}
+}
+
+// killAfterParents runs TestWorkflowChildSurvivesAKillAfterItsParent for a
+// child of parents, the i-th of which emits {"rows": 42+i}.
+func killAfterParents(t *testing.T, parents []string) {
 	dsn := dbtest.PostgresOnly(t)
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
@@ -51,17 +67,19 @@ func TestWorkflowChildSurvivesAKillAfterItsParent(t *testing.T) {
 			Steps []step
 		}
 	}
+	var defs []map[string]any
+	for i, p := range parents {
+		defs = append(defs, map[string]any{"key": p, "type": "relay.p", "input": map[string]any{"emit": map[string]any{"rows": 42 + i}}, "maxAttempts": 1})
+	}
+	defs = append(defs, map[string]any{"key": "child", "type": "relay.c", "dependsOn": parents, "maxAttempts": 1})
 	serverbin.Query(t, a.addr, "", `mutation($in: CreateWorkflowInput!) { createWorkflow(input: $in) { id steps { id stepKey status } } }`,
-		map[string]any{"in": map[string]any{"key": "kill-after-parent", "steps": []map[string]any{
-			{"key": "parent", "type": "relay.p", "input": map[string]any{"emit": map[string]any{"rows": 42}}, "maxAttempts": 1},
-			{"key": "child", "type": "relay.c", "dependsOn": []string{"parent"}, "maxAttempts": 1},
-		}}}, &created)
+		map[string]any{"in": map[string]any{"key": "kill-after-parent", "steps": defs}}, &created)
 	wf := created.CreateWorkflow.ID
 	ids := map[string]string{}
 	for _, s := range created.CreateWorkflow.Steps {
 		ids[s.StepKey] = s.ID
 	}
-	if ids["parent"] == "" || ids["child"] == "" {
+	if len(ids) != len(parents)+1 || ids["child"] == "" {
 		t.Fatalf("steps: %+v", created.CreateWorkflow.Steps)
 	}
 	read := func(addr string) (status string, steps map[string]string) {
@@ -82,12 +100,17 @@ func TestWorkflowChildSurvivesAKillAfterItsParent(t *testing.T) {
 	var steps map[string]string
 	waitUntil(t, 30*time.Second, func() bool {
 		_, steps = read(a.addr)
-		return steps["parent"] == "SUCCESS"
-	}, func() string { return "the parent never succeeded: " + a.stderr.String() })
-	// The window: the parent's success is committed, the child released
-	// and not claimed.
+		for _, p := range parents {
+			if steps[p] != "SUCCESS" {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the parents never all succeeded: " + a.stderr.String() })
+	// The window: the parents' successes are committed, the child
+	// released and not claimed.
 	if steps["child"] != "PENDING" {
-		t.Fatalf("child %s once its parent succeeded, want PENDING (released, not claimed)", steps["child"])
+		t.Fatalf("child %s once its parents succeeded, want PENDING (released, not claimed)", steps["child"])
 	}
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -123,23 +146,28 @@ func TestWorkflowChildSurvivesAKillAfterItsParent(t *testing.T) {
 	if n := count(`SELECT count(*) FROM relay_executions WHERE task_id = $1`, ids["child"]); n != 1 {
 		t.Errorf("the child ran %d times, want once", n)
 	}
-	var parentWorker, childWorker, parents string
-	if err := db.QueryRow(`SELECT worker FROM relay_executions WHERE task_id = $1`, ids["parent"]).Scan(&parentWorker); err != nil {
+	var parentWorker, childWorker, received string
+	if err := db.QueryRow(`SELECT worker FROM relay_executions WHERE task_id = $1`, ids[parents[0]]).Scan(&parentWorker); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRow(`SELECT worker, parents FROM relay_executions WHERE task_id = $1`, ids["child"]).Scan(&childWorker, &parents); err != nil {
+	if err := db.QueryRow(`SELECT worker, parents FROM relay_executions WHERE task_id = $1`, ids["child"]).Scan(&childWorker, &received); err != nil {
 		t.Fatal(err)
 	}
 	if childWorker == parentWorker {
 		t.Errorf("the child ran on %s, the killed node", childWorker)
 	}
 	var got map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(parents), &got); err != nil {
-		t.Fatalf("parents %s: %v", parents, err)
+	if err := json.Unmarshal([]byte(received), &got); err != nil {
+		t.Fatalf("parents %s: %v", received, err)
 	}
-	var fromParent struct{ Rows int }
-	if err := json.Unmarshal(got["parent"], &fromParent); err != nil || fromParent.Rows != 42 {
-		t.Errorf("the child received parents %s, want the parent's {\"rows\":42}", parents)
+	if len(got) != len(parents) {
+		t.Errorf("the child received %d parents' results (%s), want %d", len(got), received, len(parents))
+	}
+	for i, p := range parents {
+		var fromParent struct{ Rows int }
+		if err := json.Unmarshal(got[p], &fromParent); err != nil || fromParent.Rows != 42+i {
+			t.Errorf("the child received parents %s, want %s's {\"rows\":%d}", received, p, 42+i)
+		}
 	}
 }
 
