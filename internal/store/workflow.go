@@ -69,13 +69,14 @@ type CreatedWorkflow struct {
 // and one CreateTasks of all their steps (each in chunks of the dialect's
 // size), plus one statement a workflow that moves its schedule on. Two
 // items of one call with the same idempotency key hash are one workflow
-// (the later answered with created false). The call is all or nothing: an
-// item whose key was used for another definition (by an earlier call or
-// by an earlier item of this one) fails it with a *ConflictError, as does
-// a step the store refuses, ErrScheduleMoved a schedule that moved; the
-// error names the item. A conflict found before the insert leaves nothing
-// written; other errors may come after some rows were written in tx,
-// which the caller must then roll back (Write does).
+// (the later answered with created false). The call is all or nothing:
+// an item whose key was used for another definition (by an earlier call
+// or by an earlier item of this one) fails it with a *ConflictError; a
+// step the store refuses fails it with the step's error, and a schedule
+// no longer at an item's ScheduleVersion with ErrScheduleMoved. The error
+// names the item by its index. A conflict found before the insert leaves
+// nothing written; other errors may come after some rows were written in
+// tx, which the caller must then roll back (Write does).
 func (tx *Tx) CreateWorkflows(ctx context.Context, ns []NewWorkflow) ([]CreatedWorkflow, error) {
 	res, i, err := tx.createWorkflows(ctx, ns)
 	if err != nil {
