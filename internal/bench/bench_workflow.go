@@ -17,6 +17,8 @@ const (
 	benchChains     = 1_000
 	benchChainSteps = 10
 	benchFanOut     = 10_000
+	// benchChainsPerCall is how many chains one transaction creates.
+	benchChainsPerCall = 100
 	// benchSteps is every step of one workflow round: the chains, then
 	// one fan-out (a root, its children, one fan-in).
 	benchSteps = benchChains*benchChainSteps + benchFanOut + 2
@@ -28,8 +30,9 @@ func benchTask() store.NewTask {
 }
 
 // createBenchWorkflows creates one round's workflows: benchChains chains
-// of benchChainSteps steps (fifty a transaction), and one workflow of a
-// root, benchFanOut children and one step after them all.
+// of benchChainSteps steps (benchChainsPerCall a transaction, each batch
+// in one CreateWorkflows), and one workflow of a root, benchFanOut
+// children and one step after them all.
 func createBenchWorkflows(ctx context.Context, s *store.Store) error {
 	chain := func() store.NewWorkflow {
 		steps := make([]store.NewTask, benchChainSteps)
@@ -43,14 +46,14 @@ func createBenchWorkflows(ctx context.Context, s *store.Store) error {
 		}
 		return store.NewWorkflow{Title: "chain", Owner: "bench", InputHash: "-", Steps: steps}
 	}
-	for left := benchChains; left > 0; left -= 50 {
+	for left := benchChains; left > 0; left -= benchChainsPerCall {
+		batch := make([]store.NewWorkflow, min(left, benchChainsPerCall))
+		for i := range batch {
+			batch[i] = chain()
+		}
 		err := s.Write(ctx, func(tx *store.Tx) error {
-			for range min(left, 50) {
-				if _, _, err := tx.CreateWorkflow(ctx, chain()); err != nil {
-					return err
-				}
-			}
-			return nil
+			_, err := tx.CreateWorkflows(ctx, batch)
+			return err
 		})
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,107 +44,278 @@ type NewWorkflow struct {
 // CreateWorkflow creates a workflow and all its steps in tx, as one: with
 // an idempotency key already used by its owner, the workflow created first
 // is returned (created false) or, when its definition differs, a
-// *ConflictError; a step the store refuses fails the whole call.
+// *ConflictError; a step the store refuses fails the whole call. It is
+// CreateWorkflows of one workflow.
 func (tx *Tx) CreateWorkflow(ctx context.Context, n NewWorkflow) (*ent.Workflow, bool, error) {
-	ctx = lifecycle.Guarded(ctx)
-	s, t := tx.s, tx.t
-	if (n.IdempotencyKey == nil) != (n.IdempotencyHash == nil) {
-		return nil, false, fmt.Errorf("create workflow: an idempotency key needs its hash")
-	}
-	existing := func() (*ent.Workflow, error) {
-		if n.IdempotencyHash == nil {
-			return nil, nil
-		}
-		wf, err := t.Workflow.Query().Where(workflow.IdempotencyHash(*n.IdempotencyHash)).Only(internal(ctx))
-		switch {
-		case ent.IsNotFound(err):
-			return nil, nil
-		case err != nil:
-			return nil, fmt.Errorf("create workflow: look up idempotency key: %w", err)
-		case wf.InputHash != n.InputHash:
-			return nil, &ConflictError{Message: fmt.Sprintf("idempotency key %q was already used for workflow %s with a different definition", *n.IdempotencyKey, wf.Code)}
-		}
-		return wf.BindTo(s.client), nil
-	}
-	if wf, err := existing(); wf != nil || err != nil {
-		return wf, false, err
-	}
-	if n.ScheduleVersion != nil && n.ScheduleID != nil {
-		moved, err := s.exec(ctx, t, `UPDATE schedules SET version = version + 1 WHERE id = ? AND version = ?`, *n.ScheduleID, *n.ScheduleVersion)
-		if err != nil {
-			return nil, false, fmt.Errorf("move schedule %d on: %w", *n.ScheduleID, err)
-		}
-		if moved == 0 {
-			return nil, false, ErrScheduleMoved
-		}
-	}
-	var schedule, slot any
-	if n.ScheduleID != nil {
-		schedule = int64(*n.ScheduleID)
-	}
-	if n.ScheduleSlot != nil {
-		slot = n.ScheduleSlot.UTC().Truncate(time.Microsecond)
-	}
-	policy := n.OnParentFailure
-	if policy == "" {
-		policy = CancelDependents
-	}
-	now := s.Now()
-	var key, hash any
-	if n.IdempotencyKey != nil {
-		key, hash = *n.IdempotencyKey, *n.IdempotencyHash
-	}
-	// A workflow of the same key committed meanwhile is skipped by the
-	// insert, not an error, and answered by the look-up.
-	// One prepared statement that returns the row: no read-back (a
-	// workflow of many small ones is created round trip by round trip).
-	rows, err := s.query(ctx, t, insertWorkflowSQL,
-		now, newCode("WF", now), n.Title, key, hash, n.InputHash, n.Owner, n.OwnerSource, n.Tenant, n.OwnerRole, policy, int64(len(n.Steps)), schedule, slot)
-	if err != nil {
-		return nil, false, fmt.Errorf("create workflow: %w", err)
-	}
-	inserted, err := ent.ScanWorkflowRows(s.client, rows)
-	if err != nil {
-		return nil, false, fmt.Errorf("create workflow: %w", err)
-	}
-	if len(inserted) == 0 {
-		wf, err := existing()
-		if wf == nil && err == nil {
-			err = fmt.Errorf("create workflow: its code was drawn twice; try again")
-		}
-		return wf, false, err
-	}
-	wf := inserted[0]
-	id := wf.ID
-	steps := make([]NewTask, len(n.Steps))
-	for i, st := range n.Steps {
-		st.WorkflowID = &id
-		// A step's own idempotency is its workflow's.
-		st.IdempotencyKey, st.IdempotencyHash = nil, nil
-		for j := range st.Parents {
-			if st.Parents[j].Policy == "" {
-				st.Parents[j].Policy = policy
-			}
-		}
-		steps[i] = st
-	}
-	res, err := tx.CreateTasks(ctx, steps)
+	res, _, err := tx.createWorkflows(ctx, []NewWorkflow{n})
 	if err != nil {
 		return nil, false, err
 	}
-	for i, r := range res {
-		if r.Err != nil {
-			return nil, false, fmt.Errorf("step %d: %w", i, r.Err)
-		}
-	}
-	return wf, true, nil
+	return res[0].Workflow, res[0].Created, nil
 }
 
-// insertWorkflowSQL inserts a workflow's row and returns it whole; a row
-// whose idempotency key another transaction took (or whose code was
-// drawn twice) is skipped, and nothing is returned.
-var insertWorkflowSQL = `INSERT INTO workflows (created_at, code, title, idempotency_key, idempotency_hash, input_hash, owner, owner_source, tenant, owner_role, on_parent_failure, step_count, schedule_id, schedule_slot)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING ` + strings.Join(workflow.Columns, ", ")
+// CreatedWorkflow is the answer to one NewWorkflow of CreateWorkflows: the
+// workflow, and whether this call created it (false: an earlier one with
+// the same idempotency key did, or an earlier item of the same call).
+type CreatedWorkflow struct {
+	Workflow *ent.Workflow
+	Created  bool
+}
+
+// CreateWorkflows creates workflows with all their steps in tx, each as
+// CreateWorkflow does, and answers them in order, in a number of
+// statements that does not grow with the number of workflows: one
+// look-up of all the idempotency keys, one insert of the workflows' rows,
+// and one CreateTasks of all their steps (each in chunks of the dialect's
+// size), plus one statement a workflow that moves its schedule on. Two
+// items of one call with the same idempotency key hash are one workflow
+// (the later answered with created false). The call is all or nothing:
+// an item whose key was used for another definition (by an earlier call
+// or by an earlier item of this one) fails it with a *ConflictError; a
+// step the store refuses fails it with the step's error, and a schedule
+// no longer at an item's ScheduleVersion with ErrScheduleMoved. The error
+// names the item by its index. A conflict found before the insert leaves
+// nothing written; other errors may come after some rows were written in
+// tx, which the caller must then roll back (Write does).
+func (tx *Tx) CreateWorkflows(ctx context.Context, ns []NewWorkflow) ([]CreatedWorkflow, error) {
+	res, i, err := tx.createWorkflows(ctx, ns)
+	if err != nil {
+		if i >= 0 {
+			return nil, fmt.Errorf("workflow %d: %w", i, err)
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// createWorkflows is CreateWorkflows; its error names the item it is
+// about by its index (-1: the call as a whole), so that CreateWorkflow can
+// return an item's error as it is.
+func (tx *Tx) createWorkflows(ctx context.Context, ns []NewWorkflow) ([]CreatedWorkflow, int, error) {
+	ctx = lifecycle.Guarded(ctx)
+	s, t := tx.s, tx.t
+	out := make([]CreatedWorkflow, len(ns))
+	// Items to insert, and items answered by an earlier item of the call.
+	var todo []int
+	first := map[string]int{}
+	var dups [][2]int // [item, the item it repeats]
+	for i, n := range ns {
+		if (n.IdempotencyKey == nil) != (n.IdempotencyHash == nil) {
+			return nil, i, fmt.Errorf("create workflow: an idempotency key needs its hash")
+		}
+		if n.IdempotencyHash == nil {
+			todo = append(todo, i)
+			continue
+		}
+		if j, ok := first[*n.IdempotencyHash]; ok {
+			if ns[j].InputHash != n.InputHash {
+				return nil, i, &ConflictError{Message: fmt.Sprintf("idempotency key %q is used twice in one call with different definitions", *n.IdempotencyKey)}
+			}
+			dups = append(dups, [2]int{i, j})
+			continue
+		}
+		first[*n.IdempotencyHash] = i
+		todo = append(todo, i)
+	}
+	// A workflow of the same key committed meanwhile is skipped by the
+	// insert, not an error, and answered by the look-up that follows; a
+	// code drawn twice is inserted again with a new one.
+	for attempt := 0; ; attempt++ {
+		if i, err := tx.resolveWorkflowKeys(ctx, ns, todo, out); err != nil {
+			return nil, i, err
+		}
+		var pending []int
+		for _, i := range todo {
+			if out[i].Workflow == nil {
+				pending = append(pending, i)
+			}
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if attempt == 3 {
+			return nil, pending[0], fmt.Errorf("create workflow: not inserted after %d attempts", attempt)
+		}
+		if attempt == 0 {
+			for _, i := range pending {
+				n := ns[i]
+				if n.ScheduleVersion == nil || n.ScheduleID == nil {
+					continue
+				}
+				moved, err := s.exec(ctx, t, `UPDATE schedules SET version = version + 1 WHERE id = ? AND version = ?`, *n.ScheduleID, *n.ScheduleVersion)
+				if err != nil {
+					return nil, i, fmt.Errorf("move schedule %d on: %w", *n.ScheduleID, err)
+				}
+				if moved == 0 {
+					return nil, i, ErrScheduleMoved
+				}
+			}
+		}
+		chunk := s.d.insertChunk(len(workflowInsertCols))
+		for start := 0; start < len(pending); start += chunk {
+			if err := tx.insertWorkflows(ctx, ns, pending[start:min(start+chunk, len(pending))], out); err != nil {
+				return nil, -1, err
+			}
+		}
+	}
+	// The steps of all the workflows this call created, in one call: each
+	// workflow's Parent.Step is moved by the index of its first step.
+	var steps []NewTask
+	var owner, stepNo []int // per step: its workflow's item, its index in it
+	for i, n := range ns {
+		if !out[i].Created {
+			continue
+		}
+		id, base := out[i].Workflow.ID, len(steps)
+		policy := n.OnParentFailure
+		if policy == "" {
+			policy = CancelDependents
+		}
+		for k, st := range n.Steps {
+			st.WorkflowID = &id
+			// A step's own idempotency is its workflow's.
+			st.IdempotencyKey, st.IdempotencyHash = nil, nil
+			st.Parents = slices.Clone(st.Parents)
+			for j := range st.Parents {
+				if st.Parents[j].Policy == "" {
+					st.Parents[j].Policy = policy
+				}
+				if st.Parents[j].ID == 0 {
+					st.Parents[j].Step += base
+				}
+			}
+			steps = append(steps, st)
+			owner, stepNo = append(owner, i), append(stepNo, k)
+		}
+	}
+	if len(steps) > 0 {
+		res, err := tx.CreateTasks(ctx, steps)
+		if err != nil {
+			return nil, -1, err
+		}
+		for r, c := range res {
+			if c.Err != nil {
+				return nil, owner[r], fmt.Errorf("step %d: %w", stepNo[r], c.Err)
+			}
+		}
+	}
+	for _, d := range dups {
+		out[d[0]] = CreatedWorkflow{Workflow: out[d[1]].Workflow}
+	}
+	return out, -1, nil
+}
+
+// resolveWorkflowKeys answers the items of todo not answered yet whose
+// idempotency key was already used, from the workflows created with it,
+// reading in tx; a key used for another definition is a *ConflictError
+// for its item.
+func (tx *Tx) resolveWorkflowKeys(ctx context.Context, ns []NewWorkflow, todo []int, out []CreatedWorkflow) (int, error) {
+	var hashes []string
+	for _, i := range todo {
+		if out[i].Workflow == nil && ns[i].IdempotencyHash != nil {
+			hashes = append(hashes, *ns[i].IdempotencyHash)
+		}
+	}
+	found := map[string]*ent.Workflow{}
+	// Within SQLite's parameters.
+	for chunk := range slices.Chunk(hashes, tx.s.d.insertChunk(len(workflowInsertCols))) {
+		wfs, err := tx.t.Workflow.Query().Where(workflow.IdempotencyHashIn(chunk...)).All(internal(ctx))
+		if err != nil {
+			return -1, fmt.Errorf("create workflow: look up idempotency keys: %w", err)
+		}
+		for _, wf := range wfs {
+			found[*wf.IdempotencyHash] = wf.BindTo(tx.s.client)
+		}
+	}
+	for _, i := range todo {
+		n := ns[i]
+		if out[i].Workflow != nil || n.IdempotencyHash == nil {
+			continue
+		}
+		switch wf := found[*n.IdempotencyHash]; {
+		case wf == nil:
+		case wf.InputHash != n.InputHash:
+			return i, &ConflictError{Message: fmt.Sprintf("idempotency key %q was already used for workflow %s with a different definition", *n.IdempotencyKey, wf.Code)}
+		default:
+			out[i] = CreatedWorkflow{Workflow: wf}
+		}
+	}
+	return -1, nil
+}
+
+// workflowInsertCols are the columns of a workflow's row an insert sets
+// (the others take their defaults), with their types.
+var (
+	workflowInsertCols  = []string{"created_at", "code", "title", "idempotency_key", "idempotency_hash", "input_hash", "owner", "owner_source", "tenant", "owner_role", "on_parent_failure", "step_count", "schedule_id", "schedule_slot"}
+	workflowInsertTypes = []colType{colTime, colText, colText, colText, colText, colText, colText, colText, colText, colText, colText, colInt, colNullInt, colTime}
+)
+
+// insertWorkflows inserts the rows of the items idx of ns in one
+// statement, and answers those it inserted (created true). An item whose
+// row conflicts with one of another transaction (its idempotency key
+// taken, its code drawn twice) is skipped, not an error, and left
+// unanswered: the caller looks it up, or tries it again with another code.
+func (tx *Tx) insertWorkflows(ctx context.Context, ns []NewWorkflow, idx []int, out []CreatedWorkflow) error {
+	s := tx.s
+	now := s.Now()
+	cols := make([][]any, len(workflowInsertCols))
+	for c := range cols {
+		cols[c] = make([]any, len(idx))
+	}
+	byCode := make(map[string]int, len(idx))
+	for r, i := range idx {
+		n := &ns[i]
+		var key, hash, schedule, slot any
+		if n.IdempotencyKey != nil {
+			key, hash = *n.IdempotencyKey, *n.IdempotencyHash
+		}
+		if n.ScheduleID != nil {
+			schedule = int64(*n.ScheduleID)
+		}
+		if n.ScheduleSlot != nil {
+			slot = n.ScheduleSlot.UTC().Truncate(time.Microsecond)
+		}
+		policy := n.OnParentFailure
+		if policy == "" {
+			policy = CancelDependents
+		}
+		code := newCode("WF", now)
+		for _, drawn := byCode[code]; drawn; _, drawn = byCode[code] {
+			code = newCode("WF", now) // two rows of one statement
+		}
+		byCode[code] = i
+		for c, v := range []any{now, code, n.Title, key, hash, n.InputHash, n.Owner, n.OwnerSource, n.Tenant, n.OwnerRole, policy, int64(len(n.Steps)), schedule, slot} {
+			cols[c][r] = v
+		}
+	}
+	v, args := s.d.valuesTable("v", workflowInsertCols, workflowInsertTypes, cols)
+	rows, err := s.query(ctx, tx.t, insertWorkflowsSQL(v), args...)
+	if err != nil {
+		return fmt.Errorf("create workflows: %w", err)
+	}
+	inserted, err := ent.ScanWorkflowRows(s.client, rows)
+	if err != nil {
+		return fmt.Errorf("create workflows: %w", err)
+	}
+	for _, wf := range inserted {
+		if i, ok := byCode[wf.Code]; ok {
+			out[i] = CreatedWorkflow{Workflow: wf, Created: true}
+		}
+	}
+	return nil
+}
+
+// insertWorkflowsSQL inserts the rows of the derived table v into
+// workflows and returns them whole; a row whose idempotency key another
+// transaction took (or whose code was drawn twice) is skipped, and not
+// returned. On PostgreSQL its text is the same for any number of rows, so
+// that one prepared statement serves every batch.
+func insertWorkflowsSQL(v string) string {
+	names := strings.Join(workflowInsertCols, ", ")
+	return `INSERT INTO workflows (` + names + `)
+SELECT ` + names + ` FROM ` + v + ` WHERE true
+ON CONFLICT DO NOTHING RETURNING ` + strings.Join(workflow.Columns, ", ")
+}
 
 // WorkflowSteps returns the steps of workflow id the viewer of ctx sees.
 func (s *Store) WorkflowSteps(ctx context.Context, id int) ([]*ent.Task, error) {
