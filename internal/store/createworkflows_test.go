@@ -202,6 +202,7 @@ func TestCreateWorkflowsConflictFailsTheWholeCall(t *testing.T) {
 // in one call than one insert holds on SQLite (its parameters), with keys,
 // and again: every one created once, then answered.
 func TestCreateWorkflowsOfMoreRowsThanAStatementHolds(t *testing.T) {
+	t.Parallel() // about a minute on SQLite with -race: beside the others
 	dbtest.Each(t, func(t *testing.T, drv dbtest.Driver) {
 		s, _ := setup(t, drv.DSN(t))
 		const n = 2_400
