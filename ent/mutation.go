@@ -19338,6 +19338,8 @@ type TaskHistoryMutation struct {
 	addrun_h22       *int64
 	run_h23          *int64
 	addrun_h23       *int64
+	bytes_stored     *int64
+	addbytes_stored  *int64
 	clearedFields    map[string]struct{}
 	done             bool
 	oldValue         func(context.Context) (*TaskHistory, error)
@@ -22834,6 +22836,62 @@ func (m *TaskHistoryMutation) ResetRunH23() {
 	m.addrun_h23 = nil
 }
 
+// SetBytesStored sets the "bytes_stored" field.
+func (m *TaskHistoryMutation) SetBytesStored(i int64) {
+	m.bytes_stored = &i
+	m.addbytes_stored = nil
+}
+
+// BytesStored returns the value of the "bytes_stored" field in the mutation.
+func (m *TaskHistoryMutation) BytesStored() (r int64, exists bool) {
+	v := m.bytes_stored
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBytesStored returns the old "bytes_stored" field's value of the TaskHistory entity.
+// If the TaskHistory object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TaskHistoryMutation) OldBytesStored(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBytesStored is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBytesStored requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBytesStored: %w", err)
+	}
+	return oldValue.BytesStored, nil
+}
+
+// AddBytesStored adds i to the "bytes_stored" field.
+func (m *TaskHistoryMutation) AddBytesStored(i int64) {
+	if m.addbytes_stored != nil {
+		*m.addbytes_stored += i
+	} else {
+		m.addbytes_stored = &i
+	}
+}
+
+// AddedBytesStored returns the value that was added to the "bytes_stored" field in this mutation.
+func (m *TaskHistoryMutation) AddedBytesStored() (r int64, exists bool) {
+	v := m.addbytes_stored
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetBytesStored resets all changes to the "bytes_stored" field.
+func (m *TaskHistoryMutation) ResetBytesStored() {
+	m.bytes_stored = nil
+	m.addbytes_stored = nil
+}
+
 // Where appends a list predicates to the TaskHistoryMutation builder.
 func (m *TaskHistoryMutation) Where(ps ...predicate.TaskHistory) {
 	m.predicates = append(m.predicates, ps...)
@@ -22868,7 +22926,7 @@ func (m *TaskHistoryMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TaskHistoryMutation) Fields() []string {
-	fields := make([]string, 0, 62)
+	fields := make([]string, 0, 63)
 	if m.bucket_start != nil {
 		fields = append(fields, taskhistory.FieldBucketStart)
 	}
@@ -23055,6 +23113,9 @@ func (m *TaskHistoryMutation) Fields() []string {
 	if m.run_h23 != nil {
 		fields = append(fields, taskhistory.FieldRunH23)
 	}
+	if m.bytes_stored != nil {
+		fields = append(fields, taskhistory.FieldBytesStored)
+	}
 	return fields
 }
 
@@ -23187,6 +23248,8 @@ func (m *TaskHistoryMutation) Field(name string) (ent.Value, bool) {
 		return m.RunH22()
 	case taskhistory.FieldRunH23:
 		return m.RunH23()
+	case taskhistory.FieldBytesStored:
+		return m.BytesStored()
 	}
 	return nil, false
 }
@@ -23320,6 +23383,8 @@ func (m *TaskHistoryMutation) OldField(ctx context.Context, name string) (ent.Va
 		return m.OldRunH22(ctx)
 	case taskhistory.FieldRunH23:
 		return m.OldRunH23(ctx)
+	case taskhistory.FieldBytesStored:
+		return m.OldBytesStored(ctx)
 	}
 	return nil, fmt.Errorf("unknown TaskHistory field %s", name)
 }
@@ -23763,6 +23828,13 @@ func (m *TaskHistoryMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetRunH23(v)
 		return nil
+	case taskhistory.FieldBytesStored:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBytesStored(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TaskHistory field %s", name)
 }
@@ -23945,6 +24017,9 @@ func (m *TaskHistoryMutation) AddedFields() []string {
 	if m.addrun_h23 != nil {
 		fields = append(fields, taskhistory.FieldRunH23)
 	}
+	if m.addbytes_stored != nil {
+		fields = append(fields, taskhistory.FieldBytesStored)
+	}
 	return fields
 }
 
@@ -24069,6 +24144,8 @@ func (m *TaskHistoryMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedRunH22()
 	case taskhistory.FieldRunH23:
 		return m.AddedRunH23()
+	case taskhistory.FieldBytesStored:
+		return m.AddedBytesStored()
 	}
 	return nil, false
 }
@@ -24484,6 +24561,13 @@ func (m *TaskHistoryMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddRunH23(v)
 		return nil
+	case taskhistory.FieldBytesStored:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddBytesStored(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TaskHistory numeric field %s", name)
 }
@@ -24696,6 +24780,9 @@ func (m *TaskHistoryMutation) ResetField(name string) error {
 		return nil
 	case taskhistory.FieldRunH23:
 		m.ResetRunH23()
+		return nil
+	case taskhistory.FieldBytesStored:
+		m.ResetBytesStored()
 		return nil
 	}
 	return fmt.Errorf("unknown TaskHistory field %s", name)

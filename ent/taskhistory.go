@@ -140,7 +140,9 @@ type TaskHistory struct {
 	// RunH22 holds the value of the "run_h22" field.
 	RunH22 int64 `json:"run_h22,omitempty"`
 	// RunH23 holds the value of the "run_h23" field.
-	RunH23       int64 `json:"run_h23,omitempty"`
+	RunH23 int64 `json:"run_h23,omitempty"`
+	// BytesStored holds the value of the "bytes_stored" field.
+	BytesStored  int64 `json:"bytes_stored,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -149,7 +151,7 @@ func (*TaskHistory) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case taskhistory.FieldID, taskhistory.FieldCreated, taskhistory.FieldStarted, taskhistory.FieldSucceeded, taskhistory.FieldFailed, taskhistory.FieldCancelled, taskhistory.FieldRetries, taskhistory.FieldRowsImported, taskhistory.FieldRowsExported, taskhistory.FieldRunTimeMs, taskhistory.FieldWaiting, taskhistory.FieldWaitH00, taskhistory.FieldWaitH01, taskhistory.FieldWaitH02, taskhistory.FieldWaitH03, taskhistory.FieldWaitH04, taskhistory.FieldWaitH05, taskhistory.FieldWaitH06, taskhistory.FieldWaitH07, taskhistory.FieldWaitH08, taskhistory.FieldWaitH09, taskhistory.FieldWaitH10, taskhistory.FieldWaitH11, taskhistory.FieldWaitH12, taskhistory.FieldWaitH13, taskhistory.FieldWaitH14, taskhistory.FieldWaitH15, taskhistory.FieldWaitH16, taskhistory.FieldWaitH17, taskhistory.FieldWaitH18, taskhistory.FieldWaitH19, taskhistory.FieldWaitH20, taskhistory.FieldWaitH21, taskhistory.FieldWaitH22, taskhistory.FieldWaitH23, taskhistory.FieldRunH00, taskhistory.FieldRunH01, taskhistory.FieldRunH02, taskhistory.FieldRunH03, taskhistory.FieldRunH04, taskhistory.FieldRunH05, taskhistory.FieldRunH06, taskhistory.FieldRunH07, taskhistory.FieldRunH08, taskhistory.FieldRunH09, taskhistory.FieldRunH10, taskhistory.FieldRunH11, taskhistory.FieldRunH12, taskhistory.FieldRunH13, taskhistory.FieldRunH14, taskhistory.FieldRunH15, taskhistory.FieldRunH16, taskhistory.FieldRunH17, taskhistory.FieldRunH18, taskhistory.FieldRunH19, taskhistory.FieldRunH20, taskhistory.FieldRunH21, taskhistory.FieldRunH22, taskhistory.FieldRunH23:
+		case taskhistory.FieldID, taskhistory.FieldCreated, taskhistory.FieldStarted, taskhistory.FieldSucceeded, taskhistory.FieldFailed, taskhistory.FieldCancelled, taskhistory.FieldRetries, taskhistory.FieldRowsImported, taskhistory.FieldRowsExported, taskhistory.FieldRunTimeMs, taskhistory.FieldWaiting, taskhistory.FieldWaitH00, taskhistory.FieldWaitH01, taskhistory.FieldWaitH02, taskhistory.FieldWaitH03, taskhistory.FieldWaitH04, taskhistory.FieldWaitH05, taskhistory.FieldWaitH06, taskhistory.FieldWaitH07, taskhistory.FieldWaitH08, taskhistory.FieldWaitH09, taskhistory.FieldWaitH10, taskhistory.FieldWaitH11, taskhistory.FieldWaitH12, taskhistory.FieldWaitH13, taskhistory.FieldWaitH14, taskhistory.FieldWaitH15, taskhistory.FieldWaitH16, taskhistory.FieldWaitH17, taskhistory.FieldWaitH18, taskhistory.FieldWaitH19, taskhistory.FieldWaitH20, taskhistory.FieldWaitH21, taskhistory.FieldWaitH22, taskhistory.FieldWaitH23, taskhistory.FieldRunH00, taskhistory.FieldRunH01, taskhistory.FieldRunH02, taskhistory.FieldRunH03, taskhistory.FieldRunH04, taskhistory.FieldRunH05, taskhistory.FieldRunH06, taskhistory.FieldRunH07, taskhistory.FieldRunH08, taskhistory.FieldRunH09, taskhistory.FieldRunH10, taskhistory.FieldRunH11, taskhistory.FieldRunH12, taskhistory.FieldRunH13, taskhistory.FieldRunH14, taskhistory.FieldRunH15, taskhistory.FieldRunH16, taskhistory.FieldRunH17, taskhistory.FieldRunH18, taskhistory.FieldRunH19, taskhistory.FieldRunH20, taskhistory.FieldRunH21, taskhistory.FieldRunH22, taskhistory.FieldRunH23, taskhistory.FieldBytesStored:
 			values[i] = new(sql.NullInt64)
 		case taskhistory.FieldResolution, taskhistory.FieldTaskType, taskhistory.FieldTenant:
 			values[i] = new(sql.NullString)
@@ -548,6 +550,12 @@ func (_m *TaskHistory) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.RunH23 = value.Int64
 			}
+		case taskhistory.FieldBytesStored:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field bytes_stored", values[i])
+			} else if value.Valid {
+				_m.BytesStored = value.Int64
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -769,6 +777,9 @@ func (_m *TaskHistory) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("run_h23=")
 	builder.WriteString(fmt.Sprintf("%v", _m.RunH23))
+	builder.WriteString(", ")
+	builder.WriteString("bytes_stored=")
+	builder.WriteString(fmt.Sprintf("%v", _m.BytesStored))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -864,6 +864,20 @@ func (_c *TaskHistoryCreate) SetNillableRunH23(v *int64) *TaskHistoryCreate {
 	return _c
 }
 
+// SetBytesStored sets the "bytes_stored" field.
+func (_c *TaskHistoryCreate) SetBytesStored(v int64) *TaskHistoryCreate {
+	_c.mutation.SetBytesStored(v)
+	return _c
+}
+
+// SetNillableBytesStored sets the "bytes_stored" field if the given value is not nil.
+func (_c *TaskHistoryCreate) SetNillableBytesStored(v *int64) *TaskHistoryCreate {
+	if v != nil {
+		_c.SetBytesStored(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TaskHistoryMutation object of the builder.
 func (_c *TaskHistoryCreate) Mutation() *TaskHistoryMutation {
 	return _c.mutation
@@ -1135,6 +1149,10 @@ func (_c *TaskHistoryCreate) defaults() {
 		v := taskhistory.DefaultRunH23
 		_c.mutation.SetRunH23(v)
 	}
+	if _, ok := _c.mutation.BytesStored(); !ok {
+		v := taskhistory.DefaultBytesStored
+		_c.mutation.SetBytesStored(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -1324,6 +1342,9 @@ func (_c *TaskHistoryCreate) check() error {
 	}
 	if _, ok := _c.mutation.RunH23(); !ok {
 		return &ValidationError{Name: "run_h23", err: errors.New(`ent: missing required field "TaskHistory.run_h23"`)}
+	}
+	if _, ok := _c.mutation.BytesStored(); !ok {
+		return &ValidationError{Name: "bytes_stored", err: errors.New(`ent: missing required field "TaskHistory.bytes_stored"`)}
 	}
 	return nil
 }
@@ -1598,6 +1619,10 @@ func (_c *TaskHistoryCreate) createSpec() (*TaskHistory, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.RunH23(); ok {
 		_spec.SetField(taskhistory.FieldRunH23, field.TypeInt64, value)
 		_node.RunH23 = value
+	}
+	if value, ok := _c.mutation.BytesStored(); ok {
+		_spec.SetField(taskhistory.FieldBytesStored, field.TypeInt64, value)
+		_node.BytesStored = value
 	}
 	return _node, _spec
 }

@@ -1303,6 +1303,27 @@ func (_u *TaskHistoryUpdate) AddRunH23(v int64) *TaskHistoryUpdate {
 	return _u
 }
 
+// SetBytesStored sets the "bytes_stored" field.
+func (_u *TaskHistoryUpdate) SetBytesStored(v int64) *TaskHistoryUpdate {
+	_u.mutation.ResetBytesStored()
+	_u.mutation.SetBytesStored(v)
+	return _u
+}
+
+// SetNillableBytesStored sets the "bytes_stored" field if the given value is not nil.
+func (_u *TaskHistoryUpdate) SetNillableBytesStored(v *int64) *TaskHistoryUpdate {
+	if v != nil {
+		_u.SetBytesStored(*v)
+	}
+	return _u
+}
+
+// AddBytesStored adds value to the "bytes_stored" field.
+func (_u *TaskHistoryUpdate) AddBytesStored(v int64) *TaskHistoryUpdate {
+	_u.mutation.AddBytesStored(v)
+	return _u
+}
+
 // Mutation returns the TaskHistoryMutation object of the builder.
 func (_u *TaskHistoryUpdate) Mutation() *TaskHistoryMutation {
 	return _u.mutation
@@ -1709,6 +1730,12 @@ func (_u *TaskHistoryUpdate) sqlSave(ctx context.Context) (_node int, err error)
 	}
 	if value, ok := _u.mutation.AddedRunH23(); ok {
 		_spec.AddField(taskhistory.FieldRunH23, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.BytesStored(); ok {
+		_spec.SetField(taskhistory.FieldBytesStored, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedBytesStored(); ok {
+		_spec.AddField(taskhistory.FieldBytesStored, field.TypeInt64, value)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -3006,6 +3033,27 @@ func (_u *TaskHistoryUpdateOne) AddRunH23(v int64) *TaskHistoryUpdateOne {
 	return _u
 }
 
+// SetBytesStored sets the "bytes_stored" field.
+func (_u *TaskHistoryUpdateOne) SetBytesStored(v int64) *TaskHistoryUpdateOne {
+	_u.mutation.ResetBytesStored()
+	_u.mutation.SetBytesStored(v)
+	return _u
+}
+
+// SetNillableBytesStored sets the "bytes_stored" field if the given value is not nil.
+func (_u *TaskHistoryUpdateOne) SetNillableBytesStored(v *int64) *TaskHistoryUpdateOne {
+	if v != nil {
+		_u.SetBytesStored(*v)
+	}
+	return _u
+}
+
+// AddBytesStored adds value to the "bytes_stored" field.
+func (_u *TaskHistoryUpdateOne) AddBytesStored(v int64) *TaskHistoryUpdateOne {
+	_u.mutation.AddBytesStored(v)
+	return _u
+}
+
 // Mutation returns the TaskHistoryMutation object of the builder.
 func (_u *TaskHistoryUpdateOne) Mutation() *TaskHistoryMutation {
 	return _u.mutation
@@ -3442,6 +3490,12 @@ func (_u *TaskHistoryUpdateOne) sqlSave(ctx context.Context) (_node *TaskHistory
 	}
 	if value, ok := _u.mutation.AddedRunH23(); ok {
 		_spec.AddField(taskhistory.FieldRunH23, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.BytesStored(); ok {
+		_spec.SetField(taskhistory.FieldBytesStored, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedBytesStored(); ok {
+		_spec.AddField(taskhistory.FieldBytesStored, field.TypeInt64, value)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &TaskHistory{config: _u.config}

@@ -207,15 +207,18 @@ type ComplexityRoot struct {
 	}
 
 	CostRow struct {
-		Cancelled  func(childComplexity int) int
-		Created    func(childComplexity int) int
-		Executions func(childComplexity int) int
-		Failed     func(childComplexity int) int
-		Key        func(childComplexity int) int
-		Retries    func(childComplexity int) int
-		RunP95Ms   func(childComplexity int) int
-		RunTimeMs  func(childComplexity int) int
-		Succeeded  func(childComplexity int) int
+		BytesStored  func(childComplexity int) int
+		Cancelled    func(childComplexity int) int
+		Created      func(childComplexity int) int
+		Executions   func(childComplexity int) int
+		Failed       func(childComplexity int) int
+		Key          func(childComplexity int) int
+		Retries      func(childComplexity int) int
+		RowsExported func(childComplexity int) int
+		RowsImported func(childComplexity int) int
+		RunP95Ms     func(childComplexity int) int
+		RunTimeMs    func(childComplexity int) int
+		Succeeded    func(childComplexity int) int
 	}
 
 	CreateTaskResult struct {
@@ -1607,6 +1610,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ClusterSummary.Total(childComplexity), true
 
+	case "CostRow.bytesStored":
+		if e.ComplexityRoot.CostRow.BytesStored == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.BytesStored(childComplexity), true
 	case "CostRow.cancelled":
 		if e.ComplexityRoot.CostRow.Cancelled == nil {
 			break
@@ -1643,6 +1652,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.CostRow.Retries(childComplexity), true
+	case "CostRow.rowsExported":
+		if e.ComplexityRoot.CostRow.RowsExported == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.RowsExported(childComplexity), true
+	case "CostRow.rowsImported":
+		if e.ComplexityRoot.CostRow.RowsImported == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CostRow.RowsImported(childComplexity), true
 	case "CostRow.runP95Ms":
 		if e.ComplexityRoot.CostRow.RunP95Ms == nil {
 			break
@@ -7596,6 +7617,12 @@ func (ec *executionContext) childFields_CostRow(ctx context.Context, field graph
 		return ec.fieldContext_CostRow_runTimeMs(ctx, field)
 	case "runP95Ms":
 		return ec.fieldContext_CostRow_runP95Ms(ctx, field)
+	case "rowsImported":
+		return ec.fieldContext_CostRow_rowsImported(ctx, field)
+	case "rowsExported":
+		return ec.fieldContext_CostRow_rowsExported(ctx, field)
+	case "bytesStored":
+		return ec.fieldContext_CostRow_bytesStored(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CostRow", field.Name)
 }
@@ -13240,6 +13267,75 @@ func (ec *executionContext) _CostRow_runP95Ms(ctx context.Context, field graphql
 }
 func (ec *executionContext) fieldContext_CostRow_runP95Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Int")
+}
+
+func (ec *executionContext) _CostRow_rowsImported(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_rowsImported(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RowsImported, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_rowsImported(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Float")
+}
+
+func (ec *executionContext) _CostRow_rowsExported(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_rowsExported(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RowsExported, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_rowsExported(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Float")
+}
+
+func (ec *executionContext) _CostRow_bytesStored(ctx context.Context, field graphql.CollectedField, obj *model.CostRow) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CostRow_bytesStored(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BytesStored, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CostRow_bytesStored(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CostRow", field, false, false, "Float")
 }
 
 func (ec *executionContext) _CreateTaskResult_index(ctx context.Context, field graphql.CollectedField, obj *model.CreateTaskResult) (ret graphql.Marshaler) {
@@ -35476,6 +35572,21 @@ func (ec *executionContext) _CostRow(ctx context.Context, sel ast.SelectionSet, 
 		case "runP95Ms":
 			out.Values[i] = ec._CostRow_runP95Ms(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "rowsImported":
+			out.Values[i] = ec._CostRow_rowsImported(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rowsExported":
+			out.Values[i] = ec._CostRow_rowsExported(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "bytesStored":
+			out.Values[i] = ec._CostRow_bytesStored(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:

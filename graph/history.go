@@ -139,6 +139,7 @@ func (r *Resolver) taskCost(ctx context.Context, from, to time.Time, groupBy mod
 		row := &model.CostRow{
 			Key: key, Executions: int(c.Started), Succeeded: int(c.Succeeded), Failed: int(c.Failed),
 			Cancelled: int(c.Cancelled), Retries: int(c.Retries), Created: int(c.Created), RunTimeMs: float64(c.RunTimeMs),
+			RowsImported: float64(c.RowsImported), RowsExported: float64(c.RowsExported), BytesStored: float64(c.BytesStored),
 		}
 		if d, ok := c.Run.Quantile(0.95); ok {
 			ms := int(d.Milliseconds())

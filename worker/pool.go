@@ -507,6 +507,7 @@ func (p *Pool) start(c store.Claimed, claim trace.SpanContext, parents []store.P
 		}
 		o, write := p.outcome(ex, err, context.Cause(runCtx))
 		o.ResultStatus = ctl.ResultStatus()
+		o.RowsImported, o.RowsExported = ctl.Rows()
 		if write {
 			o = tasktype.ReviewOutcome(typ, o, err, ctl.Masker(), p.deps.Store.Now())
 		}

@@ -661,6 +661,7 @@ var (
 		{Name: "run_h21", Type: field.TypeInt64, Default: 0},
 		{Name: "run_h22", Type: field.TypeInt64, Default: 0},
 		{Name: "run_h23", Type: field.TypeInt64, Default: 0},
+		{Name: "bytes_stored", Type: field.TypeInt64, Default: 0},
 	}
 	// TaskHistoriesTable holds the schema information for the "task_histories" table.
 	TaskHistoriesTable = &schema.Table{

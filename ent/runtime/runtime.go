@@ -673,6 +673,10 @@ func init() {
 	taskhistoryDescRunH23 := taskhistoryFields[61].Descriptor()
 	// taskhistory.DefaultRunH23 holds the default value on creation for the run_h23 field.
 	taskhistory.DefaultRunH23 = taskhistoryDescRunH23.Default.(int64)
+	// taskhistoryDescBytesStored is the schema descriptor for bytes_stored field.
+	taskhistoryDescBytesStored := taskhistoryFields[62].Descriptor()
+	// taskhistory.DefaultBytesStored holds the default value on creation for the bytes_stored field.
+	taskhistory.DefaultBytesStored = taskhistoryDescBytesStored.Default.(int64)
 	taskinputversionMixin := schema.TaskInputVersion{}.Mixin()
 	taskinputversionMixinFields0 := taskinputversionMixin[0].Fields()
 	_ = taskinputversionMixinFields0

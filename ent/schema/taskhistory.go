@@ -36,6 +36,9 @@ func (TaskHistory) Fields() []ent.Field {
 			fields = append(fields, field.Int64(fmt.Sprintf("%s_h%02d", m, i)).Default(0))
 		}
 	}
+	// Added by migration 0016: the bytes of artifacts written in the
+	// bucket by tasks of the row's type and tenant.
+	fields = append(fields, field.Int64("bytes_stored").Default(0))
 	return fields
 }
 

@@ -135,6 +135,8 @@ const (
 	FieldRunH22 = "run_h22"
 	// FieldRunH23 holds the string denoting the run_h23 field in the database.
 	FieldRunH23 = "run_h23"
+	// FieldBytesStored holds the string denoting the bytes_stored field in the database.
+	FieldBytesStored = "bytes_stored"
 	// Table holds the table name of the taskhistory in the database.
 	Table = "task_histories"
 )
@@ -204,6 +206,7 @@ var Columns = []string{
 	FieldRunH21,
 	FieldRunH22,
 	FieldRunH23,
+	FieldBytesStored,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -335,6 +338,8 @@ var (
 	DefaultRunH22 int64
 	// DefaultRunH23 holds the default value on creation for the "run_h23" field.
 	DefaultRunH23 int64
+	// DefaultBytesStored holds the default value on creation for the "bytes_stored" field.
+	DefaultBytesStored int64
 )
 
 // OrderOption defines the ordering options for the TaskHistory queries.
@@ -653,4 +658,9 @@ func ByRunH22(opts ...sql.OrderTermOption) OrderOption {
 // ByRunH23 orders the results by the run_h23 field.
 func ByRunH23(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldRunH23, opts...).ToFunc()
+}
+
+// ByBytesStored orders the results by the bytes_stored field.
+func ByBytesStored(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBytesStored, opts...).ToFunc()
 }

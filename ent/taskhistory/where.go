@@ -364,6 +364,11 @@ func RunH23(v int64) predicate.TaskHistory {
 	return predicate.TaskHistory(sql.FieldEQ(FieldRunH23, v))
 }
 
+// BytesStored applies equality check predicate on the "bytes_stored" field. It's identical to BytesStoredEQ.
+func BytesStored(v int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldEQ(FieldBytesStored, v))
+}
+
 // BucketStartEQ applies the EQ predicate on the "bucket_start" field.
 func BucketStartEQ(v time.Time) predicate.TaskHistory {
 	return predicate.TaskHistory(sql.FieldEQ(FieldBucketStart, v))
@@ -2917,6 +2922,46 @@ func RunH23LT(v int64) predicate.TaskHistory {
 // RunH23LTE applies the LTE predicate on the "run_h23" field.
 func RunH23LTE(v int64) predicate.TaskHistory {
 	return predicate.TaskHistory(sql.FieldLTE(FieldRunH23, v))
+}
+
+// BytesStoredEQ applies the EQ predicate on the "bytes_stored" field.
+func BytesStoredEQ(v int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldEQ(FieldBytesStored, v))
+}
+
+// BytesStoredNEQ applies the NEQ predicate on the "bytes_stored" field.
+func BytesStoredNEQ(v int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldNEQ(FieldBytesStored, v))
+}
+
+// BytesStoredIn applies the In predicate on the "bytes_stored" field.
+func BytesStoredIn(vs ...int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldIn(FieldBytesStored, vs...))
+}
+
+// BytesStoredNotIn applies the NotIn predicate on the "bytes_stored" field.
+func BytesStoredNotIn(vs ...int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldNotIn(FieldBytesStored, vs...))
+}
+
+// BytesStoredGT applies the GT predicate on the "bytes_stored" field.
+func BytesStoredGT(v int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldGT(FieldBytesStored, v))
+}
+
+// BytesStoredGTE applies the GTE predicate on the "bytes_stored" field.
+func BytesStoredGTE(v int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldGTE(FieldBytesStored, v))
+}
+
+// BytesStoredLT applies the LT predicate on the "bytes_stored" field.
+func BytesStoredLT(v int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldLT(FieldBytesStored, v))
+}
+
+// BytesStoredLTE applies the LTE predicate on the "bytes_stored" field.
+func BytesStoredLTE(v int64) predicate.TaskHistory {
+	return predicate.TaskHistory(sql.FieldLTE(FieldBytesStored, v))
 }
 
 // And groups predicates with the AND operator between them.

@@ -66,8 +66,10 @@ type BulkStatusCount struct {
 }
 
 // What a task type or a tenant cost over a range, from the task history
-// (docs/history.md#cost): its executions and their outcomes, its retries and
-// its run time. Executions count in the bucket in which they ended.
+// (docs/history.md#cost): its executions and their outcomes, its retries, its
+// run time, the rows its imports and exports wrote and the bytes of the files
+// it stored. Executions (and their rows) count in the bucket in which they
+// ended, files in the one in which they were written.
 type CostRow struct {
 	// The task type or the tenant (empty: the tenant of credentials that name none).
 	Key string `json:"key"`
@@ -84,6 +86,15 @@ type CostRow struct {
 	RunTimeMs float64 `json:"runTimeMs"`
 	// The run time's 95th percentile (the upper bound of its log2 bucket); null without executions.
 	RunP95Ms *int `json:"runP95Ms,omitempty"`
+	// Rows the executions that ended in the range wrote into an import's target
+	// (each row once: a retry counts only the rows it added), whatever their
+	// outcome.
+	RowsImported float64 `json:"rowsImported"`
+	// Rows written into the files of the exports that ended in the range.
+	RowsExported float64 `json:"rowsExported"`
+	// Bytes of the files (artifacts) written in the range for the tasks: uploaded
+	// import files, error reports, exports and reports.
+	BytesStored float64 `json:"bytesStored"`
 }
 
 type CreateScheduleInput struct {

@@ -442,7 +442,8 @@ func (a *App) newFiles(ctx context.Context, undo *cleanup) error {
 		return err
 	}
 	undo.push(func() { _ = bucket.Close() })
-	a.Artifacts, err = artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: st.Now, Tx: st.Tx, Node: a.Node, Logger: log})
+	a.Artifacts, err = artifact.New(artifact.Config{Client: st.Client(), Blobs: bucket, TTL: cfg.ArtifactTTL, Clock: st.Now, Tx: st.Tx, Node: a.Node, Logger: log,
+		Stored: st.CountStored})
 	if err != nil {
 		return err
 	}

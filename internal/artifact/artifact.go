@@ -55,6 +55,11 @@ type Config struct {
 	Tx func(ctx context.Context, fn func(tx *ent.Tx) error) error
 	// Node names this process in the deployment record. Default: "".
 	Node string
+	// Stored, when set, is told of every artifact written, once its row
+	// committed: the type and tenant of the task it was written for
+	// (Meta.TaskType, Meta.Tenant), when, and its size. The task history
+	// counts it (store.Store.CountStored) as bytes stored.
+	Stored func(taskType, tenant string, at time.Time, size int64)
 	// Logger receives the store's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -68,6 +73,7 @@ type Store struct {
 	tx     func(ctx context.Context, fn func(tx *ent.Tx) error) error
 	node   string
 	log    *slog.Logger
+	stored func(taskType, tenant string, at time.Time, size int64)
 
 	// What the last deployment check found (see deployment.go).
 	mu      sync.Mutex
@@ -102,7 +108,7 @@ func New(cfg Config) (*Store, error) {
 		}
 	}
 	return &Store{client: cfg.Client, blobs: cfg.Blobs, ttl: cmp.Or(cfg.TTL, TTLDefault), clock: cfg.Clock, tx: cfg.Tx,
-		node: cfg.Node, log: cmp.Or(cfg.Logger, slog.Default())}, nil
+		node: cfg.Node, log: cmp.Or(cfg.Logger, slog.Default()), stored: cfg.Stored}, nil
 }
 
 // TTL is how long artifacts are kept.
@@ -137,6 +143,10 @@ type Meta struct {
 	Owner       string
 	OwnerSource string
 	Tenant      string
+	// TaskType is the type of the task the artifact is written for (an
+	// upload: of the task it is uploaded for): the task history counts its
+	// bytes under that type and Tenant.
+	TaskType    string
 	Kind        Kind
 	Filename    string
 	ContentType string
@@ -196,6 +206,7 @@ func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error
 	var a *ent.Artifact
 	// The file is written: record it even if the caller gives up now.
 	wctx := context.WithoutCancel(ctx)
+	now := s.Now()
 	err = s.tx(wctx, func(tx *ent.Tx) error {
 		var err error
 		a, err = tx.Artifact.Create().
@@ -209,14 +220,17 @@ func (s *Store) Write(ctx context.Context, m Meta, write func(w io.Writer) error
 			SetContentType(m.ContentType).
 			SetSize(cw.n).
 			SetSha256(hex.EncodeToString(h.Sum(nil))).
-			SetExpiresAt(s.Now().Add(s.ttl)).
-			SetCreatedAt(s.Now()).
+			SetExpiresAt(now.Add(s.ttl)).
+			SetCreatedAt(now).
 			Save(wctx)
 		return err
 	})
 	if err != nil {
 		_ = s.blobs.Delete(wctx, key)
 		return nil, fmt.Errorf("artifact: record: %w", err)
+	}
+	if s.stored != nil {
+		s.stored(m.TaskType, m.Tenant, now, cw.n)
 	}
 	return a, nil
 }

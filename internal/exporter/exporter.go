@@ -289,7 +289,7 @@ func (e *Exporter) export(ctx context.Context, job *tasktype.Job, in ExportInput
 	name := job.Task.Code + "-" + in.Source + "." + string(format)
 	rows := 0
 	a, err := e.cfg.Artifacts.Write(ctx, artifact.Meta{
-		TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindExport,
+		TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, TaskType: job.Task.Type, Kind: artifact.KindExport,
 		Filename: name, ContentType: format.ContentType(),
 	}, func(w io.Writer) error {
 		sheet, err := spreadsheet.NewWriter(format, w, in.Source)
@@ -318,6 +318,9 @@ func (e *Exporter) export(ctx context.Context, job *tasktype.Job, in ExportInput
 	if err != nil {
 		return err
 	}
+	// The rows are exported once their file is stored: a failed write
+	// stored nothing and counts none.
+	job.CountRows(0, int64(rows))
 	if err := e.cfg.Artifacts.Replace(ctx, job.Task.ID, artifact.KindExport, a.ID); err != nil {
 		job.Warn("could not remove an earlier export", "err", err)
 	}

@@ -73,7 +73,7 @@ func (e *Exporter) report(ctx context.Context, job *tasktype.Job, in ReportInput
 	}
 	name := job.Task.Code + "-report.xlsx"
 	a, err := e.cfg.Artifacts.Write(ctx, artifact.Meta{
-		TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindReport,
+		TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, TaskType: job.Task.Type, Kind: artifact.KindReport,
 		Filename: name, ContentType: spreadsheet.XLSX.ContentType(),
 	}, func(w io.Writer) error {
 		out, err := spreadsheet.NewWriter(spreadsheet.XLSX, w, "Summary")

@@ -155,8 +155,14 @@ func (h Histogram) Quantile(q float64) (time.Duration, bool) {
 // Executions are counted in the bucket in which they ended.
 type Counts struct {
 	Created, Started, Succeeded, Failed, Cancelled, Retries int64
-	RowsImported, RowsExported                              int64
-	RunTimeMs                                               int64
+	// RowsImported and RowsExported are the rows the executions that
+	// ended in the bucket wrote to an import's target or to an export's
+	// file (Rows).
+	RowsImported, RowsExported int64
+	// BytesStored is the bytes of the artifacts written in the bucket
+	// (Stored).
+	BytesStored int64
+	RunTimeMs   int64
 	// Waiting is the largest waiting depth sampled in the bucket (for a
 	// coarser row: the largest of its finer rows').
 	Waiting int64
@@ -174,6 +180,7 @@ func (c *Counts) Add(o Counts) {
 	c.Retries += o.Retries
 	c.RowsImported += o.RowsImported
 	c.RowsExported += o.RowsExported
+	c.BytesStored += o.BytesStored
 	c.RunTimeMs += o.RunTimeMs
 	c.Waiting = max(c.Waiting, o.Waiting)
 	c.Wait.Add(o.Wait)
@@ -268,6 +275,23 @@ func (b Batch) Finished(typ, tenant string, at time.Time, outcome string, retrie
 	run = max(run, 0)
 	c.RunTimeMs += run.Milliseconds()
 	c.Run.Observe(run)
+}
+
+// Rows counts the rows an execution that ended at at wrote: imported into
+// an import's target, exported into an export's file.
+func (b Batch) Rows(typ, tenant string, at time.Time, imported, exported int64) {
+	if imported == 0 && exported == 0 {
+		return
+	}
+	c := b.Row(Key{Start: Minute.Truncate(at), Resolution: Minute, Type: typ, Tenant: tenant})
+	c.RowsImported += imported
+	c.RowsExported += exported
+}
+
+// Stored counts the bytes of an artifact written at at for a task of type
+// typ and tenant tenant.
+func (b Batch) Stored(typ, tenant string, at time.Time, bytes int64) {
+	b.Row(Key{Start: Minute.Truncate(at), Resolution: Minute, Type: typ, Tenant: tenant}).BytesStored += bytes
 }
 
 // CancelledWaiting counts a task cancelled at at before it ran: no

@@ -225,6 +225,15 @@ func (im *Importer) run(ctx context.Context, job *tasktype.Job, in Input) (*Summ
 		return summary, err
 	}
 	defer sp.close()
+	// The rows this execution imports, for the task history, are the
+	// target's count after it less the count before it: the rows it
+	// committed, whether it then succeeds or fails. Rows an earlier
+	// execution wrote (skipped now by the write-once key) were counted
+	// with that execution's end.
+	before, err := target.Writer.Written(ctx, taskID)
+	if err != nil {
+		return summary, err
+	}
 	total, err := im.stream(ctx, job, rows, m, target, sp, in)
 	if err != nil && blob.Err() != nil {
 		err = fileErr(err)
@@ -233,6 +242,7 @@ func (im *Importer) run(ctx context.Context, job *tasktype.Job, in Input) (*Summ
 	summary.FailedCount = sp.rows
 	if n, werr := target.Writer.Written(context.WithoutCancel(ctx), taskID); werr == nil {
 		summary.SuccessCount = n
+		job.CountRows(int64(max(n-before, 0)), 0)
 	} else if err == nil {
 		err = werr
 	}
@@ -428,7 +438,7 @@ func (im *Importer) saveReports(ctx context.Context, job *tasktype.Job, sp *spoo
 	for _, f := range []spreadsheet.Format{spreadsheet.XLSX, spreadsheet.CSV} {
 		fname := job.Task.Code + "-errors." + string(f)
 		a, err := im.cfg.Artifacts.Write(ctx, artifact.Meta{
-			TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, Kind: artifact.KindErrorReport,
+			TaskID: &job.Task.ID, Owner: job.Task.Owner, OwnerSource: job.Task.OwnerSource, Tenant: job.Task.Tenant, TaskType: job.Task.Type, Kind: artifact.KindErrorReport,
 			Filename: fname, ContentType: f.ContentType(),
 		}, func(w io.Writer) error { return sp.writeReport(f, header, w) })
 		if err != nil {

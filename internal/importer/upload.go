@@ -78,7 +78,7 @@ func (im *Importer) Upload(ctx context.Context, u Upload) (*ent.Task, error) {
 		return nil, err
 	}
 	a, err := im.cfg.Artifacts.Save(ctx, artifact.Meta{
-		Owner: viewer.User, OwnerSource: viewer.Source, Tenant: viewer.Tenant, Kind: artifact.KindSource, Filename: name,
+		Owner: viewer.User, OwnerSource: viewer.Source, Tenant: viewer.Tenant, TaskType: TaskType, Kind: artifact.KindSource, Filename: name,
 		ContentType: format.ContentType(), MaxSize: im.cfg.MaxUploadSize,
 	}, u.File)
 	var tooLarge *artifact.TooLargeError

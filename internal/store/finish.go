@@ -29,6 +29,11 @@ type Outcome struct {
 	// ResultStatus is the handler's own verdict on its work (SUCCESS,
 	// PARTIAL_SUCCESS, FAILED), written to the task; empty writes NULL.
 	ResultStatus string
+	// RowsImported and RowsExported are the rows the execution wrote into
+	// an import's target or an export's file, as its handler reported them
+	// (tasktype.Job.CountRows), whatever its status: counted in the task
+	// history with the execution's end, never written to the task.
+	RowsImported, RowsExported int64
 	// Retry, with Status FAILED, schedules another instance: the task goes
 	// to RETRY_PENDING instead of FAILED. It is dropped when a cancel was
 	// requested meanwhile (the task then ends CANCELLED).
@@ -283,6 +288,7 @@ func (s *Store) finish(ctx context.Context, t *txn, outcomes []Outcome) ([]error
 				run = now.Sub(*in.StartedAt)
 			}
 			hist.Finished(tk.Type, tk.Tenant, now, outcome, retried, run)
+			hist.Rows(tk.Type, tk.Tenant, now, outcomes[i].RowsImported, outcomes[i].RowsExported)
 		}
 	}
 	// 4. Their dependents: released, or cancelled, in this transaction.

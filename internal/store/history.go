@@ -19,7 +19,7 @@ var historyCounters = func() []string {
 			cols = append(cols, fmt.Sprintf("%s_h%02d", m, i))
 		}
 	}
-	return cols
+	return append(cols, "bytes_stored")
 }()
 
 func historyValues(c *history.Counts) []any {
@@ -29,7 +29,7 @@ func historyValues(c *history.Counts) []any {
 			v = append(v, n)
 		}
 	}
-	return v
+	return append(v, c.BytesStored)
 }
 
 func historyPointers(c *history.Counts) []any {
@@ -39,7 +39,7 @@ func historyPointers(c *history.Counts) []any {
 			p = append(p, &h[i])
 		}
 	}
-	return p
+	return append(p, &c.BytesStored)
 }
 
 // historyUpsertSQL adds a row's counts to those stored (add) or replaces

@@ -98,6 +98,19 @@ func (s *Store) FlushHistory(ctx context.Context) (int, error) {
 	return len(b), nil
 }
 
+// CountStored counts, in the history of the minute of at, bytes of an
+// artifact written for a task of type typ and tenant tenant. The artifact
+// store calls it once the artifact's row committed; the count is written
+// by the next flush, as the executions' are.
+func (s *Store) CountStored(typ, tenant string, at time.Time, bytes int64) {
+	if bytes <= 0 {
+		return
+	}
+	b := history.Batch{}
+	b.Stored(typ, tenant, at, bytes)
+	s.hist.merge(b)
+}
+
 // SampleWaiting records, in the minute of now, the waiting depth (instances
 // PENDING or RETRY_PENDING) of every task type and tenant that has any:
 // one grouped count over the waiting instances, made by one node a minute

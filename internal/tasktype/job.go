@@ -44,6 +44,8 @@ type Job struct {
 	mu           sync.Mutex
 	result       json.RawMessage
 	resultStatus string
+	// rowsImported and rowsExported are what CountRows added up.
+	rowsImported, rowsExported int64
 }
 
 // ParentOutcome is how a parent of a job's task ended: its state, and its
@@ -206,6 +208,18 @@ func (j *Job) SetResultStatus(s string) {
 	j.mu.Unlock()
 }
 
+// CountRows adds rows the execution wrote — imported into an import's
+// target, exported into an export's file — to what its end counts in the
+// task history (rows imported and exported, per type and tenant: the cost
+// report). A handler counts the rows it committed, whatever its outcome:
+// rows an earlier execution of the task wrote are that execution's.
+func (j *Job) CountRows(imported, exported int64) {
+	j.mu.Lock()
+	j.rowsImported += imported
+	j.rowsExported += exported
+	j.mu.Unlock()
+}
+
 // JobControl is the pool's side of a Job: the masker its writes go
 // through, and what the handler left — its result, its verdict, when it
 // last moved. Handlers never see it.
@@ -231,6 +245,14 @@ func (c JobControl) ResultStatus() string {
 	c.j.mu.Lock()
 	defer c.j.mu.Unlock()
 	return c.j.resultStatus
+}
+
+// Rows is what the handler counted with CountRows: rows imported and
+// rows exported.
+func (c JobControl) Rows() (imported, exported int64) {
+	c.j.mu.Lock()
+	defer c.j.mu.Unlock()
+	return c.j.rowsImported, c.j.rowsExported
 }
 
 // MovedAt is when the handler last reported progress or wrote a log line

@@ -158,14 +158,21 @@ export function register(env) {
 
     // The cost report of the same range: each type's executions as the
     // API counts them, webhook's failures among them; downloaded as CSV.
-    const cost = await env.server.gql('query($from: Time!, $to: Time!) { taskCost(from: $from, to: $to) { key executions failed } }', { from, to });
+    const cost = await env.server.gql('query($from: Time!, $to: Time!) { taskCost(from: $from, to: $to) { key executions failed rowsImported rowsExported bytesStored } }', { from, to });
     const costOf = (k) => cost.data.taskCost.find((r) => r.key === k);
     assert.ok(costOf('noop')?.executions >= 4 && costOf('webhook')?.failed >= 2, `the API's cost: ${JSON.stringify(cost)}`);
     await page.waitForFunction(() => Number(document.querySelector('[data-testid="cost-row"][data-key="noop"]')?.getAttribute('data-executions')) >= 4);
     const [costDownload] = await Promise.all([page.waitForEvent('download'), page.getByTestId('cost-csv').click()]);
     const costCsv = (await (await import('node:fs/promises')).readFile(await costDownload.path(), 'utf8')).replace(/^\uFEFF/, '');
-    assert.equal(costCsv.trim().split('\r\n')[0], 'Type,Executions,Succeeded,Failed,Cancelled,Retries,Created,Run time,Run p95');
+    assert.equal(costCsv.trim().split('\r\n')[0], 'Type,Executions,Succeeded,Failed,Cancelled,Retries,Created,Run time,Run p95,Rows imported,Rows exported,Bytes stored');
     assert.ok(costCsv.includes('\r\nwebhook,'), costCsv);
+    // Rows and bytes: noop writes none; its row says so in the table and
+    // in the CSV's last three columns.
+    assert.deepEqual([costOf('noop').rowsImported, costOf('noop').rowsExported, costOf('noop').bytesStored], [0, 0, 0], `the API's cost: ${JSON.stringify(cost)}`);
+    const noopRow = page.locator('[data-testid="cost-row"][data-key="noop"]');
+    assert.equal(await noopRow.getAttribute('data-bytes-stored'), '0');
+    assert.deepEqual((await noopRow.locator('td').allTextContents()).slice(-3), ['0', '0', '0 B']);
+    assert.ok(costCsv.split('\r\n').some((l) => l.startsWith('noop,') && l.endsWith(',0,0,0')), costCsv);
 
     // The types page draws a trend line per type.
     await page.goto(env.url('types'));

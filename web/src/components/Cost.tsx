@@ -1,6 +1,6 @@
 // What each task type or tenant cost over the dashboard's range (taskCost,
-// docs/history.md#cost): executions, outcomes, retries, run time, with a
-// CSV download.
+// docs/history.md#cost): executions, outcomes, retries, run time, rows
+// imported and exported, bytes stored, with a CSV download.
 import { useEffect, useMemo, useRef, useState } from 'react';
 import { gql, useQuery } from 'urql';
 import { useI18n, type MessageKey } from '../i18n';
@@ -9,7 +9,7 @@ import { ErrorBox } from './ErrorBox';
 
 export const TASK_COST = gql`
   query TaskCost($from: Time!, $to: Time!, $groupBy: CostGroup) {
-    taskCost(from: $from, to: $to, groupBy: $groupBy) { key executions succeeded failed cancelled retries created runTimeMs runP95Ms }
+    taskCost(from: $from, to: $to, groupBy: $groupBy) { key executions succeeded failed cancelled retries created runTimeMs runP95Ms rowsImported rowsExported bytesStored }
   }
 `;
 
@@ -24,6 +24,9 @@ export interface CostRow {
   created: number;
   runTimeMs: number;
   runP95Ms: number | null;
+  rowsImported: number;
+  rowsExported: number;
+  bytesStored: number;
 }
 
 export type CostGroup = 'TYPE' | 'TENANT';
@@ -36,9 +39,23 @@ export function runTime(ms: number): string {
   return `${Math.round(ms / 360_000) / 10} h`;
 }
 
-/** costCSV is the report as CSV: a header, then the rows (run time in seconds). */
+/** bytes is a number of bytes in B, KiB, MiB, GiB or TiB. */
+export function bytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+/** costCSV is the report as CSV: a header, then the rows (run time in seconds, bytes stored in bytes). */
 export function costCSV(rows: CostRow[], header: string[]): string {
-  return toCSV([header, ...rows.map((r) => [r.key, r.executions, r.succeeded, r.failed, r.cancelled, r.retries, r.created, Math.round(r.runTimeMs) / 1000, r.runP95Ms ?? ''])]);
+  return toCSV([
+    header,
+    ...rows.map((r) => [r.key, r.executions, r.succeeded, r.failed, r.cancelled, r.retries, r.created, Math.round(r.runTimeMs) / 1000, r.runP95Ms ?? '', r.rowsImported, r.rowsExported, r.bytesStored]),
+  ]);
 }
 
 /** CostPanel: what each type (or tenant) cost in [from, to). */
@@ -62,6 +79,9 @@ export function CostPanel({ from, to, refreshKey }: { from: string; to: string; 
     t('cost.created'),
     t('cost.runTime'),
     t('cost.runP95'),
+    t('cost.rowsImported'),
+    t('cost.rowsExported'),
+    t('cost.bytesStored'),
   ];
   const label = (k: string) => (k === '' && groupBy === 'TENANT' ? t('tenants.defaultTenant') : k);
   const download = () => downloadCSV(`cost-${groupBy.toLowerCase()}-${from.slice(0, 16).replace(/:/g, '')}-${to.slice(0, 16).replace(/:/g, '')}.csv`, costCSV(rows, header));
@@ -100,7 +120,7 @@ export function CostPanel({ from, to, refreshKey }: { from: string; to: string; 
             </thead>
             <tbody>
               {rows.map((r) => (
-                <tr key={r.key} data-testid="cost-row" data-key={r.key} data-executions={r.executions}>
+                <tr key={r.key} data-testid="cost-row" data-key={r.key} data-executions={r.executions} data-rows-imported={r.rowsImported} data-rows-exported={r.rowsExported} data-bytes-stored={r.bytesStored}>
                   <td className="mono">{label(r.key)}</td>
                   <td className="num">{r.executions}</td>
                   <td className="num">{r.succeeded}</td>
@@ -110,6 +130,11 @@ export function CostPanel({ from, to, refreshKey }: { from: string; to: string; 
                   <td className="num">{r.created}</td>
                   <td className="num">{runTime(r.runTimeMs)}</td>
                   <td className="num">{r.runP95Ms === null ? '—' : `≤ ${runTime(r.runP95Ms)}`}</td>
+                  <td className="num">{r.rowsImported}</td>
+                  <td className="num">{r.rowsExported}</td>
+                  <td className="num" title={`${r.bytesStored} B`}>
+                    {bytes(r.bytesStored)}
+                  </td>
                 </tr>
               ))}
             </tbody>
