@@ -294,7 +294,7 @@ func (g *Gate) admitShares(ctx context.Context, q Querier, types []string, adm *
 // TenantRoom is store.TenantRater: of each tenant whose quota rates its
 // starts of every type (the claim has locked its quota row), how many the
 // rate admits now, from its starts of the last two periods, kept in
-// tenant_flow_starts under the task type '' (anyTypeOfTenant). A tenant
+// tenant_flow_starts under the empty task type (anyTypeOfTenant). A tenant
 // the rate holds back is admitted again at its window's next slot
 // (NextAdmission).
 func (g *Gate) TenantRoom(ctx context.Context, q Querier, rates map[string]store.Rate, now time.Time) (map[string]int, func(context.Context, Querier, map[string]int) error, error) {
