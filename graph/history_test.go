@@ -103,7 +103,7 @@ func expectPoints(events []histEvent, res history.Resolution, from, to time.Time
 	return out
 }
 
-// TestTaskHistoryOverThreeDays runs 10,000 tasks of 3 types and 2
+// TestTaskHistoryOverThreeDays runs 4,000 tasks of 3 types and 2
 // tenants through the store (created, claimed, finished, some retried,
 // some cancelled before they ran) over 3 days of a fake clock, flushing
 // the store's history and running the watchdog's roll-up pass as the
@@ -145,7 +145,7 @@ func TestTaskHistoryOverThreeDays(t *testing.T) {
 			ready       time.Time // when it could run: created, or the retry's run_at
 		}
 		ready := map[int]exec{} // by task id: waiting to be claimed
-		const rounds, perRound = 100, 100
+		const rounds, perRound = 40, 100
 		step := 72 * time.Hour / rounds
 		// The waiting depths the roll-up samples: minute -> type/tenant -> depth.
 		sampled := map[time.Time]map[[2]string]int{}
