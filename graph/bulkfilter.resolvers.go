@@ -7,6 +7,7 @@ package graph
 
 import (
 	"context"
+	"time"
 
 	"github.com/taskgraph/taskgraph/ent"
 	"github.com/taskgraph/taskgraph/ent/schema/lifecycle"
@@ -27,6 +28,19 @@ func (r *mutationResolver) BulkTaskAction(ctx context.Context, action lifecycle.
 // CountTasks is the resolver for the countTasks field.
 func (r *queryResolver) CountTasks(ctx context.Context, where ent.TaskWhereInput) (int, error) {
 	return r.Engine.CountTasks(ctx, &where)
+}
+
+// TaskCount is the resolver for the taskCount field.
+func (r *queryResolver) TaskCount(ctx context.Context, where *ent.TaskWhereInput, exactWithinMs *int) (*model.TaskCount, error) {
+	ms := 250
+	if exactWithinMs != nil {
+		ms = *exactWithinMs
+	}
+	c, err := r.Engine.EstimateTasks(ctx, where, time.Duration(ms)*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	return &model.TaskCount{Count: c.N, Exact: c.Exact, Low: c.Low, High: c.High, Sampled: c.Sampled}, nil
 }
 
 // BulkPreview is the resolver for the bulkPreview field.

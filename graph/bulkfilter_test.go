@@ -211,6 +211,24 @@ func TestBulkActionRules(t *testing.T) {
 			require.Equal(t, 10, cnt.CountTasks)
 			s.QueryAs(t, s.tok["root"], `query($w: TaskWhereInput!) { countTasks(where: $w) }`, map[string]any{"w": where}, &cnt)
 			require.Equal(t, 14, cnt.CountTasks, "an admin sees its tenant's")
+			// taskCount says the same, counted (a few tasks count at once),
+			// and refuses a budget out of its range.
+			type taskCount struct {
+				Count, Low, High int
+				Exact            bool
+				Sampled          float64
+			}
+			var tc struct{ TaskCount taskCount }
+			const taskCountQ = `query($w: TaskWhereInput, $ms: Int) { taskCount(where: $w, exactWithinMs: $ms) { count exact low high sampled } }`
+			s.QueryAs(t, s.tok["alice"], taskCountQ, map[string]any{"w": where}, &tc)
+			require.Equal(t, taskCount{Count: 10, Low: 10, High: 10, Exact: true}, tc.TaskCount)
+			s.QueryAs(t, s.tok["root"], taskCountQ, map[string]any{"w": where, "ms": 60000}, &tc)
+			require.Equal(t, taskCount{Count: 14, Low: 14, High: 14, Exact: true}, tc.TaskCount)
+			for _, ms := range []int{0, 60001} {
+				resp := s.DoAs(t, s.tok["alice"], taskCountQ, map[string]any{"w": where, "ms": ms})
+				require.Len(t, resp.Errors, 1, ms)
+				require.Equal(t, "VALIDATION", resp.Errors[0].Code(), ms)
+			}
 
 			// A count that is not the current one: CONFLICT with the new count.
 			resp := s.DoAs(t, s.tok["alice"], bulkActionQ, map[string]any{"a": "CANCEL", "w": where, "c": 9})

@@ -3,7 +3,8 @@ package graph
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqljson"
@@ -105,29 +106,32 @@ func workflowRequest(input model.CreateWorkflowInput) engine.WorkflowRequest {
 }
 
 // taskStats folds (type, status, count) rows into totals.
-func taskStats(counts []engine.Count) *model.TaskStats {
-	stats := &model.TaskStats{}
-	byStatus := map[lifecycle.Status]int{}
-	byType := map[string]*model.TypeCount{}
-	for _, c := range counts {
-		stats.Total += c.Count
-		byStatus[c.Status] += c.Count
-		tc := byType[c.Type]
-		if tc == nil {
-			tc = &model.TypeCount{Type: c.Type}
-			byType[c.Type] = tc
-		}
-		tc.Count += c.Count
-		tc.ByStatus = append(tc.ByStatus, &model.StatusCount{Status: c.Status, Count: c.Count})
+// taskStats is the API's view of grouped counts by (type, status): every
+// figure the counts of its groups (estimates, with their intervals, when
+// the counts are not exact).
+func taskStats(g store.GroupCounts) *model.TaskStats {
+	all := g.Count(func([]string) bool { return true })
+	stats := &model.TaskStats{Total: all.N, TotalLow: all.Low, TotalHigh: all.High, Exact: g.Exact, Sampled: g.Sampled}
+	types := map[string]bool{}
+	for _, k := range g.Groups() {
+		types[k[0]] = true
 	}
 	for _, s := range lifecycle.AllStatuses {
-		stats.ByStatus = append(stats.ByStatus, &model.StatusCount{Status: s, Count: byStatus[s]})
+		c := g.Count(func(k []string) bool { return k[1] == string(s) })
+		stats.ByStatus = append(stats.ByStatus, &model.StatusCount{Status: s, Count: c.N, Low: c.Low, High: c.High})
 	}
-	for _, tc := range byType {
-		sort.Slice(tc.ByStatus, func(i, j int) bool { return statusIndex(tc.ByStatus[i].Status) < statusIndex(tc.ByStatus[j].Status) })
+	for _, typ := range slices.Sorted(maps.Keys(types)) {
+		c := g.Count(func(k []string) bool { return k[0] == typ })
+		tc := &model.TypeCount{Type: typ, Count: c.N, Low: c.Low, High: c.High}
+		for _, s := range lifecycle.AllStatuses {
+			if !slices.ContainsFunc(g.Groups(), func(k []string) bool { return k[0] == typ && k[1] == string(s) }) {
+				continue
+			}
+			c := g.Count(func(k []string) bool { return k[0] == typ && k[1] == string(s) })
+			tc.ByStatus = append(tc.ByStatus, &model.StatusCount{Status: s, Count: c.N, Low: c.Low, High: c.High})
+		}
 		stats.ByType = append(stats.ByType, tc)
 	}
-	sort.Slice(stats.ByType, func(i, j int) bool { return stats.ByType[i].Type < stats.ByType[j].Type })
 	return stats
 }
 

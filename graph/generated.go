@@ -398,8 +398,9 @@ type ComplexityRoot struct {
 		Task             func(childComplexity int, id int) int
 		TaskByCode       func(childComplexity int, code string) int
 		TaskCost         func(childComplexity int, from time.Time, to time.Time, groupBy *model.CostGroup, tenant *string) int
+		TaskCount        func(childComplexity int, where *ent.TaskWhereInput, exactWithinMs *int) int
 		TaskHistory      func(childComplexity int, from time.Time, to time.Time, resolution *model.HistoryResolution, typeArg *string, tenant *string) int
-		TaskStats        func(childComplexity int) int
+		TaskStats        func(childComplexity int, exactWithinMs *int) int
 		TaskTypes        func(childComplexity int) int
 		Tasks            func(childComplexity int, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy []*ent.TaskOrder, where *ent.TaskWhereInput) int
 		TenantQuota      func(childComplexity int, tenant *string) int
@@ -531,6 +532,8 @@ type ComplexityRoot struct {
 
 	StatusCount struct {
 		Count  func(childComplexity int) int
+		High   func(childComplexity int) int
+		Low    func(childComplexity int) int
 		Status func(childComplexity int) int
 	}
 
@@ -611,6 +614,14 @@ type ComplexityRoot struct {
 		TotalCount func(childComplexity int) int
 	}
 
+	TaskCount struct {
+		Count   func(childComplexity int) int
+		Exact   func(childComplexity int) int
+		High    func(childComplexity int) int
+		Low     func(childComplexity int) int
+		Sampled func(childComplexity int) int
+	}
+
 	TaskEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
@@ -662,9 +673,13 @@ type ComplexityRoot struct {
 	}
 
 	TaskStats struct {
-		ByStatus func(childComplexity int) int
-		ByType   func(childComplexity int) int
-		Total    func(childComplexity int) int
+		ByStatus  func(childComplexity int) int
+		ByType    func(childComplexity int) int
+		Exact     func(childComplexity int) int
+		Sampled   func(childComplexity int) int
+		Total     func(childComplexity int) int
+		TotalHigh func(childComplexity int) int
+		TotalLow  func(childComplexity int) int
 	}
 
 	TaskType struct {
@@ -741,6 +756,8 @@ type ComplexityRoot struct {
 	TypeCount struct {
 		ByStatus func(childComplexity int) int
 		Count    func(childComplexity int) int
+		High     func(childComplexity int) int
+		Low      func(childComplexity int) int
 		Type     func(childComplexity int) int
 	}
 
@@ -869,7 +886,7 @@ type QueryResolver interface {
 	Workflows(ctx context.Context, after *entgql.Cursor[int], first *int, before *entgql.Cursor[int], last *int, orderBy *ent.WorkflowOrder, where *ent.WorkflowWhereInput) (*ent.WorkflowConnection, error)
 	Task(ctx context.Context, id int) (*ent.Task, error)
 	TaskByCode(ctx context.Context, code string) (*ent.Task, error)
-	TaskStats(ctx context.Context) (*model.TaskStats, error)
+	TaskStats(ctx context.Context, exactWithinMs *int) (*model.TaskStats, error)
 	TaskTypes(ctx context.Context) ([]*model.TaskType, error)
 	RetryPolicies(ctx context.Context) ([]*model.RetryPolicy, error)
 	ImportTargets(ctx context.Context) ([]*model.ImportTarget, error)
@@ -878,6 +895,7 @@ type QueryResolver interface {
 	AlertIncidents(ctx context.Context, status *alertincident.Status, ruleID *int, first *int) ([]*ent.AlertIncident, error)
 	AlertIncident(ctx context.Context, id int) (*ent.AlertIncident, error)
 	CountTasks(ctx context.Context, where ent.TaskWhereInput) (int, error)
+	TaskCount(ctx context.Context, where *ent.TaskWhereInput, exactWithinMs *int) (*model.TaskCount, error)
 	BulkPreview(ctx context.Context, action lifecycle.Action, where ent.TaskWhereInput) (*model.BulkPreview, error)
 	DeadlineReport(ctx context.Context, from time.Time, to time.Time, groupBy *model.DeadlineReportGroup) ([]*model.DeadlineReportRow, error)
 	TypeControls(ctx context.Context) ([]*flow.Control, error)
@@ -2851,6 +2869,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.TaskCost(childComplexity, args["from"].(time.Time), args["to"].(time.Time), args["groupBy"].(*model.CostGroup), args["tenant"].(*string)), true
+	case "Query.taskCount":
+		if e.ComplexityRoot.Query.TaskCount == nil {
+			break
+		}
+
+		args, err := ec.field_Query_taskCount_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TaskCount(childComplexity, args["where"].(*ent.TaskWhereInput), args["exactWithinMs"].(*int)), true
 	case "Query.taskHistory":
 		if e.ComplexityRoot.Query.TaskHistory == nil {
 			break
@@ -2867,7 +2896,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			break
 		}
 
-		return e.ComplexityRoot.Query.TaskStats(childComplexity), true
+		args, err := ec.field_Query_taskStats_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TaskStats(childComplexity, args["exactWithinMs"].(*int)), true
 	case "Query.taskTypes":
 		if e.ComplexityRoot.Query.TaskTypes == nil {
 			break
@@ -3512,6 +3546,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.StatusCount.Count(childComplexity), true
+	case "StatusCount.high":
+		if e.ComplexityRoot.StatusCount.High == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StatusCount.High(childComplexity), true
+	case "StatusCount.low":
+		if e.ComplexityRoot.StatusCount.Low == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StatusCount.Low(childComplexity), true
 	case "StatusCount.status":
 		if e.ComplexityRoot.StatusCount.Status == nil {
 			break
@@ -3928,6 +3974,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TaskConnection.TotalCount(childComplexity), true
 
+	case "TaskCount.count":
+		if e.ComplexityRoot.TaskCount.Count == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskCount.Count(childComplexity), true
+	case "TaskCount.exact":
+		if e.ComplexityRoot.TaskCount.Exact == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskCount.Exact(childComplexity), true
+	case "TaskCount.high":
+		if e.ComplexityRoot.TaskCount.High == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskCount.High(childComplexity), true
+	case "TaskCount.low":
+		if e.ComplexityRoot.TaskCount.Low == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskCount.Low(childComplexity), true
+	case "TaskCount.sampled":
+		if e.ComplexityRoot.TaskCount.Sampled == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskCount.Sampled(childComplexity), true
+
 	case "TaskEdge.cursor":
 		if e.ComplexityRoot.TaskEdge.Cursor == nil {
 			break
@@ -4155,12 +4232,36 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TaskStats.ByType(childComplexity), true
+	case "TaskStats.exact":
+		if e.ComplexityRoot.TaskStats.Exact == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskStats.Exact(childComplexity), true
+	case "TaskStats.sampled":
+		if e.ComplexityRoot.TaskStats.Sampled == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskStats.Sampled(childComplexity), true
 	case "TaskStats.total":
 		if e.ComplexityRoot.TaskStats.Total == nil {
 			break
 		}
 
 		return e.ComplexityRoot.TaskStats.Total(childComplexity), true
+	case "TaskStats.totalHigh":
+		if e.ComplexityRoot.TaskStats.TotalHigh == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskStats.TotalHigh(childComplexity), true
+	case "TaskStats.totalLow":
+		if e.ComplexityRoot.TaskStats.TotalLow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TaskStats.TotalLow(childComplexity), true
 
 	case "TaskType.defaultRetryPolicy":
 		if e.ComplexityRoot.TaskType.DefaultRetryPolicy == nil {
@@ -4515,6 +4616,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TypeCount.Count(childComplexity), true
+	case "TypeCount.high":
+		if e.ComplexityRoot.TypeCount.High == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeCount.High(childComplexity), true
+	case "TypeCount.low":
+		if e.ComplexityRoot.TypeCount.Low == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TypeCount.Low(childComplexity), true
 	case "TypeCount.type":
 		if e.ComplexityRoot.TypeCount.Type == nil {
 			break
@@ -7168,17 +7281,43 @@ type ActionError {
 
 type StatusCount {
   status: TaskStatus!
+  "The count, or its estimate when the counts it belongs to are not exact (TaskStats.exact)."
   count: Int!
+  "The lower bound of an estimate's 95% confidence interval; count when exact."
+  low: Int!
+  "The upper bound of an estimate's 95% confidence interval; count when exact."
+  high: Int!
 }
 
 type TypeCount {
   type: String!
+  "The count, or its estimate when TaskStats.exact is false."
   count: Int!
+  "The lower bound of an estimate's 95% confidence interval; count when exact."
+  low: Int!
+  "The upper bound of an estimate's 95% confidence interval; count when exact."
+  high: Int!
   byStatus: [StatusCount!]!
 }
 
+"""
+The tasks you may see, counted by status and by type: exact, or, on
+PostgreSQL when counting would take longer than taskStats' exactWithinMs,
+estimated from a random sample of the tasks table's pages, each figure with
+its 95% interval (low, high). A type or a status the sample did not meet is
+not listed (byType), or counted 0 with its interval (byStatus).
+"""
 type TaskStats {
+  "The total, or its estimate."
   total: Int!
+  "The lower bound of the total's 95% confidence interval; total when exact."
+  totalLow: Int!
+  "The upper bound of the total's 95% confidence interval; total when exact."
+  totalHigh: Int!
+  "True when every task was counted."
+  exact: Boolean!
+  "The share of the tasks table's pages an estimate read (0 to 1); 0 when exact."
+  sampled: Float!
   byStatus: [StatusCount!]!
   byType: [TypeCount!]!
 }
@@ -7207,8 +7346,8 @@ extend type Query {
   task(id: ID!): Task
   "A task by its readable code."
   taskByCode(code: String!): Task
-  "Counts by status and by type."
-  taskStats: TaskStats!
+  "Counts by status and by type: counted when that takes at most exactWithinMs milliseconds (1 to 60000), else (PostgreSQL) estimated (see TaskStats)."
+  taskStats(exactWithinMs: Int = 250): TaskStats!
   taskTypes: [TaskType!]!
   retryPolicies: [RetryPolicy!]!
 }
@@ -8073,6 +8212,10 @@ func (ec *executionContext) childFields_StatusCount(ctx context.Context, field g
 		return ec.fieldContext_StatusCount_status(ctx, field)
 	case "count":
 		return ec.fieldContext_StatusCount_count(ctx, field)
+	case "low":
+		return ec.fieldContext_StatusCount_low(ctx, field)
+	case "high":
+		return ec.fieldContext_StatusCount_high(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type StatusCount", field.Name)
 }
@@ -8213,6 +8356,22 @@ func (ec *executionContext) childFields_TaskConnection(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type TaskConnection", field.Name)
 }
 
+func (ec *executionContext) childFields_TaskCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "count":
+		return ec.fieldContext_TaskCount_count(ctx, field)
+	case "exact":
+		return ec.fieldContext_TaskCount_exact(ctx, field)
+	case "low":
+		return ec.fieldContext_TaskCount_low(ctx, field)
+	case "high":
+		return ec.fieldContext_TaskCount_high(ctx, field)
+	case "sampled":
+		return ec.fieldContext_TaskCount_sampled(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TaskCount", field.Name)
+}
+
 func (ec *executionContext) childFields_TaskEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "node":
@@ -8317,6 +8476,14 @@ func (ec *executionContext) childFields_TaskStats(ctx context.Context, field gra
 	switch field.Name {
 	case "total":
 		return ec.fieldContext_TaskStats_total(ctx, field)
+	case "totalLow":
+		return ec.fieldContext_TaskStats_totalLow(ctx, field)
+	case "totalHigh":
+		return ec.fieldContext_TaskStats_totalHigh(ctx, field)
+	case "exact":
+		return ec.fieldContext_TaskStats_exact(ctx, field)
+	case "sampled":
+		return ec.fieldContext_TaskStats_sampled(ctx, field)
 	case "byStatus":
 		return ec.fieldContext_TaskStats_byStatus(ctx, field)
 	case "byType":
@@ -8473,6 +8640,10 @@ func (ec *executionContext) childFields_TypeCount(ctx context.Context, field gra
 		return ec.fieldContext_TypeCount_type(ctx, field)
 	case "count":
 		return ec.fieldContext_TypeCount_count(ctx, field)
+	case "low":
+		return ec.fieldContext_TypeCount_low(ctx, field)
+	case "high":
+		return ec.fieldContext_TypeCount_high(ctx, field)
 	case "byStatus":
 		return ec.fieldContext_TypeCount_byStatus(ctx, field)
 	}
@@ -10055,6 +10226,28 @@ func (ec *executionContext) field_Query_taskCost_args(ctx context.Context, rawAr
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_taskCount_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*ent.TaskWhereInput, error) {
+			return ec.unmarshalOTaskWhereInput2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "exactWithinMs",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["exactWithinMs"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_taskHistory_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -10098,6 +10291,20 @@ func (ec *executionContext) field_Query_taskHistory_args(ctx context.Context, ra
 		return nil, err
 	}
 	args["tenant"] = arg4
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_taskStats_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "exactWithinMs",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["exactWithinMs"] = arg0
 	return args, nil
 }
 
@@ -17399,7 +17606,8 @@ func (ec *executionContext) _Query_taskStats(ctx context.Context, field graphql.
 			return ec.fieldContext_Query_taskStats(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Query().TaskStats(ctx)
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().TaskStats(ctx, fc.Args["exactWithinMs"].(*int))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.TaskStats) graphql.Marshaler {
@@ -17409,7 +17617,7 @@ func (ec *executionContext) _Query_taskStats(ctx context.Context, field graphql.
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Query_taskStats(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+func (ec *executionContext) fieldContext_Query_taskStats(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "Query",
 		Field:      field,
@@ -17418,6 +17626,17 @@ func (ec *executionContext) fieldContext_Query_taskStats(_ context.Context, fiel
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_TaskStats(ctx, field)
 		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_taskStats_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -17708,6 +17927,50 @@ func (ec *executionContext) fieldContext_Query_countTasks(ctx context.Context, f
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_countTasks_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_taskCount(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_taskCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().TaskCount(ctx, fc.Args["where"].(*ent.TaskWhereInput), fc.Args["exactWithinMs"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.TaskCount) graphql.Marshaler {
+			return ec.marshalNTaskCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskCount(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_taskCount(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TaskCount(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_taskCount_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -20733,6 +20996,52 @@ func (ec *executionContext) fieldContext_StatusCount_count(_ context.Context, fi
 	return graphql.NewScalarFieldContext("StatusCount", field, false, false, "Int")
 }
 
+func (ec *executionContext) _StatusCount_low(ctx context.Context, field graphql.CollectedField, obj *model.StatusCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StatusCount_low(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Low, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StatusCount_low(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StatusCount", field, false, false, "Int")
+}
+
+func (ec *executionContext) _StatusCount_high(ctx context.Context, field graphql.CollectedField, obj *model.StatusCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StatusCount_high(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.High, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StatusCount_high(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StatusCount", field, false, false, "Int")
+}
+
 func (ec *executionContext) _Subscription_taskUpdated(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
 	return graphql.ResolveFieldStream(
 		ctx,
@@ -22453,6 +22762,121 @@ func (ec *executionContext) fieldContext_TaskConnection_totalCount(_ context.Con
 	return graphql.NewScalarFieldContext("TaskConnection", field, false, false, "Int")
 }
 
+func (ec *executionContext) _TaskCount_count(ctx context.Context, field graphql.CollectedField, obj *model.TaskCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskCount_count(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Count, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskCount_count(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskCount", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TaskCount_exact(ctx context.Context, field graphql.CollectedField, obj *model.TaskCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskCount_exact(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Exact, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskCount_exact(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskCount", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _TaskCount_low(ctx context.Context, field graphql.CollectedField, obj *model.TaskCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskCount_low(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Low, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskCount_low(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskCount", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TaskCount_high(ctx context.Context, field graphql.CollectedField, obj *model.TaskCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskCount_high(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.High, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskCount_high(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskCount", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TaskCount_sampled(ctx context.Context, field graphql.CollectedField, obj *model.TaskCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskCount_sampled(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sampled, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskCount_sampled(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskCount", field, false, false, "Float")
+}
+
 func (ec *executionContext) _TaskEdge_node(ctx context.Context, field graphql.CollectedField, obj *ent.TaskEdge) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -23333,6 +23757,98 @@ func (ec *executionContext) _TaskStats_total(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_TaskStats_total(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TaskStats", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TaskStats_totalLow(ctx context.Context, field graphql.CollectedField, obj *model.TaskStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskStats_totalLow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalLow, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskStats_totalLow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskStats", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TaskStats_totalHigh(ctx context.Context, field graphql.CollectedField, obj *model.TaskStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskStats_totalHigh(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalHigh, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskStats_totalHigh(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskStats", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TaskStats_exact(ctx context.Context, field graphql.CollectedField, obj *model.TaskStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskStats_exact(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Exact, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskStats_exact(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskStats", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _TaskStats_sampled(ctx context.Context, field graphql.CollectedField, obj *model.TaskStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TaskStats_sampled(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sampled, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TaskStats_sampled(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TaskStats", field, false, false, "Float")
 }
 
 func (ec *executionContext) _TaskStats_byStatus(ctx context.Context, field graphql.CollectedField, obj *model.TaskStats) (ret graphql.Marshaler) {
@@ -24748,6 +25264,52 @@ func (ec *executionContext) _TypeCount_count(ctx context.Context, field graphql.
 	)
 }
 func (ec *executionContext) fieldContext_TypeCount_count(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeCount", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeCount_low(ctx context.Context, field graphql.CollectedField, obj *model.TypeCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeCount_low(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Low, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeCount_low(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TypeCount", field, false, false, "Int")
+}
+
+func (ec *executionContext) _TypeCount_high(ctx context.Context, field graphql.CollectedField, obj *model.TypeCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TypeCount_high(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.High, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TypeCount_high(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TypeCount", field, false, false, "Int")
 }
 
@@ -36745,6 +37307,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_countTasks(ctx, field)
 				})
+		case "taskCount":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_taskCount(ctx, field)
+				})
 		case "bulkPreview":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, true,
@@ -37634,6 +38202,16 @@ func (ec *executionContext) _StatusCount(ctx context.Context, sel ast.SelectionS
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "low":
+			out.Values[i] = ec._StatusCount_low(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "high":
+			out.Values[i] = ec._StatusCount_high(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -38075,6 +38653,59 @@ func (ec *executionContext) _TaskConnection(ctx context.Context, sel ast.Selecti
 	return out
 }
 
+var taskCountImplementors = []string{"TaskCount"}
+
+func (ec *executionContext) _TaskCount(ctx context.Context, sel ast.SelectionSet, obj *model.TaskCount) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, taskCountImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TaskCount")
+		case "count":
+			out.Values[i] = ec._TaskCount_count(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "exact":
+			out.Values[i] = ec._TaskCount_exact(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "low":
+			out.Values[i] = ec._TaskCount_low(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "high":
+			out.Values[i] = ec._TaskCount_high(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sampled":
+			out.Values[i] = ec._TaskCount_sampled(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var taskEdgeImplementors = []string{"TaskEdge"}
 
 func (ec *executionContext) _TaskEdge(ctx context.Context, sel ast.SelectionSet, obj *ent.TaskEdge) graphql.Marshaler {
@@ -38405,6 +39036,26 @@ func (ec *executionContext) _TaskStats(ctx context.Context, sel ast.SelectionSet
 			out.Values[i] = graphql.MarshalString("TaskStats")
 		case "total":
 			out.Values[i] = ec._TaskStats_total(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalLow":
+			out.Values[i] = ec._TaskStats_totalLow(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalHigh":
+			out.Values[i] = ec._TaskStats_totalHigh(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "exact":
+			out.Values[i] = ec._TaskStats_exact(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sampled":
+			out.Values[i] = ec._TaskStats_sampled(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -38873,6 +39524,16 @@ func (ec *executionContext) _TypeCount(ctx context.Context, sel ast.SelectionSet
 			}
 		case "count":
 			out.Values[i] = ec._TypeCount_count(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "low":
+			out.Values[i] = ec._TypeCount_low(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "high":
+			out.Values[i] = ec._TypeCount_high(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -40672,6 +41333,14 @@ func (ec *executionContext) marshalNTaskConnection2ᚖgithubᚗcomᚋtaskgraph�
 		return graphql.Null
 	}
 	return ec._TaskConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNTaskCount2ᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋgraphᚋmodelᚐTaskCount(ctx context.Context, sel ast.SelectionSet, v *model.TaskCount) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TaskCount!")
+		return graphql.Null
+	}
+	return ec._TaskCount(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNTaskInstance2ᚕᚖgithubᚗcomᚋtaskgraphᚋtaskgraphᚋentᚐTaskInstanceᚄ(ctx context.Context, sel ast.SelectionSet, v []*ent.TaskInstance) graphql.Marshaler {

@@ -337,7 +337,7 @@ func complexity() ComplexityRoot {
 	c.Query.AuditLogs = func(child int, _ *entgqlCursor, first *int, _ *entgqlCursor, last *int, _ *ent.AuditLogOrder, _ *ent.AuditLogWhereInput) int {
 		return pageCost(child, first, last, DefaultPageSize)
 	}
-	c.Query.TaskStats = func(child int) int { return fetch(child) }
+	c.Query.TaskStats = func(child int, _ *int) int { return fetch(child) }
 	c.Task.Instances = func(child int) int { return satAdd(fetchCost, satMul(child, instancesPerTask)) }
 	c.Task.Logs = func(child int, _ *entgqlCursor, first *int, _ *entgqlCursor, last *int) int {
 		return pageCost(child, first, last, defaultLogPageSize)

@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"entgo.io/contrib/entgql"
 	"github.com/99designs/gqlgen/graphql"
@@ -68,8 +69,12 @@ func (r *queryResolver) TaskByCode(ctx context.Context, code string) (*ent.Task,
 }
 
 // TaskStats is the resolver for the taskStats field.
-func (r *queryResolver) TaskStats(ctx context.Context) (*model.TaskStats, error) {
-	counts, err := r.Engine.Stats(ctx)
+func (r *queryResolver) TaskStats(ctx context.Context, exactWithinMs *int) (*model.TaskStats, error) {
+	ms := 250
+	if exactWithinMs != nil {
+		ms = *exactWithinMs
+	}
+	counts, err := r.Engine.StatsWithin(ctx, time.Duration(ms)*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}

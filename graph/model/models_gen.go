@@ -379,7 +379,12 @@ type ScheduleTaskInput struct {
 
 type StatusCount struct {
 	Status lifecycle.Status `json:"status"`
-	Count  int              `json:"count"`
+	// The count, or its estimate when the counts it belongs to are not exact (TaskStats.exact).
+	Count int `json:"count"`
+	// The lower bound of an estimate's 95% confidence interval; count when exact.
+	Low int `json:"low"`
+	// The upper bound of an estimate's 95% confidence interval; count when exact.
+	High int `json:"high"`
 }
 
 type Subscription struct {
@@ -394,8 +399,36 @@ type TaskActionResult struct {
 	Error *ActionError `json:"error,omitempty"`
 }
 
+// How many tasks match a filter: counted, or estimated when counting would take too long.
+type TaskCount struct {
+	// The number of tasks, or the estimate when exact is false.
+	Count int `json:"count"`
+	// True when every matching task was counted.
+	Exact bool `json:"exact"`
+	// The lower bound of the estimate's 95% confidence interval; count when exact.
+	Low int `json:"low"`
+	// The upper bound of the estimate's 95% confidence interval; count when exact.
+	High int `json:"high"`
+	// The share of the tasks table's pages the estimate read (0 to 1); 0 when exact.
+	Sampled float64 `json:"sampled"`
+}
+
+// The tasks you may see, counted by status and by type: exact, or, on
+// PostgreSQL when counting would take longer than taskStats' exactWithinMs,
+// estimated from a random sample of the tasks table's pages, each figure with
+// its 95% interval (low, high). A type or a status the sample did not meet is
+// not listed (byType), or counted 0 with its interval (byStatus).
 type TaskStats struct {
-	Total    int            `json:"total"`
+	// The total, or its estimate.
+	Total int `json:"total"`
+	// The lower bound of the total's 95% confidence interval; total when exact.
+	TotalLow int `json:"totalLow"`
+	// The upper bound of the total's 95% confidence interval; total when exact.
+	TotalHigh int `json:"totalHigh"`
+	// True when every task was counted.
+	Exact bool `json:"exact"`
+	// The share of the tasks table's pages an estimate read (0 to 1); 0 when exact.
+	Sampled  float64        `json:"sampled"`
 	ByStatus []*StatusCount `json:"byStatus"`
 	ByType   []*TypeCount   `json:"byType"`
 }
@@ -468,8 +501,13 @@ type TypeControlInput struct {
 }
 
 type TypeCount struct {
-	Type     string         `json:"type"`
-	Count    int            `json:"count"`
+	Type string `json:"type"`
+	// The count, or its estimate when TaskStats.exact is false.
+	Count int `json:"count"`
+	// The lower bound of an estimate's 95% confidence interval; count when exact.
+	Low int `json:"low"`
+	// The upper bound of an estimate's 95% confidence interval; count when exact.
+	High     int            `json:"high"`
 	ByStatus []*StatusCount `json:"byStatus"`
 }
 

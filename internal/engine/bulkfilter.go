@@ -589,3 +589,28 @@ func (e *Engine) CountTasks(ctx context.Context, where *ent.TaskWhereInput) (int
 	}
 	return e.store.Client().Task.Query().Where(preds...).Count(ctx)
 }
+
+// MaxCountBudget is the longest EstimateTasks counts before it estimates.
+const MaxCountBudget = time.Minute
+
+// EstimateTasks counts the tasks where matches among those the viewer of
+// ctx may see, as CountTasks does, when the count finishes within budget
+// (1 ms to MaxCountBudget); past it, on PostgreSQL, it estimates the count
+// from a random sample of the tasks table's pages, with a 95% interval
+// (store.Count). On SQLite the count is always exact.
+func (e *Engine) EstimateTasks(ctx context.Context, where *ent.TaskWhereInput, budget time.Duration) (store.Count, error) {
+	if _, err := auth.Require(ctx); err != nil {
+		return store.Count{}, err
+	}
+	if budget < time.Millisecond || budget > MaxCountBudget {
+		return store.Count{}, &ValidationError{Problems: []Problem{{Field: "exactWithinMs", Message: fmt.Sprintf("must be 1 to %d (milliseconds)", MaxCountBudget.Milliseconds())}}}
+	}
+	preds, err := wherePreds(where)
+	if err != nil {
+		return store.Count{}, err
+	}
+	return e.store.CountTasks(ctx, func(ctx context.Context) error {
+		_, err := e.store.Client().Task.Query().Where(preds...).IDs(ctx)
+		return err
+	}, budget)
+}

@@ -760,6 +760,23 @@ func (e *Engine) Stats(ctx context.Context) ([]Count, error) {
 	return out, nil
 }
 
+// StatsWithin counts the tasks the viewer of ctx may see by type and
+// status, as Stats does, when the count finishes within budget (1 ms to
+// MaxCountBudget); past it, on PostgreSQL, the counts are estimated from a
+// random sample of the tasks table's pages (see EstimateTasks).
+func (e *Engine) StatsWithin(ctx context.Context, budget time.Duration) (store.GroupCounts, error) {
+	if _, err := auth.Require(ctx); err != nil {
+		return store.GroupCounts{}, err
+	}
+	if budget < time.Millisecond || budget > MaxCountBudget {
+		return store.GroupCounts{}, &ValidationError{Problems: []Problem{{Field: "exactWithinMs", Message: fmt.Sprintf("must be 1 to %d (milliseconds)", MaxCountBudget.Milliseconds())}}}
+	}
+	return e.store.CountTasksBy(ctx, func(ctx context.Context) error {
+		_, err := e.store.Client().Task.Query().IDs(ctx)
+		return err
+	}, budget, task.FieldType, task.FieldStatus)
+}
+
 // Registry returns the task types.
 func (e *Engine) Registry() *tasktype.Registry { return e.registry }
 

@@ -179,7 +179,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to %s database: %w", dialectName, err)
 	}
-	s.client = ent.NewClient(ent.Driver(entsql.OpenDB(dialectName, db)))
+	s.client = ent.NewClient(ent.Driver(capturingDriver{entsql.OpenDB(dialectName, db)}))
 	if _, err := s.SyncClock(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
