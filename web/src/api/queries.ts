@@ -92,12 +92,20 @@ export interface RetryPolicy {
 export interface StatusCount {
   status: TaskStatus;
   count: number;
+  /** The bounds of an estimate's 95% interval; count when exact. */
+  low: number;
+  high: number;
 }
 
+/** taskStats: counted, or (exact false) estimated from a sample of the table. */
 export interface TaskStats {
   total: number;
+  totalLow: number;
+  totalHigh: number;
+  exact: boolean;
+  sampled: number;
   byStatus: StatusCount[];
-  byType: { type: string; count: number; byStatus: StatusCount[] }[];
+  byType: { type: string; count: number; low: number; high: number; byStatus: StatusCount[] }[];
 }
 
 export interface ActionResult {
@@ -130,12 +138,21 @@ const FULL = `
 export const TASKS = gql`
   query Tasks($first: Int, $after: Cursor, $last: Int, $before: Cursor, $orderBy: [TaskOrder!], $where: TaskWhereInput) {
     tasks(first: $first, after: $after, last: $last, before: $before, orderBy: $orderBy, where: $where) {
-      totalCount
       pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
       edges { cursor node { ${ROW} } }
     }
+    taskCount(where: $where) { count exact low high sampled }
   }
 `;
+
+/** taskCount: exact, or estimated from a sample of the table with its 95% interval. */
+export interface TaskCount {
+  count: number;
+  exact: boolean;
+  low: number;
+  high: number;
+  sampled: number;
+}
 
 export const TASK_ROW_UPDATED = gql`
   subscription TaskRowUpdated($where: TaskWhereInput) {
@@ -171,9 +188,11 @@ export const TASK_LOG_APPENDED = gql`
   }
 `;
 
+const STATS_FIELDS = `total totalLow totalHigh exact sampled byStatus { status count low high } byType { type count low high byStatus { status count low high } }`;
+
 export const STATS = gql`
   query Stats {
-    taskStats { total byStatus { status count } byType { type count byStatus { status count } } }
+    taskStats { ${STATS_FIELDS} }
   }
 `;
 
@@ -236,9 +255,9 @@ export function dashboardQuery(buckets: number) {
   ).join('\n');
   return gql(`
     query Dashboard(${vars}) {
-      taskStats { total byStatus { status count } byType { type count byStatus { status count } } }
+      taskStats { ${STATS_FIELDS} }
       oldest: tasks(first: 1, orderBy: [{field: CREATED_AT, direction: ASC}], where: {statusIn: [PENDING, RETRY_PENDING]}) {
-        totalCount edges { node { ${ROW} } }
+        edges { node { ${ROW} } }
       }
       failures: tasks(first: 8, orderBy: [{field: FINISHED_AT, direction: DESC}], where: {status: FAILED}) {
         totalCount edges { node { ${ROW} } }

@@ -10,6 +10,7 @@ import { ActionButtons } from './ActionButtons';
 import { ConnectionBanner } from './ConnectionBanner';
 import { ProgressBar } from './ProgressBar';
 import { StatusChip } from './StatusChip';
+import { CountText } from './CountText';
 import { act } from 'react';
 import { href } from '../router';
 
@@ -144,5 +145,24 @@ describe('Launch', () => {
     expect(client.executeMutation.mock.calls[0][0].variables.input).toMatchObject({ type: 'noop', input: { sleepMs: 1500 }, title: 'smoke' });
     await waitFor(() => expect(push).toHaveBeenCalled());
     expect(String(push.mock.calls.at(-1)?.[2])).toBe(href('/tasks/42'));
+  });
+});
+
+describe('CountText', () => {
+  it('shows a count as it is, and an estimate as ≈ with its interval', () => {
+    const { container } = wrap(
+      <>
+        <span data-testid="exact">
+          <CountText c={{ count: 12, low: 12, high: 12 }} exact={true} sampled={0} />
+        </span>
+        <span data-testid="estimate">
+          <CountText c={{ count: 3300000, low: 3250000, high: 3350000 }} exact={false} sampled={0.004} />
+        </span>
+      </>,
+    );
+    expect(screen.getByTestId('exact').textContent).toBe('12');
+    expect(screen.getByTestId('estimate').textContent).toBe('≈3300000');
+    const est = container.querySelector('[data-estimate]');
+    expect(est?.getAttribute('title')).toBe('Estimated from 1% of the table: 95% between 3250000 and 3350000');
   });
 });

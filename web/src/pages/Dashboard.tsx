@@ -4,6 +4,7 @@ import { ANY_TASK_UPDATED, dashboardQuery, STATUSES, type TaskRow, type TaskStat
 import { ActionButtons } from '../components/ActionButtons';
 import { FailureRateChart, ThroughputChart } from '../components/Charts';
 import { HistoryPanel } from '../components/History';
+import { CountText } from '../components/CountText';
 import { ErrorBox } from '../components/ErrorBox';
 import { REVIEW_QUEUE_STATS, type QueueStats } from '../api/review';
 import { hasCode } from '../api/errors';
@@ -17,7 +18,7 @@ import { RelativeTime, useLabelClock } from '../components/RelativeTime';
 
 type DashboardData = {
   taskStats: TaskStats;
-  oldest: { totalCount: number; edges: { node: TaskRow }[] };
+  oldest: { edges: { node: TaskRow }[] };
   failures: { totalCount: number; edges: { node: TaskRow }[] };
 } & Record<string, { totalCount: number }>;
 
@@ -63,6 +64,7 @@ export function Dashboard() {
   const buckets = useMemo(() => toBuckets(edges, data), [edges, data]);
   const stats = data?.taskStats;
   const count = (s: string) => stats?.byStatus.find((b) => b.status === s)?.count ?? 0;
+  const counted = (s: string) => stats?.byStatus.find((b) => b.status === s) ?? { count: 0, low: 0, high: 0 };
   const oldest = data?.oldest.edges[0]?.node;
   const failures = data?.failures.edges.map((e) => e.node) ?? [];
   const anyFinished = buckets.some((b) => b.succeeded + b.failed > 0);
@@ -78,12 +80,14 @@ export function Dashboard() {
         <h2 id="by-state">{t('dash.byState')}</h2>
         <div className="stat-grid">
           <Link to="/tasks" className="stat stat-total" data-testid="count-total">
-            <span className="stat-value">{stats?.total ?? '—'}</span>
+            <span className="stat-value">
+              {stats ? <CountText c={{ count: stats.total, low: stats.totalLow, high: stats.totalHigh }} exact={stats.exact} sampled={stats.sampled} /> : '—'}
+            </span>
             <span className="stat-label">{t('dash.total')}</span>
           </Link>
           {STATUSES.map((s) => (
             <Link key={s} to={`/tasks?status=${s}`} className={`stat stat-${s.toLowerCase()}`} data-testid={`count-${s}`} data-count={count(s)}>
-              <span className="stat-value">{stats ? count(s) : '—'}</span>
+              <span className="stat-value">{stats ? <CountText c={counted(s)} exact={stats.exact} sampled={stats.sampled} /> : '—'}</span>
               <span className="stat-label">{t(`status.${s}` as MessageKey)}</span>
             </Link>
           ))}

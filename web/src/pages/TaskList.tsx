@@ -9,6 +9,7 @@ import {
   TASK_ROW_UPDATED,
   TASK_TYPES,
   TASKS,
+  type TaskCount,
   type ActionResult,
   type PageInfo,
   type TaskRow,
@@ -43,9 +44,11 @@ import { decodePayload, encodePayload } from '../lib/payload';
 import { fromLocalInput, toLocalInput } from '../lib/time';
 import { Link, navigate, useLocation } from '../router';
 import { RelativeTime } from '../components/RelativeTime';
+import { CountText } from '../components/CountText';
 
 interface TasksData {
-  tasks: { totalCount: number; pageInfo: PageInfo; edges: { cursor: string; node: TaskRow }[] };
+  tasks: { pageInfo: PageInfo; edges: { cursor: string; node: TaskRow }[] };
+  taskCount: TaskCount;
 }
 
 export function TaskList() {
@@ -131,7 +134,7 @@ export function TaskList() {
   const pageInfo = conn?.pageInfo;
   const hasPrev = f.before ? !!pageInfo?.hasPreviousPage : !!f.after;
   const hasNext = f.before ? true : !!pageInfo?.hasNextPage;
-  const statusCount = (s: TaskStatus) => stats.data?.taskStats.byStatus.find((b) => b.status === s)?.count;
+  const statusCount = (s: TaskStatus) => stats.data?.taskStats.byStatus.find((b) => b.status === s);
   const toggleStatus = (s: TaskStatus) =>
     update({ statuses: f.statuses.includes(s) ? f.statuses.filter((x) => x !== s) : [...f.statuses, s] });
 
@@ -150,7 +153,11 @@ export function TaskList() {
             data-testid={`filter-status-${s}`}
           >
             {t(`status.${s}` as MessageKey)}
-            {statusCount(s) !== undefined && <span className="chip-count">{statusCount(s)}</span>}
+            {stats.data && statusCount(s) && (
+              <span className="chip-count">
+                <CountText c={statusCount(s)!} exact={stats.data.taskStats.exact} sampled={stats.data.taskStats.sampled} />
+              </span>
+            )}
           </button>
         ))}
       </div>
@@ -288,8 +295,8 @@ export function TaskList() {
 
       <div className="pager">
         <span className="muted" data-testid="list-range">
-          {conn && rows.length > 0
-            ? t('list.range.of', { from: (f.page - 1) * f.size + 1, to: (f.page - 1) * f.size + rows.length, total: conn.totalCount })
+          {conn && rows.length > 0 && res.data
+            ? rangeText(t, (f.page - 1) * f.size + 1, (f.page - 1) * f.size + rows.length, res.data.taskCount)
             : ''}
         </span>
         <label className="inline">
@@ -418,4 +425,22 @@ function Filters({ f, update, types }: { f: ListFilter; update: (p: Partial<List
       </button>
     </form>
   );
+}
+
+/**
+ * rangeText is the pager's "21–40 of 1,234", or "of ≈1,234" with the
+ * estimate's interval when the count was estimated (a long history whose
+ * exact count would take longer than the list should).
+ */
+export function rangeText(t: ReturnType<typeof useI18n>['t'], from: number, to: number, c: TaskCount): string {
+  const n = (v: number) => v.toLocaleString('en-US');
+  if (c.exact) return t('list.range.of', { from: n(from), to: n(to), total: n(c.count) });
+  return t('list.range.estimate', {
+    from: n(from),
+    to: n(to),
+    total: n(c.count),
+    low: n(c.low),
+    high: n(c.high),
+    pct: Math.max(1, Math.round(c.sampled * 100)),
+  });
 }
