@@ -1,4 +1,4 @@
-// The history, trend, deadline, tenant and access documents the console
+// The history, trend, deadline, tenant, access and schedule documents the console
 // sends, validated against the API's schema as the repository defines it
 // (as review.schema.test.ts does for the review documents).
 import { buildASTSchema, concatAST, parse, validate, type DocumentNode } from 'graphql';
@@ -9,6 +9,7 @@ import { TASK_HISTORY, typeTrendsQuery } from '../lib/history';
 import { SET_TENANT_QUOTA, TENANT_QUOTAS } from '../pages/Tenants';
 import { RUNNING_BY_TENANT } from '../pages/Dashboard';
 import { VIEWER } from './access';
+import { CREATE_SCHEDULE, RUN_SCHEDULE_WORKFLOW_NOW, SCHEDULE, SCHEDULES } from './queries';
 
 interface Fs {
   readFileSync(p: string, enc: 'utf8'): string;
@@ -37,6 +38,10 @@ describe('console documents', () => {
     ['DEADLINE_REPORT', DEADLINE_REPORT],
     ['TASK_COST', TASK_COST],
     ['RUNNING_BY_TENANT', parse(RUNNING_BY_TENANT)],
+    ['SCHEDULES', SCHEDULES],
+    ['SCHEDULE', SCHEDULE],
+    ['CREATE_SCHEDULE', CREATE_SCHEDULE],
+    ['RUN_SCHEDULE_WORKFLOW_NOW', RUN_SCHEDULE_WORKFLOW_NOW],
   ];
   for (const [name, doc] of docs) {
     it(`${name} validates against the schema`, () => {

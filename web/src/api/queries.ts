@@ -293,6 +293,25 @@ export interface ScheduleRow {
   startAt: string | null;
   endAt: string | null;
   upcoming: string[];
+  // The workflow a workflow schedule creates at each slot (createWorkflow's
+  // definition, its steps' inputs masked); null for a task schedule.
+  workflow: ScheduleWorkflow | null;
+}
+
+// A workflow schedule's definition, as the server stores it.
+export interface ScheduleWorkflow {
+  title?: string | null;
+  onParentFailure?: ParentFailurePolicy | null;
+  steps?: ScheduleWorkflowStep[] | null;
+}
+
+export interface ScheduleWorkflowStep {
+  key: string;
+  type: string;
+  title?: string | null;
+  input?: unknown;
+  dependsOn?: string[] | null;
+  onParentFailure?: ParentFailurePolicy | null;
 }
 
 export interface ScheduleEvent {
@@ -308,8 +327,10 @@ export interface ScheduleEvent {
 
 const SCHEDULE_ROW = `
   id name owner cron intervalSeconds timezone effectiveTimezone taskType taskTitle paused
-  misfirePolicy overlapPolicy nextFireAt lastFiredAt queuedCount startAt endAt upcoming(count: 3)
+  misfirePolicy overlapPolicy nextFireAt lastFiredAt queuedCount startAt endAt upcoming(count: 3) workflow
 `;
+
+const WORKFLOW_ROW = 'id code title status stepsDone stepCount onParentFailure createdAt owner availableActions';
 
 export const SCHEDULES = gql`
   query Schedules {
@@ -324,6 +345,7 @@ export const SCHEDULE = gql`
       taskInput taskPriority taskTimeoutSeconds taskRetryPolicy taskMaxAttempts
       events(last: 50) { totalCount edges { node { id kind slot taskID missed message node createdAt } } }
       tasks(first: 20) { totalCount edges { node { ${ROW} scheduleSlot } } }
+      workflows(first: 20) { totalCount edges { node { ${WORKFLOW_ROW} scheduleSlot } } }
     }
   }
 `;
@@ -354,6 +376,12 @@ export const DELETE_SCHEDULE = gql`
 
 export const RUN_SCHEDULE_NOW = gql`
   mutation RunScheduleNow($id: ID!) { runScheduleNow(id: $id) { ${ROW} scheduleSlot } }
+`;
+
+// A workflow schedule runs now through its own mutation (runScheduleNow is
+// a VALIDATION error for it).
+export const RUN_SCHEDULE_WORKFLOW_NOW = gql`
+  mutation RunScheduleWorkflowNow($id: ID!) { runScheduleWorkflowNow(id: $id) { ${WORKFLOW_ROW} scheduleSlot } }
 `;
 
 // The tasks of one schedule, live: a new one appears when it is fired.
@@ -425,6 +453,7 @@ export interface WorkflowRow {
 }
 
 export type ParentFailurePolicy = 'CANCEL_DEPENDENTS' | 'WAIT' | 'RUN_ANYWAY';
+export const PARENT_FAILURE_POLICIES: ParentFailurePolicy[] = ['CANCEL_DEPENDENTS', 'WAIT', 'RUN_ANYWAY'];
 
 // What the picture needs of a step; its subscription selects the same.
 export interface StepNode {
@@ -439,7 +468,6 @@ export interface StepNode {
   lastError: string | null;
 }
 
-const WORKFLOW_ROW = 'id code title status stepsDone stepCount onParentFailure createdAt owner availableActions';
 const STEP = 'id code stepKey title type status version availableActions lastError';
 
 export const WORKFLOWS = gql`

@@ -1,36 +1,52 @@
 // One schedule: its settings, next fire times, the tasks it created (live:
 // a task it fires appears without a reload) and its log of firings, skips
-// and misfires.
+// and misfires. A schedule of a workflow shows the definition's steps and
+// the workflows it created (live, as the Workflows page); Run now creates
+// one through runScheduleWorkflowNow.
 import { useCallback, useEffect, useState } from 'react';
 import { useMutation, useQuery, useSubscription } from 'urql';
+import { gql } from '@urql/core';
 import { fromCombined } from '../api/errors';
 import {
   DELETE_SCHEDULE,
   PAUSE_SCHEDULE,
   RESUME_SCHEDULE,
   RUN_SCHEDULE_NOW,
+  RUN_SCHEDULE_WORKFLOW_NOW,
   SCHEDULE,
   SCHEDULE_TASK_UPDATED,
   type ScheduleEvent,
   type ScheduleRow,
   type TaskRow,
+  type WorkflowRow,
 } from '../api/queries';
 import { ErrorBox } from '../components/ErrorBox';
 import { JsonView } from '../components/JsonView';
+import { ProgressBar } from '../components/ProgressBar';
 import { StatusChip } from '../components/StatusChip';
 import { useI18n, type MessageKey } from '../i18n';
-import { useOnReconnect } from '../lib/hooks';
+import { useEvents, useOnReconnect, useThrottle } from '../lib/hooks';
 import { formatDateTime } from '../lib/time';
 import { Link, navigate } from '../router';
-import { describe } from './Schedules';
+import { describe, scheduleWhat } from './Schedules';
 
 type ScheduleTask = TaskRow & { scheduleSlot: string | null };
+type ScheduleWorkflowRow = WorkflowRow & { scheduleSlot: string | null };
 
 interface ScheduleFull extends ScheduleRow {
   taskInput: unknown;
   events: { totalCount: number; edges: { node: ScheduleEvent }[] };
   tasks: { totalCount: number; edges: { node: ScheduleTask }[] };
+  workflows: { totalCount: number; edges: { node: ScheduleWorkflowRow }[] };
 }
+
+// Any change of a workflow step: the workflows' status and progress are
+// read again (throttled), as the Workflows page does.
+const STEP_CHANGED = gql`
+  subscription ScheduleStepUpdated {
+    taskUpdated(where: { stepKeyNotNil: true }) { id status }
+  }
+`;
 
 export function ScheduleDetail({ id }: { id: string }) {
   const { t, locale } = useI18n();
@@ -51,6 +67,11 @@ export function ScheduleDetail({ id }: { id: string }) {
   const [, pause] = useMutation(PAUSE_SCHEDULE);
   const [, resume] = useMutation(RESUME_SCHEDULE);
   const [, runNow] = useMutation(RUN_SCHEDULE_NOW);
+  const [, runWorkflowNow] = useMutation<{ runScheduleWorkflowNow: ScheduleWorkflowRow }>(RUN_SCHEDULE_WORKFLOW_NOW);
+  const [created, setCreated] = useState<{ id: string; code: string } | null>(null);
+  const isWorkflow = !!s?.workflow;
+  const throttled = useThrottle(refetch, 2000);
+  useEvents(STEP_CHANGED, {}, 'schedule-steps', !isWorkflow, throttled);
   const [, del] = useMutation(DELETE_SCHEDULE);
   const run = async (p: Promise<{ error?: Parameters<typeof fromCombined>[0] }>, after?: () => void) => {
     const r = await p;
@@ -88,7 +109,22 @@ export function ScheduleDetail({ id }: { id: string }) {
             {t('sched.pause')}
           </button>
         )}
-        <button type="button" className="btn" onClick={() => run(runNow({ id }))} data-testid="schedule-run-now">
+        <button
+          type="button"
+          className="btn"
+          onClick={() =>
+            isWorkflow
+              ? run(
+                  runWorkflowNow({ id }).then((r) => {
+                    const w = r.data?.runScheduleWorkflowNow;
+                    if (w) setCreated({ id: w.id, code: w.code });
+                    return r;
+                  }),
+                )
+              : run(runNow({ id }))
+          }
+          data-testid="schedule-run-now"
+        >
           {t('sched.runNow')}
         </button>
         <button
@@ -103,13 +139,25 @@ export function ScheduleDetail({ id }: { id: string }) {
         </button>
       </div>
       {act.error && <ErrorBox errors={act.error} />}
+      {created && (
+        <p className="notice" data-testid="schedule-run-created">
+          <Link to={`/workflows/${created.id}`}>{t('sched.runCreated', { code: created.code })}</Link>
+        </p>
+      )}
       <section className="card meta-grid">
         <div>
           <span className="muted">{t('sched.when')}</span> <code>{describe(s, t)}</code> · {s.effectiveTimezone}
         </div>
-        <div>
-          <span className="muted">{t('sched.task')}</span> {s.taskType} {s.taskTitle && `· ${s.taskTitle}`}
-        </div>
+        {s.workflow ? (
+          <div data-testid="schedule-workflow">
+            <span className="muted">{t('sched.workflow')}</span> {scheduleWhat(s, t)}
+            {s.workflow.onParentFailure && ` · ${t('sched.wfPolicy')}: ${t(`wf.policy.${s.workflow.onParentFailure}` as MessageKey)}`}
+          </div>
+        ) : (
+          <div>
+            <span className="muted">{t('sched.task')}</span> {s.taskType} {s.taskTitle && `· ${s.taskTitle}`}
+          </div>
+        )}
         <div>
           <span className="muted">{t('sched.misfire')}</span> {t(`sched.misfire.${s.misfirePolicy}` as MessageKey)}
         </div>
@@ -121,35 +169,95 @@ export function ScheduleDetail({ id }: { id: string }) {
           <span className="muted">{t('sched.next')}</span>{' '}
           <span data-testid="schedule-upcoming">{s.upcoming.map((at) => formatDateTime(at, locale)).join(' · ') || '—'}</span>
         </div>
-        <JsonView value={s.taskInput} />
+        {!s.workflow && <JsonView value={s.taskInput} />}
       </section>
-      <section className="card">
-        <h2>
-          {t('sched.tasks')} <span className="muted">({s.tasks.totalCount})</span>
-        </h2>
-        <table className="table" data-testid="schedule-tasks">
-          <thead>
-            <tr>
-              <th>{t('sched.slot')}</th>
-              <th>{t('list.col.code')}</th>
-              <th>{t('list.col.status')}</th>
-            </tr>
-          </thead>
-          <tbody>
-            {s.tasks.edges.map(({ node: tk }) => (
-              <tr key={tk.id} data-testid="schedule-task">
-                <td>{formatDateTime(tk.scheduleSlot, locale)}</td>
-                <td>
-                  <Link to={`/tasks/${tk.id}`}>{tk.code}</Link>
-                </td>
-                <td>
-                  <StatusChip status={tk.status} />
-                </td>
+      {s.workflow && (
+        <section className="card">
+          <h2>{t('wf.graph')}</h2>
+          <table className="table" data-testid="schedule-wf-steps">
+            <thead>
+              <tr>
+                <th>{t('sched.wfStepKey')}</th>
+                <th>{t('sched.wfStepType')}</th>
+                <th>{t('sched.wfStepDependsOn')}</th>
+                <th>{t('sched.wfStepTitle')}</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
-      </section>
+            </thead>
+            <tbody>
+              {(s.workflow.steps ?? []).map((st) => (
+                <tr key={st.key} data-testid="schedule-wf-step" data-key={st.key}>
+                  <td className="mono">{st.key}</td>
+                  <td>{st.type}</td>
+                  <td className="mono">{st.dependsOn?.length ? st.dependsOn.join(', ') : '—'}</td>
+                  <td>{st.title || '—'}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+      )}
+      {s.workflow && (
+        <section className="card">
+          <h2>
+            {t('sched.workflows')} <span className="muted">({s.workflows.totalCount})</span>
+          </h2>
+          <table className="table" data-testid="schedule-workflows">
+            <thead>
+              <tr>
+                <th>{t('sched.slot')}</th>
+                <th>{t('wf.code')}</th>
+                <th>{t('wf.status')}</th>
+                <th>{t('wf.progress')}</th>
+              </tr>
+            </thead>
+            <tbody>
+              {s.workflows.edges.map(({ node: w }) => (
+                <tr key={w.id} data-testid="schedule-workflow-row" data-workflow-id={w.id}>
+                  <td>{formatDateTime(w.scheduleSlot, locale)}</td>
+                  <td className="mono">
+                    <Link to={`/workflows/${w.id}`}>{w.code}</Link>
+                  </td>
+                  <td>
+                    <StatusChip status={w.status} />
+                  </td>
+                  <td>
+                    <ProgressBar done={w.stepsDone} total={w.stepCount} status={w.status} />
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+      )}
+      {!s.workflow && (
+        <section className="card">
+          <h2>
+            {t('sched.tasks')} <span className="muted">({s.tasks.totalCount})</span>
+          </h2>
+          <table className="table" data-testid="schedule-tasks">
+            <thead>
+              <tr>
+                <th>{t('sched.slot')}</th>
+                <th>{t('list.col.code')}</th>
+                <th>{t('list.col.status')}</th>
+              </tr>
+            </thead>
+            <tbody>
+              {s.tasks.edges.map(({ node: tk }) => (
+                <tr key={tk.id} data-testid="schedule-task">
+                  <td>{formatDateTime(tk.scheduleSlot, locale)}</td>
+                  <td>
+                    <Link to={`/tasks/${tk.id}`}>{tk.code}</Link>
+                  </td>
+                  <td>
+                    <StatusChip status={tk.status} />
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+      )}
       <section className="card">
         <h2>{t('sched.log')}</h2>
         <ol className="schedule-log" data-testid="schedule-log">

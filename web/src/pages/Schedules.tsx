@@ -1,5 +1,8 @@
 // Schedules: the list, and a form that creates one with a live preview of
-// its next fire times (schedulePreview, as the expression is typed).
+// its next fire times (schedulePreview, as the expression is typed). A
+// schedule creates a task at each slot, or a whole workflow: its steps are
+// edited as JSON, parsed here (a syntax error sends nothing) and checked by
+// the server (a cycle, an unknown key or type: VALIDATION, at the field).
 import { useEffect, useMemo, useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
 import { fieldProblems, fromCombined } from '../api/errors';
@@ -7,11 +10,13 @@ import {
   CREATE_SCHEDULE,
   MISFIRE_POLICIES,
   OVERLAP_POLICIES,
+  PARENT_FAILURE_POLICIES,
   SCHEDULE_PREVIEW,
   SCHEDULES,
   TASK_TYPES,
   type MisfirePolicy,
   type OverlapPolicy,
+  type ParentFailurePolicy,
   type ScheduleRow,
   type TaskType,
 } from '../api/queries';
@@ -57,7 +62,7 @@ export function Schedules() {
                   <td>
                     <code>{describe(s, t)}</code> <span className="muted small">{s.effectiveTimezone}</span>
                   </td>
-                  <td>{s.taskType}</td>
+                  <td data-testid="schedule-what">{scheduleWhat(s, t)}</td>
                   <td>{s.paused ? '—' : formatDateTime(s.nextFireAt, locale)}</td>
                   <td>{s.paused ? t('sched.paused') : s.nextFireAt ? t('sched.active') : t('sched.ended')}</td>
                 </tr>
@@ -74,6 +79,54 @@ export function describe(s: Pick<ScheduleRow, 'cron' | 'intervalSeconds'>, t: Re
   return s.cron || t('sched.every', { n: s.intervalSeconds ?? 0 });
 }
 
+// scheduleWhat says what a schedule creates: its task's type, or its
+// workflow's title and size.
+export function scheduleWhat(s: Pick<ScheduleRow, 'taskType' | 'workflow'>, t: ReturnType<typeof useI18n>['t']): string {
+  if (!s.workflow) return s.taskType;
+  const steps = t('sched.workflowSteps', { n: s.workflow.steps?.length ?? 0 });
+  return s.workflow.title ? `${s.workflow.title} · ${steps}` : steps;
+}
+
+// exampleSteps is the steps the workflow editor starts with: two steps of a
+// registered type, the second waiting for the first.
+export function exampleSteps(type: string): string {
+  return JSON.stringify(
+    [
+      { key: 'first', type, input: {} },
+      { key: 'second', type, input: {}, dependsOn: ['first'] },
+    ],
+    null,
+    2,
+  );
+}
+
+// parseSteps reads the steps editor: a JSON array of objects, or an error
+// to show at the field (nothing is sent then).
+export function parseSteps(text: string, t: ReturnType<typeof useI18n>['t']): { steps?: unknown[]; error?: string } {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    return { error: t('sched.wfStepsSyntax', { message: (err as Error).message }) };
+  }
+  if (!Array.isArray(v) || v.some((x) => x === null || typeof x !== 'object' || Array.isArray(x))) return { error: t('sched.wfStepsNotArray') };
+  return { steps: v };
+}
+
+// workflowProblems gathers the server's problems of a workflow's steps
+// ("workflow.steps[1].dependsOn", "workflow.steps", "workflow.key"...):
+// they are shown at the steps editor, each with where it is.
+export function workflowProblems(problems: Record<string, string>): string[] {
+  const out: string[] = [];
+  for (const [k, msg] of Object.entries(problems)) {
+    if (k !== 'workflow' && !k.startsWith('workflow.')) continue;
+    if (k === 'workflow.title' || k === 'workflow.onParentFailure') continue;
+    const where = k.slice('workflow.'.length);
+    out.push(where && where !== 'steps' ? `${where}: ${msg}` : msg);
+  }
+  return out;
+}
+
 interface Form {
   name: string;
   mode: 'cron' | 'interval';
@@ -87,6 +140,10 @@ interface Form {
   type: string;
   title: string;
   input: string;
+  creates: 'task' | 'workflow';
+  wfTitle: string;
+  wfPolicy: ParentFailurePolicy;
+  wfSteps: string;
 }
 
 const EMPTY: Form = {
@@ -102,6 +159,10 @@ const EMPTY: Form = {
   type: 'noop',
   title: '',
   input: '{}',
+  creates: 'task',
+  wfTitle: '',
+  wfPolicy: 'CANCEL_DEPENDENTS',
+  wfSteps: exampleSteps('noop'),
 };
 
 // useDebounced returns value once it has stopped changing for ms.
@@ -120,6 +181,14 @@ function ScheduleForm() {
   const [types] = useQuery<{ taskTypes: TaskType[] }>({ query: TASK_TYPES });
   const [state, create] = useMutation<{ createSchedule: ScheduleRow }>(CREATE_SCHEDULE);
   const [jsonError, setJsonError] = useState('');
+  const [stepsError, setStepsError] = useState('');
+  // The example's type is a registered one: noop where there is one, else
+  // the first type (while the example is not edited yet).
+  const typeNames = types.data?.taskTypes.map((ty) => ty.name);
+  useEffect(() => {
+    if (!typeNames?.length || typeNames.includes('noop')) return;
+    setF((x) => (x.wfSteps === exampleSteps('noop') ? { ...x, wfSteps: exampleSteps(typeNames[0]) } : x));
+  }, [typeNames?.join(',')]);
   const set = (k: keyof Form) => (e: { target: { value: string } }) => setF((x) => ({ ...x, [k]: e.target.value }));
   const field = (k: keyof Form) => ({ id: `sched-${k}`, 'data-testid': `sched-${k}`, value: f[k], onChange: set(k) });
 
@@ -144,13 +213,22 @@ function ScheduleForm() {
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    let input: unknown;
-    try {
-      input = JSON.parse(f.input || '{}');
-      setJsonError('');
-    } catch (err) {
-      setJsonError((err as Error).message);
-      return;
+    let what: Record<string, unknown>;
+    if (f.creates === 'workflow') {
+      const { steps, error } = parseSteps(f.wfSteps, t);
+      setStepsError(error ?? '');
+      if (!steps) return;
+      what = { workflow: { title: f.wfTitle.trim() || null, onParentFailure: f.wfPolicy, steps } };
+    } else {
+      let input: unknown;
+      try {
+        input = JSON.parse(f.input || '{}');
+        setJsonError('');
+      } catch (err) {
+        setJsonError((err as Error).message);
+        return;
+      }
+      what = { task: { type: f.type, title: f.title.trim() || null, input } };
     }
     const r = await create({
       input: {
@@ -158,13 +236,14 @@ function ScheduleForm() {
         ...spec,
         misfirePolicy: f.misfire,
         overlapPolicy: f.overlap,
-        task: { type: f.type, title: f.title.trim() || null, input },
+        ...what,
       },
     });
     const created = r.data?.createSchedule;
     if (created) navigate(`/schedules/${created.id}`);
   };
   const err = (k: string) => serverErrors[k] && <span className="field-error">{serverErrors[k]}</span>;
+  const stepProblems = workflowProblems(serverErrors);
 
   return (
     <form className="card schedule-form" onSubmit={submit} noValidate data-testid="schedule-form">
@@ -218,25 +297,71 @@ function ScheduleForm() {
             </option>
           ))}
         </select>
-        <label htmlFor="sched-type">{t('sched.task')}</label>
+        <label htmlFor="sched-creates">{t('sched.creates')}</label>
         <div>
-          <select {...field('type')}>
-            {(types.data?.taskTypes ?? [{ name: f.type }]).map((ty) => (
-              <option key={ty.name} value={ty.name}>
-                {ty.name}
-              </option>
-            ))}
+          <select {...field('creates')}>
+            <option value="task">{t('sched.createsTask')}</option>
+            <option value="workflow">{t('sched.createsWorkflow')}</option>
           </select>
-          {err('task.type')}
+          {err('task')}
         </div>
-        <label htmlFor="sched-title">{t('sched.taskTitle')}</label>
-        <input {...field('title')} />
-        <label htmlFor="sched-input">{t('sched.taskInput')}</label>
-        <div>
-          <textarea rows={4} {...field('input')} spellCheck={false} />
-          {jsonError && <span className="field-error">{jsonError}</span>}
-          {err('task.input')}
-        </div>
+        {f.creates === 'task' ? (
+          <>
+            <label htmlFor="sched-type">{t('sched.task')}</label>
+            <div>
+              <select {...field('type')}>
+                {(types.data?.taskTypes ?? [{ name: f.type }]).map((ty) => (
+                  <option key={ty.name} value={ty.name}>
+                    {ty.name}
+                  </option>
+                ))}
+              </select>
+              {err('task.type')}
+            </div>
+            <label htmlFor="sched-title">{t('sched.taskTitle')}</label>
+            <input {...field('title')} />
+            <label htmlFor="sched-input">{t('sched.taskInput')}</label>
+            <div>
+              <textarea rows={4} {...field('input')} spellCheck={false} />
+              {jsonError && <span className="field-error">{jsonError}</span>}
+              {err('task.input')}
+            </div>
+          </>
+        ) : (
+          <>
+            <label htmlFor="sched-wfTitle">{t('sched.wfTitle')}</label>
+            <div>
+              <input {...field('wfTitle')} />
+              {err('workflow.title')}
+            </div>
+            <label htmlFor="sched-wfPolicy">{t('sched.wfPolicy')}</label>
+            <div>
+              <select {...field('wfPolicy')}>
+                {PARENT_FAILURE_POLICIES.map((p) => (
+                  <option key={p} value={p}>
+                    {t(`wf.policy.${p}` as MessageKey)}
+                  </option>
+                ))}
+              </select>
+              {err('workflow.onParentFailure')}
+            </div>
+            <label htmlFor="sched-wfSteps">{t('sched.wfSteps')}</label>
+            <div>
+              <textarea rows={10} {...field('wfSteps')} spellCheck={false} className="mono" />
+              <span className="muted small">{t('sched.wfStepsHint')}</span>
+              {stepsError && (
+                <span className="field-error" data-testid="sched-wfSteps-error">
+                  {stepsError}
+                </span>
+              )}
+              {stepProblems.length > 0 && (
+                <span className="field-error" data-testid="sched-wfSteps-problems">
+                  {stepProblems.join('; ')}
+                </span>
+              )}
+            </div>
+          </>
+        )}
       </div>
       <div className="preview" data-testid="schedule-preview" aria-live="polite">
         <h3>{t('sched.preview')}</h3>
