@@ -32,7 +32,7 @@ func (r *queryResolver) CountTasks(ctx context.Context, where ent.TaskWhereInput
 
 // TaskCount is the resolver for the taskCount field.
 func (r *queryResolver) TaskCount(ctx context.Context, where *ent.TaskWhereInput, exactWithinMs *int) (*model.TaskCount, error) {
-	ms := 250
+	ms := int(engine.DefaultCountBudget.Milliseconds())
 	if exactWithinMs != nil {
 		ms = *exactWithinMs
 	}

@@ -7347,7 +7347,7 @@ extend type Query {
   "A task by its readable code."
   taskByCode(code: String!): Task
   "Counts by status and by type: counted when that takes at most exactWithinMs milliseconds (1 to 60000), else (PostgreSQL) estimated (see TaskStats)."
-  taskStats(exactWithinMs: Int = 250): TaskStats!
+  taskStats(exactWithinMs: Int = 150): TaskStats!
   taskTypes: [TaskType!]!
   retryPolicies: [RetryPolicy!]!
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/taskinstance"
 	"github.com/taskgraph/taskgraph/ent/tasklog"
 	"github.com/taskgraph/taskgraph/graph/model"
+	"github.com/taskgraph/taskgraph/internal/engine"
 )
 
 // CreateTask is the resolver for the createTask field.
@@ -70,7 +71,7 @@ func (r *queryResolver) TaskByCode(ctx context.Context, code string) (*ent.Task,
 
 // TaskStats is the resolver for the taskStats field.
 func (r *queryResolver) TaskStats(ctx context.Context, exactWithinMs *int) (*model.TaskStats, error) {
-	ms := 250
+	ms := int(engine.DefaultCountBudget.Milliseconds())
 	if exactWithinMs != nil {
 		ms = *exactWithinMs
 	}

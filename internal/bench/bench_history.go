@@ -22,6 +22,7 @@ import (
 	"github.com/taskgraph/taskgraph/ent/task"
 	"github.com/taskgraph/taskgraph/internal/app"
 	"github.com/taskgraph/taskgraph/internal/auth"
+	"github.com/taskgraph/taskgraph/internal/engine"
 	"github.com/taskgraph/taskgraph/internal/events"
 	"github.com/taskgraph/taskgraph/internal/retention"
 	"github.com/taskgraph/taskgraph/internal/store"
@@ -118,7 +119,7 @@ func RunHistory(args []string) int {
 	return 0
 }
 
-// accuracy prints, for each filter, taskCount's answer within 250 ms (an
+// accuracy prints, for each filter, taskCount's answer within engine.DefaultCountBudget (an
 // estimate where counting takes longer) beside the exact count.
 func (h *history) accuracy() error {
 	fmt.Printf("%-28s %10s %10s %10s %10s %7s %7s %s\n", "taskCount, filter", "exact", "answer", "low", "high", "error", "width", "sampled")
@@ -127,7 +128,7 @@ func (h *history) accuracy() error {
 		if err != nil {
 			return err
 		}
-		c, err := h.a.Engine.EstimateTasks(h.ctx, f.where(), 250*time.Millisecond)
+		c, err := h.a.Engine.EstimateTasks(h.ctx, f.where(), engine.DefaultCountBudget)
 		if err != nil {
 			return err
 		}
@@ -244,8 +245,8 @@ func (h *history) measure(burn int) ([]figure, error) {
 		}
 	}
 	for _, f := range h.filters() {
-		if err := add("taskCount (exact within 250ms), "+f.name, func() error {
-			_, err := h.a.Engine.EstimateTasks(h.ctx, f.where(), 250*time.Millisecond)
+		if err := add("taskCount (exact within 150ms), "+f.name, func() error {
+			_, err := h.a.Engine.EstimateTasks(h.ctx, f.where(), engine.DefaultCountBudget)
 			return err
 		}); err != nil {
 			return nil, err
@@ -260,7 +261,7 @@ func (h *history) measure(burn int) ([]figure, error) {
 		}
 	}
 	if err := add("state counts (taskStats)", func() error {
-		_, err := h.a.Engine.StatsWithin(h.ctx, 250*time.Millisecond)
+		_, err := h.a.Engine.StatsWithin(h.ctx, engine.DefaultCountBudget)
 		return err
 	}); err != nil {
 		return nil, err

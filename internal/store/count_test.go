@@ -99,6 +99,15 @@ func TestCountTasks(t *testing.T) {
 			require.Less(t, got.Sampled, 0.5, c.typ)
 		}
 		require.Equal(t, exact(18000), count(sysCtx, time.Minute, ofType("spread")), "within the budget: counted")
+		// The access filter holds in the sample: alice's estimate holds her
+		// 18,000; bob, who owns none of them, gets an interval near 0.
+		got := count(alice, time.Millisecond, ofType("spread"))
+		require.False(t, got.Exact)
+		require.True(t, got.Low <= 18000 && 18000 <= got.High, "%+v", got)
+		bob := auth.NewContext(context.Background(), auth.Viewer{User: "bob", Role: auth.RoleViewer})
+		got = count(bob, time.Millisecond, ofType("spread"))
+		require.Equal(t, 0, got.N, "%+v", got)
+		require.Less(t, got.High, 100, "%+v", got)
 
 		// Grouped, past the budget: each group's estimate, and a sum of
 		// groups', holds the true count.
