@@ -418,20 +418,23 @@ func fillChunk(ctx context.Context, db *sql.DB, base, lo, hi, n int, from time.T
 		}
 	}
 	err = copyRows("tasks", []string{"id", "created_at", "code", "type", "status", "owner", "tenant", "input", "input_hash",
-		"timeout_seconds", "retry_policy", "max_attempts", "result", "last_error", "run_at", "updated_at", "finished_at"}, func(id int) []any {
+		"timeout_seconds", "retry_policy", "max_attempts", "result", "last_error", "run_at", "updated_at", "finished_at", "attention_status"}, func(id int) []any {
 		c := created(id)
 		f := c.Add(time.Duration(200+id%5000) * time.Millisecond)
 		s := status(id)
-		var result, lastErr any
+		var result, lastErr, attention any
 		if s == lifecycle.Success {
 			result = `{"ok":true}`
-		} else if s == lifecycle.Failed {
-			lastErr = "handler: upstream returned 503"
+		} else {
+			attention = string(s) // the store keeps FAILED and CANCELLED there too
+			if s == lifecycle.Failed {
+				lastErr = "handler: upstream returned 503"
+			}
 		}
 		input := fmt.Sprintf(`{"customer":"c%05d","region":"%s","amount":%d}`, (id*31)%50000, historyRegions[id%3], id%1000)
 		return []any{base + id, c, fmt.Sprintf("H%010d", base+id), historyTypes[(id*13)%len(historyTypes)], string(s),
 			fmt.Sprintf("user%03d", (id*17)%200), historyTenants[(id*11)%len(historyTenants)], input, "-",
-			60, "none", 1, result, lastErr, c, f, f}
+			60, "none", 1, result, lastErr, c, f, f, attention}
 	})
 	if err != nil {
 		return err
