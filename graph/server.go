@@ -209,15 +209,50 @@ func decodableJSON(w http.ResponseWriter, r *http.Request) bool {
 		auth.WriteError(w, status, CodeValidation, msg)
 		return false
 	}
-	var params graphql.RawParams
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&params); err != nil {
+	if err := decodeParams(body); err != nil {
 		auth.WriteError(w, http.StatusBadRequest, CodeValidation, "the request body is not a GraphQL request in JSON: "+jsonProblem(err))
 		return false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return true
+}
+
+// decodeParams returns the error gqlgen's transports meet decoding body
+// into a graphql.RawParams (with UseNumber), without building the
+// variables: they are checked to be an object (or null), which always
+// decodes into a map once the JSON is valid. A body that fails this or
+// whose variables are not is decoded in full, for the error in the words
+// the full decode has for it.
+// (Building a createTasks' thousand items to throw them away cost as much
+// as gqlgen's own decode of them.)
+func decodeParams(body []byte) error {
+	var params struct {
+		Query         string         `json:"query"`
+		OperationName string         `json:"operationName"`
+		Variables     objectOrNull   `json:"variables"`
+		Extensions    map[string]any `json:"extensions"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	err := dec.Decode(&params)
+	if err != nil || params.Variables.other {
+		var full graphql.RawParams
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		err = dec.Decode(&full)
+	}
+	return err
+}
+
+// objectOrNull takes a JSON value without decoding it, noting whether it
+// is other than an object or null (what a map[string]any refuses).
+type objectOrNull struct{ other bool }
+
+func (o *objectOrNull) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '{' && string(b) != "null" {
+		o.other = true
+	}
+	return nil
 }
 
 // jsonProblem says what is wrong with a body without quoting it.

@@ -5,11 +5,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -438,29 +440,33 @@ func (e *Engine) prepare(viewer auth.Viewer, req CreateRequest) (store.NewTask, 
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
 	}
+	// The input is decoded once, for its validation, its canonical form
+	// and its masking; a document that does not decode is refused by
+	// Validate, in its words.
+	var doc any
+	var docErr error
 	if len(input) > MaxInputBytes {
 		v.add("input", "is %d bytes; the limit is %d", len(input), MaxInputBytes)
-	} else if err := typ.Validate(input); err != nil {
-		var inErr *tasktype.InputError
-		// Problems may quote the input: they are masked like it.
-		if errors.As(err, &inErr) {
-			for _, p := range inErr.Problems {
-				v.add("input", "%s", e.masker.String(p))
-			}
+	} else if doc, docErr = decodeWhole(input); docErr != nil {
+		if err := typ.Validate(input); err != nil {
+			e.inputProblems(&v, err)
 		} else {
-			v.add("input", "%s", e.masker.String(err.Error()))
+			// Blank: Validate takes it for {}.
+			return store.NewTask{}, &ValidationError{Problems: []Problem{{Field: "input", Message: "input is not valid JSON: " + docErr.Error()}}}
 		}
+	} else if err := typ.ValidateDoc(input, doc); err != nil {
+		e.inputProblems(&v, err)
 	}
 	parents := checkParents(&v, "", req.DependsOn, req.OnParentFailure)
 	if err := v.err(); err != nil {
 		return store.NewTask{}, err
 	}
 
-	canonical, err := canonicalJSON(input)
+	canonical, err := json.Marshal(doc)
 	if err != nil {
 		return store.NewTask{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
 	}
-	masked, changed, err := e.masker.JSON(canonical)
+	masked, changed, err := e.masker.JSONDecoded(doc, canonical)
 	if err != nil {
 		return store.NewTask{}, &ValidationError{Problems: []Problem{{Field: "input", Message: err.Error()}}}
 	}
@@ -553,6 +559,34 @@ func checkText(v *ValidationError, field, s string, limit int) {
 	} else if n := utf8.RuneCountInString(s); n > limit {
 		v.add(field, "is %d characters; the limit is %d", n, limit)
 	}
+}
+
+// inputProblems adds the problems of an input the type refused: they may
+// quote the input, so they are masked like it.
+func (e *Engine) inputProblems(v *ValidationError, err error) {
+	var inErr *tasktype.InputError
+	if errors.As(err, &inErr) {
+		for _, p := range inErr.Problems {
+			v.add("input", "%s", e.masker.String(p))
+		}
+	} else {
+		v.add("input", "%s", e.masker.String(err.Error()))
+	}
+}
+
+// decodeWhole decodes a whole JSON document as jsonschema.UnmarshalJSON
+// does (numbers as json.Number, nothing after the value).
+func decodeWhole(raw json.RawMessage) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("invalid character after top-level value")
+	}
+	return v, nil
 }
 
 // canonicalJSON re-encodes a document with sorted keys and no spaces, so

@@ -901,6 +901,18 @@ func (m *Masker) JSON(raw json.RawMessage) (json.RawMessage, bool, error) {
 	return out, !bytes.Equal(out, canon), nil
 }
 
+// JSONDecoded masks a JSON document as JSON does, given it decoded (v, as
+// encoding/json decodes with UseNumber) and in its canonical form (canon:
+// json.Marshal of v), for a caller that has both: the answer is JSON's on
+// canon, without decoding and encoding it again.
+func (m *Masker) JSONDecoded(v any, canon json.RawMessage) (json.RawMessage, bool, error) {
+	out, err := json.Marshal(m.Value(v))
+	if err != nil {
+		return nil, false, fmt.Errorf("mask: %w", err)
+	}
+	return out, !bytes.Equal(out, canon), nil
+}
+
 // Fields masks log fields.
 func (m *Masker) Fields(f map[string]any) map[string]any {
 	if len(f) == 0 {

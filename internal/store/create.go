@@ -214,9 +214,16 @@ func (s *Store) createChunk(ctx context.Context, t *txn, ns []NewTask, out []Cre
 		first[k] = i
 		todo = append(todo, i)
 	}
+	// Keys are looked up after the insert, which skips an item whose key
+	// is taken, rather than before it: a call of new keys (the common
+	// case) saves the look-up of them all. Schedule slots are looked up
+	// first, as their schedule moves on only for a slot yet to be filled.
+	lookFirst := slices.ContainsFunc(todo, func(i int) bool { return ns[i].ScheduleID != nil && ns[i].ScheduleSlot != nil })
 	for attempt := 0; ; attempt++ {
-		if err := s.resolveKeys(ctx, t, ns, todo, out); err != nil {
-			return err
+		if attempt > 0 || lookFirst {
+			if err := s.resolveKeys(ctx, t, ns, todo, out); err != nil {
+				return err
+			}
 		}
 		var pending []int
 		for _, i := range todo {

@@ -251,35 +251,49 @@ func (d sqlDialect) valuesTable(name string, names []string, types []colType, co
 }
 
 // textArray encodes values (strings, times, nil) as a PostgreSQL text[]
-// literal, NULL for nil.
+// literal, NULL for nil. It is built in one buffer sized up front: a
+// column of a thousand rows' values is one literal.
 func textArray(vals []any) string {
-	var b strings.Builder
-	b.WriteByte('{')
+	n := 2
+	for _, v := range vals {
+		if s, ok := v.(string); ok {
+			n += len(s) + 3
+		} else {
+			n += len(time.RFC3339Nano) + 3
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
 	for i, v := range vals {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		var s string
 		switch x := v.(type) {
 		case nil:
-			b.WriteString("NULL")
-			continue
+			b = append(b, "NULL"...)
 		case string:
-			s = x
+			b = appendArrayElem(b, x)
 		case time.Time:
-			s = x.UTC().Format(time.RFC3339Nano)
+			// No quote or backslash in the format.
+			b = append(x.UTC().AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
 		default:
-			s = fmt.Sprint(x)
+			b = appendArrayElem(b, fmt.Sprint(x))
 		}
-		b.WriteByte('"')
-		for j := 0; j < len(s); j++ {
-			if s[j] == '"' || s[j] == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(s[j])
-		}
-		b.WriteByte('"')
 	}
-	b.WriteByte('}')
-	return b.String()
+	return string(append(b, '}'))
+}
+
+// appendArrayElem appends s to b as a quoted element of an array literal,
+// its quotes and backslashes escaped.
+func appendArrayElem(b []byte, s string) []byte {
+	b = append(b, '"')
+	for {
+		j := strings.IndexAny(s, `"\`)
+		if j < 0 {
+			break
+		}
+		b = append(append(b, s[:j]...), '\\', s[j])
+		s = s[j+1:]
+	}
+	return append(append(b, s...), '"')
 }

@@ -82,6 +82,19 @@ func (t *Type) Decode(input json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, &InputError{Type: t.Name, Problems: []string{"input is not valid JSON: " + err.Error()}}
 	}
+	return t.decodeDoc(input, doc)
+}
+
+// ValidateDoc validates an input as Validate does, given doc, the input
+// already decoded as jsonschema.UnmarshalJSON decodes it (encoding/json
+// with UseNumber, nothing after the value): a caller that needs the
+// decoded input anyway decodes it once.
+func (t *Type) ValidateDoc(input json.RawMessage, doc any) error {
+	_, err := t.decodeDoc(input, doc)
+	return err
+}
+
+func (t *Type) decodeDoc(input json.RawMessage, doc any) (any, error) {
 	if err := t.schema.Validate(doc); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
