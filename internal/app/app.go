@@ -519,7 +519,7 @@ func (a *App) newAPIServices(ctx context.Context, undo *cleanup) error {
 	}
 	a.Schedules = schedule.NewService(a.Engine, a.sealer, a.Node, a.Log)
 	a.Schedules.SetMinInterval(a.Config.MinScheduleInterval)
-	a.Flow = flow.NewService(a.Engine, flow.Tenanted(len(a.Config.Access.PlatformAdmins) > 0))
+	a.Flow = flow.NewService(a.Engine, flow.Tenanted(len(a.Config.Access.PlatformAdmins) > 0), flow.OnRelease(a.wakeWorkers))
 	a.External = external.NewCatalog(a.Store, a.Engine)
 	if _, err := a.External.Sync(ctx); err != nil {
 		// A node starts without the types it cannot read or build; the
@@ -556,6 +556,11 @@ func (a *App) newRelay(ctx context.Context, undo *cleanup) error {
 				a.Pool.Wake()
 			}
 		},
+		OnWake: func() {
+			if a.Pool != nil {
+				a.Pool.Wake()
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("listen for other nodes' changes: %w", err)
@@ -564,6 +569,22 @@ func (a *App) newRelay(ctx context.Context, undo *cleanup) error {
 	a.Relay = l
 	a.relayed.Store(l)
 	return nil
+}
+
+// wakeWorkers makes every node's worker pool look for work now: this
+// node's directly, the others' through a notification (PostgreSQL; on
+// SQLite one process is the deployment, apart from a second one on the
+// same file, which finds the work at its next poll). Called after a flow
+// control change that may release waiting tasks.
+func (a *App) wakeWorkers(ctx context.Context) {
+	if a.Pool != nil {
+		a.Pool.Wake()
+	}
+	if a.Store.Postgres() {
+		if err := relay.NotifyWake(context.WithoutCancel(ctx), a.Store.DB(), a.Node); err != nil {
+			a.Log.Warn("could not wake the other nodes' workers; they find the released work at their next poll", "err", err)
+		}
+	}
 }
 
 // newPool builds the worker pool of the worker role. Options.Pool's

@@ -268,3 +268,49 @@ func TestCapHandOff(t *testing.T) {
 		require.Equal(t, map[string]int{a.App.Pool.ID(): 1, b.App.Pool.ID(): 2}, byWorker)
 	})
 }
+
+// TestResumeWakesWorkers: a change of a flow control that releases waiting
+// tasks without changing any of them (here a paused type resumed) makes
+// the worker pools look for work at once, this node's and, through the
+// relay, the others', not at their next poll: with polls an hour apart,
+// the paused type's tasks all run after the resume.
+func TestResumeWakesWorkers(t *testing.T) {
+	t.Parallel()
+	hourly := app.Options{Pool: worker.Config{PollInterval: time.Hour}}
+	t.Run("OnOneNode", func(t *testing.T) {
+		t.Parallel()
+		dbtest.Each(t, func(t *testing.T, d dbtest.Driver) {
+			opts := hourly
+			opts.Register = (&runs{}).register
+			a := apptest.Start(t, d.DSN(t), opts)
+			_, err := a.App.Flow.Pause(local, "paced", nil)
+			require.NoError(t, err)
+			createPaced(t, a, 3, 0)
+			_, err = a.App.Flow.Resume(local, "paced")
+			require.NoError(t, err)
+			waitAllSucceeded(t, a, 3, 60*time.Second)
+		})
+	})
+	t.Run("FromOneNodeToAnother", func(t *testing.T) {
+		t.Parallel()
+		dsn := dbtest.PostgresOnly(t)
+		opts := hourly
+		opts.Register = (&runs{}).register
+		a := apptest.Start(t, dsn, opts)
+		a.App.Pool.StopClaiming()
+		b := apptest.Start(t, dsn, opts)
+		_, err := a.App.Flow.Pause(local, "paced", nil)
+		require.NoError(t, err)
+		// Their creation wakes B, whose claim finds the type paused; only
+		// A's resume can wake it again.
+		createPaced(t, a, 3, 0)
+		_, err = a.App.Flow.Resume(local, "paced")
+		require.NoError(t, err)
+		waitAllSucceeded(t, a, 3, 60*time.Second)
+		insts, err := a.App.Store.Client().TaskInstance.Query().Where(taskinstance.TaskType("paced")).All(local)
+		require.NoError(t, err)
+		for _, in := range insts {
+			require.Equal(t, b.App.Pool.ID(), in.WorkerID)
+		}
+	})
+}

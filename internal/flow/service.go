@@ -79,6 +79,7 @@ type Service struct {
 	store    *store.Store
 	engine   *engine.Engine
 	tenanted bool
+	released func(context.Context)
 
 	mu     sync.Mutex
 	cache  map[string]cached
@@ -107,6 +108,19 @@ type Option func(*Service)
 // Tenanted says whether the deployment has tenants (it names platform
 // administrators): then only those change a type's own control.
 func Tenanted(yes bool) Option { return func(s *Service) { s.tenanted = yes } }
+
+// OnRelease sets what a change of a control that may release waiting
+// tasks calls after it commits (a type or tenant resumed, a cap or rate
+// set): the deployment wakes its worker pools with it, so that released
+// work starts at once instead of at the next poll.
+func OnRelease(f func(context.Context)) Option { return func(s *Service) { s.released = f } }
+
+// release calls the OnRelease hook.
+func (s *Service) release(ctx context.Context) {
+	if s.released != nil {
+		s.released(ctx)
+	}
+}
 
 // NewService returns a Service.
 func NewService(e *engine.Engine, opts ...Option) *Service {
@@ -430,6 +444,7 @@ func (s *Service) upsert(ctx context.Context, v auth.Viewer, typ string, change 
 	if err != nil {
 		return fmt.Errorf("write flow control of %s: %w", typ, err)
 	}
+	s.release(ctx)
 	return nil
 }
 

@@ -177,6 +177,7 @@ func (s *Service) upsertShare(ctx context.Context, v auth.Viewer, typ, tenant st
 		}
 		return fmt.Errorf("write tenant flow control of %s: %w", typ, err)
 	}
+	s.release(ctx)
 	return nil
 }
 

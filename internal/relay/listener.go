@@ -40,6 +40,9 @@ type Config struct {
 	// OnResync is called after the listening connection was lost and
 	// re-established (a worker pool should look for work).
 	OnResync func()
+	// OnWake is called when another node released work without changing
+	// a task (NotifyWake): a worker pool should look for it.
+	OnWake func()
 	// HeldAtCap, when set, says whether this node's claims found a type
 	// at its cluster-wide cap (store.Store.HeldAtCap): other nodes' ends
 	// of executions are then passed on to its worker pool too, since one
@@ -371,6 +374,7 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) bool {
 	l.alive()
 	var ts [][4]int64
 	var ls [][2]int64
+	wake := false
 	for _, n := range batch {
 		if strings.HasPrefix(n.Extra, l.own) {
 			continue // this node's own (nodePrefix)
@@ -385,6 +389,10 @@ func (l *Listener) deliver(ctx context.Context, batch []*pq.Notification) bool {
 		}
 		ts = append(ts, m.T...)
 		ls = append(ls, m.L...)
+		wake = wake || m.W
+	}
+	if wake && l.cfg.OnWake != nil {
+		l.cfg.OnWake()
 	}
 	l.mu.Lock()
 	l.received += int64(len(ts))

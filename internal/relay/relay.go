@@ -12,6 +12,7 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -31,11 +32,26 @@ const channelExpr = `'taskgraph_' || substr(md5(current_database() || '/' || cur
 const maxPayload = 7000
 
 // message is one notification. T holds [task id, version, kind, status
-// index]; L holds [task id, log id].
+// index]; L holds [task id, log id]; W says that work may have been
+// released without a task changing (a type resumed, a cap or rate
+// raised): worker pools should look for it now.
 type message struct {
 	Node string     `json:"n"`
 	T    [][4]int64 `json:"t,omitempty"`
 	L    [][2]int64 `json:"l,omitempty"`
+	W    bool       `json:"w,omitempty"`
+}
+
+// NotifyWake tells the other nodes' worker pools to look for work now
+// (Config.OnWake): a change that releases waiting tasks without changing
+// any of them, such as a type resumed or its cap raised, committed by
+// node. Without it they would find that work at their next poll.
+func NotifyWake(ctx context.Context, db *sql.DB, node string) error {
+	b, _ := json.Marshal(message{Node: node, W: true})
+	if _, err := db.ExecContext(ctx, "SELECT pg_notify("+channelExpr+", $1)", string(b)); err != nil {
+		return fmt.Errorf("relay: notify a wake-up: %w", err)
+	}
+	return nil
 }
 
 // encode splits what a transaction committed into notification payloads.
